@@ -1,0 +1,114 @@
+//! The line protocol by which trial processes report metrics on stdout.
+//!
+//! A line `XP_METRIC {"step": 3, "val_loss": 0.41}` reports the numeric fields of
+//! the JSON object under their names at that step. Both command trials and Rust
+//! trials (through the SDK's `report`) use it, so the node parses one format.
+
+use std::collections::BTreeMap;
+
+/// The prefix that marks a metric line.
+pub const METRIC_PREFIX: &str = "XP_METRIC ";
+/// The longest metric line accepted; longer lines are kept in the log but not parsed.
+pub const MAX_METRIC_LINE: usize = 64 * 1024;
+/// The most metric names one line may carry.
+pub const MAX_METRICS_PER_LINE: usize = 256;
+
+/// One parsed report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricReport {
+    /// The step the values belong to, when the line gave one.
+    pub step: Option<u64>,
+    /// Metric values by name.
+    pub values: BTreeMap<String, f64>,
+}
+
+/// Why a line that starts with the metric prefix was not accepted.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MetricLineError {
+    /// The line is longer than [`MAX_METRIC_LINE`].
+    #[error("metric line of {len} bytes exceeds the limit of {MAX_METRIC_LINE}")]
+    TooLong {
+        /// The line's length.
+        len: usize,
+    },
+    /// The payload is not a JSON object.
+    #[error("metric line is not a JSON object: {reason}")]
+    NotAnObject {
+        /// What the JSON parser said.
+        reason: String,
+    },
+    /// A value is neither a finite number nor null.
+    #[error("metric `{name}` is not a finite number")]
+    NotANumber {
+        /// The metric's name.
+        name: String,
+    },
+    /// `step` is not a non-negative integer.
+    #[error("`step` must be a non-negative integer")]
+    BadStep,
+    /// Too many metrics on one line.
+    #[error("a metric line may carry at most {MAX_METRICS_PER_LINE} values")]
+    TooMany,
+}
+
+/// Parses one line of trial output: `Ok(None)` for ordinary output.
+pub fn parse_metric_line(line: &str) -> Result<Option<MetricReport>, MetricLineError> {
+    let Some(payload) = line.trim_end().strip_prefix(METRIC_PREFIX) else {
+        return Ok(None);
+    };
+    if line.len() > MAX_METRIC_LINE {
+        return Err(MetricLineError::TooLong { len: line.len() });
+    }
+    let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(payload)
+        .map_err(|error| MetricLineError::NotAnObject { reason: error.to_string() })?;
+    if object.len() > MAX_METRICS_PER_LINE {
+        return Err(MetricLineError::TooMany);
+    }
+    let mut report = MetricReport { step: None, values: BTreeMap::new() };
+    for (name, value) in object {
+        if name == "step" {
+            report.step = Some(value.as_u64().ok_or(MetricLineError::BadStep)?);
+            continue;
+        }
+        let number = value
+            .as_f64()
+            .filter(|number| number.is_finite())
+            .ok_or_else(|| MetricLineError::NotANumber { name: name.clone() })?;
+        report.values.insert(name, number);
+    }
+    Ok(Some(report))
+}
+
+/// Formats a report as a metric line (without the newline).
+pub fn format_metric_line(step: Option<u64>, values: &BTreeMap<String, f64>) -> String {
+    let mut object = serde_json::Map::new();
+    if let Some(step) = step {
+        object.insert("step".to_owned(), step.into());
+    }
+    for (name, value) in values {
+        object.insert(name.clone(), serde_json::Value::from(*value));
+    }
+    format!("{METRIC_PREFIX}{}", serde_json::Value::Object(object))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_lines_parse_and_round_trip() {
+        let report = parse_metric_line(r#"XP_METRIC {"step": 3, "val_loss": 0.41}"#).unwrap().unwrap();
+        assert_eq!(report.step, Some(3));
+        assert_eq!(report.values["val_loss"], 0.41);
+        let line = format_metric_line(report.step, &report.values);
+        assert_eq!(parse_metric_line(&line).unwrap().unwrap(), report);
+    }
+
+    #[test]
+    fn other_lines_and_bad_payloads() {
+        assert_eq!(parse_metric_line("epoch 3 done").unwrap(), None);
+        assert!(matches!(parse_metric_line("XP_METRIC [1]"), Err(MetricLineError::NotAnObject { .. })));
+        assert!(matches!(parse_metric_line(r#"XP_METRIC {"loss": "high"}"#), Err(MetricLineError::NotANumber { .. })));
+        assert_eq!(parse_metric_line(r#"XP_METRIC {"step": -1}"#), Err(MetricLineError::BadStep));
+    }
+}

@@ -1,0 +1,592 @@
+//! The experiment specification: what a user declares in YAML or builds in code.
+//!
+//! Parsing is strict (unknown fields are errors, with line and column from the YAML
+//! parser) and [`ExperimentSpec::validate`] checks every value, naming the field.
+//! The spec crosses the wire as canonical JSON (see [`ExperimentSpec::to_canonical_json`]),
+//! because its parameter values are dynamically typed and bincode is not self-describing.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The largest YAML document accepted, so a stray file cannot exhaust memory.
+pub const MAX_SPEC_BYTES: usize = 1 << 20;
+/// The most trials one experiment may expand to.
+pub const MAX_TRIALS: usize = 100_000;
+/// The most workers one trial may ask for.
+pub const MAX_WORKERS: u32 = 256;
+
+/// Why a specification was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SpecError {
+    /// The document is not valid YAML for this schema; the message carries line and column.
+    #[error("invalid experiment spec: {message}")]
+    Parse {
+        /// The parser's message, with the location it points at.
+        message: String,
+    },
+    /// A field has a value outside what is allowed.
+    #[error("invalid value for `{field}`: {reason}")]
+    Invalid {
+        /// The dotted path of the field, for example `search.space.lr`.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The document is larger than [`MAX_SPEC_BYTES`].
+    #[error("experiment spec is {len} bytes, more than the limit of {max}")]
+    TooLarge {
+        /// The document's size.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> SpecError {
+    SpecError::Invalid { field: field.into(), reason: reason.into() }
+}
+
+/// A whole experiment: one trial template and the search that instantiates it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentSpec {
+    /// A human name; not part of identity uniqueness rules beyond the hash.
+    pub name: String,
+    /// The team that owns the experiment.
+    #[serde(default = "default_team")]
+    pub team: String,
+    /// Larger runs first among waiting trials.
+    #[serde(default)]
+    pub priority: i32,
+    /// A git work tree whose commit (plus a hash of any uncommitted diff) is the code version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Files or directories hashed into the data version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data: Vec<String>,
+    /// The trial template.
+    pub trial: TrialSpec,
+    /// How configurations are chosen; one trial with no parameters when absent.
+    #[serde(default)]
+    pub search: SearchSpec,
+}
+
+fn default_team() -> String {
+    "default".to_owned()
+}
+
+/// What each trial runs and what it needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrialSpec {
+    /// An argv list with `{param}` placeholders; exclusive with `entry`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// The name of a Rust trainable registered in the driver binary; exclusive with `command`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
+    /// Path of the driver binary that registers `entry`, when submitted from the command line.
+    /// Not part of identity: the binary's content hash is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
+    /// Data-parallel workers started together as a gang.
+    #[serde(default = "one_u32")]
+    pub workers: u32,
+    /// Resources per worker.
+    #[serde(default)]
+    pub resources: Resources,
+    /// How many times a failed attempt is retried.
+    #[serde(default)]
+    pub max_retries: u32,
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+/// Resources one worker needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    /// Whole GPUs.
+    #[serde(default)]
+    pub gpu: u32,
+    /// CPU cores, possibly fractional.
+    #[serde(default = "one_f64")]
+    pub cpu: f64,
+    /// Memory in bytes; YAML accepts `16GiB`, `512MB` or a plain integer.
+    #[serde(default)]
+    pub memory: MemoryBytes,
+}
+
+fn one_f64() -> f64 {
+    1.0
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Self { gpu: 0, cpu: 1.0, memory: MemoryBytes(0) }
+    }
+}
+
+/// A byte count that reads human sizes (`16GiB`) and writes a plain integer, so
+/// the canonical form hashed into identity never depends on how it was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryBytes(pub u64);
+
+impl Serialize for MemoryBytes {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for MemoryBytes {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bytes(u64),
+            Text(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Bytes(bytes) => Ok(Self(bytes)),
+            Raw::Text(text) => parse_memory(&text).map(Self).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Parses a human memory size such as `16GiB`, `512 MB` or `1048576`.
+pub fn parse_memory(text: &str) -> Result<u64, String> {
+    text.trim()
+        .parse::<bytesize::ByteSize>()
+        .map(|size| size.as_u64())
+        .map_err(|reason| format!("{text:?} is not a memory size like 16GiB or 512MB: {reason}"))
+}
+
+/// How configurations are chosen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SearchSpec {
+    /// The algorithm.
+    #[serde(default)]
+    pub algorithm: Algorithm,
+    /// Parameter name to domain.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub space: BTreeMap<String, Domain>,
+    /// The metric that ranks trials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<String>,
+    /// Whether smaller or larger metric values are better.
+    #[serde(default)]
+    pub mode: Mode,
+    /// How many configurations random search samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trials: Option<u32>,
+    /// At most this many trials of the experiment run at once; unlimited when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<u32>,
+    /// Replicates per configuration, each with its own seed.
+    #[serde(default = "one_u32")]
+    pub seeds: u32,
+    /// The seed of the sampler, and the first replicate's seed.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+/// A search algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Algorithm {
+    /// Every combination of the (discrete) domains.
+    Grid,
+    /// Independent samples from each domain.
+    #[default]
+    Random,
+}
+
+/// Whether smaller or larger is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Smaller is better (losses).
+    #[default]
+    Min,
+    /// Larger is better (accuracies).
+    Max,
+}
+
+/// The values one parameter may take.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Domain {
+    /// A real number drawn uniformly from `[lo, hi]`.
+    Uniform([f64; 2]),
+    /// A positive real whose logarithm is uniform.
+    Loguniform([f64; 2]),
+    /// An integer in `[lo, hi]`, both included.
+    Int([i64; 2]),
+    /// One of the listed values.
+    Choice(Vec<ParamValue>),
+}
+
+/// One parameter value as the trial sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ParamValue {
+    /// `true` or `false`.
+    Bool(bool),
+    /// A whole number.
+    Int(i64),
+    /// A real number.
+    Float(f64),
+    /// Text.
+    Str(String),
+}
+
+impl fmt::Display for ParamValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Bool(value) => write!(f, "{value}"),
+            Self::Int(value) => write!(f, "{value}"),
+            Self::Float(value) => write!(f, "{value}"),
+            Self::Str(value) => f.write_str(value),
+        }
+    }
+}
+
+impl ExperimentSpec {
+    /// Parses and validates a YAML document.
+    pub fn from_yaml(text: &str) -> Result<Self, SpecError> {
+        if text.len() > MAX_SPEC_BYTES {
+            return Err(SpecError::TooLarge { len: text.len(), max: MAX_SPEC_BYTES });
+        }
+        let spec: Self = serde_saphyr::from_str(text)
+            .map_err(|error| SpecError::Parse { message: error.to_string() })?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Parses and validates the canonical JSON form sent over the wire.
+    pub fn from_json(text: &str) -> Result<Self, SpecError> {
+        if text.len() > MAX_SPEC_BYTES {
+            return Err(SpecError::TooLarge { len: text.len(), max: MAX_SPEC_BYTES });
+        }
+        let spec: Self = serde_json::from_str(text)
+            .map_err(|error| SpecError::Parse { message: error.to_string() })?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// The canonical JSON form: fields in declaration order, maps sorted by key,
+    /// memory as an integer. Equal specs give byte-equal JSON, which identity hashes.
+    pub fn to_canonical_json(&self) -> String {
+        serde_json::to_string(self).expect("a spec of plain data always serialises to JSON")
+    }
+
+    /// Checks every value, naming the first offending field.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        check_label("name", &self.name)?;
+        check_label("team", &self.team)?;
+        self.trial.validate(&self.search)?;
+        self.search.validate()?;
+        Ok(())
+    }
+
+    /// How many trials this experiment expands to.
+    pub fn trial_count(&self) -> usize {
+        let configs = match self.search.algorithm {
+            Algorithm::Random if self.search.space.is_empty() => {
+                self.search.trials.unwrap_or(1) as usize
+            }
+            Algorithm::Random => self.search.trials.unwrap_or(0) as usize,
+            Algorithm::Grid => self.search.grid_size().unwrap_or(usize::MAX),
+        };
+        configs.saturating_mul(self.search.seeds as usize)
+    }
+}
+
+fn check_label(field: &str, value: &str) -> Result<(), SpecError> {
+    if value.trim().is_empty() {
+        return Err(invalid(field, "must not be empty"));
+    }
+    if value.len() > 128 {
+        return Err(invalid(field, "must be at most 128 characters"));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(invalid(field, "must not contain control characters"));
+    }
+    Ok(())
+}
+
+impl TrialSpec {
+    fn validate(&self, search: &SearchSpec) -> Result<(), SpecError> {
+        match (&self.command, &self.entry) {
+            (Some(_), Some(_)) => {
+                return Err(invalid("trial", "give either `command` or `entry`, not both"));
+            }
+            (None, None) => return Err(invalid("trial", "needs a `command` or an `entry`")),
+            (Some(argv), None) => {
+                if argv.is_empty() {
+                    return Err(invalid("trial.command", "must name a program"));
+                }
+                if argv.len() > 1024 || argv.iter().any(|arg| arg.len() > 16 * 1024) {
+                    return Err(invalid("trial.command", "is too long"));
+                }
+                for (arg_idx, arg) in argv.iter().enumerate() {
+                    for name in placeholders(arg)
+                        .map_err(|reason| invalid(format!("trial.command[{arg_idx}]"), reason))?
+                    {
+                        if !search.space.contains_key(&name) && !BUILTIN_PLACEHOLDERS.contains(&name.as_str()) {
+                            return Err(invalid(
+                                format!("trial.command[{arg_idx}]"),
+                                format!("placeholder {{{name}}} names no parameter of search.space (builtins: seed, trial_id, rank)"),
+                            ));
+                        }
+                    }
+                }
+            }
+            (None, Some(entry)) => check_label("trial.entry", entry)?,
+        }
+        if self.program.is_some() && self.entry.is_none() {
+            return Err(invalid("trial.program", "is only meaningful with `entry`"));
+        }
+        if self.workers == 0 || self.workers > MAX_WORKERS {
+            return Err(invalid("trial.workers", format!("must be between 1 and {MAX_WORKERS}")));
+        }
+        if self.resources.gpu > 64 {
+            return Err(invalid("trial.resources.gpu", "must be at most 64"));
+        }
+        if !(self.resources.cpu.is_finite() && self.resources.cpu > 0.0 && self.resources.cpu <= 4096.0) {
+            return Err(invalid("trial.resources.cpu", "must be a number in (0, 4096]"));
+        }
+        if self.max_retries > 100 {
+            return Err(invalid("trial.max_retries", "must be at most 100"));
+        }
+        Ok(())
+    }
+
+    /// CPU need in thousandths of a core, the unit nodes account in.
+    pub fn milli_cpus(&self) -> u32 {
+        (self.resources.cpu * 1000.0).ceil() as u32
+    }
+}
+
+/// Placeholders every command may use besides the search parameters.
+pub const BUILTIN_PLACEHOLDERS: &[&str] = &["seed", "trial_id", "rank"];
+
+/// The `{name}` placeholders of one argument; `{{` and `}}` are literal braces.
+pub fn placeholders(arg: &str) -> Result<Vec<String>, String> {
+    let mut names = Vec::new();
+    render_arg(arg, |name| {
+        names.push(name.to_owned());
+        Some(String::new())
+    })?;
+    Ok(names)
+}
+
+/// Replaces each `{name}` in `arg` with `lookup(name)`; an unknown name is an error.
+pub fn render_arg(arg: &str, mut lookup: impl FnMut(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(arg.len());
+    let mut chars = arg.chars().peekable();
+    while let Some(ch) = chars.next() {
+        match ch {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                out.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                out.push('}');
+            }
+            '{' => {
+                let mut name = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some(inner) if inner.is_alphanumeric() || inner == '_' => name.push(inner),
+                        Some(inner) => {
+                            return Err(format!("unexpected {inner:?} inside a placeholder in {arg:?}"));
+                        }
+                        None => return Err(format!("unclosed '{{' in {arg:?}")),
+                    }
+                }
+                if name.is_empty() {
+                    return Err(format!("empty placeholder {{}} in {arg:?}"));
+                }
+                let value = lookup(&name).ok_or_else(|| format!("unknown placeholder {{{name}}}"))?;
+                out.push_str(&value);
+            }
+            '}' => return Err(format!("unmatched '}}' in {arg:?} (write '}}}}' for a literal brace)")),
+            other => out.push(other),
+        }
+    }
+    Ok(out)
+}
+
+impl SearchSpec {
+    fn validate(&self) -> Result<(), SpecError> {
+        for (name, domain) in &self.space {
+            let field = format!("search.space.{name}");
+            if name.is_empty() || !name.chars().all(|ch| ch.is_alphanumeric() || ch == '_') {
+                return Err(invalid(field, "parameter names use letters, digits and '_' only"));
+            }
+            if BUILTIN_PLACEHOLDERS.contains(&name.as_str()) {
+                return Err(invalid(field, "is a reserved name"));
+            }
+            match domain {
+                Domain::Uniform([lo, hi]) => {
+                    if !(lo.is_finite() && hi.is_finite() && lo < hi) {
+                        return Err(invalid(field, "uniform needs finite bounds [LO, HI] with LO < HI"));
+                    }
+                }
+                Domain::Loguniform([lo, hi]) => {
+                    if !(lo.is_finite() && hi.is_finite() && *lo > 0.0 && lo < hi) {
+                        return Err(invalid(field, "loguniform needs finite bounds [LO, HI] with 0 < LO < HI"));
+                    }
+                }
+                Domain::Int([lo, hi]) => {
+                    if lo > hi {
+                        return Err(invalid(field, "int needs bounds [LO, HI] with LO <= HI"));
+                    }
+                }
+                Domain::Choice(values) => {
+                    if values.is_empty() {
+                        return Err(invalid(field, "choice needs at least one value"));
+                    }
+                    if values.iter().any(|value| matches!(value, ParamValue::Float(x) if !x.is_finite())) {
+                        return Err(invalid(field, "choice values must be finite"));
+                    }
+                }
+            }
+            if self.algorithm == Algorithm::Grid && matches!(domain, Domain::Uniform(_) | Domain::Loguniform(_)) {
+                return Err(invalid(field, "grid search needs discrete domains (int or choice)"));
+            }
+        }
+        if let Some(metric) = &self.metric {
+            check_label("search.metric", metric)?;
+        }
+        match (self.algorithm, self.trials) {
+            (Algorithm::Random, None) if !self.space.is_empty() => {
+                return Err(invalid("search.trials", "random search needs the number of trials"));
+            }
+            (Algorithm::Random, Some(0)) => return Err(invalid("search.trials", "must be at least 1")),
+            (Algorithm::Grid, Some(_)) => {
+                return Err(invalid("search.trials", "grid search runs every combination; remove `trials`"));
+            }
+            _ => {}
+        }
+        if self.parallel == Some(0) {
+            return Err(invalid("search.parallel", "must be at least 1"));
+        }
+        if self.seeds == 0 || self.seeds > 1000 {
+            return Err(invalid("search.seeds", "must be between 1 and 1000"));
+        }
+        let configs = match self.algorithm {
+            Algorithm::Random => self.trials.unwrap_or(1) as usize,
+            Algorithm::Grid => self.grid_size().unwrap_or(usize::MAX),
+        };
+        if configs.saturating_mul(self.seeds as usize) > MAX_TRIALS {
+            return Err(invalid("search", format!("expands to more than {MAX_TRIALS} trials")));
+        }
+        Ok(())
+    }
+
+    /// The number of grid points, or `None` when it overflows or a domain is continuous.
+    pub fn grid_size(&self) -> Option<usize> {
+        self.space.values().try_fold(1usize, |acc, domain| {
+            let size = match domain {
+                Domain::Int([lo, hi]) => usize::try_from(hi.checked_sub(*lo)?.checked_add(1)?).ok()?,
+                Domain::Choice(values) => values.len(),
+                Domain::Uniform(_) | Domain::Loguniform(_) => return None,
+            };
+            acc.checked_mul(size)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name: digits
+team: vision
+trial:
+  command: ["python", "train.py", "--lr", "{lr}", "--seed={seed}"]
+  workers: 2
+  resources: {gpu: 1, cpu: 2, memory: 4GiB}
+  max_retries: 2
+search:
+  algorithm: random
+  space:
+    lr: {loguniform: [0.0001, 0.1]}
+    hidden: {choice: [16, 32, 64]}
+    depth: {int: [1, 4]}
+    dropout: {uniform: [0.0, 0.5]}
+  metric: val_acc
+  mode: max
+  trials: 16
+  parallel: 4
+"#;
+
+    fn check_error(yaml: &str, expected_fragment: &str) {
+        let error = ExperimentSpec::from_yaml(yaml).expect_err("spec should be refused").to_string();
+        assert!(error.contains(expected_fragment), "error {error:?} lacks {expected_fragment:?}");
+    }
+
+    #[test]
+    fn a_full_spec_parses() {
+        let spec = ExperimentSpec::from_yaml(GOOD).unwrap();
+        assert_eq!(spec.trial.workers, 2);
+        assert_eq!(spec.trial.resources.memory, MemoryBytes(4 << 30));
+        assert_eq!(spec.trial.milli_cpus(), 2000);
+        assert_eq!(spec.search.mode, Mode::Max);
+        assert_eq!(spec.trial_count(), 16);
+        assert_eq!(spec.search.space["hidden"], Domain::Choice(vec![ParamValue::Int(16), ParamValue::Int(32), ParamValue::Int(64)]));
+    }
+
+    #[test]
+    fn canonical_json_round_trips_and_ignores_spelling() {
+        let spec = ExperimentSpec::from_yaml(GOOD).unwrap();
+        let json = spec.to_canonical_json();
+        assert_eq!(ExperimentSpec::from_json(&json).unwrap(), spec);
+        let respelled = GOOD.replace("memory: 4GiB", "memory: 4294967296");
+        assert_eq!(ExperimentSpec::from_yaml(&respelled).unwrap().to_canonical_json(), json);
+    }
+
+    #[test]
+    fn bad_specs_name_the_field() {
+        check_error(&GOOD.replace("workers: 2", "workerz: 2"), "workerz");
+        check_error(&GOOD.replace("workers: 2", "workerz: 2"), "line");
+        check_error(&GOOD.replace("workers: 2", "workers: 0"), "trial.workers");
+        check_error(&GOOD.replace("[0.0001, 0.1]", "[0.1, 0.0001]"), "search.space.lr");
+        check_error(&GOOD.replace("{lr}", "{learning_rate}"), "learning_rate");
+        check_error(&GOOD.replace("memory: 4GiB", "memory: lots"), "memory");
+        check_error(&GOOD.replace("trials: 16", "trials: 0"), "search.trials");
+        check_error(&GOOD.replace("algorithm: random", "algorithm: grid"), "search.space.dropout");
+        check_error(&GOOD.replace("mode: max", "mode: biggest"), "biggest");
+        check_error("name: [unclosed", "invalid experiment spec");
+        check_error("name: x\ntrial: {}\n", "trial");
+    }
+
+    #[test]
+    fn grid_size_multiplies_discrete_domains() {
+        let spec = ExperimentSpec::from_yaml(
+            "name: g\ntrial: {command: [echo, '{a}', '{b}']}\nsearch:\n  algorithm: grid\n  space: {a: {int: [1, 3]}, b: {choice: [x, y]}}\n  seeds: 2\n",
+        )
+        .unwrap();
+        assert_eq!(spec.trial_count(), 12);
+    }
+
+    #[test]
+    fn placeholders_render_and_escape() {
+        let render = |arg: &str| render_arg(arg, |name| (name == "lr").then(|| "0.1".to_owned()));
+        assert_eq!(render("--lr={lr}").unwrap(), "--lr=0.1");
+        assert_eq!(render("{{lr}}").unwrap(), "{lr}");
+        assert!(render("{nope}").is_err());
+        assert!(render("{lr").is_err());
+        assert!(render("lr}").is_err());
+    }
+}

@@ -1,0 +1,272 @@
+//! The cluster's trust material: a CA, the head's certificate, and the token.
+//!
+//! The head creates them once in its data directory and reuses them on every
+//! start, so join strings stay valid across restarts. Peers pin the CA by the
+//! SHA-256 of its DER; the head's certificate names `xp-head`, whatever address
+//! it is reached at.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+
+/// The server name the head's certificate carries.
+pub const HEAD_SERVER_NAME: &str = "xp-head";
+
+/// Why trust material could not be loaded or created.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read or written.
+    #[error("cannot access {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Certificate generation failed.
+    #[error("cannot generate certificates: {0}")]
+    Generate(#[from] rcgen::Error),
+    /// A stored file is not what it should be.
+    #[error("{path} is corrupt: {reason}")]
+    Corrupt {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The head's trust material.
+pub struct ClusterIdentity {
+    /// The CA certificate (DER).
+    pub ca_der: CertificateDer<'static>,
+    /// The head's leaf certificate (DER), signed by the CA.
+    pub server_der: CertificateDer<'static>,
+    /// The leaf's private key (PKCS#8 DER).
+    pub server_key: PrivatePkcs8KeyDer<'static>,
+    /// The cluster secret.
+    pub token: String,
+}
+
+impl fmt::Debug for ClusterIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterIdentity").field("ca_sha256", &hex::encode(self.ca_sha256())).finish_non_exhaustive()
+    }
+}
+
+fn read_file(path: &Path) -> Result<Option<Vec<u8>>, TlsError> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(TlsError::Io { path: path.display().to_string(), source }),
+    }
+}
+
+/// Writes `bytes` to `path` atomically (temporary file, fsync, rename) with mode 0600.
+pub fn write_private_file(path: &Path, bytes: &[u8]) -> Result<(), TlsError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let io_error = |source| TlsError::Io { path: path.display().to_string(), source };
+    let temporary = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temporary)
+        .map_err(io_error)?;
+    file.write_all(bytes).map_err(io_error)?;
+    file.sync_all().map_err(io_error)?;
+    std::fs::rename(&temporary, path).map_err(io_error)
+}
+
+impl ClusterIdentity {
+    /// Loads the identity from `dir`, creating it on first use.
+    pub fn load_or_create(dir: &Path) -> Result<Self, TlsError> {
+        let paths = ["ca.der", "server.der", "server.key", "token"].map(|name| dir.join(name));
+        let loaded = paths.iter().map(|path| read_file(path)).collect::<Result<Vec<_>, _>>()?;
+        match loaded.as_slice() {
+            [Some(ca), Some(server), Some(key), Some(token)] => {
+                let token = String::from_utf8(token.clone())
+                    .ok()
+                    .filter(|token| token.len() == 64 && token.chars().all(|ch| ch.is_ascii_hexdigit()))
+                    .ok_or_else(|| TlsError::Corrupt {
+                        path: paths[3].display().to_string(),
+                        reason: "not a 64-digit hex token".to_owned(),
+                    })?;
+                Ok(Self {
+                    ca_der: CertificateDer::from(ca.clone()),
+                    server_der: CertificateDer::from(server.clone()),
+                    server_key: PrivatePkcs8KeyDer::from(key.clone()),
+                    token,
+                })
+            }
+            [None, None, None, None] => {
+                std::fs::create_dir_all(dir)
+                    .map_err(|source| TlsError::Io { path: dir.display().to_string(), source })?;
+                let identity = Self::generate()?;
+                // The token is written last: its presence marks a complete identity.
+                write_private_file(&paths[0], &identity.ca_der)?;
+                write_private_file(&paths[1], &identity.server_der)?;
+                write_private_file(&paths[2], identity.server_key.secret_pkcs8_der())?;
+                write_private_file(&paths[3], identity.token.as_bytes())?;
+                Ok(identity)
+            }
+            _ => Err(TlsError::Corrupt {
+                path: dir.display().to_string(),
+                reason: "some of ca.der, server.der, server.key and token are missing; restore them or start with an empty directory".to_owned(),
+            }),
+        }
+    }
+
+    fn generate() -> Result<Self, TlsError> {
+        let ca_key = rcgen::KeyPair::generate()?;
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "xp cluster CA");
+        ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
+
+        let server_key = rcgen::KeyPair::generate()?;
+        let mut server_params = rcgen::CertificateParams::new(vec![HEAD_SERVER_NAME.to_owned()])?;
+        server_params.distinguished_name.push(rcgen::DnType::CommonName, HEAD_SERVER_NAME);
+        let server_cert = server_params.signed_by(&server_key, &ca)?;
+
+        let mut secret = [0u8; 32];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
+            .map_err(|_| TlsError::Corrupt { path: "system random".to_owned(), reason: "no entropy".to_owned() })?;
+        Ok(Self {
+            ca_der: ca.der().clone(),
+            server_der: server_cert.der().clone(),
+            server_key: PrivatePkcs8KeyDer::from(server_key.serialize_der()),
+            token: hex::encode(secret),
+        })
+    }
+
+    /// SHA-256 of the CA certificate: the `ca` of the join string.
+    pub fn ca_sha256(&self) -> [u8; 32] {
+        sha256(&self.ca_der)
+    }
+
+    /// Whether `presented` is this cluster's token, compared in constant time.
+    pub fn token_matches(&self, presented: &str) -> bool {
+        // blake3::Hash equality is constant-time.
+        blake3::hash(presented.as_bytes()) == blake3::hash(self.token.as_bytes())
+    }
+
+    /// The head's certificate chain and key, for the server config.
+    pub fn server_chain(&self) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        (
+            vec![self.server_der.clone(), self.ca_der.clone()],
+            PrivateKeyDer::Pkcs8(self.server_key.clone_key()),
+        )
+    }
+}
+
+/// SHA-256 of `bytes`.
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
+}
+
+/// Accepts the head's certificate only if it chains to the pinned CA.
+///
+/// The head sends its CA along with its leaf; this verifier finds the certificate
+/// whose SHA-256 is pinned and verifies the leaf against it with webpki, so the
+/// signature checks are the standard ones. A mismatch is recorded in
+/// `failure` so the caller can say exactly what was wrong.
+#[derive(Debug)]
+pub struct PinnedCaVerifier {
+    pinned: [u8; 32],
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    /// Set when the head's chain holds no certificate with the pinned hash.
+    pub failure: Arc<Mutex<Option<String>>>,
+}
+
+impl PinnedCaVerifier {
+    /// A verifier pinning the CA with SHA-256 `pinned`.
+    pub fn new(pinned: [u8; 32], provider: Arc<rustls::crypto::CryptoProvider>) -> Self {
+        Self { pinned, provider, failure: Arc::new(Mutex::new(None)) }
+    }
+}
+
+impl ServerCertVerifier for PinnedCaVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let Some(ca) = intermediates.iter().find(|cert| sha256(cert) == self.pinned) else {
+            let presented: Vec<String> = intermediates.iter().map(|cert| hex::encode(sha256(cert))).collect();
+            let message = format!(
+                "the head's CA does not match the join string: join string pins ca={}, head presented ca={}",
+                hex::encode(self.pinned),
+                presented.join(",")
+            );
+            *self.failure.lock().expect("verifier failure lock is never poisoned") = Some(message.clone());
+            return Err(rustls::Error::General(message));
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.clone().into_owned())?;
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), self.provider.clone())
+            .build()
+            .map_err(|error| rustls::Error::General(error.to_string()))?;
+        verifier.verify_server_cert(end_entity, &[], server_name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_is_created_once_and_reloaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = ClusterIdentity::load_or_create(dir.path()).unwrap();
+        let second = ClusterIdentity::load_or_create(dir.path()).unwrap();
+        assert_eq!(first.ca_sha256(), second.ca_sha256());
+        assert_eq!(first.token, second.token);
+        assert!(first.token_matches(&first.token));
+        assert!(!first.token_matches("wrong"));
+    }
+
+    #[test]
+    fn a_partial_identity_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        ClusterIdentity::load_or_create(dir.path()).unwrap();
+        std::fs::remove_file(dir.path().join("server.key")).unwrap();
+        assert!(matches!(ClusterIdentity::load_or_create(dir.path()), Err(TlsError::Corrupt { .. })));
+    }
+}
