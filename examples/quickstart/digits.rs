@@ -122,10 +122,7 @@ pub(crate) fn train(
             optimizer
                 .step(&model, &grads)
                 .context("applying the SGD update")?;
-            let batch_loss = f64::from(
-                loss.to_scalar::<f32>()
-                    .context("reading the batch loss")?,
-            );
+            let batch_loss = f64::from(loss.to_scalar::<f32>().context("reading the batch loss")?);
             // `chunk.len()` is at most a few thousand, exactly representable.
             #[allow(clippy::cast_precision_loss)]
             let weight = chunk.len() as f64;
@@ -336,9 +333,7 @@ fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
         .context("sum")?
         .log()
         .context("log")?;
-    let log_probs = shifted
-        .broadcast_sub(&log_norm)
-        .context("log-softmax")?;
+    let log_probs = shifted.broadcast_sub(&log_norm).context("log-softmax")?;
     let targets = labels.unsqueeze(1).context("labels as a column")?;
     log_probs
         .gather(&targets, 1)
@@ -416,8 +411,10 @@ impl SgdMomentum {
             }
             *velocity = (velocity.affine(MOMENTUM, 0.0).context("momentum")? + g)
                 .context("updating velocity")?;
-            let updated = (w - velocity.affine(self.learning_rate, 0.0).context("scaled step")?)
-                .context("computing the new weights")?;
+            let updated = (w - velocity
+                .affine(self.learning_rate, 0.0)
+                .context("scaled step")?)
+            .context("computing the new weights")?;
             param.set(&updated).context("writing the new weights")?;
         }
         Ok(())
@@ -459,7 +456,7 @@ impl SplitMix64 {
     fn next_f64(&mut self) -> f64 {
         #[allow(clippy::cast_precision_loss)]
         let mantissa = (self.next_u64() >> 11) as f64;
-        mantissa * (1.0 / (1_u64 << 53) as f64)
+        mantissa / 9_007_199_254_740_992.0 // 2^53
     }
 
     /// Uniform in `0..n` (Lemire's multiply-high; bias is negligible here).

@@ -1,1 +1,155 @@
-//! placeholder
+//! The xp head: global placement, the experiment registry, node membership and
+//! the client APIs.
+//!
+//! [`start`] runs a whole head inside the current tokio runtime; the `xp-head`
+//! binary and the embedded local cluster both use it. The head never touches GPUs
+//! or trial processes: it decides and records, nodes execute.
+
+pub mod actor;
+pub mod blobs;
+pub mod core;
+pub mod http;
+pub mod placement;
+pub mod registry;
+pub mod server;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use ractor::{Actor, ActorRef};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+use xp_runtime::clock::{Clock, SystemClock};
+use xp_runtime::join::JoinString;
+use xp_runtime::tls::ClusterIdentity;
+
+use crate::actor::{HeadActor, HeadArgs, HeadMsg};
+use crate::core::{CoreConfig, HeadCore};
+use crate::registry::Registry;
+use crate::server::ServerContext;
+
+/// How to run a head.
+#[derive(Debug, Clone)]
+pub struct HeadConfig {
+    /// The UDP address to listen on; port 0 picks one.
+    pub listen: SocketAddr,
+    /// Where the database, trust material and blobs live.
+    pub data_dir: PathBuf,
+    /// The HTTP address, if the HTTP API is wanted.
+    pub http: Option<SocketAddr>,
+    /// The host put in the join string; the listen address when absent.
+    pub advertise_host: Option<String>,
+    /// Core tunables.
+    pub core: CoreConfig,
+}
+
+/// Why the head could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HeadError {
+    /// Trust material could not be loaded or created.
+    #[error(transparent)]
+    Tls(#[from] xp_runtime::tls::TlsError),
+    /// The database could not be opened.
+    #[error(transparent)]
+    Registry(#[from] registry::RegistryError),
+    /// The QUIC endpoint could not be set up.
+    #[error(transparent)]
+    Transport(#[from] xp_runtime::transport::TransportError),
+    /// A directory or socket could not be used.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The head actor could not start.
+    #[error("head actor failed to start: {0}")]
+    Actor(String),
+}
+
+/// A running head.
+pub struct RunningHead {
+    /// The join string nodes and clients use.
+    pub join: JoinString,
+    /// The bound HTTP address, if any.
+    pub http_addr: Option<SocketAddr>,
+    shutdown: CancellationToken,
+    actor: ActorRef<HeadMsg>,
+    actor_task: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Starts a head in the current runtime.
+pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
+    let io_error = |context: String| move |source| HeadError::Io { context, source };
+    std::fs::create_dir_all(&config.data_dir).map_err(io_error(format!("cannot create {}", config.data_dir.display())))?;
+    let identity = ClusterIdentity::load_or_create(&config.data_dir.join("tls"))?;
+    let registry = Registry::open(&config.data_dir.join("head.redb"))?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let loaded = registry.load()?;
+    info!(experiments = loaded.experiments.len(), trials = loaded.trials.len(), nodes = loaded.nodes.len(), "registry loaded");
+    let core = HeadCore::restore(config.core, loaded, clock.now());
+    let (event_seq_tx, event_seq_rx) = tokio::sync::watch::channel(core.last_event_seq());
+    let sessions = Arc::new(dashmap::DashMap::new());
+    let (actor, actor_task) = Actor::spawn(
+        Some("head".to_owned()),
+        HeadActor,
+        HeadArgs { core, registry, sessions: sessions.clone(), event_seq: event_seq_tx, clock },
+    )
+    .await
+    .map_err(|error| HeadError::Actor(error.to_string()))?;
+
+    let endpoint = xp_runtime::transport::bind_endpoint(config.listen, Some(xp_runtime::transport::server_config(&identity)?))?;
+    let bound = endpoint.local_addr().map_err(io_error("cannot read the bound address".to_owned()))?;
+    let join = JoinString {
+        host: config.advertise_host.clone().unwrap_or_else(|| bound.ip().to_string()),
+        port: bound.port(),
+        token: identity.token.clone(),
+        ca_sha256: identity.ca_sha256(),
+    };
+    let shutdown = CancellationToken::new();
+    let context = Arc::new(ServerContext {
+        identity,
+        head: actor.clone(),
+        sessions,
+        blobs: blobs::BlobStore::open(&config.data_dir.join("blobs")).map_err(io_error("cannot create the blob directory".to_owned()))?,
+        event_seq: event_seq_rx,
+        counter: AtomicU64::new(1),
+        shutdown: shutdown.clone(),
+    });
+    let mut tasks = vec![xp_runtime::task::spawn("quic-server", server::serve(endpoint, context))];
+    let mut http_addr = None;
+    if let Some(http) = config.http {
+        let listener = tokio::net::TcpListener::bind(http).await.map_err(io_error(format!("cannot bind HTTP on {http}")))?;
+        http_addr = Some(listener.local_addr().map_err(io_error("cannot read the HTTP address".to_owned()))?);
+        let router = http::router(actor.clone());
+        let http_shutdown = shutdown.clone();
+        tasks.push(xp_runtime::task::spawn("http-server", async move {
+            let served = axum::serve(listener, router).with_graceful_shutdown(http_shutdown.cancelled_owned()).await;
+            if let Err(error) = served {
+                tracing::error!(%error, "HTTP server failed");
+            }
+        }));
+    }
+    info!(listen = %bound, http = ?http_addr, "head started");
+    Ok(RunningHead { join, http_addr, shutdown, actor, actor_task, tasks })
+}
+
+impl RunningHead {
+    /// Stops serving, lets in-flight work finish, and stops the actor; every
+    /// acknowledged change is already on disk.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        self.actor.stop(Some("shutdown".to_owned()));
+        let _ = self.actor_task.await;
+        info!("head stopped");
+    }
+}

@@ -19,3 +19,4 @@ pub mod spec;
 pub mod task;
 pub mod tls;
 pub mod transport;
+pub mod views;

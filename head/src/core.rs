@@ -1,0 +1,1118 @@
+//! The head's state machine: experiments, trials, attempts, nodes and slots.
+//!
+//! Sans-io: inputs arrive through `handle_*` methods with the time as an argument;
+//! outputs leave through [`HeadCore::take_records`] (what must be persisted before
+//! anyone is told) and [`HeadCore::poll_command`] (what to send to which node).
+//! The actor in `actor.rs` owns one `HeadCore` and performs those outputs.
+//!
+//! Invariants (checked by `check_invariants` in tests after every step):
+//! - a GPU index of a node is held by at most one live worker;
+//! - no node's CPU or memory is allocated beyond its capacity;
+//! - a trial has at most one live attempt, and every worker of a live attempt was
+//!   placed at once (gang placement is all or nothing).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use tracing::{debug, info, warn};
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::identity::experiment_content_hash;
+use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, TrialId, WorkerKey};
+use xp_runtime::protocol::{
+    AttemptStatus, ErrorCode, ExperimentState, ExperimentStatus, HeadCommand, Launch, LogRequest, NodeMessage,
+    NodeRegistration, NodeResources, NodeState, NodeStatus, Program, RemoteError, SubmitRequest, TrialEvent,
+    TrialState, TrialStatus, WorkerReport,
+};
+use xp_runtime::search::plan_trials;
+use xp_runtime::spec::{ExperimentSpec, Mode, render_arg};
+
+use crate::placement::{FreeResources, WorkerDemand, place_gang};
+
+/// The first port handed out as `MASTER_PORT`, as torchrun does.
+const FIRST_MASTER_PORT: u16 = 29500;
+/// The last port handed out as `MASTER_PORT`.
+const LAST_MASTER_PORT: u16 = 29999;
+
+/// Tunables of the core.
+#[derive(Debug, Clone, Copy)]
+pub struct CoreConfig {
+    /// A node silent for longer than this is lost.
+    pub node_timeout_ms: u64,
+    /// How often nodes send heartbeats.
+    pub heartbeat_interval_ms: u64,
+}
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        Self { node_timeout_ms: 10_000, heartbeat_interval_ms: 1_000 }
+    }
+}
+
+/// A submitted experiment, as persisted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExperimentRecord {
+    /// The id.
+    pub id: ExperimentId,
+    /// The full content hash.
+    pub content_hash: [u8; 32],
+    /// The spec in canonical JSON.
+    pub spec_json: String,
+    /// The driver binary for `entry` trials.
+    pub program: Option<BlobHash>,
+    /// The code version.
+    pub code_version: String,
+    /// The data version.
+    pub data_version: String,
+    /// When it was submitted.
+    pub submitted_at: UnixMillis,
+    /// Whether a user cancelled it.
+    pub cancelled: bool,
+}
+
+/// A trial, as persisted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrialRecord {
+    /// The id.
+    pub id: TrialId,
+    /// Its configuration as JSON.
+    pub config_json: String,
+    /// Its replicate seed.
+    pub seed: u64,
+    /// Its state.
+    pub state: TrialState,
+    /// Every attempt, oldest first.
+    pub attempts: Vec<AttemptRecord>,
+    /// Attempts that failed through the trial's own fault (not lost nodes).
+    pub failures: u32,
+    /// The last value of each metric reported by rank 0.
+    pub metrics: BTreeMap<String, f64>,
+    /// The last step reported by rank 0.
+    pub last_step: Option<u64>,
+    /// Why it is in its state.
+    pub reason: Option<String>,
+    /// When it last entered the queue.
+    pub queued_at: UnixMillis,
+}
+
+/// One attempt of a trial.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// From 1.
+    pub number: u32,
+    /// One per rank, in rank order.
+    pub workers: Vec<WorkerRecord>,
+    /// `MASTER_ADDR`.
+    pub master_host: String,
+    /// `MASTER_PORT`.
+    pub master_port: u16,
+    /// When it was placed.
+    pub placed_at: UnixMillis,
+    /// When all workers were running.
+    pub running_at: Option<UnixMillis>,
+    /// When its outcome was decided.
+    pub ended_at: Option<UnixMillis>,
+    /// Its outcome in words.
+    pub outcome: Option<String>,
+}
+
+impl AttemptRecord {
+    fn is_live(&self) -> bool {
+        self.ended_at.is_none()
+    }
+}
+
+/// One worker of an attempt.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerRecord {
+    /// Its rank.
+    pub rank: u32,
+    /// Its node.
+    pub node: NodeId,
+    /// Its GPUs.
+    pub gpu_indices: Vec<u32>,
+    /// Its CPU thousandths.
+    pub milli_cpus: u32,
+    /// Its memory bytes.
+    pub memory_bytes: u64,
+    /// What the head knows of its process.
+    pub state: WorkerState,
+    /// The index of the last metric report taken from it.
+    pub last_metric_index: Option<u64>,
+}
+
+/// What the head knows of a worker process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WorkerState {
+    /// Launch sent.
+    Assigned,
+    /// The process runs.
+    Started,
+    /// The process exited.
+    Exited {
+        /// Exit code.
+        code: Option<i32>,
+        /// Terminating signal.
+        signal: Option<i32>,
+    },
+    /// Its node was lost or forgot it.
+    Lost,
+}
+
+impl WorkerState {
+    /// Whether the worker still holds its slot.
+    pub fn holds_resources(self) -> bool {
+        matches!(self, Self::Assigned | Self::Started)
+    }
+}
+
+/// A node, as persisted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// The id.
+    pub id: NodeId,
+    /// Host name.
+    pub name: String,
+    /// Address for `MASTER_ADDR`.
+    pub address: String,
+    /// Capacity.
+    pub resources: NodeResources,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Alive or lost.
+    pub state: NodeState,
+    /// Last heard from.
+    pub last_seen: UnixMillis,
+}
+
+/// One metric report, appended to the registry's history.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MetricRecord {
+    /// The worker.
+    pub key: WorkerKey,
+    /// The step.
+    pub step: Option<u64>,
+    /// The values.
+    pub values: BTreeMap<String, f64>,
+    /// When the head received it.
+    pub at: UnixMillis,
+}
+
+/// Something the registry must store before the change is acknowledged.
+#[derive(Debug, Clone)]
+pub enum Record {
+    /// Insert or replace an experiment.
+    Experiment(ExperimentRecord),
+    /// Insert or replace a trial.
+    Trial(TrialRecord),
+    /// Insert or replace a node.
+    Node(NodeRecord),
+    /// Append an event.
+    Event(TrialEvent),
+    /// Append a metric report.
+    Metric(MetricRecord),
+}
+
+/// Everything the registry loaded at start.
+#[derive(Debug, Default)]
+pub struct LoadedState {
+    /// Experiments.
+    pub experiments: Vec<ExperimentRecord>,
+    /// Trials.
+    pub trials: Vec<TrialRecord>,
+    /// Nodes.
+    pub nodes: Vec<NodeRecord>,
+    /// Events in sequence order.
+    pub events: Vec<TrialEvent>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct NodeUsage {
+    gpus: BTreeSet<u32>,
+    milli_cpus: u64,
+    memory_bytes: u64,
+    workers: u32,
+}
+
+/// The head's whole state.
+#[derive(Debug)]
+pub struct HeadCore {
+    config: CoreConfig,
+    experiments: BTreeMap<ExperimentId, ExperimentRecord>,
+    specs: BTreeMap<ExperimentId, ExperimentSpec>,
+    trials: BTreeMap<TrialId, TrialRecord>,
+    nodes: BTreeMap<NodeId, NodeRecord>,
+    usage: BTreeMap<NodeId, NodeUsage>,
+    ports_in_use: BTreeMap<String, BTreeSet<u16>>,
+    events: BTreeMap<ExperimentId, Vec<TrialEvent>>,
+    next_event_seq: u64,
+    dirty_experiments: BTreeSet<ExperimentId>,
+    dirty_trials: BTreeSet<TrialId>,
+    dirty_nodes: BTreeSet<NodeId>,
+    appended: Vec<Record>,
+    commands: VecDeque<(NodeId, HeadCommand)>,
+}
+
+fn not_found(what: impl Into<String>) -> RemoteError {
+    RemoteError::new(ErrorCode::NotFound, what)
+}
+
+impl HeadCore {
+    /// A core over previously persisted state; nodes get one timeout from `now` to return.
+    pub fn restore(config: CoreConfig, loaded: LoadedState, now: UnixMillis) -> Self {
+        let mut core = Self {
+            config,
+            experiments: BTreeMap::new(),
+            specs: BTreeMap::new(),
+            trials: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            usage: BTreeMap::new(),
+            ports_in_use: BTreeMap::new(),
+            events: BTreeMap::new(),
+            next_event_seq: 1,
+            dirty_experiments: BTreeSet::new(),
+            dirty_trials: BTreeSet::new(),
+            dirty_nodes: BTreeSet::new(),
+            appended: Vec::new(),
+            commands: VecDeque::new(),
+        };
+        for experiment in loaded.experiments {
+            match ExperimentSpec::from_json(&experiment.spec_json) {
+                Ok(spec) => {
+                    core.specs.insert(experiment.id, spec);
+                    core.experiments.insert(experiment.id, experiment);
+                }
+                Err(error) => warn!(experiment_id = %experiment.id, %error, "stored experiment spec no longer validates; skipped"),
+            }
+        }
+        for trial in loaded.trials {
+            if core.experiments.contains_key(&trial.id.experiment) {
+                core.trials.insert(trial.id, trial);
+            }
+        }
+        for mut node in loaded.nodes {
+            node.last_seen = now;
+            core.nodes.insert(node.id, node);
+        }
+        for event in loaded.events {
+            core.next_event_seq = core.next_event_seq.max(event.seq + 1);
+            core.events.entry(event.trial.experiment).or_default().push(event);
+        }
+        let live_workers: Vec<(WorkerRecord, String, u16)> = core
+            .trials
+            .values()
+            .flat_map(|trial| trial.attempts.iter())
+            .flat_map(|attempt| {
+                attempt
+                    .workers
+                    .iter()
+                    .filter(|worker| worker.state.holds_resources())
+                    .map(|worker| (worker.clone(), attempt.master_host.clone(), attempt.master_port))
+            })
+            .collect();
+        for (worker, _, _) in &live_workers {
+            core.allocate(worker);
+        }
+        for trial in core.trials.values() {
+            for attempt in trial.attempts.iter().filter(|attempt| attempt.is_live()) {
+                core.ports_in_use.entry(attempt.master_host.clone()).or_default().insert(attempt.master_port);
+            }
+        }
+        core
+    }
+
+    /// Records to persist, in order; the caller stores them before acknowledging anything.
+    pub fn take_records(&mut self) -> Vec<Record> {
+        let mut records = Vec::new();
+        for id in std::mem::take(&mut self.dirty_experiments) {
+            if let Some(experiment) = self.experiments.get(&id) {
+                records.push(Record::Experiment(experiment.clone()));
+            }
+        }
+        for id in std::mem::take(&mut self.dirty_trials) {
+            if let Some(trial) = self.trials.get(&id) {
+                records.push(Record::Trial(trial.clone()));
+            }
+        }
+        for id in std::mem::take(&mut self.dirty_nodes) {
+            if let Some(node) = self.nodes.get(&id) {
+                records.push(Record::Node(node.clone()));
+            }
+        }
+        records.append(&mut self.appended);
+        records
+    }
+
+    /// The next command for a node.
+    pub fn poll_command(&mut self) -> Option<(NodeId, HeadCommand)> {
+        self.commands.pop_front()
+    }
+
+    /// The sequence number of the newest event.
+    pub fn last_event_seq(&self) -> u64 {
+        self.next_event_seq - 1
+    }
+
+    // ---- Requests from clients ----
+
+    /// Creates an experiment and its trials, or returns an identical one.
+    pub fn handle_submit(
+        &mut self,
+        now: UnixMillis,
+        request: &SubmitRequest,
+    ) -> Result<(ExperimentId, bool, u32), RemoteError> {
+        let spec = ExperimentSpec::from_json(&request.spec_json)
+            .map_err(|error| RemoteError::new(ErrorCode::BadRequest, error.to_string()))?;
+        if spec.trial.entry.is_some() && request.program.is_none() {
+            return Err(RemoteError::new(ErrorCode::BadRequest, "an `entry` trial needs its driver binary uploaded"));
+        }
+        if let Some(program) = request.program {
+            if spec.trial.entry.is_none() {
+                return Err(RemoteError::new(ErrorCode::BadRequest, format!("binary {program} given for a command trial")));
+            }
+        }
+        if request.code_version.len() > 512 || request.data_version.len() > 512 {
+            return Err(RemoteError::new(ErrorCode::BadRequest, "code or data version is longer than 512 bytes"));
+        }
+        // Identity: the config without the local program path, and the binary's hash as code.
+        let mut identity_spec = spec.clone();
+        identity_spec.trial.program = None;
+        let code_identity = match request.program {
+            Some(program) => format!("{}|binary:{program}", request.code_version),
+            None => request.code_version.clone(),
+        };
+        let content_hash =
+            experiment_content_hash(&identity_spec.to_canonical_json(), &code_identity, &request.data_version);
+        let latest = self
+            .experiments
+            .values()
+            .filter(|experiment| experiment.content_hash == content_hash)
+            .max_by_key(|experiment| experiment.id.run);
+        if let Some(latest) = latest {
+            let state = self.experiment_state(latest.id);
+            if !request.rerun && state != ExperimentState::Cancelled {
+                let trials = self.trials.range(trial_range(latest.id)).count() as u32;
+                info!(experiment_id = %latest.id, state = state.as_str(), "identical experiment submitted; reusing it");
+                return Ok((latest.id, state != ExperimentState::Running, trials));
+            }
+        }
+        let run = latest.map_or(1, |experiment| experiment.id.run + 1);
+        let id = ExperimentId::from_content_hash(&content_hash, run);
+        let plans = plan_trials(&spec.search);
+        let record = ExperimentRecord {
+            id,
+            content_hash,
+            spec_json: spec.to_canonical_json(),
+            program: request.program,
+            code_version: request.code_version.clone(),
+            data_version: request.data_version.clone(),
+            submitted_at: now,
+            cancelled: false,
+        };
+        self.experiments.insert(id, record);
+        self.dirty_experiments.insert(id);
+        for (index, plan) in plans.iter().enumerate() {
+            let trial_id = TrialId { experiment: id, index: index as u32 };
+            self.trials.insert(
+                trial_id,
+                TrialRecord {
+                    id: trial_id,
+                    config_json: plan.config_json(),
+                    seed: plan.seed,
+                    state: TrialState::Pending,
+                    attempts: Vec::new(),
+                    failures: 0,
+                    metrics: BTreeMap::new(),
+                    last_step: None,
+                    reason: None,
+                    queued_at: now,
+                },
+            );
+            self.push_event(now, trial_id, TrialState::Pending, 0, "submitted".to_owned());
+            self.dirty_trials.insert(trial_id);
+        }
+        info!(experiment_id = %id, name = %spec.name, trials = plans.len(), "experiment submitted");
+        self.specs.insert(id, spec);
+        self.schedule(now);
+        Ok((id, false, plans.len() as u32))
+    }
+
+    /// Cancels an experiment (by id or unique prefix) or one trial.
+    pub fn handle_cancel(&mut self, now: UnixMillis, id_text: &str) -> Result<u32, RemoteError> {
+        let targets: Vec<TrialId> = if let Ok(trial_id) = id_text.parse::<TrialId>() {
+            if !self.trials.contains_key(&trial_id) {
+                return Err(not_found(format!("no trial {trial_id}")));
+            }
+            vec![trial_id]
+        } else {
+            let experiment = self.resolve_experiment(id_text)?;
+            if let Some(record) = self.experiments.get_mut(&experiment) {
+                record.cancelled = true;
+                self.dirty_experiments.insert(experiment);
+            }
+            self.trials.range(trial_range(experiment)).map(|(id, _)| *id).collect()
+        };
+        let mut cancelled = 0;
+        for trial_id in targets {
+            if self.trials[&trial_id].state.is_terminal() {
+                continue;
+            }
+            self.end_live_attempt(now, trial_id, "cancelled by user");
+            self.transition(now, trial_id, TrialState::Cancelled, "cancelled by user".to_owned());
+            cancelled += 1;
+        }
+        self.schedule(now);
+        Ok(cancelled)
+    }
+
+    /// Experiments matching `filter` (an id or unique prefix), or all.
+    pub fn status(&self, filter: Option<&str>) -> Result<Vec<ExperimentStatus>, RemoteError> {
+        let ids: Vec<ExperimentId> = match filter {
+            Some(text) => vec![self.resolve_experiment(text)?],
+            None => self.experiments.keys().copied().collect(),
+        };
+        Ok(ids.into_iter().map(|id| self.experiment_status(id)).collect())
+    }
+
+    /// The nodes as `xp nodes` shows them.
+    pub fn nodes_status(&self) -> Vec<NodeStatus> {
+        self.nodes
+            .values()
+            .map(|node| {
+                let usage = self.usage.get(&node.id).cloned().unwrap_or_default();
+                NodeStatus {
+                    id: node.id,
+                    name: node.name.clone(),
+                    address: node.address.clone(),
+                    state: node.state,
+                    capacity: node.resources.clone(),
+                    free_gpus: (node.resources.gpus.len() - usage.gpus.len()) as u32,
+                    free_milli_cpus: node.resources.milli_cpus.saturating_sub(usage.milli_cpus as u32),
+                    free_memory_bytes: node.resources.memory_bytes.saturating_sub(usage.memory_bytes),
+                    labels: node.labels.clone(),
+                    running_workers: usage.workers,
+                    last_seen: node.last_seen,
+                }
+            })
+            .collect()
+    }
+
+    /// Where a worker's log lives: its node, its key, and whether it has exited.
+    pub fn locate_worker(&self, request: &LogRequest) -> Result<(NodeId, WorkerKey, bool), RemoteError> {
+        let trial = self.trials.get(&request.trial).ok_or_else(|| not_found(format!("no trial {}", request.trial)))?;
+        let attempt = match request.attempt {
+            Some(number) => trial.attempts.iter().find(|attempt| attempt.number == number),
+            None => trial.attempts.last(),
+        }
+        .ok_or_else(|| not_found(format!("trial {} has no such attempt yet", request.trial)))?;
+        let worker = attempt
+            .workers
+            .iter()
+            .find(|worker| worker.rank == request.rank)
+            .ok_or_else(|| not_found(format!("trial {} has no rank {}", request.trial, request.rank)))?;
+        let key = WorkerKey { trial: trial.id, attempt: attempt.number, rank: worker.rank };
+        Ok((worker.node, key, !worker.state.holds_resources()))
+    }
+
+    /// Events of `experiment` with sequence numbers above `after`.
+    pub fn events_after(&self, experiment: ExperimentId, after: u64) -> Result<Vec<TrialEvent>, RemoteError> {
+        if !self.experiments.contains_key(&experiment) {
+            return Err(not_found(format!("no experiment {experiment}")));
+        }
+        let events = self.events.get(&experiment).map(Vec::as_slice).unwrap_or_default();
+        let start = events.partition_point(|event| event.seq <= after);
+        Ok(events[start..].iter().take(1000).cloned().collect())
+    }
+
+    // ---- Nodes ----
+
+    /// A node (re)connected: record it, reconcile what it still runs, and schedule.
+    pub fn handle_node_register(&mut self, now: UnixMillis, registration: NodeRegistration) {
+        let node_id = registration.node_id;
+        let returning = self.nodes.contains_key(&node_id);
+        info!(%node_id, name = %registration.name, gpus = registration.resources.gpus.len(), returning, "node registered");
+        self.nodes.insert(
+            node_id,
+            NodeRecord {
+                id: node_id,
+                name: registration.name,
+                address: registration.advertise_host,
+                resources: registration.resources,
+                labels: registration.labels,
+                state: NodeState::Ready,
+                last_seen: now,
+            },
+        );
+        self.dirty_nodes.insert(node_id);
+        self.commands.push_back((
+            node_id,
+            HeadCommand::Registered { heartbeat_interval_ms: self.config.heartbeat_interval_ms },
+        ));
+        let still_running: BTreeSet<WorkerKey> = registration.running.into_iter().collect();
+        // Workers the head placed here that the node no longer knows: their launch or
+        // their process was lost with the old connection.
+        let vanished: Vec<WorkerKey> = self
+            .live_workers_on(node_id)
+            .into_iter()
+            .filter(|key| !still_running.contains(key))
+            .collect();
+        for key in vanished {
+            self.lose_worker(now, key, format!("node {node_id} no longer runs rank {}", key.rank));
+        }
+        // Workers the node runs that belong to no live attempt must stop.
+        for key in still_running {
+            let live = self.worker(key).is_some_and(|(attempt, worker)| attempt.is_live() && worker.state.holds_resources());
+            if !live {
+                self.kill_on(node_id, key.trial, key.attempt, "stale worker found at node registration");
+            }
+        }
+        self.schedule(now);
+    }
+
+    /// A message on a node's session.
+    pub fn handle_node_message(&mut self, now: UnixMillis, node_id: NodeId, message: NodeMessage) {
+        let Some(node) = self.nodes.get_mut(&node_id) else {
+            warn!(%node_id, "message from an unregistered node ignored");
+            return;
+        };
+        node.last_seen = now;
+        match message {
+            NodeMessage::Register(_) => warn!(%node_id, "duplicate registration ignored"),
+            NodeMessage::Heartbeat | NodeMessage::Logs { .. } => {}
+            NodeMessage::Report { report, .. } => {
+                self.handle_report(now, node_id, report);
+                self.schedule(now);
+            }
+        }
+    }
+
+    /// Marks nodes lost whose heartbeats stopped, and reschedules their work.
+    pub fn handle_tick(&mut self, now: UnixMillis) {
+        let timed_out: Vec<NodeId> = self
+            .nodes
+            .values()
+            .filter(|node| node.state == NodeState::Ready && now.saturating_sub(node.last_seen) > self.config.node_timeout_ms)
+            .map(|node| node.id)
+            .collect();
+        for node_id in timed_out {
+            warn!(%node_id, timeout_ms = self.config.node_timeout_ms, "node lost: no heartbeat within the timeout");
+            if let Some(node) = self.nodes.get_mut(&node_id) {
+                node.state = NodeState::Lost;
+            }
+            self.dirty_nodes.insert(node_id);
+            for key in self.live_workers_on(node_id) {
+                self.lose_worker(now, key, format!("node {node_id} lost"));
+            }
+        }
+        self.schedule(now);
+    }
+
+    fn handle_report(&mut self, now: UnixMillis, node_id: NodeId, report: WorkerReport) {
+        let key = report.key();
+        let Some((attempt, worker)) = self.worker(key) else {
+            debug!(worker = %key, "report for an unknown worker ignored");
+            return;
+        };
+        let attempt_live = attempt.is_live();
+        let worker_state = worker.state;
+        if worker.node != node_id {
+            warn!(worker = %key, %node_id, "report from a node that does not host this worker ignored");
+            return;
+        }
+        match report {
+            WorkerReport::Started { pid, .. } => {
+                if !attempt_live {
+                    self.kill_on(node_id, key.trial, key.attempt, "attempt already ended");
+                    return;
+                }
+                if worker_state != WorkerState::Assigned {
+                    return;
+                }
+                debug!(worker = %key, pid, "worker started");
+                self.set_worker_state(key, WorkerState::Started);
+                let all_started = self
+                    .worker(key)
+                    .is_some_and(|(attempt, _)| attempt.workers.iter().all(|worker| worker.state == WorkerState::Started));
+                if all_started {
+                    if let Some(attempt) = self.attempt_mut(key) {
+                        attempt.running_at = Some(now);
+                    }
+                    self.transition(now, key.trial, TrialState::Running, format!("all workers of attempt {} running", key.attempt));
+                } else if self.trials[&key.trial].state == TrialState::Placed {
+                    self.transition(now, key.trial, TrialState::Starting, format!("rank {} started", key.rank));
+                }
+            }
+            WorkerReport::LaunchFailed { error, .. } => {
+                if !worker_state.holds_resources() {
+                    return;
+                }
+                self.release_worker(key, WorkerState::Exited { code: None, signal: None });
+                if attempt_live {
+                    self.fail_attempt(now, key, format!("rank {} could not start: {error}", key.rank));
+                }
+            }
+            WorkerReport::Exited { code, signal, .. } => {
+                if !worker_state.holds_resources() {
+                    return;
+                }
+                self.release_worker(key, WorkerState::Exited { code, signal });
+                if !attempt_live {
+                    return;
+                }
+                if code == Some(0) {
+                    let all_succeeded = self.worker(key).is_some_and(|(attempt, _)| {
+                        attempt.workers.iter().all(|worker| worker.state == WorkerState::Exited { code: Some(0), signal: None })
+                    });
+                    if all_succeeded {
+                        self.finish_attempt(now, key, "succeeded");
+                        self.transition(now, key.trial, TrialState::Succeeded, "all workers exited with status 0".to_owned());
+                    }
+                } else {
+                    let how = match (code, signal) {
+                        (Some(code), _) => format!("exited with status {code}"),
+                        (None, Some(signal)) => format!("was killed by signal {signal}"),
+                        (None, None) => "ended without a status".to_owned(),
+                    };
+                    self.fail_attempt(now, key, format!("rank {} {how}", key.rank));
+                }
+            }
+            WorkerReport::Metric { index, step, values, .. } => {
+                if worker.last_metric_index.is_some_and(|last| index <= last) {
+                    return;
+                }
+                if let Some(worker) = self.worker_mut(key) {
+                    worker.last_metric_index = Some(index);
+                }
+                let values: BTreeMap<String, f64> = values.into_iter().collect();
+                if key.rank == 0 {
+                    let trial = self.trials.get_mut(&key.trial).expect("worker lookup found the trial");
+                    trial.metrics.extend(values.iter().map(|(name, value)| (name.clone(), *value)));
+                    if step.is_some() {
+                        trial.last_step = step;
+                    }
+                }
+                self.dirty_trials.insert(key.trial);
+                self.appended.push(Record::Metric(MetricRecord { key, step, values, at: now }));
+            }
+        }
+    }
+
+    // ---- Scheduling ----
+
+    fn schedule(&mut self, now: UnixMillis) {
+        self.admit_pending(now);
+        let mut queue: Vec<(i32, UnixMillis, TrialId)> = self
+            .trials
+            .values()
+            .filter(|trial| trial.state == TrialState::Queued)
+            .map(|trial| (self.specs[&trial.id.experiment].priority, trial.queued_at, trial.id))
+            .collect();
+        queue.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        for (_, _, trial_id) in queue {
+            if !self.try_place(now, trial_id) && self.free_resources().is_empty() {
+                break;
+            }
+        }
+    }
+
+    fn admit_pending(&mut self, now: UnixMillis) {
+        let experiment_ids: Vec<ExperimentId> = self.experiments.keys().copied().collect();
+        for experiment_id in experiment_ids {
+            let limit = self.specs[&experiment_id].search.parallel.map_or(usize::MAX, |limit| limit as usize);
+            let (active, pending): (Vec<_>, Vec<_>) = self
+                .trials
+                .range(trial_range(experiment_id))
+                .filter(|(_, trial)| !trial.state.is_terminal())
+                .map(|(id, trial)| (*id, trial.state))
+                .partition(|(_, state)| *state != TrialState::Pending);
+            let room = limit.saturating_sub(active.len());
+            for (trial_id, _) in pending.into_iter().take(room) {
+                if let Some(trial) = self.trials.get_mut(&trial_id) {
+                    trial.queued_at = now;
+                }
+                self.transition(now, trial_id, TrialState::Queued, "waiting for slots".to_owned());
+            }
+        }
+    }
+
+    fn free_resources(&self) -> Vec<FreeResources> {
+        self.nodes
+            .values()
+            .filter(|node| node.state == NodeState::Ready)
+            .map(|node| {
+                let usage = self.usage.get(&node.id).cloned().unwrap_or_default();
+                FreeResources {
+                    node: node.id,
+                    free_gpus: node.resources.gpus.iter().map(|gpu| gpu.index).filter(|index| !usage.gpus.contains(index)).collect(),
+                    free_milli_cpus: node.resources.milli_cpus.saturating_sub(usage.milli_cpus as u32),
+                    free_memory_bytes: node.resources.memory_bytes.saturating_sub(usage.memory_bytes),
+                }
+            })
+            .filter(|free| free.free_milli_cpus > 0 || !free.free_gpus.is_empty())
+            .collect()
+    }
+
+    fn try_place(&mut self, now: UnixMillis, trial_id: TrialId) -> bool {
+        let spec = &self.specs[&trial_id.experiment];
+        let demand = WorkerDemand {
+            gpus: spec.trial.resources.gpu,
+            milli_cpus: spec.trial.milli_cpus(),
+            memory_bytes: spec.trial.resources.memory.0,
+        };
+        let Some(slots) = place_gang(&self.free_resources(), demand, spec.trial.workers) else {
+            return false;
+        };
+        let master_host = self.nodes[&slots[0].node].address.clone();
+        let used_ports = self.ports_in_use.entry(master_host.clone()).or_default();
+        let Some(master_port) = (FIRST_MASTER_PORT..=LAST_MASTER_PORT).find(|port| !used_ports.contains(port)) else {
+            warn!(host = %master_host, "no free MASTER_PORT left on this host");
+            return false;
+        };
+        used_ports.insert(master_port);
+        let trial = &self.trials[&trial_id];
+        let number = trial.attempts.len() as u32 + 1;
+        let workers: Vec<WorkerRecord> = slots
+            .iter()
+            .enumerate()
+            .map(|(rank, slot)| WorkerRecord {
+                rank: rank as u32,
+                node: slot.node,
+                gpu_indices: slot.gpu_indices.clone(),
+                milli_cpus: demand.milli_cpus,
+                memory_bytes: demand.memory_bytes,
+                state: WorkerState::Assigned,
+                last_metric_index: None,
+            })
+            .collect();
+        let mut launches = Vec::with_capacity(workers.len());
+        let mut local_ranks: BTreeMap<NodeId, u32> = BTreeMap::new();
+        for worker in &workers {
+            let local_rank = local_ranks.entry(worker.node).or_default();
+            let key = WorkerKey { trial: trial_id, attempt: number, rank: worker.rank };
+            let program = match self.program_for(trial, worker.rank) {
+                Ok(program) => program,
+                Err(reason) => {
+                    self.ports_in_use.entry(master_host).or_default().remove(&master_port);
+                    self.transition(now, trial_id, TrialState::Failed, reason);
+                    return true;
+                }
+            };
+            launches.push((
+                worker.node,
+                Launch {
+                    key,
+                    world_size: workers.len() as u32,
+                    local_rank: *local_rank,
+                    program,
+                    config_json: trial.config_json.clone(),
+                    seed: trial.seed,
+                    gpu_indices: worker.gpu_indices.clone(),
+                    master_addr: master_host.clone(),
+                    master_port,
+                },
+            ));
+            *local_rank += 1;
+        }
+        for worker in &workers {
+            self.allocate(worker);
+        }
+        let nodes: BTreeSet<String> = workers.iter().map(|worker| worker.node.to_string()).collect();
+        let trial = self.trials.get_mut(&trial_id).expect("trial exists");
+        trial.attempts.push(AttemptRecord {
+            number,
+            workers,
+            master_host,
+            master_port,
+            placed_at: now,
+            running_at: None,
+            ended_at: None,
+            outcome: None,
+        });
+        for (node, launch) in launches {
+            self.commands.push_back((node, HeadCommand::Launch(launch)));
+        }
+        let nodes: Vec<String> = nodes.into_iter().collect();
+        self.transition(now, trial_id, TrialState::Placed, format!("attempt {number} placed on {}", nodes.join(",")));
+        true
+    }
+
+    fn program_for(&self, trial: &TrialRecord, rank: u32) -> Result<Program, String> {
+        let experiment = &self.experiments[&trial.id.experiment];
+        let spec = &self.specs[&trial.id.experiment];
+        if let Some(entry) = &spec.trial.entry {
+            let binary = experiment.program.ok_or_else(|| "entry trial without a binary".to_owned())?;
+            return Ok(Program::Entry { binary, entry: entry.clone() });
+        }
+        let config: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&trial.config_json).map_err(|error| format!("stored config is corrupt: {error}"))?;
+        let lookup = |name: &str| -> Option<String> {
+            match name {
+                "trial_id" => Some(trial.id.to_string()),
+                "rank" => Some(rank.to_string()),
+                _ => config.get(name).map(|value| match value {
+                    serde_json::Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                }),
+            }
+        };
+        let argv = spec
+            .trial
+            .command
+            .as_ref()
+            .ok_or_else(|| "trial has neither command nor entry".to_owned())?
+            .iter()
+            .map(|arg| render_arg(arg, lookup))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Program::Command { argv })
+    }
+
+    // ---- Attempt and worker bookkeeping ----
+
+    fn worker(&self, key: WorkerKey) -> Option<(&AttemptRecord, &WorkerRecord)> {
+        let attempt = self.trials.get(&key.trial)?.attempts.iter().find(|attempt| attempt.number == key.attempt)?;
+        let worker = attempt.workers.get(key.rank as usize)?;
+        Some((attempt, worker))
+    }
+
+    fn attempt_mut(&mut self, key: WorkerKey) -> Option<&mut AttemptRecord> {
+        self.dirty_trials.insert(key.trial);
+        self.trials.get_mut(&key.trial)?.attempts.iter_mut().find(|attempt| attempt.number == key.attempt)
+    }
+
+    fn worker_mut(&mut self, key: WorkerKey) -> Option<&mut WorkerRecord> {
+        self.attempt_mut(key)?.workers.get_mut(key.rank as usize)
+    }
+
+    fn set_worker_state(&mut self, key: WorkerKey, state: WorkerState) {
+        if let Some(worker) = self.worker_mut(key) {
+            worker.state = state;
+        }
+    }
+
+    fn live_workers_on(&self, node_id: NodeId) -> Vec<WorkerKey> {
+        let mut keys = Vec::new();
+        for trial in self.trials.values() {
+            for attempt in &trial.attempts {
+                for worker in &attempt.workers {
+                    if worker.node == node_id && worker.state.holds_resources() {
+                        keys.push(WorkerKey { trial: trial.id, attempt: attempt.number, rank: worker.rank });
+                    }
+                }
+            }
+        }
+        keys
+    }
+
+    fn allocate(&mut self, worker: &WorkerRecord) {
+        let usage = self.usage.entry(worker.node).or_default();
+        for gpu in &worker.gpu_indices {
+            let fresh = usage.gpus.insert(*gpu);
+            assert!(fresh, "GPU {gpu} of node {} allocated twice", worker.node);
+        }
+        usage.milli_cpus += u64::from(worker.milli_cpus);
+        usage.memory_bytes += worker.memory_bytes;
+        usage.workers += 1;
+    }
+
+    /// Frees a worker's slot and records its final state.
+    fn release_worker(&mut self, key: WorkerKey, state: WorkerState) {
+        let Some(worker) = self.worker_mut(key) else { return };
+        if !worker.state.holds_resources() {
+            return;
+        }
+        worker.state = state;
+        let worker = worker.clone();
+        let usage = self.usage.entry(worker.node).or_default();
+        for gpu in &worker.gpu_indices {
+            usage.gpus.remove(gpu);
+        }
+        usage.milli_cpus = usage.milli_cpus.saturating_sub(u64::from(worker.milli_cpus));
+        usage.memory_bytes = usage.memory_bytes.saturating_sub(worker.memory_bytes);
+        usage.workers = usage.workers.saturating_sub(1);
+    }
+
+    /// Ends the attempt of `key` (if live) with `outcome`, freeing its port and
+    /// stopping its other workers.
+    fn finish_attempt(&mut self, now: UnixMillis, key: WorkerKey, outcome: &str) {
+        let Some(attempt) = self.attempt_mut(key) else { return };
+        if !attempt.is_live() {
+            return;
+        }
+        attempt.ended_at = Some(now);
+        attempt.outcome = Some(outcome.to_owned());
+        let host = attempt.master_host.clone();
+        let port = attempt.master_port;
+        let live_nodes: BTreeSet<NodeId> =
+            attempt.workers.iter().filter(|worker| worker.state.holds_resources()).map(|worker| worker.node).collect();
+        if let Some(ports) = self.ports_in_use.get_mut(&host) {
+            ports.remove(&port);
+        }
+        for node in live_nodes {
+            self.kill_on(node, key.trial, key.attempt, outcome);
+        }
+    }
+
+    fn end_live_attempt(&mut self, now: UnixMillis, trial_id: TrialId, outcome: &str) {
+        let live = self.trials[&trial_id].attempts.last().filter(|attempt| attempt.is_live()).map(|attempt| attempt.number);
+        if let Some(number) = live {
+            self.finish_attempt(now, WorkerKey { trial: trial_id, attempt: number, rank: 0 }, outcome);
+        }
+    }
+
+    /// The attempt failed through the trial's fault: retry under `max_retries`.
+    fn fail_attempt(&mut self, now: UnixMillis, key: WorkerKey, reason: String) {
+        self.finish_attempt(now, key, &format!("failed: {reason}"));
+        let max_retries = self.specs[&key.trial.experiment].trial.max_retries;
+        let trial = self.trials.get_mut(&key.trial).expect("failing attempt has a trial");
+        trial.failures += 1;
+        if trial.state.is_terminal() {
+            return;
+        }
+        if trial.failures <= max_retries {
+            trial.queued_at = now;
+            let retry = trial.failures;
+            self.transition(now, key.trial, TrialState::Queued, format!("retry {retry} of {max_retries} after: {reason}"));
+        } else {
+            self.transition(now, key.trial, TrialState::Failed, format!("{reason} (no retries left of {max_retries})"));
+        }
+    }
+
+    /// The worker's process is gone through no fault of the trial (node lost or
+    /// restarted): the attempt ends and the trial is requeued without using a retry.
+    fn lose_worker(&mut self, now: UnixMillis, key: WorkerKey, reason: String) {
+        let attempt_live = self.worker(key).is_some_and(|(attempt, _)| attempt.is_live());
+        self.release_worker(key, WorkerState::Lost);
+        if !attempt_live {
+            return;
+        }
+        self.finish_attempt(now, key, &format!("lost: {reason}"));
+        let trial = self.trials.get_mut(&key.trial).expect("lost worker has a trial");
+        if !trial.state.is_terminal() {
+            trial.queued_at = now;
+            self.transition(now, key.trial, TrialState::Queued, format!("requeued: {reason}"));
+        }
+    }
+
+    fn kill_on(&mut self, node: NodeId, trial: TrialId, attempt: u32, reason: &str) {
+        self.commands.push_back((node, HeadCommand::Kill { trial, attempt, reason: reason.to_owned() }));
+    }
+
+    fn transition(&mut self, now: UnixMillis, trial_id: TrialId, state: TrialState, reason: String) {
+        let Some(trial) = self.trials.get_mut(&trial_id) else { return };
+        if trial.state == state && trial.reason.as_deref() == Some(reason.as_str()) {
+            return;
+        }
+        trial.state = state;
+        trial.reason = Some(reason.clone());
+        let attempt = trial.attempts.len() as u32;
+        self.dirty_trials.insert(trial_id);
+        info!(%trial_id, state = state.as_str(), attempt, %reason, "trial state changed");
+        self.push_event(now, trial_id, state, attempt, reason);
+    }
+
+    fn push_event(&mut self, now: UnixMillis, trial: TrialId, state: TrialState, attempt: u32, reason: String) {
+        let event = TrialEvent { seq: self.next_event_seq, at: now, trial, state, attempt, reason };
+        self.next_event_seq += 1;
+        self.events.entry(trial.experiment).or_default().push(event.clone());
+        self.appended.push(Record::Event(event));
+    }
+
+    // ---- Views ----
+
+    fn resolve_experiment(&self, text: &str) -> Result<ExperimentId, RemoteError> {
+        if let Ok(id) = text.parse::<ExperimentId>() {
+            if self.experiments.contains_key(&id) {
+                return Ok(id);
+            }
+        }
+        let matches: Vec<ExperimentId> =
+            self.experiments.keys().filter(|id| id.to_string().starts_with(text)).copied().collect();
+        match matches.as_slice() {
+            [id] if !text.is_empty() => Ok(*id),
+            [] | [_] => Err(not_found(format!("no experiment {text:?}"))),
+            _ => Err(RemoteError::new(ErrorCode::BadRequest, format!("{text:?} matches {} experiments; give more digits", matches.len()))),
+        }
+    }
+
+    fn experiment_state(&self, id: ExperimentId) -> ExperimentState {
+        if self.experiments[&id].cancelled {
+            return ExperimentState::Cancelled;
+        }
+        let mut any_succeeded = false;
+        for (_, trial) in self.trials.range(trial_range(id)) {
+            if !trial.state.is_terminal() {
+                return ExperimentState::Running;
+            }
+            any_succeeded |= trial.state == TrialState::Succeeded;
+        }
+        if any_succeeded { ExperimentState::Succeeded } else { ExperimentState::Failed }
+    }
+
+    fn experiment_status(&self, id: ExperimentId) -> ExperimentStatus {
+        let experiment = &self.experiments[&id];
+        let spec = &self.specs[&id];
+        ExperimentStatus {
+            id,
+            name: spec.name.clone(),
+            team: spec.team.clone(),
+            state: self.experiment_state(id),
+            metric: spec.search.metric.clone(),
+            maximize: spec.search.mode == Mode::Max,
+            submitted_at: experiment.submitted_at,
+            code_version: experiment.code_version.clone(),
+            data_version: experiment.data_version.clone(),
+            trials: self
+                .trials
+                .range(trial_range(id))
+                .map(|(_, trial)| TrialStatus {
+                    id: trial.id,
+                    state: trial.state,
+                    config_json: trial.config_json.clone(),
+                    attempts: trial
+                        .attempts
+                        .iter()
+                        .map(|attempt| AttemptStatus {
+                            number: attempt.number,
+                            nodes: attempt.workers.iter().map(|worker| worker.node).collect(),
+                            placed_at: attempt.placed_at,
+                            running_at: attempt.running_at,
+                            ended_at: attempt.ended_at,
+                            outcome: attempt.outcome.clone(),
+                        })
+                        .collect(),
+                    metrics: trial.metrics.clone(),
+                    last_step: trial.last_step,
+                    reason: trial.reason.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Panics if an invariant of the module documentation is broken.
+    pub fn check_invariants(&self) {
+        let mut recomputed: BTreeMap<NodeId, NodeUsage> = BTreeMap::new();
+        for trial in self.trials.values() {
+            let live = trial.attempts.iter().filter(|attempt| attempt.is_live()).count();
+            assert!(live <= 1, "trial {} has {live} live attempts", trial.id);
+            for worker in trial.attempts.iter().flat_map(|attempt| &attempt.workers) {
+                if worker.state.holds_resources() {
+                    let usage = recomputed.entry(worker.node).or_default();
+                    for gpu in &worker.gpu_indices {
+                        assert!(usage.gpus.insert(*gpu), "GPU {gpu} of node {} held twice", worker.node);
+                    }
+                    usage.milli_cpus += u64::from(worker.milli_cpus);
+                    usage.memory_bytes += worker.memory_bytes;
+                }
+            }
+        }
+        for (node_id, usage) in &recomputed {
+            let node = &self.nodes[node_id];
+            assert!(usage.milli_cpus <= u64::from(node.resources.milli_cpus), "node {node_id} CPU over-allocated");
+            assert!(usage.memory_bytes <= node.resources.memory_bytes, "node {node_id} memory over-allocated");
+            assert_eq!(usage.gpus, self.usage.get(node_id).cloned().unwrap_or_default().gpus);
+        }
+    }
+}
+
+fn trial_range(experiment: ExperimentId) -> std::ops::RangeInclusive<TrialId> {
+    TrialId { experiment, index: 0 }..=TrialId { experiment, index: u32::MAX }
+}

@@ -1,0 +1,358 @@
+//! The head's QUIC front door: authentication, request streams and node sessions.
+//!
+//! Each connection must open with a `Hello` carrying the cluster token. A bad
+//! frame on one stream is answered with an error on that stream and logged; it
+//! never affects other streams or connections. Bulk blob bytes are streamed
+//! straight between the socket and the blob directory, never through the actor.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use quinn::{Connection, RecvStream, SendStream};
+use ractor::ActorRef;
+use tokio::io::AsyncReadExt;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, warn};
+use xp_runtime::frame::{self, FrameError};
+use xp_runtime::ids::NodeId;
+use xp_runtime::protocol::{
+    ErrorCode, HeadCommand, Message, NodeMessage, PeerRole, RemoteError, Request, Response, Welcome,
+};
+use xp_runtime::tls::ClusterIdentity;
+use xp_runtime::transport::{self, BLOB_CHUNK_BYTES, CLOSE_BAD_TOKEN, CLOSE_PROTOCOL_ERROR, HANDSHAKE_TIMEOUT};
+
+use crate::actor::{HeadMsg, NodeSessionHandle, Reply, Sessions};
+use crate::blobs::BlobStore;
+
+/// How long a log read waits for the node.
+const LOG_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an actor call may take before the request fails.
+const ACTOR_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest an `Events` request may wait.
+const MAX_EVENTS_WAIT: Duration = Duration::from_secs(30);
+
+/// What every connection handler shares.
+pub struct ServerContext {
+    /// The cluster's trust material.
+    pub identity: ClusterIdentity,
+    /// The head actor.
+    pub head: ActorRef<HeadMsg>,
+    /// Connected nodes.
+    pub sessions: Sessions,
+    /// Driver binaries.
+    pub blobs: BlobStore,
+    /// The newest event's sequence number.
+    pub event_seq: watch::Receiver<u64>,
+    /// Numbers sessions and log requests.
+    pub counter: AtomicU64,
+    /// Set when the head shuts down.
+    pub shutdown: CancellationToken,
+}
+
+/// Calls the head actor and flattens the two error layers.
+pub async fn call<T: Send + 'static>(
+    head: &ActorRef<HeadMsg>,
+    build: impl FnOnce(Reply<T>) -> HeadMsg,
+) -> Result<T, RemoteError> {
+    match head.call(build, Some(ACTOR_CALL_TIMEOUT)).await {
+        Ok(ractor::rpc::CallResult::Success(result)) => result,
+        Ok(_) => Err(RemoteError::new(ErrorCode::Unavailable, "the head is busy or shutting down; try again")),
+        Err(error) => Err(RemoteError::new(ErrorCode::Unavailable, format!("the head is shutting down: {error}"))),
+    }
+}
+
+/// Accepts connections until shutdown.
+pub async fn serve(endpoint: quinn::Endpoint, context: Arc<ServerContext>) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            () = context.shutdown.cancelled() => break,
+            incoming = endpoint.accept() => {
+                let Some(incoming) = incoming else { break };
+                let context = context.clone();
+                let remote = incoming.remote_address();
+                connections.spawn(handle_connection(incoming, context).instrument(info_span!("connection", %remote)));
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    endpoint.close(transport::CLOSE_SHUTDOWN.into(), b"head shutting down");
+    connections.shutdown().await;
+}
+
+async fn handle_connection(incoming: quinn::Incoming, context: Arc<ServerContext>) {
+    let connection = match tokio::time::timeout(HANDSHAKE_TIMEOUT, incoming).await {
+        Ok(Ok(connection)) => connection,
+        Ok(Err(error)) => {
+            debug!(%error, "QUIC handshake failed");
+            return;
+        }
+        Err(_) => {
+            debug!("QUIC handshake timed out");
+            return;
+        }
+    };
+    let first = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+        let (send, mut recv) = connection.accept_bi().await.map_err(|error| FrameError::Io(std::io::Error::other(error)))?;
+        let message = frame::read_message(&mut recv).await?;
+        Ok::<_, FrameError>((send, recv, message))
+    })
+    .await;
+    let (mut send, recv, message) = match first {
+        Ok(Ok(first)) => first,
+        Ok(Err(error)) => {
+            warn!(%error, "connection refused: bad first frame");
+            connection.close(CLOSE_PROTOCOL_ERROR.into(), error.to_string().as_bytes());
+            return;
+        }
+        Err(_) => {
+            warn!("connection refused: no hello in time");
+            connection.close(CLOSE_PROTOCOL_ERROR.into(), b"no hello in time");
+            return;
+        }
+    };
+    let hello = match message {
+        Some(Message::Hello(hello)) => hello,
+        Some(other) => {
+            warn!(?other, "connection refused: first message is not a hello");
+            refuse(&connection, &mut send, RemoteError::new(ErrorCode::BadRequest, "the first message must be a hello"), CLOSE_PROTOCOL_ERROR).await;
+            return;
+        }
+        None => return,
+    };
+    if !context.identity.token_matches(&hello.token) {
+        warn!(agent = %hello.agent, "connection refused: wrong token");
+        let error = RemoteError::new(ErrorCode::BadToken, "wrong token: the join string's token is not this cluster's");
+        refuse(&connection, &mut send, error, CLOSE_BAD_TOKEN).await;
+        return;
+    }
+    let welcome = Message::Welcome(Welcome { agent: format!("xp-head {}", env!("CARGO_PKG_VERSION")) });
+    if frame::write_message(&mut send, &welcome).await.is_err() {
+        return;
+    }
+    debug!(agent = %hello.agent, role = ?hello.role, "peer authenticated");
+    match hello.role {
+        PeerRole::Client => serve_requests(connection, context).await,
+        PeerRole::Node => {
+            let requests = xp_runtime::task::spawn("node-requests", serve_requests(connection.clone(), context.clone()));
+            run_node_session(&connection, send, recv, &context).await;
+            requests.abort();
+        }
+    }
+}
+
+/// Sends `error` and closes the connection once the peer has read it (or after a grace period).
+async fn refuse(connection: &Connection, send: &mut SendStream, error: RemoteError, code: u32) {
+    transport::send_error(send, error.clone()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), connection.closed()).await;
+    connection.close(code.into(), error.message.as_bytes());
+}
+
+async fn serve_requests(connection: Connection, context: Arc<ServerContext>) {
+    let mut streams = JoinSet::new();
+    loop {
+        tokio::select! {
+            () = context.shutdown.cancelled() => break,
+            accepted = connection.accept_bi() => {
+                let Ok((send, recv)) = accepted else { break };
+                streams.spawn(handle_stream(send, recv, context.clone()));
+            }
+            Some(_) = streams.join_next(), if !streams.is_empty() => {}
+        }
+    }
+    streams.shutdown().await;
+}
+
+async fn handle_stream(mut send: SendStream, mut recv: RecvStream, context: Arc<ServerContext>) {
+    let request = match frame::read_message(&mut recv).await {
+        Ok(Some(Message::Request(request))) => request,
+        Ok(Some(other)) => {
+            warn!(?other, "stream refused: not a request");
+            transport::send_error(&mut send, RemoteError::new(ErrorCode::BadRequest, "expected a request")).await;
+            return;
+        }
+        Ok(None) => return,
+        Err(error) => {
+            warn!(%error, "stream refused: bad frame");
+            transport::send_error(&mut send, error.to_remote()).await;
+            let _ = recv.stop(0u32.into());
+            return;
+        }
+    };
+    let result = match request {
+        Request::PutBlob { hash, len } => match context.blobs.receive(hash, len, &mut recv).await {
+            Ok(()) => {
+                info!(blob = %hash, len, "blob stored");
+                Ok(Response::BlobStored)
+            }
+            Err(error) => {
+                warn!(blob = %hash, %error, "blob upload refused");
+                Err(RemoteError::new(ErrorCode::BadRequest, error.to_string()))
+            }
+        },
+        Request::GetBlob { hash } => {
+            match send_blob(&mut send, &context.blobs, hash).await {
+                Ok(()) => return,
+                Err(error) => Err(error),
+            }
+        }
+        Request::ReadLogs(log_request) => read_logs(&context, log_request).await.map(Response::Logs),
+        Request::Events { experiment, after, wait_ms } => {
+            events(&context, experiment, after, Duration::from_millis(u64::from(wait_ms)).min(MAX_EVENTS_WAIT))
+                .await
+                .map(Response::Events)
+        }
+        Request::Submit(submit) => call(&context.head, |reply| HeadMsg::Submit(submit, reply)).await,
+        Request::Status { experiment } => call(&context.head, |reply| HeadMsg::Status(experiment, reply)).await,
+        Request::Cancel { id } => call(&context.head, |reply| HeadMsg::Cancel(id, reply)).await,
+        Request::Nodes => call(&context.head, HeadMsg::Nodes).await,
+    };
+    let message = match result {
+        Ok(response) => Message::Response(response),
+        Err(error) => Message::Error(error),
+    };
+    if let Err(error) = transport::send_final(&mut send, &message).await {
+        debug!(%error, "response not delivered");
+    }
+}
+
+async fn send_blob(send: &mut SendStream, blobs: &BlobStore, hash: xp_runtime::ids::BlobHash) -> Result<(), RemoteError> {
+    let mut file = tokio::fs::File::open(blobs.path(hash))
+        .await
+        .map_err(|_| RemoteError::new(ErrorCode::NotFound, format!("no blob {hash}")))?;
+    let len = file.metadata().await.map_err(|error| RemoteError::new(ErrorCode::Internal, error.to_string()))?.len();
+    let io_error = |error: std::io::Error| RemoteError::new(ErrorCode::Internal, error.to_string());
+    frame::write_message(send, &Message::Response(Response::Blob { len }))
+        .await
+        .map_err(|error| RemoteError::new(ErrorCode::Internal, error.to_string()))?;
+    let mut buffer = vec![0u8; BLOB_CHUNK_BYTES];
+    loop {
+        let read = file.read(&mut buffer).await.map_err(io_error)?;
+        if read == 0 {
+            break;
+        }
+        send.write_all(&buffer[..read]).await.map_err(|error| RemoteError::new(ErrorCode::Internal, error.to_string()))?;
+    }
+    let _ = send.finish();
+    Ok(())
+}
+
+async fn read_logs(
+    context: &ServerContext,
+    request: xp_runtime::protocol::LogRequest,
+) -> Result<xp_runtime::protocol::LogChunk, RemoteError> {
+    let max_bytes = request.max_bytes.clamp(1, 4 << 20);
+    let offset = request.offset;
+    let (node_id, key, _) = call(&context.head, |reply| HeadMsg::LocateWorker(request, reply)).await?;
+    let session = context
+        .sessions
+        .get(&node_id)
+        .map(|session| session.clone())
+        .ok_or_else(|| RemoteError::new(ErrorCode::Unavailable, format!("node {node_id}, which holds this log, is not connected")))?;
+    let request_id = context.counter.fetch_add(1, Ordering::Relaxed);
+    let (reply_tx, reply_rx) = oneshot::channel();
+    session.pending_logs.insert(request_id, reply_tx);
+    let _ = session.commands.send(HeadCommand::ReadLogs { request_id, key, offset, max_bytes });
+    let answer = tokio::time::timeout(LOG_READ_TIMEOUT, reply_rx).await;
+    session.pending_logs.remove(&request_id);
+    match answer {
+        Ok(Ok(result)) => result,
+        _ => Err(RemoteError::new(ErrorCode::Unavailable, format!("node {node_id} did not answer the log read"))),
+    }
+}
+
+async fn events(
+    context: &ServerContext,
+    experiment: xp_runtime::ids::ExperimentId,
+    after: u64,
+    wait: Duration,
+) -> Result<Vec<xp_runtime::protocol::TrialEvent>, RemoteError> {
+    let mut changes = context.event_seq.clone();
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        changes.borrow_and_update();
+        let found = call(&context.head, |reply| HeadMsg::Events(experiment, after, reply)).await?;
+        if !found.is_empty() {
+            return Ok(found);
+        }
+        if tokio::time::timeout_at(deadline, changes.changed()).await.is_err() {
+            return Ok(Vec::new());
+        }
+    }
+}
+
+async fn run_node_session(connection: &Connection, mut send: SendStream, mut recv: RecvStream, context: &Arc<ServerContext>) {
+    let registration = match frame::read_message(&mut recv).await {
+        Ok(Some(Message::FromNode(NodeMessage::Register(registration)))) => registration,
+        Ok(other) => {
+            warn!(?other, "node session refused: expected a registration");
+            transport::send_error(&mut send, RemoteError::new(ErrorCode::BadRequest, "a node must register first")).await;
+            return;
+        }
+        Err(error) => {
+            warn!(%error, "node session refused: bad frame");
+            transport::send_error(&mut send, error.to_remote()).await;
+            return;
+        }
+    };
+    let node_id: NodeId = registration.node_id;
+    let span = info_span!("node_session", %node_id);
+    async {
+        let session_id = context.counter.fetch_add(1, Ordering::Relaxed);
+        let (commands_tx, mut commands_rx) = mpsc::unbounded_channel::<HeadCommand>();
+        let pending_logs = Arc::new(DashMap::new());
+        context.sessions.insert(
+            node_id,
+            NodeSessionHandle { session_id, commands: commands_tx, pending_logs: pending_logs.clone() },
+        );
+        if let Err(error) = call(&context.head, |reply| HeadMsg::NodeRegistered(registration, reply)).await {
+            warn!(%error, "node registration not persisted");
+            transport::send_error(&mut send, error).await;
+            context.sessions.remove_if(&node_id, |_, session| session.session_id == session_id);
+            return;
+        }
+        let writer = xp_runtime::task::spawn("node-session-writer", async move {
+            while let Some(command) = commands_rx.recv().await {
+                if let Err(error) = frame::write_message(&mut send, &Message::ToNode(command)).await {
+                    debug!(%error, "node session write failed");
+                    break;
+                }
+            }
+        });
+        loop {
+            let message = tokio::select! {
+                () = context.shutdown.cancelled() => break,
+                message = frame::read_message(&mut recv) => message,
+            };
+            match message {
+                Ok(Some(Message::FromNode(NodeMessage::Logs { request_id, result }))) => {
+                    if let Some((_, waiter)) = pending_logs.remove(&request_id) {
+                        let _ = waiter.send(result);
+                    }
+                }
+                Ok(Some(Message::FromNode(message))) => {
+                    let _ = context.head.cast(HeadMsg::FromNode(node_id, message));
+                }
+                Ok(Some(other)) => {
+                    warn!(?other, "unexpected message on a node session; closing it");
+                    connection.close(CLOSE_PROTOCOL_ERROR.into(), b"unexpected message on node session");
+                    break;
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    warn!(%error, "node session ended");
+                    break;
+                }
+            }
+        }
+        writer.abort();
+        info!("node session closed");
+        let _ = context.head.cast(HeadMsg::NodeDisconnected(node_id, session_id));
+    }
+    .instrument(span)
+    .await;
+}

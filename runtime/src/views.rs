@@ -1,0 +1,63 @@
+//! The JSON shapes people and scripts see, shared by `xp status --json` and the
+//! head's HTTP API so the two never drift apart.
+
+use serde_json::{Value, json};
+
+use crate::protocol::{ExperimentStatus, NodeStatus, TrialStatus};
+
+/// One experiment as a JSON object with `id`, `name`, `state` and `trials`.
+pub fn experiment_json(experiment: &ExperimentStatus) -> Value {
+    json!({
+        "id": experiment.id.to_string(),
+        "name": experiment.name,
+        "team": experiment.team,
+        "state": experiment.state.as_str(),
+        "metric": experiment.metric,
+        "mode": if experiment.maximize { "max" } else { "min" },
+        "submitted_at_ms": experiment.submitted_at,
+        "code_version": experiment.code_version,
+        "data_version": experiment.data_version,
+        "trials": experiment.trials.iter().map(trial_json).collect::<Vec<_>>(),
+    })
+}
+
+/// One trial as a JSON object with `id`, `state`, `config`, `attempts` and `metrics`.
+pub fn trial_json(trial: &TrialStatus) -> Value {
+    let config: Value = serde_json::from_str(&trial.config_json).unwrap_or(Value::Null);
+    json!({
+        "id": trial.id.to_string(),
+        "state": trial.state.as_str(),
+        "config": config,
+        "attempts": trial.attempts.iter().map(|attempt| json!({
+            "number": attempt.number,
+            "nodes": attempt.nodes.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "placed_at_ms": attempt.placed_at,
+            "running_at_ms": attempt.running_at,
+            "ended_at_ms": attempt.ended_at,
+            "outcome": attempt.outcome,
+        })).collect::<Vec<_>>(),
+        "metrics": trial.metrics,
+        "last_step": trial.last_step,
+        "reason": trial.reason,
+    })
+}
+
+/// One node as a JSON object.
+pub fn node_json(node: &NodeStatus) -> Value {
+    json!({
+        "id": node.id.to_string(),
+        "name": node.name,
+        "address": node.address,
+        "state": match node.state { crate::protocol::NodeState::Ready => "ready", crate::protocol::NodeState::Lost => "lost" },
+        "gpus": node.capacity.gpus.len(),
+        "gpu_models": node.capacity.gpus.iter().map(|gpu| gpu.model.clone()).collect::<Vec<_>>(),
+        "free_gpus": node.free_gpus,
+        "cpus": f64::from(node.capacity.milli_cpus) / 1000.0,
+        "free_cpus": f64::from(node.free_milli_cpus) / 1000.0,
+        "memory_bytes": node.capacity.memory_bytes,
+        "free_memory_bytes": node.free_memory_bytes,
+        "labels": node.labels,
+        "running_workers": node.running_workers,
+        "last_seen_ms": node.last_seen,
+    })
+}
