@@ -1,1 +1,110 @@
-//! placeholder
+//! The xp node: offers a machine's GPU slots, CPU and memory to the head and runs
+//! the worker processes it is told to run.
+//!
+//! [`run`] is the whole node inside the current tokio runtime; the `xp-node`
+//! binary and the embedded local cluster both use it.
+
+pub mod agent;
+pub mod gpu;
+pub mod outbox;
+pub mod slots;
+pub mod worker;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use tokio_util::sync::CancellationToken;
+use xp_runtime::ids::NodeId;
+use xp_runtime::join::JoinString;
+use xp_runtime::protocol::NodeResources;
+
+pub use agent::AgentError;
+
+/// How to run a node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Where the head is and how to trust it.
+    pub join: JoinString,
+    /// Logs, cached binaries, the node id.
+    pub data_dir: PathBuf,
+    /// Declared GPU slots; NVML decides when absent.
+    pub gpus: Option<u32>,
+    /// CPU cores offered; all when absent.
+    pub cpus: Option<f64>,
+    /// Memory offered in bytes; all when absent.
+    pub memory_bytes: Option<u64>,
+    /// Labels such as `rack=r1`.
+    pub labels: BTreeMap<String, String>,
+    /// The host other nodes reach this one at.
+    pub advertise_host: Option<String>,
+}
+
+/// Why the node stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The data directory could not be used.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The head refused this node.
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+}
+
+/// Runs the node until `shutdown`.
+pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
+    let io_error = |context: String| move |source| NodeError::Io { context, source };
+    std::fs::create_dir_all(&config.data_dir).map_err(io_error(format!("cannot create {}", config.data_dir.display())))?;
+    let node_id = load_or_create_node_id(&config.data_dir).map_err(io_error("cannot read or write the node id".to_owned()))?;
+    let gpus = gpu::discover(config.gpus, &gpu::NvmlProbe);
+    let cpus = config.cpus.unwrap_or_else(|| std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64));
+    let memory_bytes = config.memory_bytes.unwrap_or_else(total_memory_bytes);
+    let name = nix::unistd::gethostname().ok().and_then(|name| name.into_string().ok()).unwrap_or_else(|| "node".to_owned());
+    let advertise_host = config.advertise_host.clone().unwrap_or_else(|| {
+        let head_is_loopback = config.join.host == "localhost"
+            || config.join.host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        if head_is_loopback { "127.0.0.1".to_owned() } else { name.clone() }
+    });
+    let identity = agent::NodeIdentity {
+        node_id,
+        name,
+        advertise_host,
+        resources: NodeResources { gpus, milli_cpus: (cpus * 1000.0).round() as u32, memory_bytes },
+        labels: config.labels.clone(),
+    };
+    tracing::info!(%node_id, gpus = identity.resources.gpus.len(), cpus, memory_bytes, "node starting");
+    agent::Agent::new(config.join, identity, config.data_dir).run(shutdown).await?;
+    tracing::info!("node stopped");
+    Ok(())
+}
+
+fn load_or_create_node_id(data_dir: &std::path::Path) -> std::io::Result<NodeId> {
+    let path = data_dir.join("node_id");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse().map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {error}", path.display()))),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let node_id = NodeId::random();
+            let temporary = path.with_extension("tmp");
+            std::fs::write(&temporary, node_id.to_string())?;
+            std::fs::rename(&temporary, &path)?;
+            Ok(node_id)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+fn total_memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|meminfo| {
+            let line = meminfo.lines().find(|line| line.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        })
+        .unwrap_or(0)
+}

@@ -1,1 +1,88 @@
-fn main() {}
+//! The `xp-node` binary: joins a cluster and runs workers until SIGTERM or Ctrl-C.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+use xp_runtime::join::JoinString;
+
+#[derive(Parser, Debug)]
+#[command(name = "xp-node", version, about = "The xp node agent: offers this machine's slots to an xp cluster")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Join the cluster named by a join string.
+    Join {
+        /// The join string printed by `xp-head start`.
+        join: String,
+        /// Where logs and cached binaries are kept.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Declare N GPU slots (machines without NVML); NVML decides when absent.
+        #[arg(long)]
+        gpus: Option<u32>,
+        /// CPU cores to offer; all when absent.
+        #[arg(long)]
+        cpus: Option<f64>,
+        /// Memory to offer, such as 16GiB; all when absent.
+        #[arg(long, value_parser = parse_memory)]
+        memory: Option<u64>,
+        /// A label KEY=VALUE, repeatable.
+        #[arg(long = "label", value_parser = parse_label)]
+        labels: Vec<(String, String)>,
+        /// The host other nodes' workers reach this one at.
+        #[arg(long)]
+        advertise: Option<String>,
+    },
+}
+
+fn parse_memory(text: &str) -> Result<u64, String> {
+    xp_runtime::spec::parse_memory(text)
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text.split_once('=').ok_or_else(|| format!("label {text:?} is not KEY=VALUE"))?;
+    if key.is_empty() || key.len() > 63 || value.len() > 253 {
+        return Err(format!("label {text:?}: the key must be 1-63 and the value at most 253 characters"));
+    }
+    Ok((key.to_owned(), value.to_owned()))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("XP_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let Command::Join { join, data_dir, gpus, cpus, memory, labels, advertise } = Cli::parse().command;
+    let join: JoinString = join.parse().context("the join string is invalid")?;
+    if let Some(cpus) = cpus {
+        anyhow::ensure!(cpus.is_finite() && cpus > 0.0, "--cpus must be a positive number");
+    }
+    let config = xp_node::NodeConfig {
+        join,
+        data_dir,
+        gpus,
+        cpus,
+        memory_bytes: memory,
+        labels: labels.into_iter().collect::<BTreeMap<_, _>>(),
+        advertise_host: advertise,
+    };
+    let shutdown = CancellationToken::new();
+    let signals = shutdown.clone();
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let _signal_task = xp_runtime::task::spawn("signals", async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("shutting down");
+        signals.cancel();
+    });
+    xp_node::run(config, shutdown).await.context("the node stopped")?;
+    Ok(())
+}

@@ -1,0 +1,402 @@
+//! The node agent: one session with the head at a time, reconnecting forever.
+//!
+//! The agent owns the worker table, the GPU slot table and the outbox. It
+//! executes the head's commands and reports facts; it never decides placement.
+//! Worker processes outlive a lost connection: after reconnecting, the agent
+//! registers with the workers it still tracks and resends every report the head
+//! has not acknowledged.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use quinn::{RecvStream, SendStream};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+use xp_runtime::frame::{self, FrameError};
+use xp_runtime::ids::{BlobHash, NodeId, WorkerKey};
+use xp_runtime::join::JoinString;
+use xp_runtime::protocol::{
+    ErrorCode, HeadCommand, Launch, LogChunk, Message, NodeMessage, NodeRegistration, NodeResources, PeerRole, Program,
+    RemoteError, WorkerReport,
+};
+use xp_runtime::transport::{self, HeadConnection, TransportError};
+
+use crate::outbox::Outbox;
+use crate::slots::SlotTable;
+use crate::worker::{self, KILL_GRACE, WorkerCommand};
+
+/// The longest wait between reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Why the agent stopped for good.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The head refused this node's credentials: retrying cannot help.
+    #[error("{0}")]
+    Refused(TransportError),
+}
+
+/// Who this node is and what it offers.
+#[derive(Debug, Clone)]
+pub struct NodeIdentity {
+    /// Persistent id.
+    pub node_id: NodeId,
+    /// Host name.
+    pub name: String,
+    /// The host other nodes' workers reach this one at.
+    pub advertise_host: String,
+    /// Capacity.
+    pub resources: NodeResources,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+struct RunningWorker {
+    stop: Option<oneshot::Sender<String>>,
+    task: JoinHandle<()>,
+}
+
+/// The agent's state.
+pub struct Agent {
+    join: JoinString,
+    identity: NodeIdentity,
+    data_dir: PathBuf,
+    workers: HashMap<WorkerKey, RunningWorker>,
+    slots: SlotTable,
+    outbox: Outbox,
+    reports_tx: mpsc::UnboundedSender<WorkerReport>,
+    reports_rx: mpsc::UnboundedReceiver<WorkerReport>,
+    heartbeat: Duration,
+}
+
+enum SessionEnd {
+    Disconnected,
+    Shutdown,
+}
+
+impl Agent {
+    /// An agent for `identity`, keeping logs and binaries under `data_dir`.
+    pub fn new(join: JoinString, identity: NodeIdentity, data_dir: PathBuf) -> Self {
+        let (reports_tx, reports_rx) = mpsc::unbounded_channel();
+        Self {
+            join,
+            identity,
+            data_dir,
+            workers: HashMap::new(),
+            slots: SlotTable::default(),
+            outbox: Outbox::default(),
+            reports_tx,
+            reports_rx,
+            heartbeat: Duration::from_secs(1),
+        }
+    }
+
+    /// Serves the head until `shutdown`, then stops every worker.
+    pub async fn run(mut self, shutdown: CancellationToken) -> Result<(), AgentError> {
+        let mut backoff = Duration::from_millis(200);
+        let agent_name = format!("xp-node {}", env!("CARGO_PKG_VERSION"));
+        loop {
+            let connected = tokio::select! {
+                () = shutdown.cancelled() => break,
+                connected = transport::connect(&self.join, PeerRole::Node, &agent_name) => connected,
+            };
+            match connected {
+                Ok((connection, send, recv)) => {
+                    backoff = Duration::from_millis(200);
+                    info!(head = %format!("{}:{}", self.join.host, self.join.port), "connected to the head");
+                    let end = self.session(&connection, send, recv, &shutdown).await;
+                    connection.connection.close(transport::CLOSE_SHUTDOWN.into(), b"node session ended");
+                    if matches!(end, SessionEnd::Shutdown) {
+                        return Ok(());
+                    }
+                    warn!("lost the head; reconnecting");
+                }
+                Err(error @ (TransportError::BadToken | TransportError::CaMismatch(_))) => {
+                    self.stop_all_workers("node refused by the head").await;
+                    return Err(AgentError::Refused(error));
+                }
+                Err(error) => {
+                    warn!(%error, retry_in = ?backoff, "cannot reach the head");
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+            // Reports produced while disconnected wait in the outbox.
+            while let Ok(report) = self.reports_rx.try_recv() {
+                self.record(report);
+            }
+        }
+        self.stop_all_workers("node shutting down").await;
+        Ok(())
+    }
+
+    fn registration(&self) -> NodeRegistration {
+        let mut running: Vec<WorkerKey> = self.workers.keys().copied().collect();
+        running.extend(self.outbox.unacked_final());
+        running.sort();
+        running.dedup();
+        NodeRegistration {
+            node_id: self.identity.node_id,
+            name: self.identity.name.clone(),
+            advertise_host: self.identity.advertise_host.clone(),
+            resources: self.identity.resources.clone(),
+            labels: self.identity.labels.clone(),
+            running,
+        }
+    }
+
+    async fn session(
+        &mut self,
+        connection: &HeadConnection,
+        mut send: SendStream,
+        recv: RecvStream,
+        shutdown: &CancellationToken,
+    ) -> SessionEnd {
+        let registration = Message::FromNode(NodeMessage::Register(self.registration()));
+        if frame::write_message(&mut send, &registration).await.is_err() {
+            return SessionEnd::Disconnected;
+        }
+        let resend: Vec<Message> = self
+            .outbox
+            .unacked()
+            .map(|(seq, report)| Message::FromNode(NodeMessage::Report { seq, report: report.clone() }))
+            .collect();
+        for message in resend {
+            if frame::write_message(&mut send, &message).await.is_err() {
+                return SessionEnd::Disconnected;
+            }
+        }
+        let (commands_tx, mut commands_rx) = mpsc::unbounded_channel();
+        let reader = xp_runtime::task::spawn("node-session-reader", read_commands(recv, commands_tx));
+        let mut heartbeat = tokio::time::interval(self.heartbeat);
+        let mut draining_until: Option<tokio::time::Instant> = None;
+        let end = loop {
+            let drain_deadline = draining_until.unwrap_or_else(tokio::time::Instant::now);
+            tokio::select! {
+                () = shutdown.cancelled(), if draining_until.is_none() => {
+                    info!(workers = self.workers.len(), "shutting down: stopping workers");
+                    for worker in self.workers.values_mut() {
+                        if let Some(stop) = worker.stop.take() {
+                            let _ = stop.send("node shutting down".to_owned());
+                        }
+                    }
+                    draining_until = Some(tokio::time::Instant::now() + KILL_GRACE + Duration::from_secs(3));
+                    if self.workers.is_empty() {
+                        break SessionEnd::Shutdown;
+                    }
+                }
+                () = tokio::time::sleep_until(drain_deadline), if draining_until.is_some() => break SessionEnd::Shutdown,
+                command = commands_rx.recv() => {
+                    let Some(command) = command else { break SessionEnd::Disconnected };
+                    let replies = self.handle_command(connection, command).await;
+                    if write_all(&mut send, replies).await.is_err() {
+                        break SessionEnd::Disconnected;
+                    }
+                }
+                report = self.reports_rx.recv() => {
+                    let Some(report) = report else { break SessionEnd::Disconnected };
+                    let seq = self.record(report.clone());
+                    if frame::write_message(&mut send, &Message::FromNode(NodeMessage::Report { seq, report })).await.is_err() {
+                        break SessionEnd::Disconnected;
+                    }
+                    if draining_until.is_some() && self.workers.is_empty() {
+                        // Give the head a moment to persist and acknowledge the last exits.
+                        draining_until = Some(tokio::time::Instant::now() + Duration::from_millis(500));
+                    }
+                }
+                _ = heartbeat.tick() => {
+                    if frame::write_message(&mut send, &Message::FromNode(NodeMessage::Heartbeat)).await.is_err() {
+                        break SessionEnd::Disconnected;
+                    }
+                }
+            }
+        };
+        reader.abort();
+        let _ = send.finish();
+        end
+    }
+
+    /// Numbers a report, and forgets a worker once it has ended.
+    fn record(&mut self, report: WorkerReport) -> u64 {
+        if let WorkerReport::Exited { key, .. } | WorkerReport::LaunchFailed { key, .. } = &report {
+            self.workers.remove(key);
+            self.slots.release(*key);
+        }
+        self.outbox.push(report)
+    }
+
+    async fn handle_command(&mut self, connection: &HeadConnection, command: HeadCommand) -> Vec<Message> {
+        match command {
+            HeadCommand::Registered { heartbeat_interval_ms } => {
+                self.heartbeat = Duration::from_millis(heartbeat_interval_ms.clamp(100, 60_000));
+                debug!(?self.heartbeat, "registered");
+                Vec::new()
+            }
+            HeadCommand::Ack { upto } => {
+                self.outbox.ack(upto);
+                Vec::new()
+            }
+            HeadCommand::Launch(launch) => {
+                self.launch(connection, launch);
+                Vec::new()
+            }
+            HeadCommand::Kill { trial, attempt, reason } => {
+                for (key, worker) in &mut self.workers {
+                    if key.trial == trial && key.attempt == attempt {
+                        if let Some(stop) = worker.stop.take() {
+                            let _ = stop.send(reason.clone());
+                        }
+                    }
+                }
+                Vec::new()
+            }
+            HeadCommand::ReadLogs { request_id, key, offset, max_bytes } => {
+                let complete = !self.workers.contains_key(&key);
+                let result = read_log(&log_path(&self.data_dir, key), offset, max_bytes, complete).await;
+                vec![Message::FromNode(NodeMessage::Logs { request_id, result })]
+            }
+        }
+    }
+
+    fn launch(&mut self, connection: &HeadConnection, launch: Launch) {
+        let key = launch.key;
+        if self.workers.contains_key(&key) {
+            debug!(worker = %key, "duplicate launch ignored");
+            return;
+        }
+        if let Err(busy) = self.slots.claim(key, &launch.gpu_indices) {
+            warn!(worker = %key, %busy, "launch refused");
+            let _ = self.reports_tx.send(WorkerReport::LaunchFailed { key, error: busy.to_string() });
+            return;
+        }
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let reports = self.reports_tx.clone();
+        let data_dir = self.data_dir.clone();
+        let connection = connection.clone();
+        let task = xp_runtime::task::spawn("worker", async move {
+            match resolve_command(&data_dir, &connection, &launch).await {
+                Ok(command) => worker::supervise(launch, command, reports, stop_rx).await,
+                Err(error) => {
+                    warn!(worker = %key, %error, "worker could not be prepared");
+                    let _ = reports.send(WorkerReport::LaunchFailed { key, error });
+                }
+            }
+        });
+        self.workers.insert(key, RunningWorker { stop: Some(stop_tx), task });
+    }
+
+    async fn stop_all_workers(&mut self, reason: &str) {
+        for worker in self.workers.values_mut() {
+            if let Some(stop) = worker.stop.take() {
+                let _ = stop.send(reason.to_owned());
+            }
+        }
+        for (key, worker) in self.workers.drain() {
+            if tokio::time::timeout(KILL_GRACE + Duration::from_secs(3), worker.task).await.is_err() {
+                warn!(worker = %key, "worker did not stop in time");
+            }
+        }
+    }
+}
+
+async fn read_commands(mut recv: RecvStream, commands: mpsc::UnboundedSender<HeadCommand>) {
+    loop {
+        match frame::read_message(&mut recv).await {
+            Ok(Some(Message::ToNode(command))) => {
+                if commands.send(command).is_err() {
+                    return;
+                }
+            }
+            Ok(Some(Message::Error(error))) => {
+                warn!(%error, "the head refused this session");
+                return;
+            }
+            Ok(Some(other)) => {
+                warn!(?other, "unexpected message from the head");
+                return;
+            }
+            Ok(None) => return,
+            Err(error) => {
+                warn!(%error, "session with the head broke");
+                return;
+            }
+        }
+    }
+}
+
+async fn write_all(send: &mut SendStream, messages: Vec<Message>) -> Result<(), FrameError> {
+    for message in messages {
+        frame::write_message(send, &message).await?;
+    }
+    Ok(())
+}
+
+/// Where a worker's combined output is kept.
+pub fn log_path(data_dir: &Path, key: WorkerKey) -> PathBuf {
+    data_dir.join("logs").join(key.trial.to_string()).join(format!("a{}", key.attempt)).join(format!("rank{}.log", key.rank))
+}
+
+async fn read_log(path: &Path, offset: u64, max_bytes: u32, complete: bool) -> Result<LogChunk, RemoteError> {
+    let mut file = tokio::fs::File::open(path)
+        .await
+        .map_err(|_| RemoteError::new(ErrorCode::NotFound, "no output recorded for this worker"))?;
+    let internal = |error: std::io::Error| RemoteError::new(ErrorCode::Internal, error.to_string());
+    file.seek(std::io::SeekFrom::Start(offset)).await.map_err(internal)?;
+    let mut data = Vec::with_capacity(max_bytes.min(1 << 20) as usize);
+    (&mut file).take(u64::from(max_bytes)).read_to_end(&mut data).await.map_err(internal)?;
+    let next_offset = offset + data.len() as u64;
+    Ok(LogChunk { data, next_offset, complete })
+}
+
+async fn resolve_command(data_dir: &Path, connection: &HeadConnection, launch: &Launch) -> Result<WorkerCommand, String> {
+    let key = launch.key;
+    let log_path = log_path(data_dir, key);
+    let work_dir = data_dir.join("work").join(key.trial.to_string()).join(format!("a{}", key.attempt)).join(format!("rank{}", key.rank));
+    match &launch.program {
+        Program::Command { argv } => {
+            let (program, args) = argv.split_first().ok_or("empty command")?;
+            Ok(WorkerCommand { program: program.into(), args: args.to_vec(), extra_env: Vec::new(), log_path, work_dir })
+        }
+        Program::Entry { binary, entry } => {
+            let program = cached_binary(data_dir, connection, *binary).await?;
+            Ok(WorkerCommand {
+                program,
+                args: Vec::new(),
+                extra_env: vec![("XP_ENTRY".to_owned(), entry.clone())],
+                log_path,
+                work_dir,
+            })
+        }
+    }
+}
+
+/// The path of driver binary `hash`, fetched from the head on first use.
+async fn cached_binary(data_dir: &Path, connection: &HeadConnection, hash: BlobHash) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = data_dir.join("bin");
+    let path = dir.join(hash.to_string());
+    if tokio::fs::try_exists(&path).await.unwrap_or(false) {
+        return Ok(path);
+    }
+    info!(binary = %hash, "fetching driver binary from the head");
+    let bytes = connection.get_blob(hash).await.map_err(|error| format!("cannot fetch binary {hash}: {error}"))?;
+    let temporary = dir.join(format!(".{hash}.{}.part", uuid::Uuid::now_v7().simple()));
+    let write = async {
+        tokio::fs::create_dir_all(&dir).await?;
+        tokio::fs::write(&temporary, &bytes).await?;
+        tokio::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o755)).await?;
+        tokio::fs::rename(&temporary, &path).await
+    };
+    if let Err(error) = write.await {
+        let _ = tokio::fs::remove_file(&temporary).await;
+        return Err(format!("cannot store binary {hash}: {error}"));
+    }
+    Ok(path)
+}

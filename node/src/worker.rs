@@ -1,0 +1,262 @@
+//! Starting, watching and stopping one worker process.
+//!
+//! Invariant: only this module spawns trial processes. Each worker runs in its own
+//! process group (so a kill reaches the shell and its children), dies with the
+//! node (`PR_SET_PDEATHSIG`), and has its stdout and stderr appended to one log
+//! file. Metric lines on stdout become reports, sent before the exit report.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+use xp_runtime::ids::WorkerKey;
+use xp_runtime::metric_line::{MAX_METRIC_LINE, parse_metric_line};
+use xp_runtime::protocol::{Launch, WorkerReport};
+
+/// How long a worker has between SIGTERM and SIGKILL.
+pub const KILL_GRACE: Duration = Duration::from_secs(5);
+/// How long to wait for output after the process exited (a grandchild may hold the pipes).
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// What to execute for one worker, resolved by the agent.
+#[derive(Debug)]
+pub struct WorkerCommand {
+    /// The program.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment (`XP_ENTRY` for Rust trainables).
+    pub extra_env: Vec<(String, String)>,
+    /// The combined stdout/stderr log.
+    pub log_path: PathBuf,
+    /// A scratch directory for the worker (`XP_WORK_DIR`).
+    pub work_dir: PathBuf,
+}
+
+/// The environment contract of a worker process (documented in ARCHITECTURE.md).
+pub fn worker_env(launch: &Launch) -> Vec<(String, String)> {
+    let gpus: Vec<String> = launch.gpu_indices.iter().map(u32::to_string).collect();
+    vec![
+        ("XP_TRIAL_ID".to_owned(), launch.key.trial.to_string()),
+        ("XP_ATTEMPT".to_owned(), launch.key.attempt.to_string()),
+        ("XP_CONFIG".to_owned(), launch.config_json.clone()),
+        ("XP_SEED".to_owned(), launch.seed.to_string()),
+        ("XP_RANK".to_owned(), launch.key.rank.to_string()),
+        ("XP_WORLD_SIZE".to_owned(), launch.world_size.to_string()),
+        ("XP_LOCAL_RANK".to_owned(), launch.local_rank.to_string()),
+        ("CUDA_VISIBLE_DEVICES".to_owned(), gpus.join(",")),
+        ("MASTER_ADDR".to_owned(), launch.master_addr.clone()),
+        ("MASTER_PORT".to_owned(), launch.master_port.to_string()),
+        ("RANK".to_owned(), launch.key.rank.to_string()),
+        ("WORLD_SIZE".to_owned(), launch.world_size.to_string()),
+        ("LOCAL_RANK".to_owned(), launch.local_rank.to_string()),
+    ]
+}
+
+/// Runs one worker to its end and reports on `reports`: `Started` (or
+/// `LaunchFailed`), its metrics, then `Exited`. A message on `stop` ends it:
+/// SIGTERM to its process group, SIGKILL after [`KILL_GRACE`].
+pub async fn supervise(
+    launch: Launch,
+    command: WorkerCommand,
+    reports: mpsc::UnboundedSender<WorkerReport>,
+    stop: oneshot::Receiver<String>,
+) {
+    let key = launch.key;
+    let mut child = match spawn(&launch, &command).await {
+        Ok(child) => child,
+        Err(error) => {
+            warn!(worker = %key, %error, "worker could not start");
+            let _ = reports.send(WorkerReport::LaunchFailed { key, error });
+            return;
+        }
+    };
+    let pid = child.id().unwrap_or_default();
+    info!(worker = %key, pid, "worker started");
+    let _ = reports.send(WorkerReport::Started { key, pid });
+    // One append-mode handle per stream: both land in the same file, line by line.
+    let stdout = child.stdout.take().map(|stdout| {
+        let log_path = command.log_path.clone();
+        let metrics = Some((key, reports.clone()));
+        xp_runtime::task::spawn("worker-stdout", async move { pump(BufReader::new(stdout), open_log(&log_path).await, metrics).await })
+    });
+    let stderr = child.stderr.take().map(|stderr| {
+        let log_path = command.log_path.clone();
+        xp_runtime::task::spawn("worker-stderr", async move { pump(BufReader::new(stderr), open_log(&log_path).await, None).await })
+    });
+
+    let status = tokio::select! {
+        status = child.wait() => status,
+        reason = stop => {
+            let reason = reason.unwrap_or_else(|_| "node shutting down".to_owned());
+            info!(worker = %key, %reason, "stopping worker");
+            signal_group(pid, Signal::SIGTERM);
+            match tokio::time::timeout(KILL_GRACE, child.wait()).await {
+                Ok(status) => status,
+                Err(_) => {
+                    warn!(worker = %key, "worker ignored SIGTERM; killing it");
+                    signal_group(pid, Signal::SIGKILL);
+                    child.wait().await
+                }
+            }
+        }
+    };
+    // The process is gone; make sure nothing it started outlives it.
+    signal_group(pid, Signal::SIGKILL);
+    for pump_task in [stdout, stderr].into_iter().flatten() {
+        if tokio::time::timeout(DRAIN_GRACE, pump_task).await.is_err() {
+            debug!(worker = %key, "output still open after exit; stopped reading it");
+        }
+    }
+    let (code, signal) = match status {
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            (status.code(), status.signal())
+        }
+        Err(error) => {
+            warn!(worker = %key, %error, "cannot read the worker's exit status");
+            (None, None)
+        }
+    };
+    info!(worker = %key, ?code, ?signal, "worker exited");
+    let _ = reports.send(WorkerReport::Exited { key, code, signal });
+}
+
+async fn open_log(path: &std::path::Path) -> Option<tokio::fs::File> {
+    match tokio::fs::OpenOptions::new().create(true).append(true).open(path).await {
+        Ok(file) => Some(file),
+        Err(error) => {
+            warn!(%error, path = %path.display(), "cannot open the worker log; output is discarded");
+            None
+        }
+    }
+}
+
+async fn spawn(launch: &Launch, command: &WorkerCommand) -> Result<tokio::process::Child, String> {
+    if let Some(parent) = command.log_path.parent() {
+        tokio::fs::create_dir_all(parent).await.map_err(|error| format!("cannot create {}: {error}", parent.display()))?;
+    }
+    tokio::fs::create_dir_all(&command.work_dir)
+        .await
+        .map_err(|error| format!("cannot create {}: {error}", command.work_dir.display()))?;
+    let mut process = tokio::process::Command::new(&command.program);
+    process
+        .args(&command.args)
+        .envs(worker_env(launch))
+        .envs(command.extra_env.iter().cloned())
+        .env("XP_WORK_DIR", &command.work_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    // SAFETY: the closure only calls prctl(2), which is async-signal-safe, between fork and exec.
+    unsafe {
+        process.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    process.spawn().map_err(|error| format!("cannot start {}: {error}", command.program.display()))
+}
+
+fn signal_group(pid: u32, signal: Signal) {
+    if pid == 0 {
+        return;
+    }
+    // The worker leads its own process group, so its group id is its pid.
+    let _ = nix::sys::signal::killpg(Pid::from_raw(pid as i32), signal);
+}
+
+/// Copies output lines to the log; on stdout also turns metric lines into reports.
+async fn pump(
+    mut reader: impl AsyncBufRead + Unpin,
+    mut log: Option<tokio::fs::File>,
+    metrics: Option<(WorkerKey, mpsc::UnboundedSender<WorkerReport>)>,
+) {
+    let mut line = Vec::with_capacity(1024);
+    let mut index = 0u64;
+    loop {
+        match read_bounded_line(&mut reader, &mut line, MAX_METRIC_LINE).await {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(error) => {
+                debug!(%error, "worker output read failed");
+                break;
+            }
+        }
+        if let Some(file) = log.as_mut() {
+            if let Err(error) = file.write_all(&line).await {
+                warn!(%error, "cannot write the worker log; output is discarded from now on");
+                log = None;
+            }
+        }
+        let Some((key, reports)) = &metrics else { continue };
+        let Ok(text) = std::str::from_utf8(&line) else { continue };
+        match parse_metric_line(text) {
+            Ok(Some(report)) => {
+                index += 1;
+                let _ = reports.send(WorkerReport::Metric {
+                    key: *key,
+                    index,
+                    step: report.step,
+                    values: report.values.into_iter().collect(),
+                });
+            }
+            Ok(None) => {}
+            Err(error) => warn!(worker = %key, %error, "metric line ignored"),
+        }
+    }
+    if let Some(mut file) = log {
+        let _ = file.flush().await;
+    }
+}
+
+/// Reads one line of at most `max` bytes (a longer line comes back in pieces), so a
+/// worker that never prints a newline cannot exhaust the node's memory.
+async fn read_bounded_line(reader: &mut (impl AsyncBufRead + Unpin), line: &mut Vec<u8>, max: usize) -> std::io::Result<usize> {
+    line.clear();
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(line.len());
+        }
+        let room = max - line.len();
+        let window = &available[..available.len().min(room)];
+        if let Some(newline) = window.iter().position(|byte| *byte == b'\n') {
+            line.extend_from_slice(&window[..=newline]);
+            reader.consume(newline + 1);
+            return Ok(line.len());
+        }
+        let taken = window.len();
+        line.extend_from_slice(window);
+        reader.consume(taken);
+        if line.len() >= max {
+            return Ok(line.len());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn long_lines_come_back_in_bounded_pieces() {
+        let input = format!("short\n{}\nend", "x".repeat(100));
+        let mut reader = BufReader::new(input.as_bytes());
+        let mut line = Vec::new();
+        let mut pieces = Vec::new();
+        while read_bounded_line(&mut reader, &mut line, 40).await.unwrap() > 0 {
+            assert!(line.len() <= 40);
+            pieces.push(String::from_utf8(line.clone()).unwrap());
+        }
+        assert_eq!(pieces.concat(), input);
+        assert_eq!(pieces[0], "short\n");
+    }
+}
