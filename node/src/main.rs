@@ -57,7 +57,7 @@ fn parse_label(text: &str) -> Result<(String, String), String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("XP_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init();
     let Command::Join { join, data_dir, gpus, cpus, memory, labels, advertise } = Cli::parse().command;
     let join: JoinString = join.parse().context("the join string is invalid")?;
     if let Some(cpus) = cpus {

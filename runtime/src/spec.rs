@@ -387,40 +387,35 @@ pub fn placeholders(arg: &str) -> Result<Vec<String>, String> {
 }
 
 /// Replaces each `{name}` in `arg` with `lookup(name)`; an unknown name is an error.
+///
+/// Only `{` + an identifier + `}` is a placeholder, so JSON and shell braces in a
+/// command stay as they are; `{{` and `}}` write a literal brace where one is needed
+/// before an identifier.
 pub fn render_arg(arg: &str, mut lookup: impl FnMut(&str) -> Option<String>) -> Result<String, String> {
     let mut out = String::with_capacity(arg.len());
-    let mut chars = arg.chars().peekable();
-    while let Some(ch) = chars.next() {
-        match ch {
-            '{' if chars.peek() == Some(&'{') => {
-                chars.next();
-                out.push('{');
-            }
-            '}' if chars.peek() == Some(&'}') => {
-                chars.next();
-                out.push('}');
-            }
-            '{' => {
-                let mut name = String::new();
-                loop {
-                    match chars.next() {
-                        Some('}') => break,
-                        Some(inner) if inner.is_alphanumeric() || inner == '_' => name.push(inner),
-                        Some(inner) => {
-                            return Err(format!("unexpected {inner:?} inside a placeholder in {arg:?}"));
-                        }
-                        None => return Err(format!("unclosed '{{' in {arg:?}")),
-                    }
-                }
-                if name.is_empty() {
-                    return Err(format!("empty placeholder {{}} in {arg:?}"));
-                }
-                let value = lookup(&name).ok_or_else(|| format!("unknown placeholder {{{name}}}"))?;
-                out.push_str(&value);
-            }
-            '}' => return Err(format!("unmatched '}}' in {arg:?} (write '}}}}' for a literal brace)")),
-            other => out.push(other),
+    let mut rest = arg;
+    while let Some(ch) = rest.chars().next() {
+        if rest.starts_with("{{") || rest.starts_with("}}") {
+            out.push(ch);
+            rest = &rest[2..];
+            continue;
         }
+        if ch == '{' {
+            let body = &rest[1..];
+            let name_len = body
+                .char_indices()
+                .find(|(idx, inner)| !(inner.is_ascii_alphabetic() || *inner == '_' || (*idx > 0 && inner.is_ascii_digit())))
+                .map_or(body.len(), |(idx, _)| idx);
+            if name_len > 0 && body[name_len..].starts_with('}') {
+                let name = &body[..name_len];
+                let value = lookup(name).ok_or_else(|| format!("unknown placeholder {{{name}}}"))?;
+                out.push_str(&value);
+                rest = &body[name_len + 1..];
+                continue;
+            }
+        }
+        out.push(ch);
+        rest = &rest[ch.len_utf8()..];
     }
     Ok(out)
 }
@@ -586,7 +581,8 @@ search:
         assert_eq!(render("--lr={lr}").unwrap(), "--lr=0.1");
         assert_eq!(render("{{lr}}").unwrap(), "{lr}");
         assert!(render("{nope}").is_err());
-        assert!(render("{lr").is_err());
-        assert!(render("lr}").is_err());
+        assert_eq!(render("{lr").unwrap(), "{lr");
+        assert_eq!(render(r#"{"loss": {lr}}"#).unwrap(), r#"{"loss": 0.1}"#);
+        assert_eq!(render("${HOME} {1x}").unwrap(), "${HOME} {1x}");
     }
 }

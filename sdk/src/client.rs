@@ -1,0 +1,205 @@
+//! The driver API: a connection to a head and typed requests over it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use xp_runtime::ids::{BlobHash, ExperimentId, TrialId};
+use xp_runtime::join::{JoinString, JoinStringError};
+use xp_runtime::protocol::{
+    ExperimentState, ExperimentStatus, LogChunk, LogRequest, NodeStatus, PeerRole, Request, Response, SubmitRequest,
+    TrialEvent,
+};
+use xp_runtime::spec::ExperimentSpec;
+use xp_runtime::transport::{self, HeadConnection, TransportError};
+
+use crate::versioning::{VersionError, code_version, data_version};
+
+/// Why a driver request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SdkError {
+    /// The join string is malformed.
+    #[error(transparent)]
+    JoinString(#[from] JoinStringError),
+    /// The head could not be reached, refused us, or answered with an error.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The code or data version could not be computed.
+    #[error(transparent)]
+    Version(#[from] VersionError),
+    /// The spec is invalid.
+    #[error(transparent)]
+    Spec(#[from] xp_runtime::spec::SpecError),
+    /// The driver binary could not be read.
+    #[error("cannot read the program {path}: {source}")]
+    Program {
+        /// The binary.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The head answered something unexpected.
+    #[error("unexpected answer from the head: {0}")]
+    Unexpected(String),
+}
+
+/// How to submit.
+#[derive(Debug, Clone, Default)]
+pub struct SubmitOptions {
+    /// Run again even if an identical experiment finished.
+    pub rerun: bool,
+    /// The directory `code`, `data` and `program` paths are relative to (the spec
+    /// file's directory); the current directory when absent.
+    pub base_dir: Option<PathBuf>,
+}
+
+/// The head's answer to a submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Submitted {
+    /// The experiment id.
+    pub experiment: ExperimentId,
+    /// Whether an identical finished experiment was reused.
+    pub reused: bool,
+    /// How many trials it has.
+    pub trials: u32,
+}
+
+/// A driver's connection to a head.
+#[derive(Debug, Clone)]
+pub struct Client {
+    connection: HeadConnection,
+}
+
+macro_rules! expect_response {
+    ($response:expr, $pattern:pat => $value:expr) => {
+        match $response {
+            $pattern => Ok($value),
+            other => Err(SdkError::Unexpected(format!("{other:?}"))),
+        }
+    };
+}
+
+impl Client {
+    /// Connects to the head named by `join` and authenticates.
+    pub async fn connect(join: &str) -> Result<Self, SdkError> {
+        let join: JoinString = join.parse()?;
+        Self::connect_to(&join).await
+    }
+
+    /// Connects to the head named by a parsed join string.
+    pub async fn connect_to(join: &JoinString) -> Result<Self, SdkError> {
+        let agent = format!("xp-sdk {}", env!("CARGO_PKG_VERSION"));
+        let (connection, mut send, _recv) = transport::connect(join, PeerRole::Client, &agent).await?;
+        let _ = send.finish();
+        Ok(Self { connection })
+    }
+
+    async fn request(&self, request: Request) -> Result<Response, SdkError> {
+        Ok(self.connection.request(request).await?)
+    }
+
+    /// Submits `spec`, computing its code and data versions and uploading the
+    /// driver binary for `entry` trials (the spec's `program`, or this very binary).
+    pub async fn submit(&self, spec: &ExperimentSpec, options: &SubmitOptions) -> Result<Submitted, SdkError> {
+        spec.validate()?;
+        let base = match &options.base_dir {
+            Some(base) => base.clone(),
+            None => std::env::current_dir().map_err(|source| SdkError::Program { path: ".".into(), source })?,
+        };
+        let code = match &spec.code {
+            Some(dir) => code_version(&base.join(dir))?,
+            None => "none".to_owned(),
+        };
+        let data = data_version(&base, &spec.data)?;
+        let program = match &spec.trial.entry {
+            Some(_) => {
+                let path = match &spec.trial.program {
+                    Some(path) => base.join(path),
+                    None => std::env::current_exe().map_err(|source| SdkError::Program { path: "current executable".into(), source })?,
+                };
+                Some(self.upload_program(&path).await?)
+            }
+            None => None,
+        };
+        let request = SubmitRequest {
+            spec_json: spec.to_canonical_json(),
+            program,
+            code_version: code,
+            data_version: data,
+            rerun: options.rerun,
+        };
+        expect_response!(self.request(Request::Submit(request)).await?,
+            Response::Submitted { experiment, reused, trials } => Submitted { experiment, reused, trials })
+    }
+
+    async fn upload_program(&self, path: &Path) -> Result<BlobHash, SdkError> {
+        let bytes = tokio::fs::read(path).await.map_err(|source| SdkError::Program { path: path.to_owned(), source })?;
+        let hash = BlobHash::of(&bytes);
+        self.connection.put_blob(hash, &bytes).await?;
+        Ok(hash)
+    }
+
+    /// Experiments (one, by id or unique prefix, or all) with their trials.
+    pub async fn status(&self, experiment: Option<&str>) -> Result<Vec<ExperimentStatus>, SdkError> {
+        expect_response!(self.request(Request::Status { experiment: experiment.map(str::to_owned) }).await?,
+            Response::Status(list) => list)
+    }
+
+    /// One experiment.
+    pub async fn experiment(&self, experiment: ExperimentId) -> Result<ExperimentStatus, SdkError> {
+        let mut list = self.status(Some(&experiment.to_string())).await?;
+        list.pop().ok_or_else(|| SdkError::Unexpected(format!("no status for {experiment}")))
+    }
+
+    /// Cancels an experiment or a trial; returns how many trials it stopped.
+    pub async fn cancel(&self, id: &str) -> Result<u32, SdkError> {
+        expect_response!(self.request(Request::Cancel { id: id.to_owned() }).await?, Response::Cancelled { trials } => trials)
+    }
+
+    /// The nodes.
+    pub async fn nodes(&self) -> Result<Vec<NodeStatus>, SdkError> {
+        expect_response!(self.request(Request::Nodes).await?, Response::Nodes(list) => list)
+    }
+
+    /// A chunk of one worker's output.
+    pub async fn logs(&self, trial: TrialId, rank: u32, attempt: Option<u32>, offset: u64) -> Result<LogChunk, SdkError> {
+        let request = LogRequest { trial, rank, attempt, offset, max_bytes: 1 << 20 };
+        expect_response!(self.request(Request::ReadLogs(request)).await?, Response::Logs(chunk) => chunk)
+    }
+
+    /// Events after `after`, waiting up to `wait` for the first.
+    pub async fn events(&self, experiment: ExperimentId, after: u64, wait: Duration) -> Result<Vec<TrialEvent>, SdkError> {
+        let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
+        expect_response!(self.request(Request::Events { experiment, after, wait_ms }).await?, Response::Events(events) => events)
+    }
+
+    /// Follows the experiment's events until it is no longer running, then returns its status.
+    pub async fn wait(&self, experiment: ExperimentId, mut on_event: impl FnMut(&TrialEvent)) -> Result<ExperimentStatus, SdkError> {
+        let mut after = 0;
+        loop {
+            let status = self.experiment(experiment).await?;
+            if status.state != ExperimentState::Running {
+                // Deliver what is left, then stop.
+                loop {
+                    let events = self.events(experiment, after, Duration::ZERO).await?;
+                    if events.is_empty() {
+                        return Ok(status);
+                    }
+                    for event in events {
+                        after = after.max(event.seq);
+                        on_event(&event);
+                    }
+                }
+            }
+            for event in self.events(experiment, after, Duration::from_secs(2)).await? {
+                after = after.max(event.seq);
+                on_event(&event);
+            }
+        }
+    }
+
+    /// Closes the connection.
+    pub async fn close(&self) {
+        self.connection.close().await;
+    }
+}

@@ -1,0 +1,180 @@
+//! The worker side: what trial code sees when a node runs it.
+//!
+//! A node starts each worker with the environment contract of ARCHITECTURE.md
+//! (`XP_TRIAL_ID`, `XP_CONFIG`, `XP_RANK`, ...). Rust trainables are functions
+//! registered in a driver binary; the node re-executes that binary with
+//! `XP_ENTRY=<name>`, and [`Trainables::run_if_worker`] runs the function instead
+//! of the driver's `main`. Metrics leave through the same stdout line protocol
+//! that command trials use, so the node parses one format.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use xp_runtime::metric_line::format_metric_line;
+
+/// The error type trainables return.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+type TrainableFn = Box<dyn Fn(&TrialContext) -> Result<(), BoxError> + Send + Sync>;
+
+/// Why a worker could not read its context.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// A variable of the contract is missing or malformed: not started by a node?
+    #[error("environment variable {name} is missing or malformed: {reason}")]
+    Env {
+        /// The variable.
+        name: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A parameter is missing or has another type.
+    #[error("parameter `{name}` {reason}")]
+    Param {
+        /// The parameter.
+        name: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+/// What one worker knows about its trial.
+#[derive(Debug, Clone)]
+pub struct TrialContext {
+    /// The trial id.
+    pub trial_id: String,
+    /// The attempt, from 1.
+    pub attempt: u32,
+    /// The trial's parameters and `seed`.
+    pub config: serde_json::Map<String, serde_json::Value>,
+    /// The replicate seed.
+    pub seed: u64,
+    /// This worker's rank.
+    pub rank: u32,
+    /// The number of workers.
+    pub world_size: u32,
+    /// A scratch directory for this worker.
+    pub work_dir: std::path::PathBuf,
+}
+
+fn env(name: &'static str) -> Result<String, WorkerError> {
+    std::env::var(name).map_err(|error| WorkerError::Env { name, reason: error.to_string() })
+}
+
+fn env_number<T: std::str::FromStr>(name: &'static str) -> Result<T, WorkerError> {
+    env(name)?.parse().map_err(|_| WorkerError::Env { name, reason: "not a number".to_owned() })
+}
+
+impl TrialContext {
+    /// Reads the context a node gave this process.
+    pub fn from_env() -> Result<Self, WorkerError> {
+        let config_text = env("XP_CONFIG")?;
+        let config = serde_json::from_str(&config_text)
+            .map_err(|error| WorkerError::Env { name: "XP_CONFIG", reason: error.to_string() })?;
+        Ok(Self {
+            trial_id: env("XP_TRIAL_ID")?,
+            attempt: env_number("XP_ATTEMPT")?,
+            config,
+            seed: env_number("XP_SEED")?,
+            rank: env_number("XP_RANK")?,
+            world_size: env_number("XP_WORLD_SIZE")?,
+            work_dir: env("XP_WORK_DIR")?.into(),
+        })
+    }
+
+    fn param(&self, name: &str) -> Result<&serde_json::Value, WorkerError> {
+        self.config.get(name).ok_or_else(|| WorkerError::Param { name: name.to_owned(), reason: "is not in the config" })
+    }
+
+    /// A real-valued parameter (integers are accepted too).
+    pub fn param_f64(&self, name: &str) -> Result<f64, WorkerError> {
+        self.param(name)?.as_f64().ok_or_else(|| WorkerError::Param { name: name.to_owned(), reason: "is not a number" })
+    }
+
+    /// An integer parameter.
+    pub fn param_i64(&self, name: &str) -> Result<i64, WorkerError> {
+        self.param(name)?.as_i64().ok_or_else(|| WorkerError::Param { name: name.to_owned(), reason: "is not an integer" })
+    }
+
+    /// A text parameter.
+    pub fn param_str(&self, name: &str) -> Result<&str, WorkerError> {
+        self.param(name)?.as_str().ok_or_else(|| WorkerError::Param { name: name.to_owned(), reason: "is not text" })
+    }
+
+    /// Reports metrics at `step`; the node records them under this trial.
+    pub fn report(&self, step: u64, metrics: &[(&str, f64)]) {
+        let values: BTreeMap<String, f64> = metrics.iter().map(|(name, value)| ((*name).to_owned(), *value)).collect();
+        let line = format_metric_line(Some(step), &values);
+        let mut stdout = std::io::stdout().lock();
+        // A closed stdout means the node is gone; the worker is about to be killed anyway.
+        let _ = writeln!(stdout, "{line}");
+        let _ = stdout.flush();
+    }
+}
+
+/// The Rust trainables a driver binary offers, by name.
+#[derive(Default)]
+pub struct Trainables {
+    entries: BTreeMap<String, TrainableFn>,
+}
+
+impl std::fmt::Debug for Trainables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainables").field("entries", &self.entries.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+impl Trainables {
+    /// No trainables yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `trainable` under `name` (the `entry` of a trial spec).
+    pub fn register(
+        mut self,
+        name: &str,
+        trainable: impl Fn(&TrialContext) -> Result<(), BoxError> + Send + Sync + 'static,
+    ) -> Self {
+        self.entries.insert(name.to_owned(), Box::new(trainable));
+        self
+    }
+
+    /// The registered names.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    /// If a node started this process as a worker (`XP_ENTRY` is set), runs the
+    /// trainable and exits: status 0 on success, 1 on error, 2 for an unknown
+    /// entry or a broken environment. Otherwise returns, and the driver goes on.
+    ///
+    /// Call it first thing in `main`, before starting a runtime.
+    pub fn run_if_worker(&self) {
+        let Ok(entry) = std::env::var("XP_ENTRY") else { return };
+        std::process::exit(self.run_worker(&entry));
+    }
+
+    #[expect(clippy::print_stderr, reason = "a worker's stderr is its log, read with `xp logs`")]
+    fn run_worker(&self, entry: &str) -> i32 {
+        let Some(trainable) = self.entries.get(entry) else {
+            let known: Vec<&str> = self.names().collect();
+            eprintln!("xp worker: no trainable named {entry:?} in this binary (it has: {})", known.join(", "));
+            return 2;
+        };
+        let context = match TrialContext::from_env() {
+            Ok(context) => context,
+            Err(error) => {
+                eprintln!("xp worker: {error}");
+                return 2;
+            }
+        };
+        match trainable(&context) {
+            Ok(()) => 0,
+            Err(error) => {
+                eprintln!("xp worker: trainable {entry:?} failed: {error}");
+                1
+            }
+        }
+    }
+}

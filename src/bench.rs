@@ -1,0 +1,113 @@
+//! `xp bench trials`: how fast the runtime turns submissions into running workers.
+//!
+//! Runs no-op command trials on an embedded cluster and reads the head's own event
+//! timestamps, so the figures measure the runtime, not the client.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::json;
+use xp_runtime::protocol::TrialState;
+use xp_runtime::spec::{ExperimentSpec, Resources, SearchSpec, TrialSpec};
+use xp_sdk::SubmitOptions;
+
+use crate::{Cluster, ClusterError, LocalOptions};
+
+/// The result of one trials bench.
+#[derive(Debug, Clone)]
+pub struct TrialsBench {
+    /// Trials run.
+    pub trials: u32,
+    /// Slots (CPU cores) the node offered.
+    pub slots: u32,
+    /// From submission to the last trial's success, in seconds.
+    pub seconds: f64,
+    /// Trials finished per second.
+    pub trials_per_second: f64,
+    /// Submission to all workers running, milliseconds: median and 99th percentile (includes queueing).
+    pub submit_to_running_ms: (f64, f64),
+    /// Placement to all workers running, milliseconds: median and 99th percentile (the runtime's start cost).
+    pub placed_to_running_ms: (f64, f64),
+}
+
+impl TrialsBench {
+    /// The JSON line `xp bench trials --json` prints.
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({
+            "bench": "trials",
+            "trials": self.trials,
+            "slots": self.slots,
+            "seconds": self.seconds,
+            "trials_per_second": self.trials_per_second,
+            "submit_to_running_p50_ms": self.submit_to_running_ms.0,
+            "submit_to_running_p99_ms": self.submit_to_running_ms.1,
+            "placed_to_running_p50_ms": self.placed_to_running_ms.0,
+            "placed_to_running_p99_ms": self.placed_to_running_ms.1,
+        })
+    }
+}
+
+fn percentile(sorted: &[f64], fraction: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// Runs `trials` no-op trials on an embedded cluster with `slots` one-core slots.
+pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError> {
+    let cluster = Cluster::local_with(LocalOptions { cpus: Some(f64::from(slots)), gpus: Some(0), ..LocalOptions::default() }).await?;
+    let spec = ExperimentSpec {
+        name: "bench-trials".to_owned(),
+        team: "bench".to_owned(),
+        priority: 0,
+        code: None,
+        data: Vec::new(),
+        trial: TrialSpec {
+            command: Some(vec!["true".to_owned()]),
+            entry: None,
+            program: None,
+            workers: 1,
+            resources: Resources { gpu: 0, cpu: 1.0, memory: Default::default() },
+            max_retries: 0,
+        },
+        search: SearchSpec { trials: Some(trials), seeds: 1, ..SearchSpec::default() },
+    };
+    let submitted = cluster.submit(&spec, &SubmitOptions { rerun: true, ..SubmitOptions::default() }).await?;
+    let mut events = Vec::new();
+    let status = cluster.wait(submitted.experiment, |event| events.push(event.clone())).await?;
+    let submitted_at = status.submitted_at;
+    let mut placed_at = BTreeMap::new();
+    let mut submit_to_running = Vec::new();
+    let mut placed_to_running = Vec::new();
+    let mut last_done = submitted_at;
+    for event in &events {
+        match event.state {
+            TrialState::Placed => {
+                placed_at.insert(event.trial, event.at);
+            }
+            TrialState::Running => {
+                submit_to_running.push(event.at.saturating_sub(submitted_at) as f64);
+                if let Some(placed) = placed_at.get(&event.trial) {
+                    placed_to_running.push(event.at.saturating_sub(*placed) as f64);
+                }
+            }
+            TrialState::Succeeded | TrialState::Failed => last_done = last_done.max(event.at),
+            _ => {}
+        }
+    }
+    submit_to_running.sort_by(f64::total_cmp);
+    placed_to_running.sort_by(f64::total_cmp);
+    let seconds = Duration::from_millis(last_done.saturating_sub(submitted_at)).as_secs_f64();
+    let finished = status.trials.iter().filter(|trial| trial.state == TrialState::Succeeded).count() as u32;
+    cluster.shutdown().await;
+    Ok(TrialsBench {
+        trials: finished,
+        slots,
+        seconds,
+        trials_per_second: f64::from(finished) / seconds.max(1e-9),
+        submit_to_running_ms: (percentile(&submit_to_running, 0.5), percentile(&submit_to_running, 0.99)),
+        placed_to_running_ms: (percentile(&placed_to_running, 0.5), percentile(&placed_to_running, 0.99)),
+    })
+}
