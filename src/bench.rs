@@ -72,7 +72,7 @@ pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError
             resources: Resources { gpu: 0, cpu: 1.0, memory: Default::default() },
             max_retries: 0,
         },
-        search: SearchSpec { trials: Some(trials), seeds: 1, ..SearchSpec::default() },
+        search: SearchSpec { trials: Some(trials), ..SearchSpec::default() },
     };
     let submitted = cluster.submit(&spec, &SubmitOptions { rerun: true, ..SubmitOptions::default() }).await?;
     let mut events = Vec::new();

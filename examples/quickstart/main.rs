@@ -72,8 +72,8 @@ async fn drive() -> anyhow::Result<()> {
             trial.id.to_string(),
             trial.state.as_str(),
             config["lr"].as_f64().unwrap_or(f64::NAN),
-            config["hidden"],
-            config["epochs"],
+            config["hidden"].as_i64().unwrap_or_default(),
+            config["epochs"].as_i64().unwrap_or_default(),
             config["weight_decay"].as_f64().unwrap_or(f64::NAN),
             accuracy
         );

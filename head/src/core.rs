@@ -1116,3 +1116,7 @@ impl HeadCore {
 fn trial_range(experiment: ExperimentId) -> std::ops::RangeInclusive<TrialId> {
     TrialId { experiment, index: 0 }..=TrialId { experiment, index: u32::MAX }
 }
+
+#[cfg(test)]
+#[path = "core_tests.rs"]
+mod tests;

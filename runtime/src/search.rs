@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn an_empty_space_is_one_trial() {
-        let plans = plan_trials(&SearchSpec { seeds: 1, ..SearchSpec::default() });
+        let plans = plan_trials(&SearchSpec::default());
         assert_eq!(plans.len(), 1);
         assert_eq!(plans[0].config_json(), r#"{"seed":0}"#);
     }

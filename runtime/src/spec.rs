@@ -166,7 +166,7 @@ pub fn parse_memory(text: &str) -> Result<u64, String> {
 }
 
 /// How configurations are chosen.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchSpec {
     /// The algorithm.
@@ -193,6 +193,21 @@ pub struct SearchSpec {
     /// The seed of the sampler, and the first replicate's seed.
     #[serde(default)]
     pub seed: u64,
+}
+
+impl Default for SearchSpec {
+    fn default() -> Self {
+        Self {
+            algorithm: Algorithm::default(),
+            space: BTreeMap::new(),
+            metric: None,
+            mode: Mode::default(),
+            trials: None,
+            parallel: None,
+            seeds: 1,
+            seed: 0,
+        }
+    }
 }
 
 /// A search algorithm.
@@ -564,6 +579,7 @@ search:
         check_error(&GOOD.replace("mode: max", "mode: biggest"), "biggest");
         check_error("name: [unclosed", "invalid experiment spec");
         check_error("name: x\ntrial: {}\n", "trial");
+        assert_eq!(ExperimentSpec::from_yaml("name: x\ntrial: {command: [echo]}\n").unwrap().trial_count(), 1);
     }
 
     #[test]

@@ -1,0 +1,300 @@
+//! Tests of the head's core: lifecycle cases and a randomised simulation against
+//! fake nodes that checks the invariants after every step.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+use xp_runtime::ids::{ExperimentId, NodeId, TrialId, WorkerKey};
+use xp_runtime::protocol::{
+    HeadCommand, NodeMessage, NodeRegistration, NodeResources, SubmitRequest, TrialState, WorkerReport,
+};
+
+use super::{CoreConfig, HeadCore, LoadedState};
+use crate::core::Record;
+
+const CONFIG: CoreConfig = CoreConfig { node_timeout_ms: 10_000, heartbeat_interval_ms: 1_000 };
+
+fn node_id(seed: u8) -> NodeId {
+    NodeId(uuid::Uuid::from_bytes([seed; 16]))
+}
+
+fn registration(node: NodeId, gpus: u32, cpus: u32, running: Vec<WorkerKey>) -> NodeRegistration {
+    NodeRegistration {
+        node_id: node,
+        name: format!("node-{node}"),
+        advertise_host: "127.0.0.1".to_owned(),
+        resources: NodeResources { gpus: xp_runtime_declared(gpus), milli_cpus: cpus * 1000, memory_bytes: 1 << 34 },
+        labels: BTreeMap::new(),
+        running,
+    }
+}
+
+fn xp_runtime_declared(n: u32) -> Vec<xp_runtime::protocol::GpuInfo> {
+    (0..n).map(|index| xp_runtime::protocol::GpuInfo { index, model: "declared".to_owned(), memory_bytes: 0 }).collect()
+}
+
+fn submit(core: &mut HeadCore, now: u64, yaml: &str, rerun: bool) -> ExperimentId {
+    let spec = xp_runtime::spec::ExperimentSpec::from_yaml(yaml).unwrap();
+    let request = SubmitRequest {
+        spec_json: spec.to_canonical_json(),
+        program: None,
+        code_version: "none".to_owned(),
+        data_version: "none".to_owned(),
+        rerun,
+    };
+    core.handle_submit(now, &request).unwrap().0
+}
+
+fn commands(core: &mut HeadCore) -> Vec<(NodeId, HeadCommand)> {
+    std::iter::from_fn(|| core.poll_command()).collect()
+}
+
+fn launches(commands: &[(NodeId, HeadCommand)]) -> Vec<(NodeId, WorkerKey)> {
+    commands
+        .iter()
+        .filter_map(|(node, command)| match command {
+            HeadCommand::Launch(launch) => Some((*node, launch.key)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn report(core: &mut HeadCore, now: u64, node: NodeId, report: WorkerReport) {
+    core.handle_node_message(now, node, NodeMessage::Report { seq: 0, report });
+}
+
+fn trial_state(core: &HeadCore, experiment: ExperimentId, index: u32) -> TrialState {
+    core.trials[&TrialId { experiment, index }].state
+}
+
+const ONE: &str = "name: one\ntrial: {command: [echo, '{x}'], max_retries: 1}\nsearch: {algorithm: grid, space: {x: {choice: [1]}}}\n";
+
+#[test]
+fn a_trial_runs_reports_and_succeeds() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 0, 2, Vec::new()));
+    let experiment = submit(&mut core, 1, ONE, false);
+    let placed = launches(&commands(&mut core));
+    assert_eq!(placed.len(), 1);
+    let key = placed[0].1;
+    assert_eq!(trial_state(&core, experiment, 0), TrialState::Placed);
+    report(&mut core, 2, node, WorkerReport::Started { key, pid: 7 });
+    assert_eq!(trial_state(&core, experiment, 0), TrialState::Running);
+    let metric = |index| WorkerReport::Metric { key, index, step: Some(index), values: vec![("loss".to_owned(), index as f64)] };
+    report(&mut core, 3, node, metric(1));
+    report(&mut core, 3, node, metric(2));
+    report(&mut core, 3, node, metric(1));
+    let trial = &core.trials[&key.trial];
+    assert_eq!(trial.metrics["loss"], 2.0, "a resent older report does not overwrite a newer one");
+    assert_eq!(trial.last_step, Some(2));
+    report(&mut core, 4, node, WorkerReport::Exited { key, code: Some(0), signal: None });
+    assert_eq!(trial_state(&core, experiment, 0), TrialState::Succeeded);
+    let records = core.take_records();
+    assert_eq!(records.iter().filter(|record| matches!(record, Record::Metric(_))).count(), 2);
+    core.check_invariants();
+}
+
+#[test]
+fn failures_are_retried_up_to_max_retries_and_lost_nodes_do_not_count() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let (a, b) = (node_id(1), node_id(2));
+    core.handle_node_register(0, registration(a, 0, 1, Vec::new()));
+    let experiment = submit(&mut core, 0, ONE, false);
+    let key = launches(&commands(&mut core))[0].1;
+    report(&mut core, 1, a, WorkerReport::Exited { key, code: Some(3), signal: None });
+    assert_eq!(trial_state(&core, experiment, 0), TrialState::Placed, "retry 1 of 1 placed at once");
+    let key = launches(&commands(&mut core))[0].1;
+    assert_eq!(key.attempt, 2);
+    // The node goes silent: the attempt is lost, and that does not use up a retry.
+    core.handle_node_register(1, registration(b, 0, 1, Vec::new()));
+    core.handle_node_message(19_999, b, NodeMessage::Heartbeat);
+    core.handle_tick(20_000);
+    assert_eq!(core.trials[&key.trial].failures, 1);
+    let key = launches(&commands(&mut core)).into_iter().find(|(node, _)| *node == b).expect("retried on b").1;
+    assert_eq!(key.attempt, 3);
+    report(&mut core, 20_001, b, WorkerReport::Exited { key, code: None, signal: Some(9) });
+    assert_eq!(trial_state(&core, experiment, 0), TrialState::Failed);
+    assert!(core.trials[&key.trial].reason.as_deref().unwrap().contains("no retries left"));
+    core.check_invariants();
+}
+
+#[test]
+fn identical_submissions_are_reused_and_rerun_makes_a_new_run() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 0, 1, Vec::new()));
+    let first = submit(&mut core, 0, ONE, false);
+    assert_eq!(submit(&mut core, 1, ONE, false), first, "a running identical experiment is returned");
+    let key = launches(&commands(&mut core))[0].1;
+    report(&mut core, 2, node, WorkerReport::Exited { key, code: Some(0), signal: None });
+    let spec = xp_runtime::spec::ExperimentSpec::from_yaml(ONE).unwrap();
+    let request = SubmitRequest {
+        spec_json: spec.to_canonical_json(),
+        program: None,
+        code_version: "none".to_owned(),
+        data_version: "none".to_owned(),
+        rerun: false,
+    };
+    assert_eq!(core.handle_submit(3, &request).unwrap(), (first, true, 1));
+    let rerun = submit(&mut core, 4, ONE, true);
+    assert_eq!((rerun.digest, rerun.run), (first.digest, 2));
+    let other_code = SubmitRequest { code_version: "git:abc".to_owned(), ..request };
+    assert_ne!(core.handle_submit(5, &other_code).unwrap().0.digest, first.digest);
+}
+
+#[test]
+fn parallel_limits_how_many_trials_are_queued_and_cancel_stops_workers() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 0, 8, Vec::new()));
+    let experiment = submit(&mut core, 0, "name: p\ntrial: {command: [echo]}\nsearch: {trials: 5, parallel: 2}\n", false);
+    assert_eq!(launches(&commands(&mut core)).len(), 2);
+    assert_eq!(trial_state(&core, experiment, 2), TrialState::Pending);
+    assert_eq!(core.handle_cancel(1, &experiment.to_string()).unwrap(), 5);
+    let kills = commands(&mut core).into_iter().filter(|(_, command)| matches!(command, HeadCommand::Kill { .. })).count();
+    assert_eq!(kills, 2);
+    assert!((0..5).all(|index| trial_state(&core, experiment, index) == TrialState::Cancelled));
+    core.check_invariants();
+}
+
+#[test]
+fn a_returning_node_that_forgot_its_workers_gets_them_rescheduled() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 0, 1, Vec::new()));
+    let experiment = submit(&mut core, 0, ONE, false);
+    let key = launches(&commands(&mut core))[0].1;
+    report(&mut core, 1, node, WorkerReport::Started { key, pid: 1 });
+    core.handle_node_register(2, registration(node, 0, 1, Vec::new()));
+    let relaunched = launches(&commands(&mut core));
+    assert_eq!(relaunched.len(), 1);
+    assert_eq!(relaunched[0].1.attempt, 2);
+    assert_eq!(core.trials[&key.trial].failures, 0);
+    assert_eq!(trial_state(&core, experiment, 0), TrialState::Placed);
+}
+
+/// A fake node for the simulation: which of its GPUs each live worker holds.
+#[derive(Default)]
+struct FakeNode {
+    launched: BTreeMap<WorkerKey, Vec<u32>>,
+    started: BTreeSet<WorkerKey>,
+    silent: bool,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_clusters_never_double_book_and_place_gangs_whole(
+        shapes in proptest::collection::vec((0u32..4, 1u32..5), 1..4),
+        actions in proptest::collection::vec((0u8..8, any::<u16>()), 1..150),
+    ) {
+        let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+        let mut nodes: BTreeMap<NodeId, FakeNode> = BTreeMap::new();
+        let mut now = 0u64;
+        for (idx, (gpus, cpus)) in shapes.iter().enumerate() {
+            let id = node_id(idx as u8 + 1);
+            core.handle_node_register(now, registration(id, *gpus, *cpus, Vec::new()));
+            nodes.insert(id, FakeNode::default());
+        }
+        let mut experiments = 0u32;
+        for (selector, pick) in actions {
+            now += 100;
+            match selector {
+                0 | 1 => {
+                    experiments += 1;
+                    let workers = u32::from(pick % 3) + 1;
+                    let gpu = u32::from(pick / 3 % 2);
+                    let yaml = format!(
+                        "name: e{experiments}\ntrial: {{command: [echo], workers: {workers}, resources: {{gpu: {gpu}, cpu: 1}}, max_retries: 1}}\nsearch: {{trials: {}}}\n",
+                        pick % 4 + 1
+                    );
+                    submit(&mut core, now, &yaml, true);
+                }
+                2 | 3 => {
+                    let all: Vec<(NodeId, WorkerKey)> = nodes.iter().flat_map(|(id, node)| node.launched.keys().filter(|key| !node.started.contains(key)).map(move |key| (*id, *key))).collect();
+                    if let Some((id, key)) = all.get(usize::from(pick) % all.len().max(1)).copied() {
+                        nodes.get_mut(&id).unwrap().started.insert(key);
+                        report(&mut core, now, id, WorkerReport::Started { key, pid: 1 });
+                    }
+                }
+                4 | 5 => {
+                    let all: Vec<(NodeId, WorkerKey)> = nodes.iter().flat_map(|(id, node)| node.started.iter().map(move |key| (*id, *key))).collect();
+                    if let Some((id, key)) = all.get(usize::from(pick) % all.len().max(1)).copied() {
+                        let node = nodes.get_mut(&id).unwrap();
+                        node.started.remove(&key);
+                        node.launched.remove(&key);
+                        let code = if pick % 5 == 0 { 1 } else { 0 };
+                        report(&mut core, now, id, WorkerReport::Exited { key, code: Some(code), signal: None });
+                    }
+                }
+                6 => {
+                    // A node goes silent long enough to be lost, and later comes back empty.
+                    let ids: Vec<NodeId> = nodes.keys().copied().collect();
+                    let id = ids[usize::from(pick) % ids.len()];
+                    let node = nodes.get_mut(&id).unwrap();
+                    if node.silent {
+                        node.silent = false;
+                        node.launched.clear();
+                        node.started.clear();
+                        let (gpus, cpus) = shapes[usize::from(id.0.as_bytes()[0]) - 1];
+                        core.handle_node_register(now, registration(id, gpus, cpus, Vec::new()));
+                    } else {
+                        node.silent = true;
+                    }
+                }
+                _ => {
+                    if experiments > 0 && pick % 3 == 0 {
+                        let statuses = core.status(None).unwrap();
+                        let victim = &statuses[usize::from(pick) % statuses.len()];
+                        core.handle_cancel(now, &victim.id.to_string()).unwrap();
+                    }
+                }
+            }
+            for (id, node) in &nodes {
+                if !node.silent {
+                    core.handle_node_message(now, *id, NodeMessage::Heartbeat);
+                }
+            }
+            core.handle_tick(now + 10_001 * u64::from(selector == 6));
+            let mut placed_per_attempt: BTreeMap<(TrialId, u32), (u32, u32)> = BTreeMap::new();
+            for (id, command) in commands(&mut core) {
+                let node = nodes.get_mut(&id).unwrap();
+                match command {
+                    HeadCommand::Launch(launch) => {
+                        for gpu in &launch.gpu_indices {
+                            let holder = node.launched.iter().find(|(_, gpus)| gpus.contains(gpu));
+                            prop_assert!(holder.is_none(), "GPU {gpu} of {id} given to {} while {:?} holds it", launch.key, holder);
+                        }
+                        node.launched.insert(launch.key, launch.gpu_indices.clone());
+                        let entry = placed_per_attempt.entry((launch.key.trial, launch.key.attempt)).or_insert((0, launch.world_size));
+                        entry.0 += 1;
+                    }
+                    HeadCommand::Kill { trial, attempt, .. } => {
+                        let killed: Vec<WorkerKey> = node.launched.keys().filter(|key| key.trial == trial && key.attempt == attempt).copied().collect();
+                        for key in killed {
+                            node.launched.remove(&key);
+                            node.started.remove(&key);
+                            if !node.silent {
+                                report(&mut core, now, id, WorkerReport::Exited { key, code: None, signal: Some(15) });
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            for ((trial, attempt), (launched, world)) in placed_per_attempt {
+                prop_assert_eq!(launched, world, "attempt {} of {} launched partially", attempt, trial);
+            }
+            core.check_invariants();
+            // Kills answered above can free slots and place more; drain those too.
+            for (id, command) in commands(&mut core) {
+                if let HeadCommand::Launch(launch) = command {
+                    nodes.get_mut(&id).unwrap().launched.insert(launch.key, launch.gpu_indices.clone());
+                }
+            }
+            core.check_invariants();
+        }
+    }
+}
