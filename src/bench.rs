@@ -57,7 +57,12 @@ fn percentile(sorted: &[f64], fraction: f64) -> f64 {
 
 /// Runs `trials` no-op trials on an embedded cluster with `slots` one-core slots.
 pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError> {
-    let cluster = Cluster::local_with(LocalOptions { cpus: Some(f64::from(slots)), gpus: Some(0), ..LocalOptions::default() }).await?;
+    let cluster = Cluster::local_with(LocalOptions {
+        cpus: Some(f64::from(slots)),
+        gpus: Some(0),
+        ..LocalOptions::default()
+    })
+    .await?;
     let spec = ExperimentSpec {
         name: "bench-trials".to_owned(),
         team: "bench".to_owned(),
@@ -69,14 +74,31 @@ pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError
             entry: None,
             program: None,
             workers: 1,
-            resources: Resources { gpu: 0, cpu: 1.0, memory: Default::default() },
+            resources: Resources {
+                gpu: 0,
+                cpu: 1.0,
+                memory: Default::default(),
+            },
             max_retries: 0,
         },
-        search: SearchSpec { trials: Some(trials), ..SearchSpec::default() },
+        search: SearchSpec {
+            trials: Some(trials),
+            ..SearchSpec::default()
+        },
     };
-    let submitted = cluster.submit(&spec, &SubmitOptions { rerun: true, ..SubmitOptions::default() }).await?;
+    let submitted = cluster
+        .submit(
+            &spec,
+            &SubmitOptions {
+                rerun: true,
+                ..SubmitOptions::default()
+            },
+        )
+        .await?;
     let mut events = Vec::new();
-    let status = cluster.wait(submitted.experiment, |event| events.push(event.clone())).await?;
+    let status = cluster
+        .wait(submitted.experiment, |event| events.push(event.clone()))
+        .await?;
     let submitted_at = status.submitted_at;
     let mut placed_at = BTreeMap::new();
     let mut submit_to_running = Vec::new();
@@ -100,14 +122,24 @@ pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError
     submit_to_running.sort_by(f64::total_cmp);
     placed_to_running.sort_by(f64::total_cmp);
     let seconds = Duration::from_millis(last_done.saturating_sub(submitted_at)).as_secs_f64();
-    let finished = status.trials.iter().filter(|trial| trial.state == TrialState::Succeeded).count() as u32;
+    let finished = status
+        .trials
+        .iter()
+        .filter(|trial| trial.state == TrialState::Succeeded)
+        .count() as u32;
     cluster.shutdown().await;
     Ok(TrialsBench {
         trials: finished,
         slots,
         seconds,
         trials_per_second: f64::from(finished) / seconds.max(1e-9),
-        submit_to_running_ms: (percentile(&submit_to_running, 0.5), percentile(&submit_to_running, 0.99)),
-        placed_to_running_ms: (percentile(&placed_to_running, 0.5), percentile(&placed_to_running, 0.99)),
+        submit_to_running_ms: (
+            percentile(&submit_to_running, 0.5),
+            percentile(&submit_to_running, 0.99),
+        ),
+        placed_to_running_ms: (
+            percentile(&placed_to_running, 0.5),
+            percentile(&placed_to_running, 0.99),
+        ),
     })
 }

@@ -53,7 +53,10 @@ pub struct Cluster {
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cluster").field("join", &self.join).field("embedded", &self.embedded.is_some()).finish()
+        f.debug_struct("Cluster")
+            .field("join", &self.join)
+            .field("embedded", &self.embedded.is_some())
+            .finish()
     }
 }
 
@@ -69,7 +72,11 @@ impl Cluster {
     pub async fn connect(join: &str) -> Result<Self, ClusterError> {
         let join: JoinString = join.parse().map_err(SdkError::from)?;
         let client = Client::connect_to(&join).await?;
-        Ok(Self { client, join, embedded: None })
+        Ok(Self {
+            client,
+            join,
+            embedded: None,
+        })
     }
 
     /// The cluster named by `XP_CLUSTER`, or an embedded local one when it is unset.
@@ -113,18 +120,40 @@ impl Cluster {
             labels: Default::default(),
             advertise_host: None,
         };
-        let node_task = xp_runtime::task::spawn("local-node", xp_node::run(node_config, node_shutdown.clone()));
+        let node_task = xp_runtime::task::spawn(
+            "local-node",
+            xp_node::run(node_config, node_shutdown.clone()),
+        );
         let client = Client::connect_to(&join).await?;
-        let cluster = Self { client, join, embedded: Some(Embedded { head, node_shutdown, node_task, _temporary: temporary }) };
+        let cluster = Self {
+            client,
+            join,
+            embedded: Some(Embedded {
+                head,
+                node_shutdown,
+                node_task,
+                _temporary: temporary,
+            }),
+        };
         cluster.wait_for_nodes(1, Duration::from_secs(20)).await?;
         Ok(cluster)
     }
 
     /// Waits until at least `count` nodes are ready.
-    pub async fn wait_for_nodes(&self, count: usize, timeout: Duration) -> Result<(), ClusterError> {
+    pub async fn wait_for_nodes(
+        &self,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<(), ClusterError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let ready = self.client.nodes().await?.iter().filter(|node| node.state == NodeState::Ready).count();
+            let ready = self
+                .client
+                .nodes()
+                .await?
+                .iter()
+                .filter(|node| node.state == NodeState::Ready)
+                .count();
             if ready >= count {
                 return Ok(());
             }

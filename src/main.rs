@@ -11,7 +11,11 @@ use xp_runtime::protocol::{ExperimentStatus, NodeState, TrialState};
 use xp_runtime::views::{experiment_json, node_json};
 
 #[derive(Parser, Debug)]
-#[command(name = "xp", version, about = "Run many ML experiments in parallel on a cluster and keep an exact record of each")]
+#[command(
+    name = "xp",
+    version,
+    about = "Run many ML experiments in parallel on a cluster and keep an exact record of each"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -105,8 +109,13 @@ enum Bench {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("XP_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("XP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     match run(Cli::parse()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
@@ -120,21 +129,41 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn connect(cluster: &ClusterArg) -> anyhow::Result<Client> {
-    Client::connect(&cluster.cluster).await.context("cannot connect to the cluster")
+    Client::connect(&cluster.cluster)
+        .await
+        .context("cannot connect to the cluster")
 }
 
 #[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Submit { file, cluster, rerun, wait } => {
-            let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
-            let spec = ExperimentSpec::from_yaml(&text).with_context(|| format!("{} is not a valid experiment", file.display()))?;
+        Command::Submit {
+            file,
+            cluster,
+            rerun,
+            wait,
+        } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let spec = ExperimentSpec::from_yaml(&text)
+                .with_context(|| format!("{} is not a valid experiment", file.display()))?;
             let client = connect(&cluster).await?;
-            let base_dir = file.parent().map(|dir| if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir.to_owned() });
-            let submitted = client.submit(&spec, &SubmitOptions { rerun, base_dir }).await.context("submission refused")?;
+            let base_dir = file.parent().map(|dir| {
+                if dir.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    dir.to_owned()
+                }
+            });
+            let submitted = client
+                .submit(&spec, &SubmitOptions { rerun, base_dir })
+                .await
+                .context("submission refused")?;
             println!("{}", submitted.experiment);
             if submitted.reused {
-                eprintln_note(&format!("an identical experiment already finished; reusing its results (use --rerun to run it again)"));
+                eprintln_note(
+                    "an identical experiment already finished; reusing its results (use --rerun to run it again)",
+                );
             }
             if wait {
                 let status = client
@@ -146,7 +175,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             client.close().await;
         }
-        Command::Status { experiment, cluster, json } => {
+        Command::Status {
+            experiment,
+            cluster,
+            json,
+        } => {
             let client = connect(&cluster).await?;
             let list = client.status(experiment.as_deref()).await?;
             for status in &list {
@@ -164,7 +197,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("cancelled {trials} trial(s)");
             client.close().await;
         }
-        Command::Logs { trial, cluster, rank, attempt, follow } => {
+        Command::Logs {
+            trial,
+            cluster,
+            rank,
+            attempt,
+            follow,
+        } => {
             let trial = trial.parse().context("not a trial id")?;
             let client = connect(&cluster).await?;
             let mut offset = 0;
@@ -192,10 +231,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     println!("{}", node_json(node));
                 }
             } else {
-                println!("{:<34} {:<16} {:<6} {:>9} {:>11} {:>8}  LABELS", "NODE", "NAME", "STATE", "GPUS", "CPUS", "WORKERS");
+                println!(
+                    "{:<34} {:<16} {:<6} {:>9} {:>11} {:>8}  LABELS",
+                    "NODE", "NAME", "STATE", "GPUS", "CPUS", "WORKERS"
+                );
                 for node in &nodes {
-                    let state = if node.state == NodeState::Ready { "ready" } else { "lost" };
-                    let labels: Vec<String> = node.labels.iter().map(|(key, value)| format!("{key}={value}")).collect();
+                    let state = if node.state == NodeState::Ready {
+                        "ready"
+                    } else {
+                        "lost"
+                    };
+                    let labels: Vec<String> = node
+                        .labels
+                        .iter()
+                        .map(|(key, value)| format!("{key}={value}"))
+                        .collect();
                     println!(
                         "{:<34} {:<16} {:<6} {:>4}/{:<4} {:>5.1}/{:<5.1} {:>8}  {}",
                         node.id.to_string(),
@@ -212,17 +262,34 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             client.close().await;
         }
-        Command::Bench { bench: Bench::Trials { trials, slots, json } } => {
-            anyhow::ensure!(trials > 0 && slots > 0, "--trials and --slots must be positive");
-            let result = xp::bench::trials(trials, slots).await.context("the trials bench failed")?;
+        Command::Bench {
+            bench:
+                Bench::Trials {
+                    trials,
+                    slots,
+                    json,
+                },
+        } => {
+            anyhow::ensure!(
+                trials > 0 && slots > 0,
+                "--trials and --slots must be positive"
+            );
+            let result = xp::bench::trials(trials, slots)
+                .await
+                .context("the trials bench failed")?;
             if json {
                 println!("{}", result.to_json());
             } else {
                 println!(
                     "{} no-op trials on {} slots in {:.2} s: {:.1} trials/s\nsubmit -> running: p50 {:.0} ms, p99 {:.0} ms (includes queueing)\nplaced -> running: p50 {:.0} ms, p99 {:.0} ms",
-                    result.trials, result.slots, result.seconds, result.trials_per_second,
-                    result.submit_to_running_ms.0, result.submit_to_running_ms.1,
-                    result.placed_to_running_ms.0, result.placed_to_running_ms.1
+                    result.trials,
+                    result.slots,
+                    result.seconds,
+                    result.trials_per_second,
+                    result.submit_to_running_ms.0,
+                    result.submit_to_running_ms.1,
+                    result.placed_to_running_ms.0,
+                    result.placed_to_running_ms.1
                 );
             }
         }
@@ -230,14 +297,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[expect(clippy::print_stderr, reason = "progress notes go to stderr so stdout stays parseable")]
+#[expect(
+    clippy::print_stderr,
+    reason = "progress notes go to stderr so stdout stays parseable"
+)]
 fn eprintln_note(note: &str) {
     eprintln!("{note}");
 }
 
 #[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
 fn print_status_table(status: &ExperimentStatus) {
-    let count = |state: TrialState| status.trials.iter().filter(|trial| trial.state == state).count();
+    let count = |state: TrialState| {
+        status
+            .trials
+            .iter()
+            .filter(|trial| trial.state == state)
+            .count()
+    };
     println!(
         "experiment {}  {}  team {}  {}  ({} trials: {} succeeded, {} failed, {} running, {} waiting)",
         status.id,
@@ -250,9 +326,16 @@ fn print_status_table(status: &ExperimentStatus) {
         count(TrialState::Running) + count(TrialState::Starting) + count(TrialState::Placed),
         count(TrialState::Pending) + count(TrialState::Queued),
     );
-    println!("  {:<24} {:<10} {:>8}  {:<40} CONFIG", "TRIAL", "STATE", "ATTEMPTS", "METRICS");
+    println!(
+        "  {:<24} {:<10} {:>8}  {:<40} CONFIG",
+        "TRIAL", "STATE", "ATTEMPTS", "METRICS"
+    );
     for trial in &status.trials {
-        let metrics: Vec<String> = trial.metrics.iter().map(|(name, value)| format!("{name}={value:.4}")).collect();
+        let metrics: Vec<String> = trial
+            .metrics
+            .iter()
+            .map(|(name, value)| format!("{name}={value:.4}"))
+            .collect();
         println!(
             "  {:<24} {:<10} {:>8}  {:<40} {}",
             trial.id.to_string(),

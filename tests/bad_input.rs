@@ -47,11 +47,18 @@ fn hex_decode(text: &str, out: &mut [u8; 32]) {
 
 /// Sends `bytes` raw on a fresh stream of an authenticated connection and returns the head's answer.
 async fn answer_to_raw_bytes(join: &JoinString, bytes: &[u8]) -> Message {
-    let (connection, _send, _recv) = xp_runtime::transport::connect(join, PeerRole::Client, "bad-input-test").await.unwrap();
+    let (connection, _send, _recv) =
+        xp_runtime::transport::connect(join, PeerRole::Client, "bad-input-test")
+            .await
+            .unwrap();
     let (mut send, mut recv) = connection.connection.open_bi().await.unwrap();
     send.write_all(bytes).await.unwrap();
     let _ = send.finish();
-    let answer = tokio::time::timeout(Duration::from_secs(10), frame::read_message(&mut recv)).await.unwrap().unwrap().unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), frame::read_message(&mut recv))
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     connection.close().await;
     answer
 }
@@ -71,28 +78,56 @@ fn bad_input_is_refused_clearly_and_the_cluster_keeps_working() {
 
     // A wrong token and a wrong CA hash are named as such, and the process exits non-zero.
     let wrong_token = with_query(&cluster.join, "token", &"00".repeat(32));
-    let output = Command::new(env!("CARGO_BIN_EXE_xp")).args(["nodes", "--cluster", &wrong_token]).output().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_xp"))
+        .args(["nodes", "--cluster", &wrong_token])
+        .output()
+        .unwrap();
     assert!(!output.status.success());
-    assert!(stderr_of(&output).contains("wrong token"), "{}", stderr_of(&output));
+    assert!(
+        stderr_of(&output).contains("wrong token"),
+        "{}",
+        stderr_of(&output)
+    );
     let wrong_ca = with_query(&cluster.join, "ca", &"ab".repeat(32));
-    let output = Command::new(env!("CARGO_BIN_EXE_xp")).args(["nodes", "--cluster", &wrong_ca]).output().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_xp"))
+        .args(["nodes", "--cluster", &wrong_ca])
+        .output()
+        .unwrap();
     assert!(!output.status.success());
-    assert!(stderr_of(&output).contains("CA does not match"), "{}", stderr_of(&output));
+    assert!(
+        stderr_of(&output).contains("CA does not match"),
+        "{}",
+        stderr_of(&output)
+    );
     let output = Command::new(binary("xp-node"))
         .args(["join", &wrong_token, "--data-dir"])
         .arg(cluster.dir.path().join("refused-node"))
         .output()
         .unwrap();
     assert!(!output.status.success());
-    assert!(stderr_of(&output).contains("wrong token"), "{}", stderr_of(&output));
-    let output = Command::new(env!("CARGO_BIN_EXE_xp")).args(["nodes", "--cluster", "xp://nowhere"]).output().unwrap();
+    assert!(
+        stderr_of(&output).contains("wrong token"),
+        "{}",
+        stderr_of(&output)
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_xp"))
+        .args(["nodes", "--cluster", "xp://nowhere"])
+        .output()
+        .unwrap();
     assert!(!output.status.success());
-    assert!(stderr_of(&output).contains("join string"), "{}", stderr_of(&output));
+    assert!(
+        stderr_of(&output).contains("join string"),
+        "{}",
+        stderr_of(&output)
+    );
 
     // Random datagrams on the QUIC port.
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     for seed in 0..300u64 {
-        let _ = socket.send_to(&noise(seed, (seed as usize * 37) % 1400 + 1), ("127.0.0.1", cluster.port));
+        let _ = socket.send_to(
+            &noise(seed, (seed as usize * 37) % 1400 + 1),
+            ("127.0.0.1", cluster.port),
+        );
     }
 
     // Oversized, foreign-version and garbage frames on an authenticated stream.
@@ -101,42 +136,83 @@ fn bad_input_is_refused_clearly_and_the_cluster_keeps_working() {
     runtime.block_on(async {
         let mut oversized = ((frame::MAX_FRAME_BYTES + 1) as u32).to_be_bytes().to_vec();
         oversized.extend_from_slice(&noise(1, 64));
-        check_refused_with(answer_to_raw_bytes(&join, &oversized).await, ErrorCode::FrameTooLarge);
+        check_refused_with(
+            answer_to_raw_bytes(&join, &oversized).await,
+            ErrorCode::FrameTooLarge,
+        );
 
-        let mut foreign = frame::encode(&Message::Request(xp_runtime::protocol::Request::Nodes)).unwrap();
+        let mut foreign =
+            frame::encode(&Message::Request(xp_runtime::protocol::Request::Nodes)).unwrap();
         foreign[4..6].copy_from_slice(&7u16.to_be_bytes());
-        check_refused_with(answer_to_raw_bytes(&join, &foreign).await, ErrorCode::UnsupportedVersion);
+        check_refused_with(
+            answer_to_raw_bytes(&join, &foreign).await,
+            ErrorCode::UnsupportedVersion,
+        );
 
         let mut garbage = 66u32.to_be_bytes().to_vec();
         garbage.extend_from_slice(&1u16.to_be_bytes());
         garbage.extend_from_slice(&noise(2, 64));
-        check_refused_with(answer_to_raw_bytes(&join, &garbage).await, ErrorCode::MalformedFrame);
+        check_refused_with(
+            answer_to_raw_bytes(&join, &garbage).await,
+            ErrorCode::MalformedFrame,
+        );
 
         // Garbage instead of a hello: the connection is closed with a reason.
-        let (_endpoint, connection) = xp_runtime::transport::connect_unauthenticated(&join).await.unwrap();
+        let (_endpoint, connection) = xp_runtime::transport::connect_unauthenticated(&join)
+            .await
+            .unwrap();
         let (mut send, _recv) = connection.open_bi().await.unwrap();
         send.write_all(&noise(3, 200)).await.unwrap();
         let _ = send.finish();
-        let closed = tokio::time::timeout(Duration::from_secs(15), connection.closed()).await.unwrap();
-        assert!(matches!(closed, quinn::ConnectionError::ApplicationClosed(_)), "{closed:?}");
+        let closed = tokio::time::timeout(Duration::from_secs(15), connection.closed())
+            .await
+            .unwrap();
+        assert!(
+            matches!(closed, quinn::ConnectionError::ApplicationClosed(_)),
+            "{closed:?}"
+        );
     });
 
     // Malformed YAML and unknown fields name the place.
     let broken = cluster.write_file("broken.yaml", "name: x\ntrial: [unclosed\n");
     let output = cluster.xp(&["submit", broken.to_str().unwrap()]);
     assert!(!output.status.success());
-    assert!(stderr_of(&output).contains("line"), "{}", stderr_of(&output));
-    let unknown = cluster.write_file("unknown.yaml", "name: x\ntrial:\n  command: [echo]\n  wrkers: 2\n");
+    assert!(
+        stderr_of(&output).contains("line"),
+        "{}",
+        stderr_of(&output)
+    );
+    let unknown = cluster.write_file(
+        "unknown.yaml",
+        "name: x\ntrial:\n  command: [echo]\n  wrkers: 2\n",
+    );
     let output = cluster.xp(&["submit", unknown.to_str().unwrap()]);
     assert!(!output.status.success());
-    assert!(stderr_of(&output).contains("wrkers") && stderr_of(&output).contains("line 4"), "{}", stderr_of(&output));
-    let bad_value = cluster.write_file("bad-value.yaml", "name: x\ntrial:\n  command: [echo]\n  workers: 0\n");
+    assert!(
+        stderr_of(&output).contains("wrkers") && stderr_of(&output).contains("line 4"),
+        "{}",
+        stderr_of(&output)
+    );
+    let bad_value = cluster.write_file(
+        "bad-value.yaml",
+        "name: x\ntrial:\n  command: [echo]\n  workers: 0\n",
+    );
     let output = cluster.xp(&["submit", bad_value.to_str().unwrap()]);
-    assert!(stderr_of(&output).contains("trial.workers"), "{}", stderr_of(&output));
+    assert!(
+        stderr_of(&output).contains("trial.workers"),
+        "{}",
+        stderr_of(&output)
+    );
 
     // After all that, the cluster still runs work.
-    let good = cluster.write_file("good.yaml", "name: still-fine\ntrial:\n  command: [sh, -c, 'echo \"XP_METRIC {\\\"ok\\\": 1}\"']\n");
-    let experiment = cluster.must_xp(&["submit", good.to_str().unwrap()]).trim().to_owned();
+    let good = cluster.write_file(
+        "good.yaml",
+        "name: still-fine\ntrial:\n  command: [sh, -c, 'echo \"XP_METRIC {\\\"ok\\\": 1}\"']\n",
+    );
+    let experiment = cluster
+        .must_xp(&["submit", good.to_str().unwrap()])
+        .trim()
+        .to_owned();
     let status = cluster.wait_finished(&experiment, Duration::from_secs(60));
     assert_eq!(status["state"], "succeeded", "{status:#}");
     assert_eq!(status["trials"][0]["metrics"]["ok"], 1.0);

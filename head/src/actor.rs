@@ -16,8 +16,8 @@ use tracing::{error, warn};
 use xp_runtime::clock::Clock;
 use xp_runtime::ids::{ExperimentId, NodeId, WorkerKey};
 use xp_runtime::protocol::{
-    ErrorCode, HeadCommand, LogChunk, LogRequest, NodeMessage, NodeRegistration, RemoteError, Response, SubmitRequest,
-    TrialEvent,
+    ErrorCode, HeadCommand, LogChunk, LogRequest, NodeMessage, NodeRegistration, RemoteError,
+    Response, SubmitRequest, TrialEvent,
 };
 
 use crate::core::{HeadCore, Record};
@@ -101,10 +101,14 @@ impl HeadState {
         while let Some(command) = self.args.core.poll_command() {
             self.unsent.push(command);
         }
-        let committed = tokio::task::block_in_place(|| self.args.registry.commit(&self.unpersisted));
+        let committed =
+            tokio::task::block_in_place(|| self.args.registry.commit(&self.unpersisted));
         if let Err(commit_error) = committed {
             error!(error = %commit_error, pending = self.unpersisted.len(), "cannot persist head state; nothing is acknowledged until it succeeds");
-            return Err(RemoteError::new(ErrorCode::Internal, format!("the head cannot persist state: {commit_error}")));
+            return Err(RemoteError::new(
+                ErrorCode::Internal,
+                format!("the head cannot persist state: {commit_error}"),
+            ));
         }
         self.unpersisted.clear();
         for (node_id, command) in self.unsent.drain(..) {
@@ -113,7 +117,9 @@ impl HeadState {
         for (node_id, upto) in std::mem::take(&mut self.acks) {
             send_to_node(&self.args.sessions, node_id, HeadCommand::Ack { upto });
         }
-        self.args.event_seq.send_replace(self.args.core.last_event_seq());
+        self.args
+            .event_seq
+            .send_replace(self.args.core.last_event_seq());
         Ok(())
     }
 
@@ -124,12 +130,16 @@ impl HeadState {
 }
 
 fn send_to_node(sessions: &Sessions, node_id: NodeId, command: HeadCommand) {
-    let sender = sessions.get(&node_id).map(|session| session.commands.clone());
+    let sender = sessions
+        .get(&node_id)
+        .map(|session| session.commands.clone());
     match sender {
         Some(sender) => {
             let _ = sender.send(command);
         }
-        None => warn!(%node_id, ?command, "node not connected; command dropped (reconciled when it returns)"),
+        None => {
+            warn!(%node_id, ?command, "node not connected; command dropped (reconciled when it returns)")
+        }
     }
 }
 
@@ -138,28 +148,52 @@ impl Actor for HeadActor {
     type State = HeadState;
     type Arguments = HeadArgs;
 
-    async fn pre_start(&self, myself: ActorRef<HeadMsg>, args: HeadArgs) -> Result<HeadState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<HeadMsg>,
+        args: HeadArgs,
+    ) -> Result<HeadState, ActorProcessingErr> {
         myself.send_interval(TICK, || HeadMsg::Tick);
-        Ok(HeadState { args, unpersisted: Vec::new(), unsent: Vec::new(), acks: BTreeMap::new() })
+        Ok(HeadState {
+            args,
+            unpersisted: Vec::new(),
+            unsent: Vec::new(),
+            acks: BTreeMap::new(),
+        })
     }
 
-    async fn handle(&self, _myself: ActorRef<HeadMsg>, message: HeadMsg, state: &mut HeadState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<HeadMsg>,
+        message: HeadMsg,
+        state: &mut HeadState,
+    ) -> Result<(), ActorProcessingErr> {
         let now = state.args.clock.now();
         match message {
             HeadMsg::Submit(request, reply) => {
-                let result = state.args.core.handle_submit(now, &request).map(|(experiment, reused, trials)| Response::Submitted {
-                    experiment,
-                    reused,
-                    trials,
-                });
+                let result = state.args.core.handle_submit(now, &request).map(
+                    |(experiment, reused, trials)| Response::Submitted {
+                        experiment,
+                        reused,
+                        trials,
+                    },
+                );
                 state.reply(reply, result);
             }
             HeadMsg::Status(filter, reply) => {
-                let result = state.args.core.status(filter.as_deref()).map(Response::Status);
+                let result = state
+                    .args
+                    .core
+                    .status(filter.as_deref())
+                    .map(Response::Status);
                 let _ = reply.send(result);
             }
             HeadMsg::Cancel(id, reply) => {
-                let result = state.args.core.handle_cancel(now, &id).map(|trials| Response::Cancelled { trials });
+                let result = state
+                    .args
+                    .core
+                    .handle_cancel(now, &id)
+                    .map(|trials| Response::Cancelled { trials });
                 state.reply(reply, result);
             }
             HeadMsg::Nodes(reply) => {
@@ -184,7 +218,10 @@ impl Actor for HeadActor {
                 let _ = state.flush();
             }
             HeadMsg::NodeDisconnected(node_id, session_id) => {
-                state.args.sessions.remove_if(&node_id, |_, session| session.session_id == session_id);
+                state
+                    .args
+                    .sessions
+                    .remove_if(&node_id, |_, session| session.session_id == session_id);
             }
             HeadMsg::Tick => {
                 state.args.core.handle_tick(now);

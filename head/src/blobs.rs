@@ -49,7 +49,9 @@ impl BlobStore {
     /// A store in `dir`, created if needed.
     pub fn open(dir: &Path) -> Result<Self, std::io::Error> {
         std::fs::create_dir_all(dir)?;
-        Ok(Self { dir: dir.to_owned() })
+        Ok(Self {
+            dir: dir.to_owned(),
+        })
     }
 
     /// The path of `hash`, whether or not it exists.
@@ -68,7 +70,9 @@ impl BlobStore {
             return Err(BlobError::TooLarge { len });
         }
         let final_path = self.path(hash);
-        let temporary = self.dir.join(format!(".{hash}.{}.part", std::process::id()));
+        let temporary = self
+            .dir
+            .join(format!(".{hash}.{}.part", std::process::id()));
         let result = async {
             let mut file = tokio::fs::File::create(&temporary).await?;
             let mut hasher = blake3::Hasher::new();
@@ -89,7 +93,10 @@ impl BlobStore {
             }
             let actual = BlobHash(*hasher.finalize().as_bytes());
             if actual != hash {
-                return Err(BlobError::HashMismatch { announced: hash, actual });
+                return Err(BlobError::HashMismatch {
+                    announced: hash,
+                    actual,
+                });
             }
             file.sync_all().await?;
             tokio::fs::rename(&temporary, &final_path).await?;

@@ -19,9 +19,9 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::identity::experiment_content_hash;
 use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
-    AttemptStatus, ErrorCode, ExperimentState, ExperimentStatus, HeadCommand, Launch, LogRequest, NodeMessage,
-    NodeRegistration, NodeResources, NodeState, NodeStatus, Program, RemoteError, SubmitRequest, TrialEvent,
-    TrialState, TrialStatus, WorkerReport,
+    AttemptStatus, ErrorCode, ExperimentState, ExperimentStatus, HeadCommand, Launch, LogRequest,
+    NodeMessage, NodeRegistration, NodeResources, NodeState, NodeStatus, Program, RemoteError,
+    SubmitRequest, TrialEvent, TrialState, TrialStatus, WorkerReport,
 };
 use xp_runtime::search::plan_trials;
 use xp_runtime::spec::{ExperimentSpec, Mode, render_arg};
@@ -44,7 +44,10 @@ pub struct CoreConfig {
 
 impl Default for CoreConfig {
     fn default() -> Self {
-        Self { node_timeout_ms: 10_000, heartbeat_interval_ms: 1_000 }
+        Self {
+            node_timeout_ms: 10_000,
+            heartbeat_interval_ms: 1_000,
+        }
     }
 }
 
@@ -281,7 +284,9 @@ impl HeadCore {
                     core.specs.insert(experiment.id, spec);
                     core.experiments.insert(experiment.id, experiment);
                 }
-                Err(error) => warn!(experiment_id = %experiment.id, %error, "stored experiment spec no longer validates; skipped"),
+                Err(error) => {
+                    warn!(experiment_id = %experiment.id, %error, "stored experiment spec no longer validates; skipped")
+                }
             }
         }
         for trial in loaded.trials {
@@ -295,7 +300,10 @@ impl HeadCore {
         }
         for event in loaded.events {
             core.next_event_seq = core.next_event_seq.max(event.seq + 1);
-            core.events.entry(event.trial.experiment).or_default().push(event);
+            core.events
+                .entry(event.trial.experiment)
+                .or_default()
+                .push(event);
         }
         let live_workers: Vec<(WorkerRecord, String, u16)> = core
             .trials
@@ -306,7 +314,13 @@ impl HeadCore {
                     .workers
                     .iter()
                     .filter(|worker| worker.state.holds_resources())
-                    .map(|worker| (worker.clone(), attempt.master_host.clone(), attempt.master_port))
+                    .map(|worker| {
+                        (
+                            worker.clone(),
+                            attempt.master_host.clone(),
+                            attempt.master_port,
+                        )
+                    })
             })
             .collect();
         for (worker, _, _) in &live_workers {
@@ -314,7 +328,10 @@ impl HeadCore {
         }
         for trial in core.trials.values() {
             for attempt in trial.attempts.iter().filter(|attempt| attempt.is_live()) {
-                core.ports_in_use.entry(attempt.master_host.clone()).or_default().insert(attempt.master_port);
+                core.ports_in_use
+                    .entry(attempt.master_host.clone())
+                    .or_default()
+                    .insert(attempt.master_port);
             }
         }
         core
@@ -363,15 +380,24 @@ impl HeadCore {
         let spec = ExperimentSpec::from_json(&request.spec_json)
             .map_err(|error| RemoteError::new(ErrorCode::BadRequest, error.to_string()))?;
         if spec.trial.entry.is_some() && request.program.is_none() {
-            return Err(RemoteError::new(ErrorCode::BadRequest, "an `entry` trial needs its driver binary uploaded"));
+            return Err(RemoteError::new(
+                ErrorCode::BadRequest,
+                "an `entry` trial needs its driver binary uploaded",
+            ));
         }
-        if let Some(program) = request.program {
-            if spec.trial.entry.is_none() {
-                return Err(RemoteError::new(ErrorCode::BadRequest, format!("binary {program} given for a command trial")));
-            }
+        if let Some(program) = request.program
+            && spec.trial.entry.is_none()
+        {
+            return Err(RemoteError::new(
+                ErrorCode::BadRequest,
+                format!("binary {program} given for a command trial"),
+            ));
         }
         if request.code_version.len() > 512 || request.data_version.len() > 512 {
-            return Err(RemoteError::new(ErrorCode::BadRequest, "code or data version is longer than 512 bytes"));
+            return Err(RemoteError::new(
+                ErrorCode::BadRequest,
+                "code or data version is longer than 512 bytes",
+            ));
         }
         // Identity: the config without the local program path, and the binary's hash as code.
         let mut identity_spec = spec.clone();
@@ -380,8 +406,11 @@ impl HeadCore {
             Some(program) => format!("{}|binary:{program}", request.code_version),
             None => request.code_version.clone(),
         };
-        let content_hash =
-            experiment_content_hash(&identity_spec.to_canonical_json(), &code_identity, &request.data_version);
+        let content_hash = experiment_content_hash(
+            &identity_spec.to_canonical_json(),
+            &code_identity,
+            &request.data_version,
+        );
         let latest = self
             .experiments
             .values()
@@ -411,7 +440,10 @@ impl HeadCore {
         self.experiments.insert(id, record);
         self.dirty_experiments.insert(id);
         for (index, plan) in plans.iter().enumerate() {
-            let trial_id = TrialId { experiment: id, index: index as u32 };
+            let trial_id = TrialId {
+                experiment: id,
+                index: index as u32,
+            };
             self.trials.insert(
                 trial_id,
                 TrialRecord {
@@ -427,7 +459,13 @@ impl HeadCore {
                     queued_at: now,
                 },
             );
-            self.push_event(now, trial_id, TrialState::Pending, 0, "submitted".to_owned());
+            self.push_event(
+                now,
+                trial_id,
+                TrialState::Pending,
+                0,
+                "submitted".to_owned(),
+            );
             self.dirty_trials.insert(trial_id);
         }
         info!(experiment_id = %id, name = %spec.name, trials = plans.len(), "experiment submitted");
@@ -449,7 +487,10 @@ impl HeadCore {
                 record.cancelled = true;
                 self.dirty_experiments.insert(experiment);
             }
-            self.trials.range(trial_range(experiment)).map(|(id, _)| *id).collect()
+            self.trials
+                .range(trial_range(experiment))
+                .map(|(id, _)| *id)
+                .collect()
         };
         let mut cancelled = 0;
         for trial_id in targets {
@@ -457,7 +498,12 @@ impl HeadCore {
                 continue;
             }
             self.end_live_attempt(now, trial_id, "cancelled by user");
-            self.transition(now, trial_id, TrialState::Cancelled, "cancelled by user".to_owned());
+            self.transition(
+                now,
+                trial_id,
+                TrialState::Cancelled,
+                "cancelled by user".to_owned(),
+            );
             cancelled += 1;
         }
         self.schedule(now);
@@ -470,7 +516,10 @@ impl HeadCore {
             Some(text) => vec![self.resolve_experiment(text)?],
             None => self.experiments.keys().copied().collect(),
         };
-        Ok(ids.into_iter().map(|id| self.experiment_status(id)).collect())
+        Ok(ids
+            .into_iter()
+            .map(|id| self.experiment_status(id))
+            .collect())
     }
 
     /// The nodes as `xp nodes` shows them.
@@ -486,8 +535,14 @@ impl HeadCore {
                     state: node.state,
                     capacity: node.resources.clone(),
                     free_gpus: (node.resources.gpus.len() - usage.gpus.len()) as u32,
-                    free_milli_cpus: node.resources.milli_cpus.saturating_sub(usage.milli_cpus as u32),
-                    free_memory_bytes: node.resources.memory_bytes.saturating_sub(usage.memory_bytes),
+                    free_milli_cpus: node
+                        .resources
+                        .milli_cpus
+                        .saturating_sub(usage.milli_cpus as u32),
+                    free_memory_bytes: node
+                        .resources
+                        .memory_bytes
+                        .saturating_sub(usage.memory_bytes),
                     labels: node.labels.clone(),
                     running_workers: usage.workers,
                     last_seen: node.last_seen,
@@ -497,10 +552,19 @@ impl HeadCore {
     }
 
     /// Where a worker's log lives: its node, its key, and whether it has exited.
-    pub fn locate_worker(&self, request: &LogRequest) -> Result<(NodeId, WorkerKey, bool), RemoteError> {
-        let trial = self.trials.get(&request.trial).ok_or_else(|| not_found(format!("no trial {}", request.trial)))?;
+    pub fn locate_worker(
+        &self,
+        request: &LogRequest,
+    ) -> Result<(NodeId, WorkerKey, bool), RemoteError> {
+        let trial = self
+            .trials
+            .get(&request.trial)
+            .ok_or_else(|| not_found(format!("no trial {}", request.trial)))?;
         let attempt = match request.attempt {
-            Some(number) => trial.attempts.iter().find(|attempt| attempt.number == number),
+            Some(number) => trial
+                .attempts
+                .iter()
+                .find(|attempt| attempt.number == number),
             None => trial.attempts.last(),
         }
         .ok_or_else(|| not_found(format!("trial {} has no such attempt yet", request.trial)))?;
@@ -508,17 +572,34 @@ impl HeadCore {
             .workers
             .iter()
             .find(|worker| worker.rank == request.rank)
-            .ok_or_else(|| not_found(format!("trial {} has no rank {}", request.trial, request.rank)))?;
-        let key = WorkerKey { trial: trial.id, attempt: attempt.number, rank: worker.rank };
+            .ok_or_else(|| {
+                not_found(format!(
+                    "trial {} has no rank {}",
+                    request.trial, request.rank
+                ))
+            })?;
+        let key = WorkerKey {
+            trial: trial.id,
+            attempt: attempt.number,
+            rank: worker.rank,
+        };
         Ok((worker.node, key, !worker.state.holds_resources()))
     }
 
     /// Events of `experiment` with sequence numbers above `after`.
-    pub fn events_after(&self, experiment: ExperimentId, after: u64) -> Result<Vec<TrialEvent>, RemoteError> {
+    pub fn events_after(
+        &self,
+        experiment: ExperimentId,
+        after: u64,
+    ) -> Result<Vec<TrialEvent>, RemoteError> {
         if !self.experiments.contains_key(&experiment) {
             return Err(not_found(format!("no experiment {experiment}")));
         }
-        let events = self.events.get(&experiment).map(Vec::as_slice).unwrap_or_default();
+        let events = self
+            .events
+            .get(&experiment)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         let start = events.partition_point(|event| event.seq <= after);
         Ok(events[start..].iter().take(1000).cloned().collect())
     }
@@ -545,7 +626,9 @@ impl HeadCore {
         self.dirty_nodes.insert(node_id);
         self.commands.push_back((
             node_id,
-            HeadCommand::Registered { heartbeat_interval_ms: self.config.heartbeat_interval_ms },
+            HeadCommand::Registered {
+                heartbeat_interval_ms: self.config.heartbeat_interval_ms,
+            },
         ));
         let still_running: BTreeSet<WorkerKey> = registration.running.into_iter().collect();
         // Workers the head placed here that the node no longer knows: their launch or
@@ -556,13 +639,24 @@ impl HeadCore {
             .filter(|key| !still_running.contains(key))
             .collect();
         for key in vanished {
-            self.lose_worker(now, key, format!("node {node_id} no longer runs rank {}", key.rank));
+            self.lose_worker(
+                now,
+                key,
+                format!("node {node_id} no longer runs rank {}", key.rank),
+            );
         }
         // Workers the node runs that belong to no live attempt must stop.
         for key in still_running {
-            let live = self.worker(key).is_some_and(|(attempt, worker)| attempt.is_live() && worker.state.holds_resources());
+            let live = self.worker(key).is_some_and(|(attempt, worker)| {
+                attempt.is_live() && worker.state.holds_resources()
+            });
             if !live {
-                self.kill_on(node_id, key.trial, key.attempt, "stale worker found at node registration");
+                self.kill_on(
+                    node_id,
+                    key.trial,
+                    key.attempt,
+                    "stale worker found at node registration",
+                );
             }
         }
         self.schedule(now);
@@ -590,7 +684,10 @@ impl HeadCore {
         let timed_out: Vec<NodeId> = self
             .nodes
             .values()
-            .filter(|node| node.state == NodeState::Ready && now.saturating_sub(node.last_seen) > self.config.node_timeout_ms)
+            .filter(|node| {
+                node.state == NodeState::Ready
+                    && now.saturating_sub(node.last_seen) > self.config.node_timeout_ms
+            })
             .map(|node| node.id)
             .collect();
         for node_id in timed_out {
@@ -629,25 +726,48 @@ impl HeadCore {
                 }
                 debug!(worker = %key, pid, "worker started");
                 self.set_worker_state(key, WorkerState::Started);
-                let all_started = self
-                    .worker(key)
-                    .is_some_and(|(attempt, _)| attempt.workers.iter().all(|worker| worker.state == WorkerState::Started));
+                let all_started = self.worker(key).is_some_and(|(attempt, _)| {
+                    attempt
+                        .workers
+                        .iter()
+                        .all(|worker| worker.state == WorkerState::Started)
+                });
                 if all_started {
                     if let Some(attempt) = self.attempt_mut(key) {
                         attempt.running_at = Some(now);
                     }
-                    self.transition(now, key.trial, TrialState::Running, format!("all workers of attempt {} running", key.attempt));
+                    self.transition(
+                        now,
+                        key.trial,
+                        TrialState::Running,
+                        format!("all workers of attempt {} running", key.attempt),
+                    );
                 } else if self.trials[&key.trial].state == TrialState::Placed {
-                    self.transition(now, key.trial, TrialState::Starting, format!("rank {} started", key.rank));
+                    self.transition(
+                        now,
+                        key.trial,
+                        TrialState::Starting,
+                        format!("rank {} started", key.rank),
+                    );
                 }
             }
             WorkerReport::LaunchFailed { error, .. } => {
                 if !worker_state.holds_resources() {
                     return;
                 }
-                self.release_worker(key, WorkerState::Exited { code: None, signal: None });
+                self.release_worker(
+                    key,
+                    WorkerState::Exited {
+                        code: None,
+                        signal: None,
+                    },
+                );
                 if attempt_live {
-                    self.fail_attempt(now, key, format!("rank {} could not start: {error}", key.rank));
+                    self.fail_attempt(
+                        now,
+                        key,
+                        format!("rank {} could not start: {error}", key.rank),
+                    );
                 }
             }
             WorkerReport::Exited { code, signal, .. } => {
@@ -660,11 +780,22 @@ impl HeadCore {
                 }
                 if code == Some(0) {
                     let all_succeeded = self.worker(key).is_some_and(|(attempt, _)| {
-                        attempt.workers.iter().all(|worker| worker.state == WorkerState::Exited { code: Some(0), signal: None })
+                        attempt.workers.iter().all(|worker| {
+                            worker.state
+                                == WorkerState::Exited {
+                                    code: Some(0),
+                                    signal: None,
+                                }
+                        })
                     });
                     if all_succeeded {
                         self.finish_attempt(now, key, "succeeded");
-                        self.transition(now, key.trial, TrialState::Succeeded, "all workers exited with status 0".to_owned());
+                        self.transition(
+                            now,
+                            key.trial,
+                            TrialState::Succeeded,
+                            "all workers exited with status 0".to_owned(),
+                        );
                     }
                 } else {
                     let how = match (code, signal) {
@@ -675,7 +806,12 @@ impl HeadCore {
                     self.fail_attempt(now, key, format!("rank {} {how}", key.rank));
                 }
             }
-            WorkerReport::Metric { index, step, values, .. } => {
+            WorkerReport::Metric {
+                index,
+                step,
+                values,
+                ..
+            } => {
                 if worker.last_metric_index.is_some_and(|last| index <= last) {
                     return;
                 }
@@ -684,14 +820,24 @@ impl HeadCore {
                 }
                 let values: BTreeMap<String, f64> = values.into_iter().collect();
                 if key.rank == 0 {
-                    let trial = self.trials.get_mut(&key.trial).expect("worker lookup found the trial");
-                    trial.metrics.extend(values.iter().map(|(name, value)| (name.clone(), *value)));
+                    let trial = self
+                        .trials
+                        .get_mut(&key.trial)
+                        .expect("worker lookup found the trial");
+                    trial
+                        .metrics
+                        .extend(values.iter().map(|(name, value)| (name.clone(), *value)));
                     if step.is_some() {
                         trial.last_step = step;
                     }
                 }
                 self.dirty_trials.insert(key.trial);
-                self.appended.push(Record::Metric(MetricRecord { key, step, values, at: now }));
+                self.appended.push(Record::Metric(MetricRecord {
+                    key,
+                    step,
+                    values,
+                    at: now,
+                }));
             }
         }
     }
@@ -704,7 +850,13 @@ impl HeadCore {
             .trials
             .values()
             .filter(|trial| trial.state == TrialState::Queued)
-            .map(|trial| (self.specs[&trial.id.experiment].priority, trial.queued_at, trial.id))
+            .map(|trial| {
+                (
+                    self.specs[&trial.id.experiment].priority,
+                    trial.queued_at,
+                    trial.id,
+                )
+            })
             .collect();
         queue.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
         for (_, _, trial_id) in queue {
@@ -717,7 +869,10 @@ impl HeadCore {
     fn admit_pending(&mut self, now: UnixMillis) {
         let experiment_ids: Vec<ExperimentId> = self.experiments.keys().copied().collect();
         for experiment_id in experiment_ids {
-            let limit = self.specs[&experiment_id].search.parallel.map_or(usize::MAX, |limit| limit as usize);
+            let limit = self.specs[&experiment_id]
+                .search
+                .parallel
+                .map_or(usize::MAX, |limit| limit as usize);
             let (active, pending): (Vec<_>, Vec<_>) = self
                 .trials
                 .range(trial_range(experiment_id))
@@ -729,7 +884,12 @@ impl HeadCore {
                 if let Some(trial) = self.trials.get_mut(&trial_id) {
                     trial.queued_at = now;
                 }
-                self.transition(now, trial_id, TrialState::Queued, "waiting for slots".to_owned());
+                self.transition(
+                    now,
+                    trial_id,
+                    TrialState::Queued,
+                    "waiting for slots".to_owned(),
+                );
             }
         }
     }
@@ -742,9 +902,21 @@ impl HeadCore {
                 let usage = self.usage.get(&node.id).cloned().unwrap_or_default();
                 FreeResources {
                     node: node.id,
-                    free_gpus: node.resources.gpus.iter().map(|gpu| gpu.index).filter(|index| !usage.gpus.contains(index)).collect(),
-                    free_milli_cpus: node.resources.milli_cpus.saturating_sub(usage.milli_cpus as u32),
-                    free_memory_bytes: node.resources.memory_bytes.saturating_sub(usage.memory_bytes),
+                    free_gpus: node
+                        .resources
+                        .gpus
+                        .iter()
+                        .map(|gpu| gpu.index)
+                        .filter(|index| !usage.gpus.contains(index))
+                        .collect(),
+                    free_milli_cpus: node
+                        .resources
+                        .milli_cpus
+                        .saturating_sub(usage.milli_cpus as u32),
+                    free_memory_bytes: node
+                        .resources
+                        .memory_bytes
+                        .saturating_sub(usage.memory_bytes),
                 }
             })
             .filter(|free| free.free_milli_cpus > 0 || !free.free_gpus.is_empty())
@@ -763,7 +935,9 @@ impl HeadCore {
         };
         let master_host = self.nodes[&slots[0].node].address.clone();
         let used_ports = self.ports_in_use.entry(master_host.clone()).or_default();
-        let Some(master_port) = (FIRST_MASTER_PORT..=LAST_MASTER_PORT).find(|port| !used_ports.contains(port)) else {
+        let Some(master_port) =
+            (FIRST_MASTER_PORT..=LAST_MASTER_PORT).find(|port| !used_ports.contains(port))
+        else {
             warn!(host = %master_host, "no free MASTER_PORT left on this host");
             return false;
         };
@@ -787,11 +961,18 @@ impl HeadCore {
         let mut local_ranks: BTreeMap<NodeId, u32> = BTreeMap::new();
         for worker in &workers {
             let local_rank = local_ranks.entry(worker.node).or_default();
-            let key = WorkerKey { trial: trial_id, attempt: number, rank: worker.rank };
+            let key = WorkerKey {
+                trial: trial_id,
+                attempt: number,
+                rank: worker.rank,
+            };
             let program = match self.program_for(trial, worker.rank) {
                 Ok(program) => program,
                 Err(reason) => {
-                    self.ports_in_use.entry(master_host).or_default().remove(&master_port);
+                    self.ports_in_use
+                        .entry(master_host)
+                        .or_default()
+                        .remove(&master_port);
                     self.transition(now, trial_id, TrialState::Failed, reason);
                     return true;
                 }
@@ -815,7 +996,10 @@ impl HeadCore {
         for worker in &workers {
             self.allocate(worker);
         }
-        let nodes: BTreeSet<String> = workers.iter().map(|worker| worker.node.to_string()).collect();
+        let nodes: BTreeSet<String> = workers
+            .iter()
+            .map(|worker| worker.node.to_string())
+            .collect();
         let trial = self.trials.get_mut(&trial_id).expect("trial exists");
         trial.attempts.push(AttemptRecord {
             number,
@@ -831,7 +1015,12 @@ impl HeadCore {
             self.commands.push_back((node, HeadCommand::Launch(launch)));
         }
         let nodes: Vec<String> = nodes.into_iter().collect();
-        self.transition(now, trial_id, TrialState::Placed, format!("attempt {number} placed on {}", nodes.join(",")));
+        self.transition(
+            now,
+            trial_id,
+            TrialState::Placed,
+            format!("attempt {number} placed on {}", nodes.join(",")),
+        );
         true
     }
 
@@ -839,11 +1028,17 @@ impl HeadCore {
         let experiment = &self.experiments[&trial.id.experiment];
         let spec = &self.specs[&trial.id.experiment];
         if let Some(entry) = &spec.trial.entry {
-            let binary = experiment.program.ok_or_else(|| "entry trial without a binary".to_owned())?;
-            return Ok(Program::Entry { binary, entry: entry.clone() });
+            let binary = experiment
+                .program
+                .ok_or_else(|| "entry trial without a binary".to_owned())?;
+            return Ok(Program::Entry {
+                binary,
+                entry: entry.clone(),
+            });
         }
         let config: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(&trial.config_json).map_err(|error| format!("stored config is corrupt: {error}"))?;
+            serde_json::from_str(&trial.config_json)
+                .map_err(|error| format!("stored config is corrupt: {error}"))?;
         let lookup = |name: &str| -> Option<String> {
             match name {
                 "trial_id" => Some(trial.id.to_string()),
@@ -868,14 +1063,23 @@ impl HeadCore {
     // ---- Attempt and worker bookkeeping ----
 
     fn worker(&self, key: WorkerKey) -> Option<(&AttemptRecord, &WorkerRecord)> {
-        let attempt = self.trials.get(&key.trial)?.attempts.iter().find(|attempt| attempt.number == key.attempt)?;
+        let attempt = self
+            .trials
+            .get(&key.trial)?
+            .attempts
+            .iter()
+            .find(|attempt| attempt.number == key.attempt)?;
         let worker = attempt.workers.get(key.rank as usize)?;
         Some((attempt, worker))
     }
 
     fn attempt_mut(&mut self, key: WorkerKey) -> Option<&mut AttemptRecord> {
         self.dirty_trials.insert(key.trial);
-        self.trials.get_mut(&key.trial)?.attempts.iter_mut().find(|attempt| attempt.number == key.attempt)
+        self.trials
+            .get_mut(&key.trial)?
+            .attempts
+            .iter_mut()
+            .find(|attempt| attempt.number == key.attempt)
     }
 
     fn worker_mut(&mut self, key: WorkerKey) -> Option<&mut WorkerRecord> {
@@ -894,7 +1098,11 @@ impl HeadCore {
             for attempt in &trial.attempts {
                 for worker in &attempt.workers {
                     if worker.node == node_id && worker.state.holds_resources() {
-                        keys.push(WorkerKey { trial: trial.id, attempt: attempt.number, rank: worker.rank });
+                        keys.push(WorkerKey {
+                            trial: trial.id,
+                            attempt: attempt.number,
+                            rank: worker.rank,
+                        });
                     }
                 }
             }
@@ -915,7 +1123,9 @@ impl HeadCore {
 
     /// Frees a worker's slot and records its final state.
     fn release_worker(&mut self, key: WorkerKey, state: WorkerState) {
-        let Some(worker) = self.worker_mut(key) else { return };
+        let Some(worker) = self.worker_mut(key) else {
+            return;
+        };
         if !worker.state.holds_resources() {
             return;
         }
@@ -925,7 +1135,9 @@ impl HeadCore {
         for gpu in &worker.gpu_indices {
             usage.gpus.remove(gpu);
         }
-        usage.milli_cpus = usage.milli_cpus.saturating_sub(u64::from(worker.milli_cpus));
+        usage.milli_cpus = usage
+            .milli_cpus
+            .saturating_sub(u64::from(worker.milli_cpus));
         usage.memory_bytes = usage.memory_bytes.saturating_sub(worker.memory_bytes);
         usage.workers = usage.workers.saturating_sub(1);
     }
@@ -933,7 +1145,9 @@ impl HeadCore {
     /// Ends the attempt of `key` (if live) with `outcome`, freeing its port and
     /// stopping its other workers.
     fn finish_attempt(&mut self, now: UnixMillis, key: WorkerKey, outcome: &str) {
-        let Some(attempt) = self.attempt_mut(key) else { return };
+        let Some(attempt) = self.attempt_mut(key) else {
+            return;
+        };
         if !attempt.is_live() {
             return;
         }
@@ -941,8 +1155,12 @@ impl HeadCore {
         attempt.outcome = Some(outcome.to_owned());
         let host = attempt.master_host.clone();
         let port = attempt.master_port;
-        let live_nodes: BTreeSet<NodeId> =
-            attempt.workers.iter().filter(|worker| worker.state.holds_resources()).map(|worker| worker.node).collect();
+        let live_nodes: BTreeSet<NodeId> = attempt
+            .workers
+            .iter()
+            .filter(|worker| worker.state.holds_resources())
+            .map(|worker| worker.node)
+            .collect();
         if let Some(ports) = self.ports_in_use.get_mut(&host) {
             ports.remove(&port);
         }
@@ -952,9 +1170,21 @@ impl HeadCore {
     }
 
     fn end_live_attempt(&mut self, now: UnixMillis, trial_id: TrialId, outcome: &str) {
-        let live = self.trials[&trial_id].attempts.last().filter(|attempt| attempt.is_live()).map(|attempt| attempt.number);
+        let live = self.trials[&trial_id]
+            .attempts
+            .last()
+            .filter(|attempt| attempt.is_live())
+            .map(|attempt| attempt.number);
         if let Some(number) = live {
-            self.finish_attempt(now, WorkerKey { trial: trial_id, attempt: number, rank: 0 }, outcome);
+            self.finish_attempt(
+                now,
+                WorkerKey {
+                    trial: trial_id,
+                    attempt: number,
+                    rank: 0,
+                },
+                outcome,
+            );
         }
     }
 
@@ -962,7 +1192,10 @@ impl HeadCore {
     fn fail_attempt(&mut self, now: UnixMillis, key: WorkerKey, reason: String) {
         self.finish_attempt(now, key, &format!("failed: {reason}"));
         let max_retries = self.specs[&key.trial.experiment].trial.max_retries;
-        let trial = self.trials.get_mut(&key.trial).expect("failing attempt has a trial");
+        let trial = self
+            .trials
+            .get_mut(&key.trial)
+            .expect("failing attempt has a trial");
         trial.failures += 1;
         if trial.state.is_terminal() {
             return;
@@ -970,34 +1203,69 @@ impl HeadCore {
         if trial.failures <= max_retries {
             trial.queued_at = now;
             let retry = trial.failures;
-            self.transition(now, key.trial, TrialState::Queued, format!("retry {retry} of {max_retries} after: {reason}"));
+            self.transition(
+                now,
+                key.trial,
+                TrialState::Queued,
+                format!("retry {retry} of {max_retries} after: {reason}"),
+            );
         } else {
-            self.transition(now, key.trial, TrialState::Failed, format!("{reason} (no retries left of {max_retries})"));
+            self.transition(
+                now,
+                key.trial,
+                TrialState::Failed,
+                format!("{reason} (no retries left of {max_retries})"),
+            );
         }
     }
 
     /// The worker's process is gone through no fault of the trial (node lost or
     /// restarted): the attempt ends and the trial is requeued without using a retry.
     fn lose_worker(&mut self, now: UnixMillis, key: WorkerKey, reason: String) {
-        let attempt_live = self.worker(key).is_some_and(|(attempt, _)| attempt.is_live());
+        let attempt_live = self
+            .worker(key)
+            .is_some_and(|(attempt, _)| attempt.is_live());
         self.release_worker(key, WorkerState::Lost);
         if !attempt_live {
             return;
         }
         self.finish_attempt(now, key, &format!("lost: {reason}"));
-        let trial = self.trials.get_mut(&key.trial).expect("lost worker has a trial");
+        let trial = self
+            .trials
+            .get_mut(&key.trial)
+            .expect("lost worker has a trial");
         if !trial.state.is_terminal() {
             trial.queued_at = now;
-            self.transition(now, key.trial, TrialState::Queued, format!("requeued: {reason}"));
+            self.transition(
+                now,
+                key.trial,
+                TrialState::Queued,
+                format!("requeued: {reason}"),
+            );
         }
     }
 
     fn kill_on(&mut self, node: NodeId, trial: TrialId, attempt: u32, reason: &str) {
-        self.commands.push_back((node, HeadCommand::Kill { trial, attempt, reason: reason.to_owned() }));
+        self.commands.push_back((
+            node,
+            HeadCommand::Kill {
+                trial,
+                attempt,
+                reason: reason.to_owned(),
+            },
+        ));
     }
 
-    fn transition(&mut self, now: UnixMillis, trial_id: TrialId, state: TrialState, reason: String) {
-        let Some(trial) = self.trials.get_mut(&trial_id) else { return };
+    fn transition(
+        &mut self,
+        now: UnixMillis,
+        trial_id: TrialId,
+        state: TrialState,
+        reason: String,
+    ) {
+        let Some(trial) = self.trials.get_mut(&trial_id) else {
+            return;
+        };
         if trial.state == state && trial.reason.as_deref() == Some(reason.as_str()) {
             return;
         }
@@ -1009,27 +1277,54 @@ impl HeadCore {
         self.push_event(now, trial_id, state, attempt, reason);
     }
 
-    fn push_event(&mut self, now: UnixMillis, trial: TrialId, state: TrialState, attempt: u32, reason: String) {
-        let event = TrialEvent { seq: self.next_event_seq, at: now, trial, state, attempt, reason };
+    fn push_event(
+        &mut self,
+        now: UnixMillis,
+        trial: TrialId,
+        state: TrialState,
+        attempt: u32,
+        reason: String,
+    ) {
+        let event = TrialEvent {
+            seq: self.next_event_seq,
+            at: now,
+            trial,
+            state,
+            attempt,
+            reason,
+        };
         self.next_event_seq += 1;
-        self.events.entry(trial.experiment).or_default().push(event.clone());
+        self.events
+            .entry(trial.experiment)
+            .or_default()
+            .push(event.clone());
         self.appended.push(Record::Event(event));
     }
 
     // ---- Views ----
 
     fn resolve_experiment(&self, text: &str) -> Result<ExperimentId, RemoteError> {
-        if let Ok(id) = text.parse::<ExperimentId>() {
-            if self.experiments.contains_key(&id) {
-                return Ok(id);
-            }
+        if let Ok(id) = text.parse::<ExperimentId>()
+            && self.experiments.contains_key(&id)
+        {
+            return Ok(id);
         }
-        let matches: Vec<ExperimentId> =
-            self.experiments.keys().filter(|id| id.to_string().starts_with(text)).copied().collect();
+        let matches: Vec<ExperimentId> = self
+            .experiments
+            .keys()
+            .filter(|id| id.to_string().starts_with(text))
+            .copied()
+            .collect();
         match matches.as_slice() {
             [id] if !text.is_empty() => Ok(*id),
             [] | [_] => Err(not_found(format!("no experiment {text:?}"))),
-            _ => Err(RemoteError::new(ErrorCode::BadRequest, format!("{text:?} matches {} experiments; give more digits", matches.len()))),
+            _ => Err(RemoteError::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "{text:?} matches {} experiments; give more digits",
+                    matches.len()
+                ),
+            )),
         }
     }
 
@@ -1044,7 +1339,11 @@ impl HeadCore {
             }
             any_succeeded |= trial.state == TrialState::Succeeded;
         }
-        if any_succeeded { ExperimentState::Succeeded } else { ExperimentState::Failed }
+        if any_succeeded {
+            ExperimentState::Succeeded
+        } else {
+            ExperimentState::Failed
+        }
     }
 
     fn experiment_status(&self, id: ExperimentId) -> ExperimentStatus {
@@ -1091,13 +1390,21 @@ impl HeadCore {
     pub fn check_invariants(&self) {
         let mut recomputed: BTreeMap<NodeId, NodeUsage> = BTreeMap::new();
         for trial in self.trials.values() {
-            let live = trial.attempts.iter().filter(|attempt| attempt.is_live()).count();
+            let live = trial
+                .attempts
+                .iter()
+                .filter(|attempt| attempt.is_live())
+                .count();
             assert!(live <= 1, "trial {} has {live} live attempts", trial.id);
             for worker in trial.attempts.iter().flat_map(|attempt| &attempt.workers) {
                 if worker.state.holds_resources() {
                     let usage = recomputed.entry(worker.node).or_default();
                     for gpu in &worker.gpu_indices {
-                        assert!(usage.gpus.insert(*gpu), "GPU {gpu} of node {} held twice", worker.node);
+                        assert!(
+                            usage.gpus.insert(*gpu),
+                            "GPU {gpu} of node {} held twice",
+                            worker.node
+                        );
                     }
                     usage.milli_cpus += u64::from(worker.milli_cpus);
                     usage.memory_bytes += worker.memory_bytes;
@@ -1106,15 +1413,30 @@ impl HeadCore {
         }
         for (node_id, usage) in &recomputed {
             let node = &self.nodes[node_id];
-            assert!(usage.milli_cpus <= u64::from(node.resources.milli_cpus), "node {node_id} CPU over-allocated");
-            assert!(usage.memory_bytes <= node.resources.memory_bytes, "node {node_id} memory over-allocated");
-            assert_eq!(usage.gpus, self.usage.get(node_id).cloned().unwrap_or_default().gpus);
+            assert!(
+                usage.milli_cpus <= u64::from(node.resources.milli_cpus),
+                "node {node_id} CPU over-allocated"
+            );
+            assert!(
+                usage.memory_bytes <= node.resources.memory_bytes,
+                "node {node_id} memory over-allocated"
+            );
+            assert_eq!(
+                usage.gpus,
+                self.usage.get(node_id).cloned().unwrap_or_default().gpus
+            );
         }
     }
 }
 
 fn trial_range(experiment: ExperimentId) -> std::ops::RangeInclusive<TrialId> {
-    TrialId { experiment, index: 0 }..=TrialId { experiment, index: u32::MAX }
+    TrialId {
+        experiment,
+        index: 0,
+    }..=TrialId {
+        experiment,
+        index: u32::MAX,
+    }
 }
 
 #[cfg(test)]

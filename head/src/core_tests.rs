@@ -6,13 +6,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 use xp_runtime::ids::{ExperimentId, NodeId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
-    HeadCommand, NodeMessage, NodeRegistration, NodeResources, SubmitRequest, TrialState, WorkerReport,
+    HeadCommand, NodeMessage, NodeRegistration, NodeResources, SubmitRequest, TrialState,
+    WorkerReport,
 };
 
 use super::{CoreConfig, HeadCore, LoadedState};
 use crate::core::Record;
 
-const CONFIG: CoreConfig = CoreConfig { node_timeout_ms: 10_000, heartbeat_interval_ms: 1_000 };
+const CONFIG: CoreConfig = CoreConfig {
+    node_timeout_ms: 10_000,
+    heartbeat_interval_ms: 1_000,
+};
 
 fn node_id(seed: u8) -> NodeId {
     NodeId(uuid::Uuid::from_bytes([seed; 16]))
@@ -23,14 +27,24 @@ fn registration(node: NodeId, gpus: u32, cpus: u32, running: Vec<WorkerKey>) -> 
         node_id: node,
         name: format!("node-{node}"),
         advertise_host: "127.0.0.1".to_owned(),
-        resources: NodeResources { gpus: xp_runtime_declared(gpus), milli_cpus: cpus * 1000, memory_bytes: 1 << 34 },
+        resources: NodeResources {
+            gpus: xp_runtime_declared(gpus),
+            milli_cpus: cpus * 1000,
+            memory_bytes: 1 << 34,
+        },
         labels: BTreeMap::new(),
         running,
     }
 }
 
 fn xp_runtime_declared(n: u32) -> Vec<xp_runtime::protocol::GpuInfo> {
-    (0..n).map(|index| xp_runtime::protocol::GpuInfo { index, model: "declared".to_owned(), memory_bytes: 0 }).collect()
+    (0..n)
+        .map(|index| xp_runtime::protocol::GpuInfo {
+            index,
+            model: "declared".to_owned(),
+            memory_bytes: 0,
+        })
+        .collect()
 }
 
 fn submit(core: &mut HeadCore, now: u64, yaml: &str, rerun: bool) -> ExperimentId {
@@ -81,17 +95,40 @@ fn a_trial_runs_reports_and_succeeds() {
     assert_eq!(trial_state(&core, experiment, 0), TrialState::Placed);
     report(&mut core, 2, node, WorkerReport::Started { key, pid: 7 });
     assert_eq!(trial_state(&core, experiment, 0), TrialState::Running);
-    let metric = |index| WorkerReport::Metric { key, index, step: Some(index), values: vec![("loss".to_owned(), index as f64)] };
+    let metric = |index| WorkerReport::Metric {
+        key,
+        index,
+        step: Some(index),
+        values: vec![("loss".to_owned(), index as f64)],
+    };
     report(&mut core, 3, node, metric(1));
     report(&mut core, 3, node, metric(2));
     report(&mut core, 3, node, metric(1));
     let trial = &core.trials[&key.trial];
-    assert_eq!(trial.metrics["loss"], 2.0, "a resent older report does not overwrite a newer one");
+    assert_eq!(
+        trial.metrics["loss"], 2.0,
+        "a resent older report does not overwrite a newer one"
+    );
     assert_eq!(trial.last_step, Some(2));
-    report(&mut core, 4, node, WorkerReport::Exited { key, code: Some(0), signal: None });
+    report(
+        &mut core,
+        4,
+        node,
+        WorkerReport::Exited {
+            key,
+            code: Some(0),
+            signal: None,
+        },
+    );
     assert_eq!(trial_state(&core, experiment, 0), TrialState::Succeeded);
     let records = core.take_records();
-    assert_eq!(records.iter().filter(|record| matches!(record, Record::Metric(_))).count(), 2);
+    assert_eq!(
+        records
+            .iter()
+            .filter(|record| matches!(record, Record::Metric(_)))
+            .count(),
+        2
+    );
     core.check_invariants();
 }
 
@@ -102,8 +139,21 @@ fn failures_are_retried_up_to_max_retries_and_lost_nodes_do_not_count() {
     core.handle_node_register(0, registration(a, 0, 1, Vec::new()));
     let experiment = submit(&mut core, 0, ONE, false);
     let key = launches(&commands(&mut core))[0].1;
-    report(&mut core, 1, a, WorkerReport::Exited { key, code: Some(3), signal: None });
-    assert_eq!(trial_state(&core, experiment, 0), TrialState::Placed, "retry 1 of 1 placed at once");
+    report(
+        &mut core,
+        1,
+        a,
+        WorkerReport::Exited {
+            key,
+            code: Some(3),
+            signal: None,
+        },
+    );
+    assert_eq!(
+        trial_state(&core, experiment, 0),
+        TrialState::Placed,
+        "retry 1 of 1 placed at once"
+    );
     let key = launches(&commands(&mut core))[0].1;
     assert_eq!(key.attempt, 2);
     // The node goes silent: the attempt is lost, and that does not use up a retry.
@@ -111,11 +161,30 @@ fn failures_are_retried_up_to_max_retries_and_lost_nodes_do_not_count() {
     core.handle_node_message(19_999, b, NodeMessage::Heartbeat);
     core.handle_tick(20_000);
     assert_eq!(core.trials[&key.trial].failures, 1);
-    let key = launches(&commands(&mut core)).into_iter().find(|(node, _)| *node == b).expect("retried on b").1;
+    let key = launches(&commands(&mut core))
+        .into_iter()
+        .find(|(node, _)| *node == b)
+        .expect("retried on b")
+        .1;
     assert_eq!(key.attempt, 3);
-    report(&mut core, 20_001, b, WorkerReport::Exited { key, code: None, signal: Some(9) });
+    report(
+        &mut core,
+        20_001,
+        b,
+        WorkerReport::Exited {
+            key,
+            code: None,
+            signal: Some(9),
+        },
+    );
     assert_eq!(trial_state(&core, experiment, 0), TrialState::Failed);
-    assert!(core.trials[&key.trial].reason.as_deref().unwrap().contains("no retries left"));
+    assert!(
+        core.trials[&key.trial]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("no retries left")
+    );
     core.check_invariants();
 }
 
@@ -125,9 +194,22 @@ fn identical_submissions_are_reused_and_rerun_makes_a_new_run() {
     let node = node_id(1);
     core.handle_node_register(0, registration(node, 0, 1, Vec::new()));
     let first = submit(&mut core, 0, ONE, false);
-    assert_eq!(submit(&mut core, 1, ONE, false), first, "a running identical experiment is returned");
+    assert_eq!(
+        submit(&mut core, 1, ONE, false),
+        first,
+        "a running identical experiment is returned"
+    );
     let key = launches(&commands(&mut core))[0].1;
-    report(&mut core, 2, node, WorkerReport::Exited { key, code: Some(0), signal: None });
+    report(
+        &mut core,
+        2,
+        node,
+        WorkerReport::Exited {
+            key,
+            code: Some(0),
+            signal: None,
+        },
+    );
     let spec = xp_runtime::spec::ExperimentSpec::from_yaml(ONE).unwrap();
     let request = SubmitRequest {
         spec_json: spec.to_canonical_json(),
@@ -139,8 +221,14 @@ fn identical_submissions_are_reused_and_rerun_makes_a_new_run() {
     assert_eq!(core.handle_submit(3, &request).unwrap(), (first, true, 1));
     let rerun = submit(&mut core, 4, ONE, true);
     assert_eq!((rerun.digest, rerun.run), (first.digest, 2));
-    let other_code = SubmitRequest { code_version: "git:abc".to_owned(), ..request };
-    assert_ne!(core.handle_submit(5, &other_code).unwrap().0.digest, first.digest);
+    let other_code = SubmitRequest {
+        code_version: "git:abc".to_owned(),
+        ..request
+    };
+    assert_ne!(
+        core.handle_submit(5, &other_code).unwrap().0.digest,
+        first.digest
+    );
 }
 
 #[test]
@@ -148,11 +236,19 @@ fn parallel_limits_how_many_trials_are_queued_and_cancel_stops_workers() {
     let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
     let node = node_id(1);
     core.handle_node_register(0, registration(node, 0, 8, Vec::new()));
-    let experiment = submit(&mut core, 0, "name: p\ntrial: {command: [echo]}\nsearch: {trials: 5, parallel: 2}\n", false);
+    let experiment = submit(
+        &mut core,
+        0,
+        "name: p\ntrial: {command: [echo]}\nsearch: {trials: 5, parallel: 2}\n",
+        false,
+    );
     assert_eq!(launches(&commands(&mut core)).len(), 2);
     assert_eq!(trial_state(&core, experiment, 2), TrialState::Pending);
     assert_eq!(core.handle_cancel(1, &experiment.to_string()).unwrap(), 5);
-    let kills = commands(&mut core).into_iter().filter(|(_, command)| matches!(command, HeadCommand::Kill { .. })).count();
+    let kills = commands(&mut core)
+        .into_iter()
+        .filter(|(_, command)| matches!(command, HeadCommand::Kill { .. }))
+        .count();
     assert_eq!(kills, 2);
     assert!((0..5).all(|index| trial_state(&core, experiment, index) == TrialState::Cancelled));
     core.check_invariants();

@@ -34,7 +34,9 @@ fn error_response(error: RemoteError) -> axum::response::Response {
 
 async fn experiments(State(head): State<ActorRef<HeadMsg>>) -> axum::response::Response {
     match call(&head, |reply| HeadMsg::Status(None, reply)).await {
-        Ok(Response::Status(list)) => Json(list.iter().map(experiment_json).collect::<Vec<_>>()).into_response(),
+        Ok(Response::Status(list)) => {
+            Json(list.iter().map(experiment_json).collect::<Vec<_>>()).into_response()
+        }
         Ok(_) => error_response(RemoteError::new(ErrorCode::Internal, "unexpected answer")),
         Err(error) => error_response(error),
     }
@@ -42,7 +44,9 @@ async fn experiments(State(head): State<ActorRef<HeadMsg>>) -> axum::response::R
 
 async fn nodes(State(head): State<ActorRef<HeadMsg>>) -> axum::response::Response {
     match call(&head, HeadMsg::Nodes).await {
-        Ok(Response::Nodes(list)) => Json(list.iter().map(node_json).collect::<Vec<_>>()).into_response(),
+        Ok(Response::Nodes(list)) => {
+            Json(list.iter().map(node_json).collect::<Vec<_>>()).into_response()
+        }
         Ok(_) => error_response(RemoteError::new(ErrorCode::Internal, "unexpected answer")),
         Err(error) => error_response(error),
     }

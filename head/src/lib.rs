@@ -87,27 +87,49 @@ pub struct RunningHead {
 /// Starts a head in the current runtime.
 pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
     let io_error = |context: String| move |source| HeadError::Io { context, source };
-    std::fs::create_dir_all(&config.data_dir).map_err(io_error(format!("cannot create {}", config.data_dir.display())))?;
+    std::fs::create_dir_all(&config.data_dir).map_err(io_error(format!(
+        "cannot create {}",
+        config.data_dir.display()
+    )))?;
     let identity = ClusterIdentity::load_or_create(&config.data_dir.join("tls"))?;
     let registry = Registry::open(&config.data_dir.join("head.redb"))?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let loaded = registry.load()?;
-    info!(experiments = loaded.experiments.len(), trials = loaded.trials.len(), nodes = loaded.nodes.len(), "registry loaded");
+    info!(
+        experiments = loaded.experiments.len(),
+        trials = loaded.trials.len(),
+        nodes = loaded.nodes.len(),
+        "registry loaded"
+    );
     let core = HeadCore::restore(config.core, loaded, clock.now());
     let (event_seq_tx, event_seq_rx) = tokio::sync::watch::channel(core.last_event_seq());
     let sessions = Arc::new(dashmap::DashMap::new());
     let (actor, actor_task) = Actor::spawn(
         Some("head".to_owned()),
         HeadActor,
-        HeadArgs { core, registry, sessions: sessions.clone(), event_seq: event_seq_tx, clock },
+        HeadArgs {
+            core,
+            registry,
+            sessions: sessions.clone(),
+            event_seq: event_seq_tx,
+            clock,
+        },
     )
     .await
     .map_err(|error| HeadError::Actor(error.to_string()))?;
 
-    let endpoint = xp_runtime::transport::bind_endpoint(config.listen, Some(xp_runtime::transport::server_config(&identity)?))?;
-    let bound = endpoint.local_addr().map_err(io_error("cannot read the bound address".to_owned()))?;
+    let endpoint = xp_runtime::transport::bind_endpoint(
+        config.listen,
+        Some(xp_runtime::transport::server_config(&identity)?),
+    )?;
+    let bound = endpoint
+        .local_addr()
+        .map_err(io_error("cannot read the bound address".to_owned()))?;
     let join = JoinString {
-        host: config.advertise_host.clone().unwrap_or_else(|| bound.ip().to_string()),
+        host: config
+            .advertise_host
+            .clone()
+            .unwrap_or_else(|| bound.ip().to_string()),
         port: bound.port(),
         token: identity.token.clone(),
         ca_sha256: identity.ca_sha256(),
@@ -117,27 +139,46 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         identity,
         head: actor.clone(),
         sessions,
-        blobs: blobs::BlobStore::open(&config.data_dir.join("blobs")).map_err(io_error("cannot create the blob directory".to_owned()))?,
+        blobs: blobs::BlobStore::open(&config.data_dir.join("blobs"))
+            .map_err(io_error("cannot create the blob directory".to_owned()))?,
         event_seq: event_seq_rx,
         counter: AtomicU64::new(1),
         shutdown: shutdown.clone(),
     });
-    let mut tasks = vec![xp_runtime::task::spawn("quic-server", server::serve(endpoint, context))];
+    let mut tasks = vec![xp_runtime::task::spawn(
+        "quic-server",
+        server::serve(endpoint, context),
+    )];
     let mut http_addr = None;
     if let Some(http) = config.http {
-        let listener = tokio::net::TcpListener::bind(http).await.map_err(io_error(format!("cannot bind HTTP on {http}")))?;
-        http_addr = Some(listener.local_addr().map_err(io_error("cannot read the HTTP address".to_owned()))?);
+        let listener = tokio::net::TcpListener::bind(http)
+            .await
+            .map_err(io_error(format!("cannot bind HTTP on {http}")))?;
+        http_addr = Some(
+            listener
+                .local_addr()
+                .map_err(io_error("cannot read the HTTP address".to_owned()))?,
+        );
         let router = http::router(actor.clone());
         let http_shutdown = shutdown.clone();
         tasks.push(xp_runtime::task::spawn("http-server", async move {
-            let served = axum::serve(listener, router).with_graceful_shutdown(http_shutdown.cancelled_owned()).await;
+            let served = axum::serve(listener, router)
+                .with_graceful_shutdown(http_shutdown.cancelled_owned())
+                .await;
             if let Err(error) = served {
                 tracing::error!(%error, "HTTP server failed");
             }
         }));
     }
     info!(listen = %bound, http = ?http_addr, "head started");
-    Ok(RunningHead { join, http_addr, shutdown, actor, actor_task, tasks })
+    Ok(RunningHead {
+        join,
+        http_addr,
+        shutdown,
+        actor,
+        actor_task,
+        tasks,
+    })
 }
 
 impl RunningHead {

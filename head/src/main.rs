@@ -9,7 +9,11 @@ use clap::{Parser, Subcommand};
 use xp_head::core::CoreConfig;
 
 #[derive(Parser, Debug)]
-#[command(name = "xp-head", version, about = "The xp head: placement, registry and APIs of an xp cluster")]
+#[command(
+    name = "xp-head",
+    version,
+    about = "The xp head: placement, registry and APIs of an xp cluster"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -42,18 +46,30 @@ async fn main() -> anyhow::Result<()> {
     init_tracing();
     let cli = Cli::parse();
     match cli.command {
-        Command::Start { listen, data_dir, http, advertise, node_timeout } => {
+        Command::Start {
+            listen,
+            data_dir,
+            http,
+            advertise,
+            node_timeout,
+        } => {
             let advertise = advertise.or_else(|| listen.ip().is_unspecified().then(hostname));
             let config = xp_head::HeadConfig {
                 listen,
                 data_dir: data_dir.clone(),
                 http,
                 advertise_host: advertise,
-                core: CoreConfig { node_timeout_ms: node_timeout.as_millis() as u64, ..CoreConfig::default() },
+                core: CoreConfig {
+                    node_timeout_ms: node_timeout.as_millis() as u64,
+                    ..CoreConfig::default()
+                },
             };
-            let head = xp_head::start(config)
-                .await
-                .with_context(|| format!("cannot start the head with data directory {}", data_dir.display()))?;
+            let head = xp_head::start(config).await.with_context(|| {
+                format!(
+                    "cannot start the head with data directory {}",
+                    data_dir.display()
+                )
+            })?;
             print_addresses(&head);
             wait_for_signal().await?;
             tracing::info!("shutting down");
@@ -63,7 +79,10 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-#[expect(clippy::print_stdout, reason = "the join string is the binary's user-facing output")]
+#[expect(
+    clippy::print_stdout,
+    reason = "the join string is the binary's user-facing output"
+)]
 fn print_addresses(head: &xp_head::RunningHead) {
     println!("{}", head.join);
     if let Some(http) = head.http_addr {
@@ -72,11 +91,15 @@ fn print_addresses(head: &xp_head::RunningHead) {
 }
 
 fn hostname() -> String {
-    nix::unistd::gethostname().ok().and_then(|name| name.into_string().ok()).unwrap_or_else(|| "localhost".to_owned())
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .unwrap_or_else(|| "localhost".to_owned())
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
     tokio::select! {
         _ = terminate.recv() => {}
         result = tokio::signal::ctrl_c() => result.context("cannot listen for Ctrl-C")?,
@@ -85,6 +108,11 @@ async fn wait_for_signal() -> anyhow::Result<()> {
 }
 
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("XP_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("XP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
 }

@@ -43,7 +43,11 @@ pub struct WorkerSlot {
 
 /// Places `workers` workers of `demand`, packing each onto the first node that
 /// still fits it, so a gang uses as few nodes as first-fit finds.
-pub fn place_gang(nodes: &[FreeResources], demand: WorkerDemand, workers: u32) -> Option<Vec<WorkerSlot>> {
+pub fn place_gang(
+    nodes: &[FreeResources],
+    demand: WorkerDemand,
+    workers: u32,
+) -> Option<Vec<WorkerSlot>> {
     let mut remaining: Vec<FreeResources> = nodes.to_vec();
     let mut slots = Vec::with_capacity(workers as usize);
     for _ in 0..workers {
@@ -55,7 +59,10 @@ pub fn place_gang(nodes: &[FreeResources], demand: WorkerDemand, workers: u32) -
         let gpu_indices: Vec<u32> = node.free_gpus.drain(..demand.gpus as usize).collect();
         node.free_milli_cpus -= demand.milli_cpus;
         node.free_memory_bytes -= demand.memory_bytes;
-        slots.push(WorkerSlot { node: node.node, gpu_indices });
+        slots.push(WorkerSlot {
+            node: node.node,
+            gpu_indices,
+        });
     }
     Some(slots)
 }
@@ -80,11 +87,24 @@ mod tests {
     #[test]
     fn a_gang_spans_nodes_only_when_it_must() {
         let nodes = [node(1, 2, 8000, 0), node(2, 4, 8000, 0)];
-        let demand = WorkerDemand { gpus: 1, milli_cpus: 1000, memory_bytes: 0 };
+        let demand = WorkerDemand {
+            gpus: 1,
+            milli_cpus: 1000,
+            memory_bytes: 0,
+        };
         let slots = place_gang(&nodes, demand, 3).unwrap();
-        assert_eq!(slots.iter().filter(|slot| slot.node == nodes[0].node).count(), 2);
+        assert_eq!(
+            slots
+                .iter()
+                .filter(|slot| slot.node == nodes[0].node)
+                .count(),
+            2
+        );
         assert_eq!(slots[2].gpu_indices, vec![0]);
-        assert!(place_gang(&nodes, demand, 7).is_none(), "six GPUs cannot hold seven workers");
+        assert!(
+            place_gang(&nodes, demand, 7).is_none(),
+            "six GPUs cannot hold seven workers"
+        );
     }
 
     proptest! {

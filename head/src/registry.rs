@@ -59,17 +59,22 @@ impl Registry {
             txn.open_table(EVENTS).map_err(db_error)?;
             txn.open_table(METRICS).map_err(db_error)?;
             let meta = txn.open_table(META).map_err(db_error)?;
-            meta.get("next_metric_seq").map_err(db_error)?.map_or(1, |value| value.value())
+            meta.get("next_metric_seq")
+                .map_err(db_error)?
+                .map_or(1, |value| value.value())
         };
         txn.commit().map_err(db_error)?;
-        Ok(Self { database, next_metric_seq })
+        Ok(Self {
+            database,
+            next_metric_seq,
+        })
     }
 
     /// Loads every experiment, trial, node and event.
     pub fn load(&self) -> Result<LoadedState, RegistryError> {
         let txn = self.database.begin_read().map_err(db_error)?;
         let mut loaded = LoadedState::default();
-        fn decode_all<'a, T: serde::de::DeserializeOwned, K: redb::Key + 'static>(
+        fn decode_all<T: serde::de::DeserializeOwned, K: redb::Key + 'static>(
             table: &impl ReadableTable<K, &'static [u8]>,
             kind: &str,
             out: &mut Vec<T>,
@@ -83,10 +88,26 @@ impl Registry {
             }
             Ok(())
         }
-        decode_all(&txn.open_table(EXPERIMENTS).map_err(db_error)?, "experiment", &mut loaded.experiments)?;
-        decode_all(&txn.open_table(TRIALS).map_err(db_error)?, "trial", &mut loaded.trials)?;
-        decode_all(&txn.open_table(NODES).map_err(db_error)?, "node", &mut loaded.nodes)?;
-        decode_all(&txn.open_table(EVENTS).map_err(db_error)?, "event", &mut loaded.events)?;
+        decode_all(
+            &txn.open_table(EXPERIMENTS).map_err(db_error)?,
+            "experiment",
+            &mut loaded.experiments,
+        )?;
+        decode_all(
+            &txn.open_table(TRIALS).map_err(db_error)?,
+            "trial",
+            &mut loaded.trials,
+        )?;
+        decode_all(
+            &txn.open_table(NODES).map_err(db_error)?,
+            "node",
+            &mut loaded.nodes,
+        )?;
+        decode_all(
+            &txn.open_table(EVENTS).map_err(db_error)?,
+            "event",
+            &mut loaded.events,
+        )?;
         Ok(loaded)
     }
 
@@ -107,29 +128,40 @@ impl Registry {
                 match record {
                     Record::Experiment(experiment) => {
                         let bytes = encode("experiment", experiment)?;
-                        experiments.insert(experiment.id.to_string().as_str(), bytes.as_slice()).map_err(db_error)?;
+                        experiments
+                            .insert(experiment.id.to_string().as_str(), bytes.as_slice())
+                            .map_err(db_error)?;
                     }
                     Record::Trial(trial) => {
                         let bytes = encode("trial", trial)?;
-                        trials.insert(trial.id.to_string().as_str(), bytes.as_slice()).map_err(db_error)?;
+                        trials
+                            .insert(trial.id.to_string().as_str(), bytes.as_slice())
+                            .map_err(db_error)?;
                     }
                     Record::Node(node) => {
                         let bytes = encode("node", node)?;
-                        nodes.insert(node.id.to_string().as_str(), bytes.as_slice()).map_err(db_error)?;
+                        nodes
+                            .insert(node.id.to_string().as_str(), bytes.as_slice())
+                            .map_err(db_error)?;
                     }
                     Record::Event(event) => {
                         let bytes = encode("event", event)?;
-                        events.insert(event.seq, bytes.as_slice()).map_err(db_error)?;
+                        events
+                            .insert(event.seq, bytes.as_slice())
+                            .map_err(db_error)?;
                     }
                     Record::Metric(metric) => {
                         let bytes = encode("metric", metric)?;
-                        metrics.insert(next_metric_seq, bytes.as_slice()).map_err(db_error)?;
+                        metrics
+                            .insert(next_metric_seq, bytes.as_slice())
+                            .map_err(db_error)?;
                         next_metric_seq += 1;
                     }
                 }
             }
             let mut meta = txn.open_table(META).map_err(db_error)?;
-            meta.insert("next_metric_seq", next_metric_seq).map_err(db_error)?;
+            meta.insert("next_metric_seq", next_metric_seq)
+                .map_err(db_error)?;
         }
         txn.commit().map_err(db_error)?;
         self.next_metric_seq = next_metric_seq;
@@ -137,16 +169,19 @@ impl Registry {
     }
 
     /// Every metric report of one trial, oldest first (for curves and tests).
-    pub fn metrics_of(&self, trial: xp_runtime::ids::TrialId) -> Result<Vec<MetricRecord>, RegistryError> {
+    pub fn metrics_of(
+        &self,
+        trial: xp_runtime::ids::TrialId,
+    ) -> Result<Vec<MetricRecord>, RegistryError> {
         let txn = self.database.begin_read().map_err(db_error)?;
         let table = txn.open_table(METRICS).map_err(db_error)?;
         let mut out = Vec::new();
         for entry in table.iter().map_err(db_error)? {
             let (_, value) = entry.map_err(db_error)?;
-            if let Ok(record) = serde_json::from_slice::<MetricRecord>(value.value()) {
-                if record.key.trial == trial {
-                    out.push(record);
-                }
+            if let Ok(record) = serde_json::from_slice::<MetricRecord>(value.value())
+                && record.key.trial == trial
+            {
+                out.push(record);
             }
         }
         Ok(out)

@@ -23,7 +23,9 @@ use xp_runtime::protocol::{
     ErrorCode, HeadCommand, Message, NodeMessage, PeerRole, RemoteError, Request, Response, Welcome,
 };
 use xp_runtime::tls::ClusterIdentity;
-use xp_runtime::transport::{self, BLOB_CHUNK_BYTES, CLOSE_BAD_TOKEN, CLOSE_PROTOCOL_ERROR, HANDSHAKE_TIMEOUT};
+use xp_runtime::transport::{
+    self, BLOB_CHUNK_BYTES, CLOSE_BAD_TOKEN, CLOSE_PROTOCOL_ERROR, HANDSHAKE_TIMEOUT,
+};
 
 use crate::actor::{HeadMsg, NodeSessionHandle, Reply, Sessions};
 use crate::blobs::BlobStore;
@@ -60,8 +62,14 @@ pub async fn call<T: Send + 'static>(
 ) -> Result<T, RemoteError> {
     match head.call(build, Some(ACTOR_CALL_TIMEOUT)).await {
         Ok(ractor::rpc::CallResult::Success(result)) => result,
-        Ok(_) => Err(RemoteError::new(ErrorCode::Unavailable, "the head is busy or shutting down; try again")),
-        Err(error) => Err(RemoteError::new(ErrorCode::Unavailable, format!("the head is shutting down: {error}"))),
+        Ok(_) => Err(RemoteError::new(
+            ErrorCode::Unavailable,
+            "the head is busy or shutting down; try again",
+        )),
+        Err(error) => Err(RemoteError::new(
+            ErrorCode::Unavailable,
+            format!("the head is shutting down: {error}"),
+        )),
     }
 }
 
@@ -97,7 +105,10 @@ async fn handle_connection(incoming: quinn::Incoming, context: Arc<ServerContext
         }
     };
     let first = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
-        let (send, mut recv) = connection.accept_bi().await.map_err(|error| FrameError::Io(std::io::Error::other(error)))?;
+        let (send, mut recv) = connection
+            .accept_bi()
+            .await
+            .map_err(|error| FrameError::Io(std::io::Error::other(error)))?;
         let message = frame::read_message(&mut recv).await?;
         Ok::<_, FrameError>((send, recv, message))
     })
@@ -119,18 +130,29 @@ async fn handle_connection(incoming: quinn::Incoming, context: Arc<ServerContext
         Some(Message::Hello(hello)) => hello,
         Some(other) => {
             warn!(?other, "connection refused: first message is not a hello");
-            refuse(&connection, &mut send, RemoteError::new(ErrorCode::BadRequest, "the first message must be a hello"), CLOSE_PROTOCOL_ERROR).await;
+            refuse(
+                &connection,
+                &mut send,
+                RemoteError::new(ErrorCode::BadRequest, "the first message must be a hello"),
+                CLOSE_PROTOCOL_ERROR,
+            )
+            .await;
             return;
         }
         None => return,
     };
     if !context.identity.token_matches(&hello.token) {
         warn!(agent = %hello.agent, "connection refused: wrong token");
-        let error = RemoteError::new(ErrorCode::BadToken, "wrong token: the join string's token is not this cluster's");
+        let error = RemoteError::new(
+            ErrorCode::BadToken,
+            "wrong token: the join string's token is not this cluster's",
+        );
         refuse(&connection, &mut send, error, CLOSE_BAD_TOKEN).await;
         return;
     }
-    let welcome = Message::Welcome(Welcome { agent: format!("xp-head {}", env!("CARGO_PKG_VERSION")) });
+    let welcome = Message::Welcome(Welcome {
+        agent: format!("xp-head {}", env!("CARGO_PKG_VERSION")),
+    });
     if frame::write_message(&mut send, &welcome).await.is_err() {
         return;
     }
@@ -138,7 +160,10 @@ async fn handle_connection(incoming: quinn::Incoming, context: Arc<ServerContext
     match hello.role {
         PeerRole::Client => serve_requests(connection, context).await,
         PeerRole::Node => {
-            let requests = xp_runtime::task::spawn("node-requests", serve_requests(connection.clone(), context.clone()));
+            let requests = xp_runtime::task::spawn(
+                "node-requests",
+                serve_requests(connection.clone(), context.clone()),
+            );
             run_node_session(&connection, send, recv, &context).await;
             requests.abort();
         }
@@ -172,7 +197,11 @@ async fn handle_stream(mut send: SendStream, mut recv: RecvStream, context: Arc<
         Ok(Some(Message::Request(request))) => request,
         Ok(Some(other)) => {
             warn!(?other, "stream refused: not a request");
-            transport::send_error(&mut send, RemoteError::new(ErrorCode::BadRequest, "expected a request")).await;
+            transport::send_error(
+                &mut send,
+                RemoteError::new(ErrorCode::BadRequest, "expected a request"),
+            )
+            .await;
             return;
         }
         Ok(None) => return,
@@ -194,20 +223,31 @@ async fn handle_stream(mut send: SendStream, mut recv: RecvStream, context: Arc<
                 Err(RemoteError::new(ErrorCode::BadRequest, error.to_string()))
             }
         },
-        Request::GetBlob { hash } => {
-            match send_blob(&mut send, &context.blobs, hash).await {
-                Ok(()) => return,
-                Err(error) => Err(error),
-            }
+        Request::GetBlob { hash } => match send_blob(&mut send, &context.blobs, hash).await {
+            Ok(()) => return,
+            Err(error) => Err(error),
+        },
+        Request::ReadLogs(log_request) => {
+            read_logs(&context, log_request).await.map(Response::Logs)
         }
-        Request::ReadLogs(log_request) => read_logs(&context, log_request).await.map(Response::Logs),
-        Request::Events { experiment, after, wait_ms } => {
-            events(&context, experiment, after, Duration::from_millis(u64::from(wait_ms)).min(MAX_EVENTS_WAIT))
-                .await
-                .map(Response::Events)
+        Request::Events {
+            experiment,
+            after,
+            wait_ms,
+        } => events(
+            &context,
+            experiment,
+            after,
+            Duration::from_millis(u64::from(wait_ms)).min(MAX_EVENTS_WAIT),
+        )
+        .await
+        .map(Response::Events),
+        Request::Submit(submit) => {
+            call(&context.head, |reply| HeadMsg::Submit(submit, reply)).await
         }
-        Request::Submit(submit) => call(&context.head, |reply| HeadMsg::Submit(submit, reply)).await,
-        Request::Status { experiment } => call(&context.head, |reply| HeadMsg::Status(experiment, reply)).await,
+        Request::Status { experiment } => {
+            call(&context.head, |reply| HeadMsg::Status(experiment, reply)).await
+        }
         Request::Cancel { id } => call(&context.head, |reply| HeadMsg::Cancel(id, reply)).await,
         Request::Nodes => call(&context.head, HeadMsg::Nodes).await,
     };
@@ -220,11 +260,19 @@ async fn handle_stream(mut send: SendStream, mut recv: RecvStream, context: Arc<
     }
 }
 
-async fn send_blob(send: &mut SendStream, blobs: &BlobStore, hash: xp_runtime::ids::BlobHash) -> Result<(), RemoteError> {
+async fn send_blob(
+    send: &mut SendStream,
+    blobs: &BlobStore,
+    hash: xp_runtime::ids::BlobHash,
+) -> Result<(), RemoteError> {
     let mut file = tokio::fs::File::open(blobs.path(hash))
         .await
         .map_err(|_| RemoteError::new(ErrorCode::NotFound, format!("no blob {hash}")))?;
-    let len = file.metadata().await.map_err(|error| RemoteError::new(ErrorCode::Internal, error.to_string()))?.len();
+    let len = file
+        .metadata()
+        .await
+        .map_err(|error| RemoteError::new(ErrorCode::Internal, error.to_string()))?
+        .len();
     let io_error = |error: std::io::Error| RemoteError::new(ErrorCode::Internal, error.to_string());
     frame::write_message(send, &Message::Response(Response::Blob { len }))
         .await
@@ -235,7 +283,9 @@ async fn send_blob(send: &mut SendStream, blobs: &BlobStore, hash: xp_runtime::i
         if read == 0 {
             break;
         }
-        send.write_all(&buffer[..read]).await.map_err(|error| RemoteError::new(ErrorCode::Internal, error.to_string()))?;
+        send.write_all(&buffer[..read])
+            .await
+            .map_err(|error| RemoteError::new(ErrorCode::Internal, error.to_string()))?;
     }
     let _ = send.finish();
     Ok(())
@@ -247,21 +297,35 @@ async fn read_logs(
 ) -> Result<xp_runtime::protocol::LogChunk, RemoteError> {
     let max_bytes = request.max_bytes.clamp(1, 4 << 20);
     let offset = request.offset;
-    let (node_id, key, _) = call(&context.head, |reply| HeadMsg::LocateWorker(request, reply)).await?;
+    let (node_id, key, _) =
+        call(&context.head, |reply| HeadMsg::LocateWorker(request, reply)).await?;
     let session = context
         .sessions
         .get(&node_id)
         .map(|session| session.clone())
-        .ok_or_else(|| RemoteError::new(ErrorCode::Unavailable, format!("node {node_id}, which holds this log, is not connected")))?;
+        .ok_or_else(|| {
+            RemoteError::new(
+                ErrorCode::Unavailable,
+                format!("node {node_id}, which holds this log, is not connected"),
+            )
+        })?;
     let request_id = context.counter.fetch_add(1, Ordering::Relaxed);
     let (reply_tx, reply_rx) = oneshot::channel();
     session.pending_logs.insert(request_id, reply_tx);
-    let _ = session.commands.send(HeadCommand::ReadLogs { request_id, key, offset, max_bytes });
+    let _ = session.commands.send(HeadCommand::ReadLogs {
+        request_id,
+        key,
+        offset,
+        max_bytes,
+    });
     let answer = tokio::time::timeout(LOG_READ_TIMEOUT, reply_rx).await;
     session.pending_logs.remove(&request_id);
     match answer {
         Ok(Ok(result)) => result,
-        _ => Err(RemoteError::new(ErrorCode::Unavailable, format!("node {node_id} did not answer the log read"))),
+        _ => Err(RemoteError::new(
+            ErrorCode::Unavailable,
+            format!("node {node_id} did not answer the log read"),
+        )),
     }
 }
 
@@ -275,22 +339,37 @@ async fn events(
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         changes.borrow_and_update();
-        let found = call(&context.head, |reply| HeadMsg::Events(experiment, after, reply)).await?;
+        let found = call(&context.head, |reply| {
+            HeadMsg::Events(experiment, after, reply)
+        })
+        .await?;
         if !found.is_empty() {
             return Ok(found);
         }
-        if tokio::time::timeout_at(deadline, changes.changed()).await.is_err() {
+        if tokio::time::timeout_at(deadline, changes.changed())
+            .await
+            .is_err()
+        {
             return Ok(Vec::new());
         }
     }
 }
 
-async fn run_node_session(connection: &Connection, mut send: SendStream, mut recv: RecvStream, context: &Arc<ServerContext>) {
+async fn run_node_session(
+    connection: &Connection,
+    mut send: SendStream,
+    mut recv: RecvStream,
+    context: &Arc<ServerContext>,
+) {
     let registration = match frame::read_message(&mut recv).await {
         Ok(Some(Message::FromNode(NodeMessage::Register(registration)))) => registration,
         Ok(other) => {
             warn!(?other, "node session refused: expected a registration");
-            transport::send_error(&mut send, RemoteError::new(ErrorCode::BadRequest, "a node must register first")).await;
+            transport::send_error(
+                &mut send,
+                RemoteError::new(ErrorCode::BadRequest, "a node must register first"),
+            )
+            .await;
             return;
         }
         Err(error) => {
@@ -307,17 +386,28 @@ async fn run_node_session(connection: &Connection, mut send: SendStream, mut rec
         let pending_logs = Arc::new(DashMap::new());
         context.sessions.insert(
             node_id,
-            NodeSessionHandle { session_id, commands: commands_tx, pending_logs: pending_logs.clone() },
+            NodeSessionHandle {
+                session_id,
+                commands: commands_tx,
+                pending_logs: pending_logs.clone(),
+            },
         );
-        if let Err(error) = call(&context.head, |reply| HeadMsg::NodeRegistered(registration, reply)).await {
+        if let Err(error) = call(&context.head, |reply| {
+            HeadMsg::NodeRegistered(registration, reply)
+        })
+        .await
+        {
             warn!(%error, "node registration not persisted");
             transport::send_error(&mut send, error).await;
-            context.sessions.remove_if(&node_id, |_, session| session.session_id == session_id);
+            context
+                .sessions
+                .remove_if(&node_id, |_, session| session.session_id == session_id);
             return;
         }
         let writer = xp_runtime::task::spawn("node-session-writer", async move {
             while let Some(command) = commands_rx.recv().await {
-                if let Err(error) = frame::write_message(&mut send, &Message::ToNode(command)).await {
+                if let Err(error) = frame::write_message(&mut send, &Message::ToNode(command)).await
+                {
                     debug!(%error, "node session write failed");
                     break;
                 }
@@ -339,7 +429,10 @@ async fn run_node_session(connection: &Connection, mut send: SendStream, mut rec
                 }
                 Ok(Some(other)) => {
                     warn!(?other, "unexpected message on a node session; closing it");
-                    connection.close(CLOSE_PROTOCOL_ERROR.into(), b"unexpected message on node session");
+                    connection.close(
+                        CLOSE_PROTOCOL_ERROR.into(),
+                        b"unexpected message on node session",
+                    );
                     break;
                 }
                 Ok(None) => break,
@@ -351,7 +444,9 @@ async fn run_node_session(connection: &Connection, mut send: SendStream, mut rec
         }
         writer.abort();
         info!("node session closed");
-        let _ = context.head.cast(HeadMsg::NodeDisconnected(node_id, session_id));
+        let _ = context
+            .head
+            .cast(HeadMsg::NodeDisconnected(node_id, session_id));
     }
     .instrument(span)
     .await;

@@ -20,8 +20,8 @@ use xp_runtime::frame::{self, FrameError};
 use xp_runtime::ids::{BlobHash, NodeId, WorkerKey};
 use xp_runtime::join::JoinString;
 use xp_runtime::protocol::{
-    ErrorCode, HeadCommand, Launch, LogChunk, Message, NodeMessage, NodeRegistration, NodeResources, PeerRole, Program,
-    RemoteError, WorkerReport,
+    ErrorCode, HeadCommand, Launch, LogChunk, Message, NodeMessage, NodeRegistration,
+    NodeResources, PeerRole, Program, RemoteError, WorkerReport,
 };
 use xp_runtime::transport::{self, HeadConnection, TransportError};
 
@@ -109,7 +109,9 @@ impl Agent {
                     backoff = Duration::from_millis(200);
                     info!(head = %format!("{}:{}", self.join.host, self.join.port), "connected to the head");
                     let end = self.session(&connection, send, recv, &shutdown).await;
-                    connection.connection.close(transport::CLOSE_SHUTDOWN.into(), b"node session ended");
+                    connection
+                        .connection
+                        .close(transport::CLOSE_SHUTDOWN.into(), b"node session ended");
                     if matches!(end, SessionEnd::Shutdown) {
                         return Ok(());
                     }
@@ -160,13 +162,21 @@ impl Agent {
         shutdown: &CancellationToken,
     ) -> SessionEnd {
         let registration = Message::FromNode(NodeMessage::Register(self.registration()));
-        if frame::write_message(&mut send, &registration).await.is_err() {
+        if frame::write_message(&mut send, &registration)
+            .await
+            .is_err()
+        {
             return SessionEnd::Disconnected;
         }
         let resend: Vec<Message> = self
             .outbox
             .unacked()
-            .map(|(seq, report)| Message::FromNode(NodeMessage::Report { seq, report: report.clone() }))
+            .map(|(seq, report)| {
+                Message::FromNode(NodeMessage::Report {
+                    seq,
+                    report: report.clone(),
+                })
+            })
             .collect();
         for message in resend {
             if frame::write_message(&mut send, &message).await.is_err() {
@@ -174,7 +184,8 @@ impl Agent {
             }
         }
         let (commands_tx, mut commands_rx) = mpsc::unbounded_channel();
-        let reader = xp_runtime::task::spawn("node-session-reader", read_commands(recv, commands_tx));
+        let reader =
+            xp_runtime::task::spawn("node-session-reader", read_commands(recv, commands_tx));
         let mut heartbeat = tokio::time::interval(self.heartbeat);
         let mut draining_until: Option<tokio::time::Instant> = None;
         let end = loop {
@@ -232,9 +243,15 @@ impl Agent {
         self.outbox.push(report)
     }
 
-    async fn handle_command(&mut self, connection: &HeadConnection, command: HeadCommand) -> Vec<Message> {
+    async fn handle_command(
+        &mut self,
+        connection: &HeadConnection,
+        command: HeadCommand,
+    ) -> Vec<Message> {
         match command {
-            HeadCommand::Registered { heartbeat_interval_ms } => {
+            HeadCommand::Registered {
+                heartbeat_interval_ms,
+            } => {
                 self.heartbeat = Duration::from_millis(heartbeat_interval_ms.clamp(100, 60_000));
                 debug!(?self.heartbeat, "registered");
                 Vec::new()
@@ -247,19 +264,30 @@ impl Agent {
                 self.launch(connection, launch);
                 Vec::new()
             }
-            HeadCommand::Kill { trial, attempt, reason } => {
+            HeadCommand::Kill {
+                trial,
+                attempt,
+                reason,
+            } => {
                 for (key, worker) in &mut self.workers {
-                    if key.trial == trial && key.attempt == attempt {
-                        if let Some(stop) = worker.stop.take() {
-                            let _ = stop.send(reason.clone());
-                        }
+                    if key.trial == trial
+                        && key.attempt == attempt
+                        && let Some(stop) = worker.stop.take()
+                    {
+                        let _ = stop.send(reason.clone());
                     }
                 }
                 Vec::new()
             }
-            HeadCommand::ReadLogs { request_id, key, offset, max_bytes } => {
+            HeadCommand::ReadLogs {
+                request_id,
+                key,
+                offset,
+                max_bytes,
+            } => {
                 let complete = !self.workers.contains_key(&key);
-                let result = read_log(&log_path(&self.data_dir, key), offset, max_bytes, complete).await;
+                let result =
+                    read_log(&log_path(&self.data_dir, key), offset, max_bytes, complete).await;
                 vec![Message::FromNode(NodeMessage::Logs { request_id, result })]
             }
         }
@@ -273,7 +301,10 @@ impl Agent {
         }
         if let Err(busy) = self.slots.claim(key, &launch.gpu_indices) {
             warn!(worker = %key, %busy, "launch refused");
-            let _ = self.reports_tx.send(WorkerReport::LaunchFailed { key, error: busy.to_string() });
+            let _ = self.reports_tx.send(WorkerReport::LaunchFailed {
+                key,
+                error: busy.to_string(),
+            });
             return;
         }
         let (stop_tx, stop_rx) = oneshot::channel();
@@ -289,7 +320,13 @@ impl Agent {
                 }
             }
         });
-        self.workers.insert(key, RunningWorker { stop: Some(stop_tx), task });
+        self.workers.insert(
+            key,
+            RunningWorker {
+                stop: Some(stop_tx),
+                task,
+            },
+        );
     }
 
     async fn stop_all_workers(&mut self, reason: &str) {
@@ -299,7 +336,10 @@ impl Agent {
             }
         }
         for (key, worker) in self.workers.drain() {
-            if tokio::time::timeout(KILL_GRACE + Duration::from_secs(3), worker.task).await.is_err() {
+            if tokio::time::timeout(KILL_GRACE + Duration::from_secs(3), worker.task)
+                .await
+                .is_err()
+            {
                 warn!(worker = %key, "worker did not stop in time");
             }
         }
@@ -340,29 +380,62 @@ async fn write_all(send: &mut SendStream, messages: Vec<Message>) -> Result<(), 
 
 /// Where a worker's combined output is kept.
 pub fn log_path(data_dir: &Path, key: WorkerKey) -> PathBuf {
-    data_dir.join("logs").join(key.trial.to_string()).join(format!("a{}", key.attempt)).join(format!("rank{}.log", key.rank))
+    data_dir
+        .join("logs")
+        .join(key.trial.to_string())
+        .join(format!("a{}", key.attempt))
+        .join(format!("rank{}.log", key.rank))
 }
 
-async fn read_log(path: &Path, offset: u64, max_bytes: u32, complete: bool) -> Result<LogChunk, RemoteError> {
+async fn read_log(
+    path: &Path,
+    offset: u64,
+    max_bytes: u32,
+    complete: bool,
+) -> Result<LogChunk, RemoteError> {
     let mut file = tokio::fs::File::open(path)
         .await
         .map_err(|_| RemoteError::new(ErrorCode::NotFound, "no output recorded for this worker"))?;
     let internal = |error: std::io::Error| RemoteError::new(ErrorCode::Internal, error.to_string());
-    file.seek(std::io::SeekFrom::Start(offset)).await.map_err(internal)?;
+    file.seek(std::io::SeekFrom::Start(offset))
+        .await
+        .map_err(internal)?;
     let mut data = Vec::with_capacity(max_bytes.min(1 << 20) as usize);
-    (&mut file).take(u64::from(max_bytes)).read_to_end(&mut data).await.map_err(internal)?;
+    (&mut file)
+        .take(u64::from(max_bytes))
+        .read_to_end(&mut data)
+        .await
+        .map_err(internal)?;
     let next_offset = offset + data.len() as u64;
-    Ok(LogChunk { data, next_offset, complete })
+    Ok(LogChunk {
+        data,
+        next_offset,
+        complete,
+    })
 }
 
-async fn resolve_command(data_dir: &Path, connection: &HeadConnection, launch: &Launch) -> Result<WorkerCommand, String> {
+async fn resolve_command(
+    data_dir: &Path,
+    connection: &HeadConnection,
+    launch: &Launch,
+) -> Result<WorkerCommand, String> {
     let key = launch.key;
     let log_path = log_path(data_dir, key);
-    let work_dir = data_dir.join("work").join(key.trial.to_string()).join(format!("a{}", key.attempt)).join(format!("rank{}", key.rank));
+    let work_dir = data_dir
+        .join("work")
+        .join(key.trial.to_string())
+        .join(format!("a{}", key.attempt))
+        .join(format!("rank{}", key.rank));
     match &launch.program {
         Program::Command { argv } => {
             let (program, args) = argv.split_first().ok_or("empty command")?;
-            Ok(WorkerCommand { program: program.into(), args: args.to_vec(), extra_env: Vec::new(), log_path, work_dir })
+            Ok(WorkerCommand {
+                program: program.into(),
+                args: args.to_vec(),
+                extra_env: Vec::new(),
+                log_path,
+                work_dir,
+            })
         }
         Program::Entry { binary, entry } => {
             let program = cached_binary(data_dir, connection, *binary).await?;
@@ -378,7 +451,11 @@ async fn resolve_command(data_dir: &Path, connection: &HeadConnection, launch: &
 }
 
 /// The path of driver binary `hash`, fetched from the head on first use.
-async fn cached_binary(data_dir: &Path, connection: &HeadConnection, hash: BlobHash) -> Result<PathBuf, String> {
+async fn cached_binary(
+    data_dir: &Path,
+    connection: &HeadConnection,
+    hash: BlobHash,
+) -> Result<PathBuf, String> {
     use std::os::unix::fs::PermissionsExt;
     let dir = data_dir.join("bin");
     let path = dir.join(hash.to_string());
@@ -386,7 +463,10 @@ async fn cached_binary(data_dir: &Path, connection: &HeadConnection, hash: BlobH
         return Ok(path);
     }
     info!(binary = %hash, "fetching driver binary from the head");
-    let bytes = connection.get_blob(hash).await.map_err(|error| format!("cannot fetch binary {hash}: {error}"))?;
+    let bytes = connection
+        .get_blob(hash)
+        .await
+        .map_err(|error| format!("cannot fetch binary {hash}: {error}"))?;
     let temporary = dir.join(format!(".{hash}.{}.part", uuid::Uuid::now_v7().simple()));
     let write = async {
         tokio::fs::create_dir_all(&dir).await?;

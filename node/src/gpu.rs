@@ -18,14 +18,21 @@ pub struct NvmlProbe;
 
 impl GpuProbe for NvmlProbe {
     fn probe(&self) -> Result<Vec<GpuInfo>, String> {
-        let nvml = nvml_wrapper::Nvml::init().map_err(|error| format!("NVML unavailable: {error}"))?;
-        let count = nvml.device_count().map_err(|error| format!("NVML device count failed: {error}"))?;
+        let nvml =
+            nvml_wrapper::Nvml::init().map_err(|error| format!("NVML unavailable: {error}"))?;
+        let count = nvml
+            .device_count()
+            .map_err(|error| format!("NVML device count failed: {error}"))?;
         (0..count)
             .map(|index| {
-                let device = nvml.device_by_index(index).map_err(|error| format!("NVML device {index}: {error}"))?;
+                let device = nvml
+                    .device_by_index(index)
+                    .map_err(|error| format!("NVML device {index}: {error}"))?;
                 Ok(GpuInfo {
                     index,
-                    model: device.name().unwrap_or_else(|_| "unknown NVIDIA GPU".to_owned()),
+                    model: device
+                        .name()
+                        .unwrap_or_else(|_| "unknown NVIDIA GPU".to_owned()),
                     memory_bytes: device.memory_info().map(|memory| memory.total).unwrap_or(0),
                 })
             })
@@ -35,7 +42,13 @@ impl GpuProbe for NvmlProbe {
 
 /// `n` slots declared by the operator, for machines without NVML.
 pub fn declared_gpus(n: u32) -> Vec<GpuInfo> {
-    (0..n).map(|index| GpuInfo { index, model: "declared".to_owned(), memory_bytes: 0 }).collect()
+    (0..n)
+        .map(|index| GpuInfo {
+            index,
+            model: "declared".to_owned(),
+            memory_bytes: 0,
+        })
+        .collect()
 }
 
 /// The node's GPU slots: `--gpus` when given, else what NVML finds, else none.
@@ -82,7 +95,10 @@ mod tests {
         match NvmlProbe.probe() {
             Ok(gpus) => assert!(gpus.iter().all(|gpu| !gpu.model.is_empty())),
             Err(reason) => {
-                #[expect(clippy::print_stderr, reason = "tell the reader why the GPU path was skipped")]
+                #[expect(
+                    clippy::print_stderr,
+                    reason = "tell the reader why the GPU path was skipped"
+                )]
                 {
                     eprintln!("skipping NVML check: {reason}");
                 }

@@ -59,26 +59,49 @@ pub enum NodeError {
 /// Runs the node until `shutdown`.
 pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
     let io_error = |context: String| move |source| NodeError::Io { context, source };
-    std::fs::create_dir_all(&config.data_dir).map_err(io_error(format!("cannot create {}", config.data_dir.display())))?;
-    let node_id = load_or_create_node_id(&config.data_dir).map_err(io_error("cannot read or write the node id".to_owned()))?;
+    std::fs::create_dir_all(&config.data_dir).map_err(io_error(format!(
+        "cannot create {}",
+        config.data_dir.display()
+    )))?;
+    let node_id = load_or_create_node_id(&config.data_dir)
+        .map_err(io_error("cannot read or write the node id".to_owned()))?;
     let gpus = gpu::discover(config.gpus, &gpu::NvmlProbe);
-    let cpus = config.cpus.unwrap_or_else(|| std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64));
+    let cpus = config
+        .cpus
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64));
     let memory_bytes = config.memory_bytes.unwrap_or_else(total_memory_bytes);
-    let name = nix::unistd::gethostname().ok().and_then(|name| name.into_string().ok()).unwrap_or_else(|| "node".to_owned());
+    let name = nix::unistd::gethostname()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .unwrap_or_else(|| "node".to_owned());
     let advertise_host = config.advertise_host.clone().unwrap_or_else(|| {
         let head_is_loopback = config.join.host == "localhost"
-            || config.join.host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
-        if head_is_loopback { "127.0.0.1".to_owned() } else { name.clone() }
+            || config
+                .join
+                .host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if head_is_loopback {
+            "127.0.0.1".to_owned()
+        } else {
+            name.clone()
+        }
     });
     let identity = agent::NodeIdentity {
         node_id,
         name,
         advertise_host,
-        resources: NodeResources { gpus, milli_cpus: (cpus * 1000.0).round() as u32, memory_bytes },
+        resources: NodeResources {
+            gpus,
+            milli_cpus: (cpus * 1000.0).round() as u32,
+            memory_bytes,
+        },
         labels: config.labels.clone(),
     };
     tracing::info!(%node_id, gpus = identity.resources.gpus.len(), cpus, memory_bytes, "node starting");
-    agent::Agent::new(config.join, identity, config.data_dir).run(shutdown).await?;
+    agent::Agent::new(config.join, identity, config.data_dir)
+        .run(shutdown)
+        .await?;
     tracing::info!("node stopped");
     Ok(())
 }
@@ -86,7 +109,12 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
 fn load_or_create_node_id(data_dir: &std::path::Path) -> std::io::Result<NodeId> {
     let path = data_dir.join("node_id");
     match std::fs::read_to_string(&path) {
-        Ok(text) => text.trim().parse().map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {error}", path.display()))),
+        Ok(text) => text.trim().parse().map_err(|error| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: {error}", path.display()),
+            )
+        }),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             let node_id = NodeId::random();
             let temporary = path.with_extension("tmp");

@@ -9,7 +9,11 @@ use tokio_util::sync::CancellationToken;
 use xp_runtime::join::JoinString;
 
 #[derive(Parser, Debug)]
-#[command(name = "xp-node", version, about = "The xp node agent: offers this machine's slots to an xp cluster")]
+#[command(
+    name = "xp-node",
+    version,
+    about = "The xp node agent: offers this machine's slots to an xp cluster"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -47,21 +51,41 @@ fn parse_memory(text: &str) -> Result<u64, String> {
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {
-    let (key, value) = text.split_once('=').ok_or_else(|| format!("label {text:?} is not KEY=VALUE"))?;
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("label {text:?} is not KEY=VALUE"))?;
     if key.is_empty() || key.len() > 63 || value.len() > 253 {
-        return Err(format!("label {text:?}: the key must be 1-63 and the value at most 253 characters"));
+        return Err(format!(
+            "label {text:?}: the key must be 1-63 and the value at most 253 characters"
+        ));
     }
     Ok((key.to_owned(), value.to_owned()))
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("XP_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init();
-    let Command::Join { join, data_dir, gpus, cpus, memory, labels, advertise } = Cli::parse().command;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("XP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let Command::Join {
+        join,
+        data_dir,
+        gpus,
+        cpus,
+        memory,
+        labels,
+        advertise,
+    } = Cli::parse().command;
     let join: JoinString = join.parse().context("the join string is invalid")?;
     if let Some(cpus) = cpus {
-        anyhow::ensure!(cpus.is_finite() && cpus > 0.0, "--cpus must be a positive number");
+        anyhow::ensure!(
+            cpus.is_finite() && cpus > 0.0,
+            "--cpus must be a positive number"
+        );
     }
     let config = xp_node::NodeConfig {
         join,
@@ -74,7 +98,8 @@ async fn main() -> anyhow::Result<()> {
     };
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
     let _signal_task = xp_runtime::task::spawn("signals", async move {
         tokio::select! {
             _ = terminate.recv() => {}
@@ -83,6 +108,8 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!("shutting down");
         signals.cancel();
     });
-    xp_node::run(config, shutdown).await.context("the node stopped")?;
+    xp_node::run(config, shutdown)
+        .await
+        .context("the node stopped")?;
     Ok(())
 }

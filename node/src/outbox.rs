@@ -25,7 +25,11 @@ pub struct Outbox {
 
 impl Default for Outbox {
     fn default() -> Self {
-        Self { next_seq: 1, unacked: BTreeMap::new(), dropped_metrics: 0 }
+        Self {
+            next_seq: 1,
+            unacked: BTreeMap::new(),
+            dropped_metrics: 0,
+        }
     }
 }
 
@@ -36,8 +40,11 @@ impl Outbox {
         self.next_seq += 1;
         self.unacked.insert(seq, report);
         if self.unacked.len() > MAX_UNACKED {
-            let oldest_metric =
-                self.unacked.iter().find(|(_, report)| matches!(report, WorkerReport::Metric { .. })).map(|(seq, _)| *seq);
+            let oldest_metric = self
+                .unacked
+                .iter()
+                .find(|(_, report)| matches!(report, WorkerReport::Metric { .. }))
+                .map(|(seq, _)| *seq);
             if let Some(oldest) = oldest_metric {
                 self.unacked.remove(&oldest);
                 self.dropped_metrics += 1;
@@ -60,7 +67,12 @@ impl Outbox {
     pub fn unacked_final(&self) -> BTreeSet<WorkerKey> {
         self.unacked
             .values()
-            .filter(|report| matches!(report, WorkerReport::Exited { .. } | WorkerReport::LaunchFailed { .. }))
+            .filter(|report| {
+                matches!(
+                    report,
+                    WorkerReport::Exited { .. } | WorkerReport::LaunchFailed { .. }
+                )
+            })
             .map(WorkerReport::key)
             .collect()
     }
@@ -78,18 +90,32 @@ mod tests {
     use super::*;
 
     fn key() -> WorkerKey {
-        WorkerKey { trial: TrialId { experiment: ExperimentId { digest: 9, run: 1 }, index: 0 }, attempt: 1, rank: 0 }
+        WorkerKey {
+            trial: TrialId {
+                experiment: ExperimentId { digest: 9, run: 1 },
+                index: 0,
+            },
+            attempt: 1,
+            rank: 0,
+        }
     }
 
     #[test]
     fn acknowledged_reports_leave_and_the_rest_stay_in_order() {
         let mut outbox = Outbox::default();
         let first = outbox.push(WorkerReport::Started { key: key(), pid: 1 });
-        let second = outbox.push(WorkerReport::Exited { key: key(), code: Some(0), signal: None });
+        let second = outbox.push(WorkerReport::Exited {
+            key: key(),
+            code: Some(0),
+            signal: None,
+        });
         assert_eq!((first, second), (1, 2));
         assert_eq!(outbox.unacked_final(), BTreeSet::from([key()]));
         outbox.ack(1);
-        assert_eq!(outbox.unacked().map(|(seq, _)| seq).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(
+            outbox.unacked().map(|(seq, _)| seq).collect::<Vec<_>>(),
+            vec![2]
+        );
         outbox.ack(2);
         assert!(outbox.unacked_final().is_empty());
     }
@@ -99,10 +125,18 @@ mod tests {
         let mut outbox = Outbox::default();
         outbox.push(WorkerReport::Started { key: key(), pid: 1 });
         for index in 0..(MAX_UNACKED as u64 + 5) {
-            outbox.push(WorkerReport::Metric { key: key(), index, step: None, values: Vec::new() });
+            outbox.push(WorkerReport::Metric {
+                key: key(),
+                index,
+                step: None,
+                values: Vec::new(),
+            });
         }
         assert_eq!(outbox.unacked().count(), MAX_UNACKED);
-        assert!(matches!(outbox.unacked().next(), Some((1, WorkerReport::Started { .. }))));
+        assert!(matches!(
+            outbox.unacked().next(),
+            Some((1, WorkerReport::Started { .. }))
+        ));
         assert_eq!(outbox.dropped_metrics(), 6);
     }
 }

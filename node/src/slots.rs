@@ -27,7 +27,10 @@ pub struct SlotTable {
 impl SlotTable {
     /// Gives `gpus` to `key`, all or none.
     pub fn claim(&mut self, key: WorkerKey, gpus: &[u32]) -> Result<(), SlotBusy> {
-        if let Some((gpu, holder)) = gpus.iter().find_map(|gpu| self.held.get(gpu).map(|holder| (*gpu, *holder))) {
+        if let Some((gpu, holder)) = gpus
+            .iter()
+            .find_map(|gpu| self.held.get(gpu).map(|holder| (*gpu, *holder)))
+        {
             return Err(SlotBusy { gpu, holder });
         }
         for gpu in gpus {
@@ -49,14 +52,27 @@ mod tests {
     use super::*;
 
     fn key(index: u32) -> WorkerKey {
-        WorkerKey { trial: TrialId { experiment: ExperimentId { digest: 1, run: 1 }, index }, attempt: 1, rank: 0 }
+        WorkerKey {
+            trial: TrialId {
+                experiment: ExperimentId { digest: 1, run: 1 },
+                index,
+            },
+            attempt: 1,
+            rank: 0,
+        }
     }
 
     #[test]
     fn a_gpu_is_never_held_twice() {
         let mut table = SlotTable::default();
         table.claim(key(1), &[0, 1]).unwrap();
-        assert_eq!(table.claim(key(2), &[1, 2]), Err(SlotBusy { gpu: 1, holder: key(1) }));
+        assert_eq!(
+            table.claim(key(2), &[1, 2]),
+            Err(SlotBusy {
+                gpu: 1,
+                holder: key(1)
+            })
+        );
         table.claim(key(2), &[2]).unwrap();
         table.release(key(1));
         table.claim(key(3), &[0, 1]).unwrap();

@@ -83,11 +83,15 @@ pub async fn supervise(
     let stdout = child.stdout.take().map(|stdout| {
         let log_path = command.log_path.clone();
         let metrics = Some((key, reports.clone()));
-        xp_runtime::task::spawn("worker-stdout", async move { pump(BufReader::new(stdout), open_log(&log_path).await, metrics).await })
+        xp_runtime::task::spawn("worker-stdout", async move {
+            pump(BufReader::new(stdout), open_log(&log_path).await, metrics).await
+        })
     });
     let stderr = child.stderr.take().map(|stderr| {
         let log_path = command.log_path.clone();
-        xp_runtime::task::spawn("worker-stderr", async move { pump(BufReader::new(stderr), open_log(&log_path).await, None).await })
+        xp_runtime::task::spawn("worker-stderr", async move {
+            pump(BufReader::new(stderr), open_log(&log_path).await, None).await
+        })
     });
 
     let status = tokio::select! {
@@ -128,7 +132,12 @@ pub async fn supervise(
 }
 
 async fn open_log(path: &std::path::Path) -> Option<tokio::fs::File> {
-    match tokio::fs::OpenOptions::new().create(true).append(true).open(path).await {
+    match tokio::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .await
+    {
         Ok(file) => Some(file),
         Err(error) => {
             warn!(%error, path = %path.display(), "cannot open the worker log; output is discarded");
@@ -139,7 +148,9 @@ async fn open_log(path: &std::path::Path) -> Option<tokio::fs::File> {
 
 async fn spawn(launch: &Launch, command: &WorkerCommand) -> Result<tokio::process::Child, String> {
     if let Some(parent) = command.log_path.parent() {
-        tokio::fs::create_dir_all(parent).await.map_err(|error| format!("cannot create {}: {error}", parent.display()))?;
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|error| format!("cannot create {}: {error}", parent.display()))?;
     }
     tokio::fs::create_dir_all(&command.work_dir)
         .await
@@ -162,7 +173,9 @@ async fn spawn(launch: &Launch, command: &WorkerCommand) -> Result<tokio::proces
             Ok(())
         });
     }
-    process.spawn().map_err(|error| format!("cannot start {}: {error}", command.program.display()))
+    process
+        .spawn()
+        .map_err(|error| format!("cannot start {}: {error}", command.program.display()))
 }
 
 fn signal_group(pid: u32, signal: Signal) {
@@ -190,14 +203,18 @@ async fn pump(
                 break;
             }
         }
-        if let Some(file) = log.as_mut() {
-            if let Err(error) = file.write_all(&line).await {
-                warn!(%error, "cannot write the worker log; output is discarded from now on");
-                log = None;
-            }
+        if let Some(file) = log.as_mut()
+            && let Err(error) = file.write_all(&line).await
+        {
+            warn!(%error, "cannot write the worker log; output is discarded from now on");
+            log = None;
         }
-        let Some((key, reports)) = &metrics else { continue };
-        let Ok(text) = std::str::from_utf8(&line) else { continue };
+        let Some((key, reports)) = &metrics else {
+            continue;
+        };
+        let Ok(text) = std::str::from_utf8(&line) else {
+            continue;
+        };
         match parse_metric_line(text) {
             Ok(Some(report)) => {
                 index += 1;
@@ -219,7 +236,11 @@ async fn pump(
 
 /// Reads one line of at most `max` bytes (a longer line comes back in pieces), so a
 /// worker that never prints a newline cannot exhaust the node's memory.
-async fn read_bounded_line(reader: &mut (impl AsyncBufRead + Unpin), line: &mut Vec<u8>, max: usize) -> std::io::Result<usize> {
+async fn read_bounded_line(
+    reader: &mut (impl AsyncBufRead + Unpin),
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<usize> {
     line.clear();
     loop {
         let available = reader.fill_buf().await?;

@@ -20,7 +20,10 @@ pub trait Clock: Send + Sync {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
-    #[expect(clippy::disallowed_methods, reason = "the system clock is the one place that reads the time")]
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the system clock is the one place that reads the time"
+    )]
     fn now(&self) -> UnixMillis {
         let since_epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)

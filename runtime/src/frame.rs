@@ -65,7 +65,8 @@ impl FrameError {
 /// Encodes `message` into one frame, header included.
 pub fn encode(message: &Message) -> Result<Vec<u8>, FrameError> {
     let mut frame = vec![0u8; 6];
-    bincode::serde::encode_into_std_write(message, &mut frame, LIMIT).map_err(FrameError::Encode)?;
+    bincode::serde::encode_into_std_write(message, &mut frame, LIMIT)
+        .map_err(FrameError::Encode)?;
     let body_len = frame.len() - 4;
     if body_len > MAX_FRAME_BYTES {
         return Err(FrameError::TooLarge { len: body_len });
@@ -82,7 +83,8 @@ pub fn decode_body(body: &[u8]) -> Result<Message, FrameError> {
     if version != PROTOCOL_VERSION {
         return Err(FrameError::UnsupportedVersion { got: version });
     }
-    let (message, used) = bincode::serde::decode_from_slice(payload, LIMIT).map_err(FrameError::Malformed)?;
+    let (message, used) =
+        bincode::serde::decode_from_slice(payload, LIMIT).map_err(FrameError::Malformed)?;
     if used != payload.len() {
         return Err(FrameError::Trailing(payload.len() - used));
     }
@@ -90,7 +92,9 @@ pub fn decode_body(body: &[u8]) -> Result<Message, FrameError> {
 }
 
 /// Reads one frame; `Ok(None)` when the stream ends cleanly before a frame.
-pub async fn read_message<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Option<Message>, FrameError> {
+pub async fn read_message<R: AsyncRead + Unpin>(
+    reader: &mut R,
+) -> Result<Option<Message>, FrameError> {
     let mut header = [0u8; 4];
     let mut filled = 0;
     while filled < header.len() {
@@ -113,7 +117,10 @@ pub async fn read_message<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Option
 }
 
 /// Writes one frame.
-pub async fn write_message<W: AsyncWrite + Unpin>(writer: &mut W, message: &Message) -> Result<(), FrameError> {
+pub async fn write_message<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    message: &Message,
+) -> Result<(), FrameError> {
     let frame = encode(message)?;
     writer.write_all(&frame).await?;
     Ok(())
@@ -128,19 +135,31 @@ mod tests {
     use crate::protocol::{NodeMessage, Request, WorkerReport};
 
     fn decode_frame(frame: &[u8]) -> Result<Message, FrameError> {
-        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        runtime.block_on(async { read_message(&mut &frame[..]).await.map(|message| message.expect("a frame")) })
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            read_message(&mut &frame[..])
+                .await
+                .map(|message| message.expect("a frame"))
+        })
     }
 
     #[test]
     fn oversized_and_foreign_frames_are_refused() {
         let mut frame = ((MAX_FRAME_BYTES + 1) as u32).to_be_bytes().to_vec();
         frame.extend_from_slice(&[0; 16]);
-        assert!(matches!(decode_frame(&frame), Err(FrameError::TooLarge { .. })));
+        assert!(matches!(
+            decode_frame(&frame),
+            Err(FrameError::TooLarge { .. })
+        ));
 
         let mut frame = encode(&Message::Request(Request::Nodes)).unwrap();
         frame[4..6].copy_from_slice(&99u16.to_be_bytes());
-        assert!(matches!(decode_frame(&frame), Err(FrameError::UnsupportedVersion { got: 99 })));
+        assert!(matches!(
+            decode_frame(&frame),
+            Err(FrameError::UnsupportedVersion { got: 99 })
+        ));
 
         let mut frame = encode(&Message::Request(Request::Nodes)).unwrap();
         frame.push(0);

@@ -7,7 +7,11 @@
 const IDENTITY_DOMAIN: &str = "xp experiment identity v1";
 
 /// The full 256-bit content hash of an experiment.
-pub fn experiment_content_hash(canonical_config: &str, code_version: &str, data_version: &str) -> [u8; 32] {
+pub fn experiment_content_hash(
+    canonical_config: &str,
+    code_version: &str,
+    data_version: &str,
+) -> [u8; 32] {
     let mut hasher = blake3::Hasher::new_derive_key(IDENTITY_DOMAIN);
     // Length prefixes keep ("ab", "c") and ("a", "bc") apart.
     for part in [canonical_config, code_version, data_version] {
@@ -28,6 +32,9 @@ mod tests {
         assert_ne!(base, experiment_content_hash("c2", "v", "d"));
         assert_ne!(base, experiment_content_hash("c", "v2", "d"));
         assert_ne!(base, experiment_content_hash("c", "v", "d2"));
-        assert_ne!(experiment_content_hash("ab", "c", ""), experiment_content_hash("a", "bc", ""));
+        assert_ne!(
+            experiment_content_hash("ab", "c", ""),
+            experiment_content_hash("a", "bc", "")
+        );
     }
 }

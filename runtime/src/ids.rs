@@ -40,7 +40,10 @@ impl ExperimentId {
     pub fn from_content_hash(content_hash: &[u8; 32], run: u32) -> Self {
         let mut leading = [0u8; 8];
         leading.copy_from_slice(&content_hash[..8]);
-        Self { digest: u64::from_be_bytes(leading), run }
+        Self {
+            digest: u64::from_be_bytes(leading),
+            run,
+        }
     }
 }
 
@@ -112,7 +115,10 @@ pub struct NodeId(pub uuid::Uuid);
 
 impl NodeId {
     /// A fresh random node id; called once per node data directory.
-    #[expect(clippy::disallowed_methods, reason = "node ids are minted here, at the edge")]
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "node ids are minted here, at the edge"
+    )]
     pub fn random() -> Self {
         Self(uuid::Uuid::new_v4())
     }
@@ -127,11 +133,13 @@ impl fmt::Display for NodeId {
 impl FromStr for NodeId {
     type Err = IdError;
     fn from_str(text: &str) -> Result<Self, IdError> {
-        uuid::Uuid::parse_str(text).map(Self).map_err(|_| IdError::Malformed {
-            kind: "node",
-            text: text.to_owned(),
-            expected: "a UUID",
-        })
+        uuid::Uuid::parse_str(text)
+            .map(Self)
+            .map_err(|_| IdError::Malformed {
+                kind: "node",
+                text: text.to_owned(),
+                expected: "a UUID",
+            })
     }
 }
 
@@ -195,14 +203,30 @@ mod tests {
 
     #[test]
     fn ids_round_trip_through_display() {
-        let experiment = ExperimentId { digest: 0x3f2a_9c0d_11b2_e4f7, run: 1 };
+        let experiment = ExperimentId {
+            digest: 0x3f2a_9c0d_11b2_e4f7,
+            run: 1,
+        };
         check_round_trip(experiment);
-        check_round_trip(ExperimentId { run: 3, ..experiment });
-        check_round_trip(TrialId { experiment, index: 11 });
+        check_round_trip(ExperimentId {
+            run: 3,
+            ..experiment
+        });
+        check_round_trip(TrialId {
+            experiment,
+            index: 11,
+        });
         check_round_trip(NodeId::random());
         check_round_trip(BlobHash::of(b"driver"));
         assert_eq!(experiment.to_string(), "3f2a9c0d11b2e4f7");
-        assert_eq!(TrialId { experiment, index: 3 }.to_string(), "3f2a9c0d11b2e4f7-t3");
+        assert_eq!(
+            TrialId {
+                experiment,
+                index: 3
+            }
+            .to_string(),
+            "3f2a9c0d11b2e4f7-t3"
+        );
     }
 
     #[test]

@@ -55,12 +55,19 @@ impl FromStr for JoinString {
         if text.len() > 4096 {
             return Err(invalid("length", "is longer than 4096 bytes"));
         }
-        let url = url::Url::parse(text.trim()).map_err(|error| JoinStringError::NotAUrl(error.to_string()))?;
+        let url = url::Url::parse(text.trim())
+            .map_err(|error| JoinStringError::NotAUrl(error.to_string()))?;
         if url.scheme() != "xp" {
             return Err(invalid("scheme", "must be xp://"));
         }
-        let host = url.host_str().filter(|host| !host.is_empty()).ok_or(invalid("host", "is missing"))?;
-        let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+        let host = url
+            .host_str()
+            .filter(|host| !host.is_empty())
+            .ok_or(invalid("host", "is missing"))?;
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
         let port = url.port().ok_or(invalid("port", "is missing"))?;
         let mut token = None;
         let mut ca = None;
@@ -71,18 +78,36 @@ impl FromStr for JoinString {
                 _ => return Err(invalid("query", "has a parameter other than token and ca")),
             }
         }
-        let token = token.filter(|token| !token.is_empty()).ok_or(invalid("token", "is missing"))?;
+        let token = token
+            .filter(|token| !token.is_empty())
+            .ok_or(invalid("token", "is missing"))?;
         let ca = ca.ok_or(invalid("ca", "is missing"))?;
         let mut ca_sha256 = [0u8; 32];
-        hex::decode_to_slice(&ca, &mut ca_sha256).map_err(|_| invalid("ca", "must be 64 hex digits (a SHA-256)"))?;
-        Ok(Self { host, port, token, ca_sha256 })
+        hex::decode_to_slice(&ca, &mut ca_sha256)
+            .map_err(|_| invalid("ca", "must be 64 hex digits (a SHA-256)"))?;
+        Ok(Self {
+            host,
+            port,
+            token,
+            ca_sha256,
+        })
     }
 }
 
 impl fmt::Display for JoinString {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
-        write!(f, "xp://{host}:{}?token={}&ca={}", self.port, self.token, hex::encode(self.ca_sha256))
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        write!(
+            f,
+            "xp://{host}:{}?token={}&ca={}",
+            self.port,
+            self.token,
+            hex::encode(self.ca_sha256)
+        )
     }
 }
 
@@ -96,7 +121,9 @@ mod tests {
         let join: JoinString = text.parse().unwrap();
         assert_eq!(join.port, 4100);
         assert_eq!(join.to_string(), text);
-        let v6: JoinString = format!("xp://[::1]:9?token=t&ca={}", "00".repeat(32)).parse().unwrap();
+        let v6: JoinString = format!("xp://[::1]:9?token=t&ca={}", "00".repeat(32))
+            .parse()
+            .unwrap();
         assert_eq!(v6.host, "::1");
         assert_eq!(v6.to_string().parse::<JoinString>().unwrap(), v6);
         for bad in [
@@ -112,7 +139,9 @@ mod tests {
 
     #[test]
     fn debug_hides_the_token() {
-        let join: JoinString = format!("xp://h:1?token=secret&ca={}", "00".repeat(32)).parse().unwrap();
+        let join: JoinString = format!("xp://h:1?token=secret&ca={}", "00".repeat(32))
+            .parse()
+            .unwrap();
         assert!(!format!("{join:?}").contains("secret"));
     }
 }

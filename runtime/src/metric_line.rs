@@ -60,11 +60,16 @@ pub fn parse_metric_line(line: &str) -> Result<Option<MetricReport>, MetricLineE
         return Err(MetricLineError::TooLong { len: line.len() });
     }
     let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(payload)
-        .map_err(|error| MetricLineError::NotAnObject { reason: error.to_string() })?;
+        .map_err(|error| MetricLineError::NotAnObject {
+            reason: error.to_string(),
+        })?;
     if object.len() > MAX_METRICS_PER_LINE {
         return Err(MetricLineError::TooMany);
     }
-    let mut report = MetricReport { step: None, values: BTreeMap::new() };
+    let mut report = MetricReport {
+        step: None,
+        values: BTreeMap::new(),
+    };
     for (name, value) in object {
         if name == "step" {
             report.step = Some(value.as_u64().ok_or(MetricLineError::BadStep)?);
@@ -97,7 +102,9 @@ mod tests {
 
     #[test]
     fn metric_lines_parse_and_round_trip() {
-        let report = parse_metric_line(r#"XP_METRIC {"step": 3, "val_loss": 0.41}"#).unwrap().unwrap();
+        let report = parse_metric_line(r#"XP_METRIC {"step": 3, "val_loss": 0.41}"#)
+            .unwrap()
+            .unwrap();
         assert_eq!(report.step, Some(3));
         assert_eq!(report.values["val_loss"], 0.41);
         let line = format_metric_line(report.step, &report.values);
@@ -107,8 +114,17 @@ mod tests {
     #[test]
     fn other_lines_and_bad_payloads() {
         assert_eq!(parse_metric_line("epoch 3 done").unwrap(), None);
-        assert!(matches!(parse_metric_line("XP_METRIC [1]"), Err(MetricLineError::NotAnObject { .. })));
-        assert!(matches!(parse_metric_line(r#"XP_METRIC {"loss": "high"}"#), Err(MetricLineError::NotANumber { .. })));
-        assert_eq!(parse_metric_line(r#"XP_METRIC {"step": -1}"#), Err(MetricLineError::BadStep));
+        assert!(matches!(
+            parse_metric_line("XP_METRIC [1]"),
+            Err(MetricLineError::NotAnObject { .. })
+        ));
+        assert!(matches!(
+            parse_metric_line(r#"XP_METRIC {"loss": "high"}"#),
+            Err(MetricLineError::NotANumber { .. })
+        ));
+        assert_eq!(
+            parse_metric_line(r#"XP_METRIC {"step": -1}"#),
+            Err(MetricLineError::BadStep)
+        );
     }
 }

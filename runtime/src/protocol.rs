@@ -107,7 +107,10 @@ pub struct RemoteError {
 impl RemoteError {
     /// An error with `code` and `message`.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self {
+            code,
+            message: message.into(),
+        }
     }
 }
 
@@ -273,12 +276,18 @@ impl TrialState {
 
     /// Whether the trial will never run again.
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled | Self::Stopped)
+        matches!(
+            self,
+            Self::Succeeded | Self::Failed | Self::Cancelled | Self::Stopped
+        )
     }
 
     /// Whether the trial holds slots.
     pub fn holds_slots(self) -> bool {
-        matches!(self, Self::Placed | Self::Starting | Self::Running | Self::Preempting)
+        matches!(
+            self,
+            Self::Placed | Self::Starting | Self::Running | Self::Preempting
+        )
     }
 }
 

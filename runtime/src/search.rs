@@ -25,7 +25,10 @@ impl TrialPlan {
     pub fn config_json(&self) -> String {
         let mut object = serde_json::Map::new();
         for (name, value) in &self.params {
-            object.insert(name.clone(), serde_json::to_value(value).expect("parameter values are plain data"));
+            object.insert(
+                name.clone(),
+                serde_json::to_value(value).expect("parameter values are plain data"),
+            );
         }
         object.insert("seed".to_owned(), serde_json::Value::from(self.seed));
         serde_json::Value::Object(object).to_string()
@@ -73,7 +76,11 @@ fn grid(space: &BTreeMap<String, Domain>) -> Vec<BTreeMap<String, ParamValue>> {
     points
 }
 
-fn random(space: &BTreeMap<String, Domain>, trials: u32, seed: u64) -> Vec<BTreeMap<String, ParamValue>> {
+fn random(
+    space: &BTreeMap<String, Domain>,
+    trials: u32,
+    seed: u64,
+) -> Vec<BTreeMap<String, ParamValue>> {
     let mut rng = StdRng::seed_from_u64(seed);
     (0..trials)
         .map(|_| {
@@ -88,7 +95,9 @@ fn random(space: &BTreeMap<String, Domain>, trials: u32, seed: u64) -> Vec<BTree
 fn sample(domain: &Domain, rng: &mut StdRng) -> ParamValue {
     match domain {
         Domain::Uniform([lo, hi]) => ParamValue::Float(rng.random_range(*lo..=*hi)),
-        Domain::Loguniform([lo, hi]) => ParamValue::Float(rng.random_range(lo.ln()..=hi.ln()).exp().clamp(*lo, *hi)),
+        Domain::Loguniform([lo, hi]) => {
+            ParamValue::Float(rng.random_range(lo.ln()..=hi.ln()).exp().clamp(*lo, *hi))
+        }
         Domain::Int([lo, hi]) => ParamValue::Int(rng.random_range(*lo..=*hi)),
         Domain::Choice(values) => values[rng.random_range(0..values.len())].clone(),
     }
@@ -108,7 +117,9 @@ mod tests {
 
     #[test]
     fn grid_enumerates_every_combination_with_replicates() {
-        let plans = plan_trials(&search("  algorithm: grid\n  space: {a: {int: [1, 2]}, b: {choice: [x, y, z]}}\n  seeds: 2\n  seed: 7\n"));
+        let plans = plan_trials(&search(
+            "  algorithm: grid\n  space: {a: {int: [1, 2]}, b: {choice: [x, y, z]}}\n  seeds: 2\n  seed: 7\n",
+        ));
         assert_eq!(plans.len(), 12);
         assert_eq!(plans[0].seed, 7);
         assert_eq!(plans[1].seed, 8);

@@ -45,7 +45,10 @@ pub enum SpecError {
 }
 
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> SpecError {
-    SpecError::Invalid { field: field.into(), reason: reason.into() }
+    SpecError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
 }
 
 /// A whole experiment: one trial template and the search that instantiates it.
@@ -127,7 +130,11 @@ fn one_f64() -> f64 {
 
 impl Default for Resources {
     fn default() -> Self {
-        Self { gpu: 0, cpu: 1.0, memory: MemoryBytes(0) }
+        Self {
+            gpu: 0,
+            cpu: 1.0,
+            memory: MemoryBytes(0),
+        }
     }
 }
 
@@ -152,7 +159,9 @@ impl<'de> Deserialize<'de> for MemoryBytes {
         }
         match Raw::deserialize(deserializer)? {
             Raw::Bytes(bytes) => Ok(Self(bytes)),
-            Raw::Text(text) => parse_memory(&text).map(Self).map_err(serde::de::Error::custom),
+            Raw::Text(text) => parse_memory(&text)
+                .map(Self)
+                .map_err(serde::de::Error::custom),
         }
     }
 }
@@ -275,10 +284,14 @@ impl ExperimentSpec {
     /// Parses and validates a YAML document.
     pub fn from_yaml(text: &str) -> Result<Self, SpecError> {
         if text.len() > MAX_SPEC_BYTES {
-            return Err(SpecError::TooLarge { len: text.len(), max: MAX_SPEC_BYTES });
+            return Err(SpecError::TooLarge {
+                len: text.len(),
+                max: MAX_SPEC_BYTES,
+            });
         }
-        let spec: Self = serde_saphyr::from_str(text)
-            .map_err(|error| SpecError::Parse { message: error.to_string() })?;
+        let spec: Self = serde_saphyr::from_str(text).map_err(|error| SpecError::Parse {
+            message: error.to_string(),
+        })?;
         spec.validate()?;
         Ok(spec)
     }
@@ -286,10 +299,14 @@ impl ExperimentSpec {
     /// Parses and validates the canonical JSON form sent over the wire.
     pub fn from_json(text: &str) -> Result<Self, SpecError> {
         if text.len() > MAX_SPEC_BYTES {
-            return Err(SpecError::TooLarge { len: text.len(), max: MAX_SPEC_BYTES });
+            return Err(SpecError::TooLarge {
+                len: text.len(),
+                max: MAX_SPEC_BYTES,
+            });
         }
-        let spec: Self = serde_json::from_str(text)
-            .map_err(|error| SpecError::Parse { message: error.to_string() })?;
+        let spec: Self = serde_json::from_str(text).map_err(|error| SpecError::Parse {
+            message: error.to_string(),
+        })?;
         spec.validate()?;
         Ok(spec)
     }
@@ -339,7 +356,10 @@ impl TrialSpec {
     fn validate(&self, search: &SearchSpec) -> Result<(), SpecError> {
         match (&self.command, &self.entry) {
             (Some(_), Some(_)) => {
-                return Err(invalid("trial", "give either `command` or `entry`, not both"));
+                return Err(invalid(
+                    "trial",
+                    "give either `command` or `entry`, not both",
+                ));
             }
             (None, None) => return Err(invalid("trial", "needs a `command` or an `entry`")),
             (Some(argv), None) => {
@@ -353,10 +373,14 @@ impl TrialSpec {
                     for name in placeholders(arg)
                         .map_err(|reason| invalid(format!("trial.command[{arg_idx}]"), reason))?
                     {
-                        if !search.space.contains_key(&name) && !BUILTIN_PLACEHOLDERS.contains(&name.as_str()) {
+                        if !search.space.contains_key(&name)
+                            && !BUILTIN_PLACEHOLDERS.contains(&name.as_str())
+                        {
                             return Err(invalid(
                                 format!("trial.command[{arg_idx}]"),
-                                format!("placeholder {{{name}}} names no parameter of search.space (builtins: seed, trial_id, rank)"),
+                                format!(
+                                    "placeholder {{{name}}} names no parameter of search.space (builtins: seed, trial_id, rank)"
+                                ),
                             ));
                         }
                     }
@@ -368,13 +392,22 @@ impl TrialSpec {
             return Err(invalid("trial.program", "is only meaningful with `entry`"));
         }
         if self.workers == 0 || self.workers > MAX_WORKERS {
-            return Err(invalid("trial.workers", format!("must be between 1 and {MAX_WORKERS}")));
+            return Err(invalid(
+                "trial.workers",
+                format!("must be between 1 and {MAX_WORKERS}"),
+            ));
         }
         if self.resources.gpu > 64 {
             return Err(invalid("trial.resources.gpu", "must be at most 64"));
         }
-        if !(self.resources.cpu.is_finite() && self.resources.cpu > 0.0 && self.resources.cpu <= 4096.0) {
-            return Err(invalid("trial.resources.cpu", "must be a number in (0, 4096]"));
+        if !(self.resources.cpu.is_finite()
+            && self.resources.cpu > 0.0
+            && self.resources.cpu <= 4096.0)
+        {
+            return Err(invalid(
+                "trial.resources.cpu",
+                "must be a number in (0, 4096]",
+            ));
         }
         if self.max_retries > 100 {
             return Err(invalid("trial.max_retries", "must be at most 100"));
@@ -406,7 +439,10 @@ pub fn placeholders(arg: &str) -> Result<Vec<String>, String> {
 /// Only `{` + an identifier + `}` is a placeholder, so JSON and shell braces in a
 /// command stay as they are; `{{` and `}}` write a literal brace where one is needed
 /// before an identifier.
-pub fn render_arg(arg: &str, mut lookup: impl FnMut(&str) -> Option<String>) -> Result<String, String> {
+pub fn render_arg(
+    arg: &str,
+    mut lookup: impl FnMut(&str) -> Option<String>,
+) -> Result<String, String> {
     let mut out = String::with_capacity(arg.len());
     let mut rest = arg;
     while let Some(ch) = rest.chars().next() {
@@ -419,11 +455,16 @@ pub fn render_arg(arg: &str, mut lookup: impl FnMut(&str) -> Option<String>) -> 
             let body = &rest[1..];
             let name_len = body
                 .char_indices()
-                .find(|(idx, inner)| !(inner.is_ascii_alphabetic() || *inner == '_' || (*idx > 0 && inner.is_ascii_digit())))
+                .find(|(idx, inner)| {
+                    !(inner.is_ascii_alphabetic()
+                        || *inner == '_'
+                        || (*idx > 0 && inner.is_ascii_digit()))
+                })
                 .map_or(body.len(), |(idx, _)| idx);
             if name_len > 0 && body[name_len..].starts_with('}') {
                 let name = &body[..name_len];
-                let value = lookup(name).ok_or_else(|| format!("unknown placeholder {{{name}}}"))?;
+                let value =
+                    lookup(name).ok_or_else(|| format!("unknown placeholder {{{name}}}"))?;
                 out.push_str(&value);
                 rest = &body[name_len + 1..];
                 continue;
@@ -440,7 +481,10 @@ impl SearchSpec {
         for (name, domain) in &self.space {
             let field = format!("search.space.{name}");
             if name.is_empty() || !name.chars().all(|ch| ch.is_alphanumeric() || ch == '_') {
-                return Err(invalid(field, "parameter names use letters, digits and '_' only"));
+                return Err(invalid(
+                    field,
+                    "parameter names use letters, digits and '_' only",
+                ));
             }
             if BUILTIN_PLACEHOLDERS.contains(&name.as_str()) {
                 return Err(invalid(field, "is a reserved name"));
@@ -448,12 +492,18 @@ impl SearchSpec {
             match domain {
                 Domain::Uniform([lo, hi]) => {
                     if !(lo.is_finite() && hi.is_finite() && lo < hi) {
-                        return Err(invalid(field, "uniform needs finite bounds [LO, HI] with LO < HI"));
+                        return Err(invalid(
+                            field,
+                            "uniform needs finite bounds [LO, HI] with LO < HI",
+                        ));
                     }
                 }
                 Domain::Loguniform([lo, hi]) => {
                     if !(lo.is_finite() && hi.is_finite() && *lo > 0.0 && lo < hi) {
-                        return Err(invalid(field, "loguniform needs finite bounds [LO, HI] with 0 < LO < HI"));
+                        return Err(invalid(
+                            field,
+                            "loguniform needs finite bounds [LO, HI] with 0 < LO < HI",
+                        ));
                     }
                 }
                 Domain::Int([lo, hi]) => {
@@ -465,13 +515,21 @@ impl SearchSpec {
                     if values.is_empty() {
                         return Err(invalid(field, "choice needs at least one value"));
                     }
-                    if values.iter().any(|value| matches!(value, ParamValue::Float(x) if !x.is_finite())) {
+                    if values
+                        .iter()
+                        .any(|value| matches!(value, ParamValue::Float(x) if !x.is_finite()))
+                    {
                         return Err(invalid(field, "choice values must be finite"));
                     }
                 }
             }
-            if self.algorithm == Algorithm::Grid && matches!(domain, Domain::Uniform(_) | Domain::Loguniform(_)) {
-                return Err(invalid(field, "grid search needs discrete domains (int or choice)"));
+            if self.algorithm == Algorithm::Grid
+                && matches!(domain, Domain::Uniform(_) | Domain::Loguniform(_))
+            {
+                return Err(invalid(
+                    field,
+                    "grid search needs discrete domains (int or choice)",
+                ));
             }
         }
         if let Some(metric) = &self.metric {
@@ -479,11 +537,19 @@ impl SearchSpec {
         }
         match (self.algorithm, self.trials) {
             (Algorithm::Random, None) if !self.space.is_empty() => {
-                return Err(invalid("search.trials", "random search needs the number of trials"));
+                return Err(invalid(
+                    "search.trials",
+                    "random search needs the number of trials",
+                ));
             }
-            (Algorithm::Random, Some(0)) => return Err(invalid("search.trials", "must be at least 1")),
+            (Algorithm::Random, Some(0)) => {
+                return Err(invalid("search.trials", "must be at least 1"));
+            }
             (Algorithm::Grid, Some(_)) => {
-                return Err(invalid("search.trials", "grid search runs every combination; remove `trials`"));
+                return Err(invalid(
+                    "search.trials",
+                    "grid search runs every combination; remove `trials`",
+                ));
             }
             _ => {}
         }
@@ -498,7 +564,10 @@ impl SearchSpec {
             Algorithm::Grid => self.grid_size().unwrap_or(usize::MAX),
         };
         if configs.saturating_mul(self.seeds as usize) > MAX_TRIALS {
-            return Err(invalid("search", format!("expands to more than {MAX_TRIALS} trials")));
+            return Err(invalid(
+                "search",
+                format!("expands to more than {MAX_TRIALS} trials"),
+            ));
         }
         Ok(())
     }
@@ -507,7 +576,9 @@ impl SearchSpec {
     pub fn grid_size(&self) -> Option<usize> {
         self.space.values().try_fold(1usize, |acc, domain| {
             let size = match domain {
-                Domain::Int([lo, hi]) => usize::try_from(hi.checked_sub(*lo)?.checked_add(1)?).ok()?,
+                Domain::Int([lo, hi]) => {
+                    usize::try_from(hi.checked_sub(*lo)?.checked_add(1)?).ok()?
+                }
                 Domain::Choice(values) => values.len(),
                 Domain::Uniform(_) | Domain::Loguniform(_) => return None,
             };
@@ -542,8 +613,13 @@ search:
 "#;
 
     fn check_error(yaml: &str, expected_fragment: &str) {
-        let error = ExperimentSpec::from_yaml(yaml).expect_err("spec should be refused").to_string();
-        assert!(error.contains(expected_fragment), "error {error:?} lacks {expected_fragment:?}");
+        let error = ExperimentSpec::from_yaml(yaml)
+            .expect_err("spec should be refused")
+            .to_string();
+        assert!(
+            error.contains(expected_fragment),
+            "error {error:?} lacks {expected_fragment:?}"
+        );
     }
 
     #[test]
@@ -554,7 +630,14 @@ search:
         assert_eq!(spec.trial.milli_cpus(), 2000);
         assert_eq!(spec.search.mode, Mode::Max);
         assert_eq!(spec.trial_count(), 16);
-        assert_eq!(spec.search.space["hidden"], Domain::Choice(vec![ParamValue::Int(16), ParamValue::Int(32), ParamValue::Int(64)]));
+        assert_eq!(
+            spec.search.space["hidden"],
+            Domain::Choice(vec![
+                ParamValue::Int(16),
+                ParamValue::Int(32),
+                ParamValue::Int(64)
+            ])
+        );
     }
 
     #[test]
@@ -563,7 +646,12 @@ search:
         let json = spec.to_canonical_json();
         assert_eq!(ExperimentSpec::from_json(&json).unwrap(), spec);
         let respelled = GOOD.replace("memory: 4GiB", "memory: 4294967296");
-        assert_eq!(ExperimentSpec::from_yaml(&respelled).unwrap().to_canonical_json(), json);
+        assert_eq!(
+            ExperimentSpec::from_yaml(&respelled)
+                .unwrap()
+                .to_canonical_json(),
+            json
+        );
     }
 
     #[test]
@@ -571,15 +659,26 @@ search:
         check_error(&GOOD.replace("workers: 2", "workerz: 2"), "workerz");
         check_error(&GOOD.replace("workers: 2", "workerz: 2"), "line");
         check_error(&GOOD.replace("workers: 2", "workers: 0"), "trial.workers");
-        check_error(&GOOD.replace("[0.0001, 0.1]", "[0.1, 0.0001]"), "search.space.lr");
+        check_error(
+            &GOOD.replace("[0.0001, 0.1]", "[0.1, 0.0001]"),
+            "search.space.lr",
+        );
         check_error(&GOOD.replace("{lr}", "{learning_rate}"), "learning_rate");
         check_error(&GOOD.replace("memory: 4GiB", "memory: lots"), "memory");
         check_error(&GOOD.replace("trials: 16", "trials: 0"), "search.trials");
-        check_error(&GOOD.replace("algorithm: random", "algorithm: grid"), "search.space.dropout");
+        check_error(
+            &GOOD.replace("algorithm: random", "algorithm: grid"),
+            "search.space.dropout",
+        );
         check_error(&GOOD.replace("mode: max", "mode: biggest"), "biggest");
         check_error("name: [unclosed", "invalid experiment spec");
         check_error("name: x\ntrial: {}\n", "trial");
-        assert_eq!(ExperimentSpec::from_yaml("name: x\ntrial: {command: [echo]}\n").unwrap().trial_count(), 1);
+        assert_eq!(
+            ExperimentSpec::from_yaml("name: x\ntrial: {command: [echo]}\n")
+                .unwrap()
+                .trial_count(),
+            1
+        );
     }
 
     #[test]

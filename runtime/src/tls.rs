@@ -55,7 +55,9 @@ pub struct ClusterIdentity {
 
 impl fmt::Debug for ClusterIdentity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClusterIdentity").field("ca_sha256", &hex::encode(self.ca_sha256())).finish_non_exhaustive()
+        f.debug_struct("ClusterIdentity")
+            .field("ca_sha256", &hex::encode(self.ca_sha256()))
+            .finish_non_exhaustive()
     }
 }
 
@@ -63,7 +65,10 @@ fn read_file(path: &Path) -> Result<Option<Vec<u8>>, TlsError> {
     match std::fs::read(path) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(TlsError::Io { path: path.display().to_string(), source }),
+        Err(source) => Err(TlsError::Io {
+            path: path.display().to_string(),
+            source,
+        }),
     }
 }
 
@@ -71,7 +76,10 @@ fn read_file(path: &Path) -> Result<Option<Vec<u8>>, TlsError> {
 pub fn write_private_file(path: &Path, bytes: &[u8]) -> Result<(), TlsError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let io_error = |source| TlsError::Io { path: path.display().to_string(), source };
+    let io_error = |source| TlsError::Io {
+        path: path.display().to_string(),
+        source,
+    };
     let temporary = path.with_extension("tmp");
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -89,7 +97,10 @@ impl ClusterIdentity {
     /// Loads the identity from `dir`, creating it on first use.
     pub fn load_or_create(dir: &Path) -> Result<Self, TlsError> {
         let paths = ["ca.der", "server.der", "server.key", "token"].map(|name| dir.join(name));
-        let loaded = paths.iter().map(|path| read_file(path)).collect::<Result<Vec<_>, _>>()?;
+        let loaded = paths
+            .iter()
+            .map(|path| read_file(path))
+            .collect::<Result<Vec<_>, _>>()?;
         match loaded.as_slice() {
             [Some(ca), Some(server), Some(key), Some(token)] => {
                 let token = String::from_utf8(token.clone())
@@ -128,18 +139,29 @@ impl ClusterIdentity {
         let ca_key = rcgen::KeyPair::generate()?;
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "xp cluster CA");
-        ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "xp cluster CA");
+        ca_params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+        ];
         let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
 
         let server_key = rcgen::KeyPair::generate()?;
         let mut server_params = rcgen::CertificateParams::new(vec![HEAD_SERVER_NAME.to_owned()])?;
-        server_params.distinguished_name.push(rcgen::DnType::CommonName, HEAD_SERVER_NAME);
+        server_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, HEAD_SERVER_NAME);
         let server_cert = server_params.signed_by(&server_key, &ca)?;
 
         let mut secret = [0u8; 32];
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
-            .map_err(|_| TlsError::Corrupt { path: "system random".to_owned(), reason: "no entropy".to_owned() })?;
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret).map_err(
+            |_| TlsError::Corrupt {
+                path: "system random".to_owned(),
+                reason: "no entropy".to_owned(),
+            },
+        )?;
         Ok(Self {
             ca_der: ca.der().clone(),
             server_der: server_cert.der().clone(),
@@ -193,7 +215,11 @@ pub struct PinnedCaVerifier {
 impl PinnedCaVerifier {
     /// A verifier pinning the CA with SHA-256 `pinned`.
     pub fn new(pinned: [u8; 32], provider: Arc<rustls::crypto::CryptoProvider>) -> Self {
-        Self { pinned, provider, failure: Arc::new(Mutex::new(None)) }
+        Self {
+            pinned,
+            provider,
+            failure: Arc::new(Mutex::new(None)),
+        }
     }
 }
 
@@ -206,21 +232,33 @@ impl ServerCertVerifier for PinnedCaVerifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let Some(ca) = intermediates.iter().find(|cert| sha256(cert) == self.pinned) else {
-            let presented: Vec<String> = intermediates.iter().map(|cert| hex::encode(sha256(cert))).collect();
+        let Some(ca) = intermediates
+            .iter()
+            .find(|cert| sha256(cert) == self.pinned)
+        else {
+            let presented: Vec<String> = intermediates
+                .iter()
+                .map(|cert| hex::encode(sha256(cert)))
+                .collect();
             let message = format!(
                 "the head's CA does not match the join string: join string pins ca={}, head presented ca={}",
                 hex::encode(self.pinned),
                 presented.join(",")
             );
-            *self.failure.lock().expect("verifier failure lock is never poisoned") = Some(message.clone());
+            *self
+                .failure
+                .lock()
+                .expect("verifier failure lock is never poisoned") = Some(message.clone());
             return Err(rustls::Error::General(message));
         };
         let mut roots = rustls::RootCertStore::empty();
         roots.add(ca.clone().into_owned())?;
-        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), self.provider.clone())
-            .build()
-            .map_err(|error| rustls::Error::General(error.to_string()))?;
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            self.provider.clone(),
+        )
+        .build()
+        .map_err(|error| rustls::Error::General(error.to_string()))?;
         verifier.verify_server_cert(end_entity, &[], server_name, ocsp_response, now)
     }
 
@@ -230,7 +268,12 @@ impl ServerCertVerifier for PinnedCaVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -239,11 +282,18 @@ impl ServerCertVerifier for PinnedCaVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
@@ -267,6 +317,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         ClusterIdentity::load_or_create(dir.path()).unwrap();
         std::fs::remove_file(dir.path().join("server.key")).unwrap();
-        assert!(matches!(ClusterIdentity::load_or_create(dir.path()), Err(TlsError::Corrupt { .. })));
+        assert!(matches!(
+            ClusterIdentity::load_or_create(dir.path()),
+            Err(TlsError::Corrupt { .. })
+        ));
     }
 }

@@ -15,7 +15,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::frame::{self, FrameError};
 use crate::join::JoinString;
-use crate::protocol::{ErrorCode, Hello, Message, PeerRole, RemoteError, Request, Response, Welcome};
+use crate::protocol::{
+    ErrorCode, Hello, Message, PeerRole, RemoteError, Request, Response, Welcome,
+};
 use crate::tls::{ClusterIdentity, HEAD_SERVER_NAME, PinnedCaVerifier};
 
 /// The ALPN protocol id of xp's control plane.
@@ -60,7 +62,9 @@ pub enum TransportError {
     #[error("{0}")]
     CaMismatch(String),
     /// The head refused the token.
-    #[error("the head refused the token: wrong token (the token in the join string is not this cluster's)")]
+    #[error(
+        "the head refused the token: wrong token (the token in the join string is not this cluster's)"
+    )]
     BadToken,
     /// The QUIC connection could not be made.
     #[error("cannot connect to the head at {addr}: {reason}")]
@@ -104,7 +108,10 @@ pub enum TransportError {
 
 impl From<quinn::ConnectionError> for TransportError {
     fn from(source: quinn::ConnectionError) -> Self {
-        Self::Connection { peer: "head".to_owned(), source }
+        Self::Connection {
+            peer: "head".to_owned(),
+            source,
+        }
     }
 }
 
@@ -115,7 +122,11 @@ fn crypto_provider() -> Arc<rustls::crypto::CryptoProvider> {
 fn transport_config() -> Arc<quinn::TransportConfig> {
     let mut config = quinn::TransportConfig::default();
     config.keep_alive_interval(Some(Duration::from_secs(2)));
-    config.max_idle_timeout(Some(Duration::from_secs(30).try_into().expect("30 s is a valid idle timeout")));
+    config.max_idle_timeout(Some(
+        Duration::from_secs(30)
+            .try_into()
+            .expect("30 s is a valid idle timeout"),
+    ));
     config.max_concurrent_bidi_streams(1024u32.into());
     config.stream_receive_window((8u32 << 20).into());
     config.receive_window((32u32 << 20).into());
@@ -133,24 +144,38 @@ pub fn server_config(identity: &ClusterIdentity) -> Result<quinn::ServerConfig, 
         .with_single_cert(chain, key)
         .map_err(|error| TransportError::TlsConfig(error.to_string()))?;
     tls.alpn_protocols = vec![ALPN.to_vec()];
-    let quic = QuicServerConfig::try_from(tls).map_err(|error| TransportError::TlsConfig(error.to_string()))?;
+    let quic = QuicServerConfig::try_from(tls)
+        .map_err(|error| TransportError::TlsConfig(error.to_string()))?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
     config.transport_config(transport_config());
     Ok(config)
 }
 
 /// Binds a QUIC endpoint with socket buffers large enough for bulk transfers.
-pub fn bind_endpoint(addr: SocketAddr, server: Option<quinn::ServerConfig>) -> Result<Endpoint, TransportError> {
+pub fn bind_endpoint(
+    addr: SocketAddr,
+    server: Option<quinn::ServerConfig>,
+) -> Result<Endpoint, TransportError> {
     let bind_error = |source| TransportError::Bind { addr, source };
-    let socket = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::DGRAM, Some(socket2::Protocol::UDP))
-        .map_err(bind_error)?;
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )
+    .map_err(bind_error)?;
     // The 208 KiB default drops thousands of packets per GiB under load; failing to
     // raise it only costs speed.
     let _ = socket.set_recv_buffer_size(4 << 20);
     let _ = socket.set_send_buffer_size(4 << 20);
     socket.bind(&addr.into()).map_err(bind_error)?;
     let socket: std::net::UdpSocket = socket.into();
-    Endpoint::new(quinn::EndpointConfig::default(), server, socket, Arc::new(quinn::TokioRuntime)).map_err(bind_error)
+    Endpoint::new(
+        quinn::EndpointConfig::default(),
+        server,
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .map_err(bind_error)
 }
 
 /// A client's authenticated connection to the head.
@@ -172,9 +197,16 @@ impl HeadConnection {
     }
 
     /// Uploads `bytes` as a blob with `hash`.
-    pub async fn put_blob(&self, hash: crate::ids::BlobHash, bytes: &[u8]) -> Result<(), TransportError> {
+    pub async fn put_blob(
+        &self,
+        hash: crate::ids::BlobHash,
+        bytes: &[u8],
+    ) -> Result<(), TransportError> {
         let (mut send, mut recv) = self.connection.open_bi().await?;
-        let request = Request::PutBlob { hash, len: bytes.len() as u64 };
+        let request = Request::PutBlob {
+            hash,
+            len: bytes.len() as u64,
+        };
         frame::write_message(&mut send, &Message::Request(request)).await?;
         for chunk in bytes.chunks(BLOB_CHUNK_BYTES) {
             send.write_all(chunk).await?;
@@ -193,16 +225,29 @@ impl HeadConnection {
         let _ = send.finish();
         let len = match read_response(&mut recv).await? {
             Response::Blob { len } if len <= MAX_BLOB_BYTES => len,
-            Response::Blob { len } => return Err(TransportError::Blob(format!("announced {len} bytes, over the limit"))),
+            Response::Blob { len } => {
+                return Err(TransportError::Blob(format!(
+                    "announced {len} bytes, over the limit"
+                )));
+            }
             other => return Err(TransportError::Unexpected(format!("{other:?}"))),
         };
         let mut bytes = Vec::with_capacity(len.min(64 << 20) as usize);
-        (&mut recv).take(len).read_to_end(&mut bytes).await.map_err(FrameError::Io)?;
+        (&mut recv)
+            .take(len)
+            .read_to_end(&mut bytes)
+            .await
+            .map_err(FrameError::Io)?;
         if bytes.len() as u64 != len {
-            return Err(TransportError::Blob(format!("got {} of {len} bytes", bytes.len())));
+            return Err(TransportError::Blob(format!(
+                "got {} of {len} bytes",
+                bytes.len()
+            )));
         }
         if crate::ids::BlobHash::of(&bytes) != hash {
-            return Err(TransportError::Blob(format!("bytes received for {hash} do not match its hash")));
+            return Err(TransportError::Blob(format!(
+                "bytes received for {hash} do not match its hash"
+            )));
         }
         Ok(bytes)
     }
@@ -228,12 +273,20 @@ pub async fn read_response(recv: &mut RecvStream) -> Result<Response, TransportE
 ///
 /// Tools and tests use this to probe the head with raw frames; everything else
 /// calls [`connect`].
-pub async fn connect_unauthenticated(join: &JoinString) -> Result<(Endpoint, Connection), TransportError> {
+pub async fn connect_unauthenticated(
+    join: &JoinString,
+) -> Result<(Endpoint, Connection), TransportError> {
     let addr = tokio::net::lookup_host((join.host.as_str(), join.port))
         .await
-        .map_err(|error| TransportError::Resolve { host: join.host.clone(), reason: error.to_string() })?
+        .map_err(|error| TransportError::Resolve {
+            host: join.host.clone(),
+            reason: error.to_string(),
+        })?
         .next()
-        .ok_or_else(|| TransportError::Resolve { host: join.host.clone(), reason: "no address".to_owned() })?;
+        .ok_or_else(|| TransportError::Resolve {
+            host: join.host.clone(),
+            reason: "no address".to_owned(),
+        })?;
     let local: SocketAddr = if addr.is_ipv4() {
         (Ipv4Addr::UNSPECIFIED, 0).into()
     } else {
@@ -249,24 +302,40 @@ pub async fn connect_unauthenticated(join: &JoinString) -> Result<(Endpoint, Con
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
     tls.alpn_protocols = vec![ALPN.to_vec()];
-    let quic = QuicClientConfig::try_from(tls).map_err(|error| TransportError::TlsConfig(error.to_string()))?;
+    let quic = QuicClientConfig::try_from(tls)
+        .map_err(|error| TransportError::TlsConfig(error.to_string()))?;
     let mut client = quinn::ClientConfig::new(Arc::new(quic));
     client.transport_config(transport_config());
     endpoint.set_default_client_config(client);
-    let connecting = endpoint
-        .connect(addr, HEAD_SERVER_NAME)
-        .map_err(|error| TransportError::Connect { addr, reason: error.to_string() })?;
+    let connecting =
+        endpoint
+            .connect(addr, HEAD_SERVER_NAME)
+            .map_err(|error| TransportError::Connect {
+                addr,
+                reason: error.to_string(),
+            })?;
     let outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting).await;
-    let ca_failure = || failure.lock().expect("verifier failure lock is never poisoned").clone();
+    let ca_failure = || {
+        failure
+            .lock()
+            .expect("verifier failure lock is never poisoned")
+            .clone()
+    };
     match outcome {
         Ok(Ok(connection)) => Ok((endpoint, connection)),
         Ok(Err(error)) => Err(match ca_failure() {
             Some(message) => TransportError::CaMismatch(message),
-            None => TransportError::Connect { addr, reason: error.to_string() },
+            None => TransportError::Connect {
+                addr,
+                reason: error.to_string(),
+            },
         }),
         Err(_) => Err(match ca_failure() {
             Some(message) => TransportError::CaMismatch(message),
-            None => TransportError::Connect { addr, reason: format!("no answer within {HANDSHAKE_TIMEOUT:?}") },
+            None => TransportError::Connect {
+                addr,
+                reason: format!("no answer within {HANDSHAKE_TIMEOUT:?}"),
+            },
         }),
     }
 }
@@ -280,13 +349,19 @@ pub async fn connect(
     agent: &str,
 ) -> Result<(HeadConnection, SendStream, RecvStream), TransportError> {
     let (endpoint, connection) = connect_unauthenticated(join).await?;
-    let hello = Message::Hello(Hello { token: join.token.clone(), role, agent: agent.to_owned() });
+    let hello = Message::Hello(Hello {
+        token: join.token.clone(),
+        role,
+        agent: agent.to_owned(),
+    });
     let exchange = async {
         let (mut send, mut recv) = connection.open_bi().await?;
         frame::write_message(&mut send, &hello).await?;
         match frame::read_message(&mut recv).await? {
             Some(Message::Welcome(Welcome { .. })) => Ok((send, recv)),
-            Some(Message::Error(error)) if error.code == ErrorCode::BadToken => Err(TransportError::BadToken),
+            Some(Message::Error(error)) if error.code == ErrorCode::BadToken => {
+                Err(TransportError::BadToken)
+            }
             Some(Message::Error(error)) => Err(TransportError::Remote(error)),
             Some(other) => Err(TransportError::Unexpected(format!("{other:?}"))),
             None => Err(TransportError::ClosedEarly),
@@ -296,15 +371,21 @@ pub async fn connect(
         .await
         .unwrap_or(Err(TransportError::Timeout(HANDSHAKE_TIMEOUT)));
     match outcome {
-        Ok((send, recv)) => Ok((HeadConnection { endpoint, connection }, send, recv)),
+        Ok((send, recv)) => Ok((
+            HeadConnection {
+                endpoint,
+                connection,
+            },
+            send,
+            recv,
+        )),
         Err(error) => {
             connection.close(CLOSE_SHUTDOWN.into(), b"handshake failed");
             Err(match error {
-                TransportError::Connection { source: quinn::ConnectionError::ApplicationClosed(close), .. }
-                    if close.error_code == CLOSE_BAD_TOKEN.into() =>
-                {
-                    TransportError::BadToken
-                }
+                TransportError::Connection {
+                    source: quinn::ConnectionError::ApplicationClosed(close),
+                    ..
+                } if close.error_code == CLOSE_BAD_TOKEN.into() => TransportError::BadToken,
                 other => other,
             })
         }
@@ -313,7 +394,10 @@ pub async fn connect(
 
 /// Writes an error frame on `send` and finishes the stream.
 pub async fn send_error(send: &mut SendStream, error: RemoteError) {
-    if frame::write_message(send, &Message::Error(error)).await.is_ok() {
+    if frame::write_message(send, &Message::Error(error))
+        .await
+        .is_ok()
+    {
         let _ = send.finish();
     }
 }

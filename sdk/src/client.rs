@@ -6,8 +6,8 @@ use std::time::Duration;
 use xp_runtime::ids::{BlobHash, ExperimentId, TrialId};
 use xp_runtime::join::{JoinString, JoinStringError};
 use xp_runtime::protocol::{
-    ExperimentState, ExperimentStatus, LogChunk, LogRequest, NodeStatus, PeerRole, Request, Response, SubmitRequest,
-    TrialEvent,
+    ExperimentState, ExperimentStatus, LogChunk, LogRequest, NodeStatus, PeerRole, Request,
+    Response, SubmitRequest, TrialEvent,
 };
 use xp_runtime::spec::ExperimentSpec;
 use xp_runtime::transport::{self, HeadConnection, TransportError};
@@ -89,7 +89,8 @@ impl Client {
     /// Connects to the head named by a parsed join string.
     pub async fn connect_to(join: &JoinString) -> Result<Self, SdkError> {
         let agent = format!("xp-sdk {}", env!("CARGO_PKG_VERSION"));
-        let (connection, mut send, _recv) = transport::connect(join, PeerRole::Client, &agent).await?;
+        let (connection, mut send, _recv) =
+            transport::connect(join, PeerRole::Client, &agent).await?;
         let _ = send.finish();
         Ok(Self { connection })
     }
@@ -100,11 +101,18 @@ impl Client {
 
     /// Submits `spec`, computing its code and data versions and uploading the
     /// driver binary for `entry` trials (the spec's `program`, or this very binary).
-    pub async fn submit(&self, spec: &ExperimentSpec, options: &SubmitOptions) -> Result<Submitted, SdkError> {
+    pub async fn submit(
+        &self,
+        spec: &ExperimentSpec,
+        options: &SubmitOptions,
+    ) -> Result<Submitted, SdkError> {
         spec.validate()?;
         let base = match &options.base_dir {
             Some(base) => base.clone(),
-            None => std::env::current_dir().map_err(|source| SdkError::Program { path: ".".into(), source })?,
+            None => std::env::current_dir().map_err(|source| SdkError::Program {
+                path: ".".into(),
+                source,
+            })?,
         };
         let code = match &spec.code {
             Some(dir) => code_version(&base.join(dir))?,
@@ -115,7 +123,10 @@ impl Client {
             Some(_) => {
                 let path = match &spec.trial.program {
                     Some(path) => base.join(path),
-                    None => std::env::current_exe().map_err(|source| SdkError::Program { path: "current executable".into(), source })?,
+                    None => std::env::current_exe().map_err(|source| SdkError::Program {
+                        path: "current executable".into(),
+                        source,
+                    })?,
                 };
                 Some(self.upload_program(&path).await?)
             }
@@ -133,14 +144,22 @@ impl Client {
     }
 
     async fn upload_program(&self, path: &Path) -> Result<BlobHash, SdkError> {
-        let bytes = tokio::fs::read(path).await.map_err(|source| SdkError::Program { path: path.to_owned(), source })?;
+        let bytes = tokio::fs::read(path)
+            .await
+            .map_err(|source| SdkError::Program {
+                path: path.to_owned(),
+                source,
+            })?;
         let hash = BlobHash::of(&bytes);
         self.connection.put_blob(hash, &bytes).await?;
         Ok(hash)
     }
 
     /// Experiments (one, by id or unique prefix, or all) with their trials.
-    pub async fn status(&self, experiment: Option<&str>) -> Result<Vec<ExperimentStatus>, SdkError> {
+    pub async fn status(
+        &self,
+        experiment: Option<&str>,
+    ) -> Result<Vec<ExperimentStatus>, SdkError> {
         expect_response!(self.request(Request::Status { experiment: experiment.map(str::to_owned) }).await?,
             Response::Status(list) => list)
     }
@@ -148,7 +167,8 @@ impl Client {
     /// One experiment.
     pub async fn experiment(&self, experiment: ExperimentId) -> Result<ExperimentStatus, SdkError> {
         let mut list = self.status(Some(&experiment.to_string())).await?;
-        list.pop().ok_or_else(|| SdkError::Unexpected(format!("no status for {experiment}")))
+        list.pop()
+            .ok_or_else(|| SdkError::Unexpected(format!("no status for {experiment}")))
     }
 
     /// Cancels an experiment or a trial; returns how many trials it stopped.
@@ -162,19 +182,40 @@ impl Client {
     }
 
     /// A chunk of one worker's output.
-    pub async fn logs(&self, trial: TrialId, rank: u32, attempt: Option<u32>, offset: u64) -> Result<LogChunk, SdkError> {
-        let request = LogRequest { trial, rank, attempt, offset, max_bytes: 1 << 20 };
+    pub async fn logs(
+        &self,
+        trial: TrialId,
+        rank: u32,
+        attempt: Option<u32>,
+        offset: u64,
+    ) -> Result<LogChunk, SdkError> {
+        let request = LogRequest {
+            trial,
+            rank,
+            attempt,
+            offset,
+            max_bytes: 1 << 20,
+        };
         expect_response!(self.request(Request::ReadLogs(request)).await?, Response::Logs(chunk) => chunk)
     }
 
     /// Events after `after`, waiting up to `wait` for the first.
-    pub async fn events(&self, experiment: ExperimentId, after: u64, wait: Duration) -> Result<Vec<TrialEvent>, SdkError> {
+    pub async fn events(
+        &self,
+        experiment: ExperimentId,
+        after: u64,
+        wait: Duration,
+    ) -> Result<Vec<TrialEvent>, SdkError> {
         let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
         expect_response!(self.request(Request::Events { experiment, after, wait_ms }).await?, Response::Events(events) => events)
     }
 
     /// Follows the experiment's events until it is no longer running, then returns its status.
-    pub async fn wait(&self, experiment: ExperimentId, mut on_event: impl FnMut(&TrialEvent)) -> Result<ExperimentStatus, SdkError> {
+    pub async fn wait(
+        &self,
+        experiment: ExperimentId,
+        mut on_event: impl FnMut(&TrialEvent),
+    ) -> Result<ExperimentStatus, SdkError> {
         let mut after = 0;
         loop {
             let status = self.experiment(experiment).await?;
@@ -191,7 +232,10 @@ impl Client {
                     }
                 }
             }
-            for event in self.events(experiment, after, Duration::from_secs(2)).await? {
+            for event in self
+                .events(experiment, after, Duration::from_secs(2))
+                .await?
+            {
                 after = after.max(event.seq);
                 on_event(&event);
             }

@@ -18,5 +18,7 @@ pub use client::{Client, SdkError, SubmitOptions, Submitted};
 pub use versioning::{VersionError, code_version, data_version};
 pub use worker::{BoxError, Trainables, TrialContext, WorkerError};
 pub use xp_runtime::ids::{ExperimentId, NodeId, TrialId};
-pub use xp_runtime::protocol::{ExperimentState, ExperimentStatus, NodeStatus, TrialEvent, TrialState, TrialStatus};
+pub use xp_runtime::protocol::{
+    ExperimentState, ExperimentStatus, NodeStatus, TrialEvent, TrialState, TrialStatus,
+};
 pub use xp_runtime::spec::{ExperimentSpec, ParamValue, Resources, SearchSpec, TrialSpec};

@@ -35,7 +35,10 @@ fn git(dir: &Path, args: &[&str]) -> Result<Vec<u8>, VersionError> {
         .arg(dir)
         .args(args)
         .output()
-        .map_err(|error| VersionError::Git { path: dir.to_owned(), reason: format!("cannot run git: {error}") })?;
+        .map_err(|error| VersionError::Git {
+            path: dir.to_owned(),
+            reason: format!("cannot run git: {error}"),
+        })?;
     if !output.status.success() {
         return Err(VersionError::Git {
             path: dir.to_owned(),
@@ -47,7 +50,9 @@ fn git(dir: &Path, args: &[&str]) -> Result<Vec<u8>, VersionError> {
 
 /// `git:COMMIT`, or `git:COMMIT+dirty:HASH` when the work tree has uncommitted changes.
 pub fn code_version(dir: &Path) -> Result<String, VersionError> {
-    let commit = String::from_utf8_lossy(&git(dir, &["rev-parse", "HEAD"])?).trim().to_owned();
+    let commit = String::from_utf8_lossy(&git(dir, &["rev-parse", "HEAD"])?)
+        .trim()
+        .to_owned();
     let diff = git(dir, &["diff", "HEAD", "--binary"])?;
     let untracked = git(dir, &["ls-files", "--others", "--exclude-standard", "-z"])?;
     if diff.is_empty() && untracked.is_empty() {
@@ -55,16 +60,28 @@ pub fn code_version(dir: &Path) -> Result<String, VersionError> {
     }
     let mut hasher = blake3::Hasher::new();
     hasher.update(&diff);
-    let top = String::from_utf8_lossy(&git(dir, &["rev-parse", "--show-toplevel"])?).trim().to_owned();
-    for name in untracked.split(|byte| *byte == 0).filter(|name| !name.is_empty()) {
+    let top = String::from_utf8_lossy(&git(dir, &["rev-parse", "--show-toplevel"])?)
+        .trim()
+        .to_owned();
+    for name in untracked
+        .split(|byte| *byte == 0)
+        .filter(|name| !name.is_empty())
+    {
         let relative = String::from_utf8_lossy(name).into_owned();
         hasher.update(relative.as_bytes());
-        let contents = std::fs::read(Path::new(&top).join(&relative))
-            .map_err(|source| VersionError::Data { path: PathBuf::from(&relative), source })?;
+        let contents = std::fs::read(Path::new(&top).join(&relative)).map_err(|source| {
+            VersionError::Data {
+                path: PathBuf::from(&relative),
+                source,
+            }
+        })?;
         hasher.update(&(contents.len() as u64).to_le_bytes());
         hasher.update(&contents);
     }
-    Ok(format!("git:{commit}+dirty:{}", &hasher.finalize().to_hex()[..16]))
+    Ok(format!(
+        "git:{commit}+dirty:{}",
+        &hasher.finalize().to_hex()[..16]
+    ))
 }
 
 /// `none` for no paths, else `blake3:HASH` over every file's path (as declared,
@@ -81,11 +98,22 @@ pub fn data_version(base: &Path, declared: &[String]) -> Result<String, VersionE
         collect_files(&root, &mut files)?;
         files.sort();
         for file in files {
-            let relative = file.strip_prefix(&root).unwrap_or(&file).to_string_lossy().into_owned();
+            let relative = file
+                .strip_prefix(&root)
+                .unwrap_or(&file)
+                .to_string_lossy()
+                .into_owned();
             hasher.update(name.as_bytes());
             hasher.update(relative.as_bytes());
-            let mut reader = std::fs::File::open(&file).map_err(|source| VersionError::Data { path: file.clone(), source })?;
-            let len = std::io::copy(&mut reader, &mut hasher).map_err(|source| VersionError::Data { path: file.clone(), source })?;
+            let mut reader = std::fs::File::open(&file).map_err(|source| VersionError::Data {
+                path: file.clone(),
+                source,
+            })?;
+            let len =
+                std::io::copy(&mut reader, &mut hasher).map_err(|source| VersionError::Data {
+                    path: file.clone(),
+                    source,
+                })?;
             hasher.update(&len.to_le_bytes());
         }
     }
@@ -93,13 +121,22 @@ pub fn data_version(base: &Path, declared: &[String]) -> Result<String, VersionE
 }
 
 fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), VersionError> {
-    let metadata = std::fs::metadata(path).map_err(|source| VersionError::Data { path: path.to_owned(), source })?;
+    let metadata = std::fs::metadata(path).map_err(|source| VersionError::Data {
+        path: path.to_owned(),
+        source,
+    })?;
     if metadata.is_file() {
         out.push(path.to_owned());
         return Ok(());
     }
-    for entry in std::fs::read_dir(path).map_err(|source| VersionError::Data { path: path.to_owned(), source })? {
-        let entry = entry.map_err(|source| VersionError::Data { path: path.to_owned(), source })?;
+    for entry in std::fs::read_dir(path).map_err(|source| VersionError::Data {
+        path: path.to_owned(),
+        source,
+    })? {
+        let entry = entry.map_err(|source| VersionError::Data {
+            path: path.to_owned(),
+            source,
+        })?;
         collect_files(&entry.path(), out)?;
     }
     Ok(())

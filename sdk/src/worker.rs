@@ -58,19 +58,27 @@ pub struct TrialContext {
 }
 
 fn env(name: &'static str) -> Result<String, WorkerError> {
-    std::env::var(name).map_err(|error| WorkerError::Env { name, reason: error.to_string() })
+    std::env::var(name).map_err(|error| WorkerError::Env {
+        name,
+        reason: error.to_string(),
+    })
 }
 
 fn env_number<T: std::str::FromStr>(name: &'static str) -> Result<T, WorkerError> {
-    env(name)?.parse().map_err(|_| WorkerError::Env { name, reason: "not a number".to_owned() })
+    env(name)?.parse().map_err(|_| WorkerError::Env {
+        name,
+        reason: "not a number".to_owned(),
+    })
 }
 
 impl TrialContext {
     /// Reads the context a node gave this process.
     pub fn from_env() -> Result<Self, WorkerError> {
         let config_text = env("XP_CONFIG")?;
-        let config = serde_json::from_str(&config_text)
-            .map_err(|error| WorkerError::Env { name: "XP_CONFIG", reason: error.to_string() })?;
+        let config = serde_json::from_str(&config_text).map_err(|error| WorkerError::Env {
+            name: "XP_CONFIG",
+            reason: error.to_string(),
+        })?;
         Ok(Self {
             trial_id: env("XP_TRIAL_ID")?,
             attempt: env_number("XP_ATTEMPT")?,
@@ -83,27 +91,48 @@ impl TrialContext {
     }
 
     fn param(&self, name: &str) -> Result<&serde_json::Value, WorkerError> {
-        self.config.get(name).ok_or_else(|| WorkerError::Param { name: name.to_owned(), reason: "is not in the config" })
+        self.config.get(name).ok_or_else(|| WorkerError::Param {
+            name: name.to_owned(),
+            reason: "is not in the config",
+        })
     }
 
     /// A real-valued parameter (integers are accepted too).
     pub fn param_f64(&self, name: &str) -> Result<f64, WorkerError> {
-        self.param(name)?.as_f64().ok_or_else(|| WorkerError::Param { name: name.to_owned(), reason: "is not a number" })
+        self.param(name)?
+            .as_f64()
+            .ok_or_else(|| WorkerError::Param {
+                name: name.to_owned(),
+                reason: "is not a number",
+            })
     }
 
     /// An integer parameter.
     pub fn param_i64(&self, name: &str) -> Result<i64, WorkerError> {
-        self.param(name)?.as_i64().ok_or_else(|| WorkerError::Param { name: name.to_owned(), reason: "is not an integer" })
+        self.param(name)?
+            .as_i64()
+            .ok_or_else(|| WorkerError::Param {
+                name: name.to_owned(),
+                reason: "is not an integer",
+            })
     }
 
     /// A text parameter.
     pub fn param_str(&self, name: &str) -> Result<&str, WorkerError> {
-        self.param(name)?.as_str().ok_or_else(|| WorkerError::Param { name: name.to_owned(), reason: "is not text" })
+        self.param(name)?
+            .as_str()
+            .ok_or_else(|| WorkerError::Param {
+                name: name.to_owned(),
+                reason: "is not text",
+            })
     }
 
     /// Reports metrics at `step`; the node records them under this trial.
     pub fn report(&self, step: u64, metrics: &[(&str, f64)]) {
-        let values: BTreeMap<String, f64> = metrics.iter().map(|(name, value)| ((*name).to_owned(), *value)).collect();
+        let values: BTreeMap<String, f64> = metrics
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), *value))
+            .collect();
         let line = format_metric_line(Some(step), &values);
         let mut stdout = std::io::stdout().lock();
         // A closed stdout means the node is gone; the worker is about to be killed anyway.
@@ -120,7 +149,9 @@ pub struct Trainables {
 
 impl std::fmt::Debug for Trainables {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Trainables").field("entries", &self.entries.keys().collect::<Vec<_>>()).finish()
+        f.debug_struct("Trainables")
+            .field("entries", &self.entries.keys().collect::<Vec<_>>())
+            .finish()
     }
 }
 
@@ -151,15 +182,23 @@ impl Trainables {
     ///
     /// Call it first thing in `main`, before starting a runtime.
     pub fn run_if_worker(&self) {
-        let Ok(entry) = std::env::var("XP_ENTRY") else { return };
+        let Ok(entry) = std::env::var("XP_ENTRY") else {
+            return;
+        };
         std::process::exit(self.run_worker(&entry));
     }
 
-    #[expect(clippy::print_stderr, reason = "a worker's stderr is its log, read with `xp logs`")]
+    #[expect(
+        clippy::print_stderr,
+        reason = "a worker's stderr is its log, read with `xp logs`"
+    )]
     fn run_worker(&self, entry: &str) -> i32 {
         let Some(trainable) = self.entries.get(entry) else {
             let known: Vec<&str> = self.names().collect();
-            eprintln!("xp worker: no trainable named {entry:?} in this binary (it has: {})", known.join(", "));
+            eprintln!(
+                "xp worker: no trainable named {entry:?} in this binary (it has: {})",
+                known.join(", ")
+            );
             return 2;
         };
         let context = match TrialContext::from_env() {

@@ -4,7 +4,10 @@
 //! A [`TestCluster`] kills every process it started when dropped, and waits use
 //! [`wait_until`] (polling until a deadline), never a bare sleep.
 
-#![allow(dead_code, reason = "each test binary uses a different part of the harness")]
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the harness"
+)]
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -17,28 +20,51 @@ use serde_json::Value;
 /// The directory holding the workspace's binaries (`target/debug`).
 pub(crate) fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary has a path");
-    exe.parent().and_then(Path::parent).expect("test binaries live in target/<profile>/deps").to_owned()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binaries live in target/<profile>/deps")
+        .to_owned()
 }
 
 /// The path of a workspace binary, checked to exist.
 pub(crate) fn binary(name: &str) -> PathBuf {
     let path = bin_dir().join(name);
-    assert!(path.exists(), "{} is missing: run the tests with `cargo test --workspace`", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `cargo test --workspace`",
+        path.display()
+    );
     path
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics after `timeout`.
-pub(crate) fn wait_until<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    #[expect(clippy::disallowed_methods, reason = "the test harness measures its own deadline")]
+pub(crate) fn wait_until<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the test harness measures its own deadline"
+    )]
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(value) = check() {
             return value;
         }
-        #[expect(clippy::disallowed_methods, reason = "the test harness measures its own deadline")]
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the test harness measures its own deadline"
+        )]
         let now = Instant::now();
-        assert!(now < deadline, "timed out after {timeout:?} waiting for {what}");
-        #[expect(clippy::disallowed_methods, reason = "tests poll real processes from a plain thread")]
+        assert!(
+            now < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "tests poll real processes from a plain thread"
+        )]
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -57,13 +83,21 @@ impl TestCluster {
     /// Starts a head with the given node timeout (such as `10s`).
     pub(crate) fn start(node_timeout: &str) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let mut cluster = Self { dir, join: String::new(), port: 0, head: None, nodes: BTreeMap::new(), node_timeout: node_timeout.to_owned() };
+        let mut cluster = Self {
+            dir,
+            join: String::new(),
+            port: 0,
+            head: None,
+            nodes: BTreeMap::new(),
+            node_timeout: node_timeout.to_owned(),
+        };
         cluster.start_head("127.0.0.1:0");
         cluster
     }
 
     fn start_head(&mut self, listen: &str) {
-        let log = std::fs::File::create(self.dir.path().join(format!("head-{}.log", self.port))).expect("head log");
+        let log = std::fs::File::create(self.dir.path().join(format!("head-{}.log", self.port)))
+            .expect("head log");
         let mut child = Command::new(binary("xp-head"))
             .args(["start", "--listen", listen, "--data-dir"])
             .arg(self.dir.path().join("head"))
@@ -82,7 +116,12 @@ impl TestCluster {
             .expect("the head prints its join string");
         // Keep draining stdout so the head never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
-        self.port = join.split(':').nth(2).and_then(|rest| rest.split('?').next()).and_then(|port| port.parse().ok()).expect("a port in the join string");
+        self.port = join
+            .split(':')
+            .nth(2)
+            .and_then(|rest| rest.split('?').next())
+            .and_then(|port| port.parse().ok())
+            .expect("a port in the join string");
         self.join = join;
         self.head = Some(child);
     }
@@ -103,11 +142,19 @@ impl TestCluster {
 
     /// Starts a node named `name` with `gpus` declared GPU slots and `cpus` cores.
     pub(crate) fn start_node(&mut self, name: &str, gpus: u32, cpus: u32) {
-        let log = std::fs::File::create(self.dir.path().join(format!("node-{name}.log"))).expect("node log");
+        let log = std::fs::File::create(self.dir.path().join(format!("node-{name}.log")))
+            .expect("node log");
         let child = Command::new(binary("xp-node"))
             .args(["join", &self.join, "--data-dir"])
             .arg(self.dir.path().join(format!("node-{name}")))
-            .args(["--gpus", &gpus.to_string(), "--cpus", &cpus.to_string(), "--label", &format!("name={name}")])
+            .args([
+                "--gpus",
+                &gpus.to_string(),
+                "--cpus",
+                &cpus.to_string(),
+                "--label",
+                &format!("name={name}"),
+            ])
             .env("XP_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
@@ -125,36 +172,56 @@ impl TestCluster {
 
     /// Runs the `xp` CLI against this cluster.
     pub(crate) fn xp(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_xp")).args(args).env("XP_CLUSTER", &self.join).output().expect("xp runs")
+        Command::new(env!("CARGO_BIN_EXE_xp"))
+            .args(args)
+            .env("XP_CLUSTER", &self.join)
+            .output()
+            .expect("xp runs")
     }
 
     /// Runs `xp` and returns its stdout, panicking with its stderr on failure.
     pub(crate) fn must_xp(&self, args: &[&str]) -> String {
         let output = self.xp(args);
-        assert!(output.status.success(), "xp {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "xp {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         String::from_utf8(output.stdout).expect("xp prints text")
     }
 
     /// `xp status EXPERIMENT --json`, parsed.
     pub(crate) fn status(&self, experiment: &str) -> Value {
-        serde_json::from_str(self.must_xp(&["status", experiment, "--json"]).trim()).expect("status is JSON")
+        serde_json::from_str(self.must_xp(&["status", experiment, "--json"]).trim())
+            .expect("status is JSON")
     }
 
     /// Waits until `count` nodes are ready.
     pub(crate) fn wait_for_nodes(&self, count: usize) {
-        wait_until(&format!("{count} ready nodes"), Duration::from_secs(30), || {
-            let output = self.xp(&["nodes", "--json"]);
-            let ready = String::from_utf8_lossy(&output.stdout).lines().filter(|line| line.contains("\"state\":\"ready\"")).count();
-            (ready >= count).then_some(())
-        });
+        wait_until(
+            &format!("{count} ready nodes"),
+            Duration::from_secs(30),
+            || {
+                let output = self.xp(&["nodes", "--json"]);
+                let ready = String::from_utf8_lossy(&output.stdout)
+                    .lines()
+                    .filter(|line| line.contains("\"state\":\"ready\""))
+                    .count();
+                (ready >= count).then_some(())
+            },
+        );
     }
 
     /// Waits until the experiment is no longer running and returns its status.
     pub(crate) fn wait_finished(&self, experiment: &str, timeout: Duration) -> Value {
-        wait_until(&format!("experiment {experiment} to finish"), timeout, || {
-            let status = self.status(experiment);
-            (status["state"] != "running").then_some(status)
-        })
+        wait_until(
+            &format!("experiment {experiment} to finish"),
+            timeout,
+            || {
+                let status = self.status(experiment);
+                (status["state"] != "running").then_some(status)
+            },
+        )
     }
 
     /// Writes `text` to a file in the cluster's directory and returns its path.
@@ -166,8 +233,15 @@ impl TestCluster {
 
     /// Prints the processes' logs (for failing tests).
     pub(crate) fn dump_logs(&self) {
-        for entry in std::fs::read_dir(self.dir.path()).expect("cluster dir").flatten() {
-            if entry.path().extension().is_some_and(|extension| extension == "log") {
+        for entry in std::fs::read_dir(self.dir.path())
+            .expect("cluster dir")
+            .flatten()
+        {
+            if entry
+                .path()
+                .extension()
+                .is_some_and(|extension| extension == "log")
+            {
                 let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(40).collect();
                 #[expect(clippy::print_stderr, reason = "show logs of a failing test")]
