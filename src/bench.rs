@@ -28,6 +28,9 @@ pub struct TrialsBench {
     pub submit_to_running_ms: (f64, f64),
     /// Placement to all workers running, milliseconds: median and 99th percentile (the runtime's start cost).
     pub placed_to_running_ms: (f64, f64),
+    /// The reference, measured in the same run: the same processes spawned and
+    /// reaped directly with `slots` at a time, per second.
+    pub direct_spawns_per_second: f64,
 }
 
 impl TrialsBench {
@@ -43,6 +46,8 @@ impl TrialsBench {
             "submit_to_running_p99_ms": self.submit_to_running_ms.1,
             "placed_to_running_p50_ms": self.placed_to_running_ms.0,
             "placed_to_running_p99_ms": self.placed_to_running_ms.1,
+            "direct_spawns_per_second": self.direct_spawns_per_second,
+            "ratio_to_direct_spawn": self.trials_per_second / self.direct_spawns_per_second,
         })
     }
 }
@@ -128,6 +133,7 @@ pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError
         .filter(|trial| trial.state == TrialState::Succeeded)
         .count() as u32;
     cluster.shutdown().await;
+    let direct_spawns_per_second = direct_spawns(trials, slots).await?;
     Ok(TrialsBench {
         trials: finished,
         slots,
@@ -141,5 +147,25 @@ pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError
             percentile(&placed_to_running, 0.5),
             percentile(&placed_to_running, 0.99),
         ),
+        direct_spawns_per_second,
     })
+}
+
+/// Spawns and reaps `count` `true` processes, `parallel` at a time, with no runtime
+/// in between: the ceiling the trial rate is held against.
+async fn direct_spawns(count: u32, parallel: u32) -> Result<f64, std::io::Error> {
+    let started = tokio::time::Instant::now();
+    let mut running = tokio::task::JoinSet::new();
+    for _ in 0..count {
+        if running.len() >= parallel as usize {
+            if let Some(done) = running.join_next().await {
+                done.map_err(std::io::Error::other)??;
+            }
+        }
+        running.spawn(async { tokio::process::Command::new("true").status().await });
+    }
+    while let Some(done) = running.join_next().await {
+        done.map_err(std::io::Error::other)??;
+    }
+    Ok(f64::from(count) / started.elapsed().as_secs_f64())
 }

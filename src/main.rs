@@ -281,11 +281,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", result.to_json());
             } else {
                 println!(
-                    "{} no-op trials on {} slots in {:.2} s: {:.1} trials/s\nsubmit -> running: p50 {:.0} ms, p99 {:.0} ms (includes queueing)\nplaced -> running: p50 {:.0} ms, p99 {:.0} ms",
+                    "{} no-op trials on {} slots in {:.2} s: {:.1} trials/s ({:.0}% of the {:.0} processes/s spawned directly)\nsubmit -> running: p50 {:.0} ms, p99 {:.0} ms (includes queueing)\nplaced -> running: p50 {:.0} ms, p99 {:.0} ms",
                     result.trials,
                     result.slots,
                     result.seconds,
                     result.trials_per_second,
+                    100.0 * result.trials_per_second / result.direct_spawns_per_second,
+                    result.direct_spawns_per_second,
                     result.submit_to_running_ms.0,
                     result.submit_to_running_ms.1,
                     result.placed_to_running_ms.0,

@@ -437,7 +437,8 @@ async fn run_node_session(
                 }
                 Ok(None) => break,
                 Err(error) => {
-                    warn!(%error, "node session ended");
+                    // Node loss is judged by missed heartbeats, not by this stream.
+                    info!(%error, "node session stream ended");
                     break;
                 }
             }
