@@ -157,10 +157,10 @@ async fn direct_spawns(count: u32, parallel: u32) -> Result<f64, std::io::Error>
     let started = tokio::time::Instant::now();
     let mut running = tokio::task::JoinSet::new();
     for _ in 0..count {
-        if running.len() >= parallel as usize {
-            if let Some(done) = running.join_next().await {
-                done.map_err(std::io::Error::other)??;
-            }
+        if running.len() >= parallel as usize
+            && let Some(done) = running.join_next().await
+        {
+            done.map_err(std::io::Error::other)??;
         }
         running.spawn(async { tokio::process::Command::new("true").status().await });
     }

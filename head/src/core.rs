@@ -806,6 +806,27 @@ impl HeadCore {
                     self.fail_attempt(now, key, format!("rank {} {how}", key.rank));
                 }
             }
+            WorkerReport::Stopped { reason, .. } => {
+                if !worker_state.holds_resources() {
+                    return;
+                }
+                if attempt_live {
+                    // The node stopped it on its own (shutting down): not the trial's fault.
+                    self.lose_worker(
+                        now,
+                        key,
+                        format!("node {node_id} stopped rank {}: {reason}", key.rank),
+                    );
+                } else {
+                    self.release_worker(
+                        key,
+                        WorkerState::Exited {
+                            code: None,
+                            signal: None,
+                        },
+                    );
+                }
+            }
             WorkerReport::Metric {
                 index,
                 step,

@@ -373,7 +373,7 @@ proptest! {
                             node.launched.remove(&key);
                             node.started.remove(&key);
                             if !node.silent {
-                                report(&mut core, now, id, WorkerReport::Exited { key, code: None, signal: Some(15) });
+                                report(&mut core, now, id, WorkerReport::Stopped { key, reason: "killed".to_owned() });
                             }
                         }
                     }

@@ -236,7 +236,10 @@ impl Agent {
 
     /// Numbers a report, and forgets a worker once it has ended.
     fn record(&mut self, report: WorkerReport) -> u64 {
-        if let WorkerReport::Exited { key, .. } | WorkerReport::LaunchFailed { key, .. } = &report {
+        if let WorkerReport::Exited { key, .. }
+        | WorkerReport::LaunchFailed { key, .. }
+        | WorkerReport::Stopped { key, .. } = &report
+        {
             self.workers.remove(key);
             self.slots.release(*key);
         }

@@ -60,7 +60,8 @@ pub fn worker_env(launch: &Launch) -> Vec<(String, String)> {
 
 /// Runs one worker to its end and reports on `reports`: `Started` (or
 /// `LaunchFailed`), its metrics, then `Exited`. A message on `stop` ends it:
-/// SIGTERM to its process group, SIGKILL after [`KILL_GRACE`].
+/// SIGTERM to its process group, SIGKILL after [`KILL_GRACE`], and the final
+/// report is `Stopped` with that message.
 pub async fn supervise(
     launch: Launch,
     command: WorkerCommand,
@@ -94,11 +95,13 @@ pub async fn supervise(
         })
     });
 
+    let mut stopped_because = None;
     let status = tokio::select! {
         status = child.wait() => status,
         reason = stop => {
             let reason = reason.unwrap_or_else(|_| "node shutting down".to_owned());
             info!(worker = %key, %reason, "stopping worker");
+            stopped_because = Some(reason);
             signal_group(pid, Signal::SIGTERM);
             match tokio::time::timeout(KILL_GRACE, child.wait()).await {
                 Ok(status) => status,
@@ -128,7 +131,11 @@ pub async fn supervise(
         }
     };
     info!(worker = %key, ?code, ?signal, "worker exited");
-    let _ = reports.send(WorkerReport::Exited { key, code, signal });
+    let report = match stopped_because {
+        Some(reason) => WorkerReport::Stopped { key, reason },
+        None => WorkerReport::Exited { key, code, signal },
+    };
+    let _ = reports.send(report);
 }
 
 async fn open_log(path: &std::path::Path) -> Option<tokio::fs::File> {

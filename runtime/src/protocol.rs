@@ -535,6 +535,14 @@ pub enum WorkerReport {
         /// Values by name.
         values: Vec<(String, f64)>,
     },
+    /// The node stopped the worker: on the head's order, or because the node
+    /// itself is shutting down. Not the trial's fault.
+    Stopped {
+        /// The worker.
+        key: WorkerKey,
+        /// Why the node stopped it.
+        reason: String,
+    },
 }
 
 impl WorkerReport {
@@ -544,7 +552,8 @@ impl WorkerReport {
             Self::Started { key, .. }
             | Self::LaunchFailed { key, .. }
             | Self::Exited { key, .. }
-            | Self::Metric { key, .. } => *key,
+            | Self::Metric { key, .. }
+            | Self::Stopped { key, .. } => *key,
         }
     }
 }

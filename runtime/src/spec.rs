@@ -437,8 +437,8 @@ pub fn placeholders(arg: &str) -> Result<Vec<String>, String> {
 /// Replaces each `{name}` in `arg` with `lookup(name)`; an unknown name is an error.
 ///
 /// Only `{` + an identifier + `}` is a placeholder, so JSON and shell braces in a
-/// command stay as they are; `{{` and `}}` write a literal brace where one is needed
-/// before an identifier.
+/// command stay as they are (`${HOME}` too: a brace after `$` is the shell's);
+/// `{{` and `}}` write a literal brace where one is needed before an identifier.
 pub fn render_arg(
     arg: &str,
     mut lookup: impl FnMut(&str) -> Option<String>,
@@ -451,7 +451,7 @@ pub fn render_arg(
             rest = &rest[2..];
             continue;
         }
-        if ch == '{' {
+        if ch == '{' && !out.ends_with('$') {
             let body = &rest[1..];
             let name_len = body
                 .char_indices()

@@ -1,5 +1,6 @@
 //! The driver API: a connection to a head and typed requests over it.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -7,9 +8,9 @@ use xp_runtime::ids::{BlobHash, ExperimentId, TrialId};
 use xp_runtime::join::{JoinString, JoinStringError};
 use xp_runtime::protocol::{
     ExperimentState, ExperimentStatus, LogChunk, LogRequest, NodeStatus, PeerRole, Request,
-    Response, SubmitRequest, TrialEvent,
+    Response, SubmitRequest, TrialEvent, TrialState,
 };
-use xp_runtime::spec::ExperimentSpec;
+use xp_runtime::spec::{Algorithm, Domain, ExperimentSpec, ParamValue, SearchSpec, TrialSpec};
 use xp_runtime::transport::{self, HeadConnection, TransportError};
 
 use crate::versioning::{VersionError, code_version, data_version};
@@ -62,6 +63,19 @@ pub struct Submitted {
     pub reused: bool,
     /// How many trials it has.
     pub trials: u32,
+}
+
+/// One row of [`Client::results`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResultRow {
+    /// The trial.
+    pub trial: TrialId,
+    /// Its state.
+    pub state: TrialState,
+    /// Its parameters and seed.
+    pub config: serde_json::Map<String, serde_json::Value>,
+    /// The last value of each metric.
+    pub metrics: BTreeMap<String, f64>,
 }
 
 /// A driver's connection to a head.
@@ -240,6 +254,78 @@ impl Client {
                 on_event(&event);
             }
         }
+    }
+
+    /// Runs one trial of `trial` with fixed `params` as an experiment of its own
+    /// named `name`, and returns the trial's id.
+    pub async fn spawn_trial(
+        &self,
+        name: &str,
+        trial: TrialSpec,
+        params: BTreeMap<String, ParamValue>,
+    ) -> Result<TrialId, SdkError> {
+        let space = params
+            .into_iter()
+            .map(|(param, value)| (param, Domain::Choice(vec![value])))
+            .collect();
+        let spec = ExperimentSpec {
+            name: name.to_owned(),
+            team: "default".to_owned(),
+            priority: 0,
+            code: None,
+            data: Vec::new(),
+            trial,
+            search: SearchSpec {
+                algorithm: Algorithm::Grid,
+                space,
+                ..SearchSpec::default()
+            },
+        };
+        let submitted = self
+            .submit(
+                &spec,
+                &SubmitOptions {
+                    rerun: true,
+                    ..SubmitOptions::default()
+                },
+            )
+            .await?;
+        Ok(TrialId {
+            experiment: submitted.experiment,
+            index: 0,
+        })
+    }
+
+    /// The experiment's trials as a results table, best first by its metric
+    /// (trials without the metric last).
+    pub async fn results(&self, experiment: ExperimentId) -> Result<Vec<ResultRow>, SdkError> {
+        let status = self.experiment(experiment).await?;
+        let mut rows: Vec<ResultRow> = status
+            .trials
+            .iter()
+            .map(|trial| ResultRow {
+                trial: trial.id,
+                state: trial.state,
+                config: serde_json::from_str(&trial.config_json).unwrap_or_default(),
+                metrics: trial.metrics.clone(),
+            })
+            .collect();
+        if let Some(metric) = &status.metric {
+            let key = |row: &ResultRow| {
+                row.metrics
+                    .get(metric)
+                    .copied()
+                    .filter(|value| value.is_finite())
+            };
+            rows.sort_by(|a, b| match (key(a), key(b)) {
+                (Some(x), Some(y)) if status.maximize => y.total_cmp(&x),
+                (Some(x), Some(y)) => x.total_cmp(&y),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => std::cmp::Ordering::Equal,
+            });
+        }
+        Ok(rows)
     }
 
     /// Closes the connection.

@@ -170,6 +170,18 @@ impl TestCluster {
         node.wait().expect("reap the node");
     }
 
+    /// Sends SIGTERM to node `name` and waits for it to exit.
+    pub(crate) fn terminate_node(&mut self, name: &str) -> std::process::ExitStatus {
+        let mut node = self.nodes.remove(name).expect("a node of that name");
+        let pid = nix::unistd::Pid::from_raw(node.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("signal the node");
+        wait_until(
+            "the node to exit after SIGTERM",
+            Duration::from_secs(30),
+            || node.try_wait().expect("poll the node"),
+        )
+    }
+
     /// Runs the `xp` CLI against this cluster.
     pub(crate) fn xp(&self, args: &[&str]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_xp"))
