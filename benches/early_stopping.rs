@@ -1,0 +1,3 @@
+//! Bench binary under construction (issue 4); see ARCHITECTURE.md.
+
+fn main() {}
