@@ -14,10 +14,10 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{error, warn};
 use xp_runtime::clock::Clock;
-use xp_runtime::ids::{ExperimentId, NodeId, WorkerKey};
+use xp_runtime::ids::{ExperimentId, NodeId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
-    ErrorCode, HeadCommand, LogChunk, LogRequest, NodeMessage, NodeRegistration, RemoteError,
-    Response, SubmitRequest, TrialEvent,
+    ErrorCode, HeadCommand, LogChunk, LogRequest, MetricPoint, NodeMessage, NodeRegistration,
+    RemoteError, Response, SubmitRequest, TrialEvent,
 };
 
 use crate::core::{HeadCore, Record};
@@ -58,6 +58,8 @@ pub enum HeadMsg {
     LocateWorker(LogRequest, Reply<(NodeId, WorkerKey, bool)>),
     /// A client asks for events.
     Events(ExperimentId, u64, Reply<Vec<TrialEvent>>),
+    /// A client asks for a trial's metric history.
+    Metrics(TrialId, Reply<Vec<MetricPoint>>),
     /// A node registered on a new session.
     NodeRegistered(NodeRegistration, Reply<()>),
     /// A message arrived on a node's session.
@@ -204,6 +206,23 @@ impl Actor for HeadActor {
             }
             HeadMsg::Events(experiment, after, reply) => {
                 let _ = reply.send(state.args.core.events_after(experiment, after));
+            }
+            HeadMsg::Metrics(trial, reply) => {
+                let result = tokio::task::block_in_place(|| state.args.registry.metrics_of(trial))
+                    .map(|records| {
+                        records
+                            .into_iter()
+                            .map(|record| MetricPoint {
+                                attempt: record.key.attempt,
+                                rank: record.key.rank,
+                                step: record.step,
+                                values: record.values.into_iter().collect(),
+                                at: record.at,
+                            })
+                            .collect()
+                    })
+                    .map_err(|error| RemoteError::new(ErrorCode::Internal, error.to_string()));
+                let _ = reply.send(result);
             }
             HeadMsg::NodeRegistered(registration, reply) => {
                 state.args.core.handle_node_register(now, registration);

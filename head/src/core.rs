@@ -70,6 +70,9 @@ pub struct ExperimentRecord {
     pub submitted_at: UnixMillis,
     /// Whether a user cancelled it.
     pub cancelled: bool,
+    /// Whether the submission asked to rerun rather than reuse finished results.
+    #[serde(default)]
+    pub rerun: bool,
 }
 
 /// A trial, as persisted.
@@ -95,6 +98,9 @@ pub struct TrialRecord {
     pub reason: Option<String>,
     /// When it last entered the queue.
     pub queued_at: UnixMillis,
+    /// The finished trial whose result this one reuses instead of running.
+    #[serde(default)]
+    pub reused_from: Option<TrialId>,
 }
 
 /// One attempt of a trial.
@@ -247,6 +253,10 @@ pub struct HeadCore {
     usage: BTreeMap<NodeId, NodeUsage>,
     ports_in_use: BTreeMap<String, BTreeSet<u16>>,
     events: BTreeMap<ExperimentId, Vec<TrialEvent>>,
+    /// Succeeded trials that ran themselves, by trial identity: what new trials may reuse.
+    succeeded_by_identity: BTreeMap<[u8; 32], TrialId>,
+    /// Trials that reached a terminal state since the sweeps last looked.
+    newly_finished: Vec<TrialId>,
     next_event_seq: u64,
     dirty_experiments: BTreeSet<ExperimentId>,
     dirty_trials: BTreeSet<TrialId>,
@@ -271,6 +281,8 @@ impl HeadCore {
             usage: BTreeMap::new(),
             ports_in_use: BTreeMap::new(),
             events: BTreeMap::new(),
+            succeeded_by_identity: BTreeMap::new(),
+            newly_finished: Vec::new(),
             next_event_seq: 1,
             dirty_experiments: BTreeSet::new(),
             dirty_trials: BTreeSet::new(),
@@ -291,6 +303,12 @@ impl HeadCore {
         }
         for trial in loaded.trials {
             if core.experiments.contains_key(&trial.id.experiment) {
+                if trial.state == TrialState::Succeeded && trial.reused_from.is_none() {
+                    let identity = core.trial_identity(trial.id.experiment, &trial.config_json);
+                    core.succeeded_by_identity
+                        .entry(identity)
+                        .or_insert(trial.id);
+                }
                 core.trials.insert(trial.id, trial);
             }
         }
@@ -436,42 +454,92 @@ impl HeadCore {
             data_version: request.data_version.clone(),
             submitted_at: now,
             cancelled: false,
+            rerun: request.rerun,
         };
         self.experiments.insert(id, record);
         self.dirty_experiments.insert(id);
-        for (index, plan) in plans.iter().enumerate() {
-            let trial_id = TrialId {
-                experiment: id,
-                index: index as u32,
-            };
-            self.trials.insert(
-                trial_id,
-                TrialRecord {
-                    id: trial_id,
-                    config_json: plan.config_json(),
-                    seed: plan.seed,
-                    state: TrialState::Pending,
-                    attempts: Vec::new(),
-                    failures: 0,
-                    metrics: BTreeMap::new(),
-                    last_step: None,
-                    reason: None,
-                    queued_at: now,
-                },
-            );
-            self.push_event(
-                now,
-                trial_id,
-                TrialState::Pending,
-                0,
-                "submitted".to_owned(),
-            );
-            self.dirty_trials.insert(trial_id);
-        }
-        info!(experiment_id = %id, name = %spec.name, trials = plans.len(), "experiment submitted");
         self.specs.insert(id, spec);
+        for (index, plan) in plans.iter().enumerate() {
+            self.create_trial(now, id, index as u32, plan.config_json(), plan.seed);
+        }
+        info!(experiment_id = %id, name = %self.specs[&id].name, trials = plans.len(), "experiment submitted");
         self.schedule(now);
         Ok((id, false, plans.len() as u32))
+    }
+
+    /// Creates trial `index` of `experiment`, or, unless the experiment asked to
+    /// rerun, a trial that reuses the result of an identical finished trial.
+    fn create_trial(
+        &mut self,
+        now: UnixMillis,
+        experiment: ExperimentId,
+        index: u32,
+        config_json: String,
+        seed: u64,
+    ) {
+        let trial_id = TrialId { experiment, index };
+        let identity = self.trial_identity(experiment, &config_json);
+        let source = (!self.experiments[&experiment].rerun)
+            .then(|| self.succeeded_by_identity.get(&identity).copied())
+            .flatten()
+            .and_then(|source| self.trials.get(&source));
+        let mut record = TrialRecord {
+            id: trial_id,
+            config_json,
+            seed,
+            state: TrialState::Pending,
+            attempts: Vec::new(),
+            failures: 0,
+            metrics: BTreeMap::new(),
+            last_step: None,
+            reason: None,
+            queued_at: now,
+            reused_from: None,
+        };
+        let (state, reason) = match source {
+            Some(source) => {
+                record.metrics = source.metrics.clone();
+                record.last_step = source.last_step;
+                record.reused_from = Some(source.id);
+                (
+                    TrialState::Succeeded,
+                    format!(
+                        "reused the result of trial {} (same config, code and data)",
+                        source.id
+                    ),
+                )
+            }
+            None => (TrialState::Pending, "submitted".to_owned()),
+        };
+        record.state = state;
+        record.reason = Some(reason.clone());
+        self.trials.insert(trial_id, record);
+        self.push_event(now, trial_id, state, 0, reason);
+        self.dirty_trials.insert(trial_id);
+    }
+
+    /// What makes two trials the same work: the trial template, the config, the
+    /// code (and binary) and the data.
+    fn trial_identity(&self, experiment: ExperimentId, config_json: &str) -> [u8; 32] {
+        let record = &self.experiments[&experiment];
+        let mut template = self.specs[&experiment].trial.clone();
+        template.program = None;
+        let template = serde_json::to_string(&template).expect("a trial spec serialises");
+        let code = match record.program {
+            Some(program) => format!("{}|binary:{program}", record.code_version),
+            None => record.code_version.clone(),
+        };
+        let mut hasher = blake3::Hasher::new_derive_key("xp trial identity v1");
+        for part in [
+            template.as_str(),
+            config_json,
+            code.as_str(),
+            record.data_version.as_str(),
+        ] {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            hasher.update(part.as_bytes());
+        }
+        *hasher.finalize().as_bytes()
     }
 
     /// Cancels an experiment (by id or unique prefix) or one trial.
@@ -866,6 +934,9 @@ impl HeadCore {
     // ---- Scheduling ----
 
     fn schedule(&mut self, now: UnixMillis) {
+        // Invariant: drained on every scheduling pass; the sweeps consume it.
+        let finished = std::mem::take(&mut self.newly_finished);
+        self.advance_sweeps(now, &finished);
         self.admit_pending(now);
         let mut queue: Vec<(i32, UnixMillis, TrialId)> = self
             .trials
@@ -886,6 +957,9 @@ impl HeadCore {
             }
         }
     }
+
+    /// Adaptive searches ask for more configurations as trials finish.
+    fn advance_sweeps(&mut self, _now: UnixMillis, _finished: &[TrialId]) {}
 
     fn admit_pending(&mut self, now: UnixMillis) {
         let experiment_ids: Vec<ExperimentId> = self.experiments.keys().copied().collect();
@@ -1290,10 +1364,21 @@ impl HeadCore {
         if trial.state == state && trial.reason.as_deref() == Some(reason.as_str()) {
             return;
         }
+        let was_terminal = trial.state.is_terminal();
         trial.state = state;
         trial.reason = Some(reason.clone());
         let attempt = trial.attempts.len() as u32;
+        let config_json = trial.config_json.clone();
         self.dirty_trials.insert(trial_id);
+        if state == TrialState::Succeeded {
+            let identity = self.trial_identity(trial_id.experiment, &config_json);
+            self.succeeded_by_identity
+                .entry(identity)
+                .or_insert(trial_id);
+        }
+        if state.is_terminal() && !was_terminal {
+            self.newly_finished.push(trial_id);
+        }
         info!(%trial_id, state = state.as_str(), attempt, %reason, "trial state changed");
         self.push_event(now, trial_id, state, attempt, reason);
     }
@@ -1402,6 +1487,7 @@ impl HeadCore {
                     metrics: trial.metrics.clone(),
                     last_step: trial.last_step,
                     reason: trial.reason.clone(),
+                    reused_from: trial.reused_from,
                 })
                 .collect(),
         }

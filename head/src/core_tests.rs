@@ -232,6 +232,72 @@ fn identical_submissions_are_reused_and_rerun_makes_a_new_run() {
 }
 
 #[test]
+fn finished_trials_are_reused_by_a_different_experiment_unless_rerun() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 0, 4, Vec::new()));
+    let grid = |values: &str| {
+        format!(
+            "name: g\ntrial: {{command: [echo, '{{x}}']}}\nsearch: {{algorithm: grid, space: {{x: {{choice: [{values}]}}}}}}\n"
+        )
+    };
+    let first = submit(&mut core, 0, &grid("1, 2"), false);
+    for (_, key) in launches(&commands(&mut core)) {
+        report(
+            &mut core,
+            1,
+            node,
+            WorkerReport::Metric {
+                key,
+                index: 1,
+                step: Some(1),
+                values: vec![("v".to_owned(), f64::from(key.trial.index))],
+            },
+        );
+        report(
+            &mut core,
+            1,
+            node,
+            WorkerReport::Exited {
+                key,
+                code: Some(0),
+                signal: None,
+            },
+        );
+    }
+    let second = submit(&mut core, 2, &grid("1, 2, 3"), false);
+    assert_ne!(first, second);
+    let launched = launches(&commands(&mut core));
+    assert_eq!(launched.len(), 1, "only the new configuration runs");
+    assert_eq!(launched[0].1.trial.index, 2);
+    for index in 0..2 {
+        let trial = &core.trials[&TrialId {
+            experiment: second,
+            index,
+        }];
+        assert_eq!(trial.state, TrialState::Succeeded);
+        assert_eq!(
+            trial.reused_from,
+            Some(TrialId {
+                experiment: first,
+                index
+            })
+        );
+        assert_eq!(trial.metrics["v"], f64::from(index));
+    }
+    let rerun = submit(&mut core, 3, &grid("1, 2, 3"), true);
+    assert!((0..3).all(|index| {
+        core.trials[&TrialId {
+            experiment: rerun,
+            index,
+        }]
+            .reused_from
+            .is_none()
+    }));
+    core.check_invariants();
+}
+
+#[test]
 fn parallel_limits_how_many_trials_are_queued_and_cancel_stops_workers() {
     let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
     let node = node_id(1);

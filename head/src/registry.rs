@@ -15,7 +15,8 @@ const EXPERIMENTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("expe
 const TRIALS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("trials");
 const NODES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("nodes");
 const EVENTS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("events");
-const METRICS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("metrics");
+/// Keyed by (trial id, sequence) so one trial's history is a range scan.
+const METRICS: TableDefinition<'_, (&str, u64), &[u8]> = TableDefinition::new("metrics");
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 
 /// Why the registry failed.
@@ -152,8 +153,9 @@ impl Registry {
                     }
                     Record::Metric(metric) => {
                         let bytes = encode("metric", metric)?;
+                        let trial = metric.key.trial.to_string();
                         metrics
-                            .insert(next_metric_seq, bytes.as_slice())
+                            .insert((trial.as_str(), next_metric_seq), bytes.as_slice())
                             .map_err(db_error)?;
                         next_metric_seq += 1;
                     }
@@ -175,13 +177,14 @@ impl Registry {
     ) -> Result<Vec<MetricRecord>, RegistryError> {
         let txn = self.database.begin_read().map_err(db_error)?;
         let table = txn.open_table(METRICS).map_err(db_error)?;
+        let trial = trial.to_string();
         let mut out = Vec::new();
-        for entry in table.iter().map_err(db_error)? {
+        let range = (trial.as_str(), 0)..=(trial.as_str(), u64::MAX);
+        for entry in table.range(range).map_err(db_error)? {
             let (_, value) = entry.map_err(db_error)?;
-            if let Ok(record) = serde_json::from_slice::<MetricRecord>(value.value())
-                && record.key.trial == trial
-            {
-                out.push(record);
+            match serde_json::from_slice::<MetricRecord>(value.value()) {
+                Ok(record) => out.push(record),
+                Err(error) => warn!(%trial, %error, "unreadable metric record skipped"),
             }
         }
         Ok(out)

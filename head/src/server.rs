@@ -250,6 +250,9 @@ async fn handle_stream(mut send: SendStream, mut recv: RecvStream, context: Arc<
         }
         Request::Cancel { id } => call(&context.head, |reply| HeadMsg::Cancel(id, reply)).await,
         Request::Nodes => call(&context.head, HeadMsg::Nodes).await,
+        Request::Metrics { trial } => call(&context.head, |reply| HeadMsg::Metrics(trial, reply))
+            .await
+            .map(Response::Metrics),
     };
     let message = match result {
         Ok(response) => Message::Response(response),

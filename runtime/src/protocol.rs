@@ -155,6 +155,26 @@ pub enum Request {
         /// How long to wait when there are none yet.
         wait_ms: u32,
     },
+    /// Every metric report of one trial (all attempts and ranks), oldest first.
+    Metrics {
+        /// The trial.
+        trial: TrialId,
+    },
+}
+
+/// One metric report as stored by the head.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricPoint {
+    /// The attempt it came from.
+    pub attempt: u32,
+    /// The worker's rank.
+    pub rank: u32,
+    /// The step, if the worker gave one.
+    pub step: Option<u64>,
+    /// Values by name.
+    pub values: Vec<(String, f64)>,
+    /// When the head received it.
+    pub at: UnixMillis,
 }
 
 /// What a submission carries besides the spec.
@@ -230,6 +250,8 @@ pub enum Response {
     },
     /// Trial events, oldest first.
     Events(Vec<TrialEvent>),
+    /// A trial's metric history, oldest first.
+    Metrics(Vec<MetricPoint>),
 }
 
 /// The lifecycle state of a trial.
@@ -364,6 +386,8 @@ pub struct TrialStatus {
     pub last_step: Option<u64>,
     /// Why the trial is in its state, when there is something to say.
     pub reason: Option<String>,
+    /// The finished trial whose result this one reuses instead of running.
+    pub reused_from: Option<TrialId>,
 }
 
 /// One attempt of a trial.

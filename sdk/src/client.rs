@@ -7,8 +7,8 @@ use std::time::Duration;
 use xp_runtime::ids::{BlobHash, ExperimentId, TrialId};
 use xp_runtime::join::{JoinString, JoinStringError};
 use xp_runtime::protocol::{
-    ExperimentState, ExperimentStatus, LogChunk, LogRequest, NodeStatus, PeerRole, Request,
-    Response, SubmitRequest, TrialEvent, TrialState,
+    ExperimentState, ExperimentStatus, LogChunk, LogRequest, MetricPoint, NodeStatus, PeerRole,
+    Request, Response, SubmitRequest, TrialEvent, TrialState,
 };
 use xp_runtime::spec::{Algorithm, Domain, ExperimentSpec, ParamValue, SearchSpec, TrialSpec};
 use xp_runtime::transport::{self, HeadConnection, TransportError};
@@ -211,6 +211,11 @@ impl Client {
             max_bytes: 1 << 20,
         };
         expect_response!(self.request(Request::ReadLogs(request)).await?, Response::Logs(chunk) => chunk)
+    }
+
+    /// Every metric report of a trial, oldest first.
+    pub async fn metrics(&self, trial: TrialId) -> Result<Vec<MetricPoint>, SdkError> {
+        expect_response!(self.request(Request::Metrics { trial }).await?, Response::Metrics(points) => points)
     }
 
     /// Events after `after`, waiting up to `wait` for the first.
