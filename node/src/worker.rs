@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 use xp_runtime::ids::WorkerKey;
-use xp_runtime::metric_line::{MAX_METRIC_LINE, parse_metric_line};
+use xp_runtime::metric_line::{MAX_METRIC_LINE, parse_metric_line, read_bounded_line};
 use xp_runtime::protocol::{Launch, WorkerReport};
 
 /// How long a worker has between SIGTERM and SIGKILL.
@@ -238,53 +238,5 @@ async fn pump(
     }
     if let Some(mut file) = log {
         let _ = file.flush().await;
-    }
-}
-
-/// Reads one line of at most `max` bytes (a longer line comes back in pieces), so a
-/// worker that never prints a newline cannot exhaust the node's memory.
-async fn read_bounded_line(
-    reader: &mut (impl AsyncBufRead + Unpin),
-    line: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<usize> {
-    line.clear();
-    loop {
-        let available = reader.fill_buf().await?;
-        if available.is_empty() {
-            return Ok(line.len());
-        }
-        let room = max - line.len();
-        let window = &available[..available.len().min(room)];
-        if let Some(newline) = window.iter().position(|byte| *byte == b'\n') {
-            line.extend_from_slice(&window[..=newline]);
-            reader.consume(newline + 1);
-            return Ok(line.len());
-        }
-        let taken = window.len();
-        line.extend_from_slice(window);
-        reader.consume(taken);
-        if line.len() >= max {
-            return Ok(line.len());
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn long_lines_come_back_in_bounded_pieces() {
-        let input = format!("short\n{}\nend", "x".repeat(100));
-        let mut reader = BufReader::new(input.as_bytes());
-        let mut line = Vec::new();
-        let mut pieces = Vec::new();
-        while read_bounded_line(&mut reader, &mut line, 40).await.unwrap() > 0 {
-            assert!(line.len() <= 40);
-            pieces.push(String::from_utf8(line.clone()).unwrap());
-        }
-        assert_eq!(pieces.concat(), input);
-        assert_eq!(pieces[0], "short\n");
     }
 }

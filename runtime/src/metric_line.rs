@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use tokio::io::AsyncBufReadExt;
+
 /// The prefix that marks a metric line.
 pub const METRIC_PREFIX: &str = "XP_METRIC ";
 /// The longest metric line accepted; longer lines are kept in the log but not parsed.
@@ -96,6 +98,36 @@ pub fn format_metric_line(step: Option<u64>, values: &BTreeMap<String, f64>) -> 
     format!("{METRIC_PREFIX}{}", serde_json::Value::Object(object))
 }
 
+/// Reads one line of at most `max` bytes (a longer line comes back in pieces), so a
+/// worker that never prints a newline cannot exhaust the node's memory.
+pub async fn read_bounded_line(
+    reader: &mut (impl tokio::io::AsyncBufRead + Unpin),
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<usize> {
+    line.clear();
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(line.len());
+        }
+        let room = max - line.len();
+        let window = &available[..available.len().min(room)];
+        if let Some(newline) = window.iter().position(|byte| *byte == b'\n') {
+            line.extend_from_slice(&window[..=newline]);
+            reader.consume(newline + 1);
+            return Ok(line.len());
+        }
+        let taken = window.len();
+        line.extend_from_slice(window);
+        reader.consume(taken);
+        if line.len() >= max {
+            return Ok(line.len());
+        }
+    }
+}
+
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,6 +141,20 @@ mod tests {
         assert_eq!(report.values["val_loss"], 0.41);
         let line = format_metric_line(report.step, &report.values);
         assert_eq!(parse_metric_line(&line).unwrap().unwrap(), report);
+    }
+
+    #[tokio::test]
+    async fn long_lines_come_back_in_bounded_pieces() {
+        let input = format!("short\n{}\nend", "x".repeat(100));
+        let mut reader = tokio::io::BufReader::new(input.as_bytes());
+        let mut line = Vec::new();
+        let mut pieces = Vec::new();
+        while read_bounded_line(&mut reader, &mut line, 40).await.unwrap() > 0 {
+            assert!(line.len() <= 40);
+            pieces.push(String::from_utf8(line.clone()).unwrap());
+        }
+        assert_eq!(pieces.concat(), input);
+        assert_eq!(pieces[0], "short\n");
     }
 
     #[test]
