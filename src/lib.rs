@@ -5,8 +5,10 @@
 //! running head or embeds a whole local cluster (a head and a node in this
 //! process, workers as child processes) for laptops, examples and tests.
 
+pub mod analysis;
 pub mod bench;
 mod cluster;
+pub mod tune;
 
 pub use cluster::{Cluster, ClusterError, LocalOptions};
 pub use xp_sdk::*;

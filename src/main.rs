@@ -84,6 +84,71 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Statistics of seed replicates per configuration, and significance against the best.
+    Compare {
+        /// An experiment id or a unique prefix.
+        experiment: String,
+        #[command(flatten)]
+        cluster: ClusterArg,
+        /// The significance level of the Welch t-tests.
+        #[arg(long, default_value_t = 0.05)]
+        alpha: f64,
+        /// One JSON object per configuration, best first.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A trial's metric history, optionally smoothed.
+    Metrics {
+        /// The trial id.
+        trial: String,
+        #[command(flatten)]
+        cluster: ClusterArg,
+        /// Only this metric.
+        #[arg(long)]
+        name: Option<String>,
+        /// The worker's rank.
+        #[arg(long, default_value_t = 0)]
+        rank: u32,
+        /// Add an exponential moving average with this smoothing, such as 0.9.
+        #[arg(long)]
+        ema: Option<f64>,
+        /// One JSON object per metric.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Optimise any black-box command on this machine: `xp tune --space S.yaml -- CMD ARGS...`.
+    Tune {
+        /// A YAML mapping of parameters, the same as `search.space` in an experiment.
+        #[arg(long)]
+        space: PathBuf,
+        /// The search algorithm.
+        #[arg(long, default_value = "tpe", value_parser = ["gp", "gp-ucb", "gp-ei", "tpe", "random", "sobol", "grid"])]
+        algo: String,
+        /// How many evaluations.
+        #[arg(long)]
+        budget: u32,
+        /// The seed of the search.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// How many evaluations run at once.
+        #[arg(long, default_value_t = 1)]
+        parallel: u32,
+        /// Whether smaller or larger objectives are better.
+        #[arg(long, default_value = "min", value_parser = ["min", "max"])]
+        mode: String,
+        /// Stop unpromising evaluations from their `XP_METRIC {"step": S, "value": V}` lines.
+        #[arg(long, value_parser = ["median", "asha", "hyperband"])]
+        early_stopping: Option<String>,
+        /// The most steps an evaluation runs under early stopping.
+        #[arg(long, default_value_t = 81)]
+        max_t: u64,
+        /// The first step at which early stopping may judge.
+        #[arg(long, default_value_t = 1)]
+        grace_period: u64,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Measure the runtime on an embedded local cluster.
     Bench {
         #[command(subcommand)]
@@ -258,6 +323,175 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         node.running_workers,
                         labels.join(",")
                     );
+                }
+            }
+            client.close().await;
+        }
+        Command::Tune {
+            space,
+            algo,
+            budget,
+            seed,
+            parallel,
+            mode,
+            early_stopping,
+            max_t,
+            grace_period,
+            command,
+        } => {
+            let text = std::fs::read_to_string(&space)
+                .with_context(|| format!("cannot read {}", space.display()))?;
+            let space_spec: xp_runtime::spec::SpaceSpec =
+                serde_saphyr::from_str(&text).map_err(|error| {
+                    anyhow::anyhow!("{} is not a valid search space: {error}", space.display())
+                })?;
+            let search_space = xp_runtime::search::SearchSpace::from_spec(&space_spec)
+                .with_context(|| format!("{} is not a valid search space", space.display()))?;
+            use xp_runtime::search::{Acquisition, DEFAULT_KAPPA, SearchAlgorithm};
+            let algorithm = match algo.as_str() {
+                "gp" | "gp-ucb" => SearchAlgorithm::Gp {
+                    acquisition: Acquisition::Ucb {
+                        kappa: DEFAULT_KAPPA,
+                    },
+                },
+                "gp-ei" => SearchAlgorithm::Gp {
+                    acquisition: Acquisition::Ei,
+                },
+                "tpe" => SearchAlgorithm::Tpe,
+                "sobol" => SearchAlgorithm::Sobol,
+                "grid" => SearchAlgorithm::Grid,
+                _ => SearchAlgorithm::Random,
+            };
+            let rule = match early_stopping.as_deref() {
+                Some(name) => {
+                    let kind = match name {
+                        "median" => xp_runtime::stopping::RuleKind::Median,
+                        "asha" => xp_runtime::stopping::RuleKind::Asha,
+                        _ => xp_runtime::stopping::RuleKind::Hyperband,
+                    };
+                    let config = xp_runtime::stopping::StoppingConfig {
+                        max_t,
+                        grace_period,
+                        ..xp_runtime::stopping::StoppingConfig::new(kind)
+                    };
+                    config
+                        .validate()
+                        .context("invalid early-stopping options")?;
+                    Some(xp_runtime::stopping::make_rule(&config))
+                }
+                None => None,
+            };
+            let job = xp::tune::TuneJob {
+                searcher: xp_runtime::search::make_searcher(algorithm, &search_space, seed),
+                rule,
+                budget,
+                parallel,
+                maximize: mode == "max",
+                command,
+            };
+            let summary = xp::tune::tune(job, |line| println!("{line}")).await?;
+            println!("{}", summary.to_json());
+        }
+        Command::Compare {
+            experiment,
+            cluster,
+            alpha,
+            json,
+        } => {
+            anyhow::ensure!(alpha > 0.0 && alpha < 1.0, "--alpha must be in (0, 1)");
+            let client = connect(&cluster).await?;
+            let mut list = client.status(Some(&experiment)).await?;
+            let status = list.pop().context("no such experiment")?;
+            let comparison = xp::analysis::compare(&status, alpha)?;
+            if json {
+                for (rank, config) in comparison.configs.iter().enumerate() {
+                    println!("{}", config.to_json(rank + 1));
+                }
+            } else {
+                println!(
+                    "experiment {}  metric {} ({} is better)",
+                    status.id,
+                    comparison.metric,
+                    if comparison.maximize {
+                        "higher"
+                    } else {
+                        "lower"
+                    }
+                );
+                println!(
+                    "  {:>4} {:>3} {:>12} {:>10} {:>27}  {:<40} VERDICT",
+                    "RANK", "N", "MEAN", "STD", "95% CI", "CONFIG"
+                );
+                for (rank, config) in comparison.configs.iter().enumerate() {
+                    let (mean, std_dev, ci) = match &config.summary {
+                        Some(summary) => (
+                            format!("{:.5}", summary.mean),
+                            format!("{:.5}", summary.std_dev),
+                            format!("[{:.5}, {:.5}]", summary.ci95.0, summary.ci95.1),
+                        ),
+                        None => ("-".to_owned(), "-".to_owned(), "-".to_owned()),
+                    };
+                    println!(
+                        "  {:>4} {:>3} {:>12} {:>10} {:>27}  {:<40} {}",
+                        rank + 1,
+                        config.values.len(),
+                        mean,
+                        std_dev,
+                        ci,
+                        config.config.to_string(),
+                        config.verdict(alpha)
+                    );
+                }
+            }
+            client.close().await;
+        }
+        Command::Metrics {
+            trial,
+            cluster,
+            name,
+            rank,
+            ema,
+            json,
+        } => {
+            if let Some(smoothing) = ema {
+                anyhow::ensure!((0.0..1.0).contains(&smoothing), "--ema must be in [0, 1)");
+            }
+            let trial = trial.parse().context("not a trial id")?;
+            let client = connect(&cluster).await?;
+            let points = client.metrics(trial).await?;
+            let mut series: std::collections::BTreeMap<String, Vec<(Option<u64>, f64)>> =
+                Default::default();
+            for point in points.iter().filter(|point| point.rank == rank) {
+                for (metric, value) in &point.values {
+                    if name.as_ref().is_none_or(|wanted| wanted == metric) {
+                        series
+                            .entry(metric.clone())
+                            .or_default()
+                            .push((point.step, *value));
+                    }
+                }
+            }
+            for (metric, values) in &series {
+                let raw: Vec<f64> = values.iter().map(|(_, value)| *value).collect();
+                let smoothed = ema.map(|smoothing| xp_runtime::stats::ema(&raw, smoothing));
+                if json {
+                    let steps: Vec<Option<u64>> = values.iter().map(|(step, _)| *step).collect();
+                    println!(
+                        "{}",
+                        serde_json::json!({ "metric": metric, "steps": steps, "values": raw, "ema": smoothed })
+                    );
+                } else {
+                    println!("{metric}");
+                    for (idx, (step, value)) in values.iter().enumerate() {
+                        let step = step.map_or("-".to_owned(), |step| step.to_string());
+                        match &smoothed {
+                            Some(smoothed) => println!(
+                                "  step {step:>6}  {value:>14.6}  ema {:>14.6}",
+                                smoothed[idx]
+                            ),
+                            None => println!("  step {step:>6}  {value:>14.6}"),
+                        }
+                    }
                 }
             }
             client.close().await;

@@ -23,10 +23,12 @@ use xp_runtime::protocol::{
     NodeMessage, NodeRegistration, NodeResources, NodeState, NodeStatus, Program, RemoteError,
     SubmitRequest, TrialEvent, TrialState, TrialStatus, WorkerReport,
 };
-use xp_runtime::search::plan_trials;
+use xp_runtime::search::{TrialPlan, plan_trials};
 use xp_runtime::spec::{ExperimentSpec, Mode, render_arg};
+use xp_runtime::stopping::{Decision, StoppingRule, make_rule};
 
 use crate::placement::{FreeResources, WorkerDemand, place_gang};
+use crate::sweep::{DEFAULT_ADAPTIVE_PARALLEL, Sweep, SweepOp};
 
 /// The first port handed out as `MASTER_PORT`, as torchrun does.
 const FIRST_MASTER_PORT: u16 = 29500;
@@ -73,6 +75,9 @@ pub struct ExperimentRecord {
     /// Whether the submission asked to rerun rather than reuse finished results.
     #[serde(default)]
     pub rerun: bool,
+    /// What the head did to the experiment's adaptive searcher, in order.
+    #[serde(default)]
+    pub sweep_log: Vec<SweepOp>,
 }
 
 /// A trial, as persisted.
@@ -243,7 +248,6 @@ struct NodeUsage {
 }
 
 /// The head's whole state.
-#[derive(Debug)]
 pub struct HeadCore {
     config: CoreConfig,
     experiments: BTreeMap<ExperimentId, ExperimentRecord>,
@@ -263,6 +267,21 @@ pub struct HeadCore {
     dirty_nodes: BTreeSet<NodeId>,
     appended: Vec<Record>,
     commands: VecDeque<(NodeId, HeadCommand)>,
+    /// Adaptive sweeps of experiments that still run.
+    sweeps: BTreeMap<ExperimentId, Sweep>,
+    /// Early-stopping rules of experiments that declare one.
+    rules: BTreeMap<ExperimentId, Box<dyn StoppingRule>>,
+}
+
+impl std::fmt::Debug for HeadCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeadCore")
+            .field("experiments", &self.experiments.len())
+            .field("trials", &self.trials.len())
+            .field("nodes", &self.nodes.len())
+            .field("sweeps", &self.sweeps)
+            .finish_non_exhaustive()
+    }
 }
 
 fn not_found(what: impl Into<String>) -> RemoteError {
@@ -289,10 +308,28 @@ impl HeadCore {
             dirty_nodes: BTreeSet::new(),
             appended: Vec::new(),
             commands: VecDeque::new(),
+            sweeps: BTreeMap::new(),
+            rules: BTreeMap::new(),
         };
         for experiment in loaded.experiments {
             match ExperimentSpec::from_json(&experiment.spec_json) {
                 Ok(spec) => {
+                    if Sweep::is_adaptive(&spec.search) {
+                        match Sweep::replay(&spec.search, &experiment.sweep_log) {
+                            Ok((sweep, divergences)) => {
+                                for divergence in divergences {
+                                    warn!(experiment_id = %experiment.id, %divergence, "sweep replay diverged");
+                                }
+                                core.sweeps.insert(experiment.id, sweep);
+                            }
+                            Err(error) => {
+                                warn!(experiment_id = %experiment.id, %error, "cannot rebuild the sweep; it asks no more")
+                            }
+                        }
+                    }
+                    if let Some(early_stopping) = &spec.search.early_stopping {
+                        core.rules.insert(experiment.id, make_rule(early_stopping));
+                    }
                     core.specs.insert(experiment.id, spec);
                     core.experiments.insert(experiment.id, experiment);
                 }
@@ -444,7 +481,20 @@ impl HeadCore {
         }
         let run = latest.map_or(1, |experiment| experiment.id.run + 1);
         let id = ExperimentId::from_content_hash(&content_hash, run);
-        let plans = plan_trials(&spec.search);
+        let adaptive = Sweep::is_adaptive(&spec.search);
+        let plans = if adaptive {
+            Vec::new()
+        } else {
+            plan_trials(&spec.search)
+        };
+        if adaptive {
+            let sweep = Sweep::new(&spec.search)
+                .map_err(|error| RemoteError::new(ErrorCode::BadRequest, error))?;
+            self.sweeps.insert(id, sweep);
+        }
+        if let Some(early_stopping) = &spec.search.early_stopping {
+            self.rules.insert(id, make_rule(early_stopping));
+        }
         let record = ExperimentRecord {
             id,
             content_hash,
@@ -455,6 +505,7 @@ impl HeadCore {
             submitted_at: now,
             cancelled: false,
             rerun: request.rerun,
+            sweep_log: Vec::new(),
         };
         self.experiments.insert(id, record);
         self.dirty_experiments.insert(id);
@@ -462,9 +513,18 @@ impl HeadCore {
         for (index, plan) in plans.iter().enumerate() {
             self.create_trial(now, id, index as u32, plan.config_json(), plan.seed);
         }
-        info!(experiment_id = %id, name = %self.specs[&id].name, trials = plans.len(), "experiment submitted");
+        if adaptive {
+            self.fill_sweep(now, id);
+        }
+        let trials = self.trials.range(trial_range(id)).count() as u32;
+        let planned = if adaptive {
+            self.specs[&id].trial_count() as u32
+        } else {
+            trials
+        };
+        info!(experiment_id = %id, name = %self.specs[&id].name, trials = planned, "experiment submitted");
         self.schedule(now);
-        Ok((id, false, plans.len() as u32))
+        Ok((id, false, planned))
     }
 
     /// Creates trial `index` of `experiment`, or, unless the experiment asked to
@@ -921,12 +981,54 @@ impl HeadCore {
                     }
                 }
                 self.dirty_trials.insert(key.trial);
+                let judged = self.judge_early_stopping(key, step, &values);
                 self.appended.push(Record::Metric(MetricRecord {
                     key,
                     step,
                     values,
                     at: now,
                 }));
+                if let Some(reason) = judged {
+                    self.finish_attempt(now, key, "stopped early");
+                    self.transition(now, key.trial, TrialState::Stopped, reason);
+                }
+            }
+        }
+    }
+
+    /// Asks the experiment's stopping rule about a live rank-0 report; `Some(reason)` means stop.
+    fn judge_early_stopping(
+        &mut self,
+        key: WorkerKey,
+        step: Option<u64>,
+        values: &BTreeMap<String, f64>,
+    ) -> Option<String> {
+        let experiment = key.trial.experiment;
+        let spec = &self.specs[&experiment];
+        let step = step?;
+        let value = *values.get(spec.search.metric.as_ref()?)?;
+        if key.rank != 0 || !value.is_finite() {
+            return None;
+        }
+        let live = self
+            .worker(key)
+            .is_some_and(|(attempt, _)| attempt.is_live());
+        if !live || self.trials[&key.trial].state.is_terminal() {
+            return None;
+        }
+        let sign = if spec.search.mode == Mode::Max {
+            -1.0
+        } else {
+            1.0
+        };
+        match self.rules.get_mut(&experiment)?.report(
+            u64::from(key.trial.index),
+            step,
+            sign * value,
+        ) {
+            Decision::Continue => None,
+            Decision::Stop { rule, reason } => {
+                Some(format!("stopped early by {rule} at step {step}: {reason}"))
             }
         }
     }
@@ -958,8 +1060,163 @@ impl HeadCore {
         }
     }
 
-    /// Adaptive searches ask for more configurations as trials finish.
-    fn advance_sweeps(&mut self, _now: UnixMillis, _finished: &[TrialId]) {}
+    /// Finished trials leave their stopping rule, settle their suggestion once every
+    /// replicate is done, and adaptive sweeps ask for more configurations.
+    fn advance_sweeps(&mut self, now: UnixMillis, finished: &[TrialId]) {
+        let mut touched = BTreeSet::new();
+        for trial_id in finished {
+            let experiment = trial_id.experiment;
+            if let Some(rule) = self.rules.get_mut(&experiment) {
+                rule.finished(u64::from(trial_id.index));
+            }
+            let Some(sweep) = self.sweeps.get(&experiment) else {
+                continue;
+            };
+            touched.insert(experiment);
+            let Some((suggestion, replicates)) = sweep.open_suggestion_of(trial_id.index) else {
+                continue;
+            };
+            let replicates = replicates.to_vec();
+            let all_done = replicates.iter().all(|index| {
+                self.trials
+                    .get(&TrialId {
+                        experiment,
+                        index: *index,
+                    })
+                    .is_some_and(|trial| trial.state.is_terminal())
+            });
+            if !all_done {
+                continue;
+            }
+            let spec = &self.specs[&experiment];
+            let sign = if spec.search.mode == Mode::Max {
+                -1.0
+            } else {
+                1.0
+            };
+            let values: Vec<f64> = spec
+                .search
+                .metric
+                .as_ref()
+                .map(|metric| {
+                    replicates
+                        .iter()
+                        .filter_map(|index| {
+                            self.trials[&TrialId {
+                                experiment,
+                                index: *index,
+                            }]
+                                .metrics
+                                .get(metric)
+                                .copied()
+                        })
+                        .filter(|value| value.is_finite())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let objective = (!values.is_empty())
+                .then(|| sign * values.iter().sum::<f64>() / values.len() as f64);
+            let op = self
+                .sweeps
+                .get_mut(&experiment)
+                .expect("checked above")
+                .settle(suggestion, objective);
+            self.log_sweep(experiment, op);
+        }
+        for experiment in touched {
+            self.fill_sweep(now, experiment);
+        }
+    }
+
+    /// Asks the experiment's adaptive searcher for configurations while its budget
+    /// and `parallel` allow, and creates their trials.
+    fn fill_sweep(&mut self, now: UnixMillis, experiment: ExperimentId) {
+        if self
+            .experiments
+            .get(&experiment)
+            .is_none_or(|record| record.cancelled)
+        {
+            return;
+        }
+        let spec = &self.specs[&experiment];
+        let replicates = spec.search.seeds;
+        let limit = spec.search.parallel.unwrap_or(DEFAULT_ADAPTIVE_PARALLEL);
+        let base_seed = spec.search.seed;
+        loop {
+            let first_trial = self.trials.range(trial_range(experiment)).count() as u32;
+            let Some(sweep) = self.sweeps.get_mut(&experiment) else {
+                return;
+            };
+            let Some((suggestion, op)) = sweep.ask(first_trial, replicates, limit) else {
+                return;
+            };
+            self.log_sweep(experiment, op);
+            for replicate in 0..replicates {
+                let plan = TrialPlan {
+                    params: suggestion.config.clone(),
+                    seed: base_seed.wrapping_add(u64::from(replicate)),
+                };
+                self.create_trial(
+                    now,
+                    experiment,
+                    first_trial + replicate,
+                    plan.config_json(),
+                    plan.seed,
+                );
+            }
+        }
+    }
+
+    fn log_sweep(&mut self, experiment: ExperimentId, op: SweepOp) {
+        if let Some(record) = self.experiments.get_mut(&experiment) {
+            record.sweep_log.push(op);
+            self.dirty_experiments.insert(experiment);
+        }
+    }
+
+    /// Trials whose metric history must be replayed into their experiment's
+    /// stopping rule after a restart: those of unfinished experiments with a rule.
+    pub fn trials_needing_metric_replay(&self) -> Vec<TrialId> {
+        self.rules
+            .keys()
+            .filter(|experiment| self.experiment_state(**experiment) == ExperimentState::Running)
+            .flat_map(|experiment| {
+                self.trials
+                    .range(trial_range(*experiment))
+                    .map(|(id, _)| *id)
+            })
+            .collect()
+    }
+
+    /// Feeds stored metric reports to the stopping rules (decisions were already
+    /// taken and are ignored), then tells them which trials have ended.
+    pub fn replay_metrics(&mut self, records: &[MetricRecord]) {
+        for record in records.iter().filter(|record| record.key.rank == 0) {
+            let experiment = record.key.trial.experiment;
+            let spec = &self.specs[&experiment];
+            let (Some(metric), Some(step)) = (spec.search.metric.as_ref(), record.step) else {
+                continue;
+            };
+            let Some(value) = record.values.get(metric).copied() else {
+                continue;
+            };
+            let sign = if spec.search.mode == Mode::Max {
+                -1.0
+            } else {
+                1.0
+            };
+            if let Some(rule) = self.rules.get_mut(&experiment) {
+                let _ = rule.report(u64::from(record.key.trial.index), step, sign * value);
+            }
+        }
+        for (experiment, rule) in &mut self.rules {
+            for (id, trial) in self.trials.range(trial_range(*experiment)) {
+                if trial.state.is_terminal() {
+                    rule.finished(u64::from(id.index));
+                }
+            }
+        }
+    }
 
     fn admit_pending(&mut self, now: UnixMillis) {
         let experiment_ids: Vec<ExperimentId> = self.experiments.keys().copied().collect();

@@ -460,3 +460,183 @@ proptest! {
         }
     }
 }
+
+/// Runs every launched worker of `core` to a successful end, reporting `loss` from `loss_of(config)`.
+fn finish_all(
+    core: &mut HeadCore,
+    now: u64,
+    node: NodeId,
+    loss_of: impl Fn(&serde_json::Value) -> f64,
+) -> usize {
+    let launched = launches(&commands(core));
+    for (_, key) in &launched {
+        let config: serde_json::Value =
+            serde_json::from_str(&core.trials[&key.trial].config_json).unwrap();
+        report(core, now, node, WorkerReport::Started { key: *key, pid: 1 });
+        report(
+            core,
+            now,
+            node,
+            WorkerReport::Metric {
+                key: *key,
+                index: 1,
+                step: Some(1),
+                values: vec![("loss".to_owned(), loss_of(&config))],
+            },
+        );
+        report(
+            core,
+            now,
+            node,
+            WorkerReport::Exited {
+                key: *key,
+                code: Some(0),
+                signal: None,
+            },
+        );
+    }
+    launched.len()
+}
+
+const ADAPTIVE: &str = "name: a\ntrial: {command: [echo, '{x}']}\nsearch:\n  algorithm: tpe\n  space: {x: {uniform: [-5, 5]}}\n  metric: loss\n  trials: 7\n  parallel: 2\n  seed: 3\n";
+
+fn loaded_from(records: Vec<Record>) -> LoadedState {
+    let mut loaded = LoadedState::default();
+    let mut experiments = BTreeMap::new();
+    let mut trials = BTreeMap::new();
+    let mut nodes = BTreeMap::new();
+    for record in records {
+        match record {
+            Record::Experiment(experiment) => {
+                experiments.insert(experiment.id, experiment);
+            }
+            Record::Trial(trial) => {
+                trials.insert(trial.id, trial);
+            }
+            Record::Node(node) => {
+                nodes.insert(node.id, node);
+            }
+            Record::Event(event) => loaded.events.push(event),
+            Record::Metric(_) => {}
+        }
+    }
+    loaded.experiments = experiments.into_values().collect();
+    loaded.trials = trials.into_values().collect();
+    loaded.nodes = nodes.into_values().collect();
+    loaded
+}
+
+#[test]
+fn an_adaptive_sweep_asks_as_trials_finish_and_survives_a_restart() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 0, 8, Vec::new()));
+    let experiment = submit(&mut core, 0, ADAPTIVE, false);
+    let loss = |config: &serde_json::Value| (config["x"].as_f64().unwrap() - 1.0).powi(2);
+    assert_eq!(
+        finish_all(&mut core, 1, node, loss),
+        2,
+        "parallel: 2 configurations at a time"
+    );
+    assert_eq!(finish_all(&mut core, 2, node, loss), 2);
+    let mut records = core.take_records();
+
+    // A copy restored from the records must propose what the original proposes next.
+    let mut twin = HeadCore::restore(CONFIG, loaded_from(records.clone()), 3);
+    twin.handle_node_register(3, registration(node, 0, 8, Vec::new()));
+    assert_eq!(finish_all(&mut core, 3, node, loss), 2);
+    assert_eq!(finish_all(&mut twin, 3, node, loss), 2);
+    let next_configs = |core: &HeadCore| -> Vec<String> {
+        (0..7)
+            .filter_map(|index| {
+                core.trials
+                    .get(&TrialId { experiment, index })
+                    .map(|trial| trial.config_json.clone())
+            })
+            .collect()
+    };
+    assert_eq!(next_configs(&core), next_configs(&twin));
+    assert_eq!(
+        finish_all(&mut core, 4, node, loss),
+        1,
+        "the budget of 7 configurations ends the sweep"
+    );
+    assert_eq!(finish_all(&mut core, 5, node, loss), 0);
+    assert_eq!(
+        core.status(None).unwrap()[0].state,
+        xp_runtime::protocol::ExperimentState::Succeeded
+    );
+    records.extend(core.take_records());
+    let told = records
+        .iter()
+        .filter_map(|record| match record {
+            Record::Experiment(experiment) => Some(
+                experiment
+                    .sweep_log
+                    .iter()
+                    .filter(|op| matches!(op, crate::sweep::SweepOp::Told { .. }))
+                    .count(),
+            ),
+            _ => None,
+        })
+        .max()
+        .unwrap();
+    assert_eq!(told, 7);
+    core.check_invariants();
+}
+
+#[test]
+fn early_stopping_stops_a_bad_trial_and_frees_its_slot() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 0, 8, Vec::new()));
+    let yaml = "name: es\ntrial: {command: [echo, '{x}']}\nsearch:\n  algorithm: grid\n  space: {x: {choice: [1, 2, 3, 4]}}\n  metric: loss\n  early_stopping: {rule: asha, grace_period: 1, reduction_factor: 2, max_t: 8}\n";
+    let experiment = submit(&mut core, 0, yaml, false);
+    let launched = launches(&commands(&mut core));
+    assert_eq!(launched.len(), 4);
+    for (_, key) in &launched {
+        report(
+            &mut core,
+            1,
+            node,
+            WorkerReport::Started { key: *key, pid: 1 },
+        );
+    }
+    // Losses grow with x: the worst trials must not survive the first rung.
+    for (_, key) in &launched {
+        let loss = f64::from(key.trial.index + 1);
+        report(
+            &mut core,
+            2,
+            node,
+            WorkerReport::Metric {
+                key: *key,
+                index: 1,
+                step: Some(1),
+                values: vec![("loss".to_owned(), loss)],
+            },
+        );
+    }
+    let stopped: Vec<u32> = (0..4)
+        .filter(|index| trial_state(&core, experiment, *index) == TrialState::Stopped)
+        .collect();
+    assert!(
+        stopped.contains(&3),
+        "the worst trial is stopped: {stopped:?}"
+    );
+    assert!(!stopped.contains(&0), "the best trial runs on");
+    let reason = core.trials[&TrialId {
+        experiment,
+        index: 3,
+    }]
+        .reason
+        .clone()
+        .unwrap();
+    assert!(reason.contains("asha"), "{reason}");
+    let kills = commands(&mut core)
+        .into_iter()
+        .filter(|(_, command)| matches!(command, HeadCommand::Kill { .. }))
+        .count();
+    assert_eq!(kills, stopped.len());
+    core.check_invariants();
+}

@@ -12,6 +12,7 @@ pub mod http;
 pub mod placement;
 pub mod registry;
 pub mod server;
+pub mod sweep;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -101,7 +102,13 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         nodes = loaded.nodes.len(),
         "registry loaded"
     );
-    let core = HeadCore::restore(config.core, loaded, clock.now());
+    let mut core = HeadCore::restore(config.core, loaded, clock.now());
+    // Early-stopping rules are rebuilt from the metric history of unfinished experiments.
+    let mut history = Vec::new();
+    for trial in core.trials_needing_metric_replay() {
+        history.extend(registry.metrics_of(trial)?);
+    }
+    core.replay_metrics(&history);
     let (event_seq_tx, event_seq_rx) = tokio::sync::watch::channel(core.last_event_seq());
     let sessions = Arc::new(dashmap::DashMap::new());
     let (actor, actor_task) = Actor::spawn(

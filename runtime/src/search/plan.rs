@@ -1,15 +1,15 @@
-//! Turning a search specification into trial configurations.
+//! Turning a search specification into trial configurations up front.
 //!
 //! Pure and deterministic: the same [`SearchSpec`] (including its seed) always
 //! yields the same configurations in the same order, so an experiment's content
-//! hash fixes its trials.
+//! hash fixes its trials. Grid, random and Sobol searches are planned here; the
+//! adaptive ones (`gp`, `tpe`) depend on results and are driven through
+//! [`super::Searcher`] instead, so they plan no trials.
 
 use std::collections::BTreeMap;
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-
-use crate::spec::{Algorithm, Domain, ParamValue, SearchSpec};
+use super::{Config, GridSearcher, RandomSearcher, SearchSpace, Searcher, SobolSearcher};
+use crate::spec::{Algorithm, ParamValue, SearchSpec};
 
 /// One trial's parameters and seed.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,10 +36,18 @@ impl TrialPlan {
 }
 
 /// All trials of a validated search, replicates of one configuration adjacent.
+///
+/// Empty for the adaptive algorithms (`gp`, `tpe`, see
+/// [`Algorithm::is_adaptive`]): their configurations come from
+/// [`super::make_searcher`] one `ask` at a time.
 pub fn plan_trials(search: &SearchSpec) -> Vec<TrialPlan> {
-    let configs = match search.algorithm {
-        Algorithm::Grid => grid(&search.space),
-        Algorithm::Random => random(&search.space, search.trials.unwrap_or(1), search.seed),
+    let space = SearchSpace::from_spec(&search.space).expect("the search spec was validated");
+    let trials = search.trials.unwrap_or(1) as usize;
+    let configs: Vec<Config> = match search.algorithm {
+        Algorithm::Grid => drain(GridSearcher::new(&space, search.seed), usize::MAX),
+        Algorithm::Random => drain(RandomSearcher::new(space, search.seed), trials),
+        Algorithm::Sobol => drain(SobolSearcher::new(space, search.seed), trials),
+        Algorithm::Gp | Algorithm::Tpe => Vec::new(),
     };
     configs
         .into_iter()
@@ -52,55 +60,12 @@ pub fn plan_trials(search: &SearchSpec) -> Vec<TrialPlan> {
         .collect()
 }
 
-fn grid(space: &BTreeMap<String, Domain>) -> Vec<BTreeMap<String, ParamValue>> {
-    let mut points = vec![BTreeMap::new()];
-    for (name, domain) in space {
-        let values: Vec<ParamValue> = match domain {
-            Domain::Int([lo, hi]) => (*lo..=*hi).map(ParamValue::Int).collect(),
-            Domain::Choice(values) => values.clone(),
-            Domain::Uniform(_) | Domain::Loguniform(_) => {
-                unreachable!("validation refuses continuous domains in a grid")
-            }
-        };
-        points = points
-            .into_iter()
-            .flat_map(|point| {
-                values.iter().map(move |value| {
-                    let mut next = point.clone();
-                    next.insert(name.clone(), value.clone());
-                    next
-                })
-            })
-            .collect();
-    }
-    points
-}
-
-fn random(
-    space: &BTreeMap<String, Domain>,
-    trials: u32,
-    seed: u64,
-) -> Vec<BTreeMap<String, ParamValue>> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    (0..trials)
-        .map(|_| {
-            space
-                .iter()
-                .map(|(name, domain)| (name.clone(), sample(domain, &mut rng)))
-                .collect()
-        })
+/// Up to `limit` configurations of a non-adaptive searcher.
+fn drain(mut searcher: impl Searcher, limit: usize) -> Vec<Config> {
+    std::iter::from_fn(|| searcher.ask())
+        .take(limit)
+        .map(|suggestion| suggestion.config)
         .collect()
-}
-
-fn sample(domain: &Domain, rng: &mut StdRng) -> ParamValue {
-    match domain {
-        Domain::Uniform([lo, hi]) => ParamValue::Float(rng.random_range(*lo..=*hi)),
-        Domain::Loguniform([lo, hi]) => {
-            ParamValue::Float(rng.random_range(lo.ln()..=hi.ln()).exp().clamp(*lo, *hi))
-        }
-        Domain::Int([lo, hi]) => ParamValue::Int(rng.random_range(*lo..=*hi)),
-        Domain::Choice(values) => values[rng.random_range(0..values.len())].clone(),
-    }
 }
 
 #[cfg(test)]

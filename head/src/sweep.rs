@@ -1,0 +1,180 @@
+//! Adaptive sweeps: experiments whose configurations come from a model-based
+//! searcher (`sobol`, `gp`, `tpe`) one suggestion at a time, instead of being
+//! planned up front.
+//!
+//! Searchers are not serialisable, so the head persists what it did to one (the
+//! sweep log: asks, tells, forgets) and rebuilds it after a restart by replaying
+//! the log; searchers are deterministic for a seed, so the replay reproduces it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use xp_runtime::search::{SearchAlgorithm, SearchSpace, Searcher, Suggestion, make_searcher};
+use xp_runtime::spec::{Algorithm, SearchSpec};
+
+/// How many configurations an adaptive sweep evaluates at once when `parallel` is
+/// not given: enough to use a few slots, few enough that the model learns.
+pub const DEFAULT_ADAPTIVE_PARALLEL: u32 = 4;
+
+/// One thing the head did to a searcher, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum SweepOp {
+    /// `ask` returned `suggestion`, run as trials `first_trial..first_trial + replicates`.
+    Asked {
+        /// The searcher's suggestion id.
+        suggestion: u64,
+        /// The first replicate's trial index.
+        first_trial: u32,
+        /// How many replicates (seeds).
+        replicates: u32,
+    },
+    /// `tell(suggestion, objective)`, the objective minimised.
+    Told {
+        /// The suggestion.
+        suggestion: u64,
+        /// Its objective (negated for `mode: max`).
+        objective: f64,
+    },
+    /// `forget(suggestion)`: no replicate produced the metric.
+    Forgot {
+        /// The suggestion.
+        suggestion: u64,
+    },
+}
+
+/// The live state of one adaptive sweep.
+pub struct Sweep {
+    searcher: Box<dyn Searcher>,
+    /// Configurations to evaluate in all.
+    budget: u32,
+    /// Configurations asked so far.
+    asked: u32,
+    /// Suggestions not yet told or forgotten, with their replicates' trial indices.
+    open: BTreeMap<u64, Vec<u32>>,
+    /// Trial index to its suggestion.
+    suggestion_of: BTreeMap<u32, u64>,
+}
+
+impl std::fmt::Debug for Sweep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sweep")
+            .field("budget", &self.budget)
+            .field("asked", &self.asked)
+            .field("open", &self.open)
+            .finish()
+    }
+}
+
+impl Sweep {
+    /// Whether `search` is driven by ask/tell rather than planned up front.
+    pub fn is_adaptive(search: &SearchSpec) -> bool {
+        matches!(
+            search.algorithm,
+            Algorithm::Sobol | Algorithm::Gp | Algorithm::Tpe
+        )
+    }
+
+    /// A fresh sweep for a validated `search`.
+    pub fn new(search: &SearchSpec) -> Result<Self, String> {
+        let space = SearchSpace::from_spec(&search.space).map_err(|error| error.to_string())?;
+        Ok(Self {
+            searcher: make_searcher(SearchAlgorithm::from_spec(search), &space, search.seed),
+            budget: search.trials.unwrap_or(1),
+            asked: 0,
+            open: BTreeMap::new(),
+            suggestion_of: BTreeMap::new(),
+        })
+    }
+
+    /// Rebuilds a sweep by replaying its log. A divergence (another searcher
+    /// version proposing differently) is reported, and the recorded trials stand.
+    pub fn replay(search: &SearchSpec, log: &[SweepOp]) -> Result<(Self, Vec<String>), String> {
+        let mut sweep = Self::new(search)?;
+        let mut divergences = Vec::new();
+        for op in log {
+            match op {
+                SweepOp::Asked {
+                    suggestion,
+                    first_trial,
+                    replicates,
+                } => {
+                    match sweep.searcher.ask() {
+                        Some(asked) if asked.id == *suggestion => {}
+                        other => divergences.push(format!(
+                            "replayed ask returned {:?} where suggestion {suggestion} was recorded",
+                            other.map(|asked| asked.id)
+                        )),
+                    }
+                    sweep.record_ask(*suggestion, *first_trial, *replicates);
+                }
+                SweepOp::Told {
+                    suggestion,
+                    objective,
+                } => {
+                    sweep.searcher.tell(*suggestion, *objective);
+                    sweep.open.remove(suggestion);
+                }
+                SweepOp::Forgot { suggestion } => {
+                    sweep.searcher.forget(*suggestion);
+                    sweep.open.remove(suggestion);
+                }
+            }
+        }
+        Ok((sweep, divergences))
+    }
+
+    fn record_ask(&mut self, suggestion: u64, first_trial: u32, replicates: u32) {
+        let trials: Vec<u32> = (first_trial..first_trial + replicates).collect();
+        for trial in &trials {
+            self.suggestion_of.insert(*trial, suggestion);
+        }
+        self.open.insert(suggestion, trials);
+        self.asked += 1;
+    }
+
+    /// The next configuration, if the budget and `limit` configurations in flight allow.
+    pub fn ask(
+        &mut self,
+        first_trial: u32,
+        replicates: u32,
+        limit: u32,
+    ) -> Option<(Suggestion, SweepOp)> {
+        if self.asked >= self.budget || self.open.len() >= limit as usize {
+            return None;
+        }
+        let suggestion = self.searcher.ask()?;
+        self.record_ask(suggestion.id, first_trial, replicates);
+        let op = SweepOp::Asked {
+            suggestion: suggestion.id,
+            first_trial,
+            replicates,
+        };
+        Some((suggestion, op))
+    }
+
+    /// The suggestion trial `index` belongs to, with all its replicates, if it is still open.
+    pub fn open_suggestion_of(&self, index: u32) -> Option<(u64, &[u32])> {
+        let suggestion = *self.suggestion_of.get(&index)?;
+        self.open
+            .get(&suggestion)
+            .map(|trials| (suggestion, trials.as_slice()))
+    }
+
+    /// Tells (or forgets, without an objective) an open suggestion.
+    pub fn settle(&mut self, suggestion: u64, objective: Option<f64>) -> SweepOp {
+        self.open.remove(&suggestion);
+        match objective {
+            Some(objective) => {
+                self.searcher.tell(suggestion, objective);
+                SweepOp::Told {
+                    suggestion,
+                    objective,
+                }
+            }
+            None => {
+                self.searcher.forget(suggestion);
+                SweepOp::Forgot { suggestion }
+            }
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! `xp tune`: optimise any black-box command on this machine.
+//!
+//! Each suggestion runs the command once with its parameters in the environment
+//! (`XP_PARAM_<NAME>` and `XP_CONFIG`); the last line of its stdout is the
+//! objective. With an early-stopping rule, `XP_METRIC {"step": S, "value": V}`
+//! lines are intermediate results, and a trial the rule stops receives SIGTERM.
+//! No cluster is involved: this is the quickest way to use the search engine.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+use tokio::io::BufReader;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use xp_runtime::metric_line::{MAX_METRIC_LINE, parse_metric_line, read_bounded_line};
+use xp_runtime::search::{Config, Searcher};
+use xp_runtime::stopping::{Decision, StoppingRule};
+
+/// Why a tuning run stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    /// The command could not be started.
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Bad options.
+    #[error("{0}")]
+    Options(String),
+}
+
+/// How to run one tuning job.
+pub struct TuneJob {
+    /// The search algorithm, already built for the space and seed.
+    pub searcher: Box<dyn Searcher>,
+    /// The early-stopping rule, if any.
+    pub rule: Option<Box<dyn StoppingRule>>,
+    /// How many evaluations.
+    pub budget: u32,
+    /// How many evaluations run at once.
+    pub parallel: u32,
+    /// Larger objectives are better.
+    pub maximize: bool,
+    /// The command and its arguments.
+    pub command: Vec<String>,
+}
+
+/// What the run found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TuneSummary {
+    /// Evaluations run.
+    pub evaluations: u32,
+    /// Intermediate steps consumed, over all evaluations.
+    pub steps: u64,
+    /// The best objective seen.
+    pub best: Option<f64>,
+    /// Its parameters.
+    pub best_params: Option<Config>,
+}
+
+impl TuneSummary {
+    /// The closing JSON line.
+    pub fn to_json(&self) -> Value {
+        json!({ "summary": { "evaluations": self.evaluations, "steps": self.steps, "best": self.best, "best_params": self.best_params } })
+    }
+}
+
+enum EvalEvent {
+    Metric {
+        i: u32,
+        step: u64,
+        value: f64,
+    },
+    Done {
+        i: u32,
+        last_line: Option<String>,
+        status: Option<i32>,
+        stopped: bool,
+    },
+}
+
+struct Running {
+    suggestion: u64,
+    config: Config,
+    stop: Option<oneshot::Sender<()>>,
+    steps: u64,
+    last_value: Option<f64>,
+    stopped_at: Option<u64>,
+    stop_reason: Option<String>,
+}
+
+fn env_name(param: &str) -> String {
+    format!("XP_PARAM_{}", param.to_ascii_uppercase())
+}
+
+/// Runs the job, calling `emit` with one JSON object per finished evaluation.
+pub async fn tune(mut job: TuneJob, mut emit: impl FnMut(Value)) -> Result<TuneSummary, TuneError> {
+    let (program, args) = job
+        .command
+        .split_first()
+        .ok_or_else(|| TuneError::Options("no command given after --".to_owned()))?;
+    if job.parallel == 0 || job.budget == 0 {
+        return Err(TuneError::Options(
+            "--budget and --parallel must be positive".to_owned(),
+        ));
+    }
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+    let mut tasks = JoinSet::new();
+    let mut running: BTreeMap<u32, Running> = BTreeMap::new();
+    let mut asked = 0u32;
+    let mut exhausted = false;
+    let mut summary = TuneSummary {
+        evaluations: 0,
+        steps: 0,
+        best: None,
+        best_params: None,
+    };
+    let sign = if job.maximize { -1.0 } else { 1.0 };
+    loop {
+        while !exhausted && asked < job.budget && running.len() < job.parallel as usize {
+            let Some(suggestion) = job.searcher.ask() else {
+                exhausted = true;
+                break;
+            };
+            let i = asked;
+            asked += 1;
+            let config_json = serde_json::to_string(&suggestion.config).expect("configs serialise");
+            let mut command = tokio::process::Command::new(program);
+            command
+                .args(args)
+                .env("XP_CONFIG", &config_json)
+                .env("XP_TRIAL_ID", format!("tune-{i}"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .kill_on_drop(true);
+            for (name, value) in &suggestion.config {
+                command.env(env_name(name), value.to_string());
+            }
+            let child = command.spawn().map_err(|source| TuneError::Spawn {
+                program: program.clone(),
+                source,
+            })?;
+            let (stop_tx, stop_rx) = oneshot::channel();
+            tasks.spawn(evaluate(i, child, stop_rx, events_tx.clone()));
+            running.insert(
+                i,
+                Running {
+                    suggestion: suggestion.id,
+                    config: suggestion.config,
+                    stop: Some(stop_tx),
+                    steps: 0,
+                    last_value: None,
+                    stopped_at: None,
+                    stop_reason: None,
+                },
+            );
+        }
+        if running.is_empty() {
+            break;
+        }
+        let Some(event) = events_rx.recv().await else {
+            break;
+        };
+        match event {
+            EvalEvent::Metric { i, step, value } => {
+                let Some(run) = running.get_mut(&i) else {
+                    continue;
+                };
+                run.steps = run.steps.max(step);
+                run.last_value = Some(value);
+                if let Some(rule) = job.rule.as_mut()
+                    && run.stopped_at.is_none()
+                    && let Decision::Stop { rule: name, reason } =
+                        rule.report(u64::from(i), step, sign * value)
+                {
+                    run.stopped_at = Some(step);
+                    run.stop_reason = Some(format!("{name}: {reason}"));
+                    if let Some(stop) = run.stop.take() {
+                        let _ = stop.send(());
+                    }
+                }
+            }
+            EvalEvent::Done {
+                i,
+                last_line,
+                status,
+                stopped,
+            } => {
+                let Some(run) = running.remove(&i) else {
+                    continue;
+                };
+                if let Some(rule) = job.rule.as_mut() {
+                    rule.finished(u64::from(i));
+                }
+                let final_value = last_line
+                    .as_deref()
+                    .and_then(|line| line.trim().parse::<f64>().ok())
+                    .filter(|value| value.is_finite());
+                let value = if stopped || run.stopped_at.is_some() {
+                    run.last_value
+                } else {
+                    final_value.or(run.last_value)
+                };
+                match value {
+                    Some(value) => job.searcher.tell(run.suggestion, sign * value),
+                    None => job.searcher.forget(run.suggestion),
+                }
+                summary.evaluations += 1;
+                summary.steps += run.steps;
+                if let Some(value) = value
+                    && summary.best.is_none_or(|best| sign * value < sign * best)
+                {
+                    summary.best = Some(value);
+                    summary.best_params = Some(run.config.clone());
+                }
+                let mut line =
+                    json!({ "i": i, "params": run.config, "value": value, "best": summary.best });
+                if let Some(step) = run.stopped_at {
+                    line["stopped_at"] = json!(step);
+                    line["steps"] = json!(run.steps);
+                    line["reason"] = json!(run.stop_reason);
+                } else if job.rule.is_some() {
+                    line["steps"] = json!(run.steps);
+                }
+                if value.is_none() {
+                    line["error"] = json!(format!(
+                        "no objective: the last stdout line {:?} is not a number (exit status {status:?})",
+                        last_line.unwrap_or_default()
+                    ));
+                }
+                emit(line);
+            }
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+    Ok(summary)
+}
+
+async fn evaluate(
+    i: u32,
+    mut child: tokio::process::Child,
+    stop: oneshot::Receiver<()>,
+    events: mpsc::UnboundedSender<EvalEvent>,
+) {
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let metrics = events.clone();
+    let reader = xp_runtime::task::spawn("tune-stdout", async move {
+        let mut reader = BufReader::new(stdout);
+        let mut buffer = Vec::with_capacity(256);
+        let mut last = None;
+        while let Ok(read) = read_bounded_line(&mut reader, &mut buffer, MAX_METRIC_LINE).await {
+            if read == 0 {
+                break;
+            }
+            let line = String::from_utf8_lossy(&buffer).trim_end().to_owned();
+            if let Ok(Some(report)) = parse_metric_line(&line) {
+                if let (Some(step), Some(value)) = (report.step, report.values.get("value")) {
+                    let _ = metrics.send(EvalEvent::Metric {
+                        i,
+                        step,
+                        value: *value,
+                    });
+                }
+            } else if !line.trim().is_empty() {
+                last = Some(line);
+            }
+        }
+        last
+    });
+    let mut stopped = false;
+    let status = tokio::select! {
+        status = child.wait() => status.ok(),
+        _ = stop => {
+            stopped = true;
+            if let Some(pid) = child.id() {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+            }
+            child.wait().await.ok()
+        }
+    };
+    let last_line = reader.await.ok().flatten();
+    let _ = events.send(EvalEvent::Done {
+        i,
+        last_line,
+        status: status.and_then(|status| status.code()),
+        stopped,
+    });
+}
