@@ -287,12 +287,15 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Four decimals, or scientific notation outside `[0.001, 10000)`.
+/// Four significant digits, in scientific notation outside `[0.001, 100000)`.
 fn show(value: f64) -> String {
     let magnitude = value.abs();
-    if value == 0.0 || (1e-3..1e4).contains(&magnitude) {
-        format!("{value:.4}")
-    } else {
-        format!("{value:.3e}")
+    if value == 0.0 || !value.is_finite() {
+        return format!("{value}");
     }
+    if !(1e-3..1e5).contains(&magnitude) {
+        return format!("{value:.3e}");
+    }
+    let decimals = (3 - magnitude.log10().floor() as i32).max(0) as usize;
+    format!("{value:.decimals$}")
 }

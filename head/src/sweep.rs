@@ -1,6 +1,6 @@
 //! Adaptive sweeps: experiments whose configurations come from a model-based
-//! searcher (`sobol`, `gp`, `tpe`) one suggestion at a time, instead of being
-//! planned up front.
+//! searcher (`gp`, `tpe`) one suggestion at a time, instead of being planned up
+//! front as grid, random and Sobol searches are.
 //!
 //! Searchers are not serialisable, so the head persists what it did to one (the
 //! sweep log: asks, tells, forgets) and rebuilds it after a restart by replaying
@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use xp_runtime::search::{SearchAlgorithm, SearchSpace, Searcher, Suggestion, make_searcher};
-use xp_runtime::spec::{Algorithm, SearchSpec};
+use xp_runtime::spec::SearchSpec;
 
 /// How many configurations an adaptive sweep evaluates at once when `parallel` is
 /// not given: enough to use a few slots, few enough that the model learns.
@@ -68,10 +68,7 @@ impl std::fmt::Debug for Sweep {
 impl Sweep {
     /// Whether `search` is driven by ask/tell rather than planned up front.
     pub fn is_adaptive(search: &SearchSpec) -> bool {
-        matches!(
-            search.algorithm,
-            Algorithm::Sobol | Algorithm::Gp | Algorithm::Tpe
-        )
+        search.algorithm.is_adaptive()
     }
 
     /// A fresh sweep for a validated `search`.

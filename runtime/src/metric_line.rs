@@ -127,7 +127,6 @@ pub async fn read_bounded_line(
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

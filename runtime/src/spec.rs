@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Deref;
 
-use serde::de::{MapAccess, Visitor};
+use serde::de::{DeserializeSeed, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -523,7 +523,9 @@ impl<'de> Deserialize<'de> for ParamSpec {
         }
         if !matches!(domain, Domain::Int(_)) {
             if raw.step.is_some() {
-                return Err(serde::de::Error::custom("`step` applies to `int` parameters only"));
+                return Err(serde::de::Error::custom(
+                    "`step` applies to `int` parameters only",
+                ));
             }
             if raw.log.is_some() {
                 return Err(serde::de::Error::custom(
@@ -580,6 +582,22 @@ impl FromIterator<(String, Domain)> for SpaceSpec {
     }
 }
 
+/// Deserialises one parameter, prefixing any error with the parameter's path, so the
+/// error is raised (and located by the YAML parser) at the parameter itself.
+struct NamedParam<'a> {
+    name: &'a str,
+}
+
+impl<'de> DeserializeSeed<'de> for NamedParam<'_> {
+    type Value = ParamSpec;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<ParamSpec, D::Error> {
+        ParamSpec::deserialize(deserializer).map_err(|error| {
+            serde::de::Error::custom(format_args!("search.space.{}: {error}", self.name))
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for SpaceSpec {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct SpaceVisitor;
@@ -594,9 +612,7 @@ impl<'de> Deserialize<'de> for SpaceSpec {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<SpaceSpec, A::Error> {
                 let mut params = BTreeMap::new();
                 while let Some(name) = map.next_key::<String>()? {
-                    let param = map.next_value::<ParamSpec>().map_err(|error| {
-                        serde::de::Error::custom(format_args!("search.space.{name}: {error}"))
-                    })?;
+                    let param = map.next_value_seed(NamedParam { name: &name })?;
                     if params.insert(name.clone(), param).is_some() {
                         return Err(serde::de::Error::custom(format_args!(
                             "search.space.{name}: declared twice"
@@ -712,7 +728,11 @@ impl TrialSpec {
                                 ),
                             ));
                         }
-                        if search.space.get(&name).is_some_and(ParamSpec::is_conditional) {
+                        if search
+                            .space
+                            .get(&name)
+                            .is_some_and(ParamSpec::is_conditional)
+                        {
                             return Err(invalid(
                                 format!("trial.command[{arg_idx}]"),
                                 format!(
@@ -828,7 +848,10 @@ impl SearchSpec {
             }
         }
         let search_space = SearchSpace::from_spec(&self.space).map_err(|error| {
-            invalid(format!("search.space.{}", error.param), error.reason.to_string())
+            invalid(
+                format!("search.space.{}", error.param),
+                error.reason.to_string(),
+            )
         })?;
         if self.algorithm == Algorithm::Grid {
             let continuous = search_space
@@ -849,11 +872,17 @@ impl SearchSpec {
         }
         if let Some(early_stopping) = &self.early_stopping {
             if self.metric.is_none() {
-                return Err(invalid("search.early_stopping", "needs search.metric, the value the rule judges"));
+                return Err(invalid(
+                    "search.early_stopping",
+                    "needs search.metric, the value the rule judges",
+                ));
             }
-            early_stopping
-                .validate()
-                .map_err(|error| invalid(format!("search.early_stopping.{}", error.field()), error.to_string()))?;
+            early_stopping.validate().map_err(|error| {
+                invalid(
+                    format!("search.early_stopping.{}", error.field()),
+                    error.to_string(),
+                )
+            })?;
         }
         if self.algorithm != Algorithm::Gp {
             if self.acquisition.is_some() {
@@ -868,7 +897,10 @@ impl SearchSpec {
         }
         if let Some(kappa) = self.kappa {
             if self.acquisition == Some(AcquisitionKind::Ei) {
-                return Err(invalid("search.kappa", "only applies to `acquisition: ucb`"));
+                return Err(invalid(
+                    "search.kappa",
+                    "only applies to `acquisition: ucb`",
+                ));
             }
             if !(kappa.is_finite() && kappa >= 0.0) {
                 return Err(invalid("search.kappa", "must be a finite number >= 0"));
@@ -1032,5 +1064,180 @@ search:
         assert_eq!(render("{lr").unwrap(), "{lr");
         assert_eq!(render(r#"{"loss": {lr}}"#).unwrap(), r#"{"loss": 0.1}"#);
         assert_eq!(render("${HOME} {1x}").unwrap(), "${HOME} {1x}");
+    }
+
+    fn search_yaml(search: &str) -> String {
+        format!("name: s\ntrial: {{command: [echo]}}\nsearch:\n{search}")
+    }
+
+    const CONDITIONAL: &str = "  algorithm: tpe\n  trials: 20\n  space:\n    optimizer: {choice: [sgd, adam]}\n    momentum: {uniform: [0.0, 0.99], when: {optimizer: [sgd]}}\n    layers: {int: [1, 8], step: 1, log: true}\n    width: {int: [16, 256], step: 16}\n    lr: {loguniform: [0.0001, 0.1]}\n";
+
+    #[test]
+    fn conditional_step_and_log_parameters_parse_and_serialise_canonically() {
+        let yaml = search_yaml(CONDITIONAL);
+        let spec = ExperimentSpec::from_yaml(&yaml).unwrap();
+        let space = &spec.search.space;
+        assert_eq!(
+            space["momentum"],
+            ParamSpec::uniform(0.0, 0.99).when("optimizer", ["sgd"])
+        );
+        assert_eq!(space["layers"], ParamSpec::int(1, 8).log());
+        assert_eq!(space["width"], ParamSpec::int(16, 256).step(16));
+        let json = spec.to_canonical_json();
+        assert!(
+            json.contains(
+                r#""space":{"layers":{"int":[1,8],"log":true},"lr":{"loguniform":[0.0001,0.1]},"momentum":{"uniform":[0.0,0.99],"when":{"optimizer":["sgd"]}},"optimizer":{"choice":["sgd","adam"]},"width":{"int":[16,256],"step":16}}"#
+            ),
+            "{json}"
+        );
+        assert_eq!(ExperimentSpec::from_json(&json).unwrap(), spec);
+        // Defaults are left out of the canonical form, so they do not change identity.
+        let respelled = yaml.replace("step: 1, log: true", "log: true, step: 1");
+        assert_eq!(
+            ExperimentSpec::from_yaml(&respelled)
+                .unwrap()
+                .to_canonical_json(),
+            json
+        );
+        let defaults = yaml.replace(
+            "{int: [1, 8], step: 1, log: true}",
+            "{int: [1, 8], log: true}",
+        );
+        assert_eq!(
+            ExperimentSpec::from_yaml(&defaults)
+                .unwrap()
+                .to_canonical_json(),
+            json
+        );
+    }
+
+    #[test]
+    fn plain_domains_keep_their_canonical_json() {
+        let json = ExperimentSpec::from_yaml(GOOD).unwrap().to_canonical_json();
+        assert!(
+            json.contains(
+                r#""search":{"algorithm":"random","space":{"depth":{"int":[1,4]},"dropout":{"uniform":[0.0,0.5]},"hidden":{"choice":[16,32,64]},"lr":{"loguniform":[0.0001,0.1]}},"metric":"val_acc""#
+            ),
+            "{json}"
+        );
+        let from_domains: SpaceSpec = [("a".to_owned(), Domain::Int([1, 2]))]
+            .into_iter()
+            .collect();
+        assert_eq!(
+            serde_json::to_string(&from_domains).unwrap(),
+            r#"{"a":{"int":[1,2]}}"#
+        );
+    }
+
+    #[test]
+    fn bad_parameters_name_the_parameter() {
+        let check = |params: &str, fragment: &str| {
+            check_error(
+                &search_yaml(&format!(
+                    "  trials: 3\n  space:\n    opt: {{choice: [sgd, adam]}}\n{params}"
+                )),
+                fragment,
+            );
+        };
+        let unknown_key = "    m: {uniform: [0, 1], whem: {opt: [sgd]}}\n";
+        check(unknown_key, "search.space.m");
+        check(unknown_key, "whem");
+        check(unknown_key, "line");
+        let unknown_parent = "    m: {uniform: [0, 1], when: {optt: [sgd]}}\n";
+        check(unknown_parent, "search.space.m");
+        check(unknown_parent, "unknown parameter `optt`");
+        check(
+            "    m: {uniform: [0, 1], when: {opt: [adamw]}}\n",
+            "condition value adamw is not a value of `opt`",
+        );
+        check(
+            "    a: {int: [0, 3], when: {b: [1]}}\n    b: {int: [0, 3], when: {a: [1]}}\n",
+            "search.space.a`: conditions form a cycle",
+        );
+        check(
+            "    k: {int: [0, 8], step: 0}\n",
+            "search.space.k`: step must be at least 1",
+        );
+        check(
+            "    k: {int: [0, 8], log: true}\n",
+            "search.space.k`: a log scale needs bounds above 0",
+        );
+        check("    x: {uniform: [0, 1], step: 2}\n", "search.space.x");
+        check(
+            "    x: {uniform: [0, 1], log: true}\n",
+            "`log` applies to `int`",
+        );
+        check("    x: {uniform: [0, 1], int: [0, 3]}\n", "exactly one of");
+        check(
+            "    x: {when: {opt: [sgd]}}\n",
+            "search.space.x: needs one of",
+        );
+        check(
+            "    m: {uniform: [0, 1], when: {opt: [sgd]}}\n    m2: {int: [1, 2], when: {m: [1]}}\n",
+            "must be an int or choice",
+        );
+    }
+
+    #[test]
+    fn algorithms_and_their_options_are_checked() {
+        let space = "  space: {x: {uniform: [0, 1]}}\n";
+        check_error(
+            &search_yaml(&format!("  algorithm: gp\n{space}")),
+            "gp search needs the number of trials",
+        );
+        check_error(
+            &search_yaml(&format!(
+                "  algorithm: tpe\n  trials: 4\n  acquisition: ei\n{space}"
+            )),
+            "search.acquisition",
+        );
+        check_error(
+            &search_yaml(&format!(
+                "  algorithm: sobol\n  trials: 4\n  kappa: 1\n{space}"
+            )),
+            "search.kappa",
+        );
+        check_error(
+            &search_yaml(&format!(
+                "  algorithm: gp\n  trials: 4\n  acquisition: ei\n  kappa: 1\n{space}"
+            )),
+            "search.kappa",
+        );
+        check_error(
+            &search_yaml(&format!(
+                "  algorithm: gp\n  trials: 4\n  kappa: -1\n{space}"
+            )),
+            "search.kappa",
+        );
+        check_error(
+            &search_yaml(&format!("  algorithm: bayes\n  trials: 4\n{space}")),
+            "bayes",
+        );
+        for algorithm in ["sobol", "gp", "tpe"] {
+            let spec = ExperimentSpec::from_yaml(&search_yaml(&format!(
+                "  algorithm: {algorithm}\n  trials: 7\n  seeds: 2\n{space}"
+            )))
+            .unwrap();
+            assert_eq!(spec.trial_count(), 14, "{algorithm}");
+            assert_eq!(spec.search.algorithm.as_str(), algorithm);
+            assert_eq!(spec.search.algorithm.is_adaptive(), algorithm != "sobol");
+        }
+    }
+
+    #[test]
+    fn conditional_parameters_cannot_be_placeholders() {
+        check_error(
+            "name: c\ntrial: {command: [echo, '{m}']}\nsearch:\n  trials: 2\n  space:\n    opt: {choice: [a, b]}\n    m: {int: [1, 2], when: {opt: [a]}}\n",
+            "names a conditional parameter",
+        );
+    }
+
+    #[test]
+    fn grid_size_counts_conditional_parameters_where_active() {
+        let spec = ExperimentSpec::from_yaml(&search_yaml(
+            "  algorithm: grid\n  space:\n    opt: {choice: [sgd, adam]}\n    momentum: {int: [1, 3], when: {opt: [sgd]}}\n    width: {int: [0, 10], step: 5}\n",
+        ))
+        .unwrap();
+        assert_eq!(spec.trial_count(), (3 + 1) * 3);
     }
 }

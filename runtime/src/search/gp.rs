@@ -22,7 +22,9 @@ use statrs::function::erf::erfc;
 use super::gp_model::{self, Layout, Posterior};
 use super::history::History;
 use super::sobol::sobol_point;
-use super::{Acquisition, Config, ParamKind, SearchSpace, Searcher, Suggestion, mix_seed, standard_normal};
+use super::{
+    Acquisition, Config, ParamKind, SearchSpace, Searcher, Suggestion, mix_seed, standard_normal,
+};
 
 /// Tuning of [`GpSearcher`]; [`GpOptions::default`] suits most searches.
 #[derive(Debug, Clone, PartialEq)]
@@ -172,7 +174,12 @@ pub struct GpSearcher {
 impl GpSearcher {
     /// A GP searcher over `space` scoring by `acquisition`; `seed` fixes its Sobol
     /// scramble, candidates and fitting restarts.
-    pub fn new(space: SearchSpace, seed: u64, acquisition: Acquisition, options: GpOptions) -> Self {
+    pub fn new(
+        space: SearchSpace,
+        seed: u64,
+        acquisition: Acquisition,
+        options: GpOptions,
+    ) -> Self {
         let features = Features::new(&space);
         Self {
             space,
@@ -228,7 +235,14 @@ impl GpSearcher {
         } else {
             (x.to_vec(), y.to_vec())
         };
-        let normals: Vec<Vec<f64>> = (0..self.options.fit_restarts)
+        // A warm refit starts from the last fit and one random point; the first fit
+        // from the prior mean and `fit_restarts` random points.
+        let restarts = if self.theta.is_some() {
+            self.options.fit_restarts.min(1)
+        } else {
+            self.options.fit_restarts
+        };
+        let normals: Vec<Vec<f64>> = (0..restarts)
             .map(|_| {
                 (0..self.space.len() + 2)
                     .map(|_| standard_normal(&mut self.rng))
@@ -262,7 +276,11 @@ impl GpSearcher {
             .zip(mean.iter().zip(&sd))
             .map(|(row, (mean, sd))| {
                 let crowded = pending.chunks_exact(width).any(|other| {
-                    row.iter().zip(other).map(|(a, b)| (a - b).powi(2)).sum::<f64>() < min_sq_distance
+                    row.iter()
+                        .zip(other)
+                        .map(|(a, b)| (a - b).powi(2))
+                        .sum::<f64>()
+                        < min_sq_distance
                 });
                 if crowded {
                     return f64::NEG_INFINITY;
@@ -305,7 +323,8 @@ impl GpSearcher {
 
         let mut x = Vec::with_capacity((self.history.observed().len() + 8) * width);
         for observation in self.history.observed() {
-            self.features.push_config(&self.space, &observation.config, &mut x);
+            self.features
+                .push_config(&self.space, &observation.config, &mut x);
         }
         self.refit_if_due(&x, &y);
         let theta = self.theta.as_ref().expect("refit_if_due fitted").0.clone();
@@ -326,7 +345,10 @@ impl GpSearcher {
         let mut ranked: Vec<usize> = (0..y.len()).collect();
         ranked.sort_by(|left, right| y[*left].total_cmp(&y[*right]));
         for observation_idx in ranked.into_iter().take(5) {
-            let centre = unit_point(&self.space, &self.history.observed()[observation_idx].config);
+            let centre = unit_point(
+                &self.space,
+                &self.history.observed()[observation_idx].config,
+            );
             for _ in 0..self.options.n_local {
                 let perturbed = self.perturb(&centre, 0.05);
                 points.extend(perturbed);
@@ -373,7 +395,11 @@ impl GpSearcher {
 
         // The best candidate that is neither observed nor pending.
         let mut order: Vec<usize> = (0..scores.len()).collect();
-        order.sort_by(|left, right| scores[*right].total_cmp(&scores[*left]).then(left.cmp(right)));
+        order.sort_by(|left, right| {
+            scores[*right]
+                .total_cmp(&scores[*left])
+                .then(left.cmp(right))
+        });
         let mut first = None;
         for idx in order {
             let config = self.space.decode(&points[idx * dims..(idx + 1) * dims]);
@@ -443,7 +469,10 @@ mod tests {
                 (pdf + z * cdf).ln()
             };
             if direct.is_finite() && z > -25.0 {
-                assert!((log_h(z) - direct).abs() < 1e-6 * direct.abs().max(1.0), "z = {z}");
+                assert!(
+                    (log_h(z) - direct).abs() < 1e-6 * direct.abs().max(1.0),
+                    "z = {z}"
+                );
             }
         }
         assert!((log_h(-26.0 - 1e-9) - log_h(-26.0 + 1e-9)).abs() < 1e-7);

@@ -72,7 +72,9 @@ impl Layout<'_> {
             .zip(self.prior_sd())
             .zip(normals)
             .enumerate()
-            .map(|(idx, ((mean, sd), normal))| (mean + 0.5 * sd * normal).clamp(lower[idx], upper[idx]))
+            .map(|(idx, ((mean, sd), normal))| {
+                (mean + 0.5 * sd * normal).clamp(lower[idx], upper[idx])
+            })
             .collect()
     }
 
@@ -129,7 +131,12 @@ fn covariance(x: &[f64], layout: Layout<'_>, theta: &[f64]) -> DMatrix<f64> {
 
 /// The negative log marginal likelihood plus negative log prior of `theta`, and
 /// its gradient; `None` when the covariance is not positive definite.
-fn objective(x: &[f64], y: &DVector<f64>, layout: Layout<'_>, theta: &[f64]) -> Option<(f64, Vec<f64>)> {
+fn objective(
+    x: &[f64],
+    y: &DVector<f64>,
+    layout: Layout<'_>,
+    theta: &[f64],
+) -> Option<(f64, Vec<f64>)> {
     let n = y.len();
     let width = layout.width;
     let chol = Cholesky::new(covariance(x, layout, theta))?;
@@ -290,7 +297,11 @@ fn minimise(
                 .map(|(value, d)| value + step * d)
                 .collect();
             project(&mut candidate);
-            let moved: Vec<f64> = candidate.iter().zip(&x).map(|(c, value)| c - value).collect();
+            let moved: Vec<f64> = candidate
+                .iter()
+                .zip(&x)
+                .map(|(c, value)| c - value)
+                .collect();
             if let Some((f_candidate, g_candidate)) = f(&candidate)
                 && f_candidate <= fx + 1e-4 * dot(&g, &moved)
             {
@@ -302,7 +313,11 @@ fn minimise(
         let Some((candidate, f_candidate, g_candidate, moved)) = accepted else {
             break;
         };
-        let yv: Vec<f64> = g_candidate.iter().zip(&g).map(|(new, old)| new - old).collect();
+        let yv: Vec<f64> = g_candidate
+            .iter()
+            .zip(&g)
+            .map(|(new, old)| new - old)
+            .collect();
         let sy = dot(&moved, &yv);
         if sy > 1e-10 {
             if memory.len() == MEMORY {
@@ -314,7 +329,13 @@ fn minimise(
         x = candidate;
         fx = f_candidate;
         g = g_candidate;
-        if improvement <= 1e-9 * (1.0 + fx.abs()) {
+        let projected_gradient: f64 = (0..x.len())
+            .map(|idx| {
+                let moved = (x[idx] - g[idx]).clamp(lower[idx], upper[idx]) - x[idx];
+                moved * moved
+            })
+            .sum();
+        if improvement <= 1e-7 * (1.0 + fx.abs()) || projected_gradient < 1e-10 {
             break;
         }
     }
@@ -343,7 +364,10 @@ impl Posterior {
                 break chol;
             }
             let noise = &mut theta[layout.groups + 1];
-            assert!(*noise < 10.0, "a covariance with noise above the signal always factorises");
+            assert!(
+                *noise < 10.0,
+                "a covariance with noise above the signal always factorises"
+            );
             *noise += 2.3;
         };
         Self {
@@ -368,7 +392,9 @@ impl Posterior {
             let row_a = &self.x[a * width..(a + 1) * width];
             for i in 0..m {
                 let row_i = &candidates[i * width..(i + 1) * width];
-                cross.push(self.signal * matern(scaled_sq_dist(row_a, row_i, &self.inverse_lengths)).0);
+                cross.push(
+                    self.signal * matern(scaled_sq_dist(row_a, row_i, &self.inverse_lengths)).0,
+                );
             }
         }
         let cross = DMatrix::from_vec_generic(Dyn(m), Dyn(n), cross);
@@ -475,8 +501,13 @@ mod tests {
                 [t, (f64::from(idx) * 0.618).fract()]
             })
             .collect();
-        let raw: Vec<f64> = (0..20).map(|idx| (6.0 * f64::from(idx) / 19.0).sin()).collect();
+        let raw: Vec<f64> = (0..20)
+            .map(|idx| (6.0 * f64::from(idx) / 19.0).sin())
+            .collect();
         let theta = fit(&x, &raw, layout, &[layout.prior_mean()], 100).unwrap();
-        assert!(theta[0] < theta[1], "the relevant input gets the shorter length scale: {theta:?}");
+        assert!(
+            theta[0] < theta[1],
+            "the relevant input gets the shorter length scale: {theta:?}"
+        );
     }
 }

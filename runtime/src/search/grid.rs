@@ -17,7 +17,8 @@ pub struct GridSearcher {
 }
 
 impl GridSearcher {
-    /// The grid of `space`; `seed` fixes the draws of any real-valued parameter.
+    /// The grid of `space`, built up front (check [`SearchSpace::grid_len`] first
+    /// for spaces that may be huge); `seed` fixes the draws of any real-valued parameter.
     pub fn new(space: &SearchSpace, seed: u64) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
         let points: Vec<Config> = space

@@ -1,13 +1,16 @@
 //! Search: from a search space to configurations, by one ask/tell interface.
 //!
 //! Pure and deterministic for a given seed: no I/O, no clock, no global RNG.
-//! [`plan_trials`] expands grid and random searches up front; [`Searcher`] is the
-//! ask/tell interface the sweep logic and `xp tune` drive for every algorithm.
+//! [`plan_trials`] expands grid, random and Sobol searches up front; [`Searcher`] is
+//! the ask/tell interface the sweep logic and `xp tune` drive for every algorithm.
 //!
 //! [`SearchSpace`] is the checked, typed space every algorithm works on;
 //! [`make_searcher`] builds the searcher of a [`SearchAlgorithm`]: [`GridSearcher`],
 //! [`RandomSearcher`], [`SobolSearcher`], [`GpSearcher`] (Bayesian optimisation with
 //! a Gaussian process) or [`TpeSearcher`] (tree-structured Parzen estimator).
+//! The adaptive searchers ignore a `tell` or `forget` of an id that is not pending
+//! (unknown, already told or forgotten), and treat a non-finite objective as a
+//! failure that yields no observation.
 //! Invariant: a searcher's suggestions depend only on its seed, its options and the
 //! sequence of `ask`, `tell` and `forget` calls.
 
@@ -162,7 +165,9 @@ pub fn make_searcher_with(
             acquisition,
             options.gp.clone(),
         )),
-        SearchAlgorithm::Tpe => Box::new(TpeSearcher::new(space.clone(), seed, options.tpe.clone())),
+        SearchAlgorithm::Tpe => {
+            Box::new(TpeSearcher::new(space.clone(), seed, options.tpe.clone()))
+        }
     }
 }
 

@@ -218,16 +218,18 @@ impl Param {
         match (&self.kind, value) {
             (ParamKind::Float { lo, hi, .. }, ParamValue::Float(x)) => (*lo..=*hi).contains(x),
             (ParamKind::Int { lo, hi, step, .. }, ParamValue::Int(x)) => {
-                (*lo..=*hi).contains(x) && (i128::from(*x) - i128::from(*lo)) % i128::from(*step) == 0
+                (*lo..=*hi).contains(x)
+                    && (i128::from(*x) - i128::from(*lo)) % i128::from(*step) == 0
             }
             (ParamKind::Choice { values }, value) => values.contains(value),
             _ => false,
         }
     }
 
-    /// The value's position in `[0, 1]`: linear or logarithmic for numbers, the
-    /// centre of the value's cell for integers and choices. `None` when the value
-    /// has the wrong type for the parameter or is not one of its choices.
+    /// The value's position in `[0, 1]`: linear or logarithmic for reals; for
+    /// integers and choices a point inside the value's cell (its centre on a linear
+    /// scale, its logarithm's position on a log scale). `None` when the value has
+    /// the wrong type for the parameter or is not one of its choices.
     ///
     /// [`Param::from_unit`] inverts it for every value the parameter can take.
     pub fn to_unit(&self, value: &ParamValue) -> Option<f64> {
@@ -309,7 +311,9 @@ impl Param {
     /// exactly as the first planner did, so seeded random searches keep their trials.
     pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> ParamValue {
         match &self.kind {
-            ParamKind::Float { lo, hi, log: false } => ParamValue::Float(rng.random_range(*lo..=*hi)),
+            ParamKind::Float { lo, hi, log: false } => {
+                ParamValue::Float(rng.random_range(*lo..=*hi))
+            }
             ParamKind::Float { lo, hi, log: true } => {
                 ParamValue::Float(rng.random_range(lo.ln()..=hi.ln()).exp().clamp(*lo, *hi))
             }
@@ -380,7 +384,9 @@ impl Param {
                 let level = ((unit * levels as f64).floor() as i64).clamp(0, levels - 1);
                 (lo + step * level).min(*hi)
             }
-            ParamKind::Int { lo, hi, log: true, .. } => {
+            ParamKind::Int {
+                lo, hi, log: true, ..
+            } => {
                 let (a, b) = self.int_log_range();
                 ((a + unit * (b - a)).exp().round() as i64).clamp(*lo, *hi)
             }
@@ -625,7 +631,9 @@ impl SearchSpace {
             .enumerate()
             .map(|(param_idx, param)| {
                 if self.is_active(param_idx, config) {
-                    config.get(&param.name).and_then(|value| param.to_unit(value))
+                    config
+                        .get(&param.name)
+                        .and_then(|value| param.to_unit(value))
                 } else {
                     None
                 }
@@ -636,7 +644,11 @@ impl SearchSpace {
     /// The configuration at `point`, one coordinate in `[0, 1]` per parameter of
     /// [`SearchSpace::params`]; coordinates of inactive parameters are ignored.
     pub fn decode(&self, point: &[f64]) -> Config {
-        assert_eq!(point.len(), self.params.len(), "one coordinate per parameter");
+        assert_eq!(
+            point.len(),
+            self.params.len(),
+            "one coordinate per parameter"
+        );
         let active = self.active_in_unit(point);
         self.params
             .iter()
@@ -659,7 +671,12 @@ impl SearchSpace {
 
     /// Whether parameter `param_idx` is active at `point`, given whether each
     /// earlier parameter is (`active` covers at least the parents).
-    pub(crate) fn is_active_in_unit(&self, param_idx: usize, point: &[f64], active: &[bool]) -> bool {
+    pub(crate) fn is_active_in_unit(
+        &self,
+        param_idx: usize,
+        point: &[f64],
+        active: &[bool],
+    ) -> bool {
         self.params[param_idx].conditions.iter().all(|condition| {
             let parent = &self.params[condition.parent];
             active[condition.parent]
@@ -755,7 +772,9 @@ impl SearchSpace {
                 .params
                 .iter()
                 .enumerate()
-                .filter(|(param_idx, _)| !is_parent[*param_idx] && self.is_active(*param_idx, assignment))
+                .filter(|(param_idx, _)| {
+                    !is_parent[*param_idx] && self.is_active(*param_idx, assignment)
+                })
                 .try_fold(1usize, |product, (_, param)| {
                     product.checked_mul(usize::try_from(param.cardinality()?).ok()?)
                 })?;

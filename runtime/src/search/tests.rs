@@ -53,7 +53,10 @@ fn conditional_space() -> SearchSpace {
             "momentum",
             ParamSpec::uniform(0.0, 0.99).when("optimizer", ["sgd"]),
         )
-        .param("nesterov", ParamSpec::choice([true, false]).when("optimizer", ["sgd"]))
+        .param(
+            "nesterov",
+            ParamSpec::choice([true, false]).when("optimizer", ["sgd"]),
+        )
         .build()
         .unwrap()
 }
@@ -74,14 +77,20 @@ fn conditional_objective(config: &Config) -> f64 {
 fn discrete_space() -> SearchSpace {
     SearchSpace::builder()
         .choice("optimizer", ["sgd", "adam", "rmsprop"])
-        .param("momentum", ParamSpec::int(0, 9).step(3).when("optimizer", ["sgd"]))
+        .param(
+            "momentum",
+            ParamSpec::int(0, 9).step(3).when("optimizer", ["sgd"]),
+        )
         .param("layers", ParamSpec::int(1, 8).log())
         .build()
         .unwrap()
 }
 
 fn discrete_objective(config: &Config) -> f64 {
-    real(config, "layers") + config.get("momentum").map_or(5.0, |_| real(config, "momentum"))
+    real(config, "layers")
+        + config
+            .get("momentum")
+            .map_or(5.0, |_| real(config, "momentum"))
 }
 
 /// Drives `searcher` for `budget` suggestions with up to `parallel` outstanding,
@@ -117,7 +126,10 @@ fn drive(
 fn every_suggestion_lies_in_the_space() {
     for algorithm in SAMPLING {
         for (space, objective) in [
-            (conditional_space(), conditional_objective as fn(&Config) -> f64),
+            (
+                conditional_space(),
+                conditional_objective as fn(&Config) -> f64,
+            ),
             (discrete_space(), discrete_objective),
         ] {
             let mut searcher = make_searcher(algorithm, &space, 7);
@@ -153,7 +165,10 @@ fn a_grid_hands_out_every_point_once_then_none() {
     let space = discrete_space();
     let mut searcher = make_searcher(SearchAlgorithm::Grid, &space, 0);
     let suggestions = drive(searcher.as_mut(), usize::MAX, 4, discrete_objective);
-    let configs: Vec<Config> = suggestions.into_iter().map(|suggestion| suggestion.config).collect();
+    let configs: Vec<Config> = suggestions
+        .into_iter()
+        .map(|suggestion| suggestion.config)
+        .collect();
     assert_eq!(configs, space.grid().unwrap());
     assert_eq!(configs.len(), space.grid_len().unwrap());
     assert_eq!(configs.len(), (4 + 1 + 1) * 8);
@@ -198,7 +213,11 @@ fn stale_and_duplicate_reports_are_ignored() {
 
 /// Positions in the unit square of the quadratic space.
 fn unit(space: &SearchSpace, config: &Config) -> Vec<f64> {
-    space.encode(config).into_iter().map(|unit| unit.unwrap()).collect()
+    space
+        .encode(config)
+        .into_iter()
+        .map(|unit| unit.unwrap())
+        .collect()
 }
 
 #[test]
@@ -253,7 +272,13 @@ fn best_after(algorithm: SearchAlgorithm, seed: u64, budget: usize) -> f64 {
 fn model_based_search_beats_random_on_a_quadratic() {
     let medians: Vec<f64> = [SearchAlgorithm::Random, UCB, EI, SearchAlgorithm::Tpe]
         .into_iter()
-        .map(|algorithm| median((0..10).map(|seed| best_after(algorithm, seed, 30)).collect()))
+        .map(|algorithm| {
+            median(
+                (0..10)
+                    .map(|seed| best_after(algorithm, seed, 30))
+                    .collect(),
+            )
+        })
         .collect();
     let [random, ucb, ei, tpe] = medians[..] else {
         unreachable!()
@@ -270,7 +295,11 @@ fn the_spec_chooses_the_algorithm() {
             "name: s\ntrial: {{command: [echo]}}\nsearch:\n  space: {{x: {{uniform: [0, 1]}}}}\n  trials: 5\n{yaml_search}"
         );
         let spec = ExperimentSpec::from_yaml(&yaml).unwrap();
-        assert_eq!(SearchAlgorithm::from_spec(&spec.search), expected, "{yaml_search}");
+        assert_eq!(
+            SearchAlgorithm::from_spec(&spec.search),
+            expected,
+            "{yaml_search}"
+        );
     };
     check("", SearchAlgorithm::Random);
     check("  algorithm: sobol\n", SearchAlgorithm::Sobol);

@@ -235,9 +235,15 @@ impl TpeSearcher {
     fn ask_model(&mut self) -> Config {
         let observed = self.history.observed();
         let n = observed.len();
-        let n_below = ((self.options.gamma * (n as f64).sqrt()).ceil() as usize).clamp(1, 25).min(n);
+        let n_below = ((self.options.gamma * (n as f64).sqrt()).ceil() as usize)
+            .clamp(1, 25)
+            .min(n);
         let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|left, right| observed[*left].objective.total_cmp(&observed[*right].objective));
+        order.sort_by(|left, right| {
+            observed[*left]
+                .objective
+                .total_cmp(&observed[*right].objective)
+        });
         let below: Vec<Vec<Option<f64>>> = order[..n_below]
             .iter()
             .map(|idx| self.space.encode(&observed[*idx].config))
@@ -265,7 +271,8 @@ impl TpeSearcher {
                 let unit = good[param_idx].sample(&mut self.rng);
                 point[param_idx] = unit;
                 active[param_idx] = true;
-                score += good[param_idx].log_density(param, unit) - rest[param_idx].log_density(param, unit);
+                score += good[param_idx].log_density(param, unit)
+                    - rest[param_idx].log_density(param, unit);
             }
             candidates.push((score, point));
         }
@@ -307,7 +314,12 @@ mod tests {
     use crate::spec::ParamValue;
 
     fn float_param() -> Param {
-        SearchSpace::builder().uniform("x", 0.0, 1.0).build().unwrap().params()[0].clone()
+        SearchSpace::builder()
+            .uniform("x", 0.0, 1.0)
+            .build()
+            .unwrap()
+            .params()[0]
+            .clone()
     }
 
     #[test]
@@ -316,7 +328,11 @@ mod tests {
         let parzen = Parzen::fit(&param, &[0.1, 0.15, 0.8], 1.0);
         let steps = 20_000;
         let integral: f64 = (0..steps)
-            .map(|idx| parzen.log_density(&param, (f64::from(idx) + 0.5) / f64::from(steps)).exp())
+            .map(|idx| {
+                parzen
+                    .log_density(&param, (f64::from(idx) + 0.5) / f64::from(steps))
+                    .exp()
+            })
             .sum::<f64>()
             / f64::from(steps);
         assert!((integral - 1.0).abs() < 1e-3, "integral {integral}");
@@ -329,14 +345,21 @@ mod tests {
         let param = &space.params()[0];
         let parzen = Parzen::fit(param, &[param.to_unit(&ParamValue::Int(2)).unwrap()], 1.0);
         let total: f64 = (1..=4)
-            .map(|k| parzen.log_density(param, param.to_unit(&ParamValue::Int(k)).unwrap()).exp())
+            .map(|k| {
+                parzen
+                    .log_density(param, param.to_unit(&ParamValue::Int(k)).unwrap())
+                    .exp()
+            })
             .sum();
         assert!((total - 1.0).abs() < 1e-9, "total {total}");
     }
 
     #[test]
     fn categorical_estimators_smooth_the_counts() {
-        let space = SearchSpace::builder().choice("c", ["a", "b"]).build().unwrap();
+        let space = SearchSpace::builder()
+            .choice("c", ["a", "b"])
+            .build()
+            .unwrap();
         let param = &space.params()[0];
         let parzen = Parzen::fit(param, &[0.25, 0.25, 0.25], 1.0);
         assert!((parzen.log_density(param, 0.25).exp() - 3.5 / 4.0).abs() < 1e-12);

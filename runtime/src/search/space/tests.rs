@@ -1,8 +1,8 @@
 //! Unit and property tests of the search space.
 
 use proptest::prelude::*;
-use rand::{Rng, SeedableRng};
 use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use super::*;
 
@@ -37,10 +37,7 @@ fn rich_space() -> SearchSpace {
                 "a_nesterov",
                 ParamSpec::choice([true, false]).when("z_optimizer", ["sgd"]),
             )
-            .param(
-                "b_damping",
-                ParamSpec::int(0, 3).when("a_nesterov", [true]),
-            ),
+            .param("b_damping", ParamSpec::int(0, 3).when("a_nesterov", [true])),
     )
 }
 
@@ -133,7 +130,11 @@ fn bad_parameters_are_refused_by_name() {
 
 #[test]
 fn bad_conditions_are_refused_by_name() {
-    let builder = || SearchSpace::builder().choice("opt", ["sgd", "adam"]).uniform("x", 0.0, 1.0);
+    let builder = || {
+        SearchSpace::builder()
+            .choice("opt", ["sgd", "adam"])
+            .uniform("x", 0.0, 1.0)
+    };
     check_error(
         builder().param("m", ParamSpec::uniform(0.0, 1.0).when("optt", ["sgd"])),
         "m",
@@ -181,7 +182,9 @@ fn bad_conditions_are_refused_by_name() {
         ParamError::ConditionCycle,
     );
     check_error(
-        builder().param("m", ParamSpec::uniform(0.0, 1.0).when("k", [3])).param("k", ParamSpec::int(0, 8).step(2)),
+        builder()
+            .param("m", ParamSpec::uniform(0.0, 1.0).when("k", [3]))
+            .param("k", ParamSpec::int(0, 8).step(2)),
         "m",
         ParamError::ValueOutsideParent {
             parent: "k".to_owned(),
@@ -209,7 +212,10 @@ fn activity_follows_the_parents() {
             .collect()
     };
     let base = ["layers", "lr", "width", "x", "z_optimizer"];
-    assert_eq!(active_names(&config(&[("z_optimizer", "adam".into())])), base);
+    assert_eq!(
+        active_names(&config(&[("z_optimizer", "adam".into())])),
+        base
+    );
     assert_eq!(
         active_names(&config(&[("z_optimizer", "rmsprop".into())])),
         [&base[..], &["a_momentum"]].concat()
@@ -328,9 +334,15 @@ fn grid_length_counts_nested_conditions_without_enumerating_leaves() {
     let space = must_build(
         SearchSpace::builder()
             .choice("opt", ["sgd", "adam", "rmsprop"])
-            .param("nesterov", ParamSpec::choice([true, false]).when("opt", ["sgd"]))
+            .param(
+                "nesterov",
+                ParamSpec::choice([true, false]).when("opt", ["sgd"]),
+            )
             .param("damping", ParamSpec::int(0, 3).when("nesterov", [true]))
-            .param("alpha", ParamSpec::int(1, 5).when("opt", ["rmsprop", "sgd"]))
+            .param(
+                "alpha",
+                ParamSpec::int(1, 5).when("opt", ["rmsprop", "sgd"]),
+            )
             .int("big", 1, 1_000_000),
     );
     // sgd: nesterov true (4 dampings) or false, times 5 alphas; adam: 1; rmsprop: 5.
@@ -339,14 +351,25 @@ fn grid_length_counts_nested_conditions_without_enumerating_leaves() {
     let small = must_build(
         SearchSpace::builder()
             .choice("opt", ["sgd", "adam", "rmsprop"])
-            .param("nesterov", ParamSpec::choice([true, false]).when("opt", ["sgd"]))
+            .param(
+                "nesterov",
+                ParamSpec::choice([true, false]).when("opt", ["sgd"]),
+            )
             .param("damping", ParamSpec::int(0, 3).when("nesterov", [true]))
-            .param("alpha", ParamSpec::int(1, 5).when("opt", ["rmsprop", "sgd"])),
+            .param(
+                "alpha",
+                ParamSpec::int(1, 5).when("opt", ["rmsprop", "sgd"]),
+            ),
     );
     assert_eq!(small.grid().unwrap().len(), expected / 1_000_000);
     assert_eq!(
-        must_build(SearchSpace::builder().int("a", 0, i64::from(u32::MAX)).int("b", 0, i64::from(u32::MAX)).int("c", 0, i64::from(u32::MAX)))
-            .grid_len(),
+        must_build(
+            SearchSpace::builder()
+                .int("a", 0, i64::from(u32::MAX))
+                .int("b", 0, i64::from(u32::MAX))
+                .int("c", 0, i64::from(u32::MAX))
+        )
+        .grid_len(),
         None,
         "overflow"
     );
@@ -368,7 +391,10 @@ fn unconditional_sampling_draws_as_the_first_planner_did() {
         let config = space.sample(&mut rng);
         let c = ["a", "b"][old_rng.random_range(0..2)];
         let i = old_rng.random_range(-3..=3);
-        let l = old_rng.random_range(0.001f64.ln()..=10f64.ln()).exp().clamp(0.001, 10.0);
+        let l = old_rng
+            .random_range(0.001f64.ln()..=10f64.ln())
+            .exp()
+            .clamp(0.001, 10.0);
         let u = old_rng.random_range(-1.5..=2.0);
         assert_eq!(config["c"], c.into());
         assert_eq!(config["i"], ParamValue::Int(i));
@@ -403,11 +429,17 @@ fn contains_refuses_missing_extra_and_out_of_domain_values() {
 }
 
 fn check_close(left: &Config, right: &Config) {
-    assert_eq!(left.keys().collect::<Vec<_>>(), right.keys().collect::<Vec<_>>());
+    assert_eq!(
+        left.keys().collect::<Vec<_>>(),
+        right.keys().collect::<Vec<_>>()
+    );
     for (name, value) in left {
         match (value, &right[name]) {
             (ParamValue::Float(a), ParamValue::Float(b)) => {
-                assert!((a - b).abs() <= 1e-9 * a.abs().max(1.0), "{name}: {a} != {b}");
+                assert!(
+                    (a - b).abs() <= 1e-9 * a.abs().max(1.0),
+                    "{name}: {a} != {b}"
+                );
             }
             (a, b) => assert_eq!(a, b, "{name}"),
         }
