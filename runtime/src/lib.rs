@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod clock;
+pub mod collective;
 pub mod frame;
 pub mod identity;
 pub mod ids;
