@@ -15,6 +15,7 @@ pub mod ids;
 pub mod join;
 pub mod metric_line;
 pub mod protocol;
+pub mod rendezvous;
 pub mod search;
 pub mod spec;
 pub mod stats;

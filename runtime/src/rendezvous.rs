@@ -1,0 +1,377 @@
+//! Rendezvous of a trial's data-parallel workers: who is where.
+//!
+//! The head picks the meeting point and the secret when it places a gang: rank 0's
+//! host and a port it reserved there (`MASTER_ADDR`, `MASTER_PORT`), and a
+//! per-attempt token (`XP_COLLECTIVE_TOKEN`). Rank 0 serves a small store on that
+//! port; every other rank connects, proves the token and says where its own data
+//! listener is; once all W have arrived, rank 0 sends everyone the full table. A
+//! rank that does not arrive within the timeout makes the store fail with an error
+//! naming it, and every waiting rank is told which ranks are missing.
+//!
+//! Messages are length-prefixed bincode with a 64 KiB limit.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tracing::{debug, warn};
+
+/// The largest rendezvous message.
+const MAX_MESSAGE: usize = 64 << 10;
+
+const LIMIT: bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Varint,
+    bincode::config::Limit<MAX_MESSAGE>,
+> = bincode::config::standard().with_limit::<MAX_MESSAGE>();
+
+/// Where one rank's data listener is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankAddress {
+    /// The rank.
+    pub rank: u32,
+    /// The host other ranks reach it at.
+    pub host: String,
+    /// Its data listener's port.
+    pub port: u16,
+    /// Identifies the machine, so ranks on one machine can use shared memory.
+    pub machine: String,
+    /// SHA-256 of its QUIC certificate, when it listens on QUIC.
+    pub cert_sha256: Option<[u8; 32]>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum StoreMessage {
+    /// A rank arrives: its token and address.
+    Arrive {
+        token: [u8; 32],
+        address: RankAddress,
+    },
+    /// Everyone's addresses, in rank order.
+    Table(Vec<RankAddress>),
+    /// The rendezvous failed.
+    Failed(String),
+}
+
+/// Why a rendezvous failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RendezvousError {
+    /// Some ranks never arrived.
+    #[error(
+        "rendezvous timed out after {after:?}: rank(s) {missing:?} of {world_size} did not arrive"
+    )]
+    Missing {
+        /// The ranks that did not arrive.
+        missing: Vec<u32>,
+        /// The gang's size.
+        world_size: u32,
+        /// How long the store waited.
+        after: Duration,
+    },
+    /// Rank 0's store was not reachable or did not answer in time.
+    #[error("cannot reach rank 0's rendezvous store at {addr}: {reason}")]
+    Store {
+        /// The store's address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// The store reported a failure.
+    #[error("rendezvous failed: {0}")]
+    Failed(String),
+    /// A message could not be read or written.
+    #[error("rendezvous message error: {0}")]
+    Message(String),
+    /// This rank's arguments are inconsistent.
+    #[error("invalid rendezvous: {0}")]
+    Invalid(String),
+}
+
+async fn write_message(
+    stream: &mut TcpStream,
+    message: &StoreMessage,
+) -> Result<(), RendezvousError> {
+    let body = bincode::serde::encode_to_vec(message, LIMIT)
+        .map_err(|error| RendezvousError::Message(error.to_string()))?;
+    stream
+        .write_u32(body.len() as u32)
+        .await
+        .map_err(|error| RendezvousError::Message(error.to_string()))?;
+    stream
+        .write_all(&body)
+        .await
+        .map_err(|error| RendezvousError::Message(error.to_string()))
+}
+
+async fn read_message(stream: &mut TcpStream) -> Result<StoreMessage, RendezvousError> {
+    let len = stream
+        .read_u32()
+        .await
+        .map_err(|error| RendezvousError::Message(error.to_string()))? as usize;
+    if len > MAX_MESSAGE {
+        return Err(RendezvousError::Message(format!(
+            "message of {len} bytes exceeds {MAX_MESSAGE}"
+        )));
+    }
+    let mut body = vec![0u8; len];
+    stream
+        .read_exact(&mut body)
+        .await
+        .map_err(|error| RendezvousError::Message(error.to_string()))?;
+    let (message, _) = bincode::serde::decode_from_slice(&body, LIMIT)
+        .map_err(|error| RendezvousError::Message(error.to_string()))?;
+    Ok(message)
+}
+
+/// Exchanges addresses with the other ranks and returns everyone's, in rank order.
+///
+/// Rank 0 serves the store on `store_port` (all interfaces); the others connect to
+/// `store_host:store_port`, retrying until `timeout` while rank 0 starts.
+pub async fn exchange(
+    own: RankAddress,
+    world_size: u32,
+    store_host: &str,
+    store_port: u16,
+    token: [u8; 32],
+    timeout: Duration,
+) -> Result<Vec<RankAddress>, RendezvousError> {
+    if own.rank >= world_size {
+        return Err(RendezvousError::Invalid(format!(
+            "rank {} is not below the world size {world_size}",
+            own.rank
+        )));
+    }
+    if world_size == 1 {
+        return Ok(vec![own]);
+    }
+    if own.rank == 0 {
+        serve(own, world_size, store_port, token, timeout).await
+    } else {
+        join(own, store_host, store_port, token, timeout).await
+    }
+}
+
+async fn serve(
+    own: RankAddress,
+    world_size: u32,
+    port: u16,
+    token: [u8; 32],
+    timeout: Duration,
+) -> Result<Vec<RankAddress>, RendezvousError> {
+    let listener = TcpListener::bind(("0.0.0.0", port))
+        .await
+        .map_err(|error| RendezvousError::Store {
+            addr: format!("0.0.0.0:{port}"),
+            reason: format!("cannot listen: {error}"),
+        })?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut arrived: BTreeMap<u32, (RankAddress, TcpStream)> = BTreeMap::new();
+    let own_rank = own.rank;
+    while arrived.len() + 1 < world_size as usize {
+        let accepted = tokio::time::timeout_at(deadline, listener.accept()).await;
+        let Ok(Ok((mut stream, peer))) = accepted else {
+            if accepted.is_ok() {
+                continue;
+            }
+            let missing: Vec<u32> = (1..world_size)
+                .filter(|rank| !arrived.contains_key(rank))
+                .collect();
+            let error = RendezvousError::Missing {
+                missing,
+                world_size,
+                after: timeout,
+            };
+            for (_, (_, mut stream)) in arrived {
+                let _ = write_message(&mut stream, &StoreMessage::Failed(error.to_string())).await;
+            }
+            return Err(error);
+        };
+        let arrival = tokio::time::timeout_at(deadline, read_message(&mut stream)).await;
+        match arrival {
+            Ok(Ok(StoreMessage::Arrive {
+                token: presented,
+                address,
+            })) if blake3::hash(&presented) == blake3::hash(&token)
+                && address.rank < world_size
+                && address.rank != own_rank =>
+            {
+                debug!(rank = address.rank, %peer, "rank arrived at the rendezvous");
+                arrived.insert(address.rank, (address, stream));
+            }
+            Ok(Ok(_)) => warn!(%peer, "rendezvous connection refused: wrong token or rank"),
+            Ok(Err(error)) => warn!(%peer, %error, "rendezvous connection refused: bad message"),
+            Err(_) => warn!(%peer, "rendezvous connection refused: no message in time"),
+        }
+    }
+    let mut table = vec![own];
+    table.extend(arrived.values().map(|(address, _)| address.clone()));
+    for (_, (_, mut stream)) in arrived {
+        write_message(&mut stream, &StoreMessage::Table(table.clone())).await?;
+    }
+    Ok(table)
+}
+
+async fn join(
+    own: RankAddress,
+    host: &str,
+    port: u16,
+    token: [u8; 32],
+    timeout: Duration,
+) -> Result<Vec<RankAddress>, RendezvousError> {
+    let addr = format!("{host}:{port}");
+    let deadline = tokio::time::Instant::now() + timeout;
+    let rank = own.rank;
+    let mut stream = loop {
+        match TcpStream::connect(&addr).await {
+            Ok(stream) => break stream,
+            Err(error) if tokio::time::Instant::now() < deadline => {
+                debug!(%addr, %error, "rendezvous store not up yet; retrying");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(error) => {
+                return Err(RendezvousError::Store {
+                    addr,
+                    reason: error.to_string(),
+                });
+            }
+        }
+    };
+    write_message(
+        &mut stream,
+        &StoreMessage::Arrive {
+            token,
+            address: own,
+        },
+    )
+    .await?;
+    // The store answers when everyone arrived or its own deadline passed; allow a little more.
+    let answer =
+        tokio::time::timeout_at(deadline + Duration::from_secs(5), read_message(&mut stream))
+            .await
+            .map_err(|_| RendezvousError::Store {
+                addr: addr.clone(),
+                reason: "no answer in time".to_owned(),
+            })?;
+    match answer {
+        Ok(StoreMessage::Table(table)) => {
+            let ranks_ok = table
+                .iter()
+                .enumerate()
+                .all(|(idx, address)| address.rank == idx as u32);
+            if !ranks_ok || table.get(rank as usize).is_none() {
+                return Err(RendezvousError::Message(
+                    "the store's table is not in rank order".to_owned(),
+                ));
+            }
+            Ok(table)
+        }
+        Ok(StoreMessage::Failed(reason)) => Err(RendezvousError::Failed(reason)),
+        Ok(StoreMessage::Arrive { .. }) => Err(RendezvousError::Message(
+            "unexpected arrival message from the store".to_owned(),
+        )),
+        Err(error) => Err(RendezvousError::Store {
+            addr,
+            reason: error.to_string(),
+        }),
+    }
+}
+
+/// A string identifying this machine (its host name and boot id), for same-machine checks.
+pub fn machine_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!("{}/{}", host.trim(), boot.trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn address(rank: u32) -> RankAddress {
+        RankAddress {
+            rank,
+            host: "127.0.0.1".to_owned(),
+            port: 1000 + rank as u16,
+            machine: "m".to_owned(),
+            cert_sha256: None,
+        }
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    #[tokio::test]
+    async fn four_ranks_learn_everyone_in_rank_order() {
+        let port = free_port();
+        let token = [7u8; 32];
+        let tasks: Vec<_> = (0..4)
+            .map(|rank| {
+                crate::task::spawn(
+                    "rendezvous-test",
+                    exchange(
+                        address(rank),
+                        4,
+                        "127.0.0.1",
+                        port,
+                        token,
+                        Duration::from_secs(10),
+                    ),
+                )
+            })
+            .collect();
+        for task in tasks {
+            let table = task.await.unwrap().unwrap();
+            assert_eq!(table, (0..4).map(address).collect::<Vec<_>>());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_rank_is_named_and_a_wrong_token_is_refused() {
+        let port = free_port();
+        let token = [7u8; 32];
+        let store = crate::task::spawn(
+            "rendezvous-test",
+            exchange(
+                address(0),
+                3,
+                "127.0.0.1",
+                port,
+                token,
+                Duration::from_millis(800),
+            ),
+        );
+        let intruder = crate::task::spawn(
+            "rendezvous-test",
+            exchange(
+                address(2),
+                3,
+                "127.0.0.1",
+                port,
+                [9u8; 32],
+                Duration::from_millis(800),
+            ),
+        );
+        let waiting = exchange(
+            address(1),
+            3,
+            "127.0.0.1",
+            port,
+            token,
+            Duration::from_millis(800),
+        )
+        .await;
+        match store.await.unwrap() {
+            Err(RendezvousError::Missing { missing, .. }) => assert_eq!(missing, vec![2]),
+            other => panic!("expected rank 2 to be missing, got {other:?}"),
+        }
+        assert!(waiting.unwrap_err().to_string().contains("[2]"));
+        assert!(intruder.await.unwrap().is_err());
+    }
+}
