@@ -85,6 +85,7 @@ pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError
                 memory: Default::default(),
             },
             max_retries: 0,
+            transport: Default::default(),
         },
         search: SearchSpec {
             trials: Some(trials),

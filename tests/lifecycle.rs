@@ -85,6 +85,7 @@ fn cancel_reuse_spawn_trial_results_and_graceful_node_shutdown() {
             workers: 1,
             resources: Default::default(),
             max_retries: 0,
+            transport: Default::default(),
         };
         let trial_id = client
             .spawn_trial(

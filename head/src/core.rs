@@ -42,6 +42,8 @@ pub struct CoreConfig {
     pub node_timeout_ms: u64,
     /// How often nodes send heartbeats.
     pub heartbeat_interval_ms: u64,
+    /// Keys the per-attempt collective tokens; drawn at random when the head starts.
+    pub rendezvous_key: [u8; 32],
 }
 
 impl Default for CoreConfig {
@@ -49,6 +51,7 @@ impl Default for CoreConfig {
         Self {
             node_timeout_ms: 10_000,
             heartbeat_interval_ms: 1_000,
+            rendezvous_key: [0; 32],
         }
     }
 }
@@ -1341,6 +1344,12 @@ impl HeadCore {
                     gpu_indices: worker.gpu_indices.clone(),
                     master_addr: master_host.clone(),
                     master_port,
+                    collective_token: *blake3::keyed_hash(
+                        &self.config.rendezvous_key,
+                        format!("{trial_id}/{number}").as_bytes(),
+                    )
+                    .as_bytes(),
+                    transport: spec.trial.transport,
                 },
             ));
             *local_rank += 1;

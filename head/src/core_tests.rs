@@ -16,6 +16,7 @@ use crate::core::Record;
 const CONFIG: CoreConfig = CoreConfig {
     node_timeout_ms: 10_000,
     heartbeat_interval_ms: 1_000,
+    rendezvous_key: [3; 32],
 };
 
 fn node_id(seed: u8) -> NodeId {

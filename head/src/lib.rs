@@ -94,6 +94,11 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
     )))?;
     let identity = ClusterIdentity::load_or_create(&config.data_dir.join("tls"))?;
     let registry = Registry::open(&config.data_dir.join("head.redb"))?;
+    // Collective tokens are keyed by a secret derived from the cluster token:
+    // unguessable to outsiders, and stable across restarts of the head.
+    let mut core_config = config.core;
+    core_config.rendezvous_key =
+        blake3::derive_key("xp rendezvous key v1", identity.token.as_bytes());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let loaded = registry.load()?;
     info!(
@@ -102,7 +107,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         nodes = loaded.nodes.len(),
         "registry loaded"
     );
-    let mut core = HeadCore::restore(config.core, loaded, clock.now());
+    let mut core = HeadCore::restore(core_config, loaded, clock.now());
     // Early-stopping rules are rebuilt from the metric history of unfinished experiments.
     let mut history = Vec::new();
     for trial in core.trials_needing_metric_replay() {

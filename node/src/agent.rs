@@ -314,8 +314,9 @@ impl Agent {
         let reports = self.reports_tx.clone();
         let data_dir = self.data_dir.clone();
         let connection = connection.clone();
+        let advertise_host = self.identity.advertise_host.clone();
         let task = xp_runtime::task::spawn("worker", async move {
-            match resolve_command(&data_dir, &connection, &launch).await {
+            match resolve_command(&data_dir, &advertise_host, &connection, &launch).await {
                 Ok(command) => worker::supervise(launch, command, reports, stop_rx).await,
                 Err(error) => {
                     warn!(worker = %key, %error, "worker could not be prepared");
@@ -419,11 +420,13 @@ async fn read_log(
 
 async fn resolve_command(
     data_dir: &Path,
+    advertise_host: &str,
     connection: &HeadConnection,
     launch: &Launch,
 ) -> Result<WorkerCommand, String> {
     let key = launch.key;
     let log_path = log_path(data_dir, key);
+    let node_env = vec![("XP_NODE_HOST".to_owned(), advertise_host.to_owned())];
     let work_dir = data_dir
         .join("work")
         .join(key.trial.to_string())
@@ -435,7 +438,7 @@ async fn resolve_command(
             Ok(WorkerCommand {
                 program: program.into(),
                 args: args.to_vec(),
-                extra_env: Vec::new(),
+                extra_env: node_env,
                 log_path,
                 work_dir,
             })
@@ -445,7 +448,10 @@ async fn resolve_command(
             Ok(WorkerCommand {
                 program,
                 args: Vec::new(),
-                extra_env: vec![("XP_ENTRY".to_owned(), entry.clone())],
+                extra_env: node_env
+                    .into_iter()
+                    .chain([("XP_ENTRY".to_owned(), entry.clone())])
+                    .collect(),
                 log_path,
                 work_dir,
             })

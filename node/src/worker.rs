@@ -55,6 +55,14 @@ pub fn worker_env(launch: &Launch) -> Vec<(String, String)> {
         ("RANK".to_owned(), launch.key.rank.to_string()),
         ("WORLD_SIZE".to_owned(), launch.world_size.to_string()),
         ("LOCAL_RANK".to_owned(), launch.local_rank.to_string()),
+        (
+            "XP_COLLECTIVE_TOKEN".to_owned(),
+            hex::encode(launch.collective_token),
+        ),
+        (
+            "XP_COLLECTIVE_TRANSPORT".to_owned(),
+            launch.transport.as_str().to_owned(),
+        ),
     ]
 }
 

@@ -640,6 +640,10 @@ pub struct Launch {
     pub master_addr: String,
     /// A port reserved on rank 0's host (`MASTER_PORT`).
     pub master_port: u16,
+    /// The per-attempt secret of the gang's rendezvous and data connections (`XP_COLLECTIVE_TOKEN`).
+    pub collective_token: [u8; 32],
+    /// The data path between machines (`XP_COLLECTIVE_TRANSPORT`).
+    pub transport: crate::spec::CollectiveTransport,
 }
 
 /// The code a worker runs.

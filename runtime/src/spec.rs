@@ -108,6 +108,35 @@ pub struct TrialSpec {
     /// How many times a failed attempt is retried.
     #[serde(default)]
     pub max_retries: u32,
+    /// How the workers of a gang exchange data between machines; workers on one
+    /// machine always use shared memory.
+    #[serde(default, skip_serializing_if = "CollectiveTransport::is_default")]
+    pub transport: CollectiveTransport,
+}
+
+/// The data path between the workers of a gang on different machines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CollectiveTransport {
+    /// QUIC with TLS: encrypted, the default.
+    #[default]
+    Quic,
+    /// Plain TCP, set up and authenticated through the rendezvous: for trusted networks.
+    Tcp,
+}
+
+impl CollectiveTransport {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The name used in YAML and in the worker environment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Quic => "quic",
+            Self::Tcp => "tcp",
+        }
+    }
 }
 
 fn one_u32() -> u32 {
