@@ -72,11 +72,26 @@ pub(crate) struct EpochReport {
 ///
 /// Fails on an invalid config, on corrupt embedded data, or when training
 /// diverges (a non-finite loss, which a too-large learning rate can cause).
-pub(crate) fn train(
+#[allow(dead_code, reason = "the data-parallel example trains through train_sharded")]
+pub(crate) fn train(cfg: &DigitsConfig, on_epoch: impl FnMut(&EpochReport)) -> Result<EpochReport> {
+    train_sharded(cfg, 0, 1, &mut |_| Ok(()), on_epoch)
+}
+
+/// [`train`] as rank `rank` of `world` data-parallel workers: every global batch is
+/// split into `world` contiguous shards, this rank computes the gradient of its
+/// shard (weighted by its share of the batch), and `sum_across_ranks` must replace
+/// the flattened gradient (with the batch loss appended) by its sum over all ranks.
+/// The result is the full batch's gradient on every rank, so every rank takes the
+/// same step as single-worker training with the same global batch and seed.
+pub(crate) fn train_sharded(
     cfg: &DigitsConfig,
+    rank: usize,
+    world: usize,
+    sum_across_ranks: &mut dyn FnMut(&mut [f32]) -> Result<()>,
     mut on_epoch: impl FnMut(&EpochReport),
 ) -> Result<EpochReport> {
     validate(cfg).context("invalid digits training config")?;
+    ensure!(world >= 1 && rank < world, "rank {rank} is not below the world size {world}");
     let data = load_embedded().context("loading the embedded digits data set")?;
     let device = Device::Cpu;
 
@@ -105,7 +120,12 @@ pub(crate) fn train(
     for epoch in 1..=cfg.epochs {
         shuffle_rng.shuffle(&mut batch_order);
         let mut loss_sum = 0.0_f64;
-        for chunk in batch_order.chunks(cfg.batch_size) {
+        for batch in batch_order.chunks(cfg.batch_size) {
+            // This rank's contiguous shard of the global batch; an empty shard (a last
+            // batch smaller than the world) contributes a zero gradient.
+            let (start, end) = (batch.len() * rank / world, batch.len() * (rank + 1) / world);
+            let empty_shard = start == end;
+            let chunk = if empty_shard { &batch[..1] } else { &batch[start..end] };
             let ids = Tensor::from_slice(chunk, chunk.len(), &device)
                 .context("building a batch index tensor")?;
             let x = train_set
@@ -117,15 +137,38 @@ pub(crate) fn train(
                 .index_select(&ids, 0)
                 .context("selecting batch labels")?;
             let logits = model.forward(&x).context("forward pass")?;
-            let loss = cross_entropy(&logits, &y).context("computing the batch loss")?;
-            let grads = loss.backward().context("backward pass")?;
+            let shard_loss = cross_entropy(&logits, &y).context("computing the batch loss")?;
+            // The shard's share of the batch mean: summed over ranks, the batch's gradient.
+            #[allow(clippy::cast_precision_loss)]
+            let share = if empty_shard { 0.0 } else { chunk.len() as f64 / batch.len() as f64 };
+            let loss = shard_loss.affine(share, 0.0).context("weighting the shard loss")?;
+            let mut grads = loss.backward().context("backward pass")?;
+            let batch_loss = if world > 1 {
+                let mut flat = Vec::new();
+                for param in model.params() {
+                    let grad = grads.get(param.as_tensor()).context("a parameter has no gradient")?;
+                    flat.extend(grad.flatten_all()?.to_vec1::<f32>().context("reading a gradient")?);
+                }
+                flat.push(loss.to_scalar::<f32>().context("reading the shard loss")?);
+                sum_across_ranks(&mut flat).context("summing gradients across ranks")?;
+                let mut offset = 0;
+                for param in model.params() {
+                    let shape = param.as_tensor().shape().clone();
+                    let len = shape.elem_count();
+                    let summed = Tensor::from_slice(&flat[offset..offset + len], shape, &device)?;
+                    grads.insert(param.as_tensor(), summed);
+                    offset += len;
+                }
+                f64::from(flat[offset])
+            } else {
+                f64::from(loss.to_scalar::<f32>().context("reading the batch loss")?)
+            };
             optimizer
                 .step(&model, &grads)
                 .context("applying the SGD update")?;
-            let batch_loss = f64::from(loss.to_scalar::<f32>().context("reading the batch loss")?);
-            // `chunk.len()` is at most a few thousand, exactly representable.
+            // `batch.len()` is at most a few thousand, exactly representable.
             #[allow(clippy::cast_precision_loss)]
-            let weight = chunk.len() as f64;
+            let weight = batch.len() as f64;
             loss_sum += batch_loss * weight;
         }
         #[allow(clippy::cast_precision_loss)]
