@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use super::sobol::sobol_point;
 use super::*;
 use crate::spec::{ExperimentSpec, ParamSpec};
+use crate::testfns::TestFunction;
 
 const UCB: SearchAlgorithm = SearchAlgorithm::Gp {
     acquisition: Acquisition::Ucb {
@@ -250,9 +251,41 @@ fn parallel_asks_are_distinct_and_spread() {
     }
 }
 
+#[test]
+fn tpe_asks_new_configurations_in_a_small_discrete_space() {
+    // There are 48 configurations, so 32 asks with up to 4 outstanding never need to
+    // repeat one, even after l(x) has settled on a few.
+    let space = discrete_space();
+    for seed in 0..5 {
+        let mut searcher = make_searcher(SearchAlgorithm::Tpe, &space, seed);
+        let mut known: Vec<Config> = Vec::new();
+        let mut outstanding = VecDeque::new();
+        while known.len() < 32 {
+            while outstanding.len() < 4 && known.len() < 32 {
+                let suggestion = searcher.ask().unwrap();
+                assert!(
+                    !known.contains(&suggestion.config),
+                    "seed {seed}, ask {}: {:?} again",
+                    suggestion.id,
+                    suggestion.config
+                );
+                known.push(suggestion.config.clone());
+                outstanding.push_back(suggestion);
+            }
+            let oldest: Suggestion = outstanding.pop_front().unwrap();
+            searcher.tell(oldest.id, discrete_objective(&oldest.config));
+        }
+    }
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
-    (values[values.len() / 2 - 1] + values[values.len() / 2]) / 2.0
+    let middle = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[middle]
+    } else {
+        (values[middle - 1] + values[middle]) / 2.0
+    }
 }
 
 fn best_after(algorithm: SearchAlgorithm, seed: u64, budget: usize) -> f64 {
@@ -286,6 +319,80 @@ fn model_based_search_beats_random_on_a_quadratic() {
     assert!(ucb < random, "gp-ucb {ucb} vs random {random}");
     assert!(ei < random, "gp-ei {ei} vs random {random}");
     assert!(tpe < random, "tpe {tpe} vs random {random}");
+}
+
+/// The simple regret (best value so far minus the known minimum) after each of
+/// `budget` sequential evaluations of `function`, as `benches/search_quality.rs`
+/// measures it.
+fn regret_trace(
+    algorithm: SearchAlgorithm,
+    function: &TestFunction,
+    seed: u64,
+    budget: usize,
+) -> Vec<f64> {
+    let mut builder = SearchSpace::builder();
+    for (axis, (low, high)) in function.bounds.iter().enumerate() {
+        builder = builder.uniform(format!("x{axis}"), *low, *high);
+    }
+    let space = builder.build().unwrap();
+    let mut searcher = make_searcher(algorithm, &space, seed);
+    let mut best = f64::INFINITY;
+    (0..budget)
+        .map(|_| {
+            let suggestion = searcher.ask().unwrap();
+            let point: Vec<f64> = (0..function.dim())
+                .map(|axis| real(&suggestion.config, &format!("x{axis}")))
+                .collect();
+            let value = function.eval(&point);
+            best = best.min(value);
+            searcher.tell(suggestion.id, value);
+            best - function.minimum
+        })
+        .collect()
+}
+
+/// Regression: with Hyperopt's `ceil(0.25·√n)` good points instead of Optuna's
+/// `ceil(0.1·n)`, l(x) held two or three broad kernels, TPE stalled after about 30
+/// evaluations and ended level with random search on Branin.
+#[test]
+fn tpe_beats_random_on_benchmark_functions_and_keeps_improving() {
+    let seeds = 0..5;
+    let check = |function: TestFunction, max_ratio: f64| {
+        let traces = |algorithm| -> Vec<Vec<f64>> {
+            seeds
+                .clone()
+                .map(|seed| regret_trace(algorithm, &function, seed, 100))
+                .collect()
+        };
+        let at = |traces: &[Vec<f64>], budget: usize| -> f64 {
+            median(traces.iter().map(|trace| trace[budget - 1]).collect())
+        };
+        let tpe = traces(SearchAlgorithm::Tpe);
+        let random = traces(SearchAlgorithm::Random);
+        let name = function.name;
+        assert!(
+            at(&tpe, 100) < max_ratio * at(&random, 100),
+            "{name}: median regret at 100, tpe {} vs random {}",
+            at(&tpe, 100),
+            at(&random, 100)
+        );
+        tpe
+    };
+    let branin = check(TestFunction::branin(), 0.25);
+    check(TestFunction::hartmann6(), 0.5);
+    for (seed, trace) in seeds.zip(&branin) {
+        assert!(
+            trace[99] < trace[29],
+            "branin seed {seed}: regret {} at 30 and still {} at 100",
+            trace[29],
+            trace[99]
+        );
+    }
+    assert!(
+        median(branin.iter().map(|trace| trace[99]).collect())
+            < 0.25 * median(branin.iter().map(|trace| trace[29]).collect()),
+        "branin: the median regret barely moved between 30 and 100 evaluations"
+    );
 }
 
 #[test]

@@ -1,17 +1,23 @@
-//! The tree-structured Parzen estimator (Bergstra et al. 2011), as Hyperopt and
-//! Optuna run it.
+//! The tree-structured Parzen estimator (Bergstra et al. 2011) with Optuna's defaults.
 //!
 //! After `n_initial` random configurations, each `ask` splits the observations at
-//! the `gamma` quantile (`min(ceil(gamma·√n), 25)` best ones are "good", Hyperopt's
+//! the `gamma` quantile (the `min(ceil(gamma·n), 25)` best ones are "good", Optuna's
 //! rule), fits one Parzen estimator per parameter to the good ones, l(x), and one to
 //! the rest, g(x), draws candidates from l and returns the one maximising
 //! l(x)/g(x). Numeric parameters use truncated Gaussian kernels on their `[0, 1]`
 //! image (Optuna's neighbour bandwidths with its "magic clip", a wide prior kernel,
 //! probability mass of the cell for integers); choices use smoothed counts.
+//! The good set grows linearly with `n` on purpose: the magic clip keeps every kernel
+//! of l at least `1/(n_good + 2)` wide, so a good set of two or three points (as
+//! Hyperopt's `ceil(0.25·√n)` gives at 30 to 100 observations) leaves l broad while g
+//! piles up where the search has been sampling, next to the best points, and the
+//! ratio then steers candidates away from them.
 //! A conditional parameter's estimators see only the observations where it is
 //! active. Pending suggestions join the "rest" (Optuna's constant liar), which pushes
-//! parallel asks apart. The result is one not already observed or pending whenever a
-//! candidate allows it.
+//! parallel asks apart. The result is one not already observed or pending whenever
+//! a draw allows it: when every candidate from l is known (small discrete spaces),
+//! up to `FRESH_DRAWS` draws from the prior are scored the same way, and the random
+//! start redraws a known configuration up to as many times.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -25,7 +31,8 @@ use super::{Config, Param, ParamKind, SearchSpace, Searcher, Suggestion, mix_see
 pub struct TpeOptions {
     /// Random configurations before the first model.
     pub n_initial: usize,
-    /// The quantile factor: `min(ceil(gamma·√n), 25)` of `n` observations are "good".
+    /// The quantile of "good" observations: the best `min(ceil(gamma·n), 25)` of `n`
+    /// (at least one) shape l(x).
     pub gamma: f64,
     /// Candidates drawn from l(x) per `ask`.
     pub n_candidates: usize,
@@ -37,12 +44,16 @@ impl Default for TpeOptions {
     fn default() -> Self {
         Self {
             n_initial: 10,
-            gamma: 0.25,
+            gamma: 0.1,
             n_candidates: 24,
             prior_weight: 1.0,
         }
     }
 }
+
+/// How many prior draws look for a configuration that is neither observed nor
+/// pending when the usual draws gave none.
+const FRESH_DRAWS: usize = 64;
 
 const LN_SQRT_2PI: f64 = 0.918_938_533_204_672_8;
 
@@ -199,6 +210,11 @@ impl Parzen {
     }
 }
 
+/// log l(x) − log g(x) of one parameter at `unit`.
+fn log_ratio(good: &Parzen, rest: &Parzen, param: &Param, unit: f64) -> f64 {
+    good.log_density(param, unit) - rest.log_density(param, unit)
+}
+
 /// The tree-structured Parzen estimator over a [`SearchSpace`]; never runs out.
 #[derive(Debug, Clone)]
 pub struct TpeSearcher {
@@ -232,10 +248,12 @@ impl TpeSearcher {
             .collect()
     }
 
+    /// One model-based suggestion: split the observations, fit l(x) and g(x), and
+    /// take the best-scoring candidate that is neither observed nor pending.
     fn ask_model(&mut self) -> Config {
         let observed = self.history.observed();
         let n = observed.len();
-        let n_below = ((self.options.gamma * (n as f64).sqrt()).ceil() as usize)
+        let n_below = ((self.options.gamma * (n as f64)).ceil() as usize)
             .clamp(1, 25)
             .min(n);
         let mut order: Vec<usize> = (0..n).collect();
@@ -271,28 +289,69 @@ impl TpeSearcher {
                 let unit = good[param_idx].sample(&mut self.rng);
                 point[param_idx] = unit;
                 active[param_idx] = true;
-                score += good[param_idx].log_density(param, unit)
-                    - rest[param_idx].log_density(param, unit);
+                score += log_ratio(&good[param_idx], &rest[param_idx], param, unit);
             }
             candidates.push((score, point));
         }
-        candidates.sort_by(|left, right| right.0.total_cmp(&left.0));
-        let mut first = None;
-        for (_, point) in candidates {
-            let config = self.space.decode(&point);
+        let mut ranked: Vec<(f64, Config)> = candidates
+            .into_iter()
+            .map(|(score, point)| (score, self.space.decode(&point)))
+            .collect();
+        // A stable sort: ties keep the order of the draws.
+        ranked.sort_by(|left, right| right.0.total_cmp(&left.0));
+        if let Some(index) = ranked
+            .iter()
+            .position(|(_, config)| !self.history.is_known(config))
+        {
+            return ranked.swap_remove(index).1;
+        }
+        // Every draw from l(x) is known: take the most promising new draw from the prior.
+        let mut fresh: Option<(f64, Config)> = None;
+        for _ in 0..FRESH_DRAWS {
+            let config = self.space.sample(&mut self.rng);
+            if self.history.is_known(&config) {
+                continue;
+            }
+            let score = self
+                .space
+                .encode(&config)
+                .into_iter()
+                .enumerate()
+                .filter_map(|(param_idx, unit)| {
+                    let param = &self.space.params()[param_idx];
+                    unit.map(|unit| log_ratio(&good[param_idx], &rest[param_idx], param, unit))
+                })
+                .sum();
+            if fresh.as_ref().is_none_or(|(best, _)| score > *best) {
+                fresh = Some((score, config));
+            }
+        }
+        fresh
+            .or_else(|| ranked.into_iter().next())
+            .expect("there is at least one candidate")
+            .1
+    }
+
+    /// A configuration from the prior, redrawn while it is already observed or pending.
+    fn ask_prior(&mut self) -> Config {
+        let first = self.space.sample(&mut self.rng);
+        if !self.history.is_known(&first) {
+            return first;
+        }
+        for _ in 1..FRESH_DRAWS {
+            let config = self.space.sample(&mut self.rng);
             if !self.history.is_known(&config) {
                 return config;
             }
-            first.get_or_insert(config);
         }
-        first.expect("there is at least one candidate")
+        first
     }
 }
 
 impl Searcher for TpeSearcher {
     fn ask(&mut self) -> Option<Suggestion> {
         let config = if self.history.observed().len() < self.options.n_initial.max(1) {
-            self.space.sample(&mut self.rng)
+            self.ask_prior()
         } else {
             self.ask_model()
         };
