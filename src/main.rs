@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use xp::{Client, ExperimentSpec, SubmitOptions};
-use xp_runtime::protocol::{ExperimentStatus, NodeState, TrialState};
+use xp_runtime::protocol::{ExperimentStatus, TrialState};
 use xp_runtime::views::{experiment_json, node_json};
 
 #[derive(Parser, Debug)]
@@ -301,11 +301,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     "NODE", "NAME", "STATE", "GPUS", "CPUS", "WORKERS"
                 );
                 for node in &nodes {
-                    let state = if node.state == NodeState::Ready {
-                        "ready"
-                    } else {
-                        "lost"
-                    };
+                    let state = node.state.as_str();
                     let labels: Vec<String> = node
                         .labels
                         .iter()

@@ -70,6 +70,9 @@ impl TuneSummary {
     }
 }
 
+/// How long a stopped evaluation has between SIGTERM and SIGKILL.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 enum EvalEvent {
     Metric {
         i: u32,
@@ -138,7 +141,9 @@ pub async fn tune(mut job: TuneJob, mut emit: impl FnMut(Value)) -> Result<TuneS
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
-                .kill_on_drop(true);
+                .kill_on_drop(true)
+                // Its own process group, so a stop reaches the script and its children.
+                .process_group(0);
             for (name, value) in &suggestion.config {
                 command.env(env_name(name), value.to_string());
             }
@@ -274,17 +279,33 @@ async fn evaluate(
         last
     });
     let mut stopped = false;
+    let group = child.id().map(|pid| nix::unistd::Pid::from_raw(pid as i32));
+    let signal_group = |signal| {
+        if let Some(group) = group {
+            let _ = nix::sys::signal::killpg(group, signal);
+        }
+    };
     let status = tokio::select! {
         status = child.wait() => status.ok(),
         _ = stop => {
             stopped = true;
-            if let Some(pid) = child.id() {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+            signal_group(nix::sys::signal::Signal::SIGTERM);
+            match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+                Ok(status) => status.ok(),
+                Err(_) => {
+                    signal_group(nix::sys::signal::Signal::SIGKILL);
+                    child.wait().await.ok()
+                }
             }
-            child.wait().await.ok()
         }
     };
-    let last_line = reader.await.ok().flatten();
+    // Whatever the command left behind goes too, and its output is read for a bounded time.
+    signal_group(nix::sys::signal::Signal::SIGKILL);
+    let last_line = tokio::time::timeout(STOP_GRACE, reader)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .flatten();
     let _ = events.send(EvalEvent::Done {
         i,
         last_line,

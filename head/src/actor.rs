@@ -63,7 +63,7 @@ pub enum HeadMsg {
     /// A node registered on a new session.
     NodeRegistered(NodeRegistration, Reply<()>),
     /// A message arrived on a node's session.
-    FromNode(NodeId, NodeMessage),
+    FromNode(NodeId, NodeMessage, Reply<()>),
     /// A node's session ended.
     NodeDisconnected(NodeId, u64),
     /// Time passed.
@@ -228,13 +228,15 @@ impl Actor for HeadActor {
                 state.args.core.handle_node_register(now, registration);
                 state.reply(reply, Ok(()));
             }
-            HeadMsg::FromNode(node_id, message) => {
+            HeadMsg::FromNode(node_id, message, reply) => {
                 if let NodeMessage::Report { seq, .. } = &message {
                     let ack = state.acks.entry(node_id).or_default();
                     *ack = (*ack).max(*seq);
                 }
                 state.args.core.handle_node_message(now, node_id, message);
+                // A failed commit is logged by flush; the node's report stays unacknowledged.
                 let _ = state.flush();
+                let _ = reply.send(Ok(()));
             }
             HeadMsg::NodeDisconnected(node_id, session_id) => {
                 state

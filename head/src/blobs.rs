@@ -39,6 +39,8 @@ pub enum BlobError {
     Io(#[from] std::io::Error),
 }
 
+static UPLOAD_SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The blob directory.
 #[derive(Debug, Clone)]
 pub struct BlobStore {
@@ -70,9 +72,11 @@ impl BlobStore {
             return Err(BlobError::TooLarge { len });
         }
         let final_path = self.path(hash);
+        // Uploads of one hash may race: each writes its own temporary file.
+        let sequence = UPLOAD_SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let temporary = self
             .dir
-            .join(format!(".{hash}.{}.part", std::process::id()));
+            .join(format!(".{hash}.{}.{sequence}.part", std::process::id()));
         let result = async {
             let mut file = tokio::fs::File::create(&temporary).await?;
             let mut hasher = blake3::Hasher::new();
@@ -100,6 +104,8 @@ impl BlobStore {
             }
             file.sync_all().await?;
             tokio::fs::rename(&temporary, &final_path).await?;
+            // The rename is durable only once the directory is synced.
+            tokio::fs::File::open(&self.dir).await?.sync_all().await?;
             Ok(())
         }
         .await;

@@ -30,6 +30,11 @@ use xp_runtime::stopping::{Decision, StoppingRule, make_rule};
 use crate::placement::{FreeResources, WorkerDemand, place_gang};
 use crate::sweep::{DEFAULT_ADAPTIVE_PARALLEL, Sweep, SweepOp};
 
+/// How often a trial may be requeued for reasons not its own (lost nodes, refused
+/// launches) before it fails, so that a trial that kills its nodes cannot loop.
+const MAX_REQUEUES: u32 = 20;
+/// The most distinct metric names a trial's summary keeps (the history keeps all).
+const MAX_METRIC_NAMES: usize = 1024;
 /// The first port handed out as `MASTER_PORT`, as torchrun does.
 const FIRST_MASTER_PORT: u16 = 29500;
 /// The last port handed out as `MASTER_PORT`.
@@ -109,6 +114,9 @@ pub struct TrialRecord {
     /// The finished trial whose result this one reuses instead of running.
     #[serde(default)]
     pub reused_from: Option<TrialId>,
+    /// Times the trial was requeued through no fault of its own.
+    #[serde(default)]
+    pub requeues: u32,
 }
 
 /// One attempt of a trial.
@@ -259,6 +267,8 @@ pub struct HeadCore {
     nodes: BTreeMap<NodeId, NodeRecord>,
     usage: BTreeMap<NodeId, NodeUsage>,
     ports_in_use: BTreeMap<String, BTreeSet<u16>>,
+    /// Where the next `MASTER_PORT` search starts, per host.
+    port_cursor: BTreeMap<String, u16>,
     events: BTreeMap<ExperimentId, Vec<TrialEvent>>,
     /// Succeeded trials that ran themselves, by trial identity: what new trials may reuse.
     succeeded_by_identity: BTreeMap<[u8; 32], TrialId>,
@@ -302,6 +312,7 @@ impl HeadCore {
             nodes: BTreeMap::new(),
             usage: BTreeMap::new(),
             ports_in_use: BTreeMap::new(),
+            port_cursor: BTreeMap::new(),
             events: BTreeMap::new(),
             succeeded_by_identity: BTreeMap::new(),
             newly_finished: Vec::new(),
@@ -558,6 +569,7 @@ impl HeadCore {
             reason: None,
             queued_at: now,
             reused_from: None,
+            requeues: 0,
         };
         let (state, reason) = match source {
             Some(source) => {
@@ -576,6 +588,9 @@ impl HeadCore {
         };
         record.state = state;
         record.reason = Some(reason.clone());
+        if state.is_terminal() {
+            self.newly_finished.push(trial_id);
+        }
         self.trials.insert(trial_id, record);
         self.push_event(now, trial_id, state, 0, reason);
         self.dirty_trials.insert(trial_id);
@@ -800,9 +815,25 @@ impl HeadCore {
             return;
         };
         node.last_seen = now;
+        if node.state == NodeState::Lost {
+            // Its work was already rescheduled; make it register again so that what it
+            // still runs is reconciled (killed) and it becomes schedulable again.
+            self.commands.push_back((
+                node_id,
+                HeadCommand::Reconnect {
+                    reason: "the head had given this node up as lost".to_owned(),
+                },
+            ));
+            return;
+        }
         match message {
             NodeMessage::Register(_) => warn!(%node_id, "duplicate registration ignored"),
             NodeMessage::Heartbeat | NodeMessage::Logs { .. } => {}
+            NodeMessage::Draining => {
+                info!(%node_id, "node draining: nothing more is placed on it");
+                node.state = NodeState::Draining;
+                self.dirty_nodes.insert(node_id);
+            }
             NodeMessage::Report { report, .. } => {
                 self.handle_report(now, node_id, report);
                 self.schedule(now);
@@ -816,7 +847,7 @@ impl HeadCore {
             .nodes
             .values()
             .filter(|node| {
-                node.state == NodeState::Ready
+                node.state != NodeState::Lost
                     && now.saturating_sub(node.last_seen) > self.config.node_timeout_ms
             })
             .map(|node| node.id)
@@ -937,6 +968,15 @@ impl HeadCore {
                     self.fail_attempt(now, key, format!("rank {} {how}", key.rank));
                 }
             }
+            WorkerReport::Refused { reason, .. } => {
+                if worker_state.holds_resources() {
+                    self.lose_worker(
+                        now,
+                        key,
+                        format!("node {node_id} refused rank {}: {reason}", key.rank),
+                    );
+                }
+            }
             WorkerReport::Stopped { reason, .. } => {
                 if !worker_state.holds_resources() {
                     return;
@@ -971,14 +1011,26 @@ impl HeadCore {
                     worker.last_metric_index = Some(index);
                 }
                 let values: BTreeMap<String, f64> = values.into_iter().collect();
-                if key.rank == 0 {
+                // Only the live attempt speaks for the trial; a lost attempt's late
+                // reports stay in the history but do not overwrite the result.
+                let speaks_for_trial = attempt_live && !self.trials[&key.trial].state.is_terminal();
+                if key.rank == 0 && speaks_for_trial {
                     let trial = self
                         .trials
                         .get_mut(&key.trial)
                         .expect("worker lookup found the trial");
-                    trial
-                        .metrics
-                        .extend(values.iter().map(|(name, value)| (name.clone(), *value)));
+                    let room = MAX_METRIC_NAMES.saturating_sub(trial.metrics.len());
+                    let mut new_names = 0;
+                    for (name, value) in &values {
+                        if let Some(slot) = trial.metrics.get_mut(name) {
+                            *slot = *value;
+                        } else if new_names < room {
+                            trial.metrics.insert(name.clone(), *value);
+                            new_names += 1;
+                        } else {
+                            warn!(trial_id = %key.trial, metric = %name, "more than {MAX_METRIC_NAMES} metric names; this one is kept in the history only");
+                        }
+                    }
                     if step.is_some() {
                         trial.last_step = step;
                     }
@@ -1039,9 +1091,15 @@ impl HeadCore {
     // ---- Scheduling ----
 
     fn schedule(&mut self, now: UnixMillis) {
-        // Invariant: drained on every scheduling pass; the sweeps consume it.
-        let finished = std::mem::take(&mut self.newly_finished);
-        self.advance_sweeps(now, &finished);
+        // Invariant: drained on every scheduling pass; the sweeps consume it. Settling
+        // a suggestion can create reused (already finished) trials: loop until none.
+        loop {
+            let finished = std::mem::take(&mut self.newly_finished);
+            if finished.is_empty() {
+                break;
+            }
+            self.advance_sweeps(now, &finished);
+        }
         self.admit_pending(now);
         let mut queue: Vec<(i32, UnixMillis, TrialId)> = self
             .trials
@@ -1289,14 +1347,30 @@ impl HeadCore {
             return false;
         };
         let master_host = self.nodes[&slots[0].node].address.clone();
+        // Rotate through the range, so a retry never reuses the port an old rank 0,
+        // still being stopped, may hold.
         let used_ports = self.ports_in_use.entry(master_host.clone()).or_default();
-        let Some(master_port) =
-            (FIRST_MASTER_PORT..=LAST_MASTER_PORT).find(|port| !used_ports.contains(port))
+        let cursor = self
+            .port_cursor
+            .get(&master_host)
+            .copied()
+            .unwrap_or(FIRST_MASTER_PORT);
+        let Some(master_port) = (cursor..=LAST_MASTER_PORT)
+            .chain(FIRST_MASTER_PORT..cursor)
+            .find(|port| !used_ports.contains(port))
         else {
             warn!(host = %master_host, "no free MASTER_PORT left on this host");
             return false;
         };
         used_ports.insert(master_port);
+        self.port_cursor.insert(
+            master_host.clone(),
+            if master_port == LAST_MASTER_PORT {
+                FIRST_MASTER_PORT
+            } else {
+                master_port + 1
+            },
+        );
         let trial = &self.trials[&trial_id];
         let number = trial.attempts.len() as u32 + 1;
         let workers: Vec<WorkerRecord> = slots
@@ -1583,9 +1657,15 @@ impl HeadCore {
     /// The worker's process is gone through no fault of the trial (node lost or
     /// restarted): the attempt ends and the trial is requeued without using a retry.
     fn lose_worker(&mut self, now: UnixMillis, key: WorkerKey, reason: String) {
-        let attempt_live = self
-            .worker(key)
-            .is_some_and(|(attempt, _)| attempt.is_live());
+        let Some((attempt, worker)) = self.worker(key) else {
+            return;
+        };
+        let attempt_live = attempt.is_live();
+        let (node, held) = (worker.node, worker.state.holds_resources());
+        if held {
+            // Should the process still exist (a node that only looked lost), stop it.
+            self.kill_on(node, key.trial, key.attempt, &reason);
+        }
         self.release_worker(key, WorkerState::Lost);
         if !attempt_live {
             return;
@@ -1595,8 +1675,19 @@ impl HeadCore {
             .trials
             .get_mut(&key.trial)
             .expect("lost worker has a trial");
-        if !trial.state.is_terminal() {
-            trial.queued_at = now;
+        if trial.state.is_terminal() {
+            return;
+        }
+        trial.requeues += 1;
+        trial.queued_at = now;
+        if trial.requeues > MAX_REQUEUES {
+            self.transition(
+                now,
+                key.trial,
+                TrialState::Failed,
+                format!("requeued {MAX_REQUEUES} times without finishing; last: {reason}"),
+            );
+        } else {
             self.transition(
                 now,
                 key.trial,

@@ -641,3 +641,139 @@ fn early_stopping_stops_a_bad_trial_and_frees_its_slot() {
     assert_eq!(kills, stopped.len());
     core.check_invariants();
 }
+
+#[test]
+fn a_lost_node_that_speaks_again_is_asked_to_register_and_old_reports_do_not_overwrite() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let (a, b) = (node_id(1), node_id(2));
+    core.handle_node_register(0, registration(a, 0, 1, Vec::new()));
+    let experiment = submit(&mut core, 0, ONE, false);
+    let old = launches(&commands(&mut core))[0].1;
+    report(&mut core, 1, a, WorkerReport::Started { key: old, pid: 1 });
+    core.handle_node_register(2, registration(b, 0, 1, Vec::new()));
+    core.handle_node_message(11_000, b, NodeMessage::Heartbeat);
+    core.handle_tick(11_001);
+    let after_loss = commands(&mut core);
+    assert!(
+        after_loss
+            .iter()
+            .any(|(node, command)| *node == a && matches!(command, HeadCommand::Kill { .. })),
+        "the lost worker is told to stop"
+    );
+    let new = launches(&after_loss)
+        .into_iter()
+        .find(|(node, _)| *node == b)
+        .unwrap()
+        .1;
+    // The lost node was only partitioned: it speaks on its old session.
+    core.handle_node_message(11_500, a, NodeMessage::Heartbeat);
+    assert!(
+        commands(&mut core)
+            .iter()
+            .any(|(node, command)| *node == a && matches!(command, HeadCommand::Reconnect { .. }))
+    );
+    report(
+        &mut core,
+        12_000,
+        b,
+        WorkerReport::Started { key: new, pid: 2 },
+    );
+    report(
+        &mut core,
+        12_000,
+        b,
+        WorkerReport::Metric {
+            key: new,
+            index: 1,
+            step: Some(5),
+            values: vec![("loss".to_owned(), 0.1)],
+        },
+    );
+    report(
+        &mut core,
+        12_000,
+        b,
+        WorkerReport::Exited {
+            key: new,
+            code: Some(0),
+            signal: None,
+        },
+    );
+    // The old attempt's late report, resent after the partition, changes nothing.
+    core.handle_node_register(12_500, registration(a, 0, 1, vec![old]));
+    report(
+        &mut core,
+        12_600,
+        a,
+        WorkerReport::Metric {
+            key: old,
+            index: 1,
+            step: Some(9),
+            values: vec![("loss".to_owned(), 9.0)],
+        },
+    );
+    let trial = &core.trials[&TrialId {
+        experiment,
+        index: 0,
+    }];
+    assert_eq!(trial.state, TrialState::Succeeded);
+    assert_eq!(trial.metrics["loss"], 0.1);
+    assert_eq!(trial.last_step, Some(5));
+    core.check_invariants();
+}
+
+#[test]
+fn a_sweep_whose_suggestions_are_all_reused_keeps_asking() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 0, 8, Vec::new()));
+    let loss = |config: &serde_json::Value| (config["x"].as_f64().unwrap() - 1.0).powi(2);
+    let small = ADAPTIVE.replace("trials: 7", "trials: 2");
+    submit(&mut core, 0, &small, false);
+    assert_eq!(finish_all(&mut core, 1, node, loss), 2);
+    // The same start-up suggestions with a bigger budget: the first two are reused.
+    let bigger = submit(&mut core, 2, &ADAPTIVE.replace("name: a", "name: b"), false);
+    assert_eq!(
+        core.trials[&TrialId {
+            experiment: bigger,
+            index: 0
+        }]
+            .reused_from
+            .map(|id| id.index),
+        Some(0)
+    );
+    let mut ran = 0;
+    for now in 3..20 {
+        ran += finish_all(&mut core, now, node, loss);
+    }
+    assert_eq!(ran, 5, "the other five configurations still run");
+    assert_eq!(core.trials.range(super::trial_range(bigger)).count(), 7);
+}
+
+#[test]
+fn master_ports_rotate_so_a_retry_never_reuses_a_stopping_rank_zero_port() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 0, 1, Vec::new()));
+    submit(&mut core, 0, ONE, false);
+    let port_of = |commands: &[(NodeId, HeadCommand)]| {
+        commands.iter().find_map(|(_, command)| match command {
+            HeadCommand::Launch(launch) => Some(launch.master_port),
+            _ => None,
+        })
+    };
+    let first = commands(&mut core);
+    let key = launches(&first)[0].1;
+    report(
+        &mut core,
+        1,
+        node,
+        WorkerReport::Exited {
+            key,
+            code: Some(1),
+            signal: None,
+        },
+    );
+    let second = commands(&mut core);
+    assert_ne!(port_of(&first), port_of(&second));
+}

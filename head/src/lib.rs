@@ -86,7 +86,16 @@ pub struct RunningHead {
 }
 
 /// Starts a head in the current runtime.
+///
+/// The runtime must be multi-threaded: the actor commits to disk with `block_in_place`.
 pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
+    if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::CurrentThread
+    {
+        return Err(HeadError::Actor(
+            "the head needs a multi-threaded tokio runtime".to_owned(),
+        ));
+    }
     let io_error = |context: String| move |source| HeadError::Io { context, source };
     std::fs::create_dir_all(&config.data_dir).map_err(io_error(format!(
         "cannot create {}",

@@ -30,6 +30,8 @@ use xp_runtime::transport::{
 use crate::actor::{HeadMsg, NodeSessionHandle, Reply, Sessions};
 use crate::blobs::BlobStore;
 
+/// The largest hello accepted from a peer not yet authenticated.
+const MAX_HELLO_BYTES: usize = 16 << 10;
 /// How long a log read waits for the node.
 const LOG_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an actor call may take before the request fails.
@@ -109,7 +111,8 @@ async fn handle_connection(incoming: quinn::Incoming, context: Arc<ServerContext
             .accept_bi()
             .await
             .map_err(|error| FrameError::Io(std::io::Error::other(error)))?;
-        let message = frame::read_message(&mut recv).await?;
+        // Nothing but a small hello is read before the token is checked.
+        let message = frame::read_message_limited(&mut recv, MAX_HELLO_BYTES).await?;
         Ok::<_, FrameError>((send, recv, message))
     })
     .await;
@@ -258,8 +261,21 @@ async fn handle_stream(mut send: SendStream, mut recv: RecvStream, context: Arc<
         Ok(response) => Message::Response(response),
         Err(error) => Message::Error(error),
     };
-    if let Err(error) = transport::send_final(&mut send, &message).await {
-        debug!(%error, "response not delivered");
+    match transport::send_final(&mut send, &message).await {
+        Ok(()) => {}
+        Err(transport::TransportError::Frame(FrameError::TooLarge { len })) => {
+            // Say so instead of closing the stream without a word.
+            warn!(len, "response larger than a frame; refused");
+            let error = RemoteError::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "the answer ({len} bytes) exceeds the {} byte frame limit: ask for one experiment, or fewer trials",
+                    frame::MAX_FRAME_BYTES
+                ),
+            );
+            transport::send_error(&mut send, error).await;
+        }
+        Err(error) => debug!(%error, "response not delivered"),
     }
 }
 
@@ -428,7 +444,12 @@ async fn run_node_session(
                     }
                 }
                 Ok(Some(Message::FromNode(message))) => {
-                    let _ = context.head.cast(HeadMsg::FromNode(node_id, message));
+                    // Waiting for the actor here is the backpressure: a node that reports
+                    // faster than the head persists is slowed by QUIC flow control.
+                    if let Err(error) = call(&context.head, |reply| HeadMsg::FromNode(node_id, message, reply)).await {
+                        warn!(%error, "node report not processed; the node resends it after reconnecting");
+                        break;
+                    }
                 }
                 Ok(Some(other)) => {
                     warn!(?other, "unexpected message on a node session; closing it");

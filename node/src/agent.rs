@@ -71,6 +71,8 @@ pub struct Agent {
     reports_tx: mpsc::UnboundedSender<WorkerReport>,
     reports_rx: mpsc::UnboundedReceiver<WorkerReport>,
     heartbeat: Duration,
+    /// Shutting down: new launches are refused.
+    draining: bool,
 }
 
 enum SessionEnd {
@@ -92,6 +94,7 @@ impl Agent {
             reports_tx,
             reports_rx,
             heartbeat: Duration::from_secs(1),
+            draining: false,
         }
     }
 
@@ -113,6 +116,7 @@ impl Agent {
                         .connection
                         .close(transport::CLOSE_SHUTDOWN.into(), b"node session ended");
                     if matches!(end, SessionEnd::Shutdown) {
+                        self.stop_all_workers("node shutting down").await;
                         return Ok(());
                     }
                     warn!("lost the head; reconnecting");
@@ -193,6 +197,9 @@ impl Agent {
             tokio::select! {
                 () = shutdown.cancelled(), if draining_until.is_none() => {
                     info!(workers = self.workers.len(), "shutting down: stopping workers");
+                    self.draining = true;
+                    // Tell the head first, so the stopped trials are placed elsewhere.
+                    let _ = frame::write_message(&mut send, &Message::FromNode(NodeMessage::Draining)).await;
                     for worker in self.workers.values_mut() {
                         if let Some(stop) = worker.stop.take() {
                             let _ = stop.send("node shutting down".to_owned());
@@ -206,6 +213,10 @@ impl Agent {
                 () = tokio::time::sleep_until(drain_deadline), if draining_until.is_some() => break SessionEnd::Shutdown,
                 command = commands_rx.recv() => {
                     let Some(command) = command else { break SessionEnd::Disconnected };
+                    if let HeadCommand::Reconnect { reason } = &command {
+                        warn!(%reason, "the head asked this node to register again");
+                        break SessionEnd::Disconnected;
+                    }
                     let replies = self.handle_command(connection, command).await;
                     if write_all(&mut send, replies).await.is_err() {
                         break SessionEnd::Disconnected;
@@ -238,7 +249,8 @@ impl Agent {
     fn record(&mut self, report: WorkerReport) -> u64 {
         if let WorkerReport::Exited { key, .. }
         | WorkerReport::LaunchFailed { key, .. }
-        | WorkerReport::Stopped { key, .. } = &report
+        | WorkerReport::Stopped { key, .. }
+        | WorkerReport::Refused { key, .. } = &report
         {
             self.workers.remove(key);
             self.slots.release(*key);
@@ -282,6 +294,8 @@ impl Agent {
                 }
                 Vec::new()
             }
+            // Handled by the session loop, which ends the session.
+            HeadCommand::Reconnect { .. } => Vec::new(),
             HeadCommand::ReadLogs {
                 request_id,
                 key,
@@ -302,11 +316,19 @@ impl Agent {
             debug!(worker = %key, "duplicate launch ignored");
             return;
         }
-        if let Err(busy) = self.slots.claim(key, &launch.gpu_indices) {
-            warn!(worker = %key, %busy, "launch refused");
-            let _ = self.reports_tx.send(WorkerReport::LaunchFailed {
+        if self.draining {
+            let _ = self.reports_tx.send(WorkerReport::Refused {
                 key,
-                error: busy.to_string(),
+                reason: "the node is shutting down".to_owned(),
+            });
+            return;
+        }
+        if let Err(busy) = self.slots.claim(key, &launch.gpu_indices) {
+            // A worker the head already gave up is still stopping: not the trial's fault.
+            warn!(worker = %key, %busy, "launch refused");
+            let _ = self.reports_tx.send(WorkerReport::Refused {
+                key,
+                reason: busy.to_string(),
             });
             return;
         }
@@ -318,7 +340,11 @@ impl Agent {
         let task = xp_runtime::task::spawn("worker", async move {
             match resolve_command(&data_dir, &advertise_host, &connection, &launch).await {
                 Ok(command) => worker::supervise(launch, command, reports, stop_rx).await,
-                Err(error) => {
+                Err(PrepareError::Refused(reason)) => {
+                    warn!(worker = %key, %reason, "worker could not be prepared");
+                    let _ = reports.send(WorkerReport::Refused { key, reason });
+                }
+                Err(PrepareError::Invalid(error)) => {
                     warn!(worker = %key, %error, "worker could not be prepared");
                     let _ = reports.send(WorkerReport::LaunchFailed { key, error });
                 }
@@ -382,6 +408,14 @@ async fn write_all(send: &mut SendStream, messages: Vec<Message>) -> Result<(), 
     Ok(())
 }
 
+/// Why a worker could not be prepared.
+enum PrepareError {
+    /// Not the trial's fault (the binary could not be fetched): the head places it again.
+    Refused(String),
+    /// The launch itself is unusable.
+    Invalid(String),
+}
+
 /// Where a worker's combined output is kept.
 pub fn log_path(data_dir: &Path, key: WorkerKey) -> PathBuf {
     data_dir
@@ -423,7 +457,7 @@ async fn resolve_command(
     advertise_host: &str,
     connection: &HeadConnection,
     launch: &Launch,
-) -> Result<WorkerCommand, String> {
+) -> Result<WorkerCommand, PrepareError> {
     let key = launch.key;
     let log_path = log_path(data_dir, key);
     let node_env = vec![("XP_NODE_HOST".to_owned(), advertise_host.to_owned())];
@@ -434,7 +468,9 @@ async fn resolve_command(
         .join(format!("rank{}", key.rank));
     match &launch.program {
         Program::Command { argv } => {
-            let (program, args) = argv.split_first().ok_or("empty command")?;
+            let (program, args) = argv
+                .split_first()
+                .ok_or_else(|| PrepareError::Invalid("empty command".to_owned()))?;
             Ok(WorkerCommand {
                 program: program.into(),
                 args: args.to_vec(),
@@ -444,7 +480,9 @@ async fn resolve_command(
             })
         }
         Program::Entry { binary, entry } => {
-            let program = cached_binary(data_dir, connection, *binary).await?;
+            let program = cached_binary(data_dir, connection, *binary)
+                .await
+                .map_err(PrepareError::Refused)?;
             Ok(WorkerCommand {
                 program,
                 args: Vec::new(),

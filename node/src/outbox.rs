@@ -70,7 +70,10 @@ impl Outbox {
             .filter(|report| {
                 matches!(
                     report,
-                    WorkerReport::Exited { .. } | WorkerReport::LaunchFailed { .. }
+                    WorkerReport::Exited { .. }
+                        | WorkerReport::LaunchFailed { .. }
+                        | WorkerReport::Stopped { .. }
+                        | WorkerReport::Refused { .. }
                 )
             })
             .map(WorkerReport::key)

@@ -95,6 +95,15 @@ pub fn decode_body(body: &[u8]) -> Result<Message, FrameError> {
 pub async fn read_message<R: AsyncRead + Unpin>(
     reader: &mut R,
 ) -> Result<Option<Message>, FrameError> {
+    read_message_limited(reader, MAX_FRAME_BYTES).await
+}
+
+/// [`read_message`] with a tighter size limit, for frames that are small by
+/// nature (a hello from a peer not yet authenticated).
+pub async fn read_message_limited<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    limit: usize,
+) -> Result<Option<Message>, FrameError> {
     let mut header = [0u8; 4];
     let mut filled = 0;
     while filled < header.len() {
@@ -108,7 +117,7 @@ pub async fn read_message<R: AsyncRead + Unpin>(
         filled += read;
     }
     let len = u32::from_be_bytes(header) as usize;
-    if len > MAX_FRAME_BYTES {
+    if len > limit.min(MAX_FRAME_BYTES) {
         return Err(FrameError::TooLarge { len });
     }
     let mut body = vec![0u8; len];

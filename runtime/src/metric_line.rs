@@ -12,6 +12,8 @@ use tokio::io::AsyncBufReadExt;
 pub const METRIC_PREFIX: &str = "XP_METRIC ";
 /// The longest metric line accepted; longer lines are kept in the log but not parsed.
 pub const MAX_METRIC_LINE: usize = 64 * 1024;
+/// The longest metric name.
+pub const MAX_METRIC_NAME: usize = 128;
 /// The most metric names one line may carry.
 pub const MAX_METRICS_PER_LINE: usize = 256;
 
@@ -39,6 +41,9 @@ pub enum MetricLineError {
         /// What the JSON parser said.
         reason: String,
     },
+    /// A metric name is empty or longer than [`MAX_METRIC_NAME`].
+    #[error("metric names must be 1 to {MAX_METRIC_NAME} bytes")]
+    BadName,
     /// A value is neither a finite number nor null.
     #[error("metric `{name}` is not a finite number")]
     NotANumber {
@@ -75,6 +80,13 @@ pub fn parse_metric_line(line: &str) -> Result<Option<MetricReport>, MetricLineE
     for (name, value) in object {
         if name == "step" {
             report.step = Some(value.as_u64().ok_or(MetricLineError::BadStep)?);
+            continue;
+        }
+        if name.is_empty() || name.len() > MAX_METRIC_NAME {
+            return Err(MetricLineError::BadName);
+        }
+        // JSON writers turn NaN and infinities into null: skip that value, keep the others.
+        if value.is_null() {
             continue;
         }
         let number = value
@@ -170,6 +182,14 @@ mod tests {
         assert_eq!(
             parse_metric_line(r#"XP_METRIC {"step": -1}"#),
             Err(MetricLineError::BadStep)
+        );
+        let partial = parse_metric_line(r#"XP_METRIC {"loss": null, "acc": 0.5}"#)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            partial.values.len(),
+            1,
+            "a null value is skipped, the rest kept"
         );
     }
 }

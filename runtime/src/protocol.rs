@@ -431,6 +431,19 @@ pub enum NodeState {
     Ready,
     /// No heartbeat within the timeout; its work was rescheduled.
     Lost,
+    /// Shutting down: its work is moving elsewhere.
+    Draining,
+}
+
+impl NodeState {
+    /// The lowercase name used in JSON and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ready => "ready",
+            Self::Lost => "lost",
+            Self::Draining => "draining",
+        }
+    }
 }
 
 /// A node as `xp nodes` shows it.
@@ -520,6 +533,8 @@ pub enum NodeMessage {
         /// The chunk, or why there is none.
         result: Result<LogChunk, RemoteError>,
     },
+    /// The node is shutting down: place nothing more on it.
+    Draining,
 }
 
 /// Something that happened to a worker.
@@ -567,6 +582,15 @@ pub enum WorkerReport {
         /// Why the node stopped it.
         reason: String,
     },
+    /// The node could not start the worker through no fault of the trial (its GPU
+    /// is still held by a stopping worker, the driver binary could not be fetched,
+    /// the node is shutting down): the head places it again.
+    Refused {
+        /// The worker.
+        key: WorkerKey,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl WorkerReport {
@@ -577,7 +601,8 @@ impl WorkerReport {
             | Self::LaunchFailed { key, .. }
             | Self::Exited { key, .. }
             | Self::Metric { key, .. }
-            | Self::Stopped { key, .. } => *key,
+            | Self::Stopped { key, .. }
+            | Self::Refused { key, .. } => *key,
         }
     }
 }
@@ -616,6 +641,12 @@ pub enum HeadCommand {
         offset: u64,
         /// The most bytes to return.
         max_bytes: u32,
+    },
+    /// The head gave this session up (it judged the node lost): end it, reconnect
+    /// and register again so that what the node still runs is reconciled.
+    Reconnect {
+        /// Why, for the log.
+        reason: String,
     },
 }
 

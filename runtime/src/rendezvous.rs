@@ -18,6 +18,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, warn};
 
+/// How long one connection has to say who it is.
+const ARRIVAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest rendezvous message.
 const MAX_MESSAGE: usize = 64 << 10;
 
@@ -167,42 +169,46 @@ async fn serve(
             reason: format!("cannot listen: {error}"),
         })?;
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut arrived: BTreeMap<u32, (RankAddress, TcpStream)> = BTreeMap::new();
     let own_rank = own.rank;
+    // Each connection is read in its own task, so one silent connection cannot hold
+    // up the others.
+    let (arrivals_tx, mut arrivals_rx) =
+        tokio::sync::mpsc::channel::<(RankAddress, TcpStream)>(world_size as usize);
+    let mut readers = tokio::task::JoinSet::new();
+    let mut arrived: BTreeMap<u32, (RankAddress, TcpStream)> = BTreeMap::new();
     while arrived.len() + 1 < world_size as usize {
-        let accepted = tokio::time::timeout_at(deadline, listener.accept()).await;
-        let Ok(Ok((mut stream, peer))) = accepted else {
-            if accepted.is_ok() {
-                continue;
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => {
+                let missing: Vec<u32> = (1..world_size).filter(|rank| !arrived.contains_key(rank)).collect();
+                let error = RendezvousError::Missing { missing, world_size, after: timeout };
+                for (_, (_, mut stream)) in arrived {
+                    let _ = write_message(&mut stream, &StoreMessage::Failed(error.to_string())).await;
+                }
+                return Err(error);
             }
-            let missing: Vec<u32> = (1..world_size)
-                .filter(|rank| !arrived.contains_key(rank))
-                .collect();
-            let error = RendezvousError::Missing {
-                missing,
-                world_size,
-                after: timeout,
-            };
-            for (_, (_, mut stream)) in arrived {
-                let _ = write_message(&mut stream, &StoreMessage::Failed(error.to_string())).await;
+            accepted = listener.accept() => {
+                let Ok((mut stream, peer)) = accepted else { continue };
+                let arrivals = arrivals_tx.clone();
+                readers.spawn(async move {
+                    match tokio::time::timeout(ARRIVAL_TIMEOUT, read_message(&mut stream)).await {
+                        Ok(Ok(StoreMessage::Arrive { token: presented, address }))
+                            if blake3::hash(&presented) == blake3::hash(&token)
+                                && address.rank < world_size
+                                && address.rank != own_rank =>
+                        {
+                            debug!(rank = address.rank, %peer, "rank arrived at the rendezvous");
+                            let _ = arrivals.send((address, stream)).await;
+                        }
+                        Ok(Ok(_)) => warn!(%peer, "rendezvous connection refused: wrong token or rank"),
+                        Ok(Err(error)) => warn!(%peer, %error, "rendezvous connection refused: bad message"),
+                        Err(_) => warn!(%peer, "rendezvous connection refused: no message in time"),
+                    }
+                });
             }
-            return Err(error);
-        };
-        let arrival = tokio::time::timeout_at(deadline, read_message(&mut stream)).await;
-        match arrival {
-            Ok(Ok(StoreMessage::Arrive {
-                token: presented,
-                address,
-            })) if blake3::hash(&presented) == blake3::hash(&token)
-                && address.rank < world_size
-                && address.rank != own_rank =>
-            {
-                debug!(rank = address.rank, %peer, "rank arrived at the rendezvous");
+            Some((address, stream)) = arrivals_rx.recv() => {
                 arrived.insert(address.rank, (address, stream));
             }
-            Ok(Ok(_)) => warn!(%peer, "rendezvous connection refused: wrong token or rank"),
-            Ok(Err(error)) => warn!(%peer, %error, "rendezvous connection refused: bad message"),
-            Err(_) => warn!(%peer, "rendezvous connection refused: no message in time"),
+            Some(_) = readers.join_next(), if !readers.is_empty() => {}
         }
     }
     let mut table = vec![own];

@@ -49,7 +49,7 @@ pub fn node_json(node: &NodeStatus) -> Value {
         "id": node.id.to_string(),
         "name": node.name,
         "address": node.address,
-        "state": match node.state { crate::protocol::NodeState::Ready => "ready", crate::protocol::NodeState::Lost => "lost" },
+        "state": node.state.as_str(),
         "gpus": node.capacity.gpus.len(),
         "gpu_models": node.capacity.gpus.iter().map(|gpu| gpu.model.clone()).collect::<Vec<_>>(),
         "free_gpus": node.free_gpus,
