@@ -2,7 +2,9 @@
 //! a template for your own drivers.
 //!
 //! `trainables submit --cluster JOIN --trials N [--step-ms MS] [--steps S]` submits a
-//! random search of the `quadratic` trainable and prints the experiment id. Nodes
+//! random search of the `quadratic` trainable and prints the experiment id;
+//! `trainables submit --cluster JOIN --entry allreduce_check --workers W [--crash-rank R]`
+//! submits one data-parallel trial that checks a ring all-reduce. Nodes
 //! re-execute this binary with `XP_ENTRY=quadratic` to run a trial.
 #![allow(
     clippy::print_stdout,
@@ -34,9 +36,35 @@ fn quadratic(ctx: &TrialContext) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Checks a ring all-reduce end to end: rank r contributes r + 1 everywhere, and
+/// every rank must see W(W+1)/2. With `crash_rank` at or above 0, that rank exits
+/// with status 3 in the first attempt right after joining, to drill failure handling.
+fn allreduce_check(ctx: &TrialContext) -> Result<(), BoxError> {
+    let mut communicator = ctx.collective()?;
+    if ctx.attempt == 1 && ctx.param_i64("crash_rank")? == i64::from(ctx.rank) {
+        std::process::exit(3);
+    }
+    let mut values = vec![ctx.rank as f32 + 1.0; 100_000];
+    communicator.all_reduce(&mut values, xp::ReduceOp::Sum)?;
+    let world = ctx.world_size as f32;
+    let expected = world * (world + 1.0) / 2.0;
+    if values.iter().any(|value| *value != expected) {
+        return Err(format!("rank {} saw a wrong sum", ctx.rank).into());
+    }
+    ctx.report(
+        1,
+        &[("sum", f64::from(values[0])), ("rank", f64::from(ctx.rank))],
+    );
+    // Leave together: a rank that exits first may close its links before its last
+    // bytes reach a slower neighbour (see README, known limits).
+    let _ = communicator.barrier();
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     Trainables::new()
         .register("quadratic", quadratic)
+        .register("allreduce_check", allreduce_check)
         .run_if_worker();
     let args: Vec<String> = std::env::args().collect();
     let value = |flag: &str| {
@@ -64,9 +92,23 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| "5".to_owned())
         .parse()
         .context("--steps")?;
-    let yaml = format!(
-        "name: quadratic\nteam: tests\ntrial:\n  entry: quadratic\n  resources: {{cpu: 1}}\n  max_retries: 1\nsearch:\n  space:\n    x: {{uniform: [-10, 10]}}\n    steps: {{choice: [{steps}]}}\n    step_ms: {{choice: [{step_ms}]}}\n  metric: loss\n  trials: {trials}\n"
-    );
+    let workers: u32 = value("--workers")
+        .unwrap_or_else(|| "2".to_owned())
+        .parse()
+        .context("--workers")?;
+    let crash_rank: i64 = value("--crash-rank")
+        .unwrap_or_else(|| "-1".to_owned())
+        .parse()
+        .context("--crash-rank")?;
+    let yaml = if value("--entry").as_deref() == Some("allreduce_check") {
+        format!(
+            "name: allreduce\nteam: tests\ntrial:\n  entry: allreduce_check\n  workers: {workers}\n  resources: {{cpu: 1}}\n  max_retries: 1\nsearch:\n  algorithm: grid\n  space:\n    crash_rank: {{choice: [{crash_rank}]}}\n"
+        )
+    } else {
+        format!(
+            "name: quadratic\nteam: tests\ntrial:\n  entry: quadratic\n  resources: {{cpu: 1}}\n  max_retries: 1\nsearch:\n  space:\n    x: {{uniform: [-10, 10]}}\n    steps: {{choice: [{steps}]}}\n    step_ms: {{choice: [{step_ms}]}}\n  metric: loss\n  trials: {trials}\n"
+        )
+    };
     let spec = ExperimentSpec::from_yaml(&yaml)?;
     tokio::runtime::Runtime::new()?.block_on(async {
         let client = Client::connect(&cluster).await?;

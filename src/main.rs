@@ -158,6 +158,21 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum Bench {
+    /// Ring all-reduce time and bandwidth, against QUIC, TCP and memory-copy ceilings.
+    Allreduce {
+        /// Ranks in the ring (all on this machine).
+        #[arg(long, default_value_t = 2)]
+        workers: u32,
+        /// Buffer sizes in bytes; repeat the flag for several.
+        #[arg(long = "size", default_values_t = [4096usize, 1 << 20, 16 << 20, 64 << 20])]
+        sizes: Vec<usize>,
+        /// The links.
+        #[arg(long, default_value = "tcp", value_parser = ["quic", "tcp", "shm"])]
+        transport: String,
+        /// One JSON line per size.
+        #[arg(long)]
+        json: bool,
+    },
     /// Throughput and start latency of no-op trials.
     Trials {
         /// How many trials.
@@ -491,6 +506,77 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
             client.close().await;
+        }
+        Command::Bench {
+            bench:
+                Bench::Allreduce {
+                    workers,
+                    sizes,
+                    transport,
+                    json,
+                },
+        } => {
+            anyhow::ensure!(
+                (1..=64).contains(&workers),
+                "--workers must be between 1 and 64"
+            );
+            anyhow::ensure!(
+                sizes.iter().all(|size| (4..=(1usize << 31)).contains(size)),
+                "--size must be between 4 bytes and 2 GiB"
+            );
+            let kind: xp_runtime::collective::TransportKind = transport
+                .parse()
+                .map_err(|error: String| anyhow::anyhow!(error))?;
+            let config = xp_runtime::collective::CollectiveConfig::default();
+            let ceilings = xp_runtime::collective::bench::ceilings(64 << 20, &config)
+                .await
+                .context("measuring the ceilings")?;
+            let measurements =
+                xp_runtime::collective::bench::bench_allreduce(workers, &sizes, kind)
+                    .await
+                    .context("running the all-reduce")?;
+            if !json {
+                println!(
+                    "ceilings: QUIC p2p {:.2} GB/s, loopback TCP {:.2} GB/s, memcpy {:.2} GB/s\n{:>12} {:>8} {:>10} {:>12} {:>12} {:>12}",
+                    ceilings.quic_p2p_gbps,
+                    ceilings.tcp_loopback_gbps,
+                    ceilings.memcpy_gbps,
+                    "size_bytes",
+                    "workers",
+                    "transport",
+                    "time_ms",
+                    "algbw_GB/s",
+                    "busbw_GB/s"
+                );
+            }
+            for measurement in &measurements {
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({
+                            "size_bytes": measurement.size_bytes,
+                            "workers": measurement.workers,
+                            "transport": measurement.transport.name(),
+                            "time_s": measurement.time_s,
+                            "algbw_gbps": measurement.algbw_gbps,
+                            "busbw_gbps": measurement.busbw_gbps,
+                            "quic_p2p_gbps": ceilings.quic_p2p_gbps,
+                            "tcp_loopback_gbps": ceilings.tcp_loopback_gbps,
+                            "memcpy_gbps": ceilings.memcpy_gbps,
+                        })
+                    );
+                } else {
+                    println!(
+                        "{:>12} {:>8} {:>10} {:>12.3} {:>12.3} {:>12.3}",
+                        measurement.size_bytes,
+                        measurement.workers,
+                        measurement.transport.name(),
+                        measurement.time_s * 1e3,
+                        measurement.algbw_gbps,
+                        measurement.busbw_gbps
+                    );
+                }
+            }
         }
         Command::Bench {
             bench:

@@ -72,7 +72,10 @@ pub(crate) struct EpochReport {
 ///
 /// Fails on an invalid config, on corrupt embedded data, or when training
 /// diverges (a non-finite loss, which a too-large learning rate can cause).
-#[allow(dead_code, reason = "the data-parallel example trains through train_sharded")]
+#[allow(
+    dead_code,
+    reason = "the data-parallel example trains through train_sharded"
+)]
 pub(crate) fn train(cfg: &DigitsConfig, on_epoch: impl FnMut(&EpochReport)) -> Result<EpochReport> {
     train_sharded(cfg, 0, 1, &mut |_| Ok(()), on_epoch)
 }
@@ -91,7 +94,10 @@ pub(crate) fn train_sharded(
     mut on_epoch: impl FnMut(&EpochReport),
 ) -> Result<EpochReport> {
     validate(cfg).context("invalid digits training config")?;
-    ensure!(world >= 1 && rank < world, "rank {rank} is not below the world size {world}");
+    ensure!(
+        world >= 1 && rank < world,
+        "rank {rank} is not below the world size {world}"
+    );
     let data = load_embedded().context("loading the embedded digits data set")?;
     let device = Device::Cpu;
 
@@ -125,7 +131,11 @@ pub(crate) fn train_sharded(
             // batch smaller than the world) contributes a zero gradient.
             let (start, end) = (batch.len() * rank / world, batch.len() * (rank + 1) / world);
             let empty_shard = start == end;
-            let chunk = if empty_shard { &batch[..1] } else { &batch[start..end] };
+            let chunk = if empty_shard {
+                &batch[..1]
+            } else {
+                &batch[start..end]
+            };
             let ids = Tensor::from_slice(chunk, chunk.len(), &device)
                 .context("building a batch index tensor")?;
             let x = train_set
@@ -140,14 +150,26 @@ pub(crate) fn train_sharded(
             let shard_loss = cross_entropy(&logits, &y).context("computing the batch loss")?;
             // The shard's share of the batch mean: summed over ranks, the batch's gradient.
             #[allow(clippy::cast_precision_loss)]
-            let share = if empty_shard { 0.0 } else { chunk.len() as f64 / batch.len() as f64 };
-            let loss = shard_loss.affine(share, 0.0).context("weighting the shard loss")?;
+            let share = if empty_shard {
+                0.0
+            } else {
+                chunk.len() as f64 / batch.len() as f64
+            };
+            let loss = shard_loss
+                .affine(share, 0.0)
+                .context("weighting the shard loss")?;
             let mut grads = loss.backward().context("backward pass")?;
             let batch_loss = if world > 1 {
                 let mut flat = Vec::new();
                 for param in model.params() {
-                    let grad = grads.get(param.as_tensor()).context("a parameter has no gradient")?;
-                    flat.extend(grad.flatten_all()?.to_vec1::<f32>().context("reading a gradient")?);
+                    let grad = grads
+                        .get(param.as_tensor())
+                        .context("a parameter has no gradient")?;
+                    flat.extend(
+                        grad.flatten_all()?
+                            .to_vec1::<f32>()
+                            .context("reading a gradient")?,
+                    );
                 }
                 flat.push(loss.to_scalar::<f32>().context("reading the shard loss")?);
                 sum_across_ranks(&mut flat).context("summing gradients across ranks")?;

@@ -24,7 +24,7 @@ use xp_runtime::protocol::{
     SubmitRequest, TrialEvent, TrialState, TrialStatus, WorkerReport,
 };
 use xp_runtime::search::{TrialPlan, plan_trials};
-use xp_runtime::spec::{ExperimentSpec, Mode, render_arg};
+use xp_runtime::spec::{CollectiveTransport, ExperimentSpec, Mode, render_arg};
 use xp_runtime::stopping::{Decision, StoppingRule, make_rule};
 
 use crate::placement::{FreeResources, WorkerDemand, place_gang};
@@ -1386,6 +1386,13 @@ impl HeadCore {
                 last_metric_index: None,
             })
             .collect();
+        // A gang on one machine talks through shared memory whatever the spec says.
+        let one_machine = workers.iter().all(|worker| worker.node == workers[0].node);
+        let gang_transport = if one_machine {
+            CollectiveTransport::Shm
+        } else {
+            spec.trial.transport
+        };
         let mut launches = Vec::with_capacity(workers.len());
         let mut local_ranks: BTreeMap<NodeId, u32> = BTreeMap::new();
         for worker in &workers {
@@ -1423,7 +1430,7 @@ impl HeadCore {
                         format!("{trial_id}/{number}").as_bytes(),
                     )
                     .as_bytes(),
-                    transport: spec.trial.transport,
+                    transport: gang_transport,
                 },
             ));
             *local_rank += 1;

@@ -14,6 +14,8 @@ pub mod identity;
 pub mod ids;
 pub mod join;
 pub mod metric_line;
+#[cfg(feature = "cuda")]
+pub mod nccl;
 pub mod protocol;
 pub mod rendezvous;
 pub mod search;

@@ -123,6 +123,8 @@ pub enum CollectiveTransport {
     Quic,
     /// Plain TCP, set up and authenticated through the rendezvous: for trusted networks.
     Tcp,
+    /// Shared memory between workers on one machine, plain TCP between machines.
+    Shm,
 }
 
 impl CollectiveTransport {
@@ -135,6 +137,7 @@ impl CollectiveTransport {
         match self {
             Self::Quic => "quic",
             Self::Tcp => "tcp",
+            Self::Shm => "shm",
         }
     }
 }

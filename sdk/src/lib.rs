@@ -17,6 +17,7 @@ mod worker;
 pub use client::{Client, ResultRow, SdkError, SubmitOptions, Submitted};
 pub use versioning::{VersionError, code_version, data_version};
 pub use worker::{BoxError, Trainables, TrialContext, WorkerError};
+pub use xp_runtime::collective::{BlockingCommunicator, ReduceOp};
 pub use xp_runtime::ids::{ExperimentId, NodeId, TrialId};
 pub use xp_runtime::protocol::{
     ExperimentState, ExperimentStatus, NodeStatus, TrialEvent, TrialState, TrialStatus,

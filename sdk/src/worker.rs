@@ -10,7 +10,14 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
+use std::time::Duration;
+
+use xp_runtime::collective::{
+    BlockingCommunicator, BlockingRingListener, CollectiveConfig, CollectiveError, PeerInfo,
+    TransportKind,
+};
 use xp_runtime::metric_line::format_metric_line;
+use xp_runtime::rendezvous::{self, RankAddress, machine_id};
 
 /// The error type trainables return.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -28,6 +35,9 @@ pub enum WorkerError {
         /// What is wrong.
         reason: String,
     },
+    /// The gang could not be joined or a collective failed; the message names the rank.
+    #[error("collective: {0}")]
+    Collective(String),
     /// A parameter is missing or has another type.
     #[error("parameter `{name}` {reason}")]
     Param {
@@ -125,6 +135,81 @@ impl TrialContext {
                 name: name.to_owned(),
                 reason: "is not text",
             })
+    }
+
+    /// Joins the trial's gang for collectives: binds a data listener, meets the other
+    /// ranks at rank 0's rendezvous store (its address and the per-attempt secret
+    /// come from the head through the environment), and connects the ring.
+    ///
+    /// Every rank of the trial must call it. A rank that does not arrive within the
+    /// timeout (`XP_COLLECTIVE_TIMEOUT_S`, 60 s by default) makes every other rank
+    /// fail with an error naming it, so the attempt fails and is retried.
+    pub fn collective(&self) -> Result<BlockingCommunicator, WorkerError> {
+        let token_hex = env("XP_COLLECTIVE_TOKEN")?;
+        let mut token = [0u8; 32];
+        hex::decode_to_slice(token_hex.trim(), &mut token).map_err(|_| WorkerError::Env {
+            name: "XP_COLLECTIVE_TOKEN",
+            reason: "not 64 hex digits".to_owned(),
+        })?;
+        let kind = match env("XP_COLLECTIVE_TRANSPORT")?.as_str() {
+            "quic" => TransportKind::Quic,
+            "tcp" | "shm" => TransportKind::Shm,
+            other => {
+                return Err(WorkerError::Env {
+                    name: "XP_COLLECTIVE_TRANSPORT",
+                    reason: format!("unknown transport {other:?}"),
+                });
+            }
+        };
+        let master_addr = env("MASTER_ADDR")?;
+        let master_port: u16 = env_number("MASTER_PORT")?;
+        let host = env("XP_NODE_HOST")?;
+        let timeout = Duration::from_secs(
+            std::env::var("XP_COLLECTIVE_TIMEOUT_S")
+                .ok()
+                .and_then(|text| text.parse().ok())
+                .unwrap_or(60),
+        );
+        let collective_error = |error: CollectiveError| WorkerError::Collective(error.to_string());
+        let listener = BlockingRingListener::bind(kind, "0.0.0.0", CollectiveConfig::default())
+            .map_err(collective_error)?;
+        let machine = machine_id();
+        let own = RankAddress {
+            rank: self.rank,
+            host,
+            port: listener.port(),
+            machine: machine.clone(),
+            cert_sha256: listener.cert_sha256(),
+        };
+        let meeting = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| {
+                WorkerError::Collective(format!("cannot start the rendezvous runtime: {error}"))
+            })?;
+        let table = meeting
+            .block_on(rendezvous::exchange(
+                own,
+                self.world_size,
+                &master_addr,
+                master_port,
+                token,
+                timeout,
+            ))
+            .map_err(|error| WorkerError::Collective(error.to_string()))?;
+        let peers: Vec<PeerInfo> = table
+            .into_iter()
+            .map(|address| PeerInfo {
+                rank: address.rank,
+                same_host: address.machine == machine,
+                host: address.host,
+                port: address.port,
+                cert_sha256: address.cert_sha256,
+            })
+            .collect();
+        listener
+            .connect_ring(self.rank, &peers, kind, &token, timeout)
+            .map_err(collective_error)
     }
 
     /// Reports metrics at `step`; the node records them under this trial.
