@@ -271,6 +271,9 @@ impl Backoff {
         } else if self.sleeping() {
             tokio::time::sleep(SLEEP_STEP).await;
         } else {
+            // Let the operating system run the peer's thread if it shares this
+            // core, then let the runtime run other tasks.
+            std::thread::yield_now();
             tokio::task::yield_now().await;
         }
     }
