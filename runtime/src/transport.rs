@@ -156,26 +156,34 @@ pub fn bind_endpoint(
     addr: SocketAddr,
     server: Option<quinn::ServerConfig>,
 ) -> Result<Endpoint, TransportError> {
-    let bind_error = |source| TransportError::Bind { addr, source };
+    bind_udp_endpoint(addr, server, quinn::EndpointConfig::default())
+        .map_err(|source| TransportError::Bind { addr, source })
+}
+
+/// Binds a QUIC endpoint with `endpoint_config` on a UDP socket whose buffers are
+/// raised for bulk transfer; the control plane and the collectives' links share it.
+pub fn bind_udp_endpoint(
+    addr: SocketAddr,
+    server: Option<quinn::ServerConfig>,
+    endpoint_config: quinn::EndpointConfig,
+) -> Result<Endpoint, std::io::Error> {
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::DGRAM,
         Some(socket2::Protocol::UDP),
-    )
-    .map_err(bind_error)?;
+    )?;
     // The 208 KiB default drops thousands of packets per GiB under load; failing to
     // raise it only costs speed.
     let _ = socket.set_recv_buffer_size(4 << 20);
     let _ = socket.set_send_buffer_size(4 << 20);
-    socket.bind(&addr.into()).map_err(bind_error)?;
+    socket.bind(&addr.into())?;
     let socket: std::net::UdpSocket = socket.into();
     Endpoint::new(
-        quinn::EndpointConfig::default(),
+        endpoint_config,
         server,
         socket,
         Arc::new(quinn::TokioRuntime),
     )
-    .map_err(bind_error)
 }
 
 /// A client's authenticated connection to the head.

@@ -255,29 +255,12 @@ pub(crate) fn bind_endpoint(
     addr: SocketAddr,
     server: Option<quinn::ServerConfig>,
 ) -> Result<quinn::Endpoint, QuicSetupError> {
-    let bind_error = |source| QuicSetupError::Bind { addr, source };
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::DGRAM,
-        Some(socket2::Protocol::UDP),
-    )
-    .map_err(bind_error)?;
-    // As in `transport::bind_endpoint`: the 208 KiB default drops packets under
-    // load, and failing to raise it only costs speed.
-    let _ = socket.set_recv_buffer_size(4 << 20);
-    let _ = socket.set_send_buffer_size(4 << 20);
-    socket.bind(&addr.into()).map_err(bind_error)?;
     let mut endpoint_config = quinn::EndpointConfig::default();
     endpoint_config
         .max_udp_payload_size(MAX_UDP_PAYLOAD)
         .expect("65527 is the largest valid UDP payload");
-    quinn::Endpoint::new(
-        endpoint_config,
-        server,
-        socket.into(),
-        Arc::new(quinn::TokioRuntime),
-    )
-    .map_err(bind_error)
+    crate::transport::bind_udp_endpoint(addr, server, endpoint_config)
+        .map_err(|source| QuicSetupError::Bind { addr, source })
 }
 
 /// Accepts the server's certificate only if its SHA-256 is the pinned one; the
