@@ -54,11 +54,6 @@ fn train(ctx: &TrialContext) -> Result<(), BoxError> {
             );
         }
     })?;
-    // Leave together: a rank that exits first may close its links before its last
-    // bytes reach a slower neighbour (see README, known limits).
-    if let Some(communicator) = communicator.as_mut() {
-        let _ = communicator.barrier();
-    }
     Ok(())
 }
 

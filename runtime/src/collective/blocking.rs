@@ -156,8 +156,10 @@ impl BlockingCommunicator {
 
 impl Drop for BlockingCommunicator {
     fn drop(&mut self) {
-        // Sockets deregister from the runtime that created them.
-        let _entered = self.runtime.enter();
-        self.communicator.take();
+        // Closing waits until the next rank has read what this one sent, so a
+        // process that exits right after dropping loses nothing in flight.
+        if let Some(communicator) = self.communicator.take() {
+            self.runtime.block_on(communicator.close());
+        }
     }
 }

@@ -582,6 +582,19 @@ impl Communicator {
         self.engine().await?.barrier().await
     }
 
+    /// Finishes queued asynchronous operations, then closes the links without losing
+    /// bytes still in flight to the next rank: over QUIC this waits (up to the
+    /// collective timeout) until the next rank has read everything. Call it before
+    /// the process exits; dropping the communicator instead closes in the background,
+    /// which a process that exits at once may cut short.
+    pub async fn close(mut self) {
+        if let Ok(engine) = self.engine().await
+            && let Some(links) = engine.links.take()
+        {
+            links.close(engine.config.timeout).await;
+        }
+    }
+
     /// Starts an all-reduce of `data` in the background and returns at once, so a
     /// trainer can reduce one gradient bucket while it computes the next.
     ///
@@ -635,10 +648,36 @@ impl Communicator {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
-        if let Place::Background { task, .. } = &self.place {
-            // Whoever dropped the communicator no longer wants its queued work;
-            // ending the task closes the links, which the neighbours notice.
-            task.abort();
+        let place = std::mem::replace(&mut self.place, Place::Gone);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Without a runtime nothing can wait: the links close at once.
+            if let Place::Background { task, .. } = place {
+                task.abort();
+            }
+            return;
+        };
+        // The neighbours are inside the same collectives as this rank: let queued
+        // ones finish, then close gracefully, in the background.
+        let _entered = runtime.enter();
+        match place {
+            Place::Background { jobs, task } => {
+                drop(jobs);
+                drop(crate::task::spawn("collective-close", async move {
+                    if let Ok(mut engine) = task.await
+                        && let Some(links) = engine.links.take()
+                    {
+                        links.close(engine.config.timeout).await;
+                    }
+                }));
+            }
+            Place::Here(mut engine) => {
+                if let Some(links) = engine.links.take() {
+                    drop(crate::task::spawn("collective-close", async move {
+                        links.close(engine.config.timeout).await;
+                    }));
+                }
+            }
+            Place::Gone => {}
         }
     }
 }

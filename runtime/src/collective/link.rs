@@ -12,13 +12,13 @@
 //! never read from again. Writers remember how much of a frame is unsent, so an
 //! abort can still be written at a frame boundary after a cancelled write.
 
-use std::any::Any;
 use std::io;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::element::Element;
+use super::quic::QuicConnections;
 use super::shm::{ShmReader, ShmWriter};
 use super::wire::{FailureCause, FrameHeader, FrameSummary, HEADER_BYTES};
 
@@ -418,8 +418,25 @@ pub(crate) struct Links {
     pub(crate) from_next: RevReader,
     pub(crate) from_prev: FwdReader,
     pub(crate) to_prev: RevWriter,
-    /// Connections and endpoints that must outlive the parts above.
-    pub(crate) _keep_alive: Vec<Box<dyn Any + Send>>,
+    /// The QUIC connections under the parts above, if any.
+    pub(crate) quic: QuicConnections,
+}
+
+impl Links {
+    /// Closes the links without losing bytes still in flight (see
+    /// [`QuicConnections::close`]); byte streams and shared memory deliver what was
+    /// written before they close, so only QUIC needs to wait.
+    pub(crate) async fn close(self, linger: Duration) {
+        let Self {
+            to_next,
+            from_next,
+            from_prev,
+            to_prev,
+            quic,
+        } = self;
+        quic.close(linger).await;
+        drop((to_next, from_next, from_prev, to_prev));
+    }
 }
 
 #[cfg(test)]

@@ -321,3 +321,61 @@ impl ServerCertVerifier for PinnedLeafVerifier {
             .supported_schemes()
     }
 }
+
+/// The QUIC connections (and endpoint) under one rank's links.
+///
+/// Closing a QUIC connection discards what it has not delivered yet, and a rank's
+/// last collective returns once its bytes are handed to quinn, not once they
+/// arrived. So [`QuicConnections::close`] closes in an order that loses nothing:
+/// the connection from the previous rank first (every collective that read from it
+/// has returned, so nothing more is needed from it), then it waits for the next rank
+/// to do the same with the connection this rank sends on, which proves that rank
+/// has read everything. Dropping without `close` closes at once (after a failure).
+#[derive(Default)]
+pub(crate) struct QuicConnections {
+    /// The connection this rank sends data on (it is the client).
+    pub(crate) to_next: Option<quinn::Connection>,
+    /// The connection this rank receives data on (it is the server).
+    pub(crate) from_prev: Option<quinn::Connection>,
+    /// Kept so the connections' socket lives as long as they do.
+    pub(crate) endpoint: Option<quinn::Endpoint>,
+}
+
+/// How long a closed endpoint may take to tell its peers.
+const ENDPOINT_DRAIN: Duration = Duration::from_millis(200);
+
+impl QuicConnections {
+    /// Closes without losing bytes in flight, waiting at most `linger` for the next
+    /// rank (which may still be computing) to finish reading.
+    pub(crate) async fn close(mut self, linger: Duration) {
+        if let Some(from_prev) = self.from_prev.take() {
+            from_prev.close(0u32.into(), b"done");
+        }
+        if let Some(to_next) = self.to_next.take() {
+            if tokio::time::timeout(linger, to_next.closed())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    ?linger,
+                    "the next rank did not close its link in time; closing anyway"
+                );
+            }
+            to_next.close(0u32.into(), b"done");
+        }
+        if let Some(endpoint) = self.endpoint.take() {
+            let _ = tokio::time::timeout(ENDPOINT_DRAIN, endpoint.wait_idle()).await;
+        }
+    }
+}
+
+impl Drop for QuicConnections {
+    fn drop(&mut self) {
+        for connection in [self.to_next.take(), self.from_prev.take()]
+            .into_iter()
+            .flatten()
+        {
+            connection.close(0u32.into(), b"communicator dropped");
+        }
+    }
+}

@@ -22,7 +22,7 @@ use tracing::{debug, instrument, warn};
 
 use super::communicator::{Communicator, Engine};
 use super::link::{FwdReader, FwdWriter, Links, RevReader, RevWriter, StreamReader, StreamWriter};
-use super::quic::{self, Identity};
+use super::quic::{self, Identity, QuicConnections};
 use super::wire::{ACK, HELLO_BYTES, Hello, LinkKind, MAX_PATH_BYTES, token_matches};
 use super::{CollectiveConfig, CollectiveError, PeerInfo, TransportKind, shm};
 
@@ -250,7 +250,7 @@ pub async fn connect_ring_with(
                 from_next,
                 from_prev,
                 to_prev,
-                _keep_alive: Vec::new(),
+                quic: QuicConnections::default(),
             }
         }
         Listening::Quic { endpoint, .. } => {
@@ -270,11 +270,11 @@ pub async fn connect_ring_with(
                 from_next,
                 from_prev,
                 to_prev,
-                _keep_alive: vec![
-                    Box::new(QuicKeepAlive(client_connection)),
-                    Box::new(QuicKeepAlive(server_connection)),
-                    Box::new(endpoint),
-                ],
+                quic: QuicConnections {
+                    to_next: Some(client_connection),
+                    from_prev: Some(server_connection),
+                    endpoint: Some(endpoint),
+                },
             }
         }
     };
@@ -285,15 +285,6 @@ pub async fn connect_ring_with(
         config,
         Some(links),
     )))
-}
-
-/// Closes a QUIC connection when the communicator goes, so the peer hears at once.
-struct QuicKeepAlive(quinn::Connection);
-
-impl Drop for QuicKeepAlive {
-    fn drop(&mut self) {
-        self.0.close(0u32.into(), b"communicator dropped");
-    }
 }
 
 struct SetupContext {

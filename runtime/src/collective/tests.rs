@@ -49,7 +49,7 @@ fn mem_ring(world: u32, config: &CollectiveConfig) -> Vec<Communicator> {
                     from_next,
                     from_prev,
                     to_prev,
-                    _keep_alive: Vec::new(),
+                    quic: Default::default(),
                 }
             });
             Communicator::new(Engine::new(rank, world, config.clone(), links))
@@ -560,5 +560,41 @@ fn the_blocking_facade_runs_a_ring_from_plain_threads() {
         assert!(data.iter().all(|&x| x == 1.5));
         assert_eq!(summed, vec![2.0; 10]);
         assert_eq!(gathered, vec![0.0, 1.0]);
+    }
+}
+
+/// A rank that leaves right after its last collective must not cut the bytes its
+/// next rank is still reading: QUIC discards undelivered data on close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranks_that_leave_at_once_lose_no_bytes_in_flight() {
+    let len = 1 << 18;
+    let inputs: Vec<Vec<f32>> = (0..3).map(|rank| input(rank, len)).collect();
+    let expected: Vec<f32> = (0..len)
+        .map(|i| inputs.iter().map(|input| input[i]).sum())
+        .collect();
+    for round in 0..6u32 {
+        let communicators = local_ring(3, TransportKind::Quic).await.unwrap();
+        let tasks: Vec<_> = communicators
+            .into_iter()
+            .map(|mut communicator| {
+                crate::task::spawn("test-rank", async move {
+                    let mut data = input(communicator.rank(), len);
+                    let rank = communicator.rank();
+                    let result = communicator.all_reduce(&mut data, ReduceOp::Sum).await;
+                    // Even rounds drop (closing in the background), odd rounds close.
+                    if round % 2 == 0 {
+                        drop(communicator);
+                    } else {
+                        communicator.close().await;
+                    }
+                    (rank, result.map(|()| data))
+                })
+            })
+            .collect();
+        for task in tasks {
+            let (rank, result) = task.await.unwrap();
+            let data = result.unwrap_or_else(|error| panic!("round {round}, rank {rank}: {error}"));
+            assert!(data == expected, "round {round}, rank {rank}: wrong sum");
+        }
     }
 }
