@@ -42,6 +42,8 @@ pub struct RankAddress {
     pub machine: String,
     /// SHA-256 of its QUIC certificate, when it listens on QUIC.
     pub cert_sha256: Option<[u8; 32]>,
+    /// Beside a QUIC listener, the TCP port for shared-memory links on its machine.
+    pub shm_port: Option<u16>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -302,6 +304,7 @@ mod tests {
             port: 1000 + rank as u16,
             machine: "m".to_owned(),
             cert_sha256: None,
+            shm_port: None,
         }
     }
 

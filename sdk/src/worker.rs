@@ -153,7 +153,8 @@ impl TrialContext {
         })?;
         let kind = match env("XP_COLLECTIVE_TRANSPORT")?.as_str() {
             "quic" => TransportKind::Quic,
-            "tcp" | "shm" => TransportKind::Shm,
+            "tcp" => TransportKind::Tcp,
+            "shm" => TransportKind::Shm,
             other => {
                 return Err(WorkerError::Env {
                     name: "XP_COLLECTIVE_TRANSPORT",
@@ -180,6 +181,7 @@ impl TrialContext {
             port: listener.port(),
             machine: machine.clone(),
             cert_sha256: listener.cert_sha256(),
+            shm_port: listener.shm_port(),
         };
         let meeting = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -205,6 +207,7 @@ impl TrialContext {
                 host: address.host,
                 port: address.port,
                 cert_sha256: address.cert_sha256,
+                shm_port: address.shm_port,
             })
             .collect();
         listener

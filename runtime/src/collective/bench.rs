@@ -116,6 +116,11 @@ pub async fn bench_allreduce_with(
     kind: TransportKind,
     config: CollectiveConfig,
 ) -> Result<Vec<AllReduceMeasurement>, CollectiveError> {
+    // The ranks share this machine: measure the transport named, not shared memory.
+    let config = CollectiveConfig {
+        same_host_shm: kind == TransportKind::Shm,
+        ..config
+    };
     let mut communicators = local_ring_with(workers, kind, config.clone()).await?;
     let mut measurements = Vec::new();
     for &size_bytes in sizes {

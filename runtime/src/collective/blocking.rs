@@ -59,6 +59,11 @@ impl BlockingRingListener {
         self.listener.peer_info(rank, host, same_host)
     }
 
+    /// For QUIC, the TCP port for shared-memory links on this host.
+    pub fn shm_port(&self) -> Option<u16> {
+        self.listener.shm_port()
+    }
+
     /// Connects into the ring, as [`super::connect_ring`] does, with the
     /// configuration given to [`BlockingRingListener::bind`] and `timeout`.
     pub fn connect_ring(

@@ -499,6 +499,7 @@ enum Place {
 pub struct Communicator {
     rank: u32,
     world_size: u32,
+    transports: [&'static str; 2],
     place: Place,
 }
 
@@ -516,6 +517,10 @@ impl Communicator {
         Self {
             rank: engine.rank,
             world_size: engine.world_size,
+            transports: engine
+                .links
+                .as_ref()
+                .map_or(["none", "none"], Links::transports),
             place: Place::Here(Box::new(engine)),
         }
     }
@@ -528,6 +533,12 @@ impl Communicator {
     /// The number of ranks in the ring.
     pub fn world_size(&self) -> u32 {
         self.world_size
+    }
+
+    /// What carries data to the next rank and from the previous one: `shm` between
+    /// ranks on one host, else `quic` or `tcp`; `none` in a ring of one.
+    pub fn link_transports(&self) -> [&'static str; 2] {
+        self.transports
     }
 
     /// The engine, waiting for queued asynchronous operations to finish first.

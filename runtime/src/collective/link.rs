@@ -423,6 +423,22 @@ pub(crate) struct Links {
 }
 
 impl Links {
+    /// What carries data to the next rank and from the previous one: `shm`, `quic`
+    /// or `tcp`.
+    pub(crate) fn transports(&self) -> [&'static str; 2] {
+        let to_next = match (&self.to_next, &self.quic.to_next) {
+            (FwdWriter::Shm(_), _) => "shm",
+            (FwdWriter::Streams(_), Some(_)) => "quic",
+            (FwdWriter::Streams(_), None) => "tcp",
+        };
+        let from_prev = match (&self.from_prev, &self.quic.from_prev) {
+            (FwdReader::Shm(_), _) => "shm",
+            (FwdReader::Streams(_), Some(_)) => "quic",
+            (FwdReader::Streams(_), None) => "tcp",
+        };
+        [to_next, from_prev]
+    }
+
     /// Closes the links without losing bytes still in flight (see
     /// [`QuicConnections::close`]); byte streams and shared memory deliver what was
     /// written before they close, so only QUIC needs to wait.

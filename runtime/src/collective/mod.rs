@@ -101,11 +101,14 @@ pub struct PeerInfo {
     /// Its listener's port.
     pub port: u16,
     /// Whether it runs on the same host as the rank reading this entry, which lets
-    /// [`TransportKind::Shm`] use shared memory.
+    /// the link between them use shared memory.
     pub same_host: bool,
     /// The SHA-256 of its QUIC certificate ([`RingListener::cert_sha256`]); required
     /// for [`TransportKind::Quic`].
     pub cert_sha256: Option<[u8; 32]>,
+    /// For a QUIC listener, the TCP port where it accepts shared-memory links from a
+    /// rank on its host ([`RingListener::shm_port`]).
+    pub shm_port: Option<u16>,
 }
 
 /// The knobs of a communicator; the defaults suit a data-centre network.
@@ -123,6 +126,9 @@ pub struct CollectiveConfig {
     pub shm_ring_bytes: usize,
     /// QUIC sizing.
     pub quic: QuicTuning,
+    /// Links between ranks on one host use shared memory whatever the transport
+    /// between hosts; off only to measure the network transports on one machine.
+    pub same_host_shm: bool,
 }
 
 impl Default for CollectiveConfig {
@@ -133,6 +139,7 @@ impl Default for CollectiveConfig {
             small_buffer_bytes: 64 << 10,
             shm_ring_bytes: 8 << 20,
             quic: QuicTuning::default(),
+            same_host_shm: true,
         }
     }
 }

@@ -47,6 +47,8 @@ enum Listening {
 pub struct RingListener {
     kind: TransportKind,
     listening: Listening,
+    /// Beside a QUIC listener: where ranks on this host open shared-memory links.
+    shm: Option<TcpListener>,
     local_addr: SocketAddr,
     config: CollectiveConfig,
 }
@@ -114,9 +116,22 @@ impl RingListener {
                 (Listening::Quic { endpoint, identity }, local_addr)
             }
         };
+        let shm = if kind == TransportKind::Quic && config.same_host_shm {
+            // Without it, ranks on this host fall back to QUIC between them.
+            match TcpListener::bind(SocketAddr::new(local_addr.ip(), 0)).await {
+                Ok(listener) => Some(listener),
+                Err(error) => {
+                    debug!(%error, "no shared-memory listener: QUIC between local ranks");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         Ok(Self {
             kind,
             listening,
+            shm,
             local_addr,
             config,
         })
@@ -141,6 +156,14 @@ impl RingListener {
         }
     }
 
+    /// For QUIC, the TCP port where ranks on this host open shared-memory links.
+    pub fn shm_port(&self) -> Option<u16> {
+        self.shm
+            .as_ref()
+            .and_then(|listener| listener.local_addr().ok())
+            .map(|addr| addr.port())
+    }
+
     /// This listener's entry for rendezvous.
     pub fn peer_info(&self, rank: u32, host: &str, same_host: bool) -> PeerInfo {
         PeerInfo {
@@ -149,6 +172,7 @@ impl RingListener {
             port: self.port(),
             same_host,
             cert_sha256: self.cert_sha256(),
+            shm_port: self.shm_port(),
         }
     }
 }
@@ -234,7 +258,8 @@ pub async fn connect_ring_with(
     };
     let links = match listener.listening {
         Listening::Tcp(tcp) => {
-            let use_shm = kind == TransportKind::Shm && next_peer.same_host;
+            let use_shm =
+                (kind == TransportKind::Shm || config.same_host_shm) && next_peer.same_host;
             if kind == TransportKind::Shm && !use_shm {
                 debug!(
                     rank,
@@ -254,15 +279,52 @@ pub async fn connect_ring_with(
             }
         }
         Listening::Quic { endpoint, .. } => {
-            let pinned = next_peer.cert_sha256.ok_or(CollectiveError::InvalidPeers {
-                rank: next,
-                reason: "no certificate hash for a QUIC peer",
-            })?;
             let prev_peer = ordered[prev as usize].expect("every rank in 0..world_size is present");
-            let (outgoing, incoming) = tokio::try_join!(
-                setup.connect_quic(&endpoint, next_peer, pinned),
-                setup.accept_quic(&endpoint, prev_peer.same_host)
-            )?;
+            // Per link: shared memory to a rank on this host (both ends decide alike
+            // from the same table), QUIC otherwise.
+            let shm_to_next = next_peer
+                .shm_port
+                .filter(|_| config.same_host_shm && next_peer.same_host);
+            let shm_from_prev = listener
+                .shm
+                .as_ref()
+                .filter(|_| config.same_host_shm && prev_peer.same_host);
+            let outgoing = async {
+                match shm_to_next {
+                    Some(shm_port) => {
+                        let shm_peer = PeerInfo {
+                            port: shm_port,
+                            ..next_peer.clone()
+                        };
+                        let (to_next, from_next) = setup.connect_tcp(&shm_peer, true).await?;
+                        Ok((to_next, from_next, None))
+                    }
+                    None => {
+                        let pinned =
+                            next_peer.cert_sha256.ok_or(CollectiveError::InvalidPeers {
+                                rank: next,
+                                reason: "no certificate hash for a QUIC peer",
+                            })?;
+                        let (to_next, from_next, connection) =
+                            setup.connect_quic(&endpoint, next_peer, pinned).await?;
+                        Ok((to_next, from_next, Some(connection)))
+                    }
+                }
+            };
+            let incoming = async {
+                match shm_from_prev {
+                    Some(tcp) => {
+                        let (from_prev, to_prev) = setup.accept_tcp(tcp).await?;
+                        Ok((from_prev, to_prev, None))
+                    }
+                    None => {
+                        let (from_prev, to_prev, connection) =
+                            setup.accept_quic(&endpoint, prev_peer.same_host).await?;
+                        Ok((from_prev, to_prev, Some(connection)))
+                    }
+                }
+            };
+            let (outgoing, incoming) = tokio::try_join!(outgoing, incoming)?;
             let (to_next, from_next, client_connection) = outgoing;
             let (from_prev, to_prev, server_connection) = incoming;
             Links {
@@ -271,14 +333,15 @@ pub async fn connect_ring_with(
                 from_prev,
                 to_prev,
                 quic: QuicConnections {
-                    to_next: Some(client_connection),
-                    from_prev: Some(server_connection),
+                    to_next: client_connection,
+                    from_prev: server_connection,
                     endpoint: Some(endpoint),
                 },
             }
         }
     };
-    debug!(rank, world_size, "ring connected");
+    let [to_next, from_prev] = links.transports();
+    debug!(rank, world_size, to_next, from_prev, "ring connected");
     Ok(Communicator::new(Engine::new(
         rank,
         world_size,

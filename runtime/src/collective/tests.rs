@@ -22,6 +22,8 @@ fn quick_config(timeout_ms: u64) -> CollectiveConfig {
         },
         small_buffer_bytes: 256,
         shm_ring_bytes: 64 << 10,
+        // These tests name the transport they exercise, local ranks included.
+        same_host_shm: false,
         quic: QuicTuning {
             min_window_bytes: 1 << 20,
             ..QuicTuning::default()
@@ -596,5 +598,77 @@ async fn ranks_that_leave_at_once_lose_no_bytes_in_flight() {
             let data = result.unwrap_or_else(|error| panic!("round {round}, rank {rank}: {error}"));
             assert!(data == expected, "round {round}, rank {rank}: wrong sum");
         }
+    }
+}
+
+/// Two "hosts" of two ranks each: the links inside a host use shared memory, the
+/// links between hosts QUIC, and the sums are still exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_choose_shared_memory_inside_a_host_and_quic_between_hosts() {
+    let config = CollectiveConfig {
+        timeout: Duration::from_secs(20),
+        ..CollectiveConfig::default()
+    };
+    let host_of = |rank: u32| rank / 2;
+    let mut listeners = Vec::new();
+    for _ in 0..4 {
+        listeners.push(
+            RingListener::bind_with(TransportKind::Quic, "127.0.0.1", config.clone())
+                .await
+                .unwrap(),
+        );
+    }
+    let entries: Vec<PeerInfo> = listeners
+        .iter()
+        .enumerate()
+        .map(|(rank, listener)| listener.peer_info(rank as u32, "127.0.0.1", false))
+        .collect();
+    let token: [u8; 32] = rand::random();
+    let tasks: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(rank, listener)| {
+            let rank = rank as u32;
+            // Each rank sees "same host" from its own point of view.
+            let peers: Vec<PeerInfo> = entries
+                .iter()
+                .map(|entry| PeerInfo {
+                    same_host: host_of(entry.rank) == host_of(rank),
+                    ..entry.clone()
+                })
+                .collect();
+            let config = config.clone();
+            crate::task::spawn("test-rank", async move {
+                connect_ring_with(listener, rank, &peers, TransportKind::Quic, &token, config)
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut communicators = Vec::new();
+    for task in tasks {
+        communicators.push(task.await.unwrap());
+    }
+    let transports: Vec<[&str; 2]> = communicators
+        .iter()
+        .map(Communicator::link_transports)
+        .collect();
+    assert_eq!(
+        transports,
+        vec![
+            ["shm", "quic"],
+            ["quic", "shm"],
+            ["shm", "quic"],
+            ["quic", "shm"]
+        ]
+    );
+    let communicators = check_all_reduce(communicators, 100_003).await;
+    // Every rank closes at once, as separate processes would.
+    let closing: Vec<_> = communicators
+        .into_iter()
+        .map(|communicator| crate::task::spawn("test-close", communicator.close()))
+        .collect();
+    for task in closing {
+        task.await.unwrap();
     }
 }
