@@ -161,6 +161,7 @@ mod tests {
             last_step: None,
             reason: None,
             reused_from: None,
+            waiting: None,
         }
     }
 

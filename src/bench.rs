@@ -71,21 +71,18 @@ pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError
     let spec = ExperimentSpec {
         name: "bench-trials".to_owned(),
         team: "bench".to_owned(),
-        priority: 0,
+        priority: Default::default(),
+        queue: None,
         code: None,
         data: Vec::new(),
         trial: TrialSpec {
             command: Some(vec!["true".to_owned()]),
-            entry: None,
-            program: None,
-            workers: 1,
             resources: Resources {
                 gpu: 0,
                 cpu: 1.0,
                 memory: Default::default(),
             },
-            max_retries: 0,
-            transport: Default::default(),
+            ..TrialSpec::default()
         },
         search: SearchSpec {
             trials: Some(trials),

@@ -107,6 +107,7 @@ impl Cluster {
             http: None,
             advertise_host: None,
             core: xp_head::core::CoreConfig::default(),
+            policy: None,
         })
         .await?;
         let join = head.join.clone();

@@ -7,8 +7,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use xp::{Client, ExperimentSpec, SubmitOptions};
-use xp_runtime::protocol::{ExperimentStatus, TrialState};
+use xp_runtime::protocol::{AdminAction, ExperimentStatus, TrialState};
 use xp_runtime::views::{experiment_json, node_json};
+
+mod sim_cli;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -149,10 +151,73 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Replay a workload trace through the scheduling policy on a simulated cluster.
+    Sim(sim_cli::SimArgs),
+    /// The scheduling queues: usage, quota, borrowed, lent, pending and fair share.
+    Queue {
+        #[command(flatten)]
+        cluster: ClusterArg,
+        /// One JSON object per queue, one per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Arbitration by an admin; each action is recorded with who and why.
+    Admin {
+        #[command(flatten)]
+        cluster: ClusterArg,
+        /// Why, recorded in every touched trial's events.
+        #[arg(long, default_value = "")]
+        why: String,
+        #[command(subcommand)]
+        action: AdminCommand,
+    },
     /// Measure the runtime on an embedded local cluster.
     Bench {
         #[command(subcommand)]
         bench: Bench,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum AdminCommand {
+    /// Replace the head's scheduling policy.
+    Policy {
+        #[command(subcommand)]
+        action: PolicyCommand,
+    },
+    /// Set the base priority of a trial or of an experiment's unfinished trials.
+    Priority {
+        /// A trial id, or an experiment id (or unique prefix).
+        id: String,
+        /// The new base priority.
+        #[arg(allow_hyphen_values = true)]
+        value: i64,
+    },
+    /// Keep a trial (or an experiment's trials) from being placed.
+    Hold {
+        /// A trial id, or an experiment id (or unique prefix).
+        id: String,
+    },
+    /// Let held trials be placed again.
+    Release {
+        /// A trial id, or an experiment id (or unique prefix).
+        id: String,
+    },
+    /// Move a trial (or an experiment's trials) to another queue.
+    Move {
+        /// A trial id, or an experiment id (or unique prefix).
+        id: String,
+        /// The queue.
+        queue: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum PolicyCommand {
+    /// Apply a policy file (checked here first, then by the head).
+    Apply {
+        /// The YAML file.
+        file: PathBuf,
     },
 }
 
@@ -236,7 +301,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             });
             let submitted = client
-                .submit(&spec, &SubmitOptions { rerun, base_dir })
+                .submit(
+                    &spec,
+                    &SubmitOptions {
+                        rerun,
+                        base_dir,
+                        admission_wait: None,
+                    },
+                )
                 .await
                 .context("submission refused")?;
             println!("{}", submitted.experiment);
@@ -303,6 +375,42 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             client.close().await;
         }
+        Command::Queue { cluster, json } => {
+            let client = connect(&cluster).await?;
+            print_queues(&client.queues().await?, json);
+            client.close().await;
+        }
+        Command::Admin {
+            cluster,
+            why,
+            action,
+        } => {
+            let action = match action {
+                AdminCommand::Policy {
+                    action: PolicyCommand::Apply { file },
+                } => {
+                    let yaml = std::fs::read_to_string(&file)
+                        .with_context(|| format!("cannot read {}", file.display()))?;
+                    anyhow::ensure!(
+                        yaml.len() <= xp_head::policy::config::MAX_POLICY_BYTES,
+                        "{} is larger than a policy may be",
+                        file.display()
+                    );
+                    xp_head::policy::PolicyConfig::from_yaml(&yaml)
+                        .with_context(|| format!("{} is not a valid policy", file.display()))?;
+                    AdminAction::ApplyPolicy { yaml }
+                }
+                AdminCommand::Priority { id, value } => AdminAction::Priority { id, value },
+                AdminCommand::Hold { id } => AdminAction::Hold { id },
+                AdminCommand::Release { id } => AdminAction::Release { id },
+                AdminCommand::Move { id, queue } => AdminAction::Move { id, queue },
+            };
+            let who = std::env::var("USER").unwrap_or_else(|_| "unknown".to_owned());
+            let client = connect(&cluster).await?;
+            let (_, message) = client.admin(action, &who, &why).await?;
+            println!("{message}");
+            client.close().await;
+        }
         Command::Nodes { cluster, json } => {
             let client = connect(&cluster).await?;
             let nodes = client.nodes().await?;
@@ -338,6 +446,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             client.close().await;
         }
+        Command::Sim(args) => sim_cli::run(args)?,
         Command::Tune {
             space,
             algo,
@@ -661,6 +770,56 @@ fn print_status_table(status: &ExperimentStatus) {
             trial.attempts.len(),
             metrics.join(" "),
             trial.config_json
+        );
+        if let Some(waiting) = &trial.waiting {
+            println!("  {:<24} waits: {waiting}", "");
+        }
+    }
+}
+
+/// A resource amount for a table: `-` for unlimited.
+fn amount_text(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |value| format!("{value:.1}"))
+}
+
+#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
+fn print_queues(queues: &[xp_runtime::protocol::QueueStatus], json: bool) {
+    if json {
+        for queue in queues {
+            println!(
+                "{}",
+                serde_json::to_string(queue).expect("queue status serialises")
+            );
+        }
+        return;
+    }
+    println!(
+        "{:<16} {:<12} {:<12} {:>6} {:>13} {:>9} {:>9} {:>8} {:>8} {:>10}",
+        "QUEUE",
+        "TEAM",
+        "COHORT",
+        "WEIGHT",
+        "GPU USE/QUOTA",
+        "BORROWED",
+        "LENT",
+        "PENDING",
+        "RUNNING",
+        "FAIR SHARE"
+    );
+    for queue in queues {
+        println!(
+            "{:<16} {:<12} {:<12} {:>6.1} {:>6}/{:<6} {:>9} {:>9} {:>8} {:>8} {:>10.3}",
+            queue.name,
+            queue.team,
+            queue.cohort.as_deref().unwrap_or("-"),
+            queue.weight,
+            amount_text(queue.usage.gpu),
+            amount_text(queue.quota.gpu),
+            amount_text(queue.borrowed.gpu),
+            amount_text(queue.lent.gpu),
+            queue.pending,
+            queue.running,
+            queue.fair_share,
         );
     }
 }

@@ -80,12 +80,7 @@ fn cancel_reuse_spawn_trial_results_and_graceful_node_shutdown() {
                 "-c".into(),
                 "echo \"XP_METRIC {\\\"a\\\": {a}}\"".into(),
             ]),
-            entry: None,
-            program: None,
-            workers: 1,
-            resources: Default::default(),
-            max_retries: 0,
-            transport: Default::default(),
+            ..TrialSpec::default()
         };
         let trial_id = client
             .spawn_trial(

@@ -16,8 +16,8 @@ use tracing::{error, warn};
 use xp_runtime::clock::Clock;
 use xp_runtime::ids::{ExperimentId, NodeId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
-    ErrorCode, HeadCommand, LogChunk, LogRequest, MetricPoint, NodeMessage, NodeRegistration,
-    RemoteError, Response, SubmitRequest, TrialEvent,
+    AdminRequest, ErrorCode, HeadCommand, LogChunk, LogRequest, MetricPoint, NodeMessage,
+    NodeRegistration, RemoteError, Response, SubmitRequest, TrialEvent,
 };
 
 use crate::core::{HeadCore, Record};
@@ -60,6 +60,10 @@ pub enum HeadMsg {
     Events(ExperimentId, u64, Reply<Vec<TrialEvent>>),
     /// A client asks for a trial's metric history.
     Metrics(TrialId, Reply<Vec<MetricPoint>>),
+    /// A client lists the scheduling queues.
+    Queues(Reply<Response>),
+    /// An admin arbitrates.
+    Admin(AdminRequest, Reply<Response>),
     /// A node registered on a new session.
     NodeRegistered(NodeRegistration, Reply<()>),
     /// A message arrived on a node's session.
@@ -200,6 +204,17 @@ impl Actor for HeadActor {
             }
             HeadMsg::Nodes(reply) => {
                 let _ = reply.send(Ok(Response::Nodes(state.args.core.nodes_status())));
+            }
+            HeadMsg::Queues(reply) => {
+                let _ = reply.send(Ok(Response::Queues(state.args.core.queues())));
+            }
+            HeadMsg::Admin(request, reply) => {
+                let result = state
+                    .args
+                    .core
+                    .handle_admin(now, request)
+                    .map(|(trials, message)| Response::Admin { trials, message });
+                state.reply(reply, result);
             }
             HeadMsg::LocateWorker(request, reply) => {
                 let _ = reply.send(state.args.core.locate_worker(&request));

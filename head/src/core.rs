@@ -19,15 +19,19 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::identity::experiment_content_hash;
 use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
-    AttemptStatus, ErrorCode, ExperimentState, ExperimentStatus, HeadCommand, Launch, LogRequest,
-    NodeMessage, NodeRegistration, NodeResources, NodeState, NodeStatus, Program, RemoteError,
-    SubmitRequest, TrialEvent, TrialState, TrialStatus, WorkerReport,
+    AdminAction, AdminRequest, AttemptStatus, ErrorCode, ExperimentState, ExperimentStatus,
+    HeadCommand, Launch, LogRequest, NodeMessage, NodeRegistration, NodeResources, NodeState,
+    NodeStatus, Program, QueueStatus, RemoteError, ResourceAmounts, SubmitRequest, TrialEvent,
+    TrialState, TrialStatus, WorkerReport,
 };
 use xp_runtime::search::{TrialPlan, plan_trials};
-use xp_runtime::spec::{CollectiveTransport, ExperimentSpec, Mode, render_arg};
+use xp_runtime::spec::{CollectiveTransport, ExperimentSpec, Mode, Priority, render_arg};
 use xp_runtime::stopping::{Decision, StoppingRule, make_rule};
 
-use crate::placement::{FreeResources, WorkerDemand, place_gang};
+use crate::policy::{
+    Amount, Decision as PolicyDecision, GPU_MILLI, GangShape, NodeSpec, PolicyConfig, PolicyCore,
+    PreemptReason, QueueUsage, Refusal, TrialRequest, WorkerPlacement,
+};
 use crate::sweep::{DEFAULT_ADAPTIVE_PARALLEL, Sweep, SweepOp};
 
 /// How often a trial may be requeued for reasons not its own (lost nodes, refused
@@ -35,6 +39,8 @@ use crate::sweep::{DEFAULT_ADAPTIVE_PARALLEL, Sweep, SweepOp};
 const MAX_REQUEUES: u32 = 20;
 /// The most distinct metric names a trial's summary keeps (the history keeps all).
 const MAX_METRIC_NAMES: usize = 1024;
+/// How long a stopped worker has between SIGTERM and SIGKILL, unless preempted.
+const KILL_GRACE_MS: u64 = 5_000;
 /// The first port handed out as `MASTER_PORT`, as torchrun does.
 const FIRST_MASTER_PORT: u16 = 29500;
 /// The last port handed out as `MASTER_PORT`.
@@ -117,6 +123,31 @@ pub struct TrialRecord {
     /// Times the trial was requeued through no fault of its own.
     #[serde(default)]
     pub requeues: u32,
+    /// Times the scheduler preempted it.
+    #[serde(default)]
+    pub preemptions: u32,
+    /// An admin holds it out of the queue.
+    #[serde(default)]
+    pub held: bool,
+    /// A base priority set by an admin, replacing the experiment's.
+    #[serde(default)]
+    pub priority_override: Option<i64>,
+    /// A queue set by an admin, replacing the experiment's.
+    #[serde(default)]
+    pub queue_override: Option<String>,
+}
+
+/// The scheduling policy in force, as persisted: the text and who applied it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PolicyRecord {
+    /// The policy file's text.
+    pub yaml: String,
+    /// Who applied it.
+    pub applied_by: String,
+    /// Why.
+    pub why: String,
+    /// When.
+    pub at: UnixMillis,
 }
 
 /// One attempt of a trial.
@@ -235,6 +266,8 @@ pub enum Record {
     Event(TrialEvent),
     /// Append a metric report.
     Metric(MetricRecord),
+    /// Replace the scheduling policy.
+    Policy(PolicyRecord),
 }
 
 /// Everything the registry loaded at start.
@@ -248,14 +281,8 @@ pub struct LoadedState {
     pub nodes: Vec<NodeRecord>,
     /// Events in sequence order.
     pub events: Vec<TrialEvent>,
-}
-
-#[derive(Debug, Default, Clone)]
-struct NodeUsage {
-    gpus: BTreeSet<u32>,
-    milli_cpus: u64,
-    memory_bytes: u64,
-    workers: u32,
+    /// The policy last applied, if any.
+    pub policy: Option<PolicyRecord>,
 }
 
 /// The head's whole state.
@@ -265,7 +292,14 @@ pub struct HeadCore {
     specs: BTreeMap<ExperimentId, ExperimentSpec>,
     trials: BTreeMap<TrialId, TrialRecord>,
     nodes: BTreeMap<NodeId, NodeRecord>,
-    usage: BTreeMap<NodeId, NodeUsage>,
+    /// The scheduling policy core: the one owner of what every node has allocated.
+    policy: PolicyCore,
+    /// The policy text in force, when one was applied.
+    policy_record: Option<PolicyRecord>,
+    dirty_policy: bool,
+    /// Trials whose standing with the policy core may have changed since the last
+    /// scheduling pass (workers released, state changed).
+    unsettled: BTreeSet<TrialId>,
     ports_in_use: BTreeMap<String, BTreeSet<u16>>,
     /// Where the next `MASTER_PORT` search starts, per host.
     port_cursor: BTreeMap<String, u16>,
@@ -310,7 +344,10 @@ impl HeadCore {
             specs: BTreeMap::new(),
             trials: BTreeMap::new(),
             nodes: BTreeMap::new(),
-            usage: BTreeMap::new(),
+            policy: PolicyCore::new(PolicyConfig::default()),
+            policy_record: None,
+            dirty_policy: false,
+            unsettled: BTreeSet::new(),
             ports_in_use: BTreeMap::new(),
             port_cursor: BTreeMap::new(),
             events: BTreeMap::new(),
@@ -325,6 +362,17 @@ impl HeadCore {
             sweeps: BTreeMap::new(),
             rules: BTreeMap::new(),
         };
+        if let Some(record) = loaded.policy {
+            match PolicyConfig::from_yaml(&record.yaml) {
+                Ok(config) => {
+                    core.policy = PolicyCore::new(config);
+                    core.policy_record = Some(record);
+                }
+                Err(error) => {
+                    warn!(%error, "the stored policy no longer validates; using the default policy")
+                }
+            }
+        }
         for experiment in loaded.experiments {
             match ExperimentSpec::from_json(&experiment.spec_json) {
                 Ok(spec) => {
@@ -365,6 +413,9 @@ impl HeadCore {
         }
         for mut node in loaded.nodes {
             node.last_seen = now;
+            // Schedulable until the running trials are adopted: the pool takes
+            // allocations only on schedulable nodes.
+            core.policy.upsert_node(node_spec(&node));
             core.nodes.insert(node.id, node);
         }
         for event in loaded.events {
@@ -374,26 +425,24 @@ impl HeadCore {
                 .or_default()
                 .push(event);
         }
-        let live_workers: Vec<(WorkerRecord, String, u16)> = core
+        let adopted: BTreeSet<TrialId> = core
             .trials
             .values()
-            .flat_map(|trial| trial.attempts.iter())
-            .flat_map(|attempt| {
-                attempt
-                    .workers
+            .filter(|trial| {
+                trial
+                    .attempts
                     .iter()
-                    .filter(|worker| worker.state.holds_resources())
-                    .map(|worker| {
-                        (
-                            worker.clone(),
-                            attempt.master_host.clone(),
-                            attempt.master_port,
-                        )
-                    })
+                    .flat_map(|attempt| &attempt.workers)
+                    .any(|worker| worker.state.holds_resources())
             })
+            .map(|trial| trial.id)
             .collect();
-        for (worker, _, _) in &live_workers {
-            core.allocate(worker);
+        for trial_id in adopted {
+            core.adopt_running(now, trial_id);
+        }
+        for node in core.nodes.values() {
+            core.policy
+                .set_node_schedulable(node.id, node.state == NodeState::Ready);
         }
         for trial in core.trials.values() {
             for attempt in trial.attempts.iter().filter(|attempt| attempt.is_live()) {
@@ -425,6 +474,11 @@ impl HeadCore {
             }
         }
         records.append(&mut self.appended);
+        if std::mem::take(&mut self.dirty_policy)
+            && let Some(policy) = &self.policy_record
+        {
+            records.push(Record::Policy(policy.clone()));
+        }
         records
     }
 
@@ -468,6 +522,7 @@ impl HeadCore {
                 "code or data version is longer than 512 bytes",
             ));
         }
+        self.admit(&spec)?;
         // Identity: the config without the local program path, and the binary's hash as code.
         let mut identity_spec = spec.clone();
         identity_spec.trial.program = None;
@@ -570,6 +625,10 @@ impl HeadCore {
             queued_at: now,
             reused_from: None,
             requeues: 0,
+            preemptions: 0,
+            held: false,
+            priority_override: None,
+            queue_override: None,
         };
         let (state, reason) = match source {
             Some(source) => {
@@ -673,24 +732,18 @@ impl HeadCore {
         self.nodes
             .values()
             .map(|node| {
-                let usage = self.usage.get(&node.id).cloned().unwrap_or_default();
+                let free = self.policy.pool().node_free(node.id).unwrap_or_default();
                 NodeStatus {
                     id: node.id,
                     name: node.name.clone(),
                     address: node.address.clone(),
                     state: node.state,
                     capacity: node.resources.clone(),
-                    free_gpus: (node.resources.gpus.len() - usage.gpus.len()) as u32,
-                    free_milli_cpus: node
-                        .resources
-                        .milli_cpus
-                        .saturating_sub(usage.milli_cpus as u32),
-                    free_memory_bytes: node
-                        .resources
-                        .memory_bytes
-                        .saturating_sub(usage.memory_bytes),
+                    free_gpus: (free.gpu_milli / GPU_MILLI) as u32,
+                    free_milli_cpus: u32::try_from(free.cpu_milli).unwrap_or(u32::MAX),
+                    free_memory_bytes: free.memory_bytes,
                     labels: node.labels.clone(),
-                    running_workers: usage.workers,
+                    running_workers: self.live_workers_on(node.id).len() as u32,
                     last_seen: node.last_seen,
                 }
             })
@@ -757,18 +810,18 @@ impl HeadCore {
         let node_id = registration.node_id;
         let returning = self.nodes.contains_key(&node_id);
         info!(%node_id, name = %registration.name, gpus = registration.resources.gpus.len(), returning, "node registered");
-        self.nodes.insert(
-            node_id,
-            NodeRecord {
-                id: node_id,
-                name: registration.name,
-                address: registration.advertise_host,
-                resources: registration.resources,
-                labels: registration.labels,
-                state: NodeState::Ready,
-                last_seen: now,
-            },
-        );
+        let record = NodeRecord {
+            id: node_id,
+            name: registration.name,
+            address: registration.advertise_host,
+            resources: registration.resources,
+            labels: registration.labels,
+            state: NodeState::Ready,
+            last_seen: now,
+        };
+        self.policy.upsert_node(node_spec(&record));
+        self.policy.set_node_schedulable(node_id, true);
+        self.nodes.insert(node_id, record);
         self.dirty_nodes.insert(node_id);
         self.commands.push_back((
             node_id,
@@ -833,6 +886,7 @@ impl HeadCore {
                 info!(%node_id, "node draining: nothing more is placed on it");
                 node.state = NodeState::Draining;
                 self.dirty_nodes.insert(node_id);
+                self.policy.set_node_schedulable(node_id, false);
             }
             NodeMessage::Report { report, .. } => {
                 self.handle_report(now, node_id, report);
@@ -858,6 +912,7 @@ impl HeadCore {
                 node.state = NodeState::Lost;
             }
             self.dirty_nodes.insert(node_id);
+            self.policy.set_node_schedulable(node_id, false);
             for key in self.live_workers_on(node_id) {
                 self.lose_worker(now, key, format!("node {node_id} lost"));
             }
@@ -924,7 +979,9 @@ impl HeadCore {
                         signal: None,
                     },
                 );
-                if attempt_live {
+                if attempt_live && self.trials[&key.trial].state == TrialState::Preempting {
+                    self.preempted_worker_gone(now, key);
+                } else if attempt_live {
                     self.fail_attempt(
                         now,
                         key,
@@ -938,6 +995,10 @@ impl HeadCore {
                 }
                 self.release_worker(key, WorkerState::Exited { code, signal });
                 if !attempt_live {
+                    return;
+                }
+                if code != Some(0) && self.trials[&key.trial].state == TrialState::Preempting {
+                    self.preempted_worker_gone(now, key);
                     return;
                 }
                 if code == Some(0) {
@@ -981,7 +1042,16 @@ impl HeadCore {
                 if !worker_state.holds_resources() {
                     return;
                 }
-                if attempt_live {
+                if attempt_live && self.trials[&key.trial].state == TrialState::Preempting {
+                    self.release_worker(
+                        key,
+                        WorkerState::Exited {
+                            code: None,
+                            signal: None,
+                        },
+                    );
+                    self.preempted_worker_gone(now, key);
+                } else if attempt_live {
                     // The node stopped it on its own (shutting down): not the trial's fault.
                     self.lose_worker(
                         now,
@@ -1101,24 +1171,301 @@ impl HeadCore {
             self.advance_sweeps(now, &finished);
         }
         self.admit_pending(now);
-        let mut queue: Vec<(i32, UnixMillis, TrialId)> = self
+        self.settle_all(now);
+        let fresh: Vec<TrialId> = self
             .trials
             .values()
-            .filter(|trial| trial.state == TrialState::Queued)
-            .map(|trial| {
-                (
-                    self.specs[&trial.id.experiment].priority,
-                    trial.queued_at,
-                    trial.id,
-                )
+            .filter(|trial| {
+                trial.state == TrialState::Queued
+                    && self.policy.wait_reason(trial.id).is_none()
+                    && self.policy.placement(trial.id).is_none()
             })
+            .map(|trial| trial.id)
             .collect();
-        queue.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-        for (_, _, trial_id) in queue {
-            if !self.try_place(now, trial_id) && self.free_resources().is_empty() {
-                break;
+        for trial_id in fresh {
+            self.submit_to_policy(now, trial_id);
+        }
+        for decision in self.policy.decide(now) {
+            match decision {
+                PolicyDecision::Place { trial, workers } => self.launch(now, trial, &workers),
+                PolicyDecision::Preempt {
+                    trial,
+                    reason,
+                    grace_ms,
+                } => self.preempt(now, trial, &reason, grace_ms),
             }
         }
+        // Launches that failed at once release their resources in this same pass.
+        self.settle_all(now);
+    }
+
+    fn settle_all(&mut self, now: UnixMillis) {
+        for trial_id in std::mem::take(&mut self.unsettled) {
+            self.settle_with_policy(now, trial_id);
+        }
+    }
+
+    /// Brings the policy core in line with a trial: a trial whose workers all let
+    /// go of their resources is requeued (when it waits again) or forgotten (when it
+    /// ended); a trial that ended while waiting leaves the queue.
+    fn settle_with_policy(&mut self, now: UnixMillis, trial_id: TrialId) {
+        let Some(trial) = self.trials.get(&trial_id) else {
+            return;
+        };
+        let holds = trial
+            .attempts
+            .iter()
+            .flat_map(|attempt| &attempt.workers)
+            .any(|worker| worker.state.holds_resources());
+        if self.policy.placement(trial_id).is_some() {
+            if holds {
+                return;
+            }
+            match trial.state {
+                TrialState::Queued => {
+                    self.policy.requeue(trial_id, now);
+                }
+                state if state.is_terminal() => {
+                    self.policy
+                        .finish(trial_id, now, state == TrialState::Succeeded);
+                }
+                _ => {}
+            }
+        } else if self.policy.wait_reason(trial_id).is_some() && trial.state != TrialState::Queued {
+            self.policy.finish(trial_id, now, false);
+        }
+    }
+
+    /// What the policy core needs to know of a trial.
+    fn trial_request(&self, trial: &TrialRecord) -> Result<TrialRequest, String> {
+        let spec = &self.specs[&trial.id.experiment];
+        let priority = match (trial.priority_override, &spec.priority) {
+            (Some(value), _) | (None, &Priority::Value(value)) => value,
+            (None, Priority::Class(class)) => {
+                self.policy.config().priority_value(class).ok_or_else(|| {
+                    let known: Vec<&str> = self
+                        .policy
+                        .config()
+                        .priority_classes
+                        .keys()
+                        .map(String::as_str)
+                        .collect();
+                    format!(
+                        "priority class {class:?} is not in the policy (it has: {})",
+                        known.join(", ")
+                    )
+                })?
+            }
+        };
+        Ok(TrialRequest {
+            id: trial.id,
+            team: spec.team.clone(),
+            queue: trial.queue_override.clone().or_else(|| spec.queue.clone()),
+            priority,
+            gang: GangShape {
+                workers: spec.trial.workers,
+                per_worker: Amount {
+                    gpu_milli: u64::from(spec.trial.resources.gpu) * GPU_MILLI,
+                    cpu_milli: u64::from(spec.trial.milli_cpus()),
+                    memory_bytes: spec.trial.resources.memory.0,
+                },
+                gpu_models: spec.trial.gpu_models.clone(),
+                node_labels: spec.trial.node_labels.clone(),
+                spread: spec.trial.spread,
+            },
+            preemptible: spec.trial.preemptible,
+            time_limit_ms: spec.trial.time_limit_ms(),
+            submitted_at: trial.queued_at,
+        })
+    }
+
+    /// Hands a queued trial to the policy core; a refusal other than "too many
+    /// pending" (which clears as the team's queue drains) fails the trial.
+    fn submit_to_policy(&mut self, now: UnixMillis, trial_id: TrialId) {
+        let trial = &self.trials[&trial_id];
+        let held = trial.held;
+        let request = match self.trial_request(trial) {
+            Ok(request) => request,
+            Err(reason) => {
+                self.transition(now, trial_id, TrialState::Failed, reason);
+                return;
+            }
+        };
+        match self.policy.submit(request, now) {
+            Ok(()) => {
+                if held {
+                    self.policy.hold(trial_id);
+                }
+            }
+            Err(Refusal::TooManyPending { .. } | Refusal::Duplicate(_)) => {}
+            Err(refusal) => self.transition(
+                now,
+                trial_id,
+                TrialState::Failed,
+                format!("the scheduler refused it: {refusal}"),
+            ),
+        }
+    }
+
+    /// A placed, running trial that the policy chose to stop for other work: its
+    /// workers get SIGTERM and `grace_ms` to checkpoint, and the trial returns to
+    /// the queue once all are gone (see `preempted_worker_gone`).
+    fn preempt(
+        &mut self,
+        now: UnixMillis,
+        trial_id: TrialId,
+        reason: &PreemptReason,
+        grace_ms: u64,
+    ) {
+        let Some(trial) = self.trials.get_mut(&trial_id) else {
+            return;
+        };
+        if !matches!(
+            trial.state,
+            TrialState::Placed | TrialState::Starting | TrialState::Running
+        ) {
+            return;
+        }
+        trial.preemptions += 1;
+        let Some(attempt) = trial.attempts.last().filter(|attempt| attempt.is_live()) else {
+            return;
+        };
+        let number = attempt.number;
+        let nodes: BTreeSet<NodeId> = attempt
+            .workers
+            .iter()
+            .filter(|worker| worker.state.holds_resources())
+            .map(|worker| worker.node)
+            .collect();
+        let why = match reason {
+            PreemptReason::HigherPriority { by, priority } => {
+                format!("preempted for {by} (priority {priority})")
+            }
+            PreemptReason::Reclaim { queue, by } => {
+                format!("preempted: queue {queue} reclaims its quota for {by}")
+            }
+        };
+        for node in nodes {
+            self.commands.push_back((
+                node,
+                HeadCommand::Kill {
+                    trial: trial_id,
+                    attempt: number,
+                    reason: why.clone(),
+                    grace_ms,
+                },
+            ));
+        }
+        self.transition(
+            now,
+            trial_id,
+            TrialState::Preempting,
+            format!("{why}; {} s to checkpoint", grace_ms / 1000),
+        );
+    }
+
+    /// A worker of a preempting attempt is gone; once the last one is, the attempt
+    /// ends and the trial waits again, without using a retry.
+    fn preempted_worker_gone(&mut self, now: UnixMillis, key: WorkerKey) {
+        let all_gone = self.worker(key).is_some_and(|(attempt, _)| {
+            attempt
+                .workers
+                .iter()
+                .all(|worker| !worker.state.holds_resources())
+        });
+        if !all_gone {
+            return;
+        }
+        self.finish_attempt(now, key, "preempted");
+        self.transition(
+            now,
+            key.trial,
+            TrialState::Queued,
+            "requeued after preemption; resumes from its last checkpoint".to_owned(),
+        );
+    }
+
+    /// Takes a trial that the registry shows running (after a head restart) back
+    /// into the policy core's books, where its workers are.
+    fn adopt_running(&mut self, now: UnixMillis, trial_id: TrialId) {
+        let trial = &self.trials[&trial_id];
+        let Some(attempt) = trial.attempts.iter().rev().find(|attempt| {
+            attempt
+                .workers
+                .iter()
+                .any(|worker| worker.state.holds_resources())
+        }) else {
+            return;
+        };
+        let started_at = attempt.running_at.unwrap_or(attempt.placed_at);
+        let placements: Vec<WorkerPlacement> = attempt
+            .workers
+            .iter()
+            .filter(|worker| worker.state.holds_resources())
+            .map(|worker| self.worker_placement(worker))
+            .collect();
+        match self.trial_request(trial) {
+            Ok(request) => {
+                if let Err(error) = self.policy.adopt(request, placements, started_at) {
+                    warn!(%trial_id, %error, "cannot restore a running trial's resources in the scheduler");
+                }
+            }
+            Err(reason) => {
+                warn!(%trial_id, %reason, "cannot restore a running trial in the scheduler")
+            }
+        }
+        let _ = now;
+    }
+
+    /// A worker's holdings in the policy core's terms.
+    fn worker_placement(&self, worker: &WorkerRecord) -> WorkerPlacement {
+        let devices = self
+            .nodes
+            .get(&worker.node)
+            .map(|node| &node.resources.gpus[..])
+            .unwrap_or_default();
+        WorkerPlacement {
+            node: worker.node,
+            gpus: worker
+                .gpu_indices
+                .iter()
+                .map(|device| crate::policy::GpuShare {
+                    index: devices
+                        .iter()
+                        .position(|gpu| gpu.index == *device)
+                        .map_or(*device, |slot| slot as u32),
+                    milli: GPU_MILLI as u32,
+                })
+                .collect(),
+            cpu_milli: u64::from(worker.milli_cpus),
+            memory_bytes: worker.memory_bytes,
+        }
+    }
+
+    /// Refuses a submission while the team already has its limit of pending
+    /// trials, with a hint of when to retry; the SDK backs off and retries.
+    fn admit(&self, spec: &ExperimentSpec) -> Result<(), RemoteError> {
+        let admission = &self.policy.config().admission;
+        let pending = self
+            .trials
+            .values()
+            .filter(|trial| matches!(trial.state, TrialState::Pending | TrialState::Queued))
+            .filter(|trial| {
+                self.specs
+                    .get(&trial.id.experiment)
+                    .is_some_and(|other| other.team == spec.team)
+            })
+            .count() as u64;
+        if pending >= admission.max_pending_per_team {
+            return Err(RemoteError::retry_later(
+                format!(
+                    "team {} has {pending} pending trials, its limit is {}; retry later",
+                    spec.team, admission.max_pending_per_team
+                ),
+                admission.retry_after_ms,
+            ));
+        }
+        Ok(())
     }
 
     /// Finished trials leave their stopping rule, settle their suggestion once every
@@ -1307,46 +1654,13 @@ impl HeadCore {
         }
     }
 
-    fn free_resources(&self) -> Vec<FreeResources> {
-        self.nodes
-            .values()
-            .filter(|node| node.state == NodeState::Ready)
-            .map(|node| {
-                let usage = self.usage.get(&node.id).cloned().unwrap_or_default();
-                FreeResources {
-                    node: node.id,
-                    free_gpus: node
-                        .resources
-                        .gpus
-                        .iter()
-                        .map(|gpu| gpu.index)
-                        .filter(|index| !usage.gpus.contains(index))
-                        .collect(),
-                    free_milli_cpus: node
-                        .resources
-                        .milli_cpus
-                        .saturating_sub(usage.milli_cpus as u32),
-                    free_memory_bytes: node
-                        .resources
-                        .memory_bytes
-                        .saturating_sub(usage.memory_bytes),
-                }
-            })
-            .filter(|free| free.free_milli_cpus > 0 || !free.free_gpus.is_empty())
-            .collect()
-    }
-
-    fn try_place(&mut self, now: UnixMillis, trial_id: TrialId) -> bool {
+    /// Starts the gang the policy core placed: one worker per placement, in rank order.
+    fn launch(&mut self, now: UnixMillis, trial_id: TrialId, slots: &[WorkerPlacement]) {
+        let Some(first) = slots.first() else {
+            return;
+        };
         let spec = &self.specs[&trial_id.experiment];
-        let demand = WorkerDemand {
-            gpus: spec.trial.resources.gpu,
-            milli_cpus: spec.trial.milli_cpus(),
-            memory_bytes: spec.trial.resources.memory.0,
-        };
-        let Some(slots) = place_gang(&self.free_resources(), demand, spec.trial.workers) else {
-            return false;
-        };
-        let master_host = self.nodes[&slots[0].node].address.clone();
+        let master_host = self.nodes[&first.node].address.clone();
         // Rotate through the range, so a retry never reuses the port an old rank 0,
         // still being stopped, may hold.
         let used_ports = self.ports_in_use.entry(master_host.clone()).or_default();
@@ -1360,7 +1674,8 @@ impl HeadCore {
             .find(|port| !used_ports.contains(port))
         else {
             warn!(host = %master_host, "no free MASTER_PORT left on this host");
-            return false;
+            self.policy.requeue(trial_id, now);
+            return;
         };
         used_ports.insert(master_port);
         self.port_cursor.insert(
@@ -1376,14 +1691,26 @@ impl HeadCore {
         let workers: Vec<WorkerRecord> = slots
             .iter()
             .enumerate()
-            .map(|(rank, slot)| WorkerRecord {
-                rank: rank as u32,
-                node: slot.node,
-                gpu_indices: slot.gpu_indices.clone(),
-                milli_cpus: demand.milli_cpus,
-                memory_bytes: demand.memory_bytes,
-                state: WorkerState::Assigned,
-                last_metric_index: None,
+            .map(|(rank, slot)| {
+                // The pool numbers a node's GPUs 0..n; the node names them by device index.
+                let devices = &self.nodes[&slot.node].resources.gpus;
+                WorkerRecord {
+                    rank: rank as u32,
+                    node: slot.node,
+                    gpu_indices: slot
+                        .gpus
+                        .iter()
+                        .map(|share| {
+                            devices
+                                .get(share.index as usize)
+                                .map_or(share.index, |gpu| gpu.index)
+                        })
+                        .collect(),
+                    milli_cpus: u32::try_from(slot.cpu_milli).unwrap_or(u32::MAX),
+                    memory_bytes: slot.memory_bytes,
+                    state: WorkerState::Assigned,
+                    last_metric_index: None,
+                }
             })
             .collect();
         // A gang on one machine talks through shared memory whatever the spec says.
@@ -1410,7 +1737,7 @@ impl HeadCore {
                         .or_default()
                         .remove(&master_port);
                     self.transition(now, trial_id, TrialState::Failed, reason);
-                    return true;
+                    return;
                 }
             };
             launches.push((
@@ -1434,9 +1761,6 @@ impl HeadCore {
                 },
             ));
             *local_rank += 1;
-        }
-        for worker in &workers {
-            self.allocate(worker);
         }
         let nodes: BTreeSet<String> = workers
             .iter()
@@ -1463,7 +1787,6 @@ impl HeadCore {
             TrialState::Placed,
             format!("attempt {number} placed on {}", nodes.join(",")),
         );
-        true
     }
 
     fn program_for(&self, trial: &TrialRecord, rank: u32) -> Result<Program, String> {
@@ -1552,17 +1875,6 @@ impl HeadCore {
         keys
     }
 
-    fn allocate(&mut self, worker: &WorkerRecord) {
-        let usage = self.usage.entry(worker.node).or_default();
-        for gpu in &worker.gpu_indices {
-            let fresh = usage.gpus.insert(*gpu);
-            assert!(fresh, "GPU {gpu} of node {} allocated twice", worker.node);
-        }
-        usage.milli_cpus += u64::from(worker.milli_cpus);
-        usage.memory_bytes += worker.memory_bytes;
-        usage.workers += 1;
-    }
-
     /// Frees a worker's slot and records its final state.
     fn release_worker(&mut self, key: WorkerKey, state: WorkerState) {
         let Some(worker) = self.worker_mut(key) else {
@@ -1572,16 +1884,8 @@ impl HeadCore {
             return;
         }
         worker.state = state;
-        let worker = worker.clone();
-        let usage = self.usage.entry(worker.node).or_default();
-        for gpu in &worker.gpu_indices {
-            usage.gpus.remove(gpu);
-        }
-        usage.milli_cpus = usage
-            .milli_cpus
-            .saturating_sub(u64::from(worker.milli_cpus));
-        usage.memory_bytes = usage.memory_bytes.saturating_sub(worker.memory_bytes);
-        usage.workers = usage.workers.saturating_sub(1);
+        // The policy core frees the gang's resources once its last worker is gone.
+        self.unsettled.insert(key.trial);
     }
 
     /// Ends the attempt of `key` (if live) with `outcome`, freeing its port and
@@ -1711,6 +2015,7 @@ impl HeadCore {
                 trial,
                 attempt,
                 reason: reason.to_owned(),
+                grace_ms: KILL_GRACE_MS,
             },
         ));
     }
@@ -1731,6 +2036,7 @@ impl HeadCore {
         let was_terminal = trial.state.is_terminal();
         trial.state = state;
         trial.reason = Some(reason.clone());
+        self.unsettled.insert(trial_id);
         let attempt = trial.attempts.len() as u32;
         let config_json = trial.config_json.clone();
         self.dirty_trials.insert(trial_id);
@@ -1852,6 +2158,12 @@ impl HeadCore {
                     last_step: trial.last_step,
                     reason: trial.reason.clone(),
                     reused_from: trial.reused_from,
+                    waiting: (trial.state == TrialState::Queued).then(|| {
+                        self.policy.wait_reason(trial.id).map_or_else(
+                            || "admission: its team is at its pending limit".to_owned(),
+                            |reason| reason.to_string(),
+                        )
+                    }),
                 })
                 .collect(),
         }
@@ -1859,7 +2171,9 @@ impl HeadCore {
 
     /// Panics if an invariant of the module documentation is broken.
     pub fn check_invariants(&self) {
-        let mut recomputed: BTreeMap<NodeId, NodeUsage> = BTreeMap::new();
+        let mut gpus: BTreeSet<(NodeId, u32)> = BTreeSet::new();
+        let mut cpu: BTreeMap<NodeId, u64> = BTreeMap::new();
+        let mut memory: BTreeMap<NodeId, u64> = BTreeMap::new();
         for trial in self.trials.values() {
             let live = trial
                 .attempts
@@ -1869,34 +2183,183 @@ impl HeadCore {
             assert!(live <= 1, "trial {} has {live} live attempts", trial.id);
             for worker in trial.attempts.iter().flat_map(|attempt| &attempt.workers) {
                 if worker.state.holds_resources() {
-                    let usage = recomputed.entry(worker.node).or_default();
                     for gpu in &worker.gpu_indices {
                         assert!(
-                            usage.gpus.insert(*gpu),
+                            gpus.insert((worker.node, *gpu)),
                             "GPU {gpu} of node {} held twice",
                             worker.node
                         );
                     }
-                    usage.milli_cpus += u64::from(worker.milli_cpus);
-                    usage.memory_bytes += worker.memory_bytes;
+                    *cpu.entry(worker.node).or_default() += u64::from(worker.milli_cpus);
+                    *memory.entry(worker.node).or_default() += worker.memory_bytes;
                 }
             }
         }
-        for (node_id, usage) in &recomputed {
+        for (node_id, used) in &cpu {
             let node = &self.nodes[node_id];
             assert!(
-                usage.milli_cpus <= u64::from(node.resources.milli_cpus),
+                *used <= u64::from(node.resources.milli_cpus),
                 "node {node_id} CPU over-allocated"
             );
             assert!(
-                usage.memory_bytes <= node.resources.memory_bytes,
+                memory[node_id] <= node.resources.memory_bytes,
                 "node {node_id} memory over-allocated"
             );
-            assert_eq!(
-                usage.gpus,
-                self.usage.get(node_id).cloned().unwrap_or_default().gpus
+        }
+        if let Err(broken) = self.policy.check_invariants() {
+            panic!("scheduler invariant broken: {broken}");
+        }
+    }
+
+    // ---- Scheduling queues and admin arbitration ----
+
+    /// Every queue's standing, for `xp queue`.
+    pub fn queues(&self) -> Vec<QueueStatus> {
+        self.policy.queues().into_iter().map(queue_status).collect()
+    }
+
+    /// Carries out an admin's action; every touched trial gets an event naming who
+    /// and why.
+    pub fn handle_admin(
+        &mut self,
+        now: UnixMillis,
+        request: AdminRequest,
+    ) -> Result<(u32, String), RemoteError> {
+        let AdminRequest { action, who, why } = request;
+        let bad = |message: String| RemoteError::new(ErrorCode::BadRequest, message);
+        if who.trim().is_empty() || who.len() > 128 || why.len() > 4096 {
+            return Err(bad(
+                "an admin action needs who (1-128 characters) and why (at most 4096)".to_owned(),
+            ));
+        }
+        let (targets, what) = match &action {
+            AdminAction::ApplyPolicy { yaml } => {
+                let config =
+                    PolicyConfig::from_yaml(yaml).map_err(|error| bad(error.to_string()))?;
+                self.policy
+                    .set_config(config, now)
+                    .map_err(|error| bad(error.to_string()))?;
+                self.policy_record = Some(PolicyRecord {
+                    yaml: yaml.clone(),
+                    applied_by: who.clone(),
+                    why: why.clone(),
+                    at: now,
+                });
+                self.dirty_policy = true;
+                info!(%who, %why, "scheduling policy replaced");
+                self.schedule(now);
+                return Ok((0, format!("policy applied by {who}")));
+            }
+            AdminAction::Priority { id, value } => {
+                (self.admin_targets(id)?, format!("priority set to {value}"))
+            }
+            AdminAction::Hold { id } => (self.admin_targets(id)?, "held".to_owned()),
+            AdminAction::Release { id } => (self.admin_targets(id)?, "released".to_owned()),
+            AdminAction::Move { id, queue } => {
+                if self.policy.config().queue(queue).is_none() {
+                    return Err(not_found(format!("no queue {queue:?} in the policy")));
+                }
+                (self.admin_targets(id)?, format!("moved to queue {queue}"))
+            }
+        };
+        for trial_id in &targets {
+            let trial_id = *trial_id;
+            let trial = self.trials.get_mut(&trial_id).expect("targets exist");
+            match &action {
+                AdminAction::Priority { value, .. } => {
+                    trial.priority_override = Some(*value);
+                    self.policy.set_priority(trial_id, *value);
+                }
+                AdminAction::Hold { .. } => {
+                    trial.held = true;
+                    self.policy.hold(trial_id);
+                }
+                AdminAction::Release { .. } => {
+                    trial.held = false;
+                    self.policy.release_hold(trial_id);
+                }
+                AdminAction::Move { queue, .. } => {
+                    trial.queue_override = Some(queue.clone());
+                    if let Err(refusal) = self.policy.move_to_queue(trial_id, queue) {
+                        debug!(%trial_id, %refusal, "queue change takes effect when it waits again");
+                    }
+                }
+                AdminAction::ApplyPolicy { .. } => unreachable!("returned above"),
+            }
+            let (state, attempt) = (trial.state, trial.attempts.len() as u32);
+            self.dirty_trials.insert(trial_id);
+            self.push_event(
+                now,
+                trial_id,
+                state,
+                attempt,
+                format!("admin {who}: {what} ({why})"),
             );
         }
+        info!(%who, %why, trials = targets.len(), action = %what, "admin action");
+        self.schedule(now);
+        Ok((
+            targets.len() as u32,
+            format!("{} trials {what}", targets.len()),
+        ))
+    }
+
+    /// The unfinished trials an admin names: one trial id, or an experiment.
+    fn admin_targets(&self, id: &str) -> Result<Vec<TrialId>, RemoteError> {
+        let ids: Vec<TrialId> = if let Ok(trial_id) = id.parse::<TrialId>() {
+            if !self.trials.contains_key(&trial_id) {
+                return Err(not_found(format!("no trial {trial_id}")));
+            }
+            vec![trial_id]
+        } else {
+            let experiment = self.resolve_experiment(id)?;
+            self.trials
+                .range(trial_range(experiment))
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        Ok(ids
+            .into_iter()
+            .filter(|id| !self.trials[id].state.is_terminal())
+            .collect())
+    }
+}
+
+/// A node as the policy core sees it.
+fn node_spec(node: &NodeRecord) -> NodeSpec {
+    NodeSpec {
+        id: node.id,
+        gpus: node.resources.gpus.len() as u32,
+        gpu_model: node
+            .resources
+            .gpus
+            .first()
+            .map(|gpu| gpu.model.clone())
+            .filter(|model| model != "declared"),
+        cpu_milli: u64::from(node.resources.milli_cpus),
+        memory_bytes: node.resources.memory_bytes,
+        labels: node.labels.clone(),
+    }
+}
+
+fn queue_status(usage: QueueUsage) -> QueueStatus {
+    let amounts = |amount: Amount| ResourceAmounts {
+        gpu: (amount.gpu_milli != u64::MAX).then(|| amount.gpu_milli as f64 / GPU_MILLI as f64),
+        cpu: (amount.cpu_milli != u64::MAX).then(|| amount.cpu_milli as f64 / 1000.0),
+        memory_bytes: (amount.memory_bytes != u64::MAX).then_some(amount.memory_bytes),
+    };
+    QueueStatus {
+        name: usage.name,
+        team: usage.team,
+        cohort: usage.cohort,
+        weight: usage.weight,
+        usage: amounts(usage.usage),
+        quota: amounts(usage.quota),
+        borrowed: amounts(usage.borrowed),
+        lent: amounts(usage.lent),
+        pending: usage.pending,
+        running: usage.running,
+        fair_share: usage.dominant_share,
     }
 }
 

@@ -519,6 +519,7 @@ fn loaded_from(records: Vec<Record>) -> LoadedState {
             }
             Record::Event(event) => loaded.events.push(event),
             Record::Metric(_) => {}
+            Record::Policy(policy) => loaded.policy = Some(policy),
         }
     }
     loaded.experiments = experiments.into_values().collect();
@@ -776,4 +777,102 @@ fn master_ports_rotate_so_a_retry_never_reuses_a_stopping_rank_zero_port() {
     );
     let second = commands(&mut core);
     assert_ne!(port_of(&first), port_of(&second));
+}
+
+const TWO_GPU_TRIALS: &str = "name: two\nteam: a\ntrial: {command: [sleep, '{s}'], resources: {gpu: 1}}\nsearch: {algorithm: grid, space: {s: {choice: [1, 2]}}}\n";
+
+#[test]
+fn admin_holds_and_reprioritises_and_a_restart_adopts_running_trials() {
+    use xp_runtime::protocol::{AdminAction, AdminRequest, ErrorCode};
+
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let policy =
+        "queues: [{name: qa, team: a}]\nadmission: {max_pending_per_team: 2, retry_after: 7s}\n";
+    let admin = |action| AdminRequest {
+        action,
+        who: "alice".to_owned(),
+        why: "testing".to_owned(),
+    };
+    core.handle_admin(
+        0,
+        admin(AdminAction::ApplyPolicy {
+            yaml: policy.to_owned(),
+        }),
+    )
+    .unwrap();
+    let experiment = submit(&mut core, 1, TWO_GPU_TRIALS, false);
+    // No node yet: both trials wait, and the team is at its pending limit.
+    let status = core.status(Some(&experiment.to_string())).unwrap();
+    assert!(
+        status[0].trials.iter().all(|trial| trial.waiting.is_some()),
+        "{status:?}"
+    );
+    let spec = xp_runtime::spec::ExperimentSpec::from_yaml(&TWO_GPU_TRIALS.replace("two", "three"))
+        .unwrap();
+    let refused = core
+        .handle_submit(
+            2,
+            &SubmitRequest {
+                spec_json: spec.to_canonical_json(),
+                program: None,
+                code_version: "none".to_owned(),
+                data_version: "none".to_owned(),
+                rerun: false,
+            },
+        )
+        .unwrap_err();
+    assert_eq!(refused.code, ErrorCode::TooManyPending);
+    assert_eq!(refused.retry_after_ms, Some(7_000));
+
+    // Hold trial 0: only trial 1 starts when a node with one GPU arrives.
+    let held = TrialId {
+        experiment,
+        index: 0,
+    };
+    let (touched, _) = core
+        .handle_admin(
+            3,
+            admin(AdminAction::Hold {
+                id: held.to_string(),
+            }),
+        )
+        .unwrap();
+    assert_eq!(touched, 1);
+    let node = node_id(1);
+    core.handle_node_register(4, registration(node, 1, 4, Vec::new()));
+    let placed = launches(&commands(&mut core));
+    assert_eq!(placed.len(), 1);
+    assert_eq!(placed[0].1.trial.index, 1);
+    let status = core.status(Some(&experiment.to_string())).unwrap();
+    assert_eq!(
+        status[0].trials[0].waiting.as_deref(),
+        Some("held by an admin")
+    );
+    let events = core.events_after(experiment, 0).unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|event| event.reason == "admin alice: held (testing)"),
+        "{events:?}"
+    );
+    core.check_invariants();
+
+    // After a restart the running trial still holds its GPU: the released trial
+    // does not start on top of it.
+    let mut records = core.take_records();
+    records.retain(|record| !matches!(record, Record::Metric(_)));
+    let mut restarted = HeadCore::restore(CONFIG, loaded_from(records), 10);
+    restarted
+        .handle_admin(
+            11,
+            admin(AdminAction::Release {
+                id: held.to_string(),
+            }),
+        )
+        .unwrap();
+    restarted.handle_node_register(12, registration(node, 1, 4, vec![placed[0].1]));
+    assert!(launches(&commands(&mut restarted)).is_empty());
+    restarted.check_invariants();
+    let status = restarted.status(Some(&experiment.to_string())).unwrap();
+    assert_eq!(status[0].trials[0].state, TrialState::Queued);
 }

@@ -9,9 +9,10 @@ pub mod actor;
 pub mod blobs;
 pub mod core;
 pub mod http;
-pub mod placement;
+pub mod policy;
 pub mod registry;
 pub mod server;
+pub mod sim;
 pub mod sweep;
 
 use std::net::SocketAddr;
@@ -45,6 +46,9 @@ pub struct HeadConfig {
     pub advertise_host: Option<String>,
     /// Core tunables.
     pub core: CoreConfig,
+    /// A scheduling policy to apply at start: its YAML text and where it came from.
+    /// Without one the head keeps the policy it last applied (or the default).
+    pub policy: Option<(String, String)>,
 }
 
 /// Why the head could not start.
@@ -71,6 +75,14 @@ pub enum HeadError {
     /// The head actor could not start.
     #[error("head actor failed to start: {0}")]
     Actor(String),
+    /// The policy given at start is invalid.
+    #[error("the scheduling policy {source_name} is invalid: {message}")]
+    Policy {
+        /// Where it came from.
+        source_name: String,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 /// A running head.
@@ -117,6 +129,18 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         "registry loaded"
     );
     let mut core = HeadCore::restore(core_config, loaded, clock.now());
+    if let Some((yaml, source_name)) = config.policy.clone() {
+        let request = xp_runtime::protocol::AdminRequest {
+            action: xp_runtime::protocol::AdminAction::ApplyPolicy { yaml },
+            who: "xp-head --policy".to_owned(),
+            why: format!("given at start: {source_name}"),
+        };
+        core.handle_admin(clock.now(), request)
+            .map_err(|error| HeadError::Policy {
+                source_name,
+                message: error.message,
+            })?;
+    }
     // Early-stopping rules are rebuilt from the metric history of unfinished experiments.
     let mut history = Vec::new();
     for trial in core.trials_needing_metric_replay() {

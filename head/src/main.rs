@@ -38,6 +38,10 @@ enum Command {
         /// A node silent this long is lost and its trials are retried elsewhere.
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         node_timeout: Duration,
+        /// The scheduling policy: a YAML file or a preset (fifo, priority, fair,
+        /// backfill, default). Without it the head keeps the policy it last applied.
+        #[arg(long)]
+        policy: Option<String>,
     },
 }
 
@@ -52,7 +56,9 @@ async fn main() -> anyhow::Result<()> {
             http,
             advertise,
             node_timeout,
+            policy,
         } => {
+            let policy = policy.map(|name| read_policy(&name)).transpose()?;
             let advertise = advertise.or_else(|| listen.ip().is_unspecified().then(hostname));
             let config = xp_head::HeadConfig {
                 listen,
@@ -63,6 +69,7 @@ async fn main() -> anyhow::Result<()> {
                     node_timeout_ms: node_timeout.as_millis() as u64,
                     ..CoreConfig::default()
                 },
+                policy,
             };
             let head = xp_head::start(config).await.with_context(|| {
                 format!(
@@ -115,4 +122,30 @@ fn init_tracing() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
+
+/// The policy's YAML text and a name for it: a preset's canonical YAML, or a
+/// file's contents (bounded, so a wrong path to a huge file fails clearly).
+fn read_policy(name: &str) -> anyhow::Result<(String, String)> {
+    use xp_head::policy::PolicyConfig;
+    if let Some(preset) = PolicyConfig::preset(name) {
+        // JSON is YAML, and the policy's serde form reads back as itself.
+        let yaml = serde_json::to_string_pretty(&preset)
+            .with_context(|| format!("cannot write preset {name} out"))?;
+        return Ok((yaml, format!("preset {name}")));
+    }
+    let path = PathBuf::from(name);
+    let metadata = std::fs::metadata(&path).with_context(|| {
+        format!("--policy {name}: not a preset (fifo, priority, fair, backfill, default) nor a readable file")
+    })?;
+    anyhow::ensure!(
+        metadata.len() <= xp_head::policy::config::MAX_POLICY_BYTES as u64,
+        "--policy {name}: the file is larger than {} bytes",
+        xp_head::policy::config::MAX_POLICY_BYTES
+    );
+    let yaml = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read the policy file {}", path.display()))?;
+    PolicyConfig::from_yaml(&yaml)
+        .with_context(|| format!("the policy file {} is invalid", path.display()))?;
+    Ok((yaml, path.display().to_string()))
 }

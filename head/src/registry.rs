@@ -18,6 +18,8 @@ const EVENTS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("events");
 /// Keyed by (trial id, sequence) so one trial's history is a range scan.
 const METRICS: TableDefinition<'_, (&str, u64), &[u8]> = TableDefinition::new("metrics");
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+/// The scheduling policy in force, under the key `current`.
+const POLICY: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("policy");
 
 /// Why the registry failed.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +61,7 @@ impl Registry {
             txn.open_table(NODES).map_err(db_error)?;
             txn.open_table(EVENTS).map_err(db_error)?;
             txn.open_table(METRICS).map_err(db_error)?;
+            txn.open_table(POLICY).map_err(db_error)?;
             let meta = txn.open_table(META).map_err(db_error)?;
             meta.get("next_metric_seq")
                 .map_err(db_error)?
@@ -109,6 +112,13 @@ impl Registry {
             "event",
             &mut loaded.events,
         )?;
+        let policy = txn.open_table(POLICY).map_err(db_error)?;
+        if let Some(bytes) = policy.get("current").map_err(db_error)? {
+            match serde_json::from_slice(bytes.value()) {
+                Ok(record) => loaded.policy = Some(record),
+                Err(error) => warn!(%error, "unreadable stored policy skipped"),
+            }
+        }
         Ok(loaded)
     }
 
@@ -125,6 +135,7 @@ impl Registry {
             let mut nodes = txn.open_table(NODES).map_err(db_error)?;
             let mut events = txn.open_table(EVENTS).map_err(db_error)?;
             let mut metrics = txn.open_table(METRICS).map_err(db_error)?;
+            let mut policy = txn.open_table(POLICY).map_err(db_error)?;
             for record in records {
                 match record {
                     Record::Experiment(experiment) => {
@@ -158,6 +169,12 @@ impl Registry {
                             .insert((trial.as_str(), next_metric_seq), bytes.as_slice())
                             .map_err(db_error)?;
                         next_metric_seq += 1;
+                    }
+                    Record::Policy(record) => {
+                        let bytes = encode("policy", record)?;
+                        policy
+                            .insert("current", bytes.as_slice())
+                            .map_err(db_error)?;
                     }
                 }
             }

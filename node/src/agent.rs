@@ -27,7 +27,7 @@ use xp_runtime::transport::{self, HeadConnection, TransportError};
 
 use crate::outbox::Outbox;
 use crate::slots::SlotTable;
-use crate::worker::{self, KILL_GRACE, WorkerCommand};
+use crate::worker::{self, KILL_GRACE, MAX_KILL_GRACE, StopRequest, WorkerCommand};
 
 /// The longest wait between reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -56,7 +56,7 @@ pub struct NodeIdentity {
 }
 
 struct RunningWorker {
-    stop: Option<oneshot::Sender<String>>,
+    stop: Option<oneshot::Sender<StopRequest>>,
     task: JoinHandle<()>,
 }
 
@@ -202,7 +202,7 @@ impl Agent {
                     let _ = frame::write_message(&mut send, &Message::FromNode(NodeMessage::Draining)).await;
                     for worker in self.workers.values_mut() {
                         if let Some(stop) = worker.stop.take() {
-                            let _ = stop.send("node shutting down".to_owned());
+                            let _ = stop.send(StopRequest::new("node shutting down"));
                         }
                     }
                     draining_until = Some(tokio::time::Instant::now() + KILL_GRACE + Duration::from_secs(3));
@@ -283,13 +283,20 @@ impl Agent {
                 trial,
                 attempt,
                 reason,
+                grace_ms,
             } => {
+                // The head's grace (time to checkpoint when preempted), bounded so a
+                // bad value cannot keep a GPU busy for hours.
+                let grace = Duration::from_millis(grace_ms).clamp(KILL_GRACE, MAX_KILL_GRACE);
                 for (key, worker) in &mut self.workers {
                     if key.trial == trial
                         && key.attempt == attempt
                         && let Some(stop) = worker.stop.take()
                     {
-                        let _ = stop.send(reason.clone());
+                        let _ = stop.send(StopRequest {
+                            reason: reason.clone(),
+                            grace,
+                        });
                     }
                 }
                 Vec::new()
@@ -362,7 +369,7 @@ impl Agent {
     async fn stop_all_workers(&mut self, reason: &str) {
         for worker in self.workers.values_mut() {
             if let Some(stop) = worker.stop.take() {
-                let _ = stop.send(reason.to_owned());
+                let _ = stop.send(StopRequest::new(reason));
             }
         }
         for (key, worker) in self.workers.drain() {

@@ -20,6 +20,27 @@ use xp_runtime::protocol::{Launch, WorkerReport};
 
 /// How long a worker has between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(5);
+/// The longest grace the head may ask for (a preempted trial checkpointing).
+pub const MAX_KILL_GRACE: Duration = Duration::from_secs(600);
+
+/// Why and how gently to stop a worker.
+#[derive(Debug, Clone)]
+pub struct StopRequest {
+    /// For the log and the report.
+    pub reason: String,
+    /// How long after SIGTERM before SIGKILL.
+    pub grace: Duration,
+}
+
+impl StopRequest {
+    /// A stop with the default grace.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            grace: KILL_GRACE,
+        }
+    }
+}
 /// How long to wait for output after the process exited (a grandchild may hold the pipes).
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
@@ -74,7 +95,7 @@ pub async fn supervise(
     launch: Launch,
     command: WorkerCommand,
     reports: mpsc::UnboundedSender<WorkerReport>,
-    stop: oneshot::Receiver<String>,
+    stop: oneshot::Receiver<StopRequest>,
 ) {
     let key = launch.key;
     let mut child = match spawn(&launch, &command).await {
@@ -106,12 +127,13 @@ pub async fn supervise(
     let mut stopped_because = None;
     let status = tokio::select! {
         status = child.wait() => status,
-        reason = stop => {
-            let reason = reason.unwrap_or_else(|_| "node shutting down".to_owned());
-            info!(worker = %key, %reason, "stopping worker");
+        request = stop => {
+            let StopRequest { reason, grace } =
+                request.unwrap_or_else(|_| StopRequest::new("node shutting down"));
+            info!(worker = %key, %reason, ?grace, "stopping worker");
             stopped_because = Some(reason);
             signal_group(pid, Signal::SIGTERM);
-            match tokio::time::timeout(KILL_GRACE, child.wait()).await {
+            match tokio::time::timeout(grace, child.wait()).await {
                 Ok(status) => status,
                 Err(_) => {
                     warn!(worker = %key, "worker ignored SIGTERM; killing it");

@@ -92,6 +92,8 @@ pub enum ErrorCode {
     Unavailable,
     /// A fault in the head; the message says more.
     Internal,
+    /// The team has too many pending trials: retry after `retry_after_ms`.
+    TooManyPending,
 }
 
 /// An error as it crosses the wire.
@@ -102,6 +104,8 @@ pub struct RemoteError {
     pub code: ErrorCode,
     /// A human explanation.
     pub message: String,
+    /// When to try again, for [`ErrorCode::TooManyPending`].
+    pub retry_after_ms: Option<u64>,
 }
 
 impl RemoteError {
@@ -110,6 +114,16 @@ impl RemoteError {
         Self {
             code,
             message: message.into(),
+            retry_after_ms: None,
+        }
+    }
+
+    /// A refusal that asks the caller to come back after `retry_after_ms`.
+    pub fn retry_later(message: impl Into<String>, retry_after_ms: u64) -> Self {
+        Self {
+            code: ErrorCode::TooManyPending,
+            message: message.into(),
+            retry_after_ms: Some(retry_after_ms),
         }
     }
 }
@@ -160,6 +174,94 @@ pub enum Request {
         /// The trial.
         trial: TrialId,
     },
+    /// The scheduling queues and their standing.
+    Queues,
+    /// An admin's arbitration; recorded with who and why.
+    Admin(AdminRequest),
+}
+
+/// An admin action, with who asks and why (both recorded in the events).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AdminRequest {
+    /// What to do.
+    pub action: AdminAction,
+    /// Who asks (the client's user name).
+    pub who: String,
+    /// Why, in the admin's words.
+    pub why: String,
+}
+
+/// What an admin can change.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum AdminAction {
+    /// Replace the scheduling policy with this YAML document.
+    ApplyPolicy {
+        /// The policy file's text.
+        yaml: String,
+    },
+    /// Set the base priority of a trial, or of every unfinished trial of an experiment.
+    Priority {
+        /// A trial id, or an experiment id (or prefix).
+        id: String,
+        /// The new base priority.
+        value: i64,
+    },
+    /// Keep a trial (or an experiment's trials) from being placed.
+    Hold {
+        /// A trial id, or an experiment id (or prefix).
+        id: String,
+    },
+    /// Undo a hold.
+    Release {
+        /// A trial id, or an experiment id (or prefix).
+        id: String,
+    },
+    /// Move a trial (or an experiment's trials) to another queue.
+    Move {
+        /// A trial id, or an experiment id (or prefix).
+        id: String,
+        /// The queue.
+        queue: String,
+    },
+}
+
+/// One scheduling queue's standing. Amounts are GPUs and CPU cores (fractional)
+/// and memory bytes; `None` in a quota means unlimited.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueStatus {
+    /// The queue.
+    pub name: String,
+    /// The team it serves, if only one.
+    pub team: String,
+    /// Its cohort.
+    pub cohort: Option<String>,
+    /// Its fair-share weight.
+    pub weight: f64,
+    /// What its running trials hold: GPUs, CPUs, memory bytes.
+    pub usage: ResourceAmounts,
+    /// Its nominal quota.
+    pub quota: ResourceAmounts,
+    /// How much of its usage is borrowed from its cohort.
+    pub borrowed: ResourceAmounts,
+    /// How much of its idle quota others use.
+    pub lent: ResourceAmounts,
+    /// Trials waiting.
+    pub pending: u64,
+    /// Trials running.
+    pub running: u64,
+    /// Its weighted dominant-resource share; lower goes first.
+    pub fair_share: f64,
+}
+
+/// GPUs, CPU cores and memory; `None` means unlimited (quotas only).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct ResourceAmounts {
+    /// GPUs (fractions allowed).
+    pub gpu: Option<f64>,
+    /// CPU cores.
+    pub cpu: Option<f64>,
+    /// Memory bytes.
+    pub memory_bytes: Option<u64>,
 }
 
 /// One metric report as stored by the head.
@@ -252,6 +354,15 @@ pub enum Response {
     Events(Vec<TrialEvent>),
     /// A trial's metric history, oldest first.
     Metrics(Vec<MetricPoint>),
+    /// The scheduling queues.
+    Queues(Vec<QueueStatus>),
+    /// What an admin action changed.
+    Admin {
+        /// How many trials it touched (0 for a policy).
+        trials: u32,
+        /// What was done, in words.
+        message: String,
+    },
 }
 
 /// The lifecycle state of a trial.
@@ -388,6 +499,8 @@ pub struct TrialStatus {
     pub reason: Option<String>,
     /// The finished trial whose result this one reuses instead of running.
     pub reused_from: Option<TrialId>,
+    /// For a queued trial, why the scheduler has not placed it yet.
+    pub waiting: Option<String>,
 }
 
 /// One attempt of a trial.
@@ -625,6 +738,8 @@ pub enum HeadCommand {
         attempt: u32,
         /// Why, for the log.
         reason: String,
+        /// How long after SIGTERM (time to checkpoint) before SIGKILL.
+        grace_ms: u64,
     },
     /// Reports up to and including `upto` are persisted; the node may forget them.
     Ack {

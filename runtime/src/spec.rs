@@ -65,9 +65,13 @@ pub struct ExperimentSpec {
     /// The team that owns the experiment.
     #[serde(default = "default_team")]
     pub team: String,
-    /// Larger runs first among waiting trials.
-    #[serde(default)]
-    pub priority: i32,
+    /// Larger runs first among waiting trials: an integer, or the name of a
+    /// priority class of the head's policy (such as `high`).
+    #[serde(default, skip_serializing_if = "Priority::is_default")]
+    pub priority: Priority,
+    /// The scheduling queue; the team's default queue when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
     /// A git work tree whose commit (plus a hash of any uncommitted diff) is the code version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
@@ -79,6 +83,28 @@ pub struct ExperimentSpec {
     /// How configurations are chosen; one trial with no parameters when absent.
     #[serde(default)]
     pub search: SearchSpec,
+}
+
+/// A base priority: a number, or a class name the head's policy resolves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Priority {
+    /// A literal priority.
+    Value(i64),
+    /// A priority class such as `high`.
+    Class(String),
+}
+
+impl Default for Priority {
+    fn default() -> Self {
+        Self::Value(0)
+    }
+}
+
+impl Priority {
+    fn is_default(&self) -> bool {
+        *self == Self::Value(0)
+    }
 }
 
 fn default_team() -> String {
@@ -112,6 +138,65 @@ pub struct TrialSpec {
     /// machine always use shared memory.
     #[serde(default, skip_serializing_if = "CollectiveTransport::is_default")]
     pub transport: CollectiveTransport,
+    /// Whether the scheduler may stop the trial (after a grace period to
+    /// checkpoint) for more important work; it is requeued to resume.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub preemptible: bool,
+    /// The longest one attempt may run, such as `2h`; lets short trials backfill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<String>,
+    /// Spread the workers over nodes instead of packing them.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub spread: bool,
+    /// Acceptable GPU models (as the nodes report them); any when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_models: Vec<String>,
+    /// Labels a node must carry, such as `rack: r1`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_labels: BTreeMap<String, String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+impl Default for TrialSpec {
+    /// One worker with default resources, preemptible, and neither `command` nor
+    /// `entry` yet (set one).
+    fn default() -> Self {
+        Self {
+            command: None,
+            entry: None,
+            program: None,
+            workers: 1,
+            resources: Resources::default(),
+            max_retries: 0,
+            transport: CollectiveTransport::default(),
+            preemptible: true,
+            time_limit: None,
+            spread: false,
+            gpu_models: Vec::new(),
+            node_labels: BTreeMap::new(),
+        }
+    }
+}
+
+impl TrialSpec {
+    /// The time limit in milliseconds, if one is set and valid.
+    pub fn time_limit_ms(&self) -> Option<u64> {
+        self.time_limit
+            .as_deref()
+            .and_then(|text| humantime::parse_duration(text).ok())
+            .map(|limit| u64::try_from(limit.as_millis()).unwrap_or(u64::MAX))
+    }
 }
 
 /// The data path between the workers of a gang on different machines.
@@ -700,6 +785,12 @@ impl ExperimentSpec {
     pub fn validate(&self) -> Result<(), SpecError> {
         check_label("name", &self.name)?;
         check_label("team", &self.team)?;
+        if let Some(queue) = &self.queue {
+            check_label("queue", queue)?;
+        }
+        if let Priority::Class(class) = &self.priority {
+            check_label("priority", class)?;
+        }
         self.trial.validate(&self.search)?;
         self.search.validate()?;
         Ok(())
@@ -788,6 +879,34 @@ impl TrialSpec {
         }
         if self.resources.gpu > 64 {
             return Err(invalid("trial.resources.gpu", "must be at most 64"));
+        }
+        if let Some(limit) = &self.time_limit {
+            match humantime::parse_duration(limit) {
+                Ok(limit) if !limit.is_zero() => {}
+                _ => {
+                    return Err(invalid(
+                        "trial.time_limit",
+                        "must be a positive duration such as 90s, 30m or 2h",
+                    ));
+                }
+            }
+        }
+        if self.gpu_models.len() > 64 || self.gpu_models.iter().any(|model| model.len() > 128) {
+            return Err(invalid(
+                "trial.gpu_models",
+                "at most 64 names of at most 128 characters",
+            ));
+        }
+        if self.node_labels.len() > 64
+            || self
+                .node_labels
+                .iter()
+                .any(|(key, value)| key.is_empty() || key.len() > 63 || value.len() > 253)
+        {
+            return Err(invalid(
+                "trial.node_labels",
+                "at most 64 labels; keys of 1-63 and values of at most 253 characters",
+            ));
         }
         if !(self.resources.cpu.is_finite()
             && self.resources.cpu > 0.0

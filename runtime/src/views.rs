@@ -40,6 +40,7 @@ pub fn trial_json(trial: &TrialStatus) -> Value {
         "last_step": trial.last_step,
         "reason": trial.reason,
         "reused_from": trial.reused_from.map(|source| source.to_string()),
+        "waiting": trial.waiting,
     })
 }
 

@@ -7,8 +7,9 @@ use std::time::Duration;
 use xp_runtime::ids::{BlobHash, ExperimentId, TrialId};
 use xp_runtime::join::{JoinString, JoinStringError};
 use xp_runtime::protocol::{
-    ExperimentState, ExperimentStatus, LogChunk, LogRequest, MetricPoint, NodeStatus, PeerRole,
-    Request, Response, SubmitRequest, TrialEvent, TrialState,
+    AdminAction, AdminRequest, ErrorCode, ExperimentState, ExperimentStatus, LogChunk, LogRequest,
+    MetricPoint, NodeStatus, PeerRole, QueueStatus, Request, Response, SubmitRequest, TrialEvent,
+    TrialState,
 };
 use xp_runtime::spec::{Algorithm, Domain, ExperimentSpec, ParamValue, SearchSpec, TrialSpec};
 use xp_runtime::transport::{self, HeadConnection, TransportError};
@@ -52,7 +53,16 @@ pub struct SubmitOptions {
     /// The directory `code`, `data` and `program` paths are relative to (the spec
     /// file's directory); the current directory when absent.
     pub base_dir: Option<PathBuf>,
+    /// How long to keep retrying while the head refuses because the team has too
+    /// many pending trials (backing off exponentially, with jitter); `None` waits
+    /// [`DEFAULT_ADMISSION_WAIT`].
+    pub admission_wait: Option<Duration>,
 }
+
+/// How long a submission keeps retrying a busy head by default.
+pub const DEFAULT_ADMISSION_WAIT: Duration = Duration::from_secs(3600);
+/// The longest pause between two retries of a refused submission.
+const MAX_ADMISSION_BACKOFF: Duration = Duration::from_secs(60);
 
 /// The head's answer to a submission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,8 +163,52 @@ impl Client {
             data_version: data,
             rerun: options.rerun,
         };
-        expect_response!(self.request(Request::Submit(request)).await?,
-            Response::Submitted { experiment, reused, trials } => Submitted { experiment, reused, trials })
+        let patience = options.admission_wait.unwrap_or(DEFAULT_ADMISSION_WAIT);
+        let started = tokio::time::Instant::now();
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            match self.request(Request::Submit(request.clone())).await {
+                Err(SdkError::Transport(TransportError::Remote(refusal)))
+                    if refusal.code == ErrorCode::TooManyPending
+                        && started.elapsed() < patience =>
+                {
+                    // Slow down rather than fail: wait at least what the head asks,
+                    // growing, with jitter so that many drivers do not return at once.
+                    let asked = Duration::from_millis(refusal.retry_after_ms.unwrap_or(1000));
+                    let jitter = rand::random_range(0.5..1.5);
+                    let pause = asked.max(backoff).mul_f64(jitter);
+                    tracing::info!(message = %refusal.message, ?pause, "the head is busy; retrying the submission");
+                    tokio::time::sleep(pause).await;
+                    backoff = (backoff * 2).min(MAX_ADMISSION_BACKOFF);
+                }
+                result => {
+                    return expect_response!(result?,
+                        Response::Submitted { experiment, reused, trials } => Submitted { experiment, reused, trials });
+                }
+            }
+        }
+    }
+
+    /// The scheduling queues and their standing.
+    pub async fn queues(&self) -> Result<Vec<QueueStatus>, SdkError> {
+        expect_response!(self.request(Request::Queues).await?, Response::Queues(list) => list)
+    }
+
+    /// An admin action, recorded with `who` and `why`; returns how many trials it
+    /// touched and what it did.
+    pub async fn admin(
+        &self,
+        action: AdminAction,
+        who: &str,
+        why: &str,
+    ) -> Result<(u32, String), SdkError> {
+        let request = AdminRequest {
+            action,
+            who: who.to_owned(),
+            why: why.to_owned(),
+        };
+        expect_response!(self.request(Request::Admin(request)).await?,
+            Response::Admin { trials, message } => (trials, message))
     }
 
     async fn upload_program(&self, path: &Path) -> Result<BlobHash, SdkError> {
@@ -276,7 +330,8 @@ impl Client {
         let spec = ExperimentSpec {
             name: name.to_owned(),
             team: "default".to_owned(),
-            priority: 0,
+            priority: Default::default(),
+            queue: None,
             code: None,
             data: Vec::new(),
             trial,

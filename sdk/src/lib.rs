@@ -14,7 +14,7 @@ mod client;
 mod versioning;
 mod worker;
 
-pub use client::{Client, ResultRow, SdkError, SubmitOptions, Submitted};
+pub use client::{Client, DEFAULT_ADMISSION_WAIT, ResultRow, SdkError, SubmitOptions, Submitted};
 pub use versioning::{VersionError, code_version, data_version};
 pub use worker::{BoxError, Trainables, TrialContext, WorkerError};
 pub use xp_runtime::collective::{BlockingCommunicator, ReduceOp};

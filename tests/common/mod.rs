@@ -77,12 +77,25 @@ pub(crate) struct TestCluster {
     head: Option<Child>,
     nodes: BTreeMap<String, Child>,
     node_timeout: String,
+    /// Extra arguments for `xp-head start` (such as `--policy FILE`).
+    head_args: Vec<String>,
 }
 
 impl TestCluster {
     /// Starts a head with the given node timeout (such as `10s`).
     pub(crate) fn start(node_timeout: &str) -> Self {
+        Self::start_with_policy(node_timeout, None)
+    }
+
+    /// Starts a head that schedules with the policy file `policy` (YAML text).
+    pub(crate) fn start_with_policy(node_timeout: &str, policy: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut head_args = Vec::new();
+        if let Some(policy) = policy {
+            let path = dir.path().join("policy.yaml");
+            std::fs::write(&path, policy).expect("policy file");
+            head_args = vec!["--policy".to_owned(), path.display().to_string()];
+        }
         let mut cluster = Self {
             dir,
             join: String::new(),
@@ -90,6 +103,7 @@ impl TestCluster {
             head: None,
             nodes: BTreeMap::new(),
             node_timeout: node_timeout.to_owned(),
+            head_args,
         };
         cluster.start_head("127.0.0.1:0");
         cluster
@@ -102,6 +116,7 @@ impl TestCluster {
             .args(["start", "--listen", listen, "--data-dir"])
             .arg(self.dir.path().join("head"))
             .args(["--node-timeout", &self.node_timeout])
+            .args(&self.head_args)
             .env("XP_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(log)

@@ -1,0 +1,255 @@
+//! The policy core alone: `decide()` throughput and latency on 10,000 nodes × 8 GPUs
+//! with 100,000 waiting trials, as the cluster churns.
+//!
+//! Setup: nodes in racks of 40 (A100 and H100 models mixed), 100,000 trials of mixed
+//! shapes (fractional, 1 to 8 GPUs, multi-node gangs) from four teams with mixed
+//! priorities, all submitted, then one `decide` that fills the cluster. Measured:
+//! rounds that finish a few hundred running trials, submit as many new ones (so
+//! the backlog stays at 100,000) and call `decide` again. Reported: Place decisions
+//! per second of decide time, p50/p99 decide latency, and a reference measured in
+//! the same run (a plain sort of the 100,000 waiting trials by priority then
+//! submission time) so the figure can be read as a ratio on any machine.
+//!
+//! Run with `cargo bench --bench scheduler`; `XP_BENCH_POLICY` picks a preset
+//! (`default` unless set), `XP_BENCH_ROUNDS` the number of churn rounds.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use xp_head::policy::{
+    Amount, Decision, GangShape, NodeSpec, PolicyConfig, PolicyCore, TrialRequest,
+};
+use xp_head::sim::cluster::sim_node_id;
+use xp_head::sim::generate::SplitMix64;
+use xp_runtime::ids::{ExperimentId, TrialId};
+
+const NODES: usize = 10_000;
+const GPUS_PER_NODE: u32 = 8;
+const NODES_PER_RACK: usize = 40;
+const WAITING: usize = 100_000;
+const FINISH_PER_ROUND: usize = 300;
+const TEAMS: [&str; 4] = ["vision", "language", "speech", "robotics"];
+/// Stop churning after this much decide time, whatever the round count.
+const TIME_BUDGET: Duration = Duration::from_secs(60);
+
+#[expect(clippy::disallowed_methods, reason = "a bench measures wall time")]
+fn now() -> Instant {
+    Instant::now()
+}
+
+fn trial(index: u64) -> TrialId {
+    TrialId {
+        experiment: ExperimentId {
+            digest: index,
+            run: 1,
+        },
+        index: 0,
+    }
+}
+
+fn node(index: usize) -> NodeSpec {
+    NodeSpec {
+        id: sim_node_id(index),
+        gpus: GPUS_PER_NODE,
+        gpu_model: Some(
+            if index.is_multiple_of(3) {
+                "H100"
+            } else {
+                "A100"
+            }
+            .to_owned(),
+        ),
+        cpu_milli: 128_000,
+        memory_bytes: 1 << 40,
+        labels: BTreeMap::from([("rack".to_owned(), format!("r{}", index / NODES_PER_RACK))]),
+    }
+}
+
+fn request(index: u64, rng: &mut SplitMix64, now: u64) -> TrialRequest {
+    let (workers, gpu_milli) = match rng.below(100) {
+        0..10 => (1, 250),
+        10..20 => (1, 500),
+        20..55 => (1, 1000),
+        55..65 => (1, 2000),
+        65..72 => (1, 4000),
+        72..80 => (1, 8000),
+        80..88 => (2, 1000),
+        88..93 => (4, 1000),
+        93..97 => (2, 8000),
+        _ => (4, 8000),
+    };
+    let gpu_models = if rng.below(10) == 0 {
+        vec!["H100".to_owned()]
+    } else {
+        Vec::new()
+    };
+    TrialRequest {
+        id: trial(index),
+        team: TEAMS[rng.below(TEAMS.len() as u64) as usize].to_owned(),
+        queue: None,
+        priority: [0, 0, 0, 100, 1000][rng.below(5) as usize],
+        gang: GangShape {
+            workers,
+            per_worker: Amount {
+                gpu_milli,
+                cpu_milli: 4 * gpu_milli.max(250),
+                memory_bytes: (16 * gpu_milli.max(250)) << 20,
+            },
+            gpu_models,
+            node_labels: BTreeMap::new(),
+            spread: false,
+        },
+        preemptible: rng.below(10) != 0,
+        time_limit_ms: (rng.below(2) == 0).then(|| 3_600_000 * (1 + rng.below(24))),
+        submitted_at: now,
+    }
+}
+
+fn percentile(sorted: &[f64], fraction: f64) -> f64 {
+    let rank = (fraction * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[expect(clippy::print_stdout, reason = "a bench prints its result")]
+fn main() {
+    let policy = std::env::var("XP_BENCH_POLICY").unwrap_or_else(|_| "default".to_owned());
+    let rounds: usize = std::env::var("XP_BENCH_ROUNDS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(200);
+    let mut config = PolicyConfig::preset(&policy).expect("XP_BENCH_POLICY names a preset");
+    // The bench keeps 100,000 trials waiting; admission control is not what it measures.
+    config.admission.max_pending_per_team = u64::MAX;
+    let mut rng = SplitMix64::new(42);
+    let setup_started = now();
+    let mut core = PolicyCore::new(config);
+    for index in 0..NODES {
+        core.upsert_node(node(index));
+    }
+    let mut clock_ms: u64 = 1_000_000;
+    let mut next_trial: u64 = 0;
+    let mut waiting_priorities = Vec::with_capacity(WAITING);
+    for _ in 0..WAITING {
+        let request = request(next_trial, &mut rng, clock_ms);
+        waiting_priorities.push((request.priority, request.submitted_at, request.id));
+        core.submit(request, clock_ms)
+            .expect("admission is unlimited");
+        next_trial += 1;
+    }
+    let setup_s = setup_started.elapsed().as_secs_f64();
+
+    // The first decide fills the empty cluster.
+    let mut running: Vec<TrialId> = Vec::new();
+    let fill_started = now();
+    let decisions = core.decide(clock_ms);
+    let fill_s = fill_started.elapsed().as_secs_f64();
+    let mut fill_places = 0;
+    for decision in decisions {
+        match decision {
+            Decision::Place { trial, .. } => {
+                running.push(trial);
+                fill_places += 1;
+            }
+            Decision::Preempt { trial, .. } => {
+                core.requeue(trial, clock_ms);
+            }
+        }
+    }
+    // Top the backlog up to WAITING again.
+    for _ in 0..fill_places {
+        let request = request(next_trial, &mut rng, clock_ms);
+        core.submit(request, clock_ms)
+            .expect("admission is unlimited");
+        next_trial += 1;
+    }
+
+    let mut latencies = Vec::with_capacity(rounds);
+    let mut decide_time = Duration::ZERO;
+    let mut places: u64 = 0;
+    let mut preempts: u64 = 0;
+    for _ in 0..rounds {
+        if decide_time > TIME_BUDGET {
+            break;
+        }
+        clock_ms += 10_000;
+        let mut finished = 0;
+        while finished < FINISH_PER_ROUND && !running.is_empty() {
+            let victim = running.swap_remove(rng.below(running.len() as u64) as usize);
+            core.finish(victim, clock_ms, true);
+            finished += 1;
+        }
+        for _ in 0..finished {
+            let request = request(next_trial, &mut rng, clock_ms);
+            core.submit(request, clock_ms)
+                .expect("admission is unlimited");
+            next_trial += 1;
+        }
+        let started = now();
+        let decisions = core.decide(clock_ms);
+        let elapsed = started.elapsed();
+        decide_time += elapsed;
+        latencies.push(elapsed.as_secs_f64());
+        for decision in decisions {
+            match decision {
+                Decision::Place { trial, .. } => {
+                    running.push(trial);
+                    places += 1;
+                }
+                Decision::Preempt { trial, .. } => {
+                    // The victim stops at once and goes back to its queue.
+                    core.requeue(trial, clock_ms);
+                    running.retain(|&id| id != trial);
+                    preempts += 1;
+                }
+            }
+        }
+    }
+    latencies.sort_unstable_by(f64::total_cmp);
+
+    // The reference: sort the 100,000 waiting trials by priority, then submission.
+    let mut sort_times = Vec::new();
+    for _ in 0..20 {
+        let mut order = waiting_priorities.clone();
+        let started = now();
+        order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        sort_times.push(started.elapsed().as_secs_f64());
+        std::hint::black_box(&order);
+    }
+    sort_times.sort_unstable_by(f64::total_cmp);
+    let sort_p50 = percentile(&sort_times, 0.5);
+
+    let p50 = percentile(&latencies, 0.5);
+    let p99 = percentile(&latencies, 0.99);
+    let places_per_second = places as f64 / decide_time.as_secs_f64();
+    println!(
+        "{}",
+        serde_json::json!({
+            "bench": "scheduler",
+            "policy": policy,
+            "nodes": NODES,
+            "gpus": NODES * GPUS_PER_NODE as usize,
+            "waiting": WAITING,
+            "setup_s": setup_s,
+            "fill_decide_s": fill_s,
+            "fill_places": fill_places,
+            "rounds": latencies.len(),
+            "finished_per_round": FINISH_PER_ROUND,
+            "places": places,
+            "preempts": preempts,
+            "places_per_second": places_per_second,
+            "decide_p50_ms": p50 * 1000.0,
+            "decide_p99_ms": p99 * 1000.0,
+            "reference_sort_100k_ms": sort_p50 * 1000.0,
+            "decide_p50_over_sort": p50 / sort_p50,
+        })
+    );
+    println!(
+        "scheduler ({policy}): {NODES} nodes x {GPUS_PER_NODE} GPUs, {WAITING} waiting: {places_per_second:.0} placements/s of decide time; decide p50 {:.2} ms, p99 {:.2} ms over {} rounds ({:.1}x a sort of the 100k waiting trials, {:.2} ms); first fill {fill_places} placements in {:.2} s",
+        p50 * 1000.0,
+        p99 * 1000.0,
+        latencies.len(),
+        p50 / sort_p50,
+        sort_p50 * 1000.0,
+        fill_s
+    );
+}

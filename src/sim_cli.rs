@@ -1,0 +1,352 @@
+//! `xp sim`: the command-line shell of the scheduling simulator in `xp_head::sim`.
+//!
+//! It reads the trace, cluster and policy files, runs the simulation (or the
+//! packing measurement, or the workload generator) and prints the report as text
+//! or one JSON object. All the simulation logic lives in the library; this file
+//! only parses arguments, reads files, measures wall time and prints.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use xp_head::policy::PolicyConfig;
+use xp_head::policy::config::PlacementKind;
+use xp_head::sim::place_once::load_key;
+use xp_head::sim::{
+    ClusterSpec, GenerateOptions, PlaceOnceOptions, PlaceOnceReport, SimOptions, SimReport, Trace,
+};
+
+/// Arguments of `xp sim`.
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub(crate) struct SimArgs {
+    #[command(subcommand)]
+    command: Option<SimCommand>,
+    /// The workload: a CSV file, one row per job.
+    #[arg(long, required = true)]
+    trace: Option<PathBuf>,
+    /// The cluster as YAML: `nodes: [{count, gpus, gpu_model, cpu_milli, mem_mib, labels}]`.
+    #[arg(
+        long,
+        required_unless_present = "cluster_csv",
+        conflicts_with = "cluster_csv"
+    )]
+    cluster: Option<PathBuf>,
+    /// The cluster as CSV, one node per row: `node_id,gpus,gpu_model,cpu_milli,mem_mib[,rack]`.
+    #[arg(long)]
+    cluster_csv: Option<PathBuf>,
+    /// A policy file, or a preset: fifo, priority, fair, backfill, default.
+    #[arg(long, default_value = "default")]
+    policy: String,
+    /// Seeds random placement, the order of equal jobs submitted together, and --place-once draws.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Stop the simulated clock at this many seconds.
+    #[arg(long)]
+    until: Option<f64>,
+    /// Check the policy core's invariants after every decision (slower).
+    #[arg(long)]
+    check_invariants: bool,
+    /// Measure packing alone: place each drawn job once, no departures, no queue.
+    #[arg(long)]
+    place_once: bool,
+    /// With --place-once: stop when the GPUs asked for reach this multiple of the cluster's.
+    #[arg(long, default_value_t = 1.3, requires = "place_once")]
+    load: f64,
+    /// Override the policy's placement strategy.
+    #[arg(long, value_parser = ["binpack", "spread", "random", "fragmentation_aware"])]
+    placement: Option<String>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum SimCommand {
+    /// Write a synthetic trace: Poisson arrivals, heavy-tailed durations, mixed gangs.
+    Generate {
+        /// How many jobs.
+        #[arg(long)]
+        jobs: usize,
+        /// Mean arrivals per hour.
+        #[arg(long)]
+        rate: f64,
+        /// How many teams share the load (unequally).
+        #[arg(long, default_value_t = 4)]
+        teams: u32,
+        /// The seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Write here instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// A policy file's contents, or a preset by name.
+fn load_policy(policy: &str) -> anyhow::Result<PolicyConfig> {
+    let path = Path::new(policy);
+    if path.is_file() {
+        let text = read(path)?;
+        return PolicyConfig::from_yaml(&text)
+            .with_context(|| format!("{} is not a valid policy", path.display()));
+    }
+    PolicyConfig::preset(policy).with_context(|| {
+        format!(
+            "--policy {policy:?} is neither a file nor a preset ({})",
+            PolicyConfig::PRESETS.join(", ")
+        )
+    })
+}
+
+fn placement_kind(name: &str) -> PlacementKind {
+    match name {
+        "spread" => PlacementKind::Spread,
+        "random" => PlacementKind::Random,
+        "fragmentation_aware" => PlacementKind::FragmentationAware,
+        _ => PlacementKind::BinPack,
+    }
+}
+
+/// Runs `xp sim`.
+pub(crate) fn run(args: SimArgs) -> anyhow::Result<()> {
+    if let Some(SimCommand::Generate {
+        jobs,
+        rate,
+        teams,
+        seed,
+        out,
+    }) = args.command
+    {
+        return run_generate(
+            &GenerateOptions {
+                jobs,
+                rate_per_hour: rate,
+                teams,
+                seed,
+            },
+            out.as_deref(),
+        );
+    }
+    let trace_path = args.trace.context("--trace is required")?;
+    let trace: Trace = xp_head::sim::parse_trace(&read(&trace_path)?)
+        .with_context(|| format!("{} is not a valid trace", trace_path.display()))?;
+    let cluster: ClusterSpec = match (&args.cluster, &args.cluster_csv) {
+        (Some(path), _) => xp_head::sim::parse_cluster_yaml(&read(path)?)
+            .with_context(|| format!("{} is not a valid cluster", path.display()))?,
+        (None, Some(path)) => xp_head::sim::parse_cluster_csv(&read(path)?)
+            .with_context(|| format!("{} is not a valid cluster", path.display()))?,
+        (None, None) => anyhow::bail!("--cluster or --cluster-csv is required"),
+    };
+    let mut config = load_policy(&args.policy)?;
+    if let Some(placement) = &args.placement {
+        config.placement = placement_kind(placement);
+    }
+    let started = wall_clock();
+    if args.place_once {
+        let options = PlaceOnceOptions {
+            load: args.load,
+            strategy: config.placement.strategy(args.seed),
+            seed: args.seed,
+        };
+        let report = xp_head::sim::place_once(&trace, &cluster, &options)?;
+        print_place_once(&report, &config.placement, args.json, started);
+        return Ok(());
+    }
+    let until_ms = match args.until {
+        Some(seconds) => {
+            anyhow::ensure!(
+                seconds.is_finite() && (0.0..=1e9).contains(&seconds),
+                "--until must be between 0 and 1e9 seconds"
+            );
+            Some((seconds * 1000.0).round() as u64)
+        }
+        None => None,
+    };
+    let options = SimOptions {
+        until_ms,
+        check_invariants: args.check_invariants,
+        seed: args.seed,
+    };
+    let report = xp_head::sim::simulate(&trace, &cluster, config, &options)?;
+    print_report(&report, args.json, started);
+    Ok(())
+}
+
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the simulator's own wall time is what is measured"
+)]
+fn wall_clock() -> Instant {
+    Instant::now()
+}
+
+#[expect(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "the CLI's user-facing output"
+)]
+fn run_generate(options: &GenerateOptions, out: Option<&Path>) -> anyhow::Result<()> {
+    let trace = xp_head::sim::generate(options)?;
+    let text = trace.to_csv();
+    match out {
+        Some(path) => {
+            std::fs::write(path, text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!("wrote {} jobs to {}", trace.jobs.len(), path.display());
+        }
+        None => print!("{text}"),
+    }
+    Ok(())
+}
+
+fn optional(value: Option<f64>, unit: &str) -> String {
+    value.map_or_else(|| "-".to_owned(), |value| format!("{value:.1}{unit}"))
+}
+
+#[expect(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "the CLI's user-facing output"
+)]
+fn print_report(report: &SimReport, json: bool, started: Instant) {
+    let wall_s = started.elapsed().as_secs_f64();
+    if json {
+        println!("{}", report.to_json());
+        eprintln!("simulated in {wall_s:.3} s of wall time");
+        return;
+    }
+    let outcomes = &report.outcomes;
+    println!(
+        "jobs             {} (completed {}, killed {}, running {}, waiting {}, blocked {}, refused {}, not arrived {}; never started {})",
+        report.jobs,
+        outcomes.completed,
+        outcomes.killed,
+        outcomes.running,
+        outcomes.waiting,
+        outcomes.blocked,
+        outcomes.refused,
+        outcomes.not_arrived,
+        report.never_started
+    );
+    println!(
+        "completion time  mean {}  median {}  p99 {}",
+        optional(report.jct.map(|summary| summary.mean), " s"),
+        optional(report.jct.map(|summary| summary.median), " s"),
+        optional(report.jct.map(|summary| summary.p99), " s")
+    );
+    println!(
+        "queueing delay   mean {}  median {}  p99 {}",
+        optional(report.queue_delay.map(|summary| summary.mean), " s"),
+        optional(report.queue_delay.map(|summary| summary.median), " s"),
+        optional(report.queue_delay.map(|summary| summary.p99), " s")
+    );
+    println!(
+        "makespan         {:.1} s (simulated span {:.1} s)",
+        report.makespan, report.span
+    );
+    println!(
+        "GPU utilisation  {:.1} % over the span, {} from first to last submission ({:.1} GPU-hours held)",
+        report.gpu_utilization * 100.0,
+        optional(
+            report.gpu_utilization_arrivals.map(|share| share * 100.0),
+            " %"
+        ),
+        report.gpu_hours
+    );
+    println!(
+        "fairness         Jain {:.3} over {} teams' GPU-hours",
+        report.jain_fairness,
+        report.teams.len()
+    );
+    for team in &report.teams {
+        println!(
+            "  {:<14} {:>10.1} GPU-hours  share {:>5.1} %  jobs {:>8}  completed {:>8}  mean JCT {}",
+            team.name,
+            team.gpu_hours,
+            team.share * 100.0,
+            team.jobs,
+            team.completed,
+            optional(team.jct_mean, " s")
+        );
+    }
+    println!(
+        "preemptions      {} ({} decisions), {:.1} GPU-seconds lost",
+        report.preemptions, report.preempt_decisions, report.gpu_seconds_lost
+    );
+    println!(
+        "gang locality    {} multi-GPU placements: {} in one node, {} in one rack",
+        report.multi_gpu_placements,
+        optional(report.multi_gpu_one_node.map(|share| share * 100.0), " %"),
+        optional(report.multi_gpu_one_rack.map(|share| share * 100.0), " %")
+    );
+    let law = report.littles_law;
+    println!(
+        "Little's law     L {:.3} against lambda x W {:.3} (lambda {:.6}/s, W {:.1} s)",
+        law.l,
+        law.lambda * law.w,
+        law.lambda,
+        law.w
+    );
+    if report.submit_retries > 0 {
+        println!(
+            "admission        {} resubmissions after too many pending trials",
+            report.submit_retries
+        );
+    }
+    for (reason, count) in &report.wait_reasons {
+        println!("still waiting    {count} ({reason})");
+    }
+    println!(
+        "simulator        {} events, {} decide calls, {} placements, {wall_s:.3} s wall time",
+        report.events, report.decide_calls, report.placements
+    );
+}
+
+#[expect(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "the CLI's user-facing output"
+)]
+fn print_place_once(
+    report: &PlaceOnceReport,
+    placement: &PlacementKind,
+    json: bool,
+    started: Instant,
+) {
+    let wall_s = started.elapsed().as_secs_f64();
+    if json {
+        let mut value = report.to_json();
+        value["placement"] = serde_json::json!(format!("{placement:?}"));
+        println!("{value}");
+        eprintln!("measured in {wall_s:.3} s of wall time");
+        return;
+    }
+    println!("placement        {placement:?}");
+    for (load, ratio) in &report.alloc_ratio {
+        println!(
+            "alloc ratio      {:>5.1} % at load {}",
+            ratio * 100.0,
+            load_key(*load)
+        );
+    }
+    println!("final load       {:.3}", report.final_load);
+    println!("idle GPU frag.   {:.3}", report.idle_gpu_fragmentation);
+    let (attempted, failed) = (&report.attempted, &report.failed);
+    println!(
+        "failed jobs      {} of {} (fractional {} of {}, whole-GPU {} of {}, multi-GPU {} of {})",
+        failed.total(),
+        attempted.total(),
+        failed.fractional,
+        attempted.fractional,
+        failed.whole_gpu,
+        attempted.whole_gpu,
+        failed.multi_gpu,
+        attempted.multi_gpu
+    );
+    println!("wall time        {wall_s:.3} s");
+}

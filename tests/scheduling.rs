@@ -1,0 +1,123 @@
+//! End-to-end scheduling with real processes: two teams share a cohort, one
+//! borrows the other's idle GPU and gives it back when the lender needs it, and a
+//! high-priority trial preempts a low-priority one, which is requeued and
+//! finishes later.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestCluster, trials, wait_until};
+use serde_json::Value;
+
+const POLICY: &str = "\
+queues:
+  - {name: qa, team: a, cohort: lab, quota: {gpu: 1}}
+  - {name: qb, team: b, cohort: lab, quota: {gpu: 1}}
+priority_classes: {low: 0, high: 100}
+preemption: {grace_period: 1s, min_run_time: 0s}
+";
+
+fn queue(cluster: &TestCluster, name: &str) -> Value {
+    cluster
+        .must_xp(&["queue", "--json"])
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("a JSON queue"))
+        .find(|queue| queue["name"] == name)
+        .unwrap_or_else(|| panic!("no queue {name}"))
+}
+
+fn submit(cluster: &TestCluster, name: &str, yaml: &str) -> String {
+    let path = cluster.write_file(&format!("{name}.yaml"), yaml);
+    cluster
+        .must_xp(&["submit", path.to_str().expect("a UTF-8 path")])
+        .trim()
+        .to_owned()
+}
+
+fn states(cluster: &TestCluster, experiment: &str) -> Vec<String> {
+    trials(&cluster.status(experiment))
+        .iter()
+        .map(|trial| trial["state"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// The attempts of `experiment`'s trials that ended preempted, and the reasons the
+/// events gave.
+fn preempted_attempts(status: &Value) -> usize {
+    trials(status)
+        .iter()
+        .flat_map(|trial| trial["attempts"].as_array().cloned().unwrap_or_default())
+        .filter(|attempt| attempt["outcome"] == "preempted")
+        .count()
+}
+
+#[test]
+fn cohorts_lend_and_reclaim_and_priority_preempts_then_requeues() {
+    let mut cluster = TestCluster::start_with_policy("10s", Some(POLICY));
+    cluster.start_node("n1", 2, 4);
+    cluster.wait_for_nodes(1);
+
+    // Team a takes both GPUs: its own quota and b's idle one.
+    let borrower = submit(
+        &cluster,
+        "borrower",
+        "name: borrower\nteam: a\ntrial:\n  command: [sleep, '{s}']\n  resources: {gpu: 1}\nsearch:\n  algorithm: grid\n  space: {s: {choice: [6, 7]}}\n",
+    );
+    wait_until("team a to borrow b's GPU", Duration::from_secs(60), || {
+        let qa = queue(&cluster, "qa");
+        (qa["running"] == 2 && qa["borrowed"]["gpu"].as_f64() == Some(1.0)).then_some(())
+    });
+
+    // Team b wants its GPU back: one of a's trials is preempted and requeued.
+    let lender = submit(
+        &cluster,
+        "lender",
+        "name: lender\nteam: b\ntrial:\n  command: [sleep, '1']\n  resources: {gpu: 1}\n",
+    );
+    let lender_done = cluster.wait_finished(&lender, Duration::from_secs(90));
+    assert_eq!(lender_done["state"], "succeeded", "{lender_done:#}");
+    let borrower_done = cluster.wait_finished(&borrower, Duration::from_secs(120));
+    assert_eq!(borrower_done["state"], "succeeded", "{borrower_done:#}");
+    assert_eq!(
+        preempted_attempts(&borrower_done),
+        1,
+        "exactly one borrowed trial gives the GPU back: {borrower_done:#}"
+    );
+
+    // Priority: a low-priority sweep fills the node, a high-priority trial arrives.
+    let low = submit(
+        &cluster,
+        "low",
+        "name: low\nteam: a\npriority: low\ntrial:\n  command: [sleep, '{s}']\n  resources: {gpu: 1}\nsearch:\n  algorithm: grid\n  space: {s: {choice: [8, 9]}}\n",
+    );
+    wait_until("the low sweep to run", Duration::from_secs(60), || {
+        (states(&cluster, &low) == ["running", "running"]).then_some(())
+    });
+    let high = submit(
+        &cluster,
+        "high",
+        "name: high\nteam: a\npriority: high\ntrial:\n  command: [sleep, '2']\n  resources: {gpu: 1}\n",
+    );
+    let high_done = cluster.wait_finished(&high, Duration::from_secs(90));
+    assert_eq!(high_done["state"], "succeeded", "{high_done:#}");
+    let low_done = cluster.wait_finished(&low, Duration::from_secs(120));
+    assert_eq!(low_done["state"], "succeeded", "{low_done:#}");
+    assert_eq!(
+        preempted_attempts(&low_done),
+        1,
+        "one low trial made room, then finished later: {low_done:#}"
+    );
+    // The high trial started before the preempted low trial's second attempt ended.
+    let high_started = trials(&high_done)[0]["attempts"][0]["placed_at_ms"]
+        .as_u64()
+        .expect("placed_at_ms");
+    let requeued_end = trials(&low_done)
+        .iter()
+        .filter_map(|trial| trial["attempts"].as_array())
+        .filter(|attempts| attempts.len() == 2)
+        .map(|attempts| attempts[1]["ended_at_ms"].as_u64().expect("ended_at_ms"))
+        .next()
+        .expect("a low trial with two attempts");
+    assert!(high_started < requeued_end);
+}
