@@ -78,7 +78,7 @@ pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError
         trial: TrialSpec {
             command: Some(vec!["true".to_owned()]),
             resources: Resources {
-                gpu: 0,
+                gpu: 0.0,
                 cpu: 1.0,
                 memory: Default::default(),
             },

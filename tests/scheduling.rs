@@ -1,7 +1,7 @@
 //! End-to-end scheduling with real processes: two teams share a cohort, one
 //! borrows the other's idle GPU and gives it back when the lender needs it, and a
 //! high-priority trial preempts a low-priority one, which is requeued and
-//! finishes later.
+//! finishes later; fractional-GPU trials share one GPU.
 
 mod common;
 
@@ -120,4 +120,30 @@ fn cohorts_lend_and_reclaim_and_priority_preempts_then_requeues() {
         .next()
         .expect("a low trial with two attempts");
     assert!(high_started < requeued_end);
+}
+
+/// Four quarter-GPU trials share one GPU at once, each told its share.
+#[test]
+fn fractional_gpu_trials_share_one_gpu() {
+    let mut cluster = TestCluster::start("10s");
+    cluster.start_node("n1", 1, 4);
+    cluster.wait_for_nodes(1);
+    let experiment = submit(
+        &cluster,
+        "quarters",
+        "name: quarters\ntrial:\n  command: [sh, -c, 'echo \"XP_METRIC {\\\"f\\\": $XP_GPU_FRACTION}\"; sleep {s}']\n  resources: {gpu: 0.25, cpu: 0.5}\nsearch:\n  algorithm: grid\n  space: {s: {choice: [3, 3.1, 3.2, 3.3]}}\n",
+    );
+    wait_until("four trials on one GPU", Duration::from_secs(60), || {
+        (states(&cluster, &experiment)
+            .iter()
+            .filter(|state| *state == "running")
+            .count()
+            == 4)
+            .then_some(())
+    });
+    let done = cluster.wait_finished(&experiment, Duration::from_secs(60));
+    assert_eq!(done["state"], "succeeded", "{done:#}");
+    for trial in trials(&done) {
+        assert_eq!(trial["metrics"]["f"], 0.25, "{trial:#}");
+    }
 }

@@ -186,6 +186,9 @@ pub struct WorkerRecord {
     pub node: NodeId,
     /// Its GPUs.
     pub gpu_indices: Vec<u32>,
+    /// The thousandths of each of those GPUs it holds (1000: whole GPUs).
+    #[serde(default = "whole_gpu")]
+    pub gpu_milli: u32,
     /// Its CPU thousandths.
     pub milli_cpus: u32,
     /// Its memory bytes.
@@ -194,6 +197,10 @@ pub struct WorkerRecord {
     pub state: WorkerState,
     /// The index of the last metric report taken from it.
     pub last_metric_index: Option<u64>,
+}
+
+fn whole_gpu() -> u32 {
+    GPU_MILLI as u32
 }
 
 /// What the head knows of a worker process.
@@ -1265,7 +1272,7 @@ impl HeadCore {
             gang: GangShape {
                 workers: spec.trial.workers,
                 per_worker: Amount {
-                    gpu_milli: u64::from(spec.trial.resources.gpu) * GPU_MILLI,
+                    gpu_milli: spec.trial.gpu_milli(),
                     cpu_milli: u64::from(spec.trial.milli_cpus()),
                     memory_bytes: spec.trial.resources.memory.0,
                 },
@@ -1434,7 +1441,7 @@ impl HeadCore {
                         .iter()
                         .position(|gpu| gpu.index == *device)
                         .map_or(*device, |slot| slot as u32),
-                    milli: GPU_MILLI as u32,
+                    milli: worker.gpu_milli,
                 })
                 .collect(),
             cpu_milli: u64::from(worker.milli_cpus),
@@ -1706,6 +1713,10 @@ impl HeadCore {
                                 .map_or(share.index, |gpu| gpu.index)
                         })
                         .collect(),
+                    gpu_milli: slot
+                        .gpus
+                        .first()
+                        .map_or(GPU_MILLI as u32, |share| share.milli),
                     milli_cpus: u32::try_from(slot.cpu_milli).unwrap_or(u32::MAX),
                     memory_bytes: slot.memory_bytes,
                     state: WorkerState::Assigned,
@@ -1750,6 +1761,7 @@ impl HeadCore {
                     config_json: trial.config_json.clone(),
                     seed: trial.seed,
                     gpu_indices: worker.gpu_indices.clone(),
+                    gpu_milli: worker.gpu_milli,
                     master_addr: master_host.clone(),
                     master_port,
                     collective_token: *blake3::keyed_hash(
@@ -2171,7 +2183,7 @@ impl HeadCore {
 
     /// Panics if an invariant of the module documentation is broken.
     pub fn check_invariants(&self) {
-        let mut gpus: BTreeSet<(NodeId, u32)> = BTreeSet::new();
+        let mut gpus: BTreeMap<(NodeId, u32), u32> = BTreeMap::new();
         let mut cpu: BTreeMap<NodeId, u64> = BTreeMap::new();
         let mut memory: BTreeMap<NodeId, u64> = BTreeMap::new();
         for trial in self.trials.values() {
@@ -2184,9 +2196,11 @@ impl HeadCore {
             for worker in trial.attempts.iter().flat_map(|attempt| &attempt.workers) {
                 if worker.state.holds_resources() {
                     for gpu in &worker.gpu_indices {
+                        let held = gpus.entry((worker.node, *gpu)).or_default();
+                        *held += worker.gpu_milli;
                         assert!(
-                            gpus.insert((worker.node, *gpu)),
-                            "GPU {gpu} of node {} held twice",
+                            *held <= GPU_MILLI as u32,
+                            "GPU {gpu} of node {} held beyond its whole",
                             worker.node
                         );
                     }

@@ -330,7 +330,7 @@ impl Agent {
             });
             return;
         }
-        if let Err(busy) = self.slots.claim(key, &launch.gpu_indices) {
+        if let Err(busy) = self.slots.claim(key, &launch.gpu_indices, launch.gpu_milli) {
             // A worker the head already gave up is still stopping: not the trial's fault.
             warn!(worker = %key, %busy, "launch refused");
             let _ = self.reports_tx.send(WorkerReport::Refused {

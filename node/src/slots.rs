@@ -1,47 +1,67 @@
-//! The node's own record of which GPU each local worker holds.
+//! The node's own record of which GPU each local worker holds, and how much of it.
 //!
-//! The head decides placement; this table only refuses a launch that would hand a
-//! GPU to a second live worker, so a bug or a stale command elsewhere can never
-//! put two workers on one device.
+//! The head decides placement; this table only refuses a launch that would hand
+//! more than a whole GPU to the live workers on it (a whole-GPU worker takes all
+//! of it, fractional workers share it), so a bug or a stale command elsewhere can
+//! never oversubscribe a device.
 
 use std::collections::BTreeMap;
 
 use xp_runtime::ids::WorkerKey;
 
-/// A GPU is already held.
+/// Thousandths in one whole GPU.
+const WHOLE: u32 = 1000;
+
+/// A GPU has no room for the share asked for.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("GPU {gpu} is held by worker {holder}")]
+#[error("GPU {gpu} is held by worker {holder} (asked {asked}/1000, {free}/1000 free)")]
 pub struct SlotBusy {
     /// The GPU index.
     pub gpu: u32,
-    /// Who holds it.
+    /// One worker holding it.
     pub holder: WorkerKey,
+    /// The thousandths asked for.
+    pub asked: u32,
+    /// The thousandths still free.
+    pub free: u32,
 }
 
-/// GPU index to the worker holding it.
+/// GPU index to the workers holding shares of it.
 #[derive(Debug, Default)]
 pub struct SlotTable {
-    held: BTreeMap<u32, WorkerKey>,
+    held: BTreeMap<u32, Vec<(WorkerKey, u32)>>,
 }
 
 impl SlotTable {
-    /// Gives `gpus` to `key`, all or none.
-    pub fn claim(&mut self, key: WorkerKey, gpus: &[u32]) -> Result<(), SlotBusy> {
-        if let Some((gpu, holder)) = gpus
-            .iter()
-            .find_map(|gpu| self.held.get(gpu).map(|holder| (*gpu, *holder)))
-        {
-            return Err(SlotBusy { gpu, holder });
+    /// Gives `milli` thousandths of each GPU in `gpus` to `key`, all or none.
+    pub fn claim(&mut self, key: WorkerKey, gpus: &[u32], milli: u32) -> Result<(), SlotBusy> {
+        let milli = milli.clamp(1, WHOLE);
+        for gpu in gpus {
+            let holders = self.held.get(gpu).map(Vec::as_slice).unwrap_or_default();
+            let used: u32 = holders.iter().map(|(_, share)| share).sum();
+            if let Some((holder, _)) = holders.first()
+                && used + milli > WHOLE
+            {
+                return Err(SlotBusy {
+                    gpu: *gpu,
+                    holder: *holder,
+                    asked: milli,
+                    free: WHOLE.saturating_sub(used),
+                });
+            }
         }
         for gpu in gpus {
-            self.held.insert(*gpu, key);
+            self.held.entry(*gpu).or_default().push((key, milli));
         }
         Ok(())
     }
 
-    /// Frees every GPU `key` holds.
+    /// Frees every share `key` holds.
     pub fn release(&mut self, key: WorkerKey) {
-        self.held.retain(|_, holder| *holder != key);
+        for holders in self.held.values_mut() {
+            holders.retain(|(holder, _)| *holder != key);
+        }
+        self.held.retain(|_, holders| !holders.is_empty());
     }
 }
 
@@ -63,18 +83,39 @@ mod tests {
     }
 
     #[test]
-    fn a_gpu_is_never_held_twice() {
+    fn a_whole_gpu_is_never_held_twice() {
         let mut table = SlotTable::default();
-        table.claim(key(1), &[0, 1]).unwrap();
+        table.claim(key(1), &[0, 1], WHOLE).unwrap();
         assert_eq!(
-            table.claim(key(2), &[1, 2]),
+            table.claim(key(2), &[1, 2], WHOLE),
             Err(SlotBusy {
                 gpu: 1,
-                holder: key(1)
+                holder: key(1),
+                asked: WHOLE,
+                free: 0,
             })
         );
-        table.claim(key(2), &[2]).unwrap();
+        table.claim(key(2), &[2], WHOLE).unwrap();
         table.release(key(1));
-        table.claim(key(3), &[0, 1]).unwrap();
+        table.claim(key(3), &[0, 1], WHOLE).unwrap();
+    }
+
+    #[test]
+    fn fractions_share_a_gpu_up_to_its_whole() {
+        let mut table = SlotTable::default();
+        for index in 0..4 {
+            table.claim(key(index), &[0], 250).unwrap();
+        }
+        assert!(table.claim(key(9), &[0], 1).is_err(), "the GPU is full");
+        table.release(key(0));
+        assert!(
+            table.claim(key(9), &[0], 500).is_err(),
+            "only a quarter is free"
+        );
+        table.claim(key(9), &[0], 250).unwrap();
+        assert!(
+            table.claim(key(10), &[0], WHOLE).is_err(),
+            "a whole-GPU worker never joins sharers"
+        );
     }
 }

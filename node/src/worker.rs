@@ -84,6 +84,12 @@ pub fn worker_env(launch: &Launch) -> Vec<(String, String)> {
             "XP_COLLECTIVE_TRANSPORT".to_owned(),
             launch.transport.as_str().to_owned(),
         ),
+        // The share of its GPU a fractional worker may use (for example with
+        // torch.cuda.set_per_process_memory_fraction); 1 for whole GPUs.
+        (
+            "XP_GPU_FRACTION".to_owned(),
+            format!("{}", f64::from(launch.gpu_milli.min(1000)) / 1000.0),
+        ),
     ]
 }
 

@@ -782,6 +782,9 @@ pub struct Launch {
     pub seed: u64,
     /// GPU indices for `CUDA_VISIBLE_DEVICES`.
     pub gpu_indices: Vec<u32>,
+    /// The thousandths of each of those GPUs this worker holds: 1000 for whole
+    /// GPUs, less for a fraction of one shared GPU (`XP_GPU_FRACTION`).
+    pub gpu_milli: u32,
     /// Rank 0's host (`MASTER_ADDR`).
     pub master_addr: String,
     /// A port reserved on rank 0's host (`MASTER_PORT`).

@@ -235,9 +235,10 @@ fn one_u32() -> u32 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
-    /// Whole GPUs.
+    /// GPUs: a whole number, or a fraction below 1 (such as 0.25) of one GPU
+    /// shared with other fractional workers.
     #[serde(default)]
-    pub gpu: u32,
+    pub gpu: f64,
     /// CPU cores, possibly fractional.
     #[serde(default = "one_f64")]
     pub cpu: f64,
@@ -253,7 +254,7 @@ fn one_f64() -> f64 {
 impl Default for Resources {
     fn default() -> Self {
         Self {
-            gpu: 0,
+            gpu: 0.0,
             cpu: 1.0,
             memory: MemoryBytes(0),
         }
@@ -877,8 +878,21 @@ impl TrialSpec {
                 format!("must be between 1 and {MAX_WORKERS}"),
             ));
         }
-        if self.resources.gpu > 64 {
-            return Err(invalid("trial.resources.gpu", "must be at most 64"));
+        let gpu = self.resources.gpu;
+        if !(gpu.is_finite() && (0.0..=64.0).contains(&gpu)) {
+            return Err(invalid("trial.resources.gpu", "must be between 0 and 64"));
+        }
+        if gpu > 1.0 && gpu.fract() != 0.0 {
+            return Err(invalid(
+                "trial.resources.gpu",
+                "must be whole above 1 (a fraction shares one GPU, such as 0.25)",
+            ));
+        }
+        if gpu > 0.0 && gpu < 0.001 {
+            return Err(invalid(
+                "trial.resources.gpu",
+                "the smallest share is 0.001 of a GPU",
+            ));
         }
         if let Some(limit) = &self.time_limit {
             match humantime::parse_duration(limit) {
@@ -926,6 +940,11 @@ impl TrialSpec {
     /// CPU need in thousandths of a core, the unit nodes account in.
     pub fn milli_cpus(&self) -> u32 {
         (self.resources.cpu * 1000.0).ceil() as u32
+    }
+
+    /// GPU need in thousandths of a GPU per worker (1000 is one whole GPU).
+    pub fn gpu_milli(&self) -> u64 {
+        (self.resources.gpu * 1000.0).round() as u64
     }
 }
 
