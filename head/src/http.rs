@@ -1,4 +1,4 @@
-//! The head's HTTP API: read-only JSON views of experiments and nodes.
+//! The head's HTTP API: read-only JSON views of experiments, nodes and queues.
 //!
 //! It goes through the same actor calls as the QUIC API and shares the JSON shapes
 //! of `xp status --json` (`xp_runtime::views`). The dashboard will be served here.
@@ -20,6 +20,7 @@ pub fn router(head: ActorRef<HeadMsg>) -> axum::Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/api/experiments", get(experiments))
         .route("/api/nodes", get(nodes))
+        .route("/api/queues", get(queues))
         .with_state(head)
 }
 
@@ -47,6 +48,14 @@ async fn nodes(State(head): State<ActorRef<HeadMsg>>) -> axum::response::Respons
         Ok(Response::Nodes(list)) => {
             Json(list.iter().map(node_json).collect::<Vec<_>>()).into_response()
         }
+        Ok(_) => error_response(RemoteError::new(ErrorCode::Internal, "unexpected answer")),
+        Err(error) => error_response(error),
+    }
+}
+
+async fn queues(State(head): State<ActorRef<HeadMsg>>) -> axum::response::Response {
+    match call(&head, HeadMsg::Queues).await {
+        Ok(Response::Queues(list)) => Json(list).into_response(),
         Ok(_) => error_response(RemoteError::new(ErrorCode::Internal, "unexpected answer")),
         Err(error) => error_response(error),
     }

@@ -287,7 +287,7 @@ impl Agent {
             } => {
                 // The head's grace (time to checkpoint when preempted), bounded so a
                 // bad value cannot keep a GPU busy for hours.
-                let grace = Duration::from_millis(grace_ms).clamp(KILL_GRACE, MAX_KILL_GRACE);
+                let grace = Duration::from_millis(grace_ms).min(MAX_KILL_GRACE);
                 for (key, worker) in &mut self.workers {
                     if key.trial == trial
                         && key.attempt == attempt
