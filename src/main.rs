@@ -306,7 +306,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     &SubmitOptions {
                         rerun,
                         base_dir,
-                        admission_wait: None,
+                        // A person at a prompt (or a script) hears "retry later" at
+                        // once; drivers built on the SDK wait and retry by themselves.
+                        admission_wait: Some(Duration::ZERO),
                     },
                 )
                 .await

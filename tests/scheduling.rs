@@ -147,3 +147,61 @@ fn fractional_gpu_trials_share_one_gpu() {
         assert_eq!(trial["metrics"]["f"], 0.25, "{trial:#}");
     }
 }
+
+/// A team at its pending limit is told to retry later: the command line says so
+/// at once, and the SDK waits and retries by itself until there is room.
+#[test]
+fn a_busy_team_is_told_to_retry_and_the_sdk_retries_by_itself() {
+    let cluster = TestCluster::start_with_policy(
+        "10s",
+        Some("admission: {max_pending_per_team: 1, retry_after: 1s}\n"),
+    );
+    // No node joins: the first experiment's trial stays pending.
+    let first = submit(
+        &cluster,
+        "first",
+        "name: first\ntrial:\n  command: [sleep, '1']\n",
+    );
+    let second_yaml = "name: second\ntrial:\n  command: [sleep, '2']\n";
+    let second_path = cluster.write_file("second.yaml", second_yaml);
+    let refused = cluster.xp(&["submit", second_path.to_str().expect("a UTF-8 path")]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("pending") && stderr.contains("retry"),
+        "{stderr}"
+    );
+
+    let join = cluster.join.clone();
+    let driver = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        runtime.block_on(async {
+            let client = xp::Client::connect(&join).await.expect("connects");
+            let spec = xp::ExperimentSpec::from_yaml(second_yaml).expect("a valid spec");
+            client
+                .submit(
+                    &spec,
+                    &xp::SubmitOptions {
+                        admission_wait: Some(Duration::from_secs(60)),
+                        ..xp::SubmitOptions::default()
+                    },
+                )
+                .await
+        })
+    });
+    // Room appears once the first experiment is cancelled, while the driver waits.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "let the driver be refused at least once before there is room"
+    )]
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        cluster.must_xp(&["cancel", &first]).trim(),
+        "cancelled 1 trial(s)"
+    );
+    let submitted = driver
+        .join()
+        .expect("the driver thread")
+        .expect("the SDK retried until the head accepted");
+    assert!(!submitted.reused);
+}
