@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod gpu;
+pub mod objects;
 pub mod outbox;
 pub mod slots;
 pub mod worker;

@@ -1,0 +1,747 @@
+//! The node's local object store: immutable blobs named by the blake3 hash of
+//! their bytes, kept in a memory tier that spills least-recently-used objects to
+//! a disk tier under the node's data directory (`<data_dir>/objects/`).
+//!
+//! What it does not do: move objects between nodes, keep a directory of who holds
+//! what, or persist owners and pins across restarts (a restarted store knows its
+//! disk objects but nothing about who wanted them; see [`ObjectStore::open`]).
+//! The memory tier is volatile: its objects are gone when the process ends.
+//!
+//! Invariants:
+//! - The bytes charged to each tier never exceed that tier's limit (counting disk
+//!   space reserved for writes in progress), except after a restart with a lower
+//!   disk limit, when nothing more is written until deletes make room.
+//! - A file under an object's final name was fully written and fsynced before it
+//!   was renamed there; temporary files start with `.tmp-` and are removed at open.
+//! - Bytes returned by [`ObjectStore::get`] hash to the id asked for: memory objects
+//!   were hashed when put, disk objects are hashed each time their file is mapped.
+//! - The index lock is never held while hashing or writing object bytes; only
+//!   renames (metadata operations) happen under it, so that a name on disk and its
+//!   index entry change together.
+//!
+//! All methods block on disk I/O and hashing; async callers go through
+//! `spawn_blocking`.
+
+#![warn(missing_docs)]
+
+mod disk;
+mod index;
+mod object_bytes;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use xp_runtime::ids::{ExperimentId, IdError, TrialId};
+
+use disk::{DiskDir, MapOutcome, StreamOutcome};
+use index::{Index, Lookup, MemoryPlan};
+pub use object_bytes::ObjectBytes;
+
+/// How many times [`ObjectStore::get`] looks again when the file it found bad
+/// was replaced meanwhile by a concurrent delete and re-put of the same object.
+const MAX_GET_ATTEMPTS: usize = 3;
+
+/// The longest piece of a rejected id quoted back in a parse error, so that a
+/// hostile multi-megabyte "id" does not become a multi-megabyte error.
+const MAX_QUOTED_ID_CHARS: usize = 80;
+
+/// The name of an object: the blake3 hash of its bytes.
+///
+/// Prints as 64 lowercase hex digits, which is also its file name on disk, and
+/// parses from exactly that form.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectId(pub [u8; 32]);
+
+impl ObjectId {
+    /// The id of `bytes`: hashing is the only way content gets a name.
+    pub fn of(bytes: &[u8]) -> Self {
+        Self(*blake3::hash(bytes).as_bytes())
+    }
+}
+
+impl fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+impl fmt::Debug for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ObjectId({self})")
+    }
+}
+
+impl FromStr for ObjectId {
+    type Err = IdError;
+
+    /// Accepts exactly what `Display` prints, so that a file name or a request
+    /// naming the same object in another case cannot become a second entry.
+    fn from_str(text: &str) -> Result<Self, IdError> {
+        let malformed = || IdError::Malformed {
+            kind: "object",
+            text: text.chars().take(MAX_QUOTED_ID_CHARS).collect(),
+            expected: "64 lowercase hex digits",
+        };
+        let is_lower_hex = |byte: &u8| byte.is_ascii_digit() || (b'a'..=b'f').contains(byte);
+        if text.len() != 64 || !text.as_bytes().iter().all(is_lower_hex) {
+            return Err(malformed());
+        }
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(text, &mut bytes).map_err(|_| malformed())?;
+        Ok(Self(bytes))
+    }
+}
+
+/// Who keeps an object alive; an object whose last owner is released (and that
+/// is not pinned) is deleted.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Owner {
+    /// A trial's workers, released when the trial ends.
+    Trial(TrialId),
+    /// A whole experiment, released when it is deleted.
+    Experiment(ExperimentId),
+    /// A driver program, by the name it registered under.
+    Driver(String),
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Trial(trial_id) => write!(f, "trial {trial_id}"),
+            Self::Experiment(experiment_id) => write!(f, "experiment {experiment_id}"),
+            Self::Driver(name) => write!(f, "driver {name:?}"),
+        }
+    }
+}
+
+/// How much the store may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// Bytes the memory tier may hold; an object larger than this goes straight to disk.
+    pub memory_bytes: u64,
+    /// Bytes the disk tier may hold: the store's final capacity.
+    pub disk_bytes: u64,
+    /// The largest single object accepted, checked before anything is written.
+    pub max_object_bytes: u64,
+}
+
+impl Default for StoreLimits {
+    /// 1 GiB of memory, 256 GiB of disk, objects up to 64 GiB.
+    fn default() -> Self {
+        Self {
+            memory_bytes: 1 << 30,
+            disk_bytes: 256 << 30,
+            max_object_bytes: 64 << 30,
+        }
+    }
+}
+
+/// Where an object lives now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// In this process's memory (including while it is being spilled to disk).
+    Memory,
+    /// In a file under the store's directory.
+    Disk,
+}
+
+/// What the store knows about one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// The object's length in bytes.
+    pub size: u64,
+    /// The tier it is charged to.
+    pub tier: Tier,
+    /// Who keeps it alive, in order.
+    pub owners: Vec<Owner>,
+    /// Whether it survives losing all its owners.
+    pub pinned: bool,
+}
+
+/// Bytes and object counts per tier.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Bytes charged to the memory tier.
+    pub memory_bytes: u64,
+    /// Objects in the memory tier.
+    pub memory_objects: u64,
+    /// Bytes charged to the disk tier (without writes still in progress).
+    pub disk_bytes: u64,
+    /// Objects in the disk tier.
+    pub disk_objects: u64,
+}
+
+/// The file operation that failed, for [`StoreError::Io`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoOperation {
+    /// Creating the store's directory.
+    CreateDirectory,
+    /// Taking the directory's lock file.
+    LockDirectory,
+    /// Listing the directory at open.
+    ReadDirectory,
+    /// Creating a temporary file.
+    CreateFile,
+    /// Writing object bytes.
+    Write,
+    /// Flushing a file to stable storage.
+    Sync,
+    /// Renaming a finished file to its final name.
+    RenameIntoPlace,
+    /// Moving a file aside before deleting it.
+    MoveAside,
+    /// Removing a stale temporary file.
+    Remove,
+    /// Opening a file to read it.
+    Open,
+    /// Memory-mapping a file.
+    Map,
+}
+
+impl fmt::Display for IoOperation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::CreateDirectory => "create directory",
+            Self::LockDirectory => "lock directory",
+            Self::ReadDirectory => "read directory",
+            Self::CreateFile => "create",
+            Self::Write => "write",
+            Self::Sync => "sync",
+            Self::RenameIntoPlace => "rename into place",
+            Self::MoveAside => "move aside",
+            Self::Remove => "remove",
+            Self::Open => "open",
+            Self::Map => "map",
+        })
+    }
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No object with this id is stored here.
+    #[error("object {id} is not in the store")]
+    NotFound {
+        /// The object asked for.
+        id: ObjectId,
+    },
+    /// The object is over the configured size limit; nothing was stored.
+    #[error("object of {size} bytes is over the {limit}-byte object size limit")]
+    TooLarge {
+        /// The object's size; for a stream, the bytes read before giving up.
+        size: u64,
+        /// The configured limit.
+        limit: u64,
+    },
+    /// Even after spilling everything that can spill, the object does not fit;
+    /// nothing was stored and nothing was evicted.
+    #[error("store full: {needed} bytes needed, {available} of the disk tier's {limit} bytes free")]
+    Full {
+        /// The object's size; for a stream, the bytes read before giving up.
+        needed: u64,
+        /// Disk-tier bytes free when the put was refused.
+        available: u64,
+        /// The disk tier's limit.
+        limit: u64,
+    },
+    /// The object's file did not hash to its id; the file was deleted, so a later
+    /// put (for example from a replica) repairs it.
+    #[error("object {id} failed its hash check on disk and was deleted")]
+    Corrupt {
+        /// The damaged object.
+        id: ObjectId,
+    },
+    /// The object was indexed on disk but its file was gone (removed behind the
+    /// store's back); the entry was dropped.
+    #[error("object {id} was on disk but its file is gone")]
+    Missing {
+        /// The lost object.
+        id: ObjectId,
+    },
+    /// Another store in this or another process has the directory open.
+    #[error("object directory {dir} is already open in another store")]
+    Locked {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The reader given to [`ObjectStore::put_reader`] failed; nothing was stored.
+    #[error("cannot read the object's bytes")]
+    Read {
+        /// The reader's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file operation failed; no partial object was left under a final name.
+    #[error("cannot {operation} {path}")]
+    Io {
+        /// What was being done.
+        operation: IoOperation,
+        /// The file or directory it was done to.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A node's object store, shared behind an [`Arc`] by the node's tasks.
+///
+/// Objects are immutable and content-addressed, so putting the same bytes twice
+/// stores them once and only adds the second owner.
+#[derive(Debug)]
+pub struct ObjectStore {
+    limits: StoreLimits,
+    disk: DiskDir,
+    index: Mutex<Index>,
+}
+
+impl ObjectStore {
+    /// Opens (creating if needed) the store under `dir`, normally
+    /// `<data_dir>/objects`, and rebuilds the disk tier from the files there.
+    ///
+    /// Stray temporary files from a crash are removed. Files are not hashed here,
+    /// to keep a restart fast with many large objects; [`get`](Self::get) hashes
+    /// each file when it maps it. Recovered objects have no owners and are not
+    /// pinned: they stay until deleted, or collected after [`add_owner`](Self::add_owner)
+    /// and a release. The directory is locked so that two stores never share it.
+    pub fn open(dir: impl Into<PathBuf>, limits: StoreLimits) -> Result<Self, StoreError> {
+        let (disk, recovered) = DiskDir::open(dir.into())?;
+        let mut index = Index::new(limits);
+        for (id, size) in recovered {
+            index.insert_recovered(id, size);
+        }
+        let stats = index.stats();
+        if stats.disk_bytes > limits.disk_bytes {
+            tracing::warn!(
+                disk_bytes = stats.disk_bytes,
+                limit = limits.disk_bytes,
+                "object store holds more than its disk limit; no disk writes until deletes make room"
+            );
+        }
+        tracing::info!(
+            dir = %disk.dir().display(),
+            disk_objects = stats.disk_objects,
+            disk_bytes = stats.disk_bytes,
+            "object store opened"
+        );
+        Ok(Self {
+            limits,
+            disk,
+            index: Mutex::new(index),
+        })
+    }
+
+    /// The directory the disk tier lives in.
+    pub fn dir(&self) -> &Path {
+        self.disk.dir()
+    }
+
+    /// The limits this store was opened with.
+    pub fn limits(&self) -> StoreLimits {
+        self.limits
+    }
+
+    /// Stores `bytes` for `owner` and returns their id.
+    ///
+    /// Objects up to the memory limit go to memory, spilling least-recently-used
+    /// objects to disk to make room (or go to disk themselves when the spilled
+    /// objects would not fit there); larger ones are written straight to disk.
+    /// Passing an `Arc<[u8]>` keeps a memory object without copying it; a `Vec`
+    /// is copied once into shared memory, and not at all when it goes to disk.
+    /// Putting content that is already stored only adds `owner`.
+    pub fn put<B>(&self, bytes: B, owner: Owner) -> Result<ObjectId, StoreError>
+    where
+        B: AsRef<[u8]> + Into<Arc<[u8]>>,
+    {
+        let size = bytes.as_ref().len() as u64;
+        self.check_object_size(size)?;
+        let id = ObjectId::of(bytes.as_ref());
+        if size > self.limits.memory_bytes {
+            return self.put_on_disk(id, bytes.as_ref(), owner);
+        }
+        // Checked before converting, so that re-putting a large Vec does not copy it.
+        if self.lock().add_owner(&id, &owner) {
+            return Ok(id);
+        }
+        self.put_in_memory(id, bytes.into(), owner)
+    }
+
+    /// Stores everything `reader` yields for `owner`, on disk, hashing the bytes
+    /// as they are written to a temporary file so that memory use stays at one
+    /// buffer whatever the object's size.
+    ///
+    /// Gives up with [`StoreError::TooLarge`] as soon as the stream passes the
+    /// object size limit. A stream larger than the free disk space is read to its
+    /// end without being written, since only its hash can tell whether it is
+    /// content already stored; if not, the put fails with [`StoreError::Full`].
+    pub fn put_reader(&self, reader: impl Read, owner: Owner) -> Result<ObjectId, StoreError> {
+        let available = self.lock().disk_available();
+        match self
+            .disk
+            .write_stream(reader, self.limits.max_object_bytes, available)?
+        {
+            StreamOutcome::Written { id, size, temp } => self.publish_new(id, size, temp, 0, owner),
+            StreamOutcome::Overflowed { id, size } => {
+                let mut index = self.lock();
+                if index.add_owner(&id, &owner) {
+                    return Ok(id);
+                }
+                // The stream was not kept and may not be replayable, so the space
+                // is reported as it was when the stream passed it.
+                Err(StoreError::Full {
+                    needed: size,
+                    available,
+                    limit: self.limits.disk_bytes,
+                })
+            }
+        }
+    }
+
+    /// Stores the contents of the file at `path` for `owner`, like
+    /// [`put_reader`](Self::put_reader). The file is copied, not moved.
+    pub fn put_file(&self, path: &Path, owner: Owner) -> Result<ObjectId, StoreError> {
+        let file = std::fs::File::open(path).map_err(|source| StoreError::Io {
+            operation: IoOperation::Open,
+            path: path.to_owned(),
+            source,
+        })?;
+        let size = file
+            .metadata()
+            .map_err(|source| StoreError::Io {
+                operation: IoOperation::Open,
+                path: path.to_owned(),
+                source,
+            })?
+            .len();
+        self.check_object_size(size)?;
+        self.put_reader(file, owner)
+    }
+
+    /// The object's bytes: shared memory for memory objects, a read-only map of
+    /// the file for disk objects, never a copy.
+    ///
+    /// A disk object is hashed when its file is mapped and the verified map is
+    /// reused while any returned [`ObjectBytes`] still holds it. A file that does
+    /// not match its id is deleted and reported as [`StoreError::Corrupt`].
+    pub fn get(&self, id: ObjectId) -> Result<ObjectBytes, StoreError> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let generation = match self.lock().lookup(&id) {
+                Lookup::Absent => return Err(StoreError::NotFound { id }),
+                Lookup::Ready(object_bytes) => return Ok(object_bytes),
+                Lookup::OnDisk { generation } => generation,
+            };
+            // Mapping and hashing happen without the lock; the generation tells
+            // afterwards whether the entry still names the file that was checked.
+            let outcome = self.disk.map_verified(&id)?;
+            let mut index = self.lock();
+            let failure = match outcome {
+                MapOutcome::Verified(map) => {
+                    // The bytes hash to `id`, so they are right to return even if
+                    // the entry changed meanwhile; only a current entry caches them.
+                    index.remember_map(&id, generation, &map);
+                    return Ok(ObjectBytes::mapped(map));
+                }
+                MapOutcome::Mismatch => StoreError::Corrupt { id },
+                MapOutcome::Missing => StoreError::Missing { id },
+            };
+            if index.is_disk_generation(&id, generation) {
+                tracing::error!(%id, error = %failure, "object lost on disk");
+                let moved_aside = self.remove_locked(&mut index, &id);
+                drop(index);
+                match moved_aside {
+                    Ok(Some(trash)) => self.disk.remove_quietly(&trash),
+                    Ok(None) => {}
+                    Err(error) => {
+                        tracing::error!(%id, %error, "cannot delete damaged object file");
+                    }
+                }
+                return Err(failure);
+            }
+            if attempts >= MAX_GET_ATTEMPTS {
+                return Err(failure);
+            }
+        }
+    }
+
+    /// Whether the object is stored here.
+    pub fn contains(&self, id: ObjectId) -> bool {
+        self.lock().info(&id).is_some()
+    }
+
+    /// Size, tier, owners and pin of the object, if stored.
+    pub fn info(&self, id: ObjectId) -> Option<ObjectInfo> {
+        self.lock().info(&id)
+    }
+
+    /// Deletes the object whatever its owners and pin; returns whether it existed.
+    ///
+    /// Readers holding its [`ObjectBytes`] keep valid bytes: memory is shared and
+    /// an unlinked file stays mapped.
+    pub fn delete(&self, id: ObjectId) -> Result<bool, StoreError> {
+        let mut index = self.lock();
+        if index.info(&id).is_none() {
+            return Ok(false);
+        }
+        let moved_aside = self.remove_locked(&mut index, &id)?;
+        drop(index);
+        if let Some(trash) = moved_aside {
+            self.disk.remove_quietly(&trash);
+        }
+        tracing::debug!(%id, "object deleted");
+        Ok(true)
+    }
+
+    /// Adds `owner` to a stored object, for a new user of content already here
+    /// (for example an object recovered at open).
+    pub fn add_owner(&self, id: ObjectId, owner: Owner) -> Result<(), StoreError> {
+        if self.lock().add_owner(&id, &owner) {
+            Ok(())
+        } else {
+            Err(StoreError::NotFound { id })
+        }
+    }
+
+    /// Removes `owner` from every object and deletes those left with no owner and
+    /// no pin; returns the deleted ids.
+    ///
+    /// The owner is removed everywhere even when deleting some file fails; the
+    /// first such error is returned and those objects stay, ownerless.
+    pub fn release_owner(&self, owner: &Owner) -> Result<Vec<ObjectId>, StoreError> {
+        let mut collected = Vec::new();
+        let mut trash = Vec::new();
+        let mut first_error = None;
+        {
+            let mut index = self.lock();
+            for id in index.remove_owner_everywhere(owner) {
+                match self.remove_locked(&mut index, &id) {
+                    Ok(moved_aside) => {
+                        collected.push(id);
+                        trash.extend(moved_aside);
+                    }
+                    Err(error) => {
+                        first_error.get_or_insert(error);
+                    }
+                }
+            }
+        }
+        for path in &trash {
+            self.disk.remove_quietly(path);
+        }
+        tracing::debug!(%owner, collected = collected.len(), "owner released");
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(collected),
+        }
+    }
+
+    /// Keeps the object even when it has no owners.
+    pub fn pin(&self, id: ObjectId) -> Result<(), StoreError> {
+        if self.lock().set_pinned(&id, true) {
+            Ok(())
+        } else {
+            Err(StoreError::NotFound { id })
+        }
+    }
+
+    /// Undoes [`pin`](Self::pin); an object with no owners is then deleted, and
+    /// the result says whether it was.
+    pub fn unpin(&self, id: ObjectId) -> Result<bool, StoreError> {
+        let mut index = self.lock();
+        if !index.set_pinned(&id, false) {
+            return Err(StoreError::NotFound { id });
+        }
+        if !index.is_collectable(&id) {
+            return Ok(false);
+        }
+        let moved_aside = self.remove_locked(&mut index, &id)?;
+        drop(index);
+        if let Some(trash) = moved_aside {
+            self.disk.remove_quietly(&trash);
+        }
+        Ok(true)
+    }
+
+    /// Bytes and object counts per tier.
+    pub fn stat(&self) -> StoreStats {
+        self.lock().stats()
+    }
+
+    fn check_object_size(&self, size: u64) -> Result<(), StoreError> {
+        if size > self.limits.max_object_bytes {
+            return Err(StoreError::TooLarge {
+                size,
+                limit: self.limits.max_object_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Index> {
+        // A panic while holding the lock can only come from a bug between two
+        // consistent states; the index is still usable, so a poisoned lock must
+        // not turn every later request into a panic too.
+        self.index.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Puts an object that fits the memory tier, spilling older objects to disk
+    /// when needed, or putting it on disk when they cannot spill.
+    fn put_in_memory(
+        &self,
+        id: ObjectId,
+        bytes: Arc<[u8]>,
+        owner: Owner,
+    ) -> Result<ObjectId, StoreError> {
+        let size = bytes.len() as u64;
+        let victims = {
+            let mut index = self.lock();
+            if index.add_owner(&id, &owner) {
+                return Ok(id);
+            }
+            match index.plan_memory(size) {
+                MemoryPlan::Fits => {
+                    index.insert_memory(id, bytes, owner);
+                    return Ok(id);
+                }
+                MemoryPlan::Spill(victims) => victims,
+                MemoryPlan::NoRoom => Vec::new(),
+            }
+        };
+        if !victims.is_empty() {
+            // The victims stay readable from memory while their files are written.
+            let written: Vec<_> = victims
+                .into_iter()
+                .map(|victim| {
+                    let temp = self.disk.write_temp(&victim.bytes);
+                    (victim, temp)
+                })
+                .collect();
+            let mut discarded = Vec::new();
+            let mut index = self.lock();
+            for (victim, temp) in written {
+                index.unreserve_disk(victim.size);
+                let temp = match temp {
+                    Ok(temp) => temp,
+                    Err(error) => {
+                        tracing::warn!(id = %victim.id, %error, "cannot spill object to disk; it stays in memory");
+                        index.revert_spill(&victim.id, victim.generation);
+                        continue;
+                    }
+                };
+                if !index.is_spilling(&victim.id, victim.generation) {
+                    // Deleted while it was being written.
+                    discarded.push(temp);
+                    continue;
+                }
+                match self.disk.rename_into_place(&temp, &victim.id) {
+                    Ok(()) => index.complete_spill(&victim.id, victim.generation),
+                    Err(error) => {
+                        tracing::warn!(id = %victim.id, %error, "cannot spill object to disk; it stays in memory");
+                        index.revert_spill(&victim.id, victim.generation);
+                    }
+                }
+            }
+            let inserted = if index.add_owner(&id, &owner) {
+                true
+            } else if index.memory_fits(size) {
+                index.insert_memory(id, Arc::clone(&bytes), owner.clone());
+                true
+            } else {
+                false
+            };
+            drop(index);
+            for temp in &discarded {
+                self.disk.remove_quietly(temp);
+            }
+            self.disk.sync_dir();
+            if inserted {
+                return Ok(id);
+            }
+            // A spill failed or a concurrent put took the room: fall back to disk.
+        }
+        self.put_on_disk(id, &bytes, owner)
+    }
+
+    /// Writes an object straight to the disk tier, reserving its space first so
+    /// that concurrent writers cannot overcommit the tier.
+    fn put_on_disk(
+        &self,
+        id: ObjectId,
+        bytes: &[u8],
+        owner: Owner,
+    ) -> Result<ObjectId, StoreError> {
+        let size = bytes.len() as u64;
+        {
+            let mut index = self.lock();
+            if index.add_owner(&id, &owner) {
+                return Ok(id);
+            }
+            index.reserve_disk(size)?;
+        }
+        let temp = match self.disk.write_temp(bytes) {
+            Ok(temp) => temp,
+            Err(error) => {
+                self.lock().unreserve_disk(size);
+                return Err(error);
+            }
+        };
+        self.publish_new(id, size, temp, size, owner)
+    }
+
+    /// Gives a fully written temporary file its final name and indexes it, unless
+    /// the same content arrived meanwhile or (for unreserved streams) it does not
+    /// fit; `reserved` is the disk space reserved for it beforehand.
+    fn publish_new(
+        &self,
+        id: ObjectId,
+        size: u64,
+        temp: PathBuf,
+        reserved: u64,
+        owner: Owner,
+    ) -> Result<ObjectId, StoreError> {
+        let mut index = self.lock();
+        index.unreserve_disk(reserved);
+        if index.add_owner(&id, &owner) {
+            drop(index);
+            self.disk.remove_quietly(&temp);
+            return Ok(id);
+        }
+        if let Err(error) = index.check_disk_room(size) {
+            drop(index);
+            self.disk.remove_quietly(&temp);
+            return Err(error);
+        }
+        // Renamed under the lock: a concurrent delete or corruption check of the
+        // same id then always sees the file and the entry agree.
+        self.disk.rename_into_place(&temp, &id)?;
+        index.insert_disk(id, size, owner);
+        drop(index);
+        self.disk.sync_dir();
+        tracing::debug!(%id, size, "object written to disk");
+        Ok(id)
+    }
+
+    /// Drops an existing entry; a disk object's file is first moved aside (a
+    /// quick rename, so a re-put of the same id cannot be deleted by mistake) and
+    /// its new path returned for unlinking after the lock is released. On error
+    /// the entry stays.
+    fn remove_locked(
+        &self,
+        index: &mut Index,
+        id: &ObjectId,
+    ) -> Result<Option<PathBuf>, StoreError> {
+        let moved_aside = if index.is_on_disk(id) {
+            self.disk.move_aside(id)?
+        } else {
+            None
+        };
+        index.remove(id);
+        Ok(moved_aside)
+    }
+}
