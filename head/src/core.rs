@@ -746,7 +746,13 @@ impl HeadCore {
                     address: node.address.clone(),
                     state: node.state,
                     capacity: node.resources.clone(),
-                    free_gpus: (free.gpu_milli / GPU_MILLI) as u32,
+                    // Whole idle GPUs; shares of partly used ones do not add up to one.
+                    free_gpus: self
+                        .policy
+                        .pool()
+                        .node_gpu_used(node.id)
+                        .map_or(0, |used| used.iter().filter(|milli| **milli == 0).count())
+                        as u32,
                     free_milli_cpus: u32::try_from(free.cpu_milli).unwrap_or(u32::MAX),
                     free_memory_bytes: free.memory_bytes,
                     labels: node.labels.clone(),
