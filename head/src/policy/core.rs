@@ -792,7 +792,15 @@ impl PolicyCore {
             });
         }
         let id = request.id;
-        let trial = Trial {
+        let trial = self.waiting_entry(request, queue);
+        self.index.insert(id, &trial);
+        self.trials.insert(id, trial);
+        Ok(())
+    }
+
+    /// A new waiting entry for `request` in `queue`.
+    fn waiting_entry(&self, request: TrialRequest, queue: usize) -> Trial {
+        Trial {
             demand: gang_demand(&request.gang),
             request,
             queue,
@@ -801,10 +809,7 @@ impl PolicyCore {
             reason_pass: 0,
             entered_pass: self.pass,
             fits_cache: None,
-        };
-        self.index.insert(id, &trial);
-        self.trials.insert(id, trial);
-        Ok(())
+        }
     }
 
     /// A placed trial goes back to its queue, releasing what it held; it keeps
@@ -2300,16 +2305,7 @@ impl PolicyCore {
             .allocate(&workers)
             .map_err(|error| error.to_string())?;
         let id = request.id;
-        let mut trial = Trial {
-            demand: gang_demand(&request.gang),
-            request,
-            queue,
-            state: TrialState::Waiting,
-            reason: WaitReason::NotYetConsidered,
-            reason_pass: 0,
-            entered_pass: self.pass,
-            fits_cache: None,
-        };
+        let mut trial = self.waiting_entry(request, queue);
         let duration = self.duration(&trial);
         trial.state = TrialState::Placed(Placed {
             workers,
