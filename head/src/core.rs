@@ -307,6 +307,9 @@ pub struct HeadCore {
     /// Trials whose standing with the policy core may have changed since the last
     /// scheduling pass (workers released, state changed).
     unsettled: BTreeSet<TrialId>,
+    /// Something the policy core decides on changed since its last pass (or time
+    /// passed); a pass when nothing changed would find nothing new to do.
+    policy_stale: bool,
     ports_in_use: BTreeMap<String, BTreeSet<u16>>,
     /// Where the next `MASTER_PORT` search starts, per host.
     port_cursor: BTreeMap<String, u16>,
@@ -355,6 +358,7 @@ impl HeadCore {
             policy_record: None,
             dirty_policy: false,
             unsettled: BTreeSet::new(),
+            policy_stale: true,
             ports_in_use: BTreeMap::new(),
             port_cursor: BTreeMap::new(),
             events: BTreeMap::new(),
@@ -833,7 +837,9 @@ impl HeadCore {
             last_seen: now,
         };
         self.policy.upsert_node(node_spec(&record));
+        self.policy_stale = true;
         self.policy.set_node_schedulable(node_id, true);
+        self.policy_stale = true;
         self.nodes.insert(node_id, record);
         self.dirty_nodes.insert(node_id);
         self.commands.push_back((
@@ -900,6 +906,7 @@ impl HeadCore {
                 node.state = NodeState::Draining;
                 self.dirty_nodes.insert(node_id);
                 self.policy.set_node_schedulable(node_id, false);
+                self.policy_stale = true;
             }
             NodeMessage::Report { report, .. } => {
                 self.handle_report(now, node_id, report);
@@ -926,10 +933,13 @@ impl HeadCore {
             }
             self.dirty_nodes.insert(node_id);
             self.policy.set_node_schedulable(node_id, false);
+            self.policy_stale = true;
             for key in self.live_workers_on(node_id) {
                 self.lose_worker(now, key, format!("node {node_id} lost"));
             }
         }
+        // Time alone changes decisions: aging, reservations, minimum run times.
+        self.policy_stale = true;
         self.schedule(now);
     }
 
@@ -1198,7 +1208,12 @@ impl HeadCore {
         for trial_id in fresh {
             self.submit_to_policy(now, trial_id);
         }
-        for decision in self.policy.decide(now) {
+        let decisions = if std::mem::take(&mut self.policy_stale) {
+            self.policy.decide(now)
+        } else {
+            Vec::new()
+        };
+        for decision in decisions {
             match decision {
                 PolicyDecision::Place { trial, workers } => self.launch(now, trial, &workers),
                 PolicyDecision::Preempt {
@@ -1237,15 +1252,18 @@ impl HeadCore {
             match trial.state {
                 TrialState::Queued => {
                     self.policy.requeue(trial_id, now);
+                    self.policy_stale = true;
                 }
                 state if state.is_terminal() => {
                     self.policy
                         .finish(trial_id, now, state == TrialState::Succeeded);
+                    self.policy_stale = true;
                 }
                 _ => {}
             }
         } else if self.policy.wait_reason(trial_id).is_some() && trial.state != TrialState::Queued {
             self.policy.finish(trial_id, now, false);
+            self.policy_stale = true;
         }
     }
 
@@ -1306,6 +1324,7 @@ impl HeadCore {
         };
         match self.policy.submit(request, now) {
             Ok(()) => {
+                self.policy_stale = true;
                 if held {
                     self.policy.hold(trial_id);
                 }
@@ -1688,6 +1707,7 @@ impl HeadCore {
         else {
             warn!(host = %master_host, "no free MASTER_PORT left on this host");
             self.policy.requeue(trial_id, now);
+            self.policy_stale = true;
             return;
         };
         used_ports.insert(master_port);
@@ -2259,6 +2279,7 @@ impl HeadCore {
                 self.policy
                     .set_config(config, now)
                     .map_err(|error| bad(error.to_string()))?;
+                self.policy_stale = true;
                 self.policy_record = Some(PolicyRecord {
                     yaml: yaml.clone(),
                     applied_by: who.clone(),
@@ -2289,17 +2310,21 @@ impl HeadCore {
                 AdminAction::Priority { value, .. } => {
                     trial.priority_override = Some(*value);
                     self.policy.set_priority(trial_id, *value);
+                    self.policy_stale = true;
                 }
                 AdminAction::Hold { .. } => {
                     trial.held = true;
                     self.policy.hold(trial_id);
+                    self.policy_stale = true;
                 }
                 AdminAction::Release { .. } => {
                     trial.held = false;
                     self.policy.release_hold(trial_id);
+                    self.policy_stale = true;
                 }
                 AdminAction::Move { queue, .. } => {
                     trial.queue_override = Some(queue.clone());
+                    self.policy_stale = true;
                     if let Err(refusal) = self.policy.move_to_queue(trial_id, queue) {
                         debug!(%trial_id, %refusal, "queue change takes effect when it waits again");
                     }
