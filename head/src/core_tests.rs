@@ -876,3 +876,116 @@ fn admin_holds_and_reprioritises_and_a_restart_adopts_running_trials() {
     let status = restarted.status(Some(&experiment.to_string())).unwrap();
     assert_eq!(status[0].trials[0].state, TrialState::Queued);
 }
+
+#[test]
+fn a_preempted_trial_is_stopped_with_grace_requeued_without_a_retry_and_runs_again() {
+    use xp_runtime::protocol::{AdminAction, AdminRequest};
+
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let policy = "priority_classes: {low: 0, high: 100}\npreemption: {grace_period: 30s, min_run_time: 0s}\n";
+    core.handle_admin(
+        0,
+        AdminRequest {
+            action: AdminAction::ApplyPolicy {
+                yaml: policy.to_owned(),
+            },
+            who: "alice".to_owned(),
+            why: "testing".to_owned(),
+        },
+    )
+    .unwrap();
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 1, 4, Vec::new()));
+    let low = submit(
+        &mut core,
+        1,
+        "name: low\npriority: low\ntrial: {command: [sleep, '9'], resources: {gpu: 1}, max_retries: 0}\n",
+        false,
+    );
+    let placed = launches(&commands(&mut core));
+    assert_eq!(placed.len(), 1);
+    let low_key = placed[0].1;
+    report(
+        &mut core,
+        2,
+        node,
+        WorkerReport::Started {
+            key: low_key,
+            pid: 7,
+        },
+    );
+    assert_eq!(trial_state(&core, low, 0), TrialState::Running);
+
+    // A high-priority trial arrives: the low one is asked to stop with the grace.
+    let high = submit(
+        &mut core,
+        3,
+        "name: high\npriority: high\ntrial: {command: [sleep, '1'], resources: {gpu: 1}}\n",
+        false,
+    );
+    let sent = commands(&mut core);
+    assert!(
+        sent.iter().any(|(_, command)| matches!(
+            command,
+            HeadCommand::Kill { trial, grace_ms: 30_000, .. } if *trial == low_key.trial
+        )),
+        "{sent:?}"
+    );
+    assert!(launches(&sent).is_empty(), "the GPU is still held");
+    assert_eq!(trial_state(&core, low, 0), TrialState::Preempting);
+    let status = core.status(Some(&high.to_string())).unwrap();
+    assert_eq!(
+        status[0].trials[0].waiting.as_deref(),
+        Some("waiting for preempted work to stop")
+    );
+    core.check_invariants();
+
+    // It stops within its grace (killed by SIGTERM): requeued, no retry used, and
+    // the high trial takes the GPU.
+    report(
+        &mut core,
+        4,
+        node,
+        WorkerReport::Exited {
+            key: low_key,
+            code: None,
+            signal: Some(15),
+        },
+    );
+    let trial = &core.trials[&low_key.trial];
+    assert_eq!(trial.state, TrialState::Queued);
+    assert_eq!(trial.failures, 0);
+    assert_eq!(trial.preemptions, 1);
+    assert_eq!(trial.attempts[0].outcome.as_deref(), Some("preempted"));
+    let placed = launches(&commands(&mut core));
+    assert_eq!(placed.len(), 1);
+    assert_eq!(placed[0].1.trial.experiment, high);
+    core.check_invariants();
+
+    // When the high trial is done, the low one runs again (attempt 2).
+    let high_key = placed[0].1;
+    report(
+        &mut core,
+        5,
+        node,
+        WorkerReport::Started {
+            key: high_key,
+            pid: 8,
+        },
+    );
+    report(
+        &mut core,
+        6,
+        node,
+        WorkerReport::Exited {
+            key: high_key,
+            code: Some(0),
+            signal: None,
+        },
+    );
+    let placed = launches(&commands(&mut core));
+    assert_eq!(placed.len(), 1);
+    assert_eq!(placed[0].1.trial, low_key.trial);
+    assert_eq!(placed[0].1.attempt, 2);
+    core.check_invariants();
+}
