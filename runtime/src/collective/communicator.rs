@@ -331,6 +331,19 @@ impl Engine {
         (self.rank + self.world_size - 1) % self.world_size
     }
 
+    /// Closes the links: gracefully while the ring is healthy; at once after a
+    /// failure, when the neighbours have given up and waiting would only delay the
+    /// exit.
+    async fn close_links(&mut self) {
+        if let Some(links) = self.links.take() {
+            if self.poisoned.is_some() {
+                drop(links);
+            } else {
+                links.close(self.config.timeout).await;
+            }
+        }
+    }
+
     fn next(&self) -> u32 {
         (self.rank + 1) % self.world_size
     }
@@ -599,10 +612,8 @@ impl Communicator {
     /// the process exits; dropping the communicator instead closes in the background,
     /// which a process that exits at once may cut short.
     pub async fn close(mut self) {
-        if let Ok(engine) = self.engine().await
-            && let Some(links) = engine.links.take()
-        {
-            links.close(engine.config.timeout).await;
+        if let Ok(engine) = self.engine().await {
+            engine.close_links().await;
         }
     }
 
@@ -674,17 +685,15 @@ impl Drop for Communicator {
             Place::Background { jobs, task } => {
                 drop(jobs);
                 drop(crate::task::spawn("collective-close", async move {
-                    if let Ok(mut engine) = task.await
-                        && let Some(links) = engine.links.take()
-                    {
-                        links.close(engine.config.timeout).await;
+                    if let Ok(mut engine) = task.await {
+                        engine.close_links().await;
                     }
                 }));
             }
             Place::Here(mut engine) => {
-                if let Some(links) = engine.links.take() {
+                if engine.links.is_some() {
                     drop(crate::task::spawn("collective-close", async move {
-                        links.close(engine.config.timeout).await;
+                        engine.close_links().await;
                     }));
                 }
             }
