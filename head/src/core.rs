@@ -740,6 +740,17 @@ impl HeadCore {
 
     /// The nodes as `xp nodes` shows them.
     pub fn nodes_status(&self) -> Vec<NodeStatus> {
+        // One pass over the workers, not one per node.
+        let mut running: BTreeMap<NodeId, u32> = BTreeMap::new();
+        for worker in self
+            .trials
+            .values()
+            .flat_map(|trial| &trial.attempts)
+            .flat_map(|attempt| &attempt.workers)
+            .filter(|worker| worker.state.holds_resources())
+        {
+            *running.entry(worker.node).or_default() += 1;
+        }
         self.nodes
             .values()
             .map(|node| {
@@ -760,7 +771,7 @@ impl HeadCore {
                     free_milli_cpus: u32::try_from(free.cpu_milli).unwrap_or(u32::MAX),
                     free_memory_bytes: free.memory_bytes,
                     labels: node.labels.clone(),
-                    running_workers: self.live_workers_on(node.id).len() as u32,
+                    running_workers: running.get(&node.id).copied().unwrap_or(0),
                     last_seen: node.last_seen,
                 }
             })
