@@ -73,6 +73,7 @@ pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError
         team: "bench".to_owned(),
         priority: Default::default(),
         queue: None,
+        checkpoints: None,
         code: None,
         data: Vec::new(),
         trial: TrialSpec {

@@ -120,6 +120,8 @@ impl Cluster {
             memory_bytes: None,
             labels: Default::default(),
             advertise_host: None,
+            object_limits: xp_node::objects::StoreLimits::default(),
+            object_port: 0,
         };
         let node_task = xp_runtime::task::spawn(
             "local-node",

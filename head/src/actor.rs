@@ -62,6 +62,8 @@ pub enum HeadMsg {
     Metrics(TrialId, Reply<Vec<MetricPoint>>),
     /// A client lists the scheduling queues.
     Queues(Reply<Response>),
+    /// A client lists an experiment's checkpoints.
+    Checkpoints(ExperimentId, Reply<Response>),
     /// An admin arbitrates.
     Admin(AdminRequest, Reply<Response>),
     /// A node registered on a new session.
@@ -207,6 +209,14 @@ impl Actor for HeadActor {
             }
             HeadMsg::Queues(reply) => {
                 let _ = reply.send(Ok(Response::Queues(state.args.core.queues())));
+            }
+            HeadMsg::Checkpoints(experiment, reply) => {
+                let result = state
+                    .args
+                    .core
+                    .checkpoints(&experiment.to_string())
+                    .map(Response::Checkpoints);
+                let _ = reply.send(result);
             }
             HeadMsg::Admin(request, reply) => {
                 let result = state

@@ -11,13 +11,13 @@
 //! - a trial has at most one live attempt, and every worker of a live attempt was
 //!   placed at once (gang placement is all or nothing).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::identity::experiment_content_hash;
-use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, TrialId, WorkerKey};
+use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, ObjectId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
     AdminAction, AdminRequest, AttemptStatus, ErrorCode, ExperimentState, ExperimentStatus,
     HeadCommand, Launch, LogRequest, NodeMessage, NodeRegistration, NodeResources, NodeState,
@@ -28,6 +28,7 @@ use xp_runtime::search::{TrialPlan, plan_trials};
 use xp_runtime::spec::{CollectiveTransport, ExperimentSpec, Mode, Priority, render_arg};
 use xp_runtime::stopping::{Decision, StoppingRule, make_rule};
 
+use crate::checkpoints::{CheckpointRecord, ObjectDirectory};
 use crate::policy::{
     Amount, Decision as PolicyDecision, GPU_MILLI, GangShape, NodeSpec, PolicyConfig, PolicyCore,
     PreemptReason, QueueUsage, Refusal, TrialRequest, WorkerPlacement,
@@ -135,6 +136,9 @@ pub struct TrialRecord {
     /// A queue set by an admin, replacing the experiment's.
     #[serde(default)]
     pub queue_override: Option<String>,
+    /// The checkpoints kept, oldest first.
+    #[serde(default)]
+    pub checkpoints: Vec<CheckpointRecord>,
 }
 
 /// The scheduling policy in force, as persisted: the text and who applied it.
@@ -169,6 +173,9 @@ pub struct AttemptRecord {
     pub ended_at: Option<UnixMillis>,
     /// Its outcome in words.
     pub outcome: Option<String>,
+    /// The checkpoint it resumed from: (step, attempt that wrote it).
+    #[serde(default)]
+    pub resumed_from: Option<(u64, u32)>,
 }
 
 impl AttemptRecord {
@@ -328,6 +335,11 @@ pub struct HeadCore {
     sweeps: BTreeMap<ExperimentId, Sweep>,
     /// Early-stopping rules of experiments that declare one.
     rules: BTreeMap<ExperimentId, Box<dyn StoppingRule>>,
+    /// Which node holds which object; rebuilt from node registrations.
+    directory: ObjectDirectory,
+    /// How many kept checkpoints (of all trials) name each object: content
+    /// addressing lets two trials share one.
+    object_refs: HashMap<ObjectId, u32>,
 }
 
 impl std::fmt::Debug for HeadCore {
@@ -372,6 +384,8 @@ impl HeadCore {
             commands: VecDeque::new(),
             sweeps: BTreeMap::new(),
             rules: BTreeMap::new(),
+            directory: ObjectDirectory::default(),
+            object_refs: HashMap::new(),
         };
         if let Some(record) = loaded.policy {
             match PolicyConfig::from_yaml(&record.yaml) {
@@ -418,6 +432,11 @@ impl HeadCore {
                     core.succeeded_by_identity
                         .entry(identity)
                         .or_insert(trial.id);
+                }
+                for checkpoint in &trial.checkpoints {
+                    for id in checkpoint.objects() {
+                        *core.object_refs.entry(id).or_default() += 1;
+                    }
                 }
                 core.trials.insert(trial.id, trial);
             }
@@ -637,6 +656,7 @@ impl HeadCore {
             reused_from: None,
             requeues: 0,
             preemptions: 0,
+            checkpoints: Vec::new(),
             held: false,
             priority_override: None,
             queue_override: None,
@@ -848,6 +868,8 @@ impl HeadCore {
             last_seen: now,
         };
         self.policy.upsert_node(node_spec(&record));
+        self.directory
+            .register(node_id, registration.objects, registration.held_objects);
         self.policy_stale = true;
         self.policy.set_node_schedulable(node_id, true);
         self.policy_stale = true;
@@ -923,6 +945,14 @@ impl HeadCore {
                 self.handle_report(now, node_id, report);
                 self.schedule(now);
             }
+            NodeMessage::Objects { added, dropped } => {
+                for id in added {
+                    self.directory.add(node_id, id);
+                }
+                for id in dropped {
+                    self.directory.drop_object(node_id, id);
+                }
+            }
         }
     }
 
@@ -967,6 +997,9 @@ impl HeadCore {
             return;
         }
         match report {
+            WorkerReport::Checkpoint { step, files, .. } => {
+                self.record_checkpoint(now, key, node_id, step, files);
+            }
             WorkerReport::Started { pid, .. } => {
                 if !attempt_live {
                     self.kill_on(node_id, key.trial, key.attempt, "attempt already ended");
@@ -1768,6 +1801,8 @@ impl HeadCore {
         } else {
             spec.trial.transport
         };
+        let resume = self.resume_point(trial_id);
+        let trial = &self.trials[&trial_id];
         let mut launches = Vec::with_capacity(workers.len());
         let mut local_ranks: BTreeMap<NodeId, u32> = BTreeMap::new();
         for worker in &workers {
@@ -1807,6 +1842,7 @@ impl HeadCore {
                     )
                     .as_bytes(),
                     transport: gang_transport,
+                    resume: resume.clone(),
                 },
             ));
             *local_rank += 1;
@@ -1825,16 +1861,23 @@ impl HeadCore {
             running_at: None,
             ended_at: None,
             outcome: None,
+            resumed_from: resume.as_ref().map(|resume| (resume.step, resume.attempt)),
         });
         for (node, launch) in launches {
             self.commands.push_back((node, HeadCommand::Launch(launch)));
         }
         let nodes: Vec<String> = nodes.into_iter().collect();
+        let resuming = resume.map_or_else(String::new, |resume| {
+            format!(
+                ", resuming from the checkpoint at step {} (attempt {})",
+                resume.step, resume.attempt
+            )
+        });
         self.transition(
             now,
             trial_id,
             TrialState::Placed,
-            format!("attempt {number} placed on {}", nodes.join(",")),
+            format!("attempt {number} placed on {}{resuming}", nodes.join(",")),
         );
     }
 
@@ -2201,6 +2244,7 @@ impl HeadCore {
                             running_at: attempt.running_at,
                             ended_at: attempt.ended_at,
                             outcome: attempt.outcome.clone(),
+                            resumed_from: attempt.resumed_from,
                         })
                         .collect(),
                     metrics: trial.metrics.clone(),
@@ -2428,6 +2472,9 @@ fn trial_range(experiment: ExperimentId) -> std::ops::RangeInclusive<TrialId> {
         index: u32::MAX,
     }
 }
+
+#[path = "core_checkpoints.rs"]
+mod checkpointing;
 
 #[cfg(test)]
 #[path = "core_tests.rs"]

@@ -35,6 +35,11 @@ fn registration(node: NodeId, gpus: u32, cpus: u32, running: Vec<WorkerKey>) -> 
         },
         labels: BTreeMap::new(),
         running,
+        objects: Some(xp_runtime::protocol::ObjectEndpoint {
+            port: 7000,
+            cert_sha256: [0; 32],
+        }),
+        held_objects: Vec::new(),
     }
 }
 
@@ -987,5 +992,116 @@ fn a_preempted_trial_is_stopped_with_grace_requeued_without_a_retry_and_runs_aga
     assert_eq!(placed.len(), 1);
     assert_eq!(placed[0].1.trial, low_key.trial);
     assert_eq!(placed[0].1.attempt, 2);
+    core.check_invariants();
+}
+
+fn checkpoint_report(key: WorkerKey, step: u64, bytes: &[u8]) -> WorkerReport {
+    WorkerReport::Checkpoint {
+        key,
+        step,
+        files: vec![xp_runtime::protocol::CheckpointFile {
+            name: "state".to_owned(),
+            object: xp_runtime::ids::ObjectId::of(bytes),
+            size: bytes.len() as u64,
+        }],
+    }
+}
+
+#[test]
+fn checkpoints_are_replicated_retained_and_resumed_from() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let (a, b) = (node_id(1), node_id(2));
+    core.handle_node_register(0, registration(a, 0, 1, Vec::new()));
+    core.handle_node_register(0, registration(b, 0, 1, Vec::new()));
+    let yaml = "name: ck\ntrial: {command: [train], max_retries: 2, resources: {cpu: 1}}\ncheckpoints: {keep_last: 2, keep_best: 0}\n";
+    let experiment = submit(&mut core, 1, yaml, false);
+    let placed = launches(&commands(&mut core));
+    let (node, key) = placed[0];
+    let other = if node == a { b } else { a };
+    report(&mut core, 2, node, WorkerReport::Started { key, pid: 1 });
+    for step in [10u64, 20, 30] {
+        report(
+            &mut core,
+            3 + step,
+            node,
+            checkpoint_report(key, step, &step.to_le_bytes()),
+        );
+    }
+    let sent = commands(&mut core);
+    let replications: Vec<_> = sent
+        .iter()
+        .filter_map(|(to, command)| match command {
+            HeadCommand::Replicate {
+                objects, sources, ..
+            } => Some((*to, objects.len(), sources[0].node)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        replications,
+        vec![(other, 1, node); 3],
+        "each kept checkpoint goes to the other node"
+    );
+    let dropped: Vec<_> = sent
+        .iter()
+        .filter_map(|(to, command)| match command {
+            HeadCommand::DropObjects { objects } => Some((*to, objects.clone())),
+            _ => None,
+        })
+        .collect();
+    let first = xp_runtime::ids::ObjectId::of(&10u64.to_le_bytes());
+    assert_eq!(
+        dropped,
+        vec![(node, vec![first])],
+        "keep_last 2 drops step 10 where it is held"
+    );
+    assert_eq!(
+        core.checkpoints(&experiment.to_string())
+            .unwrap()
+            .iter()
+            .map(|checkpoint| checkpoint.step)
+            .collect::<Vec<_>>(),
+        [20, 30]
+    );
+    // The replica of step 30 arrives; then the trial's node dies.
+    let last = xp_runtime::ids::ObjectId::of(&30u64.to_le_bytes());
+    core.handle_node_message(
+        50,
+        other,
+        NodeMessage::Objects {
+            added: vec![last],
+            dropped: Vec::new(),
+        },
+    );
+    report(
+        &mut core,
+        60,
+        node,
+        WorkerReport::Exited {
+            key,
+            code: Some(1),
+            signal: None,
+        },
+    );
+    let relaunch = commands(&mut core)
+        .into_iter()
+        .find_map(|(to, command)| match command {
+            HeadCommand::Launch(launch) => Some((to, launch)),
+            _ => None,
+        })
+        .expect("the failed trial is retried");
+    let resume = relaunch.1.resume.expect("it resumes from a checkpoint");
+    assert_eq!((resume.step, resume.attempt), (30, 1));
+    assert_eq!(resume.files[0].object, last);
+    assert!(!resume.sources.is_empty());
+    let trial = &core.trials[&key.trial];
+    assert_eq!(trial.attempts[1].resumed_from, Some((30, 1)));
+    // A malformed manifest (an escaping file name) is ignored.
+    let mut bad = checkpoint_report(WorkerKey { attempt: 2, ..key }, 40, b"x");
+    if let WorkerReport::Checkpoint { files, .. } = &mut bad {
+        files[0].name = "../escape".to_owned();
+    }
+    report(&mut core, 70, relaunch.0, bad);
+    assert_eq!(core.trials[&key.trial].checkpoints.len(), 2);
     core.check_invariants();
 }

@@ -7,6 +7,7 @@
 
 pub mod actor;
 pub mod blobs;
+pub mod checkpoints;
 pub mod core;
 pub mod http;
 pub mod policy;

@@ -254,6 +254,12 @@ async fn handle_stream(mut send: SendStream, mut recv: RecvStream, context: Arc<
         Request::Cancel { id } => call(&context.head, |reply| HeadMsg::Cancel(id, reply)).await,
         Request::Nodes => call(&context.head, HeadMsg::Nodes).await,
         Request::Queues => call(&context.head, HeadMsg::Queues).await,
+        Request::Checkpoints { experiment } => {
+            call(&context.head, |reply| {
+                HeadMsg::Checkpoints(experiment, reply)
+            })
+            .await
+        }
         Request::Admin(admin) => call(&context.head, |reply| HeadMsg::Admin(admin, reply)).await,
         Request::Metrics { trial } => call(&context.head, |reply| HeadMsg::Metrics(trial, reply))
             .await

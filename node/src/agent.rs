@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use quinn::{RecvStream, SendStream};
@@ -17,17 +18,45 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use xp_runtime::frame::{self, FrameError};
-use xp_runtime::ids::{BlobHash, NodeId, WorkerKey};
+use xp_runtime::ids::{BlobHash, NodeId, ObjectId, TrialId, WorkerKey};
 use xp_runtime::join::JoinString;
 use xp_runtime::protocol::{
     ErrorCode, HeadCommand, Launch, LogChunk, Message, NodeMessage, NodeRegistration,
-    NodeResources, PeerRole, Program, RemoteError, WorkerReport,
+    NodeResources, ObjectEndpoint, ObjectSource, PeerRole, Program, RemoteError, WorkerReport,
 };
 use xp_runtime::transport::{self, HeadConnection, TransportError};
 
+use crate::objects::remote::ObjectFetcher;
+use crate::objects::{ObjectStore, Owner};
 use crate::outbox::Outbox;
 use crate::slots::SlotTable;
-use crate::worker::{self, KILL_GRACE, MAX_KILL_GRACE, StopRequest, WorkerCommand};
+use crate::worker::{self, CheckpointSink, KILL_GRACE, MAX_KILL_GRACE, StopRequest, WorkerCommand};
+
+/// The most object changes sent to the head in one message.
+const MAX_OBJECT_CHANGES: usize = 4096;
+
+/// A change to what this node's store holds, for the head's directory.
+#[derive(Debug, Clone, Copy)]
+pub enum ObjectChange {
+    /// Now held.
+    Added(ObjectId),
+    /// No longer held.
+    Dropped(ObjectId),
+}
+
+/// The node's object store and its links to other nodes.
+pub struct NodeObjects {
+    /// The local store.
+    pub store: Arc<ObjectStore>,
+    /// Pulls objects from other nodes.
+    pub fetcher: Arc<ObjectFetcher>,
+    /// Where other nodes reach this node's object server.
+    pub endpoint: ObjectEndpoint,
+    /// Changes to report (the object server sends copies it found corrupt here).
+    pub changes_tx: mpsc::UnboundedSender<ObjectChange>,
+    /// Their receiving end, drained by the session.
+    pub changes_rx: mpsc::UnboundedReceiver<ObjectChange>,
+}
 
 /// The longest wait between reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -73,6 +102,7 @@ pub struct Agent {
     heartbeat: Duration,
     /// Shutting down: new launches are refused.
     draining: bool,
+    objects: NodeObjects,
 }
 
 enum SessionEnd {
@@ -82,7 +112,12 @@ enum SessionEnd {
 
 impl Agent {
     /// An agent for `identity`, keeping logs and binaries under `data_dir`.
-    pub fn new(join: JoinString, identity: NodeIdentity, data_dir: PathBuf) -> Self {
+    pub fn new(
+        join: JoinString,
+        identity: NodeIdentity,
+        data_dir: PathBuf,
+        objects: NodeObjects,
+    ) -> Self {
         let (reports_tx, reports_rx) = mpsc::unbounded_channel();
         Self {
             join,
@@ -95,6 +130,7 @@ impl Agent {
             reports_rx,
             heartbeat: Duration::from_secs(1),
             draining: false,
+            objects,
         }
     }
 
@@ -155,6 +191,8 @@ impl Agent {
             resources: self.identity.resources.clone(),
             labels: self.identity.labels.clone(),
             running,
+            objects: Some(self.objects.endpoint),
+            held_objects: self.objects.store.ids(),
         }
     }
 
@@ -233,6 +271,24 @@ impl Agent {
                         draining_until = Some(tokio::time::Instant::now() + Duration::from_millis(500));
                     }
                 }
+                change = self.objects.changes_rx.recv() => {
+                    let Some(change) = change else { break SessionEnd::Disconnected };
+                    let mut changes = vec![change];
+                    while changes.len() < MAX_OBJECT_CHANGES {
+                        let Ok(change) = self.objects.changes_rx.try_recv() else { break };
+                        changes.push(change);
+                    }
+                    let (mut added, mut dropped) = (Vec::new(), Vec::new());
+                    for change in changes {
+                        match change {
+                            ObjectChange::Added(id) => added.push(id),
+                            ObjectChange::Dropped(id) => dropped.push(id),
+                        }
+                    }
+                    if frame::write_message(&mut send, &Message::FromNode(NodeMessage::Objects { added, dropped })).await.is_err() {
+                        break SessionEnd::Disconnected;
+                    }
+                }
                 _ = heartbeat.tick() => {
                     if frame::write_message(&mut send, &Message::FromNode(NodeMessage::Heartbeat)).await.is_err() {
                         break SessionEnd::Disconnected;
@@ -303,6 +359,39 @@ impl Agent {
             }
             // Handled by the session loop, which ends the session.
             HeadCommand::Reconnect { .. } => Vec::new(),
+            HeadCommand::Replicate {
+                trial,
+                objects,
+                sources,
+            } => {
+                self.replicate(trial, objects, sources);
+                Vec::new()
+            }
+            HeadCommand::DropObjects { objects } => {
+                let store = self.objects.store.clone();
+                let changes = self.objects.changes_tx.clone();
+                xp_runtime::task::spawn("drop-objects", async move {
+                    let deleted = tokio::task::spawn_blocking(move || {
+                        objects
+                            .into_iter()
+                            .filter(|id| match store.delete(*id) {
+                                Ok(existed) => existed,
+                                Err(error) => {
+                                    warn!(%id, %error, "cannot delete object");
+                                    false
+                                }
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .await
+                    .unwrap_or_default();
+                    debug!(count = deleted.len(), "objects deleted on the head's order");
+                    for id in deleted {
+                        let _ = changes.send(ObjectChange::Dropped(id));
+                    }
+                });
+                Vec::new()
+            }
             HeadCommand::ReadLogs {
                 request_id,
                 key,
@@ -315,6 +404,27 @@ impl Agent {
                 vec![Message::FromNode(NodeMessage::Logs { request_id, result })]
             }
         }
+    }
+
+    /// Fetches a checkpoint's objects from other nodes and keeps them pinned.
+    fn replicate(&self, trial: TrialId, objects: Vec<(ObjectId, u64)>, sources: Vec<ObjectSource>) {
+        let store = self.objects.store.clone();
+        let fetcher = self.objects.fetcher.clone();
+        let changes = self.objects.changes_tx.clone();
+        let own = self.identity.node_id;
+        xp_runtime::task::spawn("replicate", async move {
+            for (id, _size) in objects {
+                match fetcher
+                    .ensure(&store, id, Owner::Trial(trial), true, &sources, Some(own))
+                    .await
+                {
+                    Ok(()) => {
+                        let _ = changes.send(ObjectChange::Added(id));
+                    }
+                    Err(error) => warn!(%trial, %error, "replication failed"),
+                }
+            }
+        });
     }
 
     fn launch(&mut self, connection: &HeadConnection, launch: Launch) {
@@ -344,8 +454,15 @@ impl Agent {
         let data_dir = self.data_dir.clone();
         let connection = connection.clone();
         let advertise_host = self.identity.advertise_host.clone();
+        let objects = LaunchObjects {
+            store: self.objects.store.clone(),
+            fetcher: self.objects.fetcher.clone(),
+            changes: self.objects.changes_tx.clone(),
+            own_node: self.identity.node_id,
+        };
         let task = xp_runtime::task::spawn("worker", async move {
-            match resolve_command(&data_dir, &advertise_host, &connection, &launch).await {
+            match resolve_command(&data_dir, &advertise_host, &connection, &launch, &objects).await
+            {
                 Ok(command) => worker::supervise(launch, command, reports, stop_rx).await,
                 Err(PrepareError::Refused(reason)) => {
                     warn!(worker = %key, %reason, "worker could not be prepared");
@@ -459,20 +576,83 @@ async fn read_log(
     })
 }
 
+/// What preparing a launch needs of the node's objects.
+struct LaunchObjects {
+    store: Arc<ObjectStore>,
+    fetcher: Arc<ObjectFetcher>,
+    changes: mpsc::UnboundedSender<ObjectChange>,
+    own_node: NodeId,
+}
+
+/// Fills `dir` with the checkpoint `launch` resumes from, fetching objects this
+/// node lacks (or holds a corrupt copy of) from the nodes that have them.
+async fn restore_checkpoint(
+    launch: &Launch,
+    dir: &Path,
+    objects: &LaunchObjects,
+) -> Result<Vec<(String, String)>, PrepareError> {
+    let Some(resume) = &launch.resume else {
+        return Ok(Vec::new());
+    };
+    for file in &resume.files {
+        let had = objects.store.contains(file.object);
+        objects
+            .fetcher
+            .ensure(
+                &objects.store,
+                file.object,
+                Owner::Trial(launch.key.trial),
+                true,
+                &resume.sources,
+                Some(objects.own_node),
+            )
+            .await
+            .map_err(|error| {
+                PrepareError::Refused(format!(
+                    "cannot restore the checkpoint of step {}: {error}",
+                    resume.step
+                ))
+            })?;
+        if !had {
+            let _ = objects.changes.send(ObjectChange::Added(file.object));
+        }
+    }
+    let store = objects.store.clone();
+    let files = resume.files.clone();
+    let target = dir.to_owned();
+    tokio::task::spawn_blocking(move || crate::checkpoint::restore(&store, &target, &files))
+        .await
+        .map_err(|error| PrepareError::Refused(error.to_string()))?
+        .map_err(|error| {
+            PrepareError::Refused(format!(
+                "cannot restore the checkpoint of step {}: {error}",
+                resume.step
+            ))
+        })?;
+    info!(worker = %launch.key, step = resume.step, from_attempt = resume.attempt, "checkpoint restored");
+    Ok(vec![("XP_RESUME_STEP".to_owned(), resume.step.to_string())])
+}
+
 async fn resolve_command(
     data_dir: &Path,
     advertise_host: &str,
     connection: &HeadConnection,
     launch: &Launch,
+    objects: &LaunchObjects,
 ) -> Result<WorkerCommand, PrepareError> {
     let key = launch.key;
     let log_path = log_path(data_dir, key);
-    let node_env = vec![("XP_NODE_HOST".to_owned(), advertise_host.to_owned())];
     let work_dir = data_dir
         .join("work")
         .join(key.trial.to_string())
         .join(format!("a{}", key.attempt))
         .join(format!("rank{}", key.rank));
+    let checkpoint = CheckpointSink {
+        store: objects.store.clone(),
+        dir: work_dir.join("checkpoint"),
+    };
+    let mut node_env = vec![("XP_NODE_HOST".to_owned(), advertise_host.to_owned())];
+    node_env.extend(restore_checkpoint(launch, &checkpoint.dir, objects).await?);
     match &launch.program {
         Program::Command { argv } => {
             let (program, args) = argv
@@ -484,6 +664,7 @@ async fn resolve_command(
                 extra_env: node_env,
                 log_path,
                 work_dir,
+                checkpoint,
             })
         }
         Program::Entry { binary, entry } => {
@@ -499,6 +680,7 @@ async fn resolve_command(
                     .collect(),
                 log_path,
                 work_dir,
+                checkpoint,
             })
         }
     }

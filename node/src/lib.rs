@@ -5,6 +5,7 @@
 //! binary and the embedded local cluster both use it.
 
 pub mod agent;
+pub mod checkpoint;
 pub mod gpu;
 pub mod objects;
 pub mod outbox;
@@ -38,6 +39,10 @@ pub struct NodeConfig {
     pub labels: BTreeMap<String, String>,
     /// The host other nodes reach this one at.
     pub advertise_host: Option<String>,
+    /// How much the object store may hold.
+    pub object_limits: objects::StoreLimits,
+    /// The UDP port of the object server; 0 picks a free one.
+    pub object_port: u16,
 }
 
 /// Why the node stopped.
@@ -55,6 +60,9 @@ pub enum NodeError {
     /// The head refused this node.
     #[error(transparent)]
     Agent(#[from] AgentError),
+    /// The object store or its server could not start.
+    #[error("object store: {0}")]
+    Objects(String),
 }
 
 /// Runs the node until `shutdown`.
@@ -100,11 +108,65 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         labels: config.labels.clone(),
     };
     tracing::info!(%node_id, gpus = identity.resources.gpus.len(), cpus, memory_bytes, "node starting");
-    agent::Agent::new(config.join, identity, config.data_dir)
+    let objects = start_objects(&config, &identity.advertise_host)?;
+    let server = objects.1;
+    let result = agent::Agent::new(config.join, identity, config.data_dir, objects.0)
         .run(shutdown)
-        .await?;
+        .await;
+    server.close();
+    result?;
     tracing::info!("node stopped");
     Ok(())
+}
+
+/// Opens the store under `<data_dir>/objects` and starts its server.
+fn start_objects(
+    config: &NodeConfig,
+    advertise_host: &str,
+) -> Result<(agent::NodeObjects, objects::remote::ObjectServer), NodeError> {
+    let store = std::sync::Arc::new(
+        objects::ObjectStore::open(config.data_dir.join("objects"), config.object_limits)
+            .map_err(|error| NodeError::Objects(error.to_string()))?,
+    );
+    let loopback = advertise_host == "localhost"
+        || advertise_host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    let bind_ip: std::net::IpAddr = if loopback {
+        std::net::Ipv4Addr::LOCALHOST.into()
+    } else {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    };
+    let digest = xp_runtime::object_wire::token_digest(&config.join.token);
+    let (changes_tx, changes_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (corrupt_tx, mut corrupt_rx) = tokio::sync::mpsc::unbounded_channel();
+    let server = objects::remote::ObjectServer::start(
+        store.clone(),
+        std::net::SocketAddr::new(bind_ip, config.object_port),
+        digest,
+        corrupt_tx,
+    )
+    .map_err(NodeError::Objects)?;
+    let forward = changes_tx.clone();
+    xp_runtime::task::spawn("object-corruption", async move {
+        while let Some(id) = corrupt_rx.recv().await {
+            let _ = forward.send(agent::ObjectChange::Dropped(id));
+        }
+    });
+    let fetcher = objects::remote::ObjectFetcher::new(digest)
+        .map_err(|error| NodeError::Objects(error.to_string()))?;
+    let endpoint = server.endpoint().map_err(NodeError::Objects)?;
+    tracing::info!(port = endpoint.port, dir = %store.dir().display(), "object store ready");
+    Ok((
+        agent::NodeObjects {
+            store,
+            fetcher: std::sync::Arc::new(fetcher),
+            endpoint,
+            changes_tx,
+            changes_rx,
+        },
+        server,
+    ))
 }
 
 fn load_or_create_node_id(data_dir: &std::path::Path) -> std::io::Result<NodeId> {

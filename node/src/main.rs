@@ -43,6 +43,15 @@ enum Command {
         /// The host other nodes' workers reach this one at.
         #[arg(long)]
         advertise: Option<String>,
+        /// Memory the object store may use before spilling to disk, such as 1GiB.
+        #[arg(long, value_parser = parse_memory, default_value = "1GiB")]
+        object_memory: u64,
+        /// Disk the object store may use under the data directory, such as 100GiB.
+        #[arg(long, value_parser = parse_memory, default_value = "256GiB")]
+        object_disk: u64,
+        /// The UDP port other nodes fetch objects from; 0 picks a free one.
+        #[arg(long, default_value_t = 0)]
+        object_port: u16,
     },
 }
 
@@ -79,6 +88,9 @@ async fn main() -> anyhow::Result<()> {
         memory,
         labels,
         advertise,
+        object_memory,
+        object_disk,
+        object_port,
     } = Cli::parse().command;
     let join: JoinString = join.parse().context("the join string is invalid")?;
     if let Some(cpus) = cpus {
@@ -95,6 +107,12 @@ async fn main() -> anyhow::Result<()> {
         memory_bytes: memory,
         labels: labels.into_iter().collect::<BTreeMap<_, _>>(),
         advertise_host: advertise,
+        object_limits: xp_node::objects::StoreLimits {
+            memory_bytes: object_memory,
+            disk_bytes: object_disk,
+            ..xp_node::objects::StoreLimits::default()
+        },
+        object_port,
     };
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();

@@ -7,6 +7,8 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -15,7 +17,9 @@ use tokio::io::{AsyncBufRead, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 use xp_runtime::ids::WorkerKey;
-use xp_runtime::metric_line::{MAX_METRIC_LINE, parse_metric_line, read_bounded_line};
+use xp_runtime::metric_line::{
+    MAX_METRIC_LINE, parse_checkpoint_line, parse_metric_line, read_bounded_line,
+};
 use xp_runtime::protocol::{Launch, WorkerReport};
 
 /// How long a worker has between SIGTERM and SIGKILL.
@@ -43,6 +47,18 @@ impl StopRequest {
 }
 /// How long to wait for output after the process exited (a grandchild may hold the pipes).
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// How long to wait after the exit for a checkpoint still being stored, so that it
+/// is reported before the exit.
+const CHECKPOINT_DRAIN_GRACE: Duration = Duration::from_secs(300);
+
+/// Where a worker's checkpoints go: its `XP_CHECKPOINT_DIR` and the node's store.
+#[derive(Debug, Clone)]
+pub struct CheckpointSink {
+    /// The node's object store.
+    pub store: Arc<crate::objects::ObjectStore>,
+    /// The worker's checkpoint directory.
+    pub dir: PathBuf,
+}
 
 /// What to execute for one worker, resolved by the agent.
 #[derive(Debug)]
@@ -57,6 +73,8 @@ pub struct WorkerCommand {
     pub log_path: PathBuf,
     /// A scratch directory for the worker (`XP_WORK_DIR`).
     pub work_dir: PathBuf,
+    /// Its checkpoint directory and the store its checkpoints go to.
+    pub checkpoint: CheckpointSink,
 }
 
 /// The environment contract of a worker process (documented in ARCHITECTURE.md).
@@ -116,11 +134,19 @@ pub async fn supervise(
     info!(worker = %key, pid, "worker started");
     let _ = reports.send(WorkerReport::Started { key, pid });
     // One append-mode handle per stream: both land in the same file, line by line.
+    let checkpointing = Arc::new(AtomicBool::new(false));
     let stdout = child.stdout.take().map(|stdout| {
         let log_path = command.log_path.clone();
-        let metrics = Some((key, reports.clone()));
+        let reports = reports.clone();
+        let sink = (key.rank == 0).then(|| (command.checkpoint.clone(), checkpointing.clone()));
         xp_runtime::task::spawn("worker-stdout", async move {
-            pump(BufReader::new(stdout), open_log(&log_path).await, metrics).await
+            let trial = TrialOutput { key, reports, sink };
+            pump(
+                BufReader::new(stdout),
+                open_log(&log_path).await,
+                Some(trial),
+            )
+            .await
         })
     });
     let stderr = child.stderr.take().map(|stderr| {
@@ -151,10 +177,23 @@ pub async fn supervise(
     };
     // The process is gone; make sure nothing it started outlives it.
     signal_group(pid, Signal::SIGKILL);
-    for pump_task in [stdout, stderr].into_iter().flatten() {
-        if tokio::time::timeout(DRAIN_GRACE, pump_task).await.is_err() {
-            debug!(worker = %key, "output still open after exit; stopped reading it");
+    for mut pump_task in [stdout, stderr].into_iter().flatten() {
+        if tokio::time::timeout(DRAIN_GRACE, &mut pump_task)
+            .await
+            .is_ok()
+        {
+            continue;
         }
+        if checkpointing.load(Ordering::Acquire) {
+            info!(worker = %key, "waiting for the last checkpoint to be stored");
+            if tokio::time::timeout(CHECKPOINT_DRAIN_GRACE, pump_task)
+                .await
+                .is_ok()
+            {
+                continue;
+            }
+        }
+        debug!(worker = %key, "output still open after exit; stopped reading it");
     }
     let (code, signal) = match status {
         Ok(status) => {
@@ -195,15 +234,18 @@ async fn spawn(launch: &Launch, command: &WorkerCommand) -> Result<tokio::proces
             .await
             .map_err(|error| format!("cannot create {}: {error}", parent.display()))?;
     }
-    tokio::fs::create_dir_all(&command.work_dir)
-        .await
-        .map_err(|error| format!("cannot create {}: {error}", command.work_dir.display()))?;
+    for dir in [&command.work_dir, &command.checkpoint.dir] {
+        tokio::fs::create_dir_all(dir)
+            .await
+            .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
+    }
     let mut process = tokio::process::Command::new(&command.program);
     process
         .args(&command.args)
         .envs(worker_env(launch))
         .envs(command.extra_env.iter().cloned())
         .env("XP_WORK_DIR", &command.work_dir)
+        .env("XP_CHECKPOINT_DIR", &command.checkpoint.dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -229,11 +271,21 @@ fn signal_group(pid: u32, signal: Signal) {
     let _ = nix::sys::signal::killpg(Pid::from_raw(pid as i32), signal);
 }
 
-/// Copies output lines to the log; on stdout also turns metric lines into reports.
+/// Where a stdout pump sends what the trial reports.
+struct TrialOutput {
+    key: WorkerKey,
+    reports: mpsc::UnboundedSender<WorkerReport>,
+    /// Rank 0's checkpoints and the flag that one is being stored; other ranks'
+    /// checkpoint lines are ignored (data-parallel ranks hold the same state).
+    sink: Option<(CheckpointSink, Arc<AtomicBool>)>,
+}
+
+/// Copies output lines to the log; on stdout also turns metric lines into reports
+/// and takes checkpoints.
 async fn pump(
     mut reader: impl AsyncBufRead + Unpin,
     mut log: Option<tokio::fs::File>,
-    metrics: Option<(WorkerKey, mpsc::UnboundedSender<WorkerReport>)>,
+    metrics: Option<TrialOutput>,
 ) {
     let mut line = Vec::with_capacity(1024);
     let mut index = 0u64;
@@ -252,12 +304,51 @@ async fn pump(
             warn!(%error, "cannot write the worker log; output is discarded from now on");
             log = None;
         }
-        let Some((key, reports)) = &metrics else {
+        let Some(TrialOutput { key, reports, sink }) = &metrics else {
             continue;
         };
         let Ok(text) = std::str::from_utf8(&line) else {
             continue;
         };
+        match parse_checkpoint_line(text) {
+            Ok(Some(step)) => {
+                let Some((sink, checkpointing)) = sink else {
+                    debug!(worker = %key, "checkpoint line of a rank other than 0 ignored");
+                    continue;
+                };
+                checkpointing.store(true, Ordering::Release);
+                let outcome = take_checkpoint(sink, *key, step).await;
+                checkpointing.store(false, Ordering::Release);
+                let note = match outcome {
+                    Ok(files) => {
+                        let bytes: u64 = files.iter().map(|file| file.size).sum();
+                        let note = format!(
+                            "xp-node: checkpoint at step {step} stored ({} files, {bytes} bytes)\n",
+                            files.len()
+                        );
+                        let _ = reports.send(WorkerReport::Checkpoint {
+                            key: *key,
+                            step,
+                            files,
+                        });
+                        note
+                    }
+                    Err(error) => {
+                        warn!(worker = %key, step, %error, "checkpoint not stored");
+                        format!("xp-node: checkpoint at step {step} NOT stored: {error}\n")
+                    }
+                };
+                if let Some(file) = log.as_mut() {
+                    let _ = file.write_all(note.as_bytes()).await;
+                }
+                continue;
+            }
+            Ok(None) => {}
+            Err(error) => {
+                warn!(worker = %key, %error, "checkpoint line ignored");
+                continue;
+            }
+        }
         match parse_metric_line(text) {
             Ok(Some(report)) => {
                 index += 1;
@@ -275,4 +366,17 @@ async fn pump(
     if let Some(mut file) = log {
         let _ = file.flush().await;
     }
+}
+
+async fn take_checkpoint(
+    sink: &CheckpointSink,
+    key: WorkerKey,
+    step: u64,
+) -> Result<Vec<xp_runtime::protocol::CheckpointFile>, String> {
+    let store = sink.store.clone();
+    let dir = sink.dir.clone();
+    tokio::task::spawn_blocking(move || crate::checkpoint::take(&store, &dir, key.trial, step))
+        .await
+        .map_err(|error| error.to_string())?
+        .map_err(|error| error.to_string())
 }

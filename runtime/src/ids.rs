@@ -190,6 +190,57 @@ impl FromStr for BlobHash {
     }
 }
 
+/// The longest piece of a rejected id quoted back in a parse error, so that a
+/// hostile multi-megabyte "id" does not become a multi-megabyte error.
+const MAX_QUOTED_ID_CHARS: usize = 80;
+
+/// The name of an object: the blake3 hash of its bytes.
+///
+/// Prints as 64 lowercase hex digits, which is also its file name on disk, and
+/// parses from exactly that form.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ObjectId(pub [u8; 32]);
+
+impl ObjectId {
+    /// The id of `bytes`: hashing is the only way content gets a name.
+    pub fn of(bytes: &[u8]) -> Self {
+        Self(*blake3::hash(bytes).as_bytes())
+    }
+}
+
+impl fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+impl fmt::Debug for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ObjectId({self})")
+    }
+}
+
+impl FromStr for ObjectId {
+    type Err = IdError;
+
+    /// Accepts exactly what `Display` prints, so that a file name or a request
+    /// naming the same object in another case cannot become a second entry.
+    fn from_str(text: &str) -> Result<Self, IdError> {
+        let malformed = || IdError::Malformed {
+            kind: "object",
+            text: text.chars().take(MAX_QUOTED_ID_CHARS).collect(),
+            expected: "64 lowercase hex digits",
+        };
+        let is_lower_hex = |byte: &u8| byte.is_ascii_digit() || (b'a'..=b'f').contains(byte);
+        if text.len() != 64 || !text.as_bytes().iter().all(is_lower_hex) {
+            return Err(malformed());
+        }
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(text, &mut bytes).map_err(|_| malformed())?;
+        Ok(Self(bytes))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

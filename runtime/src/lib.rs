@@ -16,6 +16,7 @@ pub mod join;
 pub mod metric_line;
 #[cfg(feature = "cuda")]
 pub mod nccl;
+pub mod object_wire;
 pub mod protocol;
 pub mod rendezvous;
 pub mod search;

@@ -58,6 +58,45 @@ pub enum MetricLineError {
     TooMany,
 }
 
+/// The prefix of a checkpoint line: `XP_CHECKPOINT {"step": 120}` says the files
+/// in `XP_CHECKPOINT_DIR` are a complete checkpoint taken at that step.
+pub const CHECKPOINT_PREFIX: &str = "XP_CHECKPOINT ";
+
+/// Why a checkpoint line was not accepted.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CheckpointLineError {
+    /// The payload is not `{"step": N}`.
+    #[error(
+        "checkpoint line must be `XP_CHECKPOINT {{\"step\": N}}` with N a non-negative integer: {reason}"
+    )]
+    Malformed {
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Parses a checkpoint line: `Ok(Some(step))`, or `Ok(None)` for other output.
+pub fn parse_checkpoint_line(line: &str) -> Result<Option<u64>, CheckpointLineError> {
+    let Some(payload) = line.trim_end().strip_prefix(CHECKPOINT_PREFIX) else {
+        return Ok(None);
+    };
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Payload {
+        step: u64,
+    }
+    serde_json::from_str::<Payload>(payload)
+        .map(|payload| Some(payload.step))
+        .map_err(|error| CheckpointLineError::Malformed {
+            reason: error.to_string(),
+        })
+}
+
+/// The checkpoint line for `step`.
+pub fn format_checkpoint_line(step: u64) -> String {
+    format!("{CHECKPOINT_PREFIX}{{\"step\":{step}}}")
+}
+
 /// Parses one line of trial output: `Ok(None)` for ordinary output.
 pub fn parse_metric_line(line: &str) -> Result<Option<MetricReport>, MetricLineError> {
     let Some(payload) = line.trim_end().strip_prefix(METRIC_PREFIX) else {
@@ -191,5 +230,23 @@ mod tests {
             1,
             "a null value is skipped, the rest kept"
         );
+    }
+
+    #[test]
+    fn checkpoint_lines_round_trip_and_reject_garbage() {
+        assert_eq!(
+            parse_checkpoint_line(&format_checkpoint_line(42)),
+            Ok(Some(42))
+        );
+        assert_eq!(parse_checkpoint_line("XP_METRIC {\"step\": 1}"), Ok(None));
+        assert_eq!(parse_checkpoint_line("hello"), Ok(None));
+        for bad in [
+            "XP_CHECKPOINT {}",
+            "XP_CHECKPOINT {\"step\": -1}",
+            "XP_CHECKPOINT {\"step\": 1, \"x\": 2}",
+            "XP_CHECKPOINT step=3",
+        ] {
+            assert!(parse_checkpoint_line(bad).is_err(), "{bad}");
+        }
     }
 }

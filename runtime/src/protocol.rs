@@ -20,7 +20,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::UnixMillis;
-use crate::ids::{BlobHash, ExperimentId, NodeId, TrialId, WorkerKey};
+use crate::ids::{BlobHash, ExperimentId, NodeId, ObjectId, TrialId, WorkerKey};
 
 /// The protocol version every frame carries.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -178,6 +178,11 @@ pub enum Request {
     Queues,
     /// An admin's arbitration; recorded with who and why.
     Admin(AdminRequest),
+    /// The checkpoints the head keeps for an experiment's trials.
+    Checkpoints {
+        /// The experiment.
+        experiment: ExperimentId,
+    },
 }
 
 /// An admin action, with who asks and why (both recorded in the events).
@@ -356,6 +361,8 @@ pub enum Response {
     Metrics(Vec<MetricPoint>),
     /// The scheduling queues.
     Queues(Vec<QueueStatus>),
+    /// Checkpoints, oldest first.
+    Checkpoints(Vec<CheckpointStatus>),
     /// What an admin action changed.
     Admin {
         /// How many trials it touched (0 for a policy).
@@ -518,6 +525,8 @@ pub struct AttemptStatus {
     pub ended_at: Option<UnixMillis>,
     /// How it ended, in words.
     pub outcome: Option<String>,
+    /// The checkpoint it resumed from: (step, attempt that wrote it).
+    pub resumed_from: Option<(u64, u32)>,
 }
 
 /// A trial state change.
@@ -623,6 +632,88 @@ pub struct NodeRegistration {
     pub labels: BTreeMap<String, String>,
     /// Workers it still runs from before (after a head or connection restart).
     pub running: Vec<WorkerKey>,
+    /// Where other nodes fetch objects from this one.
+    pub objects: Option<ObjectEndpoint>,
+    /// The objects its store holds on disk, for the head's directory.
+    pub held_objects: Vec<ObjectId>,
+}
+
+/// A node's object server: QUIC on `port` of the node's advertised host, with a
+/// self-signed certificate whose SHA-256 the head hands to fetching nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectEndpoint {
+    /// The UDP port.
+    pub port: u16,
+    /// SHA-256 of the server's certificate (DER).
+    pub cert_sha256: [u8; 32],
+}
+
+/// A node that holds an object, as a fetching node needs to reach it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectSource {
+    /// The node.
+    pub node: NodeId,
+    /// Its advertised host.
+    pub host: String,
+    /// Its object server.
+    pub endpoint: ObjectEndpoint,
+}
+
+/// One file of a checkpoint: its name in the checkpoint directory and the object
+/// holding its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointFile {
+    /// The path relative to the checkpoint directory (`/`-separated, no `..`).
+    pub name: String,
+    /// The object with its bytes.
+    pub object: ObjectId,
+    /// Its length in bytes.
+    pub size: u64,
+}
+
+/// Whether `name` may name a checkpoint file: a plain relative path, so that
+/// restoring it cannot write outside the checkpoint directory.
+pub fn is_safe_checkpoint_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 4096
+        && std::path::Path::new(name)
+            .components()
+            .all(|component| matches!(component, std::path::Component::Normal(_)))
+}
+
+/// The checkpoint a launch resumes from: the node fills the worker's
+/// `XP_CHECKPOINT_DIR` with these files before starting it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumeFrom {
+    /// The step the checkpoint was taken at (`XP_RESUME_STEP`).
+    pub step: u64,
+    /// The attempt that wrote it.
+    pub attempt: u32,
+    /// Its files.
+    pub files: Vec<CheckpointFile>,
+    /// Nodes holding its objects, best first.
+    pub sources: Vec<ObjectSource>,
+}
+
+/// A checkpoint as `xp checkpoints` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckpointStatus {
+    /// The trial.
+    pub trial: TrialId,
+    /// The attempt that wrote it.
+    pub attempt: u32,
+    /// The step.
+    pub step: u64,
+    /// When the head recorded it.
+    pub at: UnixMillis,
+    /// Total bytes of its files.
+    pub bytes: u64,
+    /// Its files.
+    pub files: Vec<CheckpointFile>,
+    /// The experiment's metric when it was taken, if reported.
+    pub metric: Option<f64>,
+    /// Live nodes that hold every one of its objects.
+    pub replicas: Vec<NodeId>,
 }
 
 /// What a node says on its session stream.
@@ -648,6 +739,14 @@ pub enum NodeMessage {
     },
     /// The node is shutting down: place nothing more on it.
     Draining,
+    /// Objects this node's store gained (a replica fetched) or lost (deleted,
+    /// found corrupt), for the head's directory.
+    Objects {
+        /// Now held.
+        added: Vec<ObjectId>,
+        /// No longer held.
+        dropped: Vec<ObjectId>,
+    },
 }
 
 /// Something that happened to a worker.
@@ -695,6 +794,15 @@ pub enum WorkerReport {
         /// Why the node stopped it.
         reason: String,
     },
+    /// The worker's checkpoint was taken into the node's object store.
+    Checkpoint {
+        /// The worker that wrote it.
+        key: WorkerKey,
+        /// The step it was taken at.
+        step: u64,
+        /// Its files, each an object in this node's store.
+        files: Vec<CheckpointFile>,
+    },
     /// The node could not start the worker through no fault of the trial (its GPU
     /// is still held by a stopping worker, the driver binary could not be fetched,
     /// the node is shutting down): the head places it again.
@@ -715,7 +823,8 @@ impl WorkerReport {
             | Self::Exited { key, .. }
             | Self::Metric { key, .. }
             | Self::Stopped { key, .. }
-            | Self::Refused { key, .. } => *key,
+            | Self::Refused { key, .. }
+            | Self::Checkpoint { key, .. } => *key,
         }
     }
 }
@@ -757,6 +866,20 @@ pub enum HeadCommand {
         /// The most bytes to return.
         max_bytes: u32,
     },
+    /// Fetch these objects from other nodes and keep them, pinned, as replicas.
+    Replicate {
+        /// The trial whose checkpoint they belong to (their owner).
+        trial: TrialId,
+        /// The objects and their sizes.
+        objects: Vec<(ObjectId, u64)>,
+        /// Nodes that hold them.
+        sources: Vec<ObjectSource>,
+    },
+    /// Delete these objects: no checkpoint the head keeps needs them any more.
+    DropObjects {
+        /// The objects.
+        objects: Vec<ObjectId>,
+    },
     /// The head gave this session up (it judged the node lost): end it, reconnect
     /// and register again so that what the node still runs is reconciled.
     Reconnect {
@@ -793,6 +916,8 @@ pub struct Launch {
     pub collective_token: [u8; 32],
     /// The data path between machines (`XP_COLLECTIVE_TRANSPORT`).
     pub transport: crate::spec::CollectiveTransport,
+    /// The checkpoint to restore before starting, if the trial has one.
+    pub resume: Option<ResumeFrom>,
 }
 
 /// The code a worker runs.

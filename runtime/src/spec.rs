@@ -83,6 +83,41 @@ pub struct ExperimentSpec {
     /// How configurations are chosen; one trial with no parameters when absent.
     #[serde(default)]
     pub search: SearchSpec,
+    /// Which checkpoints are kept; [`CheckpointRetention::default`] when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<CheckpointRetention>,
+}
+
+/// Which of a trial's checkpoints the head keeps; the rest are deleted everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointRetention {
+    /// The newest this many.
+    #[serde(default = "default_keep_last")]
+    pub keep_last: u32,
+    /// The best this many by `search.metric` (none without a metric).
+    #[serde(default = "default_keep_best")]
+    pub keep_best: u32,
+}
+
+/// The most checkpoints of one trial either rule may keep.
+pub const MAX_KEPT_CHECKPOINTS: u32 = 100;
+
+fn default_keep_last() -> u32 {
+    2
+}
+
+fn default_keep_best() -> u32 {
+    1
+}
+
+impl Default for CheckpointRetention {
+    fn default() -> Self {
+        Self {
+            keep_last: default_keep_last(),
+            keep_best: default_keep_best(),
+        }
+    }
 }
 
 /// A base priority: a number, or a class name the head's policy resolves.
@@ -794,6 +829,22 @@ impl ExperimentSpec {
         }
         self.trial.validate(&self.search)?;
         self.search.validate()?;
+        if let Some(retention) = &self.checkpoints {
+            if retention.keep_last == 0 || retention.keep_last > MAX_KEPT_CHECKPOINTS {
+                return Err(invalid(
+                    "checkpoints.keep_last",
+                    format!(
+                        "must be 1 to {MAX_KEPT_CHECKPOINTS}: the newest checkpoint is what a trial resumes from"
+                    ),
+                ));
+            }
+            if retention.keep_best > MAX_KEPT_CHECKPOINTS {
+                return Err(invalid(
+                    "checkpoints.keep_best",
+                    format!("must be at most {MAX_KEPT_CHECKPOINTS}"),
+                ));
+            }
+        }
         Ok(())
     }
 

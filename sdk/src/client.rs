@@ -332,6 +332,7 @@ impl Client {
             team: "default".to_owned(),
             priority: Default::default(),
             queue: None,
+            checkpoints: None,
             code: None,
             data: Vec::new(),
             trial,

@@ -102,6 +102,10 @@ impl Index {
         }
     }
 
+    pub(crate) fn ids(&self) -> Vec<ObjectId> {
+        self.entries.keys().copied().collect()
+    }
+
     pub(crate) fn stats(&self) -> StoreStats {
         StoreStats {
             memory_bytes: self.memory_used,

@@ -27,16 +27,17 @@
 mod disk;
 mod index;
 mod object_bytes;
+pub mod remote;
 #[cfg(test)]
 mod tests;
 
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use xp_runtime::ids::{ExperimentId, IdError, TrialId};
+pub use xp_runtime::ids::ObjectId;
+use xp_runtime::ids::{ExperimentId, TrialId};
 
 use disk::{DiskDir, MapOutcome, StreamOutcome};
 use index::{Index, Lookup, MemoryPlan};
@@ -45,57 +46,6 @@ pub use object_bytes::ObjectBytes;
 /// How many times [`ObjectStore::get`] looks again when the file it found bad
 /// was replaced meanwhile by a concurrent delete and re-put of the same object.
 const MAX_GET_ATTEMPTS: usize = 3;
-
-/// The longest piece of a rejected id quoted back in a parse error, so that a
-/// hostile multi-megabyte "id" does not become a multi-megabyte error.
-const MAX_QUOTED_ID_CHARS: usize = 80;
-
-/// The name of an object: the blake3 hash of its bytes.
-///
-/// Prints as 64 lowercase hex digits, which is also its file name on disk, and
-/// parses from exactly that form.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectId(pub [u8; 32]);
-
-impl ObjectId {
-    /// The id of `bytes`: hashing is the only way content gets a name.
-    pub fn of(bytes: &[u8]) -> Self {
-        Self(*blake3::hash(bytes).as_bytes())
-    }
-}
-
-impl fmt::Display for ObjectId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex::encode(self.0))
-    }
-}
-
-impl fmt::Debug for ObjectId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ObjectId({self})")
-    }
-}
-
-impl FromStr for ObjectId {
-    type Err = IdError;
-
-    /// Accepts exactly what `Display` prints, so that a file name or a request
-    /// naming the same object in another case cannot become a second entry.
-    fn from_str(text: &str) -> Result<Self, IdError> {
-        let malformed = || IdError::Malformed {
-            kind: "object",
-            text: text.chars().take(MAX_QUOTED_ID_CHARS).collect(),
-            expected: "64 lowercase hex digits",
-        };
-        let is_lower_hex = |byte: &u8| byte.is_ascii_digit() || (b'a'..=b'f').contains(byte);
-        if text.len() != 64 || !text.as_bytes().iter().all(is_lower_hex) {
-            return Err(malformed());
-        }
-        let mut bytes = [0u8; 32];
-        hex::decode_to_slice(text, &mut bytes).map_err(|_| malformed())?;
-        Ok(Self(bytes))
-    }
-}
 
 /// Who keeps an object alive; an object whose last owner is released (and that
 /// is not pinned) is deleted.
@@ -249,6 +199,14 @@ pub enum StoreError {
         /// The disk tier's limit.
         limit: u64,
     },
+    /// Bytes that should have been one object hash to another; nothing was stored.
+    #[error("bytes expected to be object {expected} hash to {actual}")]
+    Mismatch {
+        /// The object they should have been.
+        expected: ObjectId,
+        /// What they hash to.
+        actual: ObjectId,
+    },
     /// The object's file did not hash to its id; the file was deleted, so a later
     /// put (for example from a replica) repairs it.
     #[error("object {id} failed its hash check on disk and was deleted")]
@@ -361,6 +319,34 @@ impl ObjectStore {
         let size = bytes.as_ref().len() as u64;
         self.check_object_size(size)?;
         let id = ObjectId::of(bytes.as_ref());
+        self.put_hashed(id, bytes, owner)
+    }
+
+    /// Like [`put`](Self::put) for bytes that should be object `expected` (fetched
+    /// from another node, say): stores nothing and fails with
+    /// [`StoreError::Mismatch`] unless they hash to it.
+    pub fn put_expecting<B>(
+        &self,
+        expected: ObjectId,
+        bytes: B,
+        owner: Owner,
+    ) -> Result<ObjectId, StoreError>
+    where
+        B: AsRef<[u8]> + Into<Arc<[u8]>>,
+    {
+        self.check_object_size(bytes.as_ref().len() as u64)?;
+        let actual = ObjectId::of(bytes.as_ref());
+        if actual != expected {
+            return Err(StoreError::Mismatch { expected, actual });
+        }
+        self.put_hashed(actual, bytes, owner)
+    }
+
+    fn put_hashed<B>(&self, id: ObjectId, bytes: B, owner: Owner) -> Result<ObjectId, StoreError>
+    where
+        B: AsRef<[u8]> + Into<Arc<[u8]>>,
+    {
+        let size = bytes.as_ref().len() as u64;
         if size > self.limits.memory_bytes {
             return self.put_on_disk(id, bytes.as_ref(), owner);
         }
@@ -468,6 +454,11 @@ impl ObjectStore {
                 return Err(failure);
             }
         }
+    }
+
+    /// Every object stored here, in no particular order.
+    pub fn ids(&self) -> Vec<ObjectId> {
+        self.lock().ids()
     }
 
     /// Whether the object is stored here.

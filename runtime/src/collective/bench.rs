@@ -295,8 +295,10 @@ async fn quic_transfer(
     } else {
         (Arc::default(), Arc::default())
     };
-    let server_config = quic::server_config(&identity, server_transport).map_err(setup)?;
-    let client_config = quic::client_config(identity.sha256, client_transport).map_err(setup)?;
+    let server_config =
+        quic::server_config(&identity, server_transport, quic::ALPN).map_err(setup)?;
+    let client_config =
+        quic::client_config(identity.sha256, client_transport, quic::ALPN).map_err(setup)?;
     let control_plane = |error: crate::transport::TransportError| CollectiveError::Quic {
         rank: 0,
         reason: error.to_string(),

@@ -26,7 +26,7 @@ mod blocking;
 mod communicator;
 pub mod element;
 mod link;
-mod quic;
+pub(crate) mod quic;
 pub mod ring;
 mod setup;
 mod shm;

@@ -191,6 +191,7 @@ impl Identity {
 pub(crate) fn server_config(
     identity: &Identity,
     transport: Arc<quinn::TransportConfig>,
+    alpn: &[u8],
 ) -> Result<quinn::ServerConfig, QuicSetupError> {
     let mut tls = rustls::ServerConfig::builder_with_provider(crypto_provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
@@ -199,7 +200,7 @@ pub(crate) fn server_config(
             vec![identity.certificate.clone()],
             PrivateKeyDer::Pkcs8(identity.key.clone_key()),
         )?;
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    tls.alpn_protocols = vec![alpn.to_vec()];
     tls.max_early_data_size = 0;
     let quic = QuicServerConfig::try_from(tls)?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
@@ -213,6 +214,7 @@ pub(crate) fn server_config(
 pub(crate) fn client_config(
     pinned: [u8; 32],
     transport: Arc<quinn::TransportConfig>,
+    alpn: &[u8],
 ) -> Result<quinn::ClientConfig, QuicSetupError> {
     let provider = crypto_provider();
     let verifier = Arc::new(PinnedLeafVerifier {
@@ -224,7 +226,7 @@ pub(crate) fn client_config(
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    tls.alpn_protocols = vec![alpn.to_vec()];
     let quic = QuicClientConfig::try_from(tls)?;
     let mut config = quinn::ClientConfig::new(Arc::new(quic));
     config.transport_config(transport);

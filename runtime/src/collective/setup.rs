@@ -108,7 +108,8 @@ impl RingListener {
                 let identity = Identity::generate().map_err(setup)?;
                 // The server side only sends aborts back; data flows client to server.
                 let transport = quic::transport_config(&config.quic, config.timeout, false);
-                let server = quic::server_config(&identity, transport).map_err(setup)?;
+                let server =
+                    quic::server_config(&identity, transport, quic::ALPN).map_err(setup)?;
                 let endpoint = quic::bind_endpoint(addr, Some(server)).map_err(setup)?;
                 let local_addr = endpoint
                     .local_addr()
@@ -595,11 +596,12 @@ impl SetupContext {
         };
         let transport =
             quic::transport_config(&self.config.quic, self.config.timeout, peer.same_host);
-        let client =
-            quic::client_config(pinned, transport).map_err(|source| CollectiveError::Listener {
+        let client = quic::client_config(pinned, transport, quic::ALPN).map_err(|source| {
+            CollectiveError::Listener {
                 rank: self.rank,
                 source,
-            })?;
+            }
+        })?;
         let exchange = async {
             let connection = endpoint
                 .connect_with(client, addr, quic::SERVER_NAME)

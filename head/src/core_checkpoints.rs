@@ -1,0 +1,245 @@
+//! The core's checkpoint bookkeeping: recording manifests, retention,
+//! replication to a second node, and choosing what a new attempt resumes from.
+
+use std::collections::BTreeSet;
+
+use tracing::{info, warn};
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::{ExperimentId, NodeId, ObjectId, TrialId, WorkerKey};
+use xp_runtime::protocol::{
+    CheckpointFile, CheckpointStatus, HeadCommand, NodeState, ObjectSource, RemoteError, ResumeFrom,
+};
+
+use super::{HeadCore, trial_range};
+use crate::checkpoints::{CheckpointRecord, retain};
+
+/// The most files a checkpoint may name (a node refuses more when it takes one).
+const MAX_CHECKPOINT_FILES: usize = 10_000;
+
+impl HeadCore {
+    /// A node stored a checkpoint of one of its workers.
+    pub(super) fn record_checkpoint(
+        &mut self,
+        now: UnixMillis,
+        key: WorkerKey,
+        node_id: NodeId,
+        step: u64,
+        files: Vec<CheckpointFile>,
+    ) {
+        if key.rank != 0 {
+            warn!(worker = %key, "checkpoint from a rank other than 0 ignored");
+            return;
+        }
+        if files.is_empty()
+            || files.len() > MAX_CHECKPOINT_FILES
+            || !files
+                .iter()
+                .all(|file| xp_runtime::protocol::is_safe_checkpoint_name(&file.name))
+        {
+            warn!(worker = %key, "malformed checkpoint manifest ignored");
+            return;
+        }
+        for file in &files {
+            self.directory.add(node_id, file.object);
+        }
+        let spec = &self.specs[&key.trial.experiment];
+        let retention = spec.checkpoints.unwrap_or_default();
+        let ranked = spec
+            .search
+            .metric
+            .clone()
+            .map(|metric| (metric, spec.search.mode));
+        let Some(trial) = self.trials.get_mut(&key.trial) else {
+            return;
+        };
+        let metric = ranked
+            .as_ref()
+            .and_then(|(name, _)| trial.metrics.get(name).copied());
+        let record = CheckpointRecord {
+            attempt: key.attempt,
+            step,
+            files,
+            at: now,
+            metric,
+        };
+        let bytes = record.bytes();
+        let count = record.files.len();
+        let new_objects = record.objects();
+        // A repeated report (resent after a reconnect) replaces, never duplicates.
+        let mut checkpoints = std::mem::take(&mut trial.checkpoints);
+        let before: Vec<BTreeSet<ObjectId>> =
+            checkpoints.iter().map(CheckpointRecord::objects).collect();
+        checkpoints.retain(|old| !(old.attempt == record.attempt && old.step == record.step));
+        checkpoints.push(record);
+        let (kept, _dropped) = retain(checkpoints, retention, ranked.map(|(_, mode)| mode));
+        let after: Vec<BTreeSet<ObjectId>> = kept.iter().map(CheckpointRecord::objects).collect();
+        trial.checkpoints = kept;
+        let attempt = trial.attempts.len() as u32;
+        let state = trial.state;
+        self.dirty_trials.insert(key.trial);
+        // Reference counts: add what is kept now, remove what was kept before.
+        for objects in &after {
+            for id in objects {
+                *self.object_refs.entry(*id).or_default() += 1;
+            }
+        }
+        let mut released = BTreeSet::new();
+        for objects in &before {
+            for id in objects {
+                if let Some(count) = self.object_refs.get_mut(id) {
+                    *count = count.saturating_sub(1);
+                    if *count == 0 {
+                        self.object_refs.remove(id);
+                        released.insert(*id);
+                    }
+                }
+            }
+        }
+        self.drop_everywhere(released);
+        info!(trial = %key.trial, step, files = count, bytes, "checkpoint recorded");
+        self.push_event(
+            now,
+            key.trial,
+            state,
+            attempt,
+            format!(
+                "checkpoint at step {step} stored on node {node_id} ({count} files, {bytes} bytes)"
+            ),
+        );
+        let still_kept = self.trials[&key.trial]
+            .checkpoints
+            .iter()
+            .any(|checkpoint| checkpoint.step == step && checkpoint.attempt == key.attempt);
+        if still_kept {
+            self.replicate(key.trial, node_id, &new_objects);
+        }
+    }
+
+    /// Tells every node holding one of `objects` to delete it.
+    fn drop_everywhere(&mut self, objects: BTreeSet<ObjectId>) {
+        let mut per_node: std::collections::BTreeMap<NodeId, Vec<ObjectId>> = Default::default();
+        for id in objects {
+            let holders: Vec<NodeId> = self.directory.holders(id).collect();
+            for node in holders {
+                per_node.entry(node).or_default().push(id);
+                self.directory.drop_object(node, id);
+            }
+        }
+        for (node, objects) in per_node {
+            self.commands
+                .push_back((node, HeadCommand::DropObjects { objects }));
+        }
+    }
+
+    /// Asks one other ready node to hold a copy of `objects`, which `origin` holds.
+    fn replicate(&mut self, trial: TrialId, origin: NodeId, objects: &BTreeSet<ObjectId>) {
+        let Some(source) = self.object_source(origin) else {
+            return;
+        };
+        let candidates: Vec<NodeId> = self
+            .nodes
+            .values()
+            .filter(|node| node.id != origin && node.state == NodeState::Ready)
+            .filter(|node| self.directory.endpoint(node.id).is_some())
+            .map(|node| node.id)
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        // Spread replicas: each trial has its own preferred second node.
+        let target = candidates[trial.index as usize % candidates.len()];
+        let missing: Vec<(ObjectId, u64)> = objects
+            .iter()
+            .filter(|id| !self.directory.holds(target, **id))
+            .map(|id| (*id, self.object_size(trial, *id)))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        self.commands.push_back((
+            target,
+            HeadCommand::Replicate {
+                trial,
+                objects: missing,
+                sources: vec![source],
+            },
+        ));
+    }
+
+    fn object_size(&self, trial: TrialId, id: ObjectId) -> u64 {
+        self.trials[&trial]
+            .checkpoints
+            .iter()
+            .flat_map(|checkpoint| &checkpoint.files)
+            .find(|file| file.object == id)
+            .map_or(0, |file| file.size)
+    }
+
+    fn object_source(&self, node: NodeId) -> Option<ObjectSource> {
+        let endpoint = self.directory.endpoint(node)?;
+        let record = self.nodes.get(&node)?;
+        Some(ObjectSource {
+            node,
+            host: record.address.clone(),
+            endpoint,
+        })
+    }
+
+    fn node_usable(&self, node: NodeId) -> bool {
+        self.nodes
+            .get(&node)
+            .is_some_and(|record| record.state != NodeState::Lost)
+    }
+
+    /// The newest checkpoint of `trial` whose objects some live node still holds,
+    /// with the nodes to fetch it from (those holding all of it first).
+    pub(super) fn resume_point(&self, trial: TrialId) -> Option<ResumeFrom> {
+        let record = self.trials.get(&trial)?;
+        let checkpoint = record.checkpoints.iter().rev().find(|checkpoint| {
+            self.directory
+                .is_available(checkpoint, |node| self.node_usable(node))
+        })?;
+        let mut sources: Vec<NodeId> = self
+            .directory
+            .complete_holders(checkpoint, |node| self.node_usable(node));
+        for id in checkpoint.objects() {
+            for node in self.directory.holders(id) {
+                if self.node_usable(node) && !sources.contains(&node) {
+                    sources.push(node);
+                }
+            }
+        }
+        Some(ResumeFrom {
+            step: checkpoint.step,
+            attempt: checkpoint.attempt,
+            files: checkpoint.files.clone(),
+            sources: sources
+                .into_iter()
+                .filter_map(|node| self.object_source(node))
+                .collect(),
+        })
+    }
+
+    /// The checkpoints kept for an experiment's trials, oldest first per trial.
+    pub fn checkpoints(&self, experiment: &str) -> Result<Vec<CheckpointStatus>, RemoteError> {
+        let id: ExperimentId = self.resolve_experiment(experiment)?;
+        Ok(self
+            .trials
+            .range(trial_range(id))
+            .flat_map(|(_, trial)| {
+                trial.checkpoints.iter().map(|checkpoint| CheckpointStatus {
+                    trial: trial.id,
+                    attempt: checkpoint.attempt,
+                    step: checkpoint.step,
+                    at: checkpoint.at,
+                    bytes: checkpoint.bytes(),
+                    files: checkpoint.files.clone(),
+                    metric: checkpoint.metric,
+                    replicas: self
+                        .directory
+                        .complete_holders(checkpoint, |node| self.node_usable(node)),
+                })
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,452 @@
+//! Objects between nodes: the server that lends this node's objects to other
+//! nodes, and the fetcher that pulls objects from them in parallel chunks.
+//!
+//! The wire is `xp_runtime::object_wire`. A fetched object is assembled in
+//! memory, hashed, and stored only if it hashes to its id, so a corrupt or
+//! malicious source can cost a retry but never a wrong object. A source whose
+//! own copy fails its hash check deletes it (the store does) and says so, and
+//! the server tells the agent, which tells the head's directory.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures_util::future::try_join_all;
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+use xp_runtime::ids::ObjectId;
+use xp_runtime::object_wire::{
+    self, CHUNK_BYTES, FetchErrorCode, FetchHeader, FetchRequest, MAX_CHUNK_BYTES,
+};
+use xp_runtime::protocol::{ObjectEndpoint, ObjectSource};
+
+use super::{ObjectStore, Owner, StoreError};
+
+/// How many chunk requests one fetch keeps in flight.
+const PARALLEL_CHUNKS: usize = 4;
+/// The most bytes handed to a QUIC stream in one write.
+const WRITE_BYTES: usize = 1 << 20;
+
+/// Why an object could not be fetched.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// No source is left to try; each tried source's failure is listed.
+    #[error("object {id} could not be fetched from any of {} source(s): {}", .failures.len(), .failures.join("; "))]
+    Exhausted {
+        /// The object.
+        id: ObjectId,
+        /// One line per source tried.
+        failures: Vec<String>,
+    },
+    /// The bytes arrived and checked out, but the local store refused them.
+    #[error("object {id} fetched but not stored: {source}")]
+    Store {
+        /// The object.
+        id: ObjectId,
+        /// The store's reason (full disk, too large).
+        #[source]
+        source: StoreError,
+    },
+    /// The client endpoint could not be created.
+    #[error("cannot open a QUIC endpoint for fetching: {0}")]
+    Endpoint(String),
+}
+
+/// Serves this node's objects to other nodes until the endpoint is closed.
+pub struct ObjectServer {
+    endpoint: quinn::Endpoint,
+    cert_sha256: [u8; 32],
+}
+
+impl ObjectServer {
+    /// Listens on `bind`; requests must carry `token_digest`. Objects found corrupt
+    /// while serving are sent on `dropped`.
+    pub fn start(
+        store: Arc<ObjectStore>,
+        bind: SocketAddr,
+        token_digest: [u8; 32],
+        dropped: mpsc::UnboundedSender<ObjectId>,
+    ) -> Result<Self, String> {
+        let (endpoint, cert_sha256) = object_wire::server_endpoint(bind)
+            .map_err(|error| format!("cannot start the object server on {bind}: {error}"))?;
+        let accepting = endpoint.clone();
+        xp_runtime::task::spawn("object-server", async move {
+            while let Some(incoming) = accepting.accept().await {
+                let store = store.clone();
+                let dropped = dropped.clone();
+                xp_runtime::task::spawn("object-connection", async move {
+                    match incoming.await {
+                        Ok(connection) => {
+                            serve_connection(connection, store, token_digest, dropped).await;
+                        }
+                        Err(error) => debug!(%error, "object connection failed"),
+                    }
+                });
+            }
+        });
+        Ok(Self {
+            endpoint,
+            cert_sha256,
+        })
+    }
+
+    /// What the head tells fetching nodes.
+    pub fn endpoint(&self) -> Result<ObjectEndpoint, String> {
+        let port = self
+            .endpoint
+            .local_addr()
+            .map_err(|error| format!("object server address: {error}"))?
+            .port();
+        Ok(ObjectEndpoint {
+            port,
+            cert_sha256: self.cert_sha256,
+        })
+    }
+
+    /// Stops accepting and closes every connection.
+    pub fn close(&self) {
+        self.endpoint.close(0u32.into(), b"object server closed");
+    }
+}
+
+async fn serve_connection(
+    connection: quinn::Connection,
+    store: Arc<ObjectStore>,
+    token_digest: [u8; 32],
+    dropped: mpsc::UnboundedSender<ObjectId>,
+) {
+    while let Ok((send, recv)) = connection.accept_bi().await {
+        let store = store.clone();
+        let dropped = dropped.clone();
+        xp_runtime::task::spawn("object-request", async move {
+            if let Err(error) = serve_request(send, recv, store, token_digest, dropped).await {
+                debug!(%error, "object request ended early");
+            }
+        });
+    }
+}
+
+async fn serve_request(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    store: Arc<ObjectStore>,
+    token_digest: [u8; 32],
+    dropped: mpsc::UnboundedSender<ObjectId>,
+) -> Result<(), object_wire::WireError> {
+    let refuse = |code, message: String| FetchHeader::Error { code, message };
+    let request: FetchRequest = match object_wire::read_small(&mut recv).await {
+        Ok(request) => request,
+        Err(error) => {
+            warn!(%error, "malformed object request");
+            let header = refuse(FetchErrorCode::Malformed, error.to_string());
+            object_wire::write_small(&mut send, &header).await?;
+            let _ = send.finish();
+            return Ok(());
+        }
+    };
+    if request.token != token_digest {
+        warn!("object request with a wrong token refused");
+        let header = refuse(FetchErrorCode::BadToken, "wrong cluster token".to_owned());
+        object_wire::write_small(&mut send, &header).await?;
+        let _ = send.finish();
+        return Ok(());
+    }
+    let id = request.id;
+    let lookup = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || store.get(id)).await
+    };
+    let bytes = match lookup {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(error)) => {
+            let code = match error {
+                StoreError::NotFound { .. } => FetchErrorCode::NotFound,
+                StoreError::Corrupt { .. } | StoreError::Missing { .. } => {
+                    let _ = dropped.send(id);
+                    FetchErrorCode::Corrupt
+                }
+                _ => FetchErrorCode::Internal,
+            };
+            object_wire::write_small(&mut send, &refuse(code, error.to_string())).await?;
+            let _ = send.finish();
+            return Ok(());
+        }
+        Err(error) => {
+            let header = refuse(FetchErrorCode::Internal, error.to_string());
+            object_wire::write_small(&mut send, &header).await?;
+            let _ = send.finish();
+            return Ok(());
+        }
+    };
+    let size = bytes.len() as u64;
+    if request.len > MAX_CHUNK_BYTES || request.offset > size {
+        let header = refuse(
+            FetchErrorCode::BadRange,
+            format!(
+                "range {}+{} is outside object of {size} bytes or over {MAX_CHUNK_BYTES}",
+                request.offset, request.len
+            ),
+        );
+        object_wire::write_small(&mut send, &header).await?;
+        let _ = send.finish();
+        return Ok(());
+    }
+    let end = request.offset.saturating_add(request.len).min(size);
+    let len = end - request.offset;
+    object_wire::write_small(&mut send, &FetchHeader::Bytes { size, len }).await?;
+    // Offsets fit in usize: the object is mapped or in memory.
+    for piece in bytes[request.offset as usize..end as usize].chunks(WRITE_BYTES) {
+        send.write_all(piece).await.map_err(std::io::Error::from)?;
+    }
+    let _ = send.finish();
+    Ok(())
+}
+
+/// Pulls objects from other nodes, keeping one connection per source.
+pub struct ObjectFetcher {
+    endpoint: quinn::Endpoint,
+    token_digest: [u8; 32],
+    connections: Mutex<HashMap<(SocketAddr, [u8; 32]), quinn::Connection>>,
+}
+
+impl ObjectFetcher {
+    /// A fetcher presenting `token_digest`.
+    pub fn new(token_digest: [u8; 32]) -> Result<Self, FetchError> {
+        let endpoint = object_wire::client_endpoint()
+            .map_err(|error| FetchError::Endpoint(error.to_string()))?;
+        Ok(Self {
+            endpoint,
+            token_digest,
+            connections: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Makes sure `store` holds a good copy of `id`, fetching it from the first of
+    /// `sources` that has one (skipping `own_node`), and adds `owner` (and a pin).
+    ///
+    /// A local copy that fails its hash check is discarded by the store and
+    /// fetched again.
+    pub async fn ensure(
+        &self,
+        store: &Arc<ObjectStore>,
+        id: ObjectId,
+        owner: Owner,
+        pin: bool,
+        sources: &[ObjectSource],
+        own_node: Option<xp_runtime::ids::NodeId>,
+    ) -> Result<(), FetchError> {
+        let local = {
+            let store = store.clone();
+            tokio::task::spawn_blocking(move || store.get(id).map(|_| ()))
+                .await
+                .unwrap_or_else(|error| {
+                    Err(StoreError::Read {
+                        source: std::io::Error::other(error.to_string()),
+                    })
+                })
+        };
+        match local {
+            Ok(()) => return keep(store, id, owner, pin).await,
+            Err(StoreError::NotFound { .. }) => {}
+            Err(error) => warn!(%id, %error, "local copy unusable; fetching it again"),
+        }
+        let mut failures = Vec::new();
+        for source in sources
+            .iter()
+            .filter(|source| Some(source.node) != own_node)
+        {
+            match self
+                .fetch_from(source, id, store.limits().max_object_bytes)
+                .await
+            {
+                Ok(bytes) => {
+                    let size = bytes.len();
+                    let stored = {
+                        let store = store.clone();
+                        let owner = owner.clone();
+                        tokio::task::spawn_blocking(move || store.put_expecting(id, bytes, owner))
+                            .await
+                            .unwrap_or_else(|error| {
+                                Err(StoreError::Read {
+                                    source: std::io::Error::other(error.to_string()),
+                                })
+                            })
+                    };
+                    match stored {
+                        Ok(_) => {
+                            info!(%id, size, from = %source.node, "object fetched");
+                            return keep(store, id, owner, pin).await;
+                        }
+                        Err(StoreError::Mismatch { actual, .. }) => failures.push(format!(
+                            "node {} sent bytes that hash to {actual}",
+                            source.node
+                        )),
+                        Err(source) => return Err(FetchError::Store { id, source }),
+                    }
+                }
+                Err(reason) => failures.push(format!("node {}: {reason}", source.node)),
+            }
+        }
+        Err(FetchError::Exhausted { id, failures })
+    }
+
+    async fn connection(&self, source: &ObjectSource) -> Result<quinn::Connection, String> {
+        let addr = tokio::net::lookup_host((source.host.as_str(), source.endpoint.port))
+            .await
+            .map_err(|error| format!("cannot resolve {}: {error}", source.host))?
+            .next()
+            .ok_or_else(|| format!("{} has no address", source.host))?;
+        let cache_key = (addr, source.endpoint.cert_sha256);
+        if let Some(connection) = self
+            .connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&cache_key)
+            && connection.close_reason().is_none()
+        {
+            return Ok(connection.clone());
+        }
+        let config =
+            object_wire::client_config(source.endpoint.cert_sha256, addr.ip().is_loopback())
+                .map_err(|error| error.to_string())?;
+        let connection = self
+            .endpoint
+            .connect_with(config, addr, object_wire::SERVER_NAME)
+            .map_err(|error| format!("cannot connect to {addr}: {error}"))?
+            .await
+            .map_err(|error| format!("cannot connect to {addr}: {error}"))?;
+        self.connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(cache_key, connection.clone());
+        Ok(connection)
+    }
+
+    /// The object's bytes from one source, in parallel chunks; not yet verified.
+    async fn fetch_from(
+        &self,
+        source: &ObjectSource,
+        id: ObjectId,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>, String> {
+        let connection = self.connection(source).await?;
+        // The first chunk also tells the size.
+        let first = self.request(&connection, id, 0, CHUNK_BYTES, None).await?;
+        let (size, first) = first;
+        if size > max_bytes {
+            return Err(format!(
+                "object of {size} bytes is over this store's {max_bytes}-byte object limit"
+            ));
+        }
+        let size_usize = usize::try_from(size).map_err(|_| format!("object of {size} bytes"))?;
+        if first.len() as u64 == size {
+            return Ok(first);
+        }
+        let mut bytes = vec![0u8; size_usize];
+        bytes[..first.len()].copy_from_slice(&first);
+        let rest = &mut bytes[first.len()..];
+        let base = first.len() as u64;
+        let chunks: Vec<(u64, &mut [u8])> = rest
+            .chunks_mut(CHUNK_BYTES as usize)
+            .enumerate()
+            .map(|(index, chunk)| (base + index as u64 * CHUNK_BYTES, chunk))
+            .collect();
+        // A bounded number in flight: lanes each take every PARALLEL_CHUNKS-th chunk.
+        let mut lanes: Vec<Vec<(u64, &mut [u8])>> =
+            (0..PARALLEL_CHUNKS).map(|_| Vec::new()).collect();
+        for (index, chunk) in chunks.into_iter().enumerate() {
+            lanes[index % PARALLEL_CHUNKS].push(chunk);
+        }
+        try_join_all(lanes.into_iter().map(|lane| {
+            let connection = connection.clone();
+            async move {
+                for (offset, target) in lane {
+                    let len = target.len() as u64;
+                    self.request(&connection, id, offset, len, Some(target))
+                        .await?;
+                }
+                Ok::<(), String>(())
+            }
+        }))
+        .await?;
+        Ok(bytes)
+    }
+
+    /// One chunk: into `target` when given (which must be exactly the range's
+    /// length), else into a new buffer. Returns the object's size and that buffer.
+    async fn request(
+        &self,
+        connection: &quinn::Connection,
+        id: ObjectId,
+        offset: u64,
+        len: u64,
+        target: Option<&mut [u8]>,
+    ) -> Result<(u64, Vec<u8>), String> {
+        let (mut send, mut recv) = connection
+            .open_bi()
+            .await
+            .map_err(|error| format!("cannot open a stream: {error}"))?;
+        let request = FetchRequest {
+            token: self.token_digest,
+            id,
+            offset,
+            len,
+        };
+        object_wire::write_small(&mut send, &request)
+            .await
+            .map_err(|error| error.to_string())?;
+        let _ = send.finish();
+        let header: FetchHeader = object_wire::read_small(&mut recv)
+            .await
+            .map_err(|error| error.to_string())?;
+        let (size, got) = match header {
+            FetchHeader::Bytes { size, len: got } => (size, got),
+            FetchHeader::Error { code, message } => return Err(format!("{code:?}: {message}")),
+        };
+        let expected = len.min(size.saturating_sub(offset));
+        if got != expected {
+            return Err(format!("asked {expected} bytes at {offset}, told {got}"));
+        }
+        let mut owned = Vec::new();
+        let buffer = match target {
+            Some(target) if target.len() as u64 == got => target,
+            Some(target) => {
+                return Err(format!(
+                    "the object is {size} bytes, not the {} expected",
+                    offset + target.len() as u64
+                ));
+            }
+            None => {
+                owned = vec![0u8; got as usize];
+                &mut owned[..]
+            }
+        };
+        recv.read_exact(buffer)
+            .await
+            .map_err(|error| format!("chunk at {offset} cut short: {error}"))?;
+        Ok((size, owned))
+    }
+}
+
+async fn keep(
+    store: &Arc<ObjectStore>,
+    id: ObjectId,
+    owner: Owner,
+    pin: bool,
+) -> Result<(), FetchError> {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || {
+        store.add_owner(id, owner)?;
+        if pin {
+            store.pin(id)?;
+        }
+        Ok(())
+    })
+    .await
+    .unwrap_or_else(|error| {
+        Err(StoreError::Read {
+            source: std::io::Error::other(error.to_string()),
+        })
+    })
+    .map_err(|source| FetchError::Store { id, source })
+}
