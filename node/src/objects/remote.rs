@@ -450,3 +450,169 @@ async fn keep(
     })
     .map_err(|source| FetchError::Store { id, source })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use xp_runtime::ids::NodeId;
+
+    use super::*;
+    use crate::objects::StoreLimits;
+
+    const TOKEN: &str = "cluster-token";
+
+    struct Peer {
+        _dir: tempfile::TempDir,
+        store: Arc<ObjectStore>,
+        server: ObjectServer,
+        source: ObjectSource,
+        dropped: mpsc::UnboundedReceiver<ObjectId>,
+    }
+
+    fn peer(memory_bytes: u64) -> Peer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let limits = StoreLimits {
+            memory_bytes,
+            ..StoreLimits::default()
+        };
+        let store = Arc::new(ObjectStore::open(dir.path().join("objects"), limits).expect("store"));
+        let (dropped_tx, dropped) = mpsc::unbounded_channel();
+        let server = ObjectServer::start(
+            store.clone(),
+            "127.0.0.1:0".parse().expect("address"),
+            object_wire::token_digest(TOKEN),
+            dropped_tx,
+        )
+        .expect("server");
+        let source = ObjectSource {
+            node: NodeId::random(),
+            host: "127.0.0.1".to_owned(),
+            endpoint: server.endpoint().expect("endpoint"),
+        };
+        Peer {
+            _dir: dir,
+            store,
+            server,
+            source,
+            dropped,
+        }
+    }
+
+    fn owner() -> Owner {
+        Owner::Trial("3f2a9c0d11b2e4f7-t3".parse().expect("trial id"))
+    }
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|index| (index * 31 % 251) as u8).collect()
+    }
+
+    #[tokio::test]
+    async fn a_multi_chunk_object_arrives_whole_and_verified() {
+        let holder = peer(1 << 30);
+        let fetching = peer(1 << 30);
+        // Not a multiple of the chunk size, so the last chunk is short.
+        let bytes = pattern(3 * CHUNK_BYTES as usize + 12_345);
+        let id = holder.store.put(bytes.clone(), owner()).expect("put");
+        let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
+        fetcher
+            .ensure(&fetching.store, id, owner(), true, &[holder.source.clone()], None)
+            .await
+            .expect("fetch");
+        assert_eq!(&*fetching.store.get(id).expect("stored"), bytes.as_slice());
+        assert!(fetching.store.info(id).expect("info").pinned);
+        holder.server.close();
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_source_is_skipped_and_reported_and_the_next_one_used() {
+        // Memory limit 0: objects live on disk, where they can be damaged.
+        let damaged = peer(0);
+        let healthy = peer(0);
+        let fetching = peer(0);
+        let bytes = pattern(100_000);
+        let id = damaged.store.put(bytes.clone(), owner()).expect("put");
+        healthy.store.put(bytes.clone(), owner()).expect("put");
+        let path = damaged.store.dir().join(id.to_string());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let mut file = std::fs::read(&path).expect("read");
+        file[777] ^= 0xff;
+        std::fs::write(&path, &file).expect("write");
+
+        let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
+        let sources = [damaged.source.clone(), healthy.source.clone()];
+        fetcher
+            .ensure(&fetching.store, id, owner(), false, &sources, None)
+            .await
+            .expect("fetched from the healthy source");
+        assert_eq!(&*fetching.store.get(id).expect("stored"), bytes.as_slice());
+        let mut damaged = damaged;
+        assert_eq!(damaged.dropped.recv().await, Some(id), "the damaged copy is reported");
+        assert!(!damaged.store.contains(id), "and deleted");
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_local_copy_is_replaced_from_a_replica() {
+        let holder = peer(0);
+        let local = peer(0);
+        let bytes = pattern(50_000);
+        let id = holder.store.put(bytes.clone(), owner()).expect("put");
+        local.store.put(bytes.clone(), owner()).expect("put");
+        let path = local.store.dir().join(id.to_string());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        std::fs::write(&path, vec![0u8; bytes.len()]).expect("damage");
+        let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
+        fetcher
+            .ensure(&local.store, id, owner(), true, &[holder.source.clone()], None)
+            .await
+            .expect("repaired");
+        assert_eq!(&*local.store.get(id).expect("good again"), bytes.as_slice());
+    }
+
+    #[tokio::test]
+    async fn a_wrong_token_or_a_missing_object_fails_clearly() {
+        let holder = peer(1 << 20);
+        let fetching = peer(1 << 20);
+        let id = holder.store.put(pattern(10), owner()).expect("put");
+        let intruder = ObjectFetcher::new(object_wire::token_digest("not the token")).expect("fetcher");
+        let error = intruder
+            .ensure(&fetching.store, id, owner(), false, &[holder.source.clone()], None)
+            .await
+            .expect_err("refused");
+        assert!(error.to_string().contains("wrong cluster token"), "{error}");
+        let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
+        let absent = ObjectId::of(b"never stored");
+        let error = fetcher
+            .ensure(&fetching.store, absent, owner(), false, &[holder.source.clone()], None)
+            .await
+            .expect_err("absent");
+        assert!(error.to_string().contains("NotFound"), "{error}");
+        assert!(!fetching.store.contains(absent));
+    }
+
+    #[tokio::test]
+    async fn garbage_on_an_object_stream_gets_an_error_not_a_crash() {
+        let holder = peer(1 << 20);
+        let id = holder.store.put(pattern(10), owner()).expect("put");
+        let endpoint = object_wire::client_endpoint().expect("endpoint");
+        let config = object_wire::client_config(holder.source.endpoint.cert_sha256, true).expect("config");
+        let addr = SocketAddr::from(([127, 0, 0, 1], holder.source.endpoint.port));
+        let connection = endpoint
+            .connect_with(config, addr, object_wire::SERVER_NAME)
+            .expect("connect")
+            .await
+            .expect("handshake");
+        let (mut send, mut recv) = connection.open_bi().await.expect("stream");
+        send.write_all(&[7, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7]).await.expect("write");
+        let _ = send.finish();
+        let header: FetchHeader = object_wire::read_small(&mut recv).await.expect("answer");
+        assert!(matches!(header, FetchHeader::Error { code: FetchErrorCode::Malformed, .. }), "{header:?}");
+        // The server still serves proper requests.
+        let fetching = peer(1 << 20);
+        let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
+        fetcher
+            .ensure(&fetching.store, id, owner(), false, &[holder.source.clone()], None)
+            .await
+            .expect("still serving");
+    }
+}
