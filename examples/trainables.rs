@@ -4,8 +4,10 @@
 //! `trainables submit --cluster JOIN --trials N [--step-ms MS] [--steps S]` submits a
 //! random search of the `quadratic` trainable and prints the experiment id;
 //! `trainables submit --cluster JOIN --entry allreduce_check --workers W [--crash-rank R]`
-//! submits one data-parallel trial that checks a ring all-reduce. Nodes
-//! re-execute this binary with `XP_ENTRY=quadratic` to run a trial.
+//! submits one data-parallel trial that checks a ring all-reduce;
+//! `trainables submit --cluster JOIN --spec FILE` submits any spec whose trials are
+//! entries of this binary (`counter` is the checkpointing one). Nodes re-execute
+//! this binary with `XP_ENTRY=quadratic` to run a trial.
 #![allow(
     clippy::print_stdout,
     reason = "an example's output is for the person running it"
@@ -58,10 +60,64 @@ fn allreduce_check(ctx: &TrialContext) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// One step of `counter`'s recurrence: deterministic, and sensitive to every
+/// earlier step, so a resumed run matches an uninterrupted one only if it resumed
+/// from exactly the state it saved.
+pub fn counter_step(step: u64, value: f64) -> f64 {
+    value * 0.999 + (step as f64).sin()
+}
+
+/// Runs `counter_step` for `steps` steps from `start`, saving a checkpoint every
+/// `every` steps and resuming from the latest one. Reports `value` and `attempt`
+/// each step and `final` at the end. With `fail_flag` set, the first attempt fails
+/// at the next step after that file appears.
+fn counter(ctx: &TrialContext) -> Result<(), BoxError> {
+    let steps = u64::try_from(ctx.param_i64("steps")?)?;
+    let every = u64::try_from(ctx.param_i64("every")?)?.max(1);
+    let step_ms = u64::try_from(ctx.param_i64("step_ms")?)?;
+    let fail_flag = ctx
+        .param_str("fail_flag")
+        .ok()
+        .filter(|flag| !flag.is_empty());
+    let (mut step, mut value) = match ctx.restore()? {
+        Some((step, state)) => {
+            let bytes: [u8; 8] = state
+                .as_slice()
+                .try_into()
+                .map_err(|_| format!("a checkpoint of {} bytes, not 8", state.len()))?;
+            println!("resumed from step {step}");
+            (step, f64::from_le_bytes(bytes))
+        }
+        None => (0, ctx.param_f64("start")?),
+    };
+    while step < steps {
+        if ctx.attempt == 1 && fail_flag.is_some_and(|flag| std::path::Path::new(flag).exists()) {
+            return Err(format!("asked to fail at step {step}").into());
+        }
+        step += 1;
+        value = counter_step(step, value);
+        ctx.report(
+            step,
+            &[("value", value), ("attempt", f64::from(ctx.attempt))],
+        );
+        if step % every == 0 {
+            ctx.checkpoint(step, &value.to_le_bytes())?;
+        }
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "a synchronous trainable paces its steps"
+        )]
+        std::thread::sleep(Duration::from_millis(step_ms));
+    }
+    ctx.report(steps, &[("final", value)]);
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     Trainables::new()
         .register("quadratic", quadratic)
         .register("allreduce_check", allreduce_check)
+        .register("counter", counter)
         .run_if_worker();
     let args: Vec<String> = std::env::args().collect();
     let value = |flag: &str| {
@@ -97,7 +153,9 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| "-1".to_owned())
         .parse()
         .context("--crash-rank")?;
-    let yaml = if value("--entry").as_deref() == Some("allreduce_check") {
+    let yaml = if let Some(path) = value("--spec") {
+        std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?
+    } else if value("--entry").as_deref() == Some("allreduce_check") {
         format!(
             "name: allreduce\nteam: tests\ntrial:\n  entry: allreduce_check\n  workers: {workers}\n  resources: {{cpu: 1}}\n  max_retries: 1\nsearch:\n  algorithm: grid\n  space:\n    crash_rank: {{choice: [{crash_rank}]}}\n"
         )

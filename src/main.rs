@@ -161,6 +161,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The checkpoints kept for an experiment's trials, and where their replicas are.
+    Checkpoints {
+        /// The experiment id (or a unique prefix, or its name).
+        experiment: String,
+        #[command(flatten)]
+        cluster: ClusterArg,
+        /// One JSON object per checkpoint, one per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Arbitration by an admin; each action is recorded with who and why.
     Admin {
         #[command(flatten)]
@@ -380,6 +390,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Queue { cluster, json } => {
             let client = connect(&cluster).await?;
             print_queues(&client.queues().await?, json);
+            client.close().await;
+        }
+        Command::Checkpoints {
+            experiment,
+            cluster,
+            json,
+        } => {
+            let client = connect(&cluster).await?;
+            let checkpoints = client.checkpoints(&experiment).await?;
+            print_checkpoints(&checkpoints, json);
             client.close().await;
         }
         Command::Admin {
@@ -776,6 +796,63 @@ fn print_status_table(status: &ExperimentStatus) {
         if let Some(waiting) = &trial.waiting {
             println!("  {:<24} waits: {waiting}", "");
         }
+        if trial.attempts.len() > 1 || trial.attempts.iter().any(|a| a.resumed_from.is_some()) {
+            for attempt in &trial.attempts {
+                let nodes: Vec<String> = attempt
+                    .nodes
+                    .iter()
+                    .map(|node| node.to_string().chars().take(8).collect())
+                    .collect();
+                let resumed = attempt.resumed_from.map_or_else(
+                    || "from the start".to_owned(),
+                    |(step, from)| format!("resumed from step {step} (attempt {from})"),
+                );
+                println!(
+                    "  {:<24} attempt {} on {}: {resumed}; {}",
+                    "",
+                    attempt.number,
+                    nodes.join(","),
+                    attempt.outcome.as_deref().unwrap_or("running")
+                );
+            }
+        }
+    }
+}
+
+#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
+fn print_checkpoints(checkpoints: &[xp_runtime::protocol::CheckpointStatus], json: bool) {
+    if json {
+        for checkpoint in checkpoints {
+            println!("{}", xp_runtime::views::checkpoint_json(checkpoint));
+        }
+        return;
+    }
+    println!(
+        "{:<24} {:>7} {:>10} {:>6} {:>12} {:>10}  REPLICAS",
+        "TRIAL", "ATTEMPT", "STEP", "FILES", "BYTES", "METRIC"
+    );
+    for checkpoint in checkpoints {
+        let replicas: Vec<String> = checkpoint
+            .replicas
+            .iter()
+            .map(|node| node.to_string().chars().take(8).collect())
+            .collect();
+        println!(
+            "{:<24} {:>7} {:>10} {:>6} {:>12} {:>10}  {}",
+            checkpoint.trial.to_string(),
+            checkpoint.attempt,
+            checkpoint.step,
+            checkpoint.files.len(),
+            checkpoint.bytes,
+            checkpoint
+                .metric
+                .map_or_else(|| "-".to_owned(), |metric| format!("{metric:.4}")),
+            if replicas.is_empty() {
+                "none reachable".to_owned()
+            } else {
+                replicas.join(",")
+            }
+        );
     }
 }
 

@@ -63,7 +63,7 @@ pub enum HeadMsg {
     /// A client lists the scheduling queues.
     Queues(Reply<Response>),
     /// A client lists an experiment's checkpoints.
-    Checkpoints(ExperimentId, Reply<Response>),
+    Checkpoints(String, Reply<Response>),
     /// An admin arbitrates.
     Admin(AdminRequest, Reply<Response>),
     /// A node registered on a new session.
@@ -214,7 +214,7 @@ impl Actor for HeadActor {
                 let result = state
                     .args
                     .core
-                    .checkpoints(&experiment.to_string())
+                    .checkpoints(&experiment)
                     .map(Response::Checkpoints);
                 let _ = reply.send(result);
             }

@@ -650,6 +650,7 @@ async fn resolve_command(
     let checkpoint = CheckpointSink {
         store: objects.store.clone(),
         dir: work_dir.join("checkpoint"),
+        status_dir: work_dir.join(xp_runtime::metric_line::CHECKPOINT_STATUS_DIR),
     };
     let mut node_env = vec![("XP_NODE_HOST".to_owned(), advertise_host.to_owned())];
     node_env.extend(restore_checkpoint(launch, &checkpoint.dir, objects).await?);

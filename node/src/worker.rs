@@ -58,6 +58,9 @@ pub struct CheckpointSink {
     pub store: Arc<crate::objects::ObjectStore>,
     /// The worker's checkpoint directory.
     pub dir: PathBuf,
+    /// Where the verdict on each checkpoint is left for the worker
+    /// (`CHECKPOINT_STATUS_DIR` under its work directory).
+    pub status_dir: PathBuf,
 }
 
 /// What to execute for one worker, resolved by the agent.
@@ -341,6 +344,7 @@ async fn pump(
                 if let Some(file) = log.as_mut() {
                     let _ = file.write_all(note.as_bytes()).await;
                 }
+                leave_verdict(&sink.status_dir, step, note.trim_end()).await;
                 continue;
             }
             Ok(None) => {}
@@ -365,6 +369,26 @@ async fn pump(
     }
     if let Some(mut file) = log {
         let _ = file.flush().await;
+    }
+}
+
+/// Writes the verdict on the checkpoint of `step` where the worker looks for it;
+/// atomically, so it never reads half of one.
+async fn leave_verdict(dir: &std::path::Path, step: u64, verdict: &str) {
+    let verdict = verdict.trim_start_matches("xp-node: ");
+    let verdict = if verdict.contains("NOT stored") {
+        format!("error: {verdict}")
+    } else {
+        verdict.to_owned()
+    };
+    let temporary = dir.join(format!(".{step}.tmp"));
+    let write = async {
+        tokio::fs::create_dir_all(dir).await?;
+        tokio::fs::write(&temporary, verdict.as_bytes()).await?;
+        tokio::fs::rename(&temporary, dir.join(step.to_string())).await
+    };
+    if let Err(error) = write.await {
+        warn!(%error, dir = %dir.display(), "cannot leave the checkpoint verdict for the worker");
     }
 }
 

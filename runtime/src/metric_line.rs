@@ -62,6 +62,11 @@ pub enum MetricLineError {
 /// in `XP_CHECKPOINT_DIR` are a complete checkpoint taken at that step.
 pub const CHECKPOINT_PREFIX: &str = "XP_CHECKPOINT ";
 
+/// Where, under a worker's `XP_WORK_DIR`, its node leaves one file per taken
+/// checkpoint, named by the step: `stored ...` or `error: ...`. The SDK waits for
+/// it so that `checkpoint` returns the node's verdict.
+pub const CHECKPOINT_STATUS_DIR: &str = ".checkpoint-status";
+
 /// Why a checkpoint line was not accepted.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CheckpointLineError {

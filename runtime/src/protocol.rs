@@ -180,8 +180,8 @@ pub enum Request {
     Admin(AdminRequest),
     /// The checkpoints the head keeps for an experiment's trials.
     Checkpoints {
-        /// The experiment.
-        experiment: ExperimentId,
+        /// The experiment's id or a unique prefix of it.
+        experiment: String,
     },
 }
 

@@ -35,12 +35,31 @@ pub fn trial_json(trial: &TrialStatus) -> Value {
             "running_at_ms": attempt.running_at,
             "ended_at_ms": attempt.ended_at,
             "outcome": attempt.outcome,
+            "resumed_from": attempt.resumed_from.map(|(step, attempt)| json!({"step": step, "attempt": attempt})),
         })).collect::<Vec<_>>(),
         "metrics": trial.metrics,
         "last_step": trial.last_step,
         "reason": trial.reason,
         "reused_from": trial.reused_from.map(|source| source.to_string()),
         "waiting": trial.waiting,
+    })
+}
+
+/// One checkpoint as a JSON object.
+pub fn checkpoint_json(checkpoint: &crate::protocol::CheckpointStatus) -> Value {
+    json!({
+        "trial": checkpoint.trial.to_string(),
+        "attempt": checkpoint.attempt,
+        "step": checkpoint.step,
+        "at_ms": checkpoint.at,
+        "bytes": checkpoint.bytes,
+        "files": checkpoint.files.iter().map(|file| json!({
+            "name": file.name,
+            "object": file.object.to_string(),
+            "size": file.size,
+        })).collect::<Vec<_>>(),
+        "metric": checkpoint.metric,
+        "replicas": checkpoint.replicas.iter().map(ToString::to_string).collect::<Vec<_>>(),
     })
 }
 

@@ -7,9 +7,9 @@ use std::time::Duration;
 use xp_runtime::ids::{BlobHash, ExperimentId, TrialId};
 use xp_runtime::join::{JoinString, JoinStringError};
 use xp_runtime::protocol::{
-    AdminAction, AdminRequest, ErrorCode, ExperimentState, ExperimentStatus, LogChunk, LogRequest,
-    MetricPoint, NodeStatus, PeerRole, QueueStatus, Request, Response, SubmitRequest, TrialEvent,
-    TrialState,
+    AdminAction, AdminRequest, CheckpointStatus, ErrorCode, ExperimentState, ExperimentStatus,
+    LogChunk, LogRequest, MetricPoint, NodeStatus, PeerRole, QueueStatus, Request, Response,
+    SubmitRequest, TrialEvent, TrialState,
 };
 use xp_runtime::spec::{Algorithm, Domain, ExperimentSpec, ParamValue, SearchSpec, TrialSpec};
 use xp_runtime::transport::{self, HeadConnection, TransportError};
@@ -192,6 +192,15 @@ impl Client {
     /// The scheduling queues and their standing.
     pub async fn queues(&self) -> Result<Vec<QueueStatus>, SdkError> {
         expect_response!(self.request(Request::Queues).await?, Response::Queues(list) => list)
+    }
+
+    /// The checkpoints kept for the trials of `experiment` (an id, unique prefix or name).
+    pub async fn checkpoints(&self, experiment: &str) -> Result<Vec<CheckpointStatus>, SdkError> {
+        let experiment = experiment.to_owned();
+        expect_response!(
+            self.request(Request::Checkpoints { experiment }).await?,
+            Response::Checkpoints(list) => list
+        )
     }
 
     /// An admin action, recorded with `who` and `why`; returns how many trials it

@@ -16,7 +16,7 @@ use xp_runtime::collective::{
     BlockingCommunicator, BlockingRingListener, CollectiveConfig, CollectiveError, PeerInfo,
     TransportKind,
 };
-use xp_runtime::metric_line::format_metric_line;
+use xp_runtime::metric_line::{CHECKPOINT_STATUS_DIR, format_checkpoint_line, format_metric_line};
 use xp_runtime::rendezvous::{self, RankAddress, machine_id};
 
 /// The error type trainables return.
@@ -38,6 +38,9 @@ pub enum WorkerError {
     /// The gang could not be joined or a collective failed; the message names the rank.
     #[error("collective: {0}")]
     Collective(String),
+    /// A checkpoint could not be written, stored or read back.
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
     /// A parameter is missing or has another type.
     #[error("parameter `{name}` {reason}")]
     Param {
@@ -65,7 +68,17 @@ pub struct TrialContext {
     pub world_size: u32,
     /// A scratch directory for this worker.
     pub work_dir: std::path::PathBuf,
+    /// Where checkpoint files go (`XP_CHECKPOINT_DIR`); filled with the
+    /// checkpoint's files when this attempt resumes from one.
+    pub checkpoint_dir: std::path::PathBuf,
+    /// The step of the checkpoint this attempt resumed from (`XP_RESUME_STEP`).
+    pub resume_step: Option<u64>,
 }
+
+/// The file [`TrialContext::checkpoint`] writes its bytes to.
+const STATE_FILE: &str = "state";
+/// How long [`TrialContext::checkpoint`] waits for the node's verdict.
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(600);
 
 fn env(name: &'static str) -> Result<String, WorkerError> {
     std::env::var(name).map_err(|error| WorkerError::Env {
@@ -97,7 +110,83 @@ impl TrialContext {
             rank: env_number("XP_RANK")?,
             world_size: env_number("XP_WORLD_SIZE")?,
             work_dir: env("XP_WORK_DIR")?.into(),
+            checkpoint_dir: env("XP_CHECKPOINT_DIR")?.into(),
+            resume_step: match std::env::var("XP_RESUME_STEP") {
+                Ok(_) => Some(env_number("XP_RESUME_STEP")?),
+                Err(_) => None,
+            },
         })
+    }
+
+    /// Saves `state` as the trial's checkpoint at `step` and returns once the node
+    /// has stored it (and will replicate it): a later attempt of this trial, on
+    /// any node, starts with it in [`restore`](Self::restore).
+    ///
+    /// Only rank 0 writes: data-parallel ranks hold the same state, so on other
+    /// ranks this returns at once. A full store or another failure on the node
+    /// comes back as [`WorkerError::Checkpoint`]; the trial goes on either way.
+    pub fn checkpoint(&self, step: u64, state: &[u8]) -> Result<(), WorkerError> {
+        if self.rank != 0 {
+            return Ok(());
+        }
+        let failed = |what: &str, error: std::io::Error| {
+            WorkerError::Checkpoint(format!("cannot {what}: {error}"))
+        };
+        std::fs::create_dir_all(&self.checkpoint_dir)
+            .map_err(|error| failed("create the checkpoint directory", error))?;
+        let temporary = self.checkpoint_dir.join(format!(".{STATE_FILE}.tmp"));
+        std::fs::write(&temporary, state).map_err(|error| failed("write the checkpoint", error))?;
+        std::fs::rename(&temporary, self.checkpoint_dir.join(STATE_FILE))
+            .map_err(|error| failed("write the checkpoint", error))?;
+        let verdict_path = self
+            .work_dir
+            .join(CHECKPOINT_STATUS_DIR)
+            .join(step.to_string());
+        // A verdict left by an earlier attempt at the same step is stale.
+        let _ = std::fs::remove_file(&verdict_path);
+        {
+            let mut stdout = std::io::stdout().lock();
+            let _ = writeln!(stdout, "{}", format_checkpoint_line(step));
+            let _ = stdout.flush();
+        }
+        let deadline = std::time::Instant::now() + CHECKPOINT_WAIT;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match std::fs::read_to_string(&verdict_path) {
+                Ok(verdict) => {
+                    let _ = std::fs::remove_file(&verdict_path);
+                    return match verdict.strip_prefix("error: ") {
+                        Some(error) => Err(WorkerError::Checkpoint(error.to_owned())),
+                        None => Ok(()),
+                    };
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => return Err(failed("read the node's verdict", error)),
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(WorkerError::Checkpoint(format!(
+                    "the node gave no verdict on the checkpoint at step {step} within {CHECKPOINT_WAIT:?}"
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// The checkpoint this attempt resumes from, as (step, state) saved by
+    /// [`checkpoint`](Self::checkpoint); `None` on a fresh start.
+    pub fn restore(&self) -> Result<Option<(u64, Vec<u8>)>, WorkerError> {
+        let Some(step) = self.resume_step else {
+            return Ok(None);
+        };
+        let path = self.checkpoint_dir.join(STATE_FILE);
+        let state = std::fs::read(&path).map_err(|error| {
+            WorkerError::Checkpoint(format!(
+                "resuming from step {step} but cannot read {}: {error}",
+                path.display()
+            ))
+        })?;
+        Ok(Some((step, state)))
     }
 
     fn param(&self, name: &str) -> Result<&serde_json::Value, WorkerError> {

@@ -157,6 +157,11 @@ impl TestCluster {
 
     /// Starts a node named `name` with `gpus` declared GPU slots and `cpus` cores.
     pub(crate) fn start_node(&mut self, name: &str, gpus: u32, cpus: u32) {
+        self.start_node_with(name, gpus, cpus, &[]);
+    }
+
+    /// Like [`start_node`](Self::start_node), with extra `xp-node join` arguments.
+    pub(crate) fn start_node_with(&mut self, name: &str, gpus: u32, cpus: u32, extra: &[&str]) {
         let log = std::fs::File::create(self.dir.path().join(format!("node-{name}.log")))
             .expect("node log");
         let child = Command::new(binary("xp-node"))
@@ -170,12 +175,26 @@ impl TestCluster {
                 "--label",
                 &format!("name={name}"),
             ])
+            .args(extra)
             .env("XP_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("xp-node starts");
         self.nodes.insert(name.to_owned(), child);
+    }
+
+    /// The data directory of node `name`.
+    pub(crate) fn node_dir(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("node-{name}"))
+    }
+
+    /// The id node `name` chose on its first start.
+    pub(crate) fn node_id(&self, name: &str) -> String {
+        std::fs::read_to_string(self.node_dir(name).join("node_id"))
+            .expect("the node wrote its id")
+            .trim()
+            .to_owned()
     }
 
     /// Kills node `name` with SIGKILL.

@@ -516,7 +516,14 @@ mod tests {
         let id = holder.store.put(bytes.clone(), owner()).expect("put");
         let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
         fetcher
-            .ensure(&fetching.store, id, owner(), true, &[holder.source.clone()], None)
+            .ensure(
+                &fetching.store,
+                id,
+                owner(),
+                true,
+                &[holder.source.clone()],
+                None,
+            )
             .await
             .expect("fetch");
         assert_eq!(&*fetching.store.get(id).expect("stored"), bytes.as_slice());
@@ -547,7 +554,11 @@ mod tests {
             .expect("fetched from the healthy source");
         assert_eq!(&*fetching.store.get(id).expect("stored"), bytes.as_slice());
         let mut damaged = damaged;
-        assert_eq!(damaged.dropped.recv().await, Some(id), "the damaged copy is reported");
+        assert_eq!(
+            damaged.dropped.recv().await,
+            Some(id),
+            "the damaged copy is reported"
+        );
         assert!(!damaged.store.contains(id), "and deleted");
     }
 
@@ -563,7 +574,14 @@ mod tests {
         std::fs::write(&path, vec![0u8; bytes.len()]).expect("damage");
         let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
         fetcher
-            .ensure(&local.store, id, owner(), true, &[holder.source.clone()], None)
+            .ensure(
+                &local.store,
+                id,
+                owner(),
+                true,
+                &[holder.source.clone()],
+                None,
+            )
             .await
             .expect("repaired");
         assert_eq!(&*local.store.get(id).expect("good again"), bytes.as_slice());
@@ -574,16 +592,31 @@ mod tests {
         let holder = peer(1 << 20);
         let fetching = peer(1 << 20);
         let id = holder.store.put(pattern(10), owner()).expect("put");
-        let intruder = ObjectFetcher::new(object_wire::token_digest("not the token")).expect("fetcher");
+        let intruder =
+            ObjectFetcher::new(object_wire::token_digest("not the token")).expect("fetcher");
         let error = intruder
-            .ensure(&fetching.store, id, owner(), false, &[holder.source.clone()], None)
+            .ensure(
+                &fetching.store,
+                id,
+                owner(),
+                false,
+                &[holder.source.clone()],
+                None,
+            )
             .await
             .expect_err("refused");
         assert!(error.to_string().contains("wrong cluster token"), "{error}");
         let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
         let absent = ObjectId::of(b"never stored");
         let error = fetcher
-            .ensure(&fetching.store, absent, owner(), false, &[holder.source.clone()], None)
+            .ensure(
+                &fetching.store,
+                absent,
+                owner(),
+                false,
+                &[holder.source.clone()],
+                None,
+            )
             .await
             .expect_err("absent");
         assert!(error.to_string().contains("NotFound"), "{error}");
@@ -595,7 +628,8 @@ mod tests {
         let holder = peer(1 << 20);
         let id = holder.store.put(pattern(10), owner()).expect("put");
         let endpoint = object_wire::client_endpoint().expect("endpoint");
-        let config = object_wire::client_config(holder.source.endpoint.cert_sha256, true).expect("config");
+        let config =
+            object_wire::client_config(holder.source.endpoint.cert_sha256, true).expect("config");
         let addr = SocketAddr::from(([127, 0, 0, 1], holder.source.endpoint.port));
         let connection = endpoint
             .connect_with(config, addr, object_wire::SERVER_NAME)
@@ -603,15 +637,33 @@ mod tests {
             .await
             .expect("handshake");
         let (mut send, mut recv) = connection.open_bi().await.expect("stream");
-        send.write_all(&[7, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7]).await.expect("write");
+        send.write_all(&[7, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7])
+            .await
+            .expect("write");
         let _ = send.finish();
         let header: FetchHeader = object_wire::read_small(&mut recv).await.expect("answer");
-        assert!(matches!(header, FetchHeader::Error { code: FetchErrorCode::Malformed, .. }), "{header:?}");
+        assert!(
+            matches!(
+                header,
+                FetchHeader::Error {
+                    code: FetchErrorCode::Malformed,
+                    ..
+                }
+            ),
+            "{header:?}"
+        );
         // The server still serves proper requests.
         let fetching = peer(1 << 20);
         let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
         fetcher
-            .ensure(&fetching.store, id, owner(), false, &[holder.source.clone()], None)
+            .ensure(
+                &fetching.store,
+                id,
+                owner(),
+                false,
+                &[holder.source.clone()],
+                None,
+            )
             .await
             .expect("still serving");
     }
