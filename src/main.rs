@@ -248,6 +248,23 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// Object store put/get, remote get and checkpoint throughput, against memory
+    /// copy and loopback TCP measured in the same run.
+    Objects {
+        /// Object sizes in bytes; repeat the flag for several.
+        #[arg(long = "size", default_values_t = [1u64 << 20, 16 << 20, 256 << 20, 1 << 30])]
+        sizes: Vec<u64>,
+        /// The checkpoint saved and restored, in bytes (0 skips it).
+        #[arg(long, default_value_t = 512 << 20)]
+        checkpoint_bytes: u64,
+        /// Where the stores live (a temporary directory under it); the system's
+        /// temporary directory when absent.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// One JSON line per measurement.
+        #[arg(long)]
+        json: bool,
+    },
     /// Throughput and start latency of no-op trials.
     Trials {
         /// How many trials.
@@ -705,6 +722,71 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         measurement.time_s * 1e3,
                         measurement.algbw_gbps,
                         measurement.busbw_gbps
+                    );
+                }
+            }
+        }
+        Command::Bench {
+            bench:
+                Bench::Objects {
+                    sizes,
+                    checkpoint_bytes,
+                    dir,
+                    json,
+                },
+        } => {
+            anyhow::ensure!(
+                sizes
+                    .iter()
+                    .chain([&checkpoint_bytes])
+                    .all(|size| *size <= 4 << 30),
+                "sizes must be at most 4 GiB"
+            );
+            anyhow::ensure!(
+                sizes.iter().all(|size| *size > 0),
+                "--size must be positive"
+            );
+            let scratch = match &dir {
+                Some(dir) => tempfile::tempdir_in(dir),
+                None => tempfile::tempdir(),
+            }
+            .context("cannot create a scratch directory")?;
+            let measurements =
+                xp_node::objects::bench::run(scratch.path(), &sizes, checkpoint_bytes)
+                    .await
+                    .map_err(|error| anyhow::anyhow!(error))
+                    .context("the objects bench failed")?;
+            if !json {
+                println!(
+                    "{:<19} {:<7} {:>12} {:>10} {:>12} {:>7}  REFERENCE",
+                    "OP", "TIER", "SIZE_BYTES", "GB/s", "REF_GB/s", "RATIO"
+                );
+            }
+            for measurement in &measurements {
+                let ratio = measurement.gbps / measurement.reference_gbps;
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({
+                            "op": measurement.op,
+                            "tier": measurement.tier,
+                            "size_bytes": measurement.size_bytes,
+                            "gbps": measurement.gbps,
+                            "reference_gbps": measurement.reference_gbps,
+                            "reference": measurement.reference,
+                            "ratio": ratio,
+                        })
+                    );
+                } else {
+                    println!(
+                        "{:<19} {:<7} {:>12} {:>10.3} {:>12.3} {:>7.2}  {}",
+                        measurement.op,
+                        measurement.tier,
+                        measurement.size_bytes,
+                        measurement.gbps,
+                        measurement.reference_gbps,
+                        ratio,
+                        measurement.reference
                     );
                 }
             }

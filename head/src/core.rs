@@ -1864,7 +1864,8 @@ impl HeadCore {
             resumed_from: resume.as_ref().map(|resume| (resume.step, resume.attempt)),
         });
         for (node, launch) in launches {
-            self.commands.push_back((node, HeadCommand::Launch(launch)));
+            self.commands
+                .push_back((node, HeadCommand::Launch(Box::new(launch))));
         }
         let nodes: Vec<String> = nodes.into_iter().collect();
         let resuming = resume.map_or_else(String::new, |resume| {

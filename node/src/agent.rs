@@ -26,7 +26,7 @@ use xp_runtime::protocol::{
 };
 use xp_runtime::transport::{self, HeadConnection, TransportError};
 
-use crate::objects::remote::ObjectFetcher;
+use crate::objects::remote::{ObjectFetcher, Wanted};
 use crate::objects::{ObjectStore, Owner};
 use crate::outbox::Outbox;
 use crate::slots::SlotTable;
@@ -332,7 +332,7 @@ impl Agent {
                 Vec::new()
             }
             HeadCommand::Launch(launch) => {
-                self.launch(connection, launch);
+                self.launch(connection, *launch);
                 Vec::new()
             }
             HeadCommand::Kill {
@@ -413,9 +413,19 @@ impl Agent {
         let changes = self.objects.changes_tx.clone();
         let own = self.identity.node_id;
         xp_runtime::task::spawn("replicate", async move {
-            for (id, _size) in objects {
+            for (id, size) in objects {
                 match fetcher
-                    .ensure(&store, id, Owner::Trial(trial), true, &sources, Some(own))
+                    .ensure(
+                        &store,
+                        Wanted {
+                            id,
+                            owner: Owner::Trial(trial),
+                            pin: true,
+                            size: Some(size),
+                        },
+                        &sources,
+                        Some(own),
+                    )
                     .await
                 {
                     Ok(()) => {
@@ -600,9 +610,12 @@ async fn restore_checkpoint(
             .fetcher
             .ensure(
                 &objects.store,
-                file.object,
-                Owner::Trial(launch.key.trial),
-                true,
+                Wanted {
+                    id: file.object,
+                    owner: Owner::Trial(launch.key.trial),
+                    pin: true,
+                    size: Some(file.size),
+                },
                 &resume.sources,
                 Some(objects.own_node),
             )

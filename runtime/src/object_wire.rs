@@ -158,6 +158,12 @@ pub fn client_endpoint() -> Result<quinn::Endpoint, QuicSetupError> {
     quic::bind_endpoint(SocketAddr::from(([0, 0, 0, 0], 0)), None)
 }
 
+/// Waits (at most 100 ms) for MTU discovery on a new `connection`, so bulk data
+/// does not start in 1200-byte datagrams where 64 KiB ones fit.
+pub async fn settle_mtu(connection: &quinn::Connection) {
+    quic::settle_mtu(connection, QuicTuning::default().mtu_settle).await;
+}
+
 /// The client configuration for a server whose certificate hashes to `pinned`.
 pub fn client_config(
     pinned: [u8; 32],

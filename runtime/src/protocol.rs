@@ -837,8 +837,8 @@ pub enum HeadCommand {
         /// Heartbeat interval in milliseconds.
         heartbeat_interval_ms: u64,
     },
-    /// Start one worker.
-    Launch(Launch),
+    /// Start one worker (boxed: it is much larger than the other commands).
+    Launch(Box<Launch>),
     /// Stop every local worker of this attempt (SIGTERM, then SIGKILL after a grace period).
     Kill {
         /// The trial.

@@ -149,28 +149,7 @@ impl TrialContext {
             let _ = writeln!(stdout, "{}", format_checkpoint_line(step));
             let _ = stdout.flush();
         }
-        let deadline = std::time::Instant::now() + CHECKPOINT_WAIT;
-        let mut pause = Duration::from_millis(1);
-        loop {
-            match std::fs::read_to_string(&verdict_path) {
-                Ok(verdict) => {
-                    let _ = std::fs::remove_file(&verdict_path);
-                    return match verdict.strip_prefix("error: ") {
-                        Some(error) => Err(WorkerError::Checkpoint(error.to_owned())),
-                        None => Ok(()),
-                    };
-                }
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => return Err(failed("read the node's verdict", error)),
-            }
-            if std::time::Instant::now() > deadline {
-                return Err(WorkerError::Checkpoint(format!(
-                    "the node gave no verdict on the checkpoint at step {step} within {CHECKPOINT_WAIT:?}"
-                )));
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(50));
-        }
+        wait_for_verdict(&verdict_path, step)
     }
 
     /// The checkpoint this attempt resumes from, as (step, state) saved by
@@ -315,6 +294,40 @@ impl TrialContext {
         // A closed stdout means the node is gone; the worker is about to be killed anyway.
         let _ = writeln!(stdout, "{line}");
         let _ = stdout.flush();
+    }
+}
+
+/// Waits for the node's verdict on the checkpoint of `step` (a file it leaves
+/// once the checkpoint is stored or refused), and returns it.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the worker API is synchronous: trial code blocks until its checkpoint is safe"
+)]
+fn wait_for_verdict(verdict_path: &std::path::Path, step: u64) -> Result<(), WorkerError> {
+    let failed = |what: &str, error: std::io::Error| {
+        WorkerError::Checkpoint(format!("cannot {what}: {error}"))
+    };
+    let deadline = std::time::Instant::now() + CHECKPOINT_WAIT;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match std::fs::read_to_string(verdict_path) {
+            Ok(verdict) => {
+                let _ = std::fs::remove_file(verdict_path);
+                return match verdict.strip_prefix("error: ") {
+                    Some(error) => Err(WorkerError::Checkpoint(error.to_owned())),
+                    None => Ok(()),
+                };
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(failed("read the node's verdict", error)),
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(WorkerError::Checkpoint(format!(
+                "the node gave no verdict on the checkpoint at step {step} within {CHECKPOINT_WAIT:?}"
+            )));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
     }
 }
 

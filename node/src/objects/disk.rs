@@ -216,7 +216,8 @@ impl DiskDir {
                     });
                 }
                 let chunk = &buffer[..n_read];
-                hasher.update(chunk);
+                // Both cores hash while the page cache absorbs the write.
+                hasher.update_rayon(chunk);
                 if size > available {
                     file = None;
                 }
@@ -324,7 +325,7 @@ impl DiskDir {
         // directory lock keeps other stores out; a process writing into the
         // directory behind the store's back is outside what this can defend.
         let map = unsafe { Mmap::map(&file) }.map_err(io_error(IoOperation::Map, &path))?;
-        if ObjectId::of(&map) != *id {
+        if super::object_id(&map) != *id {
             return Ok(MapOutcome::Mismatch);
         }
         Ok(MapOutcome::Verified(Arc::new(map)))

@@ -20,12 +20,14 @@ use xp_runtime::object_wire::{
 };
 use xp_runtime::protocol::{ObjectEndpoint, ObjectSource};
 
-use super::{ObjectStore, Owner, StoreError};
+use super::{ObjectBytes, ObjectStore, Owner, StoreError};
 
 /// How many chunk requests one fetch keeps in flight.
 const PARALLEL_CHUNKS: usize = 4;
-/// The most bytes handed to a QUIC stream in one write.
-const WRITE_BYTES: usize = 1 << 20;
+/// The most bytes handed to a QUIC stream in one write: quinn copies each write
+/// into its own allocation, and small ones are recycled by the allocator instead
+/// of being mapped and faulted in afresh (as in the collective's links).
+const WRITE_BYTES: usize = 64 << 10;
 
 /// Why an object could not be fetched.
 #[derive(Debug, thiserror::Error)]
@@ -109,21 +111,60 @@ impl ObjectServer {
     }
 }
 
+/// The objects a connection served last, kept mapped (and so verified once)
+/// while a fetcher pulls their remaining chunks. Held across a miss, so chunk
+/// requests arriving together wait for one verification instead of each
+/// hashing the whole object.
+type Recent = Arc<tokio::sync::Mutex<Vec<(ObjectId, ObjectBytes)>>>;
+
+/// How many objects a connection keeps mapped between chunk requests.
+const RECENT_OBJECTS: usize = 4;
+
 async fn serve_connection(
     connection: quinn::Connection,
     store: Arc<ObjectStore>,
     token_digest: [u8; 32],
     dropped: mpsc::UnboundedSender<ObjectId>,
 ) {
+    let recent: Recent = Arc::default();
     while let Ok((send, recv)) = connection.accept_bi().await {
         let store = store.clone();
         let dropped = dropped.clone();
+        let recent = recent.clone();
         xp_runtime::task::spawn("object-request", async move {
-            if let Err(error) = serve_request(send, recv, store, token_digest, dropped).await {
+            if let Err(error) =
+                serve_request(send, recv, store, token_digest, dropped, recent).await
+            {
                 debug!(%error, "object request ended early");
             }
         });
     }
+}
+
+async fn lookup(
+    store: &Arc<ObjectStore>,
+    recent: &Recent,
+    id: ObjectId,
+) -> Result<ObjectBytes, StoreError> {
+    let mut recent = recent.lock().await;
+    if let Some((_, bytes)) = recent.iter().find(|(cached, _)| *cached == id) {
+        return Ok(bytes.clone());
+    }
+    let bytes = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || store.get(id))
+            .await
+            .unwrap_or_else(|error| {
+                Err(StoreError::Read {
+                    source: std::io::Error::other(error.to_string()),
+                })
+            })?
+    };
+    if recent.len() >= RECENT_OBJECTS {
+        recent.remove(0);
+    }
+    recent.push((id, bytes.clone()));
+    Ok(bytes)
 }
 
 async fn serve_request(
@@ -132,6 +173,7 @@ async fn serve_request(
     store: Arc<ObjectStore>,
     token_digest: [u8; 32],
     dropped: mpsc::UnboundedSender<ObjectId>,
+    recent: Recent,
 ) -> Result<(), object_wire::WireError> {
     let refuse = |code, message: String| FetchHeader::Error { code, message };
     let request: FetchRequest = match object_wire::read_small(&mut recv).await {
@@ -152,13 +194,9 @@ async fn serve_request(
         return Ok(());
     }
     let id = request.id;
-    let lookup = {
-        let store = store.clone();
-        tokio::task::spawn_blocking(move || store.get(id)).await
-    };
-    let bytes = match lookup {
-        Ok(Ok(bytes)) => bytes,
-        Ok(Err(error)) => {
+    let bytes = match lookup(&store, &recent, id).await {
+        Ok(bytes) => bytes,
+        Err(error) => {
             let code = match error {
                 StoreError::NotFound { .. } => FetchErrorCode::NotFound,
                 StoreError::Corrupt { .. } | StoreError::Missing { .. } => {
@@ -168,12 +206,6 @@ async fn serve_request(
                 _ => FetchErrorCode::Internal,
             };
             object_wire::write_small(&mut send, &refuse(code, error.to_string())).await?;
-            let _ = send.finish();
-            return Ok(());
-        }
-        Err(error) => {
-            let header = refuse(FetchErrorCode::Internal, error.to_string());
-            object_wire::write_small(&mut send, &header).await?;
             let _ = send.finish();
             return Ok(());
         }
@@ -202,6 +234,20 @@ async fn serve_request(
     Ok(())
 }
 
+/// An object a node wants a good local copy of.
+#[derive(Debug, Clone)]
+pub struct Wanted {
+    /// The object.
+    pub id: ObjectId,
+    /// Who keeps it alive here.
+    pub owner: Owner,
+    /// Whether to pin it (checkpoint data: deleted only on the head's order).
+    pub pin: bool,
+    /// Its size from the head's manifest, if known: every chunk is then asked
+    /// for at once.
+    pub size: Option<u64>,
+}
+
 /// Pulls objects from other nodes, keeping one connection per source.
 pub struct ObjectFetcher {
     endpoint: quinn::Endpoint,
@@ -221,20 +267,25 @@ impl ObjectFetcher {
         })
     }
 
-    /// Makes sure `store` holds a good copy of `id`, fetching it from the first of
-    /// `sources` that has one (skipping `own_node`), and adds `owner` (and a pin).
+    /// Makes sure `store` holds a good copy of the wanted object, fetching it from
+    /// the first of `sources` that has one (skipping `own_node`), and adds its
+    /// owner (and a pin).
     ///
     /// A local copy that fails its hash check is discarded by the store and
     /// fetched again.
     pub async fn ensure(
         &self,
         store: &Arc<ObjectStore>,
-        id: ObjectId,
-        owner: Owner,
-        pin: bool,
+        wanted: Wanted,
         sources: &[ObjectSource],
         own_node: Option<xp_runtime::ids::NodeId>,
     ) -> Result<(), FetchError> {
+        let Wanted {
+            id,
+            owner,
+            pin,
+            size: size_hint,
+        } = wanted;
         let local = {
             let store = store.clone();
             tokio::task::spawn_blocking(move || store.get(id).map(|_| ()))
@@ -256,7 +307,7 @@ impl ObjectFetcher {
             .filter(|source| Some(source.node) != own_node)
         {
             match self
-                .fetch_from(source, id, store.limits().max_object_bytes)
+                .fetch_from(source, id, size_hint, store.limits().max_object_bytes)
                 .await
             {
                 Ok(bytes) => {
@@ -315,6 +366,7 @@ impl ObjectFetcher {
             .map_err(|error| format!("cannot connect to {addr}: {error}"))?
             .await
             .map_err(|error| format!("cannot connect to {addr}: {error}"))?;
+        object_wire::settle_mtu(&connection).await;
         self.connections
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -323,46 +375,54 @@ impl ObjectFetcher {
     }
 
     /// The object's bytes from one source, in parallel chunks; not yet verified.
+    /// With `size_hint` (from the head's manifest) every chunk is asked for at
+    /// once; without it, a first empty request learns the size.
     async fn fetch_from(
         &self,
         source: &ObjectSource,
         id: ObjectId,
+        size_hint: Option<u64>,
         max_bytes: u64,
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Arc<[u8]>, String> {
         let connection = self.connection(source).await?;
-        // The first chunk also tells the size.
-        let first = self.request(&connection, id, 0, CHUNK_BYTES, None).await?;
-        let (size, first) = first;
+        let size = match size_hint {
+            Some(size) => size,
+            None => self.request(&connection, id, 0, &mut [], None).await?,
+        };
         if size > max_bytes {
             return Err(format!(
                 "object of {size} bytes is over this store's {max_bytes}-byte object limit"
             ));
         }
         let size_usize = usize::try_from(size).map_err(|_| format!("object of {size} bytes"))?;
-        if first.len() as u64 == size {
-            return Ok(first);
+        // Received straight into the shared allocation the store keeps, so a
+        // fetched object is never copied after it arrives.
+        let mut bytes: Arc<[u8]> = Arc::from(vec![0u8; 0]);
+        if size_usize > 0 {
+            let mut shared: Arc<[std::mem::MaybeUninit<u8>]> = Arc::new_uninit_slice(size_usize);
+            let uninit = Arc::get_mut(&mut shared).ok_or("a fresh allocation is not shared")?;
+            for slot in uninit.iter_mut() {
+                slot.write(0);
+            }
+            // SAFETY: every byte was written just above.
+            bytes = unsafe { shared.assume_init() };
         }
-        let mut bytes = vec![0u8; size_usize];
-        bytes[..first.len()].copy_from_slice(&first);
-        let rest = &mut bytes[first.len()..];
-        let base = first.len() as u64;
-        let chunks: Vec<(u64, &mut [u8])> = rest
+        let buffer = Arc::get_mut(&mut bytes).ok_or("a fresh allocation is not shared")?;
+        let chunks = buffer
             .chunks_mut(CHUNK_BYTES as usize)
             .enumerate()
-            .map(|(index, chunk)| (base + index as u64 * CHUNK_BYTES, chunk))
-            .collect();
-        // A bounded number in flight: lanes each take every PARALLEL_CHUNKS-th chunk.
+            .map(|(index, chunk)| (index as u64 * CHUNK_BYTES, chunk));
+        // A bounded number in flight: lane k takes every PARALLEL_CHUNKS-th chunk.
         let mut lanes: Vec<Vec<(u64, &mut [u8])>> =
             (0..PARALLEL_CHUNKS).map(|_| Vec::new()).collect();
-        for (index, chunk) in chunks.into_iter().enumerate() {
+        for (index, chunk) in chunks.enumerate() {
             lanes[index % PARALLEL_CHUNKS].push(chunk);
         }
         try_join_all(lanes.into_iter().map(|lane| {
             let connection = connection.clone();
             async move {
                 for (offset, target) in lane {
-                    let len = target.len() as u64;
-                    self.request(&connection, id, offset, len, Some(target))
+                    self.request(&connection, id, offset, target, Some(size))
                         .await?;
                 }
                 Ok::<(), String>(())
@@ -372,20 +432,21 @@ impl ObjectFetcher {
         Ok(bytes)
     }
 
-    /// One chunk: into `target` when given (which must be exactly the range's
-    /// length), else into a new buffer. Returns the object's size and that buffer.
+    /// Reads the range of `target`'s length at `offset` into `target`, checking the
+    /// object's size against `expected_size`; returns the object's size.
     async fn request(
         &self,
         connection: &quinn::Connection,
         id: ObjectId,
         offset: u64,
-        len: u64,
-        target: Option<&mut [u8]>,
-    ) -> Result<(u64, Vec<u8>), String> {
+        target: &mut [u8],
+        expected_size: Option<u64>,
+    ) -> Result<u64, String> {
         let (mut send, mut recv) = connection
             .open_bi()
             .await
             .map_err(|error| format!("cannot open a stream: {error}"))?;
+        let len = target.len() as u64;
         let request = FetchRequest {
             token: self.token_digest,
             id,
@@ -403,28 +464,19 @@ impl ObjectFetcher {
             FetchHeader::Bytes { size, len: got } => (size, got),
             FetchHeader::Error { code, message } => return Err(format!("{code:?}: {message}")),
         };
-        let expected = len.min(size.saturating_sub(offset));
-        if got != expected {
-            return Err(format!("asked {expected} bytes at {offset}, told {got}"));
+        if expected_size.is_some_and(|expected| expected != size) {
+            return Err(format!(
+                "the object is {size} bytes, not the {} expected",
+                expected_size.unwrap_or_default()
+            ));
         }
-        let mut owned = Vec::new();
-        let buffer = match target {
-            Some(target) if target.len() as u64 == got => target,
-            Some(target) => {
-                return Err(format!(
-                    "the object is {size} bytes, not the {} expected",
-                    offset + target.len() as u64
-                ));
-            }
-            None => {
-                owned = vec![0u8; got as usize];
-                &mut owned[..]
-            }
-        };
-        recv.read_exact(buffer)
+        if got != len {
+            return Err(format!("asked {len} bytes at {offset}, told {got}"));
+        }
+        recv.read_exact(target)
             .await
             .map_err(|error| format!("chunk at {offset} cut short: {error}"))?;
-        Ok((size, owned))
+        Ok(size)
     }
 }
 
@@ -518,10 +570,13 @@ mod tests {
         fetcher
             .ensure(
                 &fetching.store,
-                id,
-                owner(),
-                true,
-                &[holder.source.clone()],
+                Wanted {
+                    id,
+                    owner: owner(),
+                    pin: true,
+                    size: None,
+                },
+                std::slice::from_ref(&holder.source),
                 None,
             )
             .await
@@ -549,7 +604,17 @@ mod tests {
         let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
         let sources = [damaged.source.clone(), healthy.source.clone()];
         fetcher
-            .ensure(&fetching.store, id, owner(), false, &sources, None)
+            .ensure(
+                &fetching.store,
+                Wanted {
+                    id,
+                    owner: owner(),
+                    pin: false,
+                    size: None,
+                },
+                &sources,
+                None,
+            )
             .await
             .expect("fetched from the healthy source");
         assert_eq!(&*fetching.store.get(id).expect("stored"), bytes.as_slice());
@@ -576,10 +641,13 @@ mod tests {
         fetcher
             .ensure(
                 &local.store,
-                id,
-                owner(),
-                true,
-                &[holder.source.clone()],
+                Wanted {
+                    id,
+                    owner: owner(),
+                    pin: true,
+                    size: None,
+                },
+                std::slice::from_ref(&holder.source),
                 None,
             )
             .await
@@ -597,10 +665,13 @@ mod tests {
         let error = intruder
             .ensure(
                 &fetching.store,
-                id,
-                owner(),
-                false,
-                &[holder.source.clone()],
+                Wanted {
+                    id,
+                    owner: owner(),
+                    pin: false,
+                    size: None,
+                },
+                std::slice::from_ref(&holder.source),
                 None,
             )
             .await
@@ -611,10 +682,13 @@ mod tests {
         let error = fetcher
             .ensure(
                 &fetching.store,
-                absent,
-                owner(),
-                false,
-                &[holder.source.clone()],
+                Wanted {
+                    id: absent,
+                    owner: owner(),
+                    pin: false,
+                    size: None,
+                },
+                std::slice::from_ref(&holder.source),
                 None,
             )
             .await
@@ -658,10 +732,13 @@ mod tests {
         fetcher
             .ensure(
                 &fetching.store,
-                id,
-                owner(),
-                false,
-                &[holder.source.clone()],
+                Wanted {
+                    id,
+                    owner: owner(),
+                    pin: false,
+                    size: None,
+                },
+                std::slice::from_ref(&holder.source),
                 None,
             )
             .await

@@ -62,8 +62,9 @@ pub struct Ceilings {
     pub memcpy_gbps: f64,
 }
 
+/// The start of a wall-clock measurement (benches measure wall time).
 #[expect(clippy::disallowed_methods, reason = "a bench measures wall time")]
-fn stopwatch() -> std::time::Instant {
+pub fn stopwatch() -> std::time::Instant {
     std::time::Instant::now()
 }
 
