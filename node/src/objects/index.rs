@@ -186,6 +186,17 @@ impl Index {
         )
     }
 
+    /// The generation of the object's file, if it is on disk.
+    pub(crate) fn disk_generation(&self, id: &ObjectId) -> Option<u64> {
+        match self.entries.get(id) {
+            Some(Entry {
+                location: Location::Disk { generation, .. },
+                ..
+            }) => Some(*generation),
+            _ => None,
+        }
+    }
+
     pub(crate) fn is_on_disk(&self, id: &ObjectId) -> bool {
         matches!(
             self.entries.get(id),

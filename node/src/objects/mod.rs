@@ -453,20 +453,59 @@ impl ObjectStore {
                 MapOutcome::Missing => StoreError::Missing { id },
             };
             if index.is_disk_generation(&id, generation) {
-                tracing::error!(%id, error = %failure, "object lost on disk");
-                let moved_aside = self.remove_locked(&mut index, &id);
-                drop(index);
-                match moved_aside {
-                    Ok(Some(trash)) => self.disk.remove_quietly(&trash),
-                    Ok(None) => {}
-                    Err(error) => {
-                        tracing::error!(%id, %error, "cannot delete damaged object file");
-                    }
-                }
+                self.discard_damaged(index, id, &failure);
                 return Err(failure);
             }
             if attempts >= MAX_GET_ATTEMPTS {
                 return Err(failure);
+            }
+        }
+    }
+
+    /// Checks the object against its id now, reading a disk object's file again
+    /// even if a map kept from an earlier check exists (a file changed in place
+    /// shows through such a map). A damaged file is deleted and reported as
+    /// [`StoreError::Corrupt`], as by [`get`](Self::get). Memory objects were
+    /// hashed when put.
+    pub fn verify(&self, id: ObjectId) -> Result<(), StoreError> {
+        let Some(generation) = self.lock().disk_generation(&id) else {
+            return if self.contains(id) {
+                Ok(())
+            } else {
+                Err(StoreError::NotFound { id })
+            };
+        };
+        let outcome = self.disk.map_verified(&id)?;
+        let mut index = self.lock();
+        let failure = match outcome {
+            MapOutcome::Verified(map) => {
+                index.remember_map(&id, generation, &map);
+                return Ok(());
+            }
+            MapOutcome::Mismatch => StoreError::Corrupt { id },
+            MapOutcome::Missing => StoreError::Missing { id },
+        };
+        if index.is_disk_generation(&id, generation) {
+            self.discard_damaged(index, id, &failure);
+        }
+        Err(failure)
+    }
+
+    /// Drops a disk object whose file failed its check, and deletes the file.
+    fn discard_damaged(
+        &self,
+        mut index: MutexGuard<'_, Index>,
+        id: ObjectId,
+        failure: &StoreError,
+    ) {
+        tracing::error!(%id, error = %failure, "object lost on disk");
+        let moved_aside = self.remove_locked(&mut index, &id);
+        drop(index);
+        match moved_aside {
+            Ok(Some(trash)) => self.disk.remove_quietly(&trash),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::error!(%id, %error, "cannot delete damaged object file");
             }
         }
     }

@@ -115,10 +115,13 @@ impl ObjectServer {
 /// while a fetcher pulls their remaining chunks. Held across a miss, so chunk
 /// requests arriving together wait for one verification instead of each
 /// hashing the whole object.
-type Recent = Arc<tokio::sync::Mutex<Vec<(ObjectId, ObjectBytes)>>>;
+type Recent = Arc<tokio::sync::Mutex<Vec<(ObjectId, ObjectBytes, tokio::time::Instant)>>>;
 
 /// How many objects a connection keeps mapped between chunk requests.
 const RECENT_OBJECTS: usize = 4;
+/// How long an object stays mapped after its last chunk was asked for: a kept
+/// map also keeps a deleted object's disk space.
+const RECENT_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
 
 async fn serve_connection(
     connection: quinn::Connection,
@@ -127,7 +130,17 @@ async fn serve_connection(
     dropped: mpsc::UnboundedSender<ObjectId>,
 ) {
     let recent: Recent = Arc::default();
-    while let Ok((send, recv)) = connection.accept_bi().await {
+    let mut prune = tokio::time::interval(RECENT_IDLE);
+    loop {
+        let accepted = tokio::select! {
+            accepted = connection.accept_bi() => accepted,
+            _ = prune.tick() => {
+                let now = tokio::time::Instant::now();
+                recent.lock().await.retain(|(_, _, used)| now.duration_since(*used) < RECENT_IDLE);
+                continue;
+            }
+        };
+        let Ok((send, recv)) = accepted else { break };
         let store = store.clone();
         let dropped = dropped.clone();
         let recent = recent.clone();
@@ -147,7 +160,9 @@ async fn lookup(
     id: ObjectId,
 ) -> Result<ObjectBytes, StoreError> {
     let mut recent = recent.lock().await;
-    if let Some((_, bytes)) = recent.iter().find(|(cached, _)| *cached == id) {
+    let now = tokio::time::Instant::now();
+    if let Some((_, bytes, used)) = recent.iter_mut().find(|(cached, _, _)| *cached == id) {
+        *used = now;
         return Ok(bytes.clone());
     }
     let bytes = {
@@ -163,7 +178,7 @@ async fn lookup(
     if recent.len() >= RECENT_OBJECTS {
         recent.remove(0);
     }
-    recent.push((id, bytes.clone()));
+    recent.push((id, bytes.clone(), now));
     Ok(bytes)
 }
 
@@ -288,7 +303,8 @@ impl ObjectFetcher {
         } = wanted;
         let local = {
             let store = store.clone();
-            tokio::task::spawn_blocking(move || store.get(id).map(|_| ()))
+            // Read afresh: a map kept by the server would hide a file damaged in place.
+            tokio::task::spawn_blocking(move || store.verify(id))
                 .await
                 .unwrap_or_else(|error| {
                     Err(StoreError::Read {
