@@ -6,7 +6,8 @@
 //! `trainables submit --cluster JOIN --entry allreduce_check --workers W [--crash-rank R]`
 //! submits one data-parallel trial that checks a ring all-reduce;
 //! `trainables submit --cluster JOIN --spec FILE` submits any spec whose trials are
-//! entries of this binary (`counter` is the checkpointing one). Nodes re-execute
+//! entries of this binary (`counter` is the checkpointing one, `objects_check`
+//! moves an object between nodes). Nodes re-execute
 //! this binary with `XP_ENTRY=quadratic` to run a trial.
 #![allow(
     clippy::print_stdout,
@@ -113,8 +114,59 @@ fn counter(ctx: &TrialContext) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Moves an object between the ranks of a gang through the object store: rank 0
+/// puts `size` bytes and leaves their id in the file `exchange`; every other rank
+/// reads the id there, gets the object (from rank 0's node if its own lacks it),
+/// and checks every byte. Reports `checked_bytes`.
+fn objects_check(ctx: &TrialContext) -> Result<(), BoxError> {
+    let size = usize::try_from(ctx.param_i64("size")?)?;
+    let exchange = std::path::PathBuf::from(ctx.param_str("exchange")?);
+    let expected: Vec<u8> = (0..size).map(|index| (index % 251) as u8).collect();
+    let id = if ctx.rank == 0 {
+        let id = ctx.put(&expected)?;
+        let temporary = exchange.with_extension("tmp");
+        std::fs::write(&temporary, id.to_string())?;
+        std::fs::rename(&temporary, &exchange)?;
+        id
+    } else {
+        let mut waited = 0;
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&exchange) {
+                break text.trim().parse()?;
+            }
+            waited += 1;
+            if waited > 600 {
+                return Err("rank 0 never published the object id".into());
+            }
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "a synchronous trainable polls a file"
+            )]
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let got = ctx.get(id)?;
+    if got != expected {
+        return Err(format!(
+            "rank {} got {} bytes that differ from what was put",
+            ctx.rank,
+            got.len()
+        )
+        .into());
+    }
+    ctx.report(
+        1,
+        &[
+            ("checked_bytes", got.len() as f64),
+            ("rank", f64::from(ctx.rank)),
+        ],
+    );
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     Trainables::new()
+        .register("objects_check", objects_check)
         .register("quadratic", quadratic)
         .register("allreduce_check", allreduce_check)
         .register("counter", counter)

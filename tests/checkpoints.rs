@@ -281,3 +281,54 @@ fn a_full_object_store_refuses_a_checkpoint_clearly_and_nothing_else_breaks() {
     assert_eq!(stored.len(), 1, "{stored:?}");
     assert_eq!(stored[0]["bytes"], 100);
 }
+
+#[test]
+fn a_worker_gets_an_object_another_node_put() {
+    let mut cluster = TestCluster::start("10s");
+    // Objects go straight to disk, where the test can see them collected.
+    cluster.start_node_with("a", 1, 2, &["--object-memory", "0"]);
+    cluster.start_node_with("b", 1, 2, &["--object-memory", "0"]);
+    cluster.wait_for_nodes(2);
+    let exchange = cluster.dir.path().join("object-id");
+    // One GPU per node and one per rank: the two ranks run on different nodes.
+    let yaml = format!(
+        "name: objects\nteam: tests\ntrial:\n  entry: objects_check\n  workers: 2\n  resources: {{cpu: 1, gpu: 1}}\nsearch:\n  algorithm: grid\n  space:\n    size: {{choice: [20000000]}}\n    exchange: {{choice: ['{}']}}\n",
+        exchange.display()
+    );
+    let experiment = submit_driver(&cluster, &yaml);
+    let status = cluster.wait_finished(&experiment, Duration::from_secs(120));
+    assert_eq!(status["state"], "succeeded", "{status:#}");
+    let trial = &trials(&status)[0];
+    let nodes = trial["attempts"][0]["nodes"].as_array().expect("nodes");
+    assert_ne!(
+        nodes[0], nodes[1],
+        "the ranks ran on different nodes: {status:#}"
+    );
+    let id = std::fs::read_to_string(&exchange).expect("the id");
+    let log = std::fs::read_to_string(cluster.dir.path().join(
+        if nodes[1] == cluster.node_id("a").as_str() {
+            "node-a.log"
+        } else {
+            "node-b.log"
+        },
+    ))
+    .expect("node log");
+    assert!(
+        log.contains("object fetched") && log.contains(id.trim()),
+        "rank 1's node fetched the object from rank 0's"
+    );
+    // The trial ended: its object is collected on both nodes.
+    for name in ["a", "b"] {
+        let path = cluster.node_dir(name).join("objects").join(id.trim());
+        let log_path = cluster.dir.path().join(format!("node-{name}.log"));
+        wait_until(
+            &format!("node {name} to collect the trial's object"),
+            Duration::from_secs(30),
+            || {
+                let log = std::fs::read_to_string(&log_path).ok()?;
+                (log.contains("collected the objects of a finished trial") && !path.exists())
+                    .then_some(())
+            },
+        );
+    }
+}

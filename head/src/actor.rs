@@ -64,6 +64,8 @@ pub enum HeadMsg {
     Queues(Reply<Response>),
     /// A client lists an experiment's checkpoints.
     Checkpoints(String, Reply<Response>),
+    /// A node asks which nodes hold an object.
+    Locate(xp_runtime::ids::ObjectId, Reply<Response>),
     /// An admin arbitrates.
     Admin(AdminRequest, Reply<Response>),
     /// A node registered on a new session.
@@ -209,6 +211,9 @@ impl Actor for HeadActor {
             }
             HeadMsg::Queues(reply) => {
                 let _ = reply.send(Ok(Response::Queues(state.args.core.queues())));
+            }
+            HeadMsg::Locate(object, reply) => {
+                let _ = reply.send(Ok(Response::Located(state.args.core.locate(object))));
             }
             HeadMsg::Checkpoints(experiment, reply) => {
                 let result = state

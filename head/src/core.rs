@@ -2141,6 +2141,7 @@ impl HeadCore {
         }
         if state.is_terminal() && !was_terminal {
             self.newly_finished.push(trial_id);
+            self.release_trial_objects(trial_id);
         }
         info!(%trial_id, state = state.as_str(), attempt, %reason, "trial state changed");
         self.push_event(now, trial_id, state, attempt, reason);

@@ -220,6 +220,30 @@ impl HeadCore {
         })
     }
 
+    /// The live nodes holding `object`, for a node fetching it.
+    pub fn locate(&self, object: ObjectId) -> Vec<ObjectSource> {
+        self.directory
+            .holders(object)
+            .filter(|node| self.node_usable(*node))
+            .filter_map(|node| self.object_source(node))
+            .collect()
+    }
+
+    /// Tells every live node that `trial` ended, so what its workers stored
+    /// (and no pin keeps) is collected.
+    pub(super) fn release_trial_objects(&mut self, trial: TrialId) {
+        let nodes: Vec<NodeId> = self
+            .nodes
+            .values()
+            .filter(|node| node.state != NodeState::Lost)
+            .map(|node| node.id)
+            .collect();
+        for node in nodes {
+            self.commands
+                .push_back((node, HeadCommand::ReleaseTrial { trial }));
+        }
+    }
+
     /// The checkpoints kept for an experiment's trials, oldest first per trial.
     pub fn checkpoints(&self, experiment: &str) -> Result<Vec<CheckpointStatus>, RemoteError> {
         let id: ExperimentId = self.resolve_experiment(experiment)?;

@@ -254,6 +254,9 @@ async fn handle_stream(mut send: SendStream, mut recv: RecvStream, context: Arc<
         Request::Cancel { id } => call(&context.head, |reply| HeadMsg::Cancel(id, reply)).await,
         Request::Nodes => call(&context.head, HeadMsg::Nodes).await,
         Request::Queues => call(&context.head, HeadMsg::Queues).await,
+        Request::Locate { object } => {
+            call(&context.head, |reply| HeadMsg::Locate(object, reply)).await
+        }
         Request::Checkpoints { experiment } => {
             call(&context.head, |reply| {
                 HeadMsg::Checkpoints(experiment, reply)

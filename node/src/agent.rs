@@ -56,6 +56,12 @@ pub struct NodeObjects {
     pub changes_tx: mpsc::UnboundedSender<ObjectChange>,
     /// Their receiving end, drained by the session.
     pub changes_rx: mpsc::UnboundedReceiver<ObjectChange>,
+    /// Workers allowed on the local object channel, by secret.
+    pub local_workers: crate::objects::local::Workers,
+    /// The current session's head connection, for the local channel's look-ups.
+    pub head: Arc<std::sync::Mutex<Option<HeadConnection>>>,
+    /// The local channel's socket (`XP_NODE_SOCKET`).
+    pub socket: PathBuf,
 }
 
 /// The longest wait between reconnection attempts.
@@ -203,6 +209,11 @@ impl Agent {
         recv: RecvStream,
         shutdown: &CancellationToken,
     ) -> SessionEnd {
+        *self
+            .objects
+            .head
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(connection.clone());
         let registration = Message::FromNode(NodeMessage::Register(self.registration()));
         if frame::write_message(&mut send, &registration)
             .await
@@ -298,6 +309,11 @@ impl Agent {
         };
         reader.abort();
         let _ = send.finish();
+        *self
+            .objects
+            .head
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         end
     }
 
@@ -310,6 +326,9 @@ impl Agent {
         {
             self.workers.remove(key);
             self.slots.release(*key);
+            self.objects
+                .local_workers
+                .retain(|_, worker| worker.key != *key);
         }
         self.outbox.push(report)
     }
@@ -365,6 +384,29 @@ impl Agent {
                 sources,
             } => {
                 self.replicate(trial, objects, sources);
+                Vec::new()
+            }
+            HeadCommand::ReleaseTrial { trial } => {
+                let store = self.objects.store.clone();
+                let changes = self.objects.changes_tx.clone();
+                xp_runtime::task::spawn("release-trial", async move {
+                    let released = tokio::task::spawn_blocking(move || {
+                        store.release_owner(&Owner::Trial(trial))
+                    })
+                    .await;
+                    match released {
+                        Ok(Ok(collected)) => {
+                            if !collected.is_empty() {
+                                info!(%trial, objects = collected.len(), "collected the objects of a finished trial");
+                            }
+                            for id in collected {
+                                let _ = changes.send(ObjectChange::Dropped(id));
+                            }
+                        }
+                        Ok(Err(error)) => warn!(%trial, %error, "cannot collect a trial's objects"),
+                        Err(error) => warn!(%trial, %error, "cannot collect a trial's objects"),
+                    }
+                });
                 Vec::new()
             }
             HeadCommand::DropObjects { objects } => {
@@ -469,6 +511,8 @@ impl Agent {
             fetcher: self.objects.fetcher.clone(),
             changes: self.objects.changes_tx.clone(),
             own_node: self.identity.node_id,
+            local_workers: self.objects.local_workers.clone(),
+            socket: self.objects.socket.clone(),
         };
         let task = xp_runtime::task::spawn("worker", async move {
             match resolve_command(&data_dir, &advertise_host, &connection, &launch, &objects).await
@@ -592,6 +636,8 @@ struct LaunchObjects {
     fetcher: Arc<ObjectFetcher>,
     changes: mpsc::UnboundedSender<ObjectChange>,
     own_node: NodeId,
+    local_workers: crate::objects::local::Workers,
+    socket: PathBuf,
 }
 
 /// Fills `dir` with the checkpoint `launch` resumes from, fetching objects this
@@ -667,6 +713,22 @@ async fn resolve_command(
     };
     let mut node_env = vec![("XP_NODE_HOST".to_owned(), advertise_host.to_owned())];
     node_env.extend(restore_checkpoint(launch, &checkpoint.dir, objects).await?);
+    // The worker's pass to the local object channel.
+    let secret = xp_runtime::tls::random_secret().ok_or_else(|| {
+        PrepareError::Refused("the system has no entropy for a worker secret".to_owned())
+    })?;
+    objects.local_workers.insert(
+        secret,
+        crate::objects::local::LocalWorker {
+            key,
+            work_dir: work_dir.clone(),
+        },
+    );
+    node_env.push((
+        "XP_NODE_SOCKET".to_owned(),
+        objects.socket.display().to_string(),
+    ));
+    node_env.push(("XP_WORKER_SECRET".to_owned(), hex::encode(secret)));
     match &launch.program {
         Program::Command { argv } => {
             let (program, args) = argv

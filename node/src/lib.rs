@@ -108,7 +108,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         labels: config.labels.clone(),
     };
     tracing::info!(%node_id, gpus = identity.resources.gpus.len(), cpus, memory_bytes, "node starting");
-    let objects = start_objects(&config, &identity.advertise_host)?;
+    let objects = start_objects(&config, &identity.advertise_host, node_id)?;
     let server = objects.1;
     let result = agent::Agent::new(config.join, identity, config.data_dir, objects.0)
         .run(shutdown)
@@ -123,6 +123,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
 fn start_objects(
     config: &NodeConfig,
     advertise_host: &str,
+    own_node: NodeId,
 ) -> Result<(agent::NodeObjects, objects::remote::ObjectServer), NodeError> {
     let store = std::sync::Arc::new(
         objects::ObjectStore::open(config.data_dir.join("objects"), config.object_limits)
@@ -156,14 +157,33 @@ fn start_objects(
     let fetcher = objects::remote::ObjectFetcher::new(digest)
         .map_err(|error| NodeError::Objects(error.to_string()))?;
     let endpoint = server.endpoint().map_err(NodeError::Objects)?;
-    tracing::info!(port = endpoint.port, dir = %store.dir().display(), "object store ready");
+    let fetcher = std::sync::Arc::new(fetcher);
+    let local_workers = objects::local::Workers::default();
+    let head = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let socket = config.data_dir.join("run").join("objects.sock");
+    objects::local::start(
+        &socket,
+        objects::local::LocalContext {
+            store: store.clone(),
+            fetcher: fetcher.clone(),
+            workers: local_workers.clone(),
+            head: head.clone(),
+            own_node,
+            changes: changes_tx.clone(),
+        },
+    )
+    .map_err(NodeError::Objects)?;
+    tracing::info!(port = endpoint.port, dir = %store.dir().display(), socket = %socket.display(), "object store ready");
     Ok((
         agent::NodeObjects {
             store,
-            fetcher: std::sync::Arc::new(fetcher),
+            fetcher,
             endpoint,
             changes_tx,
             changes_rx,
+            local_workers,
+            head,
+            socket,
         },
         server,
     ))

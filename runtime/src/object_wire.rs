@@ -102,6 +102,9 @@ pub enum WireError {
     /// The length prefix is over [`MAX_REQUEST_BYTES`].
     #[error("object message of {0} bytes is over the {MAX_REQUEST_BYTES}-byte limit")]
     TooLarge(usize),
+    /// A local message's length prefix is over [`MAX_LOCAL_MESSAGE`].
+    #[error("local object message of {0} bytes is over the {MAX_LOCAL_MESSAGE}-byte limit")]
+    LocalTooLarge(usize),
     /// The bytes are not a valid message.
     #[error("malformed object message: {0}")]
     Malformed(String),
@@ -171,4 +174,99 @@ pub fn client_config(
 ) -> Result<quinn::ClientConfig, QuicSetupError> {
     let transport = quic::transport_config(&tuning(), IDLE_TIMEOUT, same_host);
     quic::client_config(pinned, transport, ALPN)
+}
+
+/// The largest message on a node's local object channel.
+pub const MAX_LOCAL_MESSAGE: usize = 64 << 10;
+
+const LOCAL_LIMIT: bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Varint,
+    bincode::config::Limit<MAX_LOCAL_MESSAGE>,
+> = bincode::config::standard().with_limit::<MAX_LOCAL_MESSAGE>();
+
+/// What a worker asks of its node's object store over the node's Unix socket
+/// (`XP_NODE_SOCKET`), proving who it is with `XP_WORKER_SECRET`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalRequest {
+    /// The worker's secret, from its environment.
+    pub secret: [u8; 32],
+    /// What it wants.
+    pub op: LocalOp,
+}
+
+/// One operation on the local object channel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LocalOp {
+    /// Store the file at this path (the node copies it) for the worker's trial.
+    Put {
+        /// An absolute path the node can read.
+        path: std::path::PathBuf,
+    },
+    /// Make the object readable at a path inside the worker's work directory,
+    /// fetching it from another node if need be.
+    Get {
+        /// The object.
+        id: ObjectId,
+    },
+    /// The trial no longer needs the object (others may still).
+    Delete {
+        /// The object.
+        id: ObjectId,
+    },
+}
+
+/// The node's answer on the local object channel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LocalResponse {
+    /// Stored.
+    Stored {
+        /// Its id.
+        id: ObjectId,
+        /// Its size.
+        size: u64,
+    },
+    /// Readable (read-only) at `path`.
+    Got {
+        /// Where.
+        path: std::path::PathBuf,
+        /// Its size.
+        size: u64,
+    },
+    /// The trial's claim on it is gone; `existed` says whether it had one.
+    Released {
+        /// Whether the trial owned it.
+        existed: bool,
+    },
+    /// Refused or failed, in words.
+    Error {
+        /// Why.
+        message: String,
+    },
+}
+
+/// One length-prefixed local message, ready to write.
+pub fn encode_local<T: Serialize>(message: &T) -> Result<Vec<u8>, WireError> {
+    let body = bincode::serde::encode_to_vec(message, LOCAL_LIMIT)
+        .map_err(|error| WireError::Malformed(error.to_string()))?;
+    let len = u32::try_from(body.len()).map_err(|_| WireError::LocalTooLarge(body.len()))?;
+    let mut framed = len.to_le_bytes().to_vec();
+    framed.extend_from_slice(&body);
+    Ok(framed)
+}
+
+/// The body length a local message's 4-byte prefix announces, checked.
+pub fn local_length(prefix: [u8; 4]) -> Result<usize, WireError> {
+    let len = u32::from_le_bytes(prefix) as usize;
+    if len > MAX_LOCAL_MESSAGE {
+        return Err(WireError::LocalTooLarge(len));
+    }
+    Ok(len)
+}
+
+/// Decodes a local message's body.
+pub fn decode_local<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, WireError> {
+    bincode::serde::decode_from_slice(body, LOCAL_LIMIT)
+        .map(|(message, _)| message)
+        .map_err(|error| WireError::Malformed(error.to_string()))
 }

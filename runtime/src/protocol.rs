@@ -178,6 +178,11 @@ pub enum Request {
     Queues,
     /// An admin's arbitration; recorded with who and why.
     Admin(AdminRequest),
+    /// Which live nodes hold an object (asked by a node fetching it for a worker).
+    Locate {
+        /// The object.
+        object: ObjectId,
+    },
     /// The checkpoints the head keeps for an experiment's trials.
     Checkpoints {
         /// The experiment's id or a unique prefix of it.
@@ -363,6 +368,8 @@ pub enum Response {
     Queues(Vec<QueueStatus>),
     /// Checkpoints, oldest first.
     Checkpoints(Vec<CheckpointStatus>),
+    /// The nodes holding an object.
+    Located(Vec<ObjectSource>),
     /// What an admin action changed.
     Admin {
         /// How many trials it touched (0 for a policy).
@@ -874,6 +881,12 @@ pub enum HeadCommand {
         objects: Vec<(ObjectId, u64)>,
         /// Nodes that hold them.
         sources: Vec<ObjectSource>,
+    },
+    /// The trial ended: what its workers stored and nothing else claims (and no
+    /// pin keeps) may go.
+    ReleaseTrial {
+        /// The trial.
+        trial: TrialId,
     },
     /// Delete these objects: no checkpoint the head keeps needs them any more.
     DropObjects {

@@ -190,6 +190,14 @@ impl ClusterIdentity {
     }
 }
 
+/// 256 bits from the operating system's secure generator, for secrets such as a
+/// worker's pass to its node's object channel; `None` if the system has no entropy.
+pub fn random_secret() -> Option<[u8; 32]> {
+    let mut secret = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret).ok()?;
+    Some(secret)
+}
+
 /// SHA-256 of `bytes`.
 pub fn sha256(bytes: &[u8]) -> [u8; 32] {
     let digest = ring::digest::digest(&ring::digest::SHA256, bytes);

@@ -18,7 +18,7 @@ pub use client::{Client, DEFAULT_ADMISSION_WAIT, ResultRow, SdkError, SubmitOpti
 pub use versioning::{VersionError, code_version, data_version};
 pub use worker::{BoxError, Trainables, TrialContext, WorkerError};
 pub use xp_runtime::collective::{BlockingCommunicator, ReduceOp};
-pub use xp_runtime::ids::{ExperimentId, NodeId, TrialId};
+pub use xp_runtime::ids::{ExperimentId, NodeId, ObjectId, TrialId};
 pub use xp_runtime::protocol::{
     ExperimentState, ExperimentStatus, NodeStatus, TrialEvent, TrialState, TrialStatus,
 };

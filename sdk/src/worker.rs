@@ -16,7 +16,9 @@ use xp_runtime::collective::{
     BlockingCommunicator, BlockingRingListener, CollectiveConfig, CollectiveError, PeerInfo,
     TransportKind,
 };
+use xp_runtime::ids::ObjectId;
 use xp_runtime::metric_line::{CHECKPOINT_STATUS_DIR, format_checkpoint_line, format_metric_line};
+use xp_runtime::object_wire::{self, LocalOp, LocalRequest, LocalResponse};
 use xp_runtime::rendezvous::{self, RankAddress, machine_id};
 
 /// The error type trainables return.
@@ -41,6 +43,9 @@ pub enum WorkerError {
     /// A checkpoint could not be written, stored or read back.
     #[error("checkpoint: {0}")]
     Checkpoint(String),
+    /// An object could not be stored, found or read.
+    #[error("object: {0}")]
+    Object(String),
     /// A parameter is missing or has another type.
     #[error("parameter `{name}` {reason}")]
     Param {
@@ -150,6 +155,57 @@ impl TrialContext {
             let _ = stdout.flush();
         }
         wait_for_verdict(&verdict_path, step)
+    }
+
+    /// Stores `bytes` in this node's object store for the trial and returns their
+    /// id; any worker of the cluster can [`get`](Self::get) them by it. Objects
+    /// are collected when the trial ends.
+    pub fn put(&self, bytes: &[u8]) -> Result<ObjectId, WorkerError> {
+        let staging = self.work_dir.join(".objects-out");
+        std::fs::create_dir_all(&staging).map_err(|error| {
+            object_error(format!("cannot create {}: {error}", staging.display()))
+        })?;
+        let path = staging.join(format!("{}.put", std::process::id()));
+        std::fs::write(&path, bytes)
+            .map_err(|error| object_error(format!("cannot write {}: {error}", path.display())))?;
+        let stored = self.put_file(&path);
+        let _ = std::fs::remove_file(&path);
+        stored
+    }
+
+    /// Stores the file at `path` (the node copies it) and returns its id.
+    pub fn put_file(&self, path: &std::path::Path) -> Result<ObjectId, WorkerError> {
+        let path = std::path::absolute(path)
+            .map_err(|error| object_error(format!("cannot resolve {}: {error}", path.display())))?;
+        match local_request(LocalOp::Put { path })? {
+            LocalResponse::Stored { id, .. } => Ok(id),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// A read-only file with object `id`'s bytes, fetched from another node if
+    /// this one lacks it, and verified against the id.
+    pub fn get_path(&self, id: ObjectId) -> Result<std::path::PathBuf, WorkerError> {
+        match local_request(LocalOp::Get { id })? {
+            LocalResponse::Got { path, .. } => Ok(path),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Object `id`'s bytes (see [`get_path`](Self::get_path)).
+    pub fn get(&self, id: ObjectId) -> Result<Vec<u8>, WorkerError> {
+        let path = self.get_path(id)?;
+        std::fs::read(&path)
+            .map_err(|error| object_error(format!("cannot read {}: {error}", path.display())))
+    }
+
+    /// Drops the trial's claim on object `id`; returns whether it had one. The
+    /// object goes once nothing else claims it.
+    pub fn delete(&self, id: ObjectId) -> Result<bool, WorkerError> {
+        match local_request(LocalOp::Delete { id })? {
+            LocalResponse::Released { existed } => Ok(existed),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// The checkpoint this attempt resumes from, as (step, state) saved by
@@ -295,6 +351,47 @@ impl TrialContext {
         let _ = writeln!(stdout, "{line}");
         let _ = stdout.flush();
     }
+}
+
+fn object_error(message: String) -> WorkerError {
+    WorkerError::Object(message)
+}
+
+fn unexpected(response: LocalResponse) -> WorkerError {
+    match response {
+        LocalResponse::Error { message } => WorkerError::Object(message),
+        other => WorkerError::Object(format!("unexpected answer from the node: {other:?}")),
+    }
+}
+
+/// One request on the node's local object channel (`XP_NODE_SOCKET`).
+fn local_request(op: LocalOp) -> Result<LocalResponse, WorkerError> {
+    use std::io::Read;
+    let socket = env("XP_NODE_SOCKET")?;
+    let secret_hex = env("XP_WORKER_SECRET")?;
+    let mut secret = [0u8; 32];
+    hex::decode_to_slice(secret_hex.trim(), &mut secret).map_err(|_| WorkerError::Env {
+        name: "XP_WORKER_SECRET",
+        reason: "not 64 hex digits".to_owned(),
+    })?;
+    let io = |what: &str, error: std::io::Error| object_error(format!("{what} {socket}: {error}"));
+    let mut stream = std::os::unix::net::UnixStream::connect(&socket)
+        .map_err(|error| io("cannot reach the node at", error))?;
+    let framed = object_wire::encode_local(&LocalRequest { secret, op })
+        .map_err(|error| object_error(error.to_string()))?;
+    stream
+        .write_all(&framed)
+        .map_err(|error| io("cannot write to", error))?;
+    let mut prefix = [0u8; 4];
+    stream
+        .read_exact(&mut prefix)
+        .map_err(|error| io("no answer from", error))?;
+    let len = object_wire::local_length(prefix).map_err(|error| object_error(error.to_string()))?;
+    let mut body = vec![0u8; len];
+    stream
+        .read_exact(&mut body)
+        .map_err(|error| io("cut-short answer from", error))?;
+    object_wire::decode_local(&body).map_err(|error| object_error(error.to_string()))
 }
 
 /// Waits for the node's verdict on the checkpoint of `step` (a file it leaves

@@ -251,6 +251,18 @@ impl Index {
     }
 
     /// Removes `owner` from every object; returns the objects it left collectable.
+    /// Removes `owner` from one object; returns whether it had that owner and
+    /// whether the object is now collectable.
+    pub(crate) fn remove_owner(&mut self, id: &ObjectId, owner: &Owner) -> (bool, bool) {
+        match self.entries.get_mut(id) {
+            Some(entry) => {
+                let had = entry.owners.remove(owner);
+                (had, had && entry.owners.is_empty() && !entry.pinned)
+            }
+            None => (false, false),
+        }
+    }
+
     pub(crate) fn remove_owner_everywhere(&mut self, owner: &Owner) -> Vec<ObjectId> {
         let mut collectable = Vec::new();
         for (id, entry) in &mut self.entries {

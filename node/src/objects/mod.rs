@@ -27,6 +27,7 @@
 pub mod bench;
 mod disk;
 mod index;
+pub mod local;
 mod object_bytes;
 pub mod remote;
 #[cfg(test)]
@@ -584,6 +585,21 @@ impl ObjectStore {
             Some(error) => Err(error),
             None => Ok(collected),
         }
+    }
+
+    /// Removes `owner`'s claim on one object, deleting the object if that was the
+    /// last claim and it is not pinned. Returns whether `owner` had a claim.
+    pub fn remove_owner(&self, id: ObjectId, owner: &Owner) -> Result<bool, StoreError> {
+        let mut index = self.lock();
+        let (had, collectable) = index.remove_owner(&id, owner);
+        if collectable {
+            let moved_aside = self.remove_locked(&mut index, &id)?;
+            drop(index);
+            if let Some(trash) = moved_aside {
+                self.disk.remove_quietly(&trash);
+            }
+        }
+        Ok(had)
     }
 
     /// Keeps the object even when it has no owners.
