@@ -122,6 +122,7 @@ impl Cluster {
             advertise_host: None,
             object_limits: xp_node::objects::StoreLimits::default(),
             object_port: 0,
+            checkpoint_backup: None,
         };
         let node_task = xp_runtime::task::spawn(
             "local-node",

@@ -914,11 +914,14 @@ fn print_checkpoints(checkpoints: &[xp_runtime::protocol::CheckpointStatus], jso
         "TRIAL", "ATTEMPT", "STEP", "FILES", "BYTES", "METRIC"
     );
     for checkpoint in checkpoints {
-        let replicas: Vec<String> = checkpoint
+        let mut replicas: Vec<String> = checkpoint
             .replicas
             .iter()
             .map(|node| node.to_string().chars().take(8).collect())
             .collect();
+        if let Some(backup) = &checkpoint.backup {
+            replicas.push(format!("backup {backup}"));
+        }
         println!(
             "{:<24} {:>7} {:>10} {:>6} {:>12} {:>10}  {}",
             checkpoint.trial.to_string(),

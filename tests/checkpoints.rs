@@ -332,3 +332,27 @@ fn a_worker_gets_an_object_another_node_put() {
         );
     }
 }
+
+#[test]
+fn a_backed_up_checkpoint_survives_losing_its_only_node() {
+    let mut cluster = TestCluster::start("3s");
+    let backup = cluster.dir.path().join("backup");
+    let backup_arg = backup.to_str().expect("UTF-8").to_owned();
+    cluster.start_node_with("a", 1, 2, &["--checkpoint-backup", &backup_arg]);
+    cluster.wait_for_nodes(1);
+    let experiment = submit_driver(&cluster, &counter_spec("", "", 100));
+    wait_until("a backed-up checkpoint", Duration::from_secs(60), || {
+        let newest = checkpoints(&cluster, &experiment).pop()?;
+        (newest["step"].as_u64()? >= 10 && newest["backup"].as_str() == Some(backup_arg.as_str()))
+            .then_some(())
+    });
+    // The only node that held it is gone; a new machine with the same backup joins.
+    cluster.kill_node("a");
+    cluster.start_node_with("c", 1, 2, &["--checkpoint-backup", &backup_arg]);
+    check_resumed(&cluster, &experiment, &cluster.node_id("c"));
+    let log = std::fs::read_to_string(cluster.dir.path().join("node-c.log")).expect("node log");
+    assert!(
+        log.contains("checkpoint object restored from the backup"),
+        "node c read the backup"
+    );
+}

@@ -26,6 +26,9 @@ pub struct CheckpointRecord {
     pub at: UnixMillis,
     /// The experiment's metric at the time, if the trial had reported it.
     pub metric: Option<f64>,
+    /// The durable backup directory that also holds its objects.
+    #[serde(default)]
+    pub backup: Option<String>,
 }
 
 impl CheckpointRecord {
@@ -209,6 +212,7 @@ mod tests {
             }],
             at: step,
             metric,
+            backup: None,
         }
     }
 

@@ -997,8 +997,13 @@ impl HeadCore {
             return;
         }
         match report {
-            WorkerReport::Checkpoint { step, files, .. } => {
-                self.record_checkpoint(now, key, node_id, step, files);
+            WorkerReport::Checkpoint {
+                step,
+                files,
+                backup,
+                ..
+            } => {
+                self.record_checkpoint(now, key, node_id, step, files, backup);
             }
             WorkerReport::Started { pid, .. } => {
                 if !attempt_live {

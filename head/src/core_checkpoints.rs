@@ -25,6 +25,7 @@ impl HeadCore {
         node_id: NodeId,
         step: u64,
         files: Vec<CheckpointFile>,
+        backup: Option<String>,
     ) {
         if key.rank != 0 {
             warn!(worker = %key, "checkpoint from a rank other than 0 ignored");
@@ -61,6 +62,7 @@ impl HeadCore {
             files,
             at: now,
             metric,
+            backup,
         };
         let bytes = record.bytes();
         let count = record.files.len();
@@ -196,8 +198,10 @@ impl HeadCore {
     pub(super) fn resume_point(&self, trial: TrialId) -> Option<ResumeFrom> {
         let record = self.trials.get(&trial)?;
         let checkpoint = record.checkpoints.iter().rev().find(|checkpoint| {
-            self.directory
-                .is_available(checkpoint, |node| self.node_usable(node))
+            checkpoint.backup.is_some()
+                || self
+                    .directory
+                    .is_available(checkpoint, |node| self.node_usable(node))
         })?;
         let mut sources: Vec<NodeId> = self
             .directory
@@ -217,6 +221,7 @@ impl HeadCore {
                 .into_iter()
                 .filter_map(|node| self.object_source(node))
                 .collect(),
+            backup: checkpoint.backup.clone(),
         })
     }
 
@@ -262,6 +267,7 @@ impl HeadCore {
                     replicas: self
                         .directory
                         .complete_holders(checkpoint, |node| self.node_usable(node)),
+                    backup: checkpoint.backup.clone(),
                 })
             })
             .collect())

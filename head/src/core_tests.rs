@@ -1004,6 +1004,7 @@ fn checkpoint_report(key: WorkerKey, step: u64, bytes: &[u8]) -> WorkerReport {
             object: xp_runtime::ids::ObjectId::of(bytes),
             size: bytes.len() as u64,
         }],
+        backup: None,
     }
 }
 

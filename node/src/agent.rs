@@ -62,6 +62,8 @@ pub struct NodeObjects {
     pub head: Arc<std::sync::Mutex<Option<HeadConnection>>>,
     /// The local channel's socket (`XP_NODE_SOCKET`).
     pub socket: PathBuf,
+    /// The durable directory checkpoints are also written to.
+    pub backup: Option<PathBuf>,
 }
 
 /// The longest wait between reconnection attempts.
@@ -411,9 +413,17 @@ impl Agent {
             }
             HeadCommand::DropObjects { objects } => {
                 let store = self.objects.store.clone();
+                let backup = self.objects.backup.clone();
                 let changes = self.objects.changes_tx.clone();
                 xp_runtime::task::spawn("drop-objects", async move {
                     let deleted = tokio::task::spawn_blocking(move || {
+                        if let Some(backup) = &backup {
+                            for id in &objects {
+                                let _ = std::fs::remove_file(crate::checkpoint::backup_path(
+                                    backup, *id,
+                                ));
+                            }
+                        }
                         objects
                             .into_iter()
                             .filter(|id| match store.delete(*id) {
@@ -513,6 +523,7 @@ impl Agent {
             own_node: self.identity.node_id,
             local_workers: self.objects.local_workers.clone(),
             socket: self.objects.socket.clone(),
+            backup: self.objects.backup.clone(),
         };
         let task = xp_runtime::task::spawn("worker", async move {
             match resolve_command(&data_dir, &advertise_host, &connection, &launch, &objects).await
@@ -638,6 +649,7 @@ struct LaunchObjects {
     own_node: NodeId,
     local_workers: crate::objects::local::Workers,
     socket: PathBuf,
+    backup: Option<PathBuf>,
 }
 
 /// Fills `dir` with the checkpoint `launch` resumes from, fetching objects this
@@ -652,7 +664,7 @@ async fn restore_checkpoint(
     };
     for file in &resume.files {
         let had = objects.store.contains(file.object);
-        objects
+        let fetched = objects
             .fetcher
             .ensure(
                 &objects.store,
@@ -665,13 +677,30 @@ async fn restore_checkpoint(
                 &resume.sources,
                 Some(objects.own_node),
             )
-            .await
-            .map_err(|error| {
-                PrepareError::Refused(format!(
+            .await;
+        if let Err(error) = fetched {
+            // No node could provide it: the durable backup, when there is one.
+            let Some(backup) = resume.backup.clone() else {
+                return Err(PrepareError::Refused(format!(
                     "cannot restore the checkpoint of step {}: {error}",
+                    resume.step
+                )));
+            };
+            let store = objects.store.clone();
+            let (id, trial) = (file.object, launch.key.trial);
+            tokio::task::spawn_blocking(move || {
+                crate::checkpoint::restore_from_backup(&store, Path::new(&backup), id, trial)
+            })
+            .await
+            .map_err(|join| PrepareError::Refused(join.to_string()))?
+            .map_err(|backup_error| {
+                PrepareError::Refused(format!(
+                    "cannot restore the checkpoint of step {}: {error}; and from the backup: {backup_error}",
                     resume.step
                 ))
             })?;
+            info!(worker = %launch.key, object = %file.object, "checkpoint object restored from the backup");
+        }
         if !had {
             let _ = objects.changes.send(ObjectChange::Added(file.object));
         }
@@ -710,6 +739,7 @@ async fn resolve_command(
         store: objects.store.clone(),
         dir: work_dir.join("checkpoint"),
         status_dir: work_dir.join(xp_runtime::metric_line::CHECKPOINT_STATUS_DIR),
+        backup: objects.backup.clone(),
     };
     let mut node_env = vec![("XP_NODE_HOST".to_owned(), advertise_host.to_owned())];
     node_env.extend(restore_checkpoint(launch, &checkpoint.dir, objects).await?);

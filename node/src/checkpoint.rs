@@ -194,6 +194,78 @@ pub fn restore(
     Ok(())
 }
 
+/// The file of object `id` in a backup directory.
+pub fn backup_path(backup: &Path, id: ObjectId) -> PathBuf {
+    backup.join("objects").join(id.to_string())
+}
+
+/// Writes `files`' objects into the durable `backup` directory (a shared or
+/// otherwise safe file system), each atomically and fsynced; objects already
+/// there are left alone.
+pub fn back_up(
+    store: &ObjectStore,
+    backup: &Path,
+    files: &[CheckpointFile],
+) -> Result<(), CheckpointError> {
+    use std::io::Write;
+    let objects = backup.join("objects");
+    std::fs::create_dir_all(&objects).map_err(io("create", &objects))?;
+    for file in files {
+        let target = backup_path(backup, file.object);
+        if target.exists() {
+            continue;
+        }
+        let bytes = store
+            .get(file.object)
+            .map_err(|source| CheckpointError::Store {
+                name: file.name.clone(),
+                source,
+            })?;
+        let temporary = objects.join(format!(
+            ".{}.{}.tmp",
+            file.object,
+            uuid::Uuid::now_v7().simple()
+        ));
+        let write = || -> std::io::Result<()> {
+            let mut out = std::fs::File::create(&temporary)?;
+            out.write_all(&bytes)?;
+            out.sync_all()?;
+            std::fs::rename(&temporary, &target)
+        };
+        if let Err(source) = write() {
+            let _ = std::fs::remove_file(&temporary);
+            return Err(CheckpointError::Io {
+                what: "back up to",
+                path: target,
+                source,
+            });
+        }
+    }
+    if let Ok(dir) = std::fs::File::open(&objects) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
+
+/// Takes object `id` from the `backup` directory into `store`, pinned for
+/// `trial`, if its bytes there hash to `id`.
+pub fn restore_from_backup(
+    store: &ObjectStore,
+    backup: &Path,
+    id: ObjectId,
+    trial: TrialId,
+) -> Result<(), CheckpointError> {
+    let path = backup_path(backup, id);
+    let bytes = std::fs::read(&path).map_err(io("read", &path))?;
+    store
+        .put_expecting(id, bytes, Owner::Trial(trial))
+        .and_then(|_| store.pin(id))
+        .map_err(|source| CheckpointError::Store {
+            name: path.display().to_string(),
+            source,
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -43,6 +43,9 @@ pub struct NodeConfig {
     pub object_limits: objects::StoreLimits,
     /// The UDP port of the object server; 0 picks a free one.
     pub object_port: u16,
+    /// A durable directory (shared between nodes, or otherwise safe) that every
+    /// checkpoint taken here is also written to.
+    pub checkpoint_backup: Option<PathBuf>,
 }
 
 /// Why the node stopped.
@@ -184,6 +187,7 @@ fn start_objects(
             local_workers,
             head,
             socket,
+            backup: config.checkpoint_backup.clone(),
         },
         server,
     ))

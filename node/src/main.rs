@@ -52,6 +52,11 @@ enum Command {
         /// The UDP port other nodes fetch objects from; 0 picks a free one.
         #[arg(long, default_value_t = 0)]
         object_port: u16,
+        /// A durable directory (such as a shared file system mounted at the same
+        /// path on every node) that each checkpoint is also written to, so that
+        /// losing every node holding it loses nothing.
+        #[arg(long)]
+        checkpoint_backup: Option<PathBuf>,
     },
 }
 
@@ -91,6 +96,7 @@ async fn main() -> anyhow::Result<()> {
         object_memory,
         object_disk,
         object_port,
+        checkpoint_backup,
     } = Cli::parse().command;
     let join: JoinString = join.parse().context("the join string is invalid")?;
     if let Some(cpus) = cpus {
@@ -113,6 +119,7 @@ async fn main() -> anyhow::Result<()> {
             ..xp_node::objects::StoreLimits::default()
         },
         object_port,
+        checkpoint_backup,
     };
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();

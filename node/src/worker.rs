@@ -61,6 +61,8 @@ pub struct CheckpointSink {
     /// Where the verdict on each checkpoint is left for the worker
     /// (`CHECKPOINT_STATUS_DIR` under its work directory).
     pub status_dir: PathBuf,
+    /// A durable directory each checkpoint is also written to.
+    pub backup: Option<PathBuf>,
 }
 
 /// What to execute for one worker, resolved by the agent.
@@ -323,16 +325,18 @@ async fn pump(
                 let outcome = take_checkpoint(sink, *key, step).await;
                 checkpointing.store(false, Ordering::Release);
                 let note = match outcome {
-                    Ok(files) => {
+                    Ok((files, backup)) => {
                         let bytes: u64 = files.iter().map(|file| file.size).sum();
                         let note = format!(
-                            "xp-node: checkpoint at step {step} stored ({} files, {bytes} bytes)\n",
-                            files.len()
+                            "xp-node: checkpoint at step {step} stored ({} files, {bytes} bytes{})\n",
+                            files.len(),
+                            if backup.is_some() { ", backed up" } else { "" }
                         );
                         let _ = reports.send(WorkerReport::Checkpoint {
                             key: *key,
                             step,
                             files,
+                            backup,
                         });
                         note
                     }
@@ -392,15 +396,31 @@ async fn leave_verdict(dir: &std::path::Path, step: u64, verdict: &str) {
     }
 }
 
+/// Takes the checkpoint into the store and, when the node has a backup
+/// directory, writes it there too; returns its files and the backup used. A
+/// failed backup leaves the checkpoint stored on this node only, and says so.
 async fn take_checkpoint(
     sink: &CheckpointSink,
     key: WorkerKey,
     step: u64,
-) -> Result<Vec<xp_runtime::protocol::CheckpointFile>, String> {
+) -> Result<(Vec<xp_runtime::protocol::CheckpointFile>, Option<String>), String> {
     let store = sink.store.clone();
     let dir = sink.dir.clone();
-    tokio::task::spawn_blocking(move || crate::checkpoint::take(&store, &dir, key.trial, step))
-        .await
-        .map_err(|error| error.to_string())?
-        .map_err(|error| error.to_string())
+    let backup = sink.backup.clone();
+    tokio::task::spawn_blocking(move || {
+        let files = crate::checkpoint::take(&store, &dir, key.trial, step)?;
+        let Some(backup) = backup else {
+            return Ok((files, None));
+        };
+        match crate::checkpoint::back_up(&store, &backup, &files) {
+            Ok(()) => Ok((files, Some(backup.display().to_string()))),
+            Err(error) => {
+                warn!(worker = %key, step, %error, "checkpoint stored but not backed up");
+                Ok((files, None))
+            }
+        }
+    })
+    .await
+    .map_err(|error| error.to_string())?
+    .map_err(|error: crate::checkpoint::CheckpointError| error.to_string())
 }

@@ -700,6 +700,9 @@ pub struct ResumeFrom {
     pub files: Vec<CheckpointFile>,
     /// Nodes holding its objects, best first.
     pub sources: Vec<ObjectSource>,
+    /// A durable backup directory holding its objects, tried when no node can
+    /// provide them.
+    pub backup: Option<String>,
 }
 
 /// A checkpoint as `xp checkpoints` shows it.
@@ -721,6 +724,8 @@ pub struct CheckpointStatus {
     pub metric: Option<f64>,
     /// Live nodes that hold every one of its objects.
     pub replicas: Vec<NodeId>,
+    /// The durable backup directory that also holds them, if any.
+    pub backup: Option<String>,
 }
 
 /// What a node says on its session stream.
@@ -809,6 +814,8 @@ pub enum WorkerReport {
         step: u64,
         /// Its files, each an object in this node's store.
         files: Vec<CheckpointFile>,
+        /// The durable backup directory its objects were also written to.
+        backup: Option<String>,
     },
     /// The node could not start the worker through no fault of the trial (its GPU
     /// is still held by a stopping worker, the driver binary could not be fetched,

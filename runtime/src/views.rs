@@ -60,6 +60,7 @@ pub fn checkpoint_json(checkpoint: &crate::protocol::CheckpointStatus) -> Value 
         })).collect::<Vec<_>>(),
         "metric": checkpoint.metric,
         "replicas": checkpoint.replicas.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "backup": checkpoint.backup,
     })
 }
 

@@ -189,12 +189,16 @@ impl TestCluster {
         self.dir.path().join(format!("node-{name}"))
     }
 
-    /// The id node `name` chose on its first start.
+    /// The id node `name` chose on its first start (waiting for it to start).
     pub(crate) fn node_id(&self, name: &str) -> String {
-        std::fs::read_to_string(self.node_dir(name).join("node_id"))
-            .expect("the node wrote its id")
-            .trim()
-            .to_owned()
+        let path = self.node_dir(name).join("node_id");
+        wait_until(
+            &format!("node {name} to write its id"),
+            Duration::from_secs(30),
+            || std::fs::read_to_string(&path).ok(),
+        )
+        .trim()
+        .to_owned()
     }
 
     /// Kills node `name` with SIGKILL.
