@@ -326,7 +326,7 @@ fn a_worker_gets_an_object_another_node_put() {
             Duration::from_secs(30),
             || {
                 let log = std::fs::read_to_string(&log_path).ok()?;
-                (log.contains("collected the objects of a finished trial") && !path.exists())
+                (log.contains("collected the objects of a finished owner") && !path.exists())
                     .then_some(())
             },
         );
@@ -354,5 +354,56 @@ fn a_backed_up_checkpoint_survives_losing_its_only_node() {
     assert!(
         log.contains("checkpoint object restored from the backup"),
         "node c read the backup"
+    );
+}
+
+#[test]
+fn a_driver_puts_and_gets_objects_and_they_go_with_its_connection() {
+    let mut cluster = TestCluster::start("10s");
+    cluster.start_node_with("a", 0, 2, &["--object-memory", "0"]);
+    cluster.wait_for_nodes(1);
+    let objects = cluster.node_dir("a").join("objects");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let join = cluster.join.clone();
+    let (kept, dropped) = runtime.block_on(async {
+        let driver = xp::Client::connect(&join).await.expect("connects");
+        let bytes: Vec<u8> = (0..3_000_000u32).map(|index| (index % 253) as u8).collect();
+        let id = driver.put(&bytes).await.expect("put");
+        assert_eq!(id, xp::ObjectId::of(&bytes));
+        assert!(
+            objects.join(id.to_string()).exists(),
+            "stored on the node's disk"
+        );
+        // Another connection reads it by id.
+        let reader = xp::Client::connect(&join).await.expect("connects");
+        assert_eq!(reader.get(id).await.expect("get"), bytes);
+        let missing = reader
+            .get(xp::ObjectId::of(b"never put"))
+            .await
+            .expect_err("absent");
+        assert!(
+            missing.to_string().contains("no live node holds"),
+            "{missing}"
+        );
+        assert!(
+            driver.delete(id).await.expect("delete"),
+            "the driver had a claim"
+        );
+        assert!(
+            !objects.join(id.to_string()).exists(),
+            "its only claim is gone"
+        );
+        // What the driver still holds when it goes away is collected.
+        let kept = driver.put(b"left behind").await.expect("put");
+        driver.close().await;
+        reader.close().await;
+        (kept, id)
+    });
+    assert_ne!(kept, dropped);
+    let path = objects.join(kept.to_string());
+    wait_until(
+        "the driver's objects to be collected",
+        Duration::from_secs(30),
+        || (!path.exists()).then_some(()),
     );
 }

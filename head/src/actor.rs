@@ -64,6 +64,10 @@ pub enum HeadMsg {
     Queues(Reply<Response>),
     /// A client lists an experiment's checkpoints.
     Checkpoints(String, Reply<Response>),
+    /// A driver asks where to store objects.
+    StoreTargets(String, Reply<Response>),
+    /// A driver that stored objects went away.
+    DriverGone(String),
     /// A node asks which nodes hold an object.
     Locate(xp_runtime::ids::ObjectId, Reply<Response>),
     /// An admin arbitrates.
@@ -211,6 +215,14 @@ impl Actor for HeadActor {
             }
             HeadMsg::Queues(reply) => {
                 let _ = reply.send(Ok(Response::Queues(state.args.core.queues())));
+            }
+            HeadMsg::StoreTargets(session, reply) => {
+                let nodes = state.args.core.store_targets();
+                let _ = reply.send(Ok(Response::StoreTargets { session, nodes }));
+            }
+            HeadMsg::DriverGone(session) => {
+                state.args.core.release_driver_objects(&session);
+                let _ = state.flush();
             }
             HeadMsg::Locate(object, reply) => {
                 let _ = reply.send(Ok(Response::Located(state.args.core.locate(object))));

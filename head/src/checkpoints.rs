@@ -163,6 +163,11 @@ impl ObjectDirectory {
         self.held.get(&node).is_some_and(|held| held.contains(&id))
     }
 
+    /// How many objects `node` holds.
+    pub fn held_count(&self, node: NodeId) -> usize {
+        self.held.get(&node).map_or(0, BTreeSet::len)
+    }
+
     /// Where `node` serves objects.
     pub fn endpoint(&self, node: NodeId) -> Option<ObjectEndpoint> {
         self.endpoints.get(&node).copied()

@@ -234,6 +234,40 @@ impl HeadCore {
             .collect()
     }
 
+    /// Ready nodes that serve objects, emptiest object store first... by the
+    /// directory's count of what each holds, so driver objects spread.
+    pub fn store_targets(&self) -> Vec<ObjectSource> {
+        let mut nodes: Vec<(usize, NodeId)> = self
+            .nodes
+            .values()
+            .filter(|node| node.state == NodeState::Ready)
+            .map(|node| (self.directory.held_count(node.id), node.id))
+            .collect();
+        nodes.sort();
+        nodes
+            .into_iter()
+            .filter_map(|(_, node)| self.object_source(node))
+            .collect()
+    }
+
+    /// Tells every live node that the driver session `session` ended.
+    pub fn release_driver_objects(&mut self, session: &str) {
+        let nodes: Vec<NodeId> = self
+            .nodes
+            .values()
+            .filter(|node| node.state != NodeState::Lost)
+            .map(|node| node.id)
+            .collect();
+        for node in nodes {
+            self.commands.push_back((
+                node,
+                HeadCommand::ReleaseDriver {
+                    session: session.to_owned(),
+                },
+            ));
+        }
+    }
+
     /// Tells every live node that `trial` ended, so what its workers stored
     /// (and no pin keeps) is collected.
     pub(super) fn release_trial_objects(&mut self, trial: TrialId) {

@@ -180,22 +180,36 @@ async fn refuse(connection: &Connection, send: &mut SendStream, error: RemoteErr
     connection.close(code.into(), error.message.as_bytes());
 }
 
+/// The driver session of one connection: named when it first asks where to
+/// store objects, and ended (its objects collected) when the connection ends.
+type DriverSession = Arc<std::sync::OnceLock<String>>;
+
 async fn serve_requests(connection: Connection, context: Arc<ServerContext>) {
     let mut streams = JoinSet::new();
+    let session = DriverSession::default();
     loop {
         tokio::select! {
             () = context.shutdown.cancelled() => break,
             accepted = connection.accept_bi() => {
                 let Ok((send, recv)) = accepted else { break };
-                streams.spawn(handle_stream(send, recv, context.clone()));
+                streams.spawn(handle_stream(send, recv, context.clone(), session.clone()));
             }
             Some(_) = streams.join_next(), if !streams.is_empty() => {}
         }
     }
     streams.shutdown().await;
+    if let Some(session) = session.get() {
+        debug!(%session, "driver session ended; its objects go");
+        let _ = context.head.cast(HeadMsg::DriverGone(session.clone()));
+    }
 }
 
-async fn handle_stream(mut send: SendStream, mut recv: RecvStream, context: Arc<ServerContext>) {
+async fn handle_stream(
+    mut send: SendStream,
+    mut recv: RecvStream,
+    context: Arc<ServerContext>,
+    session: DriverSession,
+) {
     let request = match frame::read_message(&mut recv).await {
         Ok(Some(Message::Request(request))) => request,
         Ok(Some(other)) => {
@@ -254,6 +268,18 @@ async fn handle_stream(mut send: SendStream, mut recv: RecvStream, context: Arc<
         Request::Cancel { id } => call(&context.head, |reply| HeadMsg::Cancel(id, reply)).await,
         Request::Nodes => call(&context.head, HeadMsg::Nodes).await,
         Request::Queues => call(&context.head, HeadMsg::Queues).await,
+        Request::StoreTargets => {
+            let name = session
+                .get_or_init(|| {
+                    // Without entropy, the session's address is unique among live connections.
+                    xp_runtime::tls::random_secret().map_or_else(
+                        || format!("{:p}", Arc::as_ptr(&session)),
+                        |secret| format!("driver-{}", hex::encode(&secret[..12])),
+                    )
+                })
+                .clone();
+            call(&context.head, |reply| HeadMsg::StoreTargets(name, reply)).await
+        }
         Request::Locate { object } => {
             call(&context.head, |reply| HeadMsg::Locate(object, reply)).await
         }

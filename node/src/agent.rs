@@ -35,14 +35,7 @@ use crate::worker::{self, CheckpointSink, KILL_GRACE, MAX_KILL_GRACE, StopReques
 /// The most object changes sent to the head in one message.
 const MAX_OBJECT_CHANGES: usize = 4096;
 
-/// A change to what this node's store holds, for the head's directory.
-#[derive(Debug, Clone, Copy)]
-pub enum ObjectChange {
-    /// Now held.
-    Added(ObjectId),
-    /// No longer held.
-    Dropped(ObjectId),
-}
+pub use crate::objects::ObjectChange;
 
 /// The node's object store and its links to other nodes.
 pub struct NodeObjects {
@@ -388,27 +381,12 @@ impl Agent {
                 self.replicate(trial, objects, sources);
                 Vec::new()
             }
+            HeadCommand::ReleaseDriver { session } => {
+                self.release_owner(Owner::Driver(session));
+                Vec::new()
+            }
             HeadCommand::ReleaseTrial { trial } => {
-                let store = self.objects.store.clone();
-                let changes = self.objects.changes_tx.clone();
-                xp_runtime::task::spawn("release-trial", async move {
-                    let released = tokio::task::spawn_blocking(move || {
-                        store.release_owner(&Owner::Trial(trial))
-                    })
-                    .await;
-                    match released {
-                        Ok(Ok(collected)) => {
-                            if !collected.is_empty() {
-                                info!(%trial, objects = collected.len(), "collected the objects of a finished trial");
-                            }
-                            for id in collected {
-                                let _ = changes.send(ObjectChange::Dropped(id));
-                            }
-                        }
-                        Ok(Err(error)) => warn!(%trial, %error, "cannot collect a trial's objects"),
-                        Err(error) => warn!(%trial, %error, "cannot collect a trial's objects"),
-                    }
-                });
+                self.release_owner(Owner::Trial(trial));
                 Vec::new()
             }
             HeadCommand::DropObjects { objects } => {
@@ -456,6 +434,30 @@ impl Agent {
                 vec![Message::FromNode(NodeMessage::Logs { request_id, result })]
             }
         }
+    }
+
+    /// Collects what `owner` alone kept, and tells the head.
+    fn release_owner(&self, owner: Owner) {
+        let store = self.objects.store.clone();
+        let changes = self.objects.changes_tx.clone();
+        xp_runtime::task::spawn("release-owner", async move {
+            let released = {
+                let owner = owner.clone();
+                tokio::task::spawn_blocking(move || store.release_owner(&owner)).await
+            };
+            match released {
+                Ok(Ok(collected)) => {
+                    if !collected.is_empty() {
+                        info!(%owner, objects = collected.len(), "collected the objects of a finished owner");
+                    }
+                    for id in collected {
+                        let _ = changes.send(ObjectChange::Dropped(id));
+                    }
+                }
+                Ok(Err(error)) => warn!(%owner, %error, "cannot collect an owner's objects"),
+                Err(error) => warn!(%owner, %error, "cannot collect an owner's objects"),
+            }
+        });
     }
 
     /// Fetches a checkpoint's objects from other nodes and keeps them pinned.

@@ -143,20 +143,13 @@ fn start_objects(
     };
     let digest = xp_runtime::object_wire::token_digest(&config.join.token);
     let (changes_tx, changes_rx) = tokio::sync::mpsc::unbounded_channel();
-    let (corrupt_tx, mut corrupt_rx) = tokio::sync::mpsc::unbounded_channel();
     let server = objects::remote::ObjectServer::start(
         store.clone(),
         std::net::SocketAddr::new(bind_ip, config.object_port),
         digest,
-        corrupt_tx,
+        changes_tx.clone(),
     )
     .map_err(NodeError::Objects)?;
-    let forward = changes_tx.clone();
-    xp_runtime::task::spawn("object-corruption", async move {
-        while let Some(id) = corrupt_rx.recv().await {
-            let _ = forward.send(agent::ObjectChange::Dropped(id));
-        }
-    });
     let fetcher = objects::remote::ObjectFetcher::new(digest)
         .map_err(|error| NodeError::Objects(error.to_string()))?;
     let endpoint = server.endpoint().map_err(NodeError::Objects)?;

@@ -2,14 +2,16 @@
 //! certificate that fetching nodes pin (the head hands out its SHA-256), one
 //! bidirectional stream per chunk request.
 //!
-//! A request is a length-prefixed bincode [`FetchRequest`] of at most
+//! A request is a length-prefixed bincode [`ObjectRequest`] of at most
 //! [`MAX_REQUEST_BYTES`]; the answer is a length-prefixed [`FetchHeader`] followed,
 //! on success, by exactly the requested range of raw bytes. Requests carry the
 //! blake3 hash of the cluster token, so only members of the cluster read objects.
 //! Integrity does not rest on the server: the fetcher hashes what it assembled
 //! and compares it with the object id before keeping anything.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -19,6 +21,7 @@ use crate::collective::QuicSetupError;
 use crate::collective::QuicTuning;
 use crate::collective::quic;
 use crate::ids::ObjectId;
+use crate::protocol::ObjectSource;
 
 /// The ALPN id of object links.
 pub const ALPN: &[u8] = b"xp-objects/1";
@@ -44,17 +47,64 @@ pub fn token_digest(token: &str) -> [u8; 32] {
     *blake3::hash(token.as_bytes()).as_bytes()
 }
 
-/// One chunk request.
+/// One request on an object stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FetchRequest {
+pub struct ObjectRequest {
     /// [`token_digest`] of the cluster token.
     pub token: [u8; 32],
-    /// The object.
-    pub id: ObjectId,
-    /// The first byte wanted.
-    pub offset: u64,
-    /// How many bytes, at most [`MAX_CHUNK_BYTES`]; fewer come back at the end of the object.
-    pub len: u64,
+    /// What is asked.
+    pub op: ObjectOp,
+}
+
+/// What an object stream asks of a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ObjectOp {
+    /// A range of an object; answered by a [`FetchHeader`] and the bytes.
+    Fetch {
+        /// The object.
+        id: ObjectId,
+        /// The first byte wanted.
+        offset: u64,
+        /// How many bytes, at most [`MAX_CHUNK_BYTES`]; fewer come back at the end of the object.
+        len: u64,
+    },
+    /// `size` raw bytes follow: store them for the driver session `owner`;
+    /// answered by a [`StoreAnswer`].
+    Store {
+        /// The driver session that owns the object.
+        owner: String,
+        /// How many bytes follow.
+        size: u64,
+    },
+    /// Drop the driver session `owner`'s claim on `id`; answered by a [`StoreAnswer`].
+    Release {
+        /// The driver session.
+        owner: String,
+        /// The object.
+        id: ObjectId,
+    },
+}
+
+/// The answer to a store or release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StoreAnswer {
+    /// Stored under this id.
+    Stored {
+        /// The id.
+        id: ObjectId,
+    },
+    /// The claim is gone; `existed` says whether there was one.
+    Released {
+        /// Whether the session had a claim.
+        existed: bool,
+    },
+    /// Refused.
+    Error {
+        /// What went wrong.
+        code: FetchErrorCode,
+        /// In words.
+        message: String,
+    },
 }
 
 /// Why a server did not send the bytes.
@@ -70,6 +120,8 @@ pub enum FetchErrorCode {
     BadRange,
     /// The request could not be read.
     Malformed,
+    /// The store refused the object (full, too large).
+    Refused,
     /// The server failed for another reason.
     Internal,
 }
@@ -269,4 +321,231 @@ pub fn decode_local<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Wire
     bincode::serde::decode_from_slice(body, LOCAL_LIMIT)
         .map(|(message, _)| message)
         .map_err(|error| WireError::Malformed(error.to_string()))
+}
+
+/// The client side of object links: one QUIC connection per node, reused; pulls
+/// objects in parallel chunks, stores and releases driver objects.
+#[derive(Debug)]
+pub struct ObjectClient {
+    endpoint: quinn::Endpoint,
+    token_digest: [u8; 32],
+    connections: Mutex<HashMap<(SocketAddr, [u8; 32]), quinn::Connection>>,
+}
+
+/// How many chunk requests one fetch keeps in flight.
+const PARALLEL_CHUNKS: usize = 4;
+
+impl ObjectClient {
+    /// A client presenting `token_digest` (see [`token_digest`]).
+    pub fn new(token_digest: [u8; 32]) -> Result<Self, QuicSetupError> {
+        Ok(Self {
+            endpoint: client_endpoint()?,
+            token_digest,
+            connections: Mutex::default(),
+        })
+    }
+
+    fn wrap(&self, op: ObjectOp) -> ObjectRequest {
+        ObjectRequest {
+            token: self.token_digest,
+            op,
+        }
+    }
+
+    /// Stores `bytes` on the node at `source` for the driver session `owner`.
+    pub async fn store(
+        &self,
+        source: &ObjectSource,
+        owner: &str,
+        bytes: &[u8],
+    ) -> Result<ObjectId, String> {
+        let connection = self.connection(source).await?;
+        let (mut send, mut recv) = connection
+            .open_bi()
+            .await
+            .map_err(|error| format!("cannot open a stream: {error}"))?;
+        let request = self.wrap(ObjectOp::Store {
+            owner: owner.to_owned(),
+            size: bytes.len() as u64,
+        });
+        write_small(&mut send, &request)
+            .await
+            .map_err(|error| error.to_string())?;
+        for piece in bytes.chunks(64 << 10) {
+            send.write_all(piece)
+                .await
+                .map_err(|error| format!("cannot send the object: {error}"))?;
+        }
+        let _ = send.finish();
+        match read_small::<StoreAnswer>(&mut recv)
+            .await
+            .map_err(|error| error.to_string())?
+        {
+            StoreAnswer::Stored { id } => Ok(id),
+            StoreAnswer::Error { code, message } => Err(format!("{code:?}: {message}")),
+            other => Err(format!("unexpected answer {other:?}")),
+        }
+    }
+
+    /// Drops the driver session `owner`'s claim on `id` at `source`.
+    pub async fn release(
+        &self,
+        source: &ObjectSource,
+        owner: &str,
+        id: ObjectId,
+    ) -> Result<bool, String> {
+        let connection = self.connection(source).await?;
+        let (mut send, mut recv) = connection
+            .open_bi()
+            .await
+            .map_err(|error| format!("cannot open a stream: {error}"))?;
+        let request = self.wrap(ObjectOp::Release {
+            owner: owner.to_owned(),
+            id,
+        });
+        write_small(&mut send, &request)
+            .await
+            .map_err(|error| error.to_string())?;
+        let _ = send.finish();
+        match read_small::<StoreAnswer>(&mut recv)
+            .await
+            .map_err(|error| error.to_string())?
+        {
+            StoreAnswer::Released { existed } => Ok(existed),
+            StoreAnswer::Error { code, message } => Err(format!("{code:?}: {message}")),
+            other => Err(format!("unexpected answer {other:?}")),
+        }
+    }
+
+    async fn connection(&self, source: &ObjectSource) -> Result<quinn::Connection, String> {
+        let addr = tokio::net::lookup_host((source.host.as_str(), source.endpoint.port))
+            .await
+            .map_err(|error| format!("cannot resolve {}: {error}", source.host))?
+            .next()
+            .ok_or_else(|| format!("{} has no address", source.host))?;
+        let cache_key = (addr, source.endpoint.cert_sha256);
+        if let Some(connection) = self
+            .connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&cache_key)
+            && connection.close_reason().is_none()
+        {
+            return Ok(connection.clone());
+        }
+        let config = client_config(source.endpoint.cert_sha256, addr.ip().is_loopback())
+            .map_err(|error| error.to_string())?;
+        let connection = self
+            .endpoint
+            .connect_with(config, addr, SERVER_NAME)
+            .map_err(|error| format!("cannot connect to {addr}: {error}"))?
+            .await
+            .map_err(|error| format!("cannot connect to {addr}: {error}"))?;
+        settle_mtu(&connection).await;
+        self.connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(cache_key, connection.clone());
+        Ok(connection)
+    }
+
+    /// The object's bytes from one source, in parallel chunks; not yet verified.
+    /// With `size_hint` (from the head's manifest) every chunk is asked for at
+    /// once; without it, a first empty request learns the size.
+    pub async fn fetch_from(
+        &self,
+        source: &ObjectSource,
+        id: ObjectId,
+        size_hint: Option<u64>,
+        max_bytes: u64,
+    ) -> Result<Arc<[u8]>, String> {
+        let connection = self.connection(source).await?;
+        let size = match size_hint {
+            Some(size) => size,
+            None => self.fetch_chunk(&connection, id, 0, &mut [], None).await?,
+        };
+        if size > max_bytes {
+            return Err(format!(
+                "object of {size} bytes is over this store's {max_bytes}-byte object limit"
+            ));
+        }
+        let size_usize = usize::try_from(size).map_err(|_| format!("object of {size} bytes"))?;
+        // Received straight into the shared allocation the store keeps, so a
+        // fetched object is never copied after it arrives.
+        let mut bytes: Arc<[u8]> = Arc::from(vec![0u8; 0]);
+        if size_usize > 0 {
+            let mut shared: Arc<[std::mem::MaybeUninit<u8>]> = Arc::new_uninit_slice(size_usize);
+            let uninit = Arc::get_mut(&mut shared).ok_or("a fresh allocation is not shared")?;
+            for slot in uninit.iter_mut() {
+                slot.write(0);
+            }
+            // SAFETY: every byte was written just above.
+            bytes = unsafe { shared.assume_init() };
+        }
+        let buffer = Arc::get_mut(&mut bytes).ok_or("a fresh allocation is not shared")?;
+        let chunks = buffer
+            .chunks_mut(CHUNK_BYTES as usize)
+            .enumerate()
+            .map(|(index, chunk)| (index as u64 * CHUNK_BYTES, chunk));
+        // A bounded number in flight: lane k takes every PARALLEL_CHUNKS-th chunk.
+        let mut lanes: Vec<Vec<(u64, &mut [u8])>> =
+            (0..PARALLEL_CHUNKS).map(|_| Vec::new()).collect();
+        for (index, chunk) in chunks.enumerate() {
+            lanes[index % PARALLEL_CHUNKS].push(chunk);
+        }
+        futures_util::future::try_join_all(lanes.into_iter().map(|lane| {
+            let connection = connection.clone();
+            async move {
+                for (offset, target) in lane {
+                    self.fetch_chunk(&connection, id, offset, target, Some(size))
+                        .await?;
+                }
+                Ok::<(), String>(())
+            }
+        }))
+        .await?;
+        Ok(bytes)
+    }
+
+    /// Reads the range of `target`'s length at `offset` into `target`, checking the
+    /// object's size against `expected_size`; returns the object's size.
+    async fn fetch_chunk(
+        &self,
+        connection: &quinn::Connection,
+        id: ObjectId,
+        offset: u64,
+        target: &mut [u8],
+        expected_size: Option<u64>,
+    ) -> Result<u64, String> {
+        let (mut send, mut recv) = connection
+            .open_bi()
+            .await
+            .map_err(|error| format!("cannot open a stream: {error}"))?;
+        let len = target.len() as u64;
+        let request = self.wrap(ObjectOp::Fetch { id, offset, len });
+        write_small(&mut send, &request)
+            .await
+            .map_err(|error| error.to_string())?;
+        let _ = send.finish();
+        let header: FetchHeader = read_small(&mut recv)
+            .await
+            .map_err(|error| error.to_string())?;
+        let (size, got) = match header {
+            FetchHeader::Bytes { size, len: got } => (size, got),
+            FetchHeader::Error { code, message } => return Err(format!("{code:?}: {message}")),
+        };
+        if expected_size.is_some_and(|expected| expected != size) {
+            return Err(format!(
+                "the object is {size} bytes, not the {} expected",
+                expected_size.unwrap_or_default()
+            ));
+        }
+        if got != len {
+            return Err(format!("asked {len} bytes at {offset}, told {got}"));
+        }
+        recv.read_exact(target)
+            .await
+            .map_err(|error| format!("chunk at {offset} cut short: {error}"))?;
+        Ok(size)
+    }
 }

@@ -178,6 +178,9 @@ pub enum Request {
     Queues,
     /// An admin's arbitration; recorded with who and why.
     Admin(AdminRequest),
+    /// Where a driver may store objects, and the session name they belong to: the
+    /// head collects them when this connection ends.
+    StoreTargets,
     /// Which live nodes hold an object (asked by a node fetching it for a worker).
     Locate {
         /// The object.
@@ -370,6 +373,13 @@ pub enum Response {
     Checkpoints(Vec<CheckpointStatus>),
     /// The nodes holding an object.
     Located(Vec<ObjectSource>),
+    /// Ready nodes a driver may store objects on, best first, and its session.
+    StoreTargets {
+        /// The owner name of this connection's objects.
+        session: String,
+        /// The nodes.
+        nodes: Vec<ObjectSource>,
+    },
     /// What an admin action changed.
     Admin {
         /// How many trials it touched (0 for a policy).
@@ -894,6 +904,11 @@ pub enum HeadCommand {
     ReleaseTrial {
         /// The trial.
         trial: TrialId,
+    },
+    /// A driver's connection ended: what it stored and nothing else claims may go.
+    ReleaseDriver {
+        /// The driver session's name.
+        session: String,
     },
     /// Delete these objects: no checkpoint the head keeps needs them any more.
     DropObjects {

@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use xp_runtime::ids::{BlobHash, ExperimentId, TrialId};
+use xp_runtime::ids::{BlobHash, ExperimentId, ObjectId, TrialId};
 use xp_runtime::join::{JoinString, JoinStringError};
+use xp_runtime::object_wire::{self, ObjectClient};
 use xp_runtime::protocol::{
     AdminAction, AdminRequest, CheckpointStatus, ErrorCode, ExperimentState, ExperimentStatus,
     LogChunk, LogRequest, MetricPoint, NodeStatus, PeerRole, QueueStatus, Request, Response,
@@ -43,7 +44,13 @@ pub enum SdkError {
     /// The head answered something unexpected.
     #[error("unexpected answer from the head: {0}")]
     Unexpected(String),
+    /// An object could not be stored, found or fetched.
+    #[error("object: {0}")]
+    Object(String),
 }
+
+/// The largest object [`Client::get`] accepts.
+const MAX_GET_BYTES: u64 = 16 << 30;
 
 /// How to submit.
 #[derive(Debug, Clone, Default)]
@@ -92,6 +99,9 @@ pub struct ResultRow {
 #[derive(Debug, Clone)]
 pub struct Client {
     connection: HeadConnection,
+    /// Links to the nodes' object servers, made on first use.
+    objects: std::sync::Arc<tokio::sync::OnceCell<ObjectClient>>,
+    token_digest: [u8; 32],
 }
 
 macro_rules! expect_response {
@@ -116,7 +126,91 @@ impl Client {
         let (connection, mut send, _recv) =
             transport::connect(join, PeerRole::Client, &agent).await?;
         let _ = send.finish();
-        Ok(Self { connection })
+        Ok(Self {
+            connection,
+            objects: std::sync::Arc::default(),
+            token_digest: object_wire::token_digest(&join.token),
+        })
+    }
+
+    async fn object_client(&self) -> Result<&ObjectClient, SdkError> {
+        self.objects
+            .get_or_try_init(|| async {
+                ObjectClient::new(self.token_digest)
+                    .map_err(|error| SdkError::Object(error.to_string()))
+            })
+            .await
+    }
+
+    /// Stores `bytes` in the cluster's object store (on the node that holds the
+    /// fewest objects) and returns their id, which trials can [`get`] through
+    /// their context. The object belongs to this connection: it is collected when
+    /// the connection ends, unless a trial took a claim on it meanwhile.
+    ///
+    /// [`get`]: crate::TrialContext::get
+    pub async fn put(&self, bytes: &[u8]) -> Result<ObjectId, SdkError> {
+        let (session, nodes) = expect_response!(
+            self.request(Request::StoreTargets).await?,
+            Response::StoreTargets { session, nodes } => (session, nodes)
+        )?;
+        let client = self.object_client().await?;
+        let mut failures = Vec::new();
+        for node in &nodes {
+            match client.store(node, &session, bytes).await {
+                Ok(id) if id == ObjectId::of(bytes) => return Ok(id),
+                Ok(id) => failures.push(format!("node {} named it {id}", node.node)),
+                Err(error) => failures.push(format!("node {}: {error}", node.node)),
+            }
+        }
+        Err(SdkError::Object(if nodes.is_empty() {
+            "no ready node serves objects".to_owned()
+        } else {
+            format!("no node stored the object: {}", failures.join("; "))
+        }))
+    }
+
+    /// Object `id`'s bytes, from whichever node holds it, verified against the id.
+    pub async fn get(&self, id: ObjectId) -> Result<Vec<u8>, SdkError> {
+        let sources = expect_response!(
+            self.request(Request::Locate { object: id }).await?,
+            Response::Located(sources) => sources
+        )?;
+        let client = self.object_client().await?;
+        let mut failures = Vec::new();
+        for source in &sources {
+            match client.fetch_from(source, id, None, MAX_GET_BYTES).await {
+                Ok(bytes) if ObjectId::of(&bytes) == id => return Ok(bytes.to_vec()),
+                Ok(_) => failures.push(format!("node {} sent other bytes", source.node)),
+                Err(error) => failures.push(format!("node {}: {error}", source.node)),
+            }
+        }
+        Err(SdkError::Object(if sources.is_empty() {
+            format!("no live node holds object {id}")
+        } else {
+            format!("object {id} could not be fetched: {}", failures.join("; "))
+        }))
+    }
+
+    /// Drops this connection's claim on object `id` wherever it is held; returns
+    /// whether there was one.
+    pub async fn delete(&self, id: ObjectId) -> Result<bool, SdkError> {
+        let (session, _) = expect_response!(
+            self.request(Request::StoreTargets).await?,
+            Response::StoreTargets { session, nodes } => (session, nodes)
+        )?;
+        let sources = expect_response!(
+            self.request(Request::Locate { object: id }).await?,
+            Response::Located(sources) => sources
+        )?;
+        let client = self.object_client().await?;
+        let mut existed = false;
+        for source in &sources {
+            existed |= client
+                .release(source, &session, id)
+                .await
+                .map_err(SdkError::Object)?;
+        }
+        Ok(existed)
     }
 
     async fn request(&self, request: Request) -> Result<Response, SdkError> {

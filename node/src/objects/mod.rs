@@ -63,6 +63,15 @@ pub fn object_id(bytes: &[u8]) -> ObjectId {
     ObjectId(*hasher.finalize().as_bytes())
 }
 
+/// A change to what this node's store holds, for the head's directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectChange {
+    /// Now held.
+    Added(ObjectId),
+    /// No longer held.
+    Dropped(ObjectId),
+}
+
 /// Who keeps an object alive; an object whose last owner is released (and that
 /// is not pinned) is deleted.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

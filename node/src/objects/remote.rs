@@ -7,23 +7,22 @@
 //! own copy fails its hash check deletes it (the store does) and says so, and
 //! the server tells the agent, which tells the head's directory.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
-use futures_util::future::try_join_all;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 use xp_runtime::ids::ObjectId;
 use xp_runtime::object_wire::{
-    self, CHUNK_BYTES, FetchErrorCode, FetchHeader, FetchRequest, MAX_CHUNK_BYTES,
+    self, FetchErrorCode, FetchHeader, MAX_CHUNK_BYTES, ObjectClient, ObjectOp, ObjectRequest,
+    StoreAnswer,
 };
 use xp_runtime::protocol::{ObjectEndpoint, ObjectSource};
 
-use super::{ObjectBytes, ObjectStore, Owner, StoreError};
+use super::{ObjectBytes, ObjectChange, ObjectStore, Owner, StoreError};
 
-/// How many chunk requests one fetch keeps in flight.
-const PARALLEL_CHUNKS: usize = 4;
+/// The largest object a driver may store in one request.
+const MAX_STORE_BYTES: u64 = 4 << 30;
 /// The most bytes handed to a QUIC stream in one write: quinn copies each write
 /// into its own allocation, and small ones are recycled by the allocator instead
 /// of being mapped and faulted in afresh (as in the collective's links).
@@ -61,13 +60,14 @@ pub struct ObjectServer {
 }
 
 impl ObjectServer {
-    /// Listens on `bind`; requests must carry `token_digest`. Objects found corrupt
-    /// while serving are sent on `dropped`.
+    /// Listens on `bind`; requests must carry `token_digest`. What the store gains
+    /// (driver puts) or loses (releases, copies found corrupt while serving) is
+    /// sent on `changes`.
     pub fn start(
         store: Arc<ObjectStore>,
         bind: SocketAddr,
         token_digest: [u8; 32],
-        dropped: mpsc::UnboundedSender<ObjectId>,
+        changes: mpsc::UnboundedSender<ObjectChange>,
     ) -> Result<Self, String> {
         let (endpoint, cert_sha256) = object_wire::server_endpoint(bind)
             .map_err(|error| format!("cannot start the object server on {bind}: {error}"))?;
@@ -75,11 +75,11 @@ impl ObjectServer {
         xp_runtime::task::spawn("object-server", async move {
             while let Some(incoming) = accepting.accept().await {
                 let store = store.clone();
-                let dropped = dropped.clone();
+                let changes = changes.clone();
                 xp_runtime::task::spawn("object-connection", async move {
                     match incoming.await {
                         Ok(connection) => {
-                            serve_connection(connection, store, token_digest, dropped).await;
+                            serve_connection(connection, store, token_digest, changes).await;
                         }
                         Err(error) => debug!(%error, "object connection failed"),
                     }
@@ -127,7 +127,7 @@ async fn serve_connection(
     connection: quinn::Connection,
     store: Arc<ObjectStore>,
     token_digest: [u8; 32],
-    dropped: mpsc::UnboundedSender<ObjectId>,
+    changes: mpsc::UnboundedSender<ObjectChange>,
 ) {
     let recent: Recent = Arc::default();
     let mut prune = tokio::time::interval(RECENT_IDLE);
@@ -142,11 +142,11 @@ async fn serve_connection(
         };
         let Ok((send, recv)) = accepted else { break };
         let store = store.clone();
-        let dropped = dropped.clone();
+        let changes = changes.clone();
         let recent = recent.clone();
         xp_runtime::task::spawn("object-request", async move {
             if let Err(error) =
-                serve_request(send, recv, store, token_digest, dropped, recent).await
+                serve_request(send, recv, store, token_digest, changes, recent).await
             {
                 debug!(%error, "object request ended early");
             }
@@ -187,15 +187,17 @@ async fn serve_request(
     mut recv: quinn::RecvStream,
     store: Arc<ObjectStore>,
     token_digest: [u8; 32],
-    dropped: mpsc::UnboundedSender<ObjectId>,
+    changes: mpsc::UnboundedSender<ObjectChange>,
     recent: Recent,
 ) -> Result<(), object_wire::WireError> {
-    let refuse = |code, message: String| FetchHeader::Error { code, message };
-    let request: FetchRequest = match object_wire::read_small(&mut recv).await {
+    let request: ObjectRequest = match object_wire::read_small(&mut recv).await {
         Ok(request) => request,
         Err(error) => {
             warn!(%error, "malformed object request");
-            let header = refuse(FetchErrorCode::Malformed, error.to_string());
+            let header = FetchHeader::Error {
+                code: FetchErrorCode::Malformed,
+                message: error.to_string(),
+            };
             object_wire::write_small(&mut send, &header).await?;
             let _ = send.finish();
             return Ok(());
@@ -203,49 +205,151 @@ async fn serve_request(
     };
     if request.token != token_digest {
         warn!("object request with a wrong token refused");
-        let header = refuse(FetchErrorCode::BadToken, "wrong cluster token".to_owned());
-        object_wire::write_small(&mut send, &header).await?;
+        let (code, message) = (FetchErrorCode::BadToken, "wrong cluster token".to_owned());
+        match request.op {
+            ObjectOp::Fetch { .. } => {
+                object_wire::write_small(&mut send, &FetchHeader::Error { code, message }).await?;
+            }
+            ObjectOp::Store { .. } | ObjectOp::Release { .. } => {
+                object_wire::write_small(&mut send, &StoreAnswer::Error { code, message }).await?;
+            }
+        }
         let _ = send.finish();
         return Ok(());
     }
-    let id = request.id;
-    let bytes = match lookup(&store, &recent, id).await {
+    match request.op {
+        ObjectOp::Fetch { id, offset, len } => {
+            serve_fetch(&mut send, &store, &changes, &recent, id, offset, len).await?;
+        }
+        ObjectOp::Store { owner, size } => {
+            let answer = receive_store(&mut recv, &store, &changes, owner, size).await;
+            object_wire::write_small(&mut send, &answer).await?;
+        }
+        ObjectOp::Release { owner, id } => {
+            let released = {
+                let store = store.clone();
+                tokio::task::spawn_blocking(move || {
+                    let existed = store.remove_owner(id, &Owner::Driver(owner))?;
+                    Ok::<_, StoreError>((existed, store.contains(id)))
+                })
+                .await
+            };
+            let answer = match released {
+                Ok(Ok((existed, still_here))) => {
+                    if !still_here {
+                        let _ = changes.send(ObjectChange::Dropped(id));
+                    }
+                    StoreAnswer::Released { existed }
+                }
+                Ok(Err(error)) => StoreAnswer::Error {
+                    code: FetchErrorCode::Internal,
+                    message: error.to_string(),
+                },
+                Err(error) => StoreAnswer::Error {
+                    code: FetchErrorCode::Internal,
+                    message: error.to_string(),
+                },
+            };
+            object_wire::write_small(&mut send, &answer).await?;
+        }
+    }
+    let _ = send.finish();
+    Ok(())
+}
+
+/// The longest driver session name a store request may carry.
+const MAX_OWNER_CHARS: usize = 128;
+
+/// Reads `size` bytes a driver sends and stores them for its session.
+async fn receive_store(
+    recv: &mut quinn::RecvStream,
+    store: &Arc<ObjectStore>,
+    changes: &mpsc::UnboundedSender<ObjectChange>,
+    owner: String,
+    size: u64,
+) -> StoreAnswer {
+    let refuse = |code, message: String| StoreAnswer::Error { code, message };
+    if owner.is_empty() || owner.len() > MAX_OWNER_CHARS {
+        return refuse(
+            FetchErrorCode::Malformed,
+            format!("a driver session name must be 1 to {MAX_OWNER_CHARS} bytes"),
+        );
+    }
+    let limit = store.limits().max_object_bytes.min(MAX_STORE_BYTES);
+    if size > limit {
+        return refuse(
+            FetchErrorCode::Refused,
+            format!("object of {size} bytes is over the {limit}-byte limit"),
+        );
+    }
+    let mut bytes = vec![0u8; size as usize];
+    if let Err(error) = recv.read_exact(&mut bytes).await {
+        return refuse(
+            FetchErrorCode::Malformed,
+            format!("the object's bytes were cut short: {error}"),
+        );
+    }
+    let stored = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || store.put(bytes, Owner::Driver(owner))).await
+    };
+    match stored {
+        Ok(Ok(id)) => {
+            let _ = changes.send(ObjectChange::Added(id));
+            StoreAnswer::Stored { id }
+        }
+        Ok(Err(error)) => refuse(FetchErrorCode::Refused, error.to_string()),
+        Err(error) => refuse(FetchErrorCode::Internal, error.to_string()),
+    }
+}
+
+async fn serve_fetch(
+    send: &mut quinn::SendStream,
+    store: &Arc<ObjectStore>,
+    changes: &mpsc::UnboundedSender<ObjectChange>,
+    recent: &Recent,
+    id: ObjectId,
+    offset: u64,
+    len: u64,
+) -> Result<(), object_wire::WireError> {
+    let refuse = |code, message: String| FetchHeader::Error { code, message };
+    let bytes = match lookup(store, recent, id).await {
         Ok(bytes) => bytes,
         Err(error) => {
             let code = match error {
                 StoreError::NotFound { .. } => FetchErrorCode::NotFound,
                 StoreError::Corrupt { .. } | StoreError::Missing { .. } => {
-                    let _ = dropped.send(id);
+                    let _ = changes.send(ObjectChange::Dropped(id));
                     FetchErrorCode::Corrupt
                 }
                 _ => FetchErrorCode::Internal,
             };
-            object_wire::write_small(&mut send, &refuse(code, error.to_string())).await?;
-            let _ = send.finish();
-            return Ok(());
+            return object_wire::write_small(send, &refuse(code, error.to_string())).await;
         }
     };
     let size = bytes.len() as u64;
-    if request.len > MAX_CHUNK_BYTES || request.offset > size {
+    if len > MAX_CHUNK_BYTES || offset > size {
         let header = refuse(
             FetchErrorCode::BadRange,
             format!(
-                "range {}+{} is outside object of {size} bytes or over {MAX_CHUNK_BYTES}",
-                request.offset, request.len
+                "range {offset}+{len} is outside object of {size} bytes or over {MAX_CHUNK_BYTES}"
             ),
         );
-        object_wire::write_small(&mut send, &header).await?;
-        let _ = send.finish();
-        return Ok(());
+        return object_wire::write_small(send, &header).await;
     }
-    let end = request.offset.saturating_add(request.len).min(size);
-    let len = end - request.offset;
-    object_wire::write_small(&mut send, &FetchHeader::Bytes { size, len }).await?;
+    let end = offset.saturating_add(len).min(size);
+    object_wire::write_small(
+        send,
+        &FetchHeader::Bytes {
+            size,
+            len: end - offset,
+        },
+    )
+    .await?;
     // Offsets fit in usize: the object is mapped or in memory.
-    for piece in bytes[request.offset as usize..end as usize].chunks(WRITE_BYTES) {
+    for piece in bytes[offset as usize..end as usize].chunks(WRITE_BYTES) {
         send.write_all(piece).await.map_err(std::io::Error::from)?;
     }
-    let _ = send.finish();
     Ok(())
 }
 
@@ -263,23 +367,17 @@ pub struct Wanted {
     pub size: Option<u64>,
 }
 
-/// Pulls objects from other nodes, keeping one connection per source.
+/// Pulls objects from other nodes into this node's store.
 pub struct ObjectFetcher {
-    endpoint: quinn::Endpoint,
-    token_digest: [u8; 32],
-    connections: Mutex<HashMap<(SocketAddr, [u8; 32]), quinn::Connection>>,
+    client: ObjectClient,
 }
 
 impl ObjectFetcher {
     /// A fetcher presenting `token_digest`.
     pub fn new(token_digest: [u8; 32]) -> Result<Self, FetchError> {
-        let endpoint = object_wire::client_endpoint()
+        let client = ObjectClient::new(token_digest)
             .map_err(|error| FetchError::Endpoint(error.to_string()))?;
-        Ok(Self {
-            endpoint,
-            token_digest,
-            connections: Mutex::new(HashMap::new()),
-        })
+        Ok(Self { client })
     }
 
     /// Makes sure `store` holds a good copy of the wanted object, fetching it from
@@ -323,6 +421,7 @@ impl ObjectFetcher {
             .filter(|source| Some(source.node) != own_node)
         {
             match self
+                .client
                 .fetch_from(source, id, size_hint, store.limits().max_object_bytes)
                 .await
             {
@@ -355,144 +454,6 @@ impl ObjectFetcher {
             }
         }
         Err(FetchError::Exhausted { id, failures })
-    }
-
-    async fn connection(&self, source: &ObjectSource) -> Result<quinn::Connection, String> {
-        let addr = tokio::net::lookup_host((source.host.as_str(), source.endpoint.port))
-            .await
-            .map_err(|error| format!("cannot resolve {}: {error}", source.host))?
-            .next()
-            .ok_or_else(|| format!("{} has no address", source.host))?;
-        let cache_key = (addr, source.endpoint.cert_sha256);
-        if let Some(connection) = self
-            .connections
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&cache_key)
-            && connection.close_reason().is_none()
-        {
-            return Ok(connection.clone());
-        }
-        let config =
-            object_wire::client_config(source.endpoint.cert_sha256, addr.ip().is_loopback())
-                .map_err(|error| error.to_string())?;
-        let connection = self
-            .endpoint
-            .connect_with(config, addr, object_wire::SERVER_NAME)
-            .map_err(|error| format!("cannot connect to {addr}: {error}"))?
-            .await
-            .map_err(|error| format!("cannot connect to {addr}: {error}"))?;
-        object_wire::settle_mtu(&connection).await;
-        self.connections
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(cache_key, connection.clone());
-        Ok(connection)
-    }
-
-    /// The object's bytes from one source, in parallel chunks; not yet verified.
-    /// With `size_hint` (from the head's manifest) every chunk is asked for at
-    /// once; without it, a first empty request learns the size.
-    async fn fetch_from(
-        &self,
-        source: &ObjectSource,
-        id: ObjectId,
-        size_hint: Option<u64>,
-        max_bytes: u64,
-    ) -> Result<Arc<[u8]>, String> {
-        let connection = self.connection(source).await?;
-        let size = match size_hint {
-            Some(size) => size,
-            None => self.request(&connection, id, 0, &mut [], None).await?,
-        };
-        if size > max_bytes {
-            return Err(format!(
-                "object of {size} bytes is over this store's {max_bytes}-byte object limit"
-            ));
-        }
-        let size_usize = usize::try_from(size).map_err(|_| format!("object of {size} bytes"))?;
-        // Received straight into the shared allocation the store keeps, so a
-        // fetched object is never copied after it arrives.
-        let mut bytes: Arc<[u8]> = Arc::from(vec![0u8; 0]);
-        if size_usize > 0 {
-            let mut shared: Arc<[std::mem::MaybeUninit<u8>]> = Arc::new_uninit_slice(size_usize);
-            let uninit = Arc::get_mut(&mut shared).ok_or("a fresh allocation is not shared")?;
-            for slot in uninit.iter_mut() {
-                slot.write(0);
-            }
-            // SAFETY: every byte was written just above.
-            bytes = unsafe { shared.assume_init() };
-        }
-        let buffer = Arc::get_mut(&mut bytes).ok_or("a fresh allocation is not shared")?;
-        let chunks = buffer
-            .chunks_mut(CHUNK_BYTES as usize)
-            .enumerate()
-            .map(|(index, chunk)| (index as u64 * CHUNK_BYTES, chunk));
-        // A bounded number in flight: lane k takes every PARALLEL_CHUNKS-th chunk.
-        let mut lanes: Vec<Vec<(u64, &mut [u8])>> =
-            (0..PARALLEL_CHUNKS).map(|_| Vec::new()).collect();
-        for (index, chunk) in chunks.enumerate() {
-            lanes[index % PARALLEL_CHUNKS].push(chunk);
-        }
-        try_join_all(lanes.into_iter().map(|lane| {
-            let connection = connection.clone();
-            async move {
-                for (offset, target) in lane {
-                    self.request(&connection, id, offset, target, Some(size))
-                        .await?;
-                }
-                Ok::<(), String>(())
-            }
-        }))
-        .await?;
-        Ok(bytes)
-    }
-
-    /// Reads the range of `target`'s length at `offset` into `target`, checking the
-    /// object's size against `expected_size`; returns the object's size.
-    async fn request(
-        &self,
-        connection: &quinn::Connection,
-        id: ObjectId,
-        offset: u64,
-        target: &mut [u8],
-        expected_size: Option<u64>,
-    ) -> Result<u64, String> {
-        let (mut send, mut recv) = connection
-            .open_bi()
-            .await
-            .map_err(|error| format!("cannot open a stream: {error}"))?;
-        let len = target.len() as u64;
-        let request = FetchRequest {
-            token: self.token_digest,
-            id,
-            offset,
-            len,
-        };
-        object_wire::write_small(&mut send, &request)
-            .await
-            .map_err(|error| error.to_string())?;
-        let _ = send.finish();
-        let header: FetchHeader = object_wire::read_small(&mut recv)
-            .await
-            .map_err(|error| error.to_string())?;
-        let (size, got) = match header {
-            FetchHeader::Bytes { size, len: got } => (size, got),
-            FetchHeader::Error { code, message } => return Err(format!("{code:?}: {message}")),
-        };
-        if expected_size.is_some_and(|expected| expected != size) {
-            return Err(format!(
-                "the object is {size} bytes, not the {} expected",
-                expected_size.unwrap_or_default()
-            ));
-        }
-        if got != len {
-            return Err(format!("asked {len} bytes at {offset}, told {got}"));
-        }
-        recv.read_exact(target)
-            .await
-            .map_err(|error| format!("chunk at {offset} cut short: {error}"))?;
-        Ok(size)
     }
 }
 
@@ -535,7 +496,7 @@ mod tests {
         store: Arc<ObjectStore>,
         server: ObjectServer,
         source: ObjectSource,
-        dropped: mpsc::UnboundedReceiver<ObjectId>,
+        dropped: mpsc::UnboundedReceiver<ObjectChange>,
     }
 
     fn peer(memory_bytes: u64) -> Peer {
@@ -580,7 +541,7 @@ mod tests {
         let holder = peer(1 << 30);
         let fetching = peer(1 << 30);
         // Not a multiple of the chunk size, so the last chunk is short.
-        let bytes = pattern(3 * CHUNK_BYTES as usize + 12_345);
+        let bytes = pattern(3 * object_wire::CHUNK_BYTES as usize + 12_345);
         let id = holder.store.put(bytes.clone(), owner()).expect("put");
         let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
         fetcher
@@ -637,7 +598,7 @@ mod tests {
         let mut damaged = damaged;
         assert_eq!(
             damaged.dropped.recv().await,
-            Some(id),
+            Some(ObjectChange::Dropped(id)),
             "the damaged copy is reported"
         );
         assert!(!damaged.store.contains(id), "and deleted");
