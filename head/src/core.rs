@@ -340,6 +340,9 @@ pub struct HeadCore {
     /// How many kept checkpoints (of all trials) name each object: content
     /// addressing lets two trials share one.
     object_refs: HashMap<ObjectId, u32>,
+    /// When this core started: until one node timeout later, nodes may still be
+    /// coming back with the objects they hold.
+    started_at: UnixMillis,
 }
 
 impl std::fmt::Debug for HeadCore {
@@ -386,6 +389,7 @@ impl HeadCore {
             rules: BTreeMap::new(),
             directory: ObjectDirectory::default(),
             object_refs: HashMap::new(),
+            started_at: now,
         };
         if let Some(record) = loaded.policy {
             match PolicyConfig::from_yaml(&record.yaml) {
@@ -868,8 +872,10 @@ impl HeadCore {
             last_seen: now,
         };
         self.policy.upsert_node(node_spec(&record));
+        let held: BTreeSet<ObjectId> = registration.held_objects.iter().copied().collect();
         self.directory
             .register(node_id, registration.objects, registration.held_objects);
+        self.repin(node_id, &held);
         self.policy_stale = true;
         self.policy.set_node_schedulable(node_id, true);
         self.policy_stale = true;
@@ -1740,6 +1746,12 @@ impl HeadCore {
         let Some(first) = slots.first() else {
             return;
         };
+        if self.awaiting_newest_checkpoint(now, trial_id) {
+            debug!(%trial_id, "waiting for nodes to return with the newest checkpoint");
+            self.policy.requeue(trial_id, now);
+            self.policy_stale = true;
+            return;
+        }
         let spec = &self.specs[&trial_id.experiment];
         let master_host = self.nodes[&first.node].address.clone();
         // Rotate through the range, so a retry never reuses the port an old rank 0,

@@ -73,6 +73,9 @@ impl HeadCore {
             checkpoints.iter().map(CheckpointRecord::objects).collect();
         checkpoints.retain(|old| !(old.attempt == record.attempt && old.step == record.step));
         checkpoints.push(record);
+        // Age is (attempt, step), not arrival: a report resent after a reconnect
+        // may arrive after newer ones.
+        checkpoints.sort_by_key(|checkpoint| (checkpoint.attempt, checkpoint.step));
         let (kept, _dropped) = retain(checkpoints, retention, ranked.map(|(_, mode)| mode));
         let after: Vec<BTreeSet<ObjectId>> = kept.iter().map(CheckpointRecord::objects).collect();
         trial.checkpoints = kept;
@@ -97,7 +100,7 @@ impl HeadCore {
                 }
             }
         }
-        self.drop_everywhere(released);
+        self.drop_everywhere(key.trial, released);
         info!(trial = %key.trial, step, files = count, bytes, "checkpoint recorded");
         self.push_event(
             now,
@@ -117,8 +120,8 @@ impl HeadCore {
         }
     }
 
-    /// Tells every node holding one of `objects` to delete it.
-    fn drop_everywhere(&mut self, objects: BTreeSet<ObjectId>) {
+    /// Tells every node holding one of `trial`'s retired `objects` to let it go.
+    fn drop_everywhere(&mut self, trial: TrialId, objects: BTreeSet<ObjectId>) {
         let mut per_node: std::collections::BTreeMap<NodeId, Vec<ObjectId>> = Default::default();
         for id in objects {
             let holders: Vec<NodeId> = self.directory.holders(id).collect();
@@ -129,7 +132,35 @@ impl HeadCore {
         }
         for (node, objects) in per_node {
             self.commands
-                .push_back((node, HeadCommand::DropObjects { objects }));
+                .push_back((node, HeadCommand::DropObjects { trial, objects }));
+        }
+    }
+
+    /// Pins again, on a node that just registered, the objects it holds that kept
+    /// checkpoints name: a restarted node has forgotten its pins.
+    pub(super) fn repin(&mut self, node: NodeId, held: &BTreeSet<ObjectId>) {
+        if held.is_empty() {
+            return;
+        }
+        let mut per_trial: std::collections::BTreeMap<TrialId, BTreeSet<ObjectId>> =
+            Default::default();
+        for trial in self.trials.values() {
+            for checkpoint in &trial.checkpoints {
+                for file in &checkpoint.files {
+                    if held.contains(&file.object) {
+                        per_trial.entry(trial.id).or_default().insert(file.object);
+                    }
+                }
+            }
+        }
+        for (trial, objects) in per_trial {
+            self.commands.push_back((
+                node,
+                HeadCommand::Pin {
+                    trial,
+                    objects: objects.into_iter().collect(),
+                },
+            ));
         }
     }
 
@@ -281,6 +312,26 @@ impl HeadCore {
             self.commands
                 .push_back((node, HeadCommand::ReleaseTrial { trial }));
         }
+    }
+
+    /// Whether `trial` should not start yet: the head started less than a node
+    /// timeout ago and the newest checkpoint is not (yet) held by any node that
+    /// came back, so resuming now would redo work that a returning node holds.
+    pub(super) fn awaiting_newest_checkpoint(&self, now: UnixMillis, trial: TrialId) -> bool {
+        if now >= self.started_at.saturating_add(self.config.node_timeout_ms) {
+            return false;
+        }
+        let Some(newest) = self
+            .trials
+            .get(&trial)
+            .and_then(|record| record.checkpoints.last())
+        else {
+            return false;
+        };
+        newest.backup.is_none()
+            && !self
+                .directory
+                .is_available(newest, |node| self.node_usable(node))
     }
 
     /// The checkpoints kept for an experiment's trials, oldest first per trial.

@@ -1046,7 +1046,7 @@ fn checkpoints_are_replicated_retained_and_resumed_from() {
     let dropped: Vec<_> = sent
         .iter()
         .filter_map(|(to, command)| match command {
-            HeadCommand::DropObjects { objects } => Some((*to, objects.clone())),
+            HeadCommand::DropObjects { objects, .. } => Some((*to, objects.clone())),
             _ => None,
         })
         .collect();
@@ -1105,4 +1105,76 @@ fn checkpoints_are_replicated_retained_and_resumed_from() {
     report(&mut core, 70, relaunch.0, bad);
     assert_eq!(core.trials[&key.trial].checkpoints.len(), 2);
     core.check_invariants();
+}
+
+#[test]
+fn late_checkpoint_reports_count_by_attempt_and_step_and_returning_nodes_repin() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 0, 1, Vec::new()));
+    let yaml = "name: ck\ntrial: {command: [train], max_retries: 2, resources: {cpu: 1}}\ncheckpoints: {keep_last: 2, keep_best: 0}\n";
+    let experiment = submit(&mut core, 1, yaml, false);
+    let (_, key) = launches(&commands(&mut core))[0];
+    report(&mut core, 2, node, WorkerReport::Started { key, pid: 1 });
+    report(
+        &mut core,
+        2,
+        node,
+        WorkerReport::Exited {
+            key,
+            code: Some(1),
+            signal: None,
+        },
+    );
+    let (_, second) = launches(&commands(&mut core))[0];
+    assert_eq!(second.attempt, 2);
+    report(
+        &mut core,
+        2,
+        node,
+        WorkerReport::Started {
+            key: second,
+            pid: 2,
+        },
+    );
+    report(
+        &mut core,
+        2,
+        node,
+        checkpoint_report(second, 200, b"two hundred"),
+    );
+    report(
+        &mut core,
+        3,
+        node,
+        checkpoint_report(second, 210, b"two hundred ten"),
+    );
+    // A report of attempt 1 resent late is older, whatever its arrival.
+    report(&mut core, 4, node, checkpoint_report(key, 80, b"eighty"));
+    let kept: Vec<(u32, u64)> = core
+        .checkpoints(&experiment.to_string())
+        .unwrap()
+        .iter()
+        .map(|checkpoint| (checkpoint.attempt, checkpoint.step))
+        .collect();
+    assert_eq!(kept, [(2, 200), (2, 210)]);
+    // The node comes back (restarted: its pins are gone) holding both objects.
+    let _ = commands(&mut core);
+    let mut returning = registration(node, 0, 1, Vec::new());
+    returning.held_objects = vec![
+        xp_runtime::ids::ObjectId::of(b"two hundred ten"),
+        xp_runtime::ids::ObjectId::of(b"unrelated"),
+    ];
+    core.handle_node_register(5, returning);
+    let pins: Vec<_> = commands(&mut core)
+        .into_iter()
+        .filter_map(|(_, command)| match command {
+            HeadCommand::Pin { objects, .. } => Some(objects),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        pins,
+        vec![vec![xp_runtime::ids::ObjectId::of(b"two hundred ten")]]
+    );
 }

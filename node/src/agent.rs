@@ -389,7 +389,26 @@ impl Agent {
                 self.release_owner(Owner::Trial(trial));
                 Vec::new()
             }
-            HeadCommand::DropObjects { objects } => {
+            HeadCommand::Pin { trial, objects } => {
+                let store = self.objects.store.clone();
+                xp_runtime::task::spawn("pin-objects", async move {
+                    let _ = tokio::task::spawn_blocking(move || {
+                        for id in objects {
+                            if store.contains(id) {
+                                let kept = store
+                                    .add_owner(id, Owner::Trial(trial))
+                                    .and_then(|()| store.pin(id));
+                                if let Err(error) = kept {
+                                    warn!(%id, %error, "cannot pin a checkpoint object");
+                                }
+                            }
+                        }
+                    })
+                    .await;
+                });
+                Vec::new()
+            }
+            HeadCommand::DropObjects { trial, objects } => {
                 let store = self.objects.store.clone();
                 let backup = self.objects.backup.clone();
                 let changes = self.objects.changes_tx.clone();
@@ -404,8 +423,8 @@ impl Agent {
                         }
                         objects
                             .into_iter()
-                            .filter(|id| match store.delete(*id) {
-                                Ok(existed) => existed,
+                            .filter(|id| match store.retire(*id, &Owner::Trial(trial)) {
+                                Ok(deleted) => deleted,
                                 Err(error) => {
                                     warn!(%id, %error, "cannot delete object");
                                     false
@@ -665,7 +684,6 @@ async fn restore_checkpoint(
         return Ok(Vec::new());
     };
     for file in &resume.files {
-        let had = objects.store.contains(file.object);
         let fetched = objects
             .fetcher
             .ensure(
@@ -681,6 +699,12 @@ async fn restore_checkpoint(
             )
             .await;
         if let Err(error) = fetched {
+            // The head's directory must learn that this node has no good copy
+            // (the store may just have deleted a damaged one), so that the next
+            // attempt resumes from a checkpoint that can still be had.
+            if !objects.store.contains(file.object) {
+                let _ = objects.changes.send(ObjectChange::Dropped(file.object));
+            }
             // No node could provide it: the durable backup, when there is one.
             let Some(backup) = resume.backup.clone() else {
                 return Err(PrepareError::Refused(format!(
@@ -703,9 +727,8 @@ async fn restore_checkpoint(
             })?;
             info!(worker = %launch.key, object = %file.object, "checkpoint object restored from the backup");
         }
-        if !had {
-            let _ = objects.changes.send(ObjectChange::Added(file.object));
-        }
+        // Also after a damaged copy was replaced: the head may have heard it dropped.
+        let _ = objects.changes.send(ObjectChange::Added(file.object));
     }
     let store = objects.store.clone();
     let files = resume.files.clone();

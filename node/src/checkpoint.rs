@@ -105,8 +105,10 @@ fn store_tree(
                 files.push(CheckpointFile { name, object, size });
             }
             Err(source) => {
+                // Withdraw only this trial's claim: the same bytes may be another
+                // owner's object, which must stay.
                 for object in added {
-                    let _ = store.delete(object);
+                    let _ = store.remove_owner(object, &Owner::Trial(trial));
                 }
                 return Err(CheckpointError::Store { name, source });
             }
@@ -258,7 +260,7 @@ pub fn restore_from_backup(
     let path = backup_path(backup, id);
     let bytes = std::fs::read(&path).map_err(io("read", &path))?;
     store
-        .put_expecting(id, bytes, Owner::Trial(trial))
+        .put_expecting_on_disk(id, &bytes, Owner::Trial(trial))
         .and_then(|_| store.pin(id))
         .map_err(|source| CheckpointError::Store {
             name: path.display().to_string(),

@@ -332,6 +332,9 @@ pub struct ObjectClient {
     connections: Mutex<HashMap<(SocketAddr, [u8; 32]), quinn::Connection>>,
 }
 
+/// The largest object one fetch assembles in memory.
+pub const MAX_FETCH_BYTES: u64 = 8 << 30;
+
 /// How many chunk requests one fetch keeps in flight.
 const PARALLEL_CHUNKS: usize = 4;
 
@@ -464,9 +467,10 @@ impl ObjectClient {
             Some(size) => size,
             None => self.fetch_chunk(&connection, id, 0, &mut [], None).await?,
         };
+        let max_bytes = max_bytes.min(MAX_FETCH_BYTES);
         if size > max_bytes {
             return Err(format!(
-                "object of {size} bytes is over this store's {max_bytes}-byte object limit"
+                "object of {size} bytes is over the {max_bytes}-byte limit of one fetch"
             ));
         }
         let size_usize = usize::try_from(size).map_err(|_| format!("object of {size} bytes"))?;

@@ -890,6 +890,14 @@ pub enum HeadCommand {
         /// The most bytes to return.
         max_bytes: u32,
     },
+    /// These objects belong to checkpoints the head keeps: pin them (a node
+    /// forgets pins when it restarts).
+    Pin {
+        /// The trial whose checkpoints name them.
+        trial: TrialId,
+        /// The objects.
+        objects: Vec<ObjectId>,
+    },
     /// Fetch these objects from other nodes and keep them, pinned, as replicas.
     Replicate {
         /// The trial whose checkpoint they belong to (their owner).
@@ -910,8 +918,11 @@ pub enum HeadCommand {
         /// The driver session's name.
         session: String,
     },
-    /// Delete these objects: no checkpoint the head keeps needs them any more.
+    /// No checkpoint the head keeps needs these objects of `trial` any more: unpin
+    /// them and withdraw the trial's claim (they go unless something else claims them).
     DropObjects {
+        /// The trial whose checkpoints named them.
+        trial: TrialId,
         /// The objects.
         objects: Vec<ObjectId>,
     },

@@ -165,7 +165,10 @@ impl TrialContext {
         std::fs::create_dir_all(&staging).map_err(|error| {
             object_error(format!("cannot create {}: {error}", staging.display()))
         })?;
-        let path = staging.join(format!("{}.put", std::process::id()));
+        // Unique per call, so that threads putting at once never share a file.
+        static NEXT_PUT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let sequence = NEXT_PUT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = staging.join(format!("{}-{sequence}.put", std::process::id()));
         std::fs::write(&path, bytes)
             .map_err(|error| object_error(format!("cannot write {}: {error}", path.display())))?;
         let stored = self.put_file(&path);

@@ -250,7 +250,6 @@ impl Index {
             .is_some_and(|entry| entry.owners.is_empty() && !entry.pinned)
     }
 
-    /// Removes `owner` from every object; returns the objects it left collectable.
     /// Removes `owner` from one object; returns whether it had that owner and
     /// whether the object is now collectable.
     pub(crate) fn remove_owner(&mut self, id: &ObjectId, owner: &Owner) -> (bool, bool) {
@@ -263,6 +262,7 @@ impl Index {
         }
     }
 
+    /// Removes `owner` from every object; returns the objects it left collectable.
     pub(crate) fn remove_owner_everywhere(&mut self, owner: &Owner) -> Vec<ObjectId> {
         let mut collectable = Vec::new();
         for (id, entry) in &mut self.entries {

@@ -261,7 +261,7 @@ fn place(bytes: &[u8], target: &Path) -> std::io::Result<()> {
     if let Some(parent) = target.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let temporary = target.with_extension("part");
+    let temporary = target.with_extension(format!("{}.part", uuid::Uuid::now_v7().simple()));
     std::fs::write(&temporary, bytes)?;
     std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o444))?;
     std::fs::rename(&temporary, target)

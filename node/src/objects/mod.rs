@@ -367,6 +367,22 @@ impl ObjectStore {
         self.put_hashed(actual, bytes, owner)
     }
 
+    /// Like [`put_expecting`](Self::put_expecting), but always on the disk tier:
+    /// for copies that must outlive this process (replicas of checkpoints).
+    pub fn put_expecting_on_disk(
+        &self,
+        expected: ObjectId,
+        bytes: &[u8],
+        owner: Owner,
+    ) -> Result<ObjectId, StoreError> {
+        self.check_object_size(bytes.len() as u64)?;
+        let actual = object_id(bytes);
+        if actual != expected {
+            return Err(StoreError::Mismatch { expected, actual });
+        }
+        self.put_on_disk(actual, bytes, owner)
+    }
+
     fn put_hashed<B>(&self, id: ObjectId, bytes: B, owner: Owner) -> Result<ObjectId, StoreError>
     where
         B: AsRef<[u8]> + Into<Arc<[u8]>>,
@@ -609,6 +625,24 @@ impl ObjectStore {
             }
         }
         Ok(had)
+    }
+
+    /// Withdraws the object's pin and `owner`'s claim together (a checkpoint the
+    /// head no longer keeps), deleting the object if no claim is left. Returns
+    /// whether it was deleted.
+    pub fn retire(&self, id: ObjectId, owner: &Owner) -> Result<bool, StoreError> {
+        let mut index = self.lock();
+        index.set_pinned(&id, false);
+        index.remove_owner(&id, owner);
+        if !index.is_collectable(&id) {
+            return Ok(false);
+        }
+        let moved_aside = self.remove_locked(&mut index, &id)?;
+        drop(index);
+        if let Some(trash) = moved_aside {
+            self.disk.remove_quietly(&trash);
+        }
+        Ok(true)
     }
 
     /// Keeps the object even when it has no owners.

@@ -282,12 +282,25 @@ async fn receive_store(
             format!("object of {size} bytes is over the {limit}-byte limit"),
         );
     }
-    let mut bytes = vec![0u8; size as usize];
-    if let Err(error) = recv.read_exact(&mut bytes).await {
-        return refuse(
-            FetchErrorCode::Malformed,
-            format!("the object's bytes were cut short: {error}"),
-        );
+    // Grown as bytes arrive, so an announced size costs nothing until it is sent.
+    let mut bytes = Vec::with_capacity(size.min(64 << 20) as usize);
+    while (bytes.len() as u64) < size {
+        let wanted = (size - bytes.len() as u64).min(1 << 20) as usize;
+        match recv.read_chunk(wanted, true).await {
+            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk.bytes),
+            Ok(None) => {
+                return refuse(
+                    FetchErrorCode::Malformed,
+                    format!("the object's bytes ended after {} of {size}", bytes.len()),
+                );
+            }
+            Err(error) => {
+                return refuse(
+                    FetchErrorCode::Malformed,
+                    format!("the object's bytes were cut short: {error}"),
+                );
+            }
+        }
     }
     let stored = {
         let store = store.clone();
@@ -317,7 +330,11 @@ async fn serve_fetch(
         Ok(bytes) => bytes,
         Err(error) => {
             let code = match error {
-                StoreError::NotFound { .. } => FetchErrorCode::NotFound,
+                StoreError::NotFound { .. } => {
+                    // Whoever sent the fetcher here thinks this node has it.
+                    let _ = changes.send(ObjectChange::Dropped(id));
+                    FetchErrorCode::NotFound
+                }
                 StoreError::Corrupt { .. } | StoreError::Missing { .. } => {
                     let _ = changes.send(ObjectChange::Dropped(id));
                     FetchErrorCode::Corrupt
@@ -430,13 +447,20 @@ impl ObjectFetcher {
                     let stored = {
                         let store = store.clone();
                         let owner = owner.clone();
-                        tokio::task::spawn_blocking(move || store.put_expecting(id, bytes, owner))
-                            .await
-                            .unwrap_or_else(|error| {
-                                Err(StoreError::Read {
-                                    source: std::io::Error::other(error.to_string()),
-                                })
+                        tokio::task::spawn_blocking(move || {
+                            // Pinned copies (checkpoint replicas) must outlive this process.
+                            if pin {
+                                store.put_expecting_on_disk(id, &bytes, owner)
+                            } else {
+                                store.put_expecting(id, bytes, owner)
+                            }
+                        })
+                        .await
+                        .unwrap_or_else(|error| {
+                            Err(StoreError::Read {
+                                source: std::io::Error::other(error.to_string()),
                             })
+                        })
                     };
                     match stored {
                         Ok(_) => {

@@ -745,3 +745,21 @@ fn verify_reads_the_file_again_even_while_a_verified_map_is_held() {
     assert!(matches!(store.verify(id), Err(StoreError::NotFound { .. })));
     check_consistent(&store);
 }
+
+#[test]
+fn retire_unpins_and_withdraws_one_claim_but_keeps_other_owners_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = must_open(dir.path(), limits(64 * KIB, 64 * KIB));
+    let shared = store.put(content(1, 100), trial(0)).unwrap();
+    store.add_owner(shared, trial(1)).unwrap();
+    store.pin(shared).unwrap();
+    assert!(
+        !store.retire(shared, &trial(0)).unwrap(),
+        "trial 1 still claims it"
+    );
+    assert!(store.contains(shared));
+    assert!(!store.info(shared).unwrap().pinned);
+    assert!(store.retire(shared, &trial(1)).unwrap());
+    assert!(!store.contains(shared));
+    check_consistent(&store);
+}
