@@ -283,25 +283,20 @@ impl HeadCore {
 
     /// Tells every live node that the driver session `session` ended.
     pub fn release_driver_objects(&mut self, session: &str) {
-        let nodes: Vec<NodeId> = self
-            .nodes
-            .values()
-            .filter(|node| node.state != NodeState::Lost)
-            .map(|node| node.id)
-            .collect();
-        for node in nodes {
-            self.commands.push_back((
-                node,
-                HeadCommand::ReleaseDriver {
-                    session: session.to_owned(),
-                },
-            ));
-        }
+        self.tell_live_nodes(|| HeadCommand::ReleaseDriver {
+            session: session.to_owned(),
+        });
     }
 
     /// Tells every live node that `trial` ended, so what its workers stored
     /// (and no pin keeps) is collected.
     pub(super) fn release_trial_objects(&mut self, trial: TrialId) {
+        self.tell_live_nodes(|| HeadCommand::ReleaseTrial { trial });
+    }
+
+    /// Sends a command to every node not judged lost: an owner's objects may be
+    /// on any of them.
+    fn tell_live_nodes(&mut self, command: impl Fn() -> HeadCommand) {
         let nodes: Vec<NodeId> = self
             .nodes
             .values()
@@ -309,8 +304,7 @@ impl HeadCore {
             .map(|node| node.id)
             .collect();
         for node in nodes {
-            self.commands
-                .push_back((node, HeadCommand::ReleaseTrial { trial }));
+            self.commands.push_back((node, command()));
         }
     }
 

@@ -250,16 +250,11 @@ impl Index {
             .is_some_and(|entry| entry.owners.is_empty() && !entry.pinned)
     }
 
-    /// Removes `owner` from one object; returns whether it had that owner and
-    /// whether the object is now collectable.
-    pub(crate) fn remove_owner(&mut self, id: &ObjectId, owner: &Owner) -> (bool, bool) {
-        match self.entries.get_mut(id) {
-            Some(entry) => {
-                let had = entry.owners.remove(owner);
-                (had, had && entry.owners.is_empty() && !entry.pinned)
-            }
-            None => (false, false),
-        }
+    /// Removes `owner` from one object; returns whether it had that owner.
+    pub(crate) fn remove_owner(&mut self, id: &ObjectId, owner: &Owner) -> bool {
+        self.entries
+            .get_mut(id)
+            .is_some_and(|entry| entry.owners.remove(owner))
     }
 
     /// Removes `owner` from every object; returns the objects it left collectable.

@@ -616,13 +616,9 @@ impl ObjectStore {
     /// last claim and it is not pinned. Returns whether `owner` had a claim.
     pub fn remove_owner(&self, id: ObjectId, owner: &Owner) -> Result<bool, StoreError> {
         let mut index = self.lock();
-        let (had, collectable) = index.remove_owner(&id, owner);
-        if collectable {
-            let moved_aside = self.remove_locked(&mut index, &id)?;
-            drop(index);
-            if let Some(trash) = moved_aside {
-                self.disk.remove_quietly(&trash);
-            }
+        let had = index.remove_owner(&id, owner);
+        if had {
+            self.collect_if_unclaimed(index, &id)?;
         }
         Ok(had)
     }
@@ -634,10 +630,19 @@ impl ObjectStore {
         let mut index = self.lock();
         index.set_pinned(&id, false);
         index.remove_owner(&id, owner);
-        if !index.is_collectable(&id) {
+        self.collect_if_unclaimed(index, &id)
+    }
+
+    /// Deletes the object if no owner and no pin keep it; returns whether it did.
+    fn collect_if_unclaimed(
+        &self,
+        mut index: MutexGuard<'_, Index>,
+        id: &ObjectId,
+    ) -> Result<bool, StoreError> {
+        if !index.is_collectable(id) {
             return Ok(false);
         }
-        let moved_aside = self.remove_locked(&mut index, &id)?;
+        let moved_aside = self.remove_locked(&mut index, id)?;
         drop(index);
         if let Some(trash) = moved_aside {
             self.disk.remove_quietly(&trash);
@@ -661,15 +666,7 @@ impl ObjectStore {
         if !index.set_pinned(&id, false) {
             return Err(StoreError::NotFound { id });
         }
-        if !index.is_collectable(&id) {
-            return Ok(false);
-        }
-        let moved_aside = self.remove_locked(&mut index, &id)?;
-        drop(index);
-        if let Some(trash) = moved_aside {
-            self.disk.remove_quietly(&trash);
-        }
-        Ok(true)
+        self.collect_if_unclaimed(index, &id)
     }
 
     /// Bytes and object counts per tier.

@@ -556,6 +556,15 @@ mod tests {
         Owner::Trial("3f2a9c0d11b2e4f7-t3".parse().expect("trial id"))
     }
 
+    fn wanted(id: ObjectId, pin: bool) -> Wanted {
+        Wanted {
+            id,
+            owner: owner(),
+            pin,
+            size: None,
+        }
+    }
+
     fn pattern(len: usize) -> Vec<u8> {
         (0..len).map(|index| (index * 31 % 251) as u8).collect()
     }
@@ -571,12 +580,7 @@ mod tests {
         fetcher
             .ensure(
                 &fetching.store,
-                Wanted {
-                    id,
-                    owner: owner(),
-                    pin: true,
-                    size: None,
-                },
+                wanted(id, true),
                 std::slice::from_ref(&holder.source),
                 None,
             )
@@ -605,17 +609,7 @@ mod tests {
         let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
         let sources = [damaged.source.clone(), healthy.source.clone()];
         fetcher
-            .ensure(
-                &fetching.store,
-                Wanted {
-                    id,
-                    owner: owner(),
-                    pin: false,
-                    size: None,
-                },
-                &sources,
-                None,
-            )
+            .ensure(&fetching.store, wanted(id, false), &sources, None)
             .await
             .expect("fetched from the healthy source");
         assert_eq!(&*fetching.store.get(id).expect("stored"), bytes.as_slice());
@@ -642,12 +636,7 @@ mod tests {
         fetcher
             .ensure(
                 &local.store,
-                Wanted {
-                    id,
-                    owner: owner(),
-                    pin: true,
-                    size: None,
-                },
+                wanted(id, true),
                 std::slice::from_ref(&holder.source),
                 None,
             )
@@ -666,12 +655,7 @@ mod tests {
         let error = intruder
             .ensure(
                 &fetching.store,
-                Wanted {
-                    id,
-                    owner: owner(),
-                    pin: false,
-                    size: None,
-                },
+                wanted(id, false),
                 std::slice::from_ref(&holder.source),
                 None,
             )
@@ -683,12 +667,7 @@ mod tests {
         let error = fetcher
             .ensure(
                 &fetching.store,
-                Wanted {
-                    id: absent,
-                    owner: owner(),
-                    pin: false,
-                    size: None,
-                },
+                wanted(absent, false),
                 std::slice::from_ref(&holder.source),
                 None,
             )
@@ -733,12 +712,7 @@ mod tests {
         fetcher
             .ensure(
                 &fetching.store,
-                Wanted {
-                    id,
-                    owner: owner(),
-                    pin: false,
-                    size: None,
-                },
+                wanted(id, false),
                 std::slice::from_ref(&holder.source),
                 None,
             )
