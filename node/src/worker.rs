@@ -143,7 +143,7 @@ pub async fn supervise(
     let stdout = child.stdout.take().map(|stdout| {
         let log_path = command.log_path.clone();
         let reports = reports.clone();
-        let sink = (key.rank == 0).then(|| (command.checkpoint.clone(), checkpointing.clone()));
+        let sink = (command.checkpoint.clone(), checkpointing.clone());
         xp_runtime::task::spawn("worker-stdout", async move {
             let trial = TrialOutput { key, reports, sink };
             pump(
@@ -280,9 +280,10 @@ fn signal_group(pid: u32, signal: Signal) {
 struct TrialOutput {
     key: WorkerKey,
     reports: mpsc::UnboundedSender<WorkerReport>,
-    /// Rank 0's checkpoints and the flag that one is being stored; other ranks'
-    /// checkpoint lines are ignored (data-parallel ranks hold the same state).
-    sink: Option<(CheckpointSink, Arc<AtomicBool>)>,
+    /// Where checkpoints go, and the flag that one is being stored. Only rank
+    /// 0's are kept (data-parallel ranks hold the same state); the others are
+    /// answered without being stored.
+    sink: (CheckpointSink, Arc<AtomicBool>),
 }
 
 /// Copies output lines to the log; on stdout also turns metric lines into reports
@@ -317,10 +318,13 @@ async fn pump(
         };
         match parse_checkpoint_line(text) {
             Ok(Some(step)) => {
-                let Some((sink, checkpointing)) = sink else {
-                    debug!(worker = %key, "checkpoint line of a rank other than 0 ignored");
+                let (sink, checkpointing) = sink;
+                if key.rank != 0 {
+                    debug!(worker = %key, "checkpoint line of a rank other than 0 not stored");
+                    let verdict = "not stored: only rank 0's checkpoints are kept (data-parallel ranks hold the same state)";
+                    leave_verdict(&sink.status_dir, step, verdict).await;
                     continue;
-                };
+                }
                 checkpointing.store(true, Ordering::Release);
                 let outcome = take_checkpoint(sink, *key, step).await;
                 checkpointing.store(false, Ordering::Release);
