@@ -76,6 +76,12 @@ pub enum ObjectOp {
         /// How many bytes follow.
         size: u64,
     },
+    /// The bytes served for `id` did not hash to it: check the copy (and delete it
+    /// if damaged); answered by a [`StoreAnswer::Released`] saying whether it was.
+    Damaged {
+        /// The object.
+        id: ObjectId,
+    },
     /// Drop the driver session `owner`'s claim on `id`; answered by a [`StoreAnswer`].
     Release {
         /// The driver session.
@@ -385,6 +391,32 @@ impl ObjectClient {
             .map_err(|error| error.to_string())?
         {
             StoreAnswer::Stored { id } => Ok(id),
+            StoreAnswer::Error { code, message } => Err(format!("{code:?}: {message}")),
+            other => Err(format!("unexpected answer {other:?}")),
+        }
+    }
+
+    /// Tells `source` that what it served for `id` did not hash to it; returns
+    /// whether it found its copy damaged (and deleted it).
+    pub async fn report_damaged(
+        &self,
+        source: &ObjectSource,
+        id: ObjectId,
+    ) -> Result<bool, String> {
+        let connection = self.connection(source).await?;
+        let (mut send, mut recv) = connection
+            .open_bi()
+            .await
+            .map_err(|error| format!("cannot open a stream: {error}"))?;
+        write_small(&mut send, &self.wrap(ObjectOp::Damaged { id }))
+            .await
+            .map_err(|error| error.to_string())?;
+        let _ = send.finish();
+        match read_small::<StoreAnswer>(&mut recv)
+            .await
+            .map_err(|error| error.to_string())?
+        {
+            StoreAnswer::Released { existed } => Ok(existed),
             StoreAnswer::Error { code, message } => Err(format!("{code:?}: {message}")),
             other => Err(format!("unexpected answer {other:?}")),
         }

@@ -304,11 +304,23 @@ impl DiskDir {
 
     /// Maps the object's file read-only and checks that it hashes to `id`.
     pub(crate) fn map_verified(&self, id: &ObjectId) -> Result<MapOutcome, StoreError> {
+        let Some(map) = self.map(id)? else {
+            return Ok(MapOutcome::Missing);
+        };
+        if super::object_id(&map) != *id {
+            return Ok(MapOutcome::Mismatch);
+        }
+        Ok(MapOutcome::Verified(Arc::new(map)))
+    }
+
+    /// A read-only map of the object's file, not checked against its id; `None`
+    /// when there is no file.
+    pub(crate) fn map(&self, id: &ObjectId) -> Result<Option<Mmap>, StoreError> {
         let path = self.object_path(id);
         let file = match File::open(&path) {
             Ok(file) => file,
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                return Ok(MapOutcome::Missing);
+                return Ok(None);
             }
             Err(source) => {
                 return Err(StoreError::Io {
@@ -325,9 +337,6 @@ impl DiskDir {
         // directory lock keeps other stores out; a process writing into the
         // directory behind the store's back is outside what this can defend.
         let map = unsafe { Mmap::map(&file) }.map_err(io_error(IoOperation::Map, &path))?;
-        if super::object_id(&map) != *id {
-            return Ok(MapOutcome::Mismatch);
-        }
-        Ok(MapOutcome::Verified(Arc::new(map)))
+        Ok(Some(map))
     }
 }

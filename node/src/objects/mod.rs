@@ -488,6 +488,22 @@ impl ObjectStore {
         }
     }
 
+    /// The object's bytes without hashing a disk object's file: only for handing
+    /// them to a receiver that verifies them itself (the object server's
+    /// fetchers do, and report a mismatch, which [`verify`](Self::verify) then
+    /// settles). The unchecked map is never kept for later gets.
+    pub fn get_unverified(&self, id: ObjectId) -> Result<ObjectBytes, StoreError> {
+        match self.lock().lookup(&id) {
+            Lookup::Absent => return Err(StoreError::NotFound { id }),
+            Lookup::Ready(bytes) => return Ok(bytes),
+            Lookup::OnDisk { .. } => {}
+        }
+        match self.disk.map(&id)? {
+            Some(map) => Ok(ObjectBytes::mapped(Arc::new(map))),
+            None => Err(StoreError::Missing { id }),
+        }
+    }
+
     /// Checks the object against its id now, reading a disk object's file again
     /// even if a map kept from an earlier check exists (a file changed in place
     /// shows through such a map). A damaged file is deleted and reported as

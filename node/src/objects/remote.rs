@@ -167,13 +167,19 @@ async fn lookup(
     }
     let bytes = {
         let store = store.clone();
-        tokio::task::spawn_blocking(move || store.get(id))
-            .await
-            .unwrap_or_else(|error| {
-                Err(StoreError::Read {
-                    source: std::io::Error::other(error.to_string()),
-                })
-            })?
+        // Served unverified: every fetcher hashes what it receives and reports a
+        // mismatch (`Damaged`), which `verify` settles; hashing here as well
+        // would cost a third of the transfer.
+        tokio::task::spawn_blocking(move || match store.get_unverified(id) {
+            Err(StoreError::Missing { .. }) => store.verify(id).and_then(|()| store.get(id)),
+            other => other,
+        })
+        .await
+        .unwrap_or_else(|error| {
+            Err(StoreError::Read {
+                source: std::io::Error::other(error.to_string()),
+            })
+        })?
     };
     if recent.len() >= RECENT_OBJECTS {
         recent.remove(0);
@@ -210,7 +216,7 @@ async fn serve_request(
             ObjectOp::Fetch { .. } => {
                 object_wire::write_small(&mut send, &FetchHeader::Error { code, message }).await?;
             }
-            ObjectOp::Store { .. } | ObjectOp::Release { .. } => {
+            ObjectOp::Store { .. } | ObjectOp::Release { .. } | ObjectOp::Damaged { .. } => {
                 object_wire::write_small(&mut send, &StoreAnswer::Error { code, message }).await?;
             }
         }
@@ -224,6 +230,23 @@ async fn serve_request(
         ObjectOp::Store { owner, size } => {
             let answer = receive_store(&mut recv, &store, &changes, owner, size).await;
             object_wire::write_small(&mut send, &answer).await?;
+        }
+        ObjectOp::Damaged { id } => {
+            recent.lock().await.retain(|(cached, _, _)| *cached != id);
+            let checked = {
+                let store = store.clone();
+                tokio::task::spawn_blocking(move || store.verify(id)).await
+            };
+            let damaged = matches!(
+                checked,
+                Ok(Err(StoreError::Corrupt { .. } | StoreError::Missing { .. }))
+            );
+            if damaged {
+                warn!(%id, "a fetcher found this node's copy damaged; deleted");
+                let _ = changes.send(ObjectChange::Dropped(id));
+            }
+            object_wire::write_small(&mut send, &StoreAnswer::Released { existed: damaged })
+                .await?;
         }
         ObjectOp::Release { owner, id } => {
             let released = {
@@ -467,10 +490,18 @@ impl ObjectFetcher {
                             info!(%id, size, from = %source.node, "object fetched");
                             return keep(store, id, owner, pin).await;
                         }
-                        Err(StoreError::Mismatch { actual, .. }) => failures.push(format!(
-                            "node {} sent bytes that hash to {actual}",
-                            source.node
-                        )),
+                        Err(StoreError::Mismatch { actual, .. }) => {
+                            let checked = self.client.report_damaged(source, id).await;
+                            failures.push(format!(
+                                "node {} sent bytes that hash to {actual} (its copy {})",
+                                source.node,
+                                match checked {
+                                    Ok(true) => "was damaged and is deleted".to_owned(),
+                                    Ok(false) => "checks out: the damage was in transit".to_owned(),
+                                    Err(error) => format!("could not be checked: {error}"),
+                                }
+                            ));
+                        }
                         Err(source) => return Err(FetchError::Store { id, source }),
                     }
                 }
