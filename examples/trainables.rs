@@ -69,7 +69,7 @@ pub fn counter_step(step: u64, value: f64) -> f64 {
 }
 
 /// Runs `counter_step` for `steps` steps from `start`, saving a checkpoint every
-/// `every` steps and resuming from the latest one. Reports `value` and `attempt`
+/// `every` steps and when asked to stop, and resuming from the latest one. Reports `value` and `attempt`
 /// each step and `final` at the end. With `fail_flag` set, the first attempt fails
 /// at the next step after that file appears.
 fn counter(ctx: &TrialContext) -> Result<(), BoxError> {
@@ -92,6 +92,11 @@ fn counter(ctx: &TrialContext) -> Result<(), BoxError> {
         None => (0, ctx.param_f64("start")?),
     };
     while step < steps {
+        if ctx.stop_requested() {
+            // Preempted (or the node is going away): save where we are and go.
+            ctx.checkpoint(step, &value.to_le_bytes())?;
+            return Ok(());
+        }
         if ctx.attempt == 1 && fail_flag.is_some_and(|flag| std::path::Path::new(flag).exists()) {
             return Err(format!("asked to fail at step {step}").into());
         }

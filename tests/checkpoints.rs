@@ -86,7 +86,9 @@ fn last_step_of_first_attempt(cluster: &TestCluster, trial: &str) -> u64 {
 /// Checks the resumed run: succeeded in two attempts, the second resumed on
 /// `resumed_node` from a checkpoint at most one interval behind the first
 /// attempt's progress, and ended exactly as an uninterrupted run.
-fn check_resumed(cluster: &TestCluster, experiment: &str, resumed_node: &str) -> u64 {
+/// With `exact`, the first attempt saved where it stopped (it checkpoints when asked
+/// to stop), so nothing at all is redone.
+fn check_resumed(cluster: &TestCluster, experiment: &str, resumed_node: &str, exact: bool) -> u64 {
     let status = cluster.wait_finished(experiment, Duration::from_secs(120));
     assert_eq!(status["state"], "succeeded", "{status:#}");
     let trial = &trials(&status)[0];
@@ -103,6 +105,12 @@ fn check_resumed(cluster: &TestCluster, experiment: &str, resumed_node: &str) ->
         reached >= resumed && reached - resumed <= EVERY,
         "attempt 1 reached step {reached}; attempt 2 resumed from {resumed}: more than one interval redone"
     );
+    if exact {
+        assert_eq!(
+            resumed, reached,
+            "the stop-time checkpoint is the one resumed from"
+        );
+    }
     let final_value = trial["metrics"]["final"].as_f64().expect("a final value");
     assert_eq!(
         final_value.to_bits(),
@@ -136,7 +144,7 @@ fn a_preempted_trial_resumes_on_the_other_node_and_ends_as_if_uninterrupted() {
         .to_owned();
     let high_done = cluster.wait_finished(&high, Duration::from_secs(90));
     assert_eq!(high_done["state"], "succeeded", "{high_done:#}");
-    check_resumed(&cluster, &low, &cluster.node_id("b"));
+    check_resumed(&cluster, &low, &cluster.node_id("b"), true);
     let status = cluster.status(&low);
     assert_eq!(
         trials(&status)[0]["attempts"][0]["outcome"],
@@ -159,7 +167,7 @@ fn a_trial_whose_node_is_killed_resumes_from_the_replica() {
     // Replicated to b, which never ran the trial: only the replica can resume it.
     wait_for_checkpoint(&cluster, &experiment, 15, 2);
     cluster.kill_node("a");
-    check_resumed(&cluster, &experiment, &cluster.node_id("b"));
+    check_resumed(&cluster, &experiment, &cluster.node_id("b"), false);
 }
 
 #[test]
@@ -215,7 +223,7 @@ fn a_corrupted_checkpoint_object_is_repaired_from_the_replica() {
         "node a holds checkpoint objects on disk"
     );
     std::fs::write(&flag, b"fail").expect("flag");
-    let resumed = check_resumed(&cluster, &experiment, &cluster.node_id("a"));
+    let resumed = check_resumed(&cluster, &experiment, &cluster.node_id("a"), false);
     // The checkpoint it resumed from was one of the damaged objects on node a.
     let restored: Vec<String> = checkpoints(&cluster, &experiment)
         .iter()
@@ -349,7 +357,7 @@ fn a_backed_up_checkpoint_survives_losing_its_only_node() {
     // The only node that held it is gone; a new machine with the same backup joins.
     cluster.kill_node("a");
     cluster.start_node_with("c", 1, 2, &["--checkpoint-backup", &backup_arg]);
-    check_resumed(&cluster, &experiment, &cluster.node_id("c"));
+    check_resumed(&cluster, &experiment, &cluster.node_id("c"), false);
     let log = std::fs::read_to_string(cluster.dir.path().join("node-c.log")).expect("node log");
     assert!(
         log.contains("checkpoint object restored from the backup"),

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use xp_runtime::collective::{
@@ -80,6 +81,15 @@ pub struct TrialContext {
     pub resume_step: Option<u64>,
 }
 
+/// Set by SIGTERM once a trainable watches for it (see [`TrialContext::stop_requested`]).
+static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
+/// Whether the SIGTERM watch is installed.
+static STOP_WATCHED: AtomicBool = AtomicBool::new(false);
+/// The exit status of a worker that returned after being asked to stop: the
+/// shell convention for "ended by SIGTERM", so the head never mistakes a
+/// trial cut short for one that finished.
+const STOPPED_STATUS: i32 = 128 + libc::SIGTERM;
+
 /// The file [`TrialContext::checkpoint`] writes its bytes to.
 const STATE_FILE: &str = "state";
 /// How long [`TrialContext::checkpoint`] waits for the node's verdict.
@@ -121,6 +131,28 @@ impl TrialContext {
                 Err(_) => None,
             },
         })
+    }
+
+    /// Whether this worker has been asked to stop: its trial is being preempted or
+    /// cancelled, or its node is shutting down. The first call installs the watch:
+    /// from then on SIGTERM no longer ends the process at once but sets this flag,
+    /// so a trainable that checks it every step can save a checkpoint and return
+    /// within the grace period before SIGKILL. A trainable that returns `Ok` after
+    /// a stop was requested exits with status 143, as if SIGTERM had ended it, so
+    /// the trial resumes later instead of counting as finished.
+    pub fn stop_requested(&self) -> bool {
+        if !STOP_WATCHED.swap(true, Ordering::AcqRel) {
+            // SAFETY: the action only stores to an atomic, which is async-signal-safe.
+            let installed = unsafe {
+                signal_hook_registry::register(libc::SIGTERM, || {
+                    STOP_REQUESTED.store(true, Ordering::Release);
+                })
+            };
+            if let Err(error) = installed {
+                tracing::warn!(%error, "cannot watch for SIGTERM; the worker will stop at once");
+            }
+        }
+        STOP_REQUESTED.load(Ordering::Acquire)
     }
 
     /// Saves `state` as the trial's checkpoint at `step` and returns once the node
@@ -167,7 +199,7 @@ impl TrialContext {
         })?;
         // Unique per call, so that threads putting at once never share a file.
         static NEXT_PUT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let sequence = NEXT_PUT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let sequence = NEXT_PUT.fetch_add(1, Ordering::Relaxed);
         let path = staging.join(format!("{}-{sequence}.put", std::process::id()));
         std::fs::write(&path, bytes)
             .map_err(|error| object_error(format!("cannot write {}: {error}", path.display())))?;
@@ -499,6 +531,10 @@ impl Trainables {
             }
         };
         match trainable(&context) {
+            Ok(()) if STOP_REQUESTED.load(Ordering::Acquire) => {
+                eprintln!("xp worker: stopped on request");
+                STOPPED_STATUS
+            }
             Ok(()) => 0,
             Err(error) => {
                 eprintln!("xp worker: trainable {entry:?} failed: {error}");
