@@ -217,7 +217,7 @@ impl Actor for HeadActor {
                 let _ = reply.send(Ok(Response::Queues(state.args.core.queues())));
             }
             HeadMsg::StoreTargets(session, reply) => {
-                let nodes = state.args.core.store_targets();
+                let nodes = state.args.core.store_targets(&session);
                 let _ = reply.send(Ok(Response::StoreTargets { session, nodes }));
             }
             HeadMsg::DriverGone(session) => {

@@ -343,6 +343,8 @@ pub struct HeadCore {
     /// When this core started: until one node timeout later, nodes may still be
     /// coming back with the objects they hold.
     started_at: UnixMillis,
+    /// Driver sessions that asked where to store objects and are still connected.
+    live_drivers: BTreeSet<String>,
 }
 
 impl std::fmt::Debug for HeadCore {
@@ -390,6 +392,7 @@ impl HeadCore {
             directory: ObjectDirectory::default(),
             object_refs: HashMap::new(),
             started_at: now,
+            live_drivers: BTreeSet::new(),
         };
         if let Some(record) = loaded.policy {
             match PolicyConfig::from_yaml(&record.yaml) {
@@ -872,10 +875,12 @@ impl HeadCore {
             last_seen: now,
         };
         self.policy.upsert_node(node_spec(&record));
-        let held: BTreeSet<ObjectId> = registration.held_objects.iter().copied().collect();
-        self.directory
-            .register(node_id, registration.objects, registration.held_objects);
-        self.repin(node_id, &held);
+        self.directory.register(
+            node_id,
+            registration.objects,
+            registration.held_objects.iter().map(|held| held.id),
+        );
+        self.reconcile_objects(node_id, &registration.held_objects);
         self.policy_stale = true;
         self.policy.set_node_schedulable(node_id, true);
         self.policy_stale = true;

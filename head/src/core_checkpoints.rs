@@ -1,13 +1,14 @@
 //! The core's checkpoint bookkeeping: recording manifests, retention,
 //! replication to a second node, and choosing what a new attempt resumes from.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::{info, warn};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, NodeId, ObjectId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
-    CheckpointFile, CheckpointStatus, HeadCommand, NodeState, ObjectSource, RemoteError, ResumeFrom,
+    CheckpointFile, CheckpointStatus, HeadCommand, HeldObject, NodeState, ObjectSource,
+    RemoteError, ResumeFrom,
 };
 
 use super::{HeadCore, trial_range};
@@ -122,7 +123,7 @@ impl HeadCore {
 
     /// Tells every node holding one of `trial`'s retired `objects` to let it go.
     fn drop_everywhere(&mut self, trial: TrialId, objects: BTreeSet<ObjectId>) {
-        let mut per_node: std::collections::BTreeMap<NodeId, Vec<ObjectId>> = Default::default();
+        let mut per_node: BTreeMap<NodeId, Vec<ObjectId>> = BTreeMap::new();
         for id in objects {
             let holders: Vec<NodeId> = self.directory.holders(id).collect();
             for node in holders {
@@ -131,36 +132,93 @@ impl HeadCore {
             }
         }
         for (node, objects) in per_node {
-            self.commands
-                .push_back((node, HeadCommand::DropObjects { trial, objects }));
+            self.commands.push_back((
+                node,
+                HeadCommand::DropObjects {
+                    trial: Some(trial),
+                    objects,
+                },
+            ));
         }
     }
 
-    /// Pins again, on a node that just registered, the objects it holds that kept
-    /// checkpoints name: a restarted node has forgotten its pins.
-    pub(super) fn repin(&mut self, node: NodeId, held: &BTreeSet<ObjectId>) {
+    /// Settles what a (re)registering node holds against what the head keeps.
+    /// Pins again what kept checkpoints name (a restarted node forgot its pins),
+    /// and lets go of what the node missed being told while it was away: objects of
+    /// retired checkpoints, claims of trials that ended and of driver sessions
+    /// that are gone, and objects whose claims a restart erased.
+    pub(super) fn reconcile_objects(&mut self, node: NodeId, held: &[HeldObject]) {
         if held.is_empty() {
             return;
         }
-        let mut per_trial: std::collections::BTreeMap<TrialId, BTreeSet<ObjectId>> =
-            Default::default();
+        let held_ids: BTreeSet<ObjectId> = held.iter().map(|object| object.id).collect();
+        let mut named: BTreeMap<ObjectId, BTreeSet<TrialId>> = BTreeMap::new();
         for trial in self.trials.values() {
-            for checkpoint in &trial.checkpoints {
-                for file in &checkpoint.files {
-                    if held.contains(&file.object) {
-                        per_trial.entry(trial.id).or_default().insert(file.object);
-                    }
+            for file in trial
+                .checkpoints
+                .iter()
+                .flat_map(|checkpoint| &checkpoint.files)
+            {
+                if held_ids.contains(&file.object) {
+                    named.entry(file.object).or_default().insert(trial.id);
                 }
             }
         }
-        for (trial, objects) in per_trial {
-            self.commands.push_back((
-                node,
-                HeadCommand::Pin {
-                    trial,
-                    objects: objects.into_iter().collect(),
-                },
-            ));
+        let trial_live = |trial: &TrialId| {
+            self.trials
+                .get(trial)
+                .is_some_and(|record| !record.state.is_terminal())
+        };
+        let mut pins: BTreeMap<TrialId, Vec<ObjectId>> = BTreeMap::new();
+        let mut drops: BTreeMap<Option<TrialId>, Vec<ObjectId>> = BTreeMap::new();
+        let mut ended: BTreeSet<TrialId> = BTreeSet::new();
+        let mut gone: BTreeSet<String> = BTreeSet::new();
+        for object in held {
+            if let Some(trials) = named.get(&object.id) {
+                for trial in trials {
+                    pins.entry(*trial).or_default().push(object.id);
+                }
+                continue;
+            }
+            ended.extend(object.trials.iter().filter(|trial| !trial_live(trial)));
+            gone.extend(
+                object
+                    .drivers
+                    .iter()
+                    .filter(|session| !self.live_drivers.contains(*session))
+                    .cloned(),
+            );
+            let claimed = object.trials.iter().any(trial_live)
+                || object
+                    .drivers
+                    .iter()
+                    .any(|session| self.live_drivers.contains(session));
+            let forgotten = object.trials.is_empty() && object.drivers.is_empty();
+            if !claimed && (object.pinned || forgotten) {
+                drops
+                    .entry(object.trials.first().copied())
+                    .or_default()
+                    .push(object.id);
+            }
+        }
+        for (trial, objects) in pins {
+            self.commands
+                .push_back((node, HeadCommand::Pin { trial, objects }));
+        }
+        for trial in ended {
+            self.commands
+                .push_back((node, HeadCommand::ReleaseTrial { trial }));
+        }
+        for session in gone {
+            self.commands
+                .push_back((node, HeadCommand::ReleaseDriver { session }));
+        }
+        for (trial, objects) in drops {
+            for id in &objects {
+                self.directory.drop_object(node, *id);
+            }
+            self.commands
+                .push_back((node, HeadCommand::DropObjects { trial, objects }));
         }
     }
 
@@ -265,9 +323,11 @@ impl HeadCore {
             .collect()
     }
 
-    /// Ready nodes that serve objects, emptiest object store first... by the
-    /// directory's count of what each holds, so driver objects spread.
-    pub fn store_targets(&self) -> Vec<ObjectSource> {
+    /// Ready nodes that serve objects, the one holding the fewest objects first,
+    /// so that drivers' objects spread; `session` is the asking driver's, whose
+    /// objects are kept until it goes.
+    pub fn store_targets(&mut self, session: &str) -> Vec<ObjectSource> {
+        self.live_drivers.insert(session.to_owned());
         let mut nodes: Vec<(usize, NodeId)> = self
             .nodes
             .values()
@@ -283,6 +343,7 @@ impl HeadCore {
 
     /// Tells every live node that the driver session `session` ended.
     pub fn release_driver_objects(&mut self, session: &str) {
+        self.live_drivers.remove(session);
         self.tell_live_nodes(|| HeadCommand::ReleaseDriver {
             session: session.to_owned(),
         });

@@ -1158,23 +1158,35 @@ fn late_checkpoint_reports_count_by_attempt_and_step_and_returning_nodes_repin()
         .map(|checkpoint| (checkpoint.attempt, checkpoint.step))
         .collect();
     assert_eq!(kept, [(2, 200), (2, 210)]);
-    // The node comes back (restarted: its pins are gone) holding both objects.
+    // The node comes back restarted: it forgot its pins and claims. The head pins
+    // the kept checkpoint's object again and drops what nothing claims.
     let _ = commands(&mut core);
+    let forgotten = |id| xp_runtime::protocol::HeldObject {
+        id,
+        pinned: false,
+        trials: Vec::new(),
+        drivers: Vec::new(),
+    };
+    let kept_id = xp_runtime::ids::ObjectId::of(b"two hundred ten");
+    let orphan = xp_runtime::ids::ObjectId::of(b"unrelated");
     let mut returning = registration(node, 0, 1, Vec::new());
-    returning.held_objects = vec![
-        xp_runtime::ids::ObjectId::of(b"two hundred ten"),
-        xp_runtime::ids::ObjectId::of(b"unrelated"),
-    ];
+    returning.held_objects = vec![forgotten(kept_id), forgotten(orphan)];
     core.handle_node_register(5, returning);
-    let pins: Vec<_> = commands(&mut core)
-        .into_iter()
+    let sent = commands(&mut core);
+    let pins: Vec<_> = sent
+        .iter()
         .filter_map(|(_, command)| match command {
-            HeadCommand::Pin { objects, .. } => Some(objects),
+            HeadCommand::Pin { objects, .. } => Some(objects.clone()),
             _ => None,
         })
         .collect();
-    assert_eq!(
-        pins,
-        vec![vec![xp_runtime::ids::ObjectId::of(b"two hundred ten")]]
-    );
+    assert_eq!(pins, vec![vec![kept_id]]);
+    let drops: Vec<_> = sent
+        .iter()
+        .filter_map(|(_, command)| match command {
+            HeadCommand::DropObjects { trial, objects } => Some((*trial, objects.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(drops, vec![(None, vec![orphan])]);
 }

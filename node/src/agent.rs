@@ -21,7 +21,7 @@ use xp_runtime::frame::{self, FrameError};
 use xp_runtime::ids::{BlobHash, NodeId, ObjectId, TrialId, WorkerKey};
 use xp_runtime::join::JoinString;
 use xp_runtime::protocol::{
-    ErrorCode, HeadCommand, Launch, LogChunk, Message, NodeMessage, NodeRegistration,
+    ErrorCode, HeadCommand, HeldObject, Launch, LogChunk, Message, NodeMessage, NodeRegistration,
     NodeResources, ObjectEndpoint, ObjectSource, PeerRole, Program, RemoteError, WorkerReport,
 };
 use xp_runtime::transport::{self, HeadConnection, TransportError};
@@ -193,7 +193,28 @@ impl Agent {
             labels: self.identity.labels.clone(),
             running,
             objects: Some(self.objects.endpoint),
-            held_objects: self.objects.store.ids(),
+            held_objects: self
+                .objects
+                .store
+                .holdings()
+                .into_iter()
+                .map(|(id, info)| {
+                    let mut held = HeldObject {
+                        id,
+                        pinned: info.pinned,
+                        trials: Vec::new(),
+                        drivers: Vec::new(),
+                    };
+                    for owner in info.owners {
+                        match owner {
+                            Owner::Trial(trial) => held.trials.push(trial),
+                            Owner::Driver(session) => held.drivers.push(session),
+                            Owner::Experiment(_) => {}
+                        }
+                    }
+                    held
+                })
+                .collect(),
         }
     }
 
@@ -409,6 +430,7 @@ impl Agent {
                 Vec::new()
             }
             HeadCommand::DropObjects { trial, objects } => {
+                let owner = trial.map(Owner::Trial);
                 let store = self.objects.store.clone();
                 let backup = self.objects.backup.clone();
                 let changes = self.objects.changes_tx.clone();
@@ -423,7 +445,7 @@ impl Agent {
                         }
                         objects
                             .into_iter()
-                            .filter(|id| match store.retire(*id, &Owner::Trial(trial)) {
+                            .filter(|id| match store.retire(*id, owner.as_ref()) {
                                 Ok(deleted) => deleted,
                                 Err(error) => {
                                     warn!(%id, %error, "cannot delete object");

@@ -651,8 +651,22 @@ pub struct NodeRegistration {
     pub running: Vec<WorkerKey>,
     /// Where other nodes fetch objects from this one.
     pub objects: Option<ObjectEndpoint>,
-    /// The objects its store holds on disk, for the head's directory.
-    pub held_objects: Vec<ObjectId>,
+    /// The objects its store holds, with who claims them, for the head's
+    /// directory and to settle what the node missed while it was away.
+    pub held_objects: Vec<HeldObject>,
+}
+
+/// One object a registering node holds, and who keeps it there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldObject {
+    /// The object.
+    pub id: ObjectId,
+    /// Pinned (a checkpoint's object).
+    pub pinned: bool,
+    /// The trials that claim it.
+    pub trials: Vec<TrialId>,
+    /// The driver sessions that claim it.
+    pub drivers: Vec<String>,
 }
 
 /// A node's object server: QUIC on `port` of the node's advertised host, with a
@@ -921,8 +935,9 @@ pub enum HeadCommand {
     /// No checkpoint the head keeps needs these objects of `trial` any more: unpin
     /// them and withdraw the trial's claim (they go unless something else claims them).
     DropObjects {
-        /// The trial whose checkpoints named them.
-        trial: TrialId,
+        /// The trial whose checkpoints named them; none for objects nothing
+        /// claims any more.
+        trial: Option<TrialId>,
         /// The objects.
         objects: Vec<ObjectId>,
     },

@@ -557,6 +557,16 @@ impl ObjectStore {
         self.lock().ids()
     }
 
+    /// Every object stored here with who claims it, in no particular order.
+    pub fn holdings(&self) -> Vec<(ObjectId, ObjectInfo)> {
+        let index = self.lock();
+        index
+            .ids()
+            .into_iter()
+            .filter_map(|id| index.info(&id).map(|info| (id, info)))
+            .collect()
+    }
+
     /// Whether the object is stored here.
     pub fn contains(&self, id: ObjectId) -> bool {
         self.lock().info(&id).is_some()
@@ -642,10 +652,12 @@ impl ObjectStore {
     /// Withdraws the object's pin and `owner`'s claim together (a checkpoint the
     /// head no longer keeps), deleting the object if no claim is left. Returns
     /// whether it was deleted.
-    pub fn retire(&self, id: ObjectId, owner: &Owner) -> Result<bool, StoreError> {
+    pub fn retire(&self, id: ObjectId, owner: Option<&Owner>) -> Result<bool, StoreError> {
         let mut index = self.lock();
         index.set_pinned(&id, false);
-        index.remove_owner(&id, owner);
+        if let Some(owner) = owner {
+            index.remove_owner(&id, owner);
+        }
         self.collect_if_unclaimed(index, &id)
     }
 

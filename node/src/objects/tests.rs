@@ -754,12 +754,12 @@ fn retire_unpins_and_withdraws_one_claim_but_keeps_other_owners_objects() {
     store.add_owner(shared, trial(1)).unwrap();
     store.pin(shared).unwrap();
     assert!(
-        !store.retire(shared, &trial(0)).unwrap(),
+        !store.retire(shared, Some(&trial(0))).unwrap(),
         "trial 1 still claims it"
     );
     assert!(store.contains(shared));
     assert!(!store.info(shared).unwrap().pinned);
-    assert!(store.retire(shared, &trial(1)).unwrap());
+    assert!(store.retire(shared, Some(&trial(1))).unwrap());
     assert!(!store.contains(shared));
     check_consistent(&store);
 }
