@@ -121,9 +121,11 @@ fn check_resumed(cluster: &TestCluster, experiment: &str, resumed_node: &str, ex
     resumed
 }
 
+/// A grace long enough that even a loaded machine saves the stop-time checkpoint
+/// before SIGKILL; the counter leaves as soon as it has.
 const PREEMPTION_POLICY: &str = "\
 priority_classes: {low: 0, high: 100}
-preemption: {grace_period: 1s, min_run_time: 0s}
+preemption: {grace_period: 20s, min_run_time: 0s}
 ";
 
 #[test]
