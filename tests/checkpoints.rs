@@ -160,7 +160,9 @@ fn a_trial_whose_node_is_killed_resumes_from_the_replica() {
     let mut cluster = TestCluster::start("3s");
     cluster.start_node("a", 1, 2);
     cluster.wait_for_nodes(1);
-    let experiment = submit_driver(&cluster, &counter_spec("", "", 100));
+    // Steps slow enough that a checkpoint reaches its replica (milliseconds on
+    // loopback) long before the next step, even on a loaded machine.
+    let experiment = submit_driver(&cluster, &counter_spec("", "", 200));
     wait_until("the counter to run", Duration::from_secs(60), || {
         (trials(&cluster.status(&experiment))[0]["state"] == "running").then_some(())
     });
