@@ -523,7 +523,7 @@ impl Agent {
                     )
                     .await
                 {
-                    Ok(()) => {
+                    Ok(_) => {
                         let _ = changes.send(ObjectChange::Added(id));
                     }
                     Err(error) => warn!(%trial, %error, "replication failed"),
@@ -705,6 +705,13 @@ async fn restore_checkpoint(
     let Some(resume) = &launch.resume else {
         return Ok(Vec::new());
     };
+    let unavailable = |why: String| {
+        PrepareError::Refused(format!(
+            "cannot restore the checkpoint of step {}: {why}",
+            resume.step
+        ))
+    };
+    let mut contents = Vec::with_capacity(resume.files.len());
     for file in &resume.files {
         let fetched = objects
             .fetcher
@@ -720,50 +727,49 @@ async fn restore_checkpoint(
                 Some(objects.own_node),
             )
             .await;
-        if let Err(error) = fetched {
-            // The head's directory must learn that this node has no good copy
-            // (the store may just have deleted a damaged one), so that the next
-            // attempt resumes from a checkpoint that can still be had.
-            if !objects.store.contains(file.object) {
-                let _ = objects.changes.send(ObjectChange::Dropped(file.object));
+        let bytes = match fetched {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                // The head's directory must learn that this node has no good copy
+                // (the store may just have deleted a damaged one), so that the next
+                // attempt resumes from a checkpoint that can still be had.
+                if !objects.store.contains(file.object) {
+                    let _ = objects.changes.send(ObjectChange::Dropped(file.object));
+                }
+                // No node could provide it: the durable backup, when there is one.
+                let Some(backup) = resume.backup.clone() else {
+                    return Err(unavailable(error.to_string()));
+                };
+                let (wanted, trial) = (file.clone(), launch.key.trial);
+                let store = objects.store.clone();
+                let restored = tokio::task::spawn_blocking(move || {
+                    crate::checkpoint::restore_from_backup(
+                        &store,
+                        Path::new(&backup),
+                        &wanted,
+                        trial,
+                    )
+                })
+                .await
+                .map_err(|join| unavailable(join.to_string()))?
+                .map_err(|backup_error| {
+                    unavailable(format!("{error}; and from the backup: {backup_error}"))
+                })?;
+                info!(worker = %launch.key, object = %file.object, "checkpoint object restored from the backup");
+                restored
             }
-            // No node could provide it: the durable backup, when there is one.
-            let Some(backup) = resume.backup.clone() else {
-                return Err(PrepareError::Refused(format!(
-                    "cannot restore the checkpoint of step {}: {error}",
-                    resume.step
-                )));
-            };
-            let store = objects.store.clone();
-            let (id, trial) = (file.object, launch.key.trial);
-            tokio::task::spawn_blocking(move || {
-                crate::checkpoint::restore_from_backup(&store, Path::new(&backup), id, trial)
-            })
-            .await
-            .map_err(|join| PrepareError::Refused(join.to_string()))?
-            .map_err(|backup_error| {
-                PrepareError::Refused(format!(
-                    "cannot restore the checkpoint of step {}: {error}; and from the backup: {backup_error}",
-                    resume.step
-                ))
-            })?;
-            info!(worker = %launch.key, object = %file.object, "checkpoint object restored from the backup");
-        }
+        };
         // Also after a damaged copy was replaced: the head may have heard it dropped.
         let _ = objects.changes.send(ObjectChange::Added(file.object));
+        contents.push(bytes);
     }
-    let store = objects.store.clone();
+    // Written from the bytes verified above: no second hash of the checkpoint.
     let files = resume.files.clone();
     let target = dir.to_owned();
-    tokio::task::spawn_blocking(move || crate::checkpoint::restore(&store, &target, &files))
+    tokio::task::spawn_blocking(move || crate::checkpoint::write_files(&target, &files, &contents))
         .await
-        .map_err(|error| PrepareError::Refused(error.to_string()))?
-        .map_err(|error| {
-            PrepareError::Refused(format!(
-                "cannot restore the checkpoint of step {}: {error}",
-                resume.step
-            ))
-        })?;
+        .map_err(|error| unavailable(error.to_string()))?
+        .map_err(|error| unavailable(error.to_string()))?;
     info!(worker = %launch.key, step = resume.step, from_attempt = resume.attempt, "checkpoint restored");
     Ok(vec![("XP_RESUME_STEP".to_owned(), resume.step.to_string())])
 }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use xp_runtime::ids::{ObjectId, TrialId};
 use xp_runtime::protocol::CheckpointFile;
 
-use crate::objects::{ObjectStore, Owner, StoreError};
+use crate::objects::{ObjectBytes, ObjectStore, Owner, StoreError};
 
 /// The most files one checkpoint may have.
 pub const MAX_FILES: usize = 10_000;
@@ -166,32 +166,53 @@ fn list_files(
     Ok(())
 }
 
-/// Writes `files` from `store` into `dir` (created if needed). Each file is a
-/// copy, so the worker may change it without touching the stored object.
+/// A checkpoint file's object from `store`, verified.
+fn stored_bytes(
+    store: &ObjectStore,
+    file: &CheckpointFile,
+) -> Result<ObjectBytes, CheckpointError> {
+    store
+        .get(file.object)
+        .map_err(|source| CheckpointError::Store {
+            name: file.name.clone(),
+            source,
+        })
+}
+
+/// Writes `files` from `store` into `dir` (created if needed); see [`write_files`].
 pub fn restore(
     store: &ObjectStore,
     dir: &Path,
     files: &[CheckpointFile],
 ) -> Result<(), CheckpointError> {
+    let contents = files
+        .iter()
+        .map(|file| stored_bytes(store, file))
+        .collect::<Result<Vec<_>, _>>()?;
+    write_files(dir, files, &contents)
+}
+
+/// Writes each of `files` with its verified `contents` (in the same order) into
+/// `dir`, created if needed. Each file is a copy, so the worker may change it
+/// without touching the stored object.
+pub fn write_files(
+    dir: &Path,
+    files: &[CheckpointFile],
+    contents: &[ObjectBytes],
+) -> Result<(), CheckpointError> {
     std::fs::create_dir_all(dir).map_err(io("create", dir))?;
-    for file in files {
+    for (file, bytes) in files.iter().zip(contents) {
         if !xp_runtime::protocol::is_safe_checkpoint_name(&file.name) {
             return Err(CheckpointError::Invalid(format!(
                 "checkpoint file name {:?} is not a plain relative path",
                 file.name
             )));
         }
-        let bytes = store
-            .get(file.object)
-            .map_err(|source| CheckpointError::Store {
-                name: file.name.clone(),
-                source,
-            })?;
         let path = dir.join(&file.name);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(io("create", parent))?;
         }
-        std::fs::write(&path, &*bytes).map_err(io("write", &path))?;
+        std::fs::write(&path, &bytes[..]).map_err(io("write", &path))?;
     }
     Ok(())
 }
@@ -217,12 +238,7 @@ pub fn back_up(
         if target.exists() {
             continue;
         }
-        let bytes = store
-            .get(file.object)
-            .map_err(|source| CheckpointError::Store {
-                name: file.name.clone(),
-                source,
-            })?;
+        let bytes = stored_bytes(store, file)?;
         let temporary = objects.join(format!(
             ".{}.{}.tmp",
             file.object,
@@ -249,23 +265,40 @@ pub fn back_up(
     Ok(())
 }
 
-/// Takes object `id` from the `backup` directory into `store`, pinned for
-/// `trial`, if its bytes there hash to `id`.
+/// Takes `file`'s object from the `backup` directory into `store`, pinned for
+/// `trial`, if the file there has the manifest's size and hashes to the id;
+/// returns its bytes.
 pub fn restore_from_backup(
     store: &ObjectStore,
     backup: &Path,
-    id: ObjectId,
+    file: &CheckpointFile,
     trial: TrialId,
-) -> Result<(), CheckpointError> {
-    let path = backup_path(backup, id);
-    let bytes = std::fs::read(&path).map_err(io("read", &path))?;
+) -> Result<ObjectBytes, CheckpointError> {
+    let path = backup_path(backup, file.object);
+    let found = std::fs::metadata(&path).map_err(io("read", &path))?.len();
+    let limit = store.limits().max_object_bytes;
+    if found > limit {
+        return Err(CheckpointError::Invalid(format!(
+            "{} has {found} bytes, over the {limit}-byte object limit",
+            path.display()
+        )));
+    }
+    if found != file.size {
+        return Err(CheckpointError::Invalid(format!(
+            "{} has {found} bytes, not the {} of the checkpoint's manifest",
+            path.display(),
+            file.size
+        )));
+    }
+    let bytes: std::sync::Arc<[u8]> = std::fs::read(&path).map_err(io("read", &path))?.into();
     store
-        .put_expecting_on_disk(id, &bytes, Owner::Trial(trial))
-        .and_then(|_| store.pin(id))
+        .put_expecting_on_disk(file.object, &bytes, Owner::Trial(trial))
+        .and_then(|_| store.pin(file.object))
         .map_err(|source| CheckpointError::Store {
             name: path.display().to_string(),
             source,
-        })
+        })?;
+    Ok(ObjectBytes::shared(bytes))
 }
 
 #[cfg(test)]

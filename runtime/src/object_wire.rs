@@ -361,26 +361,22 @@ impl ObjectClient {
         }
     }
 
-    /// Stores `bytes` on the node at `source` for the driver session `owner`.
-    pub async fn store(
+    /// One store-style exchange: `op` and then `payload` out, a [`StoreAnswer`] back.
+    async fn ask(
         &self,
         source: &ObjectSource,
-        owner: &str,
-        bytes: &[u8],
-    ) -> Result<ObjectId, String> {
+        op: ObjectOp,
+        payload: &[u8],
+    ) -> Result<StoreAnswer, String> {
         let connection = self.connection(source).await?;
         let (mut send, mut recv) = connection
             .open_bi()
             .await
             .map_err(|error| format!("cannot open a stream: {error}"))?;
-        let request = self.wrap(ObjectOp::Store {
-            owner: owner.to_owned(),
-            size: bytes.len() as u64,
-        });
-        write_small(&mut send, &request)
+        write_small(&mut send, &self.wrap(op))
             .await
             .map_err(|error| error.to_string())?;
-        for piece in bytes.chunks(64 << 10) {
+        for piece in payload.chunks(64 << 10) {
             send.write_all(piece)
                 .await
                 .map_err(|error| format!("cannot send the object: {error}"))?;
@@ -390,8 +386,24 @@ impl ObjectClient {
             .await
             .map_err(|error| error.to_string())?
         {
-            StoreAnswer::Stored { id } => Ok(id),
             StoreAnswer::Error { code, message } => Err(format!("{code:?}: {message}")),
+            answer => Ok(answer),
+        }
+    }
+
+    /// Stores `bytes` on the node at `source` for the driver session `owner`.
+    pub async fn store(
+        &self,
+        source: &ObjectSource,
+        owner: &str,
+        bytes: &[u8],
+    ) -> Result<ObjectId, String> {
+        let op = ObjectOp::Store {
+            owner: owner.to_owned(),
+            size: bytes.len() as u64,
+        };
+        match self.ask(source, op, bytes).await? {
+            StoreAnswer::Stored { id } => Ok(id),
             other => Err(format!("unexpected answer {other:?}")),
         }
     }
@@ -403,21 +415,8 @@ impl ObjectClient {
         source: &ObjectSource,
         id: ObjectId,
     ) -> Result<bool, String> {
-        let connection = self.connection(source).await?;
-        let (mut send, mut recv) = connection
-            .open_bi()
-            .await
-            .map_err(|error| format!("cannot open a stream: {error}"))?;
-        write_small(&mut send, &self.wrap(ObjectOp::Damaged { id }))
-            .await
-            .map_err(|error| error.to_string())?;
-        let _ = send.finish();
-        match read_small::<StoreAnswer>(&mut recv)
-            .await
-            .map_err(|error| error.to_string())?
-        {
+        match self.ask(source, ObjectOp::Damaged { id }, &[]).await? {
             StoreAnswer::Released { existed } => Ok(existed),
-            StoreAnswer::Error { code, message } => Err(format!("{code:?}: {message}")),
             other => Err(format!("unexpected answer {other:?}")),
         }
     }
@@ -429,25 +428,12 @@ impl ObjectClient {
         owner: &str,
         id: ObjectId,
     ) -> Result<bool, String> {
-        let connection = self.connection(source).await?;
-        let (mut send, mut recv) = connection
-            .open_bi()
-            .await
-            .map_err(|error| format!("cannot open a stream: {error}"))?;
-        let request = self.wrap(ObjectOp::Release {
+        let op = ObjectOp::Release {
             owner: owner.to_owned(),
             id,
-        });
-        write_small(&mut send, &request)
-            .await
-            .map_err(|error| error.to_string())?;
-        let _ = send.finish();
-        match read_small::<StoreAnswer>(&mut recv)
-            .await
-            .map_err(|error| error.to_string())?
-        {
+        };
+        match self.ask(source, op, &[]).await? {
             StoreAnswer::Released { existed } => Ok(existed),
-            StoreAnswer::Error { code, message } => Err(format!("{code:?}: {message}")),
             other => Err(format!("unexpected answer {other:?}")),
         }
     }

@@ -101,6 +101,8 @@ pub struct Client {
     connection: HeadConnection,
     /// Links to the nodes' object servers, made on first use.
     objects: std::sync::Arc<tokio::sync::OnceCell<ObjectClient>>,
+    /// The name this connection's objects are stored under, once it stored one.
+    session: std::sync::Arc<std::sync::OnceLock<String>>,
     token_digest: [u8; 32],
 }
 
@@ -129,6 +131,7 @@ impl Client {
         Ok(Self {
             connection,
             objects: std::sync::Arc::default(),
+            session: std::sync::Arc::default(),
             token_digest: object_wire::token_digest(&join.token),
         })
     }
@@ -153,10 +156,11 @@ impl Client {
             self.request(Request::StoreTargets).await?,
             Response::StoreTargets { session, nodes } => (session, nodes)
         )?;
+        let session = self.session.get_or_init(|| session);
         let client = self.object_client().await?;
         let mut failures = Vec::new();
         for node in &nodes {
-            match client.store(node, &session, bytes).await {
+            match client.store(node, session, bytes).await {
                 Ok(id) if id == ObjectId::of(bytes) => return Ok(id),
                 Ok(id) => failures.push(format!("node {} named it {id}", node.node)),
                 Err(error) => failures.push(format!("node {}: {error}", node.node)),
@@ -194,10 +198,10 @@ impl Client {
     /// Drops this connection's claim on object `id` wherever it is held; returns
     /// whether there was one.
     pub async fn delete(&self, id: ObjectId) -> Result<bool, SdkError> {
-        let (session, _) = expect_response!(
-            self.request(Request::StoreTargets).await?,
-            Response::StoreTargets { session, nodes } => (session, nodes)
-        )?;
+        // A connection that never stored an object has no claim to drop.
+        let Some(session) = self.session.get() else {
+            return Ok(false);
+        };
         let sources = expect_response!(
             self.request(Request::Locate { object: id }).await?,
             Response::Located(sources) => sources
@@ -206,7 +210,7 @@ impl Client {
         let mut existed = false;
         for source in &sources {
             existed |= client
-                .release(source, &session, id)
+                .release(source, session, id)
                 .await
                 .map_err(SdkError::Object)?;
         }

@@ -22,7 +22,7 @@ use xp_runtime::protocol::{Request, Response};
 use xp_runtime::transport::HeadConnection;
 
 use super::remote::{ObjectFetcher, Wanted};
-use super::{ObjectStore, Owner, StoreError};
+use super::{ObjectChange, ObjectStore, Owner, StoreError, off_runtime};
 
 /// A worker on this node, as its secret identifies it.
 #[derive(Debug, Clone)]
@@ -50,7 +50,7 @@ pub struct LocalContext {
     /// This node.
     pub own_node: NodeId,
     /// Where to report objects this node gained or lost.
-    pub changes: mpsc::UnboundedSender<crate::agent::ObjectChange>,
+    pub changes: mpsc::UnboundedSender<ObjectChange>,
 }
 
 /// Serves the channel at `path` (replacing a stale socket) until the task is dropped.
@@ -131,11 +131,11 @@ fn refuse(message: impl Into<String>) -> LocalResponse {
 }
 
 async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+    store: &Arc<ObjectStore>,
+    work: impl FnOnce(&ObjectStore) -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, String> {
-    tokio::task::spawn_blocking(work)
+    off_runtime(store, work)
         .await
-        .map_err(|error| error.to_string())?
         .map_err(|error| error.to_string())
 }
 
@@ -153,8 +153,7 @@ async fn handle(context: &LocalContext, request: LocalRequest) -> LocalResponse 
     let owner = Owner::Trial(worker.key.trial);
     match request.op {
         LocalOp::Put { path } => {
-            let store = context.store.clone();
-            let stored = blocking(move || {
+            let stored = blocking(&context.store, move |store| {
                 let id = store.put_file(&path, owner)?;
                 let size = store.info(id).map_or(0, |info| info.size);
                 Ok((id, size))
@@ -162,7 +161,7 @@ async fn handle(context: &LocalContext, request: LocalRequest) -> LocalResponse 
             .await;
             match stored {
                 Ok((id, size)) => {
-                    let _ = context.changes.send(crate::agent::ObjectChange::Added(id));
+                    let _ = context.changes.send(ObjectChange::Added(id));
                     debug!(worker = %worker.key, %id, size, "object put");
                     LocalResponse::Stored { id, size }
                 }
@@ -174,8 +173,7 @@ async fn handle(context: &LocalContext, request: LocalRequest) -> LocalResponse 
             Err(error) => refuse(error),
         },
         LocalOp::Delete { id } => {
-            let store = context.store.clone();
-            let released = blocking(move || {
+            let released = blocking(&context.store, move |store| {
                 let existed = store.remove_owner(id, &owner)?;
                 Ok((existed, store.contains(id)))
             })
@@ -183,9 +181,7 @@ async fn handle(context: &LocalContext, request: LocalRequest) -> LocalResponse 
             match released {
                 Ok((existed, still_here)) => {
                     if !still_here {
-                        let _ = context
-                            .changes
-                            .send(crate::agent::ObjectChange::Dropped(id));
+                        let _ = context.changes.send(ObjectChange::Dropped(id));
                     }
                     LocalResponse::Released { existed }
                 }
@@ -201,7 +197,9 @@ async fn get(
     id: ObjectId,
     owner: Owner,
 ) -> Result<(PathBuf, u64), String> {
-    if !context.store.contains(id) {
+    let fetched = if context.store.contains(id) {
+        None
+    } else {
         let head = context
             .head
             .lock()
@@ -216,7 +214,7 @@ async fn get(
         if sources.is_empty() {
             return Err(format!("no live node holds object {id}"));
         }
-        context
+        let bytes = context
             .fetcher
             .ensure(
                 &context.store,
@@ -231,14 +229,18 @@ async fn get(
             )
             .await
             .map_err(|error| error.to_string())?;
-        let _ = context.changes.send(crate::agent::ObjectChange::Added(id));
-    }
-    let store = context.store.clone();
+        let _ = context.changes.send(ObjectChange::Added(id));
+        Some(bytes)
+    };
     let target = worker.work_dir.join("objects").join(id.to_string());
-    blocking(move || {
+    blocking(&context.store, move |store| {
         // The worker now depends on it too.
         store.add_owner(id, owner)?;
-        let bytes = store.get(id)?;
+        // A fetched object was verified on arrival; hashing it again is waste.
+        let bytes = match fetched {
+            Some(bytes) => bytes,
+            None => store.get(id)?,
+        };
         let size = bytes.len() as u64;
         place(&bytes, &target).map_err(|source| StoreError::Io {
             operation: super::IoOperation::CreateFile,

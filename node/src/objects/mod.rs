@@ -2,10 +2,13 @@
 //! their bytes, kept in a memory tier that spills least-recently-used objects to
 //! a disk tier under the node's data directory (`<data_dir>/objects/`).
 //!
-//! What it does not do: move objects between nodes, keep a directory of who holds
-//! what, or persist owners and pins across restarts (a restarted store knows its
-//! disk objects but nothing about who wanted them; see [`ObjectStore::open`]).
+//! The store does not persist owners and pins across restarts (a restarted store
+//! knows its disk objects but nothing about who wanted them; see
+//! [`ObjectStore::open`]; the head re-pins checkpoint objects at registration).
 //! The memory tier is volatile: its objects are gone when the process ends.
+//!
+//! Around the store: `remote` moves objects between nodes, `local` serves the
+//! workers of this node, and the head keeps the directory of who holds what.
 //!
 //! Invariants:
 //! - The bytes charged to each tier never exceed that tier's limit (counting disk
@@ -13,8 +16,10 @@
 //!   disk limit, when nothing more is written until deletes make room.
 //! - A file under an object's final name was fully written and fsynced before it
 //!   was renamed there; temporary files start with `.tmp-` and are removed at open.
-//! - Bytes returned by [`ObjectStore::get`] hash to the id asked for: memory objects
-//!   were hashed when put, disk objects are hashed each time their file is mapped.
+//! - Bytes returned by [`ObjectStore::get`] and [`ObjectStore::verify`] hash to the
+//!   id asked for: memory objects were hashed when put, disk objects are hashed
+//!   each time their file is mapped. [`ObjectStore::get_unverified`] is the one
+//!   exception, for a receiver that hashes what it gets.
 //! - The index lock is never held while hashing or writing object bytes; only
 //!   renames (metadata operations) happen under it, so that a name on disk and its
 //!   index entry change together.
@@ -48,6 +53,21 @@ pub use object_bytes::ObjectBytes;
 /// How many times [`ObjectStore::get`] looks again when the file it found bad
 /// was replaced meanwhile by a concurrent delete and re-put of the same object.
 const MAX_GET_ATTEMPTS: usize = 3;
+
+/// Runs a blocking store operation off the async runtime.
+pub(crate) async fn off_runtime<T: Send + 'static>(
+    store: &Arc<ObjectStore>,
+    work: impl FnOnce(&ObjectStore) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || work(&store))
+        .await
+        .unwrap_or_else(|error| {
+            Err(StoreError::Task {
+                reason: error.to_string(),
+            })
+        })
+}
 
 /// Inputs at least this large are hashed on all cores.
 const PARALLEL_HASH_BYTES: usize = 4 << 20;
@@ -258,6 +278,12 @@ pub enum StoreError {
         /// The reader's error.
         #[source]
         source: std::io::Error,
+    },
+    /// The blocking task running a store operation for an async caller died.
+    #[error("the store operation's task failed: {reason}")]
+    Task {
+        /// The runtime's words.
+        reason: String,
     },
     /// A file operation failed; no partial object was left under a final name.
     #[error("cannot {operation} {path}")]
@@ -504,25 +530,21 @@ impl ObjectStore {
         }
     }
 
-    /// Checks the object against its id now, reading a disk object's file again
-    /// even if a map kept from an earlier check exists (a file changed in place
-    /// shows through such a map). A damaged file is deleted and reported as
-    /// [`StoreError::Corrupt`], as by [`get`](Self::get). Memory objects were
+    /// The object's bytes, checked against its id now: a disk object's file is
+    /// read again even if a map kept from an earlier check exists (a file changed
+    /// in place shows through such a map). A damaged file is deleted and reported
+    /// as [`StoreError::Corrupt`], as by [`get`](Self::get). Memory objects were
     /// hashed when put.
-    pub fn verify(&self, id: ObjectId) -> Result<(), StoreError> {
+    pub fn verify(&self, id: ObjectId) -> Result<ObjectBytes, StoreError> {
         let Some(generation) = self.lock().disk_generation(&id) else {
-            return if self.contains(id) {
-                Ok(())
-            } else {
-                Err(StoreError::NotFound { id })
-            };
+            return self.get(id);
         };
         let outcome = self.disk.map_verified(&id)?;
         let mut index = self.lock();
         let failure = match outcome {
             MapOutcome::Verified(map) => {
                 index.remember_map(&id, generation, &map);
-                return Ok(());
+                return Ok(ObjectBytes::mapped(map));
             }
             MapOutcome::Mismatch => StoreError::Corrupt { id },
             MapOutcome::Missing => StoreError::Missing { id },

@@ -19,7 +19,7 @@ use xp_runtime::object_wire::{
 };
 use xp_runtime::protocol::{ObjectEndpoint, ObjectSource};
 
-use super::{ObjectBytes, ObjectChange, ObjectStore, Owner, StoreError};
+use super::{ObjectBytes, ObjectChange, ObjectStore, Owner, StoreError, off_runtime};
 
 /// The largest object a driver may store in one request.
 const MAX_STORE_BYTES: u64 = 4 << 30;
@@ -165,22 +165,14 @@ async fn lookup(
         *used = now;
         return Ok(bytes.clone());
     }
-    let bytes = {
-        let store = store.clone();
-        // Served unverified: every fetcher hashes what it receives and reports a
-        // mismatch (`Damaged`), which `verify` settles; hashing here as well
-        // would cost a third of the transfer.
-        tokio::task::spawn_blocking(move || match store.get_unverified(id) {
-            Err(StoreError::Missing { .. }) => store.verify(id).and_then(|()| store.get(id)),
-            other => other,
-        })
-        .await
-        .unwrap_or_else(|error| {
-            Err(StoreError::Read {
-                source: std::io::Error::other(error.to_string()),
-            })
-        })?
-    };
+    // Served unverified: every fetcher hashes what it receives and reports a
+    // mismatch (`Damaged`), which `verify` settles; hashing here as well would
+    // hash every served object twice.
+    let bytes = off_runtime(store, move |store| match store.get_unverified(id) {
+        Err(StoreError::Missing { .. }) => store.verify(id),
+        other => other,
+    })
+    .await?;
     if recent.len() >= RECENT_OBJECTS {
         recent.remove(0);
     }
@@ -233,13 +225,10 @@ async fn serve_request(
         }
         ObjectOp::Damaged { id } => {
             recent.lock().await.retain(|(cached, _, _)| *cached != id);
-            let checked = {
-                let store = store.clone();
-                tokio::task::spawn_blocking(move || store.verify(id)).await
-            };
+            let checked = off_runtime(&store, move |store| store.verify(id)).await;
             let damaged = matches!(
                 checked,
-                Ok(Err(StoreError::Corrupt { .. } | StoreError::Missing { .. }))
+                Err(StoreError::Corrupt { .. } | StoreError::Missing { .. })
             );
             if damaged {
                 warn!(%id, "a fetcher found this node's copy damaged; deleted");
@@ -249,25 +238,18 @@ async fn serve_request(
                 .await?;
         }
         ObjectOp::Release { owner, id } => {
-            let released = {
-                let store = store.clone();
-                tokio::task::spawn_blocking(move || {
-                    let existed = store.remove_owner(id, &Owner::Driver(owner))?;
-                    Ok::<_, StoreError>((existed, store.contains(id)))
-                })
-                .await
-            };
+            let released = off_runtime(&store, move |store| {
+                let existed = store.remove_owner(id, &Owner::Driver(owner))?;
+                Ok((existed, store.contains(id)))
+            })
+            .await;
             let answer = match released {
-                Ok(Ok((existed, still_here))) => {
+                Ok((existed, still_here)) => {
                     if !still_here {
                         let _ = changes.send(ObjectChange::Dropped(id));
                     }
                     StoreAnswer::Released { existed }
                 }
-                Ok(Err(error)) => StoreAnswer::Error {
-                    code: FetchErrorCode::Internal,
-                    message: error.to_string(),
-                },
                 Err(error) => StoreAnswer::Error {
                     code: FetchErrorCode::Internal,
                     message: error.to_string(),
@@ -325,17 +307,13 @@ async fn receive_store(
             }
         }
     }
-    let stored = {
-        let store = store.clone();
-        tokio::task::spawn_blocking(move || store.put(bytes, Owner::Driver(owner))).await
-    };
-    match stored {
-        Ok(Ok(id)) => {
+    match off_runtime(store, move |store| store.put(bytes, Owner::Driver(owner))).await {
+        Ok(id) => {
             let _ = changes.send(ObjectChange::Added(id));
             StoreAnswer::Stored { id }
         }
-        Ok(Err(error)) => refuse(FetchErrorCode::Refused, error.to_string()),
-        Err(error) => refuse(FetchErrorCode::Internal, error.to_string()),
+        Err(error @ StoreError::Task { .. }) => refuse(FetchErrorCode::Internal, error.to_string()),
+        Err(error) => refuse(FetchErrorCode::Refused, error.to_string()),
     }
 }
 
@@ -421,8 +399,8 @@ impl ObjectFetcher {
     }
 
     /// Makes sure `store` holds a good copy of the wanted object, fetching it from
-    /// the first of `sources` that has one (skipping `own_node`), and adds its
-    /// owner (and a pin).
+    /// the first of `sources` that has one (skipping `own_node`), adds its owner
+    /// (and a pin), and returns its bytes, verified against its id.
     ///
     /// A local copy that fails its hash check is discarded by the store and
     /// fetched again.
@@ -432,26 +410,19 @@ impl ObjectFetcher {
         wanted: Wanted,
         sources: &[ObjectSource],
         own_node: Option<xp_runtime::ids::NodeId>,
-    ) -> Result<(), FetchError> {
+    ) -> Result<ObjectBytes, FetchError> {
         let Wanted {
             id,
             owner,
             pin,
             size: size_hint,
         } = wanted;
-        let local = {
-            let store = store.clone();
-            // Read afresh: a map kept by the server would hide a file damaged in place.
-            tokio::task::spawn_blocking(move || store.verify(id))
-                .await
-                .unwrap_or_else(|error| {
-                    Err(StoreError::Read {
-                        source: std::io::Error::other(error.to_string()),
-                    })
-                })
-        };
-        match local {
-            Ok(()) => return keep(store, id, owner, pin).await,
+        // Read afresh: a map kept by the server would hide a file damaged in place.
+        match off_runtime(store, move |store| store.verify(id)).await {
+            Ok(bytes) => {
+                keep(store, id, owner, pin).await?;
+                return Ok(bytes);
+            }
             Err(StoreError::NotFound { .. }) => {}
             Err(error) => warn!(%id, %error, "local copy unusable; fetching it again"),
         }
@@ -467,28 +438,22 @@ impl ObjectFetcher {
             {
                 Ok(bytes) => {
                     let size = bytes.len();
-                    let stored = {
-                        let store = store.clone();
-                        let owner = owner.clone();
-                        tokio::task::spawn_blocking(move || {
-                            // Pinned copies (checkpoint replicas) must outlive this process.
-                            if pin {
-                                store.put_expecting_on_disk(id, &bytes, owner)
-                            } else {
-                                store.put_expecting(id, bytes, owner)
-                            }
-                        })
-                        .await
-                        .unwrap_or_else(|error| {
-                            Err(StoreError::Read {
-                                source: std::io::Error::other(error.to_string()),
-                            })
-                        })
-                    };
+                    let kept = bytes.clone();
+                    let claim = owner.clone();
+                    let stored = off_runtime(store, move |store| {
+                        // Pinned copies (checkpoint replicas) must outlive this process.
+                        if pin {
+                            store.put_expecting_on_disk(id, &bytes, claim)
+                        } else {
+                            store.put_expecting(id, bytes, claim)
+                        }
+                    })
+                    .await;
                     match stored {
                         Ok(_) => {
                             info!(%id, size, from = %source.node, "object fetched");
-                            return keep(store, id, owner, pin).await;
+                            keep(store, id, owner, pin).await?;
+                            return Ok(ObjectBytes::shared(kept));
                         }
                         Err(StoreError::Mismatch { actual, .. }) => {
                             let checked = self.client.report_damaged(source, id).await;
@@ -518,8 +483,7 @@ async fn keep(
     owner: Owner,
     pin: bool,
 ) -> Result<(), FetchError> {
-    let store = store.clone();
-    tokio::task::spawn_blocking(move || {
+    off_runtime(store, move |store| {
         store.add_owner(id, owner)?;
         if pin {
             store.pin(id)?;
@@ -527,11 +491,6 @@ async fn keep(
         Ok(())
     })
     .await
-    .unwrap_or_else(|error| {
-        Err(StoreError::Read {
-            source: std::io::Error::other(error.to_string()),
-        })
-    })
     .map_err(|source| FetchError::Store { id, source })
 }
 
