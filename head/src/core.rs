@@ -2328,6 +2328,16 @@ impl HeadCore {
         if let Err(broken) = self.policy.check_invariants() {
             panic!("scheduler invariant broken: {broken}");
         }
+        // The object reference counts are a cache of what kept checkpoints name.
+        let mut recount: HashMap<ObjectId, u32> = HashMap::new();
+        for trial in self.trials.values() {
+            for checkpoint in &trial.checkpoints {
+                for id in checkpoint.objects() {
+                    *recount.entry(id).or_default() += 1;
+                }
+            }
+        }
+        assert_eq!(recount, self.object_refs, "object reference counts drifted");
     }
 
     // ---- Scheduling queues and admin arbitration ----
