@@ -685,8 +685,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     .context("running the all-reduce")?;
             if !json {
                 println!(
-                    "ceilings: QUIC p2p {:.2} GB/s, loopback TCP {:.2} GB/s, memcpy {:.2} GB/s\n{:>12} {:>8} {:>10} {:>12} {:>12} {:>12}",
+                    "ceilings: QUIC p2p {:.2} GB/s ({:.2} CPU cores busy), loopback TCP {:.2} GB/s, memcpy {:.2} GB/s\n{:>12} {:>8} {:>10} {:>12} {:>12} {:>12} {:>10}",
                     ceilings.quic_p2p_gbps,
+                    ceilings.quic_p2p_cpu_cores,
                     ceilings.tcp_loopback_gbps,
                     ceilings.memcpy_gbps,
                     "size_bytes",
@@ -694,7 +695,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     "transport",
                     "time_ms",
                     "algbw_GB/s",
-                    "busbw_GB/s"
+                    "busbw_GB/s",
+                    "cpu_cores"
                 );
             }
             for measurement in &measurements {
@@ -708,20 +710,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                             "time_s": measurement.time_s,
                             "algbw_gbps": measurement.algbw_gbps,
                             "busbw_gbps": measurement.busbw_gbps,
+                            "cpu_cores": measurement.cpu_cores,
                             "quic_p2p_gbps": ceilings.quic_p2p_gbps,
+                            "quic_p2p_cpu_cores": ceilings.quic_p2p_cpu_cores,
                             "tcp_loopback_gbps": ceilings.tcp_loopback_gbps,
                             "memcpy_gbps": ceilings.memcpy_gbps,
                         })
                     );
                 } else {
                     println!(
-                        "{:>12} {:>8} {:>10} {:>12.3} {:>12.3} {:>12.3}",
+                        "{:>12} {:>8} {:>10} {:>12.3} {:>12.3} {:>12.3} {:>10.2}",
                         measurement.size_bytes,
                         measurement.workers,
                         measurement.transport.name(),
                         measurement.time_s * 1e3,
                         measurement.algbw_gbps,
-                        measurement.busbw_gbps
+                        measurement.busbw_gbps,
+                        measurement.cpu_cores
                     );
                 }
             }

@@ -493,17 +493,12 @@ impl ObjectClient {
         }
         let size_usize = usize::try_from(size).map_err(|_| format!("object of {size} bytes"))?;
         // Received straight into the shared allocation the store keeps, so a
-        // fetched object is never copied after it arrives.
-        let mut bytes: Arc<[u8]> = Arc::from(vec![0u8; 0]);
-        if size_usize > 0 {
-            let mut shared: Arc<[std::mem::MaybeUninit<u8>]> = Arc::new_uninit_slice(size_usize);
-            let uninit = Arc::get_mut(&mut shared).ok_or("a fresh allocation is not shared")?;
-            for slot in uninit.iter_mut() {
-                slot.write(0);
-            }
-            // SAFETY: every byte was written just above.
-            bytes = unsafe { shared.assume_init() };
-        }
+        // fetched object is never copied after it arrives. It is zeroed by the
+        // allocator: a large one comes as fresh pages from the kernel, so nothing
+        // writes the whole object's size in zeros before the first chunk is asked for.
+        let zeroed: Arc<[std::mem::MaybeUninit<u8>]> = Arc::new_zeroed_slice(size_usize);
+        // SAFETY: zero bytes are valid u8s.
+        let mut bytes: Arc<[u8]> = unsafe { zeroed.assume_init() };
         let buffer = Arc::get_mut(&mut bytes).ok_or("a fresh allocation is not shared")?;
         let chunks = buffer
             .chunks_mut(CHUNK_BYTES as usize)

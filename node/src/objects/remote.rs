@@ -364,9 +364,14 @@ async fn serve_fetch(
         },
     )
     .await?;
-    // Offsets fit in usize: the object is mapped or in memory.
-    for piece in bytes[offset as usize..end as usize].chunks(WRITE_BYTES) {
-        send.write_all(piece).await.map_err(std::io::Error::from)?;
+    // Handed to quinn as shared slices of the map or buffer, not copied into its
+    // send buffer. Offsets fit in usize: the object is mapped or in memory.
+    let mut range = bytes::Bytes::from_owner(bytes).slice(offset as usize..end as usize);
+    while !range.is_empty() {
+        let piece = range.split_to(WRITE_BYTES.min(range.len()));
+        send.write_chunk(piece)
+            .await
+            .map_err(std::io::Error::from)?;
     }
     Ok(())
 }
