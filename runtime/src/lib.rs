@@ -9,6 +9,7 @@
 
 pub mod clock;
 pub mod collective;
+mod fill_buffer;
 pub mod frame;
 pub mod identity;
 pub mod ids;

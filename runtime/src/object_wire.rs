@@ -16,10 +16,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tracing::Instrument as _;
 
 use crate::collective::QuicSetupError;
 use crate::collective::QuicTuning;
 use crate::collective::quic;
+use crate::fill_buffer::{FillBuffer, FillRange};
 use crate::ids::ObjectId;
 use crate::protocol::ObjectSource;
 
@@ -481,9 +483,10 @@ impl ObjectClient {
         max_bytes: u64,
     ) -> Result<Arc<[u8]>, String> {
         let connection = self.connection(source).await?;
+        let token = self.token_digest;
         let size = match size_hint {
             Some(size) => size,
-            None => self.fetch_chunk(&connection, id, 0, &mut [], None).await?,
+            None => fetch_chunk(&connection, token, id, 0, &mut [], None).await?,
         };
         let max_bytes = max_bytes.min(MAX_FETCH_BYTES);
         if size > max_bytes {
@@ -493,76 +496,83 @@ impl ObjectClient {
         }
         let size_usize = usize::try_from(size).map_err(|_| format!("object of {size} bytes"))?;
         // Received straight into the shared allocation the store keeps, so a
-        // fetched object is never copied after it arrives. It is zeroed by the
-        // allocator: a large one comes as fresh pages from the kernel, so nothing
-        // writes the whole object's size in zeros before the first chunk is asked for.
-        let zeroed: Arc<[std::mem::MaybeUninit<u8>]> = Arc::new_zeroed_slice(size_usize);
-        // SAFETY: zero bytes are valid u8s.
-        let mut bytes: Arc<[u8]> = unsafe { zeroed.assume_init() };
-        let buffer = Arc::get_mut(&mut bytes).ok_or("a fresh allocation is not shared")?;
-        let chunks = buffer
-            .chunks_mut(CHUNK_BYTES as usize)
-            .enumerate()
-            .map(|(index, chunk)| (index as u64 * CHUNK_BYTES, chunk));
+        // fetched object is never copied after it arrives; each lane is its own
+        // task, so the copies out of quinn and the page faults of the fresh buffer
+        // run on every runtime thread.
+        let mut buffer = FillBuffer::zeroed(size_usize);
         // A bounded number in flight: lane k takes every PARALLEL_CHUNKS-th chunk.
-        let mut lanes: Vec<Vec<(u64, &mut [u8])>> =
+        let mut lanes: Vec<Vec<(usize, FillRange)>> =
             (0..PARALLEL_CHUNKS).map(|_| Vec::new()).collect();
-        for (index, chunk) in chunks.enumerate() {
+        for (index, chunk) in buffer.split(CHUNK_BYTES as usize).into_iter().enumerate() {
             lanes[index % PARALLEL_CHUNKS].push(chunk);
         }
-        futures_util::future::try_join_all(lanes.into_iter().map(|lane| {
+        // Dropping the set (an error, or the fetch cancelled) aborts the others.
+        let mut tasks = tokio::task::JoinSet::new();
+        for lane in lanes.into_iter().filter(|lane| !lane.is_empty()) {
             let connection = connection.clone();
-            async move {
-                for (offset, target) in lane {
-                    self.fetch_chunk(&connection, id, offset, target, Some(size))
-                        .await?;
+            tasks.spawn(
+                async move {
+                    for (offset, mut range) in lane {
+                        let target = range.bytes_mut();
+                        fetch_chunk(&connection, token, id, offset as u64, target, Some(size))
+                            .await?;
+                    }
+                    Ok::<(), String>(())
                 }
-                Ok::<(), String>(())
-            }
-        }))
-        .await?;
-        Ok(bytes)
+                .in_current_span(),
+            );
+        }
+        while let Some(finished) = tasks.join_next().await {
+            finished.map_err(|error| format!("a fetch task failed: {error}"))??;
+        }
+        buffer
+            .finish()
+            .map_err(|_| "a fetch task outlived its fetch".to_owned())
     }
+}
 
-    /// Reads the range of `target`'s length at `offset` into `target`, checking the
-    /// object's size against `expected_size`; returns the object's size.
-    async fn fetch_chunk(
-        &self,
-        connection: &quinn::Connection,
-        id: ObjectId,
-        offset: u64,
-        target: &mut [u8],
-        expected_size: Option<u64>,
-    ) -> Result<u64, String> {
-        let (mut send, mut recv) = connection
-            .open_bi()
-            .await
-            .map_err(|error| format!("cannot open a stream: {error}"))?;
-        let len = target.len() as u64;
-        let request = self.wrap(ObjectOp::Fetch { id, offset, len });
-        write_small(&mut send, &request)
-            .await
-            .map_err(|error| error.to_string())?;
-        let _ = send.finish();
-        let header: FetchHeader = read_small(&mut recv)
-            .await
-            .map_err(|error| error.to_string())?;
-        let (size, got) = match header {
-            FetchHeader::Bytes { size, len: got } => (size, got),
-            FetchHeader::Error { code, message } => return Err(format!("{code:?}: {message}")),
-        };
-        if expected_size.is_some_and(|expected| expected != size) {
-            return Err(format!(
-                "the object is {size} bytes, not the {} expected",
-                expected_size.unwrap_or_default()
-            ));
-        }
-        if got != len {
-            return Err(format!("asked {len} bytes at {offset}, told {got}"));
-        }
-        recv.read_exact(target)
-            .await
-            .map_err(|error| format!("chunk at {offset} cut short: {error}"))?;
-        Ok(size)
+/// Reads the range of `target`'s length at `offset` into `target`, presenting
+/// `token`, and checks the object's size against `expected_size`; returns the
+/// object's size.
+async fn fetch_chunk(
+    connection: &quinn::Connection,
+    token: [u8; 32],
+    id: ObjectId,
+    offset: u64,
+    target: &mut [u8],
+    expected_size: Option<u64>,
+) -> Result<u64, String> {
+    let (mut send, mut recv) = connection
+        .open_bi()
+        .await
+        .map_err(|error| format!("cannot open a stream: {error}"))?;
+    let len = target.len() as u64;
+    let request = ObjectRequest {
+        token,
+        op: ObjectOp::Fetch { id, offset, len },
+    };
+    write_small(&mut send, &request)
+        .await
+        .map_err(|error| error.to_string())?;
+    let _ = send.finish();
+    let header: FetchHeader = read_small(&mut recv)
+        .await
+        .map_err(|error| error.to_string())?;
+    let (size, got) = match header {
+        FetchHeader::Bytes { size, len: got } => (size, got),
+        FetchHeader::Error { code, message } => return Err(format!("{code:?}: {message}")),
+    };
+    if expected_size.is_some_and(|expected| expected != size) {
+        return Err(format!(
+            "the object is {size} bytes, not the {} expected",
+            expected_size.unwrap_or_default()
+        ));
     }
+    if got != len {
+        return Err(format!("asked {len} bytes at {offset}, told {got}"));
+    }
+    recv.read_exact(target)
+        .await
+        .map_err(|error| format!("chunk at {offset} cut short: {error}"))?;
+    Ok(size)
 }
