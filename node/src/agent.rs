@@ -209,7 +209,6 @@ impl Agent {
                         match owner {
                             Owner::Trial(trial) => held.trials.push(trial),
                             Owner::Driver(session) => held.drivers.push(session),
-                            Owner::Experiment(_) => {}
                         }
                     }
                     held

@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use xp_runtime::ids::ObjectId;
-use xp_runtime::ids::{ExperimentId, TrialId};
+use xp_runtime::ids::TrialId;
 
 use disk::{DiskDir, MapOutcome, StreamOutcome};
 use index::{Index, Lookup, MemoryPlan};
@@ -98,8 +98,6 @@ pub enum ObjectChange {
 pub enum Owner {
     /// A trial's workers, released when the trial ends.
     Trial(TrialId),
-    /// A whole experiment, released when it is deleted.
-    Experiment(ExperimentId),
     /// A driver program, by the name it registered under.
     Driver(String),
 }
@@ -108,7 +106,6 @@ impl fmt::Display for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Trial(trial_id) => write!(f, "trial {trial_id}"),
-            Self::Experiment(experiment_id) => write!(f, "experiment {experiment_id}"),
             Self::Driver(name) => write!(f, "driver {name:?}"),
         }
     }
