@@ -4,9 +4,9 @@
 //! Object fetches receive chunks on several QUIC streams. Received by one task,
 //! the copies out of quinn and the page faults of a fresh buffer all land on one
 //! core; spawned tasks spread them over the runtime's threads (a 256 MiB fetch on
-//! loopback took a third less time). Spawned tasks need owned, `'static` access,
-//! which `&mut` slices of one allocation cannot give: this is the small unsafe
-//! piece that can.
+//! loopback took about a quarter less time). Spawned tasks need owned, `'static`
+//! access, which `&mut` slices of one allocation cannot give: this is the small
+//! unsafe piece that can.
 //!
 //! Soundness rests on two things. Every byte is an `UnsafeCell`, so writing
 //! through a shared allocation is allowed; and [`FillBuffer::split`] hands out
