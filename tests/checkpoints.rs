@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{TestCluster, binary, trials, wait_until};
+use common::{TestCluster, trials, wait_until};
 use serde_json::Value;
 
 const STEPS: u64 = 60;
@@ -30,20 +30,8 @@ fn counter_spec(extra_trial: &str, extra_space: &str, step_ms: u64) -> String {
 /// Submits `yaml` through the trainables driver (so `entry: counter` resolves).
 fn submit_driver(cluster: &TestCluster, yaml: &str) -> String {
     let path = cluster.write_file("counter.yaml", yaml);
-    let driver = std::process::Command::new(binary("examples/trainables"))
-        .args(["submit", "--cluster", &cluster.join, "--spec"])
-        .arg(&path)
-        .output()
-        .expect("the trainables driver runs");
-    assert!(
-        driver.status.success(),
-        "driver failed: {}",
-        String::from_utf8_lossy(&driver.stderr)
-    );
-    String::from_utf8(driver.stdout)
-        .expect("text")
-        .trim()
-        .to_owned()
+    let path = path.to_str().expect("a UTF-8 temporary path");
+    cluster.run_driver("examples/trainables", &["submit", "--spec", path])
 }
 
 fn checkpoints(cluster: &TestCluster, experiment: &str) -> Vec<Value> {
@@ -242,7 +230,7 @@ fn a_corrupted_checkpoint_object_is_repaired_from_the_replica() {
             "resumed from an undamaged object {object}"
         );
     }
-    let log = std::fs::read_to_string(cluster.dir.path().join("node-a.log")).expect("node log");
+    let log = cluster.node_log("a");
     assert!(
         log.contains("local copy unusable; fetching it again"),
         "node a noticed the damage"
@@ -317,14 +305,11 @@ fn a_worker_gets_an_object_another_node_put() {
         "the ranks ran on different nodes: {status:#}"
     );
     let id = std::fs::read_to_string(&exchange).expect("the id");
-    let log = std::fs::read_to_string(cluster.dir.path().join(
-        if nodes[1] == cluster.node_id("a").as_str() {
-            "node-a.log"
-        } else {
-            "node-b.log"
-        },
-    ))
-    .expect("node log");
+    let log = cluster.node_log(if nodes[1] == cluster.node_id("a").as_str() {
+        "a"
+    } else {
+        "b"
+    });
     assert!(
         log.contains("object fetched") && log.contains(id.trim()),
         "rank 1's node fetched the object from rank 0's"
@@ -332,7 +317,7 @@ fn a_worker_gets_an_object_another_node_put() {
     // The trial ended: its object is collected on both nodes.
     for name in ["a", "b"] {
         let path = cluster.node_dir(name).join("objects").join(id.trim());
-        let log_path = cluster.dir.path().join(format!("node-{name}.log"));
+        let log_path = cluster.node_log_path(name);
         wait_until(
             &format!("node {name} to collect the trial's object"),
             Duration::from_secs(30),
@@ -362,7 +347,7 @@ fn a_backed_up_checkpoint_survives_losing_its_only_node() {
     cluster.kill_node("a");
     cluster.start_node_with("c", 1, 2, &["--checkpoint-backup", &backup_arg]);
     check_resumed(&cluster, &experiment, &cluster.node_id("c"), false);
-    let log = std::fs::read_to_string(cluster.dir.path().join("node-c.log")).expect("node log");
+    let log = cluster.node_log("c");
     assert!(
         log.contains("checkpoint object restored from the backup"),
         "node c read the backup"

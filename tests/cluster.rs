@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{TestCluster, binary, trials, wait_until};
+use common::{TestCluster, trials, wait_until};
 use serde_json::Value;
 
 const COMMAND_SWEEP: &str = r#"
@@ -52,26 +52,10 @@ fn a_sweep_of_command_and_rust_trials_runs_on_two_nodes() {
         .must_xp(&["submit", spec.to_str().unwrap()])
         .trim()
         .to_owned();
-    let driver = std::process::Command::new(binary("examples/trainables"))
-        .args([
-            "submit",
-            "--cluster",
-            &cluster.join,
-            "--trials",
-            "6",
-            "--steps",
-            "4",
-            "--step-ms",
-            "50",
-        ])
-        .output()
-        .expect("the trainables driver runs");
-    assert!(
-        driver.status.success(),
-        "driver failed: {}",
-        String::from_utf8_lossy(&driver.stderr)
+    let rust_experiment = cluster.run_driver(
+        "examples/trainables",
+        &["submit", "--trials", "6", "--steps", "4", "--step-ms", "50"],
     );
-    let rust_experiment = String::from_utf8(driver.stdout).unwrap().trim().to_owned();
 
     let mut nodes_used = BTreeSet::new();
     let commands = cluster.wait_finished(&command_experiment, Duration::from_secs(120));

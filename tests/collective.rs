@@ -6,27 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestCluster, binary, trials};
-
-fn submit_driver(cluster: &TestCluster, program: &str, args: &[&str]) -> String {
-    let output = std::process::Command::new(binary(program))
-        .args(args)
-        .args(["--cluster", &cluster.join])
-        .output()
-        .expect("the driver runs");
-    assert!(
-        output.status.success(),
-        "driver failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .trim()
-        .to_owned()
-}
+use common::{TestCluster, trials};
 
 #[test]
 fn gangs_all_reduce_across_nodes_and_a_dead_rank_fails_the_attempt_which_is_retried() {
@@ -35,8 +15,7 @@ fn gangs_all_reduce_across_nodes_and_a_dead_rank_fails_the_attempt_which_is_retr
     cluster.start_node("b", 0, 1);
     cluster.wait_for_nodes(2);
     // Two nodes with one slot each: the gang of two spans both, over QUIC.
-    let experiment = submit_driver(
-        &cluster,
+    let experiment = cluster.run_driver(
         "examples/trainables",
         &[
             "submit",
@@ -99,13 +78,11 @@ fn two_workers_train_the_digits_model_like_one() {
     let mut cluster = TestCluster::start("10s");
     cluster.start_node("a", 0, 2);
     cluster.wait_for_nodes(1);
-    let single = submit_driver(
-        &cluster,
+    let single = cluster.run_driver(
         "examples/ddp_digits",
         &["--workers", "1", "--epochs", "3", "--no-wait"],
     );
-    let parallel = submit_driver(
-        &cluster,
+    let parallel = cluster.run_driver(
         "examples/ddp_digits",
         &["--workers", "2", "--epochs", "3", "--no-wait"],
     );

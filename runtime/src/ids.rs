@@ -160,7 +160,8 @@ impl fmt::Display for WorkerKey {
     }
 }
 
-/// A blake3 hash naming an immutable blob (a driver binary, later objects).
+/// A blake3 hash naming an immutable blob the head keeps (a driver binary);
+/// objects in the nodes' stores are named by [`ObjectId`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct BlobHash(pub [u8; 32]);
 

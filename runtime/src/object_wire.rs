@@ -38,12 +38,6 @@ pub const MAX_REQUEST_BYTES: usize = 4096;
 /// How long a link may stay silent before it is considered dead.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-const LIMIT: bincode::config::Configuration<
-    bincode::config::LittleEndian,
-    bincode::config::Varint,
-    bincode::config::Limit<MAX_REQUEST_BYTES>,
-> = bincode::config::standard().with_limit::<MAX_REQUEST_BYTES>();
-
 /// The hash of the cluster token that requests carry.
 pub fn token_digest(token: &str) -> [u8; 32] {
     *blake3::hash(token.as_bytes()).as_bytes()
@@ -159,15 +153,56 @@ pub enum WireError {
     /// The stream failed or ended early.
     #[error("object stream: {0}")]
     Io(#[from] std::io::Error),
-    /// The length prefix is over [`MAX_REQUEST_BYTES`].
-    #[error("object message of {0} bytes is over the {MAX_REQUEST_BYTES}-byte limit")]
-    TooLarge(usize),
-    /// A local message's length prefix is over [`MAX_LOCAL_MESSAGE`].
-    #[error("local object message of {0} bytes is over the {MAX_LOCAL_MESSAGE}-byte limit")]
-    LocalTooLarge(usize),
+    /// A message (or a length prefix) is over its channel's limit:
+    /// [`MAX_REQUEST_BYTES`] between nodes, [`MAX_LOCAL_MESSAGE`] locally.
+    #[error("object message of {len} bytes is over the {limit}-byte limit")]
+    TooLarge {
+        /// The message's length.
+        len: usize,
+        /// The channel's limit.
+        limit: usize,
+    },
     /// The bytes are not a valid message.
     #[error("malformed object message: {0}")]
     Malformed(String),
+}
+
+/// `message` in bincode behind a 4-byte little-endian length, refused if the body
+/// is over `LIMIT` bytes (the receiver would refuse it).
+fn encode_prefixed<const LIMIT: usize, T: Serialize>(message: &T) -> Result<Vec<u8>, WireError> {
+    let config = bincode::config::standard().with_limit::<LIMIT>();
+    let body = bincode::serde::encode_to_vec(message, config)
+        .map_err(|error| WireError::Malformed(error.to_string()))?;
+    let too_large = || WireError::TooLarge {
+        len: body.len(),
+        limit: LIMIT,
+    };
+    if body.len() > LIMIT {
+        return Err(too_large());
+    }
+    let len = u32::try_from(body.len()).map_err(|_| too_large())?;
+    let mut framed = len.to_le_bytes().to_vec();
+    framed.extend_from_slice(&body);
+    Ok(framed)
+}
+
+/// The body length a 4-byte prefix announces, refused over `LIMIT`.
+fn checked_length<const LIMIT: usize>(prefix: [u8; 4]) -> Result<usize, WireError> {
+    let len = u32::from_le_bytes(prefix) as usize;
+    if len > LIMIT {
+        return Err(WireError::TooLarge { len, limit: LIMIT });
+    }
+    Ok(len)
+}
+
+/// A message's body, decoded with at most `LIMIT` bytes of allocation.
+fn decode_body<const LIMIT: usize, T: for<'de> Deserialize<'de>>(
+    body: &[u8],
+) -> Result<T, WireError> {
+    let config = bincode::config::standard().with_limit::<LIMIT>();
+    bincode::serde::decode_from_slice(body, config)
+        .map(|(message, _)| message)
+        .map_err(|error| WireError::Malformed(error.to_string()))
 }
 
 /// Writes one length-prefixed message.
@@ -175,11 +210,8 @@ pub async fn write_small<T: Serialize>(
     send: &mut (impl AsyncWrite + Unpin),
     message: &T,
 ) -> Result<(), WireError> {
-    let body = bincode::serde::encode_to_vec(message, LIMIT)
-        .map_err(|error| WireError::Malformed(error.to_string()))?;
-    let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge(body.len()))?;
-    send.write_all(&len.to_le_bytes()).await?;
-    send.write_all(&body).await?;
+    send.write_all(&encode_prefixed::<MAX_REQUEST_BYTES, _>(message)?)
+        .await?;
     Ok(())
 }
 
@@ -187,17 +219,11 @@ pub async fn write_small<T: Serialize>(
 pub async fn read_small<T: for<'de> Deserialize<'de>>(
     recv: &mut (impl AsyncRead + Unpin),
 ) -> Result<T, WireError> {
-    let mut len = [0u8; 4];
-    recv.read_exact(&mut len).await?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_REQUEST_BYTES {
-        return Err(WireError::TooLarge(len));
-    }
-    let mut body = vec![0u8; len];
+    let mut prefix = [0u8; 4];
+    recv.read_exact(&mut prefix).await?;
+    let mut body = vec![0u8; checked_length::<MAX_REQUEST_BYTES>(prefix)?];
     recv.read_exact(&mut body).await?;
-    bincode::serde::decode_from_slice(&body, LIMIT)
-        .map(|(message, _)| message)
-        .map_err(|error| WireError::Malformed(error.to_string()))
+    decode_body::<MAX_REQUEST_BYTES, _>(&body)
 }
 
 fn tuning() -> QuicTuning {
@@ -238,12 +264,6 @@ pub fn client_config(
 
 /// The largest message on a node's local object channel.
 pub const MAX_LOCAL_MESSAGE: usize = 64 << 10;
-
-const LOCAL_LIMIT: bincode::config::Configuration<
-    bincode::config::LittleEndian,
-    bincode::config::Varint,
-    bincode::config::Limit<MAX_LOCAL_MESSAGE>,
-> = bincode::config::standard().with_limit::<MAX_LOCAL_MESSAGE>();
 
 /// What a worker asks of its node's object store over the node's Unix socket
 /// (`XP_NODE_SOCKET`), proving who it is with `XP_WORKER_SECRET`.
@@ -307,29 +327,22 @@ pub enum LocalResponse {
 
 /// One length-prefixed local message, ready to write.
 pub fn encode_local<T: Serialize>(message: &T) -> Result<Vec<u8>, WireError> {
-    let body = bincode::serde::encode_to_vec(message, LOCAL_LIMIT)
-        .map_err(|error| WireError::Malformed(error.to_string()))?;
-    let len = u32::try_from(body.len()).map_err(|_| WireError::LocalTooLarge(body.len()))?;
-    let mut framed = len.to_le_bytes().to_vec();
-    framed.extend_from_slice(&body);
-    Ok(framed)
+    encode_prefixed::<MAX_LOCAL_MESSAGE, _>(message)
 }
 
 /// The body length a local message's 4-byte prefix announces, checked.
 pub fn local_length(prefix: [u8; 4]) -> Result<usize, WireError> {
-    let len = u32::from_le_bytes(prefix) as usize;
-    if len > MAX_LOCAL_MESSAGE {
-        return Err(WireError::LocalTooLarge(len));
-    }
-    Ok(len)
+    checked_length::<MAX_LOCAL_MESSAGE>(prefix)
 }
 
 /// Decodes a local message's body.
 pub fn decode_local<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, WireError> {
-    bincode::serde::decode_from_slice(body, LOCAL_LIMIT)
-        .map(|(message, _)| message)
-        .map_err(|error| WireError::Malformed(error.to_string()))
+    decode_body::<MAX_LOCAL_MESSAGE, _>(body)
 }
+
+/// What an open object link is kept under: the host and port a source names,
+/// and the certificate it is pinned to.
+type LinkKey = (String, u16, [u8; 32]);
 
 /// The client side of object links: one QUIC connection per node, reused; pulls
 /// objects in parallel chunks, stores and releases driver objects.
@@ -337,7 +350,7 @@ pub fn decode_local<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Wire
 pub struct ObjectClient {
     endpoint: quinn::Endpoint,
     token_digest: [u8; 32],
-    connections: Mutex<HashMap<(SocketAddr, [u8; 32]), quinn::Connection>>,
+    connections: Mutex<HashMap<LinkKey, quinn::Connection>>,
 }
 
 /// The largest object one fetch assembles in memory.
@@ -441,12 +454,11 @@ impl ObjectClient {
     }
 
     async fn connection(&self, source: &ObjectSource) -> Result<quinn::Connection, String> {
-        let addr = tokio::net::lookup_host((source.host.as_str(), source.endpoint.port))
-            .await
-            .map_err(|error| format!("cannot resolve {}: {error}", source.host))?
-            .next()
-            .ok_or_else(|| format!("{} has no address", source.host))?;
-        let cache_key = (addr, source.endpoint.cert_sha256);
+        let cache_key = (
+            source.host.clone(),
+            source.endpoint.port,
+            source.endpoint.cert_sha256,
+        );
         if let Some(connection) = self
             .connections
             .lock()
@@ -456,6 +468,12 @@ impl ObjectClient {
         {
             return Ok(connection.clone());
         }
+        // Resolved only for a new connection, not on every fetch.
+        let addr = tokio::net::lookup_host((source.host.as_str(), source.endpoint.port))
+            .await
+            .map_err(|error| format!("cannot resolve {}: {error}", source.host))?
+            .next()
+            .ok_or_else(|| format!("{} has no address", source.host))?;
         let config = client_config(source.endpoint.cert_sha256, addr.ip().is_loopback())
             .map_err(|error| error.to_string())?;
         let connection = self

@@ -102,6 +102,16 @@ fn env(name: &'static str) -> Result<String, WorkerError> {
     })
 }
 
+/// A 32-byte secret the node hands over as 64 hex digits.
+fn env_secret(name: &'static str) -> Result<[u8; 32], WorkerError> {
+    let mut secret = [0u8; 32];
+    hex::decode_to_slice(env(name)?.trim(), &mut secret).map_err(|_| WorkerError::Env {
+        name,
+        reason: "not 64 hex digits".to_owned(),
+    })?;
+    Ok(secret)
+}
+
 fn env_number<T: std::str::FromStr>(name: &'static str) -> Result<T, WorkerError> {
     env(name)?.parse().map_err(|_| WorkerError::Env {
         name,
@@ -304,12 +314,7 @@ impl TrialContext {
     /// timeout (`XP_COLLECTIVE_TIMEOUT_S`, 60 s by default) makes every other rank
     /// fail with an error naming it, so the attempt fails and is retried.
     pub fn collective(&self) -> Result<BlockingCommunicator, WorkerError> {
-        let token_hex = env("XP_COLLECTIVE_TOKEN")?;
-        let mut token = [0u8; 32];
-        hex::decode_to_slice(token_hex.trim(), &mut token).map_err(|_| WorkerError::Env {
-            name: "XP_COLLECTIVE_TOKEN",
-            reason: "not 64 hex digits".to_owned(),
-        })?;
+        let token = env_secret("XP_COLLECTIVE_TOKEN")?;
         let kind = match env("XP_COLLECTIVE_TRANSPORT")?.as_str() {
             "quic" => TransportKind::Quic,
             "tcp" => TransportKind::Tcp,
@@ -403,12 +408,7 @@ fn unexpected(response: LocalResponse) -> WorkerError {
 fn local_request(op: LocalOp) -> Result<LocalResponse, WorkerError> {
     use std::io::Read;
     let socket = env("XP_NODE_SOCKET")?;
-    let secret_hex = env("XP_WORKER_SECRET")?;
-    let mut secret = [0u8; 32];
-    hex::decode_to_slice(secret_hex.trim(), &mut secret).map_err(|_| WorkerError::Env {
-        name: "XP_WORKER_SECRET",
-        reason: "not 64 hex digits".to_owned(),
-    })?;
+    let secret = env_secret("XP_WORKER_SECRET")?;
     let io = |what: &str, error: std::io::Error| object_error(format!("{what} {socket}: {error}"));
     let mut stream = std::os::unix::net::UnixStream::connect(&socket)
         .map_err(|error| io("cannot reach the node at", error))?;

@@ -162,8 +162,7 @@ impl TestCluster {
 
     /// Like [`start_node`](Self::start_node), with extra `xp-node join` arguments.
     pub(crate) fn start_node_with(&mut self, name: &str, gpus: u32, cpus: u32, extra: &[&str]) {
-        let log = std::fs::File::create(self.dir.path().join(format!("node-{name}.log")))
-            .expect("node log");
+        let log = std::fs::File::create(self.node_log_path(name)).expect("node log");
         let child = Command::new(binary("xp-node"))
             .args(["join", &self.join, "--data-dir"])
             .arg(self.dir.path().join(format!("node-{name}")))
@@ -227,6 +226,39 @@ impl TestCluster {
             .env("XP_CLUSTER", &self.join)
             .output()
             .expect("xp runs")
+    }
+
+    /// Where node `name` writes its log.
+    pub(crate) fn node_log_path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("node-{name}.log"))
+    }
+
+    /// Everything node `name` has logged so far.
+    pub(crate) fn node_log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.node_log_path(name)).expect("node log")
+    }
+
+    /// Runs a driver program (`examples/...`) against this cluster with `args`
+    /// and returns the first line it prints (the experiment id), panicking with
+    /// its stderr on failure.
+    pub(crate) fn run_driver(&self, program: &str, args: &[&str]) -> String {
+        let output = Command::new(binary(program))
+            .args(args)
+            .args(["--cluster", &self.join])
+            .output()
+            .expect("the driver runs");
+        assert!(
+            output.status.success(),
+            "driver failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout)
+            .expect("the driver prints text")
+            .lines()
+            .next()
+            .expect("the driver prints the experiment id")
+            .trim()
+            .to_owned()
     }
 
     /// Runs `xp` and returns its stdout, panicking with its stderr on failure.

@@ -54,6 +54,16 @@ pub use object_bytes::ObjectBytes;
 /// was replaced meanwhile by a concurrent delete and re-put of the same object.
 const MAX_GET_ATTEMPTS: usize = 3;
 
+/// What checking a disk entry's file found.
+enum Checked {
+    /// The file hashes to its id.
+    Good(ObjectBytes),
+    /// The file is damaged or gone, and was the entry's: the entry is dropped.
+    Damaged(StoreError),
+    /// The file failed, but the entry changed meanwhile (replaced or removed).
+    Stale(StoreError),
+}
+
 /// Runs a blocking store operation off the async runtime.
 pub(crate) async fn off_runtime<T: Send + 'static>(
     store: &Arc<ObjectStore>,
@@ -487,28 +497,37 @@ impl ObjectStore {
                 Lookup::Ready(object_bytes) => return Ok(object_bytes),
                 Lookup::OnDisk { generation } => generation,
             };
-            // Mapping and hashing happen without the lock; the generation tells
-            // afterwards whether the entry still names the file that was checked.
-            let outcome = self.disk.map_verified(&id)?;
-            let mut index = self.lock();
-            let failure = match outcome {
-                MapOutcome::Verified(map) => {
-                    // The bytes hash to `id`, so they are right to return even if
-                    // the entry changed meanwhile; only a current entry caches them.
-                    index.remember_map(&id, generation, &map);
-                    return Ok(ObjectBytes::mapped(map));
-                }
-                MapOutcome::Mismatch => StoreError::Corrupt { id },
-                MapOutcome::Missing => StoreError::Missing { id },
-            };
-            if index.is_disk_generation(&id, generation) {
-                self.discard_damaged(index, id, &failure);
-                return Err(failure);
-            }
-            if attempts >= MAX_GET_ATTEMPTS {
-                return Err(failure);
+            match self.check_disk_file(id, generation)? {
+                Checked::Good(bytes) => return Ok(bytes),
+                Checked::Damaged(failure) => return Err(failure),
+                Checked::Stale(failure) if attempts >= MAX_GET_ATTEMPTS => return Err(failure),
+                Checked::Stale(_) => {}
             }
         }
+    }
+
+    /// Maps and hashes the file of `id`'s disk entry at `generation`. Mapping and
+    /// hashing happen without the lock; the generation tells afterwards whether
+    /// the entry still names the file that was checked. A verified map is kept
+    /// for later gets; a damaged file that is still the entry's is discarded.
+    fn check_disk_file(&self, id: ObjectId, generation: u64) -> Result<Checked, StoreError> {
+        let outcome = self.disk.map_verified(&id)?;
+        let mut index = self.lock();
+        let failure = match outcome {
+            MapOutcome::Verified(map) => {
+                // The bytes hash to `id`, so they are right to return even if
+                // the entry changed meanwhile; only a current entry caches them.
+                index.remember_map(&id, generation, &map);
+                return Ok(Checked::Good(ObjectBytes::mapped(map)));
+            }
+            MapOutcome::Mismatch => StoreError::Corrupt { id },
+            MapOutcome::Missing => StoreError::Missing { id },
+        };
+        if index.is_disk_generation(&id, generation) {
+            self.discard_damaged(index, id, &failure);
+            return Ok(Checked::Damaged(failure));
+        }
+        Ok(Checked::Stale(failure))
     }
 
     /// The object's bytes without hashing a disk object's file: only for handing
@@ -536,20 +555,10 @@ impl ObjectStore {
         let Some(generation) = self.lock().disk_generation(&id) else {
             return self.get(id);
         };
-        let outcome = self.disk.map_verified(&id)?;
-        let mut index = self.lock();
-        let failure = match outcome {
-            MapOutcome::Verified(map) => {
-                index.remember_map(&id, generation, &map);
-                return Ok(ObjectBytes::mapped(map));
-            }
-            MapOutcome::Mismatch => StoreError::Corrupt { id },
-            MapOutcome::Missing => StoreError::Missing { id },
-        };
-        if index.is_disk_generation(&id, generation) {
-            self.discard_damaged(index, id, &failure);
+        match self.check_disk_file(id, generation)? {
+            Checked::Good(bytes) => Ok(bytes),
+            Checked::Damaged(failure) | Checked::Stale(failure) => Err(failure),
         }
-        Err(failure)
     }
 
     /// Drops a disk object whose file failed its check, and deletes the file.
