@@ -7,13 +7,14 @@
 
 use std::time::Instant;
 
-use xp_runtime::search::{Acquisition, SearchAlgorithm, SearchSpace, make_searcher};
+use xp_runtime::spec::{Config, SearchSpace};
+use xp_tune::search::{Acquisition, SearchAlgorithm, make_searcher};
 
 const DIMENSIONS: usize = 10;
 const OBSERVATIONS: usize = 200;
 const TIMED_ASKS: usize = 40;
 
-fn objective(config: &xp_runtime::search::Config) -> f64 {
+fn objective(config: &Config) -> f64 {
     config
         .values()
         .map(|value| match value {

@@ -1,10 +1,10 @@
 //! Early-stopping bench: final regret and epochs consumed by ASHA, Hyperband and the median rule against running every trial to the end.
 //!
 //! For each seed, 81 configurations of the synthetic learning curves in
-//! `xp_runtime::testfns` train for up to `max_t = 81` steps on 8 parallel
+//! `xp_tune::testfns` train for up to `max_t = 81` steps on 8 parallel
 //! workers, simulated by a discrete-event loop on a virtual clock (each
 //! configuration has its own step time, so reports arrive out of lockstep as on a
-//! real cluster). The rules in `xp_runtime::stopping` see every report as it
+//! real cluster). The rules in `xp_tune::stopping` see every report as it
 //! arrives and their stops free the worker for the next configuration. Among the
 //! trials that reached `max_t`, the one with the best observed final value is
 //! chosen; its regret is its noise-free value at `max_t` minus the best noise-free
@@ -34,9 +34,10 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use anyhow::Context;
-use xp_runtime::stats::quantile;
-use xp_runtime::stopping::{RuleKind, StoppingConfig, StoppingRule, make_rule};
-use xp_runtime::testfns::LearningCurve;
+use xp_runtime::spec::{RuleKind, StoppingConfig};
+use xp_tune::stats::quantile;
+use xp_tune::stopping::{StoppingRule, make_rule};
+use xp_tune::testfns::LearningCurve;
 
 /// Configurations per seed: 81 = 3^4, one full Hyperband budget at η = 3.
 const N_CONFIGS: u64 = 81;

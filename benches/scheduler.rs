@@ -16,12 +16,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use xp_head::policy::{
-    Amount, Decision, GangShape, NodeSpec, PolicyConfig, PolicyCore, TrialRequest,
-};
-use xp_head::sim::cluster::sim_node_id;
-use xp_head::sim::generate::SplitMix64;
 use xp_runtime::ids::{ExperimentId, TrialId};
+use xp_runtime::seeded::SplitMix64;
+use xp_sched::sim::cluster::sim_node_id;
+use xp_sched::{Amount, Decision, GangShape, NodeSpec, PolicyConfig, PolicyCore, TrialRequest};
 
 const NODES: usize = 10_000;
 const GPUS_PER_NODE: u32 = 8;

@@ -1,6 +1,6 @@
 //! Search-quality bench: simple regret of random, Sobol, GP-UCB, GP-EI and TPE search on Branin, Hartmann-6, Rosenbrock-5 and Ackley-10 at budgets 30 and 100.
 //!
-//! Each function of `xp_runtime::testfns` becomes a search space of uniform real
+//! Each function of `xp_tune::testfns` becomes a search space of uniform real
 //! parameters `x0`, `x1`, ... over its box. Each searcher runs sequentially (ask,
 //! evaluate, tell) for the budget, once per seed; its simple regret is the best
 //! value it found minus the function's known minimum. The table reports the
@@ -19,12 +19,10 @@
 )]
 
 use anyhow::Context;
-use xp_runtime::search::{
-    Acquisition, DEFAULT_KAPPA, SearchAlgorithm, SearchSpace, Searcher, make_searcher,
-};
-use xp_runtime::spec::ParamValue;
-use xp_runtime::stats::quantile;
-use xp_runtime::testfns::TestFunction;
+use xp_runtime::spec::{Config, ParamValue, SearchSpace};
+use xp_tune::search::{Acquisition, DEFAULT_KAPPA, SearchAlgorithm, Searcher, make_searcher};
+use xp_tune::stats::quantile;
+use xp_tune::testfns::TestFunction;
 
 /// Builds a fresh searcher over a space for one seed.
 type Factory = Box<dyn Fn(&SearchSpace, u64) -> Box<dyn Searcher>>;
@@ -149,7 +147,7 @@ fn space_of(function: &TestFunction) -> anyhow::Result<SearchSpace> {
 }
 
 /// The point a configuration names, or `None` when a coordinate is missing or not real.
-fn point_of(function: &TestFunction, config: &xp_runtime::search::Config) -> Option<Vec<f64>> {
+fn point_of(function: &TestFunction, config: &Config) -> Option<Vec<f64>> {
     (0..function.dim())
         .map(|axis| match config.get(&coordinate_name(axis))? {
             ParamValue::Float(value) => Some(*value),

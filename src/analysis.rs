@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 use xp_runtime::ids::TrialId;
 use xp_runtime::protocol::{ExperimentStatus, TrialState};
-use xp_runtime::stats::{Summary, WelchTest, summarize, welch_t_test};
+use xp_tune::stats::{Summary, WelchTest, summarize, welch_t_test};
 
 /// Why an experiment cannot be compared.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -431,11 +431,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     let yaml = std::fs::read_to_string(&file)
                         .with_context(|| format!("cannot read {}", file.display()))?;
                     anyhow::ensure!(
-                        yaml.len() <= xp_head::policy::config::MAX_POLICY_BYTES,
+                        yaml.len() <= xp_sched::config::MAX_POLICY_BYTES,
                         "{} is larger than a policy may be",
                         file.display()
                     );
-                    xp_head::policy::PolicyConfig::from_yaml(&yaml)
+                    xp_sched::PolicyConfig::from_yaml(&yaml)
                         .with_context(|| format!("{} is not a valid policy", file.display()))?;
                     AdminAction::ApplyPolicy { yaml }
                 }
@@ -504,9 +504,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 serde_saphyr::from_str(&text).map_err(|error| {
                     anyhow::anyhow!("{} is not a valid search space: {error}", space.display())
                 })?;
-            let search_space = xp_runtime::search::SearchSpace::from_spec(&space_spec)
+            let search_space = xp_runtime::spec::SearchSpace::from_spec(&space_spec)
                 .with_context(|| format!("{} is not a valid search space", space.display()))?;
-            use xp_runtime::search::{Acquisition, DEFAULT_KAPPA, SearchAlgorithm};
+            use xp_tune::search::{Acquisition, DEFAULT_KAPPA, SearchAlgorithm};
             let algorithm = match algo.as_str() {
                 "gp" | "gp-ucb" => SearchAlgorithm::Gp {
                     acquisition: Acquisition::Ucb {
@@ -524,24 +524,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let rule = match early_stopping.as_deref() {
                 Some(name) => {
                     let kind = match name {
-                        "median" => xp_runtime::stopping::RuleKind::Median,
-                        "asha" => xp_runtime::stopping::RuleKind::Asha,
-                        _ => xp_runtime::stopping::RuleKind::Hyperband,
+                        "median" => xp_runtime::spec::RuleKind::Median,
+                        "asha" => xp_runtime::spec::RuleKind::Asha,
+                        _ => xp_runtime::spec::RuleKind::Hyperband,
                     };
-                    let config = xp_runtime::stopping::StoppingConfig {
+                    let config = xp_runtime::spec::StoppingConfig {
                         max_t,
                         grace_period,
-                        ..xp_runtime::stopping::StoppingConfig::new(kind)
+                        ..xp_runtime::spec::StoppingConfig::new(kind)
                     };
                     config
                         .validate()
                         .context("invalid early-stopping options")?;
-                    Some(xp_runtime::stopping::make_rule(&config))
+                    Some(xp_tune::stopping::make_rule(&config))
                 }
                 None => None,
             };
             let job = xp::tune::TuneJob {
-                searcher: xp_runtime::search::make_searcher(algorithm, &search_space, seed),
+                searcher: xp_tune::search::make_searcher(algorithm, &search_space, seed),
                 rule,
                 budget,
                 parallel,
@@ -632,7 +632,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             for (metric, values) in &series {
                 let raw: Vec<f64> = values.iter().map(|(_, value)| *value).collect();
-                let smoothed = ema.map(|smoothing| xp_runtime::stats::ema(&raw, smoothing));
+                let smoothed = ema.map(|smoothing| xp_tune::stats::ema(&raw, smoothing));
                 if json {
                     let steps: Vec<Option<u64>> = values.iter().map(|(step, _)| *step).collect();
                     println!(

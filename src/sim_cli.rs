@@ -1,4 +1,4 @@
-//! `xp sim`: the command-line shell of the scheduling simulator in `xp_head::sim`.
+//! `xp sim`: the command-line shell of the scheduling simulator in `xp_sched::sim`.
 //!
 //! It reads the trace, cluster and policy files, runs the simulation (or the
 //! packing measurement, or the workload generator) and prints the report as text
@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
-use xp_head::policy::PolicyConfig;
-use xp_head::policy::config::PlacementKind;
-use xp_head::sim::place_once::load_key;
-use xp_head::sim::{
+use xp_sched::PolicyConfig;
+use xp_sched::config::PlacementKind;
+use xp_sched::sim::place_once::load_key;
+use xp_sched::sim::{
     ClusterSpec, GenerateOptions, PlaceOnceOptions, PlaceOnceReport, SimOptions, SimReport, Trace,
 };
 
@@ -133,12 +133,12 @@ pub(crate) fn run(args: SimArgs) -> anyhow::Result<()> {
         );
     }
     let trace_path = args.trace.context("--trace is required")?;
-    let trace: Trace = xp_head::sim::parse_trace(&read(&trace_path)?)
+    let trace: Trace = xp_sched::sim::parse_trace(&read(&trace_path)?)
         .with_context(|| format!("{} is not a valid trace", trace_path.display()))?;
     let cluster: ClusterSpec = match (&args.cluster, &args.cluster_csv) {
-        (Some(path), _) => xp_head::sim::parse_cluster_yaml(&read(path)?)
+        (Some(path), _) => xp_sched::sim::parse_cluster_yaml(&read(path)?)
             .with_context(|| format!("{} is not a valid cluster", path.display()))?,
-        (None, Some(path)) => xp_head::sim::parse_cluster_csv(&read(path)?)
+        (None, Some(path)) => xp_sched::sim::parse_cluster_csv(&read(path)?)
             .with_context(|| format!("{} is not a valid cluster", path.display()))?,
         (None, None) => anyhow::bail!("--cluster or --cluster-csv is required"),
     };
@@ -153,7 +153,7 @@ pub(crate) fn run(args: SimArgs) -> anyhow::Result<()> {
             strategy: config.placement.strategy(args.seed),
             seed: args.seed,
         };
-        let report = xp_head::sim::place_once(&trace, &cluster, &options)?;
+        let report = xp_sched::sim::place_once(&trace, &cluster, &options)?;
         print_place_once(&report, &config.placement, args.json, started);
         return Ok(());
     }
@@ -172,7 +172,7 @@ pub(crate) fn run(args: SimArgs) -> anyhow::Result<()> {
         check_invariants: args.check_invariants,
         seed: args.seed,
     };
-    let report = xp_head::sim::simulate(&trace, &cluster, config, &options)?;
+    let report = xp_sched::sim::simulate(&trace, &cluster, config, &options)?;
     print_report(&report, args.json, started);
     Ok(())
 }
@@ -191,7 +191,7 @@ fn wall_clock() -> Instant {
     reason = "the CLI's user-facing output"
 )]
 fn run_generate(options: &GenerateOptions, out: Option<&Path>) -> anyhow::Result<()> {
-    let trace = xp_head::sim::generate(options)?;
+    let trace = xp_sched::sim::generate(options)?;
     let text = trace.to_csv();
     match out {
         Some(path) => {

@@ -14,8 +14,9 @@ use tokio::io::BufReader;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use xp_runtime::metric_line::{MAX_METRIC_LINE, parse_metric_line, read_bounded_line};
-use xp_runtime::search::{Config, Searcher};
-use xp_runtime::stopping::{Decision, StoppingRule};
+use xp_runtime::spec::Config;
+use xp_tune::search::Searcher;
+use xp_tune::stopping::{StoppingRule, Verdict};
 
 /// Why a tuning run stopped early.
 #[derive(Debug, thiserror::Error)]
@@ -181,7 +182,7 @@ pub async fn tune(mut job: TuneJob, mut emit: impl FnMut(Value)) -> Result<TuneS
                 run.last_value = Some(value);
                 if let Some(rule) = job.rule.as_mut()
                     && run.stopped_at.is_none()
-                    && let Decision::Stop { rule: name, reason } =
+                    && let Verdict::Stop { rule: name, reason } =
                         rule.report(u64::from(i), step, sign * value)
                 {
                     run.stopped_at = Some(step);

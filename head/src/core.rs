@@ -24,16 +24,16 @@ use xp_runtime::protocol::{
     NodeStatus, Program, QueueStatus, RemoteError, ResourceAmounts, SubmitRequest, TrialEvent,
     TrialState, TrialStatus, WorkerReport,
 };
-use xp_runtime::search::{TrialPlan, plan_trials};
 use xp_runtime::spec::{CollectiveTransport, ExperimentSpec, Mode, Priority, render_arg};
-use xp_runtime::stopping::{Decision, StoppingRule, make_rule};
+use xp_tune::search::{TrialPlan, plan_trials};
+use xp_tune::stopping::{StoppingRule, Verdict, make_rule};
 
 use crate::checkpoints::{CheckpointRecord, ObjectDirectory};
-use crate::policy::{
-    Amount, Decision as PolicyDecision, GPU_MILLI, GangShape, NodeSpec, PolicyConfig, PolicyCore,
-    PreemptReason, QueueUsage, Refusal, TrialRequest, WorkerPlacement,
-};
 use crate::sweep::{DEFAULT_ADAPTIVE_PARALLEL, Sweep, SweepOp};
+use xp_sched::{
+    Amount, Decision, GPU_MILLI, GangShape, NodeSpec, PolicyConfig, PolicyCore, PreemptReason,
+    QueueUsage, Refusal, TrialRequest, WorkerPlacement,
+};
 
 /// How often a trial may be requeued for reasons not its own (lost nodes, refused
 /// launches) before it fails, so that a trial that kills its nodes cannot loop.
@@ -1234,8 +1234,8 @@ impl HeadCore {
             step,
             sign * value,
         ) {
-            Decision::Continue => None,
-            Decision::Stop { rule, reason } => {
+            Verdict::Continue => None,
+            Verdict::Stop { rule, reason } => {
                 Some(format!("stopped early by {rule} at step {step}: {reason}"))
             }
         }
@@ -1275,8 +1275,8 @@ impl HeadCore {
         };
         for decision in decisions {
             match decision {
-                PolicyDecision::Place { trial, workers } => self.launch(now, trial, &workers),
-                PolicyDecision::Preempt {
+                Decision::Place { trial, workers } => self.launch(now, trial, &workers),
+                Decision::Preempt {
                     trial,
                     reason,
                     grace_ms,
@@ -1521,7 +1521,7 @@ impl HeadCore {
             gpus: worker
                 .gpu_indices
                 .iter()
-                .map(|device| crate::policy::GpuShare {
+                .map(|device| xp_sched::GpuShare {
                     index: devices
                         .iter()
                         .position(|gpu| gpu.index == *device)
@@ -1936,7 +1936,8 @@ impl HeadCore {
             .ok_or_else(|| "trial has neither command nor entry".to_owned())?
             .iter()
             .map(|arg| render_arg(arg, lookup))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| error.to_string())?;
         Ok(Program::Command { argv })
     }
 

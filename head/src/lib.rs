@@ -10,10 +10,8 @@ pub mod blobs;
 pub mod checkpoints;
 pub mod core;
 pub mod http;
-pub mod policy;
 pub mod registry;
 pub mod server;
-pub mod sim;
 pub mod sweep;
 
 use std::net::SocketAddr;

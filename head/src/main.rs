@@ -127,7 +127,7 @@ fn init_tracing() {
 /// The policy's YAML text and a name for it: a preset's canonical YAML, or a
 /// file's contents (bounded, so a wrong path to a huge file fails clearly).
 fn read_policy(name: &str) -> anyhow::Result<(String, String)> {
-    use xp_head::policy::PolicyConfig;
+    use xp_sched::PolicyConfig;
     if let Some(preset) = PolicyConfig::preset(name) {
         // JSON is YAML, and the policy's serde form reads back as itself.
         let yaml = serde_json::to_string_pretty(&preset)
@@ -139,9 +139,9 @@ fn read_policy(name: &str) -> anyhow::Result<(String, String)> {
         format!("--policy {name}: not a preset (fifo, priority, fair, backfill, default) nor a readable file")
     })?;
     anyhow::ensure!(
-        metadata.len() <= xp_head::policy::config::MAX_POLICY_BYTES as u64,
+        metadata.len() <= xp_sched::config::MAX_POLICY_BYTES as u64,
         "--policy {name}: the file is larger than {} bytes",
-        xp_head::policy::config::MAX_POLICY_BYTES
+        xp_sched::config::MAX_POLICY_BYTES
     );
     let yaml = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read the policy file {}", path.display()))?;

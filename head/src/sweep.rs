@@ -9,8 +9,9 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use xp_runtime::search::{SearchAlgorithm, SearchSpace, Searcher, Suggestion, make_searcher};
+use xp_runtime::spec::SearchSpace;
 use xp_runtime::spec::SearchSpec;
+use xp_tune::search::{SearchAlgorithm, Searcher, Suggestion, make_searcher};
 
 /// How many configurations an adaptive sweep evaluates at once when `parallel` is
 /// not given: enough to use a few slots, few enough that the model learns.

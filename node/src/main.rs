@@ -35,7 +35,7 @@ enum Command {
         #[arg(long)]
         cpus: Option<f64>,
         /// Memory to offer, such as 16GiB; all when absent.
-        #[arg(long, value_parser = parse_memory)]
+        #[arg(long, value_parser = xp_runtime::spec::parse_memory)]
         memory: Option<u64>,
         /// A label KEY=VALUE, repeatable.
         #[arg(long = "label", value_parser = parse_label)]
@@ -44,10 +44,10 @@ enum Command {
         #[arg(long)]
         advertise: Option<String>,
         /// Memory the object store may use before spilling to disk, such as 1GiB.
-        #[arg(long, value_parser = parse_memory, default_value = "1GiB")]
+        #[arg(long, value_parser = xp_runtime::spec::parse_memory, default_value = "1GiB")]
         object_memory: u64,
         /// Disk the object store may use under the data directory, such as 100GiB.
-        #[arg(long, value_parser = parse_memory, default_value = "256GiB")]
+        #[arg(long, value_parser = xp_runtime::spec::parse_memory, default_value = "256GiB")]
         object_disk: u64,
         /// The UDP port other nodes fetch objects from; 0 picks a free one.
         #[arg(long, default_value_t = 0)]
@@ -58,10 +58,6 @@ enum Command {
         #[arg(long)]
         checkpoint_backup: Option<PathBuf>,
     },
-}
-
-fn parse_memory(text: &str) -> Result<u64, String> {
-    xp_runtime::spec::parse_memory(text)
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {

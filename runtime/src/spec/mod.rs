@@ -1,0 +1,255 @@
+//! The experiment specification: what a user declares in YAML or builds in code.
+//!
+//! Parsing is strict (unknown fields are errors, with line and column from the YAML
+//! parser) and [`ExperimentSpec::validate`] checks every value, naming the field.
+//! The spec crosses the wire as canonical JSON (see [`ExperimentSpec::to_canonical_json`]),
+//! because its parameter values are dynamically typed and bincode is not self-describing.
+
+use serde::{Deserialize, Serialize};
+
+mod render;
+mod search;
+mod space;
+mod stopping;
+mod trial;
+
+pub use render::{BUILTIN_PLACEHOLDERS, RenderError, placeholders, render_arg};
+pub use search::{
+    AcquisitionKind, Algorithm, Domain, Mode, ParamSpec, ParamValue, SearchSpec, SpaceSpec,
+};
+pub use space::{
+    Condition, Config, Param, ParamError, ParamKind, SearchSpace, SpaceBuilder, SpaceError,
+};
+pub use stopping::{
+    DEFAULT_BRACKETS, DEFAULT_GRACE_PERIOD, DEFAULT_MAX_T, DEFAULT_MIN_SAMPLES,
+    DEFAULT_REDUCTION_FACTOR, RuleKind, StoppingConfig, StoppingError,
+};
+pub use trial::{
+    CollectiveTransport, MemoryBytes, MemoryError, Resources, TrialSpec, parse_memory,
+};
+
+/// The largest YAML document accepted, so a stray file cannot exhaust memory.
+pub const MAX_SPEC_BYTES: usize = 1 << 20;
+/// The most trials one experiment may expand to.
+pub const MAX_TRIALS: usize = 100_000;
+/// The most workers one trial may ask for.
+pub const MAX_WORKERS: u32 = 256;
+
+/// Why a specification was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SpecError {
+    /// The document is not valid YAML for this schema; the message carries line and column.
+    #[error("invalid experiment spec: {message}")]
+    Parse {
+        /// The parser's message, with the location it points at.
+        message: String,
+    },
+    /// A field has a value outside what is allowed.
+    #[error("invalid value for `{field}`: {reason}")]
+    Invalid {
+        /// The dotted path of the field, for example `search.space.lr`.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The document is larger than [`MAX_SPEC_BYTES`].
+    #[error("experiment spec is {len} bytes, more than the limit of {max}")]
+    TooLarge {
+        /// The document's size.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> SpecError {
+    SpecError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// A whole experiment: one trial template and the search that instantiates it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentSpec {
+    /// A human name; not part of identity uniqueness rules beyond the hash.
+    pub name: String,
+    /// The team that owns the experiment.
+    #[serde(default = "default_team")]
+    pub team: String,
+    /// Larger runs first among waiting trials: an integer, or the name of a
+    /// priority class of the head's policy (such as `high`).
+    #[serde(default, skip_serializing_if = "Priority::is_default")]
+    pub priority: Priority,
+    /// The scheduling queue; the team's default queue when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// A git work tree whose commit (plus a hash of any uncommitted diff) is the code version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Files or directories hashed into the data version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data: Vec<String>,
+    /// The trial template.
+    pub trial: TrialSpec,
+    /// How configurations are chosen; one trial with no parameters when absent.
+    #[serde(default)]
+    pub search: SearchSpec,
+    /// Which checkpoints are kept; [`CheckpointRetention::default`] when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<CheckpointRetention>,
+}
+
+/// Which of a trial's checkpoints the head keeps; the rest are deleted everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointRetention {
+    /// The newest this many.
+    #[serde(default = "default_keep_last")]
+    pub keep_last: u32,
+    /// The best this many by `search.metric` (none without a metric).
+    #[serde(default = "default_keep_best")]
+    pub keep_best: u32,
+}
+
+/// The most checkpoints of one trial either rule may keep.
+pub const MAX_KEPT_CHECKPOINTS: u32 = 100;
+
+fn default_keep_last() -> u32 {
+    2
+}
+
+fn default_keep_best() -> u32 {
+    1
+}
+
+impl Default for CheckpointRetention {
+    fn default() -> Self {
+        Self {
+            keep_last: default_keep_last(),
+            keep_best: default_keep_best(),
+        }
+    }
+}
+
+/// A base priority: a number, or a class name the head's policy resolves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Priority {
+    /// A literal priority.
+    Value(i64),
+    /// A priority class such as `high`.
+    Class(String),
+}
+
+impl Default for Priority {
+    fn default() -> Self {
+        Self::Value(0)
+    }
+}
+
+impl Priority {
+    fn is_default(&self) -> bool {
+        *self == Self::Value(0)
+    }
+}
+
+fn default_team() -> String {
+    "default".to_owned()
+}
+
+impl ExperimentSpec {
+    /// Parses and validates a YAML document.
+    pub fn from_yaml(text: &str) -> Result<Self, SpecError> {
+        if text.len() > MAX_SPEC_BYTES {
+            return Err(SpecError::TooLarge {
+                len: text.len(),
+                max: MAX_SPEC_BYTES,
+            });
+        }
+        let spec: Self = serde_saphyr::from_str(text).map_err(|error| SpecError::Parse {
+            message: error.to_string(),
+        })?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Parses and validates the canonical JSON form sent over the wire.
+    pub fn from_json(text: &str) -> Result<Self, SpecError> {
+        if text.len() > MAX_SPEC_BYTES {
+            return Err(SpecError::TooLarge {
+                len: text.len(),
+                max: MAX_SPEC_BYTES,
+            });
+        }
+        let spec: Self = serde_json::from_str(text).map_err(|error| SpecError::Parse {
+            message: error.to_string(),
+        })?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// The canonical JSON form: fields in declaration order, maps sorted by key,
+    /// memory as an integer. Equal specs give byte-equal JSON, which identity hashes.
+    pub fn to_canonical_json(&self) -> String {
+        serde_json::to_string(self).expect("a spec of plain data always serialises to JSON")
+    }
+
+    /// Checks every value, naming the first offending field.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        check_label("name", &self.name)?;
+        check_label("team", &self.team)?;
+        if let Some(queue) = &self.queue {
+            check_label("queue", queue)?;
+        }
+        if let Priority::Class(class) = &self.priority {
+            check_label("priority", class)?;
+        }
+        self.trial.validate(&self.search)?;
+        self.search.validate()?;
+        if let Some(retention) = &self.checkpoints {
+            if retention.keep_last == 0 || retention.keep_last > MAX_KEPT_CHECKPOINTS {
+                return Err(invalid(
+                    "checkpoints.keep_last",
+                    format!(
+                        "must be 1 to {MAX_KEPT_CHECKPOINTS}: the newest checkpoint is what a trial resumes from"
+                    ),
+                ));
+            }
+            if retention.keep_best > MAX_KEPT_CHECKPOINTS {
+                return Err(invalid(
+                    "checkpoints.keep_best",
+                    format!("must be at most {MAX_KEPT_CHECKPOINTS}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// How many trials this experiment expands to.
+    pub fn trial_count(&self) -> usize {
+        let configs = match self.search.algorithm {
+            Algorithm::Grid => self.search.grid_size().unwrap_or(usize::MAX),
+            _ if self.search.space.is_empty() => self.search.trials.unwrap_or(1) as usize,
+            _ => self.search.trials.unwrap_or(0) as usize,
+        };
+        configs.saturating_mul(self.search.seeds as usize)
+    }
+}
+
+fn check_label(field: &str, value: &str) -> Result<(), SpecError> {
+    if value.trim().is_empty() {
+        return Err(invalid(field, "must not be empty"));
+    }
+    if value.len() > 128 {
+        return Err(invalid(field, "must be at most 128 characters"));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(invalid(field, "must not contain control characters"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,335 @@
+//! What each trial runs and what it needs: the command or Rust entry, workers,
+//! resources and retries, and their validation against the search space.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::{
+    BUILTIN_PLACEHOLDERS, MAX_WORKERS, ParamSpec, SearchSpec, SpecError, check_label, invalid,
+    placeholders,
+};
+
+/// What each trial runs and what it needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrialSpec {
+    /// An argv list with `{param}` placeholders; exclusive with `entry`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// The name of a Rust trainable registered in the driver binary; exclusive with `command`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
+    /// Path of the driver binary that registers `entry`, when submitted from the command line.
+    /// Not part of identity: the binary's content hash is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
+    /// Data-parallel workers started together as a gang.
+    #[serde(default = "one_u32")]
+    pub workers: u32,
+    /// Resources per worker.
+    #[serde(default)]
+    pub resources: Resources,
+    /// How many times a failed attempt is retried.
+    #[serde(default)]
+    pub max_retries: u32,
+    /// How the workers of a gang exchange data between machines; workers on one
+    /// machine always use shared memory.
+    #[serde(default, skip_serializing_if = "CollectiveTransport::is_default")]
+    pub transport: CollectiveTransport,
+    /// Whether the scheduler may stop the trial (after a grace period to
+    /// checkpoint) for more important work; it is requeued to resume.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub preemptible: bool,
+    /// The longest one attempt may run, such as `2h`; lets short trials backfill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<String>,
+    /// Spread the workers over nodes instead of packing them.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub spread: bool,
+    /// Acceptable GPU models (as the nodes report them); any when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_models: Vec<String>,
+    /// Labels a node must carry, such as `rack: r1`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_labels: BTreeMap<String, String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+impl Default for TrialSpec {
+    /// One worker with default resources, preemptible, and neither `command` nor
+    /// `entry` yet (set one).
+    fn default() -> Self {
+        Self {
+            command: None,
+            entry: None,
+            program: None,
+            workers: 1,
+            resources: Resources::default(),
+            max_retries: 0,
+            transport: CollectiveTransport::default(),
+            preemptible: true,
+            time_limit: None,
+            spread: false,
+            gpu_models: Vec::new(),
+            node_labels: BTreeMap::new(),
+        }
+    }
+}
+
+impl TrialSpec {
+    /// The time limit in milliseconds, if one is set and valid.
+    pub fn time_limit_ms(&self) -> Option<u64> {
+        self.time_limit
+            .as_deref()
+            .and_then(|text| humantime::parse_duration(text).ok())
+            .map(|limit| u64::try_from(limit.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
+/// The data path between the workers of a gang on different machines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CollectiveTransport {
+    /// QUIC with TLS: encrypted, the default.
+    #[default]
+    Quic,
+    /// Plain TCP, set up and authenticated through the rendezvous: for trusted networks.
+    Tcp,
+    /// Shared memory between workers on one machine, plain TCP between machines.
+    Shm,
+}
+
+impl CollectiveTransport {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The name used in YAML and in the worker environment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Quic => "quic",
+            Self::Tcp => "tcp",
+            Self::Shm => "shm",
+        }
+    }
+}
+
+pub(super) fn one_u32() -> u32 {
+    1
+}
+
+/// Resources one worker needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    /// GPUs: a whole number, or a fraction below 1 (such as 0.25) of one GPU
+    /// shared with other fractional workers.
+    #[serde(default)]
+    pub gpu: f64,
+    /// CPU cores, possibly fractional.
+    #[serde(default = "one_f64")]
+    pub cpu: f64,
+    /// Memory in bytes; YAML accepts `16GiB`, `512MB` or a plain integer.
+    #[serde(default)]
+    pub memory: MemoryBytes,
+}
+
+fn one_f64() -> f64 {
+    1.0
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Self {
+            gpu: 0.0,
+            cpu: 1.0,
+            memory: MemoryBytes(0),
+        }
+    }
+}
+
+/// A byte count that reads human sizes (`16GiB`) and writes a plain integer, so
+/// the canonical form hashed into identity never depends on how it was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryBytes(pub u64);
+
+impl Serialize for MemoryBytes {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for MemoryBytes {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bytes(u64),
+            Text(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Bytes(bytes) => Ok(Self(bytes)),
+            Raw::Text(text) => parse_memory(&text)
+                .map(Self)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// A memory size that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a memory size like 16GiB or 512MB: {reason}")]
+pub struct MemoryError {
+    /// What was given.
+    pub text: String,
+    /// What the size parser said.
+    pub reason: String,
+}
+
+/// Parses a human memory size such as `16GiB`, `512 MB` or `1048576`.
+pub fn parse_memory(text: &str) -> Result<u64, MemoryError> {
+    text.trim()
+        .parse::<bytesize::ByteSize>()
+        .map(|size| size.as_u64())
+        .map_err(|reason| MemoryError {
+            text: text.to_owned(),
+            reason,
+        })
+}
+
+impl TrialSpec {
+    pub(super) fn validate(&self, search: &SearchSpec) -> Result<(), SpecError> {
+        match (&self.command, &self.entry) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "trial",
+                    "give either `command` or `entry`, not both",
+                ));
+            }
+            (None, None) => return Err(invalid("trial", "needs a `command` or an `entry`")),
+            (Some(argv), None) => {
+                if argv.is_empty() {
+                    return Err(invalid("trial.command", "must name a program"));
+                }
+                if argv.len() > 1024 || argv.iter().any(|arg| arg.len() > 16 * 1024) {
+                    return Err(invalid("trial.command", "is too long"));
+                }
+                for (arg_idx, arg) in argv.iter().enumerate() {
+                    for name in placeholders(arg) {
+                        if !search.space.contains_key(&name)
+                            && !BUILTIN_PLACEHOLDERS.contains(&name.as_str())
+                        {
+                            return Err(invalid(
+                                format!("trial.command[{arg_idx}]"),
+                                format!(
+                                    "placeholder {{{name}}} names no parameter of search.space (builtins: seed, trial_id, rank)"
+                                ),
+                            ));
+                        }
+                        if search
+                            .space
+                            .get(&name)
+                            .is_some_and(ParamSpec::is_conditional)
+                        {
+                            return Err(invalid(
+                                format!("trial.command[{arg_idx}]"),
+                                format!(
+                                    "placeholder {{{name}}} names a conditional parameter, which some trials lack; read it from XP_CONFIG instead"
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+            (None, Some(entry)) => check_label("trial.entry", entry)?,
+        }
+        if self.program.is_some() && self.entry.is_none() {
+            return Err(invalid("trial.program", "is only meaningful with `entry`"));
+        }
+        if self.workers == 0 || self.workers > MAX_WORKERS {
+            return Err(invalid(
+                "trial.workers",
+                format!("must be between 1 and {MAX_WORKERS}"),
+            ));
+        }
+        let gpu = self.resources.gpu;
+        if !(gpu.is_finite() && (0.0..=64.0).contains(&gpu)) {
+            return Err(invalid("trial.resources.gpu", "must be between 0 and 64"));
+        }
+        if gpu > 1.0 && gpu.fract() != 0.0 {
+            return Err(invalid(
+                "trial.resources.gpu",
+                "must be whole above 1 (a fraction shares one GPU, such as 0.25)",
+            ));
+        }
+        if gpu > 0.0 && gpu < 0.001 {
+            return Err(invalid(
+                "trial.resources.gpu",
+                "the smallest share is 0.001 of a GPU",
+            ));
+        }
+        if let Some(limit) = &self.time_limit {
+            match humantime::parse_duration(limit) {
+                Ok(limit) if !limit.is_zero() => {}
+                _ => {
+                    return Err(invalid(
+                        "trial.time_limit",
+                        "must be a positive duration such as 90s, 30m or 2h",
+                    ));
+                }
+            }
+        }
+        if self.gpu_models.len() > 64 || self.gpu_models.iter().any(|model| model.len() > 128) {
+            return Err(invalid(
+                "trial.gpu_models",
+                "at most 64 names of at most 128 characters",
+            ));
+        }
+        if self.node_labels.len() > 64
+            || self
+                .node_labels
+                .iter()
+                .any(|(key, value)| key.is_empty() || key.len() > 63 || value.len() > 253)
+        {
+            return Err(invalid(
+                "trial.node_labels",
+                "at most 64 labels; keys of 1-63 and values of at most 253 characters",
+            ));
+        }
+        if !(self.resources.cpu.is_finite()
+            && self.resources.cpu > 0.0
+            && self.resources.cpu <= 4096.0)
+        {
+            return Err(invalid(
+                "trial.resources.cpu",
+                "must be a number in (0, 4096]",
+            ));
+        }
+        if self.max_retries > 100 {
+            return Err(invalid("trial.max_retries", "must be at most 100"));
+        }
+        Ok(())
+    }
+
+    /// CPU need in thousandths of a core, the unit nodes account in.
+    pub fn milli_cpus(&self) -> u32 {
+        (self.resources.cpu * 1000.0).ceil() as u32
+    }
+
+    /// GPU need in thousandths of a GPU per worker (1000 is one whole GPU).
+    pub fn gpu_milli(&self) -> u64 {
+        (self.resources.gpu * 1000.0).round() as u64
+    }
+}

@@ -1,0 +1,1539 @@
+//! Unit and property tests of the policy core.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use proptest::prelude::{
+    Just, ProptestConfig, any, prop, prop_assert, prop_assert_eq, prop_oneof, proptest,
+};
+use proptest::strategy::Strategy as PropStrategy;
+use xp_runtime::ids::ExperimentId;
+
+use super::*;
+use crate::config::{AgingConfig, PlacementKind, PreemptionConfig, QueueConfig, ResourceLimits};
+
+const GIB: u64 = 1 << 30;
+const SECOND: u64 = 1000;
+const MINUTE: u64 = 60 * SECOND;
+const HOUR: u64 = 60 * MINUTE;
+
+fn trial_of(experiment: u64, index: u32) -> TrialId {
+    TrialId {
+        experiment: ExperimentId {
+            digest: experiment,
+            run: 1,
+        },
+        index,
+    }
+}
+
+fn id(index: u32) -> TrialId {
+    trial_of(7, index)
+}
+
+fn node_id(n: u128) -> NodeId {
+    NodeId(uuid::Uuid::from_u128(n))
+}
+
+fn node(n: u128, gpus: u32) -> NodeSpec {
+    NodeSpec {
+        id: node_id(n),
+        gpus,
+        gpu_model: None,
+        cpu_milli: 64_000,
+        memory_bytes: 256 * GIB,
+        labels: BTreeMap::new(),
+    }
+}
+
+/// One worker with `gpus` whole GPUs, team `default`, priority 0, submitted at
+/// `index` ms, preemptible, no time limit.
+fn req(index: u32, gpus: u64) -> TrialRequest {
+    TrialRequest {
+        id: id(index),
+        team: "default".to_owned(),
+        queue: None,
+        priority: 0,
+        gang: GangShape {
+            workers: 1,
+            per_worker: Amount {
+                gpu_milli: gpus * GPU_MILLI,
+                cpu_milli: 1000,
+                memory_bytes: GIB,
+            },
+            gpu_models: Vec::new(),
+            node_labels: BTreeMap::new(),
+            spread: false,
+        },
+        preemptible: true,
+        time_limit_ms: None,
+        submitted_at: u64::from(index),
+    }
+}
+
+fn of_team(request: TrialRequest, team: &str) -> TrialRequest {
+    TrialRequest {
+        team: team.to_owned(),
+        ..request
+    }
+}
+
+fn core_with(config: PolicyConfig, gpus_per_node: &[u32]) -> PolicyCore {
+    let mut core = PolicyCore::new(config);
+    for (n, gpus) in gpus_per_node.iter().enumerate() {
+        core.upsert_node(node(n as u128 + 1, *gpus));
+    }
+    core
+}
+
+fn core_yaml(yaml: &str, gpus_per_node: &[u32]) -> PolicyCore {
+    core_with(PolicyConfig::from_yaml(yaml).unwrap(), gpus_per_node)
+}
+
+fn core_preset(preset: &str, gpus_per_node: &[u32]) -> PolicyCore {
+    core_with(PolicyConfig::preset(preset).unwrap(), gpus_per_node)
+}
+
+fn must_submit(core: &mut PolicyCore, request: TrialRequest) {
+    let now = request.submitted_at;
+    core.submit(request, now).unwrap();
+}
+
+/// Decides and checks the invariants.
+fn must_decide(core: &mut PolicyCore, now: UnixMillis) -> Vec<Decision> {
+    let decisions = core.decide(now);
+    core.check_invariants().unwrap();
+    decisions
+}
+
+fn placed(decisions: &[Decision]) -> Vec<TrialId> {
+    decisions
+        .iter()
+        .filter_map(|decision| match decision {
+            Decision::Place { trial, .. } => Some(*trial),
+            Decision::Preempt { .. } => None,
+        })
+        .collect()
+}
+
+fn preempted(decisions: &[Decision]) -> Vec<(TrialId, PreemptReason, u64)> {
+    decisions
+        .iter()
+        .filter_map(|decision| match decision {
+            Decision::Preempt {
+                trial,
+                reason,
+                grace_ms,
+            } => Some((*trial, reason.clone(), *grace_ms)),
+            Decision::Place { .. } => None,
+        })
+        .collect()
+}
+
+fn check_reason(core: &PolicyCore, trial: TrialId, expected: WaitReason) {
+    assert_eq!(
+        core.wait_reason(trial),
+        Some(expected),
+        "wait reason of {trial}"
+    );
+}
+
+fn queue_usage(core: &PolicyCore, name: &str) -> QueueUsage {
+    core.queues()
+        .into_iter()
+        .find(|queue| queue.name == name)
+        .unwrap()
+}
+
+/// Runs trials one at a time on a one-GPU node and returns the start order.
+fn check_order(config: PolicyConfig, requests: Vec<TrialRequest>, expected: &[u32]) {
+    let mut core = core_with(config, &[1]);
+    for request in requests {
+        must_submit(&mut core, request);
+    }
+    let mut order = Vec::new();
+    let mut now = 10;
+    loop {
+        let started = placed(&must_decide(&mut core, now));
+        if started.is_empty() {
+            break;
+        }
+        for trial in started {
+            order.push(trial.index);
+            assert!(core.finish(trial, now + 1, true));
+        }
+        now += 10;
+    }
+    assert_eq!(order, expected);
+}
+
+#[test]
+fn fifo_ignores_priority_and_priority_order_respects_it() {
+    let requests = || {
+        vec![
+            req(1, 1),
+            TrialRequest {
+                priority: 1000,
+                ..req(2, 1)
+            },
+            TrialRequest {
+                priority: 100,
+                ..req(3, 1)
+            },
+            // Same submission time as 3: the id breaks the tie.
+            TrialRequest {
+                priority: 100,
+                submitted_at: 3,
+                ..req(4, 1)
+            },
+        ]
+    };
+    check_order(
+        PolicyConfig::preset("fifo").unwrap(),
+        requests(),
+        &[1, 2, 3, 4],
+    );
+    check_order(
+        PolicyConfig::preset("priority").unwrap(),
+        requests(),
+        &[2, 3, 4, 1],
+    );
+    check_order(
+        PolicyConfig::preset("fair").unwrap(),
+        requests(),
+        &[2, 3, 4, 1],
+    );
+}
+
+#[test]
+fn strict_head_of_line_blocks_and_skip_passes() {
+    for (yaml, small_starts) in [
+        ("order: fifo\n", false),
+        ("order: fifo\nhead_of_line: skip\n", true),
+        ("order: priority\n", false),
+        ("order: fair\nhead_of_line: skip\n", true),
+    ] {
+        let mut core = core_yaml(yaml, &[4]);
+        must_submit(&mut core, req(1, 2));
+        assert_eq!(placed(&must_decide(&mut core, 10)), vec![id(1)]);
+        must_submit(&mut core, req(2, 4));
+        must_submit(&mut core, req(3, 1));
+        let started = placed(&must_decide(&mut core, 20));
+        check_reason(&core, id(2), WaitReason::GangDoesNotFit);
+        if small_starts {
+            assert_eq!(started, vec![id(3)], "{yaml}");
+        } else {
+            assert!(started.is_empty(), "{yaml}");
+            check_reason(&core, id(3), WaitReason::BehindHigherPriority);
+        }
+    }
+}
+
+#[test]
+fn aging_lets_a_low_priority_trial_pass() {
+    for (aging, expected_first) in [(true, id(1)), (false, id(2))] {
+        let yaml = if aging {
+            "order: priority\naging: {rate_per_hour: 100, cap: 1000}\n"
+        } else {
+            "order: priority\n"
+        };
+        let mut core = core_yaml(yaml, &[1]);
+        must_submit(&mut core, req(0, 1));
+        assert_eq!(placed(&must_decide(&mut core, 0)), vec![id(0)]);
+        must_submit(
+            &mut core,
+            TrialRequest {
+                submitted_at: 0,
+                ..req(1, 1)
+            },
+        );
+        // Three hours later a higher-priority trial arrives; the old one has aged
+        // by 300 by then, past the newcomer's 100.
+        must_submit(
+            &mut core,
+            TrialRequest {
+                priority: 100,
+                submitted_at: 3 * HOUR,
+                ..req(2, 1)
+            },
+        );
+        core.finish(id(0), 3 * HOUR, true);
+        assert_eq!(
+            placed(&must_decide(&mut core, 3 * HOUR)),
+            vec![expected_first]
+        );
+    }
+}
+
+const TWO_QUEUES: &str = "
+queues:
+  - {name: a, team: a}
+  - {name: b, team: b}
+";
+
+#[test]
+fn fair_share_alternates_between_equal_queues() {
+    let mut core = core_yaml(TWO_QUEUES, &[8]);
+    for index in 0..8 {
+        must_submit(&mut core, of_team(req(index, 1), "a"));
+        must_submit(&mut core, of_team(req(100 + index, 1), "b"));
+    }
+    let started = placed(&must_decide(&mut core, 1000));
+    let teams: Vec<bool> = started.iter().map(|trial| trial.index < 100).collect();
+    assert_eq!(teams, [true, false, true, false, true, false, true, false]);
+    assert_eq!(queue_usage(&core, "a").running, 4);
+    assert_eq!(queue_usage(&core, "b").running, 4);
+    check_reason(&core, id(4), WaitReason::GangDoesNotFit);
+}
+
+#[test]
+fn fair_share_follows_weights() {
+    let yaml = "
+queues:
+  - {name: a, team: a, weight: 2}
+  - {name: b, team: b}
+";
+    let mut core = core_yaml(yaml, &[9]);
+    for index in 0..9 {
+        must_submit(&mut core, of_team(req(index, 1), "a"));
+        must_submit(&mut core, of_team(req(100 + index, 1), "b"));
+    }
+    must_decide(&mut core, 1000);
+    assert_eq!(queue_usage(&core, "a").running, 6);
+    assert_eq!(queue_usage(&core, "b").running, 3);
+    let a = queue_usage(&core, "a");
+    let b = queue_usage(&core, "b");
+    assert!((a.dominant_share - b.dominant_share).abs() < 1e-9);
+}
+
+#[test]
+fn fair_share_is_by_dominant_resource() {
+    // Team a's trials are CPU-heavy: each takes 15 of the 64 cores, so a's
+    // share grows by CPU while b's 1-GPU trials count in GPUs (1/8 each).
+    let mut core = core_yaml(TWO_QUEUES, &[8]);
+    for index in 0..4 {
+        let mut request = of_team(req(index, 0), "a");
+        request.gang.per_worker.cpu_milli = 15_000;
+        must_submit(&mut core, request);
+        must_submit(&mut core, of_team(req(100 + index, 1), "b"));
+    }
+    let started = placed(&must_decide(&mut core, 1000));
+    // a: 1/4 per trial; b: 1/8 per trial. After a's first, b runs twice per a.
+    assert_eq!(
+        started.iter().map(|trial| trial.index).collect::<Vec<_>>(),
+        [0, 100, 101, 1, 102, 103, 2, 3]
+    );
+}
+
+const COHORT: &str = "
+queues:
+  - {name: a, team: a, cohort: c, quota: {gpu: 4}}
+  - {name: b, team: b, cohort: c, quota: {gpu: 4}}
+preemption: {grace_period: 30s, min_run_time: 0s}
+";
+
+#[test]
+fn cohort_lends_idle_quota_and_reclaims_it() {
+    let mut core = core_yaml(COHORT, &[8]);
+    for index in 0..10 {
+        must_submit(&mut core, of_team(req(index, 1), "a"));
+    }
+    assert_eq!(placed(&must_decide(&mut core, 0)).len(), 8);
+    let a = queue_usage(&core, "a");
+    assert_eq!(a.usage.gpu_milli, 8000);
+    assert_eq!(a.borrowed.gpu_milli, 4000);
+    assert_eq!(queue_usage(&core, "b").lent.gpu_milli, 4000);
+    check_reason(
+        &core,
+        id(8),
+        WaitReason::OverQuota {
+            resource: "gpu".to_owned(),
+        },
+    );
+
+    must_submit(
+        &mut core,
+        of_team(
+            TrialRequest {
+                submitted_at: 10 * SECOND,
+                ..req(100, 1)
+            },
+            "b",
+        ),
+    );
+    must_submit(
+        &mut core,
+        of_team(
+            TrialRequest {
+                submitted_at: 10 * SECOND,
+                ..req(101, 1)
+            },
+            "b",
+        ),
+    );
+    let decisions = must_decide(&mut core, 10 * SECOND);
+    let victims = preempted(&decisions);
+    assert_eq!(victims.len(), 2);
+    for (victim, reason, grace_ms) in &victims {
+        assert!(victim.index < 100);
+        assert_eq!(grace_ms, &30_000);
+        assert!(matches!(reason, PreemptReason::Reclaim { queue, .. } if queue == "b"));
+        assert!(core.is_preempting(*victim));
+    }
+    check_reason(&core, id(100), WaitReason::WaitingForPreemption);
+    check_reason(&core, id(101), WaitReason::WaitingForPreemption);
+    // Victims keep their GPUs until they are reported stopped.
+    assert!(placed(&must_decide(&mut core, 11 * SECOND)).is_empty());
+    assert!(preempted(&must_decide(&mut core, 11 * SECOND)).is_empty());
+    for (victim, _, _) in &victims {
+        assert!(core.requeue(*victim, 20 * SECOND));
+    }
+    let started = placed(&must_decide(&mut core, 20 * SECOND));
+    assert_eq!(started, vec![id(100), id(101)]);
+    assert_eq!(queue_usage(&core, "a").borrowed.gpu_milli, 2000);
+    assert_eq!(queue_usage(&core, "b").lent.gpu_milli, 2000);
+    check_reason(
+        &core,
+        victims[0].0,
+        WaitReason::OverQuota {
+            resource: "gpu".to_owned(),
+        },
+    );
+}
+
+#[test]
+fn no_cohort_means_never_above_quota() {
+    let mut core = core_yaml("queues: [{name: a, team: a, quota: {gpu: 4}}]\n", &[8]);
+    for index in 0..6 {
+        must_submit(&mut core, of_team(req(index, 1), "a"));
+    }
+    assert_eq!(placed(&must_decide(&mut core, 0)).len(), 4);
+    check_reason(
+        &core,
+        id(4),
+        WaitReason::OverQuota {
+            resource: "gpu".to_owned(),
+        },
+    );
+}
+
+#[test]
+fn borrowing_and_lending_limits_hold() {
+    for (yaml, expected) in [
+        (
+            COHORT.replace(
+                "quota: {gpu: 4}}\n  - {name: b",
+                "quota: {gpu: 4}, borrowing_limit: {gpu: 2}}\n  - {name: b",
+            ),
+            6,
+        ),
+        (
+            COHORT.replace(
+                "{name: b, team: b, cohort: c, quota: {gpu: 4}}",
+                "{name: b, team: b, cohort: c, quota: {gpu: 4}, lending_limit: {gpu: 1}}",
+            ),
+            5,
+        ),
+    ] {
+        let mut core = core_yaml(&yaml, &[8]);
+        for index in 0..8 {
+            must_submit(&mut core, of_team(req(index, 1), "a"));
+        }
+        assert_eq!(placed(&must_decide(&mut core, 0)).len(), expected, "{yaml}");
+        // The first that does not fit says why; strict head of line holds the rest.
+        check_reason(
+            &core,
+            id(expected as u32),
+            WaitReason::OverQuota {
+                resource: "gpu".to_owned(),
+            },
+        );
+        check_reason(&core, id(7), WaitReason::BehindHigherPriority);
+    }
+}
+
+#[test]
+fn backfill_starts_only_what_ends_before_the_reservation() {
+    let mut core = core_preset("backfill", &[4]);
+    must_submit(
+        &mut core,
+        TrialRequest {
+            time_limit_ms: Some(100 * SECOND),
+            ..req(1, 2)
+        },
+    );
+    assert_eq!(placed(&must_decide(&mut core, 0)), vec![id(1)]);
+    must_submit(&mut core, req(2, 4));
+    must_submit(
+        &mut core,
+        TrialRequest {
+            time_limit_ms: Some(50 * SECOND),
+            ..req(3, 1)
+        },
+    );
+    must_submit(
+        &mut core,
+        TrialRequest {
+            time_limit_ms: Some(200 * SECOND),
+            ..req(4, 1)
+        },
+    );
+    must_submit(&mut core, req(5, 1));
+    assert_eq!(placed(&must_decide(&mut core, 10 * SECOND)), vec![id(3)]);
+    check_reason(&core, id(2), WaitReason::GangDoesNotFit);
+    check_reason(&core, id(4), WaitReason::ReservedFor { trial: id(2) });
+    check_reason(&core, id(5), WaitReason::ReservedFor { trial: id(2) });
+}
+
+#[test]
+fn backfill_uses_the_experiment_estimate() {
+    let mut core = core_preset("backfill", &[4]);
+    // A completed trial of experiment 9 ran 30 s.
+    must_submit(
+        &mut core,
+        TrialRequest {
+            id: trial_of(9, 0),
+            ..req(0, 1)
+        },
+    );
+    assert_eq!(placed(&must_decide(&mut core, 0)), vec![trial_of(9, 0)]);
+    assert!(core.finish(trial_of(9, 0), 30 * SECOND, true));
+    assert_eq!(
+        core.estimate_ms(ExperimentId { digest: 9, run: 1 }),
+        Some(30 * SECOND)
+    );
+
+    must_submit(
+        &mut core,
+        TrialRequest {
+            time_limit_ms: Some(100 * SECOND),
+            ..req(1, 2)
+        },
+    );
+    assert_eq!(placed(&must_decide(&mut core, 30 * SECOND)), vec![id(1)]);
+    must_submit(
+        &mut core,
+        TrialRequest {
+            submitted_at: 31 * SECOND,
+            ..req(2, 4)
+        },
+    );
+    must_submit(
+        &mut core,
+        TrialRequest {
+            id: trial_of(9, 1),
+            submitted_at: 32 * SECOND,
+            ..req(0, 1)
+        },
+    );
+    must_submit(
+        &mut core,
+        TrialRequest {
+            id: trial_of(8, 1),
+            submitted_at: 33 * SECOND,
+            ..req(0, 1)
+        },
+    );
+    assert_eq!(
+        placed(&must_decide(&mut core, 40 * SECOND)),
+        vec![trial_of(9, 1)]
+    );
+    check_reason(
+        &core,
+        trial_of(8, 1),
+        WaitReason::ReservedFor { trial: id(2) },
+    );
+}
+
+#[test]
+fn backfill_waits_when_the_reservation_time_is_unknown() {
+    let mut core = core_preset("backfill", &[4]);
+    must_submit(&mut core, req(1, 2));
+    assert_eq!(placed(&must_decide(&mut core, 0)), vec![id(1)]);
+    must_submit(&mut core, req(2, 4));
+    must_submit(
+        &mut core,
+        TrialRequest {
+            time_limit_ms: Some(SECOND),
+            ..req(3, 1)
+        },
+    );
+    assert!(placed(&must_decide(&mut core, 10 * SECOND)).is_empty());
+    check_reason(&core, id(3), WaitReason::ReservedFor { trial: id(2) });
+}
+
+const PRIORITY_PREEMPTION: &str =
+    "order: priority\npreemption: {grace_period: 30s, min_run_time: 60s}\n";
+
+#[test]
+fn preemption_by_priority_with_grace_and_min_run_time() {
+    let mut core = core_yaml(PRIORITY_PREEMPTION, &[2]);
+    must_submit(&mut core, req(1, 2));
+    assert_eq!(placed(&must_decide(&mut core, 0)), vec![id(1)]);
+    let high = |index: u32, at: u64| TrialRequest {
+        priority: 1000,
+        submitted_at: at,
+        ..req(index, 2)
+    };
+    must_submit(&mut core, high(2, 10 * SECOND));
+    // The low trial has not run its minimum yet.
+    assert!(must_decide(&mut core, 10 * SECOND).is_empty());
+    check_reason(&core, id(2), WaitReason::GangDoesNotFit);
+    let decisions = must_decide(&mut core, 70 * SECOND);
+    assert_eq!(
+        preempted(&decisions),
+        vec![(
+            id(1),
+            PreemptReason::HigherPriority {
+                by: id(2),
+                priority: 1000
+            },
+            30_000
+        )]
+    );
+    check_reason(&core, id(2), WaitReason::WaitingForPreemption);
+    // Nothing new while the victim stops, and it is not asked twice.
+    assert!(must_decide(&mut core, 80 * SECOND).is_empty());
+    assert!(core.requeue(id(1), 90 * SECOND));
+    assert_eq!(placed(&must_decide(&mut core, 90 * SECOND)), vec![id(2)]);
+    check_reason(&core, id(1), WaitReason::GangDoesNotFit);
+    // The victim restarts, and is safe for its minimum run time again.
+    assert!(core.finish(id(2), 100 * SECOND, true));
+    assert_eq!(placed(&must_decide(&mut core, 100 * SECOND)), vec![id(1)]);
+    must_submit(&mut core, high(3, 110 * SECOND));
+    assert!(must_decide(&mut core, 120 * SECOND).is_empty());
+    assert_eq!(preempted(&must_decide(&mut core, 161 * SECOND)).len(), 1);
+}
+
+#[test]
+fn preemption_spares_equal_priority_and_non_preemptible_work() {
+    for (victim, preemptor_priority) in [
+        (
+            TrialRequest {
+                preemptible: false,
+                ..req(1, 2)
+            },
+            1000,
+        ),
+        (req(1, 2), 0),
+    ] {
+        let mut core = core_yaml(PRIORITY_PREEMPTION, &[2]);
+        must_submit(&mut core, victim);
+        assert_eq!(placed(&must_decide(&mut core, 0)), vec![id(1)]);
+        must_submit(
+            &mut core,
+            TrialRequest {
+                priority: preemptor_priority,
+                ..req(2, 2)
+            },
+        );
+        assert!(must_decide(&mut core, HOUR).is_empty());
+        check_reason(&core, id(2), WaitReason::GangDoesNotFit);
+    }
+}
+
+#[test]
+fn preemption_picks_few_and_recent_victims() {
+    let mut core = core_yaml(PRIORITY_PREEMPTION, &[4]);
+    for index in 0..4 {
+        must_submit(&mut core, req(index, 1));
+        assert_eq!(
+            placed(&must_decide(&mut core, u64::from(index) * MINUTE)).len(),
+            1
+        );
+    }
+    must_submit(
+        &mut core,
+        TrialRequest {
+            priority: 1000,
+            ..req(10, 2)
+        },
+    );
+    let victims: Vec<TrialId> = preempted(&must_decide(&mut core, HOUR))
+        .into_iter()
+        .map(|(victim, _, _)| victim)
+        .collect();
+    assert_eq!(victims, vec![id(3), id(2)]);
+}
+
+#[test]
+fn freed_resources_stay_reserved_for_the_preemptor() {
+    let mut core = core_yaml(PRIORITY_PREEMPTION, &[2]);
+    must_submit(&mut core, req(1, 2));
+    must_decide(&mut core, 0);
+    must_submit(
+        &mut core,
+        TrialRequest {
+            priority: 1000,
+            ..req(2, 2)
+        },
+    );
+    assert_eq!(preempted(&must_decide(&mut core, HOUR)).len(), 1);
+    must_submit(
+        &mut core,
+        TrialRequest {
+            priority: 500,
+            submitted_at: HOUR,
+            ..req(3, 1)
+        },
+    );
+    assert!(core.requeue(id(1), HOUR + 1));
+    assert_eq!(placed(&must_decide(&mut core, HOUR + 1)), vec![id(2)]);
+}
+
+#[test]
+fn admission_refuses_with_reasons() {
+    let mut core = core_yaml(
+        "queues: [{name: a, team: a}, {name: shared}]\nadmission: {max_pending_per_team: 2, retry_after: 7s}\n",
+        &[1],
+    );
+    must_submit(&mut core, of_team(req(1, 1), "a"));
+    must_submit(&mut core, of_team(req(2, 1), "a"));
+    assert_eq!(
+        core.submit(of_team(req(3, 1), "a"), 3),
+        Err(Refusal::TooManyPending {
+            team: "a".to_owned(),
+            pending: 2,
+            limit: 2,
+            retry_after_ms: 7000
+        })
+    );
+    // Another team is not affected, and lands in the open queue.
+    must_submit(&mut core, of_team(req(4, 1), "b"));
+    assert_eq!(queue_usage(&core, "shared").pending, 1);
+    assert_eq!(
+        core.submit(
+            TrialRequest {
+                queue: Some("nope".to_owned()),
+                ..of_team(req(5, 1), "b")
+            },
+            5
+        ),
+        Err(Refusal::UnknownQueue {
+            team: "b".to_owned(),
+            queue: "nope".to_owned()
+        })
+    );
+    assert_eq!(
+        core.submit(
+            TrialRequest {
+                queue: Some("a".to_owned()),
+                ..of_team(req(5, 1), "b")
+            },
+            5
+        ),
+        Err(Refusal::UnknownQueue {
+            team: "b".to_owned(),
+            queue: "a".to_owned()
+        })
+    );
+    let mut fraction = of_team(req(6, 1), "b");
+    fraction.gang.per_worker.gpu_milli = 1500;
+    assert!(matches!(core.submit(fraction, 6), Err(Refusal::Invalid(_))));
+    let mut empty = of_team(req(7, 1), "b");
+    empty.gang.workers = 0;
+    assert!(matches!(core.submit(empty, 7), Err(Refusal::Invalid(_))));
+    assert_eq!(
+        core.submit(of_team(req(4, 1), "b"), 8),
+        Err(Refusal::Duplicate(id(4)))
+    );
+    // A running trial no longer counts as pending.
+    must_decide(&mut core, 10);
+    let team_only = core_yaml("queues: [{name: a, team: a}]\n", &[1]);
+    let mut team_only = team_only;
+    assert!(matches!(
+        team_only.submit(of_team(req(1, 1), "b"), 1),
+        Err(Refusal::UnknownQueue { .. })
+    ));
+}
+
+#[test]
+fn pending_limit_frees_up_when_trials_start() {
+    let mut core = core_yaml("admission: {max_pending_per_team: 1}\n", &[1]);
+    must_submit(&mut core, req(1, 1));
+    assert!(core.submit(req(2, 1), 2).is_err());
+    must_decide(&mut core, 3);
+    must_submit(&mut core, req(2, 1));
+}
+
+#[test]
+fn hold_and_release() {
+    let mut core = core_preset("fifo", &[1]);
+    must_submit(&mut core, req(1, 1));
+    must_submit(&mut core, req(2, 1));
+    assert!(core.hold(id(1)));
+    check_reason(&core, id(1), WaitReason::Held);
+    assert_eq!(placed(&must_decide(&mut core, 10)), vec![id(2)]);
+    assert!(!core.hold(id(2)), "a running trial is not held");
+    assert!(core.release_hold(id(1)));
+    assert!(!core.release_hold(id(1)));
+    check_reason(&core, id(1), WaitReason::NotYetConsidered);
+    core.finish(id(2), 20, true);
+    assert_eq!(placed(&must_decide(&mut core, 20)), vec![id(1)]);
+    assert!(!core.hold(id(99)));
+}
+
+#[test]
+fn set_priority_reorders() {
+    let mut core = core_preset("priority", &[1]);
+    must_submit(&mut core, req(1, 1));
+    must_submit(&mut core, req(2, 1));
+    assert!(core.set_priority(id(2), 1000));
+    assert!(!core.set_priority(id(99), 1000));
+    assert_eq!(placed(&must_decide(&mut core, 10)), vec![id(2)]);
+    assert!(
+        core.set_priority(id(2), -5),
+        "running trials change priority too"
+    );
+    core.check_invariants().unwrap();
+}
+
+#[test]
+fn move_to_queue() {
+    let mut core = core_yaml(
+        "queues: [{name: a, team: x, quota: {gpu: 0}}, {name: b, team: x}, {name: c, team: y}]\n",
+        &[2],
+    );
+    must_submit(&mut core, of_team(req(1, 1), "x"));
+    must_decide(&mut core, 10);
+    check_reason(
+        &core,
+        id(1),
+        WaitReason::OverQuota {
+            resource: "gpu".to_owned(),
+        },
+    );
+    assert!(matches!(
+        core.move_to_queue(id(1), "c"),
+        Err(Refusal::UnknownQueue { .. })
+    ));
+    assert!(matches!(
+        core.move_to_queue(id(1), "zz"),
+        Err(Refusal::UnknownQueue { .. })
+    ));
+    core.move_to_queue(id(1), "b").unwrap();
+    assert_eq!(queue_usage(&core, "b").pending, 1);
+    assert_eq!(placed(&must_decide(&mut core, 20)), vec![id(1)]);
+    assert!(matches!(
+        core.move_to_queue(id(1), "a"),
+        Err(Refusal::Invalid(_))
+    ));
+    assert!(matches!(
+        core.move_to_queue(id(99), "a"),
+        Err(Refusal::Invalid(_))
+    ));
+}
+
+#[test]
+fn wait_reasons_before_and_for_impossible_gangs() {
+    let mut core = core_preset("default", &[4]);
+    let mut picky = req(1, 1);
+    picky.gang.gpu_models = vec!["H100".to_owned()];
+    must_submit(&mut core, picky);
+    must_submit(&mut core, req(2, 8));
+    must_submit(&mut core, req(3, 1));
+    check_reason(&core, id(1), WaitReason::NotYetConsidered);
+    assert_eq!(core.wait_reason(id(99)), None);
+    assert_eq!(placed(&must_decide(&mut core, 10)), vec![id(3)]);
+    check_reason(&core, id(1), WaitReason::NoMatchingNodes);
+    check_reason(&core, id(2), WaitReason::NoMatchingNodes);
+    assert_eq!(core.wait_reason(id(3)), None);
+    // A second node makes the 8-GPU gang possible, as two workers... not as one.
+    core.upsert_node(node(2, 4));
+    let mut pair = req(4, 4);
+    pair.gang.workers = 2;
+    must_submit(&mut core, pair);
+    must_decide(&mut core, 20);
+    check_reason(&core, id(2), WaitReason::NoMatchingNodes);
+    check_reason(&core, id(4), WaitReason::GangDoesNotFit);
+}
+
+#[test]
+fn gangs_are_placed_whole_and_fractions_share_a_gpu() {
+    let mut core = core_preset("fair", &[4, 4]);
+    let mut gang = req(1, 4);
+    gang.gang.workers = 2;
+    must_submit(&mut core, gang);
+    let decisions = must_decide(&mut core, 10);
+    let Decision::Place { workers, .. } = &decisions[0] else {
+        panic!("{decisions:?}")
+    };
+    assert_eq!(workers.len(), 2);
+    assert_ne!(workers[0].node, workers[1].node);
+    core.finish(id(1), 20, true);
+    for index in 2..4 {
+        let mut half = req(index, 0);
+        half.gang.per_worker.gpu_milli = 500;
+        must_submit(&mut core, half);
+    }
+    assert_eq!(placed(&must_decide(&mut core, 30)).len(), 2);
+    assert_eq!(core.pool().free().gpu_milli, 7000);
+}
+
+#[test]
+fn set_config_moves_trials_of_removed_queues() {
+    let mut core = core_yaml("queues: [{name: a, team: a}, {name: default}]\n", &[1]);
+    must_submit(
+        &mut core,
+        TrialRequest {
+            queue: Some("a".to_owned()),
+            ..of_team(req(1, 1), "a")
+        },
+    );
+    must_submit(&mut core, of_team(req(2, 1), "a"));
+    must_decide(&mut core, 10);
+    let old = core.config().clone();
+    let lonely = PolicyConfig::from_yaml("queues: [{name: z, team: z}]\n").unwrap();
+    assert_eq!(
+        core.set_config(lonely, 20),
+        Err(PolicyError::NoQueueForTeam {
+            team: "a".to_owned(),
+            queue: "a".to_owned()
+        })
+    );
+    assert_eq!(core.config(), &old);
+    let merged = PolicyConfig::from_yaml("queues: [{name: default}]\n").unwrap();
+    core.set_config(merged, 20).unwrap();
+    core.check_invariants().unwrap();
+    let default = queue_usage(&core, "default");
+    assert_eq!((default.running, default.pending), (1, 1));
+    core.finish(id(1), 30, true);
+    assert_eq!(placed(&must_decide(&mut core, 30)), vec![id(2)]);
+}
+
+#[test]
+fn set_config_with_smaller_quota_lets_work_drain() {
+    let mut core = core_yaml("queues: [{name: a, team: a}]\n", &[4]);
+    for index in 0..4 {
+        must_submit(&mut core, of_team(req(index, 1), "a"));
+    }
+    assert_eq!(placed(&must_decide(&mut core, 10)).len(), 4);
+    core.set_config(
+        PolicyConfig::from_yaml("queues: [{name: a, team: a, quota: {gpu: 2}}]\n").unwrap(),
+        20,
+    )
+    .unwrap();
+    core.check_invariants().unwrap();
+    must_submit(&mut core, of_team(req(9, 1), "a"));
+    for index in 0..3 {
+        core.finish(id(index), 30, true);
+    }
+    // Usage is 1 of 2: one more may start.
+    assert_eq!(placed(&must_decide(&mut core, 30)), vec![id(9)]);
+}
+
+#[test]
+fn removed_nodes_report_their_trials() {
+    let mut core = core_preset("fair", &[2, 2]);
+    let mut gang = req(1, 2);
+    gang.gang.workers = 2;
+    must_submit(&mut core, gang);
+    must_submit(&mut core, req(2, 1));
+    must_decide(&mut core, 10);
+    let nodes: Vec<NodeId> = core
+        .placement(id(1))
+        .unwrap()
+        .iter()
+        .map(|worker| worker.node)
+        .collect();
+    let lost = core.remove_node(nodes[0]);
+    assert!(lost.contains(&id(1)));
+    core.check_invariants().unwrap();
+    // The node comes back empty before the caller has requeued the trial.
+    core.upsert_node(NodeSpec {
+        id: nodes[0],
+        ..node(0, 2)
+    });
+    core.check_invariants().unwrap();
+    for trial in lost {
+        assert!(core.requeue(trial, 20));
+    }
+    core.check_invariants().unwrap();
+    assert_eq!(
+        core.pool().free().gpu_milli + core.queues()[0].usage.gpu_milli,
+        4000
+    );
+}
+
+#[test]
+fn default_preset_queue_report() {
+    let mut core = core_preset("default", &[8]);
+    must_submit(&mut core, req(1, 2));
+    must_decide(&mut core, 10);
+    let queues = core.queues();
+    assert_eq!(queues.len(), 1);
+    assert_eq!(queues[0].name, "default");
+    assert_eq!(queues[0].team, "*");
+    assert_eq!(queues[0].quota.gpu_milli, u64::MAX);
+    assert!((queues[0].dominant_share - 0.25).abs() < 1e-9);
+}
+
+// Property tests.
+
+#[derive(Debug, Clone)]
+enum Event {
+    Submit {
+        team: usize,
+        queue: Option<usize>,
+        gpu_milli: u64,
+        workers: u32,
+        cpu_milli: u64,
+        priority: i64,
+        preemptible: bool,
+        time_limit_ms: Option<u64>,
+        experiment: u64,
+        rack: Option<u8>,
+    },
+    Decide,
+    Finish {
+        pick: usize,
+        completed: bool,
+    },
+    RequeuePreempted,
+    Requeue {
+        pick: usize,
+    },
+    AddNode {
+        gpus: u32,
+        rack: u8,
+    },
+    RemoveNode {
+        pick: usize,
+    },
+    SetSchedulable {
+        pick: usize,
+        schedulable: bool,
+    },
+    Advance {
+        ms: u64,
+    },
+    Hold {
+        pick: usize,
+    },
+    ReleaseHold {
+        pick: usize,
+    },
+    SetPriority {
+        pick: usize,
+        priority: i64,
+    },
+}
+
+const TEAMS: [&str; 3] = ["t0", "t1", "t2"];
+
+fn limits(gpu: Option<u64>) -> ResourceLimits {
+    ResourceLimits {
+        gpu_milli: gpu,
+        ..ResourceLimits::default()
+    }
+}
+
+fn queue_strategy(index: usize) -> impl PropStrategy<Value = QueueConfig> {
+    (
+        prop::option::of(0..TEAMS.len()),
+        prop::bool::weighted(0.7),
+        1..4_u32,
+        prop::option::weighted(0.8, 0..12_u64),
+        prop::option::of(0..8_u64),
+        prop::option::of(0..12_u64),
+    )
+        .prop_map(
+            move |(team, in_cohort, weight, quota, borrowing, lending)| {
+                let quota = quota.map(|gpus| gpus * GPU_MILLI);
+                let cohort = in_cohort.then(|| "c".to_owned());
+                let borrowing = borrowing.filter(|_| in_cohort && quota.is_some());
+                let lending = lending
+                    .filter(|_| in_cohort)
+                    .and_then(|gpus| Some((gpus * GPU_MILLI).min(quota?)));
+                QueueConfig {
+                    name: format!("q{index}"),
+                    team: team.map(|team| TEAMS[team].to_owned()),
+                    cohort,
+                    weight: f64::from(weight),
+                    quota: limits(quota),
+                    borrowing_limit: limits(borrowing.map(|gpus| gpus * GPU_MILLI)),
+                    lending_limit: limits(lending),
+                }
+            },
+        )
+}
+
+fn config_strategy(with_quotas: bool) -> impl PropStrategy<Value = PolicyConfig> {
+    let queues = (1..4_usize).prop_flat_map(move |count| {
+        (0..count)
+            .map(queue_strategy)
+            .collect::<Vec<_>>()
+            .prop_map(move |mut queues| {
+                if !with_quotas {
+                    for queue in &mut queues {
+                        queue.quota = ResourceLimits::default();
+                        queue.borrowing_limit = ResourceLimits::default();
+                        queue.lending_limit = ResourceLimits::default();
+                    }
+                }
+                // Every team has somewhere to go.
+                queues.push(QueueConfig::open("default"));
+                queues
+            })
+    });
+    (
+        queues,
+        prop_oneof![Just(Order::Fifo), Just(Order::Priority), Just(Order::Fair)],
+        any::<bool>(),
+        prop_oneof![Just(HeadOfLine::Strict), Just(HeadOfLine::Skip)],
+        any::<bool>(),
+        0..20_u64,
+        0..30_u64,
+        prop::option::of((1..2000_u64, 0..5000_u64)),
+        prop_oneof![
+            Just(PlacementKind::BinPack),
+            Just(PlacementKind::Spread),
+            Just(PlacementKind::Random),
+            Just(PlacementKind::FragmentationAware)
+        ],
+    )
+        .prop_map(
+            |(
+                queues,
+                order,
+                backfill,
+                head_of_line,
+                preempt,
+                min_run_s,
+                grace_s,
+                aging,
+                placement,
+            )| {
+                PolicyConfig {
+                    queues,
+                    aging: aging.map(|(rate_per_hour, cap)| AgingConfig { rate_per_hour, cap }),
+                    preemption: PreemptionConfig {
+                        enabled: preempt,
+                        grace_period_ms: grace_s * SECOND,
+                        min_run_time_ms: min_run_s * SECOND,
+                    },
+                    placement,
+                    order,
+                    backfill,
+                    head_of_line,
+                    ..PolicyConfig::base()
+                }
+            },
+        )
+}
+
+/// One cohort of team queues with small finite quotas and preemption on: the
+/// setting where borrowing and reclaim happen most.
+fn cohort_config_strategy() -> impl PropStrategy<Value = PolicyConfig> {
+    (
+        config_strategy(true),
+        prop::collection::vec((0..6_u64, prop::option::of(0..6_u64)), 3),
+    )
+        .prop_map(|(base, quotas)| {
+            let queues = quotas
+                .into_iter()
+                .enumerate()
+                .map(|(index, (quota, lending))| QueueConfig {
+                    name: format!("q{index}"),
+                    team: Some(TEAMS[index].to_owned()),
+                    cohort: Some("c".to_owned()),
+                    weight: 1.0,
+                    quota: limits(Some(quota * GPU_MILLI)),
+                    borrowing_limit: ResourceLimits::default(),
+                    lending_limit: limits(lending.map(|gpus| gpus.min(quota) * GPU_MILLI)),
+                })
+                .collect();
+            PolicyConfig {
+                queues,
+                preemption: PreemptionConfig {
+                    enabled: true,
+                    ..base.preemption
+                },
+                ..base
+            }
+        })
+}
+
+fn event_strategy() -> impl PropStrategy<Value = Event> {
+    let submit = (
+        (0..TEAMS.len(), prop::option::of(0..4_usize)),
+        prop_oneof![
+            Just(0_u64),
+            Just(250),
+            Just(500),
+            Just(1000),
+            Just(2000),
+            Just(4000)
+        ],
+        1..4_u32,
+        1000..8000_u64,
+        prop_oneof![Just(0_i64), Just(100), Just(1000)],
+        prop::bool::weighted(0.8),
+        prop::option::of(1..3600_u64),
+        0..3_u64,
+        prop::option::weighted(0.1, 0..2_u8),
+    )
+        .prop_map(
+            |(
+                (team, queue),
+                gpu_milli,
+                workers,
+                cpu_milli,
+                priority,
+                preemptible,
+                limit_s,
+                experiment,
+                rack,
+            )| {
+                Event::Submit {
+                    team,
+                    queue,
+                    gpu_milli,
+                    workers,
+                    cpu_milli,
+                    priority,
+                    preemptible,
+                    time_limit_ms: limit_s.map(|seconds| seconds * SECOND),
+                    experiment,
+                    rack,
+                }
+            },
+        );
+    prop_oneof![
+        6 => submit,
+        5 => Just(Event::Decide),
+        3 => (any::<usize>(), any::<bool>()).prop_map(|(pick, completed)| Event::Finish { pick, completed }),
+        3 => Just(Event::RequeuePreempted),
+        1 => any::<usize>().prop_map(|pick| Event::Requeue { pick }),
+        1 => (prop_oneof![Just(0_u32), Just(1), Just(2), Just(4), Just(8)], 0..2_u8)
+            .prop_map(|(gpus, rack)| Event::AddNode { gpus, rack }),
+        1 => any::<usize>().prop_map(|pick| Event::RemoveNode { pick }),
+        1 => (any::<usize>(), any::<bool>()).prop_map(|(pick, schedulable)| Event::SetSchedulable { pick, schedulable }),
+        3 => (1..600_u64).prop_map(|seconds| Event::Advance { ms: seconds * SECOND }),
+        1 => any::<usize>().prop_map(|pick| Event::Hold { pick }),
+        1 => any::<usize>().prop_map(|pick| Event::ReleaseHold { pick }),
+        1 => (any::<usize>(), prop_oneof![Just(0_i64), Just(100), Just(1000)])
+            .prop_map(|(pick, priority)| Event::SetPriority { pick, priority }),
+    ]
+}
+
+fn nodes_strategy() -> impl PropStrategy<Value = Vec<(u32, u8)>> {
+    prop::collection::vec(
+        (prop_oneof![Just(1_u32), Just(2), Just(4), Just(8)], 0..2_u8),
+        1..5,
+    )
+}
+
+fn rack_node(n: u128, gpus: u32, rack: u8) -> NodeSpec {
+    NodeSpec {
+        cpu_milli: 16_000,
+        memory_bytes: 64 * GIB,
+        labels: BTreeMap::from([("rack".to_owned(), format!("r{rack}"))]),
+        ..node(n, gpus)
+    }
+}
+
+/// Checks every decision of one pass against the state before it.
+fn check_decisions(
+    core: &PolicyCore,
+    decisions: &[Decision],
+    waiting_before: &HashSet<TrialId>,
+    placed_before: &HashMap<TrialId, (i64, bool, usize)>,
+    borrowing_before: &[bool],
+) -> Result<(), String> {
+    for decision in decisions {
+        match decision {
+            Decision::Place { trial, workers } => {
+                let entry = &core.trials[trial];
+                if workers.len() != entry.request.gang.workers as usize {
+                    return Err(format!("{trial} placed with {} workers", workers.len()));
+                }
+                if !waiting_before.contains(trial) {
+                    return Err(format!("{trial} placed but was not waiting"));
+                }
+            }
+            Decision::Preempt { trial, reason, .. } => {
+                let Some(&(victim_priority, preemptible, victim_queue)) = placed_before.get(trial)
+                else {
+                    return Err(format!("{trial} preempted but was not running"));
+                };
+                if !preemptible {
+                    return Err(format!("{trial} is not preemptible"));
+                }
+                match reason {
+                    PreemptReason::HigherPriority { by, priority } => {
+                        if core.trials[by].request.priority != *priority
+                            || victim_priority >= *priority
+                        {
+                            return Err(format!(
+                                "{trial} ({victim_priority}) preempted by {by} ({priority})"
+                            ));
+                        }
+                    }
+                    PreemptReason::Reclaim { queue, by } => {
+                        if !borrowing_before[victim_queue] {
+                            return Err(format!(
+                                "{trial} reclaimed but its queue was not borrowing"
+                            ));
+                        }
+                        if core.queue_info[core.trials[by].queue].name != *queue {
+                            return Err(format!("reclaim names queue {queue}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_events(
+    config: PolicyConfig,
+    nodes: Vec<(u32, u8)>,
+    events: Vec<Event>,
+) -> Result<(), String> {
+    let mut core = PolicyCore::new(config);
+    let mut node_ids = Vec::new();
+    let mut next_node = 1_u128;
+    for (gpus, rack) in nodes {
+        core.upsert_node(rack_node(next_node, gpus, rack));
+        node_ids.push(node_id(next_node));
+        next_node += 1;
+    }
+    let mut submitted: Vec<TrialId> = Vec::new();
+    let mut now: UnixMillis = 0;
+    for event in events {
+        match event {
+            Event::Submit {
+                team,
+                queue,
+                gpu_milli,
+                workers,
+                cpu_milli,
+                priority,
+                preemptible,
+                time_limit_ms,
+                experiment,
+                rack,
+            } => {
+                let trial = trial_of(experiment, submitted.len() as u32);
+                let mut request = TrialRequest {
+                    id: trial,
+                    team: TEAMS[team].to_owned(),
+                    queue: queue.map(|queue| format!("q{queue}")),
+                    priority,
+                    preemptible,
+                    time_limit_ms,
+                    submitted_at: now,
+                    ..req(0, 0)
+                };
+                request.gang.workers = workers;
+                request.gang.per_worker = Amount {
+                    gpu_milli,
+                    cpu_milli,
+                    memory_bytes: GIB,
+                };
+                if let Some(rack) = rack {
+                    request
+                        .gang
+                        .node_labels
+                        .insert("rack".to_owned(), format!("r{rack}"));
+                }
+                if core.submit(request, now).is_ok() {
+                    submitted.push(trial);
+                }
+            }
+            Event::Decide => {
+                let waiting_before: HashSet<TrialId> = core.waiting_trials().collect();
+                let placed_before: HashMap<TrialId, (i64, bool, usize)> = core
+                    .trials
+                    .iter()
+                    .filter(|(_, trial)| matches!(trial.state, TrialState::Placed(_)))
+                    .map(|(id, trial)| {
+                        (
+                            *id,
+                            (
+                                trial.request.priority,
+                                trial.request.preemptible,
+                                trial.queue,
+                            ),
+                        )
+                    })
+                    .collect();
+                let borrowing_before: Vec<bool> = core
+                    .queues()
+                    .iter()
+                    .map(|queue| queue.borrowed != Amount::default())
+                    .collect();
+                let decisions = core.decide(now);
+                check_decisions(
+                    &core,
+                    &decisions,
+                    &waiting_before,
+                    &placed_before,
+                    &borrowing_before,
+                )?;
+                for id in waiting_before {
+                    if core
+                        .trials
+                        .get(&id)
+                        .is_some_and(|trial| matches!(trial.state, TrialState::Waiting))
+                        && matches!(
+                            core.wait_reason(id),
+                            None | Some(WaitReason::NotYetConsidered)
+                        )
+                    {
+                        return Err(format!("{id} has no wait reason after a pass"));
+                    }
+                }
+            }
+            Event::Finish { pick, completed } => {
+                if !submitted.is_empty() {
+                    core.finish(submitted[pick % submitted.len()], now, completed);
+                }
+            }
+            Event::RequeuePreempted => {
+                let stopping: Vec<TrialId> = submitted
+                    .iter()
+                    .copied()
+                    .filter(|trial| core.is_preempting(*trial))
+                    .collect();
+                for trial in stopping {
+                    core.requeue(trial, now);
+                }
+            }
+            Event::Requeue { pick } => {
+                if !submitted.is_empty() {
+                    core.requeue(submitted[pick % submitted.len()], now);
+                }
+            }
+            Event::AddNode { gpus, rack } => {
+                core.upsert_node(rack_node(next_node, gpus, rack));
+                node_ids.push(node_id(next_node));
+                next_node += 1;
+            }
+            Event::RemoveNode { pick } => {
+                if !node_ids.is_empty() {
+                    let node = node_ids.remove(pick % node_ids.len());
+                    for trial in core.remove_node(node) {
+                        core.requeue(trial, now);
+                    }
+                }
+            }
+            Event::SetSchedulable { pick, schedulable } => {
+                if !node_ids.is_empty() {
+                    core.set_node_schedulable(node_ids[pick % node_ids.len()], schedulable);
+                }
+            }
+            Event::Advance { ms } => now += ms,
+            Event::Hold { pick } => {
+                if !submitted.is_empty() {
+                    core.hold(submitted[pick % submitted.len()]);
+                }
+            }
+            Event::ReleaseHold { pick } => {
+                if !submitted.is_empty() {
+                    core.release_hold(submitted[pick % submitted.len()]);
+                }
+            }
+            Event::SetPriority { pick, priority } => {
+                if !submitted.is_empty() {
+                    core.set_priority(submitted[pick % submitted.len()], priority);
+                }
+            }
+        }
+        core.check_invariants()?;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn invariants_hold_over_random_events(
+        config in config_strategy(true),
+        nodes in nodes_strategy(),
+        events in prop::collection::vec(event_strategy(), 1..120),
+    ) {
+        config.validate().unwrap();
+        let outcome = run_events(config, nodes, events);
+        prop_assert!(outcome.is_ok(), "{}", outcome.unwrap_err());
+    }
+
+    #[test]
+    fn invariants_hold_in_a_busy_cohort(
+        config in cohort_config_strategy(),
+        nodes in nodes_strategy(),
+        events in prop::collection::vec(event_strategy(), 1..120),
+    ) {
+        config.validate().unwrap();
+        let outcome = run_events(config, nodes, events);
+        prop_assert!(outcome.is_ok(), "{}", outcome.unwrap_err());
+    }
+
+    #[test]
+    fn with_aging_every_trial_that_fits_is_placed(
+        config in config_strategy(false),
+        nodes in nodes_strategy(),
+        trials in prop::collection::vec(
+            (prop_oneof![Just(0_u64), Just(500), Just(1000), Just(2000), Just(4000)], 1..3_u32,
+             prop_oneof![Just(0_i64), Just(100), Just(1000)], 0..TEAMS.len(), 0..1000_u64,
+             prop::option::of(1..3600_u64)),
+            1..30,
+        ),
+    ) {
+        let mut config = config;
+        config.aging = Some(AgingConfig { rate_per_hour: 100, cap: 10_000 });
+        let mut core = PolicyCore::new(config);
+        for (n, (gpus, rack)) in nodes.into_iter().enumerate() {
+            core.upsert_node(rack_node(n as u128 + 1, gpus, rack));
+        }
+        let mut pending = Vec::new();
+        for (index, (gpu_milli, workers, priority, team, submitted_at, limit_s)) in trials.into_iter().enumerate() {
+            let mut request = TrialRequest {
+                team: TEAMS[team].to_owned(),
+                priority,
+                submitted_at,
+                time_limit_ms: limit_s.map(|seconds| seconds * SECOND),
+                ..req(index as u32, 0)
+            };
+            request.gang.workers = workers;
+            request.gang.per_worker.gpu_milli = gpu_milli;
+            let fits = core.pool().could_ever_fit(&request.gang);
+            core.submit(request, submitted_at).unwrap();
+            if fits {
+                pending.push(id(index as u32));
+            }
+        }
+        let mut now = 1000;
+        let mut rounds = 0;
+        let limit = 4 * pending.len() + 10;
+        loop {
+            let decisions = core.decide(now);
+            core.check_invariants().unwrap();
+            for (victim, _, _) in preempted(&decisions) {
+                core.requeue(victim, now);
+            }
+            // Finish the longest-running trial, so contention stays.
+            let oldest = core
+                .trials
+                .iter()
+                .filter_map(|(id, trial)| match &trial.state {
+                    TrialState::Placed(placed) if placed.preempt_deadline.is_none() => Some((placed.started_at, *id)),
+                    _ => None,
+                })
+                .min();
+            if let Some((_, oldest)) = oldest {
+                core.finish(oldest, now, true);
+            }
+            pending.retain(|trial| core.trials.contains_key(trial));
+            if pending.is_empty() {
+                break;
+            }
+            rounds += 1;
+            prop_assert!(rounds < limit, "stuck with {:?}", pending.iter().map(|trial| core.wait_reason(*trial)).collect::<Vec<_>>());
+            now += 10 * MINUTE;
+        }
+        prop_assert_eq!(pending.len(), 0);
+    }
+}

@@ -1,0 +1,910 @@
+//! The event loop of `xp sim`: replays a trace on a simulated clock through the
+//! head's own [`PolicyCore`].
+//!
+//! Events (job ends, preemption stops, dependent and retried submissions) sit in
+//! a binary heap; trace arrivals are read in submission order beside it. All
+//! events of one timestamp are applied as a batch (ends, then stops, then
+//! submissions), and `decide` is called once after each batch that changed the
+//! core, then again at the same time while zero-length events keep coming.
+//!
+//! Semantics, each as the module's contract:
+//!
+//! - A job is one trial; trial `i` of the trace has experiment digest `i` XOR a
+//!   mask drawn from the seed (0 for seed 0), so the way back from a [`TrialId`]
+//!   is arithmetic, not a map. The core seeds random placement and breaks ties
+//!   between equal trials by id, so the seed reaches both.
+//! - `decide` looks at a bounded number of waiting trials per pass; when more than
+//!   that many wait and a pass placed something, it is called again at the same
+//!   time, so a burst of free room is used at once.
+//! - A job with dependencies is submitted when all of them have completed; one
+//!   whose dependency never completes (never finishes, killed, refused, blocked)
+//!   is reported as blocked and never started.
+//! - A placed job runs for its remaining duration, or until its time limit,
+//!   counted from this placement (like a batch system's limit per run); at the
+//!   limit it is killed (`finish` with `completed = false`).
+//! - On a Preempt decision the victim keeps running (and may still finish) for the
+//!   grace period, then stops and is requeued. The work since its last checkpoint
+//!   (checkpoints every `ckpt_interval` of run time since this placement; none
+//!   without an interval) is lost: it will need its remaining duration plus that.
+//! - A submission refused for too many pending trials goes to its team's
+//!   backlog, and the team resubmits its backlog in order after the retry hint.
+//!
+//! Nothing here reads a clock or draws entropy: the same inputs give the same report.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::{ExperimentId, NodeId, TrialId};
+
+use super::cluster::ClusterSpec;
+use super::report::{LittlesLaw, Outcomes, SimReport, Summary, TeamReport, jain_index};
+use super::trace::{JobPriority, Trace, TraceJob};
+use crate::{
+    Amount, Decision, GPU_MILLI, GangShape, PolicyConfig, PolicyCore, Refusal, TrialRequest,
+    WorkerPlacement,
+};
+use xp_runtime::seeded::SplitMix64;
+
+/// Bytes in a MiB, for the trace's memory column.
+const MIB: u64 = 1 << 20;
+/// Decide rounds at one timestamp before the simulation gives up as livelocked.
+const MAX_ROUNDS_AT_ONE_TIME: u64 = 1_000_000;
+
+/// How to run a simulation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SimOptions {
+    /// Stop at this simulated time (milliseconds from the trace's zero), if set.
+    /// Jobs still running when the events run out (never-finishing ones) hold their
+    /// GPUs up to this horizon.
+    pub until_ms: Option<u64>,
+    /// Call the core's `check_invariants` after every `decide`.
+    pub check_invariants: bool,
+    /// Seeds the core's random choices: random placement, and the order among
+    /// equal trials submitted at the same time. With 0, jobs keep trace order.
+    pub seed: u64,
+}
+
+/// Why a simulation could not run to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A job names a priority class the policy does not define.
+    #[error(
+        "line {line}: job {job_id:?} has priority class {class:?}, which the policy does not define"
+    )]
+    UnknownPriorityClass {
+        /// The job's line in the trace.
+        line: u64,
+        /// The job.
+        job_id: String,
+        /// The class.
+        class: String,
+    },
+    /// The core's own invariant check failed.
+    #[error("policy invariant broken at t={at_s}s: {message}")]
+    Invariant {
+        /// When, in simulated seconds.
+        at_s: f64,
+        /// What the core reported.
+        message: String,
+    },
+    /// The core decided something impossible for the job's state (such as placing a running job).
+    #[error("at t={at_s}s the policy {what} job {job_id:?}, which is {state}")]
+    UnexpectedDecision {
+        /// When, in simulated seconds.
+        at_s: f64,
+        /// What it did.
+        what: &'static str,
+        /// The job.
+        job_id: String,
+        /// The job's state then.
+        state: &'static str,
+    },
+    /// The core named a trial the simulation never submitted.
+    #[error("at t={at_s}s the policy decided about unknown trial {trial}")]
+    UnknownTrial {
+        /// When, in simulated seconds.
+        at_s: f64,
+        /// The trial.
+        trial: TrialId,
+    },
+    /// Decisions kept coming at one timestamp without time moving on.
+    #[error(
+        "the simulation made {MAX_ROUNDS_AT_ONE_TIME} decision rounds at t={at_s}s without time moving on"
+    )]
+    Livelock {
+        /// When, in simulated seconds.
+        at_s: f64,
+    },
+}
+
+/// Where a job stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Not yet submitted (waiting for its time or its dependencies).
+    Pending,
+    /// Refused for too many pending trials; in its team's backlog.
+    Backlogged,
+    /// Submitted, waiting in the core.
+    Waiting,
+    /// Placed and running.
+    Running,
+    /// Placed, preempted, running out its grace period.
+    Stopping,
+    Completed,
+    Killed,
+    Refused,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Pending => "not submitted",
+            Self::Backlogged => "backlogged",
+            Self::Waiting => "waiting",
+            Self::Running => "running",
+            Self::Stopping => "stopping",
+            Self::Completed => "completed",
+            Self::Killed => "killed",
+            Self::Refused => "refused",
+        }
+    }
+}
+
+/// What happens at an event; the order here is the order within one timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum EventKind {
+    /// The job's run reaches its end or its time limit.
+    End,
+    /// A preempted job's grace period is over.
+    Stop,
+    /// A job is submitted (after its dependencies).
+    Submit,
+    /// A team resubmits its backlog.
+    Retry,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Event {
+    at: u64,
+    kind: EventKind,
+    seq: u64,
+    /// A job index, or a team index for [`EventKind::Retry`].
+    target: u32,
+    /// The run the event belongs to; a stale event (an older run) is ignored.
+    epoch: u32,
+}
+
+#[derive(Debug, Clone)]
+struct JobRun {
+    phase: Phase,
+    /// Bumped on every placement, so events of earlier runs are recognised.
+    epoch: u32,
+    /// When it was first offered to the policy.
+    arrival_ms: u64,
+    first_start_ms: Option<u64>,
+    start_ms: u64,
+    /// Work left; `None` never finishes.
+    remaining_ms: Option<u64>,
+    end_ms: u64,
+    unmet_deps: u32,
+}
+
+struct Sim<'a> {
+    trace: &'a Trace,
+    core: PolicyCore,
+    options: &'a SimOptions,
+    priorities: Vec<i64>,
+    runs: Vec<JobRun>,
+    /// Dependents of job `i`: `dependents[offsets[i]..offsets[i + 1]]`.
+    dependent_offsets: Vec<u32>,
+    dependents: Vec<u32>,
+    events: BinaryHeap<Reverse<Event>>,
+    seq: u64,
+    /// Rack index of each node (`u32::MAX` when it has none).
+    racks: HashMap<NodeId, u32>,
+    backlog: Vec<VecDeque<u32>>,
+    retry_scheduled: Vec<bool>,
+    retry_after_ms: u64,
+    capacity_gpu_milli: u64,
+    /// XORed into job indexes to make trial ids.
+    id_mask: u64,
+    /// Jobs in [`Phase::Waiting`].
+    waiting: u64,
+    /// GPU thousandths held now.
+    busy_gpu_milli: u64,
+    /// The latest submission time in the trace.
+    last_arrival_ms: u64,
+    /// GPU time held up to `last_arrival_ms`.
+    busy_window_milli_ms: u128,
+    // Accounting.
+    in_system: u64,
+    area_job_ms: u128,
+    last_event_ms: u64,
+    team_gpu_milli_ms: Vec<u128>,
+    lost_gpu_milli_ms: u128,
+    preemptions: u64,
+    preempt_decisions: u64,
+    multi_gpu: u64,
+    multi_gpu_one_node: u64,
+    multi_gpu_one_rack: u64,
+    submit_retries: u64,
+    decide_calls: u64,
+    placements: u64,
+    events_done: u64,
+    changed: bool,
+}
+
+/// The core examines at most this many waiting trials in one pass
+/// (`MAX_EXAMINED_PER_PASS` in the policy core).
+const EXAMINED_PER_PASS: u64 = 4096;
+
+fn seconds(millis: u64) -> f64 {
+    millis as f64 / 1000.0
+}
+
+pub(super) fn gang_of(job: &TraceJob) -> GangShape {
+    GangShape {
+        workers: job.num_workers,
+        per_worker: Amount {
+            gpu_milli: job.gpu_milli_per_worker,
+            cpu_milli: job.cpu_milli_per_worker,
+            memory_bytes: job.mem_mib_per_worker * MIB,
+        },
+        gpu_models: job.gpu_types.clone(),
+        node_labels: BTreeMap::new(),
+        spread: false,
+    }
+}
+
+/// Resolves each job's priority through the policy's classes.
+fn resolve_priorities(trace: &Trace, config: &PolicyConfig) -> Result<Vec<i64>, SimError> {
+    trace
+        .jobs
+        .iter()
+        .map(|job| match &job.priority {
+            None => Ok(0),
+            Some(JobPriority::Value(value)) => Ok(*value),
+            Some(JobPriority::Class(class)) => {
+                config
+                    .priority_value(class)
+                    .ok_or_else(|| SimError::UnknownPriorityClass {
+                        line: job.line,
+                        job_id: job.job_id.clone(),
+                        class: class.clone(),
+                    })
+            }
+        })
+        .collect()
+}
+
+/// Replays `trace` on `cluster` under `config` and reports what happened.
+pub fn simulate(
+    trace: &Trace,
+    cluster: &ClusterSpec,
+    config: PolicyConfig,
+    options: &SimOptions,
+) -> Result<SimReport, SimError> {
+    let priorities = resolve_priorities(trace, &config)?;
+    let retry_after_ms = config.admission.retry_after_ms.max(1);
+    let mut core = PolicyCore::new(config);
+    for node in &cluster.nodes {
+        core.upsert_node(node.clone());
+    }
+    let mut rack_names: HashMap<&str, u32> = HashMap::new();
+    let mut racks = HashMap::with_capacity(cluster.nodes.len());
+    for node in &cluster.nodes {
+        let rack = match node.labels.get("rack") {
+            Some(name) => {
+                let next = u32::try_from(rack_names.len()).expect("fewer racks than nodes");
+                *rack_names.entry(name.as_str()).or_insert(next)
+            }
+            None => u32::MAX,
+        };
+        racks.insert(node.id, rack);
+    }
+    let job_count = trace.jobs.len();
+    let mut dependent_counts = vec![0u32; job_count + 1];
+    for job in &trace.jobs {
+        for &dep in &job.deps {
+            dependent_counts[dep as usize + 1] += 1;
+        }
+    }
+    for index in 1..=job_count {
+        dependent_counts[index] += dependent_counts[index - 1];
+    }
+    let dependent_offsets = dependent_counts;
+    let mut fill = dependent_offsets.clone();
+    let mut dependents =
+        vec![0u32; *dependent_offsets.last().expect("one more offset than jobs") as usize];
+    for (index, job) in trace.jobs.iter().enumerate() {
+        for &dep in &job.deps {
+            dependents[fill[dep as usize] as usize] = index as u32;
+            fill[dep as usize] += 1;
+        }
+    }
+    let runs = trace
+        .jobs
+        .iter()
+        .map(|job| JobRun {
+            phase: Phase::Pending,
+            epoch: 0,
+            arrival_ms: 0,
+            first_start_ms: None,
+            start_ms: 0,
+            remaining_ms: job.duration_ms,
+            end_ms: 0,
+            unmet_deps: job.deps.len() as u32,
+        })
+        .collect();
+    let teams = trace.teams.len();
+    let sim = Sim {
+        trace,
+        core,
+        options,
+        priorities,
+        runs,
+        dependent_offsets,
+        dependents,
+        events: BinaryHeap::new(),
+        seq: 0,
+        racks,
+        backlog: vec![VecDeque::new(); teams],
+        retry_scheduled: vec![false; teams],
+        retry_after_ms,
+        capacity_gpu_milli: cluster.total_gpus() * GPU_MILLI,
+        id_mask: match options.seed {
+            0 => 0,
+            seed => SplitMix64::new(seed).next_u64(),
+        },
+        waiting: 0,
+        busy_gpu_milli: 0,
+        last_arrival_ms: trace
+            .jobs
+            .iter()
+            .map(|job| job.submit_ms)
+            .max()
+            .unwrap_or(0),
+        busy_window_milli_ms: 0,
+        in_system: 0,
+        area_job_ms: 0,
+        last_event_ms: 0,
+        team_gpu_milli_ms: vec![0; teams],
+        lost_gpu_milli_ms: 0,
+        preemptions: 0,
+        preempt_decisions: 0,
+        multi_gpu: 0,
+        multi_gpu_one_node: 0,
+        multi_gpu_one_rack: 0,
+        submit_retries: 0,
+        decide_calls: 0,
+        placements: 0,
+        events_done: 0,
+        changed: false,
+    };
+    sim.run()
+}
+
+impl Sim<'_> {
+    fn push(&mut self, at: u64, kind: EventKind, target: u32, epoch: u32) {
+        self.seq += 1;
+        self.events.push(Reverse(Event {
+            at,
+            kind,
+            seq: self.seq,
+            target,
+            epoch,
+        }));
+    }
+
+    fn trial_of(&self, index: u32) -> TrialId {
+        TrialId {
+            experiment: ExperimentId {
+                digest: u64::from(index) ^ self.id_mask,
+                run: 1,
+            },
+            index: 0,
+        }
+    }
+
+    fn job_index(&self, trial: TrialId, at: u64) -> Result<u32, SimError> {
+        let index = trial.experiment.digest ^ self.id_mask;
+        if trial.index != 0 || trial.experiment.run != 1 || index >= self.runs.len() as u64 {
+            return Err(SimError::UnknownTrial {
+                at_s: seconds(at),
+                trial,
+            });
+        }
+        Ok(index as u32)
+    }
+
+    fn run(mut self) -> Result<SimReport, SimError> {
+        // Jobs without dependencies arrive in submission order, ties in trace order.
+        let mut arrivals: Vec<u32> = (0..self.trace.jobs.len() as u32)
+            .filter(|&index| self.trace.jobs[index as usize].deps.is_empty())
+            .collect();
+        arrivals.sort_by_key(|&index| self.trace.jobs[index as usize].submit_ms);
+        let first_arrival_ms = self
+            .trace
+            .jobs
+            .iter()
+            .map(|job| job.submit_ms)
+            .min()
+            .unwrap_or(0);
+        self.last_event_ms = first_arrival_ms;
+        let mut next_arrival = 0;
+        let mut rounds_at_now = 0u64;
+        let mut now = first_arrival_ms;
+        let mut stopped_by_until = false;
+        loop {
+            let heap_next = self.events.peek().map(|Reverse(event)| event.at);
+            let list_next = arrivals
+                .get(next_arrival)
+                .map(|&index| self.trace.jobs[index as usize].submit_ms);
+            let Some(next) = [heap_next, list_next].into_iter().flatten().min() else {
+                break;
+            };
+            if self.options.until_ms.is_some_and(|until| next > until) {
+                stopped_by_until = true;
+                break;
+            }
+            if next == now {
+                rounds_at_now += 1;
+                if rounds_at_now > MAX_ROUNDS_AT_ONE_TIME {
+                    return Err(SimError::Livelock { at_s: seconds(now) });
+                }
+            } else {
+                rounds_at_now = 0;
+            }
+            now = next;
+            self.advance(now);
+            self.changed = false;
+            while let Some(&Reverse(event)) = self.events.peek() {
+                if event.at != now {
+                    break;
+                }
+                self.events.pop();
+                self.events_done += 1;
+                match event.kind {
+                    EventKind::End => self.handle_end(event, now),
+                    EventKind::Stop => self.handle_stop(event, now),
+                    EventKind::Submit => self.submit(event.target, now),
+                    EventKind::Retry => self.handle_retry(event.target as usize, now),
+                }
+            }
+            while let Some(&index) = arrivals.get(next_arrival) {
+                if self.trace.jobs[index as usize].submit_ms != now {
+                    break;
+                }
+                next_arrival += 1;
+                self.events_done += 1;
+                self.submit(index, now);
+            }
+            if self.changed {
+                self.decide(now)?;
+            }
+        }
+        // Jobs still running (never-finishing ones) hold their GPUs up to the horizon.
+        let still_running = self
+            .runs
+            .iter()
+            .any(|run| matches!(run.phase, Phase::Running | Phase::Stopping));
+        let end_ms = match self.options.until_ms {
+            Some(until) if stopped_by_until || (still_running && until > now) => until,
+            _ => now,
+        };
+        self.advance(end_ms);
+        Ok(self.report(first_arrival_ms, end_ms))
+    }
+
+    /// Moves the Little's-law integral on to `now`.
+    fn advance(&mut self, now: u64) {
+        let elapsed = now.saturating_sub(self.last_event_ms);
+        self.area_job_ms += u128::from(self.in_system) * u128::from(elapsed);
+        let window = now.min(self.last_arrival_ms) - self.last_event_ms.min(self.last_arrival_ms);
+        self.busy_window_milli_ms += u128::from(self.busy_gpu_milli) * u128::from(window);
+        self.last_event_ms = self.last_event_ms.max(now);
+    }
+
+    fn submit(&mut self, index: u32, now: UnixMillis) {
+        let run = &mut self.runs[index as usize];
+        if run.phase == Phase::Pending {
+            run.arrival_ms = now;
+            self.in_system += 1;
+        }
+        let trace = self.trace;
+        let job = &trace.jobs[index as usize];
+        let request = TrialRequest {
+            id: self.trial_of(index),
+            team: trace.teams[job.team as usize].clone(),
+            queue: None,
+            priority: self.priorities[index as usize],
+            gang: gang_of(job),
+            preemptible: job.preemptible,
+            time_limit_ms: job.time_limit_ms,
+            submitted_at: now,
+        };
+        match self.core.submit(request, now) {
+            Ok(()) => {
+                self.runs[index as usize].phase = Phase::Waiting;
+                self.waiting += 1;
+                self.changed = true;
+            }
+            Err(Refusal::TooManyPending { retry_after_ms, .. }) => {
+                let team = job.team as usize;
+                if self.runs[index as usize].phase == Phase::Pending {
+                    self.backlog[team].push_back(index);
+                } else {
+                    self.backlog[team].push_front(index);
+                }
+                self.runs[index as usize].phase = Phase::Backlogged;
+                if !self.retry_scheduled[team] {
+                    self.retry_scheduled[team] = true;
+                    let delay = retry_after_ms.max(self.retry_after_ms).max(1);
+                    self.push(now + delay, EventKind::Retry, team as u32, 0);
+                }
+            }
+            Err(_) => {
+                let run = &mut self.runs[index as usize];
+                run.phase = Phase::Refused;
+                run.end_ms = now;
+                self.in_system -= 1;
+                self.release_dependents(index, now, false);
+            }
+        }
+    }
+
+    fn handle_retry(&mut self, team: usize, now: UnixMillis) {
+        self.retry_scheduled[team] = false;
+        while let Some(index) = self.backlog[team].pop_front() {
+            self.submit_retries += 1;
+            self.submit(index, now);
+            if self.runs[index as usize].phase == Phase::Backlogged {
+                // Refused again: it went back to the front and a retry is scheduled.
+                break;
+            }
+        }
+    }
+
+    fn handle_end(&mut self, event: Event, now: UnixMillis) {
+        let index = event.target;
+        let run = &self.runs[index as usize];
+        if run.epoch != event.epoch || !matches!(run.phase, Phase::Running | Phase::Stopping) {
+            return;
+        }
+        let ran = now - run.start_ms;
+        let completed = run.remaining_ms.is_some_and(|remaining| ran >= remaining);
+        self.account_run(index, ran);
+        self.busy_gpu_milli -= self.trace.jobs[index as usize].total_gpu_milli();
+        let run = &mut self.runs[index as usize];
+        run.phase = if completed {
+            Phase::Completed
+        } else {
+            Phase::Killed
+        };
+        run.end_ms = now;
+        if let Some(remaining) = &mut run.remaining_ms {
+            *remaining = remaining.saturating_sub(ran);
+        }
+        self.in_system -= 1;
+        self.core.finish(self.trial_of(index), now, completed);
+        self.changed = true;
+        self.release_dependents(index, now, completed);
+    }
+
+    fn handle_stop(&mut self, event: Event, now: UnixMillis) {
+        let index = event.target;
+        let run = &self.runs[index as usize];
+        if run.epoch != event.epoch || run.phase != Phase::Stopping {
+            return;
+        }
+        let ran = now - run.start_ms;
+        let lost = match self.trace.jobs[index as usize].ckpt_interval_ms {
+            Some(interval) => ran % interval,
+            None => ran,
+        };
+        self.account_run(index, ran);
+        self.busy_gpu_milli -= self.trace.jobs[index as usize].total_gpu_milli();
+        self.lost_gpu_milli_ms +=
+            u128::from(lost) * u128::from(self.trace.jobs[index as usize].total_gpu_milli());
+        self.preemptions += 1;
+        let run = &mut self.runs[index as usize];
+        if let Some(remaining) = &mut run.remaining_ms {
+            *remaining = remaining.saturating_sub(ran - lost);
+        }
+        run.phase = Phase::Waiting;
+        self.waiting += 1;
+        self.core.requeue(self.trial_of(index), now);
+        self.changed = true;
+    }
+
+    /// Adds a finished run segment to the GPU-time totals.
+    fn account_run(&mut self, index: u32, ran: u64) {
+        let trace = self.trace;
+        let job = &trace.jobs[index as usize];
+        self.team_gpu_milli_ms[job.team as usize] +=
+            u128::from(ran) * u128::from(job.total_gpu_milli());
+    }
+
+    fn release_dependents(&mut self, index: u32, now: UnixMillis, completed: bool) {
+        if !completed {
+            return;
+        }
+        let from = self.dependent_offsets[index as usize] as usize;
+        let to = self.dependent_offsets[index as usize + 1] as usize;
+        for position in from..to {
+            let dependent = self.dependents[position];
+            let run = &mut self.runs[dependent as usize];
+            run.unmet_deps -= 1;
+            if run.unmet_deps == 0 {
+                // Never before its own submission time.
+                let at = now.max(self.trace.jobs[dependent as usize].submit_ms);
+                self.push(at, EventKind::Submit, dependent, 0);
+            }
+        }
+    }
+
+    /// Calls `decide` and carries out its decisions, again while a pass placed
+    /// something and more trials wait than one pass examines.
+    fn decide(&mut self, now: UnixMillis) -> Result<(), SimError> {
+        for _ in 0..MAX_ROUNDS_AT_ONE_TIME {
+            let waiting_before = self.waiting;
+            let placed = self.decide_once(now)?;
+            if placed == 0 || waiting_before <= EXAMINED_PER_PASS {
+                return Ok(());
+            }
+        }
+        Err(SimError::Livelock { at_s: seconds(now) })
+    }
+
+    /// One `decide` call; returns how many jobs it placed.
+    fn decide_once(&mut self, now: UnixMillis) -> Result<u64, SimError> {
+        self.decide_calls += 1;
+        let placements_before = self.placements;
+        let decisions = self.core.decide(now);
+        if self.options.check_invariants {
+            self.core
+                .check_invariants()
+                .map_err(|message| SimError::Invariant {
+                    at_s: seconds(now),
+                    message,
+                })?;
+        }
+        for decision in decisions {
+            match decision {
+                Decision::Place { trial, workers } => {
+                    let index = self.job_index(trial, now)?;
+                    self.place(index, &workers, now)?;
+                }
+                Decision::Preempt {
+                    trial, grace_ms, ..
+                } => {
+                    let index = self.job_index(trial, now)?;
+                    self.preempt_decisions += 1;
+                    let run = &mut self.runs[index as usize];
+                    match run.phase {
+                        Phase::Running => {
+                            run.phase = Phase::Stopping;
+                            let epoch = run.epoch;
+                            self.push(now + grace_ms, EventKind::Stop, index, epoch);
+                        }
+                        // Already asked to stop: the first grace period stands.
+                        Phase::Stopping => {}
+                        phase => {
+                            return Err(SimError::UnexpectedDecision {
+                                at_s: seconds(now),
+                                what: "preempted",
+                                job_id: self.trace.jobs[index as usize].job_id.clone(),
+                                state: phase.name(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        Ok(self.placements - placements_before)
+    }
+
+    fn place(
+        &mut self,
+        index: u32,
+        workers: &[WorkerPlacement],
+        now: UnixMillis,
+    ) -> Result<(), SimError> {
+        let trace = self.trace;
+        let job = &trace.jobs[index as usize];
+        let run = &mut self.runs[index as usize];
+        if run.phase != Phase::Waiting {
+            return Err(SimError::UnexpectedDecision {
+                at_s: seconds(now),
+                what: "placed",
+                job_id: job.job_id.clone(),
+                state: run.phase.name(),
+            });
+        }
+        run.phase = Phase::Running;
+        self.busy_gpu_milli += job.total_gpu_milli();
+        self.waiting -= 1;
+        run.epoch += 1;
+        run.start_ms = now;
+        run.first_start_ms.get_or_insert(now);
+        let run_for = match (run.remaining_ms, job.time_limit_ms) {
+            (Some(remaining), Some(limit)) => Some(remaining.min(limit)),
+            (Some(remaining), None) => Some(remaining),
+            (None, limit) => limit,
+        };
+        let epoch = run.epoch;
+        if let Some(run_for) = run_for {
+            self.push(now + run_for, EventKind::End, index, epoch);
+        }
+        self.placements += 1;
+        if job.total_gpu_milli() > GPU_MILLI {
+            self.multi_gpu += 1;
+            let first = workers.first().map(|worker| worker.node);
+            let one_node = workers.iter().all(|worker| Some(worker.node) == first);
+            let rack_of = |node: &NodeId| self.racks.get(node).copied().unwrap_or(u32::MAX);
+            let first_rack = first.as_ref().map(rack_of).unwrap_or(u32::MAX);
+            let one_rack = one_node
+                || (first_rack != u32::MAX
+                    && workers
+                        .iter()
+                        .all(|worker| rack_of(&worker.node) == first_rack));
+            self.multi_gpu_one_node += u64::from(one_node);
+            self.multi_gpu_one_rack += u64::from(one_rack);
+        }
+        Ok(())
+    }
+
+    fn report(mut self, first_arrival_ms: u64, end_ms: u64) -> SimReport {
+        let mut outcomes = Outcomes::default();
+        let mut jct = Vec::new();
+        let mut queue_delay = Vec::new();
+        let mut never_started = 0;
+        let mut time_in_system_ms: u128 = 0;
+        let mut departed: u64 = 0;
+        let mut arrived: u64 = 0;
+        let teams = self.trace.teams.len();
+        let mut team_jobs = vec![0u64; teams];
+        let mut team_completed = vec![0u64; teams];
+        let mut team_jct_sum = vec![0f64; teams];
+        let mut wait_reasons: BTreeMap<String, u64> = BTreeMap::new();
+        let trace = self.trace;
+        for index in 0..self.runs.len() {
+            let job = &trace.jobs[index];
+            let run = self.runs[index].clone();
+            let team = job.team as usize;
+            team_jobs[team] += 1;
+            if run.phase != Phase::Pending && run.phase != Phase::Refused {
+                arrived += 1;
+            }
+            match run.first_start_ms {
+                Some(start) => queue_delay.push(seconds(start - run.arrival_ms)),
+                None => never_started += 1,
+            }
+            match run.phase {
+                Phase::Completed | Phase::Killed => {
+                    let in_system = run.end_ms - run.arrival_ms;
+                    time_in_system_ms += u128::from(in_system);
+                    departed += 1;
+                    if run.phase == Phase::Completed {
+                        outcomes.completed += 1;
+                        jct.push(seconds(in_system));
+                        team_completed[team] += 1;
+                        team_jct_sum[team] += seconds(in_system);
+                    } else {
+                        outcomes.killed += 1;
+                    }
+                }
+                Phase::Running | Phase::Stopping => {
+                    // Close the open run at the end of the simulation.
+                    let ran = end_ms.saturating_sub(run.start_ms);
+                    self.account_run(index as u32, ran);
+                    outcomes.running += 1;
+                }
+                Phase::Waiting | Phase::Backlogged => {
+                    outcomes.waiting += 1;
+                    let reason = match run.phase {
+                        Phase::Backlogged => "too many pending trials (backlogged)".to_owned(),
+                        _ => self
+                            .core
+                            .wait_reason(self.trial_of(index as u32))
+                            .map_or_else(|| "unknown".to_owned(), |reason| reason.to_string()),
+                    };
+                    *wait_reasons.entry(reason).or_default() += 1;
+                }
+                Phase::Refused => outcomes.refused += 1,
+                Phase::Pending => {
+                    if run.unmet_deps > 0 {
+                        outcomes.blocked += 1;
+                    } else {
+                        outcomes.not_arrived += 1;
+                    }
+                }
+            }
+        }
+        let span_ms = end_ms.saturating_sub(first_arrival_ms);
+        let span = seconds(span_ms);
+        let total_gpu_milli_ms: u128 = self.team_gpu_milli_ms.iter().sum();
+        let gpu_hours_of = |milli_ms: u128| milli_ms as f64 / (GPU_MILLI as f64 * 3_600_000.0);
+        let total_gpu_hours = gpu_hours_of(total_gpu_milli_ms);
+        let team_reports: Vec<TeamReport> = (0..teams)
+            .map(|team| {
+                let gpu_hours = gpu_hours_of(self.team_gpu_milli_ms[team]);
+                TeamReport {
+                    name: self.trace.teams[team].clone(),
+                    jobs: team_jobs[team],
+                    completed: team_completed[team],
+                    gpu_hours,
+                    share: if total_gpu_hours > 0.0 {
+                        gpu_hours / total_gpu_hours
+                    } else {
+                        0.0
+                    },
+                    jct_mean: (team_completed[team] > 0)
+                        .then(|| team_jct_sum[team] / team_completed[team] as f64),
+                }
+            })
+            .collect();
+        let shares: Vec<f64> = team_reports.iter().map(|team| team.gpu_hours).collect();
+        let offered = self.capacity_gpu_milli as f64 * span_ms as f64;
+        let last_end_ms = self
+            .runs
+            .iter()
+            .filter(|run| matches!(run.phase, Phase::Completed | Phase::Killed))
+            .map(|run| run.end_ms)
+            .max();
+        let littles_law = LittlesLaw {
+            l: if span_ms > 0 {
+                self.area_job_ms as f64 / span_ms as f64
+            } else {
+                0.0
+            },
+            lambda: if span_ms > 0 {
+                arrived as f64 / span
+            } else {
+                0.0
+            },
+            w: if departed > 0 {
+                time_in_system_ms as f64 / departed as f64 / 1000.0
+            } else {
+                0.0
+            },
+        };
+        let ratio = |part: u64, whole: u64| (whole > 0).then(|| part as f64 / whole as f64);
+        SimReport {
+            jobs: self.runs.len() as u64,
+            outcomes,
+            never_started,
+            jct: Summary::of(&mut jct),
+            queue_delay: Summary::of(&mut queue_delay),
+            makespan: last_end_ms
+                .map_or(0.0, |last| seconds(last.saturating_sub(first_arrival_ms))),
+            span,
+            gpu_utilization: if offered > 0.0 {
+                (total_gpu_milli_ms as f64 / offered).min(1.0)
+            } else {
+                0.0
+            },
+            gpu_utilization_arrivals: (first_arrival_ms < self.last_arrival_ms).then(|| {
+                let window_ms = self.last_arrival_ms - first_arrival_ms;
+                self.busy_window_milli_ms as f64
+                    / (self.capacity_gpu_milli as f64 * window_ms as f64)
+            }),
+            gpu_hours: total_gpu_hours,
+            jain_fairness: jain_index(&shares),
+            teams: team_reports,
+            preemptions: self.preemptions,
+            preempt_decisions: self.preempt_decisions,
+            gpu_seconds_lost: self.lost_gpu_milli_ms as f64 / (GPU_MILLI as f64 * 1000.0),
+            multi_gpu_placements: self.multi_gpu,
+            multi_gpu_one_node: ratio(self.multi_gpu_one_node, self.multi_gpu),
+            multi_gpu_one_rack: ratio(self.multi_gpu_one_rack, self.multi_gpu),
+            littles_law,
+            submit_retries: self.submit_retries,
+            wait_reasons,
+            decide_calls: self.decide_calls,
+            placements: self.placements,
+            events: self.events_done,
+        }
+    }
+}

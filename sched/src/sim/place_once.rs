@@ -1,0 +1,253 @@
+//! `xp sim --place-once`: packing quality alone, with no departures and no queue.
+//!
+//! Jobs drawn (with replacement, from the seed) from the trace's GPU jobs arrive
+//! one after another and are placed once, with the node pool's own placement, or
+//! fail when they do not fit, until the GPUs asked for reach `load` times the
+//! cluster's GPUs. The report is the GPU allocation ratio as the arrived load
+//! passes 0.9, 1.0 and the final load, the fragmentation of the idle GPUs, and
+//! the failures by kind. The same seed draws the same jobs for every strategy, so
+//! strategies are compared on equal input.
+
+use super::cluster::ClusterSpec;
+use super::engine::gang_of;
+use super::trace::{Trace, TraceJob};
+use crate::GPU_MILLI;
+use crate::place::{NodePool, Strategy};
+use xp_runtime::seeded::SplitMix64;
+
+/// The largest load accepted, in multiples of the cluster's GPUs.
+pub const MAX_LOAD: f64 = 100.0;
+/// Load levels reported on the way to the final load.
+pub const CHECKPOINT_LOADS: [f64; 2] = [0.9, 1.0];
+
+/// How to run the packing measurement.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlaceOnceOptions {
+    /// Stop when the GPUs asked for reach this multiple of the cluster's GPUs.
+    pub load: f64,
+    /// How workers are laid out.
+    pub strategy: Strategy,
+    /// Draws the jobs (and seeds random placement).
+    pub seed: u64,
+}
+
+/// Why the packing measurement cannot run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlaceOnceError {
+    /// The load is not a number in `(0, MAX_LOAD]`.
+    #[error("the load must be above 0 and at most {MAX_LOAD} (got {load})")]
+    Load {
+        /// The value given.
+        load: f64,
+    },
+    /// The trace has no job that asks for a GPU.
+    #[error("the trace has no job that asks for a GPU")]
+    NoGpuJobs,
+    /// The cluster has no GPU.
+    #[error("the cluster has no GPU")]
+    NoGpus,
+}
+
+/// The kind of a job, for failure counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    /// Workers that each take a share of one GPU.
+    Fractional,
+    /// One worker with one whole GPU.
+    WholeGpu,
+    /// More than one GPU in all.
+    MultiGpu,
+}
+
+impl JobKind {
+    /// The kind of `job`, which asks for at least one GPU thousandth.
+    pub fn of(job: &TraceJob) -> Self {
+        if job.gpu_milli_per_worker < GPU_MILLI {
+            Self::Fractional
+        } else if job.total_gpu_milli() == GPU_MILLI {
+            Self::WholeGpu
+        } else {
+            Self::MultiGpu
+        }
+    }
+
+    fn slot(self) -> usize {
+        match self {
+            Self::Fractional => 0,
+            Self::WholeGpu => 1,
+            Self::MultiGpu => 2,
+        }
+    }
+}
+
+/// Counts per [`JobKind`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KindCounts {
+    /// Fractional-GPU jobs.
+    pub fractional: u64,
+    /// Single whole-GPU jobs.
+    pub whole_gpu: u64,
+    /// Multi-GPU jobs.
+    pub multi_gpu: u64,
+}
+
+impl KindCounts {
+    fn add(&mut self, kind: JobKind) {
+        match kind.slot() {
+            0 => self.fractional += 1,
+            1 => self.whole_gpu += 1,
+            _ => self.multi_gpu += 1,
+        }
+    }
+
+    /// All kinds together.
+    pub fn total(&self) -> u64 {
+        self.fractional + self.whole_gpu + self.multi_gpu
+    }
+}
+
+/// What the packing measurement found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlaceOnceReport {
+    /// Allocated GPUs over the cluster's GPUs at each load level passed, in order
+    /// (`(load, ratio)`): 0.9, 1.0 (when below the final load) and the final load.
+    pub alloc_ratio: Vec<(f64, f64)>,
+    /// GPUs asked for over the cluster's GPUs when arrivals stopped.
+    pub final_load: f64,
+    /// The pool's fragmentation of idle GPUs at the end.
+    pub idle_gpu_fragmentation: f64,
+    /// Jobs drawn, by kind.
+    pub attempted: KindCounts,
+    /// Jobs that did not fit, by kind.
+    pub failed: KindCounts,
+}
+
+impl PlaceOnceReport {
+    /// The report as one JSON object; `alloc_ratio` is keyed by load.
+    pub fn to_json(&self) -> serde_json::Value {
+        let alloc_ratio: serde_json::Map<String, serde_json::Value> = self
+            .alloc_ratio
+            .iter()
+            .map(|(load, ratio)| (load_key(*load), serde_json::json!(ratio)))
+            .collect();
+        let counts = |counts: &KindCounts| {
+            serde_json::json!({
+                "fractional": counts.fractional,
+                "whole_gpu": counts.whole_gpu,
+                "multi_gpu": counts.multi_gpu,
+                "total": counts.total(),
+            })
+        };
+        serde_json::json!({
+            "alloc_ratio": alloc_ratio,
+            "final_load": self.final_load,
+            "idle_gpu_fragmentation": self.idle_gpu_fragmentation,
+            "jobs": self.attempted.total(),
+            "attempted": counts(&self.attempted),
+            "failed": counts(&self.failed),
+        })
+    }
+}
+
+/// A load as a JSON key: `0.9`, `1.0`, `1.3`.
+pub fn load_key(load: f64) -> String {
+    let text = format!("{load:.3}");
+    let trimmed = text.trim_end_matches('0');
+    if trimmed.ends_with('.') {
+        format!("{trimmed}0")
+    } else {
+        trimmed.to_owned()
+    }
+}
+
+/// Runs the packing measurement.
+pub fn place_once(
+    trace: &Trace,
+    cluster: &ClusterSpec,
+    options: &PlaceOnceOptions,
+) -> Result<PlaceOnceReport, PlaceOnceError> {
+    if !(options.load.is_finite() && options.load > 0.0 && options.load <= MAX_LOAD) {
+        return Err(PlaceOnceError::Load { load: options.load });
+    }
+    let gpu_jobs: Vec<&TraceJob> = trace
+        .jobs
+        .iter()
+        .filter(|job| job.total_gpu_milli() > 0)
+        .collect();
+    if gpu_jobs.is_empty() {
+        return Err(PlaceOnceError::NoGpuJobs);
+    }
+    let capacity_milli = cluster.total_gpus() * GPU_MILLI;
+    if capacity_milli == 0 {
+        return Err(PlaceOnceError::NoGpus);
+    }
+    let mut pool = NodePool::new();
+    for node in &cluster.nodes {
+        pool.upsert_node(node.clone());
+    }
+    // Separate streams: the jobs drawn must not depend on the strategy.
+    let mut draws = SplitMix64::new(options.seed);
+    let mut placement_seeds = SplitMix64::new(options.seed ^ 0x7069_6163_656f_6e63);
+    let capacity = capacity_milli as f64;
+    let target = options.load * capacity;
+    let mut arrived_milli: u64 = 0;
+    let mut allocated_milli: u64 = 0;
+    let mut attempted = KindCounts::default();
+    let mut failed = KindCounts::default();
+    let mut alloc_ratio = Vec::new();
+    let mut checkpoints = CHECKPOINT_LOADS
+        .iter()
+        .copied()
+        .filter(|&load| load < options.load)
+        .peekable();
+    while (arrived_milli as f64) < target {
+        let job = gpu_jobs[draws.below(gpu_jobs.len() as u64) as usize];
+        let kind = JobKind::of(job);
+        attempted.add(kind);
+        arrived_milli += job.total_gpu_milli();
+        let strategy = match options.strategy {
+            Strategy::Random { .. } => Strategy::Random {
+                seed: placement_seeds.next_u64(),
+            },
+            other => other,
+        };
+        let gang = gang_of(job);
+        let placed = pool
+            .find(&gang, strategy)
+            .is_some_and(|workers| pool.allocate(&workers).is_ok());
+        if placed {
+            allocated_milli += job.total_gpu_milli();
+        } else {
+            failed.add(kind);
+        }
+        while let Some(&load) = checkpoints.peek() {
+            if (arrived_milli as f64) < load * capacity {
+                break;
+            }
+            alloc_ratio.push((load, allocated_milli as f64 / capacity));
+            checkpoints.next();
+        }
+    }
+    alloc_ratio.push((options.load, allocated_milli as f64 / capacity));
+    Ok(PlaceOnceReport {
+        alloc_ratio,
+        final_load: arrived_milli as f64 / capacity,
+        idle_gpu_fragmentation: pool.idle_gpu_fragmentation(),
+        attempted,
+        failed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_keys_read_naturally() {
+        assert_eq!(load_key(0.9), "0.9");
+        assert_eq!(load_key(1.0), "1.0");
+        assert_eq!(load_key(1.3), "1.3");
+        assert_eq!(load_key(2.0), "2.0");
+        assert_eq!(load_key(1.25), "1.25");
+    }
+}

@@ -1,0 +1,826 @@
+//! The workload trace: one CSV row per job, each job a gang of identical workers.
+//!
+//! Columns (any order, a header row first): required `job_id`, `submit_s`,
+//! `duration_s` (empty: never finishes), `num_workers`, `gpus_per_worker` (0, a
+//! fraction such as 0.47, or a whole number); optional `cpu_milli_per_worker`,
+//! `mem_mib_per_worker`, `gpu_types` (models separated by `|`), `priority` (an
+//! integer or a class name), `team`, `preemptible`, `time_limit_s`,
+//! `ckpt_interval_s`, `deps` (job ids separated by `;`).
+//!
+//! Parsing is strict: unknown or repeated columns, malformed values and absurd
+//! sizes are errors naming the line and column. Quoted fields are accepted but
+//! never needed. This module only parses and writes text; it does not simulate.
+//!
+//! Invariant: every [`TraceJob::deps`] index points at another job of the same
+//! trace, and `gpu_milli_per_worker` is at most 1000 or a whole multiple of 1000.
+
+use std::collections::HashMap;
+
+use crate::GPU_MILLI;
+
+/// The most rows a trace may have.
+pub const MAX_ROWS: usize = 10_000_000;
+/// The most workers one job may ask for.
+pub const MAX_WORKERS: u32 = 100_000;
+/// The most whole GPUs one worker may ask for.
+pub const MAX_GPUS_PER_WORKER: u64 = 1024;
+/// The largest time in seconds accepted anywhere in a trace (about 31 years).
+pub const MAX_SECONDS: f64 = 1e9;
+/// The most CPU thousandths one worker may ask for (a million cores).
+pub const MAX_CPU_MILLI: u64 = 1_000_000_000;
+/// The most memory one worker may ask for, in MiB (one PiB).
+pub const MAX_MEM_MIB: u64 = 1 << 30;
+/// The longest accepted job id, team or class name, in bytes.
+pub const MAX_NAME_LEN: usize = 256;
+
+const REQUIRED: [&str; 5] = [
+    "job_id",
+    "submit_s",
+    "duration_s",
+    "num_workers",
+    "gpus_per_worker",
+];
+const OPTIONAL: [&str; 9] = [
+    "cpu_milli_per_worker",
+    "mem_mib_per_worker",
+    "gpu_types",
+    "priority",
+    "team",
+    "preemptible",
+    "time_limit_s",
+    "ckpt_interval_s",
+    "deps",
+];
+
+/// Why a trace is rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The text is not well-formed CSV (such as a row with a different number of fields).
+    #[error("line {line}: {source}")]
+    Csv {
+        /// The line of the offending record (1 is the header).
+        line: u64,
+        /// What the CSV reader found.
+        #[source]
+        source: csv::Error,
+    },
+    /// The header lacks a required column.
+    #[error("the header has no `{column}` column")]
+    MissingColumn {
+        /// The column.
+        column: &'static str,
+    },
+    /// The header names a column this format does not know.
+    #[error("unknown column `{column}` (known: {known})")]
+    UnknownColumn {
+        /// The column as written.
+        column: String,
+        /// The columns accepted.
+        known: String,
+    },
+    /// The header names a column twice.
+    #[error("column `{column}` appears twice in the header")]
+    DuplicateColumn {
+        /// The column.
+        column: String,
+    },
+    /// A value is malformed or out of range.
+    #[error("line {line}, column `{column}`: {reason} (got {value:?})")]
+    Field {
+        /// The line (1 is the header).
+        line: u64,
+        /// The column.
+        column: &'static str,
+        /// The value as written, cut to 64 characters.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Two rows share a job id.
+    #[error("line {line}: job id {job_id:?} is already used on line {first_line}")]
+    DuplicateJob {
+        /// The line of the second use.
+        line: u64,
+        /// The id.
+        job_id: String,
+        /// The line of the first use.
+        first_line: u64,
+    },
+    /// A dependency names a job that is not in the trace.
+    #[error("line {line}, column `deps`: job {job_id:?} depends on unknown job {dep:?}")]
+    UnknownDependency {
+        /// The line of the dependent job.
+        line: u64,
+        /// The dependent job.
+        job_id: String,
+        /// The id that names no job.
+        dep: String,
+    },
+    /// The trace has more rows than [`MAX_ROWS`].
+    #[error("the trace has more than {max} rows")]
+    TooManyRows {
+        /// The limit.
+        max: usize,
+    },
+    /// The trace has a header but no job.
+    #[error("the trace has no jobs")]
+    Empty,
+}
+
+/// A job's base priority as written in the trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobPriority {
+    /// An integer priority.
+    Value(i64),
+    /// A priority class name, resolved through the policy's priority classes.
+    Class(String),
+}
+
+/// One job of a trace: a gang of `num_workers` identical workers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceJob {
+    /// The id as written in the trace.
+    pub job_id: String,
+    /// When it is submitted, in milliseconds from the trace's time zero.
+    pub submit_ms: u64,
+    /// How long it runs once placed, in milliseconds; `None` never finishes.
+    pub duration_ms: Option<u64>,
+    /// Workers in the gang.
+    pub num_workers: u32,
+    /// GPU thousandths per worker: at most 1000 (a share of one GPU) or a whole
+    /// multiple of 1000.
+    pub gpu_milli_per_worker: u64,
+    /// CPU thousandths per worker.
+    pub cpu_milli_per_worker: u64,
+    /// Memory per worker, in MiB.
+    pub mem_mib_per_worker: u64,
+    /// Acceptable GPU models; empty accepts any.
+    pub gpu_types: Vec<String>,
+    /// The base priority; `None` is the policy's default (0).
+    pub priority: Option<JobPriority>,
+    /// The owning team, an index into [`Trace::teams`].
+    pub team: u32,
+    /// Whether the policy may preempt it.
+    pub preemptible: bool,
+    /// The longest one run may last before it is killed, in milliseconds.
+    pub time_limit_ms: Option<u64>,
+    /// How often it checkpoints, in milliseconds of its run; `None` never does.
+    pub ckpt_interval_ms: Option<u64>,
+    /// The jobs (indexes into [`Trace::jobs`]) that must complete before it is submitted.
+    pub deps: Vec<u32>,
+    /// The line it was read from (1 is the header); 0 for generated jobs.
+    pub line: u64,
+}
+
+impl TraceJob {
+    /// GPU thousandths of the whole gang.
+    pub fn total_gpu_milli(&self) -> u64 {
+        self.gpu_milli_per_worker * u64::from(self.num_workers)
+    }
+}
+
+/// A parsed trace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Trace {
+    /// The jobs in file order.
+    pub jobs: Vec<TraceJob>,
+    /// Team names; [`TraceJob::team`] indexes this list, in order of first appearance.
+    pub teams: Vec<String>,
+}
+
+/// The team of rows that leave `team` empty.
+pub const DEFAULT_TEAM: &str = "default";
+
+struct Columns {
+    index: HashMap<&'static str, usize>,
+}
+
+impl Columns {
+    fn get<'r>(&self, record: &'r csv::StringRecord, column: &'static str) -> &'r str {
+        self.index
+            .get(column)
+            .and_then(|&index| record.get(index))
+            .unwrap_or("")
+    }
+}
+
+fn field_error(
+    line: u64,
+    column: &'static str,
+    value: &str,
+    reason: impl Into<String>,
+) -> TraceError {
+    TraceError::Field {
+        line,
+        column,
+        value: value.chars().take(64).collect(),
+        reason: reason.into(),
+    }
+}
+
+fn parse_seconds(line: u64, column: &'static str, value: &str) -> Result<u64, TraceError> {
+    let seconds: f64 = value
+        .parse()
+        .map_err(|_| field_error(line, column, value, "not a number of seconds"))?;
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(field_error(
+            line,
+            column,
+            value,
+            "must be a finite number of seconds, at least 0",
+        ));
+    }
+    if seconds > MAX_SECONDS {
+        return Err(field_error(
+            line,
+            column,
+            value,
+            format!("must be at most {MAX_SECONDS} seconds"),
+        ));
+    }
+    // The bound above keeps the product far below u64::MAX.
+    Ok((seconds * 1000.0).round() as u64)
+}
+
+fn parse_positive_seconds(line: u64, column: &'static str, value: &str) -> Result<u64, TraceError> {
+    let millis = parse_seconds(line, column, value)?;
+    if millis == 0 {
+        return Err(field_error(
+            line,
+            column,
+            value,
+            "must be at least 0.001 seconds",
+        ));
+    }
+    Ok(millis)
+}
+
+fn parse_bounded(
+    line: u64,
+    column: &'static str,
+    value: &str,
+    max: u64,
+) -> Result<u64, TraceError> {
+    let number: u64 = value
+        .parse()
+        .map_err(|_| field_error(line, column, value, "not a whole number at least 0"))?;
+    if number > max {
+        return Err(field_error(
+            line,
+            column,
+            value,
+            format!("must be at most {max}"),
+        ));
+    }
+    Ok(number)
+}
+
+/// Parses a GPU count per worker into thousandths.
+fn parse_gpus(line: u64, value: &str) -> Result<u64, TraceError> {
+    const COLUMN: &str = "gpus_per_worker";
+    let gpus: f64 = value
+        .parse()
+        .map_err(|_| field_error(line, COLUMN, value, "not a number of GPUs"))?;
+    if !gpus.is_finite() || gpus < 0.0 {
+        return Err(field_error(
+            line,
+            COLUMN,
+            value,
+            "must be a finite number at least 0",
+        ));
+    }
+    if gpus > 1.0 {
+        if gpus.fract() != 0.0 {
+            return Err(field_error(
+                line,
+                COLUMN,
+                value,
+                "more than one GPU must be a whole number",
+            ));
+        }
+        if gpus > MAX_GPUS_PER_WORKER as f64 {
+            return Err(field_error(
+                line,
+                COLUMN,
+                value,
+                format!("must be at most {MAX_GPUS_PER_WORKER}"),
+            ));
+        }
+        return Ok(gpus as u64 * GPU_MILLI);
+    }
+    let milli = gpus * GPU_MILLI as f64;
+    let rounded = milli.round();
+    if (milli - rounded).abs() > 1e-6 {
+        return Err(field_error(
+            line,
+            COLUMN,
+            value,
+            "a fraction of a GPU must be a multiple of 0.001",
+        ));
+    }
+    Ok(rounded as u64)
+}
+
+fn parse_bool(line: u64, value: &str) -> Result<bool, TraceError> {
+    match value.to_ascii_lowercase().as_str() {
+        "" | "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        _ => Err(field_error(
+            line,
+            "preemptible",
+            value,
+            "must be true or false",
+        )),
+    }
+}
+
+fn check_name(line: u64, column: &'static str, value: &str) -> Result<(), TraceError> {
+    if value.is_empty() {
+        return Err(field_error(line, column, value, "must not be empty"));
+    }
+    if value.len() > MAX_NAME_LEN {
+        return Err(field_error(
+            line,
+            column,
+            value,
+            format!("must be at most {MAX_NAME_LEN} bytes"),
+        ));
+    }
+    if value.chars().any(|character| character.is_control()) {
+        return Err(field_error(
+            line,
+            column,
+            value,
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+fn parse_priority(line: u64, value: &str) -> Result<Option<JobPriority>, TraceError> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(number) = value.parse::<i64>() {
+        return Ok(Some(JobPriority::Value(number)));
+    }
+    let valid = value
+        .chars()
+        .all(|character| character.is_ascii_alphanumeric() || matches!(character, '_' | '-' | '.'));
+    if !valid || value.starts_with(['-', '+']) || value.len() > MAX_NAME_LEN {
+        return Err(field_error(
+            line,
+            "priority",
+            value,
+            "must be an integer or a priority class name (letters, digits, `_`, `-`, `.`)",
+        ));
+    }
+    Ok(Some(JobPriority::Class(value.to_owned())))
+}
+
+/// Parses a trace from CSV text.
+pub fn parse_trace(text: &str) -> Result<Trace, TraceError> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .trim(csv::Trim::All)
+        .comment(None)
+        .flexible(false)
+        .from_reader(text.as_bytes());
+    let header = reader
+        .headers()
+        .map_err(|source| TraceError::Csv { line: 1, source })?
+        .clone();
+    let mut index = HashMap::new();
+    for (position, name) in header.iter().enumerate() {
+        let Some(&known) = REQUIRED
+            .iter()
+            .chain(OPTIONAL.iter())
+            .find(|known| **known == name)
+        else {
+            return Err(TraceError::UnknownColumn {
+                column: name.to_owned(),
+                known: REQUIRED
+                    .iter()
+                    .chain(OPTIONAL.iter())
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        };
+        if index.insert(known, position).is_some() {
+            return Err(TraceError::DuplicateColumn {
+                column: name.to_owned(),
+            });
+        }
+    }
+    for column in REQUIRED {
+        if !index.contains_key(column) {
+            return Err(TraceError::MissingColumn { column });
+        }
+    }
+    let columns = Columns { index };
+
+    let mut trace = Trace::default();
+    let mut team_index: HashMap<String, u32> = HashMap::new();
+    let mut job_index: HashMap<String, u32> = HashMap::new();
+    // Dependencies by name, resolved once every id is known.
+    let mut pending_deps: Vec<(u32, Vec<String>)> = Vec::new();
+    let mut record = csv::StringRecord::new();
+    loop {
+        let more = reader
+            .read_record(&mut record)
+            .map_err(|source| TraceError::Csv {
+                line: source.position().map_or(0, csv::Position::line),
+                source,
+            })?;
+        if !more {
+            break;
+        }
+        if trace.jobs.len() >= MAX_ROWS {
+            return Err(TraceError::TooManyRows { max: MAX_ROWS });
+        }
+        let line = record.position().map_or(0, csv::Position::line);
+        let job = parse_row(&columns, &record, line, &mut trace.teams, &mut team_index)?;
+        let job_number = u32::try_from(trace.jobs.len()).expect("MAX_ROWS fits in u32");
+        if let Some(&first) = job_index.get(&job.job_id) {
+            return Err(TraceError::DuplicateJob {
+                line,
+                job_id: job.job_id,
+                first_line: trace.jobs[first as usize].line,
+            });
+        }
+        job_index.insert(job.job_id.clone(), job_number);
+        let deps = columns.get(&record, "deps");
+        if !deps.is_empty() {
+            let mut names = Vec::new();
+            for dep in deps.split(';') {
+                let dep = dep.trim();
+                if dep.is_empty() {
+                    return Err(field_error(
+                        line,
+                        "deps",
+                        deps,
+                        "an empty job id between `;`",
+                    ));
+                }
+                if dep == job.job_id {
+                    return Err(field_error(
+                        line,
+                        "deps",
+                        deps,
+                        "a job cannot depend on itself",
+                    ));
+                }
+                names.push(dep.to_owned());
+            }
+            pending_deps.push((job_number, names));
+        }
+        trace.jobs.push(job);
+    }
+    if trace.jobs.is_empty() {
+        return Err(TraceError::Empty);
+    }
+    for (job_number, names) in pending_deps {
+        let mut deps = Vec::with_capacity(names.len());
+        for name in names {
+            let Some(&dep) = job_index.get(&name) else {
+                let job = &trace.jobs[job_number as usize];
+                return Err(TraceError::UnknownDependency {
+                    line: job.line,
+                    job_id: job.job_id.clone(),
+                    dep: name,
+                });
+            };
+            if !deps.contains(&dep) {
+                deps.push(dep);
+            }
+        }
+        trace.jobs[job_number as usize].deps = deps;
+    }
+    Ok(trace)
+}
+
+fn parse_row(
+    columns: &Columns,
+    record: &csv::StringRecord,
+    line: u64,
+    teams: &mut Vec<String>,
+    team_index: &mut HashMap<String, u32>,
+) -> Result<TraceJob, TraceError> {
+    let job_id = columns.get(record, "job_id");
+    check_name(line, "job_id", job_id)?;
+    if job_id.contains(';') {
+        return Err(field_error(line, "job_id", job_id, "must not contain `;`"));
+    }
+    let submit = columns.get(record, "submit_s");
+    let submit_ms = parse_seconds(line, "submit_s", submit)?;
+    let duration = columns.get(record, "duration_s");
+    let duration_ms = if duration.is_empty() {
+        None
+    } else {
+        Some(parse_seconds(line, "duration_s", duration)?)
+    };
+    let workers = columns.get(record, "num_workers");
+    let num_workers = parse_bounded(line, "num_workers", workers, u64::from(MAX_WORKERS))?;
+    if num_workers == 0 {
+        return Err(field_error(
+            line,
+            "num_workers",
+            workers,
+            "must be at least 1",
+        ));
+    }
+    let gpu_milli_per_worker = parse_gpus(line, columns.get(record, "gpus_per_worker"))?;
+    let cpu = columns.get(record, "cpu_milli_per_worker");
+    let cpu_milli_per_worker = if cpu.is_empty() {
+        0
+    } else {
+        parse_bounded(line, "cpu_milli_per_worker", cpu, MAX_CPU_MILLI)?
+    };
+    let mem = columns.get(record, "mem_mib_per_worker");
+    let mem_mib_per_worker = if mem.is_empty() {
+        0
+    } else {
+        parse_bounded(line, "mem_mib_per_worker", mem, MAX_MEM_MIB)?
+    };
+    let types = columns.get(record, "gpu_types");
+    let mut gpu_types = Vec::new();
+    if !types.is_empty() {
+        for model in types.split('|') {
+            let model = model.trim();
+            check_name(line, "gpu_types", model)?;
+            gpu_types.push(model.to_owned());
+        }
+    }
+    let priority = parse_priority(line, columns.get(record, "priority"))?;
+    let team_name = match columns.get(record, "team") {
+        "" => DEFAULT_TEAM,
+        name => name,
+    };
+    check_name(line, "team", team_name)?;
+    let team = match team_index.get(team_name) {
+        Some(&team) => team,
+        None => {
+            let team = u32::try_from(teams.len()).expect("at most MAX_ROWS teams");
+            teams.push(team_name.to_owned());
+            team_index.insert(team_name.to_owned(), team);
+            team
+        }
+    };
+    let preemptible = parse_bool(line, columns.get(record, "preemptible"))?;
+    let limit = columns.get(record, "time_limit_s");
+    let time_limit_ms = if limit.is_empty() {
+        None
+    } else {
+        Some(parse_positive_seconds(line, "time_limit_s", limit)?)
+    };
+    let interval = columns.get(record, "ckpt_interval_s");
+    let ckpt_interval_ms = if interval.is_empty() {
+        None
+    } else {
+        Some(parse_positive_seconds(line, "ckpt_interval_s", interval)?)
+    };
+    Ok(TraceJob {
+        job_id: job_id.to_owned(),
+        submit_ms,
+        duration_ms,
+        num_workers: u32::try_from(num_workers).expect("bounded by MAX_WORKERS"),
+        gpu_milli_per_worker,
+        cpu_milli_per_worker,
+        mem_mib_per_worker,
+        gpu_types,
+        priority,
+        team,
+        preemptible,
+        time_limit_ms,
+        ckpt_interval_ms,
+        deps: Vec::new(),
+        line,
+    })
+}
+
+fn seconds_text(millis: u64) -> String {
+    let whole = millis / 1000;
+    match millis % 1000 {
+        0 => whole.to_string(),
+        fraction => format!("{whole}.{fraction:03}"),
+    }
+}
+
+fn gpus_text(milli: u64) -> String {
+    if milli.is_multiple_of(GPU_MILLI) {
+        (milli / GPU_MILLI).to_string()
+    } else {
+        format!("0.{:03}", milli % GPU_MILLI)
+            .trim_end_matches('0')
+            .to_owned()
+    }
+}
+
+impl Trace {
+    /// Writes the trace as CSV with every column; [`parse_trace`] reads it back unchanged
+    /// (except the `line` numbers, which become the written lines).
+    pub fn to_csv(&self) -> String {
+        let mut writer = csv::WriterBuilder::new().from_writer(Vec::new());
+        let header: Vec<&str> = REQUIRED.iter().chain(OPTIONAL.iter()).copied().collect();
+        writer
+            .write_record(&header)
+            .expect("writing to memory cannot fail");
+        for job in &self.jobs {
+            let priority = match &job.priority {
+                None => String::new(),
+                Some(JobPriority::Value(value)) => value.to_string(),
+                Some(JobPriority::Class(class)) => class.clone(),
+            };
+            let deps: Vec<&str> = job
+                .deps
+                .iter()
+                .map(|&dep| self.jobs[dep as usize].job_id.as_str())
+                .collect();
+            let row = [
+                job.job_id.clone(),
+                seconds_text(job.submit_ms),
+                job.duration_ms.map(seconds_text).unwrap_or_default(),
+                job.num_workers.to_string(),
+                gpus_text(job.gpu_milli_per_worker),
+                job.cpu_milli_per_worker.to_string(),
+                job.mem_mib_per_worker.to_string(),
+                job.gpu_types.join("|"),
+                priority,
+                self.teams[job.team as usize].clone(),
+                job.preemptible.to_string(),
+                job.time_limit_ms.map(seconds_text).unwrap_or_default(),
+                job.ckpt_interval_ms.map(seconds_text).unwrap_or_default(),
+                deps.join(";"),
+            ];
+            writer
+                .write_record(&row)
+                .expect("writing to memory cannot fail");
+        }
+        let bytes = writer.into_inner().expect("writing to memory cannot fail");
+        String::from_utf8(bytes).expect("the writer only copies UTF-8 fields")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = "job_id,submit_s,duration_s,num_workers,gpus_per_worker";
+
+    fn check_error(text: &str, expected: &str) {
+        let error = parse_trace(text).expect_err("the trace should be rejected");
+        let message = error.to_string();
+        assert!(
+            message.contains(expected),
+            "{message:?} does not contain {expected:?}"
+        );
+    }
+
+    fn one(row: &str) -> TraceJob {
+        parse_trace(&format!("{HEADER}\n{row}\n"))
+            .unwrap()
+            .jobs
+            .remove(0)
+    }
+
+    #[test]
+    fn required_columns_parse() {
+        let job = one("a,1.5,60,2,0.47");
+        assert_eq!(job.job_id, "a");
+        assert_eq!(job.submit_ms, 1500);
+        assert_eq!(job.duration_ms, Some(60_000));
+        assert_eq!(job.num_workers, 2);
+        assert_eq!(job.gpu_milli_per_worker, 470);
+        assert_eq!(job.total_gpu_milli(), 940);
+        assert!(job.preemptible);
+        assert_eq!(job.priority, None);
+        assert_eq!(job.line, 2);
+        assert_eq!(one("a,0,,1,8").duration_ms, None);
+        assert_eq!(one("a,0,1,1,8").gpu_milli_per_worker, 8000);
+        assert_eq!(one("a,0,1,1,0").gpu_milli_per_worker, 0);
+        assert_eq!(one("a,0,1,1,1").gpu_milli_per_worker, 1000);
+        assert_eq!(one("a,0,1,1,2.0").gpu_milli_per_worker, 2000);
+        assert_eq!(one(" a , 0 , 1 , 1 , 0.25 ").gpu_milli_per_worker, 250);
+    }
+
+    #[test]
+    fn optional_columns_parse() {
+        let text = "deps,job_id,submit_s,duration_s,num_workers,gpus_per_worker,cpu_milli_per_worker,mem_mib_per_worker,gpu_types,priority,team,preemptible,time_limit_s,ckpt_interval_s\n\
+                    ,a,0,10,1,1,4000,1024,A100|H100,high,vision,false,20,5\n\
+                    a;b0,b,3,,4,0.5,,,,-7,,,,\n\
+                    ,b0,1,1,1,1,,,,,,no,,\n";
+        let trace = parse_trace(text).unwrap();
+        let a = &trace.jobs[0];
+        assert_eq!(a.cpu_milli_per_worker, 4000);
+        assert_eq!(a.mem_mib_per_worker, 1024);
+        assert_eq!(a.gpu_types, vec!["A100".to_owned(), "H100".to_owned()]);
+        assert_eq!(a.priority, Some(JobPriority::Class("high".to_owned())));
+        assert_eq!(trace.teams[a.team as usize], "vision");
+        assert!(!a.preemptible);
+        assert_eq!(a.time_limit_ms, Some(20_000));
+        assert_eq!(a.ckpt_interval_ms, Some(5_000));
+        let b = &trace.jobs[1];
+        assert_eq!(b.deps, vec![0, 2]);
+        assert_eq!(b.priority, Some(JobPriority::Value(-7)));
+        assert_eq!(trace.teams[b.team as usize], DEFAULT_TEAM);
+        assert!(b.preemptible);
+        assert!(!trace.jobs[2].preemptible);
+    }
+
+    #[test]
+    fn bad_rows_name_line_and_column() {
+        check_error(
+            &format!("{HEADER}\na,0,1,1,1\nb,x,1,1,1\n"),
+            "line 3, column `submit_s`",
+        );
+        check_error(
+            &format!("{HEADER}\na,0,-5,1,1\n"),
+            "line 2, column `duration_s`",
+        );
+        check_error(
+            &format!("{HEADER}\na,0,1,0,1\n"),
+            "line 2, column `num_workers`",
+        );
+        check_error(
+            &format!("{HEADER}\na,0,1,100001,1\n"),
+            "column `num_workers`: must be at most 100000",
+        );
+        check_error(
+            &format!("{HEADER}\na,0,1,1,1.5\n"),
+            "more than one GPU must be a whole number",
+        );
+        check_error(&format!("{HEADER}\na,0,1,1,0.0001\n"), "multiple of 0.001");
+        check_error(
+            &format!("{HEADER}\na,0,1,1,-1\n"),
+            "column `gpus_per_worker`",
+        );
+        check_error(
+            &format!("{HEADER}\na,0,1,1,NaN\n"),
+            "column `gpus_per_worker`",
+        );
+        check_error(&format!("{HEADER}\na,0,1,1,4096\n"), "must be at most 1024");
+        check_error(&format!("{HEADER}\na,inf,1,1,1\n"), "column `submit_s`");
+        check_error(&format!("{HEADER}\na,1e12,1,1,1\n"), "column `submit_s`");
+        check_error(
+            &format!("{HEADER}\n,0,1,1,1\n"),
+            "column `job_id`: must not be empty",
+        );
+        check_error(&format!("{HEADER}\na,0,1,1\n"), "line 2");
+        check_error(
+            &format!("{HEADER}\na,0,1,1,1\na,0,1,1,1\n"),
+            "line 3: job id \"a\" is already used on line 2",
+        );
+        check_error(
+            &format!("{HEADER},deps\na,0,1,1,1,zz\n"),
+            "line 2, column `deps`: job \"a\" depends on unknown job \"zz\"",
+        );
+        check_error(
+            &format!("{HEADER},deps\na,0,1,1,1,a\n"),
+            "cannot depend on itself",
+        );
+        check_error(
+            &format!("{HEADER},preemptible\na,0,1,1,1,maybe\n"),
+            "column `preemptible`",
+        );
+        check_error(
+            &format!("{HEADER},time_limit_s\na,0,1,1,1,0\n"),
+            "column `time_limit_s`",
+        );
+        check_error(
+            &format!("{HEADER},priority\na,0,1,1,1,+x\n"),
+            "column `priority`",
+        );
+        check_error(
+            &format!("{HEADER},cpu_milli_per_worker\na,0,1,1,1,1.5\n"),
+            "column `cpu_milli_per_worker`",
+        );
+        check_error(
+            &format!("{HEADER},gpu_types\na,0,1,1,1,A100||H100\n"),
+            "column `gpu_types`",
+        );
+        check_error(
+            "job_id,submit_s,duration_s,num_workers\na,0,1,1\n",
+            "no `gpus_per_worker` column",
+        );
+        check_error(
+            &format!("{HEADER},colour\na,0,1,1,1,red\n"),
+            "unknown column `colour`",
+        );
+        check_error(
+            &format!("{HEADER},team,team\na,0,1,1,1,x,y\n"),
+            "appears twice",
+        );
+        check_error(&format!("{HEADER}\n"), "no jobs");
+    }
+
+    #[test]
+    fn csv_round_trips() {
+        let text = "job_id,submit_s,duration_s,num_workers,gpus_per_worker,priority,team,time_limit_s,ckpt_interval_s,deps,gpu_types\n\
+                    a,0.001,10.5,1,0.25,3,x,20,5,,A100\n\
+                    b,2,,16,8,low,y,,,a,\n";
+        let trace = parse_trace(text).unwrap();
+        let again = parse_trace(&trace.to_csv()).unwrap();
+        assert_eq!(trace, again);
+    }
+}

@@ -1,0 +1,175 @@
+//! Search: from a search space to configurations, by one ask/tell interface.
+//!
+//! Pure and deterministic for a given seed: no I/O, no clock, no global RNG.
+//! [`plan_trials`] expands grid, random and Sobol searches up front; [`Searcher`] is
+//! the ask/tell interface the sweep logic and `xp tune` drive for every algorithm.
+//!
+//! [`SearchSpace`] (declared in `xp_runtime::spec`) is the checked, typed space
+//! every algorithm works on;
+//! [`make_searcher`] builds the searcher of a [`SearchAlgorithm`]: [`GridSearcher`],
+//! [`RandomSearcher`], [`SobolSearcher`], [`GpSearcher`] (Bayesian optimisation with
+//! a Gaussian process) or [`TpeSearcher`] (tree-structured Parzen estimator).
+//! The adaptive searchers ignore a `tell` or `forget` of an id that is not pending
+//! (unknown, already told or forgotten), and treat a non-finite objective as a
+//! failure that yields no observation.
+//! Invariant: a searcher's suggestions depend only on its seed, its options and the
+//! sequence of `ask`, `tell` and `forget` calls.
+
+use rand::Rng;
+use xp_runtime::spec::{AcquisitionKind, Algorithm, Config, SearchSpace, SearchSpec};
+
+mod gp;
+mod gp_model;
+mod grid;
+mod history;
+mod plan;
+mod random;
+mod sobol;
+mod tpe;
+
+pub use gp::{GpOptions, GpSearcher};
+pub use grid::GridSearcher;
+pub use plan::{TrialPlan, plan_trials};
+pub use random::RandomSearcher;
+pub use sobol::SobolSearcher;
+pub use tpe::{TpeOptions, TpeSearcher};
+
+/// A configuration handed out by [`Searcher::ask`], with the id to report back under.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Suggestion {
+    /// Identifies the suggestion in `tell` and `forget`; unique per searcher.
+    pub id: u64,
+    /// The configuration to evaluate.
+    pub config: Config,
+}
+
+/// The ask/tell interface of every search algorithm.
+///
+/// Objectives are minimised; callers negate them for `mode: max`. A searcher may
+/// be asked again before earlier suggestions are told (parallel evaluation); the
+/// model-based ones then propose distinct points (constant liar).
+pub trait Searcher: Send {
+    /// The next configuration to evaluate, or `None` when the algorithm has no more
+    /// (a finished grid).
+    fn ask(&mut self) -> Option<Suggestion>;
+    /// The objective value (to minimise) of suggestion `id`.
+    fn tell(&mut self, id: u64, objective: f64);
+    /// Suggestion `id` failed or was abandoned: it yields no observation.
+    fn forget(&mut self, id: u64);
+}
+
+/// The exploration weight of [`Acquisition::Ucb`] unless one is given.
+pub const DEFAULT_KAPPA: f64 = 2.0;
+
+/// How Gaussian-process search scores a candidate, on the minimised objective.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Acquisition {
+    /// Lower confidence bound: the candidate with the smallest mean − kappa·sd wins.
+    /// A larger `kappa` explores more.
+    Ucb {
+        /// The weight of the posterior standard deviation.
+        kappa: f64,
+    },
+    /// Expected improvement below the best value observed.
+    Ei,
+}
+
+impl Default for Acquisition {
+    fn default() -> Self {
+        Self::Ucb {
+            kappa: DEFAULT_KAPPA,
+        }
+    }
+}
+
+/// A search algorithm with the choices that change what it proposes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SearchAlgorithm {
+    /// Every combination of the discrete parameters; finite.
+    Grid,
+    /// Independent draws from each parameter's prior.
+    Random,
+    /// Owen-scrambled Sobol points: random search that covers the space evenly.
+    Sobol,
+    /// Bayesian optimisation with a Gaussian process.
+    Gp {
+        /// How candidates are scored.
+        acquisition: Acquisition,
+    },
+    /// The tree-structured Parzen estimator.
+    Tpe,
+}
+
+impl SearchAlgorithm {
+    /// The algorithm a validated spec's `search` section asks for.
+    pub fn from_spec(search: &SearchSpec) -> Self {
+        match search.algorithm {
+            Algorithm::Grid => Self::Grid,
+            Algorithm::Random => Self::Random,
+            Algorithm::Sobol => Self::Sobol,
+            Algorithm::Gp => Self::Gp {
+                acquisition: match search.acquisition {
+                    Some(AcquisitionKind::Ei) => Acquisition::Ei,
+                    Some(AcquisitionKind::Ucb) | None => Acquisition::Ucb {
+                        kappa: search.kappa.unwrap_or(DEFAULT_KAPPA),
+                    },
+                },
+            },
+            Algorithm::Tpe => Self::Tpe,
+        }
+    }
+}
+
+/// Tuning of the model-based searchers; the defaults suit most searches.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SearchOptions {
+    /// Options of [`GpSearcher`].
+    pub gp: GpOptions,
+    /// Options of [`TpeSearcher`].
+    pub tpe: TpeOptions,
+}
+
+/// The searcher of `algorithm` over `space`, seeded by `seed`, with default options.
+///
+/// A grid over a space with real-valued parameters draws those at random for each
+/// grid point (as Ray Tune does); spec validation refuses such grids in YAML.
+pub fn make_searcher(
+    algorithm: SearchAlgorithm,
+    space: &SearchSpace,
+    seed: u64,
+) -> Box<dyn Searcher> {
+    make_searcher_with(algorithm, space, seed, &SearchOptions::default())
+}
+
+/// [`make_searcher`] with explicit options for the model-based searchers.
+pub fn make_searcher_with(
+    algorithm: SearchAlgorithm,
+    space: &SearchSpace,
+    seed: u64,
+    options: &SearchOptions,
+) -> Box<dyn Searcher> {
+    match algorithm {
+        SearchAlgorithm::Grid => Box::new(GridSearcher::new(space, seed)),
+        SearchAlgorithm::Random => Box::new(RandomSearcher::new(space.clone(), seed)),
+        SearchAlgorithm::Sobol => Box::new(SobolSearcher::new(space.clone(), seed)),
+        SearchAlgorithm::Gp { acquisition } => Box::new(GpSearcher::new(
+            space.clone(),
+            seed,
+            acquisition,
+            options.gp.clone(),
+        )),
+        SearchAlgorithm::Tpe => {
+            Box::new(TpeSearcher::new(space.clone(), seed, options.tpe.clone()))
+        }
+    }
+}
+
+/// A standard normal draw (Box–Muller), so Gaussian steps need no extra dependency.
+pub(crate) fn standard_normal<R: Rng + ?Sized>(rng: &mut R) -> f64 {
+    let radius_draw = 1.0 - rng.random::<f64>();
+    let angle_draw = rng.random::<f64>();
+    (-2.0 * radius_draw.ln()).sqrt() * (std::f64::consts::TAU * angle_draw).cos()
+}
+
+#[cfg(test)]
+mod tests;
