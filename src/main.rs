@@ -476,8 +476,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         state,
                         node.free_gpus,
                         node.capacity.gpus.len(),
-                        f64::from(node.free_milli_cpus) / 1000.0,
-                        f64::from(node.capacity.milli_cpus) / 1000.0,
+                        f64::from(node.free_cpu_milli) / 1000.0,
+                        f64::from(node.capacity.cpu_milli) / 1000.0,
                         node.running_workers,
                         labels.join(",")
                     );

@@ -197,7 +197,9 @@ pub struct WorkerRecord {
     #[serde(default = "whole_gpu")]
     pub gpu_milli: u32,
     /// Its CPU thousandths.
-    pub milli_cpus: u32,
+    // Records written before the rename say `milli_cpus`.
+    #[serde(alias = "milli_cpus")]
+    pub cpu_milli: u32,
     /// Its memory bytes.
     pub memory_bytes: u64,
     /// What the head knows of its process.
@@ -795,7 +797,7 @@ impl HeadCore {
                         .node_gpu_used(node.id)
                         .map_or(0, |used| used.iter().filter(|milli| **milli == 0).count())
                         as u32,
-                    free_milli_cpus: u32::try_from(free.cpu_milli).unwrap_or(u32::MAX),
+                    free_cpu_milli: u32::try_from(free.cpu_milli).unwrap_or(u32::MAX),
                     free_memory_bytes: free.memory_bytes,
                     labels: node.labels.clone(),
                     running_workers: running.get(&node.id).copied().unwrap_or(0),
@@ -1357,7 +1359,7 @@ impl HeadCore {
                 workers: spec.trial.workers,
                 per_worker: Amount {
                     gpu_milli: spec.trial.gpu_milli(),
-                    cpu_milli: u64::from(spec.trial.milli_cpus()),
+                    cpu_milli: u64::from(spec.trial.cpu_milli()),
                     memory_bytes: spec.trial.resources.memory.0,
                 },
                 gpu_models: spec.trial.gpu_models.clone(),
@@ -1529,7 +1531,7 @@ impl HeadCore {
                     milli: worker.gpu_milli,
                 })
                 .collect(),
-            cpu_milli: u64::from(worker.milli_cpus),
+            cpu_milli: u64::from(worker.cpu_milli),
             memory_bytes: worker.memory_bytes,
         }
     }
@@ -1809,7 +1811,7 @@ impl HeadCore {
                         .gpus
                         .first()
                         .map_or(GPU_MILLI as u32, |share| share.milli),
-                    milli_cpus: u32::try_from(slot.cpu_milli).unwrap_or(u32::MAX),
+                    cpu_milli: u32::try_from(slot.cpu_milli).unwrap_or(u32::MAX),
                     memory_bytes: slot.memory_bytes,
                     state: WorkerState::Assigned,
                     last_metric_index: None,
@@ -2310,7 +2312,7 @@ impl HeadCore {
                             worker.node
                         );
                     }
-                    *cpu.entry(worker.node).or_default() += u64::from(worker.milli_cpus);
+                    *cpu.entry(worker.node).or_default() += u64::from(worker.cpu_milli);
                     *memory.entry(worker.node).or_default() += worker.memory_bytes;
                 }
             }
@@ -2318,7 +2320,7 @@ impl HeadCore {
         for (node_id, used) in &cpu {
             let node = &self.nodes[node_id];
             assert!(
-                *used <= u64::from(node.resources.milli_cpus),
+                *used <= u64::from(node.resources.cpu_milli),
                 "node {node_id} CPU over-allocated"
             );
             assert!(
@@ -2471,7 +2473,7 @@ fn node_spec(node: &NodeRecord) -> NodeSpec {
             .first()
             .map(|gpu| gpu.model.clone())
             .filter(|model| model != "declared"),
-        cpu_milli: u64::from(node.resources.milli_cpus),
+        cpu_milli: u64::from(node.resources.cpu_milli),
         memory_bytes: node.resources.memory_bytes,
         labels: node.labels.clone(),
     }

@@ -30,7 +30,7 @@ fn registration(node: NodeId, gpus: u32, cpus: u32, running: Vec<WorkerKey>) -> 
         advertise_host: "127.0.0.1".to_owned(),
         resources: NodeResources {
             gpus: xp_runtime_declared(gpus),
-            milli_cpus: cpus * 1000,
+            cpu_milli: cpus * 1000,
             memory_bytes: 1 << 34,
         },
         labels: BTreeMap::new(),

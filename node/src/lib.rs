@@ -105,7 +105,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         advertise_host,
         resources: NodeResources {
             gpus,
-            milli_cpus: (cpus * 1000.0).round() as u32,
+            cpu_milli: (cpus * 1000.0).round() as u32,
             memory_bytes,
         },
         labels: config.labels.clone(),

@@ -601,7 +601,7 @@ pub struct NodeStatus {
     /// GPUs not assigned to a worker.
     pub free_gpus: u32,
     /// CPU thousandths not assigned.
-    pub free_milli_cpus: u32,
+    pub free_cpu_milli: u32,
     /// Memory bytes not assigned.
     pub free_memory_bytes: u64,
     /// Its labels.
@@ -629,7 +629,9 @@ pub struct NodeResources {
     /// GPU slots.
     pub gpus: Vec<GpuInfo>,
     /// CPU in thousandths of a core.
-    pub milli_cpus: u32,
+    // The head's node records, written as JSON before the rename, say `milli_cpus`.
+    #[serde(alias = "milli_cpus")]
+    pub cpu_milli: u32,
     /// Memory in bytes.
     pub memory_bytes: u64,
 }

@@ -38,7 +38,7 @@ fn a_full_spec_parses() {
     let spec = ExperimentSpec::from_yaml(GOOD).unwrap();
     assert_eq!(spec.trial.workers, 2);
     assert_eq!(spec.trial.resources.memory, MemoryBytes(4 << 30));
-    assert_eq!(spec.trial.milli_cpus(), 2000);
+    assert_eq!(spec.trial.cpu_milli(), 2000);
     assert_eq!(spec.search.mode, Mode::Max);
     assert_eq!(spec.trial_count(), 16);
     assert_eq!(

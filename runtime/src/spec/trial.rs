@@ -324,7 +324,7 @@ impl TrialSpec {
     }
 
     /// CPU need in thousandths of a core, the unit nodes account in.
-    pub fn milli_cpus(&self) -> u32 {
+    pub fn cpu_milli(&self) -> u32 {
         (self.resources.cpu * 1000.0).ceil() as u32
     }
 
