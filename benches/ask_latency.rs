@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use xp_runtime::spec::{Config, SearchSpace};
 use xp_tune::search::{Acquisition, SearchAlgorithm, make_searcher};
+use xp_tune::stats::quantile;
 
 const DIMENSIONS: usize = 10;
 const OBSERVATIONS: usize = 200;
@@ -22,10 +23,6 @@ fn objective(config: &Config) -> f64 {
             _ => 0.0,
         })
         .sum()
-}
-
-fn percentile(sorted: &[f64], fraction: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * fraction).round() as usize]
 }
 
 fn main() {
@@ -75,7 +72,10 @@ fn main() {
             searcher.tell(suggestion.id, objective(&suggestion.config));
         }
         millis.sort_by(f64::total_cmp);
-        let (p50, p99) = (percentile(&millis, 0.5), percentile(&millis, 0.99));
+        let (p50, p99) = (
+            quantile(&millis, 0.5).unwrap_or(f64::NAN),
+            quantile(&millis, 0.99).unwrap_or(f64::NAN),
+        );
         if json {
             println!(
                 "{}",

@@ -20,6 +20,7 @@ use xp_runtime::ids::{ExperimentId, TrialId};
 use xp_runtime::seeded::SplitMix64;
 use xp_sched::sim::cluster::sim_node_id;
 use xp_sched::{Amount, Decision, GangShape, NodeSpec, PolicyConfig, PolicyCore, TrialRequest};
+use xp_tune::stats::quantile;
 
 const NODES: usize = 10_000;
 const GPUS_PER_NODE: u32 = 8;
@@ -101,11 +102,6 @@ fn request(index: u64, rng: &mut SplitMix64, now: u64) -> TrialRequest {
         time_limit_ms: (rng.below(2) == 0).then(|| 3_600_000 * (1 + rng.below(24))),
         submitted_at: now,
     }
-}
-
-fn percentile(sorted: &[f64], fraction: f64) -> f64 {
-    let rank = (fraction * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 #[expect(clippy::print_stdout, reason = "a bench prints its result")]
@@ -214,10 +210,10 @@ fn main() {
         std::hint::black_box(&order);
     }
     sort_times.sort_unstable_by(f64::total_cmp);
-    let sort_p50 = percentile(&sort_times, 0.5);
+    let sort_p50 = quantile(&sort_times, 0.5).unwrap_or(f64::NAN);
 
-    let p50 = percentile(&latencies, 0.5);
-    let p99 = percentile(&latencies, 0.99);
+    let p50 = quantile(&latencies, 0.5).unwrap_or(f64::NAN);
+    let p99 = quantile(&latencies, 0.99).unwrap_or(f64::NAN);
     let places_per_second = places as f64 / decide_time.as_secs_f64();
     println!(
         "{}",

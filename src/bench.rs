@@ -10,6 +10,7 @@ use serde_json::json;
 use xp_runtime::protocol::TrialState;
 use xp_runtime::spec::{ExperimentSpec, Resources, SearchSpec, TrialSpec};
 use xp_sdk::SubmitOptions;
+use xp_tune::stats::quantile;
 
 use crate::{Cluster, ClusterError, LocalOptions};
 
@@ -50,14 +51,6 @@ impl TrialsBench {
             "ratio_to_direct_spawn": self.trials_per_second / self.direct_spawns_per_second,
         })
     }
-}
-
-fn percentile(sorted: &[f64], fraction: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
 }
 
 /// Runs `trials` no-op trials on an embedded cluster with `slots` one-core slots.
@@ -139,12 +132,12 @@ pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError
         seconds,
         trials_per_second: f64::from(finished) / seconds.max(1e-9),
         submit_to_running_ms: (
-            percentile(&submit_to_running, 0.5),
-            percentile(&submit_to_running, 0.99),
+            quantile(&submit_to_running, 0.5).unwrap_or(f64::NAN),
+            quantile(&submit_to_running, 0.99).unwrap_or(f64::NAN),
         ),
         placed_to_running_ms: (
-            percentile(&placed_to_running, 0.5),
-            percentile(&placed_to_running, 0.99),
+            quantile(&placed_to_running, 0.5).unwrap_or(f64::NAN),
+            quantile(&placed_to_running, 0.99).unwrap_or(f64::NAN),
         ),
         direct_spawns_per_second,
     })

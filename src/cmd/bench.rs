@@ -1,0 +1,244 @@
+//! `xp bench`: measure the runtime on this machine (all-reduce, object store, no-op trials),
+//! each against a reference measured in the same run.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+#[derive(clap::Subcommand, Debug)]
+pub(crate) enum Bench {
+    /// Ring all-reduce time and bandwidth, against QUIC, TCP and memory-copy ceilings.
+    Allreduce {
+        /// Ranks in the ring (all on this machine).
+        #[arg(long, default_value_t = 2)]
+        workers: u32,
+        /// Buffer sizes in bytes; repeat the flag for several.
+        #[arg(long = "size", default_values_t = [4096usize, 1 << 20, 16 << 20, 64 << 20])]
+        sizes: Vec<usize>,
+        /// The links.
+        #[arg(long, default_value = "tcp", value_parser = ["quic", "tcp", "shm"])]
+        transport: String,
+        /// One JSON line per size.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Object store put/get, remote get and checkpoint throughput, against memory
+    /// copy and loopback TCP measured in the same run.
+    Objects {
+        /// Object sizes in bytes; repeat the flag for several.
+        #[arg(long = "size", default_values_t = [1u64 << 20, 16 << 20, 256 << 20, 1 << 30])]
+        sizes: Vec<u64>,
+        /// The checkpoint saved and restored, in bytes (0 skips it).
+        #[arg(long, default_value_t = 512 << 20)]
+        checkpoint_bytes: u64,
+        /// Where the stores live (a temporary directory under it); the system's
+        /// temporary directory when absent.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// One JSON line per measurement.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Throughput and start latency of no-op trials.
+    Trials {
+        /// How many trials.
+        #[arg(long, default_value_t = 200)]
+        trials: u32,
+        /// How many one-core slots the local node offers.
+        #[arg(long, default_value_t = 8)]
+        slots: u32,
+        /// Print one JSON line.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub(crate) async fn run(bench: Bench) -> anyhow::Result<()> {
+    match bench {
+        Bench::Allreduce {
+            workers,
+            sizes,
+            transport,
+            json,
+        } => allreduce(workers, sizes, transport, json).await,
+        Bench::Objects {
+            sizes,
+            checkpoint_bytes,
+            dir,
+            json,
+        } => objects(sizes, checkpoint_bytes, dir, json).await,
+        Bench::Trials {
+            trials,
+            slots,
+            json,
+        } => no_op_trials(trials, slots, json).await,
+    }
+}
+
+#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
+async fn allreduce(
+    workers: u32,
+    sizes: Vec<usize>,
+    transport: String,
+    json: bool,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        (1..=64).contains(&workers),
+        "--workers must be between 1 and 64"
+    );
+    anyhow::ensure!(
+        sizes.iter().all(|size| (4..=(1usize << 31)).contains(size)),
+        "--size must be between 4 bytes and 2 GiB"
+    );
+    let kind: xp_runtime::collective::TransportKind = transport
+        .parse()
+        .map_err(|error: String| anyhow::anyhow!(error))?;
+    let config = xp_runtime::collective::CollectiveConfig::default();
+    let ceilings = xp_runtime::collective::bench::ceilings(64 << 20, &config)
+        .await
+        .context("measuring the ceilings")?;
+    let measurements = xp_runtime::collective::bench::bench_allreduce(workers, &sizes, kind)
+        .await
+        .context("running the all-reduce")?;
+    if !json {
+        println!(
+            "ceilings: QUIC p2p {:.2} GB/s ({:.2} CPU cores busy), loopback TCP {:.2} GB/s, memcpy {:.2} GB/s\n{:>12} {:>8} {:>10} {:>12} {:>12} {:>12} {:>10}",
+            ceilings.quic_p2p_gbps,
+            ceilings.quic_p2p_cpu_cores,
+            ceilings.tcp_loopback_gbps,
+            ceilings.memcpy_gbps,
+            "size_bytes",
+            "workers",
+            "transport",
+            "time_ms",
+            "algbw_GB/s",
+            "busbw_GB/s",
+            "cpu_cores"
+        );
+    }
+    for measurement in &measurements {
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "size_bytes": measurement.size_bytes,
+                    "workers": measurement.workers,
+                    "transport": measurement.transport.name(),
+                    "time_s": measurement.time_s,
+                    "algbw_gbps": measurement.algbw_gbps,
+                    "busbw_gbps": measurement.busbw_gbps,
+                    "cpu_cores": measurement.cpu_cores,
+                    "quic_p2p_gbps": ceilings.quic_p2p_gbps,
+                    "quic_p2p_cpu_cores": ceilings.quic_p2p_cpu_cores,
+                    "tcp_loopback_gbps": ceilings.tcp_loopback_gbps,
+                    "memcpy_gbps": ceilings.memcpy_gbps,
+                })
+            );
+        } else {
+            println!(
+                "{:>12} {:>8} {:>10} {:>12.3} {:>12.3} {:>12.3} {:>10.2}",
+                measurement.size_bytes,
+                measurement.workers,
+                measurement.transport.name(),
+                measurement.time_s * 1e3,
+                measurement.algbw_gbps,
+                measurement.busbw_gbps,
+                measurement.cpu_cores
+            );
+        }
+    }
+    Ok(())
+}
+
+#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
+async fn objects(
+    sizes: Vec<u64>,
+    checkpoint_bytes: u64,
+    dir: Option<PathBuf>,
+    json: bool,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        sizes
+            .iter()
+            .chain([&checkpoint_bytes])
+            .all(|size| *size <= 4 << 30),
+        "sizes must be at most 4 GiB"
+    );
+    anyhow::ensure!(
+        sizes.iter().all(|size| *size > 0),
+        "--size must be positive"
+    );
+    let scratch = match &dir {
+        Some(dir) => tempfile::tempdir_in(dir),
+        None => tempfile::tempdir(),
+    }
+    .context("cannot create a scratch directory")?;
+    let measurements = xp_node::objects::bench::run(scratch.path(), &sizes, checkpoint_bytes)
+        .await
+        .map_err(|error| anyhow::anyhow!(error))
+        .context("the objects bench failed")?;
+    if !json {
+        println!(
+            "{:<19} {:<7} {:>12} {:>10} {:>12} {:>7}  REFERENCE",
+            "OP", "TIER", "SIZE_BYTES", "GB/s", "REF_GB/s", "RATIO"
+        );
+    }
+    for measurement in &measurements {
+        let ratio = measurement.gbps / measurement.reference_gbps;
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "op": measurement.op,
+                    "tier": measurement.tier,
+                    "size_bytes": measurement.size_bytes,
+                    "gbps": measurement.gbps,
+                    "reference_gbps": measurement.reference_gbps,
+                    "reference": measurement.reference,
+                    "ratio": ratio,
+                })
+            );
+        } else {
+            println!(
+                "{:<19} {:<7} {:>12} {:>10.3} {:>12.3} {:>7.2}  {}",
+                measurement.op,
+                measurement.tier,
+                measurement.size_bytes,
+                measurement.gbps,
+                measurement.reference_gbps,
+                ratio,
+                measurement.reference
+            );
+        }
+    }
+    Ok(())
+}
+
+#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
+async fn no_op_trials(trials: u32, slots: u32, json: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        trials > 0 && slots > 0,
+        "--trials and --slots must be positive"
+    );
+    let result = xp::bench::trials(trials, slots)
+        .await
+        .context("the trials bench failed")?;
+    if json {
+        println!("{}", result.to_json());
+    } else {
+        println!(
+            "{} no-op trials on {} slots in {:.2} s: {:.1} trials/s ({:.0}% of the {:.0} processes/s spawned directly)\nsubmit -> running: p50 {:.0} ms, p99 {:.0} ms (includes queueing)\nplaced -> running: p50 {:.0} ms, p99 {:.0} ms",
+            result.trials,
+            result.slots,
+            result.seconds,
+            result.trials_per_second,
+            100.0 * result.trials_per_second / result.direct_spawns_per_second,
+            result.direct_spawns_per_second,
+            result.submit_to_running_ms.0,
+            result.submit_to_running_ms.1,
+            result.placed_to_running_ms.0,
+            result.placed_to_running_ms.1
+        );
+    }
+    Ok(())
+}

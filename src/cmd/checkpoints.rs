@@ -1,0 +1,69 @@
+//! `xp checkpoints`: the checkpoints kept for an experiment's trials, and where their replicas are.
+
+use super::ClusterArg;
+use super::connect;
+
+/// The checkpoints kept for an experiment's trials, and where their replicas are.
+#[derive(clap::Args, Debug)]
+pub(crate) struct CheckpointsArgs {
+    /// The experiment id (or a unique prefix, or its name).
+    experiment: String,
+    #[command(flatten)]
+    cluster: ClusterArg,
+    /// One JSON object per checkpoint, one per line.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn run(args: CheckpointsArgs) -> anyhow::Result<()> {
+    let CheckpointsArgs {
+        experiment,
+        cluster,
+        json,
+    } = args;
+    let client = connect(&cluster).await?;
+    let checkpoints = client.checkpoints(&experiment).await?;
+    print_checkpoints(&checkpoints, json);
+    client.close().await;
+    Ok(())
+}
+
+#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
+fn print_checkpoints(checkpoints: &[xp_runtime::protocol::CheckpointStatus], json: bool) {
+    if json {
+        for checkpoint in checkpoints {
+            println!("{}", xp_runtime::views::checkpoint_json(checkpoint));
+        }
+        return;
+    }
+    println!(
+        "{:<24} {:>7} {:>10} {:>6} {:>12} {:>10}  REPLICAS",
+        "TRIAL", "ATTEMPT", "STEP", "FILES", "BYTES", "METRIC"
+    );
+    for checkpoint in checkpoints {
+        let mut replicas: Vec<String> = checkpoint
+            .replicas
+            .iter()
+            .map(|node| node.to_string().chars().take(8).collect())
+            .collect();
+        if let Some(backup) = &checkpoint.backup {
+            replicas.push(format!("backup {backup}"));
+        }
+        println!(
+            "{:<24} {:>7} {:>10} {:>6} {:>12} {:>10}  {}",
+            checkpoint.trial.to_string(),
+            checkpoint.attempt,
+            checkpoint.step,
+            checkpoint.files.len(),
+            checkpoint.bytes,
+            checkpoint
+                .metric
+                .map_or_else(|| "-".to_owned(), |metric| format!("{metric:.4}")),
+            if replicas.is_empty() {
+                "none reachable".to_owned()
+            } else {
+                replicas.join(",")
+            }
+        );
+    }
+}

@@ -1,0 +1,78 @@
+//! `xp compare`: statistics of seed replicates per configuration, and significance against the best.
+
+use anyhow::Context;
+
+use super::ClusterArg;
+use super::connect;
+
+/// Statistics of seed replicates per configuration, and significance against the best.
+#[derive(clap::Args, Debug)]
+pub(crate) struct CompareArgs {
+    /// An experiment id or a unique prefix.
+    experiment: String,
+    #[command(flatten)]
+    cluster: ClusterArg,
+    /// The significance level of the Welch t-tests.
+    #[arg(long, default_value_t = 0.05)]
+    alpha: f64,
+    /// One JSON object per configuration, best first.
+    #[arg(long)]
+    json: bool,
+}
+
+#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
+pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
+    let CompareArgs {
+        experiment,
+        cluster,
+        alpha,
+        json,
+    } = args;
+    anyhow::ensure!(alpha > 0.0 && alpha < 1.0, "--alpha must be in (0, 1)");
+    let client = connect(&cluster).await?;
+    let mut list = client.status(Some(&experiment)).await?;
+    let status = list.pop().context("no such experiment")?;
+    let comparison = xp::analysis::compare(&status, alpha)?;
+    if json {
+        for (rank, config) in comparison.configs.iter().enumerate() {
+            println!("{}", config.to_json(rank + 1));
+        }
+    } else {
+        println!(
+            "experiment {}  metric {} ({} is better)",
+            status.id,
+            comparison.metric,
+            if comparison.maximize {
+                "higher"
+            } else {
+                "lower"
+            }
+        );
+        println!(
+            "  {:>4} {:>3} {:>12} {:>10} {:>27}  {:<40} VERDICT",
+            "RANK", "N", "MEAN", "STD", "95% CI", "CONFIG"
+        );
+        for (rank, config) in comparison.configs.iter().enumerate() {
+            let (mean, std_dev, ci) = match &config.summary {
+                Some(summary) => (
+                    format!("{:.5}", summary.mean),
+                    format!("{:.5}", summary.std_dev),
+                    format!("[{:.5}, {:.5}]", summary.ci95.0, summary.ci95.1),
+                ),
+                None => ("-".to_owned(), "-".to_owned(), "-".to_owned()),
+            };
+            println!(
+                "  {:>4} {:>3} {:>12} {:>10} {:>27}  {:<40} {}",
+                rank + 1,
+                config.values.len(),
+                mean,
+                std_dev,
+                ci,
+                config.config.to_string(),
+                config.verdict(alpha)
+            );
+        }
+    }
+    client.close().await;
+    Ok(())
+}

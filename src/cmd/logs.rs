@@ -1,0 +1,56 @@
+//! `xp logs`: print a worker's output.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::ClusterArg;
+use super::connect;
+
+/// Print a worker's output.
+#[derive(clap::Args, Debug)]
+pub(crate) struct LogsArgs {
+    /// The trial id.
+    trial: String,
+    #[command(flatten)]
+    cluster: ClusterArg,
+    /// The worker's rank.
+    #[arg(long, default_value_t = 0)]
+    rank: u32,
+    /// The attempt; the latest when absent.
+    #[arg(long)]
+    attempt: Option<u32>,
+    /// Keep printing until the worker exits.
+    #[arg(long)]
+    follow: bool,
+}
+
+pub(crate) async fn run(args: LogsArgs) -> anyhow::Result<()> {
+    let LogsArgs {
+        trial,
+        cluster,
+        rank,
+        attempt,
+        follow,
+    } = args;
+    let trial = trial.parse().context("not a trial id")?;
+    let client = connect(&cluster).await?;
+    let mut offset = 0;
+    loop {
+        let chunk = client.logs(trial, rank, attempt, offset).await?;
+        offset = chunk.next_offset;
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(&chunk.data)?;
+        stdout.flush()?;
+        drop(stdout);
+        if chunk.data.is_empty() && (chunk.complete || !follow) {
+            break;
+        }
+        if chunk.data.is_empty() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    client.close().await;
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! The `xp` commands, one file each: their arguments and what they do.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use xp::Client;
+
+mod admin;
+mod bench;
+mod cancel;
+mod checkpoints;
+mod compare;
+mod logs;
+mod metrics;
+mod nodes;
+mod queue;
+mod sim;
+mod status;
+mod submit;
+mod tune;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "xp",
+    version,
+    about = "Run many ML experiments in parallel on a cluster and keep an exact record of each"
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// How a command reaches the cluster.
+#[derive(clap::Args, Debug)]
+pub(crate) struct ClusterArg {
+    /// The join string printed by `xp-head start`.
+    #[arg(long, env = "XP_CLUSTER", hide_env_values = true)]
+    cluster: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Submit an experiment declared in YAML and print its id.
+    Submit(submit::SubmitArgs),
+    /// Show experiments and their trials.
+    Status(status::StatusArgs),
+    /// Cancel an experiment or a single trial.
+    Cancel(cancel::CancelArgs),
+    /// Print a worker's output.
+    Logs(logs::LogsArgs),
+    /// List the cluster's nodes.
+    Nodes(nodes::NodesArgs),
+    /// Statistics of seed replicates per configuration, and significance against the best.
+    Compare(compare::CompareArgs),
+    /// A trial's metric history, optionally smoothed.
+    Metrics(metrics::MetricsArgs),
+    /// Optimise any black-box command on this machine: `xp tune --space S.yaml -- CMD ARGS...`.
+    Tune(tune::TuneArgs),
+    /// Replay a workload trace through the scheduling policy on a simulated cluster.
+    Sim(sim::SimArgs),
+    /// Replay a workload trace through the scheduling policy on a simulated cluster.
+    /// The scheduling queues: usage, quota, borrowed, lent, pending and fair share.
+    Queue(queue::QueueArgs),
+    /// The checkpoints kept for an experiment's trials, and where their replicas are.
+    Checkpoints(checkpoints::CheckpointsArgs),
+    /// Arbitration by an admin; each action is recorded with who and why.
+    Admin(admin::AdminArgs),
+    /// Measure the runtime on an embedded local cluster.
+    #[command(subcommand)]
+    Bench(bench::Bench),
+}
+
+/// Runs the command the user asked for.
+pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Submit(args) => submit::run(args).await,
+        Command::Status(args) => status::run(args).await,
+        Command::Cancel(args) => cancel::run(args).await,
+        Command::Logs(args) => logs::run(args).await,
+        Command::Nodes(args) => nodes::run(args).await,
+        Command::Compare(args) => compare::run(args).await,
+        Command::Metrics(args) => metrics::run(args).await,
+        Command::Tune(args) => tune::run(args).await,
+        Command::Sim(args) => sim::run(args),
+        Command::Queue(args) => queue::run(args).await,
+        Command::Checkpoints(args) => checkpoints::run(args).await,
+        Command::Admin(args) => admin::run(args).await,
+        Command::Bench(bench) => bench::run(bench).await,
+    }
+}
+
+async fn connect(cluster: &ClusterArg) -> anyhow::Result<Client> {
+    Client::connect(&cluster.cluster)
+        .await
+        .context("cannot connect to the cluster")
+}
+
+#[expect(
+    clippy::print_stderr,
+    reason = "progress notes go to stderr so stdout stays parseable"
+)]
+pub(crate) fn eprintln_note(note: &str) {
+    eprintln!("{note}");
+}

@@ -1,0 +1,55 @@
+//! `xp nodes`: list the cluster's nodes.
+
+use xp_runtime::views::node_json;
+
+use super::ClusterArg;
+use super::connect;
+
+/// List the cluster's nodes.
+#[derive(clap::Args, Debug)]
+pub(crate) struct NodesArgs {
+    #[command(flatten)]
+    cluster: ClusterArg,
+    /// One JSON object per node, one per line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
+pub(crate) async fn run(args: NodesArgs) -> anyhow::Result<()> {
+    let NodesArgs { cluster, json } = args;
+    let client = connect(&cluster).await?;
+    let nodes = client.nodes().await?;
+    if json {
+        for node in &nodes {
+            println!("{}", node_json(node));
+        }
+    } else {
+        println!(
+            "{:<34} {:<16} {:<6} {:>9} {:>11} {:>8}  LABELS",
+            "NODE", "NAME", "STATE", "GPUS", "CPUS", "WORKERS"
+        );
+        for node in &nodes {
+            let state = node.state.as_str();
+            let labels: Vec<String> = node
+                .labels
+                .iter()
+                .map(|(key, value)| format!("{key}={value}"))
+                .collect();
+            println!(
+                "{:<34} {:<16} {:<6} {:>4}/{:<4} {:>5.1}/{:<5.1} {:>8}  {}",
+                node.id.to_string(),
+                node.name,
+                state,
+                node.free_gpus,
+                node.capacity.gpus.len(),
+                f64::from(node.free_cpu_milli) / 1000.0,
+                f64::from(node.capacity.cpu_milli) / 1000.0,
+                node.running_workers,
+                labels.join(",")
+            );
+        }
+    }
+    client.close().await;
+    Ok(())
+}

@@ -1,0 +1,105 @@
+//! `xp status`: show experiments and their trials.
+
+use xp_runtime::protocol::ExperimentStatus;
+use xp_runtime::protocol::TrialState;
+use xp_runtime::views::experiment_json;
+
+use super::ClusterArg;
+use super::connect;
+
+/// Show experiments and their trials.
+#[derive(clap::Args, Debug)]
+pub(crate) struct StatusArgs {
+    /// An experiment id or a unique prefix; all experiments when absent.
+    experiment: Option<String>,
+    #[command(flatten)]
+    cluster: ClusterArg,
+    /// One JSON object per experiment, one per line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
+pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
+    let StatusArgs {
+        experiment,
+        cluster,
+        json,
+    } = args;
+    let client = connect(&cluster).await?;
+    let list = client.status(experiment.as_deref()).await?;
+    for status in &list {
+        if json {
+            println!("{}", experiment_json(status));
+        } else {
+            print_status_table(status);
+        }
+    }
+    client.close().await;
+    Ok(())
+}
+
+#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
+pub(crate) fn print_status_table(status: &ExperimentStatus) {
+    let count = |state: TrialState| {
+        status
+            .trials
+            .iter()
+            .filter(|trial| trial.state == state)
+            .count()
+    };
+    println!(
+        "experiment {}  {}  team {}  {}  ({} trials: {} succeeded, {} failed, {} running, {} waiting)",
+        status.id,
+        status.name,
+        status.team,
+        status.state.as_str(),
+        status.trials.len(),
+        count(TrialState::Succeeded),
+        count(TrialState::Failed),
+        count(TrialState::Running) + count(TrialState::Starting) + count(TrialState::Placed),
+        count(TrialState::Pending) + count(TrialState::Queued),
+    );
+    println!(
+        "  {:<24} {:<10} {:>8}  {:<40} CONFIG",
+        "TRIAL", "STATE", "ATTEMPTS", "METRICS"
+    );
+    for trial in &status.trials {
+        let metrics: Vec<String> = trial
+            .metrics
+            .iter()
+            .map(|(name, value)| format!("{name}={value:.4}"))
+            .collect();
+        println!(
+            "  {:<24} {:<10} {:>8}  {:<40} {}",
+            trial.id.to_string(),
+            trial.state.as_str(),
+            trial.attempts.len(),
+            metrics.join(" "),
+            trial.config_json
+        );
+        if let Some(waiting) = &trial.waiting {
+            println!("  {:<24} waits: {waiting}", "");
+        }
+        if trial.attempts.len() > 1 || trial.attempts.iter().any(|a| a.resumed_from.is_some()) {
+            for attempt in &trial.attempts {
+                let nodes: Vec<String> = attempt
+                    .nodes
+                    .iter()
+                    .map(|node| node.to_string().chars().take(8).collect())
+                    .collect();
+                let resumed = attempt.resumed_from.map_or_else(
+                    || "from the start".to_owned(),
+                    |(step, from)| format!("resumed from step {step} (attempt {from})"),
+                );
+                println!(
+                    "  {:<24} attempt {} on {}: {resumed}; {}",
+                    "",
+                    attempt.number,
+                    nodes.join(","),
+                    attempt.outcome.as_deref().unwrap_or("running")
+                );
+            }
+        }
+    }
+}
