@@ -12,6 +12,7 @@
 pub mod clock;
 #[cfg(feature = "net")]
 pub mod collective;
+pub mod error_chain;
 #[cfg(feature = "net")]
 mod fill_buffer;
 #[cfg(feature = "net")]

@@ -8,6 +8,10 @@
 //! blake3 hash of the cluster token, so only members of the cluster read objects.
 //! Integrity does not rest on the server: the fetcher hashes what it assembled
 //! and compares it with the object id before keeping anything.
+//!
+//! The endpoints, the certificate and the pinning client come from
+//! `crate::transport` (its bulk links); this module adds only the objects' ALPN,
+//! their [`QuicTuning`] (four streams' worth of window) and [`IDLE_TIMEOUT`].
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -18,17 +22,15 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::Instrument as _;
 
-use crate::collective::QuicSetupError;
-use crate::collective::QuicTuning;
-use crate::collective::quic;
 use crate::fill_buffer::{FillBuffer, FillRange};
 use crate::ids::ObjectId;
 use crate::protocol::ObjectSource;
+use crate::transport::{self, QuicSetupError, QuicTuning, SelfSignedIdentity};
 
 /// The ALPN id of object links.
 pub const ALPN: &[u8] = b"xp-objects/1";
 /// The name to connect with; the pinned certificate hash is what identifies a server.
-pub const SERVER_NAME: &str = quic::SERVER_NAME;
+pub const SERVER_NAME: &str = transport::SELF_SIGNED_SERVER_NAME;
 /// The largest range one request may ask for.
 pub const MAX_CHUNK_BYTES: u64 = 16 << 20;
 /// The range size fetchers ask for.
@@ -235,22 +237,23 @@ fn tuning() -> QuicTuning {
 
 /// An object server's endpoint bound to `addr`, and its certificate's SHA-256.
 pub fn server_endpoint(addr: SocketAddr) -> Result<(quinn::Endpoint, [u8; 32]), QuicSetupError> {
-    let identity = quic::Identity::generate()?;
-    let transport = quic::transport_config(&tuning(), IDLE_TIMEOUT, addr.ip().is_loopback());
-    let server = quic::server_config(&identity, transport, ALPN)?;
-    let endpoint = quic::bind_endpoint(addr, Some(server))?;
+    let identity = SelfSignedIdentity::generate()?;
+    let transport_config =
+        transport::bulk_transport_config(&tuning(), IDLE_TIMEOUT, addr.ip().is_loopback());
+    let server = identity.server_config(transport_config, ALPN)?;
+    let endpoint = transport::bind_bulk_endpoint(addr, Some(server))?;
     Ok((endpoint, identity.sha256))
 }
 
 /// A client endpoint for fetching objects.
 pub fn client_endpoint() -> Result<quinn::Endpoint, QuicSetupError> {
-    quic::bind_endpoint(SocketAddr::from(([0, 0, 0, 0], 0)), None)
+    transport::bind_bulk_endpoint(SocketAddr::from(([0, 0, 0, 0], 0)), None)
 }
 
 /// Waits (at most 100 ms) for MTU discovery on a new `connection`, so bulk data
 /// does not start in 1200-byte datagrams where 64 KiB ones fit.
 pub async fn settle_mtu(connection: &quinn::Connection) {
-    quic::settle_mtu(connection, QuicTuning::default().mtu_settle).await;
+    transport::settle_mtu(connection, QuicTuning::default().mtu_settle).await;
 }
 
 /// The client configuration for a server whose certificate hashes to `pinned`.
@@ -258,8 +261,8 @@ pub fn client_config(
     pinned: [u8; 32],
     same_host: bool,
 ) -> Result<quinn::ClientConfig, QuicSetupError> {
-    let transport = quic::transport_config(&tuning(), IDLE_TIMEOUT, same_host);
-    quic::client_config(pinned, transport, ALPN)
+    let transport_config = transport::bulk_transport_config(&tuning(), IDLE_TIMEOUT, same_host);
+    transport::bulk_client_config(pinned, transport_config, ALPN)
 }
 
 /// The largest message on a node's local object channel.
@@ -344,6 +347,112 @@ pub fn decode_local<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Wire
 /// and the certificate it is pinned to.
 type LinkKey = (String, u16, [u8; 32]);
 
+/// Why an [`ObjectClient`]'s exchange with a node failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectClientError {
+    /// The node's host did not resolve.
+    #[error("cannot resolve {host}")]
+    Resolve {
+        /// The host.
+        host: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The node's host resolved to no address.
+    #[error("{host} has no address")]
+    NoAddress {
+        /// The host.
+        host: String,
+    },
+    /// The link's configuration could not be built.
+    #[error("cannot configure the object link")]
+    Setup(#[from] QuicSetupError),
+    /// quinn refused to start a connection.
+    #[error("cannot connect to {addr}")]
+    Connect {
+        /// The node's address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: quinn::ConnectError,
+    },
+    /// The connection failed, the handshake included (a node whose certificate
+    /// is not the pinned one fails here).
+    #[error("cannot connect to {addr}")]
+    Connection {
+        /// The node's address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: quinn::ConnectionError,
+    },
+    /// No stream could be opened on the link.
+    #[error("cannot open a stream")]
+    OpenStream(#[source] quinn::ConnectionError),
+    /// A request or an answer could not be exchanged.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// The object's bytes could not be sent.
+    #[error("cannot send the object")]
+    Send(#[source] quinn::WriteError),
+    /// The node refused the request.
+    #[error("{code:?}: {message}")]
+    Refused {
+        /// Why, as a code.
+        code: FetchErrorCode,
+        /// Why, in the node's words.
+        message: String,
+    },
+    /// The node answered something the request does not call for.
+    #[error("unexpected answer {answer:?}")]
+    UnexpectedAnswer {
+        /// The answer.
+        answer: StoreAnswer,
+    },
+    /// The object is larger than one fetch may assemble.
+    #[error("object of {size} bytes is over the {limit}-byte limit of one fetch")]
+    TooLarge {
+        /// The object's size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A chunk's answer gives the object another size than expected.
+    #[error("the object is {size} bytes, not the {expected} expected")]
+    SizeMismatch {
+        /// The size the node gave.
+        size: u64,
+        /// The size expected (from the head, or the first answer).
+        expected: u64,
+    },
+    /// A chunk's answer announces another length than asked for.
+    #[error("asked {len} bytes at {offset}, told {got}")]
+    RangeMismatch {
+        /// Where the chunk starts.
+        offset: u64,
+        /// The bytes asked for.
+        len: u64,
+        /// The bytes announced.
+        got: u64,
+    },
+    /// A chunk's bytes ended early.
+    #[error("chunk at {offset} cut short")]
+    CutShort {
+        /// Where the chunk starts.
+        offset: u64,
+        /// The cause.
+        #[source]
+        source: quinn::ReadExactError,
+    },
+    /// A task fetching chunks failed (it panicked or was cancelled).
+    #[error("a fetch task failed")]
+    Task(#[source] tokio::task::JoinError),
+    /// A task fetching chunks still held its range when the fetch ended.
+    #[error("a fetch task outlived its fetch")]
+    Outlived,
+}
+
 /// The client side of object links: one QUIC connection per node, reused; pulls
 /// objects in parallel chunks, stores and releases driver objects.
 #[derive(Debug)]
@@ -382,26 +491,23 @@ impl ObjectClient {
         source: &ObjectSource,
         op: ObjectOp,
         payload: &[u8],
-    ) -> Result<StoreAnswer, String> {
+    ) -> Result<StoreAnswer, ObjectClientError> {
         let connection = self.connection(source).await?;
         let (mut send, mut recv) = connection
             .open_bi()
             .await
-            .map_err(|error| format!("cannot open a stream: {error}"))?;
-        write_small(&mut send, &self.wrap(op))
-            .await
-            .map_err(|error| error.to_string())?;
+            .map_err(ObjectClientError::OpenStream)?;
+        write_small(&mut send, &self.wrap(op)).await?;
         for piece in payload.chunks(64 << 10) {
             send.write_all(piece)
                 .await
-                .map_err(|error| format!("cannot send the object: {error}"))?;
+                .map_err(ObjectClientError::Send)?;
         }
         let _ = send.finish();
-        match read_small::<StoreAnswer>(&mut recv)
-            .await
-            .map_err(|error| error.to_string())?
-        {
-            StoreAnswer::Error { code, message } => Err(format!("{code:?}: {message}")),
+        match read_small::<StoreAnswer>(&mut recv).await? {
+            StoreAnswer::Error { code, message } => {
+                Err(ObjectClientError::Refused { code, message })
+            }
             answer => Ok(answer),
         }
     }
@@ -412,14 +518,14 @@ impl ObjectClient {
         source: &ObjectSource,
         owner: &str,
         bytes: &[u8],
-    ) -> Result<ObjectId, String> {
+    ) -> Result<ObjectId, ObjectClientError> {
         let op = ObjectOp::Store {
             owner: owner.to_owned(),
             size: bytes.len() as u64,
         };
         match self.ask(source, op, bytes).await? {
             StoreAnswer::Stored { id } => Ok(id),
-            other => Err(format!("unexpected answer {other:?}")),
+            answer => Err(ObjectClientError::UnexpectedAnswer { answer }),
         }
     }
 
@@ -429,10 +535,10 @@ impl ObjectClient {
         &self,
         source: &ObjectSource,
         id: ObjectId,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, ObjectClientError> {
         match self.ask(source, ObjectOp::Damaged { id }, &[]).await? {
             StoreAnswer::Released { existed } => Ok(existed),
-            other => Err(format!("unexpected answer {other:?}")),
+            answer => Err(ObjectClientError::UnexpectedAnswer { answer }),
         }
     }
 
@@ -442,18 +548,21 @@ impl ObjectClient {
         source: &ObjectSource,
         owner: &str,
         id: ObjectId,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, ObjectClientError> {
         let op = ObjectOp::Release {
             owner: owner.to_owned(),
             id,
         };
         match self.ask(source, op, &[]).await? {
             StoreAnswer::Released { existed } => Ok(existed),
-            other => Err(format!("unexpected answer {other:?}")),
+            answer => Err(ObjectClientError::UnexpectedAnswer { answer }),
         }
     }
 
-    async fn connection(&self, source: &ObjectSource) -> Result<quinn::Connection, String> {
+    async fn connection(
+        &self,
+        source: &ObjectSource,
+    ) -> Result<quinn::Connection, ObjectClientError> {
         let cache_key = (
             source.host.clone(),
             source.endpoint.port,
@@ -471,17 +580,27 @@ impl ObjectClient {
         // Resolved only for a new connection, not on every fetch.
         let addr = tokio::net::lookup_host((source.host.as_str(), source.endpoint.port))
             .await
-            .map_err(|error| format!("cannot resolve {}: {error}", source.host))?
+            .map_err(|error| ObjectClientError::Resolve {
+                host: source.host.clone(),
+                source: error,
+            })?
             .next()
-            .ok_or_else(|| format!("{} has no address", source.host))?;
-        let config = client_config(source.endpoint.cert_sha256, addr.ip().is_loopback())
-            .map_err(|error| error.to_string())?;
+            .ok_or_else(|| ObjectClientError::NoAddress {
+                host: source.host.clone(),
+            })?;
+        let config = client_config(source.endpoint.cert_sha256, addr.ip().is_loopback())?;
         let connection = self
             .endpoint
             .connect_with(config, addr, SERVER_NAME)
-            .map_err(|error| format!("cannot connect to {addr}: {error}"))?
+            .map_err(|error| ObjectClientError::Connect {
+                addr,
+                source: error,
+            })?
             .await
-            .map_err(|error| format!("cannot connect to {addr}: {error}"))?;
+            .map_err(|error| ObjectClientError::Connection {
+                addr,
+                source: error,
+            })?;
         settle_mtu(&connection).await;
         self.connections
             .lock()
@@ -499,7 +618,7 @@ impl ObjectClient {
         id: ObjectId,
         size_hint: Option<u64>,
         max_bytes: u64,
-    ) -> Result<Arc<[u8]>, String> {
+    ) -> Result<Arc<[u8]>, ObjectClientError> {
         let connection = self.connection(source).await?;
         let token = self.token_digest;
         let size = match size_hint {
@@ -508,11 +627,15 @@ impl ObjectClient {
         };
         let max_bytes = max_bytes.min(MAX_FETCH_BYTES);
         if size > max_bytes {
-            return Err(format!(
-                "object of {size} bytes is over the {max_bytes}-byte limit of one fetch"
-            ));
+            return Err(ObjectClientError::TooLarge {
+                size,
+                limit: max_bytes,
+            });
         }
-        let size_usize = usize::try_from(size).map_err(|_| format!("object of {size} bytes"))?;
+        let size_usize = usize::try_from(size).map_err(|_| ObjectClientError::TooLarge {
+            size,
+            limit: usize::MAX as u64,
+        })?;
         // Received straight into the shared allocation the store keeps, so a
         // fetched object is never copied after it arrives; each lane is its own
         // task, so the copies out of quinn and the page faults of the fresh buffer
@@ -535,17 +658,15 @@ impl ObjectClient {
                         fetch_chunk(&connection, token, id, offset as u64, target, Some(size))
                             .await?;
                     }
-                    Ok::<(), String>(())
+                    Ok::<(), ObjectClientError>(())
                 }
                 .in_current_span(),
             );
         }
         while let Some(finished) = tasks.join_next().await {
-            finished.map_err(|error| format!("a fetch task failed: {error}"))??;
+            finished.map_err(ObjectClientError::Task)??;
         }
-        buffer
-            .finish()
-            .map_err(|_| "a fetch task outlived its fetch".to_owned())
+        buffer.finish().map_err(|_| ObjectClientError::Outlived)
     }
 }
 
@@ -559,38 +680,34 @@ async fn fetch_chunk(
     offset: u64,
     target: &mut [u8],
     expected_size: Option<u64>,
-) -> Result<u64, String> {
+) -> Result<u64, ObjectClientError> {
     let (mut send, mut recv) = connection
         .open_bi()
         .await
-        .map_err(|error| format!("cannot open a stream: {error}"))?;
+        .map_err(ObjectClientError::OpenStream)?;
     let len = target.len() as u64;
     let request = ObjectRequest {
         token,
         op: ObjectOp::Fetch { id, offset, len },
     };
-    write_small(&mut send, &request)
-        .await
-        .map_err(|error| error.to_string())?;
+    write_small(&mut send, &request).await?;
     let _ = send.finish();
-    let header: FetchHeader = read_small(&mut recv)
-        .await
-        .map_err(|error| error.to_string())?;
-    let (size, got) = match header {
+    let (size, got) = match read_small(&mut recv).await? {
         FetchHeader::Bytes { size, len: got } => (size, got),
-        FetchHeader::Error { code, message } => return Err(format!("{code:?}: {message}")),
+        FetchHeader::Error { code, message } => {
+            return Err(ObjectClientError::Refused { code, message });
+        }
     };
-    if expected_size.is_some_and(|expected| expected != size) {
-        return Err(format!(
-            "the object is {size} bytes, not the {} expected",
-            expected_size.unwrap_or_default()
-        ));
+    if let Some(expected) = expected_size
+        && expected != size
+    {
+        return Err(ObjectClientError::SizeMismatch { size, expected });
     }
     if got != len {
-        return Err(format!("asked {len} bytes at {offset}, told {got}"));
+        return Err(ObjectClientError::RangeMismatch { offset, len, got });
     }
     recv.read_exact(target)
         .await
-        .map_err(|error| format!("chunk at {offset} cut short: {error}"))?;
+        .map_err(|source| ObjectClientError::CutShort { offset, source })?;
     Ok(size)
 }

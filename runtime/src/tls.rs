@@ -4,6 +4,12 @@
 //! start, so join strings stay valid across restarts. Peers pin the CA by the
 //! SHA-256 of its DER; the head's certificate names `xp-head`, whatever address
 //! it is reached at.
+//!
+//! It also holds the one certificate verifier of every QUIC client in xp,
+//! [`PinnedVerifier`]: the control plane pins the head's CA
+//! ([`Pin::Ca`]); collective links and object links pin a self-signed leaf
+//! ([`Pin::Leaf`]). Building TLS and QUIC configurations around it is
+//! `crate::transport`'s job, not this module's.
 
 use std::fmt;
 use std::path::Path;
@@ -206,57 +212,97 @@ pub fn sha256(bytes: &[u8]) -> [u8; 32] {
     out
 }
 
-/// Accepts the head's certificate only if it chains to the pinned CA.
-///
-/// The head sends its CA along with its leaf; this verifier finds the certificate
-/// whose SHA-256 is pinned and verifies the leaf against it with webpki, so the
-/// signature checks are the standard ones. A mismatch is recorded in
-/// `failure` so the caller can say exactly what was wrong.
-#[derive(Debug)]
-pub struct PinnedCaVerifier {
-    pinned: [u8; 32],
-    provider: Arc<rustls::crypto::CryptoProvider>,
-    /// Set when the head's chain holds no certificate with the pinned hash.
-    pub failure: Arc<Mutex<Option<String>>>,
+/// What a [`PinnedVerifier`] trusts, by the SHA-256 of a certificate's DER.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pin {
+    /// A CA: the server must send a certificate with this hash among its
+    /// intermediates, and its leaf must chain to it (the head and the join
+    /// string's `ca`).
+    Ca([u8; 32]),
+    /// The server's own self-signed certificate: its leaf must have this hash
+    /// (collective links and object servers, whose hash travels with their address).
+    Leaf([u8; 32]),
 }
 
-impl PinnedCaVerifier {
-    /// A verifier pinning the CA with SHA-256 `pinned`.
-    pub fn new(pinned: [u8; 32], provider: Arc<rustls::crypto::CryptoProvider>) -> Self {
+/// The head's chain holds no certificate with the CA hash the join string pins.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the head's CA does not match the join string: join string pins ca={}, head presented ca={}",
+    hex::encode(.pinned),
+    .presented.iter().map(hex::encode).collect::<Vec<_>>().join(",")
+)]
+pub struct CaMismatch {
+    /// The hash the join string pins.
+    pub pinned: [u8; 32],
+    /// The hashes of the intermediates the head sent.
+    pub presented: Vec<[u8; 32]>,
+}
+
+/// Accepts a server's certificate only if it matches a [`Pin`].
+///
+/// The cluster has no public PKI: a client learns a hash out of band (the join
+/// string, rendezvous, the head) and trusts exactly what it names. With
+/// [`Pin::Ca`] the verifier finds the pinned CA in the server's chain and lets
+/// webpki verify the leaf against it, so the chain checks are the standard ones;
+/// a missing CA is kept as a [`CaMismatch`] (see [`PinnedVerifier::ca_mismatch`])
+/// so the caller can say exactly what was wrong. With [`Pin::Leaf`] the leaf's
+/// hash is the whole identity check, and TLS 1.2 is refused. Either way the
+/// handshake signature is then checked with the provider's algorithms, which
+/// proves the server holds the certificate's key.
+///
+/// It does not check the server name of a leaf pin (the hash identifies the
+/// server) and does no revocation checks (certificates are pinned, not issued).
+#[derive(Debug)]
+pub struct PinnedVerifier {
+    pin: Pin,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    ca_mismatch: Mutex<Option<CaMismatch>>,
+}
+
+impl PinnedVerifier {
+    /// A verifier trusting `pin`, checking signatures with `provider`'s algorithms.
+    pub fn new(pin: Pin, provider: Arc<rustls::crypto::CryptoProvider>) -> Self {
         Self {
-            pinned,
+            pin,
             provider,
-            failure: Arc::new(Mutex::new(None)),
+            ca_mismatch: Mutex::new(None),
         }
     }
-}
 
-impl ServerCertVerifier for PinnedCaVerifier {
-    fn verify_server_cert(
+    /// The provider whose signature algorithms it uses; client configurations
+    /// built around this verifier use the same one.
+    pub fn provider(&self) -> &Arc<rustls::crypto::CryptoProvider> {
+        &self.provider
+    }
+
+    /// The last handshake's [`CaMismatch`], if a server's chain lacked the pinned
+    /// CA: rustls reports only a general error, so callers read the details here.
+    pub fn ca_mismatch(&self) -> Option<CaMismatch> {
+        self.ca_mismatch
+            .lock()
+            .expect("verifier mismatch lock is never poisoned")
+            .clone()
+    }
+
+    fn verify_chain_to_ca(
         &self,
+        pinned: [u8; 32],
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
         server_name: &ServerName<'_>,
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let Some(ca) = intermediates
-            .iter()
-            .find(|cert| sha256(cert) == self.pinned)
-        else {
-            let presented: Vec<String> = intermediates
-                .iter()
-                .map(|cert| hex::encode(sha256(cert)))
-                .collect();
-            let message = format!(
-                "the head's CA does not match the join string: join string pins ca={}, head presented ca={}",
-                hex::encode(self.pinned),
-                presented.join(",")
-            );
+        let Some(ca) = intermediates.iter().find(|cert| sha256(cert) == pinned) else {
+            let mismatch = CaMismatch {
+                pinned,
+                presented: intermediates.iter().map(|cert| sha256(cert)).collect(),
+            };
+            let message = mismatch.to_string();
             *self
-                .failure
+                .ca_mismatch
                 .lock()
-                .expect("verifier failure lock is never poisoned") = Some(message.clone());
+                .expect("verifier mismatch lock is never poisoned") = Some(mismatch);
             return Err(rustls::Error::General(message));
         };
         let mut roots = rustls::RootCertStore::empty();
@@ -269,6 +315,34 @@ impl ServerCertVerifier for PinnedCaVerifier {
         .map_err(|error| rustls::Error::General(error.to_string()))?;
         verifier.verify_server_cert(end_entity, &[], server_name, ocsp_response, now)
     }
+}
+
+impl ServerCertVerifier for PinnedVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self.pin {
+            Pin::Ca(pinned) => self.verify_chain_to_ca(
+                pinned,
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp_response,
+                now,
+            ),
+            Pin::Leaf(pinned) if sha256(end_entity) == pinned => {
+                Ok(ServerCertVerified::assertion())
+            }
+            Pin::Leaf(_) => Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            )),
+        }
+    }
 
     fn verify_tls12_signature(
         &self,
@@ -276,12 +350,18 @@ impl ServerCertVerifier for PinnedCaVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        match self.pin {
+            Pin::Ca(_) => rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.provider.signature_verification_algorithms,
+            ),
+            // A leaf pin is used only where TLS 1.3 alone is offered.
+            Pin::Leaf(_) => Err(rustls::Error::PeerIncompatible(
+                rustls::PeerIncompatible::Tls12NotOffered,
+            )),
+        }
     }
 
     fn verify_tls13_signature(
@@ -307,7 +387,106 @@ impl ServerCertVerifier for PinnedCaVerifier {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+
+    /// A fixed moment inside every generated certificate's validity.
+    fn now() -> UnixTime {
+        UnixTime::since_unix_epoch(Duration::from_secs(1_780_000_000))
+    }
+
+    /// Whether a verifier pinning `pin` accepts `chain` (leaf first) for `name`.
+    fn check_accepts(pin: Pin, chain: &[CertificateDer<'static>], name: &str) -> bool {
+        let verifier = PinnedVerifier::new(pin, Arc::new(rustls::crypto::ring::default_provider()));
+        let server_name = ServerName::try_from(name.to_owned()).unwrap();
+        verifier
+            .verify_server_cert(&chain[0], &chain[1..], &server_name, &[], now())
+            .is_ok()
+    }
+
+    fn self_signed() -> CertificateDer<'static> {
+        rcgen::generate_simple_self_signed(vec!["xp-collective".to_owned()])
+            .unwrap()
+            .cert
+            .der()
+            .clone()
+    }
+
+    #[test]
+    fn a_ca_pin_accepts_the_head_chain_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let identity = ClusterIdentity::load_or_create(dir.path()).unwrap();
+        let other_dir = tempfile::tempdir().unwrap();
+        let other = ClusterIdentity::load_or_create(other_dir.path()).unwrap();
+        let (chain, _) = identity.server_chain();
+        let pin = Pin::Ca(identity.ca_sha256());
+        assert!(check_accepts(pin, &chain, HEAD_SERVER_NAME));
+        // The chain must name the head, and its leaf must be signed by the CA.
+        assert!(!check_accepts(pin, &chain, "someone-else"));
+        let forged = [other.server_der.clone(), identity.ca_der.clone()];
+        assert!(!check_accepts(pin, &forged, HEAD_SERVER_NAME));
+        // A pinned leaf hash is not a CA pin.
+        assert!(!check_accepts(
+            Pin::Ca(sha256(&chain[0])),
+            &chain,
+            HEAD_SERVER_NAME
+        ));
+    }
+
+    #[test]
+    fn a_missing_ca_is_reported_with_both_hashes() {
+        let dir = tempfile::tempdir().unwrap();
+        let identity = ClusterIdentity::load_or_create(dir.path()).unwrap();
+        let pinned = [7u8; 32];
+        let verifier = PinnedVerifier::new(
+            Pin::Ca(pinned),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        );
+        let server_name = ServerName::try_from(HEAD_SERVER_NAME).unwrap();
+        let (chain, _) = identity.server_chain();
+        assert!(verifier.ca_mismatch().is_none());
+        let error = verifier
+            .verify_server_cert(&chain[0], &chain[1..], &server_name, &[], now())
+            .unwrap_err();
+        let mismatch = verifier.ca_mismatch().unwrap();
+        assert_eq!(
+            mismatch,
+            CaMismatch {
+                pinned,
+                presented: vec![identity.ca_sha256()],
+            }
+        );
+        assert_eq!(error, rustls::Error::General(mismatch.to_string()));
+        let message = mismatch.to_string();
+        assert!(message.contains(&hex::encode(pinned)), "{message}");
+        assert!(
+            message.contains(&hex::encode(identity.ca_sha256())),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_leaf_pin_accepts_only_the_certificate_with_its_hash() {
+        let leaf = self_signed();
+        let another = self_signed();
+        assert!(check_accepts(
+            Pin::Leaf(sha256(&leaf)),
+            std::slice::from_ref(&leaf),
+            "xp-collective"
+        ));
+        // The hash is the identity: the name is not checked.
+        assert!(check_accepts(
+            Pin::Leaf(sha256(&leaf)),
+            std::slice::from_ref(&leaf),
+            "anything"
+        ));
+        assert!(!check_accepts(
+            Pin::Leaf(sha256(&another)),
+            &[leaf],
+            "xp-collective"
+        ));
+    }
 
     #[test]
     fn identity_is_created_once_and_reloaded() {

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use xp_runtime::error_chain::error_chain;
 use xp_runtime::ids::{BlobHash, ExperimentId, ObjectId, TrialId};
 use xp_runtime::join::{JoinString, JoinStringError};
 use xp_runtime::object_wire::{self, ObjectClient};
@@ -163,7 +164,7 @@ impl Client {
             match client.store(node, session, bytes).await {
                 Ok(id) if id == ObjectId::of(bytes) => return Ok(id),
                 Ok(id) => failures.push(format!("node {} named it {id}", node.node)),
-                Err(error) => failures.push(format!("node {}: {error}", node.node)),
+                Err(error) => failures.push(format!("node {}: {}", node.node, error_chain(&error))),
             }
         }
         Err(SdkError::Object(if nodes.is_empty() {
@@ -185,7 +186,9 @@ impl Client {
             match client.fetch_from(source, id, None, MAX_GET_BYTES).await {
                 Ok(bytes) if ObjectId::of(&bytes) == id => return Ok(bytes.to_vec()),
                 Ok(_) => failures.push(format!("node {} sent other bytes", source.node)),
-                Err(error) => failures.push(format!("node {}: {error}", source.node)),
+                Err(error) => {
+                    failures.push(format!("node {}: {}", source.node, error_chain(&error)))
+                }
             }
         }
         Err(SdkError::Object(if sources.is_empty() {
@@ -212,7 +215,7 @@ impl Client {
             existed |= client
                 .release(source, session, id)
                 .await
-                .map_err(SdkError::Object)?;
+                .map_err(|error| SdkError::Object(error_chain(&error)))?;
         }
         Ok(existed)
     }

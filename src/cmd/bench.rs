@@ -90,9 +90,7 @@ async fn allreduce(
         sizes.iter().all(|size| (4..=(1usize << 31)).contains(size)),
         "--size must be between 4 bytes and 2 GiB"
     );
-    let kind: xp_runtime::collective::TransportKind = transport
-        .parse()
-        .map_err(|error: String| anyhow::anyhow!(error))?;
+    let kind: xp_runtime::collective::TransportKind = transport.parse()?;
     let config = xp_runtime::collective::CollectiveConfig::default();
     let ceilings = xp_runtime::collective::bench::ceilings(64 << 20, &config)
         .await

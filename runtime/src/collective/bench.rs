@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::quic::{self, Identity};
+use super::quic;
 use super::ring::{Algorithm, Schedule};
 use super::{CollectiveConfig, CollectiveError, ReduceOp, TransportKind, local_ring_with};
+use crate::transport::{self, SelfSignedIdentity};
 
 /// One all-reduce size measured on one ring.
 #[derive(Debug, Clone, PartialEq)]
@@ -287,33 +288,34 @@ async fn quic_transfer(
     let setup = |source| CollectiveError::Listener { rank: 0, source };
     let quic_error = |reason: String| CollectiveError::Quic { rank: 1, reason };
     let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let identity = Identity::generate().map_err(setup)?;
+    let identity = SelfSignedIdentity::generate().map_err(setup)?;
     let (server_transport, client_transport) = if tuned {
         (
-            quic::transport_config(&config.quic, config.timeout, false),
-            quic::transport_config(&config.quic, config.timeout, true),
+            transport::bulk_transport_config(&config.quic, config.timeout, false),
+            transport::bulk_transport_config(&config.quic, config.timeout, true),
         )
     } else {
         (Arc::default(), Arc::default())
     };
-    let server_config =
-        quic::server_config(&identity, server_transport, quic::ALPN).map_err(setup)?;
+    let server_config = identity
+        .server_config(server_transport, quic::ALPN)
+        .map_err(setup)?;
     let client_config =
-        quic::client_config(identity.sha256, client_transport, quic::ALPN).map_err(setup)?;
-    let control_plane = |error: crate::transport::TransportError| CollectiveError::Quic {
+        transport::bulk_client_config(identity.sha256, client_transport, quic::ALPN)
+            .map_err(setup)?;
+    let control_plane = |error: transport::TransportError| CollectiveError::Quic {
         rank: 0,
         reason: error.to_string(),
     };
     let (server, client) = if tuned {
         (
-            quic::bind_endpoint(loopback, Some(server_config)).map_err(setup)?,
-            quic::bind_endpoint(loopback, None).map_err(setup)?,
+            transport::bind_bulk_endpoint(loopback, Some(server_config)).map_err(setup)?,
+            transport::bind_bulk_endpoint(loopback, None).map_err(setup)?,
         )
     } else {
         (
-            crate::transport::bind_endpoint(loopback, Some(server_config))
-                .map_err(control_plane)?,
-            crate::transport::bind_endpoint(loopback, None).map_err(control_plane)?,
+            transport::bind_endpoint(loopback, Some(server_config)).map_err(control_plane)?,
+            transport::bind_endpoint(loopback, None).map_err(control_plane)?,
         )
     };
     let server_addr = server
@@ -348,12 +350,16 @@ async fn quic_transfer(
             Ok::<_, &'static str>(finished)
         });
         let connection = client
-            .connect_with(client_config.clone(), server_addr, quic::SERVER_NAME)
+            .connect_with(
+                client_config.clone(),
+                server_addr,
+                transport::SELF_SIGNED_SERVER_NAME,
+            )
             .map_err(|error| quic_error(error.to_string()))?
             .await
             .map_err(|error| quic_error(error.to_string()))?;
         // As `connect_ring` does: let MTU discovery finish on the idle connection.
-        quic::settle_mtu(&connection, config.quic.mtu_settle).await;
+        transport::settle_mtu(&connection, config.quic.mtu_settle).await;
         let (mut send, _recv) = connection
             .open_bi()
             .await

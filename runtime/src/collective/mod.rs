@@ -18,8 +18,9 @@
 //!   error naming it (`CollectiveError::rank`), and poisons the communicator.
 //! - A connection is trusted only after it presented the per-attempt token and the
 //!   expected rank; anything else is dropped and logged.
-//! - These data-plane sockets are opened here, not in `runtime::transport`, which
-//!   keeps the control plane.
+//! - QUIC endpoints, certificates and TLS settings come from `runtime::transport`
+//!   (its bulk links, sized by [`CollectiveConfig::quic`]); TCP and shared-memory
+//!   links are opened here.
 
 pub mod bench;
 mod blocking;
@@ -37,10 +38,11 @@ mod tests;
 
 use std::time::Duration;
 
+use crate::transport::{QuicSetupError, QuicTuning};
+
 pub use blocking::{BlockingCommunicator, BlockingRingListener};
 pub use communicator::{AllReduceHandle, Communicator};
 pub use element::{Dtype, Element};
-pub use quic::{QuicSetupError, QuicTuning};
 pub use ring::{Algorithm, Segmenting};
 pub use setup::{RingListener, connect_ring, connect_ring_with, local_ring, local_ring_with};
 pub use wire::{FailureCause, FrameSummary, OpCode};
@@ -76,17 +78,25 @@ impl TransportKind {
     }
 }
 
+/// A transport name that is not `tcp`, `quic` or `shm`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown transport {name:?}: expected tcp, quic or shm")]
+pub struct ParseTransportKindError {
+    /// The name given.
+    pub name: String,
+}
+
 impl std::str::FromStr for TransportKind {
-    type Err = String;
+    type Err = ParseTransportKindError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text {
             "tcp" => Ok(Self::Tcp),
             "quic" => Ok(Self::Quic),
             "shm" => Ok(Self::Shm),
-            other => Err(format!(
-                "unknown transport {other:?}: expected tcp, quic or shm"
-            )),
+            other => Err(ParseTransportKindError {
+                name: other.to_owned(),
+            }),
         }
     }
 }

@@ -22,9 +22,10 @@ use tracing::{debug, instrument, warn};
 
 use super::communicator::{Communicator, Engine};
 use super::link::{FwdReader, FwdWriter, Links, RevReader, RevWriter, StreamReader, StreamWriter};
-use super::quic::{self, Identity, QuicConnections};
+use super::quic::{self, QuicConnections};
 use super::wire::{ACK, HELLO_BYTES, Hello, LinkKind, MAX_PATH_BYTES, token_matches};
 use super::{CollectiveConfig, CollectiveError, PeerInfo, TransportKind, shm};
+use crate::transport::{self, QuicSetupError, SelfSignedIdentity};
 
 /// The answer of a server that trusts the hello but cannot open the shared-memory
 /// file (another mount namespace, say): the link carries TCP frames instead.
@@ -38,7 +39,7 @@ enum Listening {
     Tcp(TcpListener),
     Quic {
         endpoint: quinn::Endpoint,
-        identity: Identity,
+        identity: SelfSignedIdentity,
     },
 }
 
@@ -65,7 +66,7 @@ impl std::fmt::Debug for RingListener {
 fn listener_error(source: std::io::Error, addr: SocketAddr) -> CollectiveError {
     CollectiveError::Listener {
         rank: u32::MAX,
-        source: quic::QuicSetupError::Bind { addr, source },
+        source: QuicSetupError::Bind { addr, source },
     }
 }
 
@@ -105,12 +106,14 @@ impl RingListener {
                     rank: u32::MAX,
                     source,
                 };
-                let identity = Identity::generate().map_err(setup)?;
+                let identity = SelfSignedIdentity::generate().map_err(setup)?;
                 // The server side only sends aborts back; data flows client to server.
-                let transport = quic::transport_config(&config.quic, config.timeout, false);
-                let server =
-                    quic::server_config(&identity, transport, quic::ALPN).map_err(setup)?;
-                let endpoint = quic::bind_endpoint(addr, Some(server)).map_err(setup)?;
+                let transport_config =
+                    transport::bulk_transport_config(&config.quic, config.timeout, false);
+                let server = identity
+                    .server_config(transport_config, quic::ALPN)
+                    .map_err(setup)?;
+                let endpoint = transport::bind_bulk_endpoint(addr, Some(server)).map_err(setup)?;
                 let local_addr = endpoint
                     .local_addr()
                     .map_err(|source| listener_error(source, addr))?;
@@ -594,17 +597,20 @@ impl SetupContext {
             rank: self.next,
             reason,
         };
-        let transport =
-            quic::transport_config(&self.config.quic, self.config.timeout, peer.same_host);
-        let client = quic::client_config(pinned, transport, quic::ALPN).map_err(|source| {
-            CollectiveError::Listener {
+        let transport_config = transport::bulk_transport_config(
+            &self.config.quic,
+            self.config.timeout,
+            peer.same_host,
+        );
+        let client = transport::bulk_client_config(pinned, transport_config, quic::ALPN).map_err(
+            |source| CollectiveError::Listener {
                 rank: self.rank,
                 source,
-            }
-        })?;
+            },
+        )?;
         let exchange = async {
             let connection = endpoint
-                .connect_with(client, addr, quic::SERVER_NAME)
+                .connect_with(client, addr, transport::SELF_SIGNED_SERVER_NAME)
                 .map_err(|error| quic_error(error.to_string()))?
                 .await
                 .map_err(|error| quic_error(error.to_string()))?;
@@ -635,7 +641,7 @@ impl SetupContext {
                 Ok(()) => return Err(CollectiveError::Protocol { rank: self.next }),
                 Err(_) => return Err(CollectiveError::Refused { rank: self.next }),
             }
-            quic::settle_mtu(
+            transport::settle_mtu(
                 &connection,
                 self.config.quic.mtu_settle.min(self.remaining()),
             )

@@ -13,10 +13,10 @@ trial:
 search:
   algorithm: random
   space:
-lr: {loguniform: [0.0001, 0.1]}
-hidden: {choice: [16, 32, 64]}
-depth: {int: [1, 4]}
-dropout: {uniform: [0.0, 0.5]}
+    lr: {loguniform: [0.0001, 0.1]}
+    hidden: {choice: [16, 32, 64]}
+    depth: {int: [1, 4]}
+    dropout: {uniform: [0.0, 0.5]}
   metric: val_acc
   mode: max
   trials: 16
@@ -95,9 +95,9 @@ fn bad_specs_name_the_field() {
 #[test]
 fn grid_size_multiplies_discrete_domains() {
     let spec = ExperimentSpec::from_yaml(
-        "name: g\ntrial: {command: [echo, '{a}', '{b}']}\nsearch:\n  algorithm: grid\n  space: {a: {int: [1, 3]}, b: {choice: [x, y]}}\n  seeds: 2\n",
-    )
-    .unwrap();
+            "name: g\ntrial: {command: [echo, '{a}', '{b}']}\nsearch:\n  algorithm: grid\n  space: {a: {int: [1, 3]}, b: {choice: [x, y]}}\n  seeds: 2\n",
+        )
+        .unwrap();
     assert_eq!(spec.trial_count(), 12);
 }
 
@@ -131,11 +131,11 @@ fn conditional_step_and_log_parameters_parse_and_serialise_canonically() {
     assert_eq!(space["width"], ParamSpec::int(16, 256).step(16));
     let json = spec.to_canonical_json();
     assert!(
-        json.contains(
-            r#""space":{"layers":{"int":[1,8],"log":true},"lr":{"loguniform":[0.0001,0.1]},"momentum":{"uniform":[0.0,0.99],"when":{"optimizer":["sgd"]}},"optimizer":{"choice":["sgd","adam"]},"width":{"int":[16,256],"step":16}}"#
-        ),
-        "{json}"
-    );
+            json.contains(
+                r#""space":{"layers":{"int":[1,8],"log":true},"lr":{"loguniform":[0.0001,0.1]},"momentum":{"uniform":[0.0,0.99],"when":{"optimizer":["sgd"]}},"optimizer":{"choice":["sgd","adam"]},"width":{"int":[16,256],"step":16}}"#
+            ),
+            "{json}"
+        );
     assert_eq!(ExperimentSpec::from_json(&json).unwrap(), spec);
     // Defaults are left out of the canonical form, so they do not change identity.
     let respelled = yaml.replace("step: 1, log: true", "log: true, step: 1");
@@ -161,11 +161,11 @@ fn conditional_step_and_log_parameters_parse_and_serialise_canonically() {
 fn plain_domains_keep_their_canonical_json() {
     let json = ExperimentSpec::from_yaml(GOOD).unwrap().to_canonical_json();
     assert!(
-        json.contains(
-            r#""search":{"algorithm":"random","space":{"depth":{"int":[1,4]},"dropout":{"uniform":[0.0,0.5]},"hidden":{"choice":[16,32,64]},"lr":{"loguniform":[0.0001,0.1]}},"metric":"val_acc""#
-        ),
-        "{json}"
-    );
+            json.contains(
+                r#""search":{"algorithm":"random","space":{"depth":{"int":[1,4]},"dropout":{"uniform":[0.0,0.5]},"hidden":{"choice":[16,32,64]},"lr":{"loguniform":[0.0001,0.1]}},"metric":"val_acc""#
+            ),
+            "{json}"
+        );
     let from_domains: SpaceSpec = [("a".to_owned(), Domain::Int([1, 2]))]
         .into_iter()
         .collect();
@@ -281,8 +281,8 @@ fn conditional_parameters_cannot_be_placeholders() {
 #[test]
 fn grid_size_counts_conditional_parameters_where_active() {
     let spec = ExperimentSpec::from_yaml(&search_yaml(
-        "  algorithm: grid\n  space:\n    opt: {choice: [sgd, adam]}\n    momentum: {int: [1, 3], when: {opt: [sgd]}}\n    width: {int: [0, 10], step: 5}\n",
-    ))
-    .unwrap();
+            "  algorithm: grid\n  space:\n    opt: {choice: [sgd, adam]}\n    momentum: {int: [1, 3], when: {opt: [sgd]}}\n    width: {int: [0, 10], step: 5}\n",
+        ))
+        .unwrap();
     assert_eq!(spec.trial_count(), (3 + 1) * 3);
 }

@@ -1,0 +1,324 @@
+//! A node's session with the head: its registration, the reports it sends
+//! ([`NodeMessage`], [`WorkerReport`]) and the commands it receives
+//! ([`HeadCommand`], [`Launch`]).
+//!
+//! Order: the first message on the session stream is [`NodeMessage::Register`],
+//! answered by [`HeadCommand::Registered`]; then both sides send freely. Reports
+//! are numbered and acknowledged once persisted, so a node resends unacknowledged
+//! ones after a reconnect and the head tolerates duplicates. It does not cover
+//! requests on fresh streams (see `requests`).
+//!
+//! Invariant: enum variants and struct fields are append-only (bincode is not
+//! self-describing); a removed variant keeps its slot.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{CheckpointFile, LogChunk, ObjectEndpoint, ObjectSource, RemoteError, ResumeFrom};
+use crate::ids::{BlobHash, NodeId, ObjectId, TrialId, WorkerKey};
+
+/// One GPU a node offers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    /// The device index, as `CUDA_VISIBLE_DEVICES` names it.
+    pub index: u32,
+    /// The model name, or `declared` for slots declared with `--gpus`.
+    pub model: String,
+    /// Device memory in bytes, 0 when unknown.
+    pub memory_bytes: u64,
+}
+
+/// What a node offers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeResources {
+    /// GPU slots.
+    pub gpus: Vec<GpuInfo>,
+    /// CPU in thousandths of a core.
+    // The head's node records, written as JSON before the rename, say `milli_cpus`.
+    #[serde(alias = "milli_cpus")]
+    pub cpu_milli: u32,
+    /// Memory in bytes.
+    pub memory_bytes: u64,
+}
+
+/// A node's first message on its session stream.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeRegistration {
+    /// The node's persistent id.
+    pub node_id: NodeId,
+    /// Its host name.
+    pub name: String,
+    /// The host workers on other nodes reach it at (for `MASTER_ADDR`).
+    pub advertise_host: String,
+    /// What it offers.
+    pub resources: NodeResources,
+    /// Labels such as `rack=r1`.
+    pub labels: BTreeMap<String, String>,
+    /// Workers it still runs from before (after a head or connection restart).
+    pub running: Vec<WorkerKey>,
+    /// Where other nodes fetch objects from this one.
+    pub objects: Option<ObjectEndpoint>,
+    /// The objects its store holds, with who claims them, for the head's
+    /// directory and to settle what the node missed while it was away.
+    pub held_objects: Vec<HeldObject>,
+}
+
+/// One object a registering node holds, and who keeps it there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldObject {
+    /// The object.
+    pub id: ObjectId,
+    /// Pinned (a checkpoint's object).
+    pub pinned: bool,
+    /// The trials that claim it.
+    pub trials: Vec<TrialId>,
+    /// The driver sessions that claim it.
+    pub drivers: Vec<String>,
+}
+
+/// What a node says on its session stream.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum NodeMessage {
+    /// The first message: who the node is.
+    Register(NodeRegistration),
+    /// The node is alive.
+    Heartbeat,
+    /// A numbered report; the head acknowledges it with [`HeadCommand::Ack`] once persisted.
+    Report {
+        /// Per-node sequence number, strictly increasing across reconnects.
+        seq: u64,
+        /// What happened.
+        report: WorkerReport,
+    },
+    /// The answer to [`HeadCommand::ReadLogs`].
+    Logs {
+        /// The request this answers.
+        request_id: u64,
+        /// The chunk, or why there is none.
+        result: Result<LogChunk, RemoteError>,
+    },
+    /// The node is shutting down: place nothing more on it.
+    Draining,
+    /// Objects this node's store gained (a replica fetched) or lost (deleted,
+    /// found corrupt), for the head's directory.
+    Objects {
+        /// Now held.
+        added: Vec<ObjectId>,
+        /// No longer held.
+        dropped: Vec<ObjectId>,
+    },
+}
+
+/// Something that happened to a worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum WorkerReport {
+    /// The worker process started.
+    Started {
+        /// The worker.
+        key: WorkerKey,
+        /// Its process id on the node.
+        pid: u32,
+    },
+    /// The worker could not be started.
+    LaunchFailed {
+        /// The worker.
+        key: WorkerKey,
+        /// Why.
+        error: String,
+    },
+    /// The worker process exited.
+    Exited {
+        /// The worker.
+        key: WorkerKey,
+        /// Its exit code, if it exited normally.
+        code: Option<i32>,
+        /// The signal that ended it, if any.
+        signal: Option<i32>,
+    },
+    /// The worker reported metrics.
+    Metric {
+        /// The worker.
+        key: WorkerKey,
+        /// The report's position in the worker's output, to discard duplicates.
+        index: u64,
+        /// The step, if given.
+        step: Option<u64>,
+        /// Values by name.
+        values: Vec<(String, f64)>,
+    },
+    /// The node stopped the worker: on the head's order, or because the node
+    /// itself is shutting down. Not the trial's fault.
+    Stopped {
+        /// The worker.
+        key: WorkerKey,
+        /// Why the node stopped it.
+        reason: String,
+    },
+    /// The worker's checkpoint was taken into the node's object store.
+    Checkpoint {
+        /// The worker that wrote it.
+        key: WorkerKey,
+        /// The step it was taken at.
+        step: u64,
+        /// Its files, each an object in this node's store.
+        files: Vec<CheckpointFile>,
+        /// The durable backup directory its objects were also written to.
+        backup: Option<String>,
+    },
+    /// The node could not start the worker through no fault of the trial (its GPU
+    /// is still held by a stopping worker, the driver binary could not be fetched,
+    /// the node is shutting down): the head places it again.
+    Refused {
+        /// The worker.
+        key: WorkerKey,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl WorkerReport {
+    /// The worker this report is about.
+    pub fn key(&self) -> WorkerKey {
+        match self {
+            Self::Started { key, .. }
+            | Self::LaunchFailed { key, .. }
+            | Self::Exited { key, .. }
+            | Self::Metric { key, .. }
+            | Self::Stopped { key, .. }
+            | Self::Refused { key, .. }
+            | Self::Checkpoint { key, .. } => *key,
+        }
+    }
+}
+
+/// What the head tells a node on its session stream.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum HeadCommand {
+    /// Registration accepted; send heartbeats at this interval.
+    Registered {
+        /// Heartbeat interval in milliseconds.
+        heartbeat_interval_ms: u64,
+    },
+    /// Start one worker (boxed: it is much larger than the other commands).
+    Launch(Box<Launch>),
+    /// Stop every local worker of this attempt (SIGTERM, then SIGKILL after a grace period).
+    Kill {
+        /// The trial.
+        trial: TrialId,
+        /// The attempt.
+        attempt: u32,
+        /// Why, for the log.
+        reason: String,
+        /// How long after SIGTERM (time to checkpoint) before SIGKILL.
+        grace_ms: u64,
+    },
+    /// Reports up to and including `upto` are persisted; the node may forget them.
+    Ack {
+        /// The highest persisted sequence number.
+        upto: u64,
+    },
+    /// Read a worker's log and answer with [`NodeMessage::Logs`].
+    ReadLogs {
+        /// Echoed in the answer.
+        request_id: u64,
+        /// The worker.
+        key: WorkerKey,
+        /// Byte offset.
+        offset: u64,
+        /// The most bytes to return.
+        max_bytes: u32,
+    },
+    /// These objects belong to checkpoints the head keeps: pin them (a node
+    /// forgets pins when it restarts).
+    Pin {
+        /// The trial whose checkpoints name them.
+        trial: TrialId,
+        /// The objects.
+        objects: Vec<ObjectId>,
+    },
+    /// Fetch these objects from other nodes and keep them, pinned, as replicas.
+    Replicate {
+        /// The trial whose checkpoint they belong to (their owner).
+        trial: TrialId,
+        /// The objects and their sizes.
+        objects: Vec<(ObjectId, u64)>,
+        /// Nodes that hold them.
+        sources: Vec<ObjectSource>,
+    },
+    /// The trial ended: what its workers stored and nothing else claims (and no
+    /// pin keeps) may go.
+    ReleaseTrial {
+        /// The trial.
+        trial: TrialId,
+    },
+    /// A driver's connection ended: what it stored and nothing else claims may go.
+    ReleaseDriver {
+        /// The driver session's name.
+        session: String,
+    },
+    /// No checkpoint the head keeps needs these objects of `trial` any more: unpin
+    /// them and withdraw the trial's claim (they go unless something else claims them).
+    DropObjects {
+        /// The trial whose checkpoints named them; none for objects nothing
+        /// claims any more.
+        trial: Option<TrialId>,
+        /// The objects.
+        objects: Vec<ObjectId>,
+    },
+    /// The head gave this session up (it judged the node lost): end it, reconnect
+    /// and register again so that what the node still runs is reconciled.
+    Reconnect {
+        /// Why, for the log.
+        reason: String,
+    },
+}
+
+/// Everything a node needs to start one worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    /// The worker.
+    pub key: WorkerKey,
+    /// The number of workers in the gang.
+    pub world_size: u32,
+    /// The rank among the gang's workers on this node.
+    pub local_rank: u32,
+    /// What to run.
+    pub program: Program,
+    /// The trial's configuration as JSON (`XP_CONFIG`).
+    pub config_json: String,
+    /// The replicate seed (`XP_SEED`).
+    pub seed: u64,
+    /// GPU indices for `CUDA_VISIBLE_DEVICES`.
+    pub gpu_indices: Vec<u32>,
+    /// The thousandths of each of those GPUs this worker holds: 1000 for whole
+    /// GPUs, less for a fraction of one shared GPU (`XP_GPU_FRACTION`).
+    pub gpu_milli: u32,
+    /// Rank 0's host (`MASTER_ADDR`).
+    pub master_addr: String,
+    /// A port reserved on rank 0's host (`MASTER_PORT`).
+    pub master_port: u16,
+    /// The per-attempt secret of the gang's rendezvous and data connections (`XP_COLLECTIVE_TOKEN`).
+    pub collective_token: [u8; 32],
+    /// The data path between machines (`XP_COLLECTIVE_TRANSPORT`).
+    pub transport: crate::spec::CollectiveTransport,
+    /// The checkpoint to restore before starting, if the trial has one.
+    pub resume: Option<ResumeFrom>,
+}
+
+/// The code a worker runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Program {
+    /// An argv with placeholders already filled.
+    Command {
+        /// The argv.
+        argv: Vec<String>,
+    },
+    /// A trainable registered in a driver binary, fetched by hash.
+    Entry {
+        /// The driver binary.
+        binary: BlobHash,
+        /// The trainable's name.
+        entry: String,
+    },
+}

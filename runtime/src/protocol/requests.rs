@@ -1,0 +1,225 @@
+//! Requests on a fresh stream and their answers: what drivers, the CLI and tools
+//! ask of the head ([`Request`]), and what it answers ([`Response`]).
+//!
+//! Each request travels alone on its own bidirectional stream and is answered by
+//! exactly one response or one [`super::RemoteError`]; blob transfers follow the
+//! frame with the announced number of raw bytes. This module holds no node
+//! session messages (see `node`) and no status shapes (see `status`).
+//!
+//! Invariant: enum variants and struct fields are append-only (bincode is not
+//! self-describing); a removed variant keeps its slot.
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    CheckpointStatus, ExperimentStatus, MetricPoint, NodeStatus, ObjectSource, QueueStatus,
+    TrialEvent,
+};
+use crate::ids::{BlobHash, ExperimentId, ObjectId, TrialId};
+
+/// One request from a client (or a node, for blobs).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Request {
+    /// Create an experiment, or reuse a finished identical one.
+    Submit(SubmitRequest),
+    /// Experiments and their trials; all when `experiment` is `None`.
+    Status {
+        /// An experiment id, or a unique prefix of one.
+        experiment: Option<String>,
+    },
+    /// Cancel an experiment or a single trial.
+    Cancel {
+        /// An experiment id (or prefix) or a trial id.
+        id: String,
+    },
+    /// A chunk of one worker's output.
+    ReadLogs(LogRequest),
+    /// The nodes and their resources.
+    Nodes,
+    /// Upload a blob: `len` raw bytes follow this frame.
+    PutBlob {
+        /// The blake3 hash the bytes must have.
+        hash: BlobHash,
+        /// How many bytes follow.
+        len: u64,
+    },
+    /// Download a blob; the response frame is followed by its bytes.
+    GetBlob {
+        /// The blob.
+        hash: BlobHash,
+    },
+    /// Trial events of an experiment after sequence number `after`, waiting up to
+    /// `wait_ms` for the first one.
+    Events {
+        /// The experiment.
+        experiment: ExperimentId,
+        /// Return events with a larger sequence number.
+        after: u64,
+        /// How long to wait when there are none yet.
+        wait_ms: u32,
+    },
+    /// Every metric report of one trial (all attempts and ranks), oldest first.
+    Metrics {
+        /// The trial.
+        trial: TrialId,
+    },
+    /// The scheduling queues and their standing.
+    Queues,
+    /// An admin's arbitration; recorded with who and why.
+    Admin(AdminRequest),
+    /// Where a driver may store objects, and the session name they belong to: the
+    /// head collects them when this connection ends.
+    StoreTargets,
+    /// Which live nodes hold an object (asked by a node fetching it for a worker).
+    Locate {
+        /// The object.
+        object: ObjectId,
+    },
+    /// The checkpoints the head keeps for an experiment's trials.
+    Checkpoints {
+        /// The experiment's id or a unique prefix of it.
+        experiment: String,
+    },
+}
+
+/// An admin action, with who asks and why (both recorded in the events).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AdminRequest {
+    /// What to do.
+    pub action: AdminAction,
+    /// Who asks (the client's user name).
+    pub who: String,
+    /// Why, in the admin's words.
+    pub why: String,
+}
+
+/// What an admin can change.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum AdminAction {
+    /// Replace the scheduling policy with this YAML document.
+    ApplyPolicy {
+        /// The policy file's text.
+        yaml: String,
+    },
+    /// Set the base priority of a trial, or of every unfinished trial of an experiment.
+    Priority {
+        /// A trial id, or an experiment id (or prefix).
+        id: String,
+        /// The new base priority.
+        value: i64,
+    },
+    /// Keep a trial (or an experiment's trials) from being placed.
+    Hold {
+        /// A trial id, or an experiment id (or prefix).
+        id: String,
+    },
+    /// Undo a hold.
+    Release {
+        /// A trial id, or an experiment id (or prefix).
+        id: String,
+    },
+    /// Move a trial (or an experiment's trials) to another queue.
+    Move {
+        /// A trial id, or an experiment id (or prefix).
+        id: String,
+        /// The queue.
+        queue: String,
+    },
+}
+
+/// What a submission carries besides the spec.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubmitRequest {
+    /// The spec in canonical JSON ([`crate::spec::ExperimentSpec::to_canonical_json`]).
+    pub spec_json: String,
+    /// The uploaded driver binary, for `entry` trials.
+    pub program: Option<BlobHash>,
+    /// The code version computed by the client.
+    pub code_version: String,
+    /// The data version computed by the client.
+    pub data_version: String,
+    /// Run again even if an identical experiment finished.
+    pub rerun: bool,
+}
+
+/// Which worker's output to read, and where.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LogRequest {
+    /// The trial.
+    pub trial: TrialId,
+    /// The worker's rank.
+    pub rank: u32,
+    /// The attempt; the latest when `None`.
+    pub attempt: Option<u32>,
+    /// Byte offset into the log.
+    pub offset: u64,
+    /// The most bytes to return.
+    pub max_bytes: u32,
+}
+
+/// A chunk of a worker's log.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LogChunk {
+    /// The bytes read.
+    pub data: Vec<u8>,
+    /// Where the next read should start.
+    pub next_offset: u64,
+    /// The worker has exited, so no more bytes will come after the end.
+    pub complete: bool,
+}
+
+/// The answer to a [`Request`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Response {
+    /// The experiment id; `reused` when an identical finished experiment answered.
+    Submitted {
+        /// The experiment.
+        experiment: ExperimentId,
+        /// Whether an identical finished experiment was reused instead of run.
+        reused: bool,
+        /// How many trials it has.
+        trials: u32,
+    },
+    /// Experiments.
+    Status(Vec<ExperimentStatus>),
+    /// How many trials a cancel stopped.
+    Cancelled {
+        /// Trials moved to `cancelled`.
+        trials: u32,
+    },
+    /// A log chunk.
+    Logs(LogChunk),
+    /// The nodes.
+    Nodes(Vec<NodeStatus>),
+    /// The blob is stored (or already was).
+    BlobStored,
+    /// The blob follows: `len` raw bytes.
+    Blob {
+        /// How many bytes follow.
+        len: u64,
+    },
+    /// Trial events, oldest first.
+    Events(Vec<TrialEvent>),
+    /// A trial's metric history, oldest first.
+    Metrics(Vec<MetricPoint>),
+    /// The scheduling queues.
+    Queues(Vec<QueueStatus>),
+    /// Checkpoints, oldest first.
+    Checkpoints(Vec<CheckpointStatus>),
+    /// The nodes holding an object.
+    Located(Vec<ObjectSource>),
+    /// Ready nodes a driver may store objects on, best first, and its session.
+    StoreTargets {
+        /// The owner name of this connection's objects.
+        session: String,
+        /// The nodes.
+        nodes: Vec<ObjectSource>,
+    },
+    /// What an admin action changed.
+    Admin {
+        /// How many trials it touched (0 for a policy).
+        trials: u32,
+        /// What was done, in words.
+        message: String,
+    },
+}

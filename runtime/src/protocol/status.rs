@@ -1,0 +1,318 @@
+//! What the head reports about experiments, trials, nodes, queues and
+//! checkpoints: the shapes of `xp status`, `xp nodes`, `xp queues` and
+//! `xp checkpoints`, as they cross the wire inside a [`super::Response`].
+//!
+//! These are views assembled by the head; nothing here decides a state change,
+//! and the HTTP API's JSON shapes live in `crate::views`, not here.
+//!
+//! Invariant: enum variants and struct fields are append-only (bincode is not
+//! self-describing); a removed variant keeps its slot.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::{CheckpointFile, NodeResources};
+use crate::clock::UnixMillis;
+use crate::ids::{ExperimentId, NodeId, TrialId};
+
+/// One scheduling queue's standing. Amounts are GPUs and CPU cores (fractional)
+/// and memory bytes; `None` in a quota means unlimited.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueStatus {
+    /// The queue.
+    pub name: String,
+    /// The team it serves, if only one.
+    pub team: String,
+    /// Its cohort.
+    pub cohort: Option<String>,
+    /// Its fair-share weight.
+    pub weight: f64,
+    /// What its running trials hold: GPUs, CPUs, memory bytes.
+    pub usage: ResourceAmounts,
+    /// Its nominal quota.
+    pub quota: ResourceAmounts,
+    /// How much of its usage is borrowed from its cohort.
+    pub borrowed: ResourceAmounts,
+    /// How much of its idle quota others use.
+    pub lent: ResourceAmounts,
+    /// Trials waiting.
+    pub pending: u64,
+    /// Trials running.
+    pub running: u64,
+    /// Its weighted dominant-resource share; lower goes first.
+    pub fair_share: f64,
+}
+
+/// GPUs, CPU cores and memory; `None` means unlimited (quotas only).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct ResourceAmounts {
+    /// GPUs (fractions allowed).
+    pub gpu: Option<f64>,
+    /// CPU cores.
+    pub cpu: Option<f64>,
+    /// Memory bytes.
+    pub memory_bytes: Option<u64>,
+}
+
+/// One metric report as stored by the head.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricPoint {
+    /// The attempt it came from.
+    pub attempt: u32,
+    /// The worker's rank.
+    pub rank: u32,
+    /// The step, if the worker gave one.
+    pub step: Option<u64>,
+    /// Values by name.
+    pub values: Vec<(String, f64)>,
+    /// When the head received it.
+    pub at: UnixMillis,
+}
+
+/// The lifecycle state of a trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TrialState {
+    /// Waiting for the experiment's `parallel` limit.
+    Pending,
+    /// Eligible for placement.
+    Queued,
+    /// Slots assigned; launch sent to the nodes.
+    Placed,
+    /// Some workers have started.
+    Starting,
+    /// All workers run.
+    Running,
+    /// All workers exited with status 0.
+    Succeeded,
+    /// An attempt failed and no retry is left.
+    Failed,
+    /// Cancelled by a user.
+    Cancelled,
+    /// Stopped early by a rule.
+    Stopped,
+    /// Asked to checkpoint and stop, to be requeued.
+    Preempting,
+}
+
+impl TrialState {
+    /// The lowercase name used in JSON and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Queued => "queued",
+            Self::Placed => "placed",
+            Self::Starting => "starting",
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+            Self::Stopped => "stopped",
+            Self::Preempting => "preempting",
+        }
+    }
+
+    /// Whether the trial will never run again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::Succeeded | Self::Failed | Self::Cancelled | Self::Stopped
+        )
+    }
+
+    /// Whether the trial holds slots.
+    pub fn holds_slots(self) -> bool {
+        matches!(
+            self,
+            Self::Placed | Self::Starting | Self::Running | Self::Preempting
+        )
+    }
+}
+
+impl fmt::Display for TrialState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The state of an experiment, derived from its trials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExperimentState {
+    /// Some trial is not finished.
+    Running,
+    /// Every trial finished and at least one succeeded.
+    Succeeded,
+    /// Every trial finished and none succeeded.
+    Failed,
+    /// Cancelled by a user.
+    Cancelled,
+}
+
+impl ExperimentState {
+    /// The lowercase name used in JSON and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// An experiment as `xp status` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExperimentStatus {
+    /// The id.
+    pub id: ExperimentId,
+    /// The name from the spec.
+    pub name: String,
+    /// The owning team.
+    pub team: String,
+    /// The state.
+    pub state: ExperimentState,
+    /// The metric that ranks trials, if declared.
+    pub metric: Option<String>,
+    /// `true` when larger metric values are better.
+    pub maximize: bool,
+    /// When it was submitted.
+    pub submitted_at: UnixMillis,
+    /// The code version it was submitted with.
+    pub code_version: String,
+    /// The data version it was submitted with.
+    pub data_version: String,
+    /// The trials, by index.
+    pub trials: Vec<TrialStatus>,
+}
+
+/// A trial as `xp status` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrialStatus {
+    /// The id.
+    pub id: TrialId,
+    /// The state.
+    pub state: TrialState,
+    /// The configuration as JSON.
+    pub config_json: String,
+    /// Every attempt so far, oldest first.
+    pub attempts: Vec<AttemptStatus>,
+    /// The last value reported under each metric name (by rank 0).
+    pub metrics: BTreeMap<String, f64>,
+    /// The last step reported.
+    pub last_step: Option<u64>,
+    /// Why the trial is in its state, when there is something to say.
+    pub reason: Option<String>,
+    /// The finished trial whose result this one reuses instead of running.
+    pub reused_from: Option<TrialId>,
+    /// For a queued trial, why the scheduler has not placed it yet.
+    pub waiting: Option<String>,
+}
+
+/// One attempt of a trial.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttemptStatus {
+    /// The attempt number, from 1.
+    pub number: u32,
+    /// The node of each rank.
+    pub nodes: Vec<NodeId>,
+    /// When it was placed.
+    pub placed_at: UnixMillis,
+    /// When all its workers were running.
+    pub running_at: Option<UnixMillis>,
+    /// When it ended.
+    pub ended_at: Option<UnixMillis>,
+    /// How it ended, in words.
+    pub outcome: Option<String>,
+    /// The checkpoint it resumed from: (step, attempt that wrote it).
+    pub resumed_from: Option<(u64, u32)>,
+}
+
+/// A trial state change.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TrialEvent {
+    /// Position in the head's event log; strictly increasing.
+    pub seq: u64,
+    /// When it happened.
+    pub at: UnixMillis,
+    /// The trial.
+    pub trial: TrialId,
+    /// The new state.
+    pub state: TrialState,
+    /// The attempt concerned (0 before the first).
+    pub attempt: u32,
+    /// Why.
+    pub reason: String,
+}
+
+/// Whether the head hears from a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeState {
+    /// Heartbeats arrive.
+    Ready,
+    /// No heartbeat within the timeout; its work was rescheduled.
+    Lost,
+    /// Shutting down: its work is moving elsewhere.
+    Draining,
+}
+
+impl NodeState {
+    /// The lowercase name used in JSON and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ready => "ready",
+            Self::Lost => "lost",
+            Self::Draining => "draining",
+        }
+    }
+}
+
+/// A node as `xp nodes` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// The id.
+    pub id: NodeId,
+    /// Its host name.
+    pub name: String,
+    /// The address workers on other nodes use to reach it.
+    pub address: String,
+    /// Whether it is alive.
+    pub state: NodeState,
+    /// Its capacity.
+    pub capacity: NodeResources,
+    /// GPUs not assigned to a worker.
+    pub free_gpus: u32,
+    /// CPU thousandths not assigned.
+    pub free_cpu_milli: u32,
+    /// Memory bytes not assigned.
+    pub free_memory_bytes: u64,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
+    /// Workers it runs now.
+    pub running_workers: u32,
+    /// When the head last heard from it.
+    pub last_seen: UnixMillis,
+}
+
+/// A checkpoint as `xp checkpoints` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckpointStatus {
+    /// The trial.
+    pub trial: TrialId,
+    /// The attempt that wrote it.
+    pub attempt: u32,
+    /// The step.
+    pub step: u64,
+    /// When the head recorded it.
+    pub at: UnixMillis,
+    /// Total bytes of its files.
+    pub bytes: u64,
+    /// Its files.
+    pub files: Vec<CheckpointFile>,
+    /// The experiment's metric when it was taken, if reported.
+    pub metric: Option<f64>,
+    /// Live nodes that hold every one of its objects.
+    pub replicas: Vec<NodeId>,
+    /// The durable backup directory that also holds them, if any.
+    pub backup: Option<String>,
+}
