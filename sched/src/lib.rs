@@ -9,10 +9,14 @@
 //!   preemption, backfill, admission) and the built-in presets.
 //! - [`place`]: the node pool and gang placement (bin-pack or spread, fewest nodes
 //!   then same rack, label and GPU-model constraints, fractional GPUs).
-//! - `core`: queue ordering, quotas and borrowing, fair share,
-//!   backfill reservations, preemption and the reasons trials wait.
+//! - `scheduler` (private; [`PolicyCore`] and [`InvariantViolation`] are
+//!   re-exported here): queue ordering, quotas and borrowing, fair share,
+//!   backfill reservations, preemption and the reasons trials wait, one file per
+//!   part of a decision pass.
+//! - [`sim`]: the trace-driven simulator behind `xp sim`, which drives the same
+//!   core on a simulated clock and reports what it did.
 //!
-//! Invariants (property-tested in this module's tests): no node resource is ever
+//! Invariants (property-tested in the tests of `scheduler` and [`place`]): no node resource is ever
 //! over-allocated; a gang is placed whole or not at all; quotas and borrowing and
 //! lending limits hold after every decision; only lower-priority or borrowed work
 //! is preempted; with aging on, every trial that fits the cluster is eventually
@@ -30,7 +34,7 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, TrialId};
 
 pub use self::config::{PolicyConfig, PolicyError};
-pub use self::scheduler::PolicyCore;
+pub use self::scheduler::{InvariantViolation, PolicyCore};
 
 /// GPU thousandths in one whole GPU.
 pub const GPU_MILLI: u64 = 1000;

@@ -9,7 +9,10 @@ use proptest::strategy::Strategy as PropStrategy;
 use xp_runtime::ids::ExperimentId;
 
 use super::*;
-use crate::config::{AgingConfig, PlacementKind, PreemptionConfig, QueueConfig, ResourceLimits};
+use crate::config::{
+    AgingConfig, HeadOfLine, Order, PlacementKind, PreemptionConfig, QueueConfig, ResourceLimits,
+};
+use crate::{Amount, PreemptReason, QueueUsage};
 
 const GIB: u64 = 1 << 30;
 const SECOND: u64 = 1000;
@@ -1286,22 +1289,45 @@ fn check_decisions(
     Ok(())
 }
 
-fn run_events(
-    config: PolicyConfig,
-    nodes: Vec<(u32, u8)>,
-    events: Vec<Event>,
-) -> Result<(), String> {
-    let mut core = PolicyCore::new(config);
-    let mut node_ids = Vec::new();
-    let mut next_node = 1_u128;
-    for (gpus, rack) in nodes {
-        core.upsert_node(rack_node(next_node, gpus, rack));
-        node_ids.push(node_id(next_node));
-        next_node += 1;
+/// A core driven by a random event sequence, with what the sequence has built
+/// so far.
+struct Replay {
+    core: PolicyCore,
+    node_ids: Vec<NodeId>,
+    next_node: u128,
+    submitted: Vec<TrialId>,
+    now: UnixMillis,
+}
+
+impl Replay {
+    fn new(config: PolicyConfig, nodes: Vec<(u32, u8)>) -> Self {
+        let mut replay = Self {
+            core: PolicyCore::new(config),
+            node_ids: Vec::new(),
+            next_node: 1,
+            submitted: Vec::new(),
+            now: 0,
+        };
+        for (gpus, rack) in nodes {
+            replay.add_node(gpus, rack);
+        }
+        replay
     }
-    let mut submitted: Vec<TrialId> = Vec::new();
-    let mut now: UnixMillis = 0;
-    for event in events {
+
+    fn add_node(&mut self, gpus: u32, rack: u8) {
+        self.core.upsert_node(rack_node(self.next_node, gpus, rack));
+        self.node_ids.push(node_id(self.next_node));
+        self.next_node += 1;
+    }
+
+    /// The submitted trial `pick` names, if any was submitted.
+    fn pick(&self, pick: usize) -> Option<TrialId> {
+        (!self.submitted.is_empty()).then(|| self.submitted[pick % self.submitted.len()])
+    }
+
+    /// Applies one event; an error describes a broken rule of the pass.
+    fn apply(&mut self, event: Event) -> Result<(), String> {
+        let now = self.now;
         match event {
             Event::Submit {
                 team,
@@ -1315,7 +1341,7 @@ fn run_events(
                 experiment,
                 rack,
             } => {
-                let trial = trial_of(experiment, submitted.len() as u32);
+                let trial = trial_of(experiment, self.submitted.len() as u32);
                 let mut request = TrialRequest {
                     id: trial,
                     team: TEAMS[team].to_owned(),
@@ -1338,110 +1364,131 @@ fn run_events(
                         .node_labels
                         .insert("rack".to_owned(), format!("r{rack}"));
                 }
-                if core.submit(request, now).is_ok() {
-                    submitted.push(trial);
+                if self.core.submit(request, now).is_ok() {
+                    self.submitted.push(trial);
                 }
             }
-            Event::Decide => {
-                let waiting_before: HashSet<TrialId> = core.waiting_trials().collect();
-                let placed_before: HashMap<TrialId, (i64, bool, usize)> = core
-                    .trials
-                    .iter()
-                    .filter(|(_, trial)| matches!(trial.state, TrialState::Placed(_)))
-                    .map(|(id, trial)| {
-                        (
-                            *id,
-                            (
-                                trial.request.priority,
-                                trial.request.preemptible,
-                                trial.queue,
-                            ),
-                        )
-                    })
-                    .collect();
-                let borrowing_before: Vec<bool> = core
-                    .queues()
-                    .iter()
-                    .map(|queue| queue.borrowed != Amount::default())
-                    .collect();
-                let decisions = core.decide(now);
-                check_decisions(
-                    &core,
-                    &decisions,
-                    &waiting_before,
-                    &placed_before,
-                    &borrowing_before,
-                )?;
-                for id in waiting_before {
-                    if core
-                        .trials
-                        .get(&id)
-                        .is_some_and(|trial| matches!(trial.state, TrialState::Waiting))
-                        && matches!(
-                            core.wait_reason(id),
-                            None | Some(WaitReason::NotYetConsidered)
-                        )
-                    {
-                        return Err(format!("{id} has no wait reason after a pass"));
-                    }
-                }
-            }
+            Event::Decide => self.decide_and_check()?,
             Event::Finish { pick, completed } => {
-                if !submitted.is_empty() {
-                    core.finish(submitted[pick % submitted.len()], now, completed);
+                if let Some(trial) = self.pick(pick) {
+                    self.core.finish(trial, now, completed);
                 }
             }
             Event::RequeuePreempted => {
-                let stopping: Vec<TrialId> = submitted
+                let stopping: Vec<TrialId> = self
+                    .submitted
                     .iter()
                     .copied()
-                    .filter(|trial| core.is_preempting(*trial))
+                    .filter(|trial| self.core.is_preempting(*trial))
                     .collect();
                 for trial in stopping {
-                    core.requeue(trial, now);
+                    self.core.requeue(trial, now);
                 }
             }
             Event::Requeue { pick } => {
-                if !submitted.is_empty() {
-                    core.requeue(submitted[pick % submitted.len()], now);
+                if let Some(trial) = self.pick(pick) {
+                    self.core.requeue(trial, now);
                 }
             }
-            Event::AddNode { gpus, rack } => {
-                core.upsert_node(rack_node(next_node, gpus, rack));
-                node_ids.push(node_id(next_node));
-                next_node += 1;
-            }
+            Event::AddNode { gpus, rack } => self.add_node(gpus, rack),
             Event::RemoveNode { pick } => {
-                if !node_ids.is_empty() {
-                    let node = node_ids.remove(pick % node_ids.len());
-                    for trial in core.remove_node(node) {
-                        core.requeue(trial, now);
+                if !self.node_ids.is_empty() {
+                    let node = self.node_ids.remove(pick % self.node_ids.len());
+                    for trial in self.core.remove_node(node) {
+                        self.core.requeue(trial, now);
                     }
                 }
             }
             Event::SetSchedulable { pick, schedulable } => {
-                if !node_ids.is_empty() {
-                    core.set_node_schedulable(node_ids[pick % node_ids.len()], schedulable);
+                if !self.node_ids.is_empty() {
+                    let node = self.node_ids[pick % self.node_ids.len()];
+                    self.core.set_node_schedulable(node, schedulable);
                 }
             }
-            Event::Advance { ms } => now += ms,
+            Event::Advance { ms } => self.now += ms,
             Event::Hold { pick } => {
-                if !submitted.is_empty() {
-                    core.hold(submitted[pick % submitted.len()]);
+                if let Some(trial) = self.pick(pick) {
+                    self.core.hold(trial);
                 }
             }
             Event::ReleaseHold { pick } => {
-                if !submitted.is_empty() {
-                    core.release_hold(submitted[pick % submitted.len()]);
+                if let Some(trial) = self.pick(pick) {
+                    self.core.release_hold(trial);
                 }
             }
             Event::SetPriority { pick, priority } => {
-                if !submitted.is_empty() {
-                    core.set_priority(submitted[pick % submitted.len()], priority);
+                if let Some(trial) = self.pick(pick) {
+                    self.core.set_priority(trial, priority);
                 }
             }
         }
-        core.check_invariants()?;
+        Ok(())
+    }
+
+    /// One pass, its decisions checked against the state before it, and every
+    /// trial still waiting given a reason.
+    fn decide_and_check(&mut self) -> Result<(), String> {
+        let core = &mut self.core;
+        let waiting_before: HashSet<TrialId> = core.waiting_trials().collect();
+        let placed_before: HashMap<TrialId, (i64, bool, usize)> = core
+            .trials
+            .iter()
+            .filter(|(_, trial)| matches!(trial.standing, Standing::Placed(_)))
+            .map(|(id, trial)| {
+                (
+                    *id,
+                    (
+                        trial.request.priority,
+                        trial.request.preemptible,
+                        trial.queue,
+                    ),
+                )
+            })
+            .collect();
+        let borrowing_before: Vec<bool> = core
+            .queues()
+            .iter()
+            .map(|queue| queue.borrowed != Amount::default())
+            .collect();
+        let decisions = core.decide(self.now);
+        check_decisions(
+            core,
+            &decisions,
+            &waiting_before,
+            &placed_before,
+            &borrowing_before,
+        )?;
+        for id in waiting_before {
+            if core
+                .trials
+                .get(&id)
+                .is_some_and(|trial| matches!(trial.standing, Standing::Waiting))
+                && matches!(
+                    core.wait_reason(id),
+                    None | Some(WaitReason::NotYetConsidered)
+                )
+            {
+                return Err(format!("{id} has no wait reason after a pass"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Replays `events` on a fresh core over `nodes`, checking the invariants
+/// after every event.
+fn run_events(
+    config: PolicyConfig,
+    nodes: Vec<(u32, u8)>,
+    events: Vec<Event>,
+) -> Result<(), String> {
+    let mut replay = Replay::new(config, nodes);
+    for event in events {
+        replay.apply(event)?;
+        replay
+            .core
+            .check_invariants()
+            .map_err(|violation| violation.to_string())?;
     }
     Ok(())
 }
@@ -1518,8 +1565,8 @@ proptest! {
             let oldest = core
                 .trials
                 .iter()
-                .filter_map(|(id, trial)| match &trial.state {
-                    TrialState::Placed(placed) if placed.preempt_deadline.is_none() => Some((placed.started_at, *id)),
+                .filter_map(|(id, trial)| match &trial.standing {
+                    Standing::Placed(placed) if placed.preempt_deadline.is_none() => Some((placed.started_at, *id)),
                     _ => None,
                 })
                 .min();

@@ -665,9 +665,9 @@ impl Sim<'_> {
         if self.options.check_invariants {
             self.core
                 .check_invariants()
-                .map_err(|message| SimError::Invariant {
+                .map_err(|violation| SimError::Invariant {
                     at_s: seconds(now),
-                    message,
+                    message: violation.to_string(),
                 })?;
         }
         for decision in decisions {
@@ -756,78 +756,24 @@ impl Sim<'_> {
     }
 
     fn report(mut self, first_arrival_ms: u64, end_ms: u64) -> SimReport {
-        let mut outcomes = Outcomes::default();
-        let mut jct = Vec::new();
-        let mut queue_delay = Vec::new();
-        let mut never_started = 0;
-        let mut time_in_system_ms: u128 = 0;
-        let mut departed: u64 = 0;
-        let mut arrived: u64 = 0;
-        let teams = self.trace.teams.len();
-        let mut team_jobs = vec![0u64; teams];
-        let mut team_completed = vec![0u64; teams];
-        let mut team_jct_sum = vec![0f64; teams];
-        let mut wait_reasons: BTreeMap<String, u64> = BTreeMap::new();
-        let trace = self.trace;
-        for index in 0..self.runs.len() {
-            let job = &trace.jobs[index];
-            let run = self.runs[index].clone();
-            let team = job.team as usize;
-            team_jobs[team] += 1;
-            if run.phase != Phase::Pending && run.phase != Phase::Refused {
-                arrived += 1;
-            }
-            match run.first_start_ms {
-                Some(start) => queue_delay.push(seconds(start - run.arrival_ms)),
-                None => never_started += 1,
-            }
-            match run.phase {
-                Phase::Completed | Phase::Killed => {
-                    let in_system = run.end_ms - run.arrival_ms;
-                    time_in_system_ms += u128::from(in_system);
-                    departed += 1;
-                    if run.phase == Phase::Completed {
-                        outcomes.completed += 1;
-                        jct.push(seconds(in_system));
-                        team_completed[team] += 1;
-                        team_jct_sum[team] += seconds(in_system);
-                    } else {
-                        outcomes.killed += 1;
-                    }
-                }
-                Phase::Running | Phase::Stopping => {
-                    // Close the open run at the end of the simulation.
-                    let ran = end_ms.saturating_sub(run.start_ms);
-                    self.account_run(index as u32, ran);
-                    outcomes.running += 1;
-                }
-                Phase::Waiting | Phase::Backlogged => {
-                    outcomes.waiting += 1;
-                    let reason = match run.phase {
-                        Phase::Backlogged => "too many pending trials (backlogged)".to_owned(),
-                        _ => self
-                            .core
-                            .wait_reason(self.trial_of(index as u32))
-                            .map_or_else(|| "unknown".to_owned(), |reason| reason.to_string()),
-                    };
-                    *wait_reasons.entry(reason).or_default() += 1;
-                }
-                Phase::Refused => outcomes.refused += 1,
-                Phase::Pending => {
-                    if run.unmet_deps > 0 {
-                        outcomes.blocked += 1;
-                    } else {
-                        outcomes.not_arrived += 1;
-                    }
-                }
-            }
-        }
+        let Tally {
+            outcomes,
+            mut jct,
+            mut queue_delay,
+            never_started,
+            time_in_system_ms,
+            departed,
+            arrived,
+            team_jobs,
+            team_completed,
+            team_jct_sum,
+            wait_reasons,
+        } = self.tally_runs(end_ms);
         let span_ms = end_ms.saturating_sub(first_arrival_ms);
         let span = seconds(span_ms);
         let total_gpu_milli_ms: u128 = self.team_gpu_milli_ms.iter().sum();
-        let gpu_hours_of = |milli_ms: u128| milli_ms as f64 / (GPU_MILLI as f64 * 3_600_000.0);
         let total_gpu_hours = gpu_hours_of(total_gpu_milli_ms);
-        let team_reports: Vec<TeamReport> = (0..teams)
+        let team_reports: Vec<TeamReport> = (0..self.trace.teams.len())
             .map(|team| {
                 let gpu_hours = gpu_hours_of(self.team_gpu_milli_ms[team]);
                 TeamReport {
@@ -907,4 +853,100 @@ impl Sim<'_> {
             events: self.events_done,
         }
     }
+
+    /// Counts every job's outcome at `end_ms`, in job order; runs still open
+    /// are closed (accounted) at `end_ms`.
+    fn tally_runs(&mut self, end_ms: u64) -> Tally {
+        let teams = self.trace.teams.len();
+        let mut tally = Tally {
+            team_jobs: vec![0u64; teams],
+            team_completed: vec![0u64; teams],
+            team_jct_sum: vec![0f64; teams],
+            ..Tally::default()
+        };
+        let trace = self.trace;
+        for index in 0..self.runs.len() {
+            let job = &trace.jobs[index];
+            let run = self.runs[index].clone();
+            let team = job.team as usize;
+            tally.team_jobs[team] += 1;
+            if run.phase != Phase::Pending && run.phase != Phase::Refused {
+                tally.arrived += 1;
+            }
+            match run.first_start_ms {
+                Some(start) => tally.queue_delay.push(seconds(start - run.arrival_ms)),
+                None => tally.never_started += 1,
+            }
+            match run.phase {
+                Phase::Completed | Phase::Killed => {
+                    let in_system = run.end_ms - run.arrival_ms;
+                    tally.time_in_system_ms += u128::from(in_system);
+                    tally.departed += 1;
+                    if run.phase == Phase::Completed {
+                        tally.outcomes.completed += 1;
+                        tally.jct.push(seconds(in_system));
+                        tally.team_completed[team] += 1;
+                        tally.team_jct_sum[team] += seconds(in_system);
+                    } else {
+                        tally.outcomes.killed += 1;
+                    }
+                }
+                Phase::Running | Phase::Stopping => {
+                    // Close the open run at the end of the simulation.
+                    let ran = end_ms.saturating_sub(run.start_ms);
+                    self.account_run(index as u32, ran);
+                    tally.outcomes.running += 1;
+                }
+                Phase::Waiting | Phase::Backlogged => {
+                    tally.outcomes.waiting += 1;
+                    let reason = match run.phase {
+                        Phase::Backlogged => "too many pending trials (backlogged)".to_owned(),
+                        _ => self
+                            .core
+                            .wait_reason(self.trial_of(index as u32))
+                            .map_or_else(|| "unknown".to_owned(), |reason| reason.to_string()),
+                    };
+                    *tally.wait_reasons.entry(reason).or_default() += 1;
+                }
+                Phase::Refused => tally.outcomes.refused += 1,
+                Phase::Pending => {
+                    if run.unmet_deps > 0 {
+                        tally.outcomes.blocked += 1;
+                    } else {
+                        tally.outcomes.not_arrived += 1;
+                    }
+                }
+            }
+        }
+        tally
+    }
+}
+
+/// GPU hours in this many GPU-thousandth milliseconds.
+fn gpu_hours_of(milli_ms: u128) -> f64 {
+    milli_ms as f64 / (GPU_MILLI as f64 * 3_600_000.0)
+}
+
+/// Every job's outcome counted for the report, with the samples of its
+/// distributions.
+#[derive(Debug, Default)]
+struct Tally {
+    outcomes: Outcomes,
+    /// Job completion times of completed jobs, in seconds.
+    jct: Vec<f64>,
+    /// Waits before the first start, in seconds.
+    queue_delay: Vec<f64>,
+    never_started: u64,
+    /// Time in the system of completed and killed jobs, summed.
+    time_in_system_ms: u128,
+    /// Jobs completed or killed.
+    departed: u64,
+    /// Jobs offered to the policy.
+    arrived: u64,
+    /// Per team: jobs, completed jobs and their completion times summed.
+    team_jobs: Vec<u64>,
+    team_completed: Vec<u64>,
+    team_jct_sum: Vec<f64>,
+    /// Jobs still waiting, by why.
+    wait_reasons: BTreeMap<String, u64>,
 }

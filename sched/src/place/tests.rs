@@ -1,0 +1,1028 @@
+//! Unit and property tests of the node pool and gang placement.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::{
+    ProptestConfig, any, prop, prop_assert, prop_assert_eq, prop_oneof, proptest,
+};
+use proptest::strategy::Strategy as _;
+
+use super::*;
+use crate::GpuShare;
+
+const GIB: u64 = 1 << 30;
+
+fn node_id(seed: u8) -> NodeId {
+    NodeId(uuid::Uuid::from_bytes([seed; 16]))
+}
+
+fn spec(seed: u8, gpus: u32, rack: &str) -> NodeSpec {
+    NodeSpec {
+        id: node_id(seed),
+        gpus,
+        gpu_model: Some("A100".to_string()),
+        cpu_milli: 64_000,
+        memory_bytes: 512 * GIB,
+        labels: BTreeMap::from([("rack".to_string(), rack.to_string())]),
+    }
+}
+
+fn gang(workers: u32, gpu_milli: u64) -> GangShape {
+    GangShape {
+        workers,
+        per_worker: Amount {
+            gpu_milli,
+            cpu_milli: 1000,
+            memory_bytes: GIB,
+        },
+        gpu_models: Vec::new(),
+        node_labels: BTreeMap::new(),
+        spread: false,
+    }
+}
+
+fn pool_of(specs: Vec<NodeSpec>) -> NodePool {
+    let mut pool = NodePool::new();
+    for spec in specs {
+        pool.upsert_node(spec);
+    }
+    pool.check_indexes();
+    pool
+}
+
+fn must_place(pool: &mut NodePool, gang: &GangShape, strategy: Strategy) -> Vec<WorkerPlacement> {
+    let placement = pool.find(gang, strategy).expect("the gang fits");
+    assert_eq!(placement.len(), gang.workers as usize);
+    pool.allocate(&placement)
+        .expect("a placement from find allocates");
+    pool.check_indexes();
+    placement
+}
+
+fn worker(node: u8, gpus: &[(u32, u32)], cpu_milli: u64) -> WorkerPlacement {
+    WorkerPlacement {
+        node: node_id(node),
+        gpus: gpus
+            .iter()
+            .map(|(index, milli)| GpuShare {
+                index: *index,
+                milli: *milli,
+            })
+            .collect(),
+        cpu_milli,
+        memory_bytes: GIB,
+    }
+}
+
+fn nodes_used(placement: &[WorkerPlacement]) -> BTreeSet<NodeId> {
+    placement.iter().map(|worker| worker.node).collect()
+}
+
+/// Places one worker of `gpu_milli` and says where its GPU share went.
+fn check_share(pool: &mut NodePool, gpu_milli: u64, strategy: Strategy, expected: (u8, u32)) {
+    let placement = must_place(pool, &gang(1, gpu_milli), strategy);
+    assert_eq!(placement[0].node, node_id(expected.0));
+    assert_eq!(placement[0].gpus[0].index, expected.1);
+}
+
+#[test]
+fn fractional_workers_pack_onto_one_shared_gpu() {
+    let mut pool = pool_of(vec![spec(1, 2, "r1")]);
+    for _ in 0..4 {
+        check_share(&mut pool, 250, Strategy::BinPack, (1, 0));
+    }
+    assert_eq!(pool.node_gpu_used(node_id(1)).unwrap(), &[1000, 0]);
+
+    let mut pool = pool_of(vec![spec(1, 2, "r1")]);
+    let placement = must_place(&mut pool, &gang(4, 250), Strategy::BinPack);
+    let gpus: BTreeSet<u32> = placement
+        .iter()
+        .map(|worker| worker.gpus[0].index)
+        .collect();
+    assert_eq!(gpus, BTreeSet::from([0]));
+}
+
+#[test]
+fn a_fraction_goes_to_a_shared_gpu_first_and_never_to_one_held_whole() {
+    let mut pool = pool_of(vec![spec(1, 2, "r1")]);
+    check_share(&mut pool, 1000, Strategy::BinPack, (1, 0));
+    check_share(&mut pool, 500, Strategy::BinPack, (1, 1));
+    check_share(&mut pool, 500, Strategy::BinPack, (1, 1));
+    assert_eq!(pool.find(&gang(1, 500), Strategy::BinPack), None);
+    assert_eq!(pool.find(&gang(1, 1), Strategy::FragmentationAware), None);
+
+    // A partly used GPU takes the fraction before a free one, with every strategy.
+    for strategy in [
+        Strategy::BinPack,
+        Strategy::Spread,
+        Strategy::Random { seed: 7 },
+        Strategy::FragmentationAware,
+    ] {
+        let mut pool = pool_of(vec![spec(1, 2, "r1")]);
+        pool.allocate(&[worker(1, &[(1, 250)], 0)]).unwrap();
+        check_share(&mut pool, 500, strategy, (1, 1));
+    }
+}
+
+#[test]
+fn a_fraction_takes_the_tightest_shared_gpu_across_nodes() {
+    let mut pool = pool_of(vec![spec(1, 1, "r1"), spec(2, 1, "r1"), spec(3, 1, "r1")]);
+    pool.allocate(&[worker(1, &[(0, 500)], 0), worker(2, &[(0, 750)], 0)])
+        .unwrap();
+    check_share(&mut pool, 250, Strategy::BinPack, (2, 0));
+    check_share(&mut pool, 250, Strategy::BinPack, (1, 0));
+    check_share(&mut pool, 400, Strategy::BinPack, (3, 0));
+}
+
+#[test]
+fn a_gang_prefers_one_node_then_one_rack() {
+    // One node holds the whole gang.
+    let mut pool = pool_of(vec![spec(1, 8, "r1"), spec(2, 4, "r2"), spec(3, 4, "r2")]);
+    let placement = must_place(&mut pool, &gang(2, 4000), Strategy::BinPack);
+    assert_eq!(nodes_used(&placement), BTreeSet::from([node_id(1)]));
+    // No node holds it now, but rack r2 does.
+    let placement = must_place(&mut pool, &gang(2, 4000), Strategy::BinPack);
+    assert_eq!(
+        nodes_used(&placement),
+        BTreeSet::from([node_id(2), node_id(3)])
+    );
+
+    // Only across racks.
+    let mut pool = pool_of(vec![spec(1, 4, "r1"), spec(2, 4, "r2")]);
+    let placement = must_place(&mut pool, &gang(2, 4000), Strategy::FragmentationAware);
+    assert_eq!(nodes_used(&placement).len(), 2);
+
+    // The fewest nodes within the rack: the 8-GPU node and two 2-GPU nodes.
+    let mut pool = pool_of(vec![
+        spec(1, 2, "r1"),
+        spec(2, 8, "r1"),
+        spec(3, 2, "r1"),
+        spec(4, 2, "r1"),
+        spec(5, 8, "r2"),
+    ]);
+    pool.allocate(&[worker(5, &[(0, 1000)], 0)]).unwrap();
+    let placement = must_place(&mut pool, &gang(6, 2000), Strategy::BinPack);
+    let used = nodes_used(&placement);
+    assert_eq!(used.len(), 3);
+    assert!(used.contains(&node_id(2)));
+    assert!(!used.contains(&node_id(5)));
+}
+
+#[test]
+fn bin_pack_takes_the_fullest_node_and_spread_the_emptiest() {
+    let mut pool = pool_of(vec![spec(1, 8, "r1"), spec(2, 8, "r1")]);
+    pool.allocate(&[worker(2, &[(0, 1000), (1, 1000), (2, 1000)], 0)])
+        .unwrap();
+    let one_gpu = gang(1, 1000);
+    assert_eq!(
+        pool.find(&one_gpu, Strategy::BinPack).unwrap()[0].node,
+        node_id(2)
+    );
+    assert_eq!(
+        pool.find(&one_gpu, Strategy::Spread).unwrap()[0].node,
+        node_id(1)
+    );
+    // Among nodes with as many free GPUs, the one with less free CPU.
+    let mut pool = pool_of(vec![spec(1, 8, "r1"), spec(2, 8, "r1")]);
+    pool.allocate(&[worker(1, &[], 8000)]).unwrap();
+    assert_eq!(
+        pool.find(&one_gpu, Strategy::BinPack).unwrap()[0].node,
+        node_id(1)
+    );
+    assert_eq!(
+        pool.find(&one_gpu, Strategy::Spread).unwrap()[0].node,
+        node_id(2)
+    );
+}
+
+#[test]
+fn cpu_only_workers_keep_off_nodes_with_free_gpus() {
+    let mut pool = pool_of(vec![spec(1, 8, "r1"), spec(2, 0, "r1")]);
+    let placement = must_place(&mut pool, &gang(1, 0), Strategy::BinPack);
+    assert!(placement[0].gpus.is_empty());
+    assert_eq!(placement[0].node, node_id(2));
+}
+
+#[test]
+fn spread_puts_workers_on_different_nodes() {
+    let specs = || (1..=4).map(|seed| spec(seed, 8, "r1")).collect::<Vec<_>>();
+    let mut spread_gang = gang(3, 1000);
+    spread_gang.spread = true;
+    let mut pool = pool_of(specs());
+    assert_eq!(
+        nodes_used(&must_place(&mut pool, &spread_gang, Strategy::BinPack)).len(),
+        3
+    );
+    let mut pool = pool_of(specs());
+    assert_eq!(
+        nodes_used(&must_place(&mut pool, &gang(3, 1000), Strategy::Spread)).len(),
+        3
+    );
+    let mut pool = pool_of(specs());
+    assert_eq!(
+        nodes_used(&must_place(&mut pool, &gang(3, 1000), Strategy::BinPack)).len(),
+        1
+    );
+
+    // More workers than nodes: dealt round the nodes.
+    let mut pool = pool_of(vec![spec(1, 8, "r1"), spec(2, 8, "r1")]);
+    let placement = must_place(&mut pool, &gang(4, 1000), Strategy::Spread);
+    let on_first = placement
+        .iter()
+        .filter(|worker| worker.node == node_id(1))
+        .count();
+    assert_eq!(on_first, 2);
+
+    // One rack with enough nodes is preferred.
+    let mut pool = pool_of(vec![
+        spec(1, 8, "r1"),
+        spec(2, 8, "r1"),
+        spec(3, 4, "r2"),
+        spec(4, 4, "r2"),
+        spec(5, 4, "r2"),
+    ]);
+    let placement = must_place(&mut pool, &gang(3, 1000), Strategy::Spread);
+    assert_eq!(
+        nodes_used(&placement),
+        BTreeSet::from([node_id(3), node_id(4), node_id(5)])
+    );
+}
+
+#[test]
+fn labels_and_gpu_models_are_respected() {
+    let mut specs = vec![spec(1, 8, "r1"), spec(2, 8, "r1"), spec(3, 8, "r2")];
+    specs[1].gpu_model = Some("H100".to_string());
+    specs[2].gpu_model = Some("H100".to_string());
+    specs[2].labels.insert("zone".to_string(), "a".to_string());
+    specs[0].labels.insert("zone".to_string(), "a".to_string());
+    // Many unlabelled nodes make the search visit the labelled ones only.
+    specs.extend((10..60).map(|seed| spec(seed, 8, "r3")));
+    let mut pool = pool_of(specs);
+    let mut constrained = gang(1, 1000);
+    constrained.gpu_models = vec!["H100".to_string()];
+    constrained.node_labels = BTreeMap::from([("zone".to_string(), "a".to_string())]);
+    for strategy in [
+        Strategy::BinPack,
+        Strategy::Spread,
+        Strategy::Random { seed: 1 },
+        Strategy::FragmentationAware,
+    ] {
+        assert_eq!(
+            pool.find(&constrained, strategy).unwrap()[0].node,
+            node_id(3)
+        );
+    }
+    let mut two = constrained.clone();
+    two.workers = 2;
+    two.per_worker.gpu_milli = 8000;
+    assert_eq!(pool.find(&two, Strategy::BinPack), None);
+    assert!(!pool.could_ever_fit(&two));
+
+    let mut unknown_model = gang(1, 500);
+    unknown_model.gpu_models = vec!["V100".to_string()];
+    assert_eq!(pool.find(&unknown_model, Strategy::BinPack), None);
+    assert!(!pool.could_ever_fit(&unknown_model));
+    // A worker without GPUs does not care about GPU models.
+    unknown_model.per_worker.gpu_milli = 0;
+    assert!(pool.find(&unknown_model, Strategy::BinPack).is_some());
+
+    let mut unknown_label = gang(1, 0);
+    unknown_label.node_labels = BTreeMap::from([("zone".to_string(), "b".to_string())]);
+    assert_eq!(pool.find(&unknown_label, Strategy::BinPack), None);
+    assert!(!pool.could_ever_fit(&unknown_label));
+
+    must_place(&mut pool, &constrained, Strategy::BinPack);
+    pool.set_schedulable(node_id(3), false);
+    assert_eq!(pool.find(&constrained, Strategy::BinPack), None);
+}
+
+#[test]
+fn nodes_that_are_not_schedulable_get_nothing() {
+    let mut pool = pool_of(vec![spec(1, 8, "r1"), spec(2, 2, "r1")]);
+    let held = must_place(&mut pool, &gang(1, 4000), Strategy::BinPack);
+    assert_eq!(held[0].node, node_id(1));
+    pool.set_schedulable(node_id(1), false);
+    pool.check_indexes();
+    assert_eq!(pool.is_schedulable(node_id(1)), Some(false));
+    assert_eq!(pool.capacity().gpu_milli, 2000);
+    assert_eq!(pool.free().gpu_milli, 2000);
+    assert_eq!(pool.find(&gang(1, 4000), Strategy::BinPack), None);
+    assert!(!pool.could_ever_fit(&gang(1, 4000)));
+    assert_eq!(
+        pool.allocate(&[worker(1, &[(7, 1000)], 0)]),
+        Err(PlaceError::NotSchedulable { node: node_id(1) })
+    );
+    // A draining node still gives back what it held.
+    pool.release(&held);
+    assert_eq!(pool.node_free(node_id(1)).unwrap().gpu_milli, 8000);
+    pool.set_schedulable(node_id(1), true);
+    pool.check_indexes();
+    assert_eq!(
+        pool.find(&gang(1, 8000), Strategy::BinPack).unwrap()[0].node,
+        node_id(1)
+    );
+}
+
+#[test]
+fn allocate_is_all_or_nothing() {
+    let mut small = spec(1, 2, "r1");
+    small.cpu_milli = 4000;
+    small.memory_bytes = 4 * GIB;
+    let mut pool = pool_of(vec![small]);
+    let free = pool.free();
+    let node = node_id(1);
+    let cases = [
+        (
+            vec![worker(1, &[(0, 1000)], 1000), worker(1, &[], 3500)],
+            PlaceError::CpuOverCapacity {
+                node,
+                requested: 4500,
+                free: 4000,
+            },
+        ),
+        (
+            vec![worker(1, &[(1, 600)], 0), worker(1, &[(1, 600)], 0)],
+            PlaceError::GpuOverCapacity {
+                node,
+                index: 1,
+                requested: 1200,
+                free: 1000,
+            },
+        ),
+        (
+            vec![worker(1, &[(0, 500)], 0), worker(9, &[], 0)],
+            PlaceError::UnknownNode { node: node_id(9) },
+        ),
+        (
+            vec![worker(1, &[(2, 500)], 0)],
+            PlaceError::GpuIndexOutOfRange {
+                node,
+                index: 2,
+                gpus: 2,
+            },
+        ),
+        (
+            vec![worker(1, &[(0, 0)], 0)],
+            PlaceError::InvalidGpuShare {
+                node,
+                index: 0,
+                milli: 0,
+            },
+        ),
+        (
+            vec![worker(1, &[(0, 1001)], 0)],
+            PlaceError::InvalidGpuShare {
+                node,
+                index: 0,
+                milli: 1001,
+            },
+        ),
+        (
+            (0..5).map(|_| worker(1, &[], 0)).collect(),
+            PlaceError::MemoryOverCapacity {
+                node,
+                requested: 5 * GIB,
+                free: 4 * GIB,
+            },
+        ),
+    ];
+    for (workers, expected) in cases {
+        assert_eq!(pool.allocate(&workers), Err(expected));
+        assert_eq!(pool.free(), free, "a refused allocation holds nothing");
+        assert_eq!(pool.node_gpu_used(node).unwrap(), &[0, 0]);
+    }
+    pool.allocate(&[worker(1, &[(1, 400)], 0)]).unwrap();
+    assert_eq!(
+        pool.allocate(&[worker(1, &[(1, 1000)], 0)]),
+        Err(PlaceError::GpuOverCapacity {
+            node,
+            index: 1,
+            requested: 1000,
+            free: 600
+        })
+    );
+    pool.check_indexes();
+}
+
+#[test]
+fn find_with_freed_finds_room_that_only_freeing_makes() {
+    let mut pool = pool_of(vec![spec(1, 8, "r1"), spec(2, 3, "r1")]);
+    let victim = must_place(&mut pool, &gang(1, 8000), Strategy::BinPack);
+    let other = must_place(&mut pool, &gang(1, 2000), Strategy::BinPack);
+    assert_eq!(other[0].node, node_id(2));
+    let big = gang(1, 4000);
+    assert_eq!(pool.find(&big, Strategy::BinPack), None);
+    let free = pool.free();
+    let found = pool
+        .find_with_freed(&big, Strategy::BinPack, &[&victim])
+        .expect("freeing the victim makes room");
+    assert_eq!(found[0].node, node_id(1));
+    assert_eq!(pool.free(), free, "a what-if changes nothing");
+    pool.check_indexes();
+    // Freeing the small one is not enough.
+    assert_eq!(
+        pool.find_with_freed(&big, Strategy::BinPack, &[&other]),
+        None
+    );
+    // Both together: the gang of two fits.
+    let pair = gang(2, 4000);
+    assert!(
+        pool.find_with_freed(&pair, Strategy::BinPack, &[&other])
+            .is_none()
+    );
+    let found_pair = pool
+        .find_with_freed(&pair, Strategy::FragmentationAware, &[&victim, &other])
+        .unwrap();
+    assert_eq!(nodes_used(&found_pair), BTreeSet::from([node_id(1)]));
+    pool.release(&victim);
+    pool.allocate(&found).unwrap();
+    pool.check_indexes();
+}
+
+#[test]
+fn could_ever_fit_ignores_what_is_held() {
+    let mut pool = pool_of(vec![spec(1, 8, "r1"), spec(2, 8, "r2")]);
+    assert!(!pool.could_ever_fit(&gang(1, 16000)));
+    assert!(pool.could_ever_fit(&gang(2, 8000)));
+    assert!(!pool.could_ever_fit(&gang(3, 8000)));
+    assert!(pool.could_ever_fit(&gang(64, 250)));
+    assert!(!pool.could_ever_fit(&gang(65, 250)));
+    must_place(&mut pool, &gang(2, 8000), Strategy::BinPack);
+    assert!(pool.could_ever_fit(&gang(2, 8000)));
+    assert_eq!(pool.find(&gang(1, 250), Strategy::BinPack), None);
+    assert!(!NodePool::new().could_ever_fit(&gang(1, 0)));
+}
+
+#[test]
+fn odd_gpu_amounts_and_empty_gangs() {
+    let pool = pool_of(vec![spec(1, 8, "r1")]);
+    assert_eq!(pool.find(&gang(1, 1500), Strategy::BinPack), None);
+    assert!(!pool.could_ever_fit(&gang(1, 1500)));
+    assert_eq!(
+        pool.find(&gang(0, 1000), Strategy::BinPack),
+        Some(Vec::new())
+    );
+}
+
+#[test]
+fn random_is_deterministic_and_varies_with_the_seed() {
+    let pool = pool_of((1..=10).map(|seed| spec(seed, 8, "r1")).collect());
+    let one = gang(1, 1000);
+    let chosen: BTreeSet<NodeId> = (0..40)
+        .map(|seed| {
+            let first = pool.find(&one, Strategy::Random { seed }).unwrap();
+            assert_eq!(pool.find(&one, Strategy::Random { seed }).unwrap(), first);
+            first[0].node
+        })
+        .collect();
+    assert!(
+        chosen.len() >= 4,
+        "random picks spread over nodes: {chosen:?}"
+    );
+}
+
+#[test]
+fn fragmentation_aware_keeps_idle_capacity_usable() {
+    // It does not break an idle node when a partly used one fits, and fills a
+    // node exactly when it can.
+    let mut pool = pool_of(vec![spec(1, 8, "r1"), spec(2, 8, "r1"), spec(3, 8, "r1")]);
+    pool.allocate(&[worker(
+        2,
+        &[(0, 1000), (1, 1000), (2, 1000), (3, 1000), (4, 1000)],
+        0,
+    )])
+    .unwrap();
+    pool.allocate(&[worker(
+        3,
+        &[
+            (0, 1000),
+            (1, 1000),
+            (2, 1000),
+            (3, 1000),
+            (4, 1000),
+            (5, 1000),
+            (6, 1000),
+        ],
+        0,
+    )])
+    .unwrap();
+    let one = gang(1, 1000);
+    assert_eq!(
+        pool.find(&one, Strategy::FragmentationAware).unwrap()[0].node,
+        node_id(3)
+    );
+    assert_eq!(
+        pool.find(&gang(1, 3000), Strategy::FragmentationAware)
+            .unwrap()[0]
+            .node,
+        node_id(2)
+    );
+
+    // A fraction goes where a GPU is already shared.
+    let mut pool = pool_of(vec![spec(1, 8, "r1"), spec(2, 8, "r1")]);
+    pool.allocate(&[worker(2, &[(3, 500)], 0)]).unwrap();
+    let placement = pool
+        .find(&gang(1, 500), Strategy::FragmentationAware)
+        .unwrap();
+    assert_eq!(
+        (placement[0].node, placement[0].gpus[0].index),
+        (node_id(2), 3)
+    );
+
+    // Fractions gather on the node that shares most GPUs, where bin-pack
+    // takes the tightest shared GPU anywhere.
+    let mut pool = pool_of(vec![spec(1, 8, "r1"), spec(2, 8, "r1")]);
+    pool.allocate(&[worker(1, &[(0, 700)], 0)]).unwrap();
+    pool.allocate(&[worker(2, &[(0, 400), (1, 400), (2, 400)], 0)])
+        .unwrap();
+    check_share(&mut pool.clone(), 250, Strategy::BinPack, (1, 0));
+    check_share(&mut pool, 250, Strategy::FragmentationAware, (2, 0));
+
+    // Among equally full nodes, whole GPUs go where GPUs are shared, where
+    // bin-pack takes the node with less free CPU.
+    let mut pool = pool_of(vec![spec(1, 4, "r1"), spec(2, 5, "r1")]);
+    pool.allocate(&[worker(1, &[(0, 1000)], 8000)]).unwrap();
+    pool.allocate(&[worker(2, &[(0, 500), (1, 500)], 0)])
+        .unwrap();
+    assert_eq!(
+        pool.find(&one, Strategy::BinPack).unwrap()[0].node,
+        node_id(1)
+    );
+    assert_eq!(
+        pool.find(&one, Strategy::FragmentationAware).unwrap()[0].node,
+        node_id(2)
+    );
+}
+
+#[test]
+fn idle_gpu_fragmentation_counts_idle_room_on_shared_gpus() {
+    let mut pool = pool_of(vec![spec(1, 2, "r1")]);
+    assert_eq!(pool.idle_gpu_fragmentation(), 0.0);
+    pool.allocate(&[worker(1, &[(0, 250)], 0)]).unwrap();
+    assert!((pool.idle_gpu_fragmentation() - 750.0 / 1750.0).abs() < 1e-12);
+    pool.allocate(&[worker(1, &[(0, 750), (1, 1000)], 0)])
+        .unwrap();
+    assert_eq!(pool.idle_gpu_fragmentation(), 0.0);
+}
+
+#[test]
+fn upsert_keeps_allocations_and_remove_forgets_the_node() {
+    let mut pool = pool_of(vec![spec(1, 4, "r1"), spec(2, 4, "r1"), spec(3, 4, "r2")]);
+    pool.allocate(&[worker(1, &[(0, 1000), (3, 500)], 2000)])
+        .unwrap();
+    let mut bigger = spec(1, 4, "r2");
+    bigger.cpu_milli = 128_000;
+    pool.upsert_node(bigger);
+    pool.check_indexes();
+    assert_eq!(pool.node_gpu_used(node_id(1)).unwrap(), &[1000, 0, 0, 500]);
+    assert_eq!(pool.node_free(node_id(1)).unwrap().cpu_milli, 126_000);
+    // Fewer GPUs: what was held on the lost ones is forgotten.
+    pool.upsert_node(spec(1, 2, "r2"));
+    pool.check_indexes();
+    assert_eq!(pool.node_gpu_used(node_id(1)).unwrap(), &[1000, 0]);
+    assert_eq!(pool.node_count(), 3);
+    assert!(pool.remove_node(node_id(1)));
+    assert!(!pool.remove_node(node_id(1)));
+    pool.check_indexes();
+    assert_eq!(pool.node_count(), 2);
+    assert_eq!(pool.capacity().gpu_milli, 8000);
+    assert_eq!(pool.node_free(node_id(1)), None);
+    let listed: BTreeSet<NodeId> = pool.nodes().map(|(spec, _)| spec.id).collect();
+    assert_eq!(listed, BTreeSet::from([node_id(2), node_id(3)]));
+    // Releasing on a removed node is ignored.
+    pool.release(&[worker(1, &[(0, 1000)], 0)]);
+    assert_eq!(pool.free(), pool.capacity());
+}
+
+// Property tests: random pools and random sequences of placements, what-ifs,
+// releases and draining, checked against a brute-force count after every step.
+
+#[derive(Debug, Clone)]
+struct NodeGen {
+    gpus: u32,
+    cpu_cores: u64,
+    memory_gib: u64,
+    rack: u8,
+    model: u8,
+    zone: bool,
+}
+
+#[derive(Debug, Clone)]
+struct GangGen {
+    workers: u32,
+    gpu_milli: u64,
+    cpu_milli: u64,
+    memory_gib: u64,
+    strategy: u8,
+    spread: bool,
+    model: Option<u8>,
+    zone: bool,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Place(GangGen),
+    WhatIf(GangGen, usize),
+    Release(usize),
+    Schedulable(usize, bool),
+    Remove(usize),
+}
+
+fn node_gen() -> impl proptest::strategy::Strategy<Value = NodeGen> {
+    (0u32..8, 1u64..33, 1u64..65, 0u8..3, 0u8..3, any::<bool>()).prop_map(
+        |(gpus, cpu_cores, memory_gib, rack, model, zone)| NodeGen {
+            gpus,
+            cpu_cores,
+            memory_gib,
+            rack,
+            model,
+            zone,
+        },
+    )
+}
+
+fn gang_gen() -> impl proptest::strategy::Strategy<Value = GangGen> {
+    (
+        1u32..6,
+        prop::sample::select(vec![0u64, 250, 470, 500, 1000, 2000, 3000, 4000, 1500]),
+        0u64..9000,
+        0u64..17,
+        0u8..4,
+        prop::bool::weighted(0.2),
+        prop::option::weighted(0.2, 0u8..3),
+        prop::bool::weighted(0.15),
+    )
+        .prop_map(
+            |(workers, gpu_milli, cpu_milli, memory_gib, strategy, spread, model, zone)| GangGen {
+                workers,
+                gpu_milli,
+                cpu_milli,
+                memory_gib,
+                strategy,
+                spread,
+                model,
+                zone,
+            },
+        )
+}
+
+fn op_gen() -> impl proptest::strategy::Strategy<Value = Op> {
+    prop_oneof![
+        6 => gang_gen().prop_map(Op::Place),
+        2 => (gang_gen(), any::<usize>()).prop_map(|(gang, victim)| Op::WhatIf(gang, victim)),
+        3 => any::<usize>().prop_map(Op::Release),
+        1 => (any::<usize>(), any::<bool>()).prop_map(|(node, on)| Op::Schedulable(node, on)),
+        1 => any::<usize>().prop_map(Op::Remove),
+    ]
+}
+
+const MODELS: [&str; 2] = ["A100", "H100"];
+
+fn build_pool(nodes: &[NodeGen]) -> NodePool {
+    let mut pool = NodePool::new();
+    for (seed, node) in nodes.iter().enumerate() {
+        let mut labels = BTreeMap::from([("rack".to_string(), format!("r{}", node.rack))]);
+        if node.zone {
+            labels.insert("zone".to_string(), "a".to_string());
+        }
+        pool.upsert_node(NodeSpec {
+            id: node_id(seed as u8 + 1),
+            gpus: node.gpus,
+            gpu_model: MODELS
+                .get(usize::from(node.model))
+                .map(|model| model.to_string()),
+            cpu_milli: node.cpu_cores * 1000,
+            memory_bytes: node.memory_gib * GIB,
+            labels,
+        });
+    }
+    pool
+}
+
+fn gang_of(generated: &GangGen) -> (GangShape, Strategy) {
+    let gang = GangShape {
+        workers: generated.workers,
+        per_worker: Amount {
+            gpu_milli: generated.gpu_milli,
+            cpu_milli: generated.cpu_milli,
+            memory_bytes: generated.memory_gib * GIB,
+        },
+        gpu_models: generated
+            .model
+            .map(|model| {
+                MODELS
+                    .get(usize::from(model))
+                    .unwrap_or(&"V100")
+                    .to_string()
+            })
+            .into_iter()
+            .collect(),
+        node_labels: if generated.zone {
+            BTreeMap::from([("zone".to_string(), "a".to_string())])
+        } else {
+            BTreeMap::new()
+        },
+        spread: generated.spread,
+    };
+    let strategy = match generated.strategy {
+        0 => Strategy::BinPack,
+        1 => Strategy::Spread,
+        2 => Strategy::Random {
+            seed: u64::from(generated.workers) * 31 + generated.cpu_milli,
+        },
+        _ => Strategy::FragmentationAware,
+    };
+    (gang, strategy)
+}
+
+/// How many workers of `gang` each usable node holds, counted from first
+/// principles rather than through the pool's own helpers.
+fn brute_force_fits(pool: &NodePool, gang: &GangShape) -> Vec<(NodeId, Option<String>, u64)> {
+    let per_worker = gang.per_worker;
+    let needs_gpu = per_worker.gpu_milli > 0;
+    pool.nodes
+        .iter()
+        .filter(|node| node.schedulable)
+        .filter(|node| {
+            gang.node_labels
+                .iter()
+                .all(|(key, value)| node.spec.labels.get(key) == Some(value))
+                && (!needs_gpu
+                    || gang.gpu_models.is_empty()
+                    || node
+                        .spec
+                        .gpu_model
+                        .as_ref()
+                        .is_some_and(|model| gang.gpu_models.contains(model)))
+        })
+        .map(|node| {
+            let rooms = node
+                .usage
+                .gpu_used
+                .iter()
+                .map(|used| u64::from(1000 - *used));
+            let by_gpu = match per_worker.gpu_milli {
+                0 => u64::MAX,
+                milli if milli < 1000 => rooms.map(|room| room / milli).sum(),
+                milli => rooms.filter(|room| *room == 1000).count() as u64 / (milli / 1000),
+            };
+            let by_cpu = (node.spec.cpu_milli - node.usage.cpu_milli)
+                .checked_div(per_worker.cpu_milli)
+                .unwrap_or(u64::MAX);
+            let by_memory = (node.spec.memory_bytes - node.usage.memory_bytes)
+                .checked_div(per_worker.memory_bytes)
+                .unwrap_or(u64::MAX);
+            let fits = by_gpu
+                .min(by_cpu)
+                .min(by_memory)
+                .min(u64::from(gang.workers));
+            (node.spec.id, node.spec.labels.get("rack").cloned(), fits)
+        })
+        .filter(|(_, _, fits)| *fits > 0)
+        .collect()
+}
+
+/// The fewest of these nodes that hold `workers`.
+fn fewest(fits: &[u64], workers: u64) -> usize {
+    let mut sorted = fits.to_vec();
+    sorted.sort_unstable_by(|left, right| right.cmp(left));
+    let mut held = 0;
+    for (count, fit) in sorted.iter().enumerate() {
+        held += fit;
+        if held >= workers {
+            return count + 1;
+        }
+    }
+    usize::MAX
+}
+
+/// Checks a placement `find` returned against the brute-force count.
+fn check_placement(
+    pool: &NodePool,
+    gang: &GangShape,
+    strategy: Strategy,
+    found: Option<&Vec<WorkerPlacement>>,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    if gang.per_worker.gpu_milli > 1000 && !gang.per_worker.gpu_milli.is_multiple_of(1000) {
+        prop_assert!(found.is_none());
+        return Ok(());
+    }
+    let workers = u64::from(gang.workers);
+    let fits = brute_force_fits(pool, gang);
+    let total: u64 = fits.iter().map(|(_, _, fit)| fit).sum();
+    prop_assert_eq!(
+        found.is_some(),
+        total >= workers,
+        "find is complete and sound"
+    );
+    let Some(found) = found else {
+        return Ok(());
+    };
+    prop_assert!(pool.could_ever_fit(gang));
+    prop_assert_eq!(found.len(), gang.workers as usize);
+    let fit_of = |id: NodeId| {
+        fits.iter()
+            .find(|(node, _, _)| *node == id)
+            .map(|(_, rack, fit)| (rack.clone(), *fit))
+    };
+    let used = nodes_used(found);
+    for node in &used {
+        let on_node = found.iter().filter(|worker| worker.node == *node).count() as u64;
+        let (_, fit) = fit_of(*node).expect("placed on a usable node with room");
+        prop_assert!(on_node <= fit);
+    }
+    for worker in found {
+        let shares: u64 = worker.gpus.iter().map(|share| u64::from(share.milli)).sum();
+        prop_assert_eq!(shares, gang.per_worker.gpu_milli);
+    }
+    let spread = !matches!(strategy, Strategy::Random { .. })
+        && (gang.spread || strategy == Strategy::Spread);
+    let one_node_holds_all = fits.iter().any(|(_, _, fit)| *fit >= workers);
+    let mut racks: BTreeMap<Option<String>, Vec<u64>> = BTreeMap::new();
+    for (_, rack, fit) in &fits {
+        racks.entry(rack.clone()).or_default().push(*fit);
+    }
+    let rack_holds_all = racks
+        .iter()
+        .any(|(rack, fits)| rack.is_some() && fits.iter().sum::<u64>() >= workers);
+    let placed_racks: BTreeSet<Option<String>> =
+        used.iter().map(|node| fit_of(*node).unwrap().0).collect();
+    if spread && workers > 1 {
+        if fits.len() as u64 >= workers {
+            prop_assert_eq!(
+                used.len() as u64,
+                workers,
+                "one worker per node when possible"
+            );
+        }
+        if racks
+            .iter()
+            .any(|(rack, fits)| rack.is_some() && fits.len() as u64 >= workers)
+        {
+            prop_assert_eq!(placed_racks.len(), 1);
+        }
+    } else if one_node_holds_all {
+        prop_assert_eq!(used.len(), 1, "one node when one holds the gang");
+    } else if rack_holds_all {
+        prop_assert_eq!(placed_racks.len(), 1, "one rack when one holds the gang");
+        if matches!(strategy, Strategy::BinPack | Strategy::FragmentationAware) {
+            let rack = placed_racks.iter().next().unwrap();
+            prop_assert_eq!(
+                used.len(),
+                fewest(&racks[rack], workers),
+                "the fewest nodes of the rack"
+            );
+        }
+    } else if matches!(strategy, Strategy::BinPack | Strategy::FragmentationAware) {
+        let all: Vec<u64> = fits.iter().map(|(_, _, fit)| *fit).collect();
+        prop_assert_eq!(used.len(), fewest(&all, workers), "the fewest nodes");
+    }
+    if workers == 1 && gang.per_worker.gpu_milli >= 1000 {
+        let free_whole = |id: NodeId| pool.nodes[pool.index_of[&id]].usage.free_whole;
+        let chosen = free_whole(found[0].node);
+        let candidates = fits.iter().map(|(node, _, _)| free_whole(*node));
+        if matches!(strategy, Strategy::BinPack | Strategy::FragmentationAware) && !gang.spread {
+            prop_assert_eq!(
+                chosen,
+                candidates.min().unwrap(),
+                "bin-pack takes the fullest"
+            );
+        } else if spread {
+            prop_assert_eq!(
+                chosen,
+                candidates.max().unwrap(),
+                "spread takes the emptiest"
+            );
+        }
+    }
+    let share = gang.per_worker.gpu_milli;
+    if workers == 1
+        && share > 0
+        && share < 1000
+        && matches!(strategy, Strategy::BinPack | Strategy::FragmentationAware)
+        && !gang.spread
+    {
+        let room_before = |id: NodeId, index: u32| {
+            1000 - pool.nodes[pool.index_of[&id]].usage.gpu_used[index as usize]
+        };
+        let shared_fits = fits.iter().any(|(id, _, _)| {
+            pool.nodes[pool.index_of[id]]
+                .usage
+                .gpu_used
+                .iter()
+                .any(|used| *used > 0 && u64::from(1000 - *used) >= share)
+        });
+        let took_free_gpu = room_before(found[0].node, found[0].gpus[0].index) == 1000;
+        prop_assert!(!(shared_fits && took_free_gpu), "a shared GPU goes first");
+    }
+    Ok(())
+}
+
+/// The pool's usage equals the sum of what is held, and stays within capacity.
+fn check_usage(
+    pool: &NodePool,
+    held: &[Vec<WorkerPlacement>],
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    pool.check_indexes();
+    let mut expected: BTreeMap<NodeId, Usage> = pool
+        .nodes
+        .iter()
+        .map(|node| (node.spec.id, Usage::empty(node.spec.gpus)))
+        .collect();
+    for worker in held.iter().flatten() {
+        if let Some(usage) = expected.get_mut(&worker.node) {
+            usage.hold(worker);
+        }
+    }
+    for node in &pool.nodes {
+        prop_assert_eq!(&node.usage, &expected[&node.spec.id]);
+        prop_assert!(node.usage.gpu_used.iter().all(|used| *used <= 1000));
+        prop_assert!(node.usage.cpu_milli <= node.spec.cpu_milli);
+        prop_assert!(node.usage.memory_bytes <= node.spec.memory_bytes);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(160))]
+
+    #[test]
+    fn placements_allocate_and_never_overallocate(
+        nodes in prop::collection::vec(node_gen(), 1..12),
+        ops in prop::collection::vec(op_gen(), 1..40),
+    ) {
+        let mut pool = build_pool(&nodes);
+        let mut held: Vec<Vec<WorkerPlacement>> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Place(generated) => {
+                    let (gang, strategy) = gang_of(&generated);
+                    let found = pool.find(&gang, strategy);
+                    check_placement(&pool, &gang, strategy, found.as_ref())?;
+                    if let Some(found) = found {
+                        prop_assert_eq!(pool.allocate(&found), Ok(()));
+                        held.push(found);
+                    }
+                }
+                Op::WhatIf(generated, victim) => {
+                    let (gang, strategy) = gang_of(&generated);
+                    // Distinct allocations: each is freed once.
+                    let mut chosen: Vec<usize> = Vec::new();
+                    if !held.is_empty() {
+                        chosen.push(victim % held.len());
+                        chosen.push((victim / 7) % held.len());
+                        chosen.dedup();
+                    }
+                    let victims: Vec<&[WorkerPlacement]> =
+                        chosen.iter().map(|which| held[*which].as_slice()).collect();
+                    let before_free = pool.free();
+                    let before_nodes: Vec<Usage> = pool.nodes.iter().map(|node| node.usage.clone()).collect();
+                    let found = pool.find_with_freed(&gang, strategy, &victims);
+                    prop_assert_eq!(pool.free(), before_free);
+                    let after_nodes: Vec<Usage> = pool.nodes.iter().map(|node| node.usage.clone()).collect();
+                    prop_assert_eq!(before_nodes, after_nodes);
+                    let mut released = pool.clone();
+                    for workers in &victims {
+                        released.release(workers);
+                    }
+                    if matches!(strategy, Strategy::Random { .. }) {
+                        prop_assert_eq!(found.is_some(), released.find(&gang, strategy).is_some());
+                    } else {
+                        prop_assert_eq!(&found, &released.find(&gang, strategy), "a what-if sees the pool after freeing");
+                    }
+                    check_placement(&released, &gang, strategy, found.as_ref())?;
+                    if let Some(found) = found {
+                        prop_assert_eq!(released.allocate(&found), Ok(()));
+                        released.check_indexes();
+                    }
+                }
+                Op::Release(which) => {
+                    if !held.is_empty() {
+                        let workers = held.swap_remove(which % held.len());
+                        pool.release(&workers);
+                    }
+                }
+                Op::Schedulable(which, on) => {
+                    let id = pool.nodes[which % pool.nodes.len()].spec.id;
+                    pool.set_schedulable(id, on);
+                }
+                Op::Remove(which) => {
+                    if pool.node_count() > 1 {
+                        let id = pool.nodes[which % pool.nodes.len()].spec.id;
+                        prop_assert!(pool.remove_node(id));
+                    }
+                }
+            }
+            check_usage(&pool, &held)?;
+            prop_assert!((0.0..=1.0).contains(&pool.idle_gpu_fragmentation()));
+        }
+        for workers in held.drain(..) {
+            pool.release(&workers);
+        }
+        for (spec, _) in pool.nodes().map(|(spec, on)| (spec.clone(), on)).collect::<Vec<_>>() {
+            pool.set_schedulable(spec.id, true);
+        }
+        check_usage(&pool, &held)?;
+        prop_assert_eq!(pool.free(), pool.capacity());
+    }
+}

@@ -1,0 +1,215 @@
+//! Everything the policy core derives from its trial table: waiting trials in
+//! FIFO sets per queue and priority, per-queue usage and reservations, pending
+//! counts per team, trials per node, expected ends, preemption candidates and the
+//! smallest waiting demand.
+//!
+//! Invariant: the index equals one rebuilt from scratch from the trials and
+//! reservations. Every change to an entry removes it from the index first and
+//! inserts it again after; `check_invariants` compares with a rebuild. The index
+//! answers lookups only; it makes no decisions.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::{NodeId, TrialId};
+
+use super::reservations::Reservation;
+use super::resource_vec::{ResourceVec, minus, plus};
+use super::trial::{Placed, Standing, Trial};
+
+/// A preemption candidate: lowest priority first, then most recently started.
+pub(super) type VictimKey = (i64, Reverse<UnixMillis>, TrialId);
+
+/// The trial's key among preemption candidates, if it is one: preemptible and
+/// not already stopping.
+fn victim_key(id: TrialId, trial: &Trial, placed: &Placed) -> Option<VictimKey> {
+    (trial.request.preemptible && placed.preempt_deadline.is_none()).then_some((
+        trial.request.priority,
+        Reverse(placed.started_at),
+        id,
+    ))
+}
+
+/// What is derived per queue.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct QueueIndex {
+    /// What its placed trials ask for (running and preempting).
+    pub(super) usage: ResourceVec,
+    /// What its trials waiting on preemption will take.
+    pub(super) reserved: ResourceVec,
+    /// What its placed trials that are being preempted hold (part of `usage`).
+    pub(super) stopping: ResourceVec,
+    /// Waiting trials by base priority, each set in FIFO order.
+    pub(super) waiting: BTreeMap<i64, BTreeSet<(UnixMillis, TrialId)>>,
+    /// Its trials waiting, held and placed.
+    pub(super) n_waiting: u64,
+    pub(super) n_held: u64,
+    pub(super) n_placed: u64,
+    /// Its preemption candidates.
+    pub(super) victims: BTreeSet<VictimKey>,
+}
+
+/// Everything derived from the trial table, kept up to date by `insert` and
+/// `remove` around every change and rebuilt from scratch by `check_invariants`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Index {
+    /// Per queue, indexed like the core's queues.
+    pub(super) queues: Vec<QueueIndex>,
+    /// Waiting and held trials per team, for admission.
+    pub(super) pending_by_team: BTreeMap<String, u64>,
+    /// Placed trials per node they have workers on.
+    pub(super) node_trials: BTreeMap<NodeId, BTreeSet<TrialId>>,
+    /// Placed trials with a known end, by that end.
+    pub(super) ends: BTreeSet<(UnixMillis, TrialId)>,
+    /// Preemption candidates of every queue.
+    pub(super) victims: BTreeSet<VictimKey>,
+    /// A multiset per resource of waiting trials' demands, for the smallest one.
+    waiting_demand: [BTreeMap<u64, u64>; 3],
+}
+
+/// Adds one `key` to a multiset.
+fn count_up<K: Ord>(map: &mut BTreeMap<K, u64>, key: K) {
+    *map.entry(key).or_insert(0) += 1;
+}
+
+/// Takes one `key` out of a multiset.
+fn count_down<K: Ord>(map: &mut BTreeMap<K, u64>, key: K) {
+    if let std::collections::btree_map::Entry::Occupied(mut entry) = map.entry(key) {
+        *entry.get_mut() -= 1;
+        if *entry.get() == 0 {
+            entry.remove();
+        }
+    }
+}
+
+impl Index {
+    /// An empty index for `n_queues` queues.
+    pub(super) fn new(n_queues: usize) -> Self {
+        Self {
+            queues: vec![QueueIndex::default(); n_queues],
+            ..Self::default()
+        }
+    }
+
+    /// The index of these trials and reservations, built from scratch.
+    pub(super) fn rebuild(
+        n_queues: usize,
+        trials: &HashMap<TrialId, Trial>,
+        reservations: &BTreeMap<TrialId, Reservation>,
+    ) -> Self {
+        let mut index = Self::new(n_queues);
+        for (id, trial) in trials {
+            index.insert(*id, trial);
+        }
+        for reservation in reservations.values() {
+            index.reserve(reservation);
+        }
+        index
+    }
+
+    /// Adds a trial's entries as it stands now.
+    pub(super) fn insert(&mut self, id: TrialId, trial: &Trial) {
+        let queue = &mut self.queues[trial.queue];
+        match &trial.standing {
+            Standing::Waiting => {
+                queue
+                    .waiting
+                    .entry(trial.request.priority)
+                    .or_default()
+                    .insert((trial.request.submitted_at, id));
+                queue.n_waiting += 1;
+                count_up(&mut self.pending_by_team, trial.request.team.clone());
+                for (resource, multiset) in self.waiting_demand.iter_mut().enumerate() {
+                    count_up(multiset, trial.demand[resource]);
+                }
+            }
+            Standing::Held => {
+                queue.n_held += 1;
+                count_up(&mut self.pending_by_team, trial.request.team.clone());
+            }
+            Standing::Placed(placed) => {
+                queue.usage = plus(queue.usage, trial.demand);
+                if placed.preempt_deadline.is_some() {
+                    queue.stopping = plus(queue.stopping, trial.demand);
+                }
+                queue.n_placed += 1;
+                if let Some(key) = victim_key(id, trial, placed) {
+                    queue.victims.insert(key);
+                    self.victims.insert(key);
+                }
+                for worker in &placed.workers {
+                    self.node_trials.entry(worker.node).or_default().insert(id);
+                }
+                if let Some(end) = placed.end() {
+                    self.ends.insert((end, id));
+                }
+            }
+        }
+    }
+
+    /// Takes out a trial's entries; call before it changes.
+    pub(super) fn remove(&mut self, id: TrialId, trial: &Trial) {
+        let queue = &mut self.queues[trial.queue];
+        match &trial.standing {
+            Standing::Waiting => {
+                if let Some(set) = queue.waiting.get_mut(&trial.request.priority) {
+                    set.remove(&(trial.request.submitted_at, id));
+                    if set.is_empty() {
+                        queue.waiting.remove(&trial.request.priority);
+                    }
+                }
+                queue.n_waiting -= 1;
+                count_down(&mut self.pending_by_team, trial.request.team.clone());
+                for (resource, multiset) in self.waiting_demand.iter_mut().enumerate() {
+                    count_down(multiset, trial.demand[resource]);
+                }
+            }
+            Standing::Held => {
+                queue.n_held -= 1;
+                count_down(&mut self.pending_by_team, trial.request.team.clone());
+            }
+            Standing::Placed(placed) => {
+                queue.usage = minus(queue.usage, trial.demand);
+                if placed.preempt_deadline.is_some() {
+                    queue.stopping = minus(queue.stopping, trial.demand);
+                }
+                queue.n_placed -= 1;
+                if let Some(key) = victim_key(id, trial, placed) {
+                    queue.victims.remove(&key);
+                    self.victims.remove(&key);
+                }
+                for worker in &placed.workers {
+                    if let Some(set) = self.node_trials.get_mut(&worker.node) {
+                        set.remove(&id);
+                        if set.is_empty() {
+                            self.node_trials.remove(&worker.node);
+                        }
+                    }
+                }
+                if let Some(end) = placed.end() {
+                    self.ends.remove(&(end, id));
+                }
+            }
+        }
+    }
+
+    /// Counts a reservation against its queue.
+    pub(super) fn reserve(&mut self, reservation: &Reservation) {
+        let queue = &mut self.queues[reservation.queue];
+        queue.reserved = plus(queue.reserved, reservation.demand);
+    }
+
+    /// Takes back what [`Self::reserve`] counted.
+    pub(super) fn unreserve(&mut self, reservation: &Reservation) {
+        let queue = &mut self.queues[reservation.queue];
+        queue.reserved = minus(queue.reserved, reservation.demand);
+    }
+
+    /// The smallest waiting demand per resource (each resource on its own).
+    pub(super) fn min_waiting_demand(&self) -> ResourceVec {
+        self.waiting_demand
+            .each_ref()
+            .map(|multiset| multiset.keys().next().copied().unwrap_or(u64::MAX))
+    }
+}

@@ -1,0 +1,366 @@
+//! The ordered walk over waiting trials: lanes, queue ordering and fair share,
+//! and what visiting one trial decides (start it, or why it waits).
+//!
+//! # Keeping a pass cheap
+//!
+//!
+//! Waiting trials sit in ordered sets per queue and base priority, keyed by
+//! `(submitted_at, id)`. Aging never reorders such a set (an older trial has aged at
+//! least as much), so a lane is a k-way merge of the sets' heads by current
+//! effective priority: nothing is sorted per pass. A pass also stops early:
+//! a lane ends after its first blocked trial once the free room in the cluster is
+//! below the smallest waiting demand; under a backfill reservation the pass ends
+//! as soon as no trial could backfill (the reservation is due, or nothing fits);
+//! preemption candidates sit in sets ordered by priority then latest start, entered
+//! per priority at the minimum-run-time cutoff; gang shapes that did not fit are remembered
+//! for the pass (a larger one with the same constraints cannot fit either); at most
+//! `MAX_EXAMINED_PER_PASS` trials that do not start are looked at, and at most
+//! `MAX_PREEMPTION_ATTEMPTS_PER_PASS` preemption searches and
+//! `MAX_BACKFILL_RESERVATIONS_PER_PASS` reservation searches are made. Trials
+//! not reached keep the reason their lane gives (`BehindHigherPriority`, or
+//! `GangDoesNotFit` when the cluster is full).
+//!
+//! Preemption and backfill reservations are asked for here but computed in
+//! their own modules.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::ops::Bound;
+
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::TrialId;
+
+use super::PolicyCore;
+use super::pass::Pass;
+use super::quota::QuotaBlock;
+use super::resource_vec::{ResourceVec, covers, dominant_share, minus, placement_total, plus};
+use super::trial::{Placed, Standing};
+use crate::config::{HeadOfLine, Order, RESOURCE_NAMES};
+use crate::{Decision, TrialRequest, WaitReason, WorkerPlacement};
+
+/// The most waiting trials one pass looks at; the rest keep their lane's reason.
+const MAX_EXAMINED_PER_PASS: usize = 4096;
+
+/// What looking at one trial led to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// It was placed.
+    Started,
+    /// It waits for a reason that does not hold up the trials behind it.
+    Passed,
+    /// No node set could ever hold it.
+    NeverFits,
+    /// Its queue's quota stops it.
+    OverQuota(QuotaBlock),
+    /// There is no room for it now.
+    NoRoom,
+}
+
+/// An ordered walk over waiting trials: a k-way merge of per-(queue, priority)
+/// FIFO sets by the current key of each set's head.
+#[derive(Debug)]
+struct Lane {
+    queues: Vec<usize>,
+    heap: BinaryHeap<Reverse<LaneEntry>>,
+}
+
+/// Effective priority (highest first), then FIFO order.
+pub(super) type OrderKey = (Reverse<i64>, UnixMillis, TrialId);
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct LaneEntry {
+    /// Where the trial goes in its lane (effective priority is zero under FIFO).
+    key: OrderKey,
+    queue: usize,
+    priority: i64,
+}
+
+impl PolicyCore {
+    /// Step 2 of a pass: visits waiting trials lane by lane, starting what can
+    /// start and asking for preemption or a backfill reservation for what
+    /// cannot, until every lane is done or stopped.
+    pub(super) fn run_lanes(&mut self, pass: &mut Pass, decisions: &mut Vec<Decision>) {
+        let n_queues = self.queue_info.len();
+        let mut lanes: Vec<Lane> = match self.config.order {
+            Order::Fair => (0..n_queues)
+                .map(|queue| self.lane(vec![queue], pass.now))
+                .collect(),
+            Order::Fifo | Order::Priority => vec![self.lane((0..n_queues).collect(), pass.now)],
+        };
+        let mut active = vec![true; lanes.len()];
+        let strict = self.config.head_of_line == HeadOfLine::Strict;
+        let backfill = self.config.backfill;
+        while let Some(lane) = self.pick_lane(&lanes, &active, pass.capacity) {
+            if pass.examined >= MAX_EXAMINED_PER_PASS {
+                for lane in &lanes {
+                    self.stop_queues(&lane.queues, pass, &WaitReason::BehindHigherPriority);
+                }
+                break;
+            }
+            // Under a reservation a trial can only start by backfilling; when no
+            // trial can (the reservation is due, or nothing waiting fits the free
+            // room), the rest of the pass would refuse every trial one by one.
+            if let Some((limit, holder)) = pass.backfill_limit
+                && (limit <= pass.now || pass.nothing_fits())
+            {
+                let reason = WaitReason::ReservedFor { trial: holder };
+                for lane in &lanes {
+                    self.stop_queues(&lane.queues, pass, &reason);
+                }
+                break;
+            }
+            let Some((id, queue)) = self.pop(&mut lanes[lane], pass) else {
+                active[lane] = false;
+                continue;
+            };
+            let outcome = self.evaluate(id, queue, pass, decisions);
+            // Starts are not limited: the budget bounds the work spent on trials
+            // that stay waiting.
+            if outcome != Outcome::Started {
+                pass.examined += 1;
+            }
+            match outcome {
+                Outcome::Started | Outcome::Passed | Outcome::NeverFits => {}
+                Outcome::OverQuota(block) => {
+                    if self.try_preempt(id, queue, Some(block), pass, decisions) {
+                        continue;
+                    }
+                    if strict || backfill {
+                        // Only this queue: its own quota holds it, not the nodes.
+                        self.stop_queues(&[queue], pass, &WaitReason::BehindHigherPriority);
+                        if self.config.order == Order::Fair {
+                            active[lane] = false;
+                        }
+                    }
+                }
+                Outcome::NoRoom => {
+                    if self.try_preempt(id, queue, None, pass, decisions) {
+                        continue;
+                    }
+                    let nothing_fits = pass.nothing_fits();
+                    if backfill {
+                        self.reserve_for_backfill(id, queue, nothing_fits, pass);
+                    } else if strict {
+                        let queues = lanes[lane].queues.clone();
+                        self.stop_queues(&queues, pass, &WaitReason::BehindHigherPriority);
+                        active[lane] = false;
+                        continue;
+                    }
+                    if nothing_fits {
+                        // Nothing behind it could start either.
+                        let queues = lanes[lane].queues.clone();
+                        self.stop_queues(&queues, pass, &WaitReason::GangDoesNotFit);
+                        active[lane] = false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stops the pass for these queues; their trials not yet looked at keep
+    /// `reason`.
+    fn stop_queues(&mut self, queues: &[usize], pass: &mut Pass, reason: &WaitReason) {
+        for &queue in queues {
+            if !pass.stopped[queue] {
+                pass.stopped[queue] = true;
+                self.unexamined[queue] = reason.clone();
+            }
+        }
+    }
+
+    /// Base priority plus the aging boost at `now`.
+    pub(super) fn effective_priority(&self, request: &TrialRequest, now: UnixMillis) -> i64 {
+        let boost = self.config.aging.map_or(0, |aging| {
+            aging.boost(now.saturating_sub(request.submitted_at))
+        });
+        request.priority.saturating_add(boost)
+    }
+
+    /// The heap entry of a waiting trial at the head of its FIFO set.
+    fn lane_entry(
+        &self,
+        queue: usize,
+        priority: i64,
+        submitted_at: UnixMillis,
+        id: TrialId,
+        now: UnixMillis,
+    ) -> LaneEntry {
+        let effective = match self.config.order {
+            Order::Fifo => 0,
+            Order::Priority | Order::Fair => {
+                let boost = self
+                    .config
+                    .aging
+                    .map_or(0, |aging| aging.boost(now.saturating_sub(submitted_at)));
+                priority.saturating_add(boost)
+            }
+        };
+        LaneEntry {
+            key: (Reverse(effective), submitted_at, id),
+            queue,
+            priority,
+        }
+    }
+
+    /// A lane over these queues, holding the head of each of their sets.
+    fn lane(&self, queues: Vec<usize>, now: UnixMillis) -> Lane {
+        let mut heap = BinaryHeap::new();
+        for &queue in &queues {
+            for (&priority, set) in &self.index.queues[queue].waiting {
+                if let Some(&(submitted_at, id)) = set.first() {
+                    heap.push(Reverse(self.lane_entry(
+                        queue,
+                        priority,
+                        submitted_at,
+                        id,
+                        now,
+                    )));
+                }
+            }
+        }
+        Lane { queues, heap }
+    }
+
+    /// The lane's next trial and its queue, skipping stopped queues; the set
+    /// it came from puts its next trial in the heap.
+    fn pop(&self, lane: &mut Lane, pass: &Pass) -> Option<(TrialId, usize)> {
+        while let Some(Reverse(entry)) = lane.heap.pop() {
+            if pass.stopped[entry.queue] {
+                continue;
+            }
+            let (_, submitted_at, id) = entry.key;
+            let next = self.index.queues[entry.queue]
+                .waiting
+                .get(&entry.priority)
+                .and_then(|set| {
+                    set.range((Bound::Excluded((submitted_at, id)), Bound::Unbounded))
+                        .next()
+                        .copied()
+                });
+            if let Some((next_submitted_at, next_id)) = next {
+                lane.heap.push(Reverse(self.lane_entry(
+                    entry.queue,
+                    entry.priority,
+                    next_submitted_at,
+                    next_id,
+                    pass.now,
+                )));
+            }
+            return Some((id, entry.queue));
+        }
+        None
+    }
+
+    /// The lane to take the next trial from: under fair share, the queue with the
+    /// lowest weighted dominant share (ties to the first declared).
+    fn pick_lane(&self, lanes: &[Lane], active: &[bool], capacity: ResourceVec) -> Option<usize> {
+        if self.config.order != Order::Fair {
+            return active.first().copied().filter(|active| *active).map(|_| 0);
+        }
+        let mut best: Option<(f64, usize)> = None;
+        for (lane_index, lane) in lanes.iter().enumerate() {
+            if !active[lane_index] {
+                continue;
+            }
+            let queue = lane.queues[0];
+            let share = dominant_share(
+                self.index.queues[queue].usage,
+                capacity,
+                self.queue_info[queue].weight,
+            );
+            if best.is_none_or(|(best_share, _)| share < best_share) {
+                best = Some((share, lane_index));
+            }
+        }
+        best.map(|(_, lane_index)| lane_index)
+    }
+
+    /// Looks at one waiting trial: starts it if its quota and the pool allow
+    /// it, else records why it waits.
+    fn evaluate(
+        &mut self,
+        id: TrialId,
+        queue: usize,
+        pass: &mut Pass,
+        decisions: &mut Vec<Decision>,
+    ) -> Outcome {
+        let Some(trial) = self.trials.get(&id) else {
+            return Outcome::Passed;
+        };
+        if !matches!(trial.standing, Standing::Waiting) || self.reservations.contains_key(&id) {
+            return Outcome::Passed;
+        }
+        if let Some((limit, holder)) = pass.backfill_limit {
+            let ends_in_time = self
+                .duration(trial)
+                .is_some_and(|duration| pass.now.saturating_add(duration) <= limit);
+            if !ends_in_time {
+                self.set_reason(id, WaitReason::ReservedFor { trial: holder });
+                return Outcome::Passed;
+            }
+        }
+        let demand = trial.demand;
+        if let Some(block) = self.quota_block(queue, &demand, &pass.usage_view) {
+            self.set_reason(
+                id,
+                WaitReason::OverQuota {
+                    resource: RESOURCE_NAMES[block.resource()].to_owned(),
+                },
+            );
+            return Outcome::OverQuota(block);
+        }
+        if !self.ever_fits(id) {
+            self.set_reason(id, WaitReason::NoMatchingNodes);
+            return Outcome::NeverFits;
+        }
+        let gang = &self.trials[&id].request.gang;
+        if !covers(pass.free, demand) || pass.shape_failed(gang) {
+            self.set_reason(id, WaitReason::GangDoesNotFit);
+            return Outcome::NoRoom;
+        }
+        let Some(workers) = self.pool.find(gang, self.strategy(id)) else {
+            let gang = gang.clone();
+            pass.record_failed_shape(&gang);
+            self.set_reason(id, WaitReason::GangDoesNotFit);
+            return Outcome::NoRoom;
+        };
+        if let Some(holder) = self.plan_conflict(pass, &workers, &[]) {
+            self.set_reason(id, WaitReason::ReservedFor { trial: holder });
+            return Outcome::Passed;
+        }
+        decisions.push(self.start(id, workers, pass));
+        Outcome::Started
+    }
+
+    /// Places a waiting trial where the pool said it fits.
+    pub(super) fn start(
+        &mut self,
+        id: TrialId,
+        workers: Vec<WorkerPlacement>,
+        pass: &mut Pass,
+    ) -> Decision {
+        self.pool
+            .allocate(&workers)
+            .expect("a placement the pool has just found is one it accepts");
+        let now = pass.now;
+        let started_pass = self.pass;
+        let duration = self.trials.get(&id).and_then(|trial| self.duration(trial));
+        let placed_workers = workers.clone();
+        let queue_and_demand = self.change(id, |trial| {
+            trial.standing = Standing::Placed(Placed {
+                workers: placed_workers,
+                started_at: now,
+                started_pass,
+                expected_end: duration.map(|duration| now.saturating_add(duration)),
+                preempt_deadline: None,
+                lost_nodes: Vec::new(),
+            });
+            (trial.queue, trial.demand)
+        });
+        if let Some((queue, demand)) = queue_and_demand {
+            pass.usage_view[queue] = plus(pass.usage_view[queue], demand);
+        }
+        pass.free = minus(pass.free, placement_total(&workers));
+        Decision::Place { trial: id, workers }
+    }
+}

@@ -1,0 +1,491 @@
+//! Preemption: choosing running trials to stop so that a trial that cannot
+//! start can.
+//!
+//! A trial T that cannot start may stop (a) running preemptible trials of strictly
+//! lower base priority, or (b) when T's queue stays within its nominal quota, work
+//! of other queues in its cohort that are borrowing ("reclaim"). Victims must have
+//! run `min_run_time` since they (re)started. Candidates come borrowed work first,
+//! then lowest priority, then most recently started; only queues that can relieve
+//! what blocks T are searched (T's own queue when its own limit blocks it, the
+//! cohort when the cohort's pool does, anyone when nodes do). The smallest prefix
+//! of candidates that makes T fit is found with `find_with_freed`, then victims
+//! that are not needed are dropped. Victims keep their resources until
+//! [`PolicyCore::requeue`] or [`PolicyCore::finish`]; T keeps a reservation. Reclaim
+//! takes only from queues that were borrowing when the pass began, so borrowing
+//! started by the same pass never makes older work a victim. Quota checks for a
+//! plan count stopping trials as gone and reservations as taken, so two trials
+//! reclaiming in one pass do not stop twice what they need.
+//!
+//! What happens once victims are chosen (the reservation and the planned
+//! placement) is `reservations`' work.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
+
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::{ExperimentId, TrialId};
+
+use super::PolicyCore;
+use super::index::VictimKey;
+use super::pass::{MAX_PLACEMENT_CHECKS, Pass};
+use super::quota::QuotaBlock;
+use super::reservations::Reservation;
+use super::resource_vec::{ResourceVec, covers, minus, placement_total, plus};
+use super::trial::{Standing, Trial};
+use crate::{Decision, PreemptReason, WaitReason, WorkerPlacement};
+
+/// The most preemption searches one pass makes.
+const MAX_PREEMPTION_ATTEMPTS_PER_PASS: usize = 4;
+/// The most candidate victims one preemption search considers.
+const MAX_VICTIM_CANDIDATES: usize = 256;
+/// The most victims a preemption search tries to spare once it has a set.
+const MAX_PRUNE_CHECKS: usize = 8;
+
+/// What one preemption search looks for.
+#[derive(Debug, Clone, Copy)]
+struct VictimSearch {
+    /// The trial that cannot start.
+    preemptor: TrialId,
+    /// Its queue.
+    queue: usize,
+    /// Its base priority.
+    priority: i64,
+    /// What it asks for.
+    demand: ResourceVec,
+    /// The quota constraint that stopped it; `None` when nodes did.
+    block: Option<QuotaBlock>,
+    /// Its queue's cohort.
+    cohort: Option<usize>,
+    /// Victims must have started at or before this.
+    cutoff: UnixMillis,
+}
+
+impl PolicyCore {
+    /// Looks for victims whose stopping lets `id` start; on success asks them to
+    /// stop and gives `id` a reservation. `block` is the quota constraint that
+    /// stopped it, `None` when nodes did.
+    pub(super) fn try_preempt(
+        &mut self,
+        id: TrialId,
+        queue: usize,
+        block: Option<QuotaBlock>,
+        pass: &mut Pass,
+        decisions: &mut Vec<Decision>,
+    ) -> bool {
+        if !self.config.preemption.enabled
+            || pass.preemption_attempts >= MAX_PREEMPTION_ATTEMPTS_PER_PASS
+            || !self.ever_fits(id)
+        {
+            return false;
+        }
+        let Some(trial) = self.trials.get(&id) else {
+            return false;
+        };
+        let priority = trial.request.priority;
+        let demand = trial.demand;
+        let cohort = self.queue_info[queue].cohort;
+        // Reclaim needs the preemptor's queue to stay within its nominal quota.
+        let can_reclaim = cohort.is_some() && self.stays_within_nominal(queue, demand, pass);
+        let lower_exists = self
+            .index
+            .victims
+            .first()
+            .is_some_and(|(lowest, _, _)| *lowest < priority);
+        if !can_reclaim && !lower_exists {
+            return false;
+        }
+        // Trials started after `cutoff` have not run their minimum yet; before the
+        // minimum has passed since time zero, no trial has.
+        let Some(cutoff) = pass.now.checked_sub(self.config.preemption.min_run_time_ms) else {
+            return false;
+        };
+        pass.preemption_attempts += 1;
+        let search = VictimSearch {
+            preemptor: id,
+            queue,
+            priority,
+            demand,
+            block,
+            cohort,
+            cutoff,
+        };
+        let candidates = self.victim_candidates(&search, can_reclaim, pass);
+        let future = self.future_view(pass);
+        let Some(chosen) = self.choose_victims(id, queue, &candidates, &future, pass) else {
+            return false;
+        };
+        let Some(plan) = self.victims_suffice(
+            id,
+            queue,
+            chosen.iter().map(|(victim, _)| *victim),
+            &future,
+            pass,
+        ) else {
+            return false;
+        };
+        self.stop_victims(&search, &chosen, plan, pass, decisions);
+        true
+    }
+
+    /// Whether adding `demand` keeps `queue` within its nominal quota in every
+    /// resource the demand asks for.
+    fn stays_within_nominal(&self, queue: usize, demand: ResourceVec, pass: &Pass) -> bool {
+        let info = &self.queue_info[queue];
+        (0..3).all(|r| {
+            demand[r] == 0
+                || info.nominal[r].is_none_or(|nominal| {
+                    pass.usage_view[queue][r].saturating_add(demand[r]) <= nominal
+                })
+        })
+    }
+
+    /// Whether a queue can relieve the constraint in the search's way, so its
+    /// work may be searched for victims.
+    fn in_scope(&self, search: &VictimSearch, member: usize) -> bool {
+        match search.block {
+            Some(QuotaBlock::Own(_)) => member == search.queue,
+            Some(QuotaBlock::Pool(_)) => {
+                search.cohort.is_some() && self.queue_info[member].cohort == search.cohort
+            }
+            None => true,
+        }
+    }
+
+    /// The trial, when it is placed and has run long enough to be a victim: it
+    /// did not start in this pass and started at or before `cutoff`.
+    fn eligible_victim(&self, victim: TrialId, cutoff: UnixMillis) -> Option<&Trial> {
+        let trial = self.trials.get(&victim)?;
+        let Standing::Placed(placed) = &trial.standing else {
+            return None;
+        };
+        let ran_enough = placed.started_pass != self.pass && placed.started_at <= cutoff;
+        ran_enough.then_some(trial)
+    }
+
+    /// Candidate victims in preference order, each with whether stopping it is
+    /// a reclaim: borrowed work of the cohort first (when `can_reclaim`), then
+    /// work of lower priority, at most [`MAX_VICTIM_CANDIDATES`].
+    fn victim_candidates(
+        &self,
+        search: &VictimSearch,
+        can_reclaim: bool,
+        pass: &Pass,
+    ) -> Vec<(TrialId, bool)> {
+        let mut candidates = match search.cohort {
+            Some(cohort) if can_reclaim => self.reclaim_candidates(search, cohort, pass),
+            _ => Vec::new(),
+        };
+        for (_, _, victim) in self.lower_priority_keys(search) {
+            if candidates.len() >= MAX_VICTIM_CANDIDATES {
+                break;
+            }
+            if self.eligible_victim(victim, search.cutoff).is_some()
+                && !candidates.iter().any(|(chosen, _)| *chosen == victim)
+            {
+                candidates.push((victim, false));
+            }
+        }
+        candidates
+    }
+
+    /// Work of the cohort's other queues that were borrowing when the pass
+    /// began, in preference order; a queue is reclaimed from only while it
+    /// still borrows.
+    fn reclaim_candidates(
+        &self,
+        search: &VictimSearch,
+        cohort: usize,
+        pass: &Pass,
+    ) -> Vec<(TrialId, bool)> {
+        let mut reclaimable: Vec<VictimKey> = Vec::new();
+        for &member in &self.cohorts[cohort].members {
+            if member == search.queue
+                || !self.in_scope(search, member)
+                || !self.queue_info[member].is_borrowing(self.borrowing_usage(member, pass))
+            {
+                continue;
+            }
+            reclaimable.extend(ran_long_enough(
+                &self.index.queues[member].victims,
+                None,
+                search.cutoff,
+                MAX_VICTIM_CANDIDATES,
+            ));
+        }
+        reclaimable.sort_unstable();
+        let mut candidates = Vec::new();
+        let mut remaining: HashMap<usize, ResourceVec> = HashMap::new();
+        for (_, _, victim) in reclaimable {
+            let Some(trial) = self.eligible_victim(victim, search.cutoff) else {
+                continue;
+            };
+            let usage = remaining
+                .entry(trial.queue)
+                .or_insert_with(|| self.borrowing_usage(trial.queue, pass));
+            if !self.queue_info[trial.queue].is_borrowing(*usage) {
+                continue;
+            }
+            *usage = minus(*usage, trial.demand);
+            candidates.push((victim, true));
+            if candidates.len() >= MAX_VICTIM_CANDIDATES {
+                break;
+            }
+        }
+        candidates
+    }
+
+    /// Work of lower priority than the preemptor's in the queues in scope, in
+    /// preference order.
+    fn lower_priority_keys(&self, search: &VictimSearch) -> Vec<VictimKey> {
+        let below = Some(search.priority);
+        match search.block {
+            None => ran_long_enough(
+                &self.index.victims,
+                below,
+                search.cutoff,
+                MAX_VICTIM_CANDIDATES,
+            ),
+            Some(QuotaBlock::Own(_)) => ran_long_enough(
+                &self.index.queues[search.queue].victims,
+                below,
+                search.cutoff,
+                MAX_VICTIM_CANDIDATES,
+            ),
+            Some(QuotaBlock::Pool(_)) => {
+                let mut keys: Vec<VictimKey> = search
+                    .cohort
+                    .into_iter()
+                    .flat_map(|cohort| self.cohorts[cohort].members.iter())
+                    .flat_map(|&member| {
+                        ran_long_enough(
+                            &self.index.queues[member].victims,
+                            below,
+                            search.cutoff,
+                            MAX_VICTIM_CANDIDATES,
+                        )
+                    })
+                    .collect();
+                keys.sort_unstable();
+                keys
+            }
+        }
+    }
+
+    /// Asks the chosen victims to stop, and gives the preemptor a reservation
+    /// and `plan`, the placement it will take once they have.
+    fn stop_victims(
+        &mut self,
+        search: &VictimSearch,
+        chosen: &[(TrialId, bool)],
+        plan: Vec<WorkerPlacement>,
+        pass: &mut Pass,
+        decisions: &mut Vec<Decision>,
+    ) {
+        let VictimSearch {
+            preemptor: id,
+            queue,
+            priority,
+            demand,
+            ..
+        } = *search;
+        let grace_ms = self.config.preemption.grace_period_ms;
+        let deadline = pass.now.saturating_add(grace_ms);
+        let queue_name = self.queue_info[queue].name.clone();
+        for &(victim, reclaim) in chosen {
+            self.change(victim, |trial| {
+                if let Standing::Placed(placed) = &mut trial.standing {
+                    placed.preempt_deadline = Some(deadline);
+                }
+            });
+            let reason = if reclaim {
+                PreemptReason::Reclaim {
+                    queue: queue_name.clone(),
+                    by: id,
+                }
+            } else {
+                PreemptReason::HigherPriority { by: id, priority }
+            };
+            decisions.push(Decision::Preempt {
+                trial: victim,
+                reason,
+                grace_ms,
+            });
+        }
+        let reservation = Reservation {
+            victims: chosen.iter().map(|(victim, _)| *victim).collect(),
+            queue,
+            demand,
+        };
+        self.index.reserve(&reservation);
+        pass.usage_view[queue] = plus(pass.usage_view[queue], demand);
+        self.reservations.insert(id, reservation);
+        pass.add_plan(id, plan, chosen.iter().map(|(victim, _)| *victim).collect());
+        self.set_reason(id, WaitReason::WaitingForPreemption);
+    }
+
+    /// The smallest prefix of `candidates` that lets the trial start, with the
+    /// victims it does not need dropped again.
+    fn choose_victims(
+        &self,
+        id: TrialId,
+        queue: usize,
+        candidates: &[(TrialId, bool)],
+        future: &[ResourceVec],
+        pass: &Pass,
+    ) -> Option<Vec<(TrialId, bool)>> {
+        let trial = self.trials.get(&id)?;
+        let suffices = |set: &[(TrialId, bool)]| {
+            self.victims_suffice(
+                id,
+                queue,
+                set.iter().map(|(victim, _)| *victim),
+                future,
+                pass,
+            )
+            .is_some()
+        };
+        // The cheap checks (quota, room in total) first, growing the prefix.
+        let mut view = future.to_vec();
+        let mut total = pass.free;
+        let mut first = None;
+        for (count, (victim, _)) in candidates.iter().enumerate() {
+            let Some(victim_trial) = self.trials.get(victim) else {
+                continue;
+            };
+            view[victim_trial.queue] = minus(view[victim_trial.queue], victim_trial.demand);
+            if let Standing::Placed(placed) = &victim_trial.standing {
+                total = plus(total, placement_total(&placed.workers));
+            }
+            if covers(total, trial.demand)
+                && self.quota_block(queue, &trial.demand, &view).is_none()
+            {
+                first = Some(count + 1);
+                break;
+            }
+        }
+        let first = first?;
+        // Then placement checks at growing prefixes, and a bisection.
+        let mut checks = 0;
+        let mut failed = first - 1;
+        let mut size = first;
+        let mut step = 1;
+        let found = loop {
+            if checks >= MAX_PLACEMENT_CHECKS {
+                return None;
+            }
+            checks += 1;
+            if suffices(&candidates[..size]) {
+                break size;
+            }
+            if size == candidates.len() {
+                return None;
+            }
+            failed = size;
+            size = (size + step).min(candidates.len());
+            step *= 2;
+        };
+        let (mut low, mut high) = (failed, found);
+        while high - low > 1 && checks < MAX_PLACEMENT_CHECKS {
+            let middle = low + (high - low) / 2;
+            checks += 1;
+            if suffices(&candidates[..middle]) {
+                high = middle;
+            } else {
+                low = middle;
+            }
+        }
+        let mut chosen = candidates[..high].to_vec();
+        // Spare the least preferred victims the trial can do without.
+        let mut prune_checks = 0;
+        let mut position = chosen.len().saturating_sub(1);
+        while position > 0 && prune_checks < MAX_PRUNE_CHECKS {
+            position -= 1;
+            prune_checks += 1;
+            let mut without = chosen.clone();
+            without.remove(position);
+            if suffices(&without) {
+                chosen = without;
+            }
+        }
+        Some(chosen)
+    }
+
+    /// Where the trial would go if `victims` stopped, when that is enough for
+    /// both its quota and the nodes (and avoids nodes planned for others).
+    fn victims_suffice(
+        &self,
+        id: TrialId,
+        queue: usize,
+        victims: impl Iterator<Item = TrialId>,
+        future: &[ResourceVec],
+        pass: &Pass,
+    ) -> Option<Vec<WorkerPlacement>> {
+        let trial = self.trials.get(&id)?;
+        let mut view = future.to_vec();
+        let mut total = pass.free;
+        let mut freed: Vec<&[WorkerPlacement]> = Vec::new();
+        for victim in victims {
+            let victim_trial = self.trials.get(&victim)?;
+            let Standing::Placed(placed) = &victim_trial.standing else {
+                return None;
+            };
+            view[victim_trial.queue] = minus(view[victim_trial.queue], victim_trial.demand);
+            total = plus(total, placement_total(&placed.workers));
+            freed.push(&placed.workers);
+        }
+        if !covers(total, trial.demand) || self.quota_block(queue, &trial.demand, &view).is_some() {
+            return None;
+        }
+        self.pool
+            .find_with_freed(&trial.request.gang, self.strategy(id), &freed)
+            .filter(|plan| self.plan_conflict(pass, plan, &freed).is_none())
+    }
+
+    /// What counts as a queue's usage when deciding whether it borrows, for
+    /// reclaim: its usage when the pass began, less its trials already stopping.
+    fn borrowing_usage(&self, queue: usize, pass: &Pass) -> ResourceVec {
+        minus(pass.start_usage[queue], self.index.queues[queue].stopping)
+    }
+}
+
+/// Up to `limit` candidates of `set` below priority `below` (all when `None`)
+/// that started at or before `cutoff`, in preference order. Within a priority the
+/// set runs from the latest start, so each level is entered at the cutoff
+/// instead of walking past the trials that are too young.
+fn ran_long_enough(
+    set: &BTreeSet<VictimKey>,
+    below: Option<i64>,
+    cutoff: UnixMillis,
+    limit: usize,
+) -> Vec<VictimKey> {
+    const FIRST: TrialId = TrialId {
+        experiment: ExperimentId { digest: 0, run: 0 },
+        index: 0,
+    };
+    const LAST: TrialId = TrialId {
+        experiment: ExperimentId {
+            digest: u64::MAX,
+            run: u32::MAX,
+        },
+        index: u32::MAX,
+    };
+    let mut found = Vec::new();
+    let mut level = set.first().map(|(priority, _, _)| *priority);
+    while let Some(priority) = level {
+        if below.is_some_and(|below| priority >= below) || found.len() >= limit {
+            break;
+        }
+        let level_end = (priority, Reverse(0), LAST);
+        found.extend(
+            set.range((priority, Reverse(cutoff), FIRST)..=level_end)
+                .take(limit - found.len())
+                .copied(),
+        );
+        level = set
+            .range((Bound::Excluded(level_end), Bound::Unbounded))
+            .next()
+            .map(|(priority, _, _)| *priority);
+    }
+    found
+}
