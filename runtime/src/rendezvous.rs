@@ -44,6 +44,30 @@ pub struct RankAddress {
     pub cert_sha256: Option<[u8; 32]>,
     /// Beside a QUIC listener, the TCP port for shared-memory links on its machine.
     pub shm_port: Option<u16>,
+    /// Whether this rank can join an NCCL communicator (the `cuda` feature is on,
+    /// libcuda and libnccl load, and it has a GPU).
+    pub nccl_capable: bool,
+    /// Rank 0 only: the NCCL unique id the gang's communicator is made from
+    /// ([`NCCL_UNIQUE_ID_BYTES`] bytes), when rank 0 can use NCCL.
+    pub nccl_id: Option<Vec<u8>>,
+}
+
+/// The length of an NCCL unique id (`NCCL_UNIQUE_ID_BYTES` in `nccl.h`).
+pub const NCCL_UNIQUE_ID_BYTES: usize = 128;
+
+/// The NCCL unique id every rank of `table` joins with, or `None` when the gang
+/// does not use NCCL.
+///
+/// Every rank decides from the same table, so all of them join or none does: a
+/// rank that joined alone would wait in NCCL's initialisation for peers that never
+/// come. NCCL is used only when every rank can use it and rank 0 made an id of the
+/// right length.
+pub fn nccl_unique_id(table: &[RankAddress]) -> Option<[u8; NCCL_UNIQUE_ID_BYTES]> {
+    if table.is_empty() || !table.iter().all(|address| address.nccl_capable) {
+        return None;
+    }
+    let rank0 = table.iter().find(|address| address.rank == 0)?;
+    rank0.nccl_id.as_deref()?.try_into().ok()
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -305,7 +329,34 @@ mod tests {
             machine: "m".to_owned(),
             cert_sha256: None,
             shm_port: None,
+            nccl_capable: false,
+            nccl_id: None,
         }
+    }
+
+    #[test]
+    fn nccl_is_used_only_when_every_rank_can_and_rank0_made_an_id() {
+        let id = vec![9u8; NCCL_UNIQUE_ID_BYTES];
+        let capable = |rank: u32| RankAddress {
+            nccl_capable: true,
+            nccl_id: (rank == 0).then(|| id.clone()),
+            ..address(rank)
+        };
+        let all: Vec<RankAddress> = (0..3).map(capable).collect();
+        assert_eq!(nccl_unique_id(&all), Some([9u8; NCCL_UNIQUE_ID_BYTES]));
+
+        let mut one_without_gpu = all.clone();
+        one_without_gpu[2].nccl_capable = false;
+        assert_eq!(nccl_unique_id(&one_without_gpu), None);
+
+        let mut short_id = all.clone();
+        short_id[0].nccl_id = Some(vec![9u8; 16]);
+        assert_eq!(nccl_unique_id(&short_id), None);
+
+        let mut no_id = all;
+        no_id[0].nccl_id = None;
+        assert_eq!(nccl_unique_id(&no_id), None);
+        assert_eq!(nccl_unique_id(&[]), None);
     }
 
     fn free_port() -> u16 {

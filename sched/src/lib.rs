@@ -34,7 +34,7 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, TrialId};
 
 pub use self::config::{PolicyConfig, PolicyError};
-pub use self::scheduler::{InvariantViolation, PolicyCore};
+pub use self::scheduler::{AdoptError, InvariantViolation, PolicyCore};
 
 /// GPU thousandths in one whole GPU.
 pub const GPU_MILLI: u64 = 1000;

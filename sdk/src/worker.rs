@@ -339,6 +339,7 @@ impl TrialContext {
         let listener = BlockingRingListener::bind(kind, "0.0.0.0", CollectiveConfig::default())
             .map_err(collective_error)?;
         let machine = machine_id();
+        let (nccl_capable, nccl_id) = nccl_offer(self.rank);
         let own = RankAddress {
             rank: self.rank,
             host,
@@ -346,6 +347,8 @@ impl TrialContext {
             machine: machine.clone(),
             cert_sha256: listener.cert_sha256(),
             shm_port: listener.shm_port(),
+            nccl_capable,
+            nccl_id,
         };
         let meeting = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -363,6 +366,14 @@ impl TrialContext {
                 timeout,
             ))
             .map_err(|error| WorkerError::Collective(error.to_string()))?;
+        #[cfg(feature = "cuda")]
+        let nccl = rendezvous::nccl_unique_id(&table)
+            .map(|id| {
+                // Device 0 is this worker's first GPU: the node hides the others.
+                xp_runtime::nccl::NcclCommunicator::new(0, self.rank, self.world_size, id)
+            })
+            .transpose()
+            .map_err(|error| WorkerError::Collective(error.to_string()))?;
         let peers: Vec<PeerInfo> = table
             .into_iter()
             .map(|address| PeerInfo {
@@ -374,9 +385,18 @@ impl TrialContext {
                 shm_port: address.shm_port,
             })
             .collect();
-        listener
+        #[cfg_attr(
+            not(feature = "cuda"),
+            expect(unused_mut, reason = "NCCL attaches with cuda")
+        )]
+        let mut communicator = listener
             .connect_ring(self.rank, &peers, kind, &token, timeout)
-            .map_err(collective_error)
+            .map_err(collective_error)?;
+        #[cfg(feature = "cuda")]
+        if let Some(nccl) = nccl {
+            communicator.attach_nccl(nccl);
+        }
+        Ok(communicator)
     }
 
     /// Reports metrics at `step`; the node records them under this trial.
@@ -402,6 +422,32 @@ fn unexpected(response: LocalResponse) -> WorkerError {
         LocalResponse::Error { message } => WorkerError::Object(message),
         other => WorkerError::Object(format!("unexpected answer from the node: {other:?}")),
     }
+}
+
+/// What this rank brings to the gang's NCCL decision: whether it can join, and on
+/// rank 0 the unique id everyone joins with (see `rendezvous::nccl_unique_id`).
+#[cfg(feature = "cuda")]
+fn nccl_offer(rank: u32) -> (bool, Option<Vec<u8>>) {
+    if let Err(reason) = xp_runtime::nccl::usable_here() {
+        tracing::debug!(%reason, "this rank does not use NCCL");
+        return (false, None);
+    }
+    if rank != 0 {
+        return (true, None);
+    }
+    match xp_runtime::nccl::unique_id() {
+        Ok(id) => (true, Some(id.to_vec())),
+        Err(error) => {
+            tracing::warn!(%error, "no NCCL unique id; the gang uses host collectives only");
+            (false, None)
+        }
+    }
+}
+
+/// Without the `cuda` feature a rank never joins NCCL.
+#[cfg(not(feature = "cuda"))]
+fn nccl_offer(_rank: u32) -> (bool, Option<Vec<u8>>) {
+    (false, None)
 }
 
 /// One request on the node's local object channel (`XP_NODE_SOCKET`).

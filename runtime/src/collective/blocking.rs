@@ -80,6 +80,8 @@ impl BlockingRingListener {
         Ok(BlockingCommunicator {
             communicator: Some(communicator),
             runtime,
+            #[cfg(feature = "cuda")]
+            nccl: None,
         })
     }
 }
@@ -90,6 +92,10 @@ pub struct BlockingCommunicator {
     /// Dropped inside the runtime before it (see `Drop`).
     communicator: Option<Communicator>,
     runtime: Runtime,
+    /// The gang's NCCL communicator for device buffers, when every rank has a GPU
+    /// and NCCL (see `rendezvous::nccl_unique_id`).
+    #[cfg(feature = "cuda")]
+    nccl: Option<crate::nccl::NcclCommunicator>,
 }
 
 impl BlockingCommunicator {
@@ -156,6 +162,19 @@ impl BlockingCommunicator {
     /// The async communicator, for code that mixes both styles.
     pub fn communicator(&mut self) -> &mut Communicator {
         self.inner()
+    }
+
+    /// Adds the gang's NCCL communicator, joined after the same rendezvous.
+    #[cfg(feature = "cuda")]
+    pub fn attach_nccl(&mut self, nccl: crate::nccl::NcclCommunicator) {
+        self.nccl = Some(nccl);
+    }
+
+    /// The gang's NCCL communicator for all-reducing device buffers, or `None`
+    /// when some rank has no GPU or no NCCL (the host collectives above still work).
+    #[cfg(feature = "cuda")]
+    pub fn nccl(&self) -> Option<&crate::nccl::NcclCommunicator> {
+        self.nccl.as_ref()
     }
 }
 

@@ -53,7 +53,7 @@ use self::quota::{Cohort, QueueInfo, build_queues};
 use self::reservations::Reservation;
 use self::resource_vec::gang_demand;
 use self::trial::{Estimate, Placed, Standing, Trial};
-use super::place::NodePool;
+use super::place::{NodePool, PlaceError};
 use super::{
     Decision, GPU_MILLI, GangShape, NodeSpec, PolicyConfig, PolicyError, Refusal, TrialRequest,
     WaitReason, WorkerPlacement,
@@ -443,16 +443,12 @@ impl PolicyCore {
         request: TrialRequest,
         workers: Vec<WorkerPlacement>,
         started_at: UnixMillis,
-    ) -> Result<(), String> {
+    ) -> Result<(), AdoptError> {
         if self.trials.contains_key(&request.id) {
-            return Err(format!("trial {} is already known", request.id));
+            return Err(Refusal::Duplicate(request.id).into());
         }
-        let queue = self
-            .resolve_queue(&request.team, request.queue.as_deref())
-            .map_err(|refusal| refusal.to_string())?;
-        self.pool
-            .allocate(&workers)
-            .map_err(|error| error.to_string())?;
+        let queue = self.resolve_queue(&request.team, request.queue.as_deref())?;
+        self.pool.allocate(&workers)?;
         let id = request.id;
         let mut trial = self.waiting_entry(request, queue);
         let duration = self.duration(&trial);
@@ -468,6 +464,17 @@ impl PolicyCore {
         self.trials.insert(id, trial);
         Ok(())
     }
+}
+
+/// Why a running trial could not be taken back after a restart.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdoptError {
+    /// The trial is known already, or its queue no longer takes it.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// Its workers do not fit the pool as it is.
+    #[error(transparent)]
+    Place(#[from] PlaceError),
 }
 
 fn check_gang(gang: &GangShape) -> Result<(), Refusal> {
