@@ -137,9 +137,9 @@ impl HeadState {
         Ok(())
     }
 
-    fn reply<T>(&mut self, port: Reply<T>, result: Result<T, RemoteError>) {
+    fn reply<T>(&mut self, port: Reply<T>, result: Result<T, impl Into<RemoteError>>) {
         let flushed = self.flush();
-        let _ = port.send(flushed.and(result));
+        let _ = port.send(flushed.and(result.map_err(Into::into)));
     }
 }
 
@@ -199,7 +199,8 @@ impl Actor for HeadActor {
                     .args
                     .core
                     .status(filter.as_deref())
-                    .map(Response::Status);
+                    .map(Response::Status)
+                    .map_err(RemoteError::from);
                 let _ = reply.send(result);
             }
             HeadMsg::Cancel(id, reply) => {
@@ -232,7 +233,8 @@ impl Actor for HeadActor {
                     .args
                     .core
                     .checkpoints(&experiment)
-                    .map(Response::Checkpoints);
+                    .map(Response::Checkpoints)
+                    .map_err(RemoteError::from);
                 let _ = reply.send(result);
             }
             HeadMsg::Admin(request, reply) => {
@@ -244,10 +246,12 @@ impl Actor for HeadActor {
                 state.reply(reply, result);
             }
             HeadMsg::LocateWorker(request, reply) => {
-                let _ = reply.send(state.args.core.locate_worker(&request));
+                let result = state.args.core.locate_worker(&request);
+                let _ = reply.send(result.map_err(RemoteError::from));
             }
             HeadMsg::Events(experiment, after, reply) => {
-                let _ = reply.send(state.args.core.events_after(experiment, after));
+                let result = state.args.core.events_after(experiment, after);
+                let _ = reply.send(result.map_err(RemoteError::from));
             }
             HeadMsg::Metrics(trial, reply) => {
                 let result = tokio::task::block_in_place(|| state.args.registry.metrics_of(trial))
@@ -268,7 +272,7 @@ impl Actor for HeadActor {
             }
             HeadMsg::NodeRegistered(registration, reply) => {
                 state.args.core.handle_node_register(now, registration);
-                state.reply(reply, Ok(()));
+                state.reply(reply, Ok::<_, RemoteError>(()));
             }
             HeadMsg::FromNode(node_id, message, reply) => {
                 if let NodeMessage::Report { seq, .. } = &message {

@@ -7,7 +7,6 @@
 
 pub mod actor;
 pub mod blobs;
-pub mod checkpoints;
 pub mod core;
 pub mod http;
 pub mod registry;
@@ -137,7 +136,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         core.handle_admin(clock.now(), request)
             .map_err(|error| HeadError::Policy {
                 source_name,
-                message: error.message,
+                message: error.to_string(),
             })?;
     }
     // Early-stopping rules are rebuilt from the metric history of unfinished experiments.

@@ -9,13 +9,41 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use xp_runtime::spec::SearchSpace;
 use xp_runtime::spec::SearchSpec;
+use xp_runtime::spec::{SearchSpace, SpaceError};
 use xp_tune::search::{SearchAlgorithm, Searcher, Suggestion, make_searcher};
 
 /// How many configurations an adaptive sweep evaluates at once when `parallel` is
 /// not given: enough to use a few slots, few enough that the model learns.
 pub const DEFAULT_ADAPTIVE_PARALLEL: u32 = 4;
+
+/// Why an adaptive sweep cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// The search space does not make a searcher's space.
+    #[error(transparent)]
+    Space(#[from] SpaceError),
+}
+
+/// A replayed ask that did not return the suggestion the log recorded: another
+/// searcher version proposes differently. The recorded trials stand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Divergence {
+    /// The suggestion the log recorded.
+    pub recorded: u64,
+    /// What the replayed ask returned, if anything.
+    pub replayed: Option<u64>,
+}
+
+impl std::fmt::Display for Divergence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "replayed ask returned {:?} where suggestion {} was recorded",
+            self.replayed, self.recorded
+        )
+    }
+}
 
 /// One thing the head did to a searcher, in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,8 +101,8 @@ impl Sweep {
     }
 
     /// A fresh sweep for a validated `search`.
-    pub fn new(search: &SearchSpec) -> Result<Self, String> {
-        let space = SearchSpace::from_spec(&search.space).map_err(|error| error.to_string())?;
+    pub fn new(search: &SearchSpec) -> Result<Self, SweepError> {
+        let space = SearchSpace::from_spec(&search.space)?;
         Ok(Self {
             searcher: make_searcher(SearchAlgorithm::from_spec(search), &space, search.seed),
             budget: search.trials.unwrap_or(1),
@@ -86,7 +114,10 @@ impl Sweep {
 
     /// Rebuilds a sweep by replaying its log. A divergence (another searcher
     /// version proposing differently) is reported, and the recorded trials stand.
-    pub fn replay(search: &SearchSpec, log: &[SweepOp]) -> Result<(Self, Vec<String>), String> {
+    pub fn replay(
+        search: &SearchSpec,
+        log: &[SweepOp],
+    ) -> Result<(Self, Vec<Divergence>), SweepError> {
         let mut sweep = Self::new(search)?;
         let mut divergences = Vec::new();
         for op in log {
@@ -98,10 +129,10 @@ impl Sweep {
                 } => {
                     match sweep.searcher.ask() {
                         Some(asked) if asked.id == *suggestion => {}
-                        other => divergences.push(format!(
-                            "replayed ask returned {:?} where suggestion {suggestion} was recorded",
-                            other.map(|asked| asked.id)
-                        )),
+                        other => divergences.push(Divergence {
+                            recorded: *suggestion,
+                            replayed: other.map(|asked| asked.id),
+                        }),
                     }
                     sweep.record_ask(*suggestion, *first_trial, *replicates);
                 }

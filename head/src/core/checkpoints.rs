@@ -1,5 +1,18 @@
 //! The core's checkpoint bookkeeping: recording manifests, retention,
-//! replication to a second node, and choosing what a new attempt resumes from.
+//! replication to a second node, object reference counts, settling what a
+//! (re)registering node holds, and choosing what a new attempt resumes from.
+//!
+//! The pure parts (manifests, `retain`, `ObjectDirectory`) live in
+//! [`retention`]; this module applies them to the core's trials and nodes
+//! and emits the node commands (`Replicate`, `DropObjects`, `Pin`, releases). It
+//! never moves bytes: nodes copy objects between their stores.
+//!
+//! Invariants: the head records a checkpoint only from rank 0 with a well-formed
+//! manifest of files the reporting node has stored; `object_refs` counts, for each
+//! object, the kept checkpoints (of all trials) that name it, and an object is
+//! dropped everywhere when its count reaches zero.
+
+pub mod retention;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -7,12 +20,11 @@ use tracing::{info, warn};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, NodeId, ObjectId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
-    CheckpointFile, CheckpointStatus, HeadCommand, HeldObject, NodeState, ObjectSource,
-    RemoteError, ResumeFrom,
+    CheckpointFile, CheckpointStatus, HeadCommand, HeldObject, NodeState, ObjectSource, ResumeFrom,
 };
 
-use super::{HeadCore, trial_range};
-use crate::checkpoints::{CheckpointRecord, retain};
+use self::retention::{CheckpointRecord, retain};
+use super::{CoreError, HeadCore, trial_range};
 
 /// The most files a checkpoint may name (a node refuses more when it takes one).
 const MAX_CHECKPOINT_FILES: usize = 10_000;
@@ -390,7 +402,7 @@ impl HeadCore {
     }
 
     /// The checkpoints kept for an experiment's trials, oldest first per trial.
-    pub fn checkpoints(&self, experiment: &str) -> Result<Vec<CheckpointStatus>, RemoteError> {
+    pub fn checkpoints(&self, experiment: &str) -> Result<Vec<CheckpointStatus>, CoreError> {
         let id: ExperimentId = self.resolve_experiment(experiment)?;
         Ok(self
             .trials

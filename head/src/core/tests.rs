@@ -826,6 +826,7 @@ fn admin_holds_and_reprioritises_and_a_restart_adopts_running_trials() {
             },
         )
         .unwrap_err();
+    let refused = xp_runtime::protocol::RemoteError::from(refused);
     assert_eq!(refused.code, ErrorCode::TooManyPending);
     assert_eq!(refused.retry_after_ms, Some(7_000));
 

@@ -1,0 +1,129 @@
+//! Admin arbitration: applying a scheduling policy, and setting the priority,
+//! hold, release or queue of unfinished trials.
+//!
+//! Every action names who takes it and why, and every trial it touches gets an
+//! event saying so; the policy text is persisted with its author. Admin actions
+//! never place work themselves: they change the policy core's inputs and let
+//! `schedule` decide.
+
+use tracing::{debug, info};
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::TrialId;
+use xp_runtime::protocol::{AdminAction, AdminRequest};
+use xp_sched::PolicyConfig;
+
+use super::{CoreError, HeadCore, PolicyRecord, trial_range};
+
+/// The longest `who` an admin action may carry.
+const MAX_WHO_BYTES: usize = 128;
+/// The longest `why` an admin action may carry.
+const MAX_WHY_BYTES: usize = 4096;
+
+impl HeadCore {
+    /// Carries out an admin's action; every touched trial gets an event naming who
+    /// and why.
+    pub fn handle_admin(
+        &mut self,
+        now: UnixMillis,
+        request: AdminRequest,
+    ) -> Result<(u32, String), CoreError> {
+        let AdminRequest { action, who, why } = request;
+        if who.trim().is_empty() || who.len() > MAX_WHO_BYTES || why.len() > MAX_WHY_BYTES {
+            return Err(CoreError::AdminUnattributed);
+        }
+        let (targets, what) = match &action {
+            AdminAction::ApplyPolicy { yaml } => {
+                let config = PolicyConfig::from_yaml(yaml)?;
+                self.policy.set_config(config, now)?;
+                self.policy_stale = true;
+                self.policy_record = Some(PolicyRecord {
+                    yaml: yaml.clone(),
+                    applied_by: who.clone(),
+                    why: why.clone(),
+                    at: now,
+                });
+                self.dirty_policy = true;
+                info!(%who, %why, "scheduling policy replaced");
+                self.schedule(now);
+                return Ok((0, format!("policy applied by {who}")));
+            }
+            AdminAction::Priority { id, value } => {
+                (self.admin_targets(id)?, format!("priority set to {value}"))
+            }
+            AdminAction::Hold { id } => (self.admin_targets(id)?, "held".to_owned()),
+            AdminAction::Release { id } => (self.admin_targets(id)?, "released".to_owned()),
+            AdminAction::Move { id, queue } => {
+                if self.policy.config().queue(queue).is_none() {
+                    return Err(CoreError::QueueNotFound {
+                        queue: queue.clone(),
+                    });
+                }
+                (self.admin_targets(id)?, format!("moved to queue {queue}"))
+            }
+        };
+        for trial_id in &targets {
+            let trial_id = *trial_id;
+            let trial = self.trials.get_mut(&trial_id).expect("targets exist");
+            match &action {
+                AdminAction::Priority { value, .. } => {
+                    trial.priority_override = Some(*value);
+                    self.policy.set_priority(trial_id, *value);
+                    self.policy_stale = true;
+                }
+                AdminAction::Hold { .. } => {
+                    trial.held = true;
+                    self.policy.hold(trial_id);
+                    self.policy_stale = true;
+                }
+                AdminAction::Release { .. } => {
+                    trial.held = false;
+                    self.policy.release_hold(trial_id);
+                    self.policy_stale = true;
+                }
+                AdminAction::Move { queue, .. } => {
+                    trial.queue_override = Some(queue.clone());
+                    self.policy_stale = true;
+                    if let Err(refusal) = self.policy.move_to_queue(trial_id, queue) {
+                        debug!(%trial_id, %refusal, "queue change takes effect when it waits again");
+                    }
+                }
+                AdminAction::ApplyPolicy { .. } => unreachable!("returned above"),
+            }
+            let (state, attempt) = (trial.state, trial.attempts.len() as u32);
+            self.dirty_trials.insert(trial_id);
+            self.push_event(
+                now,
+                trial_id,
+                state,
+                attempt,
+                format!("admin {who}: {what} ({why})"),
+            );
+        }
+        info!(%who, %why, trials = targets.len(), action = %what, "admin action");
+        self.schedule(now);
+        Ok((
+            targets.len() as u32,
+            format!("{} trials {what}", targets.len()),
+        ))
+    }
+
+    /// The unfinished trials an admin names: one trial id, or an experiment.
+    fn admin_targets(&self, id: &str) -> Result<Vec<TrialId>, CoreError> {
+        let ids: Vec<TrialId> = if let Ok(trial_id) = id.parse::<TrialId>() {
+            if !self.trials.contains_key(&trial_id) {
+                return Err(CoreError::TrialNotFound { trial_id });
+            }
+            vec![trial_id]
+        } else {
+            let experiment = self.resolve_experiment(id)?;
+            self.trials
+                .range(trial_range(experiment))
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        Ok(ids
+            .into_iter()
+            .filter(|id| !self.trials[id].state.is_terminal())
+            .collect())
+    }
+}

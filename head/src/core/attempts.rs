@@ -1,0 +1,270 @@
+//! The attempt and worker lifecycle: looking workers up, releasing them, ending
+//! attempts (succeeded, failed, lost), and trial state transitions with their
+//! events.
+//!
+//! These are the bookkeeping primitives the rest of the core is built on; they
+//! decide nothing about placement. An attempt that fails through the trial's own
+//! fault uses a retry (`max_retries`); one lost through no fault of the trial (a
+//! node lost, restarted or refusing) is requeued without one, up to
+//! `MAX_REQUEUES` times so that a trial that kills its nodes cannot loop.
+//!
+//! Invariants: a trial has at most one live attempt; ending an attempt frees its
+//! `MASTER_PORT` and stops its remaining workers; a worker's resources are given
+//! back to the policy core only through `release_worker`, once.
+
+use std::collections::BTreeSet;
+
+use tracing::info;
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::{NodeId, TrialId, WorkerKey};
+use xp_runtime::protocol::{HeadCommand, TrialEvent, TrialState};
+
+use super::{AttemptRecord, HeadCore, Record, WorkerRecord, WorkerState};
+
+/// How often a trial may be requeued for reasons not its own (lost nodes, refused
+/// launches) before it fails, so that a trial that kills its nodes cannot loop.
+const MAX_REQUEUES: u32 = 20;
+/// How long a stopped worker has between SIGTERM and SIGKILL, unless preempted.
+const KILL_GRACE_MS: u64 = 5_000;
+
+impl HeadCore {
+    /// A worker and its attempt, if the head knows them.
+    pub(super) fn worker(&self, key: WorkerKey) -> Option<(&AttemptRecord, &WorkerRecord)> {
+        let attempt = self
+            .trials
+            .get(&key.trial)?
+            .attempts
+            .iter()
+            .find(|attempt| attempt.number == key.attempt)?;
+        let worker = attempt.workers.get(key.rank as usize)?;
+        Some((attempt, worker))
+    }
+
+    /// An attempt to change; its trial is marked for persisting.
+    pub(super) fn attempt_mut(&mut self, key: WorkerKey) -> Option<&mut AttemptRecord> {
+        self.dirty_trials.insert(key.trial);
+        self.trials
+            .get_mut(&key.trial)?
+            .attempts
+            .iter_mut()
+            .find(|attempt| attempt.number == key.attempt)
+    }
+
+    /// A worker to change; its trial is marked for persisting.
+    pub(super) fn worker_mut(&mut self, key: WorkerKey) -> Option<&mut WorkerRecord> {
+        self.attempt_mut(key)?.workers.get_mut(key.rank as usize)
+    }
+
+    /// Sets what the head knows of a worker's process.
+    pub(super) fn set_worker_state(&mut self, key: WorkerKey, state: WorkerState) {
+        if let Some(worker) = self.worker_mut(key) {
+            worker.state = state;
+        }
+    }
+
+    /// Frees a worker's slot and records its final state.
+    pub(super) fn release_worker(&mut self, key: WorkerKey, state: WorkerState) {
+        let Some(worker) = self.worker_mut(key) else {
+            return;
+        };
+        if !worker.state.holds_resources() {
+            return;
+        }
+        worker.state = state;
+        // The policy core frees the gang's resources once its last worker is gone.
+        self.unsettled.insert(key.trial);
+    }
+
+    /// Ends the attempt of `key` (if live) with `outcome`, freeing its port and
+    /// stopping its other workers.
+    pub(super) fn finish_attempt(&mut self, now: UnixMillis, key: WorkerKey, outcome: &str) {
+        let Some(attempt) = self.attempt_mut(key) else {
+            return;
+        };
+        if !attempt.is_live() {
+            return;
+        }
+        attempt.ended_at = Some(now);
+        attempt.outcome = Some(outcome.to_owned());
+        let host = attempt.master_host.clone();
+        let port = attempt.master_port;
+        let live_nodes: BTreeSet<NodeId> = attempt
+            .workers
+            .iter()
+            .filter(|worker| worker.state.holds_resources())
+            .map(|worker| worker.node)
+            .collect();
+        self.master_ports.release(&host, port);
+        for node in live_nodes {
+            self.kill_on(node, key.trial, key.attempt, outcome);
+        }
+    }
+
+    /// Ends the trial's live attempt, if it has one, with `outcome`.
+    pub(super) fn end_live_attempt(&mut self, now: UnixMillis, trial_id: TrialId, outcome: &str) {
+        let live = self.trials[&trial_id]
+            .attempts
+            .last()
+            .filter(|attempt| attempt.is_live())
+            .map(|attempt| attempt.number);
+        if let Some(number) = live {
+            self.finish_attempt(
+                now,
+                WorkerKey {
+                    trial: trial_id,
+                    attempt: number,
+                    rank: 0,
+                },
+                outcome,
+            );
+        }
+    }
+
+    /// The attempt failed through the trial's fault: retry under `max_retries`.
+    pub(super) fn fail_attempt(&mut self, now: UnixMillis, key: WorkerKey, reason: String) {
+        self.finish_attempt(now, key, &format!("failed: {reason}"));
+        let max_retries = self.specs[&key.trial.experiment].trial.max_retries;
+        let trial = self
+            .trials
+            .get_mut(&key.trial)
+            .expect("failing attempt has a trial");
+        trial.failures += 1;
+        if trial.state.is_terminal() {
+            return;
+        }
+        if trial.failures <= max_retries {
+            trial.queued_at = now;
+            let retry = trial.failures;
+            self.transition(
+                now,
+                key.trial,
+                TrialState::Queued,
+                format!("retry {retry} of {max_retries} after: {reason}"),
+            );
+        } else {
+            self.transition(
+                now,
+                key.trial,
+                TrialState::Failed,
+                format!("{reason} (no retries left of {max_retries})"),
+            );
+        }
+    }
+
+    /// The worker's process is gone through no fault of the trial (node lost or
+    /// restarted): the attempt ends and the trial is requeued without using a retry.
+    pub(super) fn lose_worker(&mut self, now: UnixMillis, key: WorkerKey, reason: String) {
+        let Some((attempt, worker)) = self.worker(key) else {
+            return;
+        };
+        let attempt_live = attempt.is_live();
+        let (node, held) = (worker.node, worker.state.holds_resources());
+        if held {
+            // Should the process still exist (a node that only looked lost), stop it.
+            self.kill_on(node, key.trial, key.attempt, &reason);
+        }
+        self.release_worker(key, WorkerState::Lost);
+        if !attempt_live {
+            return;
+        }
+        self.finish_attempt(now, key, &format!("lost: {reason}"));
+        let trial = self
+            .trials
+            .get_mut(&key.trial)
+            .expect("lost worker has a trial");
+        if trial.state.is_terminal() {
+            return;
+        }
+        trial.requeues += 1;
+        trial.queued_at = now;
+        if trial.requeues > MAX_REQUEUES {
+            self.transition(
+                now,
+                key.trial,
+                TrialState::Failed,
+                format!("requeued {MAX_REQUEUES} times without finishing; last: {reason}"),
+            );
+        } else {
+            self.transition(
+                now,
+                key.trial,
+                TrialState::Queued,
+                format!("requeued: {reason}"),
+            );
+        }
+    }
+
+    /// Tells `node` to stop the workers of an attempt, with the usual grace.
+    pub(super) fn kill_on(&mut self, node: NodeId, trial: TrialId, attempt: u32, reason: &str) {
+        self.commands.push_back((
+            node,
+            HeadCommand::Kill {
+                trial,
+                attempt,
+                reason: reason.to_owned(),
+                grace_ms: KILL_GRACE_MS,
+            },
+        ));
+    }
+
+    /// Moves a trial to `state` for `reason`, with an event; a repeat of the same
+    /// state and reason changes nothing.
+    pub(super) fn transition(
+        &mut self,
+        now: UnixMillis,
+        trial_id: TrialId,
+        state: TrialState,
+        reason: String,
+    ) {
+        let Some(trial) = self.trials.get_mut(&trial_id) else {
+            return;
+        };
+        if trial.state == state && trial.reason.as_deref() == Some(reason.as_str()) {
+            return;
+        }
+        let was_terminal = trial.state.is_terminal();
+        trial.state = state;
+        trial.reason = Some(reason.clone());
+        self.unsettled.insert(trial_id);
+        let attempt = trial.attempts.len() as u32;
+        let config_json = trial.config_json.clone();
+        self.dirty_trials.insert(trial_id);
+        if state == TrialState::Succeeded {
+            let identity = self.trial_identity(trial_id.experiment, &config_json);
+            self.succeeded_by_identity
+                .entry(identity)
+                .or_insert(trial_id);
+        }
+        if state.is_terminal() && !was_terminal {
+            self.sweep_state.trial_finished(trial_id);
+            self.release_trial_objects(trial_id);
+        }
+        info!(%trial_id, state = state.as_str(), attempt, %reason, "trial state changed");
+        self.push_event(now, trial_id, state, attempt, reason);
+    }
+
+    /// Appends a trial event (kept in memory for the event feed and persisted).
+    pub(super) fn push_event(
+        &mut self,
+        now: UnixMillis,
+        trial: TrialId,
+        state: TrialState,
+        attempt: u32,
+        reason: String,
+    ) {
+        let event = TrialEvent {
+            seq: self.next_event_seq,
+            at: now,
+            trial,
+            state,
+            attempt,
+            reason,
+        };
+        self.next_event_seq += 1;
+        self.events
+            .entry(trial.experiment)
+            .or_default()
+            .push(event.clone());
+        self.appended.push(Record::Event(event));
+    }
+}

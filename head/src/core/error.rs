@@ -1,0 +1,242 @@
+//! Why the head core refused a request: [`CoreError`], and its one conversion into
+//! the wire error.
+//!
+//! Variants carry the ids a caller needs to act on (which trial, which
+//! experiment, which queue), not preformatted text; `Display` is the message users
+//! see. This module deliberately knows nothing of actors or sockets: the shell turns
+//! a `CoreError` into a `RemoteError` only through the `From` impl below.
+//!
+//! Invariant: `impl From<CoreError> for RemoteError` is the only place where the
+//! core's failures get a wire `ErrorCode`; codes are part of the protocol and stay
+//! stable.
+
+use xp_runtime::ids::{BlobHash, ExperimentId, TrialId};
+use xp_runtime::protocol::{ErrorCode, RemoteError};
+use xp_runtime::spec::SpecError;
+use xp_sched::PolicyError;
+
+use crate::sweep::SweepError;
+
+/// The longest code or data version a submission may carry.
+pub(super) const MAX_VERSION_BYTES: usize = 512;
+
+/// Why the head core refused a request from a client or an admin.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    /// The submitted spec does not validate.
+    #[error(transparent)]
+    InvalidSpec(#[from] SpecError),
+    /// An `entry` trial was submitted without its driver binary.
+    #[error("an `entry` trial needs its driver binary uploaded")]
+    EntryWithoutBinary,
+    /// A binary was uploaded for trials that run a command.
+    #[error("binary {program} given for a command trial")]
+    BinaryForCommandTrial {
+        /// The uploaded binary.
+        program: BlobHash,
+    },
+    /// The code or data version is too long to keep.
+    #[error("code or data version is longer than {} bytes", MAX_VERSION_BYTES)]
+    VersionTooLong,
+    /// The team already has its limit of pending trials; the caller should retry.
+    #[error("team {team} has {pending} pending trials, its limit is {limit}; retry later")]
+    TooManyPending {
+        /// The submitting team.
+        team: String,
+        /// Its pending trials now.
+        pending: u64,
+        /// The policy's limit.
+        limit: u64,
+        /// When to try again.
+        retry_after_ms: u64,
+    },
+    /// The adaptive search of the submission cannot start.
+    #[error(transparent)]
+    Sweep(#[from] SweepError),
+    /// No trial has this id.
+    #[error("no trial {trial_id}")]
+    TrialNotFound {
+        /// The trial asked for.
+        trial_id: TrialId,
+    },
+    /// No experiment has this id.
+    #[error("no experiment {experiment_id}")]
+    ExperimentNotFound {
+        /// The experiment asked for.
+        experiment_id: ExperimentId,
+    },
+    /// No experiment id is or starts with this text.
+    #[error("no experiment {prefix:?}")]
+    NoExperimentMatches {
+        /// The id or prefix given.
+        prefix: String,
+    },
+    /// More than one experiment id starts with this text.
+    #[error("{prefix:?} matches {matches} experiments; give more digits")]
+    AmbiguousExperiment {
+        /// The prefix given.
+        prefix: String,
+        /// How many experiments it matches.
+        matches: usize,
+    },
+    /// The trial has no such attempt (or none yet).
+    #[error("trial {trial_id} has no such attempt yet")]
+    AttemptNotFound {
+        /// The trial.
+        trial_id: TrialId,
+        /// The attempt asked for; `None` asked for the latest.
+        attempt: Option<u32>,
+    },
+    /// The attempt has no worker of this rank.
+    #[error("trial {trial_id} has no rank {rank}")]
+    RankNotFound {
+        /// The trial.
+        trial_id: TrialId,
+        /// The attempt looked in.
+        attempt: u32,
+        /// The rank asked for.
+        rank: u32,
+    },
+    /// An admin action did not say who takes it and why, within the limits.
+    #[error("an admin action needs who (1-128 characters) and why (at most 4096)")]
+    AdminUnattributed,
+    /// A policy given by an admin is invalid, or cannot replace the one in force.
+    #[error(transparent)]
+    InvalidPolicy(#[from] PolicyError),
+    /// The policy has no queue of this name.
+    #[error("no queue {queue:?} in the policy")]
+    QueueNotFound {
+        /// The queue asked for.
+        queue: String,
+    },
+}
+
+impl From<CoreError> for RemoteError {
+    fn from(error: CoreError) -> Self {
+        let message = error.to_string();
+        let code = match &error {
+            CoreError::TooManyPending { retry_after_ms, .. } => {
+                return Self::retry_later(message, *retry_after_ms);
+            }
+            CoreError::InvalidSpec(_)
+            | CoreError::EntryWithoutBinary
+            | CoreError::BinaryForCommandTrial { .. }
+            | CoreError::VersionTooLong
+            | CoreError::Sweep(_)
+            | CoreError::AmbiguousExperiment { .. }
+            | CoreError::AdminUnattributed
+            | CoreError::InvalidPolicy(_) => ErrorCode::BadRequest,
+            CoreError::TrialNotFound { .. }
+            | CoreError::ExperimentNotFound { .. }
+            | CoreError::NoExperimentMatches { .. }
+            | CoreError::AttemptNotFound { .. }
+            | CoreError::RankNotFound { .. }
+            | CoreError::QueueNotFound { .. } => ErrorCode::NotFound,
+        };
+        Self::new(code, message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use xp_runtime::ids::{ExperimentId, TrialId};
+    use xp_runtime::protocol::{ErrorCode, RemoteError};
+
+    use super::CoreError;
+
+    fn check(error: CoreError, code: ErrorCode, message: &str) {
+        let remote = RemoteError::from(error);
+        assert_eq!((remote.code, remote.message.as_str()), (code, message));
+    }
+
+    #[test]
+    fn each_error_keeps_its_wire_code_and_message() {
+        let experiment = ExperimentId::from_content_hash(&[7; 32], 1);
+        let trial_id = TrialId {
+            experiment,
+            index: 3,
+        };
+        check(
+            CoreError::EntryWithoutBinary,
+            ErrorCode::BadRequest,
+            "an `entry` trial needs its driver binary uploaded",
+        );
+        check(
+            CoreError::VersionTooLong,
+            ErrorCode::BadRequest,
+            "code or data version is longer than 512 bytes",
+        );
+        check(
+            CoreError::TrialNotFound { trial_id },
+            ErrorCode::NotFound,
+            &format!("no trial {trial_id}"),
+        );
+        check(
+            CoreError::ExperimentNotFound {
+                experiment_id: experiment,
+            },
+            ErrorCode::NotFound,
+            &format!("no experiment {experiment}"),
+        );
+        check(
+            CoreError::NoExperimentMatches {
+                prefix: "ab".to_owned(),
+            },
+            ErrorCode::NotFound,
+            "no experiment \"ab\"",
+        );
+        check(
+            CoreError::AmbiguousExperiment {
+                prefix: "a".to_owned(),
+                matches: 2,
+            },
+            ErrorCode::BadRequest,
+            "\"a\" matches 2 experiments; give more digits",
+        );
+        check(
+            CoreError::AttemptNotFound {
+                trial_id,
+                attempt: Some(4),
+            },
+            ErrorCode::NotFound,
+            &format!("trial {trial_id} has no such attempt yet"),
+        );
+        check(
+            CoreError::RankNotFound {
+                trial_id,
+                attempt: 1,
+                rank: 5,
+            },
+            ErrorCode::NotFound,
+            &format!("trial {trial_id} has no rank 5"),
+        );
+        check(
+            CoreError::AdminUnattributed,
+            ErrorCode::BadRequest,
+            "an admin action needs who (1-128 characters) and why (at most 4096)",
+        );
+        check(
+            CoreError::QueueNotFound {
+                queue: "gpu".to_owned(),
+            },
+            ErrorCode::NotFound,
+            "no queue \"gpu\" in the policy",
+        );
+    }
+
+    #[test]
+    fn too_many_pending_carries_its_retry_hint() {
+        let remote = RemoteError::from(CoreError::TooManyPending {
+            team: "a".to_owned(),
+            pending: 3,
+            limit: 2,
+            retry_after_ms: 7_000,
+        });
+        assert_eq!(remote.code, ErrorCode::TooManyPending);
+        assert_eq!(remote.retry_after_ms, Some(7_000));
+        assert_eq!(
+            remote.message,
+            "team a has 3 pending trials, its limit is 2; retry later"
+        );
+    }
+}

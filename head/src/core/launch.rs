@@ -1,0 +1,352 @@
+//! Launching attempts: turning the policy core's placement of a gang into one
+//! `Launch` per worker, with its program, its `MASTER_ADDR`/`MASTER_PORT`, its
+//! collective token and the checkpoint it resumes from.
+//!
+//! [`MasterPorts`] owns the `MASTER_PORT`s handed out per host. This module does not
+//! decide where a trial runs (the policy core did), and does not follow the attempt
+//! once launched (see `attempts` and `reports`).
+//!
+//! Invariants: a port is held by at most one live attempt per host, and is handed
+//! out again only after the attempt that held it ended; ports are handed out in
+//! rotation through 29500–29999, so a retry never reuses the port that an old rank
+//! 0, still being stopped, may hold. Every worker of one attempt gets the same
+//! collective token, derived from the head's rendezvous key and the attempt.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tracing::{debug, warn};
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::{ExperimentId, NodeId, TrialId, WorkerKey};
+use xp_runtime::protocol::{HeadCommand, Launch, Program, ResumeFrom, TrialState};
+use xp_runtime::spec::{CollectiveTransport, RenderError, render_arg};
+use xp_sched::{GPU_MILLI, WorkerPlacement};
+
+use super::{AttemptRecord, HeadCore, TrialRecord, WorkerRecord, WorkerState};
+
+/// The first port handed out as `MASTER_PORT`, as torchrun does.
+const FIRST_MASTER_PORT: u16 = 29500;
+/// The last port handed out as `MASTER_PORT`.
+const LAST_MASTER_PORT: u16 = 29999;
+
+/// The `MASTER_PORT`s in use on each host, handed out in rotation.
+#[derive(Debug, Default)]
+pub(super) struct MasterPorts {
+    /// Ports held by live attempts, per host.
+    in_use: BTreeMap<String, BTreeSet<u16>>,
+    /// Where the next search starts, per host.
+    cursor: BTreeMap<String, u16>,
+}
+
+impl MasterPorts {
+    /// Records a port a live attempt already holds (found in the registry at
+    /// start); the rotation is not moved.
+    pub(super) fn mark_in_use(&mut self, host: &str, port: u16) {
+        self.in_use.entry(host.to_owned()).or_default().insert(port);
+    }
+
+    /// Takes the first free port on `host` at or after the one following the last
+    /// handed out, wrapping around the range; `None` when every port is taken.
+    pub(super) fn reserve(&mut self, host: &str) -> Option<u16> {
+        let used_ports = self.in_use.entry(host.to_owned()).or_default();
+        let cursor = self.cursor.get(host).copied().unwrap_or(FIRST_MASTER_PORT);
+        let port = (cursor..=LAST_MASTER_PORT)
+            .chain(FIRST_MASTER_PORT..cursor)
+            .find(|port| !used_ports.contains(port))?;
+        used_ports.insert(port);
+        let next = if port == LAST_MASTER_PORT {
+            FIRST_MASTER_PORT
+        } else {
+            port + 1
+        };
+        self.cursor.insert(host.to_owned(), next);
+        Some(port)
+    }
+
+    /// Gives a port back; the rotation goes on from where it was.
+    pub(super) fn release(&mut self, host: &str, port: u16) {
+        if let Some(ports) = self.in_use.get_mut(host) {
+            ports.remove(&port);
+        }
+    }
+}
+
+/// Why a trial cannot be handed to the policy core or launched: its spec and the
+/// head's state disagree. The trial fails with this as its reason.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum LaunchError {
+    /// An `entry` trial's experiment has no driver binary.
+    #[error("entry trial without a binary")]
+    MissingBinary {
+        /// The experiment.
+        experiment_id: ExperimentId,
+    },
+    /// The trial's stored configuration is not a JSON object.
+    #[error("stored config is corrupt: {error}")]
+    CorruptConfig {
+        /// The trial.
+        trial_id: TrialId,
+        /// What the JSON parser said.
+        error: serde_json::Error,
+    },
+    /// The trial template names neither a command nor an entry.
+    #[error("trial has neither command nor entry")]
+    NoProgram {
+        /// The experiment.
+        experiment_id: ExperimentId,
+    },
+    /// A command argument names a placeholder the trial has no value for.
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    /// The experiment asks for a priority class the policy does not define.
+    #[error("priority class {class:?} is not in the policy (it has: {})", .known.join(", "))]
+    UnknownPriorityClass {
+        /// The class asked for.
+        class: String,
+        /// The classes the policy defines.
+        known: Vec<String>,
+    },
+}
+
+impl HeadCore {
+    /// Starts the gang the policy core placed: one worker per placement, in rank order.
+    pub(super) fn launch(&mut self, now: UnixMillis, trial_id: TrialId, slots: &[WorkerPlacement]) {
+        let Some(first) = slots.first() else {
+            return;
+        };
+        if self.awaiting_newest_checkpoint(now, trial_id) {
+            debug!(%trial_id, "waiting for nodes to return with the newest checkpoint");
+            self.policy.requeue(trial_id, now);
+            self.policy_stale = true;
+            return;
+        }
+        let master_host = self.nodes[&first.node].address.clone();
+        let Some(master_port) = self.master_ports.reserve(&master_host) else {
+            warn!(host = %master_host, "no free MASTER_PORT left on this host");
+            self.policy.requeue(trial_id, now);
+            self.policy_stale = true;
+            return;
+        };
+        let number = self.trials[&trial_id].attempts.len() as u32 + 1;
+        let workers = self.worker_records(slots);
+        let resume = self.resume_point(trial_id);
+        let launches = match self.worker_launches(
+            trial_id,
+            number,
+            &workers,
+            &master_host,
+            master_port,
+            resume.as_ref(),
+        ) {
+            Ok(launches) => launches,
+            Err(error) => {
+                self.master_ports.release(&master_host, master_port);
+                self.transition(now, trial_id, TrialState::Failed, error.to_string());
+                return;
+            }
+        };
+        let nodes: BTreeSet<String> = workers
+            .iter()
+            .map(|worker| worker.node.to_string())
+            .collect();
+        let trial = self.trials.get_mut(&trial_id).expect("trial exists");
+        trial.attempts.push(AttemptRecord {
+            number,
+            workers,
+            master_host,
+            master_port,
+            placed_at: now,
+            running_at: None,
+            ended_at: None,
+            outcome: None,
+            resumed_from: resume.as_ref().map(|resume| (resume.step, resume.attempt)),
+        });
+        for (node, launch) in launches {
+            self.commands
+                .push_back((node, HeadCommand::Launch(Box::new(launch))));
+        }
+        let nodes: Vec<String> = nodes.into_iter().collect();
+        let resuming = resume.map_or_else(String::new, |resume| {
+            format!(
+                ", resuming from the checkpoint at step {} (attempt {})",
+                resume.step, resume.attempt
+            )
+        });
+        self.transition(
+            now,
+            trial_id,
+            TrialState::Placed,
+            format!("attempt {number} placed on {}{resuming}", nodes.join(",")),
+        );
+    }
+
+    /// The workers of a new attempt, one per placement in rank order, holding what
+    /// the policy core gave them.
+    fn worker_records(&self, slots: &[WorkerPlacement]) -> Vec<WorkerRecord> {
+        slots
+            .iter()
+            .enumerate()
+            .map(|(rank, slot)| {
+                // The pool numbers a node's GPUs 0..n; the node names them by device index.
+                let devices = &self.nodes[&slot.node].resources.gpus;
+                WorkerRecord {
+                    rank: rank as u32,
+                    node: slot.node,
+                    gpu_indices: slot
+                        .gpus
+                        .iter()
+                        .map(|share| {
+                            devices
+                                .get(share.index as usize)
+                                .map_or(share.index, |gpu| gpu.index)
+                        })
+                        .collect(),
+                    gpu_milli: slot
+                        .gpus
+                        .first()
+                        .map_or(GPU_MILLI as u32, |share| share.milli),
+                    cpu_milli: u32::try_from(slot.cpu_milli).unwrap_or(u32::MAX),
+                    memory_bytes: slot.memory_bytes,
+                    state: WorkerState::Assigned,
+                    last_metric_index: None,
+                }
+            })
+            .collect()
+    }
+
+    /// One `Launch` per worker of attempt `number`, with the node to send it to.
+    fn worker_launches(
+        &self,
+        trial_id: TrialId,
+        number: u32,
+        workers: &[WorkerRecord],
+        master_host: &str,
+        master_port: u16,
+        resume: Option<&ResumeFrom>,
+    ) -> Result<Vec<(NodeId, Launch)>, LaunchError> {
+        let spec = &self.specs[&trial_id.experiment];
+        // A gang on one machine talks through shared memory whatever the spec says.
+        let one_machine = workers.iter().all(|worker| worker.node == workers[0].node);
+        let gang_transport = if one_machine {
+            CollectiveTransport::Shm
+        } else {
+            spec.trial.transport
+        };
+        let collective_token = *blake3::keyed_hash(
+            &self.config.rendezvous_key,
+            format!("{trial_id}/{number}").as_bytes(),
+        )
+        .as_bytes();
+        let trial = &self.trials[&trial_id];
+        let mut launches = Vec::with_capacity(workers.len());
+        let mut local_ranks: BTreeMap<NodeId, u32> = BTreeMap::new();
+        for worker in workers {
+            let local_rank = local_ranks.entry(worker.node).or_default();
+            let key = WorkerKey {
+                trial: trial_id,
+                attempt: number,
+                rank: worker.rank,
+            };
+            launches.push((
+                worker.node,
+                Launch {
+                    key,
+                    world_size: workers.len() as u32,
+                    local_rank: *local_rank,
+                    program: self.program_for(trial, worker.rank)?,
+                    config_json: trial.config_json.clone(),
+                    seed: trial.seed,
+                    gpu_indices: worker.gpu_indices.clone(),
+                    gpu_milli: worker.gpu_milli,
+                    master_addr: master_host.to_owned(),
+                    master_port,
+                    collective_token,
+                    transport: gang_transport,
+                    resume: resume.cloned(),
+                },
+            ));
+            *local_rank += 1;
+        }
+        Ok(launches)
+    }
+
+    /// What rank `rank` of `trial` runs: the experiment's binary at its entry, or
+    /// the command with its placeholders filled from the trial's config.
+    fn program_for(&self, trial: &TrialRecord, rank: u32) -> Result<Program, LaunchError> {
+        let experiment_id = trial.id.experiment;
+        let experiment = &self.experiments[&experiment_id];
+        let spec = &self.specs[&experiment_id];
+        if let Some(entry) = &spec.trial.entry {
+            let binary = experiment
+                .program
+                .ok_or(LaunchError::MissingBinary { experiment_id })?;
+            return Ok(Program::Entry {
+                binary,
+                entry: entry.clone(),
+            });
+        }
+        let config: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&trial.config_json).map_err(|error| {
+                LaunchError::CorruptConfig {
+                    trial_id: trial.id,
+                    error,
+                }
+            })?;
+        let lookup = |name: &str| -> Option<String> {
+            match name {
+                "trial_id" => Some(trial.id.to_string()),
+                "rank" => Some(rank.to_string()),
+                _ => config.get(name).map(|value| match value {
+                    serde_json::Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                }),
+            }
+        };
+        let argv = spec
+            .trial
+            .command
+            .as_ref()
+            .ok_or(LaunchError::NoProgram { experiment_id })?
+            .iter()
+            .map(|arg| render_arg(arg, lookup))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Program::Command { argv })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FIRST_MASTER_PORT, LAST_MASTER_PORT, MasterPorts};
+
+    #[test]
+    fn ports_rotate_per_host_and_wrap_around_the_range() {
+        let mut ports = MasterPorts::default();
+        assert_eq!(ports.reserve("a"), Some(FIRST_MASTER_PORT));
+        assert_eq!(ports.reserve("a"), Some(FIRST_MASTER_PORT + 1));
+        assert_eq!(
+            ports.reserve("b"),
+            Some(FIRST_MASTER_PORT),
+            "hosts rotate apart"
+        );
+        ports.release("a", FIRST_MASTER_PORT);
+        assert_eq!(
+            ports.reserve("a"),
+            Some(FIRST_MASTER_PORT + 2),
+            "a released port is not handed out again at once"
+        );
+        let mut ports = MasterPorts::default();
+        ports.mark_in_use("a", FIRST_MASTER_PORT);
+        assert_eq!(ports.reserve("a"), Some(FIRST_MASTER_PORT + 1));
+    }
+
+    #[test]
+    fn a_host_runs_out_of_ports_only_when_all_are_held() {
+        let mut ports = MasterPorts::default();
+        let count = usize::from(LAST_MASTER_PORT - FIRST_MASTER_PORT) + 1;
+        for _ in 0..count {
+            assert!(ports.reserve("a").is_some());
+        }
+        assert_eq!(ports.reserve("a"), None);
+        ports.release("a", FIRST_MASTER_PORT + 7);
+        assert_eq!(ports.reserve("a"), Some(FIRST_MASTER_PORT + 7));
+    }
+}

@@ -1,0 +1,192 @@
+//! Node membership: registration (and reconciling what a returning node still
+//! runs), messages on a node's session, and heartbeat timeouts.
+//!
+//! A node executes and reports; the head decides. This module records what nodes
+//! say, marks silent ones lost, and tells the policy core which nodes it may place
+//! on. It does not place work or judge worker reports (see `reports`).
+//!
+//! Invariant: a node judged lost is asked to register again before anything it
+//! sends counts, so that whatever it still runs is reconciled first.
+
+use std::collections::BTreeSet;
+
+use tracing::{info, warn};
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::{NodeId, WorkerKey};
+use xp_runtime::protocol::{HeadCommand, NodeMessage, NodeRegistration, NodeState};
+use xp_sched::NodeSpec;
+
+use super::{HeadCore, NodeRecord};
+
+impl HeadCore {
+    /// A node (re)connected: record it, reconcile what it still runs, and schedule.
+    pub fn handle_node_register(&mut self, now: UnixMillis, registration: NodeRegistration) {
+        let node_id = registration.node_id;
+        let returning = self.nodes.contains_key(&node_id);
+        info!(%node_id, name = %registration.name, gpus = registration.resources.gpus.len(), returning, "node registered");
+        let record = NodeRecord {
+            id: node_id,
+            name: registration.name,
+            address: registration.advertise_host,
+            resources: registration.resources,
+            labels: registration.labels,
+            state: NodeState::Ready,
+            last_seen: now,
+        };
+        self.policy.upsert_node(node_spec(&record));
+        self.directory.register(
+            node_id,
+            registration.objects,
+            registration.held_objects.iter().map(|held| held.id),
+        );
+        self.reconcile_objects(node_id, &registration.held_objects);
+        self.policy_stale = true;
+        self.policy.set_node_schedulable(node_id, true);
+        self.policy_stale = true;
+        self.nodes.insert(node_id, record);
+        self.dirty_nodes.insert(node_id);
+        self.commands.push_back((
+            node_id,
+            HeadCommand::Registered {
+                heartbeat_interval_ms: self.config.heartbeat_interval_ms,
+            },
+        ));
+        let still_running: BTreeSet<WorkerKey> = registration.running.into_iter().collect();
+        // Workers the head placed here that the node no longer knows: their launch or
+        // their process was lost with the old connection.
+        let vanished: Vec<WorkerKey> = self
+            .live_workers_on(node_id)
+            .into_iter()
+            .filter(|key| !still_running.contains(key))
+            .collect();
+        for key in vanished {
+            self.lose_worker(
+                now,
+                key,
+                format!("node {node_id} no longer runs rank {}", key.rank),
+            );
+        }
+        // Workers the node runs that belong to no live attempt must stop.
+        for key in still_running {
+            let live = self.worker(key).is_some_and(|(attempt, worker)| {
+                attempt.is_live() && worker.state.holds_resources()
+            });
+            if !live {
+                self.kill_on(
+                    node_id,
+                    key.trial,
+                    key.attempt,
+                    "stale worker found at node registration",
+                );
+            }
+        }
+        self.schedule(now);
+    }
+
+    /// A message on a node's session.
+    pub fn handle_node_message(&mut self, now: UnixMillis, node_id: NodeId, message: NodeMessage) {
+        let Some(node) = self.nodes.get_mut(&node_id) else {
+            warn!(%node_id, "message from an unregistered node ignored");
+            return;
+        };
+        node.last_seen = now;
+        if node.state == NodeState::Lost {
+            // Its work was already rescheduled; make it register again so that what it
+            // still runs is reconciled (killed) and it becomes schedulable again.
+            self.commands.push_back((
+                node_id,
+                HeadCommand::Reconnect {
+                    reason: "the head had given this node up as lost".to_owned(),
+                },
+            ));
+            return;
+        }
+        match message {
+            NodeMessage::Register(_) => warn!(%node_id, "duplicate registration ignored"),
+            NodeMessage::Heartbeat | NodeMessage::Logs { .. } => {}
+            NodeMessage::Draining => {
+                info!(%node_id, "node draining: nothing more is placed on it");
+                node.state = NodeState::Draining;
+                self.dirty_nodes.insert(node_id);
+                self.policy.set_node_schedulable(node_id, false);
+                self.policy_stale = true;
+            }
+            NodeMessage::Report { report, .. } => {
+                self.handle_report(now, node_id, report);
+                self.schedule(now);
+            }
+            NodeMessage::Objects { added, dropped } => {
+                for id in added {
+                    self.directory.add(node_id, id);
+                }
+                for id in dropped {
+                    self.directory.drop_object(node_id, id);
+                }
+            }
+        }
+    }
+
+    /// Marks nodes lost whose heartbeats stopped, and reschedules their work.
+    pub fn handle_tick(&mut self, now: UnixMillis) {
+        let timed_out: Vec<NodeId> = self
+            .nodes
+            .values()
+            .filter(|node| {
+                node.state != NodeState::Lost
+                    && now.saturating_sub(node.last_seen) > self.config.node_timeout_ms
+            })
+            .map(|node| node.id)
+            .collect();
+        for node_id in timed_out {
+            warn!(%node_id, timeout_ms = self.config.node_timeout_ms, "node lost: no heartbeat within the timeout");
+            if let Some(node) = self.nodes.get_mut(&node_id) {
+                node.state = NodeState::Lost;
+            }
+            self.dirty_nodes.insert(node_id);
+            self.policy.set_node_schedulable(node_id, false);
+            self.policy_stale = true;
+            for key in self.live_workers_on(node_id) {
+                self.lose_worker(now, key, format!("node {node_id} lost"));
+            }
+        }
+        // Time alone changes decisions: aging, reservations, minimum run times.
+        self.policy_stale = true;
+        self.schedule(now);
+    }
+
+    /// The workers placed on `node_id` that still hold their resources.
+    pub(super) fn live_workers_on(&self, node_id: NodeId) -> Vec<WorkerKey> {
+        let mut keys = Vec::new();
+        for trial in self.trials.values() {
+            for attempt in &trial.attempts {
+                for worker in &attempt.workers {
+                    if worker.node == node_id && worker.state.holds_resources() {
+                        keys.push(WorkerKey {
+                            trial: trial.id,
+                            attempt: attempt.number,
+                            rank: worker.rank,
+                        });
+                    }
+                }
+            }
+        }
+        keys
+    }
+}
+
+/// A node as the policy core sees it.
+pub(super) fn node_spec(node: &NodeRecord) -> NodeSpec {
+    NodeSpec {
+        id: node.id,
+        gpus: node.resources.gpus.len() as u32,
+        gpu_model: node
+            .resources
+            .gpus
+            .first()
+            .map(|gpu| gpu.model.clone())
+            .filter(|model| model != "declared"),
+        cpu_milli: u64::from(node.resources.cpu_milli),
+        memory_bytes: node.resources.memory_bytes,
+        labels: node.labels.clone(),
+    }
+}

@@ -1,0 +1,351 @@
+//! Worker reports: what a node says happened to one of its workers (started,
+//! could not start, exited, refused, stopped, a metric line, a checkpoint), and
+//! what the trial's lifecycle makes of it.
+//!
+//! [`HeadCore::handle_report`] checks that the report is about a known worker on
+//! the node that hosts it, and hands it to one function per kind of report. Those
+//! functions tolerate duplicates and stale reports (a node resends unacknowledged
+//! reports after a reconnect, and a lost attempt's workers may still speak): a
+//! report about a worker that already let go of its resources changes nothing,
+//! and only the live attempt speaks for its trial.
+//!
+//! Invariant: only rank 0 of the live attempt of an unfinished trial updates the
+//! trial's metric summary, and a metric report whose index is not newer than the
+//! last one taken from that worker is ignored.
+
+use std::collections::BTreeMap;
+
+use tracing::{debug, warn};
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::{NodeId, WorkerKey};
+use xp_runtime::protocol::{TrialState, WorkerReport};
+
+use super::{HeadCore, MetricRecord, Record, WorkerState};
+
+/// The most distinct metric names a trial's summary keeps (the history keeps all).
+const MAX_METRIC_NAMES: usize = 1024;
+
+/// What the head knew of a reporting worker when its report arrived.
+#[derive(Debug, Clone, Copy)]
+struct Reporter {
+    key: WorkerKey,
+    node_id: NodeId,
+    /// Whether the worker's attempt was still live.
+    attempt_live: bool,
+    /// The worker's state before the report.
+    state: WorkerState,
+    /// The index of the last metric report taken from it.
+    last_metric_index: Option<u64>,
+}
+
+impl HeadCore {
+    /// A worker's report, as its node relayed it.
+    pub(super) fn handle_report(&mut self, now: UnixMillis, node_id: NodeId, report: WorkerReport) {
+        let key = report.key();
+        let Some((attempt, worker)) = self.worker(key) else {
+            debug!(worker = %key, "report for an unknown worker ignored");
+            return;
+        };
+        let reporter = Reporter {
+            key,
+            node_id,
+            attempt_live: attempt.is_live(),
+            state: worker.state,
+            last_metric_index: worker.last_metric_index,
+        };
+        if worker.node != node_id {
+            warn!(worker = %key, %node_id, "report from a node that does not host this worker ignored");
+            return;
+        }
+        match report {
+            WorkerReport::Checkpoint {
+                step,
+                files,
+                backup,
+                ..
+            } => {
+                self.record_checkpoint(now, key, node_id, step, files, backup);
+            }
+            WorkerReport::Started { pid, .. } => self.worker_started(now, reporter, pid),
+            WorkerReport::LaunchFailed { error, .. } => {
+                self.worker_launch_failed(now, reporter, &error);
+            }
+            WorkerReport::Exited { code, signal, .. } => {
+                self.worker_exited(now, reporter, code, signal);
+            }
+            WorkerReport::Refused { reason, .. } => {
+                self.worker_refused(now, reporter, &reason);
+            }
+            WorkerReport::Stopped { reason, .. } => {
+                self.worker_stopped(now, reporter, &reason);
+            }
+            WorkerReport::Metric {
+                index,
+                step,
+                values,
+                ..
+            } => {
+                self.worker_metric(now, reporter, index, step, values);
+            }
+        }
+    }
+
+    /// The worker's process runs; once every rank runs, so does the trial.
+    fn worker_started(&mut self, now: UnixMillis, reporter: Reporter, pid: u32) {
+        let Reporter {
+            key,
+            node_id,
+            attempt_live,
+            state,
+            ..
+        } = reporter;
+        if !attempt_live {
+            self.kill_on(node_id, key.trial, key.attempt, "attempt already ended");
+            return;
+        }
+        if state != WorkerState::Assigned {
+            return;
+        }
+        debug!(worker = %key, pid, "worker started");
+        self.set_worker_state(key, WorkerState::Started);
+        let all_started = self.worker(key).is_some_and(|(attempt, _)| {
+            attempt
+                .workers
+                .iter()
+                .all(|worker| worker.state == WorkerState::Started)
+        });
+        if all_started {
+            if let Some(attempt) = self.attempt_mut(key) {
+                attempt.running_at = Some(now);
+            }
+            self.transition(
+                now,
+                key.trial,
+                TrialState::Running,
+                format!("all workers of attempt {} running", key.attempt),
+            );
+        } else if self.trials[&key.trial].state == TrialState::Placed {
+            self.transition(
+                now,
+                key.trial,
+                TrialState::Starting,
+                format!("rank {} started", key.rank),
+            );
+        }
+    }
+
+    /// The node could not start the worker's process: the trial's fault, unless
+    /// the attempt was being preempted anyway.
+    fn worker_launch_failed(&mut self, now: UnixMillis, reporter: Reporter, error: &str) {
+        let Reporter {
+            key,
+            attempt_live,
+            state,
+            ..
+        } = reporter;
+        if !state.holds_resources() {
+            return;
+        }
+        self.release_worker(
+            key,
+            WorkerState::Exited {
+                code: None,
+                signal: None,
+            },
+        );
+        if attempt_live && self.trials[&key.trial].state == TrialState::Preempting {
+            self.preempted_worker_gone(now, key);
+        } else if attempt_live {
+            self.fail_attempt(
+                now,
+                key,
+                format!("rank {} could not start: {error}", key.rank),
+            );
+        }
+    }
+
+    /// The worker's process exited: the attempt succeeds when every rank exited
+    /// with status 0, and fails (or, when preempting, is gone) on any other exit.
+    fn worker_exited(
+        &mut self,
+        now: UnixMillis,
+        reporter: Reporter,
+        code: Option<i32>,
+        signal: Option<i32>,
+    ) {
+        let Reporter {
+            key,
+            attempt_live,
+            state,
+            ..
+        } = reporter;
+        if !state.holds_resources() {
+            return;
+        }
+        self.release_worker(key, WorkerState::Exited { code, signal });
+        if !attempt_live {
+            return;
+        }
+        if code != Some(0) && self.trials[&key.trial].state == TrialState::Preempting {
+            self.preempted_worker_gone(now, key);
+            return;
+        }
+        if code == Some(0) {
+            let all_succeeded = self.worker(key).is_some_and(|(attempt, _)| {
+                attempt.workers.iter().all(|worker| {
+                    worker.state
+                        == WorkerState::Exited {
+                            code: Some(0),
+                            signal: None,
+                        }
+                })
+            });
+            if all_succeeded {
+                self.finish_attempt(now, key, "succeeded");
+                self.transition(
+                    now,
+                    key.trial,
+                    TrialState::Succeeded,
+                    "all workers exited with status 0".to_owned(),
+                );
+            }
+        } else {
+            let how = match (code, signal) {
+                (Some(code), _) => format!("exited with status {code}"),
+                (None, Some(signal)) => format!("was killed by signal {signal}"),
+                (None, None) => "ended without a status".to_owned(),
+            };
+            self.fail_attempt(now, key, format!("rank {} {how}", key.rank));
+        }
+    }
+
+    /// The node could not start the worker through no fault of the trial (a GPU
+    /// still held, a binary it could not fetch): requeued without using a retry.
+    fn worker_refused(&mut self, now: UnixMillis, reporter: Reporter, reason: &str) {
+        let Reporter {
+            key,
+            node_id,
+            state,
+            ..
+        } = reporter;
+        if state.holds_resources() {
+            self.lose_worker(
+                now,
+                key,
+                format!("node {node_id} refused rank {}: {reason}", key.rank),
+            );
+        }
+    }
+
+    /// The node stopped the worker: as asked (preemption, an ended attempt) or on
+    /// its own (shutting down), which is not the trial's fault.
+    fn worker_stopped(&mut self, now: UnixMillis, reporter: Reporter, reason: &str) {
+        let Reporter {
+            key,
+            node_id,
+            attempt_live,
+            state,
+            ..
+        } = reporter;
+        if !state.holds_resources() {
+            return;
+        }
+        if attempt_live && self.trials[&key.trial].state == TrialState::Preempting {
+            self.release_worker(
+                key,
+                WorkerState::Exited {
+                    code: None,
+                    signal: None,
+                },
+            );
+            self.preempted_worker_gone(now, key);
+        } else if attempt_live {
+            // The node stopped it on its own (shutting down): not the trial's fault.
+            self.lose_worker(
+                now,
+                key,
+                format!("node {node_id} stopped rank {}: {reason}", key.rank),
+            );
+        } else {
+            self.release_worker(
+                key,
+                WorkerState::Exited {
+                    code: None,
+                    signal: None,
+                },
+            );
+        }
+    }
+
+    /// A metric line: appended to the history, kept in the trial's summary when
+    /// the live rank 0 sent it, and judged by the experiment's stopping rule.
+    fn worker_metric(
+        &mut self,
+        now: UnixMillis,
+        reporter: Reporter,
+        index: u64,
+        step: Option<u64>,
+        values: Vec<(String, f64)>,
+    ) {
+        let Reporter {
+            key,
+            attempt_live,
+            last_metric_index,
+            ..
+        } = reporter;
+        if last_metric_index.is_some_and(|last| index <= last) {
+            return;
+        }
+        if let Some(worker) = self.worker_mut(key) {
+            worker.last_metric_index = Some(index);
+        }
+        let values: BTreeMap<String, f64> = values.into_iter().collect();
+        // Only the live attempt speaks for the trial; a lost attempt's late
+        // reports stay in the history but do not overwrite the result.
+        let speaks_for_trial = attempt_live && !self.trials[&key.trial].state.is_terminal();
+        if key.rank == 0 && speaks_for_trial {
+            self.summarise_metrics(key, step, &values);
+        }
+        self.dirty_trials.insert(key.trial);
+        let judged = self.judge_early_stopping(key, step, &values);
+        self.appended.push(Record::Metric(MetricRecord {
+            key,
+            step,
+            values,
+            at: now,
+        }));
+        if let Some(reason) = judged {
+            self.finish_attempt(now, key, "stopped early");
+            self.transition(now, key.trial, TrialState::Stopped, reason);
+        }
+    }
+
+    /// Keeps the last value of each metric (up to `MAX_METRIC_NAMES` names) and
+    /// the last step in the trial's summary.
+    fn summarise_metrics(
+        &mut self,
+        key: WorkerKey,
+        step: Option<u64>,
+        values: &BTreeMap<String, f64>,
+    ) {
+        let trial = self
+            .trials
+            .get_mut(&key.trial)
+            .expect("worker lookup found the trial");
+        let room = MAX_METRIC_NAMES.saturating_sub(trial.metrics.len());
+        let mut new_names = 0;
+        for (name, value) in values {
+            if let Some(slot) = trial.metrics.get_mut(name) {
+                *slot = *value;
+            } else if new_names < room {
+                trial.metrics.insert(name.clone(), *value);
+                new_names += 1;
+            } else {
+                warn!(trial_id = %key.trial, metric = %name, "more than {MAX_METRIC_NAMES} metric names; this one is kept in the history only");
+            }
+        }
+        if step.is_some() {
+            trial.last_step = step;
+        }
+    }
+}

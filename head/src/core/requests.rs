@@ -1,0 +1,260 @@
+//! Client requests that change the registry: submitting an experiment (with result
+//! reuse across identical trials) and cancelling an experiment or a trial.
+//!
+//! Read-only answers live in `views`, admin actions in `admin`. Nothing here
+//! places work: a request changes state and then lets `schedule` run.
+//!
+//! Invariants: an experiment's id is a content hash of its spec (without the local
+//! program path), code (and binary) and data versions plus a run number, so an
+//! identical submission finds its newest run and reuses it unless asked to rerun
+//! or that run was cancelled; a trial reuses a finished result only when its trial
+//! identity (template, config, code, data) matches a trial that succeeded by
+//! running, and its experiment did not ask to rerun.
+
+use std::collections::BTreeMap;
+
+use tracing::info;
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::identity::experiment_content_hash;
+use xp_runtime::ids::{ExperimentId, TrialId};
+use xp_runtime::protocol::{ExperimentState, SubmitRequest, TrialState};
+use xp_runtime::spec::ExperimentSpec;
+use xp_tune::search::plan_trials;
+
+use super::error::MAX_VERSION_BYTES;
+use super::{CoreError, ExperimentRecord, HeadCore, TrialRecord, trial_range};
+use crate::sweep::Sweep;
+
+impl HeadCore {
+    /// Creates an experiment and its trials, or returns an identical one.
+    pub fn handle_submit(
+        &mut self,
+        now: UnixMillis,
+        request: &SubmitRequest,
+    ) -> Result<(ExperimentId, bool, u32), CoreError> {
+        let spec = ExperimentSpec::from_json(&request.spec_json)?;
+        if spec.trial.entry.is_some() && request.program.is_none() {
+            return Err(CoreError::EntryWithoutBinary);
+        }
+        if let Some(program) = request.program
+            && spec.trial.entry.is_none()
+        {
+            return Err(CoreError::BinaryForCommandTrial { program });
+        }
+        if request.code_version.len() > MAX_VERSION_BYTES
+            || request.data_version.len() > MAX_VERSION_BYTES
+        {
+            return Err(CoreError::VersionTooLong);
+        }
+        self.admit(&spec)?;
+        // Identity: the config without the local program path, and the binary's hash as code.
+        let mut identity_spec = spec.clone();
+        identity_spec.trial.program = None;
+        let code_identity = match request.program {
+            Some(program) => format!("{}|binary:{program}", request.code_version),
+            None => request.code_version.clone(),
+        };
+        let content_hash = experiment_content_hash(
+            &identity_spec.to_canonical_json(),
+            &code_identity,
+            &request.data_version,
+        );
+        let latest = self
+            .experiments
+            .values()
+            .filter(|experiment| experiment.content_hash == content_hash)
+            .max_by_key(|experiment| experiment.id.run);
+        if let Some(latest) = latest {
+            let state = self.experiment_state(latest.id);
+            if !request.rerun && state != ExperimentState::Cancelled {
+                let trials = self.trials.range(trial_range(latest.id)).count() as u32;
+                info!(experiment_id = %latest.id, state = state.as_str(), "identical experiment submitted; reusing it");
+                return Ok((latest.id, state != ExperimentState::Running, trials));
+            }
+        }
+        let run = latest.map_or(1, |experiment| experiment.id.run + 1);
+        let id = ExperimentId::from_content_hash(&content_hash, run);
+        let adaptive = Sweep::is_adaptive(&spec.search);
+        let plans = if adaptive {
+            Vec::new()
+        } else {
+            plan_trials(&spec.search)
+        };
+        self.sweep_state.start(id, &spec)?;
+        let record = ExperimentRecord {
+            id,
+            content_hash,
+            spec_json: spec.to_canonical_json(),
+            program: request.program,
+            code_version: request.code_version.clone(),
+            data_version: request.data_version.clone(),
+            submitted_at: now,
+            cancelled: false,
+            rerun: request.rerun,
+            sweep_log: Vec::new(),
+        };
+        self.experiments.insert(id, record);
+        self.dirty_experiments.insert(id);
+        self.specs.insert(id, spec);
+        for (index, plan) in plans.iter().enumerate() {
+            self.create_trial(now, id, index as u32, plan.config_json(), plan.seed);
+        }
+        if adaptive {
+            self.fill_sweep(now, id);
+        }
+        let trials = self.trials.range(trial_range(id)).count() as u32;
+        let planned = if adaptive {
+            self.specs[&id].trial_count() as u32
+        } else {
+            trials
+        };
+        info!(experiment_id = %id, name = %self.specs[&id].name, trials = planned, "experiment submitted");
+        self.schedule(now);
+        Ok((id, false, planned))
+    }
+
+    /// Creates trial `index` of `experiment`, or, unless the experiment asked to
+    /// rerun, a trial that reuses the result of an identical finished trial.
+    pub(super) fn create_trial(
+        &mut self,
+        now: UnixMillis,
+        experiment: ExperimentId,
+        index: u32,
+        config_json: String,
+        seed: u64,
+    ) {
+        let trial_id = TrialId { experiment, index };
+        let identity = self.trial_identity(experiment, &config_json);
+        let source = (!self.experiments[&experiment].rerun)
+            .then(|| self.succeeded_by_identity.get(&identity).copied())
+            .flatten()
+            .and_then(|source| self.trials.get(&source));
+        let mut record = TrialRecord {
+            id: trial_id,
+            config_json,
+            seed,
+            state: TrialState::Pending,
+            attempts: Vec::new(),
+            failures: 0,
+            metrics: BTreeMap::new(),
+            last_step: None,
+            reason: None,
+            queued_at: now,
+            reused_from: None,
+            requeues: 0,
+            preemptions: 0,
+            checkpoints: Vec::new(),
+            held: false,
+            priority_override: None,
+            queue_override: None,
+        };
+        let (state, reason) = match source {
+            Some(source) => {
+                record.metrics = source.metrics.clone();
+                record.last_step = source.last_step;
+                record.reused_from = Some(source.id);
+                (
+                    TrialState::Succeeded,
+                    format!(
+                        "reused the result of trial {} (same config, code and data)",
+                        source.id
+                    ),
+                )
+            }
+            None => (TrialState::Pending, "submitted".to_owned()),
+        };
+        record.state = state;
+        record.reason = Some(reason.clone());
+        if state.is_terminal() {
+            self.sweep_state.trial_finished(trial_id);
+        }
+        self.trials.insert(trial_id, record);
+        self.push_event(now, trial_id, state, 0, reason);
+        self.dirty_trials.insert(trial_id);
+    }
+
+    /// What makes two trials the same work: the trial template, the config, the
+    /// code (and binary) and the data.
+    pub(super) fn trial_identity(&self, experiment: ExperimentId, config_json: &str) -> [u8; 32] {
+        let record = &self.experiments[&experiment];
+        let mut template = self.specs[&experiment].trial.clone();
+        template.program = None;
+        let template = serde_json::to_string(&template).expect("a trial spec serialises");
+        let code = match record.program {
+            Some(program) => format!("{}|binary:{program}", record.code_version),
+            None => record.code_version.clone(),
+        };
+        let mut hasher = blake3::Hasher::new_derive_key("xp trial identity v1");
+        for part in [
+            template.as_str(),
+            config_json,
+            code.as_str(),
+            record.data_version.as_str(),
+        ] {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            hasher.update(part.as_bytes());
+        }
+        *hasher.finalize().as_bytes()
+    }
+
+    /// Cancels an experiment (by id or unique prefix) or one trial.
+    pub fn handle_cancel(&mut self, now: UnixMillis, id_text: &str) -> Result<u32, CoreError> {
+        let targets: Vec<TrialId> = if let Ok(trial_id) = id_text.parse::<TrialId>() {
+            if !self.trials.contains_key(&trial_id) {
+                return Err(CoreError::TrialNotFound { trial_id });
+            }
+            vec![trial_id]
+        } else {
+            let experiment = self.resolve_experiment(id_text)?;
+            if let Some(record) = self.experiments.get_mut(&experiment) {
+                record.cancelled = true;
+                self.dirty_experiments.insert(experiment);
+            }
+            self.trials
+                .range(trial_range(experiment))
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        let mut cancelled = 0;
+        for trial_id in targets {
+            if self.trials[&trial_id].state.is_terminal() {
+                continue;
+            }
+            self.end_live_attempt(now, trial_id, "cancelled by user");
+            self.transition(
+                now,
+                trial_id,
+                TrialState::Cancelled,
+                "cancelled by user".to_owned(),
+            );
+            cancelled += 1;
+        }
+        self.schedule(now);
+        Ok(cancelled)
+    }
+
+    /// The experiment an id or a unique prefix of one names.
+    pub(super) fn resolve_experiment(&self, text: &str) -> Result<ExperimentId, CoreError> {
+        if let Ok(id) = text.parse::<ExperimentId>()
+            && self.experiments.contains_key(&id)
+        {
+            return Ok(id);
+        }
+        let matches: Vec<ExperimentId> = self
+            .experiments
+            .keys()
+            .filter(|id| id.to_string().starts_with(text))
+            .copied()
+            .collect();
+        match matches.as_slice() {
+            [id] if !text.is_empty() => Ok(*id),
+            [] | [_] => Err(CoreError::NoExperimentMatches {
+                prefix: text.to_owned(),
+            }),
+            _ => Err(CoreError::AmbiguousExperiment {
+                prefix: text.to_owned(),
+                matches: matches.len(),
+            }),
+        }
+    }
+}

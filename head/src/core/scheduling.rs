@@ -1,0 +1,322 @@
+//! Keeping the policy core in step with the trials: the scheduling pass, what the
+//! policy core is told of each trial, preemption, and adopting running trials
+//! after a restart.
+//!
+//! Placement decisions are not made here: `PolicyCore::decide` makes them, and this
+//! module carries them out (a launch, or a kill with grace for a preemption). It
+//! also never picks a `MASTER_PORT` or builds a launch (see `launch`).
+//!
+//! Invariants: a trial's resources are released in the policy core only when its
+//! last worker is gone (`settle_with_policy`); a preempted trial is requeued
+//! without using a retry; a running trial found in the registry at start is
+//! adopted back where its workers are.
+
+use std::collections::BTreeSet;
+
+use tracing::warn;
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::{NodeId, TrialId, WorkerKey};
+use xp_runtime::protocol::{HeadCommand, TrialState};
+use xp_runtime::spec::Priority;
+use xp_sched::{
+    Amount, Decision, GangShape, PreemptReason, Refusal, TrialRequest, WorkerPlacement,
+};
+
+use super::launch::LaunchError;
+use super::{HeadCore, TrialRecord, WorkerRecord};
+
+impl HeadCore {
+    /// One scheduling pass: settles finished trials with their sweeps, admits
+    /// pending trials, brings the policy core in line, hands it the new queued
+    /// trials, and carries out its decisions (launches and preemptions).
+    pub(super) fn schedule(&mut self, now: UnixMillis) {
+        // Invariant: drained on every scheduling pass; the sweeps consume it. Settling
+        // a suggestion can create reused (already finished) trials: loop until none.
+        loop {
+            let finished = self.sweep_state.take_finished();
+            if finished.is_empty() {
+                break;
+            }
+            self.advance_sweeps(now, &finished);
+        }
+        self.admit_pending(now);
+        self.settle_all(now);
+        let fresh: Vec<TrialId> = self
+            .trials
+            .values()
+            .filter(|trial| {
+                trial.state == TrialState::Queued
+                    && self.policy.wait_reason(trial.id).is_none()
+                    && self.policy.placement(trial.id).is_none()
+            })
+            .map(|trial| trial.id)
+            .collect();
+        for trial_id in fresh {
+            self.submit_to_policy(now, trial_id);
+        }
+        let decisions = if std::mem::take(&mut self.policy_stale) {
+            self.policy.decide(now)
+        } else {
+            Vec::new()
+        };
+        for decision in decisions {
+            match decision {
+                Decision::Place { trial, workers } => self.launch(now, trial, &workers),
+                Decision::Preempt {
+                    trial,
+                    reason,
+                    grace_ms,
+                } => self.preempt(now, trial, &reason, grace_ms),
+            }
+        }
+        // Launches that failed at once release their resources in this same pass.
+        self.settle_all(now);
+    }
+
+    /// Settles every trial whose standing may have changed (see `settle_with_policy`).
+    fn settle_all(&mut self, now: UnixMillis) {
+        for trial_id in std::mem::take(&mut self.unsettled) {
+            self.settle_with_policy(now, trial_id);
+        }
+    }
+
+    /// Brings the policy core in line with a trial: a trial whose workers all let
+    /// go of their resources is requeued (when it waits again) or forgotten (when it
+    /// ended); a trial that ended while waiting leaves the queue.
+    fn settle_with_policy(&mut self, now: UnixMillis, trial_id: TrialId) {
+        let Some(trial) = self.trials.get(&trial_id) else {
+            return;
+        };
+        let holds = trial
+            .attempts
+            .iter()
+            .flat_map(|attempt| &attempt.workers)
+            .any(|worker| worker.state.holds_resources());
+        if self.policy.placement(trial_id).is_some() {
+            if holds {
+                return;
+            }
+            match trial.state {
+                TrialState::Queued => {
+                    self.policy.requeue(trial_id, now);
+                    self.policy_stale = true;
+                }
+                state if state.is_terminal() => {
+                    self.policy
+                        .finish(trial_id, now, state == TrialState::Succeeded);
+                    self.policy_stale = true;
+                }
+                _ => {}
+            }
+        } else if self.policy.wait_reason(trial_id).is_some() && trial.state != TrialState::Queued {
+            self.policy.finish(trial_id, now, false);
+            self.policy_stale = true;
+        }
+    }
+
+    /// What the policy core needs to know of a trial.
+    fn trial_request(&self, trial: &TrialRecord) -> Result<TrialRequest, LaunchError> {
+        let spec = &self.specs[&trial.id.experiment];
+        let priority = match (trial.priority_override, &spec.priority) {
+            (Some(value), _) | (None, &Priority::Value(value)) => value,
+            (None, Priority::Class(class)) => {
+                self.policy.config().priority_value(class).ok_or_else(|| {
+                    LaunchError::UnknownPriorityClass {
+                        class: class.clone(),
+                        known: self
+                            .policy
+                            .config()
+                            .priority_classes
+                            .keys()
+                            .cloned()
+                            .collect(),
+                    }
+                })?
+            }
+        };
+        Ok(TrialRequest {
+            id: trial.id,
+            team: spec.team.clone(),
+            queue: trial.queue_override.clone().or_else(|| spec.queue.clone()),
+            priority,
+            gang: GangShape {
+                workers: spec.trial.workers,
+                per_worker: Amount {
+                    gpu_milli: spec.trial.gpu_milli(),
+                    cpu_milli: u64::from(spec.trial.cpu_milli()),
+                    memory_bytes: spec.trial.resources.memory.0,
+                },
+                gpu_models: spec.trial.gpu_models.clone(),
+                node_labels: spec.trial.node_labels.clone(),
+                spread: spec.trial.spread,
+            },
+            preemptible: spec.trial.preemptible,
+            time_limit_ms: spec.trial.time_limit_ms(),
+            submitted_at: trial.queued_at,
+        })
+    }
+
+    /// Hands a queued trial to the policy core; a refusal other than "too many
+    /// pending" (which clears as the team's queue drains) fails the trial.
+    fn submit_to_policy(&mut self, now: UnixMillis, trial_id: TrialId) {
+        let trial = &self.trials[&trial_id];
+        let held = trial.held;
+        let request = match self.trial_request(trial) {
+            Ok(request) => request,
+            Err(error) => {
+                self.transition(now, trial_id, TrialState::Failed, error.to_string());
+                return;
+            }
+        };
+        match self.policy.submit(request, now) {
+            Ok(()) => {
+                self.policy_stale = true;
+                if held {
+                    self.policy.hold(trial_id);
+                }
+            }
+            Err(Refusal::TooManyPending { .. } | Refusal::Duplicate(_)) => {}
+            Err(refusal) => self.transition(
+                now,
+                trial_id,
+                TrialState::Failed,
+                format!("the scheduler refused it: {refusal}"),
+            ),
+        }
+    }
+
+    /// A placed, running trial that the policy chose to stop for other work: its
+    /// workers get SIGTERM and `grace_ms` to checkpoint, and the trial returns to
+    /// the queue once all are gone (see `preempted_worker_gone`).
+    fn preempt(
+        &mut self,
+        now: UnixMillis,
+        trial_id: TrialId,
+        reason: &PreemptReason,
+        grace_ms: u64,
+    ) {
+        let Some(trial) = self.trials.get_mut(&trial_id) else {
+            return;
+        };
+        if !matches!(
+            trial.state,
+            TrialState::Placed | TrialState::Starting | TrialState::Running
+        ) {
+            return;
+        }
+        trial.preemptions += 1;
+        let Some(attempt) = trial.attempts.last().filter(|attempt| attempt.is_live()) else {
+            return;
+        };
+        let number = attempt.number;
+        let nodes: BTreeSet<NodeId> = attempt
+            .workers
+            .iter()
+            .filter(|worker| worker.state.holds_resources())
+            .map(|worker| worker.node)
+            .collect();
+        let why = match reason {
+            PreemptReason::HigherPriority { by, priority } => {
+                format!("preempted for {by} (priority {priority})")
+            }
+            PreemptReason::Reclaim { queue, by } => {
+                format!("preempted: queue {queue} reclaims its quota for {by}")
+            }
+        };
+        for node in nodes {
+            self.commands.push_back((
+                node,
+                HeadCommand::Kill {
+                    trial: trial_id,
+                    attempt: number,
+                    reason: why.clone(),
+                    grace_ms,
+                },
+            ));
+        }
+        self.transition(
+            now,
+            trial_id,
+            TrialState::Preempting,
+            format!("{why}; {} s to checkpoint", grace_ms / 1000),
+        );
+    }
+
+    /// A worker of a preempting attempt is gone; once the last one is, the attempt
+    /// ends and the trial waits again, without using a retry.
+    pub(super) fn preempted_worker_gone(&mut self, now: UnixMillis, key: WorkerKey) {
+        let all_gone = self.worker(key).is_some_and(|(attempt, _)| {
+            attempt
+                .workers
+                .iter()
+                .all(|worker| !worker.state.holds_resources())
+        });
+        if !all_gone {
+            return;
+        }
+        self.finish_attempt(now, key, "preempted");
+        self.transition(
+            now,
+            key.trial,
+            TrialState::Queued,
+            "requeued after preemption; resumes from its last checkpoint".to_owned(),
+        );
+    }
+
+    /// Takes a trial that the registry shows running (after a head restart) back
+    /// into the policy core's books, where its workers are.
+    pub(super) fn adopt_running(&mut self, now: UnixMillis, trial_id: TrialId) {
+        let trial = &self.trials[&trial_id];
+        let Some(attempt) = trial.attempts.iter().rev().find(|attempt| {
+            attempt
+                .workers
+                .iter()
+                .any(|worker| worker.state.holds_resources())
+        }) else {
+            return;
+        };
+        let started_at = attempt.running_at.unwrap_or(attempt.placed_at);
+        let placements: Vec<WorkerPlacement> = attempt
+            .workers
+            .iter()
+            .filter(|worker| worker.state.holds_resources())
+            .map(|worker| self.worker_placement(worker))
+            .collect();
+        match self.trial_request(trial) {
+            Ok(request) => {
+                if let Err(error) = self.policy.adopt(request, placements, started_at) {
+                    warn!(%trial_id, %error, "cannot restore a running trial's resources in the scheduler");
+                }
+            }
+            Err(error) => {
+                warn!(%trial_id, reason = %error, "cannot restore a running trial in the scheduler")
+            }
+        }
+        let _ = now;
+    }
+
+    /// A worker's holdings in the policy core's terms.
+    fn worker_placement(&self, worker: &WorkerRecord) -> WorkerPlacement {
+        let devices = self
+            .nodes
+            .get(&worker.node)
+            .map(|node| &node.resources.gpus[..])
+            .unwrap_or_default();
+        WorkerPlacement {
+            node: worker.node,
+            gpus: worker
+                .gpu_indices
+                .iter()
+                .map(|device| xp_sched::GpuShare {
+                    index: devices
+                        .iter()
+                        .position(|gpu| gpu.index == *device)
+                        .map_or(*device, |slot| slot as u32),
+                    milli: worker.gpu_milli,
+                })
+                .collect(),
+            cpu_milli: u64::from(worker.cpu_milli),
+            memory_bytes: worker.memory_bytes,
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! Read-only answers for clients: experiment and trial status, nodes, queues,
+//! where a worker's log lives, and the event feed.
+//!
+//! Nothing here changes state or decides anything; each view reads the core's
+//! records and the policy core's books as they are at the moment of the call.
+
+use std::collections::BTreeMap;
+
+use xp_runtime::ids::{ExperimentId, NodeId, WorkerKey};
+use xp_runtime::protocol::{
+    AttemptStatus, ExperimentState, ExperimentStatus, LogRequest, NodeStatus, QueueStatus,
+    ResourceAmounts, TrialEvent, TrialState, TrialStatus,
+};
+use xp_runtime::spec::Mode;
+use xp_sched::{Amount, GPU_MILLI, QueueUsage};
+
+use super::{CoreError, HeadCore, trial_range};
+
+impl HeadCore {
+    /// Experiments matching `filter` (an id or unique prefix), or all.
+    pub fn status(&self, filter: Option<&str>) -> Result<Vec<ExperimentStatus>, CoreError> {
+        let ids: Vec<ExperimentId> = match filter {
+            Some(text) => vec![self.resolve_experiment(text)?],
+            None => self.experiments.keys().copied().collect(),
+        };
+        Ok(ids
+            .into_iter()
+            .map(|id| self.experiment_status(id))
+            .collect())
+    }
+
+    /// The nodes as `xp nodes` shows them.
+    pub fn nodes_status(&self) -> Vec<NodeStatus> {
+        // One pass over the workers, not one per node.
+        let mut running: BTreeMap<NodeId, u32> = BTreeMap::new();
+        for worker in self
+            .trials
+            .values()
+            .flat_map(|trial| &trial.attempts)
+            .flat_map(|attempt| &attempt.workers)
+            .filter(|worker| worker.state.holds_resources())
+        {
+            *running.entry(worker.node).or_default() += 1;
+        }
+        self.nodes
+            .values()
+            .map(|node| {
+                let free = self.policy.pool().node_free(node.id).unwrap_or_default();
+                NodeStatus {
+                    id: node.id,
+                    name: node.name.clone(),
+                    address: node.address.clone(),
+                    state: node.state,
+                    capacity: node.resources.clone(),
+                    // Whole idle GPUs; shares of partly used ones do not add up to one.
+                    free_gpus: self
+                        .policy
+                        .pool()
+                        .node_gpu_used(node.id)
+                        .map_or(0, |used| used.iter().filter(|milli| **milli == 0).count())
+                        as u32,
+                    free_cpu_milli: u32::try_from(free.cpu_milli).unwrap_or(u32::MAX),
+                    free_memory_bytes: free.memory_bytes,
+                    labels: node.labels.clone(),
+                    running_workers: running.get(&node.id).copied().unwrap_or(0),
+                    last_seen: node.last_seen,
+                }
+            })
+            .collect()
+    }
+
+    /// Where a worker's log lives: its node, its key, and whether it has exited.
+    pub fn locate_worker(
+        &self,
+        request: &LogRequest,
+    ) -> Result<(NodeId, WorkerKey, bool), CoreError> {
+        let trial = self
+            .trials
+            .get(&request.trial)
+            .ok_or(CoreError::TrialNotFound {
+                trial_id: request.trial,
+            })?;
+        let attempt = match request.attempt {
+            Some(number) => trial
+                .attempts
+                .iter()
+                .find(|attempt| attempt.number == number),
+            None => trial.attempts.last(),
+        }
+        .ok_or(CoreError::AttemptNotFound {
+            trial_id: request.trial,
+            attempt: request.attempt,
+        })?;
+        let worker = attempt
+            .workers
+            .iter()
+            .find(|worker| worker.rank == request.rank)
+            .ok_or(CoreError::RankNotFound {
+                trial_id: request.trial,
+                attempt: attempt.number,
+                rank: request.rank,
+            })?;
+        let key = WorkerKey {
+            trial: trial.id,
+            attempt: attempt.number,
+            rank: worker.rank,
+        };
+        Ok((worker.node, key, !worker.state.holds_resources()))
+    }
+
+    /// Events of `experiment` with sequence numbers above `after`.
+    pub fn events_after(
+        &self,
+        experiment: ExperimentId,
+        after: u64,
+    ) -> Result<Vec<TrialEvent>, CoreError> {
+        if !self.experiments.contains_key(&experiment) {
+            return Err(CoreError::ExperimentNotFound {
+                experiment_id: experiment,
+            });
+        }
+        let events = self
+            .events
+            .get(&experiment)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let start = events.partition_point(|event| event.seq <= after);
+        Ok(events[start..].iter().take(1000).cloned().collect())
+    }
+
+    /// Cancelled, running while any trial is unfinished, else succeeded when one
+    /// trial succeeded.
+    pub(super) fn experiment_state(&self, id: ExperimentId) -> ExperimentState {
+        if self.experiments[&id].cancelled {
+            return ExperimentState::Cancelled;
+        }
+        let mut any_succeeded = false;
+        for (_, trial) in self.trials.range(trial_range(id)) {
+            if !trial.state.is_terminal() {
+                return ExperimentState::Running;
+            }
+            any_succeeded |= trial.state == TrialState::Succeeded;
+        }
+        if any_succeeded {
+            ExperimentState::Succeeded
+        } else {
+            ExperimentState::Failed
+        }
+    }
+
+    /// An experiment and its trials as `xp status` shows them.
+    fn experiment_status(&self, id: ExperimentId) -> ExperimentStatus {
+        let experiment = &self.experiments[&id];
+        let spec = &self.specs[&id];
+        ExperimentStatus {
+            id,
+            name: spec.name.clone(),
+            team: spec.team.clone(),
+            state: self.experiment_state(id),
+            metric: spec.search.metric.clone(),
+            maximize: spec.search.mode == Mode::Max,
+            submitted_at: experiment.submitted_at,
+            code_version: experiment.code_version.clone(),
+            data_version: experiment.data_version.clone(),
+            trials: self
+                .trials
+                .range(trial_range(id))
+                .map(|(_, trial)| TrialStatus {
+                    id: trial.id,
+                    state: trial.state,
+                    config_json: trial.config_json.clone(),
+                    attempts: trial
+                        .attempts
+                        .iter()
+                        .map(|attempt| AttemptStatus {
+                            number: attempt.number,
+                            nodes: attempt.workers.iter().map(|worker| worker.node).collect(),
+                            placed_at: attempt.placed_at,
+                            running_at: attempt.running_at,
+                            ended_at: attempt.ended_at,
+                            outcome: attempt.outcome.clone(),
+                            resumed_from: attempt.resumed_from,
+                        })
+                        .collect(),
+                    metrics: trial.metrics.clone(),
+                    last_step: trial.last_step,
+                    reason: trial.reason.clone(),
+                    reused_from: trial.reused_from,
+                    waiting: (trial.state == TrialState::Queued).then(|| {
+                        self.policy.wait_reason(trial.id).map_or_else(
+                            || "admission: its team is at its pending limit".to_owned(),
+                            |reason| reason.to_string(),
+                        )
+                    }),
+                })
+                .collect(),
+        }
+    }
+
+    /// Every queue's standing, for `xp queue`.
+    pub fn queues(&self) -> Vec<QueueStatus> {
+        self.policy.queues().into_iter().map(queue_status).collect()
+    }
+}
+
+/// A queue's standing in wire terms; an unlimited amount (`u64::MAX`) is left out.
+fn queue_status(usage: QueueUsage) -> QueueStatus {
+    let amounts = |amount: Amount| ResourceAmounts {
+        gpu: (amount.gpu_milli != u64::MAX).then(|| amount.gpu_milli as f64 / GPU_MILLI as f64),
+        cpu: (amount.cpu_milli != u64::MAX).then(|| amount.cpu_milli as f64 / 1000.0),
+        memory_bytes: (amount.memory_bytes != u64::MAX).then_some(amount.memory_bytes),
+    };
+    QueueStatus {
+        name: usage.name,
+        team: usage.team,
+        cohort: usage.cohort,
+        weight: usage.weight,
+        usage: amounts(usage.usage),
+        quota: amounts(usage.quota),
+        borrowed: amounts(usage.borrowed),
+        lent: amounts(usage.lent),
+        pending: usage.pending,
+        running: usage.running,
+        fair_share: usage.dominant_share,
+    }
+}
