@@ -5,6 +5,11 @@
 //! Worker processes outlive a lost connection: after reconnecting, the agent
 //! registers with the workers it still tracks and resends every report the head
 //! has not acknowledged.
+//!
+//! Not here: running a worker process (`worker`), and taking, backing up or
+//! restoring checkpoints (`checkpoint`): the agent prepares a launch by asking
+//! `checkpoint` to restore what it resumes from, and carries out the head's
+//! retention orders (`Replicate`, `Pin`, `DropObjects`) on the object store.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -26,11 +31,12 @@ use xp_runtime::protocol::{
 };
 use xp_runtime::transport::{self, HeadConnection, TransportError};
 
+use crate::checkpoint::{self, CheckpointSink, CheckpointSources};
 use crate::objects::remote::{ObjectFetcher, Wanted};
 use crate::objects::{ObjectStore, Owner};
 use crate::outbox::Outbox;
 use crate::slots::SlotTable;
-use crate::worker::{self, CheckpointSink, KILL_GRACE, MAX_KILL_GRACE, StopRequest, WorkerCommand};
+use crate::worker::{self, KILL_GRACE, MAX_KILL_GRACE, StopRequest, WorkerCommand};
 
 /// The most object changes sent to the head in one message.
 const MAX_OBJECT_CHANGES: usize = 4096;
@@ -436,11 +442,7 @@ impl Agent {
                 xp_runtime::task::spawn("drop-objects", async move {
                     let deleted = tokio::task::spawn_blocking(move || {
                         if let Some(backup) = &backup {
-                            for id in &objects {
-                                let _ = std::fs::remove_file(crate::checkpoint::backup_path(
-                                    backup, *id,
-                                ));
-                            }
+                            checkpoint::remove_from_backup(backup, &objects);
                         }
                         objects
                             .into_iter()
@@ -559,13 +561,15 @@ impl Agent {
         let connection = connection.clone();
         let advertise_host = self.identity.advertise_host.clone();
         let objects = LaunchObjects {
-            store: self.objects.store.clone(),
-            fetcher: self.objects.fetcher.clone(),
-            changes: self.objects.changes_tx.clone(),
-            own_node: self.identity.node_id,
+            checkpoints: CheckpointSources {
+                store: self.objects.store.clone(),
+                fetcher: self.objects.fetcher.clone(),
+                changes: self.objects.changes_tx.clone(),
+                own_node: self.identity.node_id,
+            },
+            backup: self.objects.backup.clone(),
             local_workers: self.objects.local_workers.clone(),
             socket: self.objects.socket.clone(),
-            backup: self.objects.backup.clone(),
         };
         let task = xp_runtime::task::spawn("worker", async move {
             match resolve_command(&data_dir, &advertise_host, &connection, &launch, &objects).await
@@ -685,92 +689,12 @@ async fn read_log(
 
 /// What preparing a launch needs of the node's objects.
 struct LaunchObjects {
-    store: Arc<ObjectStore>,
-    fetcher: Arc<ObjectFetcher>,
-    changes: mpsc::UnboundedSender<ObjectChange>,
-    own_node: NodeId,
+    /// Where a resumed worker's checkpoint comes from.
+    checkpoints: CheckpointSources,
+    /// The durable directory the worker's checkpoints are also written to.
+    backup: Option<PathBuf>,
     local_workers: crate::objects::local::Workers,
     socket: PathBuf,
-    backup: Option<PathBuf>,
-}
-
-/// Fills `dir` with the checkpoint `launch` resumes from, fetching objects this
-/// node lacks (or holds a corrupt copy of) from the nodes that have them.
-async fn restore_checkpoint(
-    launch: &Launch,
-    dir: &Path,
-    objects: &LaunchObjects,
-) -> Result<Vec<(String, String)>, PrepareError> {
-    let Some(resume) = &launch.resume else {
-        return Ok(Vec::new());
-    };
-    let unavailable = |why: String| {
-        PrepareError::Refused(format!(
-            "cannot restore the checkpoint of step {}: {why}",
-            resume.step
-        ))
-    };
-    let mut contents = Vec::with_capacity(resume.files.len());
-    for file in &resume.files {
-        let fetched = objects
-            .fetcher
-            .ensure(
-                &objects.store,
-                Wanted {
-                    id: file.object,
-                    owner: Owner::Trial(launch.key.trial),
-                    pin: true,
-                    size: Some(file.size),
-                },
-                &resume.sources,
-                Some(objects.own_node),
-            )
-            .await;
-        let bytes = match fetched {
-            Ok(bytes) => bytes,
-            Err(error) => {
-                // The head's directory must learn that this node has no good copy
-                // (the store may just have deleted a damaged one), so that the next
-                // attempt resumes from a checkpoint that can still be had.
-                if !objects.store.contains(file.object) {
-                    let _ = objects.changes.send(ObjectChange::Dropped(file.object));
-                }
-                // No node could provide it: the durable backup, when there is one.
-                let Some(backup) = resume.backup.clone() else {
-                    return Err(unavailable(error.to_string()));
-                };
-                let (wanted, trial) = (file.clone(), launch.key.trial);
-                let store = objects.store.clone();
-                let restored = tokio::task::spawn_blocking(move || {
-                    crate::checkpoint::restore_from_backup(
-                        &store,
-                        Path::new(&backup),
-                        &wanted,
-                        trial,
-                    )
-                })
-                .await
-                .map_err(|join| unavailable(join.to_string()))?
-                .map_err(|backup_error| {
-                    unavailable(format!("{error}; and from the backup: {backup_error}"))
-                })?;
-                info!(worker = %launch.key, object = %file.object, "checkpoint object restored from the backup");
-                restored
-            }
-        };
-        // Also after a damaged copy was replaced: the head may have heard it dropped.
-        let _ = objects.changes.send(ObjectChange::Added(file.object));
-        contents.push(bytes);
-    }
-    // Written from the bytes verified above: no second hash of the checkpoint.
-    let files = resume.files.clone();
-    let target = dir.to_owned();
-    tokio::task::spawn_blocking(move || crate::checkpoint::write_files(&target, &files, &contents))
-        .await
-        .map_err(|error| unavailable(error.to_string()))?
-        .map_err(|error| unavailable(error.to_string()))?;
-    info!(worker = %launch.key, step = resume.step, from_attempt = resume.attempt, "checkpoint restored");
-    Ok(vec![("XP_RESUME_STEP".to_owned(), resume.step.to_string())])
 }
 
 async fn resolve_command(
@@ -787,14 +711,18 @@ async fn resolve_command(
         .join(key.trial.to_string())
         .join(format!("a{}", key.attempt))
         .join(format!("rank{}", key.rank));
-    let checkpoint = CheckpointSink {
-        store: objects.store.clone(),
-        dir: work_dir.join("checkpoint"),
-        status_dir: work_dir.join(xp_runtime::metric_line::CHECKPOINT_STATUS_DIR),
-        backup: objects.backup.clone(),
-    };
+    let checkpoint = CheckpointSink::new(
+        objects.checkpoints.store.clone(),
+        &work_dir,
+        objects.backup.clone(),
+    );
     let mut node_env = vec![("XP_NODE_HOST".to_owned(), advertise_host.to_owned())];
-    node_env.extend(restore_checkpoint(launch, &checkpoint.dir, objects).await?);
+    let resume_env = objects
+        .checkpoints
+        .restore_for_launch(launch, &checkpoint.dir)
+        .await
+        .map_err(|error| PrepareError::Refused(error.to_string()))?;
+    node_env.extend(resume_env);
     // The worker's pass to the local object channel.
     let secret = xp_runtime::tls::random_secret().ok_or_else(|| {
         PrepareError::Refused("the system has no entropy for a worker secret".to_owned())

@@ -3,6 +3,10 @@
 //!
 //! [`run`] is the whole node inside the current tokio runtime; the `xp-node`
 //! binary and the embedded local cluster both use it.
+//!
+//! Not here: command-line parsing and the tracing subscriber (the binary's
+//! `main.rs`), and any placement decision (the head makes them all; the node
+//! executes them and reports facts).
 
 pub mod agent;
 pub mod checkpoint;
@@ -16,6 +20,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use tokio_util::sync::CancellationToken;
+use xp_runtime::error_chain::error_chain;
 use xp_runtime::ids::NodeId;
 use xp_runtime::join::JoinString;
 use xp_runtime::protocol::NodeResources;
@@ -130,7 +135,7 @@ fn start_objects(
 ) -> Result<(agent::NodeObjects, objects::remote::ObjectServer), NodeError> {
     let store = std::sync::Arc::new(
         objects::ObjectStore::open(config.data_dir.join("objects"), config.object_limits)
-            .map_err(|error| NodeError::Objects(error.to_string()))?,
+            .map_err(|error| NodeError::Objects(error_chain(&error)))?,
     );
     let loopback = advertise_host == "localhost"
         || advertise_host
@@ -149,10 +154,12 @@ fn start_objects(
         digest,
         changes_tx.clone(),
     )
-    .map_err(NodeError::Objects)?;
+    .map_err(|error| NodeError::Objects(error_chain(&error)))?;
     let fetcher = objects::remote::ObjectFetcher::new(digest)
-        .map_err(|error| NodeError::Objects(error.to_string()))?;
-    let endpoint = server.endpoint().map_err(NodeError::Objects)?;
+        .map_err(|error| NodeError::Objects(error_chain(&error)))?;
+    let endpoint = server
+        .endpoint()
+        .map_err(|error| NodeError::Objects(error_chain(&error)))?;
     let fetcher = std::sync::Arc::new(fetcher);
     let local_workers = objects::local::Workers::default();
     let head = std::sync::Arc::new(std::sync::Mutex::new(None));
@@ -168,7 +175,7 @@ fn start_objects(
             changes: changes_tx.clone(),
         },
     )
-    .map_err(NodeError::Objects)?;
+    .map_err(|error| NodeError::Objects(error_chain(&error)))?;
     tracing::info!(port = endpoint.port, dir = %store.dir().display(), socket = %socket.display(), "object store ready");
     Ok((
         agent::NodeObjects {

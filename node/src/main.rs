@@ -1,4 +1,7 @@
 //! The `xp-node` binary: joins a cluster and runs workers until SIGTERM or Ctrl-C.
+//!
+//! Only parses the command line, installs the tracing subscriber (`XP_LOG`) and
+//! turns signals into the shutdown token; the node itself is `xp_node::run`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,14 +1,21 @@
 //! Starting, watching and stopping one worker process.
 //!
-//! Invariant: only this module spawns trial processes. Each worker runs in its own
-//! process group (so a kill reaches the shell and its children), dies with the
-//! node (`PR_SET_PDEATHSIG`), and has its stdout and stderr appended to one log
-//! file. Metric lines on stdout become reports, sent before the exit report.
+//! Each worker runs in its own process group (so a kill reaches the shell and its
+//! children), dies with the node (`PR_SET_PDEATHSIG`), and has its stdout and
+//! stderr appended to one log file. Metric lines on stdout become reports;
+//! checkpoint lines are handed to `checkpoint::CheckpointWatch`.
+//!
+//! Not here: preparing a launch (the agent resolves the program and restores the
+//! checkpoint it resumes from), and storing or reporting checkpoints (the
+//! `checkpoint` module); this module only says where the worker's checkpoint
+//! directory is and waits for a checkpoint in flight before reporting the exit.
+//!
+//! Invariants: only this module spawns trial processes; a worker's metric and
+//! checkpoint reports are sent before its exit report, unless its output stays
+//! open (a grandchild holds it) past the drain grace.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -16,11 +23,12 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufRead, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
+use xp_runtime::error_chain::error_chain;
 use xp_runtime::ids::WorkerKey;
-use xp_runtime::metric_line::{
-    MAX_METRIC_LINE, parse_checkpoint_line, parse_metric_line, read_bounded_line,
-};
+use xp_runtime::metric_line::{MAX_METRIC_LINE, parse_metric_line, read_bounded_line};
 use xp_runtime::protocol::{Launch, WorkerReport};
+
+use crate::checkpoint::{self, CheckpointSink, CheckpointWatch};
 
 /// How long a worker has between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(5);
@@ -47,22 +55,28 @@ impl StopRequest {
 }
 /// How long to wait for output after the process exited (a grandchild may hold the pipes).
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
-/// How long to wait after the exit for a checkpoint still being stored, so that it
-/// is reported before the exit.
-const CHECKPOINT_DRAIN_GRACE: Duration = Duration::from_secs(300);
 
-/// Where a worker's checkpoints go: its `XP_CHECKPOINT_DIR` and the node's store.
-#[derive(Debug, Clone)]
-pub struct CheckpointSink {
-    /// The node's object store.
-    pub store: Arc<crate::objects::ObjectStore>,
-    /// The worker's checkpoint directory.
-    pub dir: PathBuf,
-    /// Where the verdict on each checkpoint is left for the worker
-    /// (`CHECKPOINT_STATUS_DIR` under its work directory).
-    pub status_dir: PathBuf,
-    /// A durable directory each checkpoint is also written to.
-    pub backup: Option<PathBuf>,
+/// Why a worker process could not be started.
+#[derive(Debug, thiserror::Error)]
+enum SpawnError {
+    /// A directory the worker needs could not be created.
+    #[error("cannot create {path}")]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program could not be executed.
+    #[error("cannot start {program}")]
+    Start {
+        /// The program.
+        program: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What to execute for one worker, resolved by the agent.
@@ -130,8 +144,11 @@ pub async fn supervise(
     let mut child = match spawn(&launch, &command).await {
         Ok(child) => child,
         Err(error) => {
-            warn!(worker = %key, %error, "worker could not start");
-            let _ = reports.send(WorkerReport::LaunchFailed { key, error });
+            warn!(worker = %key, error = %error_chain(&error), "worker could not start");
+            let _ = reports.send(WorkerReport::LaunchFailed {
+                key,
+                error: error_chain(&error),
+            });
             return;
         }
     };
@@ -139,13 +156,17 @@ pub async fn supervise(
     info!(worker = %key, pid, "worker started");
     let _ = reports.send(WorkerReport::Started { key, pid });
     // One append-mode handle per stream: both land in the same file, line by line.
-    let checkpointing = Arc::new(AtomicBool::new(false));
+    let checkpoints = CheckpointWatch::new(command.checkpoint.clone(), key, reports.clone());
+    let checkpoint_in_flight = checkpoints.in_flight();
     let stdout = child.stdout.take().map(|stdout| {
         let log_path = command.log_path.clone();
         let reports = reports.clone();
-        let sink = (command.checkpoint.clone(), checkpointing.clone());
         xp_runtime::task::spawn("worker-stdout", async move {
-            let trial = TrialOutput { key, reports, sink };
+            let trial = TrialOutput {
+                key,
+                reports,
+                checkpoints,
+            };
             pump(
                 BufReader::new(stdout),
                 open_log(&log_path).await,
@@ -189,9 +210,9 @@ pub async fn supervise(
         {
             continue;
         }
-        if checkpointing.load(Ordering::Acquire) {
+        if checkpoint_in_flight.is_set() {
             info!(worker = %key, "waiting for the last checkpoint to be stored");
-            if tokio::time::timeout(CHECKPOINT_DRAIN_GRACE, pump_task)
+            if tokio::time::timeout(checkpoint::DRAIN_GRACE, pump_task)
                 .await
                 .is_ok()
             {
@@ -218,7 +239,7 @@ pub async fn supervise(
     let _ = reports.send(report);
 }
 
-async fn open_log(path: &std::path::Path) -> Option<tokio::fs::File> {
+async fn open_log(path: &Path) -> Option<tokio::fs::File> {
     match tokio::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -233,16 +254,23 @@ async fn open_log(path: &std::path::Path) -> Option<tokio::fs::File> {
     }
 }
 
-async fn spawn(launch: &Launch, command: &WorkerCommand) -> Result<tokio::process::Child, String> {
+async fn spawn(
+    launch: &Launch,
+    command: &WorkerCommand,
+) -> Result<tokio::process::Child, SpawnError> {
+    let create_dir = |path: &Path| {
+        let path = path.to_owned();
+        move |source| SpawnError::CreateDir { path, source }
+    };
     if let Some(parent) = command.log_path.parent() {
         tokio::fs::create_dir_all(parent)
             .await
-            .map_err(|error| format!("cannot create {}: {error}", parent.display()))?;
+            .map_err(create_dir(parent))?;
     }
     for dir in [&command.work_dir, &command.checkpoint.dir] {
         tokio::fs::create_dir_all(dir)
             .await
-            .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
+            .map_err(create_dir(dir))?;
     }
     let mut process = tokio::process::Command::new(&command.program);
     process
@@ -263,9 +291,10 @@ async fn spawn(launch: &Launch, command: &WorkerCommand) -> Result<tokio::proces
             Ok(())
         });
     }
-    process
-        .spawn()
-        .map_err(|error| format!("cannot start {}: {error}", command.program.display()))
+    process.spawn().map_err(|source| SpawnError::Start {
+        program: command.program.clone(),
+        source,
+    })
 }
 
 fn signal_group(pid: u32, signal: Signal) {
@@ -280,14 +309,12 @@ fn signal_group(pid: u32, signal: Signal) {
 struct TrialOutput {
     key: WorkerKey,
     reports: mpsc::UnboundedSender<WorkerReport>,
-    /// Where checkpoints go, and the flag that one is being stored. Only rank
-    /// 0's are kept (data-parallel ranks hold the same state); the others are
-    /// answered without being stored.
-    sink: (CheckpointSink, Arc<AtomicBool>),
+    /// What the trial's checkpoint lines are handed to.
+    checkpoints: CheckpointWatch,
 }
 
 /// Copies output lines to the log; on stdout also turns metric lines into reports
-/// and takes checkpoints.
+/// and hands checkpoint lines to the trial's [`CheckpointWatch`].
 async fn pump(
     mut reader: impl AsyncBufRead + Unpin,
     mut log: Option<tokio::fs::File>,
@@ -310,56 +337,19 @@ async fn pump(
             warn!(%error, "cannot write the worker log; output is discarded from now on");
             log = None;
         }
-        let Some(TrialOutput { key, reports, sink }) = &metrics else {
+        let Some(TrialOutput {
+            key,
+            reports,
+            checkpoints,
+        }) = &metrics
+        else {
             continue;
         };
         let Ok(text) = std::str::from_utf8(&line) else {
             continue;
         };
-        match parse_checkpoint_line(text) {
-            Ok(Some(step)) => {
-                let (sink, checkpointing) = sink;
-                if key.rank != 0 {
-                    debug!(worker = %key, "checkpoint line of a rank other than 0 not stored");
-                    let verdict = "not stored: only rank 0's checkpoints are kept (data-parallel ranks hold the same state)";
-                    leave_verdict(&sink.status_dir, step, verdict).await;
-                    continue;
-                }
-                checkpointing.store(true, Ordering::Release);
-                let outcome = take_checkpoint(sink, *key, step).await;
-                checkpointing.store(false, Ordering::Release);
-                let note = match outcome {
-                    Ok((files, backup)) => {
-                        let bytes: u64 = files.iter().map(|file| file.size).sum();
-                        let note = format!(
-                            "xp-node: checkpoint at step {step} stored ({} files, {bytes} bytes{})\n",
-                            files.len(),
-                            if backup.is_some() { ", backed up" } else { "" }
-                        );
-                        let _ = reports.send(WorkerReport::Checkpoint {
-                            key: *key,
-                            step,
-                            files,
-                            backup,
-                        });
-                        note
-                    }
-                    Err(error) => {
-                        warn!(worker = %key, step, %error, "checkpoint not stored");
-                        format!("xp-node: checkpoint at step {step} NOT stored: {error}\n")
-                    }
-                };
-                if let Some(file) = log.as_mut() {
-                    let _ = file.write_all(note.as_bytes()).await;
-                }
-                leave_verdict(&sink.status_dir, step, note.trim_end()).await;
-                continue;
-            }
-            Ok(None) => {}
-            Err(error) => {
-                warn!(worker = %key, %error, "checkpoint line ignored");
-                continue;
-            }
+        if checkpoints.handle_line(text, log.as_mut()).await {
+            continue;
         }
         match parse_metric_line(text) {
             Ok(Some(report)) => {
@@ -378,53 +368,4 @@ async fn pump(
     if let Some(mut file) = log {
         let _ = file.flush().await;
     }
-}
-
-/// Writes the verdict on the checkpoint of `step` where the worker looks for it;
-/// atomically, so it never reads half of one.
-async fn leave_verdict(dir: &std::path::Path, step: u64, verdict: &str) {
-    let verdict = verdict.trim_start_matches("xp-node: ");
-    let verdict = if verdict.contains("NOT stored") {
-        format!("error: {verdict}")
-    } else {
-        verdict.to_owned()
-    };
-    let temporary = dir.join(format!(".{step}.tmp"));
-    let write = async {
-        tokio::fs::create_dir_all(dir).await?;
-        tokio::fs::write(&temporary, verdict.as_bytes()).await?;
-        tokio::fs::rename(&temporary, dir.join(step.to_string())).await
-    };
-    if let Err(error) = write.await {
-        warn!(%error, dir = %dir.display(), "cannot leave the checkpoint verdict for the worker");
-    }
-}
-
-/// Takes the checkpoint into the store and, when the node has a backup
-/// directory, writes it there too; returns its files and the backup used. A
-/// failed backup leaves the checkpoint stored on this node only, and says so.
-async fn take_checkpoint(
-    sink: &CheckpointSink,
-    key: WorkerKey,
-    step: u64,
-) -> Result<(Vec<xp_runtime::protocol::CheckpointFile>, Option<String>), String> {
-    let store = sink.store.clone();
-    let dir = sink.dir.clone();
-    let backup = sink.backup.clone();
-    tokio::task::spawn_blocking(move || {
-        let files = crate::checkpoint::take(&store, &dir, key.trial, step)?;
-        let Some(backup) = backup else {
-            return Ok((files, None));
-        };
-        match crate::checkpoint::back_up(&store, &backup, &files) {
-            Ok(()) => Ok((files, Some(backup.display().to_string()))),
-            Err(error) => {
-                warn!(worker = %key, step, %error, "checkpoint stored but not backed up");
-                Ok((files, None))
-            }
-        }
-    })
-    .await
-    .map_err(|error| error.to_string())?
-    .map_err(|error: crate::checkpoint::CheckpointError| error.to_string())
 }

@@ -8,18 +8,46 @@
 //! it, a checkpoint save takes a directory into the store and a restore writes it
 //! back out. Best of three runs, each on fresh content so deduplication never
 //! short-cuts one.
+//!
+//! Not a test: it asserts nothing about the figures, and is run only by
+//! `xp bench objects`, never by `cargo test`.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
+use xp_runtime::collective::CollectiveError;
 use xp_runtime::collective::bench::{memcpy_gbps, stopwatch, tcp_loopback_gbps};
 use xp_runtime::ids::NodeId;
 use xp_runtime::object_wire;
 use xp_runtime::protocol::ObjectSource;
 
-use super::remote::{ObjectFetcher, ObjectServer, Wanted};
-use super::{ObjectStore, Owner, StoreLimits};
+use super::remote::{FetchError, ObjectFetcher, ObjectServer, ObjectServerError, Wanted};
+use super::{ObjectStore, Owner, StoreError, StoreLimits};
+use crate::checkpoint::CheckpointError;
+
+/// Why the bench could not finish: the first operation that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The loopback TCP reference could not be measured.
+    #[error("loopback TCP")]
+    Loopback(#[source] CollectiveError),
+    /// A store refused an operation.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The object server could not start.
+    #[error(transparent)]
+    Server(#[from] ObjectServerError),
+    /// An object could not be fetched between the two stores.
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    /// The checkpoint could not be taken or restored.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The checkpoint's files could not be written.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
 
 /// One measured figure.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,15 +88,13 @@ fn owner() -> Owner {
     Owner::Driver("bench".to_owned())
 }
 
-fn open(dir: &Path, name: &str, memory_bytes: u64) -> Result<Arc<ObjectStore>, String> {
+fn open(dir: &Path, name: &str, memory_bytes: u64) -> Result<Arc<ObjectStore>, StoreError> {
     let limits = StoreLimits {
         memory_bytes,
         disk_bytes: u64::MAX / 2,
         max_object_bytes: u64::MAX / 2,
     };
-    ObjectStore::open(dir.join(name), limits)
-        .map(Arc::new)
-        .map_err(|error| error.to_string())
+    ObjectStore::open(dir.join(name), limits).map(Arc::new)
 }
 
 /// Runs every measurement for `sizes`, and a checkpoint of `checkpoint_bytes`,
@@ -77,11 +103,11 @@ pub async fn run(
     dir: &Path,
     sizes: &[u64],
     checkpoint_bytes: u64,
-) -> Result<Vec<Measurement>, String> {
+) -> Result<Vec<Measurement>, BenchError> {
     let memcpy = memcpy_gbps(64 << 20);
     let tcp = tcp_loopback_gbps(256 << 20)
         .await
-        .map_err(|error| format!("loopback TCP: {error}"))?;
+        .map_err(BenchError::Loopback)?;
     let largest = sizes.iter().copied().max().unwrap_or(0);
     let memory_store = open(dir, "memory", largest.saturating_mul(2).max(1 << 20))?;
     let disk_store = open(dir, "disk", 0)?;
@@ -90,7 +116,7 @@ pub async fn run(
     let digest = object_wire::token_digest(TOKEN);
     let server = ObjectServer::start(
         disk_store.clone(),
-        "127.0.0.1:0".parse().map_err(|_| "address")?,
+        "127.0.0.1:0".parse().expect("a literal socket address"),
         digest,
         dropped,
     )?;
@@ -99,7 +125,7 @@ pub async fn run(
         host: "127.0.0.1".to_owned(),
         endpoint: server.endpoint()?,
     };
-    let fetcher = ObjectFetcher::new(digest).map_err(|error| error.to_string())?;
+    let fetcher = ObjectFetcher::new(digest)?;
     let local = |op, tier, size, gbps| Measurement {
         op,
         tier,
@@ -114,22 +140,18 @@ pub async fn run(
         for run in 0..RUNS {
             let bytes: Arc<[u8]> = content(size, run).into();
             let started = stopwatch();
-            let id = memory_store
-                .put(bytes.clone(), owner())
-                .map_err(|error| error.to_string())?;
+            let id = memory_store.put(bytes.clone(), owner())?;
             put_memory = put_memory.max(gbps(size, started.elapsed().as_secs_f64()));
-            memory_store.delete(id).map_err(|error| error.to_string())?;
+            memory_store.delete(id)?;
 
             let started = stopwatch();
-            disk_store
-                .put(bytes.clone(), owner())
-                .map_err(|error| error.to_string())?;
+            disk_store.put(bytes.clone(), owner())?;
             put_disk = put_disk.max(gbps(size, started.elapsed().as_secs_f64()));
             drop(bytes);
 
             // Each get maps the file afresh and hashes it: no earlier map is held.
             let started = stopwatch();
-            let got = disk_store.get(id).map_err(|error| error.to_string())?;
+            let got = disk_store.get(id)?;
             get_disk = get_disk.max(gbps(size, started.elapsed().as_secs_f64()));
             drop(got);
 
@@ -146,13 +168,10 @@ pub async fn run(
                     std::slice::from_ref(&source),
                     None,
                 )
-                .await
-                .map_err(|error| error.to_string())?;
+                .await?;
             remote = remote.max(gbps(size, started.elapsed().as_secs_f64()));
-            fetching_store
-                .delete(id)
-                .map_err(|error| error.to_string())?;
-            disk_store.delete(id).map_err(|error| error.to_string())?;
+            fetching_store.delete(id)?;
+            disk_store.delete(id)?;
         }
         out.push(local("put", "memory", size, put_memory));
         out.push(local("put", "disk", size, put_disk));
@@ -181,28 +200,23 @@ pub async fn run(
 }
 
 /// Saves and restores a one-file checkpoint of `size` bytes; best of three each.
-fn checkpoint(dir: &Path, store: &ObjectStore, size: u64) -> Result<(f64, f64), String> {
-    let trial = "3f2a9c0d11b2e4f7-t0".parse().map_err(|_| "trial id")?;
+fn checkpoint(dir: &Path, store: &ObjectStore, size: u64) -> Result<(f64, f64), BenchError> {
+    let trial = "3f2a9c0d11b2e4f7-t0".parse().expect("a literal trial id");
     let checkpoint_dir = dir.join("work").join("checkpoint");
     let restored_dir = dir.join("restored");
     let (mut save, mut restore) = (0f64, 0f64);
     for run in 0..RUNS {
-        std::fs::create_dir_all(&checkpoint_dir).map_err(|error| error.to_string())?;
-        std::fs::write(checkpoint_dir.join("state"), content(size, 100 + run))
-            .map_err(|error| error.to_string())?;
+        std::fs::create_dir_all(&checkpoint_dir)?;
+        std::fs::write(checkpoint_dir.join("state"), content(size, 100 + run))?;
         let started = stopwatch();
-        let files = crate::checkpoint::take(store, &checkpoint_dir, trial, run as u64)
-            .map_err(|error| error.to_string())?;
+        let files = crate::checkpoint::take(store, &checkpoint_dir, trial, run as u64)?;
         save = save.max(gbps(size, started.elapsed().as_secs_f64()));
         let _ = std::fs::remove_dir_all(&restored_dir);
         let started = stopwatch();
-        crate::checkpoint::restore(store, &restored_dir, &files)
-            .map_err(|error| error.to_string())?;
+        crate::checkpoint::restore(store, &restored_dir, &files)?;
         restore = restore.max(gbps(size, started.elapsed().as_secs_f64()));
         for file in files {
-            store
-                .delete(file.object)
-                .map_err(|error| error.to_string())?;
+            store.delete(file.object)?;
         }
     }
     let _ = std::fs::remove_dir_all(&restored_dir);

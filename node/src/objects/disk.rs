@@ -18,8 +18,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use memmap2::Mmap;
+use xp_runtime::ids::ObjectId;
 
-use super::{IoOperation, ObjectId, StoreError};
+use super::error::{IoOperation, StoreError};
+use super::types::object_id;
 
 /// Names starting with this are temporary files, removed at open.
 const TEMP_PREFIX: &str = ".tmp-";
@@ -307,7 +309,7 @@ impl DiskDir {
         let Some(map) = self.map(id)? else {
             return Ok(MapOutcome::Missing);
         };
-        if super::object_id(&map) != *id {
+        if object_id(&map) != *id {
             return Ok(MapOutcome::Mismatch);
         }
         Ok(MapOutcome::Verified(Arc::new(map)))

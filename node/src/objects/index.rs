@@ -12,8 +12,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Weak};
 
 use memmap2::Mmap;
+use xp_runtime::ids::ObjectId;
 
-use super::{ObjectBytes, ObjectId, ObjectInfo, Owner, StoreError, StoreLimits, StoreStats, Tier};
+use super::error::StoreError;
+use super::object_bytes::ObjectBytes;
+use super::types::{ObjectInfo, Owner, StoreLimits, StoreStats, Tier};
 
 /// One stored object.
 #[derive(Debug)]

@@ -7,6 +7,12 @@
 //! and fetches it, verified, from one of them. The object is then linked (or, for
 //! a memory object, written) into the worker's work directory, read-only, so the
 //! worker reads a plain file and can never change the stored copy in place.
+//!
+//! Not here: which workers exist (the agent adds and removes their secrets) and
+//! moving objects between nodes (`remote`).
+//!
+//! Invariant: a request is served only for a live worker's secret, and a
+//! worker's objects are owned by its trial.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -53,19 +59,59 @@ pub struct LocalContext {
     pub changes: mpsc::UnboundedSender<ObjectChange>,
 }
 
+/// Why the local channel could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalChannelError {
+    /// The socket's directory could not be created.
+    #[error("cannot create {path}")]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The socket could not be bound.
+    #[error("cannot listen on {path}")]
+    Listen {
+        /// The socket.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The socket could not be made private to this user.
+    #[error("cannot restrict {path}")]
+    Restrict {
+        /// The socket.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Serves the channel at `path` (replacing a stale socket) until the task is dropped.
-pub fn start(path: &Path, context: LocalContext) -> Result<(), String> {
+pub fn start(path: &Path, context: LocalContext) -> Result<(), LocalChannelError> {
     use std::os::unix::fs::PermissionsExt;
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|error| format!("cannot create {}: {error}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(|source| LocalChannelError::CreateDir {
+            path: parent.to_owned(),
+            source,
+        })?;
     }
     let _ = std::fs::remove_file(path);
-    let listener = UnixListener::bind(path)
-        .map_err(|error| format!("cannot listen on {}: {error}", path.display()))?;
+    let listener = UnixListener::bind(path).map_err(|source| LocalChannelError::Listen {
+        path: path.to_owned(),
+        source,
+    })?;
     // Only this user's processes; the secret tells workers apart.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|error| format!("cannot restrict {}: {error}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
+        LocalChannelError::Restrict {
+            path: path.to_owned(),
+            source,
+        }
+    })?;
     xp_runtime::task::spawn("object-channel", async move {
         loop {
             match listener.accept().await {

@@ -10,6 +10,11 @@
 //! Around the store: `remote` moves objects between nodes, `local` serves the
 //! workers of this node, and the head keeps the directory of who holds what.
 //!
+//! Inside it: `types` (the vocabulary: owners, limits, stats, `object_id`) and
+//! `error` (`StoreError`) are leaves; `index` (no I/O) and `disk` (files, no
+//! index) use only those, and the store here drives both. Nothing imports back
+//! up from `index` or `disk` to this module.
+//!
 //! Invariants:
 //! - The bytes charged to each tier never exceed that tier's limit (counting disk
 //!   space reserved for writes in progress), except after a restart with a lower
@@ -31,24 +36,26 @@
 
 pub mod bench;
 mod disk;
+mod error;
 mod index;
 pub mod local;
 mod object_bytes;
 pub mod remote;
 #[cfg(test)]
 mod tests;
+mod types;
 
-use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use xp_runtime::ids::ObjectId;
-use xp_runtime::ids::TrialId;
 
 use disk::{DiskDir, MapOutcome, StreamOutcome};
+pub use error::{IoOperation, StoreError};
 use index::{Index, Lookup, MemoryPlan};
 pub use object_bytes::ObjectBytes;
+pub use types::{ObjectChange, ObjectInfo, Owner, StoreLimits, StoreStats, Tier, object_id};
 
 /// How many times [`ObjectStore::get`] looks again when the file it found bad
 /// was replaced meanwhile by a concurrent delete and re-put of the same object.
@@ -77,232 +84,6 @@ pub(crate) async fn off_runtime<T: Send + 'static>(
                 reason: error.to_string(),
             })
         })
-}
-
-/// Inputs at least this large are hashed on all cores.
-const PARALLEL_HASH_BYTES: usize = 4 << 20;
-
-/// The id of `bytes`, as [`ObjectId::of`] computes it, using every core for large
-/// objects: verifying a large object is what bounds a local `get`.
-pub fn object_id(bytes: &[u8]) -> ObjectId {
-    if bytes.len() < PARALLEL_HASH_BYTES {
-        return ObjectId::of(bytes);
-    }
-    let mut hasher = blake3::Hasher::new();
-    hasher.update_rayon(bytes);
-    ObjectId(*hasher.finalize().as_bytes())
-}
-
-/// A change to what this node's store holds, for the head's directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ObjectChange {
-    /// Now held.
-    Added(ObjectId),
-    /// No longer held.
-    Dropped(ObjectId),
-}
-
-/// Who keeps an object alive; an object whose last owner is released (and that
-/// is not pinned) is deleted.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Owner {
-    /// A trial's workers, released when the trial ends.
-    Trial(TrialId),
-    /// A driver program, by the name it registered under.
-    Driver(String),
-}
-
-impl fmt::Display for Owner {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Trial(trial_id) => write!(f, "trial {trial_id}"),
-            Self::Driver(name) => write!(f, "driver {name:?}"),
-        }
-    }
-}
-
-/// How much the store may hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoreLimits {
-    /// Bytes the memory tier may hold; an object larger than this goes straight to disk.
-    pub memory_bytes: u64,
-    /// Bytes the disk tier may hold: the store's final capacity.
-    pub disk_bytes: u64,
-    /// The largest single object accepted, checked before anything is written.
-    pub max_object_bytes: u64,
-}
-
-impl Default for StoreLimits {
-    /// 1 GiB of memory, 256 GiB of disk, objects up to 64 GiB.
-    fn default() -> Self {
-        Self {
-            memory_bytes: 1 << 30,
-            disk_bytes: 256 << 30,
-            max_object_bytes: 64 << 30,
-        }
-    }
-}
-
-/// Where an object lives now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tier {
-    /// In this process's memory (including while it is being spilled to disk).
-    Memory,
-    /// In a file under the store's directory.
-    Disk,
-}
-
-/// What the store knows about one object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectInfo {
-    /// The object's length in bytes.
-    pub size: u64,
-    /// The tier it is charged to.
-    pub tier: Tier,
-    /// Who keeps it alive, in order.
-    pub owners: Vec<Owner>,
-    /// Whether it survives losing all its owners.
-    pub pinned: bool,
-}
-
-/// Bytes and object counts per tier.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StoreStats {
-    /// Bytes charged to the memory tier.
-    pub memory_bytes: u64,
-    /// Objects in the memory tier.
-    pub memory_objects: u64,
-    /// Bytes charged to the disk tier (without writes still in progress).
-    pub disk_bytes: u64,
-    /// Objects in the disk tier.
-    pub disk_objects: u64,
-}
-
-/// The file operation that failed, for [`StoreError::Io`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IoOperation {
-    /// Creating the store's directory.
-    CreateDirectory,
-    /// Taking the directory's lock file.
-    LockDirectory,
-    /// Listing the directory at open.
-    ReadDirectory,
-    /// Creating a temporary file.
-    CreateFile,
-    /// Writing object bytes.
-    Write,
-    /// Flushing a file to stable storage.
-    Sync,
-    /// Renaming a finished file to its final name.
-    RenameIntoPlace,
-    /// Moving a file aside before deleting it.
-    MoveAside,
-    /// Removing a stale temporary file.
-    Remove,
-    /// Opening a file to read it.
-    Open,
-    /// Memory-mapping a file.
-    Map,
-}
-
-impl fmt::Display for IoOperation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::CreateDirectory => "create directory",
-            Self::LockDirectory => "lock directory",
-            Self::ReadDirectory => "read directory",
-            Self::CreateFile => "create",
-            Self::Write => "write",
-            Self::Sync => "sync",
-            Self::RenameIntoPlace => "rename into place",
-            Self::MoveAside => "move aside",
-            Self::Remove => "remove",
-            Self::Open => "open",
-            Self::Map => "map",
-        })
-    }
-}
-
-/// Why a store operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// No object with this id is stored here.
-    #[error("object {id} is not in the store")]
-    NotFound {
-        /// The object asked for.
-        id: ObjectId,
-    },
-    /// The object is over the configured size limit; nothing was stored.
-    #[error("object of {size} bytes is over the {limit}-byte object size limit")]
-    TooLarge {
-        /// The object's size; for a stream, the bytes read before giving up.
-        size: u64,
-        /// The configured limit.
-        limit: u64,
-    },
-    /// Even after spilling everything that can spill, the object does not fit;
-    /// nothing was stored and nothing was evicted.
-    #[error("store full: {needed} bytes needed, {available} of the disk tier's {limit} bytes free")]
-    Full {
-        /// The object's size; for a stream, the bytes read before giving up.
-        needed: u64,
-        /// Disk-tier bytes free when the put was refused.
-        available: u64,
-        /// The disk tier's limit.
-        limit: u64,
-    },
-    /// Bytes that should have been one object hash to another; nothing was stored.
-    #[error("bytes expected to be object {expected} hash to {actual}")]
-    Mismatch {
-        /// The object they should have been.
-        expected: ObjectId,
-        /// What they hash to.
-        actual: ObjectId,
-    },
-    /// The object's file did not hash to its id; the file was deleted, so a later
-    /// put (for example from a replica) repairs it.
-    #[error("object {id} failed its hash check on disk and was deleted")]
-    Corrupt {
-        /// The damaged object.
-        id: ObjectId,
-    },
-    /// The object was indexed on disk but its file was gone (removed behind the
-    /// store's back); the entry was dropped.
-    #[error("object {id} was on disk but its file is gone")]
-    Missing {
-        /// The lost object.
-        id: ObjectId,
-    },
-    /// Another store in this or another process has the directory open.
-    #[error("object directory {dir} is already open in another store")]
-    Locked {
-        /// The directory.
-        dir: PathBuf,
-    },
-    /// The reader given to [`ObjectStore::put_reader`] failed; nothing was stored.
-    #[error("cannot read the object's bytes")]
-    Read {
-        /// The reader's error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The blocking task running a store operation for an async caller died.
-    #[error("the store operation's task failed: {reason}")]
-    Task {
-        /// The runtime's words.
-        reason: String,
-    },
-    /// A file operation failed; no partial object was left under a final name.
-    #[error("cannot {operation} {path}")]
-    Io {
-        /// What was being done.
-        operation: IoOperation,
-        /// The file or directory it was done to.
-        path: PathBuf,
-        /// The operating system's error.
-        #[source]
-        source: std::io::Error,
-    },
 }
 
 /// A node's object store, shared behind an [`Arc`] by the node's tasks.

@@ -1,5 +1,11 @@
 //! [`ObjectBytes`]: an object's bytes as handed to readers, without copying them
 //! out of the tier they live in.
+//!
+//! Not here: checking the bytes against their id (the store does that before it
+//! hands them out) or charging them to a tier.
+//!
+//! Invariant: the bytes never change while any clone is held; a map is only of a
+//! file the store never writes again.
 
 use std::fmt;
 use std::ops::Deref;

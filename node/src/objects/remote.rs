@@ -6,18 +6,23 @@
 //! malicious source can cost a retry but never a wrong object. A source whose
 //! own copy fails its hash check deletes it (the store does) and says so, and
 //! the server tells the agent, which tells the head's directory.
+//!
+//! Not here: knowing which node holds what (the head's directory does; callers
+//! pass the sources), and the wire format and QUIC setup (`xp_runtime`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
+use xp_runtime::error_chain::error_chain;
 use xp_runtime::ids::ObjectId;
 use xp_runtime::object_wire::{
     self, FetchErrorCode, FetchHeader, MAX_CHUNK_BYTES, ObjectClient, ObjectOp, ObjectRequest,
     StoreAnswer,
 };
 use xp_runtime::protocol::{ObjectEndpoint, ObjectSource};
+use xp_runtime::transport::QuicSetupError;
 
 use super::{ObjectBytes, ObjectChange, ObjectStore, Owner, StoreError, off_runtime};
 
@@ -53,6 +58,23 @@ pub enum FetchError {
     Endpoint(String),
 }
 
+/// Why the object server could not start or say where it listens.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectServerError {
+    /// The QUIC endpoint could not be bound or configured.
+    #[error("cannot start the object server on {bind}")]
+    Start {
+        /// The address asked for.
+        bind: SocketAddr,
+        /// The cause.
+        #[source]
+        source: QuicSetupError,
+    },
+    /// The bound endpoint could not tell its address.
+    #[error("object server address")]
+    Address(#[source] std::io::Error),
+}
+
 /// Serves this node's objects to other nodes until the endpoint is closed.
 pub struct ObjectServer {
     endpoint: quinn::Endpoint,
@@ -68,9 +90,9 @@ impl ObjectServer {
         bind: SocketAddr,
         token_digest: [u8; 32],
         changes: mpsc::UnboundedSender<ObjectChange>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ObjectServerError> {
         let (endpoint, cert_sha256) = object_wire::server_endpoint(bind)
-            .map_err(|error| format!("cannot start the object server on {bind}: {error}"))?;
+            .map_err(|source| ObjectServerError::Start { bind, source })?;
         let accepting = endpoint.clone();
         xp_runtime::task::spawn("object-server", async move {
             while let Some(incoming) = accepting.accept().await {
@@ -93,11 +115,11 @@ impl ObjectServer {
     }
 
     /// What the head tells fetching nodes.
-    pub fn endpoint(&self) -> Result<ObjectEndpoint, String> {
+    pub fn endpoint(&self) -> Result<ObjectEndpoint, ObjectServerError> {
         let port = self
             .endpoint
             .local_addr()
-            .map_err(|error| format!("object server address: {error}"))?
+            .map_err(ObjectServerError::Address)?
             .port();
         Ok(ObjectEndpoint {
             port,
@@ -468,14 +490,17 @@ impl ObjectFetcher {
                                 match checked {
                                     Ok(true) => "was damaged and is deleted".to_owned(),
                                     Ok(false) => "checks out: the damage was in transit".to_owned(),
-                                    Err(error) => format!("could not be checked: {error}"),
+                                    Err(error) =>
+                                        format!("could not be checked: {}", error_chain(&error)),
                                 }
                             ));
                         }
                         Err(source) => return Err(FetchError::Store { id, source }),
                     }
                 }
-                Err(reason) => failures.push(format!("node {}: {reason}", source.node)),
+                Err(reason) => {
+                    failures.push(format!("node {}: {}", source.node, error_chain(&reason)))
+                }
             }
         }
         Err(FetchError::Exhausted { id, failures })

@@ -1,0 +1,122 @@
+//! Tests of taking and restoring checkpoints through a real store in temporary
+//! directories.
+
+use xp_runtime::ids::TrialId;
+
+use super::{CheckpointError, back_up, remove_from_backup, restore, restore_from_backup, take};
+use crate::objects::{ObjectStore, StoreLimits};
+
+fn trial() -> TrialId {
+    "3f2a9c0d11b2e4f7-t3".parse().expect("trial id")
+}
+
+#[test]
+fn take_then_restore_round_trips_and_empties_the_directory() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let store =
+        ObjectStore::open(temp.path().join("objects"), StoreLimits::default()).expect("store");
+    let dir = temp.path().join("work").join("checkpoint");
+    std::fs::create_dir_all(dir.join("sub")).expect("mkdir");
+    std::fs::write(dir.join("state"), b"weights").expect("write");
+    std::fs::write(dir.join("sub").join("opt"), b"moments").expect("write");
+    let files = take(&store, &dir, trial(), 7).expect("take");
+    assert_eq!(
+        files
+            .iter()
+            .map(|file| file.name.as_str())
+            .collect::<Vec<_>>(),
+        ["state", "sub/opt"]
+    );
+    assert!(std::fs::read_dir(&dir).expect("dir").next().is_none());
+    assert!(
+        files
+            .iter()
+            .all(|file| store.info(file.object).expect("stored").pinned)
+    );
+    let again = temp.path().join("restored");
+    restore(&store, &again, &files).expect("restore");
+    assert_eq!(
+        std::fs::read(again.join("sub").join("opt")).expect("read"),
+        b"moments"
+    );
+    assert_eq!(
+        std::fs::read(again.join("state")).expect("read"),
+        b"weights"
+    );
+}
+
+#[test]
+fn a_full_store_refuses_the_checkpoint_and_keeps_nothing_of_it() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let limits = StoreLimits {
+        memory_bytes: 0,
+        disk_bytes: 1000,
+        max_object_bytes: 1 << 20,
+    };
+    let store = ObjectStore::open(temp.path().join("objects"), limits).expect("store");
+    let dir = temp.path().join("checkpoint");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("a"), vec![1u8; 600]).expect("write");
+    std::fs::write(dir.join("b"), vec![2u8; 600]).expect("write");
+    let error = take(&store, &dir, trial(), 1).expect_err("over the limit");
+    assert!(error.to_string().contains("store full"), "{error}");
+    assert_eq!(store.stat().disk_objects, 0);
+}
+
+#[test]
+fn an_empty_directory_or_an_unsafe_name_is_refused() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let store =
+        ObjectStore::open(temp.path().join("objects"), StoreLimits::default()).expect("store");
+    let dir = temp.path().join("checkpoint");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    assert!(matches!(
+        take(&store, &dir, trial(), 1),
+        Err(CheckpointError::Invalid(_))
+    ));
+    for name in ["../x", "/etc/passwd", "", "a/../../b"] {
+        assert!(
+            !xp_runtime::protocol::is_safe_checkpoint_name(name),
+            "{name}"
+        );
+    }
+    assert!(xp_runtime::protocol::is_safe_checkpoint_name(
+        "model/weights.pt"
+    ));
+}
+
+#[test]
+fn a_backup_comes_back_verified_and_is_removed_on_request() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let store =
+        ObjectStore::open(temp.path().join("objects"), StoreLimits::default()).expect("store");
+    let dir = temp.path().join("checkpoint");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("state"), b"weights").expect("write");
+    std::fs::write(dir.join("damaged"), b"moments").expect("write");
+    let files = take(&store, &dir, trial(), 2).expect("take");
+    let backup = temp.path().join("backup");
+    back_up(&store, &backup, &files).expect("back up");
+
+    // Another node's store, which has never seen the objects.
+    let other =
+        ObjectStore::open(temp.path().join("other"), StoreLimits::default()).expect("other store");
+    let [damaged, state] = [&files[0], &files[1]];
+    let bytes = restore_from_backup(&other, &backup, state, trial()).expect("restore");
+    assert_eq!(&bytes[..], b"weights");
+    assert!(other.info(state.object).expect("stored").pinned);
+
+    let damaged_path = backup.join("objects").join(damaged.object.to_string());
+    std::fs::write(&damaged_path, b"mOments").expect("damage");
+    let error = restore_from_backup(&other, &backup, damaged, trial()).expect_err("damaged");
+    assert!(matches!(error, CheckpointError::Store { .. }), "{error}");
+    assert!(!other.contains(damaged.object));
+
+    remove_from_backup(&backup, &[state.object, damaged.object]);
+    assert!(
+        std::fs::read_dir(backup.join("objects"))
+            .expect("backup objects")
+            .next()
+            .is_none()
+    );
+}

@@ -1,0 +1,237 @@
+//! Steps 1 and 4 of the route: a worker's `XP_CHECKPOINT` line in, a report, a
+//! log note and a verdict out.
+//!
+//! The worker's stdout pump hands every line to [`CheckpointWatch::handle_line`].
+//! A checkpoint line of rank 0 is taken ([`take`](super::take)), backed up when
+//! the node has a backup directory, reported to the head as
+//! `WorkerReport::Checkpoint`, noted in the worker's log, and answered with a
+//! verdict file the worker's SDK waits for. Other ranks' checkpoint lines are only
+//! answered: data-parallel ranks hold the same state as rank 0.
+//!
+//! Not here: reading the worker's output or writing the rest of its log (the
+//! worker module's pump does), and parsing the line (`xp_runtime::metric_line`).
+//!
+//! Invariants: the report is sent only for a checkpoint whose every file is
+//! stored; the verdict is written atomically, after the log note; [`InFlight`] is
+//! set for exactly as long as a checkpoint is being stored, so the worker's
+//! supervisor can wait for it before reporting the exit.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+use xp_runtime::ids::WorkerKey;
+use xp_runtime::metric_line::{CHECKPOINT_STATUS_DIR, parse_checkpoint_line};
+use xp_runtime::protocol::{CheckpointFile, WorkerReport};
+
+use super::backup::back_up;
+use super::error::CheckpointError;
+use super::take::take;
+use crate::objects::ObjectStore;
+
+/// How long to wait after a worker exited for a checkpoint still being stored, so
+/// that it is reported before the exit.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(300);
+
+/// Where one worker's checkpoints go: its `XP_CHECKPOINT_DIR`, the node's store,
+/// and the backup directory.
+#[derive(Debug, Clone)]
+pub struct CheckpointSink {
+    /// The node's object store.
+    pub store: Arc<ObjectStore>,
+    /// The worker's checkpoint directory (`XP_CHECKPOINT_DIR`).
+    pub dir: PathBuf,
+    /// Where the verdict on each checkpoint is left for the worker
+    /// (`CHECKPOINT_STATUS_DIR` under its work directory).
+    pub status_dir: PathBuf,
+    /// A durable directory each checkpoint is also written to.
+    pub backup: Option<PathBuf>,
+}
+
+impl CheckpointSink {
+    /// The sink of a worker whose work directory is `work_dir`: its checkpoint
+    /// directory is `checkpoint` there, and its verdicts go to
+    /// `CHECKPOINT_STATUS_DIR` there.
+    pub fn new(store: Arc<ObjectStore>, work_dir: &Path, backup: Option<PathBuf>) -> Self {
+        Self {
+            store,
+            dir: work_dir.join("checkpoint"),
+            status_dir: work_dir.join(CHECKPOINT_STATUS_DIR),
+            backup,
+        }
+    }
+}
+
+/// Whether a worker's checkpoint is being stored right now.
+#[derive(Debug, Clone, Default)]
+pub struct InFlight(Arc<AtomicBool>);
+
+impl InFlight {
+    /// True while a checkpoint is being taken or backed up.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    fn set(&self, taking: bool) {
+        self.0.store(taking, Ordering::Release);
+    }
+}
+
+/// Handles one worker's checkpoint lines.
+#[derive(Debug)]
+pub struct CheckpointWatch {
+    sink: CheckpointSink,
+    key: WorkerKey,
+    reports: mpsc::UnboundedSender<WorkerReport>,
+    in_flight: InFlight,
+}
+
+impl CheckpointWatch {
+    /// A watch for worker `key`, taking its checkpoints into `sink` and
+    /// reporting them on `reports`.
+    pub fn new(
+        sink: CheckpointSink,
+        key: WorkerKey,
+        reports: mpsc::UnboundedSender<WorkerReport>,
+    ) -> Self {
+        Self {
+            sink,
+            key,
+            reports,
+            in_flight: InFlight::default(),
+        }
+    }
+
+    /// The flag that says a checkpoint is being stored.
+    pub fn in_flight(&self) -> InFlight {
+        self.in_flight.clone()
+    }
+
+    /// Handles `line` if it is a checkpoint line (or a malformed one, which is
+    /// logged and dropped) and returns true; returns false for any other line.
+    /// The note on a kept checkpoint is appended to `log`.
+    pub async fn handle_line(&self, line: &str, log: Option<&mut tokio::fs::File>) -> bool {
+        let key = self.key;
+        let step = match parse_checkpoint_line(line) {
+            Ok(Some(step)) => step,
+            Ok(None) => return false,
+            Err(error) => {
+                warn!(worker = %key, %error, "checkpoint line ignored");
+                return true;
+            }
+        };
+        if key.rank != 0 {
+            debug!(worker = %key, "checkpoint line of a rank other than 0 not stored");
+            let verdict = "not stored: only rank 0's checkpoints are kept (data-parallel ranks hold the same state)";
+            leave_verdict(&self.sink.status_dir, step, verdict).await;
+            return true;
+        }
+        self.in_flight.set(true);
+        let outcome = take_and_back_up(&self.sink, key, step).await;
+        self.in_flight.set(false);
+        let note = match outcome {
+            Ok((files, backup)) => {
+                let bytes: u64 = files.iter().map(|file| file.size).sum();
+                let note = format!(
+                    "xp-node: checkpoint at step {step} stored ({} files, {bytes} bytes{})\n",
+                    files.len(),
+                    if backup.is_some() { ", backed up" } else { "" }
+                );
+                let _ = self.reports.send(WorkerReport::Checkpoint {
+                    key,
+                    step,
+                    files,
+                    backup,
+                });
+                note
+            }
+            Err(error) => {
+                warn!(worker = %key, step, %error, "checkpoint not stored");
+                format!("xp-node: checkpoint at step {step} NOT stored: {error}\n")
+            }
+        };
+        if let Some(file) = log {
+            let _ = file.write_all(note.as_bytes()).await;
+        }
+        leave_verdict(&self.sink.status_dir, step, note.trim_end()).await;
+        true
+    }
+}
+
+/// The verdict file's text for a log note: without the `xp-node: ` prefix, and
+/// starting with `error: ` when the checkpoint was not stored.
+fn verdict_text(note: &str) -> String {
+    let verdict = note.trim_start_matches("xp-node: ");
+    if verdict.contains("NOT stored") {
+        format!("error: {verdict}")
+    } else {
+        verdict.to_owned()
+    }
+}
+
+/// Writes the verdict on the checkpoint of `step` where the worker looks for it;
+/// atomically, so it never reads half of one.
+async fn leave_verdict(dir: &Path, step: u64, note: &str) {
+    let verdict = verdict_text(note);
+    let temporary = dir.join(format!(".{step}.tmp"));
+    let write = async {
+        tokio::fs::create_dir_all(dir).await?;
+        tokio::fs::write(&temporary, verdict.as_bytes()).await?;
+        tokio::fs::rename(&temporary, dir.join(step.to_string())).await
+    };
+    if let Err(error) = write.await {
+        warn!(%error, dir = %dir.display(), "cannot leave the checkpoint verdict for the worker");
+    }
+}
+
+/// Takes the checkpoint into the store and, when the node has a backup
+/// directory, writes it there too; returns its files and the backup used. A
+/// failed backup leaves the checkpoint stored on this node only, and says so.
+async fn take_and_back_up(
+    sink: &CheckpointSink,
+    key: WorkerKey,
+    step: u64,
+) -> Result<(Vec<CheckpointFile>, Option<String>), CheckpointError> {
+    let store = sink.store.clone();
+    let dir = sink.dir.clone();
+    let backup = sink.backup.clone();
+    tokio::task::spawn_blocking(move || {
+        let files = take(&store, &dir, key.trial, step)?;
+        let Some(backup) = backup else {
+            return Ok((files, None));
+        };
+        match back_up(&store, &backup, &files) {
+            Ok(()) => Ok((files, Some(backup.display().to_string()))),
+            Err(error) => {
+                warn!(worker = %key, step, %error, "checkpoint stored but not backed up");
+                Ok((files, None))
+            }
+        }
+    })
+    .await?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verdict_text;
+
+    #[test]
+    fn a_verdict_drops_the_log_prefix_and_flags_a_failure() {
+        assert_eq!(
+            verdict_text("xp-node: checkpoint at step 3 stored (1 files, 9 bytes)"),
+            "checkpoint at step 3 stored (1 files, 9 bytes)"
+        );
+        assert_eq!(
+            verdict_text("xp-node: checkpoint at step 1 NOT stored: store full"),
+            "error: checkpoint at step 1 NOT stored: store full"
+        );
+        assert_eq!(
+            verdict_text("not stored: only rank 0's checkpoints are kept"),
+            "not stored: only rank 0's checkpoints are kept"
+        );
+    }
+}
