@@ -34,6 +34,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use anyhow::Context;
+use xp_runtime::seeded::splitmix64;
 use xp_runtime::spec::{RuleKind, StoppingConfig};
 use xp_tune::stats::quantile;
 use xp_tune::stopping::{StoppingRule, make_rule};
@@ -103,14 +104,6 @@ struct Outcome {
     regret: f64,
     steps: u64,
     makespan: u64,
-}
-
-/// SplitMix64, to derive per-configuration step times from the seed.
-fn splitmix64(value: u64) -> u64 {
-    let mut z = value.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// Runs the 81 configurations of `seed` on [`WORKERS`] slots under `rule` (none:

@@ -15,6 +15,7 @@ use std::io::Read as _;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use candle_core::{DType, Device, Tensor, Var};
+use xp_runtime::seeded::SplitMix64;
 
 /// The gzip-compressed CSV: per line 64 pixels in `0..=16`, then the label.
 static DIGITS_CSV_GZ: &[u8] = include_bytes!(concat!(
@@ -103,7 +104,7 @@ pub(crate) fn train_sharded(
 
     // Deterministic split: shuffle all indices, the first 20% validate.
     let mut order: Vec<usize> = (0..data.len()).collect();
-    SplitMix64::new(cfg.seed, STREAM_SPLIT).shuffle(&mut order);
+    stream_rng(cfg.seed, STREAM_SPLIT).shuffle(&mut order);
     let val_len = data.len() * VALIDATION_PERCENT / 100;
     let (val_idx, train_idx) = order.split_at(val_len);
     let train_set = data
@@ -113,12 +114,12 @@ pub(crate) fn train_sharded(
         .to_tensors(val_idx, &device)
         .context("building the validation tensors")?;
 
-    let mut init_rng = SplitMix64::new(cfg.seed, STREAM_INIT);
+    let mut init_rng = stream_rng(cfg.seed, STREAM_INIT);
     let model = Mlp::new(cfg.hidden, &mut init_rng, &device).context("initialising the model")?;
     let mut optimizer =
         SgdMomentum::new(&model, cfg.learning_rate, cfg.weight_decay).context("creating SGD")?;
 
-    let mut shuffle_rng = SplitMix64::new(cfg.seed, STREAM_SHUFFLE);
+    let mut shuffle_rng = stream_rng(cfg.seed, STREAM_SHUFFLE);
     let mut batch_order: Vec<u32> = (0..train_set.len)
         .map(|i| u32::try_from(i).context("training split too large"))
         .collect::<Result<_>>()?;
@@ -492,53 +493,13 @@ const STREAM_SPLIT: u64 = 1;
 const STREAM_INIT: u64 = 2;
 const STREAM_SHUFFLE: u64 = 3;
 
-/// splitmix64 (Steele, Lea & Flood 2014): tiny, fast, and good enough for
-/// initialisation and shuffling. Each `stream` gives an independent sequence
-/// for the same seed.
-struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    fn new(seed: u64, stream: u64) -> Self {
-        let mut s = Self {
-            state: seed ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03),
-        };
-        // Decorrelate nearby seeds before the first real draw.
-        s.next_u64();
-        s
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`, 53 random bits.
-    fn next_f64(&mut self) -> f64 {
-        #[allow(clippy::cast_precision_loss)]
-        let mantissa = (self.next_u64() >> 11) as f64;
-        mantissa / 9_007_199_254_740_992.0 // 2^53
-    }
-
-    /// Uniform in `0..n` (Lemire's multiply-high; bias is negligible here).
-    fn below(&mut self, n: usize) -> usize {
-        let wide = u128::from(self.next_u64()) * n as u128;
-        #[allow(clippy::cast_possible_truncation)]
-        let index = (wide >> 64) as usize;
-        index
-    }
-
-    /// Fisher-Yates shuffle.
-    fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            let j = self.below(i + 1);
-            items.swap(i, j);
-        }
-    }
+/// The generator of `stream` for `seed`: the shared `SplitMix64`, its state offset
+/// per stream and one draw discarded, so nearby seeds and streams decorrelate
+/// before the first real draw.
+fn stream_rng(seed: u64, stream: u64) -> SplitMix64 {
+    let mut rng = SplitMix64::new(seed ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03));
+    rng.next_u64();
+    rng
 }
 
 #[cfg(test)]
