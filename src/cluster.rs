@@ -123,6 +123,7 @@ impl Cluster {
             object_limits: xp_node::objects::StoreLimits::default(),
             object_port: 0,
             checkpoint_backup: None,
+            log_cap: xp_node::worker_log::LogCap::default(),
         };
         let node_task = xp_runtime::task::spawn(
             "local-node",

@@ -1,6 +1,7 @@
 //! Bad input gets a clear error and the cluster keeps working: wrong token, wrong
 //! CA hash, random datagrams, oversized, foreign and garbage frames, malformed
-//! YAML and unknown fields.
+//! YAML, unknown fields, sizes and priorities that mean nothing, and workers no
+//! node could ever hold.
 
 mod common;
 
@@ -216,4 +217,95 @@ fn bad_input_is_refused_clearly_and_the_cluster_keeps_working() {
     let status = cluster.wait_finished(&experiment, Duration::from_secs(60));
     assert_eq!(status["state"], "succeeded", "{status:#}");
     assert_eq!(status["trials"][0]["metrics"]["ok"], 1.0);
+}
+
+#[test]
+fn impossible_requests_and_nonsense_values_are_refused_at_submission() {
+    let mut cluster = TestCluster::start("10s");
+    cluster.start_node("a", 0, 2);
+    cluster.wait_for_nodes(1);
+    // A worker no node could ever hold is refused at once, naming the largest node,
+    // instead of waiting forever; nonsense sizes and priorities name the field.
+    let too_big = cluster.write_file(
+        "too-big.yaml",
+        "name: x\ntrial:\n  command: [echo]\n  resources: {memory: 1EiB}\n",
+    );
+    let output = cluster.xp(&["submit", too_big.to_str().unwrap()]);
+    assert!(!output.status.success());
+    assert!(
+        stderr_of(&output).contains("no node can hold one worker")
+            && stderr_of(&output).contains("the largest nodes offer 0 GPU, 2 CPU"),
+        "{}",
+        stderr_of(&output)
+    );
+    for (name, text, field) in [
+        (
+            "negative-memory.yaml",
+            "name: x\ntrial:\n  command: [echo]\n  resources: {memory: -1}\n",
+            "memory",
+        ),
+        (
+            "huge-priority.yaml",
+            "name: x\npriority: 1e308\ntrial:\n  command: [echo]\n",
+            "priority",
+        ),
+    ] {
+        let file = cluster.write_file(name, text);
+        let output = cluster.xp(&["submit", file.to_str().unwrap()]);
+        let stderr = stderr_of(&output);
+        assert!(
+            stderr.contains(field)
+                && stderr.contains("whole number")
+                && !stderr.contains("untagged"),
+            "{stderr}"
+        );
+    }
+}
+
+/// Runs `xp ARGS` with its stdout already closed by the reader, as in
+/// `xp status | head -0`, and returns its exit status and stderr.
+fn xp_into_closed_pipe(cluster: &TestCluster, args: &[&str]) -> (std::process::ExitStatus, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xp"))
+        .args(args)
+        .env("XP_CLUSTER", &cluster.join)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before the first byte is written.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    (output.status, stderr_of(&output))
+}
+
+#[test]
+fn commands_stop_quietly_when_their_reader_goes_away() {
+    let mut cluster = TestCluster::start("10s");
+    cluster.start_node("a", 0, 2);
+    cluster.wait_for_nodes(1);
+    let spec = cluster.write_file(
+        "piped.yaml",
+        "name: piped\ntrial:\n  command: [sh, -c, 'seq 1 2000; echo \"XP_METRIC {\\\"ok\\\": 1}\"']\n",
+    );
+    let experiment = cluster
+        .must_xp(&["submit", spec.to_str().unwrap()])
+        .trim()
+        .to_owned();
+    let status = cluster.wait_finished(&experiment, Duration::from_secs(60));
+    let trial = status["trials"][0]["id"].as_str().unwrap().to_owned();
+    for args in [
+        vec!["status"],
+        vec!["status", "--json"],
+        vec!["nodes"],
+        vec!["queue"],
+        vec!["logs", trial.as_str()],
+        vec!["metrics", trial.as_str()],
+        vec!["sim", "generate", "--jobs", "50", "--rate", "10"],
+    ] {
+        let (exit, stderr) = xp_into_closed_pipe(&cluster, &args);
+        assert!(
+            exit.success() && !stderr.contains("panicked"),
+            "xp {args:?} into a closed pipe: {exit:?}\n{stderr}"
+        );
+    }
 }

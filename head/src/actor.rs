@@ -2,8 +2,21 @@
 //!
 //! Every request and node report becomes a message; the actor feeds it to the
 //! core, commits the records the core produced, and only then replies, sends
-//! node commands and acknowledges node reports. If a commit fails (a full disk),
-//! nothing is acknowledged and the records are retried on the next message.
+//! node commands and acknowledges node reports.
+//!
+//! Invariant: the core never shows or acts on more than the registry holds. When
+//! a commit fails, the change is answered with an error, the commands and
+//! acknowledgements it produced are dropped, and the core is rebuilt from the
+//! committed records ([`Registry::committed`]), as after a restart; the node
+//! reports it carried stay unacknowledged on their nodes and come again.
+//!
+//! A failed write closes the database (a full disk): the head is then in an
+//! [`Outage`]. It refuses every change with [`ErrorCode::StorageUnavailable`],
+//! answers reads from the rebuilt core, defers node messages (accepts them but
+//! neither applies nor acknowledges them), reports itself unhealthy, and probes
+//! for room every second. Once the database opens again the core is rebuilt from
+//! it, metric history included, and every node is asked to register again, which
+//! makes it resend what was not acknowledged: each such report is applied once.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,16 +25,17 @@ use std::time::Duration;
 use dashmap::DashMap;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::{mpsc, oneshot, watch};
-use tracing::{error, warn};
-use xp_runtime::clock::Clock;
+use tracing::{debug, error, info, warn};
+use xp_runtime::clock::{Clock, UnixMillis};
 use xp_runtime::ids::{ExperimentId, NodeId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
     AdminRequest, ErrorCode, HeadCommand, LogChunk, LogRequest, MetricPoint, NodeMessage,
     NodeRegistration, RemoteError, Response, SubmitRequest, TrialEvent,
 };
 
-use crate::core::{HeadCore, Record};
-use crate::registry::Registry;
+use crate::core::{HeadCore, LoadedState};
+use crate::health::{Health, LOG_INTERVAL_MS, LogThrottle, Outage};
+use crate::registry::{Registry, RegistryError};
 
 /// How often the actor checks node heartbeats.
 const TICK: Duration = Duration::from_millis(250);
@@ -72,10 +86,10 @@ pub enum HeadMsg {
     Locate(xp_runtime::ids::ObjectId, Reply<Response>),
     /// An admin arbitrates.
     Admin(AdminRequest, Reply<Response>),
-    /// A node registered on a new session.
-    NodeRegistered(NodeRegistration, Reply<()>),
-    /// A message arrived on a node's session.
-    FromNode(NodeId, NodeMessage, Reply<()>),
+    /// A node registered on a new session (its session id).
+    NodeRegistered(NodeRegistration, u64, Reply<()>),
+    /// A message arrived on a node's session (its session id).
+    FromNode(NodeId, u64, NodeMessage, Reply<()>),
     /// A node's session ended.
     NodeDisconnected(NodeId, u64),
     /// Time passed.
@@ -96,6 +110,8 @@ pub struct HeadArgs {
     pub sessions: Sessions,
     /// Published after every commit: the newest event's sequence number.
     pub event_seq: watch::Sender<u64>,
+    /// Published whenever it changes: whether the head can store changes.
+    pub health: watch::Sender<Health>,
     /// The clock.
     pub clock: Arc<dyn Clock>,
 }
@@ -103,44 +119,231 @@ pub struct HeadArgs {
 /// The head actor's state.
 pub struct HeadState {
     args: HeadArgs,
-    unpersisted: Vec<Record>,
-    unsent: Vec<(NodeId, HeadCommand)>,
     acks: BTreeMap<NodeId, u64>,
+    /// Set while the database is closed after a failed write.
+    outage: Option<Outage>,
+    /// Paces the log of commits that failed with the database still open.
+    commit_log: LogThrottle,
 }
 
 impl HeadState {
     /// Commits what the core produced, then sends commands and acknowledgements.
-    fn flush(&mut self) -> Result<(), RemoteError> {
-        self.unpersisted.extend(self.args.core.take_records());
+    fn flush(&mut self, now: UnixMillis) -> Result<(), RemoteError> {
+        let records = self.args.core.take_records();
+        let mut commands = Vec::new();
         while let Some(command) = self.args.core.poll_command() {
-            self.unsent.push(command);
+            commands.push(command);
         }
-        let committed =
-            tokio::task::block_in_place(|| self.args.registry.commit(&self.unpersisted));
+        let committed = tokio::task::block_in_place(|| self.args.registry.commit(records));
         if let Err(commit_error) = committed {
-            error!(error = %commit_error, pending = self.unpersisted.len(), "cannot persist head state; nothing is acknowledged until it succeeds");
-            return Err(RemoteError::new(
-                ErrorCode::Internal,
-                format!("the head cannot persist state: {commit_error}"),
-            ));
+            return Err(self.commit_failed(now, commit_error));
         }
-        self.unpersisted.clear();
-        for (node_id, command) in self.unsent.drain(..) {
+        for (node_id, command) in commands {
             send_to_node(&self.args.sessions, node_id, command);
         }
         for (node_id, upto) in std::mem::take(&mut self.acks) {
             send_to_node(&self.args.sessions, node_id, HeadCommand::Ack { upto });
         }
-        self.args
-            .event_seq
-            .send_replace(self.args.core.last_event_seq());
+        self.publish_event_seq();
         Ok(())
     }
 
-    fn reply<T>(&mut self, port: Reply<T>, result: Result<T, impl Into<RemoteError>>) {
-        let flushed = self.flush();
-        let _ = port.send(flushed.and(result.map_err(Into::into)));
+    /// Applies a change to the core and answers once it is stored; during an
+    /// outage the change is refused without touching the core.
+    fn change<T, E: Into<RemoteError>>(
+        &mut self,
+        now: UnixMillis,
+        reply: Reply<T>,
+        apply: impl FnOnce(&mut HeadCore) -> Result<T, E>,
+    ) {
+        if let Some(refusal) = self.refusal(now) {
+            let _ = reply.send(Err(refusal));
+            return;
+        }
+        let result = apply(&mut self.args.core);
+        let flushed = self.flush(now);
+        let _ = reply.send(flushed.and(result.map_err(Into::into)));
     }
+
+    /// The answer to a change during an outage, counted and logged with back-off.
+    fn refusal(&mut self, now: UnixMillis) -> Option<RemoteError> {
+        let outage = self.outage.as_mut()?;
+        outage.refused += 1;
+        let refusal = outage.refusal();
+        debug!(error = %refusal.message, "change refused");
+        self.log_outage(now);
+        Some(refusal)
+    }
+
+    /// Says that the outage goes on, at most once per [`LOG_INTERVAL_MS`].
+    fn log_outage(&mut self, now: UnixMillis) {
+        if let Some(outage) = self.outage.as_mut()
+            && outage.log.admit(now).is_some()
+        {
+            warn!(
+                reason = %outage.reason(),
+                for_ms = now.saturating_sub(outage.since),
+                refused = outage.refused,
+                deferred = outage.deferred,
+                probes = outage.probes,
+                "the head still cannot store anything: changes refused, node reports deferred"
+            );
+        }
+    }
+
+    /// Whether `session_id` is the node's current session: messages from an
+    /// ended or replaced one are refused (the node resends them on its new one).
+    fn is_current_session(&self, node_id: NodeId, session_id: u64) -> bool {
+        self.args
+            .sessions
+            .get(&node_id)
+            .is_some_and(|session| session.session_id == session_id)
+    }
+
+    /// Handles a node's registration or message; deferred during an outage.
+    fn handle_node(
+        &mut self,
+        now: UnixMillis,
+        node_id: NodeId,
+        session_id: u64,
+        apply: impl FnOnce(&mut HeadCore, &mut BTreeMap<NodeId, u64>),
+        reply: Reply<()>,
+    ) {
+        if !self.is_current_session(node_id, session_id) {
+            let _ = reply.send(Err(RemoteError::new(
+                ErrorCode::Unavailable,
+                "this node session was replaced or ended by the head; register again",
+            )));
+            return;
+        }
+        if let Some(outage) = self.outage.as_mut() {
+            // Neither applied nor acknowledged: the node sends it again when the
+            // head asks it to register after the outage.
+            outage.deferred += 1;
+            self.log_outage(now);
+            let _ = reply.send(Ok(()));
+            return;
+        }
+        apply(&mut self.args.core, &mut self.acks);
+        // A failed commit leaves the report unacknowledged; the node resends it.
+        let _ = self.flush(now);
+        let _ = reply.send(Ok(()));
+    }
+
+    /// A commit failed: the core is ahead of the disk. Drops what it produced,
+    /// rebuilds the core from the committed records, and either asks nodes to
+    /// resend (the database still works) or begins an outage (it was closed).
+    fn commit_failed(&mut self, now: UnixMillis, commit_error: RegistryError) -> RemoteError {
+        self.acks.clear();
+        let committed = self.args.registry.committed();
+        self.replace_core(committed, now);
+        if self.args.registry.is_open() {
+            // Only a record that cannot be encoded fails a commit this way.
+            if let Some(left_out) = self.commit_log.admit(now) {
+                error!(error = %commit_error, left_out, "a change could not be stored and was dropped; the head's state was rebuilt from its registry");
+            }
+            if let Err(replay_error) = self.replay_metrics() {
+                warn!(error = %replay_error, "cannot read metric history back; stopping rules start without it");
+            }
+            self.reconnect_nodes("the head dropped a change it could not store");
+            return RemoteError::new(
+                ErrorCode::Internal,
+                format!("the head could not store this change: {commit_error}"),
+            );
+        }
+        if let Some(outage) = &self.outage {
+            // Already in an outage (the database was closed): the cause stays the first one.
+            return outage.refusal();
+        }
+        let outage = Outage::new(now, &commit_error);
+        error!(
+            reason = %outage.reason(),
+            "the head cannot store anything: refusing changes and serving what is stored until its database opens again"
+        );
+        let refusal = outage.refusal();
+        self.args.health.send_replace(outage.health());
+        self.outage = Some(outage);
+        refusal
+    }
+
+    /// During an outage, probes for room and re-opens the database when there is:
+    /// the core is rebuilt from it and every node registers again.
+    fn try_recover(&mut self, now: UnixMillis) {
+        let Some(outage) = self.outage.as_mut() else {
+            return;
+        };
+        if !outage.probe_due(now) {
+            return;
+        }
+        let reopened = tokio::task::block_in_place(|| self.args.registry.reopen());
+        let loaded = match reopened {
+            Ok(loaded) => loaded,
+            Err(reopen_error) => {
+                debug!(error = %reopen_error, "the database cannot be re-opened yet");
+                outage.probe_failed(now, &reopen_error);
+                self.log_outage(now);
+                return;
+            }
+        };
+        self.replace_core(loaded, now);
+        if let Err(replay_error) = self.replay_metrics() {
+            // A read failing right after the re-open: treat it as one more failed probe.
+            self.args.registry.close();
+            if let Some(outage) = self.outage.as_mut() {
+                outage.probe_failed(now, &replay_error);
+            }
+            self.log_outage(now);
+            return;
+        }
+        let outage = self.outage.take().expect("checked above");
+        info!(
+            down_ms = now.saturating_sub(outage.since),
+            refused = outage.refused,
+            deferred = outage.deferred,
+            "the head can store again: database re-opened and state rebuilt from it; nodes register again"
+        );
+        self.reconnect_nodes("the head re-opened its database after a storage failure");
+        self.args.health.send_replace(Health::Healthy);
+    }
+
+    /// Replaces the core with one rebuilt from `loaded` at `now`.
+    fn replace_core(&mut self, loaded: LoadedState, now: UnixMillis) {
+        self.args.core = self.args.core.rebuild(loaded, now);
+        self.publish_event_seq();
+    }
+
+    /// Feeds the stopping rules the metric history the core asks for.
+    fn replay_metrics(&mut self) -> Result<(), RegistryError> {
+        tokio::task::block_in_place(|| replay_metrics(&mut self.args.core, &self.args.registry))
+    }
+
+    /// Ends every node session with a request to register again: what a node
+    /// did not have acknowledged comes again, to the rebuilt core, and its
+    /// workers and objects are reconciled from its registration.
+    fn reconnect_nodes(&self, reason: &str) {
+        self.args.sessions.retain(|_, session| {
+            let _ = session.commands.send(HeadCommand::Reconnect {
+                reason: reason.to_owned(),
+            });
+            false
+        });
+    }
+
+    fn publish_event_seq(&self) {
+        self.args
+            .event_seq
+            .send_replace(self.args.core.last_event_seq());
+    }
+}
+
+/// Feeds `core`'s stopping rules the metric history of its unfinished trials.
+pub fn replay_metrics(core: &mut HeadCore, registry: &Registry) -> Result<(), RegistryError> {
+    let mut history = Vec::new();
+    for trial in core.trials_needing_metric_replay() {
+        history.extend(registry.metrics_of(trial)?);
+    }
+    core.replay_metrics(&history);
+    Ok(())
 }
 
 fn send_to_node(sessions: &Sessions, node_id: NodeId, command: HeadCommand) {
@@ -170,9 +373,9 @@ impl Actor for HeadActor {
         myself.send_interval(TICK, || HeadMsg::Tick);
         Ok(HeadState {
             args,
-            unpersisted: Vec::new(),
-            unsent: Vec::new(),
             acks: BTreeMap::new(),
+            outage: None,
+            commit_log: LogThrottle::new(LOG_INTERVAL_MS),
         })
     }
 
@@ -184,16 +387,22 @@ impl Actor for HeadActor {
     ) -> Result<(), ActorProcessingErr> {
         let now = state.args.clock.now();
         match message {
-            HeadMsg::Submit(request, reply) => {
-                let result = state.args.core.handle_submit(now, &request).map(
-                    |(experiment, reused, trials)| Response::Submitted {
+            HeadMsg::Submit(request, reply) => state.change(now, reply, |core| {
+                core.handle_submit(now, &request)
+                    .map(|(experiment, reused, trials)| Response::Submitted {
                         experiment,
                         reused,
                         trials,
-                    },
-                );
-                state.reply(reply, result);
-            }
+                    })
+            }),
+            HeadMsg::Cancel(id, reply) => state.change(now, reply, |core| {
+                core.handle_cancel(now, &id)
+                    .map(|trials| Response::Cancelled { trials })
+            }),
+            HeadMsg::Admin(request, reply) => state.change(now, reply, |core| {
+                core.handle_admin(now, request)
+                    .map(|(trials, message)| Response::Admin { trials, message })
+            }),
             HeadMsg::Status(filter, reply) => {
                 let result = state
                     .args
@@ -202,14 +411,6 @@ impl Actor for HeadActor {
                     .map(Response::Status)
                     .map_err(RemoteError::from);
                 let _ = reply.send(result);
-            }
-            HeadMsg::Cancel(id, reply) => {
-                let result = state
-                    .args
-                    .core
-                    .handle_cancel(now, &id)
-                    .map(|trials| Response::Cancelled { trials });
-                state.reply(reply, result);
             }
             HeadMsg::Nodes(reply) => {
                 let _ = reply.send(Ok(Response::Nodes(state.args.core.nodes_status())));
@@ -222,8 +423,9 @@ impl Actor for HeadActor {
                 let _ = reply.send(Ok(Response::StoreTargets { session, nodes }));
             }
             HeadMsg::DriverGone(session) => {
+                // Soft state and commands only: nothing to store, so also during an outage.
                 state.args.core.release_driver_objects(&session);
-                let _ = state.flush();
+                let _ = state.flush(now);
             }
             HeadMsg::Locate(object, reply) => {
                 let _ = reply.send(Ok(Response::Located(state.args.core.locate(object))));
@@ -236,14 +438,6 @@ impl Actor for HeadActor {
                     .map(Response::Checkpoints)
                     .map_err(RemoteError::from);
                 let _ = reply.send(result);
-            }
-            HeadMsg::Admin(request, reply) => {
-                let result = state
-                    .args
-                    .core
-                    .handle_admin(now, request)
-                    .map(|(trials, message)| Response::Admin { trials, message });
-                state.reply(reply, result);
             }
             HeadMsg::LocateWorker(request, reply) => {
                 let result = state.args.core.locate_worker(&request);
@@ -267,22 +461,34 @@ impl Actor for HeadActor {
                             })
                             .collect()
                     })
-                    .map_err(|error| RemoteError::new(ErrorCode::Internal, error.to_string()));
+                    .map_err(|error| match error {
+                        RegistryError::Closed => RemoteError::new(
+                            ErrorCode::StorageUnavailable,
+                            "the head cannot read metric history now: its database is closed after a failed write; retry later",
+                        ),
+                        error => RemoteError::new(ErrorCode::Internal, error.to_string()),
+                    });
                 let _ = reply.send(result);
             }
-            HeadMsg::NodeRegistered(registration, reply) => {
-                state.args.core.handle_node_register(now, registration);
-                state.reply(reply, Ok::<_, RemoteError>(()));
+            HeadMsg::NodeRegistered(registration, session_id, reply) => {
+                let node_id = registration.node_id;
+                state.handle_node(
+                    now,
+                    node_id,
+                    session_id,
+                    |core, _| core.handle_node_register(now, registration),
+                    reply,
+                );
             }
-            HeadMsg::FromNode(node_id, message, reply) => {
-                if let NodeMessage::Report { seq, .. } = &message {
-                    let ack = state.acks.entry(node_id).or_default();
-                    *ack = (*ack).max(*seq);
-                }
-                state.args.core.handle_node_message(now, node_id, message);
-                // A failed commit is logged by flush; the node's report stays unacknowledged.
-                let _ = state.flush();
-                let _ = reply.send(Ok(()));
+            HeadMsg::FromNode(node_id, session_id, message, reply) => {
+                let apply = |core: &mut HeadCore, acks: &mut BTreeMap<NodeId, u64>| {
+                    if let NodeMessage::Report { seq, .. } = &message {
+                        let ack = acks.entry(node_id).or_default();
+                        *ack = (*ack).max(*seq);
+                    }
+                    core.handle_node_message(now, node_id, message);
+                };
+                state.handle_node(now, node_id, session_id, apply, reply);
             }
             HeadMsg::NodeDisconnected(node_id, session_id) => {
                 state
@@ -291,10 +497,239 @@ impl Actor for HeadActor {
                     .remove_if(&node_id, |_, session| session.session_id == session_id);
             }
             HeadMsg::Tick => {
-                state.args.core.handle_tick(now);
-                let _ = state.flush();
+                if state.outage.is_some() {
+                    state.try_recover(now);
+                } else {
+                    state.args.core.handle_tick(now);
+                    let _ = state.flush(now);
+                }
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use xp_runtime::protocol::{ExperimentStatus, NodeResources};
+
+    use super::*;
+    use crate::core::CoreConfig;
+    use crate::registry::tests::Tmpfs;
+    use crate::server::call;
+
+    /// A clock the test moves by hand.
+    #[derive(Debug, Default)]
+    struct ManualClock(AtomicU64);
+
+    impl Clock for ManualClock {
+        fn now(&self) -> UnixMillis {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    const SESSION: u64 = 7;
+
+    fn node() -> NodeId {
+        NodeId(uuid::Uuid::from_bytes([1; 16]))
+    }
+
+    fn registration() -> NodeRegistration {
+        NodeRegistration {
+            node_id: node(),
+            name: "node".to_owned(),
+            advertise_host: "127.0.0.1".to_owned(),
+            resources: NodeResources {
+                gpus: Vec::new(),
+                cpu_milli: 1_000_000,
+                memory_bytes: 1 << 40,
+            },
+            labels: BTreeMap::new(),
+            running: Vec::new(),
+            objects: None,
+            held_objects: Vec::new(),
+        }
+    }
+
+    /// A submission of `trials` trials, named `name`, whose records are large.
+    fn submission(name: &str, trials: u32) -> SubmitRequest {
+        let choices: Vec<String> = (0..trials).map(|index| index.to_string()).collect();
+        let yaml = format!(
+            "name: {name}\ntrial: {{command: [echo, '{{x}}', {}]}}\nsearch: {{algorithm: grid, space: {{x: {{choice: [{}]}}}}}}\n",
+            "y".repeat(2_000),
+            choices.join(", ")
+        );
+        let spec = xp_runtime::spec::ExperimentSpec::from_yaml(&yaml).unwrap();
+        SubmitRequest {
+            spec_json: spec.to_canonical_json(),
+            program: None,
+            code_version: "none".to_owned(),
+            data_version: "none".to_owned(),
+            rerun: false,
+        }
+    }
+
+    async fn status(actor: &ActorRef<HeadMsg>) -> Vec<ExperimentStatus> {
+        match call(actor, |reply| HeadMsg::Status(None, reply)).await {
+            Ok(Response::Status(list)) => list,
+            other => panic!("unexpected status answer: {other:?}"),
+        }
+    }
+
+    fn names(list: &[ExperimentStatus]) -> Vec<String> {
+        let mut names: Vec<String> = list.iter().map(|status| status.name.clone()).collect();
+        names.sort();
+        names
+    }
+
+    /// Registers the test's node on a fresh session; returns its command stream.
+    async fn connect(
+        actor: &ActorRef<HeadMsg>,
+        sessions: &Sessions,
+    ) -> mpsc::UnboundedReceiver<HeadCommand> {
+        let (commands, received) = mpsc::unbounded_channel();
+        sessions.insert(
+            node(),
+            NodeSessionHandle {
+                session_id: SESSION,
+                commands,
+                pending_logs: Arc::new(DashMap::new()),
+            },
+        );
+        call(actor, |reply| {
+            HeadMsg::NodeRegistered(registration(), SESSION, reply)
+        })
+        .await
+        .unwrap();
+        received
+    }
+
+    fn drain(received: &mut mpsc::UnboundedReceiver<HeadCommand>) -> Vec<HeadCommand> {
+        std::iter::from_fn(|| received.try_recv().ok()).collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[expect(clippy::print_stderr, reason = "say why the test is skipped")]
+    async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself() {
+        let Some(tmpfs) = Tmpfs::mount("8m") else {
+            eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+            return;
+        };
+        let path = tmpfs.path.join("head.redb");
+        let mut registry = Registry::open(&path).unwrap();
+        let clock = Arc::new(ManualClock::default());
+        let core = HeadCore::restore(CoreConfig::default(), registry.load().unwrap(), 0);
+        let sessions: Sessions = Arc::new(DashMap::new());
+        let (event_seq, _event_seq_rx) = watch::channel(0);
+        let (health, health_rx) = watch::channel(Health::Healthy);
+        let (actor, actor_task) = Actor::spawn(
+            None,
+            HeadActor,
+            HeadArgs {
+                core,
+                registry,
+                sessions: sessions.clone(),
+                event_seq,
+                health,
+                clock: clock.clone(),
+            },
+        )
+        .await
+        .unwrap();
+        let mut received = connect(&actor, &sessions).await;
+        call(&actor, |reply| {
+            HeadMsg::Submit(submission("first", 2), reply)
+        })
+        .await
+        .unwrap();
+
+        // Fill the disk, then submit until the database must grow and cannot.
+        let filler = tmpfs.fill();
+        let mut stored = vec!["first".to_owned()];
+        let refusal = loop {
+            let name = format!("more-{}", stored.len());
+            match call(&actor, |reply| {
+                HeadMsg::Submit(submission(&name, 40), reply)
+            })
+            .await
+            {
+                Ok(_) => stored.push(name),
+                Err(refusal) => break refusal,
+            }
+            assert!(
+                stored.len() < 500,
+                "submissions kept succeeding on a full disk"
+            );
+        };
+        stored.sort();
+        assert_eq!(refusal.code, ErrorCode::StorageUnavailable, "{refusal:?}");
+        assert!(
+            refusal
+                .message
+                .starts_with("the head cannot store anything: its disk is full ("),
+            "{}",
+            refusal.message
+        );
+        assert!(health_rx.borrow().problem().is_some());
+        // What is shown is what is stored: the refused submission is not there.
+        assert_eq!(names(&status(&actor).await), stored);
+        drain(&mut received);
+
+        // During the outage changes are refused, and node reports neither applied nor acknowledged.
+        let refused = call(&actor, |reply| HeadMsg::Cancel("first".to_owned(), reply)).await;
+        assert_eq!(refused.unwrap_err().code, ErrorCode::StorageUnavailable);
+        call(&actor, |reply| {
+            HeadMsg::FromNode(node(), SESSION, NodeMessage::Heartbeat, reply)
+        })
+        .await
+        .unwrap();
+        let sent = drain(&mut received);
+        assert!(sent.is_empty(), "{sent:?}");
+        // Reads still answer.
+        call(&actor, HeadMsg::Nodes).await.unwrap();
+
+        // Room again: at the next probe the database re-opens and the node is asked to register.
+        std::fs::remove_file(filler).unwrap();
+        clock.0.store(10_000, Ordering::SeqCst);
+        let mut healthy = health_rx.clone();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            healthy.wait_for(|health| *health == Health::Healthy),
+        )
+        .await
+        .expect("healthy again within the deadline")
+        .unwrap();
+        let asked: Vec<HeadCommand> = drain(&mut received);
+        assert!(
+            asked
+                .iter()
+                .any(|command| matches!(command, HeadCommand::Reconnect { .. })),
+            "{asked:?}"
+        );
+        assert!(sessions.is_empty());
+        // The old session's messages are refused; a new session registers and work goes on.
+        let stale = call(&actor, |reply| {
+            HeadMsg::FromNode(node(), SESSION, NodeMessage::Heartbeat, reply)
+        })
+        .await;
+        assert_eq!(stale.unwrap_err().code, ErrorCode::Unavailable);
+        let _received = connect(&actor, &sessions).await;
+        call(&actor, |reply| {
+            HeadMsg::Submit(submission("after", 1), reply)
+        })
+        .await
+        .unwrap();
+        stored.push("after".to_owned());
+        stored.sort();
+        assert_eq!(names(&status(&actor).await), stored);
+
+        // A restart shows the same.
+        actor.stop(None);
+        actor_task.await.unwrap();
+        let mut registry = Registry::open(&path).unwrap();
+        let restored = HeadCore::restore(CoreConfig::default(), registry.load().unwrap(), 0);
+        assert_eq!(names(&restored.status(None).unwrap()), stored);
     }
 }

@@ -8,6 +8,7 @@
 pub mod actor;
 pub mod blobs;
 pub mod core;
+pub mod health;
 pub mod http;
 pub mod registry;
 pub mod server;
@@ -112,7 +113,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         config.data_dir.display()
     )))?;
     let identity = ClusterIdentity::load_or_create(&config.data_dir.join("tls"))?;
-    let registry = Registry::open(&config.data_dir.join("head.redb"))?;
+    let mut registry = Registry::open(&config.data_dir.join("head.redb"))?;
     // Collective tokens are keyed by a secret derived from the cluster token:
     // unguessable to outsiders, and stable across restarts of the head.
     let mut core_config = config.core;
@@ -140,12 +141,9 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
             })?;
     }
     // Early-stopping rules are rebuilt from the metric history of unfinished experiments.
-    let mut history = Vec::new();
-    for trial in core.trials_needing_metric_replay() {
-        history.extend(registry.metrics_of(trial)?);
-    }
-    core.replay_metrics(&history);
+    actor::replay_metrics(&mut core, &registry)?;
     let (event_seq_tx, event_seq_rx) = tokio::sync::watch::channel(core.last_event_seq());
+    let (health_tx, health_rx) = tokio::sync::watch::channel(health::Health::Healthy);
     let sessions = Arc::new(dashmap::DashMap::new());
     let (actor, actor_task) = Actor::spawn(
         Some("head".to_owned()),
@@ -155,6 +153,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
             registry,
             sessions: sessions.clone(),
             event_seq: event_seq_tx,
+            health: health_tx,
             clock,
         },
     )
@@ -202,7 +201,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
                 .local_addr()
                 .map_err(io_error("cannot read the HTTP address".to_owned()))?,
         );
-        let router = http::router(actor.clone());
+        let router = http::router(actor.clone(), health_rx);
         let http_shutdown = shutdown.clone();
         tasks.push(xp_runtime::task::spawn("http-server", async move {
             let served = axum::serve(listener, router)

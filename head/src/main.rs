@@ -36,6 +36,8 @@ enum Command {
         #[arg(long)]
         advertise: Option<String>,
         /// A node silent this long is lost and its trials are retried elsewhere.
+        /// After the head restarts, a node it knew gets this plus the time a node
+        /// takes to notice and reconnect (12 s) to come back before it is lost.
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         node_timeout: Duration,
         /// The scheduling policy: a YAML file or a preset (fifo, priority, fair,
@@ -86,14 +88,21 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-#[expect(
-    clippy::print_stdout,
-    reason = "the join string is the binary's user-facing output"
-)]
+/// Prints the join string (and the HTTP address) for the operator. A closed
+/// stdout (`xp-head start | head -1`) must not stop a running head: the lines are
+/// best effort, and the join string is also in the data directory.
 fn print_addresses(head: &xp_head::RunningHead) {
-    println!("{}", head.join);
+    use std::io::Write;
+    let mut text = format!("{}\n", head.join);
     if let Some(http) = head.http_addr {
-        println!("http://{http}");
+        text.push_str(&format!("http://{http}\n"));
+    }
+    let mut stdout = std::io::stdout().lock();
+    if let Err(error) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        tracing::warn!(%error, "cannot print the join string to stdout");
     }
 }
 

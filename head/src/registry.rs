@@ -3,13 +3,29 @@
 //! Invariant: [`Registry::commit`] returns only after the records are on disk
 //! (redb's immediate durability), and the head acknowledges nothing before that.
 //! Records are stored as JSON so that the file stays readable by later versions.
+//!
+//! A failed write (a full disk) leaves redb refusing every later call until the
+//! database is closed and opened again, so a failed commit closes it here, and
+//! [`Registry::reopen`] opens it again once a probe write shows there is room.
+//! While it is closed, [`Registry::committed`] still answers: the registry keeps
+//! a copy of everything committed (what [`Registry::load`] would return), so the
+//! head can rebuild its state from what is stored without reading the disk.
+//!
+//! Invariant: [`Registry::committed`] equals what the database holds, as far as
+//! this process knows: it is updated only after a commit succeeded.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use tracing::warn;
+use tracing::{debug, warn};
+use xp_runtime::ids::{ExperimentId, NodeId, TrialId};
+use xp_runtime::protocol::TrialEvent;
 
-use crate::core::{LoadedState, MetricRecord, Record};
+use crate::core::{
+    ExperimentRecord, LoadedState, MetricRecord, NodeRecord, PolicyRecord, Record, TrialRecord,
+};
 
 const EXPERIMENTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("experiments");
 const TRIALS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("trials");
@@ -20,6 +36,14 @@ const METRICS: TableDefinition<'_, (&str, u64), &[u8]> = TableDefinition::new("m
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 /// The scheduling policy in force, under the key `current`.
 const POLICY: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("policy");
+
+/// How much room a probe must find before the database is opened again after a
+/// failed write: enough for the database to grow a little, so that a disk with a
+/// few bytes free does not make the head flap between failing and re-opening.
+pub const PROBE_BYTES: usize = 1 << 20;
+
+/// The probe file's name in the database's directory.
+const PROBE_FILE: &str = ".xp-space-probe";
 
 /// Why the registry failed.
 #[derive(Debug, thiserror::Error)]
@@ -36,47 +60,240 @@ pub enum RegistryError {
         #[source]
         source: serde_json::Error,
     },
+    /// The database was closed after a failed write and is not open again yet.
+    #[error("the registry database is closed after a failed write")]
+    Closed,
+    /// The probe for free room before re-opening the database failed.
+    #[error("cannot write {bytes} bytes in {}: {source}", dir.display())]
+    NoRoom {
+        /// The database's directory.
+        dir: PathBuf,
+        /// How much the probe tried to write.
+        bytes: usize,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RegistryError {
+    /// Whether the cause is a full disk or an exhausted quota.
+    pub fn is_disk_full(&self) -> bool {
+        let (Self::Database(redb::Error::Io(io)) | Self::NoRoom { source: io, .. }) = self else {
+            return false;
+        };
+        // The standard library maps ENOSPC and EDQUOT to these kinds.
+        matches!(
+            io.kind(),
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+        )
+    }
 }
 
 fn db_error(error: impl Into<redb::Error>) -> RegistryError {
     RegistryError::Database(error.into())
 }
 
+/// What the database holds, kept in memory: experiments, trials and nodes by id,
+/// events by sequence and the policy (metrics are not kept; they stay on disk).
+#[derive(Debug, Default, Clone)]
+struct Committed {
+    experiments: BTreeMap<ExperimentId, ExperimentRecord>,
+    trials: BTreeMap<TrialId, TrialRecord>,
+    nodes: BTreeMap<NodeId, NodeRecord>,
+    events: BTreeMap<u64, TrialEvent>,
+    policy: Option<PolicyRecord>,
+}
+
+impl Committed {
+    fn from_loaded(loaded: &LoadedState) -> Self {
+        Self {
+            experiments: loaded
+                .experiments
+                .iter()
+                .map(|record| (record.id, record.clone()))
+                .collect(),
+            trials: loaded
+                .trials
+                .iter()
+                .map(|record| (record.id, record.clone()))
+                .collect(),
+            nodes: loaded
+                .nodes
+                .iter()
+                .map(|record| (record.id, record.clone()))
+                .collect(),
+            events: loaded
+                .events
+                .iter()
+                .map(|event| (event.seq, event.clone()))
+                .collect(),
+            policy: loaded.policy.clone(),
+        }
+    }
+
+    fn apply(&mut self, record: Record) {
+        match record {
+            Record::Experiment(record) => {
+                self.experiments.insert(record.id, record);
+            }
+            Record::Trial(record) => {
+                self.trials.insert(record.id, record);
+            }
+            Record::Node(record) => {
+                self.nodes.insert(record.id, record);
+            }
+            Record::Event(event) => {
+                self.events.insert(event.seq, event);
+            }
+            Record::Metric(_) => {}
+            Record::Policy(record) => self.policy = Some(record),
+        }
+    }
+
+    fn to_loaded(&self) -> LoadedState {
+        LoadedState {
+            experiments: self.experiments.values().cloned().collect(),
+            trials: self.trials.values().cloned().collect(),
+            nodes: self.nodes.values().cloned().collect(),
+            events: self.events.values().cloned().collect(),
+            policy: self.policy.clone(),
+        }
+    }
+}
+
 /// The head's database.
 #[derive(Debug)]
 pub struct Registry {
-    database: Database,
+    path: PathBuf,
+    /// `None` after a failed write, until [`Registry::reopen`] succeeds.
+    database: Option<Database>,
     next_metric_seq: u64,
+    committed: Committed,
 }
 
 impl Registry {
     /// Opens (or creates) the database at `path`.
     pub fn open(path: &Path) -> Result<Self, RegistryError> {
-        let database = Database::create(path).map_err(db_error)?;
-        let txn = database.begin_write().map_err(db_error)?;
-        let next_metric_seq = {
-            // Opening every table once makes later read transactions find them.
-            txn.open_table(EXPERIMENTS).map_err(db_error)?;
-            txn.open_table(TRIALS).map_err(db_error)?;
-            txn.open_table(NODES).map_err(db_error)?;
-            txn.open_table(EVENTS).map_err(db_error)?;
-            txn.open_table(METRICS).map_err(db_error)?;
-            txn.open_table(POLICY).map_err(db_error)?;
-            let meta = txn.open_table(META).map_err(db_error)?;
-            meta.get("next_metric_seq")
-                .map_err(db_error)?
-                .map_or(1, |value| value.value())
-        };
-        txn.commit().map_err(db_error)?;
+        let (database, next_metric_seq) = open_database(path)?;
         Ok(Self {
-            database,
+            path: path.to_owned(),
+            database: Some(database),
             next_metric_seq,
+            committed: Committed::default(),
         })
     }
 
-    /// Loads every experiment, trial, node and event.
-    pub fn load(&self) -> Result<LoadedState, RegistryError> {
-        let txn = self.database.begin_read().map_err(db_error)?;
+    /// Whether the database is open (it is closed after a failed write).
+    pub fn is_open(&self) -> bool {
+        self.database.is_some()
+    }
+
+    /// Everything committed so far, as [`Registry::load`] returned it plus every
+    /// commit since; answered from memory, so also while the database is closed.
+    pub fn committed(&self) -> LoadedState {
+        self.committed.to_loaded()
+    }
+
+    /// Opens the database again after a failed write, once a probe shows that
+    /// its directory has room ([`PROBE_BYTES`]), and loads it.
+    pub fn reopen(&mut self) -> Result<LoadedState, RegistryError> {
+        if let Some(database) = self.database.take()
+            && let Err(error) = database.close()
+        {
+            debug!(%error, "closing the registry database before re-opening it");
+        }
+        let dir = self
+            .path
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_owned);
+        probe_room(&dir, PROBE_BYTES).map_err(|source| RegistryError::NoRoom {
+            dir,
+            bytes: PROBE_BYTES,
+            source,
+        })?;
+        let (database, next_metric_seq) = open_database(&self.path)?;
+        self.database = Some(database);
+        self.next_metric_seq = next_metric_seq;
+        match self.load() {
+            Ok(loaded) => Ok(loaded),
+            Err(error) => {
+                self.close();
+                Err(error)
+            }
+        }
+    }
+
+    /// Closes the database (after a failed read or write); [`Registry::reopen`]
+    /// opens it again.
+    pub fn close(&mut self) {
+        if let Some(database) = self.database.take()
+            && let Err(error) = database.close()
+        {
+            debug!(%error, "closing the registry database after a failure");
+        }
+    }
+
+    fn database(&self) -> Result<&Database, RegistryError> {
+        self.database.as_ref().ok_or(RegistryError::Closed)
+    }
+}
+
+/// Writes `bytes` to a probe file in `dir`, makes them durable and removes the file.
+fn probe_room(dir: &Path, bytes: usize) -> std::io::Result<()> {
+    let path = dir.join(PROBE_FILE);
+    let written = (|| {
+        let mut file = std::fs::File::create(&path)?;
+        // Not zeros, which some file systems store without taking room.
+        let chunk: Vec<u8> = (0..64 << 10)
+            .map(|index: u32| (index % 251) as u8)
+            .collect();
+        let mut left = bytes;
+        while left > 0 {
+            let len = left.min(chunk.len());
+            file.write_all(&chunk[..len])?;
+            left -= len;
+        }
+        file.sync_all()
+    })();
+    let removed = std::fs::remove_file(&path);
+    written?;
+    removed
+}
+
+/// Opens (or creates) the database at `path` and its tables; returns it with the
+/// next metric sequence number.
+fn open_database(path: &Path) -> Result<(Database, u64), RegistryError> {
+    let database = Database::create(path).map_err(db_error)?;
+    let txn = database.begin_write().map_err(db_error)?;
+    let next_metric_seq = {
+        // Opening every table once makes later read transactions find them.
+        txn.open_table(EXPERIMENTS).map_err(db_error)?;
+        txn.open_table(TRIALS).map_err(db_error)?;
+        txn.open_table(NODES).map_err(db_error)?;
+        txn.open_table(EVENTS).map_err(db_error)?;
+        txn.open_table(METRICS).map_err(db_error)?;
+        txn.open_table(POLICY).map_err(db_error)?;
+        let meta = txn.open_table(META).map_err(db_error)?;
+        meta.get("next_metric_seq")
+            .map_err(db_error)?
+            .map_or(1, |value| value.value())
+    };
+    txn.commit().map_err(db_error)?;
+    Ok((database, next_metric_seq))
+}
+
+impl Registry {
+    /// Loads every experiment, trial, node and event, and keeps a copy as the
+    /// committed state.
+    pub fn load(&mut self) -> Result<LoadedState, RegistryError> {
+        let loaded = self.read_all()?;
+        self.committed = Committed::from_loaded(&loaded);
+        Ok(loaded)
+    }
+
+    fn read_all(&self) -> Result<LoadedState, RegistryError> {
+        let txn = self.database()?.begin_read().map_err(db_error)?;
         let mut loaded = LoadedState::default();
         fn decode_all<T: serde::de::DeserializeOwned, K: redb::Key + 'static>(
             table: &impl ReadableTable<K, &'static [u8]>,
@@ -122,12 +339,37 @@ impl Registry {
         Ok(loaded)
     }
 
-    /// Stores `records` in one durable transaction.
-    pub fn commit(&mut self, records: &[Record]) -> Result<(), RegistryError> {
+    /// Stores `records` in one durable transaction, and keeps them as committed.
+    ///
+    /// A database error closes the database (redb refuses everything after a
+    /// failed write until it is opened again): later commits fail with
+    /// [`RegistryError::Closed`] until [`Registry::reopen`] succeeds. A record
+    /// that cannot be encoded fails the commit and leaves the database open.
+    /// Either way nothing of `records` is stored.
+    pub fn commit(&mut self, records: Vec<Record>) -> Result<(), RegistryError> {
         if records.is_empty() {
             return Ok(());
         }
-        let txn = self.database.begin_write().map_err(db_error)?;
+        match self.write(&records) {
+            Ok(next_metric_seq) => {
+                self.next_metric_seq = next_metric_seq;
+                for record in records {
+                    self.committed.apply(record);
+                }
+                Ok(())
+            }
+            Err(error) => {
+                if matches!(error, RegistryError::Database(_)) {
+                    self.close();
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Writes `records` in one durable transaction; returns the next metric sequence number.
+    fn write(&self, records: &[Record]) -> Result<u64, RegistryError> {
+        let txn = self.database()?.begin_write().map_err(db_error)?;
         let mut next_metric_seq = self.next_metric_seq;
         {
             let mut experiments = txn.open_table(EXPERIMENTS).map_err(db_error)?;
@@ -183,16 +425,12 @@ impl Registry {
                 .map_err(db_error)?;
         }
         txn.commit().map_err(db_error)?;
-        self.next_metric_seq = next_metric_seq;
-        Ok(())
+        Ok(next_metric_seq)
     }
 
     /// Every metric report of one trial, oldest first (for curves and tests).
-    pub fn metrics_of(
-        &self,
-        trial: xp_runtime::ids::TrialId,
-    ) -> Result<Vec<MetricRecord>, RegistryError> {
-        let txn = self.database.begin_read().map_err(db_error)?;
+    pub fn metrics_of(&self, trial: TrialId) -> Result<Vec<MetricRecord>, RegistryError> {
+        let txn = self.database()?.begin_read().map_err(db_error)?;
         let table = txn.open_table(METRICS).map_err(db_error)?;
         let trial = trial.to_string();
         let mut out = Vec::new();
@@ -210,4 +448,165 @@ impl Registry {
 
 fn encode<T: serde::Serialize>(kind: &'static str, value: &T) -> Result<Vec<u8>, RegistryError> {
     serde_json::to_vec(value).map_err(|source| RegistryError::Encode { kind, source })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::process::Command;
+
+    use xp_runtime::ids::ExperimentId;
+    use xp_runtime::protocol::TrialState;
+
+    use super::*;
+
+    /// An event whose reason pads it to about `bytes`, so the database must grow.
+    fn event(seq: u64, bytes: usize) -> Record {
+        Record::Event(TrialEvent {
+            seq,
+            at: seq,
+            trial: TrialId {
+                experiment: ExperimentId { digest: 7, run: 1 },
+                index: 0,
+            },
+            state: TrialState::Running,
+            attempt: 1,
+            reason: "x".repeat(bytes),
+        })
+    }
+
+    fn event_seqs(loaded: &LoadedState) -> Vec<u64> {
+        loaded.events.iter().map(|event| event.seq).collect()
+    }
+
+    /// A small tmpfs, unmounted on drop (also used by the actor's tests).
+    pub(crate) struct Tmpfs {
+        pub(crate) path: PathBuf,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Tmpfs {
+        /// Mounts one, or `None` where that is not allowed (not root).
+        pub(crate) fn mount(size: &str) -> Option<Self> {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let path = dir.path().join("mnt");
+            std::fs::create_dir(&path).expect("a mount point");
+            let mounted = Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(&path)
+                .output()
+                .is_ok_and(|output| output.status.success());
+            mounted.then_some(Self { path, _dir: dir })
+        }
+
+        /// Fills it with a filler file until the disk is full; returns the file's path.
+        pub(crate) fn fill(&self) -> PathBuf {
+            let path = self.path.join("filler");
+            let mut file = std::fs::File::create(&path).expect("the filler file");
+            let chunk = vec![1u8; 64 << 10];
+            loop {
+                if let Err(error) = file.write_all(&chunk).and_then(|()| file.sync_all()) {
+                    assert_eq!(error.kind(), std::io::ErrorKind::StorageFull, "{error}");
+                    break;
+                }
+            }
+            // Fill the last partial page too.
+            while file.write_all(&[1u8]).is_ok() {}
+            path
+        }
+    }
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+        }
+    }
+
+    #[test]
+    fn committed_is_what_a_fresh_load_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("head.redb");
+        let mut registry = Registry::open(&path).unwrap();
+        registry.load().unwrap();
+        registry.commit(vec![event(1, 10), event(2, 10)]).unwrap();
+        registry.commit(vec![event(3, 10)]).unwrap();
+        assert_eq!(event_seqs(&registry.committed()), [1, 2, 3]);
+        drop(registry);
+        let mut again = Registry::open(&path).unwrap();
+        assert_eq!(event_seqs(&again.load().unwrap()), [1, 2, 3]);
+        assert_eq!(event_seqs(&again.committed()), [1, 2, 3]);
+    }
+
+    #[test]
+    fn a_closed_registry_refuses_commits_and_reads_but_answers_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut registry = Registry::open(&dir.path().join("head.redb")).unwrap();
+        registry.load().unwrap();
+        registry.commit(vec![event(1, 10)]).unwrap();
+        registry.close();
+        assert!(!registry.is_open());
+        assert!(matches!(
+            registry.commit(vec![event(2, 10)]),
+            Err(RegistryError::Closed)
+        ));
+        assert!(matches!(
+            registry.metrics_of(TrialId {
+                experiment: ExperimentId { digest: 7, run: 1 },
+                index: 0,
+            }),
+            Err(RegistryError::Closed)
+        ));
+        assert_eq!(event_seqs(&registry.committed()), [1]);
+        let loaded = registry.reopen().unwrap();
+        assert!(registry.is_open());
+        assert_eq!(event_seqs(&loaded), [1]);
+        registry.commit(vec![event(2, 10)]).unwrap();
+        assert_eq!(event_seqs(&registry.committed()), [1, 2]);
+    }
+
+    #[test]
+    #[expect(clippy::print_stderr, reason = "say why the test is skipped")]
+    fn a_full_disk_closes_the_database_and_it_reopens_once_there_is_room() {
+        let Some(tmpfs) = Tmpfs::mount("8m") else {
+            eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+            return;
+        };
+        let mut registry = Registry::open(&tmpfs.path.join("head.redb")).unwrap();
+        registry.load().unwrap();
+        registry.commit(vec![event(1, 100)]).unwrap();
+        let filler = tmpfs.fill();
+
+        // Commit until the database must grow and cannot.
+        let mut seq = 2;
+        let failure = loop {
+            match registry.commit(vec![event(seq, 16 << 10)]) {
+                Ok(()) => seq += 1,
+                Err(error) => break error,
+            }
+            assert!(seq < 10_000, "commits kept succeeding on a full disk");
+        };
+        assert!(failure.is_disk_full(), "{failure}");
+        assert!(!registry.is_open());
+        let stored: Vec<u64> = (1..seq).collect();
+        assert_eq!(event_seqs(&registry.committed()), stored);
+        assert!(matches!(
+            registry.commit(vec![event(seq, 10)]),
+            Err(RegistryError::Closed)
+        ));
+
+        // Still full: the probe finds no room and the database stays closed.
+        let refused = registry.reopen().unwrap_err();
+        assert!(refused.is_disk_full(), "{refused}");
+        assert!(!registry.is_open());
+
+        // Room again: it re-opens with exactly what was committed, and takes more.
+        std::fs::remove_file(filler).unwrap();
+        let loaded = registry.reopen().unwrap();
+        assert_eq!(event_seqs(&loaded), stored);
+        registry.commit(vec![event(seq, 100)]).unwrap();
+        drop(registry);
+        let mut again = Registry::open(&tmpfs.path.join("head.redb")).unwrap();
+        let mut expected = stored;
+        expected.push(seq);
+        assert_eq!(event_seqs(&again.load().unwrap()), expected);
+    }
 }

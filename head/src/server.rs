@@ -237,7 +237,7 @@ async fn handle_stream(
             }
             Err(error) => {
                 warn!(blob = %hash, %error, "blob upload refused");
-                Err(RemoteError::new(ErrorCode::BadRequest, error.to_string()))
+                Err(blob_refusal(&error))
             }
         },
         Request::GetBlob { hash } => match send_blob(&mut send, &context.blobs, hash).await {
@@ -313,6 +313,28 @@ async fn handle_stream(
             transport::send_error(&mut send, error).await;
         }
         Err(error) => debug!(%error, "response not delivered"),
+    }
+}
+
+/// The answer to a failed upload: a full disk is the head's storage outage
+/// (retry later), anything else is the upload's fault.
+fn blob_refusal(error: &crate::blobs::BlobError) -> RemoteError {
+    let disk_full = matches!(
+        error,
+        crate::blobs::BlobError::Io(io) if matches!(
+            io.kind(),
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+        )
+    );
+    if disk_full {
+        RemoteError::new(
+            ErrorCode::StorageUnavailable,
+            format!(
+                "the head cannot store anything: its disk is full ({error}); nothing was changed, retry later"
+            ),
+        )
+    } else {
+        RemoteError::new(ErrorCode::BadRequest, error.to_string())
     }
 }
 
@@ -449,11 +471,11 @@ async fn run_node_session(
             },
         );
         if let Err(error) = call(&context.head, |reply| {
-            HeadMsg::NodeRegistered(registration, reply)
+            HeadMsg::NodeRegistered(registration, session_id, reply)
         })
         .await
         {
-            warn!(%error, "node registration not persisted");
+            warn!(%error, "node registration refused");
             transport::send_error(&mut send, error).await;
             context
                 .sessions
@@ -483,7 +505,9 @@ async fn run_node_session(
                 Ok(Some(Message::FromNode(message))) => {
                     // Waiting for the actor here is the backpressure: a node that reports
                     // faster than the head persists is slowed by QUIC flow control.
-                    if let Err(error) = call(&context.head, |reply| HeadMsg::FromNode(node_id, message, reply)).await {
+                    // During a storage outage the actor accepts the message without applying
+                    // or acknowledging it; it refuses one from a session it ended or replaced.
+                    if let Err(error) = call(&context.head, |reply| HeadMsg::FromNode(node_id, session_id, message, reply)).await {
                         warn!(%error, "node report not processed; the node resends it after reconnecting");
                         break;
                     }

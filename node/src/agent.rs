@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quinn::{RecvStream, SendStream};
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -35,8 +34,10 @@ use crate::checkpoint::{self, CheckpointSink, CheckpointSources};
 use crate::objects::remote::{ObjectFetcher, Wanted};
 use crate::objects::{ObjectStore, Owner};
 use crate::outbox::Outbox;
+use crate::reconnect::Backoff;
 use crate::slots::SlotTable;
 use crate::worker::{self, KILL_GRACE, MAX_KILL_GRACE, StopRequest, WorkerCommand};
+use crate::worker_log::{self, LogCap, LogError};
 
 /// The most object changes sent to the head in one message.
 const MAX_OBJECT_CHANGES: usize = 4096;
@@ -63,10 +64,12 @@ pub struct NodeObjects {
     pub socket: PathBuf,
     /// The durable directory checkpoints are also written to.
     pub backup: Option<PathBuf>,
+    /// Messages for the head from the node's tasks (a failed replication); sent
+    /// on the current session, or the next one.
+    pub head_messages_tx: mpsc::UnboundedSender<NodeMessage>,
+    /// Their receiving end, drained by the session.
+    pub head_messages_rx: mpsc::UnboundedReceiver<NodeMessage>,
 }
-
-/// The longest wait between reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Why the agent stopped for good.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +88,9 @@ pub struct NodeIdentity {
     pub name: String,
     /// The host other nodes' workers reach this one at.
     pub advertise_host: String,
+    /// No route to the head was found at start: advertise the local address of
+    /// each connection to the head instead of `advertise_host`.
+    pub advertise_from_connection: bool,
     /// Capacity.
     pub resources: NodeResources,
     /// Labels.
@@ -109,7 +115,11 @@ pub struct Agent {
     heartbeat: Duration,
     /// Shutting down: new launches are refused.
     draining: bool,
+    /// The head registered this node on the current (or last) session.
+    registered: bool,
     objects: NodeObjects,
+    /// The most each worker's log keeps on disk.
+    log_cap: LogCap,
 }
 
 enum SessionEnd {
@@ -137,13 +147,26 @@ impl Agent {
             reports_rx,
             heartbeat: Duration::from_secs(1),
             draining: false,
+            registered: false,
             objects,
+            log_cap: LogCap::default(),
         }
     }
 
+    /// Keeps each worker's log under `log_cap` (the default is `worker_log::DEFAULT_LOG_CAP`).
+    pub fn with_log_cap(mut self, log_cap: LogCap) -> Self {
+        self.log_cap = log_cap;
+        self
+    }
+
     /// Serves the head until `shutdown`, then stops every worker.
+    ///
+    /// A session that broke after the head registered this node is followed by
+    /// an immediate attempt; failed attempts wait a jittered, doubling delay of at
+    /// most `NODE_RECONNECT_MAX_BACKOFF`. With the node session's idle timeout, a
+    /// node is back within `transport::NODE_RETURN_BOUND` of a restarted head.
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<(), AgentError> {
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = Backoff::new(self.identity.node_id);
         let agent_name = format!("xp-node {}", env!("CARGO_PKG_VERSION"));
         loop {
             let connected = tokio::select! {
@@ -152,7 +175,6 @@ impl Agent {
             };
             match connected {
                 Ok((connection, send, recv)) => {
-                    backoff = Duration::from_millis(200);
                     info!(head = %format!("{}:{}", self.join.host, self.join.port), "connected to the head");
                     let end = self.session(&connection, send, recv, &shutdown).await;
                     connection
@@ -162,19 +184,31 @@ impl Agent {
                         self.stop_all_workers("node shutting down").await;
                         return Ok(());
                     }
-                    warn!("lost the head; reconnecting");
+                    if self.registered {
+                        backoff.reset();
+                        warn!("lost the head; reconnecting");
+                    } else {
+                        // Not registered (the head could not persist it, or went
+                        // away at once): wait, so a failing head is not hammered.
+                        let delay = backoff.next_delay();
+                        warn!(retry_in = ?delay, "the session ended before the head registered this node");
+                        tokio::select! {
+                            () = shutdown.cancelled() => break,
+                            () = tokio::time::sleep(delay) => {}
+                        }
+                    }
                 }
                 Err(error @ (TransportError::BadToken | TransportError::CaMismatch(_))) => {
                     self.stop_all_workers("node refused by the head").await;
                     return Err(AgentError::Refused(error));
                 }
                 Err(error) => {
-                    warn!(%error, retry_in = ?backoff, "cannot reach the head");
+                    let delay = backoff.next_delay();
+                    warn!(%error, retry_in = ?delay, "cannot reach the head");
                     tokio::select! {
                         () = shutdown.cancelled() => break,
-                        () = tokio::time::sleep(backoff) => {}
+                        () = tokio::time::sleep(delay) => {}
                     }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }
             // Reports produced while disconnected wait in the outbox.
@@ -184,6 +218,20 @@ impl Agent {
         }
         self.stop_all_workers("node shutting down").await;
         Ok(())
+    }
+
+    /// Advertises the local address of `connection` when no route to the head was
+    /// found at start: the address the head sees this node's packets come from.
+    fn learn_advertise_host(&mut self, connection: &HeadConnection) {
+        if !self.identity.advertise_from_connection {
+            return;
+        }
+        if let Some(ip) = connection.connection.local_ip() {
+            if self.identity.advertise_host != ip.to_string() {
+                info!(%ip, "advertising the local address of the connection to the head");
+            }
+            self.identity.advertise_host = ip.to_string();
+        }
     }
 
     fn registration(&self) -> NodeRegistration {
@@ -230,11 +278,13 @@ impl Agent {
         recv: RecvStream,
         shutdown: &CancellationToken,
     ) -> SessionEnd {
+        self.registered = false;
         *self
             .objects
             .head
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(connection.clone());
+        self.learn_advertise_host(connection);
         let registration = Message::FromNode(NodeMessage::Register(self.registration()));
         if frame::write_message(&mut send, &registration)
             .await
@@ -321,6 +371,12 @@ impl Agent {
                         break SessionEnd::Disconnected;
                     }
                 }
+                message = self.objects.head_messages_rx.recv() => {
+                    let Some(message) = message else { break SessionEnd::Disconnected };
+                    if frame::write_message(&mut send, &Message::FromNode(message)).await.is_err() {
+                        break SessionEnd::Disconnected;
+                    }
+                }
                 _ = heartbeat.tick() => {
                     if frame::write_message(&mut send, &Message::FromNode(NodeMessage::Heartbeat)).await.is_err() {
                         break SessionEnd::Disconnected;
@@ -363,6 +419,7 @@ impl Agent {
             HeadCommand::Registered {
                 heartbeat_interval_ms,
             } => {
+                self.registered = true;
                 self.heartbeat = Duration::from_millis(heartbeat_interval_ms.clamp(100, 60_000));
                 debug!(?self.heartbeat, "registered");
                 Vec::new()
@@ -502,13 +559,17 @@ impl Agent {
         });
     }
 
-    /// Fetches a checkpoint's objects from other nodes and keeps them pinned.
+    /// Fetches a checkpoint's objects from other nodes and keeps them pinned; tells
+    /// the head which could not be fetched, so that it tries again.
     fn replicate(&self, trial: TrialId, objects: Vec<(ObjectId, u64)>, sources: Vec<ObjectSource>) {
         let store = self.objects.store.clone();
         let fetcher = self.objects.fetcher.clone();
         let changes = self.objects.changes_tx.clone();
+        let head_messages = self.objects.head_messages_tx.clone();
         let own = self.identity.node_id;
         xp_runtime::task::spawn("replicate", async move {
+            let mut failed = Vec::new();
+            let mut last_error = String::new();
             for (id, size) in objects {
                 match fetcher
                     .ensure(
@@ -527,8 +588,19 @@ impl Agent {
                     Ok(_) => {
                         let _ = changes.send(ObjectChange::Added(id));
                     }
-                    Err(error) => warn!(%trial, %error, "replication failed"),
+                    Err(error) => {
+                        last_error = xp_runtime::error_chain::error_chain(&error);
+                        warn!(%trial, %id, error = %last_error, "replication failed");
+                        failed.push(id);
+                    }
                 }
+            }
+            if !failed.is_empty() {
+                let _ = head_messages.send(NodeMessage::ReplicationFailed {
+                    trial,
+                    objects: failed,
+                    error: last_error,
+                });
             }
         });
     }
@@ -558,6 +630,7 @@ impl Agent {
         let (stop_tx, stop_rx) = oneshot::channel();
         let reports = self.reports_tx.clone();
         let data_dir = self.data_dir.clone();
+        let log_cap = self.log_cap;
         let connection = connection.clone();
         let advertise_host = self.identity.advertise_host.clone();
         let objects = LaunchObjects {
@@ -574,7 +647,7 @@ impl Agent {
         let task = xp_runtime::task::spawn("worker", async move {
             match resolve_command(&data_dir, &advertise_host, &connection, &launch, &objects).await
             {
-                Ok(command) => worker::supervise(launch, command, reports, stop_rx).await,
+                Ok(command) => worker::supervise(launch, command, log_cap, reports, stop_rx).await,
                 Err(PrepareError::Refused(reason)) => {
                     warn!(worker = %key, %reason, "worker could not be prepared");
                     let _ = reports.send(WorkerReport::Refused { key, reason });
@@ -660,31 +733,33 @@ pub fn log_path(data_dir: &Path, key: WorkerKey) -> PathBuf {
         .join(format!("rank{}.log", key.rank))
 }
 
+/// A piece of a worker's capped log (`worker_log::read`: the head, a marker
+/// where output was dropped, the tail) from stream offset `offset`.
 async fn read_log(
     path: &Path,
     offset: u64,
     max_bytes: u32,
     complete: bool,
 ) -> Result<LogChunk, RemoteError> {
-    let mut file = tokio::fs::File::open(path)
+    let path = path.to_owned();
+    let read = tokio::task::spawn_blocking(move || worker_log::read(&path, offset, max_bytes))
         .await
-        .map_err(|_| RemoteError::new(ErrorCode::NotFound, "no output recorded for this worker"))?;
-    let internal = |error: std::io::Error| RemoteError::new(ErrorCode::Internal, error.to_string());
-    file.seek(std::io::SeekFrom::Start(offset))
-        .await
-        .map_err(internal)?;
-    let mut data = Vec::with_capacity(max_bytes.min(1 << 20) as usize);
-    (&mut file)
-        .take(u64::from(max_bytes))
-        .read_to_end(&mut data)
-        .await
-        .map_err(internal)?;
-    let next_offset = offset + data.len() as u64;
-    Ok(LogChunk {
-        data,
-        next_offset,
-        complete,
-    })
+        .map_err(|error| RemoteError::new(ErrorCode::Internal, error.to_string()))?;
+    match read {
+        Ok(read) => Ok(LogChunk {
+            data: read.data,
+            next_offset: read.next_offset,
+            complete,
+        }),
+        Err(LogError::NotFound { .. }) => Err(RemoteError::new(
+            ErrorCode::NotFound,
+            "no output recorded for this worker",
+        )),
+        Err(error) => Err(RemoteError::new(
+            ErrorCode::Internal,
+            xp_runtime::error_chain::error_chain(&error),
+        )),
+    }
 }
 
 /// What preparing a launch needs of the node's objects.
@@ -717,6 +792,7 @@ async fn resolve_command(
         objects.backup.clone(),
     );
     let mut node_env = vec![("XP_NODE_HOST".to_owned(), advertise_host.to_owned())];
+    node_env.extend(socket_ifname_env(launch).await);
     let resume_env = objects
         .checkpoints
         .restore_for_launch(launch, &checkpoint.dir)
@@ -770,6 +846,25 @@ async fn resolve_command(
             })
         }
     }
+}
+
+/// `GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME` and `TP_SOCKET_IFNAME`: the
+/// interface carrying this node's route to rank 0 (`MASTER_ADDR`), unless the
+/// node's own environment, which the worker inherits, sets them. None when there
+/// is no such route: the libraries then choose as they would without xp.
+async fn socket_ifname_env(launch: &Launch) -> Vec<(String, String)> {
+    let inherited = |name: &str| std::env::var_os(name).is_some();
+    crate::route::socket_ifname_env(&launch.master_addr, launch.master_port, inherited)
+        .await
+        .unwrap_or_else(|error| {
+            warn!(
+                worker = %launch.key,
+                master_addr = %launch.master_addr,
+                error = %xp_runtime::error_chain::error_chain(&error),
+                "no interface found for the gang's sockets"
+            );
+            Vec::new()
+        })
 }
 
 /// The path of driver binary `hash`, fetched from the head on first use.

@@ -13,8 +13,11 @@ pub mod checkpoint;
 pub mod gpu;
 pub mod objects;
 pub mod outbox;
+pub mod reconnect;
+pub mod route;
 pub mod slots;
 pub mod worker;
+pub mod worker_log;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -42,7 +45,8 @@ pub struct NodeConfig {
     pub memory_bytes: Option<u64>,
     /// Labels such as `rack=r1`.
     pub labels: BTreeMap<String, String>,
-    /// The host other nodes reach this one at.
+    /// The host other nodes reach this one at; the local address of the route
+    /// to the head when absent.
     pub advertise_host: Option<String>,
     /// How much the object store may hold.
     pub object_limits: objects::StoreLimits,
@@ -51,6 +55,8 @@ pub struct NodeConfig {
     /// A durable directory (shared between nodes, or otherwise safe) that every
     /// checkpoint taken here is also written to.
     pub checkpoint_backup: Option<PathBuf>,
+    /// The most each worker's log keeps on disk (its beginning and a rolling tail).
+    pub log_cap: worker_log::LogCap,
 }
 
 /// Why the node stopped.
@@ -91,23 +97,12 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         .ok()
         .and_then(|name| name.into_string().ok())
         .unwrap_or_else(|| "node".to_owned());
-    let advertise_host = config.advertise_host.clone().unwrap_or_else(|| {
-        let head_is_loopback = config.join.host == "localhost"
-            || config
-                .join
-                .host
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback());
-        if head_is_loopback {
-            "127.0.0.1".to_owned()
-        } else {
-            name.clone()
-        }
-    });
+    let (advertise_host, advertise_from_connection) = advertised_host(&config, &name).await;
     let identity = agent::NodeIdentity {
         node_id,
         name,
         advertise_host,
+        advertise_from_connection,
         resources: NodeResources {
             gpus,
             cpu_milli: (cpus * 1000.0).round() as u32,
@@ -119,12 +114,46 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     let objects = start_objects(&config, &identity.advertise_host, node_id)?;
     let server = objects.1;
     let result = agent::Agent::new(config.join, identity, config.data_dir, objects.0)
+        .with_log_cap(config.log_cap)
         .run(shutdown)
         .await;
     server.close();
     result?;
     tracing::info!("node stopped");
     Ok(())
+}
+
+/// The host this node advertises to the others: `--advertise`, else the local
+/// address of its route to the head (`route`), never its host name, which may
+/// resolve to a loopback address. With no route yet (the head does not resolve),
+/// the host name stands in until the first connection to the head, whose local
+/// address is then advertised; the `bool` says so.
+async fn advertised_host(config: &NodeConfig, name: &str) -> (String, bool) {
+    if let Some(host) = &config.advertise_host {
+        return (host.clone(), false);
+    }
+    match route::local_address_toward(&config.join.host, config.join.port).await {
+        Ok(ip) => {
+            tracing::info!(%ip, "advertising the local address of the route to the head");
+            let named_loopback = ip.is_loopback()
+                && config.join.host != "localhost"
+                && config.join.host.parse::<std::net::IpAddr>().is_err();
+            if named_loopback {
+                tracing::warn!(
+                    head = %config.join.host,
+                    "the head's name resolves to a loopback address here, so nodes on other machines cannot reach this one; pass --advertise, or join with the head's address"
+                );
+            }
+            (ip.to_string(), false)
+        }
+        Err(error) => {
+            tracing::warn!(
+                error = %error_chain(&error),
+                "no route to the head yet: advertising the local address of the connection to it once connected (or pass --advertise)"
+            );
+            (name.to_owned(), true)
+        }
+    }
 }
 
 /// Opens the store under `<data_dir>/objects` and starts its server.
@@ -148,6 +177,7 @@ fn start_objects(
     };
     let digest = xp_runtime::object_wire::token_digest(&config.join.token);
     let (changes_tx, changes_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (head_messages_tx, head_messages_rx) = tokio::sync::mpsc::unbounded_channel();
     let server = objects::remote::ObjectServer::start(
         store.clone(),
         std::net::SocketAddr::new(bind_ip, config.object_port),
@@ -188,6 +218,8 @@ fn start_objects(
             head,
             socket,
             backup: config.checkpoint_backup.clone(),
+            head_messages_tx,
+            head_messages_rx,
         },
         server,
     ))

@@ -43,7 +43,9 @@ enum Command {
         /// A label KEY=VALUE, repeatable.
         #[arg(long = "label", value_parser = parse_label)]
         labels: Vec<(String, String)>,
-        /// The host other nodes' workers reach this one at.
+        /// The host or address other nodes and their workers reach this one at.
+        /// When absent, the local address of the route to the head (never the
+        /// host name, which may resolve to a loopback address).
         #[arg(long)]
         advertise: Option<String>,
         /// Memory the object store may use before spilling to disk, such as 1GiB.
@@ -60,6 +62,15 @@ enum Command {
         /// losing every node holding it loses nothing.
         #[arg(long)]
         checkpoint_backup: Option<PathBuf>,
+        /// The most disk each worker's log keeps, such as 64MiB: the first half of
+        /// its output and a rolling tail, with a marker saying what was dropped
+        /// between. 64MiB holds about half a million lines of 128 bytes, far more
+        /// than a training run usually prints, so ordinary logs are never cut,
+        /// while a worker printing in a loop cannot fill the disk: 16 workers stay
+        /// within 1GiB per round of attempts, and `xp logs` reads a whole log in
+        /// seconds.
+        #[arg(long, value_parser = xp_runtime::spec::parse_memory, default_value = "64MiB")]
+        log_cap: u64,
     },
 }
 
@@ -96,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
         object_disk,
         object_port,
         checkpoint_backup,
+        log_cap,
     } = Cli::parse().command;
     let join: JoinString = join.parse().context("the join string is invalid")?;
     if let Some(cpus) = cpus {
@@ -119,6 +131,7 @@ async fn main() -> anyhow::Result<()> {
         },
         object_port,
         checkpoint_backup,
+        log_cap: xp_node::worker_log::LogCap::new(log_cap).context("--log-cap")?,
     };
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();

@@ -2,8 +2,11 @@
 //!
 //! Each worker runs in its own process group (so a kill reaches the shell and its
 //! children), dies with the node (`PR_SET_PDEATHSIG`), and has its stdout and
-//! stderr appended to one log file. Metric lines on stdout become reports;
-//! checkpoint lines are handed to `checkpoint::CheckpointWatch`.
+//! stderr written to one capped log (`worker_log`) in whole chunks, cut at line
+//! ends where a line ends soon enough, so the two streams interleave by lines.
+//! Metric lines on stdout become reports as they arrive; checkpoint lines are
+//! handed to `checkpoint::CheckpointWatch`. Lines are split by a bounded
+//! splitter, so a line too long to parse is skipped and the next one is parsed.
 //!
 //! Not here: preparing a launch (the agent resolves the program and restores the
 //! checkpoint it resumes from), and storing or reporting checkpoints (the
@@ -12,7 +15,8 @@
 //!
 //! Invariants: only this module spawns trial processes; a worker's metric and
 //! checkpoint reports are sent before its exit report, unless its output stays
-//! open (a grandchild holds it) past the drain grace.
+//! open (a grandchild holds it) past the drain grace; its log is complete on disk
+//! before its exit report is sent.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -20,15 +24,19 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufRead, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 use xp_runtime::error_chain::error_chain;
 use xp_runtime::ids::WorkerKey;
-use xp_runtime::metric_line::{MAX_METRIC_LINE, parse_metric_line, read_bounded_line};
+use xp_runtime::metric_line::{
+    CHECKPOINT_PREFIX, MAX_METRIC_LINE, METRIC_PREFIX, parse_metric_line,
+};
 use xp_runtime::protocol::{Launch, WorkerReport};
 
 use crate::checkpoint::{self, CheckpointSink, CheckpointWatch};
+use crate::worker_log::lines::{Line, LineSplitter};
+use crate::worker_log::{self, LogCap, LogSender};
 
 /// How long a worker has between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(5);
@@ -55,6 +63,13 @@ impl StopRequest {
 }
 /// How long to wait for output after the process exited (a grandchild may hold the pipes).
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// How much one read takes from a worker's pipe at most (besides what is held).
+const READ_CHUNK: usize = 64 * 1024;
+/// How long the end of a line still being printed is held back from the log, so
+/// that stdout and stderr interleave by whole lines.
+const PARTIAL_LINE_WAIT: Duration = Duration::from_millis(50);
+/// The longest line end held back; a longer one goes to the log as it is.
+const MAX_PARTIAL_LINE: usize = 64 * 1024;
 
 /// Why a worker process could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +103,7 @@ pub struct WorkerCommand {
     pub args: Vec<String>,
     /// Extra environment (`XP_ENTRY` for Rust trainables).
     pub extra_env: Vec<(String, String)>,
-    /// The combined stdout/stderr log.
+    /// The combined stdout/stderr log (its head file; see `worker_log`).
     pub log_path: PathBuf,
     /// A scratch directory for the worker (`XP_WORK_DIR`).
     pub work_dir: PathBuf,
@@ -133,10 +148,11 @@ pub fn worker_env(launch: &Launch) -> Vec<(String, String)> {
 /// Runs one worker to its end and reports on `reports`: `Started` (or
 /// `LaunchFailed`), its metrics, then `Exited`. A message on `stop` ends it:
 /// SIGTERM to its process group, SIGKILL after [`KILL_GRACE`], and the final
-/// report is `Stopped` with that message.
+/// report is `Stopped` with that message. Its output is kept under `log_cap`.
 pub async fn supervise(
     launch: Launch,
     command: WorkerCommand,
+    log_cap: LogCap,
     reports: mpsc::UnboundedSender<WorkerReport>,
     stop: oneshot::Receiver<StopRequest>,
 ) {
@@ -152,35 +168,29 @@ pub async fn supervise(
             return;
         }
     };
+    // One writer per worker, fed by both streams' pumps; its log exists before
+    // the worker is reported started, so `xp logs` finds it from then on.
+    let (log, log_writer) = worker_log::start(command.log_path.clone(), log_cap).await;
     let pid = child.id().unwrap_or_default();
     info!(worker = %key, pid, "worker started");
     let _ = reports.send(WorkerReport::Started { key, pid });
-    // One append-mode handle per stream: both land in the same file, line by line.
     let checkpoints = CheckpointWatch::new(command.checkpoint.clone(), key, reports.clone());
     let checkpoint_in_flight = checkpoints.in_flight();
     let stdout = child.stdout.take().map(|stdout| {
-        let log_path = command.log_path.clone();
-        let reports = reports.clone();
-        xp_runtime::task::spawn("worker-stdout", async move {
-            let trial = TrialOutput {
-                key,
-                reports,
-                checkpoints,
-            };
-            pump(
-                BufReader::new(stdout),
-                open_log(&log_path).await,
-                Some(trial),
-            )
-            .await
-        })
+        let log = log.clone();
+        let trial = TrialOutput {
+            key,
+            reports: reports.clone(),
+            checkpoints,
+            index: 0,
+        };
+        xp_runtime::task::spawn("worker-stdout", pump(stdout, log, Some(trial)))
     });
-    let stderr = child.stderr.take().map(|stderr| {
-        let log_path = command.log_path.clone();
-        xp_runtime::task::spawn("worker-stderr", async move {
-            pump(BufReader::new(stderr), open_log(&log_path).await, None).await
-        })
-    });
+    let stderr = child
+        .stderr
+        .take()
+        .map(|stderr| xp_runtime::task::spawn("worker-stderr", pump(stderr, log.clone(), None)));
+    drop(log);
 
     let mut stopped_because = None;
     let status = tokio::select! {
@@ -212,7 +222,7 @@ pub async fn supervise(
         }
         if checkpoint_in_flight.is_set() {
             info!(worker = %key, "waiting for the last checkpoint to be stored");
-            if tokio::time::timeout(checkpoint::DRAIN_GRACE, pump_task)
+            if tokio::time::timeout(checkpoint::DRAIN_GRACE, &mut pump_task)
                 .await
                 .is_ok()
             {
@@ -220,6 +230,12 @@ pub async fn supervise(
             }
         }
         debug!(worker = %key, "output still open after exit; stopped reading it");
+        pump_task.abort();
+        let _ = pump_task.await;
+    }
+    // Every pump has ended and dropped its sender: the writer finishes the log.
+    if let Err(error) = log_writer.await {
+        warn!(worker = %key, %error, "the worker log's writer failed");
     }
     let (code, signal) = match status {
         Ok(status) => {
@@ -237,21 +253,6 @@ pub async fn supervise(
         None => WorkerReport::Exited { key, code, signal },
     };
     let _ = reports.send(report);
-}
-
-async fn open_log(path: &Path) -> Option<tokio::fs::File> {
-    match tokio::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .await
-    {
-        Ok(file) => Some(file),
-        Err(error) => {
-            warn!(%error, path = %path.display(), "cannot open the worker log; output is discarded");
-            None
-        }
-    }
 }
 
 async fn spawn(
@@ -311,61 +312,122 @@ struct TrialOutput {
     reports: mpsc::UnboundedSender<WorkerReport>,
     /// What the trial's checkpoint lines are handed to.
     checkpoints: CheckpointWatch,
+    /// The number of the last metric report.
+    index: u64,
 }
 
-/// Copies output lines to the log; on stdout also turns metric lines into reports
-/// and hands checkpoint lines to the trial's [`CheckpointWatch`].
-async fn pump(
-    mut reader: impl AsyncBufRead + Unpin,
-    mut log: Option<tokio::fs::File>,
-    metrics: Option<TrialOutput>,
-) {
-    let mut line = Vec::with_capacity(1024);
-    let mut index = 0u64;
-    loop {
-        match read_bounded_line(&mut reader, &mut line, MAX_METRIC_LINE).await {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(error) => {
-                debug!(%error, "worker output read failed");
-                break;
+impl TrialOutput {
+    /// The text of a line worth parsing: a metric or checkpoint line.
+    fn wanted(&self, line: Line<'_>) -> Option<String> {
+        let is_wanted = |bytes: &[u8]| {
+            bytes.starts_with(METRIC_PREFIX.as_bytes())
+                || bytes.starts_with(CHECKPOINT_PREFIX.as_bytes())
+        };
+        match line {
+            Line::Whole(bytes) if is_wanted(bytes) => match std::str::from_utf8(bytes) {
+                Ok(text) => Some(text.to_owned()),
+                Err(_) => {
+                    warn!(worker = %self.key, "metric or checkpoint line that is not UTF-8 ignored");
+                    None
+                }
+            },
+            Line::Whole(_) => None,
+            Line::TooLong { start, len } => {
+                if is_wanted(start) {
+                    warn!(worker = %self.key, len, max = MAX_METRIC_LINE, "metric or checkpoint line too long; ignored");
+                }
+                None
             }
         }
-        if let Some(file) = log.as_mut()
-            && let Err(error) = file.write_all(&line).await
-        {
-            warn!(%error, "cannot write the worker log; output is discarded from now on");
-            log = None;
-        }
-        let Some(TrialOutput {
-            key,
-            reports,
-            checkpoints,
-        }) = &metrics
-        else {
-            continue;
-        };
-        let Ok(text) = std::str::from_utf8(&line) else {
-            continue;
-        };
-        if checkpoints.handle_line(text, log.as_mut()).await {
-            continue;
+    }
+
+    /// Reports a metric line, or hands a checkpoint line to the watch (which
+    /// notes the outcome in `log`).
+    async fn handle(&mut self, text: &str, log: &LogSender) {
+        if self.checkpoints.handle_line(text, Some(log)).await {
+            return;
         }
         match parse_metric_line(text) {
             Ok(Some(report)) => {
-                index += 1;
-                let _ = reports.send(WorkerReport::Metric {
-                    key: *key,
-                    index,
+                self.index += 1;
+                let _ = self.reports.send(WorkerReport::Metric {
+                    key: self.key,
+                    index: self.index,
                     step: report.step,
                     values: report.values.into_iter().collect(),
                 });
             }
             Ok(None) => {}
-            Err(error) => warn!(worker = %key, %error, "metric line ignored"),
+            Err(error) => warn!(worker = %self.key, %error, "metric line ignored"),
         }
     }
-    if let Some(mut file) = log {
-        let _ = file.flush().await;
+}
+
+/// Copies a worker's output stream to its log in whole chunks; on stdout
+/// (`trial` given) also parses each metric and checkpoint line as it ends. A
+/// chunk is cut after its last newline and the rest held back until the line
+/// ends, for at most [`PARTIAL_LINE_WAIT`] and [`MAX_PARTIAL_LINE`] bytes. The
+/// bytes before a checkpoint line's end go to the log before the watch's note.
+async fn pump(mut reader: impl AsyncRead + Unpin, log: LogSender, mut trial: Option<TrialOutput>) {
+    let mut lines = LineSplitter::new(MAX_METRIC_LINE);
+    // Output read but not yet sent to the log.
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        pending.reserve(READ_CHUNK);
+        let read = if pending.is_empty() {
+            reader.read_buf(&mut pending).await
+        } else {
+            // `read_buf` is cancel safe: on timeout nothing was read.
+            match tokio::time::timeout(PARTIAL_LINE_WAIT, reader.read_buf(&mut pending)).await {
+                Ok(read) => read,
+                Err(_) => {
+                    log.write(std::mem::take(&mut pending)).await;
+                    continue;
+                }
+            }
+        };
+        let fresh = match read {
+            Ok(0) => break,
+            Ok(fresh) => fresh,
+            Err(error) => {
+                debug!(%error, "worker output read failed");
+                break;
+            }
+        };
+        if let Some(trial) = trial.as_mut() {
+            let mut at = pending.len() - fresh;
+            while at < pending.len() {
+                let (taken, line) = lines.next(&pending[at..]);
+                at += taken;
+                let Some(text) = line.and_then(|line| trial.wanted(line)) else {
+                    continue;
+                };
+                if text.starts_with(CHECKPOINT_PREFIX) {
+                    let rest = pending.split_off(at);
+                    log.write(std::mem::replace(&mut pending, rest)).await;
+                    at = 0;
+                }
+                trial.handle(&text, &log).await;
+            }
+        }
+        let held = pending
+            .iter()
+            .rposition(|byte| *byte == b'\n')
+            .map_or(pending.len(), |newline| pending.len() - newline - 1);
+        let cut = if held > MAX_PARTIAL_LINE {
+            pending.len()
+        } else {
+            pending.len() - held
+        };
+        if cut > 0 {
+            let rest = pending.split_off(cut);
+            log.write(std::mem::replace(&mut pending, rest)).await;
+        }
+    }
+    log.write(pending).await;
+    if let Some(trial) = trial.as_mut()
+        && let Some(text) = lines.finish().and_then(|line| trial.wanted(line))
+    {
+        trial.handle(&text, &log).await;
     }
 }

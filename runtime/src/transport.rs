@@ -59,6 +59,31 @@ pub const BLOB_CHUNK_BYTES: usize = 1 << 20;
 pub const MAX_BLOB_BYTES: u64 = 4 << 30;
 /// How long a handshake may take before the peer gives up.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a node's session with the head sends a QUIC keep-alive when it has
+/// nothing else to send, so that an idle session is never mistaken for a dead one.
+pub const NODE_SESSION_KEEP_ALIVE: Duration = Duration::from_secs(1);
+/// How long a node's session with the head may go without a packet before it is
+/// dropped: the time a node takes to notice that the head is gone (a head killed
+/// without closing, or restarted, which cannot reset the old connection). QUIC
+/// uses the smaller of the two sides' values, so this holds on the head's side of
+/// the session too. Five keep-alives missed in a row: short enough to come back
+/// quickly, long enough that a loaded machine's pause is not taken for a loss.
+/// A connection attempt to a head that is not there gives up after as long.
+pub const NODE_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest wait between a node's failed connection attempts (each wait is
+/// drawn in the upper half of a doubling ceiling, up to this).
+pub const NODE_RECONNECT_MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// The longest a node takes to come back to a head that was killed and started
+/// again: noticing that the old session is dead ([`NODE_SESSION_IDLE_TIMEOUT`]),
+/// a connection attempt begun while the head was away (which fails after as
+/// long), then the longest back-off before the attempt that succeeds. A sum of
+/// the worst cases, so that a slow handshake on a loaded machine still fits; a
+/// restarted head waits at least this long (plus its node timeout) before it
+/// judges a node that has not come back lost.
+pub const NODE_RETURN_BOUND: Duration = Duration::from_millis(
+    2 * NODE_SESSION_IDLE_TIMEOUT.as_millis() as u64
+        + NODE_RECONNECT_MAX_BACKOFF.as_millis() as u64,
+);
 
 /// Why a connection or exchange failed.
 #[derive(Debug, thiserror::Error)]
@@ -222,13 +247,20 @@ fn pinned_client_config(
     Ok(config)
 }
 
-fn control_plane_transport_config() -> Arc<quinn::TransportConfig> {
+/// The control plane's transport settings. Drivers and tools keep a long idle
+/// timeout (a long-polling client on a slow link is not dropped); a node's session
+/// uses [`NODE_SESSION_IDLE_TIMEOUT`] and [`NODE_SESSION_KEEP_ALIVE`], so that it
+/// notices a lost head within seconds.
+fn control_plane_transport_config(role: PeerRole) -> Arc<quinn::TransportConfig> {
+    let (keep_alive, idle) = match role {
+        PeerRole::Node => (NODE_SESSION_KEEP_ALIVE, NODE_SESSION_IDLE_TIMEOUT),
+        PeerRole::Client => (Duration::from_secs(2), Duration::from_secs(30)),
+    };
     let mut config = quinn::TransportConfig::default();
-    config.keep_alive_interval(Some(Duration::from_secs(2)));
+    config.keep_alive_interval(Some(keep_alive));
     config.max_idle_timeout(Some(
-        Duration::from_secs(30)
-            .try_into()
-            .expect("30 s is a valid idle timeout"),
+        idle.try_into()
+            .expect("the control plane's idle timeouts are valid"),
     ));
     config.max_concurrent_bidi_streams(1024u32.into());
     config.stream_receive_window((8u32 << 20).into());
@@ -244,7 +276,9 @@ pub fn server_config(identity: &ClusterIdentity) -> Result<quinn::ServerConfig, 
         control_plane_provider(),
         chain,
         key,
-        control_plane_transport_config(),
+        // The head's side keeps the long timeout: each connection uses the smaller
+        // of the two sides' values, which for a node's session is the node's.
+        control_plane_transport_config(PeerRole::Client),
         ALPN,
     )?)
 }
@@ -569,6 +603,14 @@ pub async fn read_response(recv: &mut RecvStream) -> Result<Response, TransportE
 pub async fn connect_unauthenticated(
     join: &JoinString,
 ) -> Result<(Endpoint, Connection), TransportError> {
+    connect_as(join, PeerRole::Client).await
+}
+
+/// Opens a QUIC connection to the head with the transport settings of `role`.
+async fn connect_as(
+    join: &JoinString,
+    role: PeerRole,
+) -> Result<(Endpoint, Connection), TransportError> {
     let addr = tokio::net::lookup_host((join.host.as_str(), join.port))
         .await
         .map_err(|error| TransportError::Resolve {
@@ -590,7 +632,8 @@ pub async fn connect_unauthenticated(
         Pin::Ca(join.ca_sha256),
         control_plane_provider(),
     ));
-    let client = pinned_client_config(verifier.clone(), control_plane_transport_config(), ALPN)?;
+    let client =
+        pinned_client_config(verifier.clone(), control_plane_transport_config(role), ALPN)?;
     endpoint.set_default_client_config(client);
     let connecting =
         endpoint
@@ -622,12 +665,13 @@ pub async fn connect_unauthenticated(
 /// Connects to the head and authenticates with the join string's token.
 ///
 /// Returns the connection and the first stream, which a node keeps as its session.
+/// A node's connection notices a lost head within [`NODE_SESSION_IDLE_TIMEOUT`].
 pub async fn connect(
     join: &JoinString,
     role: PeerRole,
     agent: &str,
 ) -> Result<(HeadConnection, SendStream, RecvStream), TransportError> {
-    let (endpoint, connection) = connect_unauthenticated(join).await?;
+    let (endpoint, connection) = connect_as(join, role).await?;
     let hello = Message::Hello(Hello {
         token: join.token.clone(),
         role,

@@ -45,7 +45,8 @@ pub fn trial_json(trial: &TrialStatus) -> Value {
     })
 }
 
-/// One checkpoint as a JSON object.
+/// One checkpoint as a JSON object; `replicated` is false, with the reason in
+/// `unreplicated`, while neither two live nodes nor a backup hold it.
 pub fn checkpoint_json(checkpoint: &crate::protocol::CheckpointStatus) -> Value {
     json!({
         "trial": checkpoint.trial.to_string(),
@@ -61,10 +62,13 @@ pub fn checkpoint_json(checkpoint: &crate::protocol::CheckpointStatus) -> Value 
         "metric": checkpoint.metric,
         "replicas": checkpoint.replicas.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "backup": checkpoint.backup,
+        "replicated": checkpoint.unreplicated.is_none(),
+        "unreplicated": checkpoint.unreplicated,
     })
 }
 
-/// One node as a JSON object.
+/// One node as a JSON object; `address` is the host or address the others
+/// reach it at (its workers' `MASTER_ADDR` when it runs rank 0).
 pub fn node_json(node: &NodeStatus) -> Value {
     json!({
         "id": node.id.to_string(),

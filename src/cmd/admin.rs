@@ -20,7 +20,6 @@ pub(crate) struct AdminArgs {
     action: AdminCommand,
 }
 
-#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
 pub(crate) async fn run(args: AdminArgs) -> anyhow::Result<()> {
     let AdminArgs {
         cluster,
@@ -50,7 +49,7 @@ pub(crate) async fn run(args: AdminArgs) -> anyhow::Result<()> {
     let who = std::env::var("USER").unwrap_or_else(|_| "unknown".to_owned());
     let client = connect(&cluster).await?;
     let (_, message) = client.admin(action, &who, &why).await?;
-    println!("{message}");
+    outln!("{message}");
     client.close().await;
     Ok(())
 }

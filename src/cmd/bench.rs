@@ -1,5 +1,5 @@
-//! `xp bench`: measure the runtime on this machine (all-reduce, object store, no-op trials),
-//! each against a reference measured in the same run.
+//! `xp bench`: measure the runtime on this machine (all-reduce, object store, no-op trials,
+//! worker logs), each against a reference measured in the same run.
 
 use std::path::PathBuf;
 
@@ -39,6 +39,24 @@ pub(crate) enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// Worker output through the node's log path (pipes, metric parsing, the
+    /// capped log), against `cat` of the same bytes into a file, with and without
+    /// a pipe, measured in the same run.
+    Logs {
+        /// How much output the worker prints, such as 200MiB.
+        #[arg(long, value_parser = xp_runtime::spec::parse_memory, default_value = "200MiB")]
+        size: u64,
+        /// The worker's log cap (`xp-node join --log-cap`).
+        #[arg(long, value_parser = xp_runtime::spec::parse_memory, default_value = "64MiB")]
+        log_cap: u64,
+        /// Where the output and logs live (a temporary directory under it); the
+        /// system's temporary directory when absent.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Print one JSON line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Throughput and start latency of no-op trials.
     Trials {
         /// How many trials.
@@ -67,6 +85,12 @@ pub(crate) async fn run(bench: Bench) -> anyhow::Result<()> {
             dir,
             json,
         } => objects(sizes, checkpoint_bytes, dir, json).await,
+        Bench::Logs {
+            size,
+            log_cap,
+            dir,
+            json,
+        } => logs(size, log_cap, dir, json).await,
         Bench::Trials {
             trials,
             slots,
@@ -75,7 +99,6 @@ pub(crate) async fn run(bench: Bench) -> anyhow::Result<()> {
     }
 }
 
-#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
 async fn allreduce(
     workers: u32,
     sizes: Vec<usize>,
@@ -99,7 +122,7 @@ async fn allreduce(
         .await
         .context("running the all-reduce")?;
     if !json {
-        println!(
+        outln!(
             "ceilings: QUIC p2p {:.2} GB/s ({:.2} CPU cores busy), loopback TCP {:.2} GB/s, memcpy {:.2} GB/s\n{:>12} {:>8} {:>10} {:>12} {:>12} {:>12} {:>10}",
             ceilings.quic_p2p_gbps,
             ceilings.quic_p2p_cpu_cores,
@@ -116,7 +139,7 @@ async fn allreduce(
     }
     for measurement in &measurements {
         if json {
-            println!(
+            outln!(
                 "{}",
                 serde_json::json!({
                     "size_bytes": measurement.size_bytes,
@@ -133,7 +156,7 @@ async fn allreduce(
                 })
             );
         } else {
-            println!(
+            outln!(
                 "{:>12} {:>8} {:>10} {:>12.3} {:>12.3} {:>12.3} {:>10.2}",
                 measurement.size_bytes,
                 measurement.workers,
@@ -148,7 +171,6 @@ async fn allreduce(
     Ok(())
 }
 
-#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
 async fn objects(
     sizes: Vec<u64>,
     checkpoint_bytes: u64,
@@ -176,15 +198,20 @@ async fn objects(
         .map_err(|error| anyhow::anyhow!(error))
         .context("the objects bench failed")?;
     if !json {
-        println!(
+        outln!(
             "{:<19} {:<7} {:>12} {:>10} {:>12} {:>7}  REFERENCE",
-            "OP", "TIER", "SIZE_BYTES", "GB/s", "REF_GB/s", "RATIO"
+            "OP",
+            "TIER",
+            "SIZE_BYTES",
+            "GB/s",
+            "REF_GB/s",
+            "RATIO"
         );
     }
     for measurement in &measurements {
         let ratio = measurement.gbps / measurement.reference_gbps;
         if json {
-            println!(
+            outln!(
                 "{}",
                 serde_json::json!({
                     "op": measurement.op,
@@ -197,7 +224,7 @@ async fn objects(
                 })
             );
         } else {
-            println!(
+            outln!(
                 "{:<19} {:<7} {:>12} {:>10.3} {:>12.3} {:>7.2}  {}",
                 measurement.op,
                 measurement.tier,
@@ -212,7 +239,63 @@ async fn objects(
     Ok(())
 }
 
-#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
+async fn logs(size: u64, log_cap: u64, dir: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        (1..=16 << 30).contains(&size),
+        "--size must be between 1 byte and 16 GiB"
+    );
+    let cap = xp_node::worker_log::LogCap::new(log_cap).context("--log-cap")?;
+    let scratch = match &dir {
+        Some(dir) => tempfile::tempdir_in(dir),
+        None => tempfile::tempdir(),
+    }
+    .context("cannot create a scratch directory")?;
+    let result = xp_node::worker_log::bench::run(scratch.path(), size, cap)
+        .await
+        .map_err(|error| anyhow::anyhow!(xp_runtime::error_chain::error_chain(&error)))
+        .context("the logs bench failed")?;
+    let node = result.mbps(result.node_seconds);
+    let direct = result.mbps(result.direct_seconds);
+    let piped = result.mbps(result.piped_seconds);
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "bytes": result.bytes,
+                "log_cap": result.cap,
+                "node_mbps": node,
+                "cat_to_file_mbps": direct,
+                "cat_pipe_cat_to_file_mbps": piped,
+                "metric_lines": result.metric_lines,
+                "metrics_reported": result.metrics_reported,
+                "kept_bytes": result.kept_bytes,
+            })
+        );
+    } else {
+        outln!(
+            "{} bytes of worker output (a metric line every {} lines), best of 3:
+  through the node's log path: {:>8.1} MB/s ({:.2} s); {} of {} metric lines reported; {} bytes kept under a cap of {}
+  cat FILE > OUT:              {:>8.1} MB/s ({:.2} s); the node reaches {:.0}%
+  cat FILE | cat > OUT:        {:>8.1} MB/s ({:.2} s); the node reaches {:.0}%",
+            result.bytes,
+            xp_node::worker_log::bench::METRIC_EVERY,
+            node,
+            result.node_seconds,
+            result.metrics_reported,
+            result.metric_lines,
+            result.kept_bytes,
+            result.cap,
+            direct,
+            result.direct_seconds,
+            100.0 * node / direct,
+            piped,
+            result.piped_seconds,
+            100.0 * node / piped,
+        );
+    }
+    Ok(())
+}
+
 async fn no_op_trials(trials: u32, slots: u32, json: bool) -> anyhow::Result<()> {
     anyhow::ensure!(
         trials > 0 && slots > 0,
@@ -222,9 +305,9 @@ async fn no_op_trials(trials: u32, slots: u32, json: bool) -> anyhow::Result<()>
         .await
         .context("the trials bench failed")?;
     if json {
-        println!("{}", result.to_json());
+        outln!("{}", result.to_json());
     } else {
-        println!(
+        outln!(
             "{} no-op trials on {} slots in {:.2} s: {:.1} trials/s ({:.0}% of the {:.0} processes/s spawned directly)\nsubmit -> running: p50 {:.0} ms, p99 {:.0} ms (includes queueing)\nplaced -> running: p50 {:.0} ms, p99 {:.0} ms",
             result.trials,
             result.slots,

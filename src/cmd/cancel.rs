@@ -12,12 +12,11 @@ pub(crate) struct CancelArgs {
     cluster: ClusterArg,
 }
 
-#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
 pub(crate) async fn run(args: CancelArgs) -> anyhow::Result<()> {
     let CancelArgs { id, cluster } = args;
     let client = connect(&cluster).await?;
     let trials = client.cancel(&id).await?;
-    println!("cancelled {trials} trial(s)");
+    outln!("cancelled {trials} trial(s)");
     client.close().await;
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! `xp checkpoints`: the checkpoints kept for an experiment's trials, and where their replicas are.
+//! `xp checkpoints`: the checkpoints kept for an experiment's trials, where their
+//! replicas are, and why one that has a single copy has it.
 
 use super::ClusterArg;
 use super::connect;
@@ -28,17 +29,21 @@ pub(crate) async fn run(args: CheckpointsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
 fn print_checkpoints(checkpoints: &[xp_runtime::protocol::CheckpointStatus], json: bool) {
     if json {
         for checkpoint in checkpoints {
-            println!("{}", xp_runtime::views::checkpoint_json(checkpoint));
+            outln!("{}", xp_runtime::views::checkpoint_json(checkpoint));
         }
         return;
     }
-    println!(
+    outln!(
         "{:<24} {:>7} {:>10} {:>6} {:>12} {:>10}  REPLICAS",
-        "TRIAL", "ATTEMPT", "STEP", "FILES", "BYTES", "METRIC"
+        "TRIAL",
+        "ATTEMPT",
+        "STEP",
+        "FILES",
+        "BYTES",
+        "METRIC"
     );
     for checkpoint in checkpoints {
         let mut replicas: Vec<String> = checkpoint
@@ -49,7 +54,15 @@ fn print_checkpoints(checkpoints: &[xp_runtime::protocol::CheckpointStatus], jso
         if let Some(backup) = &checkpoint.backup {
             replicas.push(format!("backup {backup}"));
         }
-        println!(
+        let mut held = if replicas.is_empty() {
+            "none reachable".to_owned()
+        } else {
+            replicas.join(",")
+        };
+        if let Some(reason) = &checkpoint.unreplicated {
+            held.push_str(&format!("  UNREPLICATED: {reason}"));
+        }
+        outln!(
             "{:<24} {:>7} {:>10} {:>6} {:>12} {:>10}  {}",
             checkpoint.trial.to_string(),
             checkpoint.attempt,
@@ -59,11 +72,7 @@ fn print_checkpoints(checkpoints: &[xp_runtime::protocol::CheckpointStatus], jso
             checkpoint
                 .metric
                 .map_or_else(|| "-".to_owned(), |metric| format!("{metric:.4}")),
-            if replicas.is_empty() {
-                "none reachable".to_owned()
-            } else {
-                replicas.join(",")
-            }
+            held
         );
     }
 }

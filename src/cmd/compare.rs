@@ -20,7 +20,6 @@ pub(crate) struct CompareArgs {
     json: bool,
 }
 
-#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
 pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
     let CompareArgs {
         experiment,
@@ -35,10 +34,10 @@ pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
     let comparison = xp::analysis::compare(&status, alpha)?;
     if json {
         for (rank, config) in comparison.configs.iter().enumerate() {
-            println!("{}", config.to_json(rank + 1));
+            outln!("{}", config.to_json(rank + 1));
         }
     } else {
-        println!(
+        outln!(
             "experiment {}  metric {} ({} is better)",
             status.id,
             comparison.metric,
@@ -48,9 +47,14 @@ pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
                 "lower"
             }
         );
-        println!(
+        outln!(
             "  {:>4} {:>3} {:>12} {:>10} {:>27}  {:<40} VERDICT",
-            "RANK", "N", "MEAN", "STD", "95% CI", "CONFIG"
+            "RANK",
+            "N",
+            "MEAN",
+            "STD",
+            "95% CI",
+            "CONFIG"
         );
         for (rank, config) in comparison.configs.iter().enumerate() {
             let (mean, std_dev, ci) = match &config.summary {
@@ -61,7 +65,7 @@ pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
                 ),
                 None => ("-".to_owned(), "-".to_owned(), "-".to_owned()),
             };
-            println!(
+            outln!(
                 "  {:>4} {:>3} {:>12} {:>10} {:>27}  {:<40} {}",
                 rank + 1,
                 config.values.len(),

@@ -6,9 +6,11 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::ClusterArg;
-use super::connect;
+use super::{connect, exit_on_output_error};
 
-/// Print a worker's output.
+/// Print a worker's output. A log longer than its node's cap (`xp-node join
+/// --log-cap`) shows its beginning, a marker line naming the bytes dropped, and
+/// its end.
 #[derive(clap::Args, Debug)]
 pub(crate) struct LogsArgs {
     /// The trial id.
@@ -21,7 +23,8 @@ pub(crate) struct LogsArgs {
     /// The attempt; the latest when absent.
     #[arg(long)]
     attempt: Option<u32>,
-    /// Keep printing until the worker exits.
+    /// Keep printing until the worker exits. A reader that falls behind a log
+    /// over its cap is shown a marker for the bytes dropped meanwhile.
     #[arg(long)]
     follow: bool,
 }
@@ -41,8 +44,9 @@ pub(crate) async fn run(args: LogsArgs) -> anyhow::Result<()> {
         let chunk = client.logs(trial, rank, attempt, offset).await?;
         offset = chunk.next_offset;
         let mut stdout = std::io::stdout().lock();
-        stdout.write_all(&chunk.data)?;
-        stdout.flush()?;
+        if let Err(error) = stdout.write_all(&chunk.data).and_then(|()| stdout.flush()) {
+            exit_on_output_error(&error);
+        }
         drop(stdout);
         if chunk.data.is_empty() && (chunk.complete || !follow) {
             break;

@@ -26,7 +26,6 @@ pub(crate) struct MetricsArgs {
     json: bool,
 }
 
-#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
 pub(crate) async fn run(args: MetricsArgs) -> anyhow::Result<()> {
     let MetricsArgs {
         trial,
@@ -59,20 +58,20 @@ pub(crate) async fn run(args: MetricsArgs) -> anyhow::Result<()> {
         let smoothed = ema.map(|smoothing| xp_tune::stats::ema(&raw, smoothing));
         if json {
             let steps: Vec<Option<u64>> = values.iter().map(|(step, _)| *step).collect();
-            println!(
+            outln!(
                 "{}",
                 serde_json::json!({ "metric": metric, "steps": steps, "values": raw, "ema": smoothed })
             );
         } else {
-            println!("{metric}");
+            outln!("{metric}");
             for (idx, (step, value)) in values.iter().enumerate() {
                 let step = step.map_or("-".to_owned(), |step| step.to_string());
                 match &smoothed {
-                    Some(smoothed) => println!(
+                    Some(smoothed) => outln!(
                         "  step {step:>6}  {value:>14.6}  ema {:>14.6}",
                         smoothed[idx]
                     ),
-                    None => println!("  step {step:>6}  {value:>14.6}"),
+                    None => outln!("  step {step:>6}  {value:>14.6}"),
                 }
             }
         }

@@ -1,8 +1,24 @@
 //! The `xp` commands, one file each: their arguments and what they do.
+//!
+//! Every command writes its output through [`outln!`], so a reader that goes away
+//! (`xp status | head -1`) ends the command quietly instead of a panic.
+
+use std::io::Write;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use xp::Client;
+
+/// `println!` for the commands' output: a closed pipe ends the command quietly,
+/// and any other failure to write says so and exits non-zero.
+macro_rules! outln {
+    () => {
+        $crate::cmd::write_output(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cmd::write_output(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
 
 mod admin;
 mod bench;
@@ -86,6 +102,24 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Admin(args) => admin::run(args).await,
         Command::Bench(bench) => bench::run(bench).await,
     }
+}
+
+/// Writes one piece of the command's output to stdout (see [`outln!`]).
+pub(crate) fn write_output(text: std::fmt::Arguments<'_>) {
+    let mut stdout = std::io::stdout().lock();
+    if let Err(error) = stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+        exit_on_output_error(&error);
+    }
+}
+
+/// A reader that went away (`| head -1`) is not an error: stop quietly, as `cat`
+/// does. Any other failure to write (a full disk behind a redirect) is one.
+pub(crate) fn exit_on_output_error(error: &std::io::Error) -> ! {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln_note(&format!("error: cannot write the output: {error}"));
+    std::process::exit(1);
 }
 
 async fn connect(cluster: &ClusterArg) -> anyhow::Result<Client> {

@@ -1,4 +1,4 @@
-//! `xp nodes`: list the cluster's nodes.
+//! `xp nodes`: list the cluster's nodes, with the address the others reach each at.
 
 use xp_runtime::views::node_json;
 
@@ -15,19 +15,24 @@ pub(crate) struct NodesArgs {
     json: bool,
 }
 
-#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
 pub(crate) async fn run(args: NodesArgs) -> anyhow::Result<()> {
     let NodesArgs { cluster, json } = args;
     let client = connect(&cluster).await?;
     let nodes = client.nodes().await?;
     if json {
         for node in &nodes {
-            println!("{}", node_json(node));
+            outln!("{}", node_json(node));
         }
     } else {
-        println!(
-            "{:<34} {:<16} {:<6} {:>9} {:>11} {:>8}  LABELS",
-            "NODE", "NAME", "STATE", "GPUS", "CPUS", "WORKERS"
+        outln!(
+            "{:<34} {:<16} {:<16} {:<6} {:>9} {:>11} {:>8}  LABELS",
+            "NODE",
+            "NAME",
+            "ADDRESS",
+            "STATE",
+            "GPUS",
+            "CPUS",
+            "WORKERS"
         );
         for node in &nodes {
             let state = node.state.as_str();
@@ -36,10 +41,11 @@ pub(crate) async fn run(args: NodesArgs) -> anyhow::Result<()> {
                 .iter()
                 .map(|(key, value)| format!("{key}={value}"))
                 .collect();
-            println!(
-                "{:<34} {:<16} {:<6} {:>4}/{:<4} {:>5.1}/{:<5.1} {:>8}  {}",
+            outln!(
+                "{:<34} {:<16} {:<16} {:<6} {:>4}/{:<4} {:>5.1}/{:<5.1} {:>8}  {}",
                 node.id.to_string(),
                 node.name,
+                node.address,
                 state,
                 node.free_gpus,
                 node.capacity.gpus.len(),

@@ -22,18 +22,17 @@ pub(crate) async fn run(args: QueueArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
 fn print_queues(queues: &[xp_runtime::protocol::QueueStatus], json: bool) {
     if json {
         for queue in queues {
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string(queue).expect("queue status serialises")
             );
         }
         return;
     }
-    println!(
+    outln!(
         "{:<16} {:<12} {:<12} {:>6} {:>13} {:>9} {:>9} {:>8} {:>8} {:>10}",
         "QUEUE",
         "TEAM",
@@ -47,7 +46,7 @@ fn print_queues(queues: &[xp_runtime::protocol::QueueStatus], json: bool) {
         "FAIR SHARE"
     );
     for queue in queues {
-        println!(
+        outln!(
             "{:<16} {:<12} {:<12} {:>6.1} {:>6}/{:<6} {:>9} {:>9} {:>8} {:>8} {:>10.3}",
             queue.name,
             queue.team,

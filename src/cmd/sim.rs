@@ -185,11 +185,7 @@ fn wall_clock() -> Instant {
     Instant::now()
 }
 
-#[expect(
-    clippy::print_stdout,
-    clippy::print_stderr,
-    reason = "the CLI's user-facing output"
-)]
+#[expect(clippy::print_stderr, reason = "the CLI's user-facing notes")]
 fn run_generate(options: &GenerateOptions, out: Option<&Path>) -> anyhow::Result<()> {
     let trace = xp_sched::sim::generate(options)?;
     let text = trace.to_csv();
@@ -199,7 +195,7 @@ fn run_generate(options: &GenerateOptions, out: Option<&Path>) -> anyhow::Result
                 .with_context(|| format!("cannot write {}", path.display()))?;
             eprintln!("wrote {} jobs to {}", trace.jobs.len(), path.display());
         }
-        None => print!("{text}"),
+        None => crate::cmd::write_output(format_args!("{text}")),
     }
     Ok(())
 }
@@ -208,20 +204,16 @@ fn optional(value: Option<f64>, unit: &str) -> String {
     value.map_or_else(|| "-".to_owned(), |value| format!("{value:.1}{unit}"))
 }
 
-#[expect(
-    clippy::print_stdout,
-    clippy::print_stderr,
-    reason = "the CLI's user-facing output"
-)]
+#[expect(clippy::print_stderr, reason = "the CLI's user-facing notes")]
 fn print_report(report: &SimReport, json: bool, started: Instant) {
     let wall_s = started.elapsed().as_secs_f64();
     if json {
-        println!("{}", report.to_json());
+        outln!("{}", report.to_json());
         eprintln!("simulated in {wall_s:.3} s of wall time");
         return;
     }
     let outcomes = &report.outcomes;
-    println!(
+    outln!(
         "jobs             {} (completed {}, killed {}, running {}, waiting {}, blocked {}, refused {}, not arrived {}; never started {})",
         report.jobs,
         outcomes.completed,
@@ -233,23 +225,24 @@ fn print_report(report: &SimReport, json: bool, started: Instant) {
         outcomes.not_arrived,
         report.never_started
     );
-    println!(
+    outln!(
         "completion time  mean {}  median {}  p99 {}",
         optional(report.jct.map(|summary| summary.mean), " s"),
         optional(report.jct.map(|summary| summary.median), " s"),
         optional(report.jct.map(|summary| summary.p99), " s")
     );
-    println!(
+    outln!(
         "queueing delay   mean {}  median {}  p99 {}",
         optional(report.queue_delay.map(|summary| summary.mean), " s"),
         optional(report.queue_delay.map(|summary| summary.median), " s"),
         optional(report.queue_delay.map(|summary| summary.p99), " s")
     );
-    println!(
+    outln!(
         "makespan         {:.1} s (simulated span {:.1} s)",
-        report.makespan, report.span
+        report.makespan,
+        report.span
     );
-    println!(
+    outln!(
         "GPU utilisation  {:.1} % over the span, {} from first to last submission ({:.1} GPU-hours held)",
         report.gpu_utilization * 100.0,
         optional(
@@ -258,13 +251,13 @@ fn print_report(report: &SimReport, json: bool, started: Instant) {
         ),
         report.gpu_hours
     );
-    println!(
+    outln!(
         "fairness         Jain {:.3} over {} teams' GPU-hours",
         report.jain_fairness,
         report.teams.len()
     );
     for team in &report.teams {
-        println!(
+        outln!(
             "  {:<14} {:>10.1} GPU-hours  share {:>5.1} %  jobs {:>8}  completed {:>8}  mean JCT {}",
             team.name,
             team.gpu_hours,
@@ -274,18 +267,20 @@ fn print_report(report: &SimReport, json: bool, started: Instant) {
             optional(team.jct_mean, " s")
         );
     }
-    println!(
+    outln!(
         "preemptions      {} ({} decisions), {:.1} GPU-seconds lost",
-        report.preemptions, report.preempt_decisions, report.gpu_seconds_lost
+        report.preemptions,
+        report.preempt_decisions,
+        report.gpu_seconds_lost
     );
-    println!(
+    outln!(
         "gang locality    {} multi-GPU placements: {} in one node, {} in one rack",
         report.multi_gpu_placements,
         optional(report.multi_gpu_one_node.map(|share| share * 100.0), " %"),
         optional(report.multi_gpu_one_rack.map(|share| share * 100.0), " %")
     );
     let law = report.littles_law;
-    println!(
+    outln!(
         "Little's law     L {:.3} against lambda x W {:.3} (lambda {:.6}/s, W {:.1} s)",
         law.l,
         law.lambda * law.w,
@@ -293,25 +288,23 @@ fn print_report(report: &SimReport, json: bool, started: Instant) {
         law.w
     );
     if report.submit_retries > 0 {
-        println!(
+        outln!(
             "admission        {} resubmissions after too many pending trials",
             report.submit_retries
         );
     }
     for (reason, count) in &report.wait_reasons {
-        println!("still waiting    {count} ({reason})");
+        outln!("still waiting    {count} ({reason})");
     }
-    println!(
+    outln!(
         "simulator        {} events, {} decide calls, {} placements, {wall_s:.3} s wall time",
-        report.events, report.decide_calls, report.placements
+        report.events,
+        report.decide_calls,
+        report.placements
     );
 }
 
-#[expect(
-    clippy::print_stdout,
-    clippy::print_stderr,
-    reason = "the CLI's user-facing output"
-)]
+#[expect(clippy::print_stderr, reason = "the CLI's user-facing notes")]
 fn print_place_once(
     report: &PlaceOnceReport,
     placement: &PlacementKind,
@@ -322,22 +315,22 @@ fn print_place_once(
     if json {
         let mut value = report.to_json();
         value["placement"] = serde_json::json!(format!("{placement:?}"));
-        println!("{value}");
+        outln!("{value}");
         eprintln!("measured in {wall_s:.3} s of wall time");
         return;
     }
-    println!("placement        {placement:?}");
+    outln!("placement        {placement:?}");
     for (load, ratio) in &report.alloc_ratio {
-        println!(
+        outln!(
             "alloc ratio      {:>5.1} % at load {}",
             ratio * 100.0,
             load_key(*load)
         );
     }
-    println!("final load       {:.3}", report.final_load);
-    println!("idle GPU frag.   {:.3}", report.idle_gpu_fragmentation);
+    outln!("final load       {:.3}", report.final_load);
+    outln!("idle GPU frag.   {:.3}", report.idle_gpu_fragmentation);
     let (attempted, failed) = (&report.attempted, &report.failed);
-    println!(
+    outln!(
         "failed jobs      {} of {} (fractional {} of {}, whole-GPU {} of {}, multi-GPU {} of {})",
         failed.total(),
         attempted.total(),
@@ -348,5 +341,5 @@ fn print_place_once(
         failed.multi_gpu,
         attempted.multi_gpu
     );
-    println!("wall time        {wall_s:.3} s");
+    outln!("wall time        {wall_s:.3} s");
 }

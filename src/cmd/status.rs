@@ -19,7 +19,6 @@ pub(crate) struct StatusArgs {
     json: bool,
 }
 
-#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
 pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let StatusArgs {
         experiment,
@@ -30,7 +29,7 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let list = client.status(experiment.as_deref()).await?;
     for status in &list {
         if json {
-            println!("{}", experiment_json(status));
+            outln!("{}", experiment_json(status));
         } else {
             print_status_table(status);
         }
@@ -39,7 +38,6 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
 pub(crate) fn print_status_table(status: &ExperimentStatus) {
     let count = |state: TrialState| {
         status
@@ -48,7 +46,7 @@ pub(crate) fn print_status_table(status: &ExperimentStatus) {
             .filter(|trial| trial.state == state)
             .count()
     };
-    println!(
+    outln!(
         "experiment {}  {}  team {}  {}  ({} trials: {} succeeded, {} failed, {} running, {} waiting)",
         status.id,
         status.name,
@@ -60,9 +58,12 @@ pub(crate) fn print_status_table(status: &ExperimentStatus) {
         count(TrialState::Running) + count(TrialState::Starting) + count(TrialState::Placed),
         count(TrialState::Pending) + count(TrialState::Queued),
     );
-    println!(
+    outln!(
         "  {:<24} {:<10} {:>8}  {:<40} CONFIG",
-        "TRIAL", "STATE", "ATTEMPTS", "METRICS"
+        "TRIAL",
+        "STATE",
+        "ATTEMPTS",
+        "METRICS"
     );
     for trial in &status.trials {
         let metrics: Vec<String> = trial
@@ -70,7 +71,7 @@ pub(crate) fn print_status_table(status: &ExperimentStatus) {
             .iter()
             .map(|(name, value)| format!("{name}={value:.4}"))
             .collect();
-        println!(
+        outln!(
             "  {:<24} {:<10} {:>8}  {:<40} {}",
             trial.id.to_string(),
             trial.state.as_str(),
@@ -79,7 +80,7 @@ pub(crate) fn print_status_table(status: &ExperimentStatus) {
             trial.config_json
         );
         if let Some(waiting) = &trial.waiting {
-            println!("  {:<24} waits: {waiting}", "");
+            outln!("  {:<24} waits: {waiting}", "");
         }
         if trial.attempts.len() > 1 || trial.attempts.iter().any(|a| a.resumed_from.is_some()) {
             for attempt in &trial.attempts {
@@ -92,7 +93,7 @@ pub(crate) fn print_status_table(status: &ExperimentStatus) {
                     || "from the start".to_owned(),
                     |(step, from)| format!("resumed from step {step} (attempt {from})"),
                 );
-                println!(
+                outln!(
                     "  {:<24} attempt {} on {}: {resumed}; {}",
                     "",
                     attempt.number,

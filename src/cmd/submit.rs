@@ -27,7 +27,6 @@ pub(crate) struct SubmitArgs {
     wait: bool,
 }
 
-#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
 pub(crate) async fn run(args: SubmitArgs) -> anyhow::Result<()> {
     let SubmitArgs {
         file,
@@ -60,7 +59,7 @@ pub(crate) async fn run(args: SubmitArgs) -> anyhow::Result<()> {
         )
         .await
         .context("submission refused")?;
-    println!("{}", submitted.experiment);
+    outln!("{}", submitted.experiment);
     if submitted.reused {
         eprintln_note(
             "an identical experiment already finished; reusing its results (use --rerun to run it again)",

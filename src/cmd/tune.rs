@@ -39,7 +39,6 @@ pub(crate) struct TuneArgs {
     command: Vec<String>,
 }
 
-#[expect(clippy::print_stdout, reason = "the CLI's user-facing output")]
 pub(crate) async fn run(args: TuneArgs) -> anyhow::Result<()> {
     let TuneArgs {
         space,
@@ -103,7 +102,7 @@ pub(crate) async fn run(args: TuneArgs) -> anyhow::Result<()> {
         maximize: mode == "max",
         command,
     };
-    let summary = xp::tune::tune(job, |line| println!("{line}")).await?;
-    println!("{}", summary.to_json());
+    let summary = xp::tune::tune(job, |line| outln!("{line}")).await?;
+    outln!("{}", summary.to_json());
     Ok(())
 }

@@ -9,6 +9,8 @@
     reason = "each test binary uses a different part of the harness"
 )]
 
+pub(crate) mod netns;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -354,4 +356,64 @@ impl Drop for TestCluster {
 /// Every trial of an experiment's status JSON.
 pub(crate) fn trials(status: &Value) -> &Vec<Value> {
     status["trials"].as_array().expect("trials is an array")
+}
+
+impl TestCluster {
+    /// Starts a head whose data directory is first prepared by `prepare` (given
+    /// its path, not yet created: a test may mount a file system there), with
+    /// extra `xp-head start` arguments.
+    pub(crate) fn start_prepared(
+        node_timeout: &str,
+        head_args: &[&str],
+        prepare: impl FnOnce(&Path),
+    ) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        prepare(&dir.path().join("head"));
+        let mut cluster = Self {
+            dir,
+            join: String::new(),
+            port: 0,
+            head: None,
+            nodes: BTreeMap::new(),
+            node_timeout: node_timeout.to_owned(),
+            head_args: head_args.iter().map(|arg| (*arg).to_owned()).collect(),
+        };
+        cluster.start_head("127.0.0.1:0");
+        cluster
+    }
+
+    /// The head's data directory.
+    pub(crate) fn head_dir(&self) -> PathBuf {
+        self.dir.path().join("head")
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (free when asked; a test binds it soon after).
+pub(crate) fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `GET path` over HTTP/1.1 from `addr`: the status code and the body, or `None`
+/// when the server cannot be reached.
+pub(crate) fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let status = answer.split_whitespace().nth(1)?.parse().ok()?;
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, body)| body.to_owned());
+    Some((status, body))
 }

@@ -4,12 +4,17 @@
 //! policy's limit of pending trials; a trial then waits as `Pending` until its
 //! experiment has fewer than `parallel` unfinished trials in the queue or running.
 //! Where and when a queued trial runs is not decided here but by the policy core.
+//! A submission whose one worker no known node could ever hold is refused at
+//! once, naming the largest capacity there is, instead of waiting forever.
 
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::ExperimentId;
 use xp_runtime::protocol::TrialState;
 use xp_runtime::spec::ExperimentSpec;
 
+use xp_sched::GPU_MILLI;
+
+use super::records::NodeRecord;
 use super::{CoreError, HeadCore, trial_range};
 
 impl HeadCore {
@@ -36,6 +41,38 @@ impl HeadCore {
             });
         }
         Ok(())
+    }
+
+    /// Refuses a submission when nodes have joined and none of them, even empty,
+    /// could hold one of its workers: it would wait forever. With no node known
+    /// yet the submission is accepted (nodes may still join), and its trials say
+    /// why they wait.
+    pub(super) fn check_capacity(&self, spec: &ExperimentSpec) -> Result<(), CoreError> {
+        let gpu_milli = spec.trial.gpu_milli();
+        let cpu_milli = u64::from(spec.trial.cpu_milli());
+        let memory_bytes = spec.trial.resources.memory.0;
+        let whole_gpus = gpu_milli.div_ceil(GPU_MILLI);
+        let holds = |node: &NodeRecord| {
+            let resources = &node.resources;
+            resources.gpus.len() as u64 >= whole_gpus
+                && u64::from(resources.cpu_milli) >= cpu_milli
+                && resources.memory_bytes >= memory_bytes
+        };
+        if self.nodes.is_empty() || self.nodes.values().any(holds) {
+            return Ok(());
+        }
+        let resources = || self.nodes.values().map(|node| &node.resources);
+        Err(CoreError::NoNodeCanHold {
+            gpu_milli,
+            cpu_milli,
+            memory_bytes,
+            largest_gpus: resources().map(|r| r.gpus.len() as u64).max().unwrap_or(0),
+            largest_cpu_milli: resources()
+                .map(|r| u64::from(r.cpu_milli))
+                .max()
+                .unwrap_or(0),
+            largest_memory_bytes: resources().map(|r| r.memory_bytes).max().unwrap_or(0),
+        })
     }
 
     /// Moves pending trials of each experiment into the queue while fewer than its

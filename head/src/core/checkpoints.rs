@@ -5,13 +5,16 @@
 //! The pure parts (manifests, `retain`, `ObjectDirectory`) live in
 //! [`retention`]; this module applies them to the core's trials and nodes
 //! and emits the node commands (`Replicate`, `DropObjects`, `Pin`, releases). It
-//! never moves bytes: nodes copy objects between their stores.
+//! never moves bytes: nodes copy objects between their stores. Following each
+//! copy to a second node (retries, what a single copy is shown with) is
+//! [`replication`].
 //!
 //! Invariants: the head records a checkpoint only from rank 0 with a well-formed
 //! manifest of files the reporting node has stored; `object_refs` counts, for each
 //! object, the kept checkpoints (of all trials) that name it, and an object is
 //! dropped everywhere when its count reaches zero.
 
+pub mod replication;
 pub mod retention;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -79,7 +82,6 @@ impl HeadCore {
         };
         let bytes = record.bytes();
         let count = record.files.len();
-        let new_objects = record.objects();
         // A repeated report (resent after a reconnect) replaces, never duplicates.
         let mut checkpoints = std::mem::take(&mut trial.checkpoints);
         let before: Vec<BTreeSet<ObjectId>> =
@@ -129,7 +131,12 @@ impl HeadCore {
             .iter()
             .any(|checkpoint| checkpoint.step == step && checkpoint.attempt == key.attempt);
         if still_kept {
-            self.replicate(key.trial, node_id, &new_objects);
+            let checkpoint = replication::CheckpointKey {
+                trial: key.trial,
+                attempt: key.attempt,
+                step,
+            };
+            self.replicate(checkpoint, node_id);
         }
     }
 
@@ -160,6 +167,7 @@ impl HeadCore {
     /// retired checkpoints, claims of trials that ended and of driver sessions
     /// that are gone, and objects whose claims a restart erased.
     pub(super) fn reconcile_objects(&mut self, node: NodeId, held: &[HeldObject]) {
+        self.resend_replications_to(node);
         if held.is_empty() {
             return;
         }
@@ -232,50 +240,6 @@ impl HeadCore {
             self.commands
                 .push_back((node, HeadCommand::DropObjects { trial, objects }));
         }
-    }
-
-    /// Asks one other ready node to hold a copy of `objects`, which `origin` holds.
-    fn replicate(&mut self, trial: TrialId, origin: NodeId, objects: &BTreeSet<ObjectId>) {
-        let Some(source) = self.object_source(origin) else {
-            return;
-        };
-        let candidates: Vec<NodeId> = self
-            .nodes
-            .values()
-            .filter(|node| node.id != origin && node.state == NodeState::Ready)
-            .filter(|node| self.directory.endpoint(node.id).is_some())
-            .map(|node| node.id)
-            .collect();
-        if candidates.is_empty() {
-            return;
-        }
-        // Spread replicas: each trial has its own preferred second node.
-        let target = candidates[trial.index as usize % candidates.len()];
-        let missing: Vec<(ObjectId, u64)> = objects
-            .iter()
-            .filter(|id| !self.directory.holds(target, **id))
-            .map(|id| (*id, self.object_size(trial, *id)))
-            .collect();
-        if missing.is_empty() {
-            return;
-        }
-        self.commands.push_back((
-            target,
-            HeadCommand::Replicate {
-                trial,
-                objects: missing,
-                sources: vec![source],
-            },
-        ));
-    }
-
-    fn object_size(&self, trial: TrialId, id: ObjectId) -> u64 {
-        self.trials[&trial]
-            .checkpoints
-            .iter()
-            .flat_map(|checkpoint| &checkpoint.files)
-            .find(|file| file.object == id)
-            .map_or(0, |file| file.size)
     }
 
     fn object_source(&self, node: NodeId) -> Option<ObjectSource> {
@@ -381,11 +345,11 @@ impl HeadCore {
         }
     }
 
-    /// Whether `trial` should not start yet: the head started less than a node
-    /// timeout ago and the newest checkpoint is not (yet) held by any node that
-    /// came back, so resuming now would redo work that a returning node holds.
+    /// Whether `trial` should not start yet: the head is within its restart
+    /// grace and the newest checkpoint is not (yet) held by any node that came
+    /// back, so resuming now would redo work that a returning node holds.
     pub(super) fn awaiting_newest_checkpoint(&self, now: UnixMillis, trial: TrialId) -> bool {
-        if now >= self.started_at.saturating_add(self.config.node_timeout_ms) {
+        if !self.in_restart_grace(now) {
             return false;
         }
         let Some(newest) = self
@@ -408,18 +372,31 @@ impl HeadCore {
             .trials
             .range(trial_range(id))
             .flat_map(|(_, trial)| {
-                trial.checkpoints.iter().map(|checkpoint| CheckpointStatus {
-                    trial: trial.id,
-                    attempt: checkpoint.attempt,
-                    step: checkpoint.step,
-                    at: checkpoint.at,
-                    bytes: checkpoint.bytes(),
-                    files: checkpoint.files.clone(),
-                    metric: checkpoint.metric,
-                    replicas: self
+                trial.checkpoints.iter().map(|checkpoint| {
+                    let replicas = self
                         .directory
-                        .complete_holders(checkpoint, |node| self.node_usable(node)),
-                    backup: checkpoint.backup.clone(),
+                        .complete_holders(checkpoint, |node| self.node_usable(node));
+                    let key = replication::CheckpointKey {
+                        trial: trial.id,
+                        attempt: checkpoint.attempt,
+                        step: checkpoint.step,
+                    };
+                    CheckpointStatus {
+                        trial: trial.id,
+                        attempt: checkpoint.attempt,
+                        step: checkpoint.step,
+                        at: checkpoint.at,
+                        bytes: checkpoint.bytes(),
+                        files: checkpoint.files.clone(),
+                        metric: checkpoint.metric,
+                        unreplicated: self.unreplicated_reason(
+                            key,
+                            replicas.len(),
+                            checkpoint.backup.is_some(),
+                        ),
+                        replicas,
+                        backup: checkpoint.backup.clone(),
+                    }
                 })
             })
             .collect())

@@ -50,6 +50,29 @@ pub enum CoreError {
         /// When to try again.
         retry_after_ms: u64,
     },
+    /// No node that has joined could hold one worker of the submission, even empty.
+    #[error(
+        "no node can hold one worker of this experiment: it asks for {} GPU, {} CPU and {} of memory per worker, and the largest nodes offer {largest_gpus} GPU, {} CPU and {} of memory; ask for less or add a larger node",
+        *gpu_milli as f64 / 1000.0,
+        *cpu_milli as f64 / 1000.0,
+        bytesize::ByteSize(*memory_bytes),
+        *largest_cpu_milli as f64 / 1000.0,
+        bytesize::ByteSize(*largest_memory_bytes)
+    )]
+    NoNodeCanHold {
+        /// GPU thousandths per worker asked for.
+        gpu_milli: u64,
+        /// CPU thousandths per worker asked for.
+        cpu_milli: u64,
+        /// Memory bytes per worker asked for.
+        memory_bytes: u64,
+        /// The most GPUs any node offers.
+        largest_gpus: u64,
+        /// The most CPU thousandths any node offers.
+        largest_cpu_milli: u64,
+        /// The most memory any node offers.
+        largest_memory_bytes: u64,
+    },
     /// The adaptive search of the submission cannot start.
     #[error(transparent)]
     Sweep(#[from] SweepError),
@@ -122,6 +145,7 @@ impl From<CoreError> for RemoteError {
             | CoreError::EntryWithoutBinary
             | CoreError::BinaryForCommandTrial { .. }
             | CoreError::VersionTooLong
+            | CoreError::NoNodeCanHold { .. }
             | CoreError::Sweep(_)
             | CoreError::AmbiguousExperiment { .. }
             | CoreError::AdminUnattributed

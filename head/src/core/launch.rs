@@ -1,6 +1,8 @@
 //! Launching attempts: turning the policy core's placement of a gang into one
 //! `Launch` per worker, with its program, its `MASTER_ADDR`/`MASTER_PORT`, its
-//! collective token and the checkpoint it resumes from.
+//! collective token and the checkpoint it resumes from. `MASTER_ADDR` is the
+//! address rank 0's node advertised when it registered (the local address of its
+//! route to the head unless it was given `--advertise`), never its host name.
 //!
 //! [`MasterPorts`] owns the `MASTER_PORT`s handed out per host. This module does not
 //! decide where a trial runs (the policy core did), and does not follow the attempt

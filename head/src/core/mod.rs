@@ -68,6 +68,10 @@ pub struct CoreConfig {
     pub heartbeat_interval_ms: u64,
     /// Keys the per-attempt collective tokens; drawn at random when the head starts.
     pub rendezvous_key: [u8; 32],
+    /// The longest a node takes to notice that the head went away and register
+    /// with it again ([`xp_runtime::transport::NODE_RETURN_BOUND`]): see
+    /// [`CoreConfig::restart_grace_ms`].
+    pub node_return_ms: u64,
 }
 
 impl Default for CoreConfig {
@@ -76,7 +80,21 @@ impl Default for CoreConfig {
             node_timeout_ms: 10_000,
             heartbeat_interval_ms: 1_000,
             rendezvous_key: [0; 32],
+            node_return_ms: xp_runtime::transport::NODE_RETURN_BOUND.as_millis() as u64,
         }
+    }
+}
+
+impl CoreConfig {
+    /// How long a restarted head waits for a node it knew to register again
+    /// before judging it lost: the node's return time (noticing the old session
+    /// died, reconnecting with back-off) plus the ordinary node timeout, the
+    /// allowance the head gives any node between two signs of life. Until then
+    /// the node's workers are held as they were, so that what they finished or
+    /// still run while the head was away is adopted, not redone. With the
+    /// defaults: 12 s + 10 s = 22 s.
+    pub fn restart_grace_ms(&self) -> u64 {
+        self.node_return_ms.saturating_add(self.node_timeout_ms)
     }
 }
 
@@ -113,12 +131,18 @@ pub struct HeadCore {
     sweep_state: SweepState,
     /// Which node holds which object; rebuilt from node registrations.
     directory: ObjectDirectory,
+    /// Checkpoint copies to a second node not made yet.
+    replications: checkpoints::replication::Replications,
     /// How many kept checkpoints (of all trials) name each object: content
     /// addressing lets two trials share one.
     object_refs: HashMap<ObjectId, u32>,
-    /// When this core started: until one node timeout later, nodes may still be
-    /// coming back with the objects they hold.
+    /// When this core started: until the restart grace has passed, nodes may
+    /// still be coming back with the workers and objects they hold.
     started_at: UnixMillis,
+    /// Nodes restored from the registry that have not registered with this head
+    /// yet: judged lost only after [`CoreConfig::restart_grace_ms`], and not
+    /// placed on until they register (a launch sent now would be dropped).
+    awaiting_return: BTreeSet<NodeId>,
     /// Driver sessions that asked where to store objects and are still connected.
     live_drivers: BTreeSet<String>,
 }
@@ -135,7 +159,8 @@ impl std::fmt::Debug for HeadCore {
 }
 
 impl HeadCore {
-    /// A core over previously persisted state; nodes get one timeout from `now` to return.
+    /// A core over previously persisted state; the nodes it knew get the restart
+    /// grace ([`CoreConfig::restart_grace_ms`]) from `now` to register again.
     pub fn restore(config: CoreConfig, loaded: LoadedState, now: UnixMillis) -> Self {
         let mut core = Self {
             config,
@@ -159,8 +184,10 @@ impl HeadCore {
             commands: VecDeque::new(),
             sweep_state: SweepState::default(),
             directory: ObjectDirectory::default(),
+            replications: checkpoints::replication::Replications::default(),
             object_refs: HashMap::new(),
             started_at: now,
+            awaiting_return: BTreeSet::new(),
             live_drivers: BTreeSet::new(),
         };
         if let Some(record) = loaded.policy {
@@ -208,6 +235,9 @@ impl HeadCore {
             // Schedulable until the running trials are adopted: the pool takes
             // allocations only on schedulable nodes.
             core.policy.upsert_node(node_spec(&node));
+            if node.state != NodeState::Lost {
+                core.awaiting_return.insert(node.id);
+            }
             core.nodes.insert(node.id, node);
         }
         for event in loaded.events {
@@ -232,9 +262,11 @@ impl HeadCore {
         for trial_id in adopted {
             core.adopt_running(now, trial_id);
         }
+        // A node becomes schedulable again when it registers.
         for node in core.nodes.values() {
-            core.policy
-                .set_node_schedulable(node.id, node.state == NodeState::Ready);
+            let schedulable =
+                node.state == NodeState::Ready && !core.awaiting_return.contains(&node.id);
+            core.policy.set_node_schedulable(node.id, schedulable);
         }
         for trial in core.trials.values() {
             for attempt in trial.attempts.iter().filter(|attempt| attempt.is_live()) {
@@ -242,6 +274,16 @@ impl HeadCore {
                     .mark_in_use(&attempt.master_host, attempt.master_port);
             }
         }
+        core
+    }
+
+    /// A core rebuilt from what the registry holds (`loaded`), for when a change
+    /// failed to commit and left this one ahead of the disk: as after a restart,
+    /// except that the driver sessions still connected to this head stay live, so
+    /// their objects are kept when nodes register again.
+    pub fn rebuild(&self, loaded: LoadedState, now: UnixMillis) -> Self {
+        let mut core = Self::restore(self.config, loaded, now);
+        core.live_drivers = self.live_drivers.clone();
         core
     }
 
@@ -270,6 +312,13 @@ impl HeadCore {
             records.push(Record::Policy(policy.clone()));
         }
         records
+    }
+
+    /// Whether nodes may still be coming back to this head after its start.
+    pub(super) fn in_restart_grace(&self, now: UnixMillis) -> bool {
+        now < self
+            .started_at
+            .saturating_add(self.config.restart_grace_ms())
     }
 
     /// The next command for a node.

@@ -7,6 +7,13 @@
 //!
 //! Invariant: a node judged lost is asked to register again before anything it
 //! sends counts, so that whatever it still runs is reconciled first.
+//!
+//! After a restart the head does not judge a node it knew by the node timeout
+//! alone: the node must first notice that its old session is dead and reconnect,
+//! which can take `CoreConfig::node_return_ms`. Until the node registers, it has
+//! `CoreConfig::restart_grace_ms` (that return time plus the node timeout) from
+//! the head's start, so the work it finished or still runs while the head was
+//! away is reconciled from its registration and resent reports, not lost.
 
 use std::collections::BTreeSet;
 
@@ -23,6 +30,7 @@ impl HeadCore {
     pub fn handle_node_register(&mut self, now: UnixMillis, registration: NodeRegistration) {
         let node_id = registration.node_id;
         let returning = self.nodes.contains_key(&node_id);
+        self.awaiting_return.remove(&node_id);
         info!(%node_id, name = %registration.name, gpus = registration.resources.gpus.len(), returning, "node registered");
         let record = NodeRecord {
             id: node_id,
@@ -123,6 +131,21 @@ impl HeadCore {
                     self.directory.drop_object(node_id, id);
                 }
             }
+            NodeMessage::ReplicationFailed {
+                trial,
+                objects,
+                error,
+            } => self.handle_replication_failed(now, node_id, trial, &objects, &error),
+        }
+    }
+
+    /// The silence after which `node_id` is judged lost: the node timeout, or the
+    /// restart grace for a node that has not registered since the head started.
+    fn silence_limit_ms(&self, node_id: NodeId) -> u64 {
+        if self.awaiting_return.contains(&node_id) {
+            self.config.restart_grace_ms()
+        } else {
+            self.config.node_timeout_ms
         }
     }
 
@@ -133,12 +156,17 @@ impl HeadCore {
             .values()
             .filter(|node| {
                 node.state != NodeState::Lost
-                    && now.saturating_sub(node.last_seen) > self.config.node_timeout_ms
+                    && now.saturating_sub(node.last_seen) > self.silence_limit_ms(node.id)
             })
             .map(|node| node.id)
             .collect();
         for node_id in timed_out {
-            warn!(%node_id, timeout_ms = self.config.node_timeout_ms, "node lost: no heartbeat within the timeout");
+            let timeout_ms = self.silence_limit_ms(node_id);
+            if self.awaiting_return.remove(&node_id) {
+                warn!(%node_id, timeout_ms, "node lost: it did not come back after the head restarted");
+            } else {
+                warn!(%node_id, timeout_ms, "node lost: no heartbeat within the timeout");
+            }
             if let Some(node) = self.nodes.get_mut(&node_id) {
                 node.state = NodeState::Lost;
             }
@@ -149,6 +177,7 @@ impl HeadCore {
                 self.lose_worker(now, key, format!("node {node_id} lost"));
             }
         }
+        self.tend_replications(now);
         // Time alone changes decisions: aging, reservations, minimum run times.
         self.policy_stale = true;
         self.schedule(now);

@@ -47,6 +47,7 @@ impl HeadCore {
             return Err(CoreError::VersionTooLong);
         }
         self.admit(&spec)?;
+        self.check_capacity(&spec)?;
         // Identity: the config without the local program path, and the binary's hash as code.
         let mut identity_spec = spec.clone();
         identity_spec.trial.program = None;

@@ -10,13 +10,14 @@ use xp_runtime::protocol::{
     WorkerReport,
 };
 
-use super::{CoreConfig, HeadCore, LoadedState};
+use super::{CoreConfig, CoreError, HeadCore, LoadedState};
 use crate::core::Record;
 
 const CONFIG: CoreConfig = CoreConfig {
     node_timeout_ms: 10_000,
     heartbeat_interval_ms: 1_000,
     rendezvous_key: [3; 32],
+    node_return_ms: 12_000,
 };
 
 fn node_id(seed: u8) -> NodeId {
@@ -54,6 +55,15 @@ fn xp_runtime_declared(n: u32) -> Vec<xp_runtime::protocol::GpuInfo> {
 }
 
 fn submit(core: &mut HeadCore, now: u64, yaml: &str, rerun: bool) -> ExperimentId {
+    try_submit(core, now, yaml, rerun).unwrap()
+}
+
+fn try_submit(
+    core: &mut HeadCore,
+    now: u64,
+    yaml: &str,
+    rerun: bool,
+) -> Result<ExperimentId, CoreError> {
     let spec = xp_runtime::spec::ExperimentSpec::from_yaml(yaml).unwrap();
     let request = SubmitRequest {
         spec_json: spec.to_canonical_json(),
@@ -62,7 +72,7 @@ fn submit(core: &mut HeadCore, now: u64, yaml: &str, rerun: bool) -> ExperimentI
         data_version: "none".to_owned(),
         rerun,
     };
-    core.handle_submit(now, &request).unwrap().0
+    core.handle_submit(now, &request).map(|(id, _, _)| id)
 }
 
 fn commands(core: &mut HeadCore) -> Vec<(NodeId, HeadCommand)> {
@@ -378,7 +388,14 @@ proptest! {
                         "name: e{experiments}\ntrial: {{command: [echo], workers: {workers}, resources: {{gpu: {gpu}, cpu: 1}}, max_retries: 1}}\nsearch: {{trials: {}}}\n",
                         pick % 4 + 1
                     );
-                    submit(&mut core, now, &yaml, true);
+                    // A GPU worker on a cluster without GPUs is refused at once
+                    // (it would wait forever); everything else is accepted.
+                    let any_gpu = shapes.iter().any(|(gpus, _)| *gpus > 0);
+                    match try_submit(&mut core, now, &yaml, true) {
+                        Ok(_) => prop_assert!(gpu == 0 || any_gpu),
+                        Err(CoreError::NoNodeCanHold { .. }) => prop_assert!(gpu == 1 && !any_gpu),
+                        Err(other) => panic!("unexpected refusal: {other}"),
+                    }
                 }
                 2 | 3 => {
                     let all: Vec<(NodeId, WorkerKey)> = nodes.iter().flat_map(|(id, node)| node.launched.keys().filter(|key| !node.started.contains(key)).map(move |key| (*id, *key))).collect();
@@ -413,8 +430,9 @@ proptest! {
                     }
                 }
                 _ => {
-                    if experiments > 0 && pick % 3 == 0 {
-                        let statuses = core.status(None).unwrap();
+                    let statuses = core.status(None).unwrap();
+                    // Submissions no node could hold were refused: there may be none.
+                    if !statuses.is_empty() && pick % 3 == 0 {
                         let victim = &statuses[usize::from(pick) % statuses.len()];
                         core.handle_cancel(now, &victim.id.to_string()).unwrap();
                     }
@@ -1190,4 +1208,145 @@ fn late_checkpoint_reports_count_by_attempt_and_step_and_returning_nodes_repin()
         })
         .collect();
     assert_eq!(drops, vec![(None, vec![orphan])]);
+}
+
+/// When the restarted head of the restart tests started.
+const RESTARTED_AT: u64 = 100_000;
+
+/// A head that placed ONE's trial on a node, saw it start and report a metric,
+/// and was then killed and restarted at `RESTARTED_AT`: the restarted core, the
+/// node and the running worker.
+fn restarted_with_a_running_trial() -> (HeadCore, NodeId, WorkerKey) {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 0, 2, Vec::new()));
+    submit(&mut core, 1, ONE, false);
+    let key = launches(&commands(&mut core))[0].1;
+    report(&mut core, 2, node, WorkerReport::Started { key, pid: 7 });
+    let records = core.take_records();
+    let restarted = HeadCore::restore(CONFIG, loaded_from(records), RESTARTED_AT);
+    (restarted, node, key)
+}
+
+/// Whether the node of [`restarted_with_a_running_trial`] is judged lost by a
+/// tick `tick_after_ms` after the restart, when it registers again
+/// `registers_after_ms` after the restart (or never) and is silent since.
+fn check_restart_grace(registers_after_ms: Option<u64>, tick_after_ms: u64, expected_lost: bool) {
+    let (mut core, node, key) = restarted_with_a_running_trial();
+    if let Some(after) = registers_after_ms {
+        core.handle_node_register(RESTARTED_AT + after, registration(node, 0, 2, vec![key]));
+    }
+    core.handle_tick(RESTARTED_AT + tick_after_ms);
+    let lost = core.nodes[&node].state == xp_runtime::protocol::NodeState::Lost;
+    assert_eq!(
+        lost, expected_lost,
+        "registered after {registers_after_ms:?} ms, tick after {tick_after_ms} ms"
+    );
+    let attempts = &core.trials[&key.trial].attempts;
+    assert_eq!(attempts[0].is_live(), !expected_lost);
+    core.check_invariants();
+}
+
+#[test]
+fn a_restarted_head_waits_the_node_return_time_plus_the_timeout_before_judging_a_node_lost() {
+    let grace = CONFIG.restart_grace_ms();
+    assert_eq!(
+        grace, 22_000,
+        "the node's return time plus the node timeout"
+    );
+    // Not lost by the node timeout alone: the node may not yet have noticed.
+    check_restart_grace(None, CONFIG.node_timeout_ms + 1, false);
+    check_restart_grace(None, grace, false);
+    check_restart_grace(None, grace + 1, true);
+    // A node that came back is judged by the ordinary timeout from then on.
+    check_restart_grace(Some(grace - 1), grace + 1, false);
+    check_restart_grace(Some(1_000), 1_000 + CONFIG.node_timeout_ms, false);
+    check_restart_grace(Some(1_000), 1_000 + CONFIG.node_timeout_ms + 1, true);
+}
+
+#[test]
+fn a_restarted_head_adopts_an_exit_its_node_buffered_while_it_was_down() {
+    let (mut core, node, key) = restarted_with_a_running_trial();
+    let experiment = key.trial.experiment;
+    // Work submitted before the node is back waits for it: a launch sent to a
+    // node that has not registered would be dropped and the attempt lost.
+    let later = submit(
+        &mut core,
+        RESTARTED_AT + 1,
+        &ONE.replace("one", "later"),
+        false,
+    );
+    core.handle_tick(RESTARTED_AT + CONFIG.node_timeout_ms + 1);
+    assert!(launches(&commands(&mut core)).is_empty());
+    assert_eq!(trial_state(&core, experiment, 0), TrialState::Running);
+
+    // The node registers with the worker whose exit the old head never
+    // acknowledged, then resends its unacknowledged reports in order.
+    let back = RESTARTED_AT + CONFIG.node_timeout_ms + 2;
+    core.handle_node_register(back, registration(node, 0, 2, vec![key]));
+    let metric = WorkerReport::Metric {
+        key,
+        index: 1,
+        step: Some(1),
+        values: vec![("loss".to_owned(), 0.5)],
+    };
+    report(&mut core, back, node, metric);
+    let exited = WorkerReport::Exited {
+        key,
+        code: Some(0),
+        signal: None,
+    };
+    report(&mut core, back, node, exited);
+    let after = commands(&mut core);
+    assert!(
+        !after
+            .iter()
+            .any(|(_, command)| matches!(command, HeadCommand::Kill { .. })),
+        "{after:?}"
+    );
+    let placed = launches(&after);
+    assert_eq!(placed.len(), 1, "only the later experiment's trial starts");
+    assert_eq!(placed[0].1.trial.experiment, later);
+    let trial = &core.trials[&key.trial];
+    assert_eq!(trial.state, TrialState::Succeeded);
+    assert_eq!(trial.attempts.len(), 1, "the trial was not run again");
+    assert_eq!(trial.metrics["loss"], 0.5);
+    core.check_invariants();
+}
+
+#[test]
+fn a_worker_no_node_could_hold_is_refused_at_submission() {
+    let spec = |resources: &str| {
+        format!("name: big\ntrial: {{command: [echo], resources: {{{resources}}}}}\n")
+    };
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    // With no node known yet, nodes may still join: accepted, and the trial waits.
+    try_submit(&mut core, 1, &spec("memory: 1EiB"), true).unwrap();
+    core.handle_node_register(2, registration(node_id(1), 2, 8, Vec::new()));
+    core.handle_node_register(2, registration(node_id(2), 4, 4, Vec::new()));
+    for (resources, refused) in [
+        ("memory: 1EiB", true),
+        ("gpu: 5", true),
+        ("cpu: 9", true),
+        ("gpu: 4, cpu: 8", true),
+        ("gpu: 4, cpu: 4, memory: 16GiB", false),
+        ("gpu: 0.5, cpu: 8", false),
+    ] {
+        match try_submit(&mut core, 3, &spec(resources), true) {
+            Err(CoreError::NoNodeCanHold {
+                largest_gpus,
+                largest_cpu_milli,
+                largest_memory_bytes,
+                ..
+            }) => {
+                assert!(refused, "{resources} was refused");
+                assert_eq!(
+                    (largest_gpus, largest_cpu_milli, largest_memory_bytes),
+                    (4, 8000, 1 << 34)
+                );
+            }
+            Ok(_) => assert!(!refused, "{resources} was accepted"),
+            Err(other) => panic!("{resources}: unexpected refusal {other}"),
+        }
+    }
 }

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 use xp_runtime::ids::WorkerKey;
@@ -32,6 +31,7 @@ use super::backup::back_up;
 use super::error::CheckpointError;
 use super::take::take;
 use crate::objects::ObjectStore;
+use crate::worker_log::LogSender;
 
 /// How long to wait after a worker exited for a checkpoint still being stored, so
 /// that it is reported before the exit.
@@ -114,7 +114,7 @@ impl CheckpointWatch {
     /// Handles `line` if it is a checkpoint line (or a malformed one, which is
     /// logged and dropped) and returns true; returns false for any other line.
     /// The note on a kept checkpoint is appended to `log`.
-    pub async fn handle_line(&self, line: &str, log: Option<&mut tokio::fs::File>) -> bool {
+    pub async fn handle_line(&self, line: &str, log: Option<&LogSender>) -> bool {
         let key = self.key;
         let step = match parse_checkpoint_line(line) {
             Ok(Some(step)) => step,
@@ -154,8 +154,8 @@ impl CheckpointWatch {
                 format!("xp-node: checkpoint at step {step} NOT stored: {error}\n")
             }
         };
-        if let Some(file) = log {
-            let _ = file.write_all(note.as_bytes()).await;
+        if let Some(log) = log {
+            log.write(note.clone().into_bytes()).await;
         }
         leave_verdict(&self.sink.status_dir, step, note.trim_end()).await;
         true

@@ -115,6 +115,10 @@ pub enum ErrorCode {
     Internal,
     /// The team has too many pending trials: retry after `retry_after_ms`.
     TooManyPending,
+    /// The head cannot store changes now (its disk is full or its database
+    /// failed): nothing was changed; it still answers reads, and takes changes
+    /// again by itself once it can store them, so retry later.
+    StorageUnavailable,
 }
 
 /// An error as it crosses the wire.

@@ -49,7 +49,9 @@ pub struct NodeRegistration {
     pub node_id: NodeId,
     /// Its host name.
     pub name: String,
-    /// The host workers on other nodes reach it at (for `MASTER_ADDR`).
+    /// The host or address workers on other nodes reach it at (for
+    /// `MASTER_ADDR`): its `--advertise`, else the local address of its route
+    /// to the head.
     pub advertise_host: String,
     /// What it offers.
     pub resources: NodeResources,
@@ -107,6 +109,18 @@ pub enum NodeMessage {
         added: Vec<ObjectId>,
         /// No longer held.
         dropped: Vec<ObjectId>,
+    },
+    /// A [`HeadCommand::Replicate`] was not carried out in full: these objects of
+    /// the trial's checkpoint could not be fetched and are not held here. The
+    /// head tries again (with back-off, on another node when there is one) and
+    /// tells the trial's events.
+    ReplicationFailed {
+        /// The trial whose checkpoint they belong to.
+        trial: TrialId,
+        /// The objects not fetched.
+        objects: Vec<ObjectId>,
+        /// Why, in words.
+        error: String,
     },
 }
 
@@ -294,7 +308,7 @@ pub struct Launch {
     /// The thousandths of each of those GPUs this worker holds: 1000 for whole
     /// GPUs, less for a fraction of one shared GPU (`XP_GPU_FRACTION`).
     pub gpu_milli: u32,
-    /// Rank 0's host (`MASTER_ADDR`).
+    /// The address rank 0's node advertises (`MASTER_ADDR`).
     pub master_addr: String,
     /// A port reserved on rank 0's host (`MASTER_PORT`).
     pub master_port: u16,

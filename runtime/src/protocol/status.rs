@@ -315,4 +315,9 @@ pub struct CheckpointStatus {
     pub replicas: Vec<NodeId>,
     /// The durable backup directory that also holds them, if any.
     pub backup: Option<String>,
+    /// Why it has a single copy, when it has: neither two live nodes nor a backup
+    /// hold it (being copied, a copy that failed and is tried again, one given up
+    /// on, or no other node to copy it to). `None` once it is held twice.
+    #[serde(default)]
+    pub unreplicated: Option<String>,
 }

@@ -134,13 +134,60 @@ impl Default for CheckpointRetention {
 }
 
 /// A base priority: a number, or a class name the head's policy resolves.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum Priority {
     /// A literal priority.
     Value(i64),
     /// A priority class such as `high`.
     Class(String),
+}
+
+impl<'de> Deserialize<'de> for Priority {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(PriorityVisitor)
+    }
+}
+
+/// Reads `priority` as a whole number or a class name, and says which forms it
+/// takes when given anything else (a fraction, a number out of range, a list).
+struct PriorityVisitor;
+
+impl PriorityVisitor {
+    fn refuse<E: serde::de::Error>(given: impl std::fmt::Display) -> E {
+        E::custom(format!(
+            "priority must be a whole number between {} and {} (such as 10) or a class name (such as high); got {given}",
+            i64::MIN,
+            i64::MAX
+        ))
+    }
+}
+
+impl serde::de::Visitor<'_> for PriorityVisitor {
+    type Value = Priority;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .write_str("priority to be a whole number (such as 10) or a class name (such as high)")
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<Priority, E> {
+        Ok(Priority::Value(value))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<Priority, E> {
+        i64::try_from(value)
+            .map(Priority::Value)
+            .map_err(|_| Self::refuse(value))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<Priority, E> {
+        Err(Self::refuse(value))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, class: &str) -> Result<Priority, E> {
+        Ok(Priority::Class(class.to_owned()))
+    }
 }
 
 impl Default for Priority {

@@ -76,6 +76,32 @@ fn bad_specs_name_the_field() {
     );
     check_error(&GOOD.replace("{lr}", "{learning_rate}"), "learning_rate");
     check_error(&GOOD.replace("memory: 4GiB", "memory: lots"), "memory");
+    for bad_memory in ["memory: -1", "memory: 1.5", "memory: [1]"] {
+        let text = GOOD.replace("memory: 4GiB", bad_memory);
+        check_error(&text, "memory");
+        check_error(
+            &text,
+            "size such as 16GiB or 512MB, or a whole number of bytes",
+        );
+        let message = ExperimentSpec::from_yaml(&text).unwrap_err().to_string();
+        assert!(!message.contains("untagged"), "{message}");
+    }
+    for bad_priority in [
+        "priority: 1e308",
+        "priority: 2.5",
+        "priority: 18446744073709551615",
+    ] {
+        let text = GOOD.replace("team: vision", &format!("team: vision\n{bad_priority}"));
+        check_error(&text, "priority");
+        check_error(&text, "a whole number");
+        let message = ExperimentSpec::from_yaml(&text).unwrap_err().to_string();
+        assert!(!message.contains("untagged"), "{message}");
+    }
+    let classed = GOOD.replace("team: vision", "team: vision\npriority: high");
+    assert_eq!(
+        ExperimentSpec::from_yaml(&classed).unwrap().priority,
+        Priority::Class("high".to_owned())
+    );
     check_error(&GOOD.replace("trials: 16", "trials: 0"), "search.trials");
     check_error(
         &GOOD.replace("algorithm: random", "algorithm: grid"),

@@ -173,18 +173,46 @@ impl Serialize for MemoryBytes {
 
 impl<'de> Deserialize<'de> for MemoryBytes {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Bytes(u64),
-            Text(String),
-        }
-        match Raw::deserialize(deserializer)? {
-            Raw::Bytes(bytes) => Ok(Self(bytes)),
-            Raw::Text(text) => parse_memory(&text)
-                .map(Self)
-                .map_err(serde::de::Error::custom),
-        }
+        deserializer.deserialize_any(MemoryVisitor)
+    }
+}
+
+/// Reads `memory` as a byte count or a human size, and says which forms it takes
+/// when given anything else (a negative or fractional number, a list).
+struct MemoryVisitor;
+
+impl MemoryVisitor {
+    fn refuse<E: serde::de::Error>(given: impl std::fmt::Display) -> E {
+        E::custom(format!(
+            "memory must be a size such as 16GiB or 512MB, or a whole number of bytes; got {given}"
+        ))
+    }
+}
+
+impl serde::de::Visitor<'_> for MemoryVisitor {
+    type Value = MemoryBytes;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .write_str("memory to be a size such as 16GiB or 512MB, or a whole number of bytes")
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, bytes: u64) -> Result<MemoryBytes, E> {
+        Ok(MemoryBytes(bytes))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, bytes: i64) -> Result<MemoryBytes, E> {
+        u64::try_from(bytes)
+            .map(MemoryBytes)
+            .map_err(|_| Self::refuse(bytes))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, bytes: f64) -> Result<MemoryBytes, E> {
+        Err(Self::refuse(bytes))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<MemoryBytes, E> {
+        parse_memory(text).map(MemoryBytes).map_err(E::custom)
     }
 }
 
