@@ -1,5 +1,6 @@
 //! [`Cluster`]: a client of a remote head, or an embedded local cluster.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -35,6 +36,8 @@ pub struct LocalOptions {
     pub gpus: Option<u32>,
     /// CPU cores the node offers; all when absent.
     pub cpus: Option<f64>,
+    /// Where the head serves its HTTP API; none when absent.
+    pub http: Option<SocketAddr>,
 }
 
 struct Embedded {
@@ -104,7 +107,7 @@ impl Cluster {
         let head = xp_head::start(xp_head::HeadConfig {
             listen: "127.0.0.1:0".parse().expect("a literal socket address"),
             data_dir: data_dir.join("head"),
-            http: None,
+            http: options.http,
             advertise_host: None,
             core: xp_head::core::CoreConfig::default(),
             policy: None,
@@ -172,6 +175,13 @@ impl Cluster {
     /// The join string of this cluster.
     pub fn join_string(&self) -> &JoinString {
         &self.join
+    }
+
+    /// The HTTP address of an embedded head that serves one.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.embedded
+            .as_ref()
+            .and_then(|embedded| embedded.head.http_addr)
     }
 
     /// Closes the connection and, for an embedded cluster, stops its node (and

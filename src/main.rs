@@ -15,16 +15,6 @@ async fn main() -> std::process::ExitCode {
         .init();
     match cmd::run(cmd::Cli::parse()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        // A reader that went away mid-output (`xp logs T | head`) is not a failure.
-        Err(error)
-            if error.chain().any(|cause| {
-                cause
-                    .downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) =>
-        {
-            std::process::ExitCode::SUCCESS
-        }
         Err(error) => {
             #[expect(clippy::print_stderr, reason = "the CLI's error output")]
             {

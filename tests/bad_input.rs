@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{TestCluster, binary};
 use xp_runtime::frame;
 use xp_runtime::join::JoinString;
-use xp_runtime::protocol::{ErrorCode, Message, PeerRole};
+use xp_runtime::protocol::{ErrorCode, Message, PROTOCOL_VERSION, PeerRole};
 
 /// A small deterministic generator, so failures replay.
 fn noise(seed: u64, len: usize) -> Vec<u8> {
@@ -151,7 +151,7 @@ fn bad_input_is_refused_clearly_and_the_cluster_keeps_working() {
         );
 
         let mut garbage = 66u32.to_be_bytes().to_vec();
-        garbage.extend_from_slice(&1u16.to_be_bytes());
+        garbage.extend_from_slice(&PROTOCOL_VERSION.to_be_bytes());
         garbage.extend_from_slice(&noise(2, 64));
         check_refused_with(
             answer_to_raw_bytes(&join, &garbage).await,

@@ -295,6 +295,7 @@ impl HeadState {
             self.log_outage(now);
             return;
         }
+        self.args.core.begin_restart_grace(self.args.clock.now());
         let outage = self.outage.take().expect("checked above");
         info!(
             down_ms = now.saturating_sub(outage.since),

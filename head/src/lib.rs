@@ -10,6 +10,7 @@ pub mod blobs;
 pub mod core;
 pub mod health;
 pub mod http;
+pub mod offline;
 pub mod registry;
 pub mod server;
 pub mod sweep;
@@ -31,6 +32,8 @@ use crate::actor::{HeadActor, HeadArgs, HeadMsg};
 use crate::core::{CoreConfig, HeadCore};
 use crate::registry::Registry;
 use crate::server::ServerContext;
+
+pub use crate::offline::{OfflineError, OfflineHead, offline_status};
 
 /// How to run a head.
 #[derive(Debug, Clone)]
@@ -142,6 +145,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
     }
     // Early-stopping rules are rebuilt from the metric history of unfinished experiments.
     actor::replay_metrics(&mut core, &registry)?;
+    core.begin_restart_grace(clock.now());
     let (event_seq_tx, event_seq_rx) = tokio::sync::watch::channel(core.last_event_seq());
     let (health_tx, health_rx) = tokio::sync::watch::channel(health::Health::Healthy);
     let sessions = Arc::new(dashmap::DashMap::new());

@@ -293,52 +293,67 @@ impl Registry {
     }
 
     fn read_all(&self) -> Result<LoadedState, RegistryError> {
-        let txn = self.database()?.begin_read().map_err(db_error)?;
-        let mut loaded = LoadedState::default();
-        fn decode_all<T: serde::de::DeserializeOwned, K: redb::Key + 'static>(
-            table: &impl ReadableTable<K, &'static [u8]>,
-            kind: &str,
-            out: &mut Vec<T>,
-        ) -> Result<(), RegistryError> {
-            for entry in table.iter().map_err(db_error)? {
-                let (_, value) = entry.map_err(db_error)?;
-                match serde_json::from_slice(value.value()) {
-                    Ok(record) => out.push(record),
-                    Err(error) => warn!(kind, %error, "unreadable record skipped"),
-                }
-            }
-            Ok(())
-        }
-        decode_all(
-            &txn.open_table(EXPERIMENTS).map_err(db_error)?,
-            "experiment",
-            &mut loaded.experiments,
-        )?;
-        decode_all(
-            &txn.open_table(TRIALS).map_err(db_error)?,
-            "trial",
-            &mut loaded.trials,
-        )?;
-        decode_all(
-            &txn.open_table(NODES).map_err(db_error)?,
-            "node",
-            &mut loaded.nodes,
-        )?;
-        decode_all(
-            &txn.open_table(EVENTS).map_err(db_error)?,
-            "event",
-            &mut loaded.events,
-        )?;
-        let policy = txn.open_table(POLICY).map_err(db_error)?;
-        if let Some(bytes) = policy.get("current").map_err(db_error)? {
-            match serde_json::from_slice(bytes.value()) {
-                Ok(record) => loaded.policy = Some(record),
-                Err(error) => warn!(%error, "unreadable stored policy skipped"),
-            }
-        }
-        Ok(loaded)
+        read_all(self.database()?)
     }
 
+    /// Everything stored in the database at `path`, read without writing to it
+    /// (for `xp status --data-dir` while no head runs). A database still open in
+    /// a running head, or left needing repair by a head that was killed, is refused.
+    pub fn load_read_only(path: &Path) -> Result<LoadedState, RegistryError> {
+        let database = redb::ReadOnlyDatabase::open(path).map_err(db_error)?;
+        read_all(&database)
+    }
+}
+
+/// Every experiment, trial, node and event and the policy stored in `database`.
+fn read_all(database: &impl ReadableDatabase) -> Result<LoadedState, RegistryError> {
+    let txn = database.begin_read().map_err(db_error)?;
+    let mut loaded = LoadedState::default();
+    fn decode_all<T: serde::de::DeserializeOwned, K: redb::Key + 'static>(
+        table: &impl ReadableTable<K, &'static [u8]>,
+        kind: &str,
+        out: &mut Vec<T>,
+    ) -> Result<(), RegistryError> {
+        for entry in table.iter().map_err(db_error)? {
+            let (_, value) = entry.map_err(db_error)?;
+            match serde_json::from_slice(value.value()) {
+                Ok(record) => out.push(record),
+                Err(error) => warn!(kind, %error, "unreadable record skipped"),
+            }
+        }
+        Ok(())
+    }
+    decode_all(
+        &txn.open_table(EXPERIMENTS).map_err(db_error)?,
+        "experiment",
+        &mut loaded.experiments,
+    )?;
+    decode_all(
+        &txn.open_table(TRIALS).map_err(db_error)?,
+        "trial",
+        &mut loaded.trials,
+    )?;
+    decode_all(
+        &txn.open_table(NODES).map_err(db_error)?,
+        "node",
+        &mut loaded.nodes,
+    )?;
+    decode_all(
+        &txn.open_table(EVENTS).map_err(db_error)?,
+        "event",
+        &mut loaded.events,
+    )?;
+    let policy = txn.open_table(POLICY).map_err(db_error)?;
+    if let Some(bytes) = policy.get("current").map_err(db_error)? {
+        match serde_json::from_slice(bytes.value()) {
+            Ok(record) => loaded.policy = Some(record),
+            Err(error) => warn!(%error, "unreadable stored policy skipped"),
+        }
+    }
+    Ok(loaded)
+}
+
+impl Registry {
     /// Stores `records` in one durable transaction, and keeps them as committed.
     ///
     /// A database error closes the database (redb refuses everything after a
@@ -534,6 +549,29 @@ pub(crate) mod tests {
         let mut again = Registry::open(&path).unwrap();
         assert_eq!(event_seqs(&again.load().unwrap()), [1, 2, 3]);
         assert_eq!(event_seqs(&again.committed()), [1, 2, 3]);
+    }
+
+    #[test]
+    fn a_read_only_load_is_refused_while_open_and_reads_what_was_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("head.redb");
+        let mut registry = Registry::open(&path).unwrap();
+        registry.load().unwrap();
+        registry.commit(vec![event(1, 10), event(2, 10)]).unwrap();
+        assert!(
+            Registry::load_read_only(&path).is_err(),
+            "a running head holds it"
+        );
+        drop(registry);
+        assert_eq!(
+            event_seqs(&Registry::load_read_only(&path).unwrap()),
+            [1, 2]
+        );
+        // Reading wrote nothing: the database opens for writing as before.
+        assert_eq!(
+            event_seqs(&Registry::open(&path).unwrap().load().unwrap()),
+            [1, 2]
+        );
     }
 
     #[test]

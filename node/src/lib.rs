@@ -139,9 +139,17 @@ async fn advertised_host(config: &NodeConfig, name: &str) -> (String, bool) {
                 && config.join.host != "localhost"
                 && config.join.host.parse::<std::net::IpAddr>().is_err();
             if named_loopback {
+                // The head is on this machine and its name resolves to loopback
+                // (Debian's `127.0.1.1 HOST`): the head is reachable from other
+                // machines too, so this node must be. Advertise the address of the
+                // machine's default route instead.
+                if let Some(outward) = default_route_address() {
+                    tracing::info!(%outward, head = %config.join.host, "the head's name resolves to loopback here; advertising the default route's address");
+                    return (outward.to_string(), false);
+                }
                 tracing::warn!(
                     head = %config.join.host,
-                    "the head's name resolves to a loopback address here, so nodes on other machines cannot reach this one; pass --advertise, or join with the head's address"
+                    "the head's name resolves to a loopback address here and this machine has no default route, so nodes on other machines cannot reach this one; pass --advertise, or join with the head's address"
                 );
             }
             (ip.to_string(), false)
@@ -154,6 +162,16 @@ async fn advertised_host(config: &NodeConfig, name: &str) -> (String, bool) {
             (name.to_owned(), true)
         }
     }
+}
+
+/// The local address of this machine's default route, if it has one and it is not
+/// loopback. Asking the routing table (a UDP socket `connect`ed to a documentation
+/// address, TEST-NET-1) sends no packet.
+fn default_route_address() -> Option<std::net::IpAddr> {
+    let probe = std::net::SocketAddr::from(([192, 0, 2, 1], 9));
+    route::local_address_to(probe)
+        .ok()
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
 }
 
 /// Opens the store under `<data_dir>/objects` and starts its server.

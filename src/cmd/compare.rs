@@ -2,8 +2,8 @@
 
 use anyhow::Context;
 
-use super::ClusterArg;
 use super::connect;
+use super::offline::{self, Source, SourceArg};
 
 /// Statistics of seed replicates per configuration, and significance against the best.
 #[derive(clap::Args, Debug)]
@@ -11,7 +11,7 @@ pub(crate) struct CompareArgs {
     /// An experiment id or a unique prefix.
     experiment: String,
     #[command(flatten)]
-    cluster: ClusterArg,
+    source: SourceArg,
     /// The significance level of the Welch t-tests.
     #[arg(long, default_value_t = 0.05)]
     alpha: f64,
@@ -23,13 +23,20 @@ pub(crate) struct CompareArgs {
 pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
     let CompareArgs {
         experiment,
-        cluster,
+        source,
         alpha,
         json,
     } = args;
     anyhow::ensure!(alpha > 0.0 && alpha < 1.0, "--alpha must be in (0, 1)");
-    let client = connect(&cluster).await?;
-    let mut list = client.status(Some(&experiment)).await?;
+    let mut list = match source.source()? {
+        Source::DataDir(data_dir) => offline::status(&data_dir, Some(&experiment))?,
+        Source::Cluster(cluster) => {
+            let client = connect(&cluster).await?;
+            let list = client.status(Some(&experiment)).await?;
+            client.close().await;
+            list
+        }
+    };
     let status = list.pop().context("no such experiment")?;
     let comparison = xp::analysis::compare(&status, alpha)?;
     if json {
@@ -77,6 +84,5 @@ pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
             );
         }
     }
-    client.close().await;
     Ok(())
 }

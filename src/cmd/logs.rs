@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::ClusterArg;
+use super::offline::{self, Source, SourceArg};
 use super::{connect, exit_on_output_error};
 
 /// Print a worker's output. A log longer than its node's cap (`xp-node join
@@ -16,7 +16,7 @@ pub(crate) struct LogsArgs {
     /// The trial id.
     trial: String,
     #[command(flatten)]
-    cluster: ClusterArg,
+    source: SourceArg,
     /// The worker's rank.
     #[arg(long, default_value_t = 0)]
     rank: u32,
@@ -32,12 +32,17 @@ pub(crate) struct LogsArgs {
 pub(crate) async fn run(args: LogsArgs) -> anyhow::Result<()> {
     let LogsArgs {
         trial,
-        cluster,
+        source,
         rank,
         attempt,
         follow,
     } = args;
     let trial = trial.parse().context("not a trial id")?;
+    let cluster = match source.source()? {
+        // Nothing runs on a kept data directory: its logs are complete.
+        Source::DataDir(data_dir) => return offline::print_log(&data_dir, trial, rank, attempt),
+        Source::Cluster(cluster) => cluster,
+    };
     let client = connect(&cluster).await?;
     let mut offset = 0;
     loop {

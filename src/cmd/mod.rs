@@ -28,11 +28,16 @@ mod compare;
 mod logs;
 mod metrics;
 mod nodes;
+mod offline;
+mod progress;
 mod queue;
+mod run;
 mod sim;
 mod status;
 mod submit;
+mod top;
 mod tune;
+mod watch;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -55,6 +60,8 @@ pub(crate) struct ClusterArg {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run an experiment to its end (on a local cluster unless one is named) and print its results.
+    Run(run::RunArgs),
     /// Submit an experiment declared in YAML and print its id.
     Submit(submit::SubmitArgs),
     /// Show experiments and their trials.
@@ -80,6 +87,8 @@ enum Command {
     Checkpoints(checkpoints::CheckpointsArgs),
     /// Arbitration by an admin; each action is recorded with who and why.
     Admin(admin::AdminArgs),
+    /// A live full-screen view of the cluster: nodes, queues, running trials, events.
+    Top(top::TopArgs),
     /// Measure the runtime on an embedded local cluster.
     #[command(subcommand)]
     Bench(bench::Bench),
@@ -88,6 +97,7 @@ enum Command {
 /// Runs the command the user asked for.
 pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Run(args) => run::run(args).await,
         Command::Submit(args) => submit::run(args).await,
         Command::Status(args) => status::run(args).await,
         Command::Cancel(args) => cancel::run(args).await,
@@ -100,6 +110,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Queue(args) => queue::run(args).await,
         Command::Checkpoints(args) => checkpoints::run(args).await,
         Command::Admin(args) => admin::run(args).await,
+        Command::Top(args) => top::run(args).await,
         Command::Bench(bench) => bench::run(bench).await,
     }
 }

@@ -4,8 +4,8 @@ use xp_runtime::protocol::ExperimentStatus;
 use xp_runtime::protocol::TrialState;
 use xp_runtime::views::experiment_json;
 
-use super::ClusterArg;
 use super::connect;
+use super::offline::{self, Source, SourceArg};
 
 /// Show experiments and their trials.
 #[derive(clap::Args, Debug)]
@@ -13,7 +13,7 @@ pub(crate) struct StatusArgs {
     /// An experiment id or a unique prefix; all experiments when absent.
     experiment: Option<String>,
     #[command(flatten)]
-    cluster: ClusterArg,
+    source: SourceArg,
     /// One JSON object per experiment, one per line.
     #[arg(long)]
     json: bool,
@@ -22,11 +22,18 @@ pub(crate) struct StatusArgs {
 pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let StatusArgs {
         experiment,
-        cluster,
+        source,
         json,
     } = args;
-    let client = connect(&cluster).await?;
-    let list = client.status(experiment.as_deref()).await?;
+    let list = match source.source()? {
+        Source::DataDir(data_dir) => offline::status(&data_dir, experiment.as_deref())?,
+        Source::Cluster(cluster) => {
+            let client = connect(&cluster).await?;
+            let list = client.status(experiment.as_deref()).await?;
+            client.close().await;
+            list
+        }
+    };
     for status in &list {
         if json {
             outln!("{}", experiment_json(status));
@@ -34,7 +41,6 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
             print_status_table(status);
         }
     }
-    client.close().await;
     Ok(())
 }
 

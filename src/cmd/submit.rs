@@ -1,16 +1,15 @@
 //! `xp submit`: submit an experiment declared in YAML and print its id.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use xp::ExperimentSpec;
-use xp::SubmitOptions;
+use xp::{Client, ExperimentSpec, SubmitOptions, Submitted};
 
 use super::ClusterArg;
 use super::connect;
 use super::eprintln_note;
-use super::status::print_status_table;
+use super::watch::{expected_trials, print_results, watch};
 
 /// Submit an experiment declared in YAML and print its id.
 #[derive(clap::Args, Debug)]
@@ -34,11 +33,34 @@ pub(crate) async fn run(args: SubmitArgs) -> anyhow::Result<()> {
         rerun,
         wait,
     } = args;
-    let text = std::fs::read_to_string(&file)
-        .with_context(|| format!("cannot read {}", file.display()))?;
-    let spec = ExperimentSpec::from_yaml(&text)
-        .with_context(|| format!("{} is not a valid experiment", file.display()))?;
+    let spec = read_spec(&file)?;
     let client = connect(&cluster).await?;
+    let submitted = submit_spec(&client, &spec, &file, rerun).await?;
+    outln!("{}", submitted.experiment);
+    if wait {
+        let status = watch(&client, submitted.experiment, expected_trials(&spec)).await?;
+        print_results(&status);
+    }
+    client.close().await;
+    Ok(())
+}
+
+/// Reads and checks the experiment file `file`.
+pub(crate) fn read_spec(file: &Path) -> anyhow::Result<ExperimentSpec> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    ExperimentSpec::from_yaml(&text)
+        .with_context(|| format!("{} is not a valid experiment", file.display()))
+}
+
+/// Submits `spec`, read from `file` (relative paths in it are taken from the
+/// file's directory), and notes when an identical experiment's results are reused.
+pub(crate) async fn submit_spec(
+    client: &Client,
+    spec: &ExperimentSpec,
+    file: &Path,
+    rerun: bool,
+) -> anyhow::Result<Submitted> {
     let base_dir = file.parent().map(|dir| {
         if dir.as_os_str().is_empty() {
             PathBuf::from(".")
@@ -48,7 +70,7 @@ pub(crate) async fn run(args: SubmitArgs) -> anyhow::Result<()> {
     });
     let submitted = client
         .submit(
-            &spec,
+            spec,
             &SubmitOptions {
                 rerun,
                 base_dir,
@@ -59,20 +81,10 @@ pub(crate) async fn run(args: SubmitArgs) -> anyhow::Result<()> {
         )
         .await
         .context("submission refused")?;
-    outln!("{}", submitted.experiment);
     if submitted.reused {
         eprintln_note(
             "an identical experiment already finished; reusing its results (use --rerun to run it again)",
         );
     }
-    if wait {
-        let status = client
-            .wait(submitted.experiment, |event| {
-                eprintln_note(&format!("{} {} {}", event.trial, event.state, event.reason));
-            })
-            .await?;
-        print_status_table(&status);
-    }
-    client.close().await;
-    Ok(())
+    Ok(submitted)
 }

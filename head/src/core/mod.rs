@@ -314,6 +314,18 @@ impl HeadCore {
         records
     }
 
+    /// Starts the restart grace at `now`: the moment this head can hear its nodes.
+    /// Loading and replaying the history can take seconds; none of it may come
+    /// out of the time a node has to come back.
+    pub fn begin_restart_grace(&mut self, now: UnixMillis) {
+        self.started_at = now;
+        for id in &self.awaiting_return {
+            if let Some(node) = self.nodes.get_mut(id) {
+                node.last_seen = now;
+            }
+        }
+    }
+
     /// Whether nodes may still be coming back to this head after its start.
     pub(super) fn in_restart_grace(&self, now: UnixMillis) -> bool {
         now < self

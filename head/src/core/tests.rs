@@ -1350,3 +1350,23 @@ fn a_worker_no_node_could_hold_is_refused_at_submission() {
         }
     }
 }
+
+#[test]
+fn the_restart_grace_starts_when_the_head_can_hear_its_nodes() {
+    // Loading and replaying history took 15 s: the grace counts from then.
+    let (mut core, node, _key) = restarted_with_a_running_trial();
+    let ready_at = RESTARTED_AT + 15_000;
+    core.begin_restart_grace(ready_at);
+    let grace = CONFIG.restart_grace_ms();
+    core.handle_tick(RESTARTED_AT + grace + 1);
+    assert_ne!(
+        core.nodes[&node].state,
+        xp_runtime::protocol::NodeState::Lost
+    );
+    core.handle_tick(ready_at + grace + 1);
+    assert_eq!(
+        core.nodes[&node].state,
+        xp_runtime::protocol::NodeState::Lost
+    );
+    core.check_invariants();
+}

@@ -202,7 +202,7 @@ impl LogSender {
 }
 
 /// Opens the log `head_path` (so it exists once this returns) and starts its
-/// writer on a blocking thread. The writer ends, and the handle resolves, once
+/// writer on a thread of its own. The writer ends, and the handle resolves, once
 /// every [`LogSender`] is dropped and all they sent is written. A log that
 /// cannot be opened or written is reported once and its output discarded.
 pub async fn start(head_path: PathBuf, cap: LogCap) -> (LogSender, tokio::task::JoinHandle<()>) {
@@ -222,7 +222,11 @@ pub async fn start(head_path: PathBuf, cap: LogCap) -> (LogSender, tokio::task::
             None
         }
     };
-    let task = tokio::task::spawn_blocking(move || {
+    // A thread of its own for the worker's whole life, not one of tokio's blocking
+    // pool: that pool is shared with the object store and log reads, and a node
+    // with many workers must not starve them.
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let drain = move || {
         while let Some(chunk) = receiver.blocking_recv() {
             if let Some(open) = writer.as_mut()
                 && let Err(error) = open.write(&chunk)
@@ -236,6 +240,19 @@ pub async fn start(head_path: PathBuf, cap: LogCap) -> (LogSender, tokio::task::
         {
             warn!(error = %error_chain(&error), "cannot leave the worker log's marker");
         }
+        let _ = done_tx.send(());
+    };
+    if let Err(error) = std::thread::Builder::new()
+        .name("xp-worker-log".to_owned())
+        .spawn(drain)
+    {
+        // The closure (and with it the receiver) is dropped: senders see a closed
+        // channel and the output is discarded, as for a log that cannot be opened.
+        warn!(%error, path = %head_path.display(), "cannot start the worker log's writer; output is discarded");
+    }
+    let task = xp_runtime::task::spawn("worker-log", async move {
+        // Resolves when the writer has written everything, or could not start.
+        let _ = done_rx.await;
     });
     (LogSender { chunks }, task)
 }

@@ -43,8 +43,12 @@ pub use status::{
 
 use serde::{Deserialize, Serialize};
 
-/// The protocol version every frame carries.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The protocol version every frame carries. Bumped whenever a message's encoding
+/// changes (bincode is not self-describing: a field added to a struct changes it,
+/// and so does a variant a peer of the same version would not know). 2: a
+/// checkpoint status says why it is unreplicated, `NodeMessage::ReplicationFailed`
+/// and `ErrorCode::StorageUnavailable`.
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Everything that crosses a connection.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -318,6 +318,5 @@ pub struct CheckpointStatus {
     /// Why it has a single copy, when it has: neither two live nodes nor a backup
     /// hold it (being copied, a copy that failed and is tried again, one given up
     /// on, or no other node to copy it to). `None` once it is held twice.
-    #[serde(default)]
     pub unreplicated: Option<String>,
 }

@@ -113,6 +113,11 @@ impl Replications {
         );
     }
 
+    /// Whether the copy of `key` is followed already.
+    pub fn contains(&self, key: CheckpointKey) -> bool {
+        self.jobs.contains_key(&key)
+    }
+
     /// Another try of `key`, by `target`.
     pub fn retry(&mut self, key: CheckpointKey, target: NodeId) {
         if let Some(job) = self.jobs.get_mut(&key) {
@@ -171,6 +176,21 @@ impl Replications {
     }
 }
 
+/// The most of a node's failure text the head keeps in a trial's events.
+const MAX_REASON_BYTES: usize = 1024;
+
+/// `reason`, cut at a character boundary to at most [`MAX_REASON_BYTES`].
+fn truncate_reason(reason: &str) -> &str {
+    if reason.len() <= MAX_REASON_BYTES {
+        return reason;
+    }
+    let mut end = MAX_REASON_BYTES;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    &reason[..end]
+}
+
 /// The wait after `tries` failed tries.
 fn backoff_ms(tries: u32) -> u64 {
     FIRST_BACKOFF_MS
@@ -191,7 +211,13 @@ impl CheckpointKey {
 impl HeadCore {
     /// Asks one other ready node to hold a copy of the checkpoint `key`, which
     /// `origin` stored, and follows the copy until it is made.
+    ///
+    /// A checkpoint report resent after a reconnect finds its copy already
+    /// followed: it neither restarts the count of tries nor sends a second copy.
     pub(super) fn replicate(&mut self, key: CheckpointKey, origin: NodeId) {
+        if self.replications.contains(key) {
+            return;
+        }
         let target = self.replica_target(key, 0);
         self.replications.start(key, origin, target);
         if let Some(target) = target {
@@ -256,6 +282,8 @@ impl HeadCore {
         objects: &[ObjectId],
         error: &str,
     ) {
+        // The node's words end up in the trial's persisted events: keep them short.
+        let error = truncate_reason(error);
         let failed: BTreeSet<ObjectId> = objects.iter().copied().collect();
         let keys: Vec<CheckpointKey> = self
             .trials
@@ -484,6 +512,15 @@ fn join_nodes(nodes: &[NodeId]) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_long_failure_text_is_cut_at_a_character_boundary() {
+        assert_eq!(truncate_reason("short"), "short");
+        let long = "é".repeat(MAX_REASON_BYTES);
+        let cut = truncate_reason(&long);
+        assert!(cut.len() <= MAX_REASON_BYTES && cut.len() >= MAX_REASON_BYTES - 1);
+        assert!(cut.chars().all(|c| c == 'é'));
+    }
     use std::collections::BTreeMap;
 
     use xp_runtime::ids::{ExperimentId, NodeId, ObjectId, WorkerKey};
@@ -492,7 +529,7 @@ mod tests {
         SubmitRequest, WorkerReport,
     };
 
-    use super::{MAX_TRIES, backoff_ms};
+    use super::{MAX_REASON_BYTES, MAX_TRIES, backoff_ms, truncate_reason};
     use crate::core::{CoreConfig, HeadCore, LoadedState};
 
     #[test]
