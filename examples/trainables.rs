@@ -1,14 +1,17 @@
 //! A driver binary with small Rust trainables, used by the end-to-end tests and as
 //! a template for your own drivers.
 //!
-//! `trainables submit --cluster JOIN --trials N [--step-ms MS] [--steps S]` submits a
+//! `trainables submit --trials N [--step-ms MS] [--steps S]` submits a
 //! random search of the `quadratic` trainable and prints the experiment id;
-//! `trainables submit --cluster JOIN --entry allreduce_check --workers W [--crash-rank R]`
+//! `trainables submit --entry allreduce_check --workers W [--crash-rank R]`
 //! submits one data-parallel trial that checks a ring all-reduce;
-//! `trainables submit --cluster JOIN --spec FILE` submits any spec whose trials are
+//! `trainables submit --spec FILE` submits any spec whose trials are
 //! entries of this binary (`counter` is the checkpointing one, `objects_check`
-//! moves an object between nodes). Nodes re-execute
-//! this binary with `XP_ENTRY=quadratic` to run a trial.
+//! moves an object between nodes, `lane_check` tries to leave its lane on the
+//! node's object channel). Nodes re-execute
+//! this binary with `XP_ENTRY=quadratic` to run a trial. The cluster's join string
+//! comes from `XP_CLUSTER` (`--cluster JOIN` also works, but shows the cluster
+//! secret to every local user in `ps`).
 #![allow(
     clippy::print_stdout,
     reason = "an example's output is for the person running it"
@@ -169,9 +172,65 @@ fn objects_check(ctx: &TrialContext) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Tries to leave its lane on the node's object channel and reports, as metrics,
+/// what the node did (1 when it behaved as it must, 0 otherwise):
+/// `passwd_refused` (a put of `/etc/passwd`), `symlink_refused` (a put through a
+/// symlink in the work directory that points outside it), `own_roundtrip` (a put
+/// of its own bytes and a get of them back), and, for each of the config's object
+/// ids that is not empty, `victim_refused` (a get of another trial's object),
+/// `shared_read` (a get of an object its experiment's driver stored) and
+/// `unshared_refused` (a get of an object another driver stored).
+fn lane_check(ctx: &TrialContext) -> Result<(), BoxError> {
+    let refused = |result: Result<xp::ObjectId, xp::WorkerError>, rule: &str| match result {
+        Err(error) => f64::from(u8::from(error.to_string().contains(rule))),
+        Ok(_) => 0.0,
+    };
+    let mut metrics = vec![(
+        "passwd_refused",
+        refused(
+            ctx.put_file(std::path::Path::new("/etc/passwd")),
+            "put refused: /etc/passwd is outside this worker's work and checkpoint directories",
+        ),
+    )];
+    let link = ctx.work_dir.join("lane-link");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("/etc/passwd", &link)?;
+    metrics.push((
+        "symlink_refused",
+        refused(ctx.put_file(&link), "put refused"),
+    ));
+    let own = format!("{} was here", ctx.trial_id).into_bytes();
+    let own_roundtrip = ctx
+        .put(&own)
+        .and_then(|id| ctx.get(id))
+        .is_ok_and(|got| got == own);
+    metrics.push(("own_roundtrip", f64::from(u8::from(own_roundtrip))));
+    let object = |name: &str| -> Result<Option<xp::ObjectId>, BoxError> {
+        let text = ctx.param_str(name)?;
+        Ok(if text.is_empty() {
+            None
+        } else {
+            Some(text.parse()?)
+        })
+    };
+    let got = |id: xp::ObjectId| ctx.get(id).map(|_| id);
+    if let Some(id) = object("victim")? {
+        metrics.push(("victim_refused", refused(got(id), "get refused")));
+    }
+    if let Some(id) = object("shared")? {
+        metrics.push(("shared_read", f64::from(u8::from(got(id).is_ok()))));
+    }
+    if let Some(id) = object("unshared")? {
+        metrics.push(("unshared_refused", refused(got(id), "get refused")));
+    }
+    ctx.report(1, &metrics);
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     Trainables::new()
         .register("objects_check", objects_check)
+        .register("lane_check", lane_check)
         .register("quadratic", quadratic)
         .register("allreduce_check", allreduce_check)
         .register("counter", counter)
@@ -185,11 +244,11 @@ fn main() -> anyhow::Result<()> {
     };
     anyhow::ensure!(
         args.get(1).map(String::as_str) == Some("submit"),
-        "usage: trainables submit --cluster JOIN --trials N [--step-ms MS] [--steps S]"
+        "usage: XP_CLUSTER=JOIN trainables submit --trials N [--step-ms MS] [--steps S]"
     );
     let cluster = value("--cluster")
         .or_else(|| std::env::var("XP_CLUSTER").ok())
-        .context("--cluster is required")?;
+        .context("set XP_CLUSTER to the join string")?;
     let trials: u32 = value("--trials")
         .unwrap_or_else(|| "6".to_owned())
         .parse()

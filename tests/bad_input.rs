@@ -101,8 +101,9 @@ fn bad_input_is_refused_clearly_and_the_cluster_keeps_working() {
         stderr_of(&output)
     );
     let output = Command::new(binary("xp-node"))
-        .args(["join", &wrong_token, "--data-dir"])
+        .args(["join", "--data-dir"])
         .arg(cluster.dir.path().join("refused-node"))
+        .env("XP_JOIN", &wrong_token)
         .output()
         .unwrap();
     assert!(!output.status.success());

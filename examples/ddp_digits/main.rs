@@ -2,10 +2,11 @@
 //! global batch and sum their gradient shards with a ring all-reduce, so each step
 //! equals single-worker training on the same global batch and seed.
 //!
-//! `ddp_digits [--cluster JOIN] [--workers W] [--epochs E] [--sweep]` submits the
-//! training (or, with `--sweep`, a small sweep of data-parallel trials), waits,
-//! and prints the loss curve. Without `--cluster` (or `XP_CLUSTER`) it runs on an
-//! embedded local cluster.
+//! `ddp_digits [--workers W] [--epochs E] [--sweep]` submits the training (or,
+//! with `--sweep`, a small sweep of data-parallel trials) to the cluster named by
+//! `XP_CLUSTER`, waits, and prints the loss curve. Without `XP_CLUSTER` it runs on
+//! an embedded local cluster. (`--cluster JOIN` also works, but shows the cluster
+//! secret to every local user in `ps`.)
 #![allow(
     clippy::print_stdout,
     reason = "an example's output is for the person running it"

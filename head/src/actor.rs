@@ -82,6 +82,10 @@ pub enum HeadMsg {
     StoreTargets(String, Reply<Response>),
     /// A driver that stored objects went away.
     DriverGone(String),
+    /// A driver session submitted an experiment: its objects are shared with its trials.
+    DriverSubmitted(ExperimentId, String),
+    /// A node asks which of these driver sessions share objects with an experiment.
+    SharingDrivers(ExperimentId, Vec<String>, Reply<Response>),
     /// A node asks which nodes hold an object.
     Locate(xp_runtime::ids::ObjectId, Reply<Response>),
     /// An admin arbitrates.
@@ -427,6 +431,17 @@ impl Actor for HeadActor {
                 // Soft state and commands only: nothing to store, so also during an outage.
                 state.args.core.release_driver_objects(&session);
                 let _ = state.flush(now);
+            }
+            HeadMsg::DriverSubmitted(experiment, session) => {
+                // Soft state, like the driver's objects: nothing to store.
+                state
+                    .args
+                    .core
+                    .record_driver_experiment(&session, experiment);
+            }
+            HeadMsg::SharingDrivers(experiment, sessions, reply) => {
+                let sharing = state.args.core.sharing_drivers(experiment, sessions);
+                let _ = reply.send(Ok(Response::Drivers(sharing)));
             }
             HeadMsg::Locate(object, reply) => {
                 let _ = reply.send(Ok(Response::Located(state.args.core.locate(object))));

@@ -111,12 +111,10 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         ));
     }
     let io_error = |context: String| move |source| HeadError::Io { context, source };
-    std::fs::create_dir_all(&config.data_dir).map_err(io_error(format!(
-        "cannot create {}",
-        config.data_dir.display()
-    )))?;
+    make_private(&config.data_dir, true)?;
     let identity = ClusterIdentity::load_or_create(&config.data_dir.join("tls"))?;
     let mut registry = Registry::open(&config.data_dir.join("head.redb"))?;
+    make_data_private(&config.data_dir)?;
     // Collective tokens are keyed by a secret derived from the cluster token:
     // unguessable to outsiders, and stable across restarts of the head.
     let mut core_config = config.core;
@@ -225,6 +223,37 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         actor_task,
         tasks,
     })
+}
+
+/// Makes `path` private to this user: a directory 0700 (created if missing), a
+/// file 0600; warns when an existing one was open to others.
+fn make_private(path: &std::path::Path, is_dir: bool) -> Result<(), HeadError> {
+    let tightened = if is_dir {
+        xp_runtime::tls::create_private_dir(path)
+    } else {
+        xp_runtime::tls::make_file_private(path)
+    };
+    let tightened = tightened.map_err(|source| HeadError::Io {
+        context: format!("cannot make {} private", path.display()),
+        source,
+    })?;
+    if let Some(mode) = tightened {
+        tracing::warn!(path = %path.display(), mode = format!("{mode:o}"), "others could read this; made it private to this user");
+    }
+    Ok(())
+}
+
+/// Tightens what the data directory holds (the trust material, the database and
+/// the blobs) to this user: a head started by an older version, or a copied
+/// directory, may have left them readable by others.
+fn make_data_private(data_dir: &std::path::Path) -> Result<(), HeadError> {
+    let tls = data_dir.join("tls");
+    make_private(&tls, true)?;
+    for name in ClusterIdentity::FILES {
+        make_private(&tls.join(name), false)?;
+    }
+    make_private(&data_dir.join("head.redb"), false)?;
+    make_private(&data_dir.join("blobs"), true)
 }
 
 impl RunningHead {

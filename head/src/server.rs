@@ -204,6 +204,19 @@ async fn serve_requests(connection: Connection, context: Arc<ServerContext>) {
     }
 }
 
+/// The name of this connection's driver session, drawn on first use.
+fn session_name(session: &DriverSession) -> String {
+    session
+        .get_or_init(|| {
+            // Without entropy, the session's address is unique among live connections.
+            xp_runtime::tls::random_secret().map_or_else(
+                || format!("{:p}", Arc::as_ptr(session)),
+                |secret| format!("driver-{}", hex::encode(&secret[..12])),
+            )
+        })
+        .clone()
+}
+
 async fn handle_stream(
     mut send: SendStream,
     mut recv: RecvStream,
@@ -260,7 +273,15 @@ async fn handle_stream(
         .await
         .map(Response::Events),
         Request::Submit(submit) => {
-            call(&context.head, |reply| HeadMsg::Submit(submit, reply)).await
+            let submitted = call(&context.head, |reply| HeadMsg::Submit(submit, reply)).await;
+            if let Ok(Response::Submitted { experiment, .. }) = &submitted {
+                // What this connection stores is shared with the trials it submitted.
+                let name = session_name(&session);
+                let _ = context
+                    .head
+                    .cast(HeadMsg::DriverSubmitted(*experiment, name));
+            }
+            submitted
         }
         Request::Status { experiment } => {
             call(&context.head, |reply| HeadMsg::Status(experiment, reply)).await
@@ -269,16 +290,17 @@ async fn handle_stream(
         Request::Nodes => call(&context.head, HeadMsg::Nodes).await,
         Request::Queues => call(&context.head, HeadMsg::Queues).await,
         Request::StoreTargets => {
-            let name = session
-                .get_or_init(|| {
-                    // Without entropy, the session's address is unique among live connections.
-                    xp_runtime::tls::random_secret().map_or_else(
-                        || format!("{:p}", Arc::as_ptr(&session)),
-                        |secret| format!("driver-{}", hex::encode(&secret[..12])),
-                    )
-                })
-                .clone();
+            let name = session_name(&session);
             call(&context.head, |reply| HeadMsg::StoreTargets(name, reply)).await
+        }
+        Request::SharingDrivers {
+            experiment,
+            sessions,
+        } => {
+            call(&context.head, |reply| {
+                HeadMsg::SharingDrivers(experiment, sessions, reply)
+            })
+            .await
         }
         Request::Locate { object } => {
             call(&context.head, |reply| HeadMsg::Locate(object, reply)).await

@@ -399,7 +399,8 @@ impl Agent {
         if let WorkerReport::Exited { key, .. }
         | WorkerReport::LaunchFailed { key, .. }
         | WorkerReport::Stopped { key, .. }
-        | WorkerReport::Refused { key, .. } = &report
+        | WorkerReport::Refused { key, .. }
+        | WorkerReport::OomKilled { key, .. } = &report
         {
             self.workers.remove(key);
             self.slots.release(*key);

@@ -9,6 +9,7 @@
 //! executes them and reports facts).
 
 pub mod agent;
+pub mod cgroup;
 pub mod checkpoint;
 pub mod gpu;
 pub mod objects;
@@ -82,10 +83,14 @@ pub enum NodeError {
 /// Runs the node until `shutdown`.
 pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
     let io_error = |context: String| move |source| NodeError::Io { context, source };
-    std::fs::create_dir_all(&config.data_dir).map_err(io_error(format!(
-        "cannot create {}",
-        config.data_dir.display()
-    )))?;
+    // The data directory holds user data (objects, checkpoints, worker logs and
+    // work directories): only this user may enter it.
+    let tightened = xp_runtime::tls::create_private_dir(&config.data_dir).map_err(io_error(
+        format!("cannot create {} (mode 0700)", config.data_dir.display()),
+    ))?;
+    if let Some(mode) = tightened {
+        tracing::warn!(dir = %config.data_dir.display(), mode = format!("{mode:o}"), "others could enter the data directory; made it private to this user");
+    }
     let node_id = load_or_create_node_id(&config.data_dir)
         .map_err(io_error("cannot read or write the node id".to_owned()))?;
     let gpus = gpu::discover(config.gpus, &gpu::NvmlProbe);
@@ -111,6 +116,8 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         labels: config.labels.clone(),
     };
     tracing::info!(%node_id, gpus = identity.resources.gpus.len(), cpus, memory_bytes, "node starting");
+    // Says once whether workers get cgroups (cpu, memory and process limits).
+    let _ = cgroup::Cgroups::get();
     let objects = start_objects(&config, &identity.advertise_host, node_id)?;
     let server = objects.1;
     let result = agent::Agent::new(config.join, identity, config.data_dir, objects.0)
@@ -118,6 +125,9 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         .run(shutdown)
         .await;
     server.close();
+    if let Some(cgroups) = cgroup::Cgroups::get() {
+        cgroups.remove_node_dirs();
+    }
     result?;
     tracing::info!("node stopped");
     Ok(())

@@ -4,7 +4,7 @@
 //! turns signals into the shutdown token; the node itself is `xp_node::run`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -24,10 +24,18 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Join the cluster named by a join string.
+    /// Join the cluster named by a join string. The join string holds the
+    /// cluster secret, so it is never an argument (every local user sees
+    /// arguments in `ps`): give it in a file (`--join-file`), in the `XP_JOIN`
+    /// environment variable, or as `-` to read one line from standard input.
     Join {
-        /// The join string printed by `xp-head start`.
-        join: String,
+        /// Only `-`: read the join string from standard input.
+        #[arg(value_name = "-")]
+        join: Option<String>,
+        /// A file holding the join string printed by `xp-head start`; only its
+        /// owner may read it (`chmod 600`).
+        #[arg(long, value_name = "FILE")]
+        join_file: Option<PathBuf>,
         /// Where logs and cached binaries are kept.
         #[arg(long)]
         data_dir: PathBuf,
@@ -86,8 +94,42 @@ fn parse_label(text: &str) -> Result<(String, String), String> {
     Ok((key.to_owned(), value.to_owned()))
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// What to say to someone who put the secret where `ps` shows it.
+const HOW_TO_JOIN: &str = "pass the join string in a file only you can read (`--join-file FILE` after `chmod 600 FILE`), in the XP_JOIN environment variable, or on standard input (`xp-node join - --data-dir DIR < FILE`)";
+
+/// The join string from `--join-file`, standard input (`-`) or `XP_JOIN`, never
+/// from an argument. `XP_JOIN` is removed from the environment either way, so the
+/// workers this node starts do not inherit the cluster secret.
+fn read_join(argument: Option<&str>, join_file: Option<&Path>) -> anyhow::Result<JoinString> {
+    let from_env = std::env::var(xp_runtime::join::JOIN_ENV).ok();
+    // SAFETY: called from `main` before the tokio runtime or any other thread starts.
+    unsafe { std::env::remove_var(xp_runtime::join::JOIN_ENV) };
+    match (argument, join_file) {
+        (Some(argument), _) if argument != "-" => anyhow::bail!(
+            "refusing a join string given as an argument: it holds the cluster secret, and every local user can read arguments with `ps`; {HOW_TO_JOIN}"
+        ),
+        (Some(_), Some(_)) => anyhow::bail!("give the join string once: `-` or --join-file"),
+        (Some(_), None) => {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .context("cannot read the join string from standard input")?;
+            line.parse().context("the join string is invalid")
+        }
+        (None, Some(path)) => Ok(xp_runtime::join::read_join_file(path)?),
+        (None, None) => from_env
+            .context(format!("no join string: {HOW_TO_JOIN}"))?
+            .parse()
+            .with_context(|| {
+                format!(
+                    "the join string is invalid (from {})",
+                    xp_runtime::join::JOIN_ENV
+                )
+            }),
+    }
+}
+
+fn main() -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("XP_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
@@ -97,6 +139,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let Command::Join {
         join,
+        join_file,
         data_dir,
         gpus,
         cpus,
@@ -109,7 +152,7 @@ async fn main() -> anyhow::Result<()> {
         checkpoint_backup,
         log_cap,
     } = Cli::parse().command;
-    let join: JoinString = join.parse().context("the join string is invalid")?;
+    let join = read_join(join.as_deref(), join_file.as_deref())?;
     if let Some(cpus) = cpus {
         anyhow::ensure!(
             cpus.is_finite() && cpus > 0.0,
@@ -133,6 +176,15 @@ async fn main() -> anyhow::Result<()> {
         checkpoint_backup,
         log_cap: xp_node::worker_log::LogCap::new(log_cap).context("--log-cap")?,
     };
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?
+        .block_on(run(config))
+}
+
+/// Runs the node until SIGTERM or Ctrl-C.
+async fn run(config: xp_node::NodeConfig) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -74,6 +74,7 @@ impl Outbox {
                         | WorkerReport::LaunchFailed { .. }
                         | WorkerReport::Stopped { .. }
                         | WorkerReport::Refused { .. }
+                        | WorkerReport::OomKilled { .. }
                 )
             })
             .map(WorkerReport::key)

@@ -1,7 +1,12 @@
 //! Starting, watching and stopping one worker process.
 //!
 //! Each worker runs in its own process group (so a kill reaches the shell and its
-//! children), dies with the node (`PR_SET_PDEATHSIG`), and has its stdout and
+//! children) and, where the machine allows, in its own cgroup with the CPU and
+//! memory limits of its launch (`cgroup`), which it enters between fork and exec
+//! and which is emptied with SIGKILL and removed when it ends, so that no process
+//! it started (not even one that left its process group) outlives it; a worker
+//! whose process the kernel killed for memory is reported `OomKilled`. It dies
+//! with the node (`PR_SET_PDEATHSIG`), and has its stdout and
 //! stderr written to one capped log (`worker_log`) in whole chunks, cut at line
 //! ends where a line ends soon enough, so the two streams interleave by lines.
 //! Metric lines on stdout become reports as they arrive; checkpoint lines are
@@ -34,6 +39,7 @@ use xp_runtime::metric_line::{
 };
 use xp_runtime::protocol::{Launch, WorkerReport};
 
+use crate::cgroup::{Cgroups, Limits, WorkerCgroup};
 use crate::checkpoint::{self, CheckpointSink, CheckpointWatch};
 use crate::worker_log::lines::{Line, LineSplitter};
 use crate::worker_log::{self, LogCap, LogSender};
@@ -157,9 +163,17 @@ pub async fn supervise(
     stop: oneshot::Receiver<StopRequest>,
 ) {
     let key = launch.key;
-    let mut child = match spawn(&launch, &command).await {
+    let cgroup = worker_cgroup(&launch);
+    let procs_files = cgroup
+        .as_ref()
+        .map(WorkerCgroup::procs_files)
+        .unwrap_or_default();
+    let mut child = match spawn(&launch, &command, procs_files).await {
         Ok(child) => child,
         Err(error) => {
+            if let Some(cgroup) = cgroup {
+                cgroup.remove().await;
+            }
             warn!(worker = %key, error = %error_chain(&error), "worker could not start");
             let _ = reports.send(WorkerReport::LaunchFailed {
                 key,
@@ -213,6 +227,9 @@ pub async fn supervise(
     };
     // The process is gone; make sure nothing it started outlives it.
     signal_group(pid, Signal::SIGKILL);
+    if let Some(cgroup) = &cgroup {
+        cgroup.kill_all().await;
+    }
     for mut pump_task in [stdout, stderr].into_iter().flatten() {
         if tokio::time::timeout(DRAIN_GRACE, &mut pump_task)
             .await
@@ -248,16 +265,54 @@ pub async fn supervise(
         }
     };
     info!(worker = %key, ?code, ?signal, "worker exited");
-    let report = match stopped_because {
-        Some(reason) => WorkerReport::Stopped { key, reason },
-        None => WorkerReport::Exited { key, code, signal },
+    let mut oom_limit = None;
+    if let Some(cgroup) = cgroup {
+        let limits = cgroup.limits();
+        if limits.memory_bytes > 0 && cgroup.oom_kills() > 0 {
+            oom_limit = Some(limits.memory_bytes);
+        }
+        cgroup.remove().await;
+    }
+    let report = match (stopped_because, oom_limit) {
+        (Some(reason), _) => WorkerReport::Stopped { key, reason },
+        // A worker that caught the kill of one of its processes and succeeded anyway succeeded.
+        (None, Some(limit_bytes)) if code != Some(0) => {
+            warn!(worker = %key, limit_bytes, "worker killed for going over its memory limit");
+            WorkerReport::OomKilled {
+                key,
+                code,
+                signal,
+                limit_bytes,
+            }
+        }
+        (None, _) => WorkerReport::Exited { key, code, signal },
     };
     let _ = reports.send(report);
 }
 
+/// The worker's cgroup with its launch's limits, if the node has cgroups; a
+/// worker whose cgroup cannot be made runs without one (said at warn level).
+fn worker_cgroup(launch: &Launch) -> Option<WorkerCgroup> {
+    let limits = Limits {
+        cpu_milli: launch.cpu_milli,
+        memory_bytes: launch.memory_bytes,
+    };
+    match Cgroups::get()?.create(launch.key, limits) {
+        Ok(cgroup) => Some(cgroup),
+        Err(error) => {
+            warn!(worker = %launch.key, error = %error_chain(&error), "worker runs without a cgroup (no limits)");
+            None
+        }
+    }
+}
+
+/// Starts the worker's process. With `procs_files` the child moves itself into
+/// its cgroup before it execs, so nothing it runs or starts is ever outside it
+/// (moving it after the spawn would race with its first fork).
 async fn spawn(
     launch: &Launch,
     command: &WorkerCommand,
+    procs_files: Vec<std::ffi::CString>,
 ) -> Result<tokio::process::Child, SpawnError> {
     let create_dir = |path: &Path| {
         let path = path.to_owned();
@@ -285,10 +340,12 @@ async fn spawn(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .process_group(0);
-    // SAFETY: the closure only calls prctl(2), which is async-signal-safe, between fork and exec.
+    // SAFETY: between fork and exec the closure only calls prctl(2), open(2),
+    // write(2) and close(2), which are async-signal-safe, on paths made before the fork.
     unsafe {
-        process.pre_exec(|| {
+        process.pre_exec(move || {
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            crate::cgroup::enter(&procs_files)?;
             Ok(())
         });
     }

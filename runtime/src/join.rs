@@ -3,9 +3,18 @@
 //! `xp://HOST:PORT?token=SECRET&ca=SHA256HEX`: a peer connects to HOST:PORT, accepts
 //! the head only if its certificate chains to a CA whose DER has that SHA-256
 //! digest, and proves itself with the token.
+//!
+//! The token is a secret, so a join string never travels on a command line
+//! (where `ps` shows it to every local user): programs read it from a file only
+//! its owner can read ([`read_join_file`]), from [`JOIN_ENV`] or from standard
+//! input. Its `Debug` leaves the token out.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
+
+/// The environment variable `xp-node join` reads the join string from.
+pub const JOIN_ENV: &str = "XP_JOIN";
 
 /// A parsed join string.
 #[derive(Clone, PartialEq, Eq)]
@@ -45,6 +54,66 @@ pub enum JoinStringError {
         /// What is wrong.
         reason: &'static str,
     },
+}
+
+/// Why a join file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinFileError {
+    /// The file could not be read.
+    #[error("cannot read the join file {}", .path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Group or others may read or write the file.
+    #[error(
+        "the join file {shown} holds the cluster secret but its mode is {mode:o}: run `chmod 600 {shown}`",
+        shown = .path.display()
+    )]
+    TooOpen {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// The file does not hold a join string.
+    #[error("the join file {} does not hold a valid join string", .path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: JoinStringError,
+    },
+}
+
+/// Reads a join string from `path`, a file only its owner may read or write: a
+/// file with any of the mode bits `0o077` set is refused, as `ssh` refuses a
+/// private key others can read.
+pub fn read_join_file(path: &Path) -> Result<JoinString, JoinFileError> {
+    use std::os::unix::fs::PermissionsExt;
+    let io_error = |source| JoinFileError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io_error)?;
+    let mode = file.metadata().map_err(io_error)?.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(JoinFileError::TooOpen {
+            path: path.to_owned(),
+            mode,
+        });
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, 8192), &mut text)
+        .map_err(io_error)?;
+    text.parse().map_err(|source| JoinFileError::Invalid {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 impl FromStr for JoinString {
@@ -143,5 +212,49 @@ mod tests {
             .parse()
             .unwrap();
         assert!(!format!("{join:?}").contains("secret"));
+    }
+
+    fn check_join_file(mode: u32, expect_ok: bool) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("join");
+        let text = format!("xp://h:1?token=secret&ca={}\n", "00".repeat(32));
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        match read_join_file(&path) {
+            Ok(join) => {
+                assert!(expect_ok, "mode {mode:o} was accepted");
+                assert_eq!(join.token, "secret");
+            }
+            Err(error) => {
+                assert!(!expect_ok, "mode {mode:o} was refused: {error}");
+                assert!(error.to_string().contains("chmod 600"), "{error}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_join_file_others_can_read_is_refused() {
+        check_join_file(0o600, true);
+        check_join_file(0o400, true);
+        check_join_file(0o700, true);
+        check_join_file(0o640, false);
+        check_join_file(0o604, false);
+        check_join_file(0o644, false);
+        check_join_file(0o620, false);
+        check_join_file(0o601, false);
+    }
+
+    #[test]
+    fn a_join_file_without_a_join_string_is_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("join");
+        std::fs::write(&path, "not a join string").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let error = read_join_file(&path).unwrap_err();
+        assert!(matches!(error, JoinFileError::Invalid { .. }), "{error}");
+        let missing = read_join_file(&dir.path().join("missing")).unwrap_err();
+        assert!(matches!(missing, JoinFileError::Io { .. }), "{missing}");
     }
 }

@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::Instrument as _;
 
 use crate::fill_buffer::{FillBuffer, FillRange};
-use crate::ids::ObjectId;
+use crate::ids::{ObjectId, TrialId};
 use crate::protocol::ObjectSource;
 use crate::transport::{self, QuicSetupError, QuicTuning, SelfSignedIdentity};
 
@@ -87,6 +87,12 @@ pub enum ObjectOp {
         /// The object.
         id: ObjectId,
     },
+    /// Who keeps `id` on this node, so that a node can check a worker may read it
+    /// before fetching it; answered by a [`StoreAnswer::Owners`].
+    Owners {
+        /// The object.
+        id: ObjectId,
+    },
 }
 
 /// The answer to a store or release.
@@ -108,6 +114,13 @@ pub enum StoreAnswer {
         code: FetchErrorCode,
         /// In words.
         message: String,
+    },
+    /// The owners of an object this node holds (answering [`ObjectOp::Owners`]).
+    Owners {
+        /// The trials that keep it.
+        trials: Vec<TrialId>,
+        /// The driver sessions that keep it.
+        drivers: Vec<String>,
     },
 }
 
@@ -269,13 +282,23 @@ pub fn client_config(
 pub const MAX_LOCAL_MESSAGE: usize = 64 << 10;
 
 /// What a worker asks of its node's object store over the node's Unix socket
-/// (`XP_NODE_SOCKET`), proving who it is with `XP_WORKER_SECRET`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// (`XP_NODE_SOCKET`), proving who it is with `XP_WORKER_SECRET`. Its `Debug`
+/// leaves the secret out.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LocalRequest {
     /// The worker's secret, from its environment.
     pub secret: [u8; 32],
     /// What it wants.
     pub op: LocalOp,
+}
+
+impl std::fmt::Debug for LocalRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalRequest")
+            .field("secret", &"<redacted>")
+            .field("op", &self.op)
+            .finish()
+    }
 }
 
 /// One operation on the local object channel.
@@ -538,6 +561,18 @@ impl ObjectClient {
     ) -> Result<bool, ObjectClientError> {
         match self.ask(source, ObjectOp::Damaged { id }, &[]).await? {
             StoreAnswer::Released { existed } => Ok(existed),
+            answer => Err(ObjectClientError::UnexpectedAnswer { answer }),
+        }
+    }
+
+    /// Who keeps `id` at `source`: its trials and its driver sessions.
+    pub async fn owners(
+        &self,
+        source: &ObjectSource,
+        id: ObjectId,
+    ) -> Result<(Vec<TrialId>, Vec<String>), ObjectClientError> {
+        match self.ask(source, ObjectOp::Owners { id }, &[]).await? {
+            StoreAnswer::Owners { trials, drivers } => Ok((trials, drivers)),
             answer => Err(ObjectClientError::UnexpectedAnswer { answer }),
         }
     }

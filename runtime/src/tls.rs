@@ -99,10 +99,48 @@ pub fn write_private_file(path: &Path, bytes: &[u8]) -> Result<(), TlsError> {
     std::fs::rename(&temporary, path).map_err(io_error)
 }
 
+/// Makes `dir` a directory only its owner may enter (mode 0700): creates it (and
+/// any missing parent) with that mode, or tightens an existing one. Returns the
+/// previous mode when an existing directory was tightened, so the caller can
+/// warn that it was open to others.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<Option<u32>> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    restrict_mode(dir, 0o700)
+}
+
+/// Tightens an existing file holding a secret or user data to mode 0600. Returns
+/// the previous mode when it was open to group or others; `None` when it was
+/// private already or does not exist.
+pub fn make_file_private(path: &Path) -> std::io::Result<Option<u32>> {
+    match std::fs::symlink_metadata(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+        Ok(_) => restrict_mode(path, 0o600),
+    }
+}
+
+fn restrict_mode(path: &Path, private_mode: u32) -> std::io::Result<Option<u32>> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)?.permissions().mode() & 0o7777;
+    if mode & 0o077 == 0 {
+        return Ok(None);
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(private_mode))?;
+    Ok(Some(mode))
+}
+
 impl ClusterIdentity {
+    /// The files of an identity in `dir`, all mode 0600: the CA certificate, the
+    /// head's certificate, its private key and the token.
+    pub const FILES: [&'static str; 4] = ["ca.der", "server.der", "server.key", "token"];
+
     /// Loads the identity from `dir`, creating it on first use.
     pub fn load_or_create(dir: &Path) -> Result<Self, TlsError> {
-        let paths = ["ca.der", "server.der", "server.key", "token"].map(|name| dir.join(name));
+        let paths = Self::FILES.map(|name| dir.join(name));
         let loaded = paths
             .iter()
             .map(|path| read_file(path))
@@ -124,7 +162,7 @@ impl ClusterIdentity {
                 })
             }
             [None, None, None, None] => {
-                std::fs::create_dir_all(dir)
+                create_private_dir(dir)
                     .map_err(|source| TlsError::Io { path: dir.display().to_string(), source })?;
                 let identity = Self::generate()?;
                 // The token is written last: its presence marks a complete identity.
@@ -497,6 +535,33 @@ mod tests {
         assert_eq!(first.token, second.token);
         assert!(first.token_matches(&first.token));
         assert!(!first.token_matches("wrong"));
+    }
+
+    fn mode_of(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn identity_files_and_private_dirs_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("data").join("tls");
+        ClusterIdentity::load_or_create(&dir).unwrap();
+        assert_eq!(mode_of(&dir), 0o700);
+        for name in ClusterIdentity::FILES {
+            assert_eq!(mode_of(&dir.join(name)), 0o600, "{name}");
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(create_private_dir(&dir).unwrap(), Some(0o755));
+        assert_eq!(create_private_dir(&dir).unwrap(), None);
+        assert_eq!(mode_of(&dir), 0o700);
+        let token = dir.join("token");
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(make_file_private(&token).unwrap(), Some(0o644));
+        assert_eq!(make_file_private(&token).unwrap(), None);
+        assert_eq!(mode_of(&token), 0o600);
+        assert_eq!(make_file_private(&dir.join("missing")).unwrap(), None);
     }
 
     #[test]

@@ -147,8 +147,9 @@ impl Client {
     }
 
     /// Stores `bytes` in the cluster's object store (on the node that holds the
-    /// fewest objects) and returns their id, which trials can [`get`] through
-    /// their context. The object belongs to this connection: it is collected when
+    /// fewest objects) and returns their id, which the trials of experiments
+    /// submitted on this connection can [`get`] through their context (other
+    /// trials cannot). The object belongs to this connection: it is collected when
     /// the connection ends, unless a trial took a claim on it meanwhile.
     ///
     /// [`get`]: crate::TrialContext::get

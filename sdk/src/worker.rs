@@ -200,8 +200,8 @@ impl TrialContext {
     }
 
     /// Stores `bytes` in this node's object store for the trial and returns their
-    /// id; any worker of the cluster can [`get`](Self::get) them by it. Objects
-    /// are collected when the trial ends.
+    /// id; every worker of this trial, on any node, can [`get`](Self::get) them by
+    /// it (no other trial can). Objects are collected when the trial ends.
     pub fn put(&self, bytes: &[u8]) -> Result<ObjectId, WorkerError> {
         let staging = self.work_dir.join(".objects-out");
         std::fs::create_dir_all(&staging).map_err(|error| {
@@ -218,7 +218,9 @@ impl TrialContext {
         stored
     }
 
-    /// Stores the file at `path` (the node copies it) and returns its id.
+    /// Stores the file at `path` (the node copies it) and returns its id. The node
+    /// copies only a regular file inside this worker's work or checkpoint
+    /// directory (after following symlinks), and refuses anything else.
     pub fn put_file(&self, path: &std::path::Path) -> Result<ObjectId, WorkerError> {
         let path = std::path::absolute(path)
             .map_err(|error| object_error(format!("cannot resolve {}: {error}", path.display())))?;

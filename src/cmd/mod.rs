@@ -8,6 +8,7 @@ use std::io::Write;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use xp::Client;
+use xp_runtime::join::JoinString;
 
 /// `println!` for the commands' output: a closed pipe ends the command quietly,
 /// and any other failure to write says so and exits non-zero.
@@ -50,12 +51,41 @@ pub(crate) struct Cli {
     command: Command,
 }
 
-/// How a command reaches the cluster.
+/// How a command reaches the cluster. The join string holds the cluster secret:
+/// the `XP_CLUSTER` environment variable or `--cluster-file` keep it out of `ps`,
+/// while `--cluster` still works but shows it to every local user.
 #[derive(clap::Args, Debug)]
 pub(crate) struct ClusterArg {
-    /// The join string printed by `xp-head start`.
+    /// The join string printed by `xp-head start`. Prefer setting the XP_CLUSTER
+    /// environment variable (or --cluster-file): an argument is visible to every
+    /// local user in `ps`.
     #[arg(long, env = "XP_CLUSTER", hide_env_values = true)]
-    cluster: String,
+    pub(crate) cluster: Option<String>,
+    /// A file holding the join string; only its owner may read it (`chmod 600`).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) cluster_file: Option<std::path::PathBuf>,
+}
+
+impl ClusterArg {
+    /// The join string: from `--cluster-file` when given, else `--cluster` or
+    /// `XP_CLUSTER`; warns once when it came from the command line.
+    pub(crate) fn join(&self) -> anyhow::Result<JoinString> {
+        if let Some(path) = &self.cluster_file {
+            return Ok(xp_runtime::join::read_join_file(path)?);
+        }
+        let cluster = self.cluster.as_deref().context(
+            "no cluster named: set XP_CLUSTER to the join string, or pass --cluster-file FILE",
+        )?;
+        if std::env::var("XP_CLUSTER").ok().as_deref() != Some(cluster) {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                eprintln_note(
+                    "warning: --cluster shows the cluster secret to every local user in `ps`; set XP_CLUSTER or use --cluster-file instead",
+                );
+            });
+        }
+        cluster.parse().context("the join string is invalid")
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -134,7 +164,7 @@ pub(crate) fn exit_on_output_error(error: &std::io::Error) -> ! {
 }
 
 async fn connect(cluster: &ClusterArg) -> anyhow::Result<Client> {
-    Client::connect(&cluster.cluster)
+    Client::connect_to(&cluster.join()?)
         .await
         .context("cannot connect to the cluster")
 }

@@ -49,7 +49,10 @@ impl SourceArg {
     pub(crate) fn source(self) -> anyhow::Result<Source> {
         match (self.data_dir, self.cluster) {
             (Some(data_dir), _) => Ok(Source::DataDir(data_dir)),
-            (None, Some(cluster)) => Ok(Source::Cluster(ClusterArg { cluster })),
+            (None, Some(cluster)) => Ok(Source::Cluster(ClusterArg {
+                cluster: Some(cluster),
+                cluster_file: None,
+            })),
             (None, None) => anyhow::bail!(
                 "no cluster named: pass --cluster or set XP_CLUSTER, or read a local run's data with --data-dir DIR"
             ),

@@ -165,8 +165,9 @@ impl TestCluster {
     /// Like [`start_node`](Self::start_node), with extra `xp-node join` arguments.
     pub(crate) fn start_node_with(&mut self, name: &str, gpus: u32, cpus: u32, extra: &[&str]) {
         let log = std::fs::File::create(self.node_log_path(name)).expect("node log");
+        // The join string travels in the environment, never in the arguments `ps` shows.
         let child = Command::new(binary("xp-node"))
-            .args(["join", &self.join, "--data-dir"])
+            .args(["join", "--data-dir"])
             .arg(self.dir.path().join(format!("node-{name}")))
             .args([
                 "--gpus",
@@ -177,6 +178,7 @@ impl TestCluster {
                 &format!("name={name}"),
             ])
             .args(extra)
+            .env("XP_JOIN", &self.join)
             .env("XP_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
@@ -246,7 +248,7 @@ impl TestCluster {
     pub(crate) fn run_driver(&self, program: &str, args: &[&str]) -> String {
         let output = Command::new(binary(program))
             .args(args)
-            .args(["--cluster", &self.join])
+            .env("XP_CLUSTER", &self.join)
             .output()
             .expect("the driver runs");
         assert!(

@@ -261,11 +261,12 @@ impl NetnsCluster {
         let log = std::fs::File::create(self.node_log_path(name)).expect("node log");
         let child = self
             .command_on(name, binary("xp-node"))
-            .args(["join", &self.join, "--data-dir"])
+            .args(["join", "--data-dir"])
             .arg(self.node_dir(name))
             .args(["--gpus", &gpus.to_string(), "--cpus", &cpus.to_string()])
             .args(["--label", &format!("name={name}")])
             .args(extra)
+            .env("XP_JOIN", &self.join)
             .env("XP_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
@@ -369,7 +370,7 @@ impl NetnsCluster {
         let output = self
             .command_on("head", binary(program))
             .args(args)
-            .args(["--cluster", &self.join])
+            .env("XP_CLUSTER", &self.join)
             .output()
             .expect("the driver runs");
         assert!(

@@ -122,7 +122,20 @@ impl HeadCore {
 
     /// The attempt failed through the trial's fault: retry under `max_retries`.
     pub(super) fn fail_attempt(&mut self, now: UnixMillis, key: WorkerKey, reason: String) {
-        self.finish_attempt(now, key, &format!("failed: {reason}"));
+        self.fail_attempt_as(now, key, "failed", reason);
+    }
+
+    /// The attempt failed through the trial's fault in a way with a name of its
+    /// own (`oom-killed`, `time-limit`, `failed`): its outcome is `kind: reason`,
+    /// and it is retried under `max_retries` like any failure.
+    pub(super) fn fail_attempt_as(
+        &mut self,
+        now: UnixMillis,
+        key: WorkerKey,
+        kind: &str,
+        reason: String,
+    ) {
+        self.finish_attempt(now, key, &format!("{kind}: {reason}"));
         let max_retries = self.specs[&key.trial.experiment].trial.max_retries;
         let trial = self
             .trials
@@ -190,6 +203,45 @@ impl HeadCore {
                 key.trial,
                 TrialState::Queued,
                 format!("requeued: {reason}"),
+            );
+        }
+    }
+
+    /// Ends the running attempts that ran past their trial's `time_limit` (from
+    /// when all their workers ran): outcome `time-limit`, a failure retried under
+    /// `max_retries`. Their workers get SIGTERM, the usual grace, then SIGKILL.
+    pub(super) fn enforce_time_limits(&mut self, now: UnixMillis) {
+        let mut overdue = Vec::new();
+        for trial in self.trials.values() {
+            if trial.state != TrialState::Running {
+                continue;
+            }
+            let Some(attempt) = trial.attempts.last().filter(|attempt| attempt.is_live()) else {
+                continue;
+            };
+            let trial_spec = &self.specs[&trial.id.experiment].trial;
+            let (Some(running_at), Some(limit_ms)) =
+                (attempt.running_at, trial_spec.time_limit_ms())
+            else {
+                continue;
+            };
+            if now.saturating_sub(running_at) > limit_ms {
+                let limit = trial_spec.time_limit.clone().unwrap_or_default();
+                overdue.push((trial.id, attempt.number, limit));
+            }
+        }
+        for (trial, attempt, limit) in overdue {
+            let key = WorkerKey {
+                trial,
+                attempt,
+                rank: 0,
+            };
+            info!(worker = %key, %limit, "attempt ran past its time limit");
+            self.fail_attempt_as(
+                now,
+                key,
+                "time-limit",
+                format!("ran past its time limit of {limit}"),
             );
         }
     }

@@ -317,9 +317,32 @@ impl HeadCore {
             .collect()
     }
 
+    /// Records that the driver session `session` submitted `experiment`, so its
+    /// objects are shared with that experiment's trials while it is connected.
+    pub fn record_driver_experiment(&mut self, session: &str, experiment: ExperimentId) {
+        self.driver_experiments
+            .entry(session.to_owned())
+            .or_default()
+            .insert(experiment);
+    }
+
+    /// Those of `sessions` that submitted `experiment` and are still connected:
+    /// the drivers whose objects its trials may read.
+    pub fn sharing_drivers(&self, experiment: ExperimentId, sessions: Vec<String>) -> Vec<String> {
+        sessions
+            .into_iter()
+            .filter(|session| {
+                self.driver_experiments
+                    .get(session)
+                    .is_some_and(|experiments| experiments.contains(&experiment))
+            })
+            .collect()
+    }
+
     /// Tells every live node that the driver session `session` ended.
     pub fn release_driver_objects(&mut self, session: &str) {
         self.live_drivers.remove(session);
+        self.driver_experiments.remove(session);
         self.tell_live_nodes(|| HeadCommand::ReleaseDriver {
             session: session.to_owned(),
         });
@@ -400,5 +423,32 @@ impl HeadCore {
                 })
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use xp_runtime::ids::ExperimentId;
+
+    use crate::core::{CoreConfig, HeadCore, LoadedState};
+
+    #[test]
+    fn a_driver_shares_its_objects_with_what_it_submitted_while_connected() {
+        let mut core = HeadCore::restore(CoreConfig::default(), LoadedState::default(), 0);
+        let ours: ExperimentId = "3f2a9c0d11b2e4f7".parse().expect("experiment");
+        let theirs: ExperimentId = "9e8d7c6b5a493827".parse().expect("experiment");
+        let asked = || vec!["driver-a".to_owned(), "driver-b".to_owned()];
+        assert!(core.sharing_drivers(ours, asked()).is_empty());
+        core.record_driver_experiment("driver-a", ours);
+        core.record_driver_experiment("driver-b", theirs);
+        assert_eq!(core.sharing_drivers(ours, asked()), ["driver-a"]);
+        assert_eq!(core.sharing_drivers(theirs, asked()), ["driver-b"]);
+        // Only the sessions asked about are ever named.
+        assert!(
+            core.sharing_drivers(ours, vec!["driver-b".to_owned()])
+                .is_empty()
+        );
+        core.release_driver_objects("driver-a");
+        assert!(core.sharing_drivers(ours, asked()).is_empty());
     }
 }

@@ -264,6 +264,8 @@ impl HeadCore {
                     collective_token,
                     transport: gang_transport,
                     resume: resume.cloned(),
+                    cpu_milli: worker.cpu_milli,
+                    memory_bytes: worker.memory_bytes,
                 },
             ));
             *local_rank += 1;

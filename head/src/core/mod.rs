@@ -145,6 +145,9 @@ pub struct HeadCore {
     awaiting_return: BTreeSet<NodeId>,
     /// Driver sessions that asked where to store objects and are still connected.
     live_drivers: BTreeSet<String>,
+    /// The experiments each connected driver session submitted, whose trials may
+    /// read that session's objects (soft state, gone with the session).
+    driver_experiments: BTreeMap<String, BTreeSet<ExperimentId>>,
 }
 
 impl std::fmt::Debug for HeadCore {
@@ -189,6 +192,7 @@ impl HeadCore {
             started_at: now,
             awaiting_return: BTreeSet::new(),
             live_drivers: BTreeSet::new(),
+            driver_experiments: BTreeMap::new(),
         };
         if let Some(record) = loaded.policy {
             match PolicyConfig::from_yaml(&record.yaml) {
@@ -284,6 +288,7 @@ impl HeadCore {
     pub fn rebuild(&self, loaded: LoadedState, now: UnixMillis) -> Self {
         let mut core = Self::restore(self.config, loaded, now);
         core.live_drivers = self.live_drivers.clone();
+        core.driver_experiments = self.driver_experiments.clone();
         core
     }
 

@@ -177,6 +177,7 @@ impl HeadCore {
                 self.lose_worker(now, key, format!("node {node_id} lost"));
             }
         }
+        self.enforce_time_limits(now);
         self.tend_replications(now);
         // Time alone changes decisions: aging, reservations, minimum run times.
         self.policy_stale = true;

@@ -73,6 +73,14 @@ impl HeadCore {
             WorkerReport::Exited { code, signal, .. } => {
                 self.worker_exited(now, reporter, code, signal);
             }
+            WorkerReport::OomKilled {
+                code,
+                signal,
+                limit_bytes,
+                ..
+            } => {
+                self.worker_oom_killed(now, reporter, (code, signal), limit_bytes);
+            }
             WorkerReport::Refused { reason, .. } => {
                 self.worker_refused(now, reporter, &reason);
             }
@@ -217,6 +225,45 @@ impl HeadCore {
             };
             self.fail_attempt(now, key, format!("rank {} {how}", key.rank));
         }
+    }
+
+    /// The kernel killed the worker's process for going over its memory limit:
+    /// outcome `oom-killed`, a failure retried under `max_retries` (or, when
+    /// preempting, the worker is gone).
+    fn worker_oom_killed(
+        &mut self,
+        now: UnixMillis,
+        reporter: Reporter,
+        (code, signal): (Option<i32>, Option<i32>),
+        limit_bytes: u64,
+    ) {
+        let Reporter {
+            key,
+            attempt_live,
+            state,
+            ..
+        } = reporter;
+        if !state.holds_resources() {
+            return;
+        }
+        self.release_worker(key, WorkerState::Exited { code, signal });
+        if !attempt_live {
+            return;
+        }
+        if self.trials[&key.trial].state == TrialState::Preempting {
+            self.preempted_worker_gone(now, key);
+            return;
+        }
+        let limit = bytesize::ByteSize(limit_bytes);
+        self.fail_attempt_as(
+            now,
+            key,
+            "oom-killed",
+            format!(
+                "rank {} was killed for going over its memory limit of {limit}",
+                key.rank
+            ),
+        );
     }
 
     /// The node could not start the worker through no fault of the trial (a GPU

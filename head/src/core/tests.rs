@@ -13,6 +13,8 @@ use xp_runtime::protocol::{
 use super::{CoreConfig, CoreError, HeadCore, LoadedState};
 use crate::core::Record;
 
+mod limits;
+
 const CONFIG: CoreConfig = CoreConfig {
     node_timeout_ms: 10_000,
     heartbeat_interval_ms: 1_000,

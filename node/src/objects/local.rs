@@ -8,11 +8,34 @@
 //! a memory object, written) into the worker's work directory, read-only, so the
 //! worker reads a plain file and can never change the stored copy in place.
 //!
+//! Workers stay in their lane:
+//!
+//! - A `put` names a file the node copies. The node resolves the path
+//!   (`canonicalize`, so through every symlink) and stores it only if it is a
+//!   regular file with a single link under the worker's own work directory or its
+//!   checkpoint directory; it opens the file without following a final symlink
+//!   and checks again, by the opened descriptor's path, that what it opened is
+//!   still inside them (a path swapped between the check and the open is
+//!   refused). Bytes the SDK's `put` sends are staged in the work directory, so
+//!   they pass.
+//! - A `get` is served only for an object the worker's trial may read: one whose
+//!   owners on a node that holds it include its trial (what any rank of the
+//!   trial put, what it fetched before, its trial's checkpoints, which are
+//!   stored and replicated for the trial), or a driver session that shared it:
+//!   one that submitted the worker's experiment (the head answers
+//!   `Request::ExperimentDrivers`). The node checks its own store first; for an
+//!   object it lacks (or keeps only for others) it asks the holders the head
+//!   names for the object's owners (`ObjectOp::Owners`) before fetching
+//!   anything. An object id alone is no capability: ids are visible outside the
+//!   trial (`xp checkpoints`, logs).
+//!
 //! Not here: which workers exist (the agent adds and removes their secrets) and
 //! moving objects between nodes (`remote`).
 //!
-//! Invariant: a request is served only for a live worker's secret, and a
-//! worker's objects are owned by its trial.
+//! Invariant: a request is served only for a live worker's secret, a worker's
+//! objects are owned by its trial, a `put` stores only a regular file inside the
+//! worker's work or checkpoint directory, and a `get` returns only an object its
+//! trial owns or its experiment's driver stored.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,9 +45,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
-use xp_runtime::ids::{NodeId, ObjectId, WorkerKey};
+use xp_runtime::ids::{NodeId, ObjectId, TrialId, WorkerKey};
 use xp_runtime::object_wire::{self, LocalOp, LocalRequest, LocalResponse};
-use xp_runtime::protocol::{Request, Response};
+use xp_runtime::protocol::{ObjectSource, Request, Response};
 use xp_runtime::transport::HeadConnection;
 
 use super::remote::{ObjectFetcher, Wanted};
@@ -199,25 +222,40 @@ async fn handle(context: &LocalContext, request: LocalRequest) -> LocalResponse 
     let owner = Owner::Trial(worker.key.trial);
     match request.op {
         LocalOp::Put { path } => {
-            let stored = blocking(&context.store, move |store| {
-                let id = store.put_file(&path, owner)?;
+            let lane = worker.clone();
+            let stored = off_runtime(&context.store, move |store| {
+                let file = match open_in_lane(&lane, &path) {
+                    Ok(file) => file,
+                    Err(refusal) => return Ok(Err(refusal)),
+                };
+                let id = store.put_reader(file, owner)?;
                 let size = store.info(id).map_or(0, |info| info.size);
-                Ok((id, size))
+                Ok(Ok((id, size)))
             })
             .await;
             match stored {
-                Ok((id, size)) => {
+                Ok(Ok((id, size))) => {
                     let _ = context.changes.send(ObjectChange::Added(id));
                     debug!(worker = %worker.key, %id, size, "object put");
                     LocalResponse::Stored { id, size }
                 }
+                Ok(Err(refusal)) => {
+                    warn!(worker = %worker.key, %refusal, "object put refused");
+                    refuse(xp_runtime::error_chain::error_chain(&refusal))
+                }
                 Err(error) => refuse(format!("cannot store the object: {error}")),
             }
         }
-        LocalOp::Get { id } => match get(context, &worker, id, owner).await {
-            Ok((path, size)) => LocalResponse::Got { path, size },
-            Err(error) => refuse(error),
-        },
+        LocalOp::Get { id } => {
+            if let Err(refusal) = check_readable(context, &worker, id).await {
+                warn!(worker = %worker.key, %id, %refusal, "object get refused");
+                return refuse(refusal);
+            }
+            match get(context, &worker, id, owner).await {
+                Ok((path, size)) => LocalResponse::Got { path, size },
+                Err(error) => refuse(error),
+            }
+        }
         LocalOp::Delete { id } => {
             let released = blocking(&context.store, move |store| {
                 let existed = store.remove_owner(id, &owner)?;
@@ -237,6 +275,248 @@ async fn handle(context: &LocalContext, request: LocalRequest) -> LocalResponse 
     }
 }
 
+/// Why a worker's request left its lane.
+#[derive(Debug, thiserror::Error)]
+pub enum LaneError {
+    /// The path does not resolve (it does not exist, or a directory on the way
+    /// cannot be searched).
+    #[error("put refused: cannot resolve {}", path.display())]
+    Unresolvable {
+        /// The path the worker named.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The path resolves outside the worker's directories.
+    #[error("put refused: {} is outside this worker's work and checkpoint directories", path.display())]
+    Outside {
+        /// The path the worker named.
+        path: PathBuf,
+    },
+    /// Not a regular file (a directory, a device, a FIFO, a socket).
+    #[error("put refused: {} is not a regular file", path.display())]
+    NotRegular {
+        /// The path the worker named.
+        path: PathBuf,
+    },
+    /// A hard link: another name, perhaps outside the directories, shares it.
+    #[error("put refused: {} has other hard links, which may lie outside this worker's work and checkpoint directories", path.display())]
+    HardLinked {
+        /// The path the worker named.
+        path: PathBuf,
+    },
+    /// The resolved file could not be opened or examined.
+    #[error("put refused: cannot open {}", path.display())]
+    Unreadable {
+        /// The path the worker named.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The object is neither the trial's nor shared with its experiment.
+    #[error(
+        "get refused: object {id} belongs neither to trial {trial_id} nor to a driver of its experiment"
+    )]
+    NotShared {
+        /// The object.
+        id: ObjectId,
+        /// The asking worker's trial.
+        trial_id: TrialId,
+    },
+}
+
+impl LocalWorker {
+    /// The directories a worker may hand files over from, resolved: its work
+    /// directory and its checkpoint directory (one that does not exist yet holds
+    /// nothing to hand over).
+    fn lane_roots(&self) -> Vec<PathBuf> {
+        [
+            self.work_dir.clone(),
+            self.work_dir.join(CHECKPOINT_DIR_NAME),
+        ]
+        .iter()
+        .filter_map(|dir| std::fs::canonicalize(dir).ok())
+        .collect()
+    }
+}
+
+/// The checkpoint directory's name inside a work directory (`CheckpointSink::new`).
+const CHECKPOINT_DIR_NAME: &str = "checkpoint";
+
+/// Opens the file a worker asked to put, if it is in the worker's lane: a regular
+/// file with one link that resolves inside its work or checkpoint directory, and
+/// whose opened descriptor still does (so a path swapped after the check fails).
+fn open_in_lane(worker: &LocalWorker, path: &Path) -> Result<std::fs::File, LaneError> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let requested = || path.to_owned();
+    let resolved = std::fs::canonicalize(path).map_err(|source| LaneError::Unresolvable {
+        path: requested(),
+        source,
+    })?;
+    let roots = worker.lane_roots();
+    let inside = |candidate: &Path| roots.iter().any(|root| candidate.starts_with(root));
+    if !inside(&resolved) {
+        return Err(LaneError::Outside { path: requested() });
+    }
+    let unreadable = |source| LaneError::Unreadable {
+        path: requested(),
+        source,
+    };
+    // No final symlink, and no blocking on a FIFO put there after the check.
+    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits())
+        .open(&resolved)
+        .map_err(unreadable)?;
+    let metadata = file.metadata().map_err(unreadable)?;
+    if !metadata.is_file() {
+        return Err(LaneError::NotRegular { path: requested() });
+    }
+    if metadata.nlink() != 1 {
+        return Err(LaneError::HardLinked { path: requested() });
+    }
+    let opened =
+        std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).map_err(unreadable)?;
+    if !inside(&opened) {
+        return Err(LaneError::Outside { path: requested() });
+    }
+    Ok(file)
+}
+
+/// Whether `owners` let a worker of `trial_id` read the object: its trial keeps
+/// it, or a driver session in `drivers` (those of its experiment) does.
+fn owners_allow(
+    trial_id: TrialId,
+    trials: &[TrialId],
+    owner_drivers: &[String],
+    drivers: &[String],
+) -> bool {
+    trials.contains(&trial_id)
+        || owner_drivers
+            .iter()
+            .any(|session| drivers.contains(session))
+}
+
+/// Refuses a `get` of an object the worker's trial may not read (see the module
+/// docs): the local store's owners first, then each holder's.
+async fn check_readable(
+    context: &LocalContext,
+    worker: &LocalWorker,
+    id: ObjectId,
+) -> Result<(), String> {
+    let trial_id = worker.key.trial;
+    let refusal = || LaneError::NotShared { id, trial_id }.to_string();
+    let mut owner_sets: Vec<(Vec<TrialId>, Vec<String>)> = Vec::new();
+    if let Some(info) = context.store.info(id) {
+        let (trials, owner_drivers) = split_owners(info.owners);
+        if trials.contains(&trial_id) {
+            return Ok(());
+        }
+        owner_sets.push((trials, owner_drivers));
+    }
+    let Ok(head) = head_connection(context) else {
+        if owner_sets.is_empty() {
+            return Err(
+                "the node is not connected to the head, which knows where objects are".to_owned(),
+            );
+        }
+        return Err(refusal());
+    };
+    // Holders elsewhere may keep it for this trial (another rank put it there).
+    let sources = locate(&head, id).await?;
+    let elsewhere: Vec<&ObjectSource> = sources
+        .iter()
+        .filter(|source| source.node != context.own_node)
+        .collect();
+    if owner_sets.is_empty() && elsewhere.is_empty() {
+        return Err(format!("no live node holds object {id}"));
+    }
+    for source in elsewhere {
+        let Ok(owners) = context
+            .fetcher
+            .owners(id, std::slice::from_ref(source), Some(context.own_node))
+            .await
+        else {
+            continue;
+        };
+        if owners.0.contains(&trial_id) {
+            return Ok(());
+        }
+        owner_sets.push(owners);
+    }
+    let mut sessions: Vec<String> = owner_sets
+        .iter()
+        .flat_map(|(_, owner_drivers)| owner_drivers.iter().cloned())
+        .collect();
+    if sessions.is_empty() {
+        return Err(refusal());
+    }
+    sessions.sort();
+    sessions.dedup();
+    let sharing = sharing_drivers(&head, trial_id, sessions).await?;
+    let shared = owner_sets
+        .iter()
+        .any(|(trials, owner_drivers)| owners_allow(trial_id, trials, owner_drivers, &sharing));
+    if shared { Ok(()) } else { Err(refusal()) }
+}
+
+fn split_owners(owners: Vec<Owner>) -> (Vec<TrialId>, Vec<String>) {
+    let mut trials = Vec::new();
+    let mut drivers = Vec::new();
+    for owner in owners {
+        match owner {
+            Owner::Trial(trial_id) => trials.push(trial_id),
+            Owner::Driver(session) => drivers.push(session),
+        }
+    }
+    (trials, drivers)
+}
+
+fn head_connection(context: &LocalContext) -> Result<HeadConnection, String> {
+    context
+        .head
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+        .ok_or_else(|| {
+            "the node is not connected to the head, which knows where objects are".to_owned()
+        })
+}
+
+async fn locate(head: &HeadConnection, id: ObjectId) -> Result<Vec<ObjectSource>, String> {
+    match head.request(Request::Locate { object: id }).await {
+        Ok(Response::Located(sources)) => Ok(sources),
+        Ok(other) => Err(format!("unexpected answer from the head: {other:?}")),
+        Err(error) => Err(format!("cannot ask the head where {id} is: {error}")),
+    }
+}
+
+/// Those of `sessions` that submitted `trial_id`'s experiment, as the head knows them.
+async fn sharing_drivers(
+    head: &HeadConnection,
+    trial_id: TrialId,
+    sessions: Vec<String>,
+) -> Result<Vec<String>, String> {
+    let experiment = trial_id.experiment;
+    match head
+        .request(Request::SharingDrivers {
+            experiment,
+            sessions,
+        })
+        .await
+    {
+        Ok(Response::Drivers(sessions)) => Ok(sessions),
+        Ok(other) => Err(format!("unexpected answer from the head: {other:?}")),
+        Err(error) => Err(format!(
+            "cannot ask the head which drivers share objects with experiment {experiment}: {error}"
+        )),
+    }
+}
+
 async fn get(
     context: &LocalContext,
     worker: &LocalWorker,
@@ -246,17 +526,8 @@ async fn get(
     let fetched = if context.store.contains(id) {
         None
     } else {
-        let head = context
-            .head
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-            .ok_or("the node is not connected to the head, which knows where objects are")?;
-        let sources = match head.request(Request::Locate { object: id }).await {
-            Ok(Response::Located(sources)) => sources,
-            Ok(other) => return Err(format!("unexpected answer from the head: {other:?}")),
-            Err(error) => return Err(format!("cannot ask the head where {id} is: {error}")),
-        };
+        let head = head_connection(context)?;
+        let sources = locate(&head, id).await?;
         if sources.is_empty() {
             return Err(format!("no live node holds object {id}"));
         }
@@ -336,79 +607,223 @@ mod tests {
         object_wire::encode_local(&LocalRequest { secret, op }).expect("encode")
     }
 
+    const SECRET: [u8; 32] = [7u8; 32];
+
+    /// A channel with one worker (of trial `3f2a9c0d11b2e4f7-t3`) and no head.
+    struct Channel {
+        temp: tempfile::TempDir,
+        store: Arc<ObjectStore>,
+        socket: PathBuf,
+        work_dir: PathBuf,
+    }
+
+    impl Channel {
+        fn must_start() -> Self {
+            let temp = tempfile::tempdir().expect("tempdir");
+            let store = Arc::new(
+                ObjectStore::open(temp.path().join("objects"), StoreLimits::default())
+                    .expect("store"),
+            );
+            let workers = Workers::default();
+            let work_dir = temp.path().join("work");
+            std::fs::create_dir_all(work_dir.join(CHECKPOINT_DIR_NAME)).expect("work dir");
+            workers.insert(
+                SECRET,
+                LocalWorker {
+                    key: WorkerKey {
+                        trial: "3f2a9c0d11b2e4f7-t3".parse().expect("trial"),
+                        attempt: 1,
+                        rank: 0,
+                    },
+                    work_dir: work_dir.clone(),
+                },
+            );
+            let (changes, _changes_rx) = mpsc::unbounded_channel();
+            let socket = temp.path().join("run").join("objects.sock");
+            start(
+                &socket,
+                LocalContext {
+                    store: store.clone(),
+                    fetcher: Arc::new(
+                        ObjectFetcher::new(object_wire::token_digest("t")).expect("fetcher"),
+                    ),
+                    workers,
+                    head: Arc::default(),
+                    own_node: NodeId::random(),
+                    changes,
+                },
+            )
+            .expect("channel");
+            Self {
+                temp,
+                store,
+                socket,
+                work_dir,
+            }
+        }
+
+        /// Sends `frame` from a blocking thread, as a worker would.
+        async fn ask(&self, frame: Vec<u8>) -> LocalResponse {
+            let socket = self.socket.clone();
+            tokio::task::spawn_blocking(move || ask(&socket, &frame))
+                .await
+                .expect("client")
+        }
+
+        async fn op(&self, op: LocalOp) -> LocalResponse {
+            self.ask(request(SECRET, op)).await
+        }
+
+        async fn put(&self, path: &Path) -> LocalResponse {
+            self.op(LocalOp::Put {
+                path: path.to_owned(),
+            })
+            .await
+        }
+    }
+
+    #[track_caller]
+    fn check_refused(answer: &LocalResponse, expected: &str) {
+        assert!(
+            matches!(answer, LocalResponse::Error { message } if message.contains(expected)),
+            "expected a refusal saying {expected:?}, got {answer:?}"
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn workers_put_get_and_release_and_strangers_are_refused() {
-        let temp = tempfile::tempdir().expect("tempdir");
-        let store = Arc::new(
-            ObjectStore::open(temp.path().join("objects"), StoreLimits::default()).expect("store"),
-        );
-        let workers = Workers::default();
-        let secret = [7u8; 32];
-        let work_dir = temp.path().join("work");
-        workers.insert(
-            secret,
-            LocalWorker {
-                key: WorkerKey {
-                    trial: "3f2a9c0d11b2e4f7-t3".parse().expect("trial"),
-                    attempt: 1,
-                    rank: 0,
-                },
-                work_dir: work_dir.clone(),
-            },
-        );
-        let (changes, _changes_rx) = mpsc::unbounded_channel();
-        let socket = temp.path().join("run").join("objects.sock");
-        start(
-            &socket,
-            LocalContext {
-                store: store.clone(),
-                fetcher: Arc::new(
-                    ObjectFetcher::new(object_wire::token_digest("t")).expect("fetcher"),
-                ),
-                workers,
-                head: Arc::default(),
-                own_node: NodeId::random(),
-                changes,
-            },
-        )
-        .expect("channel");
-        let file = temp.path().join("payload");
+        let channel = Channel::must_start();
+        let file = channel.work_dir.join("payload");
         std::fs::write(&file, b"hello objects").expect("write");
-        let socket_for_blocking = socket.clone();
-        let answers = tokio::task::spawn_blocking(move || {
-            let socket = socket_for_blocking;
-            let stored = ask(&socket, &request(secret, LocalOp::Put { path: file }));
-            let LocalResponse::Stored { id, size } = stored else {
-                panic!("{stored:?}")
-            };
-            assert_eq!(size, 13);
-            let got = ask(&socket, &request(secret, LocalOp::Get { id }));
-            let LocalResponse::Got { path, .. } = got else {
-                panic!("{got:?}")
-            };
-            assert_eq!(std::fs::read(&path).expect("read"), b"hello objects");
-            let stranger = ask(&socket, &request([9u8; 32], LocalOp::Get { id }));
-            let released = ask(&socket, &request(secret, LocalOp::Delete { id }));
-            let absent = ask(&socket, &request(secret, LocalOp::Get { id }));
-            let garbage = ask(&socket, &[0xff, 0xff, 0xff, 0x7f, 1, 2, 3]);
-            (id, stranger, released, absent, garbage)
-        })
-        .await
-        .expect("client");
-        let (id, stranger, released, absent, garbage) = answers;
-        assert!(
-            matches!(&stranger, LocalResponse::Error { message } if message.contains("unknown worker secret")),
-            "{stranger:?}"
-        );
+        let stored = channel.put(&file).await;
+        let LocalResponse::Stored { id, size } = stored else {
+            panic!("{stored:?}")
+        };
+        assert_eq!(size, 13);
+        let got = channel.op(LocalOp::Get { id }).await;
+        let LocalResponse::Got { path, .. } = got else {
+            panic!("{got:?}")
+        };
+        assert_eq!(std::fs::read(&path).expect("read"), b"hello objects");
+        let stranger = channel.ask(request([9u8; 32], LocalOp::Get { id })).await;
+        check_refused(&stranger, "unknown worker secret");
+        let released = channel.op(LocalOp::Delete { id }).await;
         assert_eq!(released, LocalResponse::Released { existed: true });
-        assert!(!store.contains(id), "its only owner released it");
-        assert!(
-            matches!(&absent, LocalResponse::Error { message } if message.contains("not connected to the head")),
-            "{absent:?}"
+        assert!(!channel.store.contains(id), "its only owner released it");
+        let absent = channel.op(LocalOp::Get { id }).await;
+        check_refused(&absent, "not connected to the head");
+        let garbage = channel.ask(vec![0xff, 0xff, 0xff, 0x7f, 1, 2, 3]).await;
+        check_refused(&garbage, "over the");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_put_outside_the_work_and_checkpoint_directories_is_refused() {
+        let channel = Channel::must_start();
+        check_refused(
+            &channel.put(Path::new("/etc/passwd")).await,
+            "put refused: /etc/passwd is outside this worker's work and checkpoint directories",
         );
-        assert!(
-            matches!(&garbage, LocalResponse::Error { message } if message.contains("over the")),
-            "{garbage:?}"
+        let outside = channel.temp.path().join("secret");
+        std::fs::write(&outside, b"the head's token").expect("write");
+        let link = channel.work_dir.join("innocent");
+        std::os::unix::fs::symlink(&outside, &link).expect("symlink");
+        check_refused(&channel.put(&link).await, "is outside this worker's work");
+        let up = channel.work_dir.join("..").join("secret");
+        check_refused(&channel.put(&up).await, "is outside this worker's work");
+        let linked_dir = channel.work_dir.join("etc");
+        std::os::unix::fs::symlink("/etc", &linked_dir).expect("symlink");
+        check_refused(
+            &channel.put(&linked_dir.join("passwd")).await,
+            "is outside this worker's work",
         );
+        let hard = channel.work_dir.join("hard");
+        std::fs::hard_link(&outside, &hard).expect("hard link");
+        check_refused(&channel.put(&hard).await, "has other hard links");
+        check_refused(
+            &channel.put(&channel.work_dir).await,
+            "is not a regular file",
+        );
+        check_refused(
+            &channel.put(&channel.work_dir.join("missing")).await,
+            "put refused: cannot resolve",
+        );
+        assert_eq!(channel.store.holdings().len(), 0, "nothing was stored");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_put_inside_the_work_or_checkpoint_directory_is_stored() {
+        let channel = Channel::must_start();
+        let file = channel.work_dir.join("weights.bin");
+        std::fs::write(&file, b"weights").expect("write");
+        assert!(matches!(
+            channel.put(&file).await,
+            LocalResponse::Stored { size: 7, .. }
+        ));
+        let state = channel.work_dir.join(CHECKPOINT_DIR_NAME).join("state");
+        std::fs::write(&state, b"state").expect("write");
+        // A relative-looking path and a symlink that stays inside are fine.
+        let inner_link = channel.work_dir.join("latest");
+        std::os::unix::fs::symlink(&state, &inner_link).expect("symlink");
+        assert!(matches!(
+            channel.put(&inner_link).await,
+            LocalResponse::Stored { size: 5, .. }
+        ));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_get_of_another_trials_object_is_refused() {
+        let channel = Channel::must_start();
+        let other: TrialId = "9e8d7c6b5a493827-t0".parse().expect("trial");
+        let theirs = channel
+            .store
+            .put(&b"another team's checkpoint"[..], Owner::Trial(other))
+            .expect("put");
+        check_refused(
+            &channel.op(LocalOp::Get { id: theirs }).await,
+            &format!(
+                "get refused: object {theirs} belongs neither to trial 3f2a9c0d11b2e4f7-t3 nor to a driver of its experiment"
+            ),
+        );
+        let drivers = channel
+            .store
+            .put(
+                &b"a driver's data"[..],
+                Owner::Driver("driver-x".to_owned()),
+            )
+            .expect("put");
+        check_refused(
+            &channel.op(LocalOp::Get { id: drivers }).await,
+            "get refused",
+        );
+        let own_trial: TrialId = "3f2a9c0d11b2e4f7-t3".parse().expect("trial");
+        let ours = channel
+            .store
+            .put(&b"rank 1's shard"[..], Owner::Trial(own_trial))
+            .expect("put");
+        let got = channel.op(LocalOp::Get { id: ours }).await;
+        let LocalResponse::Got { path, .. } = got else {
+            panic!("{got:?}")
+        };
+        assert_eq!(std::fs::read(path).expect("read"), b"rank 1's shard");
+        assert!(
+            !channel
+                .work_dir
+                .join("objects")
+                .join(theirs.to_string())
+                .exists(),
+            "nothing of the refused object reached the worker"
+        );
+    }
+
+    #[test]
+    fn owners_allow_the_trial_and_its_experiments_drivers() {
+        let trial: TrialId = "3f2a9c0d11b2e4f7-t3".parse().expect("trial");
+        let other: TrialId = "3f2a9c0d11b2e4f7-t4".parse().expect("trial");
+        let driver = |name: &str| vec![name.to_owned()];
+        assert!(owners_allow(trial, &[other, trial], &[], &[]));
+        assert!(!owners_allow(trial, &[other], &[], &[]));
+        assert!(owners_allow(trial, &[], &driver("d1"), &driver("d1")));
+        assert!(!owners_allow(trial, &[], &driver("d1"), &driver("d2")));
+        assert!(!owners_allow(trial, &[], &[], &driver("d1")));
     }
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 use xp_runtime::error_chain::error_chain;
-use xp_runtime::ids::ObjectId;
+use xp_runtime::ids::{ObjectId, TrialId};
 use xp_runtime::object_wire::{
     self, FetchErrorCode, FetchHeader, MAX_CHUNK_BYTES, ObjectClient, ObjectOp, ObjectRequest,
     StoreAnswer,
@@ -230,7 +230,10 @@ async fn serve_request(
             ObjectOp::Fetch { .. } => {
                 object_wire::write_small(&mut send, &FetchHeader::Error { code, message }).await?;
             }
-            ObjectOp::Store { .. } | ObjectOp::Release { .. } | ObjectOp::Damaged { .. } => {
+            ObjectOp::Store { .. }
+            | ObjectOp::Release { .. }
+            | ObjectOp::Damaged { .. }
+            | ObjectOp::Owners { .. } => {
                 object_wire::write_small(&mut send, &StoreAnswer::Error { code, message }).await?;
             }
         }
@@ -279,9 +282,32 @@ async fn serve_request(
             };
             object_wire::write_small(&mut send, &answer).await?;
         }
+        ObjectOp::Owners { id } => {
+            let answer = match store.info(id) {
+                Some(info) => owners_answer(info.owners),
+                None => StoreAnswer::Error {
+                    code: FetchErrorCode::NotFound,
+                    message: format!("object {id} is not on this node"),
+                },
+            };
+            object_wire::write_small(&mut send, &answer).await?;
+        }
     }
     let _ = send.finish();
     Ok(())
+}
+
+/// The wire form of an object's owners.
+fn owners_answer(owners: Vec<Owner>) -> StoreAnswer {
+    let mut trials = Vec::new();
+    let mut drivers = Vec::new();
+    for owner in owners {
+        match owner {
+            Owner::Trial(trial_id) => trials.push(trial_id),
+            Owner::Driver(session) => drivers.push(session),
+        }
+    }
+    StoreAnswer::Owners { trials, drivers }
 }
 
 /// The longest driver session name a store request may carry.
@@ -423,6 +449,29 @@ impl ObjectFetcher {
         let client = ObjectClient::new(token_digest)
             .map_err(|error| FetchError::Endpoint(error.to_string()))?;
         Ok(Self { client })
+    }
+
+    /// The owners of `id` as the first of `sources` (skipping `own_node`) that
+    /// holds it reports them: its trials and its driver sessions.
+    pub async fn owners(
+        &self,
+        id: ObjectId,
+        sources: &[ObjectSource],
+        own_node: Option<xp_runtime::ids::NodeId>,
+    ) -> Result<(Vec<TrialId>, Vec<String>), FetchError> {
+        let mut failures = Vec::new();
+        for source in sources
+            .iter()
+            .filter(|source| Some(source.node) != own_node)
+        {
+            match self.client.owners(source, id).await {
+                Ok(owners) => return Ok(owners),
+                Err(error) => {
+                    failures.push(format!("node {}: {}", source.node, error_chain(&error)))
+                }
+            }
+        }
+        Err(FetchError::Exhausted { id, failures })
     }
 
     /// Makes sure `store` holds a good copy of the wanted object, fetching it from

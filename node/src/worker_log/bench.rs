@@ -202,6 +202,8 @@ async fn through_node(
         collective_token: [0; 32],
         transport: Default::default(),
         resume: None,
+        cpu_milli: 0,
+        memory_bytes: 0,
     };
     let work_dir = dir.join("work");
     let log_path = dir.join("rank0.log");

@@ -290,6 +290,8 @@ async fn must_run_worker(dir: &Path, script: &str, cap: LogCap) -> (Vec<WorkerRe
         collective_token: [0; 32],
         transport: Default::default(),
         resume: None,
+        cpu_milli: 0,
+        memory_bytes: 0,
     };
     let work_dir = dir.join("work");
     let log_path = log_in(dir);

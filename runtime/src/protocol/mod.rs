@@ -47,8 +47,9 @@ use serde::{Deserialize, Serialize};
 /// changes (bincode is not self-describing: a field added to a struct changes it,
 /// and so does a variant a peer of the same version would not know). 2: a
 /// checkpoint status says why it is unreplicated, `NodeMessage::ReplicationFailed`
-/// and `ErrorCode::StorageUnavailable`.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// and `ErrorCode::StorageUnavailable`. 3: a launch carries the worker's CPU
+/// and memory limits, and `WorkerReport::OomKilled`.
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// Everything that crosses a connection.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -69,8 +70,9 @@ pub enum Message {
     Error(RemoteError),
 }
 
-/// Who is connecting, and their credential.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Who is connecting, and their credential. Its `Debug` leaves the token out,
+/// so a hello that is logged (a second one on a connection, say) never shows it.
+#[derive(Clone, Serialize, Deserialize)]
 pub struct Hello {
     /// The cluster secret from the join string.
     pub token: String,
@@ -78,6 +80,16 @@ pub struct Hello {
     pub role: PeerRole,
     /// Software name and version, for logs.
     pub agent: String,
+}
+
+impl std::fmt::Debug for Hello {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hello")
+            .field("token", &"<redacted>")
+            .field("role", &self.role)
+            .field("agent", &self.agent)
+            .finish()
+    }
 }
 
 /// The kind of peer.
@@ -153,6 +165,27 @@ impl RemoteError {
             code: ErrorCode::TooManyPending,
             message: message.into(),
             retry_after_ms: Some(retry_after_ms),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_of_a_hello_hides_its_token() {
+        let hello = Hello {
+            token: "f00dcafe".repeat(8),
+            role: PeerRole::Node,
+            agent: "xp-node 0.1".to_owned(),
+        };
+        for text in [
+            format!("{hello:?}"),
+            format!("{:?}", Message::Hello(hello.clone())),
+        ] {
+            assert!(!text.contains("f00dcafe"), "{text}");
+            assert!(text.contains("xp-node 0.1"), "{text}");
         }
     }
 }

@@ -189,6 +189,18 @@ pub enum WorkerReport {
         /// Why.
         reason: String,
     },
+    /// The worker process ended after the kernel killed one of its processes
+    /// for going over the worker's memory limit: the trial's fault.
+    OomKilled {
+        /// The worker.
+        key: WorkerKey,
+        /// Its exit code, if it exited normally.
+        code: Option<i32>,
+        /// The signal that ended it, if any.
+        signal: Option<i32>,
+        /// The memory limit it went over, in bytes.
+        limit_bytes: u64,
+    },
 }
 
 impl WorkerReport {
@@ -201,7 +213,8 @@ impl WorkerReport {
             | Self::Metric { key, .. }
             | Self::Stopped { key, .. }
             | Self::Refused { key, .. }
-            | Self::Checkpoint { key, .. } => *key,
+            | Self::Checkpoint { key, .. }
+            | Self::OomKilled { key, .. } => *key,
         }
     }
 }
@@ -288,8 +301,9 @@ pub enum HeadCommand {
     },
 }
 
-/// Everything a node needs to start one worker.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Everything a node needs to start one worker. Its `Debug` leaves the
+/// collective token out.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct Launch {
     /// The worker.
     pub key: WorkerKey,
@@ -318,6 +332,34 @@ pub struct Launch {
     pub transport: crate::spec::CollectiveTransport,
     /// The checkpoint to restore before starting, if the trial has one.
     pub resume: Option<ResumeFrom>,
+    /// The CPU quota in thousandths of a core (the trial's `resources.cpu`); 0 for none.
+    #[serde(default)]
+    pub cpu_milli: u32,
+    /// The memory limit in bytes (the trial's `resources.memory`); 0 for none.
+    #[serde(default)]
+    pub memory_bytes: u64,
+}
+
+impl std::fmt::Debug for Launch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launch")
+            .field("key", &self.key)
+            .field("world_size", &self.world_size)
+            .field("local_rank", &self.local_rank)
+            .field("program", &self.program)
+            .field("config_json", &self.config_json)
+            .field("seed", &self.seed)
+            .field("gpu_indices", &self.gpu_indices)
+            .field("gpu_milli", &self.gpu_milli)
+            .field("master_addr", &self.master_addr)
+            .field("master_port", &self.master_port)
+            .field("collective_token", &"<redacted>")
+            .field("transport", &self.transport)
+            .field("resume", &self.resume)
+            .field("cpu_milli", &self.cpu_milli)
+            .field("memory_bytes", &self.memory_bytes)
+            .finish()
+    }
 }
 
 /// The code a worker runs.

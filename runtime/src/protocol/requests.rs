@@ -80,6 +80,16 @@ pub enum Request {
         /// The experiment's id or a unique prefix of it.
         experiment: String,
     },
+    /// Which of `sessions` (driver sessions that own an object) submitted
+    /// `experiment` on their connection, and so share their objects with its
+    /// trials (asked by a node before it serves a worker a driver's object);
+    /// answered by [`Response::Drivers`]. Names only what the asker already knows.
+    SharingDrivers {
+        /// The worker's experiment.
+        experiment: ExperimentId,
+        /// The driver sessions that own the object.
+        sessions: Vec<String>,
+    },
 }
 
 /// An admin action, with who asks and why (both recorded in the events).
@@ -222,4 +232,7 @@ pub enum Response {
         /// What was done, in words.
         message: String,
     },
+    /// The driver sessions, among those asked, that share their objects with
+    /// the experiment (answering [`Request::SharingDrivers`]).
+    Drivers(Vec<String>),
 }

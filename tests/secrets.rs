@@ -1,0 +1,263 @@
+//! The cluster secret stays secret: no process started for a cluster carries the
+//! token in its command line (where `ps` shows it to every local user), no log
+//! line holds it (not even after a peer sends a second hello), the head's and the
+//! node's data directories are private to their user, and `xp-node join` refuses
+//! a join string given as an argument.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{TestCluster, binary};
+use xp_runtime::frame;
+use xp_runtime::join::JoinString;
+use xp_runtime::protocol::{Hello, Message, PeerRole};
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::metadata(path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// The ids of this test's descendants, from the parent ids in `/proc/PID/stat`.
+fn descendants() -> Vec<u32> {
+    let mut parents = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // The command name may hold spaces and parentheses: fields follow the last ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
+            continue;
+        };
+        if let Some(ppid) = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|ppid| ppid.parse::<u32>().ok())
+        {
+            parents.push((pid, ppid));
+        }
+    }
+    let mut found = vec![std::process::id()];
+    let mut idx = 0;
+    while idx < found.len() {
+        let parent = found[idx];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, ppid)| *ppid == parent)
+                .map(|(pid, _)| *pid),
+        );
+        idx += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// Sends a second hello, holding the token, on a fresh stream of an
+/// authenticated connection: the head refuses it, and must not log it.
+fn send_a_second_hello(join: &JoinString) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let (connection, _send, _recv) =
+            xp_runtime::transport::connect(join, PeerRole::Client, "secrets-test")
+                .await
+                .unwrap();
+        let (mut send, mut recv) = connection.connection.open_bi().await.unwrap();
+        let hello = Message::Hello(Hello {
+            token: join.token.clone(),
+            role: PeerRole::Client,
+            agent: "secrets-test".to_owned(),
+        });
+        send.write_all(&frame::encode(&hello).unwrap())
+            .await
+            .unwrap();
+        let _ = send.finish();
+        let answer = tokio::time::timeout(Duration::from_secs(10), frame::read_message(&mut recv))
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(matches!(answer, Message::Error(_)), "{answer:?}");
+        connection.close().await;
+    });
+}
+
+fn check_no_log_holds(dir: &Path, token: &str) {
+    let mut logs = 0;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        if entry
+            .path()
+            .extension()
+            .is_some_and(|extension| extension == "log")
+        {
+            logs += 1;
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            for line in text.lines() {
+                assert!(
+                    !line.contains(token),
+                    "{} logs the token: {line}",
+                    entry.path().display()
+                );
+            }
+        }
+    }
+    assert!(
+        logs >= 2,
+        "the head's and the node's logs are in {}",
+        dir.display()
+    );
+}
+
+/// The head logged the second hello (so the check above saw it), redacted.
+fn check_the_head_logged_the_hello(dir: &Path) {
+    let head_log = std::fs::read_to_string(dir.join("head-0.log")).unwrap();
+    assert!(
+        head_log
+            .lines()
+            .any(|line| line.contains("Hello") && line.contains("<redacted>")),
+        "{head_log}"
+    );
+}
+
+#[test]
+fn the_token_is_in_no_command_line_nor_log_and_data_dirs_are_private() {
+    let mut cluster = TestCluster::start("10s");
+    cluster.start_node("a", 0, 2);
+    cluster.wait_for_nodes(1);
+    let join: JoinString = cluster.join.parse().unwrap();
+    let token = join.token.clone();
+
+    let children = descendants();
+    assert!(
+        children.len() >= 2,
+        "the head and the node run: {children:?}"
+    );
+    for pid in children {
+        // A process that already exited has no command line left to leak.
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(
+            !cmdline.contains(&token),
+            "process {pid} shows the token: {cmdline}"
+        );
+    }
+
+    send_a_second_hello(&join);
+    // The head logs the refusal before it answers; the node logs as it runs.
+    check_no_log_holds(cluster.dir.path(), &token);
+    check_the_head_logged_the_hello(cluster.dir.path());
+
+    let head_dir = cluster.head_dir();
+    assert_eq!(mode_of(&head_dir), 0o700);
+    assert_eq!(mode_of(&head_dir.join("tls")), 0o700);
+    for name in xp_runtime::tls::ClusterIdentity::FILES {
+        assert_eq!(
+            mode_of(&head_dir.join("tls").join(name)),
+            0o600,
+            "tls/{name}"
+        );
+    }
+    assert_eq!(mode_of(&head_dir.join("head.redb")), 0o600);
+    assert_eq!(mode_of(&head_dir.join("blobs")), 0o700);
+    assert_eq!(mode_of(&cluster.node_dir("a")), 0o700);
+}
+
+#[test]
+fn xp_node_takes_the_join_string_from_a_private_file_only() {
+    let cluster = TestCluster::start("10s");
+    let refused = Command::new(binary("xp-node"))
+        .args(["join", &cluster.join, "--data-dir"])
+        .arg(cluster.dir.path().join("node-refused"))
+        .env_remove("XP_JOIN")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("refusing a join string given as an argument"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("--join-file") && stderr.contains("XP_JOIN"),
+        "{stderr}"
+    );
+
+    let join_file = cluster.write_file("join", &format!("{}\n", cluster.join));
+    std::fs::set_permissions(&join_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let too_open = Command::new(binary("xp-node"))
+        .arg("join")
+        .arg("--join-file")
+        .arg(&join_file)
+        .arg("--data-dir")
+        .arg(cluster.dir.path().join("node-open"))
+        .env_remove("XP_JOIN")
+        .output()
+        .unwrap();
+    assert!(!too_open.status.success());
+    let stderr = String::from_utf8_lossy(&too_open.stderr);
+    assert!(stderr.contains("chmod 600"), "{stderr}");
+
+    std::fs::set_permissions(&join_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let log = std::fs::File::create(cluster.dir.path().join("node-file.log")).unwrap();
+    let node = Command::new(binary("xp-node"))
+        .arg("join")
+        .arg("--join-file")
+        .arg(&join_file)
+        .arg("--data-dir")
+        .arg(cluster.dir.path().join("node-file"))
+        .args(["--gpus", "0", "--cpus", "1"])
+        .env_remove("XP_JOIN")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let _node = KillOnDrop(node);
+    cluster.wait_for_nodes(1);
+
+    // `xp` takes the same file; `--cluster` still works, with a warning.
+    let from_file = Command::new(env!("CARGO_BIN_EXE_xp"))
+        .arg("nodes")
+        .arg("--cluster-file")
+        .arg(&join_file)
+        .env_remove("XP_CLUSTER")
+        .output()
+        .unwrap();
+    assert!(
+        from_file.status.success(),
+        "{}",
+        String::from_utf8_lossy(&from_file.stderr)
+    );
+    let from_argument = Command::new(env!("CARGO_BIN_EXE_xp"))
+        .args(["nodes", "--cluster", &cluster.join])
+        .env_remove("XP_CLUSTER")
+        .output()
+        .unwrap();
+    assert!(from_argument.status.success());
+    let stderr = String::from_utf8_lossy(&from_argument.stderr);
+    assert_eq!(stderr.matches("`ps`").count(), 1, "{stderr}");
+}
+
+/// A process killed and reaped when the test ends, passed or failed.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
