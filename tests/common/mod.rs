@@ -12,7 +12,7 @@
 pub(crate) mod netns;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -267,13 +267,7 @@ impl TestCluster {
 
     /// Runs `xp` and returns its stdout, panicking with its stderr on failure.
     pub(crate) fn must_xp(&self, args: &[&str]) -> String {
-        let output = self.xp(args);
-        assert!(
-            output.status.success(),
-            "xp {args:?} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8(output.stdout).expect("xp prints text")
+        must_succeed(args, self.xp(args))
     }
 
     /// `xp status EXPERIMENT --json`, parsed.
@@ -284,61 +278,24 @@ impl TestCluster {
 
     /// Waits until `count` nodes are ready.
     pub(crate) fn wait_for_nodes(&self, count: usize) {
-        wait_until(
-            &format!("{count} ready nodes"),
-            Duration::from_secs(30),
-            || {
-                let output = self.xp(&["nodes", "--json"]);
-                let ready = String::from_utf8_lossy(&output.stdout)
-                    .lines()
-                    .filter(|line| line.contains("\"state\":\"ready\""))
-                    .count();
-                (ready >= count).then_some(())
-            },
-        );
+        wait_for_ready_nodes(count, Duration::from_secs(30), || {
+            self.xp(&["nodes", "--json"])
+        });
     }
 
     /// Waits until the experiment is no longer running and returns its status.
     pub(crate) fn wait_finished(&self, experiment: &str, timeout: Duration) -> Value {
-        wait_until(
-            &format!("experiment {experiment} to finish"),
-            timeout,
-            || {
-                let status = self.status(experiment);
-                (status["state"] != "running").then_some(status)
-            },
-        )
+        wait_not_running(experiment, timeout, || self.status(experiment))
     }
 
     /// Writes `text` to a file in the cluster's directory and returns its path.
     pub(crate) fn write_file(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.dir.path().join(name);
-        std::fs::write(&path, text).expect("write a test file");
-        path
+        write_file_in(self.dir.path(), name, text)
     }
 
     /// Prints the processes' logs (for failing tests).
     pub(crate) fn dump_logs(&self) {
-        for entry in std::fs::read_dir(self.dir.path())
-            .expect("cluster dir")
-            .flatten()
-        {
-            if entry
-                .path()
-                .extension()
-                .is_some_and(|extension| extension == "log")
-            {
-                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(40).collect();
-                #[expect(clippy::print_stderr, reason = "show logs of a failing test")]
-                {
-                    eprintln!("==== {} ====", entry.path().display());
-                    for line in tail.iter().rev() {
-                        eprintln!("{line}");
-                    }
-                }
-            }
-        }
+        dump_logs_in(self.dir.path());
     }
 }
 
@@ -352,6 +309,78 @@ impl Drop for TestCluster {
             let _ = node.wait();
         }
         self.kill_head();
+    }
+}
+
+/// Fails the test with `xp`'s stderr unless `output` succeeded; its stdout.
+pub(crate) fn must_succeed(args: &[&str], output: Output) -> String {
+    assert!(
+        output.status.success(),
+        "xp {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("xp prints text")
+}
+
+/// Polls `nodes_json` (the output of `xp nodes --json`) until `count` nodes are ready.
+pub(crate) fn wait_for_ready_nodes(
+    count: usize,
+    timeout: Duration,
+    nodes_json: impl Fn() -> Output,
+) {
+    wait_until(&format!("{count} ready nodes"), timeout, || {
+        let output = nodes_json();
+        let ready = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter(|line| line.contains("\"state\":\"ready\""))
+            .count();
+        (ready >= count).then_some(())
+    });
+}
+
+/// Polls `status` until the experiment is no longer running; its last status.
+pub(crate) fn wait_not_running(
+    experiment: &str,
+    timeout: Duration,
+    status: impl Fn() -> Value,
+) -> Value {
+    wait_until(
+        &format!("experiment {experiment} to finish"),
+        timeout,
+        || {
+            let status = status();
+            (status["state"] != "running").then_some(status)
+        },
+    )
+}
+
+/// Writes `text` to `dir/name` and returns its path.
+pub(crate) fn write_file_in(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write a test file");
+    path
+}
+
+/// Writes the last 40 lines of every `*.log` in `dir` to stderr (for failing
+/// tests). Written, not printed: a closed stderr must not panic in a drop.
+pub(crate) fn dump_logs_in(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry
+            .path()
+            .extension()
+            .is_some_and(|extension| extension == "log")
+        {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            let mut stderr = std::io::stderr().lock();
+            let _ = writeln!(stderr, "==== {} ====", entry.path().display());
+            for line in tail.iter().rev() {
+                let _ = writeln!(stderr, "{line}");
+            }
+        }
     }
 }
 

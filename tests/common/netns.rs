@@ -19,7 +19,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{binary, wait_until};
+use super::{
+    binary, dump_logs_in, must_succeed, wait_for_ready_nodes, wait_not_running, wait_until,
+    write_file_in,
+};
 
 /// The head's address on the bridge.
 pub(crate) const HEAD_IP: &str = "10.77.0.1";
@@ -331,13 +334,7 @@ impl NetnsCluster {
 
     /// Runs `xp` and returns its stdout, panicking with its stderr on failure.
     pub(crate) fn must_xp(&self, args: &[&str]) -> String {
-        let output = self.xp(args);
-        assert!(
-            output.status.success(),
-            "xp {args:?} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8(output.stdout).expect("xp prints text")
+        must_succeed(args, self.xp(args))
     }
 
     /// `xp nodes --json`, parsed.
@@ -350,18 +347,9 @@ impl NetnsCluster {
 
     /// Waits until `count` nodes are ready.
     pub(crate) fn wait_for_nodes(&self, count: usize) {
-        wait_until(
-            &format!("{count} ready nodes"),
-            Duration::from_secs(60),
-            || {
-                let output = self.xp(&["nodes", "--json"]);
-                let ready = String::from_utf8_lossy(&output.stdout)
-                    .lines()
-                    .filter(|line| line.contains("\"state\":\"ready\""))
-                    .count();
-                (ready >= count).then_some(())
-            },
-        );
+        wait_for_ready_nodes(count, Duration::from_secs(60), || {
+            self.xp(&["nodes", "--json"])
+        });
     }
 
     /// Runs a driver program (`examples/...`) on the head's machine with `args`
@@ -395,45 +383,18 @@ impl NetnsCluster {
 
     /// Waits until the experiment is no longer running and returns its status.
     pub(crate) fn wait_finished(&self, experiment: &str, timeout: Duration) -> Value {
-        wait_until(
-            &format!("experiment {experiment} to finish"),
-            timeout,
-            || {
-                let status = self.status(experiment);
-                (status["state"] != "running").then_some(status)
-            },
-        )
+        wait_not_running(experiment, timeout, || self.status(experiment))
     }
 
     /// Writes `text` to a file in the cluster's directory (which every machine
     /// sees) and returns its path.
     pub(crate) fn write_file(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.dir.path().join(name);
-        std::fs::write(&path, text).expect("write a test file");
-        path
+        write_file_in(self.dir.path(), name, text)
     }
 
     /// Prints the processes' logs (for failing tests).
     pub(crate) fn dump_logs(&self) {
-        for entry in std::fs::read_dir(self.dir.path())
-            .expect("cluster dir")
-            .flatten()
-        {
-            if entry
-                .path()
-                .extension()
-                .is_some_and(|extension| extension == "log")
-            {
-                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(40).collect();
-                // Written, not printed: a closed stderr must not panic in a drop.
-                let mut stderr = std::io::stderr().lock();
-                let _ = writeln!(stderr, "==== {} ====", entry.path().display());
-                for line in tail.iter().rev() {
-                    let _ = writeln!(stderr, "{line}");
-                }
-            }
-        }
+        dump_logs_in(self.dir.path());
     }
 }
 

@@ -170,24 +170,16 @@ pub(crate) fn generate(path: &Path, bytes: u64) -> std::io::Result<u64> {
     Ok(metric_lines)
 }
 
-/// Runs `cat input` as a worker; returns its time, its metric reports and what
-/// its log kept on disk.
-async fn through_node(
+/// A one-rank command worker running `argv` with its log at `log_path` and its
+/// work directory under `dir`: what the bench and the log tests run through
+/// `worker::supervise`.
+pub(super) fn solo_worker(
     dir: &Path,
-    run: u32,
-    input: &Path,
-    cap: LogCap,
-    store: &Arc<ObjectStore>,
-) -> Result<(f64, u64, u64), LogBenchError> {
-    let key = WorkerKey {
-        trial: TrialId {
-            experiment: ExperimentId::from_content_hash(&[0; 32], 1),
-            index: run,
-        },
-        attempt: 1,
-        rank: 0,
-    };
-    let argv = vec!["cat".to_owned(), input.display().to_string()];
+    key: WorkerKey,
+    argv: Vec<String>,
+    log_path: PathBuf,
+    store: Arc<ObjectStore>,
+) -> (Launch, WorkerCommand) {
     let launch = Launch {
         key,
         world_size: 1,
@@ -206,15 +198,37 @@ async fn through_node(
         memory_bytes: 0,
     };
     let work_dir = dir.join("work");
-    let log_path = dir.join("rank0.log");
     let command = WorkerCommand {
         program: PathBuf::from(&argv[0]),
         args: argv[1..].to_vec(),
         extra_env: Vec::new(),
-        log_path: log_path.clone(),
-        checkpoint: CheckpointSink::new(store.clone(), &work_dir, None),
+        log_path,
+        checkpoint: CheckpointSink::new(store, &work_dir, None),
         work_dir,
     };
+    (launch, command)
+}
+
+/// Runs `cat input` as a worker; returns its time, its metric reports and what
+/// its log kept on disk.
+async fn through_node(
+    dir: &Path,
+    run: u32,
+    input: &Path,
+    cap: LogCap,
+    store: &Arc<ObjectStore>,
+) -> Result<(f64, u64, u64), LogBenchError> {
+    let key = WorkerKey {
+        trial: TrialId {
+            experiment: ExperimentId::from_content_hash(&[0; 32], 1),
+            index: run,
+        },
+        attempt: 1,
+        rank: 0,
+    };
+    let argv = vec!["cat".to_owned(), input.display().to_string()];
+    let log_path = dir.join("rank0.log");
+    let (launch, command) = solo_worker(dir, key, argv, log_path.clone(), store.clone());
     let (reports_tx, mut reports_rx) = mpsc::unbounded_channel();
     let (_stop_tx, stop_rx) = oneshot::channel();
     let started = stopwatch();

@@ -7,15 +7,14 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 use xp_runtime::ids::{ExperimentId, TrialId, WorkerKey};
-use xp_runtime::protocol::{Launch, Program, WorkerReport};
+use xp_runtime::protocol::WorkerReport;
 
 use super::lines::{Line, LineSplitter};
 use super::{
     LogCap, LogWriter, MIN_LOG_CAP, files_on_disk, list_segments, marker_line, marker_path, read,
 };
-use crate::checkpoint::CheckpointSink;
 use crate::objects::{ObjectStore, StoreLimits};
-use crate::worker::{WorkerCommand, supervise};
+use crate::worker::supervise;
 
 /// What the splitter yields for `chunks`: whole lines as text, overlong ones as
 /// `TOO LONG <len> <start>`.
@@ -276,33 +275,8 @@ async fn must_run_worker(dir: &Path, script: &str, cap: LogCap) -> (Vec<WorkerRe
         rank: 0,
     };
     let argv = vec!["sh".to_owned(), "-c".to_owned(), script.to_owned()];
-    let launch = Launch {
-        key,
-        world_size: 1,
-        local_rank: 0,
-        program: Program::Command { argv: argv.clone() },
-        config_json: "{}".to_owned(),
-        seed: 0,
-        gpu_indices: Vec::new(),
-        gpu_milli: 0,
-        master_addr: "127.0.0.1".to_owned(),
-        master_port: 29500,
-        collective_token: [0; 32],
-        transport: Default::default(),
-        resume: None,
-        cpu_milli: 0,
-        memory_bytes: 0,
-    };
-    let work_dir = dir.join("work");
     let log_path = log_in(dir);
-    let command = WorkerCommand {
-        program: PathBuf::from("sh"),
-        args: argv[1..].to_vec(),
-        extra_env: Vec::new(),
-        log_path: log_path.clone(),
-        checkpoint: CheckpointSink::new(store, &work_dir, None),
-        work_dir,
-    };
+    let (launch, command) = super::bench::solo_worker(dir, key, argv, log_path.clone(), store);
     let (reports_tx, mut reports_rx) = mpsc::unbounded_channel();
     let (_stop_tx, stop_rx) = oneshot::channel();
     supervise(launch, command, cap, reports_tx, stop_rx).await;
