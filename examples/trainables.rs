@@ -43,8 +43,10 @@ fn quadratic(ctx: &TrialContext) -> Result<(), BoxError> {
 }
 
 /// Checks a ring all-reduce end to end: rank r contributes r + 1 everywhere, and
-/// every rank must see W(W+1)/2. With `crash_rank` at or above 0, that rank exits
-/// with status 3 in the first attempt right after joining, to drill failure handling.
+/// every rank must see W(W+1)/2; it reports the sum, its rank, how many of its
+/// links use shared memory (`shm_links`) and its user id (`uid`). With
+/// `crash_rank` at or above 0, that rank exits with status 3 in the first attempt
+/// right after joining, to drill failure handling.
 fn allreduce_check(ctx: &TrialContext) -> Result<(), BoxError> {
     let mut communicator = ctx.collective()?;
     if ctx.attempt == 1 && ctx.param_i64("crash_rank")? == i64::from(ctx.rank) {
@@ -57,9 +59,22 @@ fn allreduce_check(ctx: &TrialContext) -> Result<(), BoxError> {
     if values.iter().any(|value| *value != expected) {
         return Err(format!("rank {} saw a wrong sum", ctx.rank).into());
     }
+    // How many of this rank's two ring links run over shared memory (ranks on
+    // one node), and the user id the rank runs as, for the tests to check.
+    let shm_links = communicator
+        .communicator()
+        .link_transports()
+        .iter()
+        .filter(|transport| **transport == "shm")
+        .count();
     ctx.report(
         1,
-        &[("sum", f64::from(values[0])), ("rank", f64::from(ctx.rank))],
+        &[
+            ("sum", f64::from(values[0])),
+            ("rank", f64::from(ctx.rank)),
+            ("shm_links", shm_links as f64),
+            ("uid", f64::from(nix::unistd::getuid().as_raw())),
+        ],
     );
     Ok(())
 }

@@ -19,6 +19,9 @@ pub enum ClusterError {
     /// The embedded head could not start.
     #[error("cannot start the embedded head: {0}")]
     Head(#[from] xp_head::HeadError),
+    /// The embedded head could not make the local user's credential.
+    #[error("the embedded head cannot make a credential: {0}")]
+    Credential(String),
     /// The embedded node never registered.
     #[error("the embedded node did not join within {0:?}")]
     NodeTimeout(Duration),
@@ -70,6 +73,37 @@ impl std::ops::Deref for Cluster {
     }
 }
 
+/// The user an embedded cluster's own process acts as.
+const LOCAL_USER: &str = "local";
+
+/// A fresh credential for [`LOCAL_USER`] (an admin of team `default`), replacing
+/// the one a previous start of the same data directory made.
+async fn local_credential(head: &xp_head::RunningHead) -> Result<JoinString, ClusterError> {
+    use xp_head::auth::users::{UserAnswer, UserCommand};
+    let answer = head
+        .user_command(UserCommand::Add {
+            name: LOCAL_USER.to_owned(),
+            team: xp_runtime::spec::DEFAULT_TEAM.to_owned(),
+            role: xp_head::auth::Role::Admin,
+            replace: true,
+        })
+        .await
+        .map_err(|error| ClusterError::Credential(error.message))?;
+    match answer {
+        UserAnswer::Added { credential, .. } => {
+            credential
+                .0
+                .parse()
+                .map_err(|error: xp_runtime::join::JoinStringError| {
+                    ClusterError::Credential(error.to_string())
+                })
+        }
+        other => Err(ClusterError::Credential(format!(
+            "unexpected answer {other:?}"
+        ))),
+    }
+}
+
 impl Cluster {
     /// Connects to the head named by `join`.
     pub async fn connect(join: &str) -> Result<Self, ClusterError> {
@@ -113,10 +147,13 @@ impl Cluster {
             policy: None,
         })
         .await?;
-        let join = head.join.clone();
+        // The node joins with the node credential; this process acts as user
+        // `local`, an admin whose secret is drawn afresh on every start (only
+        // its hash is kept), so a kept data directory needs no set-up either.
+        let credential = local_credential(&head).await?;
         let node_shutdown = CancellationToken::new();
         let node_config = xp_node::NodeConfig {
-            join: join.clone(),
+            join: head.join.clone(),
             data_dir: data_dir.join("node"),
             gpus: options.gpus,
             cpus: options.cpus,
@@ -127,15 +164,18 @@ impl Cluster {
             object_port: 0,
             checkpoint_backup: None,
             log_cap: xp_node::worker_log::LogCap::default(),
+            // As `xp-node join`: ids of their own where the node is root and
+            // can make its work directories reachable.
+            worker_uids: xp_node::isolation::WorkerUids::Auto,
         };
         let node_task = xp_runtime::task::spawn(
             "local-node",
             xp_node::run(node_config, node_shutdown.clone()),
         );
-        let client = Client::connect_to(&join).await?;
+        let client = Client::connect_to(&credential).await?;
         let cluster = Self {
             client,
-            join,
+            join: credential,
             embedded: Some(Embedded {
                 head,
                 node_shutdown,
@@ -172,7 +212,8 @@ impl Cluster {
         }
     }
 
-    /// The join string of this cluster.
+    /// The credential this cluster is reached with (for an embedded one, the
+    /// local admin's, valid until it starts again).
     pub fn join_string(&self) -> &JoinString {
         &self.join
     }

@@ -1,6 +1,7 @@
 //! End-to-end data parallelism: gangs rendezvous through rank 0's store, all-reduce
 //! across two real nodes, survive a rank that dies, and train the digits model with
-//! two workers to the same loss curve as one.
+//! two workers on one node (their ring over shared memory) to the same loss curve
+//! as one.
 
 mod common;
 
@@ -105,6 +106,14 @@ fn two_workers_train_the_digits_model_like_one() {
             .map(|value| value.as_f64().unwrap())
             .collect()
     };
+    // The gang of two shares node a: its ring runs over shared memory both ways
+    // (also where the node gives the trial's ranks a user id of their own).
+    let parallel_status = cluster.wait_finished(&parallel, Duration::from_secs(300));
+    assert_eq!(
+        trials(&parallel_status)[0]["metrics"]["shm_links"],
+        2.0,
+        "{parallel_status:#}"
+    );
     let (one, two) = (curve(&single), curve(&parallel));
     assert_eq!(one.len(), 3);
     assert_eq!(two.len(), 3);

@@ -72,6 +72,19 @@ fn check_restart_adopts_everything(after_nodes_noticed: bool) {
     cluster.wait_for_nodes(2);
     let shared = cluster.dir.path().join("shared");
     std::fs::create_dir(&shared).expect("the shared directory");
+    // Workers of a root node run under ids of their own, and all append to the
+    // same two files: made here, writable by every user.
+    for (path, mode) in [
+        (shared.clone(), 0o1777),
+        (shared.join("runs"), 0o666),
+        (shared.join("ends"), 0o666),
+    ] {
+        if mode == 0o666 {
+            std::fs::write(&path, "").expect("a shared file");
+        }
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .expect("writable by every worker");
+    }
     let script = cluster.write_file("trial.sh", TRIAL_SCRIPT);
     let spec = cluster.write_file(
         "restart.yaml",

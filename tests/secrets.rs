@@ -132,13 +132,40 @@ fn check_the_head_logged_the_hello(dir: &Path) {
     );
 }
 
+/// A node's data directory is its user's alone (0700), or, on a root node whose
+/// workers run under ids of their own, passable (0711) with only the work
+/// directories, cached binaries and socket directory passable too (0711) and
+/// everything else in it private (no permission for group or others).
+fn check_node_dir_private(dir: &Path) {
+    let mode = mode_of(dir);
+    if mode == 0o700 {
+        return;
+    }
+    assert_eq!(mode, 0o711, "{}", dir.display());
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "only a root node lets workers through"
+    );
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let mode = entry.metadata().unwrap().permissions().mode() & 0o777;
+        if xp_node::isolation::PASSABLE.contains(&name.as_str()) {
+            assert_eq!(mode, 0o711, "{name}");
+        } else {
+            assert_eq!(mode & 0o077, 0, "{name} is private: {mode:o}");
+        }
+    }
+}
+
 #[test]
 fn the_token_is_in_no_command_line_nor_log_and_data_dirs_are_private() {
     let mut cluster = TestCluster::start("10s");
     cluster.start_node("a", 0, 2);
     cluster.wait_for_nodes(1);
     let join: JoinString = cluster.join.parse().unwrap();
-    let token = join.token.clone();
+    let node_join: JoinString = cluster.node_join.parse().unwrap();
+    // The admin's secret and the node credential's.
+    let tokens = [join.token.clone(), node_join.token.clone()];
 
     let children = descendants();
     assert!(
@@ -151,15 +178,19 @@ fn the_token_is_in_no_command_line_nor_log_and_data_dirs_are_private() {
             continue;
         };
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        assert!(
-            !cmdline.contains(&token),
-            "process {pid} shows the token: {cmdline}"
-        );
+        for token in &tokens {
+            assert!(
+                !cmdline.contains(token),
+                "process {pid} shows a secret: {cmdline}"
+            );
+        }
     }
 
     send_a_second_hello(&join);
     // The head logs the refusal before it answers; the node logs as it runs.
-    check_no_log_holds(cluster.dir.path(), &token);
+    for token in &tokens {
+        check_no_log_holds(cluster.dir.path(), token);
+    }
     check_the_head_logged_the_hello(cluster.dir.path());
 
     let head_dir = cluster.head_dir();
@@ -173,8 +204,10 @@ fn the_token_is_in_no_command_line_nor_log_and_data_dirs_are_private() {
         );
     }
     assert_eq!(mode_of(&head_dir.join("head.redb")), 0o600);
+    assert_eq!(mode_of(&head_dir.join("node.join")), 0o600);
+    assert_eq!(mode_of(&head_dir.join("admin.sock")) & 0o777, 0o600);
     assert_eq!(mode_of(&head_dir.join("blobs")), 0o700);
-    assert_eq!(mode_of(&cluster.node_dir("a")), 0o700);
+    check_node_dir_private(&cluster.node_dir("a"));
 }
 
 #[test]
@@ -197,7 +230,7 @@ fn xp_node_takes_the_join_string_from_a_private_file_only() {
         "{stderr}"
     );
 
-    let join_file = cluster.write_file("join", &format!("{}\n", cluster.join));
+    let join_file = cluster.write_file("join", &format!("{}\n", cluster.node_join));
     std::fs::set_permissions(&join_file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let too_open = Command::new(binary("xp-node"))
         .arg("join")
@@ -229,7 +262,10 @@ fn xp_node_takes_the_join_string_from_a_private_file_only() {
     let _node = KillOnDrop(node);
     cluster.wait_for_nodes(1);
 
-    // `xp` takes the same file; `--cluster` still works, with a warning.
+    // `xp` takes a user's credential from a file the same way; `--cluster`
+    // still works, with a warning.
+    let join_file = cluster.write_file("credential", &format!("{}\n", cluster.join));
+    std::fs::set_permissions(&join_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let from_file = Command::new(env!("CARGO_BIN_EXE_xp"))
         .arg("nodes")
         .arg("--cluster-file")

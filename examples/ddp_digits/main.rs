@@ -36,6 +36,16 @@ fn train(ctx: &TrialContext) -> Result<(), BoxError> {
     } else {
         None
     };
+    // How many of rank 0's ring links use shared memory (2 when the gang shares
+    // a node), reported so the tests see the ring took the fast path.
+    let shm_links = communicator.as_mut().map_or(0, |communicator| {
+        communicator
+            .communicator()
+            .link_transports()
+            .iter()
+            .filter(|transport| **transport == "shm")
+            .count()
+    });
     let mut sum_across_ranks = |buffer: &mut [f32]| -> anyhow::Result<()> {
         if let Some(communicator) = communicator.as_mut() {
             communicator.all_reduce(buffer, ReduceOp::Sum)?;
@@ -51,6 +61,7 @@ fn train(ctx: &TrialContext) -> Result<(), BoxError> {
                     ("train_loss", report.train_loss),
                     ("val_loss", report.val_loss),
                     ("val_accuracy", report.val_accuracy),
+                    ("shm_links", shm_links as f64),
                 ],
             );
         }

@@ -30,12 +30,24 @@ use xp_runtime::clock::{Clock, UnixMillis};
 use xp_runtime::ids::{ExperimentId, NodeId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
     AdminRequest, ErrorCode, HeadCommand, LogChunk, LogRequest, MetricPoint, NodeMessage,
-    NodeRegistration, RemoteError, Response, SubmitRequest, TrialEvent,
+    NodeRegistration, NodeStatus, QueueStatus, RemoteError, Response, SubmitRequest, TrialEvent,
+    TrialStatus,
 };
 
+use crate::core::pages::{
+    self, ExperimentCursor, ExperimentSummary, MetricCursor, NodeCursor, Page, PageError,
+    QueueCursor, TrialQuery, Visibility,
+};
+use xp_runtime::join::JoinString;
+
+use crate::auth::Principal;
+use crate::auth::requests::{Access, Caller};
+use crate::auth::users::{self, UserAnswer, UserCommand, Users};
 use crate::core::{HeadCore, LoadedState};
 use crate::health::{Health, LOG_INTERVAL_MS, LogThrottle, Outage};
 use crate::registry::{Registry, RegistryError};
+
+mod auth;
 
 /// How often the actor checks node heartbeats.
 const TICK: Duration = Duration::from_millis(250);
@@ -96,9 +108,85 @@ pub enum HeadMsg {
     FromNode(NodeId, u64, NodeMessage, Reply<()>),
     /// A node's session ended.
     NodeDisconnected(NodeId, u64),
+    /// The HTTP API asks for a page of experiment summaries, newest first.
+    ExperimentsPage {
+        /// Items wanted.
+        limit: usize,
+        /// Where the listing continues.
+        cursor: Option<ExperimentCursor>,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The page.
+        reply: Reply<Page<ExperimentSummary>>,
+    },
+    /// The HTTP API asks for one experiment's summary.
+    ExperimentSummary {
+        /// The experiment.
+        experiment: ExperimentId,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The summary.
+        reply: Reply<Result<ExperimentSummary, PageError>>,
+    },
+    /// The HTTP API asks for a page of an experiment's trials.
+    TrialsPage {
+        /// The experiment.
+        experiment: ExperimentId,
+        /// Which trials, in what order, from where.
+        query: TrialQuery,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The page.
+        reply: Reply<Result<Page<TrialStatus>, PageError>>,
+    },
+    /// The HTTP API asks for a page of a trial's metric history.
+    MetricsPage {
+        /// The trial.
+        trial: TrialId,
+        /// Items wanted.
+        limit: usize,
+        /// Where the listing continues.
+        cursor: Option<MetricCursor>,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The page.
+        reply: Reply<Result<Page<MetricPoint>, PageError>>,
+    },
+    /// The HTTP API asks for a page of nodes.
+    NodesPage {
+        /// Items wanted.
+        limit: usize,
+        /// Where the listing continues.
+        cursor: Option<NodeCursor>,
+        /// The page.
+        reply: Reply<Page<NodeStatus>>,
+    },
+    /// The HTTP API asks for a page of queues.
+    QueuesPage {
+        /// Items wanted.
+        limit: usize,
+        /// Where the listing continues.
+        cursor: Option<QueueCursor>,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The page.
+        reply: Reply<Page<QueueStatus>>,
+    },
+    /// Which user holds the secret with this hash (at a connection's hello).
+    Identify([u8; 32], Reply<String>),
+    /// May this caller make this request? Answers who they are now (refusals
+    /// and audited actions are written to the audit trail first).
+    Authorize(Caller, Access, Reply<Principal>),
+    /// A command on the user table, from the head machine's socket.
+    Users(UserCommand, Reply<UserAnswer>),
+    /// The newest audit entries.
+    Audit(u32, Reply<Response>),
     /// Time passed.
     Tick,
 }
+
+/// The most audit entries one request returns.
+pub const MAX_AUDIT_ENTRIES: u32 = 10_000;
 
 /// The head actor (behaviour only; the state is [`HeadState`]).
 #[derive(Debug)]
@@ -118,6 +206,13 @@ pub struct HeadArgs {
     pub health: watch::Sender<Health>,
     /// The clock.
     pub clock: Arc<dyn Clock>,
+    /// The user table, as stored.
+    pub users: Users,
+    /// Bumped after every change of the user table, so open connections check
+    /// that their user may still connect.
+    pub users_changed: watch::Sender<u64>,
+    /// The node join string: the address and CA that credentials name.
+    pub join: JoinString,
 }
 
 /// The head actor's state.
@@ -193,6 +288,61 @@ impl HeadState {
                 "the head still cannot store anything: changes refused, node reports deferred"
             );
         }
+    }
+
+    /// A page of a trial's metric history, read from the registry; the trial
+    /// must be one the caller may see.
+    fn metrics_page(
+        &self,
+        trial: TrialId,
+        limit: usize,
+        cursor: Option<MetricCursor>,
+        visibility: &Visibility,
+    ) -> Result<Result<Page<MetricPoint>, PageError>, RemoteError> {
+        if let Err(error) = self
+            .args
+            .core
+            .check_trial_visible(trial, &|team| visibility.allows(team))
+        {
+            return Ok(Err(error));
+        }
+        let limit = limit.clamp(1, pages::MAX_LIMIT);
+        let after = cursor.map(|MetricCursor(seq)| seq);
+        let page = tokio::task::block_in_place(|| {
+            self.args
+                .registry
+                .metrics_page(trial, after, limit, pages::MAX_PAGE_BYTES)
+        })
+        .map_err(|error| match error {
+            RegistryError::Closed => RemoteError::new(
+                ErrorCode::StorageUnavailable,
+                "the head cannot read metric history now: its database is closed after a failed write; retry later",
+            ),
+            error => RemoteError::new(ErrorCode::Internal, error.to_string()),
+        })?;
+        let next_cursor = page
+            .more
+            .then(|| {
+                page.records
+                    .last()
+                    .map(|(seq, _)| MetricCursor(*seq).encode())
+            })
+            .flatten();
+        Ok(Ok(Page {
+            items: page
+                .records
+                .into_iter()
+                .map(|(_, record)| MetricPoint {
+                    attempt: record.key.attempt,
+                    rank: record.key.rank,
+                    step: record.step,
+                    values: record.values.into_iter().collect(),
+                    at: record.at,
+                })
+                .collect(),
+            next_cursor,
+            total: page.total,
+        }))
     }
 
     /// Whether `session_id` is the node's current session: messages from an
@@ -423,6 +573,69 @@ impl Actor for HeadActor {
             HeadMsg::Queues(reply) => {
                 let _ = reply.send(Ok(Response::Queues(state.args.core.queues())));
             }
+            HeadMsg::ExperimentsPage {
+                limit,
+                cursor,
+                visibility,
+                reply,
+            } => {
+                let page = state
+                    .args
+                    .core
+                    .experiments_page(limit, cursor, &|team| visibility.allows(team));
+                let _ = reply.send(Ok(page));
+            }
+            HeadMsg::ExperimentSummary {
+                experiment,
+                visibility,
+                reply,
+            } => {
+                let summary = state
+                    .args
+                    .core
+                    .experiment_summary_of(experiment, &|team| visibility.allows(team));
+                let _ = reply.send(Ok(summary));
+            }
+            HeadMsg::TrialsPage {
+                experiment,
+                query,
+                visibility,
+                reply,
+            } => {
+                let page = state
+                    .args
+                    .core
+                    .trials_page(experiment, &query, &|team| visibility.allows(team));
+                let _ = reply.send(Ok(page));
+            }
+            HeadMsg::MetricsPage {
+                trial,
+                limit,
+                cursor,
+                visibility,
+                reply,
+            } => {
+                let _ = reply.send(state.metrics_page(trial, limit, cursor, &visibility));
+            }
+            HeadMsg::NodesPage {
+                limit,
+                cursor,
+                reply,
+            } => {
+                let _ = reply.send(Ok(state.args.core.nodes_page(limit, cursor)));
+            }
+            HeadMsg::QueuesPage {
+                limit,
+                cursor,
+                visibility,
+                reply,
+            } => {
+                let page = state
+                    .args
+                    .core
+                    .queues_page(limit, cursor.as_ref(), &|team| visibility.allows(team));
+                let _ = reply.send(Ok(page));
+            }
             HeadMsg::StoreTargets(session, reply) => {
                 let nodes = state.args.core.store_targets(&session);
                 let _ = reply.send(Ok(Response::StoreTargets { session, nodes }));
@@ -512,6 +725,39 @@ impl Actor for HeadActor {
                     .sessions
                     .remove_if(&node_id, |_, session| session.session_id == session_id);
             }
+            HeadMsg::Identify(hash, reply) => {
+                let result = match state.args.users.identify(&hash) {
+                    Ok(user) => Ok(user.name.clone()),
+                    Err(users::Unknown::Revoked) => Err(RemoteError::new(
+                        ErrorCode::BadToken,
+                        "this credential was revoked; ask an admin for a new one (`xp-head user add --replace`)",
+                    )),
+                    Err(users::Unknown::NoSuchSecret) => Err(RemoteError::new(
+                        ErrorCode::BadToken,
+                        "wrong token: the credential's token is not known to this cluster",
+                    )),
+                };
+                let _ = reply.send(result);
+            }
+            HeadMsg::Authorize(caller, access, reply) => {
+                let _ = reply.send(state.authorize(now, &caller, &access));
+            }
+            HeadMsg::Users(command, reply) => {
+                let _ = reply.send(state.user_command(now, command));
+            }
+            HeadMsg::Audit(limit, reply) => {
+                let limit = limit.clamp(1, MAX_AUDIT_ENTRIES) as usize;
+                let result = tokio::task::block_in_place(|| state.args.registry.audit(limit))
+                    .map(Response::Audit)
+                    .map_err(|error| match error {
+                        RegistryError::Closed => RemoteError::new(
+                            ErrorCode::StorageUnavailable,
+                            "the head cannot read its audit trail now: its database is closed after a failed write; retry later",
+                        ),
+                        error => RemoteError::new(ErrorCode::Internal, error.to_string()),
+                    });
+                let _ = reply.send(result);
+            }
             HeadMsg::Tick => {
                 if state.outage.is_some() {
                     state.try_recover(now);
@@ -526,226 +772,4 @@ impl Actor for HeadActor {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    use xp_runtime::protocol::{ExperimentStatus, NodeResources};
-
-    use super::*;
-    use crate::core::CoreConfig;
-    use crate::registry::tests::Tmpfs;
-    use crate::server::call;
-
-    /// A clock the test moves by hand.
-    #[derive(Debug, Default)]
-    struct ManualClock(AtomicU64);
-
-    impl Clock for ManualClock {
-        fn now(&self) -> UnixMillis {
-            self.0.load(Ordering::SeqCst)
-        }
-    }
-
-    const SESSION: u64 = 7;
-
-    fn node() -> NodeId {
-        NodeId(uuid::Uuid::from_bytes([1; 16]))
-    }
-
-    fn registration() -> NodeRegistration {
-        NodeRegistration {
-            node_id: node(),
-            name: "node".to_owned(),
-            advertise_host: "127.0.0.1".to_owned(),
-            resources: NodeResources {
-                gpus: Vec::new(),
-                cpu_milli: 1_000_000,
-                memory_bytes: 1 << 40,
-            },
-            labels: BTreeMap::new(),
-            running: Vec::new(),
-            objects: None,
-            held_objects: Vec::new(),
-        }
-    }
-
-    /// A submission of `trials` trials, named `name`, whose records are large.
-    fn submission(name: &str, trials: u32) -> SubmitRequest {
-        let choices: Vec<String> = (0..trials).map(|index| index.to_string()).collect();
-        let yaml = format!(
-            "name: {name}\ntrial: {{command: [echo, '{{x}}', {}]}}\nsearch: {{algorithm: grid, space: {{x: {{choice: [{}]}}}}}}\n",
-            "y".repeat(2_000),
-            choices.join(", ")
-        );
-        let spec = xp_runtime::spec::ExperimentSpec::from_yaml(&yaml).unwrap();
-        SubmitRequest {
-            spec_json: spec.to_canonical_json(),
-            program: None,
-            code_version: "none".to_owned(),
-            data_version: "none".to_owned(),
-            rerun: false,
-        }
-    }
-
-    async fn status(actor: &ActorRef<HeadMsg>) -> Vec<ExperimentStatus> {
-        match call(actor, |reply| HeadMsg::Status(None, reply)).await {
-            Ok(Response::Status(list)) => list,
-            other => panic!("unexpected status answer: {other:?}"),
-        }
-    }
-
-    fn names(list: &[ExperimentStatus]) -> Vec<String> {
-        let mut names: Vec<String> = list.iter().map(|status| status.name.clone()).collect();
-        names.sort();
-        names
-    }
-
-    /// Registers the test's node on a fresh session; returns its command stream.
-    async fn connect(
-        actor: &ActorRef<HeadMsg>,
-        sessions: &Sessions,
-    ) -> mpsc::UnboundedReceiver<HeadCommand> {
-        let (commands, received) = mpsc::unbounded_channel();
-        sessions.insert(
-            node(),
-            NodeSessionHandle {
-                session_id: SESSION,
-                commands,
-                pending_logs: Arc::new(DashMap::new()),
-            },
-        );
-        call(actor, |reply| {
-            HeadMsg::NodeRegistered(registration(), SESSION, reply)
-        })
-        .await
-        .unwrap();
-        received
-    }
-
-    fn drain(received: &mut mpsc::UnboundedReceiver<HeadCommand>) -> Vec<HeadCommand> {
-        std::iter::from_fn(|| received.try_recv().ok()).collect()
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[expect(clippy::print_stderr, reason = "say why the test is skipped")]
-    async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself() {
-        let Some(tmpfs) = Tmpfs::mount("8m") else {
-            eprintln!("skipped: cannot mount a tmpfs here (needs root)");
-            return;
-        };
-        let path = tmpfs.path.join("head.redb");
-        let mut registry = Registry::open(&path).unwrap();
-        let clock = Arc::new(ManualClock::default());
-        let core = HeadCore::restore(CoreConfig::default(), registry.load().unwrap(), 0);
-        let sessions: Sessions = Arc::new(DashMap::new());
-        let (event_seq, _event_seq_rx) = watch::channel(0);
-        let (health, health_rx) = watch::channel(Health::Healthy);
-        let (actor, actor_task) = Actor::spawn(
-            None,
-            HeadActor,
-            HeadArgs {
-                core,
-                registry,
-                sessions: sessions.clone(),
-                event_seq,
-                health,
-                clock: clock.clone(),
-            },
-        )
-        .await
-        .unwrap();
-        let mut received = connect(&actor, &sessions).await;
-        call(&actor, |reply| {
-            HeadMsg::Submit(submission("first", 2), reply)
-        })
-        .await
-        .unwrap();
-
-        // Fill the disk, then submit until the database must grow and cannot.
-        let filler = tmpfs.fill();
-        let mut stored = vec!["first".to_owned()];
-        let refusal = loop {
-            let name = format!("more-{}", stored.len());
-            match call(&actor, |reply| {
-                HeadMsg::Submit(submission(&name, 40), reply)
-            })
-            .await
-            {
-                Ok(_) => stored.push(name),
-                Err(refusal) => break refusal,
-            }
-            assert!(
-                stored.len() < 500,
-                "submissions kept succeeding on a full disk"
-            );
-        };
-        stored.sort();
-        assert_eq!(refusal.code, ErrorCode::StorageUnavailable, "{refusal:?}");
-        assert!(
-            refusal
-                .message
-                .starts_with("the head cannot store anything: its disk is full ("),
-            "{}",
-            refusal.message
-        );
-        assert!(health_rx.borrow().problem().is_some());
-        // What is shown is what is stored: the refused submission is not there.
-        assert_eq!(names(&status(&actor).await), stored);
-        drain(&mut received);
-
-        // During the outage changes are refused, and node reports neither applied nor acknowledged.
-        let refused = call(&actor, |reply| HeadMsg::Cancel("first".to_owned(), reply)).await;
-        assert_eq!(refused.unwrap_err().code, ErrorCode::StorageUnavailable);
-        call(&actor, |reply| {
-            HeadMsg::FromNode(node(), SESSION, NodeMessage::Heartbeat, reply)
-        })
-        .await
-        .unwrap();
-        let sent = drain(&mut received);
-        assert!(sent.is_empty(), "{sent:?}");
-        // Reads still answer.
-        call(&actor, HeadMsg::Nodes).await.unwrap();
-
-        // Room again: at the next probe the database re-opens and the node is asked to register.
-        std::fs::remove_file(filler).unwrap();
-        clock.0.store(10_000, Ordering::SeqCst);
-        let mut healthy = health_rx.clone();
-        tokio::time::timeout(
-            Duration::from_secs(30),
-            healthy.wait_for(|health| *health == Health::Healthy),
-        )
-        .await
-        .expect("healthy again within the deadline")
-        .unwrap();
-        let asked: Vec<HeadCommand> = drain(&mut received);
-        assert!(
-            asked
-                .iter()
-                .any(|command| matches!(command, HeadCommand::Reconnect { .. })),
-            "{asked:?}"
-        );
-        assert!(sessions.is_empty());
-        // The old session's messages are refused; a new session registers and work goes on.
-        let stale = call(&actor, |reply| {
-            HeadMsg::FromNode(node(), SESSION, NodeMessage::Heartbeat, reply)
-        })
-        .await;
-        assert_eq!(stale.unwrap_err().code, ErrorCode::Unavailable);
-        let _received = connect(&actor, &sessions).await;
-        call(&actor, |reply| {
-            HeadMsg::Submit(submission("after", 1), reply)
-        })
-        .await
-        .unwrap();
-        stored.push("after".to_owned());
-        stored.sort();
-        assert_eq!(names(&status(&actor).await), stored);
-
-        // A restart shows the same.
-        actor.stop(None);
-        actor_task.await.unwrap();
-        let mut registry = Registry::open(&path).unwrap();
-        let restored = HeadCore::restore(CoreConfig::default(), registry.load().unwrap(), 0);
-        assert_eq!(names(&restored.status(None).unwrap()), stored);
-    }
-}
+mod tests;

@@ -6,6 +6,7 @@
 //! or trial processes: it decides and records, nodes execute.
 
 pub mod actor;
+pub mod auth;
 pub mod blobs;
 pub mod core;
 pub mod health;
@@ -77,6 +78,12 @@ pub enum HeadError {
     /// The head actor could not start.
     #[error("head actor failed to start: {0}")]
     Actor(String),
+    /// The head machine's user socket could not be set up.
+    #[error(transparent)]
+    Socket(#[from] auth::socket::SocketError),
+    /// The first admin could not be created.
+    #[error("cannot create the first admin: {0}")]
+    FirstAdmin(#[from] auth::users::UserError),
     /// The policy given at start is invalid.
     #[error("the scheduling policy {source_name} is invalid: {message}")]
     Policy {
@@ -89,8 +96,12 @@ pub enum HeadError {
 
 /// A running head.
 pub struct RunningHead {
-    /// The join string nodes and clients use.
+    /// The node credential: the join string nodes use.
     pub join: JoinString,
+    /// The first admin's credential, when this start created it (a new data
+    /// directory, or one from a version without users); only its hash is kept,
+    /// so later starts cannot show it again.
+    pub admin: Option<JoinString>,
     /// The bound HTTP address, if any.
     pub http_addr: Option<SocketAddr>,
     shutdown: CancellationToken,
@@ -144,24 +155,6 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
     // Early-stopping rules are rebuilt from the metric history of unfinished experiments.
     actor::replay_metrics(&mut core, &registry)?;
     core.begin_restart_grace(clock.now());
-    let (event_seq_tx, event_seq_rx) = tokio::sync::watch::channel(core.last_event_seq());
-    let (health_tx, health_rx) = tokio::sync::watch::channel(health::Health::Healthy);
-    let sessions = Arc::new(dashmap::DashMap::new());
-    let (actor, actor_task) = Actor::spawn(
-        Some("head".to_owned()),
-        HeadActor,
-        HeadArgs {
-            core,
-            registry,
-            sessions: sessions.clone(),
-            event_seq: event_seq_tx,
-            health: health_tx,
-            clock,
-        },
-    )
-    .await
-    .map_err(|error| HeadError::Actor(error.to_string()))?;
-
     let endpoint = xp_runtime::transport::bind_endpoint(
         config.listen,
         Some(xp_runtime::transport::server_config(&identity)?),
@@ -178,6 +171,45 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         token: identity.token.clone(),
         ca_sha256: identity.ca_sha256(),
     };
+    // The node join string, for `xp-head user add` while the head is stopped
+    // (its address) and for the operator (0600, like the token it holds).
+    xp_runtime::tls::write_private_file(
+        &config.data_dir.join(auth::local::NODE_JOIN_FILE),
+        format!("{join}\n").as_bytes(),
+    )?;
+    let mut users = auth::users::Users::from_records(registry.users()?);
+    let admin = if users.is_empty() {
+        Some(create_first_admin(
+            &mut registry,
+            &mut users,
+            &join,
+            clock.now(),
+        )?)
+    } else {
+        None
+    };
+    let (event_seq_tx, event_seq_rx) = tokio::sync::watch::channel(core.last_event_seq());
+    let (health_tx, health_rx) = tokio::sync::watch::channel(health::Health::Healthy);
+    let (users_changed_tx, users_changed_rx) = tokio::sync::watch::channel(0u64);
+    let sessions = Arc::new(dashmap::DashMap::new());
+    let (actor, actor_task) = Actor::spawn(
+        Some("head".to_owned()),
+        HeadActor,
+        HeadArgs {
+            core,
+            registry,
+            sessions: sessions.clone(),
+            event_seq: event_seq_tx,
+            health: health_tx,
+            clock,
+            users,
+            users_changed: users_changed_tx,
+            join: join.clone(),
+        },
+    )
+    .await
+    .map_err(|error| HeadError::Actor(error.to_string()))?;
+
     let shutdown = CancellationToken::new();
     let context = Arc::new(ServerContext {
         identity,
@@ -186,13 +218,19 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         blobs: blobs::BlobStore::open(&config.data_dir.join("blobs"))
             .map_err(io_error("cannot create the blob directory".to_owned()))?,
         event_seq: event_seq_rx,
+        users_changed: users_changed_rx,
         counter: AtomicU64::new(1),
         shutdown: shutdown.clone(),
     });
-    let mut tasks = vec![xp_runtime::task::spawn(
-        "quic-server",
-        server::serve(endpoint, context),
-    )];
+    let socket_path = auth::socket::socket_path(&config.data_dir);
+    let listener = auth::socket::bind(&socket_path)?;
+    let mut tasks = vec![
+        xp_runtime::task::spawn("quic-server", server::serve(endpoint, context)),
+        xp_runtime::task::spawn(
+            "user-socket",
+            auth::socket::serve(listener, socket_path, actor.clone(), shutdown.clone()),
+        ),
+    ];
     let mut http_addr = None;
     if let Some(http) = config.http {
         let listener = tokio::net::TcpListener::bind(http)
@@ -217,11 +255,49 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
     info!(listen = %bound, http = ?http_addr, "head started");
     Ok(RunningHead {
         join,
+        admin,
         http_addr,
         shutdown,
         actor,
         actor_task,
         tasks,
+    })
+}
+
+/// Creates the first cluster admin (user `admin`, team `admin`) in an empty
+/// user table and returns their credential, to be shown once.
+fn create_first_admin(
+    registry: &mut Registry,
+    users: &mut auth::users::Users,
+    join: &JoinString,
+    now: u64,
+) -> Result<JoinString, HeadError> {
+    let command = auth::users::UserCommand::Add {
+        name: auth::users::FIRST_ADMIN.to_owned(),
+        team: auth::users::FIRST_ADMIN_TEAM.to_owned(),
+        role: auth::Role::Admin,
+        replace: false,
+    };
+    let plan = users.plan(now, &command, auth::users::fresh_secret)?;
+    let mut records: Vec<core::Record> = plan
+        .records
+        .iter()
+        .cloned()
+        .map(core::Record::User)
+        .collect();
+    records.push(core::Record::Audit(auth::local::audit_entry(now, &command)));
+    registry.commit(records)?;
+    users.apply(plan.records);
+    info!(
+        user = auth::users::FIRST_ADMIN,
+        "first admin created; its credential is printed once"
+    );
+    let auth::users::PlannedAnswer::Added(_, secret) = plan.answer else {
+        unreachable!("an add answers with the secret");
+    };
+    Ok(JoinString {
+        token: secret.0,
+        ..join.clone()
     })
 }
 
@@ -257,6 +333,15 @@ fn make_data_private(data_dir: &std::path::Path) -> Result<(), HeadError> {
 }
 
 impl RunningHead {
+    /// Runs a command on the user table, as `xp-head user` does on the head
+    /// machine (the embedded local cluster makes its own credential with it).
+    pub async fn user_command(
+        &self,
+        command: auth::users::UserCommand,
+    ) -> Result<auth::users::UserAnswer, xp_runtime::protocol::RemoteError> {
+        server::call(&self.actor, |reply| HeadMsg::Users(command, reply)).await
+    }
+
     /// Stops serving, lets in-flight work finish, and stops the actor; every
     /// acknowledged change is already on disk.
     pub async fn shutdown(self) {
@@ -267,5 +352,75 @@ impl RunningHead {
         self.actor.stop(Some("shutdown".to_owned()));
         let _ = self.actor_task.await;
         info!("head stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(data_dir: &std::path::Path) -> HeadConfig {
+        HeadConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: data_dir.to_owned(),
+            http: None,
+            advertise_host: None,
+            core: CoreConfig::default(),
+            policy: None,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_data_directory_without_users_gets_one_admin_shown_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let data_dir = dir.path().join("head");
+        // A database from a version without users: records, no user table rows.
+        xp_runtime::tls::create_private_dir(&data_dir).unwrap();
+        let mut old = Registry::open(&data_dir.join("head.redb")).unwrap();
+        old.load().unwrap();
+        let event = xp_runtime::protocol::TrialEvent {
+            seq: 1,
+            at: 1,
+            trial: xp_runtime::ids::TrialId {
+                experiment: xp_runtime::ids::ExperimentId { digest: 7, run: 1 },
+                index: 0,
+            },
+            state: xp_runtime::protocol::TrialState::Running,
+            attempt: 1,
+            reason: "from an older head".to_owned(),
+        };
+        old.commit(vec![core::Record::Event(event)]).unwrap();
+        drop(old);
+
+        let head = start(config(&data_dir)).await.unwrap();
+        let admin = head
+            .admin
+            .clone()
+            .expect("the first start after the upgrade shows it");
+        assert_ne!(admin.token, head.join.token);
+        assert_eq!(
+            (admin.host.as_str(), admin.port),
+            (head.join.host.as_str(), head.join.port)
+        );
+        let listed = head
+            .user_command(auth::users::UserCommand::List)
+            .await
+            .unwrap();
+        let auth::users::UserAnswer::List { users } = listed else {
+            panic!("a list");
+        };
+        assert_eq!(users.len(), 1);
+        assert_eq!(
+            (users[0].name.as_str(), users[0].role),
+            ("admin", auth::Role::Admin)
+        );
+        head.shutdown().await;
+
+        let again = start(config(&data_dir)).await.unwrap();
+        assert!(
+            again.admin.is_none(),
+            "only its hash is kept: it is not shown again"
+        );
+        again.shutdown().await;
     }
 }

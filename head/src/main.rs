@@ -45,6 +45,48 @@ enum Command {
         #[arg(long)]
         policy: Option<String>,
     },
+    /// Manage the cluster's users, on the head machine: through the running
+    /// head, or on a stopped head's database.
+    User {
+        /// The head's data directory.
+        #[arg(long, global = true)]
+        data_dir: Option<PathBuf>,
+        #[command(subcommand)]
+        command: UserCli,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum UserCli {
+    /// Add a user and print their personal credential (shown once).
+    Add {
+        /// The user's name.
+        name: String,
+        /// Their team.
+        #[arg(long)]
+        team: String,
+        /// Their role: viewer, member, team-admin or admin.
+        #[arg(long, default_value = "member")]
+        role: xp_head::auth::Role,
+        /// Give an existing user a new credential (and this team and role);
+        /// their old one stops working at once.
+        #[arg(long)]
+        replace: bool,
+    },
+    /// List the users.
+    List,
+    /// Change a user's role.
+    Role {
+        /// The user's name.
+        name: String,
+        /// The new role: viewer, member, team-admin or admin.
+        role: xp_head::auth::Role,
+    },
+    /// Revoke a user's credential; their open connections are closed.
+    Revoke {
+        /// The user's name.
+        name: String,
+    },
 }
 
 #[tokio::main]
@@ -85,15 +127,84 @@ async fn main() -> anyhow::Result<()> {
             head.shutdown().await;
             Ok(())
         }
+        Command::User { data_dir, command } => {
+            let data_dir =
+                data_dir.context("--data-dir DIR is required: the head's data directory")?;
+            user_command(&data_dir, command).await
+        }
     }
 }
 
-/// Prints the join string (and the HTTP address) for the operator. A closed
-/// stdout (`xp-head start | head -1`) must not stop a running head: the lines are
-/// best effort, and the join string is also in the data directory.
+/// Runs a user command and prints its answer; a credential goes to stdout
+/// only, once.
+async fn user_command(data_dir: &std::path::Path, command: UserCli) -> anyhow::Result<()> {
+    use xp_head::auth::users::{UserAnswer, UserCommand};
+    let command = match command {
+        UserCli::Add {
+            name,
+            team,
+            role,
+            replace,
+        } => UserCommand::Add {
+            name,
+            team,
+            role,
+            replace,
+        },
+        UserCli::List => UserCommand::List,
+        UserCli::Role { name, role } => UserCommand::Role { name, role },
+        UserCli::Revoke { name } => UserCommand::Revoke { name },
+    };
+    let answer = xp_head::auth::local::run(data_dir, &command)
+        .await
+        .with_context(|| format!("xp-head user on {}", data_dir.display()))?;
+    let text = match answer {
+        UserAnswer::Added { user, credential } => {
+            tracing::info!(user = %user.name, team = %user.team, role = %user.role, "user added; their credential is printed once");
+            format!("{}\n", credential.0)
+        }
+        UserAnswer::List { users } => {
+            let mut text = format!("{:<24} {:<24} {:<11} {}\n", "NAME", "TEAM", "ROLE", "STATE");
+            for user in users {
+                text.push_str(&format!(
+                    "{:<24} {:<24} {:<11} {}\n",
+                    user.name,
+                    user.team,
+                    user.role.as_str(),
+                    if user.revoked { "revoked" } else { "active" }
+                ));
+            }
+            text
+        }
+        UserAnswer::Changed { user } => format!(
+            "user {} (team {}): role {}, {}\n",
+            user.name,
+            user.team,
+            user.role,
+            if user.revoked { "revoked" } else { "active" }
+        ),
+    };
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("cannot write to stdout")
+}
+
+/// Prints the node credential, the first admin's credential when this start
+/// made it (only its hash is kept, so it is shown once), and the HTTP address.
+/// A closed stdout (`xp-head start | head -1`) must not stop a running head: the
+/// lines are best effort, and the node join string is also in the data
+/// directory (`node.join`).
 fn print_addresses(head: &xp_head::RunningHead) {
     use std::io::Write;
-    let mut text = format!("{}\n", head.join);
+    // The admin line comes first: a reader waiting for `node:` has both by then.
+    let mut text = String::new();
+    if let Some(admin) = &head.admin {
+        text.push_str(&format!("admin: {admin}\n"));
+    }
+    text.push_str(&format!("node: {}\n", head.join));
     if let Some(http) = head.http_addr {
         text.push_str(&format!("http://{http}\n"));
     }

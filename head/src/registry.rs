@@ -23,9 +23,11 @@ use tracing::{debug, warn};
 use xp_runtime::ids::{ExperimentId, NodeId, TrialId};
 use xp_runtime::protocol::TrialEvent;
 
+use crate::auth::users::UserRecord;
 use crate::core::{
     ExperimentRecord, LoadedState, MetricRecord, NodeRecord, PolicyRecord, Record, TrialRecord,
 };
+use xp_runtime::protocol::AuditEntry;
 
 const EXPERIMENTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("experiments");
 const TRIALS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("trials");
@@ -36,6 +38,10 @@ const METRICS: TableDefinition<'_, (&str, u64), &[u8]> = TableDefinition::new("m
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 /// The scheduling policy in force, under the key `current`.
 const POLICY: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("policy");
+/// Users by name.
+const USERS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("users");
+/// The audit trail by sequence number.
+const AUDIT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("audit");
 
 /// How much room a probe must find before the database is opened again after a
 /// failed write: enough for the database to grow a little, so that a disk with a
@@ -146,7 +152,8 @@ impl Committed {
             Record::Event(event) => {
                 self.events.insert(event.seq, event);
             }
-            Record::Metric(_) => {}
+            // Metrics and the audit trail stay on disk; users live in the actor's table.
+            Record::Metric(_) | Record::User(_) | Record::Audit(_) => {}
             Record::Policy(record) => self.policy = Some(record),
         }
     }
@@ -169,17 +176,19 @@ pub struct Registry {
     /// `None` after a failed write, until [`Registry::reopen`] succeeds.
     database: Option<Database>,
     next_metric_seq: u64,
+    next_audit_seq: u64,
     committed: Committed,
 }
 
 impl Registry {
     /// Opens (or creates) the database at `path`.
     pub fn open(path: &Path) -> Result<Self, RegistryError> {
-        let (database, next_metric_seq) = open_database(path)?;
+        let (database, (next_metric_seq, next_audit_seq)) = open_database(path)?;
         Ok(Self {
             path: path.to_owned(),
             database: Some(database),
             next_metric_seq,
+            next_audit_seq,
             committed: Committed::default(),
         })
     }
@@ -212,9 +221,10 @@ impl Registry {
             bytes: PROBE_BYTES,
             source,
         })?;
-        let (database, next_metric_seq) = open_database(&self.path)?;
+        let (database, (next_metric_seq, next_audit_seq)) = open_database(&self.path)?;
         self.database = Some(database);
         self.next_metric_seq = next_metric_seq;
+        self.next_audit_seq = next_audit_seq;
         match self.load() {
             Ok(loaded) => Ok(loaded),
             Err(error) => {
@@ -262,8 +272,8 @@ fn probe_room(dir: &Path, bytes: usize) -> std::io::Result<()> {
 }
 
 /// Opens (or creates) the database at `path` and its tables; returns it with the
-/// next metric sequence number.
-fn open_database(path: &Path) -> Result<(Database, u64), RegistryError> {
+/// next metric and audit sequence numbers.
+fn open_database(path: &Path) -> Result<(Database, (u64, u64)), RegistryError> {
     let database = Database::create(path).map_err(db_error)?;
     let txn = database.begin_write().map_err(db_error)?;
     let next_metric_seq = {
@@ -274,10 +284,15 @@ fn open_database(path: &Path) -> Result<(Database, u64), RegistryError> {
         txn.open_table(EVENTS).map_err(db_error)?;
         txn.open_table(METRICS).map_err(db_error)?;
         txn.open_table(POLICY).map_err(db_error)?;
+        txn.open_table(USERS).map_err(db_error)?;
+        txn.open_table(AUDIT).map_err(db_error)?;
         let meta = txn.open_table(META).map_err(db_error)?;
-        meta.get("next_metric_seq")
-            .map_err(db_error)?
-            .map_or(1, |value| value.value())
+        let next = |key| {
+            meta.get(key)
+                .map_err(db_error)
+                .map(|value| value.map_or(1, |value| value.value()))
+        };
+        (next("next_metric_seq")?, next("next_audit_seq")?)
     };
     txn.commit().map_err(db_error)?;
     Ok((database, next_metric_seq))
@@ -366,8 +381,9 @@ impl Registry {
             return Ok(());
         }
         match self.write(&records) {
-            Ok(next_metric_seq) => {
+            Ok((next_metric_seq, next_audit_seq)) => {
                 self.next_metric_seq = next_metric_seq;
+                self.next_audit_seq = next_audit_seq;
                 for record in records {
                     self.committed.apply(record);
                 }
@@ -382,11 +398,15 @@ impl Registry {
         }
     }
 
-    /// Writes `records` in one durable transaction; returns the next metric sequence number.
-    fn write(&self, records: &[Record]) -> Result<u64, RegistryError> {
+    /// Writes `records` in one durable transaction; returns the next metric and
+    /// audit sequence numbers.
+    fn write(&self, records: &[Record]) -> Result<(u64, u64), RegistryError> {
         let txn = self.database()?.begin_write().map_err(db_error)?;
         let mut next_metric_seq = self.next_metric_seq;
+        let mut next_audit_seq = self.next_audit_seq;
         {
+            let mut users = txn.open_table(USERS).map_err(db_error)?;
+            let mut audit = txn.open_table(AUDIT).map_err(db_error)?;
             let mut experiments = txn.open_table(EXPERIMENTS).map_err(db_error)?;
             let mut trials = txn.open_table(TRIALS).map_err(db_error)?;
             let mut nodes = txn.open_table(NODES).map_err(db_error)?;
@@ -433,14 +453,64 @@ impl Registry {
                             .insert("current", bytes.as_slice())
                             .map_err(db_error)?;
                     }
+                    Record::User(user) => {
+                        let bytes = encode("user", user)?;
+                        users
+                            .insert(user.name.as_str(), bytes.as_slice())
+                            .map_err(db_error)?;
+                    }
+                    Record::Audit(entry) => {
+                        let numbered = AuditEntry {
+                            seq: next_audit_seq,
+                            ..entry.clone()
+                        };
+                        let bytes = encode("audit", &numbered)?;
+                        audit
+                            .insert(next_audit_seq, bytes.as_slice())
+                            .map_err(db_error)?;
+                        next_audit_seq += 1;
+                    }
                 }
             }
             let mut meta = txn.open_table(META).map_err(db_error)?;
             meta.insert("next_metric_seq", next_metric_seq)
                 .map_err(db_error)?;
+            meta.insert("next_audit_seq", next_audit_seq)
+                .map_err(db_error)?;
         }
         txn.commit().map_err(db_error)?;
-        Ok(next_metric_seq)
+        Ok((next_metric_seq, next_audit_seq))
+    }
+
+    /// Every user.
+    pub fn users(&self) -> Result<Vec<UserRecord>, RegistryError> {
+        let txn = self.database()?.begin_read().map_err(db_error)?;
+        let table = txn.open_table(USERS).map_err(db_error)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(db_error)? {
+            let (name, value) = entry.map_err(db_error)?;
+            match serde_json::from_slice::<UserRecord>(value.value()) {
+                Ok(record) => out.push(record),
+                Err(error) => warn!(user = name.value(), %error, "unreadable user record skipped"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The newest `limit` audit entries, oldest first.
+    pub fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, RegistryError> {
+        let txn = self.database()?.begin_read().map_err(db_error)?;
+        let table = txn.open_table(AUDIT).map_err(db_error)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(db_error)?.rev().take(limit) {
+            let (_, value) = entry.map_err(db_error)?;
+            match serde_json::from_slice::<AuditEntry>(value.value()) {
+                Ok(record) => out.push(record),
+                Err(error) => warn!(%error, "unreadable audit entry skipped"),
+            }
+        }
+        out.reverse();
+        Ok(out)
     }
 
     /// Every metric report of one trial, oldest first (for curves and tests).
@@ -459,6 +529,69 @@ impl Registry {
         }
         Ok(out)
     }
+
+    /// One page of a trial's metric reports in arrival order: at most `limit`
+    /// reports after sequence number `after`, ending early once their stored size
+    /// reaches `max_bytes` (one report is returned even if larger), and how many
+    /// the trial has in all. A page holds only its own reports, however long
+    /// the history is.
+    pub fn metrics_page(
+        &self,
+        trial: TrialId,
+        after: Option<u64>,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<MetricsPage, RegistryError> {
+        let txn = self.database()?.begin_read().map_err(db_error)?;
+        let table = txn.open_table(METRICS).map_err(db_error)?;
+        let trial = trial.to_string();
+        let mut page = MetricsPage::default();
+        // Counting walks the keys and decodes no record.
+        for entry in table
+            .range((trial.as_str(), 0)..=(trial.as_str(), u64::MAX))
+            .map_err(db_error)?
+        {
+            entry.map_err(db_error)?;
+            page.total += 1;
+        }
+        let start = match after {
+            Some(seq) => seq.checked_add(1),
+            None => Some(0),
+        };
+        let Some(start) = start else {
+            return Ok(page);
+        };
+        let mut bytes = 0;
+        for entry in table
+            .range((trial.as_str(), start)..=(trial.as_str(), u64::MAX))
+            .map_err(db_error)?
+        {
+            let (key, value) = entry.map_err(db_error)?;
+            if page.records.len() >= limit || (!page.records.is_empty() && bytes >= max_bytes) {
+                page.more = true;
+                break;
+            }
+            match serde_json::from_slice::<MetricRecord>(value.value()) {
+                Ok(record) => {
+                    bytes += value.value().len();
+                    page.records.push((key.value().1, record));
+                }
+                Err(error) => warn!(%trial, %error, "unreadable metric record skipped"),
+            }
+        }
+        Ok(page)
+    }
+}
+
+/// One page of a trial's metric history: [`Registry::metrics_page`].
+#[derive(Debug, Default)]
+pub struct MetricsPage {
+    /// The reports with their sequence numbers, oldest first.
+    pub records: Vec<(u64, MetricRecord)>,
+    /// How many reports the trial has.
+    pub total: u64,
+    /// Whether reports follow the last one here.
+    pub more: bool,
 }
 
 fn encode<T: serde::Serialize>(kind: &'static str, value: &T) -> Result<Vec<u8>, RegistryError> {
@@ -549,6 +682,56 @@ pub(crate) mod tests {
         let mut again = Registry::open(&path).unwrap();
         assert_eq!(event_seqs(&again.load().unwrap()), [1, 2, 3]);
         assert_eq!(event_seqs(&again.committed()), [1, 2, 3]);
+    }
+
+    #[test]
+    fn users_and_the_audit_trail_are_stored_and_numbered() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("head.redb");
+        let user = |role| UserRecord {
+            name: "ana".to_owned(),
+            team: "vision".to_owned(),
+            role,
+            secret_hash: "00".repeat(32),
+            created_at: 1,
+            revoked_at: None,
+        };
+        let entry = |action: &str| {
+            Record::Audit(AuditEntry {
+                seq: 0,
+                at: 2,
+                who: "ana".to_owned(),
+                action: action.to_owned(),
+                allowed: false,
+                detail: "needs role admin".to_owned(),
+            })
+        };
+        let mut registry = Registry::open(&path).unwrap();
+        registry.load().unwrap();
+        registry
+            .commit(vec![
+                Record::User(user(crate::auth::Role::Viewer)),
+                entry("one"),
+            ])
+            .unwrap();
+        registry
+            .commit(vec![
+                Record::User(user(crate::auth::Role::Member)),
+                entry("two"),
+                entry("three"),
+            ])
+            .unwrap();
+        drop(registry);
+        let mut again = Registry::open(&path).unwrap();
+        again.load().unwrap();
+        assert_eq!(again.users().unwrap(), [user(crate::auth::Role::Member)]);
+        again.commit(vec![entry("four")]).unwrap();
+        let trail = again.audit(3).unwrap();
+        let seqs: Vec<(u64, &str)> = trail
+            .iter()
+            .map(|entry| (entry.seq, entry.action.as_str()))
+            .collect();
+        assert_eq!(seqs, [(2, "two"), (3, "three"), (4, "four")]);
     }
 
     #[test]
@@ -646,5 +829,66 @@ pub(crate) mod tests {
         let mut expected = stored;
         expected.push(seq);
         assert_eq!(event_seqs(&again.load().unwrap()), expected);
+    }
+
+    #[test]
+    fn metric_pages_hold_each_report_of_their_trial_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut registry = Registry::open(&dir.path().join("head.redb")).unwrap();
+        registry.load().unwrap();
+        let trial = |index| TrialId {
+            experiment: ExperimentId { digest: 7, run: 1 },
+            index,
+        };
+        let metric = |index, step: u64| {
+            Record::Metric(MetricRecord {
+                key: xp_runtime::ids::WorkerKey {
+                    trial: trial(index),
+                    attempt: 1,
+                    rank: 0,
+                },
+                step: Some(step),
+                values: [("loss".to_owned(), step as f64)].into(),
+                at: step,
+            })
+        };
+        // Trial 1's reports interleaved with trial 10's, whose id shares its prefix.
+        for step in 0..250 {
+            registry
+                .commit(vec![metric(1, step), metric(10, step)])
+                .unwrap();
+        }
+        let walk = |limit, max_bytes| {
+            let mut steps = Vec::new();
+            let mut after = None;
+            loop {
+                let page = registry
+                    .metrics_page(trial(1), after, limit, max_bytes)
+                    .unwrap();
+                assert_eq!(page.total, 250);
+                assert!(!page.records.is_empty() && page.records.len() <= limit);
+                steps.extend(page.records.iter().map(|(_, record)| record.step.unwrap()));
+                if !page.more {
+                    return steps;
+                }
+                after = page.records.last().map(|(seq, _)| *seq);
+            }
+        };
+        let all: Vec<u64> = (0..250).collect();
+        assert_eq!(walk(100, usize::MAX), all);
+        assert_eq!(walk(1, usize::MAX), all);
+        // A byte budget smaller than one report still moves one at a time.
+        assert_eq!(walk(1000, 1), all);
+        let empty = registry
+            .metrics_page(trial(2), None, 100, usize::MAX)
+            .unwrap();
+        assert_eq!(
+            (empty.records.len(), empty.total, empty.more),
+            (0, 0, false)
+        );
+        let past_the_end = registry
+            .metrics_page(trial(1), Some(u64::MAX), 100, usize::MAX)
+            .unwrap();
+        assert_eq!((past_the_end.records.len(), past_the_end.total), (0, 250));
     }
 }

@@ -1,8 +1,12 @@
 //! The head's QUIC front door: authentication, request streams and node sessions.
 //!
-//! Each connection must open with a `Hello` carrying the cluster token. A bad
-//! frame on one stream is answered with an error on that stream and logged; it
-//! never affects other streams or connections. Bulk blob bytes are streamed
+//! Each connection must open with a `Hello` carrying a credential: a node
+//! presents the node credential (the cluster token), a client a user's secret.
+//! Every request is then authorized by the actor (`HeadMsg::Authorize`) against
+//! the user table as it is at that moment, and a user's connections are closed
+//! as soon as their credential is revoked. A bad frame on one stream is
+//! answered with an error on that stream and logged; it never affects other
+//! streams or connections. Bulk blob bytes are streamed
 //! straight between the socket and the blob directory, never through the actor.
 
 use std::sync::Arc;
@@ -20,14 +24,17 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use xp_runtime::frame::{self, FrameError};
 use xp_runtime::ids::NodeId;
 use xp_runtime::protocol::{
-    ErrorCode, HeadCommand, Message, NodeMessage, PeerRole, RemoteError, Request, Response, Welcome,
+    ErrorCode, HeadCommand, Message, NodeMessage, ObjectKey, PeerRole, RemoteError, Request,
+    Response, Welcome,
 };
 use xp_runtime::tls::ClusterIdentity;
 use xp_runtime::transport::{
-    self, BLOB_CHUNK_BYTES, CLOSE_BAD_TOKEN, CLOSE_PROTOCOL_ERROR, HANDSHAKE_TIMEOUT,
+    self, BLOB_CHUNK_BYTES, CLOSE_BAD_TOKEN, CLOSE_PROTOCOL_ERROR, CLOSE_REVOKED, HANDSHAKE_TIMEOUT,
 };
 
 use crate::actor::{HeadMsg, NodeSessionHandle, Reply, Sessions};
+use crate::auth::requests::{Caller, access_of, spec_team as access_team, with_team};
+use crate::auth::{Principal, submit_team, users};
 use crate::blobs::BlobStore;
 
 /// The largest hello accepted from a peer not yet authenticated.
@@ -51,6 +58,8 @@ pub struct ServerContext {
     pub blobs: BlobStore,
     /// The newest event's sequence number.
     pub event_seq: watch::Receiver<u64>,
+    /// Changes whenever the user table changes.
+    pub users_changed: watch::Receiver<u64>,
     /// Numbers sessions and log requests.
     pub counter: AtomicU64,
     /// Set when the head shuts down.
@@ -144,32 +153,67 @@ async fn handle_connection(incoming: quinn::Incoming, context: Arc<ServerContext
         }
         None => return,
     };
-    if !context.identity.token_matches(&hello.token) {
-        warn!(agent = %hello.agent, "connection refused: wrong token");
-        let error = RemoteError::new(
-            ErrorCode::BadToken,
-            "wrong token: the join string's token is not this cluster's",
-        );
-        refuse(&connection, &mut send, error, CLOSE_BAD_TOKEN).await;
-        return;
-    }
+    let caller = match authenticate(&context, &hello).await {
+        Ok(caller) => caller,
+        Err(error) => {
+            warn!(agent = %hello.agent, role = ?hello.role, reason = %error.message, "connection refused");
+            refuse(&connection, &mut send, error, CLOSE_BAD_TOKEN).await;
+            return;
+        }
+    };
     let welcome = Message::Welcome(Welcome {
         agent: format!("xp-head {}", env!("CARGO_PKG_VERSION")),
     });
     if frame::write_message(&mut send, &welcome).await.is_err() {
         return;
     }
-    debug!(agent = %hello.agent, role = ?hello.role, "peer authenticated");
-    match hello.role {
-        PeerRole::Client => serve_requests(connection, context).await,
-        PeerRole::Node => {
+    match &caller {
+        Caller::User { name, .. } => {
+            info!(agent = %hello.agent, user = %name, "user connected");
+            serve_requests(connection, context, caller).await;
+        }
+        Caller::Node => {
+            debug!(agent = %hello.agent, "node authenticated");
             let requests = xp_runtime::task::spawn(
                 "node-requests",
-                serve_requests(connection.clone(), context.clone()),
+                serve_requests(connection.clone(), context.clone(), Caller::Node),
             );
             run_node_session(&connection, send, recv, &context).await;
             requests.abort();
         }
+    }
+}
+
+/// Who a hello's credential names, or why it is refused: a node must present
+/// the node credential and a client a user's, and each mistake is named.
+async fn authenticate(
+    context: &ServerContext,
+    hello: &xp_runtime::protocol::Hello,
+) -> Result<Caller, RemoteError> {
+    let is_node_credential = context.identity.token_matches(&hello.token);
+    let secret_hash = users::secret_hash(&hello.token);
+    match hello.role {
+        PeerRole::Node if is_node_credential => Ok(Caller::Node),
+        PeerRole::Node => {
+            match call(&context.head, |reply| HeadMsg::Identify(secret_hash, reply)).await {
+                Ok(_) => Err(RemoteError::new(
+                    ErrorCode::BadToken,
+                    "this is a user credential; nodes join with the node credential printed as `node:`",
+                )),
+                Err(error) if error.code == ErrorCode::BadToken => Err(RemoteError::new(
+                    ErrorCode::BadToken,
+                    "wrong token: the join string's token is not this cluster's node credential",
+                )),
+                Err(error) => Err(error),
+            }
+        }
+        PeerRole::Client if is_node_credential => Err(RemoteError::new(
+            ErrorCode::BadToken,
+            "this is the node credential, which only nodes use; clients need a user credential (`xp-head user add NAME --team TEAM` on the head machine)",
+        )),
+        PeerRole::Client => call(&context.head, |reply| HeadMsg::Identify(secret_hash, reply))
+            .await
+            .map(|name| Caller::User { name, secret_hash }),
     }
 }
 
@@ -184,15 +228,24 @@ async fn refuse(connection: &Connection, send: &mut SendStream, error: RemoteErr
 /// store objects, and ended (its objects collected) when the connection ends.
 type DriverSession = Arc<std::sync::OnceLock<String>>;
 
-async fn serve_requests(connection: Connection, context: Arc<ServerContext>) {
+async fn serve_requests(connection: Connection, context: Arc<ServerContext>, caller: Caller) {
     let mut streams = JoinSet::new();
     let session = DriverSession::default();
+    let mut users_changed = context.users_changed.clone();
+    let caller = Arc::new(caller);
     loop {
         tokio::select! {
             () = context.shutdown.cancelled() => break,
             accepted = connection.accept_bi() => {
                 let Ok((send, recv)) = accepted else { break };
-                streams.spawn(handle_stream(send, recv, context.clone(), session.clone()));
+                streams.spawn(handle_stream(send, recv, context.clone(), session.clone(), caller.clone()));
+            }
+            Ok(()) = users_changed.changed(), if matches!(*caller, Caller::User { .. }) => {
+                if let Some(reason) = still_allowed(&context, &caller).await {
+                    info!(%reason, "closing a user's connection: their credential no longer holds");
+                    connection.close(CLOSE_REVOKED.into(), reason.as_bytes());
+                    break;
+                }
             }
             Some(_) = streams.join_next(), if !streams.is_empty() => {}
         }
@@ -201,6 +254,24 @@ async fn serve_requests(connection: Connection, context: Arc<ServerContext>) {
     if let Some(session) = session.get() {
         debug!(%session, "driver session ended; its objects go");
         let _ = context.head.cast(HeadMsg::DriverGone(session.clone()));
+    }
+}
+
+/// Why `caller` may no longer use this connection (revoked, replaced or
+/// removed), or `None` while they may.
+async fn still_allowed(context: &ServerContext, caller: &Caller) -> Option<String> {
+    let Caller::User { name, secret_hash } = caller else {
+        return None;
+    };
+    match call(&context.head, |reply| {
+        HeadMsg::Identify(*secret_hash, reply)
+    })
+    .await
+    {
+        Ok(current) if current == *name => None,
+        Ok(_) | Err(_) => Some(format!(
+            "the credential of user {name} was revoked; ask an admin for a new one"
+        )),
     }
 }
 
@@ -222,6 +293,7 @@ async fn handle_stream(
     mut recv: RecvStream,
     context: Arc<ServerContext>,
     session: DriverSession,
+    caller: Arc<Caller>,
 ) {
     let request = match frame::read_message(&mut recv).await {
         Ok(Some(Message::Request(request))) => request,
@@ -242,80 +314,18 @@ async fn handle_stream(
             return;
         }
     };
-    let result = match request {
-        Request::PutBlob { hash, len } => match context.blobs.receive(hash, len, &mut recv).await {
-            Ok(()) => {
-                info!(blob = %hash, len, "blob stored");
-                Ok(Response::BlobStored)
-            }
-            Err(error) => {
-                warn!(blob = %hash, %error, "blob upload refused");
-                Err(blob_refusal(&error))
-            }
-        },
-        Request::GetBlob { hash } => match send_blob(&mut send, &context.blobs, hash).await {
-            Ok(()) => return,
-            Err(error) => Err(error),
-        },
-        Request::ReadLogs(log_request) => {
-            read_logs(&context, log_request).await.map(Response::Logs)
+    let access = access_of(&request);
+    let result = match call(&context.head, |reply| {
+        HeadMsg::Authorize((*caller).clone(), access, reply)
+    })
+    .await
+    {
+        Ok(principal) => {
+            serve_request(&mut send, &mut recv, &context, &session, request, principal).await
         }
-        Request::Events {
-            experiment,
-            after,
-            wait_ms,
-        } => events(
-            &context,
-            experiment,
-            after,
-            Duration::from_millis(u64::from(wait_ms)).min(MAX_EVENTS_WAIT),
-        )
-        .await
-        .map(Response::Events),
-        Request::Submit(submit) => {
-            let submitted = call(&context.head, |reply| HeadMsg::Submit(submit, reply)).await;
-            if let Ok(Response::Submitted { experiment, .. }) = &submitted {
-                // What this connection stores is shared with the trials it submitted.
-                let name = session_name(&session);
-                let _ = context
-                    .head
-                    .cast(HeadMsg::DriverSubmitted(*experiment, name));
-            }
-            submitted
-        }
-        Request::Status { experiment } => {
-            call(&context.head, |reply| HeadMsg::Status(experiment, reply)).await
-        }
-        Request::Cancel { id } => call(&context.head, |reply| HeadMsg::Cancel(id, reply)).await,
-        Request::Nodes => call(&context.head, HeadMsg::Nodes).await,
-        Request::Queues => call(&context.head, HeadMsg::Queues).await,
-        Request::StoreTargets => {
-            let name = session_name(&session);
-            call(&context.head, |reply| HeadMsg::StoreTargets(name, reply)).await
-        }
-        Request::SharingDrivers {
-            experiment,
-            sessions,
-        } => {
-            call(&context.head, |reply| {
-                HeadMsg::SharingDrivers(experiment, sessions, reply)
-            })
-            .await
-        }
-        Request::Locate { object } => {
-            call(&context.head, |reply| HeadMsg::Locate(object, reply)).await
-        }
-        Request::Checkpoints { experiment } => {
-            call(&context.head, |reply| {
-                HeadMsg::Checkpoints(experiment, reply)
-            })
-            .await
-        }
-        Request::Admin(admin) => call(&context.head, |reply| HeadMsg::Admin(admin, reply)).await,
-        Request::Metrics { trial } => call(&context.head, |reply| HeadMsg::Metrics(trial, reply))
-            .await
-            .map(Response::Metrics),
+        Err(refusal) => Some(Err(refusal)),
     };
+    let Some(result) = result else { return };
     let message = match result {
         Ok(response) => Message::Response(response),
         Err(error) => Message::Error(error),
@@ -336,6 +346,123 @@ async fn handle_stream(
         }
         Err(error) => debug!(%error, "response not delivered"),
     }
+}
+
+/// Serves one authorized request; `None` when the answer was already sent
+/// (a blob's bytes follow its response frame).
+async fn serve_request(
+    send: &mut SendStream,
+    recv: &mut RecvStream,
+    context: &Arc<ServerContext>,
+    session: &DriverSession,
+    request: Request,
+    principal: Principal,
+) -> Option<Result<Response, RemoteError>> {
+    let result = match request {
+        Request::PutBlob { hash, len } => match context.blobs.receive(hash, len, recv).await {
+            Ok(()) => {
+                info!(blob = %hash, len, "blob stored");
+                Ok(Response::BlobStored)
+            }
+            Err(error) => {
+                warn!(blob = %hash, %error, "blob upload refused");
+                Err(blob_refusal(&error))
+            }
+        },
+        Request::GetBlob { hash } => match send_blob(send, &context.blobs, hash).await {
+            Ok(()) => return None,
+            Err(error) => Err(error),
+        },
+        Request::ReadLogs(log_request) => read_logs(context, log_request).await.map(Response::Logs),
+        Request::Events {
+            experiment,
+            after,
+            wait_ms,
+        } => events(
+            context,
+            experiment,
+            after,
+            Duration::from_millis(u64::from(wait_ms)).min(MAX_EVENTS_WAIT),
+        )
+        .await
+        .map(Response::Events),
+        Request::Submit(mut submit) => {
+            // A spec naming no team goes into the submitter's (authorized so).
+            let spec_team = access_team(&submit.spec_json);
+            let team = submit_team(&principal, &spec_team);
+            if team != spec_team {
+                match with_team(&submit.spec_json, team) {
+                    Ok(spec_json) => submit.spec_json = spec_json,
+                    Err(error) => {
+                        return Some(Err(RemoteError::new(
+                            ErrorCode::BadRequest,
+                            format!("the spec is not JSON: {error}"),
+                        )));
+                    }
+                }
+            }
+            let submitted = call(&context.head, |reply| HeadMsg::Submit(submit, reply)).await;
+            if let Ok(Response::Submitted { experiment, .. }) = &submitted {
+                // What this connection stores is shared with the trials it submitted.
+                let name = session_name(session);
+                let _ = context
+                    .head
+                    .cast(HeadMsg::DriverSubmitted(*experiment, name));
+            }
+            submitted
+        }
+        Request::Status { experiment } => {
+            let listed = experiment.is_none();
+            let answer = call(&context.head, |reply| HeadMsg::Status(experiment, reply)).await;
+            match answer {
+                // A list shows only what the principal may see.
+                Ok(Response::Status(mut list)) if listed => {
+                    let visible = principal.visible_team();
+                    list.retain(|experiment| visible.shows(&experiment.team));
+                    Ok(Response::Status(list))
+                }
+                other => other,
+            }
+        }
+        Request::Cancel { id } => call(&context.head, |reply| HeadMsg::Cancel(id, reply)).await,
+        Request::Nodes => call(&context.head, HeadMsg::Nodes).await,
+        Request::Queues => call(&context.head, HeadMsg::Queues).await,
+        Request::StoreTargets => {
+            let name = session_name(session);
+            call(&context.head, |reply| HeadMsg::StoreTargets(name, reply)).await
+        }
+        Request::SharingDrivers {
+            experiment,
+            sessions,
+        } => {
+            call(&context.head, |reply| {
+                HeadMsg::SharingDrivers(experiment, sessions, reply)
+            })
+            .await
+        }
+        Request::Locate { object } => {
+            call(&context.head, |reply| HeadMsg::Locate(object, reply)).await
+        }
+        Request::Checkpoints { experiment } => {
+            call(&context.head, |reply| {
+                HeadMsg::Checkpoints(experiment, reply)
+            })
+            .await
+        }
+        Request::Admin(mut admin) => {
+            // Recorded as the authenticated user, never as the name the client gives.
+            admin.who = principal.name().to_owned();
+            call(&context.head, |reply| HeadMsg::Admin(admin, reply)).await
+        }
+        Request::Metrics { trial } => call(&context.head, |reply| HeadMsg::Metrics(trial, reply))
+            .await
+            .map(Response::Metrics),
+        Request::Audit { limit } => call(&context.head, |reply| HeadMsg::Audit(limit, reply)).await,
+        Request::ObjectKey => Ok(Response::ObjectKey(ObjectKey(
+            xp_runtime::object_wire::token_digest(&context.identity.token),
+        ))),
+    };
+    Some(result)
 }
 
 /// The answer to a failed upload: a full disk is the head's storage outage

@@ -31,6 +31,8 @@ use xp_runtime::protocol::{
 use xp_runtime::transport::{self, HeadConnection, TransportError};
 
 use crate::checkpoint::{self, CheckpointSink, CheckpointSources};
+use crate::isolation::fs::FileOwner;
+use crate::isolation::{Isolation, UidPool};
 use crate::objects::remote::{ObjectFetcher, Wanted};
 use crate::objects::{ObjectStore, Owner};
 use crate::outbox::Outbox;
@@ -120,6 +122,8 @@ pub struct Agent {
     objects: NodeObjects,
     /// The most each worker's log keeps on disk.
     log_cap: LogCap,
+    /// User ids for workers, and what the node registers it enforces.
+    isolation: Isolation,
 }
 
 enum SessionEnd {
@@ -150,7 +154,15 @@ impl Agent {
             registered: false,
             objects,
             log_cap: LogCap::default(),
+            isolation: Isolation::shared(crate::cgroup::Cgroups::enforcement()),
         }
+    }
+
+    /// Runs workers under user ids of their own as `isolation` says (by default
+    /// they run as the node's user).
+    pub fn with_isolation(mut self, isolation: Isolation) -> Self {
+        self.isolation = isolation;
+        self
     }
 
     /// Keeps each worker's log under `log_cap` (the default is `worker_log::DEFAULT_LOG_CAP`).
@@ -198,7 +210,7 @@ impl Agent {
                         }
                     }
                 }
-                Err(error @ (TransportError::BadToken | TransportError::CaMismatch(_))) => {
+                Err(error @ (TransportError::BadToken(_) | TransportError::CaMismatch(_))) => {
                     self.stop_all_workers("node refused by the head").await;
                     return Err(AgentError::Refused(error));
                 }
@@ -268,6 +280,7 @@ impl Agent {
                     held
                 })
                 .collect(),
+            isolation: self.isolation.summary(),
         }
     }
 
@@ -644,6 +657,7 @@ impl Agent {
             backup: self.objects.backup.clone(),
             local_workers: self.objects.local_workers.clone(),
             socket: self.objects.socket.clone(),
+            uids: self.isolation.uids().cloned(),
         };
         let task = xp_runtime::task::spawn("worker", async move {
             match resolve_command(&data_dir, &advertise_host, &connection, &launch, &objects).await
@@ -771,6 +785,8 @@ struct LaunchObjects {
     backup: Option<PathBuf>,
     local_workers: crate::objects::local::Workers,
     socket: PathBuf,
+    /// Where workers' user ids come from, when they get their own.
+    uids: Option<Arc<UidPool>>,
 }
 
 async fn resolve_command(
@@ -782,21 +798,48 @@ async fn resolve_command(
 ) -> Result<WorkerCommand, PrepareError> {
     let key = launch.key;
     let log_path = log_path(data_dir, key);
-    let work_dir = data_dir
-        .join("work")
-        .join(key.trial.to_string())
-        .join(format!("a{}", key.attempt))
-        .join(format!("rank{}", key.rank));
+    // Not the trial's fault when the ids are used up: the head places it again.
+    // The attempt's ranks on this node share one id; each waits until a fresh id
+    // is cleared of its earlier holder before anything runs as it.
+    let uid = match &objects.uids {
+        Some(pool) => {
+            let lease = pool
+                .claim(key)
+                .map_err(|error| PrepareError::Refused(error.to_string()))?;
+            lease
+                .ready()
+                .await
+                .map_err(|error| PrepareError::Refused(error.to_string()))?;
+            Some(lease)
+        }
+        None => None,
+    };
+    let owner = uid.as_ref().map(|lease| FileOwner::of_uid(lease.uid()));
+    let work_dir = {
+        let data_dir = data_dir.to_owned();
+        tokio::task::spawn_blocking(move || crate::isolation::make_work_dir(&data_dir, key, owner))
+            .await
+            .map_err(|error| PrepareError::Refused(error.to_string()))?
+            .map_err(|error| {
+                PrepareError::Refused(format!("cannot make the work directory: {error}"))
+            })?
+    };
+    // Should preparing fail from here on, the directory goes back to the node
+    // with the id: a later holder of the id must not find this one's files.
+    let mut given = GivenWorkDir {
+        path: owner.map(|_| work_dir.clone()),
+    };
     let checkpoint = CheckpointSink::new(
         objects.checkpoints.store.clone(),
         &work_dir,
         objects.backup.clone(),
-    );
+    )
+    .with_owner(owner);
     let mut node_env = vec![("XP_NODE_HOST".to_owned(), advertise_host.to_owned())];
     node_env.extend(socket_ifname_env(launch).await);
     let resume_env = objects
         .checkpoints
-        .restore_for_launch(launch, &checkpoint.dir)
+        .restore_for_launch(launch, &checkpoint.dir, owner)
         .await
         .map_err(|error| PrepareError::Refused(error.to_string()))?;
     node_env.extend(resume_env);
@@ -809,6 +852,7 @@ async fn resolve_command(
         crate::objects::local::LocalWorker {
             key,
             work_dir: work_dir.clone(),
+            owner,
         },
     );
     node_env.push((
@@ -816,7 +860,7 @@ async fn resolve_command(
         objects.socket.display().to_string(),
     ));
     node_env.push(("XP_WORKER_SECRET".to_owned(), hex::encode(secret)));
-    match &launch.program {
+    let command = match &launch.program {
         Program::Command { argv } => {
             let (program, args) = argv
                 .split_first()
@@ -828,6 +872,7 @@ async fn resolve_command(
                 log_path,
                 work_dir,
                 checkpoint,
+                uid,
             })
         }
         Program::Entry { binary, entry } => {
@@ -844,7 +889,28 @@ async fn resolve_command(
                 log_path,
                 work_dir,
                 checkpoint,
+                uid,
             })
+        }
+    };
+    if command.is_ok() {
+        given.path = None;
+    }
+    command
+}
+
+/// A work directory given to a worker's id that is taken back when dropped
+/// armed (`path` set): its launch could not be prepared.
+struct GivenWorkDir {
+    path: Option<PathBuf>,
+}
+
+impl Drop for GivenWorkDir {
+    fn drop(&mut self) {
+        if let Some(path) = self.path.take()
+            && let Err(error) = crate::isolation::take_back_dir(&path)
+        {
+            warn!(dir = %path.display(), %error, "cannot take an unused work directory back from its user id");
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Per-worker Linux cgroups: a CPU quota, a memory limit and a process-count
 //! limit for each worker, and a way to kill every process a worker left behind.
 //!
-//! [`Cgroups::detect`] finds what the machine offers once, at start-up: cgroup v2
+//! [`Cgroups::get`] finds what the machine offers once, at start-up: cgroup v2
 //! when `/sys/fs/cgroup/cgroup.controllers` lists `cpu`, `memory` and `pids`, else
 //! the v1 hierarchies `cpu`, `memory` and `pids` (as their mounts and the node's
 //! own `/proc/self/cgroup` lines say). It makes one directory `xp-node-<pid>`
@@ -287,6 +287,21 @@ impl Cgroups {
             version: Version::V1,
             parents,
         })
+    }
+
+    /// The version in use.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// How this node enforces its workers' limits, for its registration.
+    pub fn enforcement() -> xp_runtime::protocol::LimitEnforcement {
+        use xp_runtime::protocol::LimitEnforcement;
+        match Self::get().map(Self::version) {
+            Some(Version::V1) => LimitEnforcement::CgroupV1,
+            Some(Version::V2) => LimitEnforcement::CgroupV2,
+            None => LimitEnforcement::None,
+        }
     }
 
     /// Removes the node's directories (at a clean stop, once its workers are

@@ -12,6 +12,7 @@ pub mod agent;
 pub mod cgroup;
 pub mod checkpoint;
 pub mod gpu;
+pub mod isolation;
 pub mod objects;
 pub mod outbox;
 pub mod reconnect;
@@ -58,6 +59,8 @@ pub struct NodeConfig {
     pub checkpoint_backup: Option<PathBuf>,
     /// The most each worker's log keeps on disk (its beginning and a rolling tail).
     pub log_cap: worker_log::LogCap,
+    /// Which user ids workers run under (`--worker-uids`).
+    pub worker_uids: isolation::WorkerUids,
 }
 
 /// Why the node stopped.
@@ -78,21 +81,37 @@ pub enum NodeError {
     /// The object store or its server could not start.
     #[error("object store: {0}")]
     Objects(String),
+    /// Workers cannot be isolated as asked.
+    #[error(transparent)]
+    Isolation(#[from] isolation::IsolationError),
 }
 
 /// Runs the node until `shutdown`.
 pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), NodeError> {
     let io_error = |context: String| move |source| NodeError::Io { context, source };
     // The data directory holds user data (objects, checkpoints, worker logs and
-    // work directories): only this user may enter it.
+    // work directories): only this user may enter it, or, where workers run
+    // under ids of their own, pass through it to their own parts (`isolation`).
     let tightened = xp_runtime::tls::create_private_dir(&config.data_dir).map_err(io_error(
         format!("cannot create {} (mode 0700)", config.data_dir.display()),
     ))?;
-    if let Some(mode) = tightened {
-        tracing::warn!(dir = %config.data_dir.display(), mode = format!("{mode:o}"), "others could enter the data directory; made it private to this user");
-    }
     let node_id = load_or_create_node_id(&config.data_dir)
         .map_err(io_error("cannot read or write the node id".to_owned()))?;
+    // Says once whether workers get cgroups (cpu, memory and process limits),
+    // and then whether they get user ids of their own.
+    let isolation = isolation::Isolation::start(
+        config.worker_uids,
+        &config.data_dir,
+        cgroup::Cgroups::enforcement(),
+    )?;
+    let isolated = isolation.uids().is_some();
+    isolation::prepare_data_dir(&config.data_dir, isolated)?;
+    // An isolating node's own 0711 from its last start is no news.
+    if let Some(mode) = tightened
+        && (mode & 0o066 != 0 || !isolated)
+    {
+        tracing::warn!(dir = %config.data_dir.display(), mode = format!("{mode:o}"), "others could enter the data directory; made it private to this user");
+    }
     let gpus = gpu::discover(config.gpus, &gpu::NvmlProbe);
     let cpus = config
         .cpus
@@ -115,13 +134,12 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         },
         labels: config.labels.clone(),
     };
-    tracing::info!(%node_id, gpus = identity.resources.gpus.len(), cpus, memory_bytes, "node starting");
-    // Says once whether workers get cgroups (cpu, memory and process limits).
-    let _ = cgroup::Cgroups::get();
-    let objects = start_objects(&config, &identity.advertise_host, node_id)?;
+    tracing::info!(%node_id, gpus = identity.resources.gpus.len(), cpus, memory_bytes, isolation = %isolation.summary().label(), "node starting");
+    let objects = start_objects(&config, &identity.advertise_host, node_id, isolated)?;
     let server = objects.1;
     let result = agent::Agent::new(config.join, identity, config.data_dir, objects.0)
         .with_log_cap(config.log_cap)
+        .with_isolation(isolation)
         .run(shutdown)
         .await;
     server.close();
@@ -189,6 +207,7 @@ fn start_objects(
     config: &NodeConfig,
     advertise_host: &str,
     own_node: NodeId,
+    open_to_workers: bool,
 ) -> Result<(agent::NodeObjects, objects::remote::ObjectServer), NodeError> {
     let store = std::sync::Arc::new(
         objects::ObjectStore::open(config.data_dir.join("objects"), config.object_limits)
@@ -224,6 +243,7 @@ fn start_objects(
     let socket = config.data_dir.join("run").join("objects.sock");
     objects::local::start(
         &socket,
+        open_to_workers,
         objects::local::LocalContext {
             store: store.clone(),
             fetcher: fetcher.clone(),

@@ -79,6 +79,26 @@ enum Command {
         /// seconds.
         #[arg(long, value_parser = xp_runtime::spec::parse_memory, default_value = "64MiB")]
         log_cap: u64,
+        /// User ids for workers, START-END, or `none`. On a node running as root
+        /// the ranks of each live trial attempt run under an id of this range
+        /// that no other live attempt has (group id the same number), shared by
+        /// those ranks only, with their work directories owned by it, so workers
+        /// of different trials cannot read each other's memory, environment or
+        /// files. The ids must belong to no account or other program: the node
+        /// kills whatever runs under an id before handing it out and after its
+        /// last worker ends. The default, 1900000000-1900009999, lies where systemd
+        /// assigns nothing (above users, dynamic service users, `nobody`,
+        /// subordinate ids in /etc/subuid and nspawn containers; below 2^31, which
+        /// some tools take for negative), and nodes on one machine share it
+        /// without clashing (each id is claimed in /run/xp-node/uids). `none`, or
+        /// a node not running as root, runs workers under the node's own id,
+        /// where they can read each other; the node warns at start and `xp nodes`
+        /// shows it. The directories above --data-dir must let other users pass
+        /// (`chmod o+x`) and the node must be able to switch to the ids (a user
+        /// namespace must map them): otherwise the default falls back to `none`
+        /// with a warning, and an explicit range is an error.
+        #[arg(long, value_name = "START-END|none")]
+        worker_uids: Option<xp_node::isolation::WorkerUids>,
     },
 }
 
@@ -151,6 +171,7 @@ fn main() -> anyhow::Result<()> {
         object_port,
         checkpoint_backup,
         log_cap,
+        worker_uids,
     } = Cli::parse().command;
     let join = read_join(join.as_deref(), join_file.as_deref())?;
     if let Some(cpus) = cpus {
@@ -175,6 +196,7 @@ fn main() -> anyhow::Result<()> {
         object_port,
         checkpoint_backup,
         log_cap: xp_node::worker_log::LogCap::new(log_cap).context("--log-cap")?,
+        worker_uids: worker_uids.unwrap_or_default(),
     };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

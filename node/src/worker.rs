@@ -5,10 +5,19 @@
 //! memory limits of its launch (`cgroup`), which it enters between fork and exec
 //! and which is emptied with SIGKILL and removed when it ends, so that no process
 //! it started (not even one that left its process group) outlives it; a worker
-//! whose process the kernel killed for memory is reported `OomKilled`. It dies
-//! with the node (`PR_SET_PDEATHSIG`), and has its stdout and
-//! stderr written to one capped log (`worker_log`) in whole chunks, cut at line
-//! ends where a line ends soon enough, so the two streams interleave by lines.
+//! whose process the kernel killed for memory is reported `OomKilled`. On a root
+//! node it then drops to the user id its trial attempt's ranks on this node
+//! share (`isolation`; `setgroups([])`, `setgid`, `setuid`, in that order; the
+//! id was cleared of any earlier holder before the first rank got it), and gets
+//! `HOME` set to its work directory; when it ends, the node takes its work
+//! directory back (owner root, mode 0700) and gives back its share of the id; the
+//! attempt's last rank to end kills what still runs as the id and removes its
+//! scratch files before the id returns, so a later holder of the id can read
+//! nothing of it. It dies with the node
+//! (`PR_SET_PDEATHSIG`, armed after the switch, which would clear it), and has
+//! its stdout and stderr written to one capped log (`worker_log`) in whole
+//! chunks, cut at line ends where a line ends soon enough, so the two streams
+//! interleave by lines.
 //! Metric lines on stdout become reports as they arrive; checkpoint lines are
 //! handed to `checkpoint::CheckpointWatch`. Lines are split by a bounded
 //! splitter, so a line too long to parse is skipped and the next one is parsed.
@@ -41,6 +50,7 @@ use xp_runtime::protocol::{Launch, WorkerReport};
 
 use crate::cgroup::{Cgroups, Limits, WorkerCgroup};
 use crate::checkpoint::{self, CheckpointSink, CheckpointWatch};
+use crate::isolation::UidLease;
 use crate::worker_log::lines::{Line, LineSplitter};
 use crate::worker_log::{self, LogCap, LogSender};
 
@@ -115,6 +125,10 @@ pub struct WorkerCommand {
     pub work_dir: PathBuf,
     /// Its checkpoint directory and the store its checkpoints go to.
     pub checkpoint: CheckpointSink,
+    /// Its share of the user id its attempt's ranks run as, when they have one of
+    /// their own; given back after the worker and everything in its cgroup are
+    /// gone.
+    pub uid: Option<UidLease>,
 }
 
 /// The environment contract of a worker process (documented in ARCHITECTURE.md).
@@ -157,7 +171,7 @@ pub fn worker_env(launch: &Launch) -> Vec<(String, String)> {
 /// report is `Stopped` with that message. Its output is kept under `log_cap`.
 pub async fn supervise(
     launch: Launch,
-    command: WorkerCommand,
+    mut command: WorkerCommand,
     log_cap: LogCap,
     reports: mpsc::UnboundedSender<WorkerReport>,
     stop: oneshot::Receiver<StopRequest>,
@@ -174,6 +188,7 @@ pub async fn supervise(
             if let Some(cgroup) = cgroup {
                 cgroup.remove().await;
             }
+            take_back(&mut command).await;
             warn!(worker = %key, error = %error_chain(&error), "worker could not start");
             let _ = reports.send(WorkerReport::LaunchFailed {
                 key,
@@ -266,6 +281,7 @@ pub async fn supervise(
     };
     info!(worker = %key, ?code, ?signal, "worker exited");
     let mut oom_limit = None;
+    let had_cgroup = cgroup.is_some();
     if let Some(cgroup) = cgroup {
         let limits = cgroup.limits();
         if limits.memory_bytes > 0 && cgroup.oom_kills() > 0 {
@@ -273,6 +289,13 @@ pub async fn supervise(
         }
         cgroup.remove().await;
     }
+    if command.uid.is_some() && !had_cgroup {
+        // What escaped the process group runs until the attempt's last rank
+        // here ends and its id is scrubbed: killing all of the id now would
+        // kill this rank's siblings.
+        debug!(worker = %key, "no cgroup: leftovers of this rank go with its attempt's user id");
+    }
+    take_back(&mut command).await;
     let report = match (stopped_because, oom_limit) {
         (Some(reason), _) => WorkerReport::Stopped { key, reason },
         // A worker that caught the kill of one of its processes and succeeded anyway succeeded.
@@ -306,9 +329,31 @@ fn worker_cgroup(launch: &Launch) -> Option<WorkerCgroup> {
     }
 }
 
+/// Takes a worker's work directory back from its attempt's user id once the
+/// worker is gone (owner root, mode 0700, by descriptor: the directory itself
+/// cannot be swapped, as its parent is the node's), then gives back its share of
+/// the id. The attempt's last rank to do so scrubs the id (everything still
+/// running as it killed, what it left at the top of `/tmp`, `/var/tmp` and
+/// `/dev/shm` removed) and returns it before this ends, so the next attempt given
+/// the id finds nothing of this one.
+async fn take_back(command: &mut WorkerCommand) {
+    // Only an id of the attempt's own: never the node's.
+    let Some(lease) = command.uid.take() else {
+        return;
+    };
+    let work_dir = command.work_dir.clone();
+    let taken =
+        tokio::task::spawn_blocking(move || crate::isolation::take_back_dir(&work_dir)).await;
+    if let Ok(Err(error)) | Err(error) = taken.map_err(std::io::Error::other) {
+        warn!(dir = %command.work_dir.display(), %error, "cannot take a finished worker's work directory back from its user id");
+    }
+    lease.give_back().await;
+}
+
 /// Starts the worker's process. With `procs_files` the child moves itself into
 /// its cgroup before it execs, so nothing it runs or starts is ever outside it
-/// (moving it after the spawn would race with its first fork).
+/// (moving it after the spawn would race with its first fork); with a user id of
+/// its own it then drops root for it.
 async fn spawn(
     launch: &Launch,
     command: &WorkerCommand,
@@ -323,11 +368,16 @@ async fn spawn(
             .await
             .map_err(create_dir(parent))?;
     }
+    // The agent made them for the worker's id; these only cover a missing one
+    // (when the node runs workers as itself).
     for dir in [&command.work_dir, &command.checkpoint.dir] {
-        tokio::fs::create_dir_all(dir)
-            .await
-            .map_err(create_dir(dir))?;
+        if !tokio::fs::try_exists(dir).await.unwrap_or(false) {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(create_dir(dir))?;
+        }
     }
+    let uid = command.uid.as_ref().map(UidLease::uid);
     let mut process = tokio::process::Command::new(&command.program);
     process
         .args(&command.args)
@@ -340,12 +390,28 @@ async fn spawn(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .process_group(0);
-    // SAFETY: between fork and exec the closure only calls prctl(2), open(2),
-    // write(2) and close(2), which are async-signal-safe, on paths made before the fork.
+    if uid.is_some() {
+        // An id made for the worker has no home of its own; the node's is not its.
+        process.env("HOME", &command.work_dir);
+    }
+    let node_pid = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec the closure only calls open(2), write(2),
+    // close(2), setgroups(2), setgid(2), setuid(2), prctl(2) and
+    // getppid(2), which are async-signal-safe, on data made before the fork; the
+    // child has one thread, so setuid needs no cross-thread broadcast.
     unsafe {
         process.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            // Entering the cgroup needs root: first.
             crate::cgroup::enter(&procs_files)?;
+            if let Some(uid) = uid {
+                drop_to(uid)?;
+            }
+            // After the switch, which clears it.
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            if libc::getppid() != node_pid {
+                // The node died before the death signal was armed.
+                return Err(std::io::Error::other("the node is gone"));
+            }
             Ok(())
         });
     }
@@ -353,6 +419,28 @@ async fn spawn(
         program: command.program.clone(),
         source,
     })
+}
+
+/// Drops every privilege for user and group id `uid`: no supplementary groups,
+/// then the group, then the user (the other way round, the group could no longer
+/// be changed). Called between fork and exec. It kills nothing: sibling ranks of
+/// the attempt may already run as `uid`, and what an earlier holder left was
+/// killed before the id was handed out (`UidLease::ready`).
+fn drop_to(uid: u32) -> std::io::Result<()> {
+    let check = |result: libc::c_int| {
+        if result == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    // SAFETY: plain system calls on integers; setgroups reads no memory for 0 groups.
+    unsafe {
+        check(libc::setgroups(0, std::ptr::null()))?;
+        check(libc::setgid(uid))?;
+        check(libc::setuid(uid))?;
+    }
+    Ok(())
 }
 
 fn signal_group(pid: u32, signal: Signal) {

@@ -40,3 +40,5 @@ pub mod tls;
 pub mod transport;
 #[cfg(feature = "net")]
 pub mod views;
+#[cfg(feature = "net")]
+mod wire_seq;

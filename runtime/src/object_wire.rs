@@ -118,8 +118,10 @@ pub enum StoreAnswer {
     /// The owners of an object this node holds (answering [`ObjectOp::Owners`]).
     Owners {
         /// The trials that keep it.
+        #[serde(deserialize_with = "crate::wire_seq::vec")]
         trials: Vec<TrialId>,
         /// The driver sessions that keep it.
+        #[serde(deserialize_with = "crate::wire_seq::vec")]
         drivers: Vec<String>,
     },
 }

@@ -14,14 +14,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, warn};
 
 /// How long one connection has to say who it is.
 const ARRIVAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest rendezvous message.
-const MAX_MESSAGE: usize = 64 << 10;
+pub const MAX_MESSAGE: usize = 64 << 10;
 
 const LIMIT: bincode::config::Configuration<
     bincode::config::LittleEndian,
@@ -49,6 +49,7 @@ pub struct RankAddress {
     pub nccl_capable: bool,
     /// Rank 0 only: the NCCL unique id the gang's communicator is made from
     /// ([`NCCL_UNIQUE_ID_BYTES`] bytes), when rank 0 can use NCCL.
+    #[serde(deserialize_with = "crate::wire_seq::option_vec")]
     pub nccl_id: Option<Vec<u8>>,
 }
 
@@ -70,15 +71,20 @@ pub fn nccl_unique_id(table: &[RankAddress]) -> Option<[u8; NCCL_UNIQUE_ID_BYTES
     rank0.nccl_id.as_deref()?.try_into().ok()
 }
 
+/// One message between a rank and rank 0's store: a 4-byte big-endian length,
+/// then bincode of at most [`MAX_MESSAGE`] bytes. Public so that the hostile-input
+/// tests can reach its decoder.
 #[derive(Debug, Serialize, Deserialize)]
-enum StoreMessage {
+pub enum StoreMessage {
     /// A rank arrives: its token and address.
     Arrive {
+        /// The per-attempt token, which rank 0 checks.
         token: [u8; 32],
+        /// Where the rank's data listener is.
         address: RankAddress,
     },
     /// Everyone's addresses, in rank order.
-    Table(Vec<RankAddress>),
+    Table(#[serde(deserialize_with = "crate::wire_seq::vec")] Vec<RankAddress>),
     /// The rendezvous failed.
     Failed(String),
 }
@@ -117,23 +123,32 @@ pub enum RendezvousError {
     Invalid(String),
 }
 
+/// `message` behind its length, ready to write.
+pub fn encode_message(message: &StoreMessage) -> Result<Vec<u8>, RendezvousError> {
+    let body = bincode::serde::encode_to_vec(message, LIMIT)
+        .map_err(|error| RendezvousError::Message(error.to_string()))?;
+    let len = u32::try_from(body.len())
+        .map_err(|_| RendezvousError::Message(format!("message of {} bytes", body.len())))?;
+    let mut framed = len.to_be_bytes().to_vec();
+    framed.extend_from_slice(&body);
+    Ok(framed)
+}
+
 async fn write_message(
     stream: &mut TcpStream,
     message: &StoreMessage,
 ) -> Result<(), RendezvousError> {
-    let body = bincode::serde::encode_to_vec(message, LIMIT)
-        .map_err(|error| RendezvousError::Message(error.to_string()))?;
     stream
-        .write_u32(body.len() as u32)
-        .await
-        .map_err(|error| RendezvousError::Message(error.to_string()))?;
-    stream
-        .write_all(&body)
+        .write_all(&encode_message(message)?)
         .await
         .map_err(|error| RendezvousError::Message(error.to_string()))
 }
 
-async fn read_message(stream: &mut TcpStream) -> Result<StoreMessage, RendezvousError> {
+/// Reads one message; a length over [`MAX_MESSAGE`] is refused before anything
+/// is allocated for it.
+pub async fn read_message(
+    stream: &mut (impl AsyncRead + Unpin),
+) -> Result<StoreMessage, RendezvousError> {
     let len = stream
         .read_u32()
         .await

@@ -51,6 +51,9 @@ pub const ALPN: &[u8] = b"xp/1";
 pub const CLOSE_BAD_TOKEN: u32 = 2;
 /// Application close code: the peer broke the protocol.
 pub const CLOSE_PROTOCOL_ERROR: u32 = 3;
+/// Application close code: the connection's credential was revoked (or its
+/// user removed) while it was open.
+pub const CLOSE_REVOKED: u32 = 4;
 /// Application close code: orderly shutdown.
 pub const CLOSE_SHUTDOWN: u32 = 0;
 /// Bytes per chunk when streaming blobs.
@@ -111,11 +114,10 @@ pub enum TransportError {
     /// The head's certificate does not chain to the pinned CA.
     #[error(transparent)]
     CaMismatch(CaMismatch),
-    /// The head refused the token.
-    #[error(
-        "the head refused the token: wrong token (the token in the join string is not this cluster's)"
-    )]
-    BadToken,
+    /// The head refused the credential; the head's words say why (a wrong
+    /// token, a revoked one, a user credential given to a node).
+    #[error("the head refused the credential: {0}")]
+    BadToken(String),
     /// The QUIC connection could not be made.
     #[error("cannot connect to the head at {addr}: {reason}")]
     Connect {
@@ -683,7 +685,7 @@ pub async fn connect(
         match frame::read_message(&mut recv).await? {
             Some(Message::Welcome(Welcome { .. })) => Ok((send, recv)),
             Some(Message::Error(error)) if error.code == ErrorCode::BadToken => {
-                Err(TransportError::BadToken)
+                Err(TransportError::BadToken(error.message))
             }
             Some(Message::Error(error)) => Err(TransportError::Remote(error)),
             Some(other) => Err(TransportError::Unexpected(format!("{other:?}"))),
@@ -708,7 +710,9 @@ pub async fn connect(
                 TransportError::Connection {
                     source: quinn::ConnectionError::ApplicationClosed(close),
                     ..
-                } if close.error_code == CLOSE_BAD_TOKEN.into() => TransportError::BadToken,
+                } if close.error_code == CLOSE_BAD_TOKEN.into() => {
+                    TransportError::BadToken(String::from_utf8_lossy(&close.reason).into_owned())
+                }
                 other => other,
             })
         }

@@ -85,5 +85,8 @@ pub fn node_json(node: &NodeStatus) -> Value {
         "labels": node.labels,
         "running_workers": node.running_workers,
         "last_seen_ms": node.last_seen,
+        "isolation": node.isolation.label(),
+        "worker_uids": node.isolation.worker_uids,
+        "limits": node.isolation.limits.as_str(),
     })
 }

@@ -7,11 +7,11 @@ use std::time::Duration;
 use xp_runtime::error_chain::error_chain;
 use xp_runtime::ids::{BlobHash, ExperimentId, ObjectId, TrialId};
 use xp_runtime::join::{JoinString, JoinStringError};
-use xp_runtime::object_wire::{self, ObjectClient};
+use xp_runtime::object_wire::ObjectClient;
 use xp_runtime::protocol::{
-    AdminAction, AdminRequest, CheckpointStatus, ErrorCode, ExperimentState, ExperimentStatus,
-    LogChunk, LogRequest, MetricPoint, NodeStatus, PeerRole, QueueStatus, Request, Response,
-    SubmitRequest, TrialEvent, TrialState,
+    AdminAction, AdminRequest, AuditEntry, CheckpointStatus, ErrorCode, ExperimentState,
+    ExperimentStatus, LogChunk, LogRequest, MetricPoint, NodeStatus, PeerRole, QueueStatus,
+    Request, Response, SubmitRequest, TrialEvent, TrialState,
 };
 use xp_runtime::spec::{Algorithm, Domain, ExperimentSpec, ParamValue, SearchSpec, TrialSpec};
 use xp_runtime::transport::{self, HeadConnection, TransportError};
@@ -104,7 +104,6 @@ pub struct Client {
     objects: std::sync::Arc<tokio::sync::OnceCell<ObjectClient>>,
     /// The name this connection's objects are stored under, once it stored one.
     session: std::sync::Arc<std::sync::OnceLock<String>>,
-    token_digest: [u8; 32],
 }
 
 macro_rules! expect_response {
@@ -133,15 +132,19 @@ impl Client {
             connection,
             objects: std::sync::Arc::default(),
             session: std::sync::Arc::default(),
-            token_digest: object_wire::token_digest(&join.token),
         })
     }
 
+    /// The link to the object servers, made on first use with the object
+    /// plane's key, which the head hands to members (a user credential is not it).
     async fn object_client(&self) -> Result<&ObjectClient, SdkError> {
         self.objects
             .get_or_try_init(|| async {
-                ObjectClient::new(self.token_digest)
-                    .map_err(|error| SdkError::Object(error.to_string()))
+                let key = expect_response!(
+                    self.request(Request::ObjectKey).await?,
+                    Response::ObjectKey(key) => key
+                )?;
+                ObjectClient::new(key.0).map_err(|error| SdkError::Object(error.to_string()))
             })
             .await
     }
@@ -305,21 +308,23 @@ impl Client {
         )
     }
 
-    /// An admin action, recorded with `who` and `why`; returns how many trials it
-    /// touched and what it did.
-    pub async fn admin(
-        &self,
-        action: AdminAction,
-        who: &str,
-        why: &str,
-    ) -> Result<(u32, String), SdkError> {
+    /// An admin action, recorded with the authenticated user and `why`; returns
+    /// how many trials it touched and what it did.
+    pub async fn admin(&self, action: AdminAction, why: &str) -> Result<(u32, String), SdkError> {
+        // The head records the user this connection authenticated as.
         let request = AdminRequest {
             action,
-            who: who.to_owned(),
+            who: String::new(),
             why: why.to_owned(),
         };
         expect_response!(self.request(Request::Admin(request)).await?,
             Response::Admin { trials, message } => (trials, message))
+    }
+
+    /// The newest `limit` entries of the head's audit trail (admins only).
+    pub async fn audit(&self, limit: u32) -> Result<Vec<AuditEntry>, SdkError> {
+        expect_response!(self.request(Request::Audit { limit }).await?,
+            Response::Audit(entries) => entries)
     }
 
     async fn upload_program(&self, path: &Path) -> Result<BlobHash, SdkError> {

@@ -1,4 +1,5 @@
-//! `xp admin`: arbitration by an admin; each action is recorded with who and why.
+//! `xp admin`: arbitration by an admin; each action is recorded with the
+//! authenticated user (never a name the client gives) and why.
 
 use std::path::PathBuf;
 
@@ -46,9 +47,8 @@ pub(crate) async fn run(args: AdminArgs) -> anyhow::Result<()> {
         AdminCommand::Release { id } => AdminAction::Release { id },
         AdminCommand::Move { id, queue } => AdminAction::Move { id, queue },
     };
-    let who = std::env::var("USER").unwrap_or_else(|_| "unknown".to_owned());
     let client = connect(&cluster).await?;
-    let (_, message) = client.admin(action, &who, &why).await?;
+    let (_, message) = client.admin(action, &why).await?;
     outln!("{message}");
     client.close().await;
     Ok(())

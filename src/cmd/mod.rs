@@ -22,6 +22,7 @@ macro_rules! outln {
 }
 
 mod admin;
+mod audit;
 mod bench;
 mod cancel;
 mod checkpoints;
@@ -51,17 +52,19 @@ pub(crate) struct Cli {
     command: Command,
 }
 
-/// How a command reaches the cluster. The join string holds the cluster secret:
-/// the `XP_CLUSTER` environment variable or `--cluster-file` keep it out of `ps`,
-/// while `--cluster` still works but shows it to every local user.
+/// How a command reaches the cluster. The credential (a user's, printed by
+/// `xp-head user add`, or the first admin's, printed as `admin:` by `xp-head
+/// start`) holds a personal secret: the `XP_CLUSTER` environment variable or
+/// `--cluster-file` keep it out of `ps`, while `--cluster` still works but shows
+/// it to every local user.
 #[derive(clap::Args, Debug)]
 pub(crate) struct ClusterArg {
-    /// The join string printed by `xp-head start`. Prefer setting the XP_CLUSTER
-    /// environment variable (or --cluster-file): an argument is visible to every
-    /// local user in `ps`.
+    /// Your credential (`xp://HOST:PORT?token=SECRET&ca=...`, from `xp-head user
+    /// add`). Prefer setting the XP_CLUSTER environment variable (or
+    /// --cluster-file): an argument is visible to every local user in `ps`.
     #[arg(long, env = "XP_CLUSTER", hide_env_values = true)]
     pub(crate) cluster: Option<String>,
-    /// A file holding the join string; only its owner may read it (`chmod 600`).
+    /// A file holding your credential; only its owner may read it (`chmod 600`).
     #[arg(long, value_name = "FILE")]
     pub(crate) cluster_file: Option<std::path::PathBuf>,
 }
@@ -74,13 +77,13 @@ impl ClusterArg {
             return Ok(xp_runtime::join::read_join_file(path)?);
         }
         let cluster = self.cluster.as_deref().context(
-            "no cluster named: set XP_CLUSTER to the join string, or pass --cluster-file FILE",
+            "no cluster named: set XP_CLUSTER to your credential (from `xp-head user add`), or pass --cluster-file FILE",
         )?;
         if std::env::var("XP_CLUSTER").ok().as_deref() != Some(cluster) {
             static WARNED: std::sync::Once = std::sync::Once::new();
             WARNED.call_once(|| {
                 eprintln_note(
-                    "warning: --cluster shows the cluster secret to every local user in `ps`; set XP_CLUSTER or use --cluster-file instead",
+                    "warning: --cluster shows your secret to every local user in `ps`; set XP_CLUSTER or use --cluster-file instead",
                 );
             });
         }
@@ -117,6 +120,8 @@ enum Command {
     Checkpoints(checkpoints::CheckpointsArgs),
     /// Arbitration by an admin; each action is recorded with who and why.
     Admin(admin::AdminArgs),
+    /// The head's audit trail: admin actions and refusals (admins only).
+    Audit(audit::AuditArgs),
     /// A live full-screen view of the cluster: nodes, queues, running trials, events.
     Top(top::TopArgs),
     /// Measure the runtime on an embedded local cluster.
@@ -140,6 +145,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Queue(args) => queue::run(args).await,
         Command::Checkpoints(args) => checkpoints::run(args).await,
         Command::Admin(args) => admin::run(args).await,
+        Command::Audit(args) => audit::run(args).await,
         Command::Top(args) => top::run(args).await,
         Command::Bench(bench) => bench::run(bench).await,
     }

@@ -1,4 +1,6 @@
-//! `xp nodes`: list the cluster's nodes, with the address the others reach each at.
+//! `xp nodes`: list the cluster's nodes, with the address the others reach each at
+//! and what each enforces on its workers (`ISOLATION`: a user id per worker,
+//! cgroup limits; `none` where workers share the node's user and run unlimited).
 
 use xp_runtime::views::node_json;
 
@@ -25,14 +27,15 @@ pub(crate) async fn run(args: NodesArgs) -> anyhow::Result<()> {
         }
     } else {
         outln!(
-            "{:<34} {:<16} {:<16} {:<6} {:>9} {:>11} {:>8}  LABELS",
+            "{:<34} {:<16} {:<16} {:<6} {:>9} {:>11} {:>8}  {:<14} LABELS",
             "NODE",
             "NAME",
             "ADDRESS",
             "STATE",
             "GPUS",
             "CPUS",
-            "WORKERS"
+            "WORKERS",
+            "ISOLATION"
         );
         for node in &nodes {
             let state = node.state.as_str();
@@ -42,7 +45,7 @@ pub(crate) async fn run(args: NodesArgs) -> anyhow::Result<()> {
                 .map(|(key, value)| format!("{key}={value}"))
                 .collect();
             outln!(
-                "{:<34} {:<16} {:<16} {:<6} {:>4}/{:<4} {:>5.1}/{:<5.1} {:>8}  {}",
+                "{:<34} {:<16} {:<16} {:<6} {:>4}/{:<4} {:>5.1}/{:<5.1} {:>8}  {:<14} {}",
                 node.id.to_string(),
                 node.name,
                 node.address,
@@ -52,6 +55,7 @@ pub(crate) async fn run(args: NodesArgs) -> anyhow::Result<()> {
                 f64::from(node.free_cpu_milli) / 1000.0,
                 f64::from(node.capacity.cpu_milli) / 1000.0,
                 node.running_workers,
+                node.isolation.label(),
                 labels.join(",")
             );
         }

@@ -71,10 +71,55 @@ pub(crate) fn wait_until<T>(
     }
 }
 
+/// What a head prints on start: the first admin's credential (only on its
+/// first start, before the node line) and the node credential.
+pub(crate) struct HeadCredentials {
+    /// `admin: xp://...`, when this start created the first admin.
+    pub(crate) admin: Option<String>,
+    /// `node: xp://...`.
+    pub(crate) node: String,
+}
+
+/// Reads the head's credential lines from its stdout, up to the `node:` line;
+/// `None` when stdout ends first.
+pub(crate) fn read_head_credentials(
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
+) -> Option<HeadCredentials> {
+    let mut admin = None;
+    for line in lines {
+        let line = line.expect("head stdout is text");
+        if let Some(credential) = line.strip_prefix("admin: ") {
+            admin = Some(credential.to_owned());
+        } else if let Some(credential) = line.strip_prefix("node: ") {
+            return Some(HeadCredentials {
+                admin,
+                node: credential.to_owned(),
+            });
+        }
+    }
+    None
+}
+
+/// A temporary directory for a cluster's data directories and logs, open like
+/// `/tmp` (1777): a node running as root runs its workers under user ids of
+/// their own, which must reach their work directories inside it, and tests have
+/// workers leave files here (a pid, an object id). Everything secret inside is
+/// private to its owner (the head's and the nodes' data directories).
+pub(crate) fn cluster_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777))
+        .expect("let workers into the cluster directory");
+    dir
+}
+
 /// Processes of one test cluster.
 pub(crate) struct TestCluster {
     pub(crate) dir: tempfile::TempDir,
+    /// The first admin's credential: what `xp` and drivers use.
     pub(crate) join: String,
+    /// The node credential: what nodes join with.
+    pub(crate) node_join: String,
     pub(crate) port: u16,
     head: Option<Child>,
     nodes: BTreeMap<String, Child>,
@@ -91,7 +136,7 @@ impl TestCluster {
 
     /// Starts a head that schedules with the policy file `policy` (YAML text).
     pub(crate) fn start_with_policy(node_timeout: &str, policy: Option<&str>) -> Self {
-        let dir = tempfile::tempdir().expect("a temporary directory");
+        let dir = cluster_dir();
         let mut head_args = Vec::new();
         if let Some(policy) = policy {
             let path = dir.path().join("policy.yaml");
@@ -101,6 +146,7 @@ impl TestCluster {
         let mut cluster = Self {
             dir,
             join: String::new(),
+            node_join: String::new(),
             port: 0,
             head: None,
             nodes: BTreeMap::new(),
@@ -126,20 +172,26 @@ impl TestCluster {
             .expect("xp-head starts");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let join = lines
-            .by_ref()
-            .map(|line| line.expect("head stdout is text"))
-            .find(|line| line.starts_with("xp://"))
-            .expect("the head prints its join string");
+        let credentials =
+            read_head_credentials(&mut lines).expect("the head prints its node credential");
         // Keep draining stdout so the head never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
-        self.port = join
+        self.port = credentials
+            .node
             .split(':')
             .nth(2)
             .and_then(|rest| rest.split('?').next())
             .and_then(|port| port.parse().ok())
             .expect("a port in the join string");
-        self.join = join;
+        // The admin credential is printed on the first start only; a restart keeps it.
+        if let Some(admin) = credentials.admin {
+            self.join = admin;
+        }
+        assert!(
+            !self.join.is_empty(),
+            "the head printed no admin credential"
+        );
+        self.node_join = credentials.node;
         self.head = Some(child);
     }
 
@@ -178,7 +230,7 @@ impl TestCluster {
                 &format!("name={name}"),
             ])
             .args(extra)
-            .env("XP_JOIN", &self.join)
+            .env("XP_JOIN", &self.node_join)
             .env("XP_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
@@ -398,11 +450,12 @@ impl TestCluster {
         head_args: &[&str],
         prepare: impl FnOnce(&Path),
     ) -> Self {
-        let dir = tempfile::tempdir().expect("a temporary directory");
+        let dir = cluster_dir();
         prepare(&dir.path().join("head"));
         let mut cluster = Self {
             dir,
             join: String::new(),
+            node_join: String::new(),
             port: 0,
             head: None,
             nodes: BTreeMap::new(),

@@ -63,7 +63,10 @@ struct Host {
 /// A head and nodes on separate simulated machines.
 pub(crate) struct NetnsCluster {
     pub(crate) dir: tempfile::TempDir,
+    /// The first admin's credential, for `xp`.
     pub(crate) join: String,
+    /// The node credential, for nodes.
+    pub(crate) node_join: String,
     /// Namespaces created, deleted on drop.
     namespaces: Vec<String>,
     hosts: BTreeMap<String, Host>,
@@ -94,8 +97,9 @@ impl NetnsCluster {
         let number = CLUSTERS.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("xpt{}-{number}", std::process::id());
         let mut cluster = Self {
-            dir: tempfile::tempdir().expect("a temporary directory"),
+            dir: super::cluster_dir(),
             join: String::new(),
+            node_join: String::new(),
             namespaces: Vec::new(),
             hosts: BTreeMap::new(),
             head: None,
@@ -240,22 +244,24 @@ impl NetnsCluster {
             .expect("xp-head starts");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let join = lines
-            .by_ref()
-            .map(|line| line.expect("head stdout is text"))
-            .find(|line| line.starts_with("xp://"));
+        let credentials = super::read_head_credentials(&mut lines);
         // Keep draining stdout so the head never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
         self.head = Some(child);
-        let Some(join) = join else {
+        let Some(super::HeadCredentials {
+            admin: Some(admin),
+            node,
+        }) = credentials
+        else {
             self.dump_logs();
-            panic!("the head printed no join string");
+            panic!("the head printed no admin and node credentials");
         };
         assert!(
-            join.starts_with(&format!("xp://{HEAD_IP}:")),
-            "the join string names the head's address: {join}"
+            node.starts_with(&format!("xp://{HEAD_IP}:")),
+            "the join string names the head's address: {node}"
         );
-        self.join = join;
+        self.join = admin;
+        self.node_join = node;
     }
 
     /// Starts a node on machine `name` with `gpus` declared GPU slots, `cpus`
@@ -269,7 +275,7 @@ impl NetnsCluster {
             .args(["--gpus", &gpus.to_string(), "--cpus", &cpus.to_string()])
             .args(["--label", &format!("name={name}")])
             .args(extra)
-            .env("XP_JOIN", &self.join)
+            .env("XP_JOIN", &self.node_join)
             .env("XP_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)

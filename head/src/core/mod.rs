@@ -8,13 +8,14 @@
 //!
 //! This file holds the [`HeadCore`] struct, its restore from persisted records, its
 //! outputs and its invariant check. The rest lives in one file per concern:
-//! `records` (the persisted types), `error` ([`CoreError`], the one conversion to the
+//! `access` (the teams that own a request's target, for authorization), `records` (the persisted types), `error` ([`CoreError`], the one conversion to the
 //! wire error), `requests` (submit and cancel), `views` (status answers), `admin`
 //! (admin arbitration), `admission` (pending limits), `nodes` (membership and
 //! heartbeats), `reports` (worker reports), `scheduling` (keeping the policy core in
 //! step), `launch` (attempts and [`MasterPorts`](launch::MasterPorts)), `attempts`
 //! (the attempt and worker lifecycle), `sweeps` (adaptive sweeps and early
-//! stopping) and `checkpoints` (manifests, objects and resume points).
+//! stopping), `checkpoints` (manifests, objects and resume points) and `pages`
+//! (the HTTP API's bounded pages).
 //!
 //! Invariants (checked by `check_invariants` in tests after every step):
 //! - a GPU index of a node is held by at most one live worker, or by fractional
@@ -25,6 +26,7 @@
 //! - the object reference counts equal what the kept checkpoints name;
 //! - the policy core's own invariants hold.
 
+mod access;
 mod admin;
 mod admission;
 mod attempts;
@@ -32,6 +34,7 @@ pub mod checkpoints;
 mod error;
 mod launch;
 mod nodes;
+pub mod pages;
 mod records;
 mod reports;
 mod requests;

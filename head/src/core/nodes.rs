@@ -40,6 +40,7 @@ impl HeadCore {
             labels: registration.labels,
             state: NodeState::Ready,
             last_seen: now,
+            isolation: registration.isolation,
         };
         self.policy.upsert_node(node_spec(&record));
         self.directory.register(

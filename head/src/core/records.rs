@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, TrialId, WorkerKey};
-use xp_runtime::protocol::{NodeResources, NodeState, TrialEvent, TrialState};
+use xp_runtime::protocol::{NodeIsolation, NodeResources, NodeState, TrialEvent, TrialState};
 use xp_sched::GPU_MILLI;
 
 use crate::core::checkpoints::retention::CheckpointRecord;
@@ -208,6 +208,10 @@ pub struct NodeRecord {
     pub state: NodeState,
     /// Last heard from.
     pub last_seen: UnixMillis,
+    /// What it enforces on its workers, as it registered (records from before
+    /// nodes said read as none).
+    #[serde(default)]
+    pub isolation: NodeIsolation,
 }
 
 /// One metric report, appended to the registry's history.
@@ -238,6 +242,10 @@ pub enum Record {
     Metric(MetricRecord),
     /// Replace the scheduling policy.
     Policy(PolicyRecord),
+    /// Insert or replace a user (the actor's user table, not the core, makes these).
+    User(crate::auth::users::UserRecord),
+    /// Append an audit entry; the registry numbers it (its `seq` is ignored).
+    Audit(xp_runtime::protocol::AuditEntry),
 }
 
 /// Everything the registry loaded at start.

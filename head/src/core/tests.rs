@@ -43,6 +43,7 @@ fn registration(node: NodeId, gpus: u32, cpus: u32, running: Vec<WorkerKey>) -> 
             cert_sha256: [0; 32],
         }),
         held_objects: Vec::new(),
+        isolation: xp_runtime::protocol::NodeIsolation::default(),
     }
 }
 
@@ -543,7 +544,7 @@ fn loaded_from(records: Vec<Record>) -> LoadedState {
                 nodes.insert(node.id, node);
             }
             Record::Event(event) => loaded.events.push(event),
-            Record::Metric(_) => {}
+            Record::Metric(_) | Record::User(_) | Record::Audit(_) => {}
             Record::Policy(policy) => loaded.policy = Some(policy),
         }
     }

@@ -14,7 +14,7 @@ use xp_runtime::protocol::{
 use xp_runtime::spec::Mode;
 use xp_sched::{Amount, GPU_MILLI, QueueUsage};
 
-use super::{CoreError, HeadCore, trial_range};
+use super::{CoreError, HeadCore, NodeRecord, TrialRecord, trial_range};
 
 impl HeadCore {
     /// Experiments matching `filter` (an id or unique prefix), or all.
@@ -31,7 +31,16 @@ impl HeadCore {
 
     /// The nodes as `xp nodes` shows them.
     pub fn nodes_status(&self) -> Vec<NodeStatus> {
-        // One pass over the workers, not one per node.
+        let running = self.running_workers_by_node();
+        self.nodes
+            .values()
+            .map(|node| self.node_status(node, &running))
+            .collect()
+    }
+
+    /// How many live workers each node runs, in one pass over the workers (not
+    /// one per node).
+    pub(super) fn running_workers_by_node(&self) -> BTreeMap<NodeId, u32> {
         let mut running: BTreeMap<NodeId, u32> = BTreeMap::new();
         for worker in self
             .trials
@@ -42,31 +51,36 @@ impl HeadCore {
         {
             *running.entry(worker.node).or_default() += 1;
         }
-        self.nodes
-            .values()
-            .map(|node| {
-                let free = self.policy.pool().node_free(node.id).unwrap_or_default();
-                NodeStatus {
-                    id: node.id,
-                    name: node.name.clone(),
-                    address: node.address.clone(),
-                    state: node.state,
-                    capacity: node.resources.clone(),
-                    // Whole idle GPUs; shares of partly used ones do not add up to one.
-                    free_gpus: self
-                        .policy
-                        .pool()
-                        .node_gpu_used(node.id)
-                        .map_or(0, |used| used.iter().filter(|milli| **milli == 0).count())
-                        as u32,
-                    free_cpu_milli: u32::try_from(free.cpu_milli).unwrap_or(u32::MAX),
-                    free_memory_bytes: free.memory_bytes,
-                    labels: node.labels.clone(),
-                    running_workers: running.get(&node.id).copied().unwrap_or(0),
-                    last_seen: node.last_seen,
-                }
-            })
-            .collect()
+        running
+    }
+
+    /// One node as `xp nodes` shows it; `running` is [`Self::running_workers_by_node`].
+    pub(super) fn node_status(
+        &self,
+        node: &NodeRecord,
+        running: &BTreeMap<NodeId, u32>,
+    ) -> NodeStatus {
+        let free = self.policy.pool().node_free(node.id).unwrap_or_default();
+        NodeStatus {
+            id: node.id,
+            name: node.name.clone(),
+            address: node.address.clone(),
+            state: node.state,
+            capacity: node.resources.clone(),
+            // Whole idle GPUs; shares of partly used ones do not add up to one.
+            free_gpus: self
+                .policy
+                .pool()
+                .node_gpu_used(node.id)
+                .map_or(0, |used| used.iter().filter(|milli| **milli == 0).count())
+                as u32,
+            free_cpu_milli: u32::try_from(free.cpu_milli).unwrap_or(u32::MAX),
+            free_memory_bytes: free.memory_bytes,
+            labels: node.labels.clone(),
+            running_workers: running.get(&node.id).copied().unwrap_or(0),
+            last_seen: node.last_seen,
+            isolation: node.isolation,
+        }
     }
 
     /// Where a worker's log lives: its node, its key, and whether it has exited.
@@ -165,35 +179,40 @@ impl HeadCore {
             trials: self
                 .trials
                 .range(trial_range(id))
-                .map(|(_, trial)| TrialStatus {
-                    id: trial.id,
-                    state: trial.state,
-                    config_json: trial.config_json.clone(),
-                    attempts: trial
-                        .attempts
-                        .iter()
-                        .map(|attempt| AttemptStatus {
-                            number: attempt.number,
-                            nodes: attempt.workers.iter().map(|worker| worker.node).collect(),
-                            placed_at: attempt.placed_at,
-                            running_at: attempt.running_at,
-                            ended_at: attempt.ended_at,
-                            outcome: attempt.outcome.clone(),
-                            resumed_from: attempt.resumed_from,
-                        })
-                        .collect(),
-                    metrics: trial.metrics.clone(),
-                    last_step: trial.last_step,
-                    reason: trial.reason.clone(),
-                    reused_from: trial.reused_from,
-                    waiting: (trial.state == TrialState::Queued).then(|| {
-                        self.policy.wait_reason(trial.id).map_or_else(
-                            || "admission: its team is at its pending limit".to_owned(),
-                            |reason| reason.to_string(),
-                        )
-                    }),
+                .map(|(_, trial)| self.trial_status(trial))
+                .collect(),
+        }
+    }
+
+    /// One trial as `xp status` shows it.
+    pub(super) fn trial_status(&self, trial: &TrialRecord) -> TrialStatus {
+        TrialStatus {
+            id: trial.id,
+            state: trial.state,
+            config_json: trial.config_json.clone(),
+            attempts: trial
+                .attempts
+                .iter()
+                .map(|attempt| AttemptStatus {
+                    number: attempt.number,
+                    nodes: attempt.workers.iter().map(|worker| worker.node).collect(),
+                    placed_at: attempt.placed_at,
+                    running_at: attempt.running_at,
+                    ended_at: attempt.ended_at,
+                    outcome: attempt.outcome.clone(),
+                    resumed_from: attempt.resumed_from,
                 })
                 .collect(),
+            metrics: trial.metrics.clone(),
+            last_step: trial.last_step,
+            reason: trial.reason.clone(),
+            reused_from: trial.reused_from,
+            waiting: (trial.state == TrialState::Queued).then(|| {
+                self.policy.wait_reason(trial.id).map_or_else(
+                    || "admission: its team is at its pending limit".to_owned(),
+                    |reason| reason.to_string(),
+                )
+            }),
         }
     }
 

@@ -24,6 +24,7 @@ use xp_runtime::protocol::{CheckpointFile, Launch};
 
 use super::backup::restore_from_backup;
 use super::error::{CheckpointError, ResumeError, io};
+use crate::isolation::fs::{self as lane_fs, FileOwner};
 use crate::objects::remote::{ObjectFetcher, Wanted};
 use crate::objects::{ObjectBytes, ObjectChange, ObjectStore, Owner};
 
@@ -44,13 +45,14 @@ pub struct CheckpointSources {
 impl CheckpointSources {
     /// Fills `dir` with the checkpoint `launch` resumes from, fetching objects
     /// this node lacks (or holds a corrupt copy of) from the nodes that have
-    /// them, and from the launch's backup directory when none can. Returns the
-    /// environment that tells the worker it resumes (`XP_RESUME_STEP`); nothing
-    /// when the launch starts afresh.
+    /// them, and from the launch's backup directory when none can; the files
+    /// belong to `owner` (the worker's id). Returns the environment that tells the
+    /// worker it resumes (`XP_RESUME_STEP`); nothing when the launch starts afresh.
     pub async fn restore_for_launch(
         &self,
         launch: &Launch,
         dir: &Path,
+        owner: Option<FileOwner>,
     ) -> Result<Vec<(String, String)>, ResumeError> {
         let Some(resume) = &launch.resume else {
             return Ok(Vec::new());
@@ -111,7 +113,7 @@ impl CheckpointSources {
         // Written from the bytes verified above: no second hash of the checkpoint.
         let files = resume.files.clone();
         let target = dir.to_owned();
-        tokio::task::spawn_blocking(move || write_files(&target, &files, &contents))
+        tokio::task::spawn_blocking(move || write_files(&target, owner, &files, &contents))
             .await
             .map_err(|source| ResumeError::Task { step, source })?
             .map_err(|source| ResumeError::Write { step, source })?;
@@ -137,18 +139,21 @@ pub fn restore(
                 })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    write_files(dir, files, &contents)
+    write_files(dir, None, files, &contents)
 }
 
 /// Writes each of `files` with its verified `contents` (in the same order) into
-/// `dir`, created if needed. Each file is a copy, so the worker may change it
-/// without touching the stored object.
+/// `dir`, created if needed, as files and directories of `owner`. Each file is a
+/// copy, so the worker may change it without touching the stored object. Below
+/// `dir` no link is followed (`isolation::fs`).
 pub fn write_files(
     dir: &Path,
+    owner: Option<FileOwner>,
     files: &[CheckpointFile],
     contents: &[ObjectBytes],
 ) -> Result<(), CheckpointError> {
     std::fs::create_dir_all(dir).map_err(io("create", dir))?;
+    let root = lane_fs::open_dir(dir).map_err(io("open", dir))?;
     for (file, bytes) in files.iter().zip(contents) {
         if !xp_runtime::protocol::is_safe_checkpoint_name(&file.name) {
             return Err(CheckpointError::Invalid(format!(
@@ -156,11 +161,14 @@ pub fn write_files(
                 file.name
             )));
         }
-        let path = dir.join(&file.name);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(io("create", parent))?;
-        }
-        std::fs::write(&path, &bytes[..]).map_err(io("write", &path))?;
+        let relative = Path::new(&file.name);
+        let path = dir.join(relative);
+        let parent =
+            lane_fs::make_dirs_in(&root, relative.parent().unwrap_or(Path::new("")), owner)
+                .map_err(io("create", &path))?;
+        let name = relative.file_name().unwrap_or_default();
+        lane_fs::replace_file_in(&parent, name, &bytes[..], 0o644, owner)
+            .map_err(io("write", &path))?;
     }
     Ok(())
 }

@@ -7,16 +7,25 @@
 //! Not here: deciding whether a checkpoint is kept (only rank 0's are; see
 //! `watch`), reporting it, or backing it up.
 //!
+//! The worker owns the directory and may still be changing it while it is read,
+//! so the node, which may be root, never follows a link there: the staging copy
+//! and everything in it are opened with `O_NOFOLLOW` relative to descriptors
+//! (`isolation::fs`), a link or special file is refused, and the directory made
+//! afresh is given to the worker's id by descriptor.
+//!
 //! Invariant: either every file is stored and pinned, or the objects this call
 //! added are withdrawn again and an error is returned; the staging copy is
 //! removed either way.
 
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use xp_runtime::ids::{ObjectId, TrialId};
 use xp_runtime::protocol::CheckpointFile;
 
 use super::error::{CheckpointError, io};
+use crate::isolation::fs::{self as lane_fs, EntryKind, FileOwner};
 use crate::objects::{ObjectStore, Owner};
 
 /// The most files one checkpoint may have.
@@ -25,24 +34,33 @@ pub const MAX_FILES: usize = 10_000;
 const MAX_DEPTH: usize = 16;
 
 /// Takes the files in `dir` into `store` as `trial`'s pinned objects and leaves
-/// `dir` empty. On failure nothing is reported and the objects this call added
-/// are removed again.
+/// `dir` empty (made again for `owner`). On failure nothing is reported and the
+/// objects this call added are removed again.
 pub fn take(
     store: &ObjectStore,
     dir: &Path,
+    owner: Option<FileOwner>,
     trial: TrialId,
     step: u64,
 ) -> Result<Vec<CheckpointFile>, CheckpointError> {
+    let name = dir.file_name().unwrap_or(OsStr::new("checkpoint"));
+    let parent = dir.parent().unwrap_or(Path::new("/"));
     let staging = dir.with_file_name(format!(
         ".{}-step{step}-{}",
-        dir.file_name()
-            .and_then(|name| name.to_str())
-            .unwrap_or("checkpoint"),
+        name.to_str().unwrap_or("checkpoint"),
         uuid::Uuid::now_v7().simple()
     ));
+    // rename(2) moves a link itself, never its target.
     std::fs::rename(dir, &staging).map_err(io("move aside", dir))?;
-    std::fs::create_dir_all(dir).map_err(io("recreate", dir))?;
-    let result = store_tree(store, &staging, trial);
+    let recreated = lane_fs::open_dir(parent)
+        .and_then(|parent| lane_fs::make_dir_in(&parent, name, 0o700, owner));
+    let result = match recreated {
+        Ok(_) => lane_fs::open_dir(&staging)
+            .map_err(io("open", &staging))
+            .and_then(|root| store_tree(store, &root, trial)),
+        Err(error) => Err(io("recreate", dir)(error)),
+    };
+    // remove_dir_all does not follow links either.
     if let Err(error) = std::fs::remove_dir_all(&staging) {
         tracing::warn!(%error, staging = %staging.display(), "cannot remove a taken checkpoint's files");
     }
@@ -51,11 +69,11 @@ pub fn take(
 
 fn store_tree(
     store: &ObjectStore,
-    root: &Path,
+    root: &OwnedFd,
     trial: TrialId,
 ) -> Result<Vec<CheckpointFile>, CheckpointError> {
     let mut names = Vec::new();
-    list_files(root, root, 0, &mut names)?;
+    list_files(root, "", 0, &mut names)?;
     if names.is_empty() {
         return Err(CheckpointError::Invalid(
             "the checkpoint directory is empty: write the files before printing XP_CHECKPOINT"
@@ -66,8 +84,14 @@ fn store_tree(
     let mut files = Vec::with_capacity(names.len());
     let mut added: Vec<ObjectId> = Vec::new();
     for name in names {
-        let path = root.join(&name);
-        match store.put_file(&path, Owner::Trial(trial)) {
+        let stored = open_below(root, &name)
+            .map_err(|source| crate::objects::StoreError::Io {
+                operation: crate::objects::IoOperation::Open,
+                path: name.clone().into(),
+                source,
+            })
+            .and_then(|file| store.put_reader(file, Owner::Trial(trial)));
+        match stored {
             Ok(object) => {
                 if !store.info(object).is_some_and(|info| info.pinned) {
                     added.push(object);
@@ -96,9 +120,21 @@ fn store_tree(
     Ok(files)
 }
 
+/// Opens regular file `relative` (a `/`-separated name from [`list_files`])
+/// below `root`, one directory at a time, following no link.
+fn open_below(root: &OwnedFd, relative: &str) -> std::io::Result<std::fs::File> {
+    let mut parts: Vec<&str> = relative.split('/').collect();
+    let file_name = parts.pop().unwrap_or_default();
+    let mut dir = root.try_clone()?;
+    for part in parts {
+        dir = lane_fs::open_dir_in(&dir, OsStr::new(part))?;
+    }
+    lane_fs::open_regular_in(&dir, OsStr::new(file_name))
+}
+
 fn list_files(
-    root: &Path,
-    dir: &Path,
+    dir: &OwnedFd,
+    prefix: &str,
     depth: usize,
     out: &mut Vec<String>,
 ) -> Result<(), CheckpointError> {
@@ -107,31 +143,32 @@ fn list_files(
             "checkpoint directories nest deeper than {MAX_DEPTH}"
         )));
     }
-    for entry in std::fs::read_dir(dir).map_err(io("list", dir))? {
-        let entry = entry.map_err(io("list", dir))?;
-        let path = entry.path();
-        let kind = entry.file_type().map_err(io("inspect", &path))?;
-        if kind.is_dir() {
-            list_files(root, &path, depth + 1, out)?;
-        } else if kind.is_file() {
-            let relative = path
-                .strip_prefix(root)
-                .ok()
-                .and_then(Path::to_str)
-                .ok_or_else(|| {
-                    CheckpointError::Invalid(format!("{} is not a UTF-8 name", path.display()))
-                })?;
-            out.push(relative.to_owned());
-            if out.len() > MAX_FILES {
+    let shown = |name: &str| format!("{prefix}{name}");
+    let listed = lane_fs::list(dir).map_err(io("list", Path::new(prefix)))?;
+    for (name, kind) in listed {
+        let name = name.to_str().ok_or_else(|| {
+            CheckpointError::Invalid(format!("{} is not a UTF-8 name", name.to_string_lossy()))
+        })?;
+        let relative = shown(name);
+        match kind {
+            EntryKind::Dir => {
+                let sub = lane_fs::open_dir_in(dir, OsStr::new(name))
+                    .map_err(io("open", Path::new(&relative)))?;
+                list_files(&sub, &format!("{relative}/"), depth + 1, out)?;
+            }
+            EntryKind::File => {
+                out.push(relative);
+                if out.len() > MAX_FILES {
+                    return Err(CheckpointError::Invalid(format!(
+                        "a checkpoint may have at most {MAX_FILES} files"
+                    )));
+                }
+            }
+            EntryKind::Other => {
                 return Err(CheckpointError::Invalid(format!(
-                    "a checkpoint may have at most {MAX_FILES} files"
+                    "{relative} is neither a file nor a directory (symbolic links are not followed)"
                 )));
             }
-        } else {
-            return Err(CheckpointError::Invalid(format!(
-                "{} is neither a file nor a directory (symbolic links are not followed)",
-                path.display()
-            )));
         }
     }
     Ok(())

@@ -19,7 +19,7 @@ fn take_then_restore_round_trips_and_empties_the_directory() {
     std::fs::create_dir_all(dir.join("sub")).expect("mkdir");
     std::fs::write(dir.join("state"), b"weights").expect("write");
     std::fs::write(dir.join("sub").join("opt"), b"moments").expect("write");
-    let files = take(&store, &dir, trial(), 7).expect("take");
+    let files = take(&store, &dir, None, trial(), 7).expect("take");
     assert_eq!(
         files
             .iter()
@@ -58,7 +58,7 @@ fn a_full_store_refuses_the_checkpoint_and_keeps_nothing_of_it() {
     std::fs::create_dir_all(&dir).expect("mkdir");
     std::fs::write(dir.join("a"), vec![1u8; 600]).expect("write");
     std::fs::write(dir.join("b"), vec![2u8; 600]).expect("write");
-    let error = take(&store, &dir, trial(), 1).expect_err("over the limit");
+    let error = take(&store, &dir, None, trial(), 1).expect_err("over the limit");
     assert!(error.to_string().contains("store full"), "{error}");
     assert_eq!(store.stat().disk_objects, 0);
 }
@@ -71,7 +71,7 @@ fn an_empty_directory_or_an_unsafe_name_is_refused() {
     let dir = temp.path().join("checkpoint");
     std::fs::create_dir_all(&dir).expect("mkdir");
     assert!(matches!(
-        take(&store, &dir, trial(), 1),
+        take(&store, &dir, None, trial(), 1),
         Err(CheckpointError::Invalid(_))
     ));
     for name in ["../x", "/etc/passwd", "", "a/../../b"] {
@@ -94,7 +94,7 @@ fn a_backup_comes_back_verified_and_is_removed_on_request() {
     std::fs::create_dir_all(&dir).expect("mkdir");
     std::fs::write(dir.join("state"), b"weights").expect("write");
     std::fs::write(dir.join("damaged"), b"moments").expect("write");
-    let files = take(&store, &dir, trial(), 2).expect("take");
+    let files = take(&store, &dir, None, trial(), 2).expect("take");
     let backup = temp.path().join("backup");
     back_up(&store, &backup, &files).expect("back up");
 
@@ -118,5 +118,42 @@ fn a_backup_comes_back_verified_and_is_removed_on_request() {
             .expect("backup objects")
             .next()
             .is_none()
+    );
+}
+
+#[test]
+fn links_in_a_checkpoint_are_refused_and_never_read() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let store =
+        ObjectStore::open(temp.path().join("objects"), StoreLimits::default()).expect("store");
+    let secret_dir = temp.path().join("node-secrets");
+    std::fs::create_dir_all(&secret_dir).expect("mkdir");
+    std::fs::write(secret_dir.join("token"), b"the cluster token").expect("write");
+    let work = temp.path().join("work");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    let dir = work.join("checkpoint");
+    // The whole checkpoint directory a link to the node's secrets.
+    std::os::unix::fs::symlink(&secret_dir, &dir).expect("symlink");
+    let error = take(&store, &dir, None, trial(), 1).expect_err("a linked directory");
+    assert!(error.to_string().contains("cannot open"), "{error}");
+    assert!(
+        dir.is_dir() && !dir.is_symlink(),
+        "made afresh for the worker"
+    );
+    // A link to a secret file inside an ordinary checkpoint directory.
+    std::fs::write(dir.join("state"), b"weights").expect("write");
+    std::os::unix::fs::symlink(secret_dir.join("token"), dir.join("token")).expect("symlink");
+    let error = take(&store, &dir, None, trial(), 2).expect_err("a linked file");
+    assert!(
+        error
+            .to_string()
+            .contains("symbolic links are not followed"),
+        "{error}"
+    );
+    assert_eq!(store.holdings().len(), 0, "nothing was stored");
+    assert_eq!(
+        std::fs::read(secret_dir.join("token")).expect("read"),
+        b"the cluster token",
+        "the target is untouched"
     );
 }

@@ -30,6 +30,7 @@ use xp_runtime::protocol::{CheckpointFile, WorkerReport};
 use super::backup::back_up;
 use super::error::CheckpointError;
 use super::take::take;
+use crate::isolation::fs::{self as lane_fs, FileOwner};
 use crate::objects::ObjectStore;
 use crate::worker_log::LogSender;
 
@@ -50,6 +51,8 @@ pub struct CheckpointSink {
     pub status_dir: PathBuf,
     /// A durable directory each checkpoint is also written to.
     pub backup: Option<PathBuf>,
+    /// The worker's id, which what the node makes in its directories belongs to.
+    pub owner: Option<FileOwner>,
 }
 
 impl CheckpointSink {
@@ -62,7 +65,14 @@ impl CheckpointSink {
             dir: work_dir.join("checkpoint"),
             status_dir: work_dir.join(CHECKPOINT_STATUS_DIR),
             backup,
+            owner: None,
         }
+    }
+
+    /// The same, for a worker running as `owner`.
+    pub fn with_owner(mut self, owner: Option<FileOwner>) -> Self {
+        self.owner = owner;
+        self
     }
 }
 
@@ -127,7 +137,7 @@ impl CheckpointWatch {
         if key.rank != 0 {
             debug!(worker = %key, "checkpoint line of a rank other than 0 not stored");
             let verdict = "not stored: only rank 0's checkpoints are kept (data-parallel ranks hold the same state)";
-            leave_verdict(&self.sink.status_dir, step, verdict).await;
+            leave_verdict(&self.sink, step, verdict).await;
             return true;
         }
         self.in_flight.set(true);
@@ -157,7 +167,7 @@ impl CheckpointWatch {
         if let Some(log) = log {
             log.write(note.clone().into_bytes()).await;
         }
-        leave_verdict(&self.sink.status_dir, step, note.trim_end()).await;
+        leave_verdict(&self.sink, step, note.trim_end()).await;
         true
     }
 }
@@ -174,17 +184,26 @@ fn verdict_text(note: &str) -> String {
 }
 
 /// Writes the verdict on the checkpoint of `step` where the worker looks for it;
-/// atomically, so it never reads half of one.
-async fn leave_verdict(dir: &Path, step: u64, note: &str) {
+/// atomically, so it never reads half of one. The directory is the worker's, so
+/// nothing there is followed (`isolation::fs`): a link in place of the status
+/// directory is refused, one in place of the file is replaced.
+async fn leave_verdict(sink: &CheckpointSink, step: u64, note: &str) {
     let verdict = verdict_text(note);
-    let temporary = dir.join(format!(".{step}.tmp"));
-    let write = async {
-        tokio::fs::create_dir_all(dir).await?;
-        tokio::fs::write(&temporary, verdict.as_bytes()).await?;
-        tokio::fs::rename(&temporary, dir.join(step.to_string())).await
+    let dir = sink.status_dir.clone();
+    let owner = sink.owner;
+    let write = tokio::task::spawn_blocking(move || {
+        let name = dir.file_name().unwrap_or_default().to_owned();
+        let parent = lane_fs::open_dir(dir.parent().unwrap_or(Path::new("/")))?;
+        let status = lane_fs::make_dir_in(&parent, &name, 0o755, owner)?;
+        let file = step.to_string();
+        lane_fs::replace_file_in(&status, file.as_ref(), verdict.as_bytes(), 0o644, owner)
+    });
+    let result = match write.await {
+        Ok(result) => result,
+        Err(error) => Err(std::io::Error::other(error)),
     };
-    if let Err(error) = write.await {
-        warn!(%error, dir = %dir.display(), "cannot leave the checkpoint verdict for the worker");
+    if let Err(error) = result {
+        warn!(%error, dir = %sink.status_dir.display(), "cannot leave the checkpoint verdict for the worker");
     }
 }
 
@@ -199,8 +218,9 @@ async fn take_and_back_up(
     let store = sink.store.clone();
     let dir = sink.dir.clone();
     let backup = sink.backup.clone();
+    let owner = sink.owner;
     tokio::task::spawn_blocking(move || {
-        let files = take(&store, &dir, key.trial, step)?;
+        let files = take(&store, &dir, owner, key.trial, step)?;
         let Some(backup) = backup else {
             return Ok((files, None));
         };

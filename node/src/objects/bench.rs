@@ -209,7 +209,7 @@ fn checkpoint(dir: &Path, store: &ObjectStore, size: u64) -> Result<(f64, f64), 
         std::fs::create_dir_all(&checkpoint_dir)?;
         std::fs::write(checkpoint_dir.join("state"), content(size, 100 + run))?;
         let started = stopwatch();
-        let files = crate::checkpoint::take(store, &checkpoint_dir, trial, run as u64)?;
+        let files = crate::checkpoint::take(store, &checkpoint_dir, None, trial, run as u64)?;
         save = save.max(gbps(size, started.elapsed().as_secs_f64()));
         let _ = std::fs::remove_dir_all(&restored_dir);
         let started = stopwatch();

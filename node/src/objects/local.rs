@@ -52,6 +52,7 @@ use xp_runtime::transport::HeadConnection;
 
 use super::remote::{ObjectFetcher, Wanted};
 use super::{ObjectChange, ObjectStore, Owner, StoreError, off_runtime};
+use crate::isolation::fs::{self as lane_fs, FileOwner};
 
 /// A worker on this node, as its secret identifies it.
 #[derive(Debug, Clone)]
@@ -60,6 +61,8 @@ pub struct LocalWorker {
     pub key: WorkerKey,
     /// Its work directory, where fetched objects are placed for it.
     pub work_dir: PathBuf,
+    /// Its user id, which the directory fetched objects go to belongs to.
+    pub owner: Option<FileOwner>,
 }
 
 /// Who may use the channel: live workers by secret.
@@ -114,8 +117,15 @@ pub enum LocalChannelError {
     },
 }
 
-/// Serves the channel at `path` (replacing a stale socket) until the task is dropped.
-pub fn start(path: &Path, context: LocalContext) -> Result<(), LocalChannelError> {
+/// Serves the channel at `path` (replacing a stale socket) until the task is
+/// dropped. With `open_to_workers` (workers run under ids of their own) every
+/// user may connect, else only the node's: either way a request counts only with
+/// a live worker's secret.
+pub fn start(
+    path: &Path,
+    open_to_workers: bool,
+    context: LocalContext,
+) -> Result<(), LocalChannelError> {
     use std::os::unix::fs::PermissionsExt;
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|source| LocalChannelError::CreateDir {
@@ -128,8 +138,9 @@ pub fn start(path: &Path, context: LocalContext) -> Result<(), LocalChannelError
         path: path.to_owned(),
         source,
     })?;
-    // Only this user's processes; the secret tells workers apart.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
+    // Connecting takes write permission on the socket. The secret tells workers apart.
+    let mode = if open_to_workers { 0o666 } else { 0o600 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|source| {
         LocalChannelError::Restrict {
             path: path.to_owned(),
             source,
@@ -550,6 +561,8 @@ async fn get(
         Some(bytes)
     };
     let target = worker.work_dir.join("objects").join(id.to_string());
+    let work_dir = worker.work_dir.clone();
+    let dir_owner = worker.owner;
     blocking(&context.store, move |store| {
         // The worker now depends on it too.
         store.add_owner(id, owner)?;
@@ -559,7 +572,7 @@ async fn get(
             None => store.get(id)?,
         };
         let size = bytes.len() as u64;
-        place(&bytes, &target).map_err(|source| StoreError::Io {
+        place(&bytes, &work_dir, id, dir_owner).map_err(|source| StoreError::Io {
             operation: super::IoOperation::CreateFile,
             path: target.clone(),
             source,
@@ -569,21 +582,24 @@ async fn get(
     .await
 }
 
-/// Writes a read-only copy of the verified `bytes` at `target` (a copy, not a
-/// link: the worker's file must not alias the stored one, nor keep its disk space
-/// after the store deletes it).
-fn place(bytes: &[u8], target: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    if target.exists() {
+/// Writes a read-only copy of the verified `bytes` as `objects/ID` in the
+/// worker's `work_dir` (a copy, not a link: the worker's file must not alias the
+/// stored one, nor keep its disk space after the store deletes it). The node's
+/// own file, readable by all, in a directory of the worker's (`dir_owner`); a
+/// link the worker left there is neither followed nor written through.
+fn place(
+    bytes: &[u8],
+    work_dir: &Path,
+    id: ObjectId,
+    dir_owner: Option<FileOwner>,
+) -> std::io::Result<()> {
+    let work = lane_fs::open_dir(work_dir)?;
+    let objects = lane_fs::make_dir_in(&work, "objects".as_ref(), 0o755, dir_owner)?;
+    let name = id.to_string();
+    if lane_fs::exists_in(&objects, name.as_ref()) {
         return Ok(());
     }
-    if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let temporary = target.with_extension(format!("{}.part", uuid::Uuid::now_v7().simple()));
-    std::fs::write(&temporary, bytes)?;
-    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o444))?;
-    std::fs::rename(&temporary, target)
+    lane_fs::replace_file_in(&objects, name.as_ref(), bytes, 0o444, None)
 }
 
 #[cfg(test)]
@@ -636,12 +652,14 @@ mod tests {
                         rank: 0,
                     },
                     work_dir: work_dir.clone(),
+                    owner: None,
                 },
             );
             let (changes, _changes_rx) = mpsc::unbounded_channel();
             let socket = temp.path().join("run").join("objects.sock");
             start(
                 &socket,
+                false,
                 LocalContext {
                     store: store.clone(),
                     fetcher: Arc::new(
@@ -812,6 +830,24 @@ mod tests {
                 .join(theirs.to_string())
                 .exists(),
             "nothing of the refused object reached the worker"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_get_never_writes_through_a_link_the_worker_left() {
+        let channel = Channel::must_start();
+        let elsewhere = channel.temp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).expect("mkdir");
+        std::os::unix::fs::symlink(&elsewhere, channel.work_dir.join("objects")).expect("symlink");
+        let own_trial: TrialId = "3f2a9c0d11b2e4f7-t3".parse().expect("trial");
+        let ours = channel
+            .store
+            .put(&b"rank 1's shard"[..], Owner::Trial(own_trial))
+            .expect("put");
+        check_refused(&channel.op(LocalOp::Get { id: ours }).await, "cannot");
+        assert!(
+            std::fs::read_dir(&elsewhere).expect("dir").next().is_none(),
+            "nothing was written where the link points"
         );
     }
 

@@ -205,6 +205,7 @@ pub(super) fn solo_worker(
         log_path,
         checkpoint: CheckpointSink::new(store, &work_dir, None),
         work_dir,
+        uid: None,
     };
     (launch, command)
 }

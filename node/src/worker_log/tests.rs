@@ -60,6 +60,80 @@ fn lines_are_split_across_chunks_and_bounded() {
     check_lines(4, &["abc", "\n", "\n"], &["abc\n", "\n"]);
 }
 
+/// Hostile output (tests/hostile_bytes.rs covers the decoders behind the
+/// splitter): arbitrary bytes in arbitrary chunks come out as exactly the input's
+/// lines, none held past `max` bytes, each overlong one once with its true length.
+#[test]
+#[expect(clippy::print_stderr, reason = "say how many inputs ran")]
+fn arbitrary_output_splits_into_its_lines_within_the_bound() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let scale: u32 = std::env::var("XP_FUZZ_SCALE")
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(1);
+    let cases = 3000 * scale;
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let inputs = (
+        1usize..64,
+        // Newlines often enough (one byte in eight) that short, long and
+        // empty lines all occur.
+        proptest::collection::vec(any::<u8>(), 0..512).prop_map(|mut bytes| {
+            for byte in &mut bytes {
+                if *byte % 8 == 0 {
+                    *byte = b'\n';
+                }
+            }
+            bytes
+        }),
+        proptest::collection::vec(1usize..96, 1..16),
+    );
+    runner
+        .run(&inputs, |(max, output, cuts)| {
+            let mut splitter = LineSplitter::new(max);
+            let mut lines: Vec<(Vec<u8>, usize)> = Vec::new();
+            let mut keep = |line: Line<'_>| match line {
+                Line::Whole(bytes) => {
+                    assert!(bytes.len() <= max, "a whole line over {max} bytes");
+                    lines.push((bytes.to_vec(), bytes.len()));
+                }
+                Line::TooLong { start, len } => {
+                    assert!(start.len() == max && len > max, "{} of {len}", start.len());
+                    lines.push((start.to_vec(), len));
+                }
+            };
+            let mut rest = &output[..];
+            let mut cut = cuts.iter().cycle();
+            while !rest.is_empty() {
+                let mut chunk = &rest[..rest.len().min(*cut.next().expect("cycles"))];
+                rest = &rest[chunk.len()..];
+                while !chunk.is_empty() {
+                    let (taken, line) = splitter.next(chunk);
+                    prop_assert!(taken > 0);
+                    chunk = &chunk[taken..];
+                    if let Some(line) = line {
+                        keep(line);
+                    }
+                }
+            }
+            if let Some(line) = splitter.finish() {
+                keep(line);
+            }
+            let expected: Vec<(Vec<u8>, usize)> = output
+                .split_inclusive(|byte| *byte == b'\n')
+                .map(|line| (line[..line.len().min(max)].to_vec(), line.len()))
+                .collect();
+            prop_assert_eq!(lines, expected);
+            Ok(())
+        })
+        .unwrap();
+    eprintln!("hostile worker output (LineSplitter): {cases} inputs");
+}
+
 /// Deterministic output: numbered lines of varying length.
 fn stream(len: usize) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(len + 64);

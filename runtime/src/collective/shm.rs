@@ -14,7 +14,9 @@
 //! Invariants:
 //! - Only the writer stores `head` and only the reader stores `tail`; `head − tail`
 //!   never exceeds the capacity. Bytes between `tail` and `head` belong to the
-//!   reader, the rest to the writer (release stores, acquire loads).
+//!   reader, the rest to the writer (release stores, acquire loads). Each side
+//!   checks the other's counter on every load: one that breaks this bound is
+//!   [`LinkError::Garbage`], so no copy runs past the mapping.
 //! - Every frame is padded to a multiple of 8 bytes and the writer publishes `head`
 //!   in multiples of 8, so every piece the reader sees holds whole elements, even
 //!   across the wrap (the capacity is a multiple of 8).
@@ -307,7 +309,14 @@ impl ShmWriter {
         while done < total {
             let wanted = (total - done).min(MIN_PUBLISH_BYTES);
             if self.free() < wanted {
-                self.tail = self.ring.word(OFFSET_TAIL).load(Ordering::Acquire);
+                let tail = self.ring.word(OFFSET_TAIL).load(Ordering::Acquire);
+                // Another process stores `tail`: one ahead of `head` or a whole
+                // ring behind would make `free` exceed the capacity and the copy
+                // run past the mapping.
+                if tail > self.head || self.head - tail > self.ring.capacity as u64 {
+                    return Err(LinkError::Garbage);
+                }
+                self.tail = tail;
                 if self.free() < wanted {
                     if self.ring.flag(OFFSET_READER_CLOSED).load(Ordering::Acquire) != 0 {
                         return Err(LinkError::Closed);
@@ -421,7 +430,14 @@ impl ShmReader {
         }
         let mut backoff = Backoff::new(READER_YIELD_PHASE);
         loop {
-            self.head = self.ring.word(OFFSET_HEAD).load(Ordering::Acquire);
+            let head = self.ring.word(OFFSET_HEAD).load(Ordering::Acquire);
+            // Another process stores `head`: one behind `tail` or more than a ring
+            // ahead would make `available` exceed the capacity and a copy run past
+            // the mapping.
+            if head < self.tail || head - self.tail > self.ring.capacity as u64 {
+                return Err(LinkError::Garbage);
+            }
+            self.head = head;
             if self.available() >= wanted {
                 return Ok(self.available());
             }
@@ -620,5 +636,49 @@ mod tests {
         let (writer, ()) = tokio::join!(sender, receiver);
         drop(writer);
         assert!(matches!(reader.read_header().await, Err(LinkError::Closed)));
+    }
+
+    /// Hostile counters: the other rank's process writes `head` (or `tail`) in
+    /// the shared header; one that runs backwards or more than a ring ahead is
+    /// `Garbage`, not an overflow or a copy past the mapping (before the check, a
+    /// debug build panicked on the subtraction and a release build copied out of
+    /// bounds).
+    #[tokio::test]
+    async fn counters_out_of_range_are_garbage() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, file) = create_ring(dir.path(), 64 << 10).unwrap();
+        let reader_file = open_ring(&path).unwrap();
+        let hostile = open_ring(&path).unwrap();
+        let capacity = hostile.0.capacity as u64;
+        let (left, right) = tcp_pair().await;
+        let (_left_read, left_write) = left.into_split();
+        let (right_read, _right_write) = right.into_split();
+        let mut writer = file.into_writer(left_write);
+        let mut reader = reader_file.into_reader(right_read);
+        let header = FrameHeader::Heartbeat.encode();
+        writer.write_frame(&header, &[]).await.unwrap();
+        assert_eq!(reader.read_header().await.unwrap(), FrameHeader::Heartbeat);
+        let head = hostile.0.word(OFFSET_HEAD);
+        for bad_head in [0, HEADER_BYTES as u64 + capacity + 8] {
+            head.store(bad_head, Ordering::Release);
+            assert!(
+                matches!(reader.read_header().await, Err(LinkError::Garbage)),
+                "head {bad_head}"
+            );
+        }
+        // Fill the ring exactly, so the writer must look at the reader's tail.
+        let payload = vec![0u8; capacity as usize - 2 * HEADER_BYTES];
+        writer.write_frame(&header, &payload).await.unwrap();
+        let tail = hostile.0.word(OFFSET_TAIL);
+        for bad_tail in [writer.head + 8, u64::MAX] {
+            tail.store(bad_tail, Ordering::Release);
+            assert!(
+                matches!(
+                    writer.write_frame(&header, &[]).await,
+                    Err(LinkError::Garbage)
+                ),
+                "tail {bad_tail}"
+            );
+        }
     }
 }

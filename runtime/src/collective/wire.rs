@@ -285,4 +285,88 @@ mod tests {
         assert!(token_matches(&[1; 32], &[1; 32]));
         assert!(!token_matches(&[1; 32], &[2; 32]));
     }
+
+    /// Hostile bytes (tests/hostile_bytes.rs covers the other decoders): any 24
+    /// header bytes and any 48 hello bytes decode to a value or to `None`, and
+    /// whatever decodes encodes back to bytes that decode to the same value. Both
+    /// decoders read fixed-size arrays into plain values, so they cannot allocate;
+    /// a data frame's `len` is only compared with the length the receiver
+    /// expects, whose buffer it already holds. `XP_FUZZ_SCALE` multiplies the cases.
+    #[test]
+    #[expect(clippy::print_stderr, reason = "say how many inputs ran")]
+    fn hostile_headers_and_hellos_decode_or_refuse() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+        let scale: u32 = std::env::var("XP_FUZZ_SCALE")
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(1);
+        let cases = 20_000 * scale;
+        let mut runner = TestRunner::new(Config {
+            cases,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let valid_header = FrameHeader::Data(FrameSummary {
+            op: OpCode::AllReduce,
+            dtype: Dtype::F32,
+            seq: 9,
+            index: 2,
+            len: 4096,
+        })
+        .encode();
+        let valid_hello = Hello {
+            kind: LinkKind::Quic,
+            token: [3; 32],
+            rank: 1,
+            stream: 0,
+            extra: 4,
+        }
+        .encode();
+        // Random bytes, and valid encodings with one to three bytes changed
+        // (random bytes almost never carry the magic).
+        let header_bytes = prop_oneof![
+            proptest::collection::vec(any::<u8>(), HEADER_BYTES),
+            proptest::collection::vec((0..HEADER_BYTES, any::<u8>()), 1..4).prop_map(
+                move |edits| {
+                    let mut bytes = valid_header.to_vec();
+                    for (at, value) in edits {
+                        bytes[at] = value;
+                    }
+                    bytes
+                }
+            ),
+        ];
+        let hello_bytes = prop_oneof![
+            proptest::collection::vec(any::<u8>(), HELLO_BYTES),
+            proptest::collection::vec((0..HELLO_BYTES, any::<u8>()), 1..4).prop_map(move |edits| {
+                let mut bytes = valid_hello.to_vec();
+                for (at, value) in edits {
+                    bytes[at] = value;
+                }
+                bytes
+            }),
+        ];
+        let decoded = std::cell::Cell::new(0u32);
+        runner
+            .run(&(header_bytes, hello_bytes), |(header, hello)| {
+                let header: [u8; HEADER_BYTES] = header.try_into().expect("sized");
+                let hello: [u8; HELLO_BYTES] = hello.try_into().expect("sized");
+                if let Some(parsed) = FrameHeader::decode(&header) {
+                    decoded.set(decoded.get() + 1);
+                    prop_assert_eq!(FrameHeader::decode(&parsed.encode()), Some(parsed));
+                }
+                if let Some(parsed) = Hello::decode(&hello) {
+                    decoded.set(decoded.get() + 1);
+                    let again = Hello::decode(&parsed.encode());
+                    prop_assert_eq!(again, Some(parsed));
+                }
+                Ok(())
+            })
+            .unwrap();
+        eprintln!(
+            "hostile collective wire: {cases} header and {cases} hello inputs, {} decoded",
+            decoded.get()
+        );
+    }
 }

@@ -27,14 +27,15 @@ mod requests;
 mod status;
 
 pub use node::{
-    GpuInfo, HeadCommand, HeldObject, Launch, NodeMessage, NodeRegistration, NodeResources,
-    Program, WorkerReport,
+    GpuInfo, HeadCommand, HeldObject, Launch, LimitEnforcement, NodeIsolation, NodeMessage,
+    NodeRegistration, NodeResources, Program, WorkerReport,
 };
 pub use objects::{
     CheckpointFile, ObjectEndpoint, ObjectSource, ResumeFrom, is_safe_checkpoint_name,
 };
 pub use requests::{
-    AdminAction, AdminRequest, LogChunk, LogRequest, Request, Response, SubmitRequest,
+    AdminAction, AdminRequest, AuditEntry, LogChunk, LogRequest, ObjectKey, Request, Response,
+    SubmitRequest,
 };
 pub use status::{
     AttemptStatus, CheckpointStatus, ExperimentState, ExperimentStatus, MetricPoint, NodeState,
@@ -48,8 +49,11 @@ use serde::{Deserialize, Serialize};
 /// and so does a variant a peer of the same version would not know). 2: a
 /// checkpoint status says why it is unreplicated, `NodeMessage::ReplicationFailed`
 /// and `ErrorCode::StorageUnavailable`. 3: a launch carries the worker's CPU
-/// and memory limits, and `WorkerReport::OomKilled`.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// and memory limits, and `WorkerReport::OomKilled`. 4: users and roles:
+/// `Request::Audit`, `Request::ObjectKey`, their answers, `ErrorCode::Forbidden`;
+/// what a node enforces on its workers (`NodeRegistration::isolation`,
+/// `NodeStatus::isolation`).
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// Everything that crosses a connection.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -74,7 +78,8 @@ pub enum Message {
 /// so a hello that is logged (a second one on a connection, say) never shows it.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct Hello {
-    /// The cluster secret from the join string.
+    /// The secret from the join string: a user's personal secret (clients) or
+    /// the cluster's node secret (nodes).
     pub token: String,
     /// Whether this is a node or a client (CLI, driver).
     pub role: PeerRole,
@@ -135,6 +140,9 @@ pub enum ErrorCode {
     /// failed): nothing was changed; it still answers reads, and takes changes
     /// again by itself once it can store them, so retry later.
     StorageUnavailable,
+    /// The authenticated user (or node) may not do this: the message says what
+    /// was refused and which role would allow it.
+    Forbidden,
 }
 
 /// An error as it crosses the wire.

@@ -64,6 +64,54 @@ pub struct NodeRegistration {
     /// The objects its store holds, with who claims them, for the head's
     /// directory and to settle what the node missed while it was away.
     pub held_objects: Vec<HeldObject>,
+    /// What it enforces on its workers (`xp nodes` shows it).
+    pub isolation: NodeIsolation,
+}
+
+/// What a node enforces on its workers: whether each runs under a user id of
+/// its own (so workers of different trials cannot read each other's memory,
+/// environment or files), and which cgroups hold its limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeIsolation {
+    /// Each live worker runs under a user id no other live worker has.
+    pub worker_uids: bool,
+    /// How CPU, memory and process limits are enforced, if at all.
+    pub limits: LimitEnforcement,
+}
+
+impl NodeIsolation {
+    /// The short form `xp nodes` shows: `uid+cgroup-v1`, `uid`, `cgroup-v2`, `none`.
+    pub fn label(self) -> String {
+        match (self.worker_uids, self.limits) {
+            (false, LimitEnforcement::None) => "none".to_owned(),
+            (true, LimitEnforcement::None) => "uid".to_owned(),
+            (false, limits) => limits.as_str().to_owned(),
+            (true, limits) => format!("uid+{}", limits.as_str()),
+        }
+    }
+}
+
+/// How a node enforces its workers' CPU, memory and process limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LimitEnforcement {
+    /// Not at all: no usable cgroup hierarchy (or a record from before nodes said).
+    #[default]
+    None,
+    /// Per-worker cgroups in the v1 hierarchies.
+    CgroupV1,
+    /// Per-worker cgroups in the unified (v2) hierarchy.
+    CgroupV2,
+}
+
+impl LimitEnforcement {
+    /// The lowercase name used in JSON and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::CgroupV1 => "cgroup-v1",
+            Self::CgroupV2 => "cgroup-v2",
+        }
+    }
 }
 
 /// One object a registering node holds, and who keeps it there.

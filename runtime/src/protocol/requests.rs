@@ -90,14 +90,25 @@ pub enum Request {
         /// The driver sessions that own the object.
         sessions: Vec<String>,
     },
+    /// The newest entries of the head's audit trail (admin actions and
+    /// refusals), newest last; admins only. Answered by [`Response::Audit`].
+    Audit {
+        /// At most this many entries (the head caps it).
+        limit: u32,
+    },
+    /// The key object servers ask of drivers ([`crate::object_wire`]), which a
+    /// user credential is not; members and above. Answered by
+    /// [`Response::ObjectKey`].
+    ObjectKey,
 }
 
-/// An admin action, with who asks and why (both recorded in the events).
+/// An admin action and why (recorded in the events with the authenticated user).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AdminRequest {
     /// What to do.
     pub action: AdminAction,
-    /// Who asks (the client's user name).
+    /// Ignored by the head since protocol 4, which records the user the
+    /// connection authenticated as; kept so the encoding keeps its order.
     pub who: String,
     /// Why, in the admin's words.
     pub why: String,
@@ -235,4 +246,38 @@ pub enum Response {
     /// The driver sessions, among those asked, that share their objects with
     /// the experiment (answering [`Request::SharingDrivers`]).
     Drivers(Vec<String>),
+    /// Audit entries, oldest first (answering [`Request::Audit`]).
+    Audit(Vec<AuditEntry>),
+    /// The object plane's key (answering [`Request::ObjectKey`]).
+    ObjectKey(ObjectKey),
+}
+
+/// One entry of the head's audit trail: an admin action or a refusal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Its sequence number, increasing.
+    pub seq: u64,
+    /// When, in milliseconds since the Unix epoch.
+    pub at: u64,
+    /// The authenticated user (`node` for a node credential, `xp-head user`
+    /// for the head machine's own user commands).
+    pub who: String,
+    /// What was asked, in words (`cancel 3f2a…`, `admin priority t-1 = 5`).
+    pub action: String,
+    /// Whether it was allowed.
+    pub allowed: bool,
+    /// Why it was refused (what role would allow it), or what was done.
+    pub detail: String,
+}
+
+/// The object plane's key: object servers accept requests that carry it
+/// ([`crate::object_wire::token_digest`] of the node credential). Its `Debug`
+/// hides it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectKey(pub [u8; 32]);
+
+impl std::fmt::Debug for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ObjectKey(<redacted>)")
+    }
 }

@@ -13,7 +13,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{CheckpointFile, NodeResources};
+use super::{CheckpointFile, NodeIsolation, NodeResources};
 use crate::clock::UnixMillis;
 use crate::ids::{ExperimentId, NodeId, TrialId};
 
@@ -292,6 +292,8 @@ pub struct NodeStatus {
     pub running_workers: u32,
     /// When the head last heard from it.
     pub last_seen: UnixMillis,
+    /// What it enforces on its workers (user ids of their own, limits).
+    pub isolation: NodeIsolation,
 }
 
 /// A checkpoint as `xp checkpoints` shows it.

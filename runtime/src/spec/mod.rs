@@ -202,8 +202,11 @@ impl Priority {
     }
 }
 
+/// The team of a spec that names none.
+pub const DEFAULT_TEAM: &str = "default";
+
 fn default_team() -> String {
-    "default".to_owned()
+    DEFAULT_TEAM.to_owned()
 }
 
 impl ExperimentSpec {

@@ -561,6 +561,7 @@ mod tests {
                     cert_sha256: [0; 32],
                 }),
                 held_objects: Vec::new(),
+                isolation: xp_runtime::protocol::NodeIsolation::default(),
             },
         );
     }

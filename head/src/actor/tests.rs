@@ -1,0 +1,230 @@
+//! The actor over a real registry: a full disk refuses changes, shows what is
+//! stored, and recovers by itself.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use xp_runtime::protocol::{ExperimentStatus, NodeResources};
+
+use super::*;
+use crate::core::CoreConfig;
+use crate::registry::tests::Tmpfs;
+use crate::server::call;
+
+/// A clock the test moves by hand.
+#[derive(Debug, Default)]
+struct ManualClock(AtomicU64);
+
+impl Clock for ManualClock {
+    fn now(&self) -> UnixMillis {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+const SESSION: u64 = 7;
+
+fn node() -> NodeId {
+    NodeId(uuid::Uuid::from_bytes([1; 16]))
+}
+
+fn registration() -> NodeRegistration {
+    NodeRegistration {
+        node_id: node(),
+        name: "node".to_owned(),
+        advertise_host: "127.0.0.1".to_owned(),
+        resources: NodeResources {
+            gpus: Vec::new(),
+            cpu_milli: 1_000_000,
+            memory_bytes: 1 << 40,
+        },
+        labels: BTreeMap::new(),
+        running: Vec::new(),
+        objects: None,
+        held_objects: Vec::new(),
+        isolation: xp_runtime::protocol::NodeIsolation::default(),
+    }
+}
+
+/// A submission of `trials` trials, named `name`, whose records are large.
+fn submission(name: &str, trials: u32) -> SubmitRequest {
+    let choices: Vec<String> = (0..trials).map(|index| index.to_string()).collect();
+    let yaml = format!(
+        "name: {name}\ntrial: {{command: [echo, '{{x}}', {}]}}\nsearch: {{algorithm: grid, space: {{x: {{choice: [{}]}}}}}}\n",
+        "y".repeat(2_000),
+        choices.join(", ")
+    );
+    let spec = xp_runtime::spec::ExperimentSpec::from_yaml(&yaml).unwrap();
+    SubmitRequest {
+        spec_json: spec.to_canonical_json(),
+        program: None,
+        code_version: "none".to_owned(),
+        data_version: "none".to_owned(),
+        rerun: false,
+    }
+}
+
+async fn status(actor: &ActorRef<HeadMsg>) -> Vec<ExperimentStatus> {
+    match call(actor, |reply| HeadMsg::Status(None, reply)).await {
+        Ok(Response::Status(list)) => list,
+        other => panic!("unexpected status answer: {other:?}"),
+    }
+}
+
+fn names(list: &[ExperimentStatus]) -> Vec<String> {
+    let mut names: Vec<String> = list.iter().map(|status| status.name.clone()).collect();
+    names.sort();
+    names
+}
+
+/// Registers the test's node on a fresh session; returns its command stream.
+async fn connect(
+    actor: &ActorRef<HeadMsg>,
+    sessions: &Sessions,
+) -> mpsc::UnboundedReceiver<HeadCommand> {
+    let (commands, received) = mpsc::unbounded_channel();
+    sessions.insert(
+        node(),
+        NodeSessionHandle {
+            session_id: SESSION,
+            commands,
+            pending_logs: Arc::new(DashMap::new()),
+        },
+    );
+    call(actor, |reply| {
+        HeadMsg::NodeRegistered(registration(), SESSION, reply)
+    })
+    .await
+    .unwrap();
+    received
+}
+
+fn drain(received: &mut mpsc::UnboundedReceiver<HeadCommand>) -> Vec<HeadCommand> {
+    std::iter::from_fn(|| received.try_recv().ok()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(clippy::print_stderr, reason = "say why the test is skipped")]
+async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself() {
+    let Some(tmpfs) = Tmpfs::mount("8m") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let path = tmpfs.path.join("head.redb");
+    let mut registry = Registry::open(&path).unwrap();
+    let clock = Arc::new(ManualClock::default());
+    let core = HeadCore::restore(CoreConfig::default(), registry.load().unwrap(), 0);
+    let sessions: Sessions = Arc::new(DashMap::new());
+    let (event_seq, _event_seq_rx) = watch::channel(0);
+    let (health, health_rx) = watch::channel(Health::Healthy);
+    let (actor, actor_task) = Actor::spawn(
+        None,
+        HeadActor,
+        HeadArgs {
+            core,
+            registry,
+            sessions: sessions.clone(),
+            event_seq,
+            health,
+            clock: clock.clone(),
+            users: Users::default(),
+            users_changed: watch::channel(0).0,
+            join: format!("xp://127.0.0.1:1?token=t&ca={}", "00".repeat(32))
+                .parse()
+                .unwrap(),
+        },
+    )
+    .await
+    .unwrap();
+    let mut received = connect(&actor, &sessions).await;
+    call(&actor, |reply| {
+        HeadMsg::Submit(submission("first", 2), reply)
+    })
+    .await
+    .unwrap();
+
+    // Fill the disk, then submit until the database must grow and cannot.
+    let filler = tmpfs.fill();
+    let mut stored = vec!["first".to_owned()];
+    let refusal = loop {
+        let name = format!("more-{}", stored.len());
+        match call(&actor, |reply| {
+            HeadMsg::Submit(submission(&name, 40), reply)
+        })
+        .await
+        {
+            Ok(_) => stored.push(name),
+            Err(refusal) => break refusal,
+        }
+        assert!(
+            stored.len() < 500,
+            "submissions kept succeeding on a full disk"
+        );
+    };
+    stored.sort();
+    assert_eq!(refusal.code, ErrorCode::StorageUnavailable, "{refusal:?}");
+    assert!(
+        refusal
+            .message
+            .starts_with("the head cannot store anything: its disk is full ("),
+        "{}",
+        refusal.message
+    );
+    assert!(health_rx.borrow().problem().is_some());
+    // What is shown is what is stored: the refused submission is not there.
+    assert_eq!(names(&status(&actor).await), stored);
+    drain(&mut received);
+
+    // During the outage changes are refused, and node reports neither applied nor acknowledged.
+    let refused = call(&actor, |reply| HeadMsg::Cancel("first".to_owned(), reply)).await;
+    assert_eq!(refused.unwrap_err().code, ErrorCode::StorageUnavailable);
+    call(&actor, |reply| {
+        HeadMsg::FromNode(node(), SESSION, NodeMessage::Heartbeat, reply)
+    })
+    .await
+    .unwrap();
+    let sent = drain(&mut received);
+    assert!(sent.is_empty(), "{sent:?}");
+    // Reads still answer.
+    call(&actor, HeadMsg::Nodes).await.unwrap();
+
+    // Room again: at the next probe the database re-opens and the node is asked to register.
+    std::fs::remove_file(filler).unwrap();
+    clock.0.store(10_000, Ordering::SeqCst);
+    let mut healthy = health_rx.clone();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        healthy.wait_for(|health| *health == Health::Healthy),
+    )
+    .await
+    .expect("healthy again within the deadline")
+    .unwrap();
+    let asked: Vec<HeadCommand> = drain(&mut received);
+    assert!(
+        asked
+            .iter()
+            .any(|command| matches!(command, HeadCommand::Reconnect { .. })),
+        "{asked:?}"
+    );
+    assert!(sessions.is_empty());
+    // The old session's messages are refused; a new session registers and work goes on.
+    let stale = call(&actor, |reply| {
+        HeadMsg::FromNode(node(), SESSION, NodeMessage::Heartbeat, reply)
+    })
+    .await;
+    assert_eq!(stale.unwrap_err().code, ErrorCode::Unavailable);
+    let _received = connect(&actor, &sessions).await;
+    call(&actor, |reply| {
+        HeadMsg::Submit(submission("after", 1), reply)
+    })
+    .await
+    .unwrap();
+    stored.push("after".to_owned());
+    stored.sort();
+    assert_eq!(names(&status(&actor).await), stored);
+
+    // A restart shows the same.
+    actor.stop(None);
+    actor_task.await.unwrap();
+    let mut registry = Registry::open(&path).unwrap();
+    let restored = HeadCore::restore(CoreConfig::default(), registry.load().unwrap(), 0);
+    assert_eq!(names(&restored.status(None).unwrap()), stored);
+}

@@ -1,0 +1,223 @@
+//! Every wire request as an [`Access`]: the action it takes and what it names,
+//! before the actor resolves that name to the team owning it.
+//!
+//! Pure and total: a request variant added to the protocol does not compile
+//! until it is mapped here, so no request goes unauthorized.
+
+use serde::Deserialize;
+use xp_runtime::ids::{ExperimentId, TrialId};
+use xp_runtime::protocol::{AdminAction, Request};
+
+use super::Action;
+
+/// Who a connection authenticated as: what the actor resolves to a
+/// [`super::Principal`] against the user table on every request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// The node credential.
+    Node,
+    /// A user's credential.
+    User {
+        /// The user it named when the connection was made.
+        name: String,
+        /// The hash of the secret presented (not the secret).
+        secret_hash: [u8; 32],
+    },
+}
+
+/// What a request names, to be resolved to a team.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Nothing of one team.
+    Cluster,
+    /// An experiment by id.
+    Experiment(ExperimentId),
+    /// An experiment by id or unique prefix.
+    ExperimentNamed(String),
+    /// A trial.
+    Trial(TrialId),
+    /// A trial id, else an experiment id or prefix.
+    Named(String),
+    /// A submission into the team its spec names.
+    Submit {
+        /// The spec's team.
+        team: String,
+    },
+    /// Trials (as [`Scope::Named`]) going into a queue.
+    Move {
+        /// The trial or experiment.
+        named: String,
+        /// The queue.
+        queue: String,
+    },
+}
+
+/// A request's action and target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    /// What it does.
+    pub action: Action,
+    /// What it touches.
+    pub scope: Scope,
+}
+
+impl Access {
+    fn new(action: Action, scope: Scope) -> Self {
+        Self { action, scope }
+    }
+
+    /// In words, for the audit trail.
+    pub fn describe(&self) -> String {
+        let named = match &self.scope {
+            Scope::Cluster => String::new(),
+            Scope::Experiment(id) => format!(" {id}"),
+            Scope::Trial(id) => format!(" {id}"),
+            Scope::ExperimentNamed(text) | Scope::Named(text) => format!(" {text}"),
+            Scope::Submit { team } => format!(" into team {team}"),
+            Scope::Move { named, queue } => format!(" {named} to queue {queue}"),
+        };
+        format!("{}{named}", self.action.describe())
+    }
+}
+
+/// Whether an allowed action is written to the audit trail: everything that
+/// changes another's work or the cluster, not submissions (which the
+/// experiment records keep) nor reads.
+pub fn is_audited(action: Action) -> bool {
+    matches!(
+        action,
+        Action::Cancel
+            | Action::Hold
+            | Action::Release
+            | Action::Priority
+            | Action::Move
+            | Action::ApplyPolicy
+    )
+}
+
+/// The team a submission's spec names (its default when it names none or
+/// cannot be read: the core refuses an unreadable spec anyway).
+pub fn spec_team(spec_json: &str) -> String {
+    #[derive(Deserialize)]
+    struct TeamOnly {
+        #[serde(default)]
+        team: Option<String>,
+    }
+    serde_json::from_str::<TeamOnly>(spec_json)
+        .ok()
+        .and_then(|spec| spec.team)
+        .unwrap_or_else(|| xp_runtime::spec::DEFAULT_TEAM.to_owned())
+}
+
+/// The spec `spec_json` with its team set to `team` (for a submission that
+/// named none, which goes into the submitter's team).
+pub fn with_team(spec_json: &str, team: &str) -> Result<String, serde_json::Error> {
+    let mut spec: serde_json::Value = serde_json::from_str(spec_json)?;
+    if let Some(object) = spec.as_object_mut() {
+        object.insert("team".to_owned(), team.into());
+    }
+    serde_json::to_string(&spec)
+}
+
+/// What `request` does and names.
+pub fn access_of(request: &Request) -> Access {
+    match request {
+        Request::Submit(submit) => Access::new(
+            Action::Submit,
+            Scope::Submit {
+                team: spec_team(&submit.spec_json),
+            },
+        ),
+        Request::Status { experiment: None } => {
+            Access::new(Action::ListExperiments, Scope::Cluster)
+        }
+        Request::Status {
+            experiment: Some(text),
+        }
+        | Request::Checkpoints { experiment: text } => {
+            Access::new(Action::ReadExperiment, Scope::ExperimentNamed(text.clone()))
+        }
+        Request::Cancel { id } => Access::new(Action::Cancel, Scope::Named(id.clone())),
+        Request::ReadLogs(log) => Access::new(Action::ReadExperiment, Scope::Trial(log.trial)),
+        Request::Metrics { trial } => Access::new(Action::ReadExperiment, Scope::Trial(*trial)),
+        Request::Events { experiment, .. } => {
+            Access::new(Action::ReadExperiment, Scope::Experiment(*experiment))
+        }
+        Request::Nodes | Request::Queues => Access::new(Action::ReadCluster, Scope::Cluster),
+        Request::PutBlob { .. } | Request::StoreTargets | Request::ObjectKey => {
+            Access::new(Action::StoreObjects, Scope::Cluster)
+        }
+        Request::GetBlob { .. } => Access::new(Action::FetchBlob, Scope::Cluster),
+        Request::Locate { .. } => Access::new(Action::LocateObject, Scope::Cluster),
+        Request::SharingDrivers { .. } => Access::new(Action::SharingDrivers, Scope::Cluster),
+        Request::Audit { .. } => Access::new(Action::ReadAudit, Scope::Cluster),
+        Request::Admin(admin) => match &admin.action {
+            AdminAction::ApplyPolicy { .. } => Access::new(Action::ApplyPolicy, Scope::Cluster),
+            AdminAction::Priority { id, .. } => {
+                Access::new(Action::Priority, Scope::Named(id.clone()))
+            }
+            AdminAction::Hold { id } => Access::new(Action::Hold, Scope::Named(id.clone())),
+            AdminAction::Release { id } => Access::new(Action::Release, Scope::Named(id.clone())),
+            AdminAction::Move { id, queue } => Access::new(
+                Action::Move,
+                Scope::Move {
+                    named: id.clone(),
+                    queue: queue.clone(),
+                },
+            ),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use xp_runtime::protocol::SubmitRequest;
+
+    use super::*;
+
+    #[test]
+    fn a_submission_names_its_specs_team_and_can_be_moved_to_another() {
+        let spec = xp_runtime::spec::ExperimentSpec::from_yaml(
+            "name: a\nteam: nlp\ntrial: {command: [echo]}\n",
+        )
+        .unwrap();
+        let request = Request::Submit(SubmitRequest {
+            spec_json: spec.to_canonical_json(),
+            program: None,
+            code_version: String::new(),
+            data_version: String::new(),
+            rerun: false,
+        });
+        assert_eq!(
+            access_of(&request).scope,
+            Scope::Submit {
+                team: "nlp".to_owned()
+            }
+        );
+        let moved = with_team(&spec.to_canonical_json(), "vision").unwrap();
+        let again = xp_runtime::spec::ExperimentSpec::from_json(&moved).unwrap();
+        assert_eq!(again.team, "vision");
+        assert_eq!(again.name, "a");
+        assert_eq!(spec_team("not json"), "default");
+    }
+
+    #[test]
+    fn node_work_and_admin_actions_map_to_their_actions() {
+        let hash = xp_runtime::ids::BlobHash::of(b"x");
+        assert_eq!(
+            access_of(&Request::GetBlob { hash }).action,
+            Action::FetchBlob
+        );
+        let admin = Request::Admin(xp_runtime::protocol::AdminRequest {
+            action: AdminAction::Move {
+                id: "abc".to_owned(),
+                queue: "q".to_owned(),
+            },
+            who: "whoever the client says".to_owned(),
+            why: String::new(),
+        });
+        let access = access_of(&admin);
+        assert_eq!(access.action, Action::Move);
+        assert_eq!(access.describe(), "move abc to queue q");
+    }
+}

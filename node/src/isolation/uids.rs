@@ -1,0 +1,966 @@
+//! User ids for workers: the configured range (`--worker-uids`), the table of
+//! which live trial attempt holds which id, and the machine-wide claim that keeps
+//! two nodes on one machine from handing out the same id.
+//!
+//! All ranks of one trial attempt on a node share one id (so they can open each
+//! other's shared-memory rings and files, which are 0600), each holding a share
+//! ([`UidLease`]). The first rank claims a fresh id, which is scrubbed (everything
+//! running as it killed, what it owns at the top of `/tmp`, `/var/tmp`,
+//! `/dev/shm` removed: an earlier holder may have left them, for example under a
+//! node that crashed) before any rank runs as it; later ranks of the attempt wait
+//! for that scrub and join. A worker's supervisor gives its share back only after
+//! the worker and everything left in its cgroup are gone; the last share given
+//! back scrubs the id again and only then returns it. Ids are handed out round
+//! the range from where the last one was taken, so a returned id is the last to
+//! be used again.
+//!
+//! Other nodes on the same machine use the same default range, so an id is also
+//! claimed machine-wide: an exclusive `flock` on `/run/xp-node/uids/<uid>`, held
+//! until the id has returned. The kernel drops the lock when the node process
+//! dies, so a crashed node leaves no stale claim. The file says `clean` while its
+//! id is free after a return whose scrub worked, and is emptied before the id is
+//! used; only an id whose file says `clean` skips the scrub before use, so what
+//! the workers of a crashed node left is scrubbed by the next claimant.
+//!
+//! Invariant: no two live attempts, on this node or another node of this machine
+//! that shares the lock directory, hold the same id, and an id is handed to a new
+//! attempt only after its last holder's processes and scratch files are gone; an
+//! id that `/etc/passwd` names is never handed out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use nix::fcntl::{Flock, FlockArg};
+use xp_runtime::ids::{TrialId, WorkerKey};
+
+/// The range used when the node runs as root and `--worker-uids` is not given.
+/// systemd's allocation (`UIDS-GIDS.md`) leaves 1879048192-2147483647 unused:
+/// above regular users (1000-60000), dynamic service users (61184-65519),
+/// `nobody` (65534), subordinate ids (`/etc/subuid`, usually from 100000) and
+/// nspawn containers (524288-1879048191), and below 2^31, which some tools
+/// mishandle as negative.
+pub const DEFAULT_RANGE: UidRange = UidRange {
+    start: 1_900_000_000,
+    end: 1_900_009_999,
+};
+
+/// Where the machine-wide claims live.
+pub const LOCK_DIR: &str = "/run/xp-node/uids";
+
+/// What a claim file holds while its id is free and was scrubbed when returned;
+/// empty (or anything else) means the id must be scrubbed before use.
+const CLEAN: &[u8] = b"clean\n";
+
+/// An inclusive range of user ids (and the same group ids).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UidRange {
+    /// The first id.
+    pub start: u32,
+    /// The last id.
+    pub end: u32,
+}
+
+impl UidRange {
+    /// How many ids it holds.
+    pub fn len(self) -> u64 {
+        u64::from(self.end) - u64::from(self.start) + 1
+    }
+
+    /// Never true: a range holds at least one id.
+    pub fn is_empty(self) -> bool {
+        false
+    }
+
+    /// Whether `uid` is in it.
+    pub fn contains(self, uid: u32) -> bool {
+        (self.start..=self.end).contains(&uid)
+    }
+}
+
+impl std::fmt::Display for UidRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.start, self.end)
+    }
+}
+
+/// What `--worker-uids` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WorkerUids {
+    /// Not given: [`DEFAULT_RANGE`] when the node runs as root, else none.
+    #[default]
+    Auto,
+    /// `none`: workers run under the node's own user id.
+    Off,
+    /// `START-END`.
+    Range(UidRange),
+}
+
+/// Why a `--worker-uids` value is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UidRangeError {
+    /// Not `none` and not `START-END`.
+    #[error("{0:?} is neither `none` nor a range START-END such as 1900000000-1900009999")]
+    Syntax(String),
+    /// An end is not a number that fits a user id.
+    #[error("{0:?} is not a user id (a whole number below 4294967295)")]
+    NotANumber(String),
+    /// The range is backwards.
+    #[error("the range {start}-{end} ends before it starts")]
+    Backwards {
+        /// Its start.
+        start: u32,
+        /// Its end.
+        end: u32,
+    },
+    /// The range holds an id that must never be a worker's.
+    #[error("the range {start}-{end} holds {uid} ({what}), which a worker must never run as")]
+    Reserved {
+        /// Its start.
+        start: u32,
+        /// Its end.
+        end: u32,
+        /// The reserved id.
+        uid: u32,
+        /// What that id is.
+        what: &'static str,
+    },
+}
+
+/// Ids that are never a worker's: root, `nobody`, and the two values that mean
+/// "no id" (-1 as a 16- and a 32-bit number).
+const RESERVED: [(u32, &str); 4] = [
+    (0, "root"),
+    (65_534, "nobody"),
+    (65_535, "-1 to 16-bit interfaces"),
+    (u32::MAX, "-1, no id at all"),
+];
+
+impl std::str::FromStr for WorkerUids {
+    type Err = UidRangeError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("none") {
+            return Ok(Self::Off);
+        }
+        let (start, end) = text
+            .split_once('-')
+            .ok_or_else(|| UidRangeError::Syntax(text.to_owned()))?;
+        let number = |part: &str| {
+            let part = part.trim();
+            // Digits only: `+5` or ` 5` would parse, and a sign means a typo here.
+            if part.is_empty() || !part.bytes().all(|byte| byte.is_ascii_digit()) {
+                return Err(UidRangeError::NotANumber(part.to_owned()));
+            }
+            part.parse::<u32>()
+                .map_err(|_| UidRangeError::NotANumber(part.to_owned()))
+        };
+        let (start, end) = (number(start)?, number(end)?);
+        if end < start {
+            return Err(UidRangeError::Backwards { start, end });
+        }
+        let range = UidRange { start, end };
+        if let Some((uid, what)) = RESERVED.iter().find(|(uid, _)| range.contains(*uid)) {
+            return Err(UidRangeError::Reserved {
+                start,
+                end,
+                uid: *uid,
+                what,
+            });
+        }
+        Ok(Self::Range(range))
+    }
+}
+
+/// The ranks of one trial attempt on a node, which share a user id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AttemptKey {
+    /// The trial.
+    pub trial: TrialId,
+    /// Its attempt.
+    pub attempt: u32,
+}
+
+impl AttemptKey {
+    /// The attempt worker `key` belongs to.
+    pub fn of(key: WorkerKey) -> Self {
+        Self {
+            trial: key.trial,
+            attempt: key.attempt,
+        }
+    }
+}
+
+impl std::fmt::Display for AttemptKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/a{}", self.trial, self.attempt)
+    }
+}
+
+/// Who holds an id: the live ranks of one attempt, or nobody while the id is
+/// being returned (its last rank gone, its processes and files not yet).
+#[derive(Debug)]
+struct Holder {
+    attempt: AttemptKey,
+    ranks: BTreeSet<u32>,
+    returning: bool,
+}
+
+/// An id as [`UidTable::claim`] hands it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claimed {
+    /// The id.
+    pub uid: u32,
+    /// Whether the id was free (a fresh lease, to be scrubbed before use) rather
+    /// than already held by another rank of the same attempt.
+    pub fresh: bool,
+}
+
+/// What [`UidTable::leave`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Left {
+    /// Other ranks of the attempt still hold the id.
+    Shared,
+    /// That was the attempt's last rank: the id is now returning; no rank gets
+    /// it until [`UidTable::release`].
+    Last,
+    /// The worker held no share of the id.
+    NotHeld,
+}
+
+/// Which live attempt holds which id; pure, so the rules are tested without
+/// root. Ranks of one attempt share an id; no two attempts (of one trial or of
+/// two) hold the same id at once, nor does an attempt get an id still returning.
+#[derive(Debug)]
+pub struct UidTable {
+    range: UidRange,
+    /// Where the next search starts.
+    cursor: u32,
+    held: BTreeMap<u32, Holder>,
+    /// The id each live attempt holds (none while its id is returning).
+    by_attempt: BTreeMap<AttemptKey, u32>,
+}
+
+impl UidTable {
+    /// An empty table over `range`.
+    pub fn new(range: UidRange) -> Self {
+        Self {
+            range,
+            cursor: range.start,
+            held: BTreeMap::new(),
+            by_attempt: BTreeMap::new(),
+        }
+    }
+
+    /// An id for worker `key`: the one its attempt's live ranks hold, else the
+    /// first id from the cursor round the range that nobody holds (nor is
+    /// returning) and `usable` accepts (it may claim it elsewhere too); `None`
+    /// when every id is taken.
+    pub fn claim(
+        &mut self,
+        key: WorkerKey,
+        mut usable: impl FnMut(u32) -> bool,
+    ) -> Option<Claimed> {
+        let attempt = AttemptKey::of(key);
+        if let Some(&uid) = self.by_attempt.get(&attempt)
+            && let Some(holder) = self.held.get_mut(&uid)
+        {
+            holder.ranks.insert(key.rank);
+            return Some(Claimed { uid, fresh: false });
+        }
+        let len = self.range.len();
+        for step in 0..len {
+            let offset = (u64::from(self.cursor - self.range.start) + step) % len;
+            let uid = self.range.start + offset as u32;
+            if self.held.contains_key(&uid) || !usable(uid) {
+                continue;
+            }
+            self.held.insert(
+                uid,
+                Holder {
+                    attempt,
+                    ranks: BTreeSet::from([key.rank]),
+                    returning: false,
+                },
+            );
+            self.by_attempt.insert(attempt, uid);
+            self.cursor = if uid == self.range.end {
+                self.range.start
+            } else {
+                uid + 1
+            };
+            return Some(Claimed { uid, fresh: true });
+        }
+        None
+    }
+
+    /// Worker `key` gives up its share of `uid`. When it was the attempt's last
+    /// rank the id starts returning: held by nobody, handed to nobody (not even a
+    /// late rank of the same attempt, which gets a fresh id) until
+    /// [`UidTable::release`].
+    pub fn leave(&mut self, uid: u32, key: WorkerKey) -> Left {
+        let Some(holder) = self.held.get_mut(&uid) else {
+            return Left::NotHeld;
+        };
+        if holder.returning
+            || holder.attempt != AttemptKey::of(key)
+            || !holder.ranks.remove(&key.rank)
+        {
+            return Left::NotHeld;
+        }
+        if !holder.ranks.is_empty() {
+            return Left::Shared;
+        }
+        holder.returning = true;
+        self.by_attempt.remove(&holder.attempt);
+        Left::Last
+    }
+
+    /// Frees `uid` once it has returned (its last rank left); false, and nothing
+    /// changes, while ranks still hold it.
+    pub fn release(&mut self, uid: u32) -> bool {
+        if self.held.get(&uid).is_some_and(|holder| holder.returning) {
+            self.held.remove(&uid);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The attempt holding `uid` (also while it is returning) and how many of
+    /// its ranks still do.
+    pub fn holder(&self, uid: u32) -> Option<(AttemptKey, usize)> {
+        self.held
+            .get(&uid)
+            .map(|holder| (holder.attempt, holder.ranks.len()))
+    }
+
+    /// How many ids are held (returning ones included).
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+}
+
+/// Why no id could be had.
+#[derive(Debug, thiserror::Error)]
+pub enum UidClaimError {
+    /// Every id of the range is held (here, by another node, or by an account).
+    #[error("every user id of the range {0} is in use; widen --worker-uids")]
+    Exhausted(UidRange),
+    /// What an earlier holder of the id may have left could not be removed.
+    #[error("cannot clear user id {uid} of what an earlier holder left: {why}")]
+    Scrub {
+        /// The id.
+        uid: u32,
+        /// What failed.
+        why: String,
+    },
+}
+
+/// Clears an id of its earlier holder: kills everything running as it and
+/// removes what it left in shared places. Blocking; run before a fresh id is
+/// first used and after its last rank is gone.
+pub type Scrub = Arc<dyn Fn(u32) -> std::io::Result<()> + Send + Sync>;
+
+/// The node's ids: its table, the machine-wide claims and the shares of them.
+pub struct UidPool {
+    range: UidRange,
+    lock_dir: PathBuf,
+    /// Ids that accounts in `/etc/passwd` use.
+    accounts: BTreeSet<u32>,
+    scrub: Scrub,
+    state: Mutex<PoolState>,
+}
+
+impl std::fmt::Debug for UidPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UidPool")
+            .field("range", &self.range)
+            .field("lock_dir", &self.lock_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+struct PoolState {
+    table: UidTable,
+    /// The share every rank of an id's attempt holds, by id.
+    shares: BTreeMap<u32, Arc<SharedUid>>,
+}
+
+/// One id as the ranks of its attempt share it.
+#[derive(Debug)]
+struct SharedUid {
+    uid: u32,
+    /// Set once the id has been scrubbed for its attempt (the error, if that
+    /// failed); the first rank runs it, the others wait for it.
+    scrubbed: tokio::sync::OnceCell<Result<(), String>>,
+    /// The machine-wide claim, dropped when the id has returned.
+    lock: Mutex<Option<Flock<File>>>,
+}
+
+impl UidPool {
+    /// A pool over `range` whose machine-wide claims live in `lock_dir` (made
+    /// 0700 if missing), never handing out an id in `accounts`, clearing ids
+    /// with `scrub`.
+    pub fn new(
+        range: UidRange,
+        lock_dir: &Path,
+        accounts: BTreeSet<u32>,
+        scrub: Scrub,
+    ) -> std::io::Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(lock_dir)?;
+        Ok(Self {
+            range,
+            lock_dir: lock_dir.to_owned(),
+            accounts,
+            scrub,
+            state: Mutex::new(PoolState {
+                table: UidTable::new(range),
+                shares: BTreeMap::new(),
+            }),
+        })
+    }
+
+    /// Its range.
+    pub fn range(&self) -> UidRange {
+        self.range
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A share of the id of `key`'s attempt, claiming a fresh one (here and
+    /// machine-wide) when no other rank of the attempt holds one. Await
+    /// [`UidLease::ready`] before running anything as it.
+    pub fn claim(self: &Arc<Self>, key: WorkerKey) -> Result<UidLease, UidClaimError> {
+        let mut state = self.state();
+        let mut lock = None;
+        let claimed = state
+            .table
+            .claim(key, |uid| {
+                if self.accounts.contains(&uid) {
+                    return false;
+                }
+                lock = self.lock_machine_wide(uid);
+                lock.is_some()
+            })
+            .ok_or(UidClaimError::Exhausted(self.range))?;
+        let shared = if claimed.fresh {
+            let (lock, clean) = lock.map_or((None, false), |(lock, clean)| (Some(lock), clean));
+            // An id its last holder returned scrubbed needs no scrub now.
+            let scrubbed = tokio::sync::OnceCell::new_with(clean.then_some(Ok(())));
+            let shared = Arc::new(SharedUid {
+                uid: claimed.uid,
+                scrubbed,
+                lock: Mutex::new(lock),
+            });
+            state.shares.insert(claimed.uid, shared.clone());
+            shared
+        } else {
+            state
+                .shares
+                .get(&claimed.uid)
+                .cloned()
+                .expect("every id held in the table has its share")
+        };
+        Ok(UidLease {
+            key,
+            shared,
+            pool: self.clone(),
+            left: false,
+        })
+    }
+
+    /// An exclusive lock on `uid`'s claim file, unless another holds it, and
+    /// whether the file said the id was returned scrubbed ([`CLEAN`]). The mark
+    /// is cleared before the id is used, so a node that dies holding the id
+    /// leaves it unmarked and the next claimant scrubs it.
+    fn lock_machine_wide(&self, uid: u32) -> Option<(Flock<File>, bool)> {
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(self.lock_dir.join(uid.to_string()));
+        let file = match file {
+            Ok(file) => file,
+            Err(error) => {
+                tracing::warn!(uid, %error, dir = %self.lock_dir.display(), "cannot open a user id's claim file; skipping the id");
+                return None;
+            }
+        };
+        let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).ok()?;
+        let mut mark = [0u8; CLEAN.len() + 1];
+        let clean = lock
+            .read_at(&mut mark, 0)
+            .is_ok_and(|len| mark[..len] == *CLEAN);
+        if clean && let Err(error) = lock.set_len(0) {
+            // The mark would outlive this use of the id.
+            tracing::warn!(uid, %error, "cannot clear a user id's claim file; skipping the id");
+            return None;
+        }
+        Some((lock, clean))
+    }
+
+    /// `key` gives up its share; the share back when it was the last, for
+    /// [`UidPool::return_id`].
+    fn leave(&self, key: WorkerKey, shared: &SharedUid) -> Option<Arc<SharedUid>> {
+        let mut state = self.state();
+        match state.table.leave(shared.uid, key) {
+            Left::Last => state.shares.remove(&shared.uid),
+            Left::Shared | Left::NotHeld => None,
+        }
+    }
+
+    /// Scrubs an id whose last rank is gone, marks its claim file [`CLEAN`] when
+    /// that worked, then drops its machine-wide claim and frees it. Blocking.
+    fn return_id(&self, shared: &SharedUid) {
+        use std::os::unix::fs::FileExt;
+        let scrubbed = (self.scrub)(shared.uid);
+        if let Err(error) = &scrubbed {
+            tracing::warn!(uid = shared.uid, %error, "cannot clear a returned user id of what its workers left");
+        }
+        let lock = shared
+            .lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let (Ok(()), Some(lock)) = (scrubbed, &lock)
+            && let Err(error) = lock.write_all_at(CLEAN, 0)
+        {
+            // Unmarked (or half-marked), the next claimant scrubs it again.
+            tracing::debug!(uid = shared.uid, %error, "cannot mark a returned user id clean");
+        }
+        drop(lock);
+        self.state().table.release(shared.uid);
+    }
+
+    /// How many ids live attempts hold (and ids not yet returned).
+    pub fn held(&self) -> usize {
+        self.state().table.held()
+    }
+}
+
+/// One rank's share of its attempt's user id. The id is returned to the pool
+/// (scrubbed, its machine-wide claim dropped) when the attempt's last share is
+/// given back ([`UidLease::give_back`], or dropped).
+#[derive(Debug)]
+pub struct UidLease {
+    key: WorkerKey,
+    shared: Arc<SharedUid>,
+    pool: Arc<UidPool>,
+    /// Given back already.
+    left: bool,
+}
+
+impl UidLease {
+    /// The user id, and the group id of the same number.
+    pub fn uid(&self) -> u32 {
+        self.shared.uid
+    }
+
+    /// Waits until the id is clear of any earlier holder: the first rank of a
+    /// fresh lease scrubs it, the attempt's other ranks wait for that, so no rank
+    /// starts before it and the scrub never kills a sibling.
+    pub async fn ready(&self) -> Result<(), UidClaimError> {
+        let uid = self.shared.uid;
+        let scrub = self.pool.scrub.clone();
+        self.shared
+            .scrubbed
+            .get_or_init(|| async move {
+                tokio::task::spawn_blocking(move || scrub(uid))
+                    .await
+                    .map_err(|error| error.to_string())
+                    .and_then(|scrubbed| scrubbed.map_err(|error| error.to_string()))
+            })
+            .await
+            .clone()
+            .map_err(|why| UidClaimError::Scrub { uid, why })
+    }
+
+    /// Gives this rank's share back; the last rank of the attempt scrubs the id
+    /// and returns it before this ends.
+    pub async fn give_back(mut self) {
+        self.left = true;
+        if let Some(shared) = self.pool.leave(self.key, &self.shared) {
+            let pool = self.pool.clone();
+            if let Err(error) = tokio::task::spawn_blocking(move || pool.return_id(&shared)).await {
+                tracing::warn!(uid = self.shared.uid, %error, "returning a user id failed");
+            }
+        }
+    }
+}
+
+impl Drop for UidLease {
+    fn drop(&mut self) {
+        if self.left {
+            return;
+        }
+        // Not given back (a launch that could not be prepared, a task dropped):
+        // the return cannot be awaited here, so it runs on its own.
+        if let Some(shared) = self.pool.leave(self.key, &self.shared) {
+            let pool = self.pool.clone();
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn_blocking(move || pool.return_id(&shared));
+                }
+                Err(_) => pool.return_id(&shared),
+            }
+        }
+    }
+}
+
+/// The user ids `/etc/passwd` gives accounts (empty when it cannot be read).
+pub fn account_uids(passwd: &str) -> BTreeSet<u32> {
+    passwd
+        .lines()
+        .filter_map(|line| line.split(':').nth(2)?.parse().ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(trial: u32, rank: u32) -> WorkerKey {
+        WorkerKey {
+            trial: format!("3f2a9c0d11b2e4f7-t{trial}").parse().expect("trial"),
+            attempt: 1,
+            rank,
+        }
+    }
+
+    #[track_caller]
+    fn check_parse(text: &str, expected: Result<WorkerUids, &str>) {
+        let parsed = text
+            .parse::<WorkerUids>()
+            .map_err(|error| error.to_string());
+        assert_eq!(parsed, expected.map_err(str::to_owned), "{text:?}");
+    }
+
+    fn range(start: u32, end: u32) -> WorkerUids {
+        WorkerUids::Range(UidRange { start, end })
+    }
+
+    #[test]
+    fn ranges_parse_and_bad_ones_are_refused_clearly() {
+        check_parse("none", Ok(WorkerUids::Off));
+        check_parse("NONE", Ok(WorkerUids::Off));
+        check_parse("100000-100009", Ok(range(100_000, 100_009)));
+        check_parse(" 70000 - 70000 ", Ok(range(70_000, 70_000)));
+        check_parse(
+            "1900000000-1900009999",
+            Ok(WorkerUids::Range(DEFAULT_RANGE)),
+        );
+        check_parse(
+            "",
+            Err("\"\" is neither `none` nor a range START-END such as 1900000000-1900009999"),
+        );
+        check_parse(
+            "100000",
+            Err("\"100000\" is neither `none` nor a range START-END such as 1900000000-1900009999"),
+        );
+        check_parse(
+            "a-b",
+            Err("\"a\" is not a user id (a whole number below 4294967295)"),
+        );
+        check_parse(
+            "-5-10",
+            Err("\"\" is not a user id (a whole number below 4294967295)"),
+        );
+        check_parse(
+            "+5-10",
+            Err("\"+5\" is not a user id (a whole number below 4294967295)"),
+        );
+        check_parse(
+            "5-99999999999",
+            Err("\"99999999999\" is not a user id (a whole number below 4294967295)"),
+        );
+        check_parse("10-5", Err("the range 10-5 ends before it starts"));
+        check_parse(
+            "0-10",
+            Err("the range 0-10 holds 0 (root), which a worker must never run as"),
+        );
+        check_parse(
+            "65000-66000",
+            Err("the range 65000-66000 holds 65534 (nobody), which a worker must never run as"),
+        );
+        check_parse(
+            "65535-65535",
+            Err(
+                "the range 65535-65535 holds 65535 (-1 to 16-bit interfaces), which a worker must never run as",
+            ),
+        );
+        check_parse(
+            "4294967000-4294967295",
+            Err(
+                "the range 4294967000-4294967295 holds 4294967295 (-1, no id at all), which a worker must never run as",
+            ),
+        );
+    }
+
+    fn attempt_key(trial: u32, attempt: u32, rank: u32) -> WorkerKey {
+        WorkerKey {
+            attempt,
+            ..key(trial, rank)
+        }
+    }
+
+    fn claim(table: &mut UidTable, key: WorkerKey) -> Option<Claimed> {
+        table.claim(key, |_| true)
+    }
+
+    #[test]
+    fn ranks_of_one_attempt_share_an_id_and_other_attempts_never_do() {
+        let mut table = UidTable::new(UidRange {
+            start: 5000,
+            end: 5003,
+        });
+        let rank0 = claim(&mut table, key(1, 0)).expect("an id");
+        assert!(rank0.fresh);
+        let rank1 = claim(&mut table, key(1, 1)).expect("an id");
+        assert_eq!(
+            rank1,
+            Claimed {
+                uid: rank0.uid,
+                fresh: false
+            },
+            "the second rank joins the first's id"
+        );
+        let other_trial = claim(&mut table, key(2, 0)).expect("an id");
+        let next_attempt = claim(&mut table, attempt_key(1, 2, 0)).expect("an id");
+        let mut ids = vec![rank0.uid, other_trial.uid, next_attempt.uid];
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(
+            ids.len(),
+            3,
+            "another trial or attempt gets an id of its own"
+        );
+        assert!(other_trial.fresh && next_attempt.fresh);
+        assert_eq!(
+            table.holder(rank0.uid),
+            Some((AttemptKey::of(key(1, 0)), 2))
+        );
+        assert_eq!(table.held(), 3, "three attempts, three ids");
+    }
+
+    #[test]
+    fn an_id_returns_only_when_its_last_rank_leaves() {
+        let mut table = UidTable::new(UidRange {
+            start: 6000,
+            end: 6001,
+        });
+        let uid = claim(&mut table, key(1, 0)).expect("an id").uid;
+        claim(&mut table, key(1, 1)).expect("joins");
+        assert_eq!(table.leave(uid, key(2, 0)), Left::NotHeld, "not its id");
+        assert_eq!(
+            table.leave(uid, attempt_key(1, 2, 0)),
+            Left::NotHeld,
+            "nor another attempt's"
+        );
+        assert_eq!(
+            table.leave(uid, key(1, 0)),
+            Left::Shared,
+            "rank 1 still runs"
+        );
+        assert_eq!(table.leave(uid, key(1, 0)), Left::NotHeld, "only once");
+        assert!(!table.release(uid), "not while a rank holds it");
+        assert_eq!(table.leave(uid, key(1, 1)), Left::Last);
+        // Returning: nobody gets it, not even a late rank of the same attempt.
+        let late = claim(&mut table, key(1, 2)).expect("an id");
+        assert_ne!(late.uid, uid);
+        assert!(late.fresh);
+        assert_eq!(
+            claim(&mut table, key(2, 0)),
+            None,
+            "the returning id is not free"
+        );
+        assert_eq!(table.leave(uid, key(1, 1)), Left::NotHeld);
+        assert!(table.release(uid));
+        assert!(!table.release(uid), "once");
+        assert_eq!(
+            claim(&mut table, key(2, 0)),
+            Some(Claimed { uid, fresh: true }),
+            "returned, it is free again"
+        );
+    }
+
+    #[test]
+    fn a_returned_id_is_the_last_to_be_reused_and_refused_ids_are_skipped() {
+        let mut table = UidTable::new(UidRange {
+            start: 7000,
+            end: 7004,
+        });
+        let uid = |claimed: Option<Claimed>| claimed.map(|claimed| claimed.uid);
+        let first = claim(&mut table, key(1, 0)).expect("an id").uid;
+        assert_eq!(first, 7000);
+        assert_eq!(table.leave(first, key(1, 0)), Left::Last);
+        assert!(table.release(first));
+        // Round the range: the id just returned comes last.
+        assert_eq!(uid(claim(&mut table, key(2, 0))), Some(7001));
+        // An id held elsewhere (another node, an account) is skipped.
+        assert_eq!(uid(table.claim(key(3, 0), |uid| uid != 7002)), Some(7003));
+        assert_eq!(uid(claim(&mut table, key(4, 0))), Some(7004));
+        assert_eq!(uid(claim(&mut table, key(5, 0))), Some(7000), "wraps round");
+        assert_eq!(uid(claim(&mut table, key(6, 0))), Some(7002));
+        assert_eq!(claim(&mut table, key(7, 0)), None);
+        assert_eq!(
+            uid(claim(&mut table, key(3, 1))),
+            Some(7003),
+            "a full range still takes ranks of a live attempt"
+        );
+    }
+
+    /// A scrub that counts, per id, how often it ran.
+    fn counting_scrub() -> (Scrub, Arc<Mutex<BTreeMap<u32, usize>>>) {
+        let counts = Arc::new(Mutex::new(BTreeMap::new()));
+        let seen = counts.clone();
+        let scrub: Scrub = Arc::new(move |uid| {
+            *seen.lock().expect("counts").entry(uid).or_insert(0) += 1;
+            Ok(())
+        });
+        (scrub, counts)
+    }
+
+    #[tokio::test]
+    async fn two_pools_sharing_a_lock_directory_never_hand_out_the_same_id() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let locks = dir.path().join("uids");
+        let range = UidRange {
+            start: 8000,
+            end: 8003,
+        };
+        let accounts = BTreeSet::from([8001]);
+        let (scrub, scrubs) = counting_scrub();
+        let here =
+            Arc::new(UidPool::new(range, &locks, accounts.clone(), scrub.clone()).expect("pool"));
+        let there = Arc::new(UidPool::new(range, &locks, accounts, scrub).expect("pool"));
+        let a = here.claim(key(1, 0)).expect("an id");
+        let a1 = here.claim(key(1, 1)).expect("rank 1 joins");
+        assert_eq!(a1.uid(), a.uid());
+        // Both ranks wait on one scrub.
+        let (ready, ready1) = tokio::join!(a.ready(), a1.ready());
+        ready.expect("scrubbed");
+        ready1.expect("scrubbed");
+        assert_eq!(scrubs.lock().expect("counts").get(&a.uid()), Some(&1));
+        let b = there.claim(key(2, 0)).expect("an id");
+        let c = here.claim(key(3, 0)).expect("an id");
+        let mut ids = vec![a.uid(), b.uid(), c.uid()];
+        ids.sort_unstable();
+        assert_eq!(ids, [8000, 8002, 8003], "distinct, and never an account's");
+        assert!(
+            there.claim(key(1, 0)).is_err(),
+            "the other node's attempt of the same key gets no share of this node's id"
+        );
+        let returned = b.uid();
+        b.give_back().await;
+        let d = here.claim(key(4, 0)).expect("a returned id is free again");
+        assert_eq!(d.uid(), returned);
+        // The first rank's share goes; the id stays with rank 1.
+        let shared = a.uid();
+        a.give_back().await;
+        assert_eq!(here.held(), 3);
+        assert_eq!(scrubs.lock().expect("counts").get(&shared), Some(&1));
+        a1.give_back().await;
+        assert_eq!(here.held(), 2, "the last rank returned it");
+        assert_eq!(
+            scrubs.lock().expect("counts").get(&shared),
+            Some(&2),
+            "scrubbed before use and once more on return"
+        );
+        // A dropped share is returned too, on a blocking thread of its own.
+        drop((c, d));
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        while here.held() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(here.held(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_id_returned_scrubbed_is_not_scrubbed_again_and_one_in_use_is() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let range = UidRange {
+            start: 9100,
+            end: 9100,
+        };
+        let (scrub, scrubs) = counting_scrub();
+        let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
+        let claim_file = dir.path().join("9100");
+        let scrubbed = || scrubs.lock().expect("counts").get(&9100).copied();
+        let first = pool.claim(key(1, 0)).expect("an id");
+        first.ready().await.expect("scrubbed");
+        assert_eq!(scrubbed(), Some(1), "never used: scrubbed before use");
+        assert_eq!(std::fs::read(&claim_file).expect("claim file"), b"");
+        first.give_back().await;
+        assert_eq!(scrubbed(), Some(2), "scrubbed on return");
+        assert_eq!(std::fs::read(&claim_file).expect("claim file"), CLEAN);
+        let second = pool.claim(key(2, 0)).expect("an id");
+        second.ready().await.expect("ready");
+        assert_eq!(scrubbed(), Some(2), "returned clean: no second scrub");
+        assert_eq!(
+            std::fs::read(&claim_file).expect("claim file"),
+            b"",
+            "in use: a node dying now leaves it unmarked"
+        );
+        // What a node that died holding the id leaves: an unmarked file.
+        drop(second);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        while pool.held() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        std::fs::write(&claim_file, b"").expect("unmark");
+        let third = pool.claim(key(3, 0)).expect("an id");
+        third.ready().await.expect("scrubbed");
+        assert_eq!(scrubbed(), Some(4), "unmarked: scrubbed before use");
+        third.give_back().await;
+    }
+
+    #[test]
+    fn a_failed_scrub_refuses_every_rank_and_the_id_still_returns() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let range = UidRange {
+            start: 9000,
+            end: 9000,
+        };
+        let scrub: Scrub = Arc::new(|_| Err(std::io::Error::other("no shell")));
+        let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let first = pool.claim(key(1, 0)).expect("an id");
+        let second = pool.claim(key(1, 1)).expect("joins");
+        for lease in [&first, &second] {
+            let refused = runtime.block_on(lease.ready()).expect_err("refused");
+            assert_eq!(
+                refused.to_string(),
+                "cannot clear user id 9000 of what an earlier holder left: no shell"
+            );
+        }
+        drop((first, second));
+        assert_eq!(pool.held(), 0, "returned even so");
+        let next = pool.claim(key(2, 0)).expect("an id");
+        assert!(
+            runtime.block_on(next.ready()).is_err(),
+            "not marked clean: the next holder scrubs it again"
+        );
+    }
+
+    #[test]
+    fn accounts_come_from_the_third_field() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nbroken line\nsvc:x:1900000005:1900000005::/:/bin/false\n";
+        assert_eq!(account_uids(passwd), BTreeSet::from([0, 1_900_000_005]));
+    }
+}

@@ -1,0 +1,619 @@
+//! Users, teams and roles against a real head and node: what each role may do
+//! and is refused (with the refusal in the audit trail under the authenticated
+//! user), a revoked user cut off on an open connection and in a running `xp
+//! logs --follow`, a node credential that cannot act as a user and a user
+//! credential that cannot register a node, user commands on a stopped head's
+//! database, and secrets in no command line nor log.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{TestCluster, binary, trials, wait_until};
+use xp::Client;
+use xp_runtime::join::JoinString;
+use xp_runtime::protocol::{ErrorCode, PeerRole, Request, SubmitRequest};
+use xp_runtime::transport::TransportError;
+use xp_sdk::SdkError;
+
+/// A long-running trial that prints a line every half second.
+const TICKING: &str = "name: ticking\ntrial:\n  command: [sh, -c, 'while true; do echo tick; sleep 0.5; done']\n  resources: {cpu: 0.1}\n";
+
+/// Runs `xp-head user ARGS --data-dir HEAD_DIR`; its stdout, or a panic with stderr.
+fn xp_head_user(cluster: &TestCluster, args: &[&str]) -> String {
+    let output = xp_head_user_output(cluster, args);
+    assert!(
+        output.status.success(),
+        "xp-head user {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("text")
+}
+
+fn xp_head_user_output(cluster: &TestCluster, args: &[&str]) -> std::process::Output {
+    Command::new(binary("xp-head"))
+        .arg("user")
+        .args(args)
+        .arg("--data-dir")
+        .arg(cluster.head_dir())
+        .env("XP_LOG", "warn")
+        .output()
+        .expect("xp-head runs")
+}
+
+/// Adds a user and returns their credential (the one line `user add` prints).
+fn add_user(cluster: &TestCluster, name: &str, team: &str, role: &str) -> String {
+    let printed = xp_head_user(cluster, &["add", name, "--team", team, "--role", role]);
+    let credential = printed.trim().to_owned();
+    assert!(credential.starts_with("xp://"), "{printed}");
+    assert_eq!(printed.lines().count(), 1, "{printed}");
+    credential
+}
+
+/// Runs `xp ARGS` as the holder of `credential`.
+fn xp_as(credential: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_xp"))
+        .args(args)
+        .env("XP_CLUSTER", credential)
+        .output()
+        .expect("xp runs")
+}
+
+fn stderr_of(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn must(args: &[&str], output: std::process::Output) -> String {
+    common::must_succeed(args, output)
+}
+
+/// Fails unless `output` failed with a refusal containing each of `words`.
+fn refused(what: &str, output: &std::process::Output, words: &[&str]) {
+    assert!(!output.status.success(), "{what} was allowed");
+    let stderr = stderr_of(output);
+    for word in words {
+        assert!(stderr.contains(word), "{what}: {word:?} not in: {stderr}");
+    }
+}
+
+/// The audit trail as JSON lines, read with the admin's credential.
+fn audit(cluster: &TestCluster) -> Vec<serde_json::Value> {
+    cluster
+        .must_xp(&["audit", "--json", "--limit", "1000"])
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON"))
+        .collect()
+}
+
+fn submit_spec(spec: &xp_runtime::spec::ExperimentSpec) -> Request {
+    Request::Submit(SubmitRequest {
+        spec_json: spec.to_canonical_json(),
+        program: None,
+        code_version: "none".to_owned(),
+        data_version: "none".to_owned(),
+        rerun: false,
+    })
+}
+
+#[test]
+fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
+    let mut cluster = TestCluster::start("10s");
+    cluster.start_node("a", 0, 2);
+    cluster.wait_for_nodes(1);
+    let ticking = cluster.write_file("ticking.yaml", TICKING);
+    let ticking = ticking.to_str().unwrap();
+
+    let viewer = add_user(&cluster, "vera", "alpha", "viewer");
+    let alpha = add_user(&cluster, "alma", "alpha", "member");
+    let beta = add_user(&cluster, "bert", "beta", "member");
+    let listed = xp_head_user(&cluster, &["list"]);
+    for name in ["admin", "vera", "alma", "bert"] {
+        assert!(listed.contains(name), "{listed}");
+    }
+    assert!(!listed.contains("token="), "{listed}");
+    let taken = xp_head_user_output(&cluster, &["add", "alma", "--team", "alpha"]);
+    refused("adding a name twice", &taken, &["exists already"]);
+
+    // A viewer reads but cannot submit; the refusal names the role that would allow it.
+    must(&["nodes"], xp_as(&viewer, &["nodes"]));
+    refused(
+        "a viewer's submission",
+        &xp_as(&viewer, &["submit", ticking]),
+        &["vera", "may not submit", "needs role member"],
+    );
+
+    // A member's spec that names no team goes into their team.
+    let beta_experiment = must(&["submit"], xp_as(&beta, &["submit", ticking]))
+        .trim()
+        .to_owned();
+    let status: serde_json::Value = serde_json::from_str(
+        must(
+            &["status"],
+            xp_as(&beta, &["status", &beta_experiment, "--json"]),
+        )
+        .trim(),
+    )
+    .unwrap();
+    assert_eq!(status["team"], "beta", "{status:#}");
+
+    // Team alpha's member cannot touch team beta's work, nor even read it.
+    for (what, args) in [
+        ("cancel", vec!["cancel", beta_experiment.as_str()]),
+        ("hold", vec!["admin", "hold", beta_experiment.as_str()]),
+        (
+            "priority",
+            vec!["admin", "priority", beta_experiment.as_str(), "9"],
+        ),
+        ("status", vec!["status", beta_experiment.as_str()]),
+    ] {
+        refused(
+            &format!("alpha's {what} of beta's experiment"),
+            &xp_as(&alpha, &args),
+            &["alma", "only an admin may act on another team's work"],
+        );
+    }
+    // Nor list it: alpha's list has none of beta's experiments.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = Client::connect(&alpha).await.unwrap();
+        assert!(client.status(None).await.unwrap().is_empty());
+        client.close().await;
+    });
+    // A member may not reprioritise even its own team's work: a team admin may.
+    let own = must(&["submit"], xp_as(&alpha, &["submit", ticking]))
+        .trim()
+        .to_owned();
+    refused(
+        "a member's priority",
+        &xp_as(&alpha, &["admin", "priority", &own, "3"]),
+        &["needs role team-admin"],
+    );
+    must(&["hold"], xp_as(&alpha, &["admin", "hold", &own]));
+    must(&["release"], xp_as(&alpha, &["admin", "release", &own]));
+    xp_head_user(&cluster, &["role", "alma", "team-admin"]);
+    must(
+        &["priority"],
+        xp_as(&alpha, &["admin", "priority", &own, "3"]),
+    );
+    must(&["cancel"], xp_as(&alpha, &["cancel", &own]));
+
+    // The admin can, and is recorded as who they are, whatever $USER says.
+    let held = Command::new(env!("CARGO_BIN_EXE_xp"))
+        .args(["admin", "--why", "test", "hold", &beta_experiment])
+        .env("XP_CLUSTER", &cluster.join)
+        .env("USER", "mallory")
+        .output()
+        .unwrap();
+    must(&["admin hold"], held);
+    cluster.must_xp(&["admin", "priority", &beta_experiment, "7"]);
+    // The trial events name the authenticated admin, not the $USER it claimed.
+    let reasons: Vec<String> = runtime.block_on(async {
+        let client = Client::connect(&cluster.join).await.unwrap();
+        let experiment = beta_experiment.parse().unwrap();
+        let events = client.events(experiment, 0, Duration::ZERO).await.unwrap();
+        client.close().await;
+        events.into_iter().map(|event| event.reason).collect()
+    });
+    assert!(
+        reasons
+            .iter()
+            .any(|reason| reason.starts_with("admin admin: held (test)")),
+        "{reasons:#?}"
+    );
+    assert!(
+        reasons.iter().all(|reason| !reason.contains("mallory")),
+        "{reasons:#?}"
+    );
+    let entries = audit(&cluster);
+    let refusals: Vec<&serde_json::Value> = entries
+        .iter()
+        .filter(|entry| entry["allowed"] == false && entry["who"] == "alma")
+        .collect();
+    assert!(refusals.len() >= 4, "{entries:#?}");
+    assert!(
+        refusals
+            .iter()
+            .any(|entry| entry["action"].as_str().unwrap().starts_with("cancel")),
+        "{refusals:#?}"
+    );
+    assert!(
+        entries.iter().any(|entry| entry["allowed"] == true
+            && entry["who"] == "admin"
+            && entry["action"].as_str().unwrap().starts_with("hold")),
+        "{entries:#?}"
+    );
+    assert!(entries.iter().all(|entry| entry["who"] != "mallory"));
+    assert!(
+        entries
+            .iter()
+            .any(|entry| entry["action"].as_str().unwrap().contains("user add vera")),
+        "{entries:#?}"
+    );
+    // Only an admin reads the audit trail.
+    refused(
+        "a member's audit read",
+        &xp_as(&beta, &["audit"]),
+        &["needs role admin"],
+    );
+    cluster.must_xp(&["cancel", &beta_experiment]);
+
+    // A node credential cannot act as a user, nor a user credential as a node.
+    refused(
+        "the node credential as a client",
+        &xp_as(&cluster.node_join, &["submit", ticking]),
+        &["node credential", "xp-head user add"],
+    );
+    let node_join: JoinString = cluster.node_join.parse().unwrap();
+    runtime.block_on(async {
+        // On a node's own connection, a submission is refused by role.
+        let (connection, _send, _recv) =
+            xp_runtime::transport::connect(&node_join, PeerRole::Node, "auth-test")
+                .await
+                .unwrap();
+        let spec = xp_runtime::spec::ExperimentSpec::from_yaml(TICKING).unwrap();
+        match connection.request(submit_spec(&spec)).await {
+            Err(TransportError::Remote(error)) => {
+                assert_eq!(error.code, ErrorCode::Forbidden, "{error:?}");
+                assert!(
+                    error.message.contains("needs a user credential"),
+                    "{error:?}"
+                );
+            }
+            other => panic!("a node's submission was not refused: {other:?}"),
+        }
+        connection.close().await;
+    });
+    let as_node = Command::new(binary("xp-node"))
+        .args(["join", "--data-dir"])
+        .arg(cluster.dir.path().join("node-as-user"))
+        .env("XP_JOIN", &beta)
+        .env("XP_LOG", "info")
+        .output()
+        .unwrap();
+    refused(
+        "a user credential registering a node",
+        &as_node,
+        &["this is a user credential; nodes join with the node credential printed as `node:`"],
+    );
+    assert_eq!(
+        cluster.must_xp(&["nodes", "--json"]).lines().count(),
+        1,
+        "no second node registered"
+    );
+
+    // Revocation: an open connection's next request fails, a follow ends.
+    let running = must(&["submit"], xp_as(&beta, &["submit", ticking, "--rerun"]))
+        .trim()
+        .to_owned();
+    let trial = wait_until("beta's trial to run", Duration::from_secs(60), || {
+        let status = cluster.status(&running);
+        let trial = trials(&status).first()?.clone();
+        (trial["state"] == "running").then(|| trial["id"].as_str().unwrap().to_owned())
+    });
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_xp"))
+        .args(["logs", &trial, "--follow"])
+        .env("XP_CLUSTER", &beta)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The follower prints: it is following.
+    let mut follower_out = follower.stdout.take().unwrap();
+    let first = std::thread::spawn(move || {
+        use std::io::Read;
+        let mut byte = [0u8; 4];
+        follower_out.read_exact(&mut byte).map(|()| byte)
+    });
+    assert_eq!(&first.join().unwrap().unwrap(), b"tick");
+    // Secrets travel in the environment, never in a command line.
+    for pid in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(pid.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).into_owned();
+        for credential in [&viewer, &alpha, &beta, &cluster.join, &cluster.node_join] {
+            let secret: JoinString = credential.parse().unwrap();
+            assert!(!cmdline.contains(&secret.token), "a secret in {cmdline:?}");
+        }
+    }
+    runtime.block_on(async {
+        let client = Client::connect(&beta).await.unwrap();
+        assert_eq!(client.status(None).await.unwrap().len(), 2);
+        xp_head_user(&cluster, &["revoke", "bert"]);
+        let error = wait_for_refusal(&client).await;
+        assert!(error.contains("revoked"), "{error}");
+    });
+    let ended = wait_until("the follow to end", Duration::from_secs(30), || {
+        follower.try_wait().unwrap()
+    });
+    assert!(!ended.success(), "a revoked follow ended with success");
+    let mut follower_err = String::new();
+    std::io::Read::read_to_string(&mut follower.stderr.take().unwrap(), &mut follower_err).unwrap();
+    assert!(follower_err.contains("revoked"), "{follower_err}");
+    refused(
+        "a revoked credential",
+        &xp_as(&beta, &["nodes"]),
+        &["revoked"],
+    );
+    // A replaced credential works again; the revoked one stays out.
+    let again = xp_head_user(&cluster, &["add", "bert", "--team", "beta", "--replace"]);
+    must(&["nodes"], xp_as(again.trim(), &["nodes"]));
+    refused(
+        "the old credential",
+        &xp_as(&beta, &["nodes"]),
+        &["wrong token"],
+    );
+
+    // No log line holds a secret.
+    for entry in std::fs::read_dir(cluster.dir.path()).unwrap().flatten() {
+        if entry.path().extension().is_some_and(|ext| ext == "log") {
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            for credential in [
+                &viewer,
+                &alpha,
+                &beta,
+                again.trim(),
+                &cluster.join,
+                &cluster.node_join,
+            ] {
+                let secret: JoinString = credential.parse().unwrap();
+                assert!(
+                    !text.contains(&secret.token),
+                    "{} logs a secret",
+                    entry.path().display()
+                );
+            }
+        }
+    }
+    cluster.must_xp(&["cancel", &running]);
+}
+
+/// Polls with `client` until a request fails (the revocation reached the
+/// connection); the error's text.
+async fn wait_for_refusal(client: &Client) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match client.nodes().await {
+            Err(error) => return error_text(&error),
+            Ok(_) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the revoked connection still answers"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+fn error_text(error: &SdkError) -> String {
+    xp_runtime::error_chain::error_chain(error)
+}
+
+#[test]
+fn user_commands_work_on_a_stopped_heads_database_and_the_admin_survives_restarts() {
+    let mut cluster = TestCluster::start("10s");
+    let admin = cluster.join.clone();
+    cluster.kill_head();
+    // The head is down: the command opens its database itself.
+    let credential = add_user(&cluster, "offline", "gamma", "viewer");
+    cluster.restart_head();
+    // The restart printed no new admin credential: the first one still works.
+    assert_eq!(cluster.join, admin);
+    cluster.must_xp(&["nodes"]);
+    must(&["nodes"], xp_as(&credential, &["nodes"]));
+    let entries = audit(&cluster);
+    assert!(
+        entries.iter().any(|entry| entry["action"]
+            .as_str()
+            .unwrap()
+            .contains("user add offline")),
+        "{entries:#?}"
+    );
+}
+
+/// One HTTP/1.1 exchange: the status, the header block and the body.
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the HTTP API");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("a read timeout");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if !body.is_empty() {
+        request.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a header block");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status");
+    let head = head.to_ascii_lowercase();
+    let body = if head.contains("transfer-encoding: chunked") {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    (status, head, body)
+}
+
+/// The payload of a chunked body.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n").expect("a chunk size");
+        let size = usize::from_str_radix(size.trim(), 16).expect("a hex chunk size");
+        if size == 0 {
+            return out;
+        }
+        out.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+}
+
+/// The experiment ids a JSON page of `/api/experiments` lists.
+fn listed_ids(body: &str) -> Vec<String> {
+    let page: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|error| panic!("{error}: {body}"));
+    page["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|item| item["id"].as_str().expect("an id").to_owned())
+        .collect()
+}
+
+#[test]
+fn the_http_api_needs_a_credential_and_shows_each_user_their_team() {
+    let http_addr = format!("127.0.0.1:{}", common::free_tcp_port());
+    let cluster = TestCluster::start_prepared("10s", &["--http", &http_addr], |_| {});
+    wait_until("the HTTP API", Duration::from_secs(30), || {
+        common::http_get(&http_addr, "/healthz").filter(|(status, _)| *status == 200)
+    });
+    let alpha = add_user(&cluster, "alma", "alpha", "viewer");
+    let beta = add_user(&cluster, "bert", "beta", "member");
+    let spec = cluster.write_file("ticking.yaml", TICKING);
+    let beta_experiment = must(
+        &["submit"],
+        xp_as(&beta, &["submit", spec.to_str().unwrap()]),
+    )
+    .trim()
+    .to_owned();
+    let secret = |credential: &str| credential.parse::<JoinString>().unwrap().token;
+    let bearer = |credential: &str| format!("Bearer {}", secret(credential));
+
+    // No credential: 401 everywhere but /healthz; a wrong one too.
+    let (status, head, body) = http(&http_addr, "GET", "/api/experiments", &[], "");
+    assert_eq!(status, 401, "{body}");
+    assert!(head.contains("www-authenticate: bearer"), "{head}");
+    assert!(body.contains("log in at /login"), "{body}");
+    for path in [
+        "/api/nodes",
+        "/api/queues",
+        &format!("/api/experiments/{beta_experiment}"),
+    ] {
+        assert_eq!(http(&http_addr, "GET", path, &[], "").0, 401, "{path}");
+    }
+    let wrong = format!("Bearer {}", "00".repeat(32));
+    let (status, _, body) = http(
+        &http_addr,
+        "GET",
+        "/api/nodes",
+        &[("Authorization", &wrong)],
+        "",
+    );
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("wrong token"), "{body}");
+
+    // Each user sees their team's experiments; the admin sees all.
+    let (status, _, body) = http(
+        &http_addr,
+        "GET",
+        "/api/experiments",
+        &[("Authorization", &bearer(&beta))],
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(listed_ids(&body), [beta_experiment.as_str()]);
+    let (status, _, body) = http(
+        &http_addr,
+        "GET",
+        "/api/experiments",
+        &[("Authorization", &bearer(&alpha))],
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(listed_ids(&body).is_empty(), "{body}");
+    let (status, _, _) = http(
+        &http_addr,
+        "GET",
+        &format!("/api/experiments/{beta_experiment}"),
+        &[("Authorization", &bearer(&alpha))],
+        "",
+    );
+    assert_eq!(status, 404, "another team's experiment is not shown");
+    let (status, _, body) = http(
+        &http_addr,
+        "GET",
+        "/api/experiments",
+        &[("Authorization", &bearer(&cluster.join))],
+        "",
+    );
+    assert_eq!(status, 200);
+    assert_eq!(listed_ids(&body), [beta_experiment.as_str()]);
+
+    // The login page, `/login?token=` and the form set an HttpOnly, SameSite=Strict cookie.
+    let (status, _, body) = http(&http_addr, "GET", "/login", &[], "");
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("<form method=\"post\" action=\"/login\">"),
+        "{body}"
+    );
+    let (status, head, _) = http(
+        &http_addr,
+        "GET",
+        &format!("/login?token={}", secret(&alpha)),
+        &[],
+        "",
+    );
+    assert_eq!(status, 303, "{head}");
+    assert!(head.contains("location: /\r\n"), "{head}");
+    assert!(
+        head.contains("httponly") && head.contains("samesite=strict"),
+        "{head}"
+    );
+    let cookie = format!("xp_session={}", secret(&alpha));
+    let (status, _, body) = http(&http_addr, "GET", "/", &[("Cookie", &cookie)], "");
+    assert_eq!(status, 200);
+    assert!(body.contains("user alma (viewer of team alpha)"), "{body}");
+    assert_eq!(
+        http(&http_addr, "GET", "/api/nodes", &[("Cookie", &cookie)], "").0,
+        200
+    );
+    let form = format!("token={}", secret(&beta));
+    let (status, head, _) = http(
+        &http_addr,
+        "POST",
+        "/login",
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        &form,
+    );
+    assert_eq!(status, 303, "{head}");
+    assert!(
+        head.contains(&format!("set-cookie: xp_session={}", secret(&beta))),
+        "{head}"
+    );
+    let (status, _, body) = http(
+        &http_addr,
+        "POST",
+        "/login",
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        "token=nonsense",
+    );
+    assert_eq!(status, 401);
+    assert!(body.contains("wrong token"), "{body}");
+
+    // A revoked user's cookie stops working at once.
+    xp_head_user(&cluster, &["revoke", "alma"]);
+    let (status, _, body) = http(&http_addr, "GET", "/api/nodes", &[("Cookie", &cookie)], "");
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("revoked"), "{body}");
+    let (status, head, _) = http(&http_addr, "GET", "/", &[("Cookie", &cookie)], "");
+    assert_eq!((status, head.contains("location: /login")), (303, true));
+}

@@ -1,0 +1,544 @@
+//! Targets for the binary wires: control-plane frames (`runtime::frame`, every
+//! `Message`, checkpoint manifests included), object requests and answers between
+//! nodes, the worker's local object channel, and the collectives' rendezvous.
+
+use std::collections::BTreeMap;
+
+use xp_runtime::frame::{self, FrameError, MAX_FRAME_BYTES};
+use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, ObjectId, TrialId, WorkerKey};
+use xp_runtime::object_wire::{
+    self, FetchErrorCode, FetchHeader, LocalOp, LocalRequest, LocalResponse, MAX_LOCAL_MESSAGE,
+    MAX_REQUEST_BYTES, ObjectOp, ObjectRequest, StoreAnswer,
+};
+use xp_runtime::protocol::{
+    CheckpointFile, ErrorCode, GpuInfo, HeadCommand, HeldObject, Hello, Launch, Message,
+    NodeMessage, NodeRegistration, NodeResources, ObjectEndpoint, ObjectSource, PeerRole, Program,
+    RemoteError, Request, ResumeFrom, SubmitRequest, WorkerReport,
+};
+use xp_runtime::rendezvous::{self, RankAddress, StoreMessage};
+use xp_runtime::spec::CollectiveTransport;
+
+use super::{Target, bytes_and_mutations, run};
+
+/// Structure-aware edits of binary encodings need no text tokens.
+const NO_TOKENS: &[&str] = &[];
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a current-thread runtime")
+}
+
+fn trial(index: u32) -> TrialId {
+    TrialId {
+        experiment: ExperimentId {
+            digest: 0x1234_5678_9abc_def0,
+            run: 2,
+        },
+        index,
+    }
+}
+
+fn key(rank: u32) -> WorkerKey {
+    WorkerKey {
+        trial: trial(3),
+        attempt: 1,
+        rank,
+    }
+}
+
+fn node_id() -> NodeId {
+    "6f1c2a4e-1d2b-4c3d-8e9f-0a1b2c3d4e5f"
+        .parse()
+        .expect("a valid node id")
+}
+
+fn source(port: u16) -> ObjectSource {
+    ObjectSource {
+        node: node_id(),
+        host: "10.0.0.7".to_owned(),
+        endpoint: ObjectEndpoint {
+            port,
+            cert_sha256: [9; 32],
+        },
+    }
+}
+
+fn manifest() -> Vec<CheckpointFile> {
+    ["model.bin", "optimizer/state.bin", "rng"]
+        .iter()
+        .enumerate()
+        .map(|(index, name)| CheckpointFile {
+            name: (*name).to_owned(),
+            object: ObjectId([index as u8; 32]),
+            size: 1 << (10 * index),
+        })
+        .collect()
+}
+
+/// Valid messages of every direction, with the nested vectors, strings and maps
+/// whose length prefixes a hostile peer would inflate.
+fn messages() -> Vec<Message> {
+    let spec_json = r#"{"name":"sweep","team":"vision","trial":{"command":["python","train.py","--lr","{lr}"]},"search":{"algorithm":"grid","space":{"lr":{"values":[0.1,0.01]}}}}"#;
+    vec![
+        Message::Hello(Hello {
+            token: "f00dcafe".repeat(8),
+            role: PeerRole::Node,
+            agent: "xp-node 0.1".to_owned(),
+        }),
+        Message::Request(Request::Submit(SubmitRequest {
+            spec_json: spec_json.to_owned(),
+            program: Some(BlobHash([4; 32])),
+            code_version: "git:0123abcd+dirty:ffee".to_owned(),
+            data_version: "blake3:99aa".to_owned(),
+            rerun: false,
+        })),
+        Message::Request(Request::SharingDrivers {
+            experiment: trial(0).experiment,
+            sessions: vec!["driver-a".to_owned(), "driver-b".to_owned()],
+        }),
+        Message::FromNode(NodeMessage::Register(NodeRegistration {
+            node_id: node_id(),
+            name: "gpu-7".to_owned(),
+            advertise_host: "10.0.0.7".to_owned(),
+            resources: NodeResources {
+                gpus: vec![
+                    GpuInfo {
+                        index: 0,
+                        model: "H100".to_owned(),
+                        memory_bytes: 80 << 30,
+                    };
+                    2
+                ],
+                cpu_milli: 64_000,
+                memory_bytes: 512 << 30,
+            },
+            labels: BTreeMap::from([("rack".to_owned(), "r1".to_owned())]),
+            running: vec![key(0), key(1)],
+            objects: Some(source(4200).endpoint),
+            held_objects: vec![HeldObject {
+                id: ObjectId([1; 32]),
+                pinned: true,
+                trials: vec![trial(1), trial(2)],
+                drivers: vec!["driver-a".to_owned()],
+            }],
+            isolation: Default::default(),
+        })),
+        Message::FromNode(NodeMessage::Report {
+            seq: 41,
+            report: WorkerReport::Checkpoint {
+                key: key(0),
+                step: 1200,
+                files: manifest(),
+                backup: Some("/backup/ckpt".to_owned()),
+            },
+        }),
+        Message::FromNode(NodeMessage::Report {
+            seq: 42,
+            report: WorkerReport::Metric {
+                key: key(0),
+                index: 7,
+                step: Some(1200),
+                values: vec![("loss".to_owned(), 0.25), ("acc".to_owned(), 0.9)],
+            },
+        }),
+        Message::ToNode(HeadCommand::Launch(Box::new(Launch {
+            key: key(1),
+            world_size: 2,
+            local_rank: 1,
+            program: Program::Command {
+                argv: vec!["python".to_owned(), "train.py".to_owned()],
+            },
+            config_json: r#"{"lr":0.1,"seed":7}"#.to_owned(),
+            seed: 7,
+            gpu_indices: vec![0, 1],
+            gpu_milli: 1000,
+            master_addr: "10.0.0.7".to_owned(),
+            master_port: 29_500,
+            collective_token: [5; 32],
+            transport: CollectiveTransport::Quic,
+            resume: Some(ResumeFrom {
+                step: 1200,
+                attempt: 1,
+                files: manifest(),
+                sources: vec![source(4200), source(4201)],
+                backup: None,
+            }),
+            cpu_milli: 4000,
+            memory_bytes: 16 << 30,
+        }))),
+        Message::ToNode(HeadCommand::Replicate {
+            trial: trial(3),
+            objects: vec![(ObjectId([2; 32]), 4096), (ObjectId([3; 32]), 1 << 20)],
+            sources: vec![source(4200)],
+        }),
+        Message::Error(RemoteError::new(ErrorCode::BadRequest, "no such trial")),
+    ]
+}
+
+/// Every corpus message as a whole frame, length prefix included.
+fn frames() -> Vec<Vec<u8>> {
+    messages()
+        .iter()
+        .map(|message| frame::encode(message).expect("a corpus message encodes"))
+        .collect()
+}
+
+/// The frame's own bounds: its body (at most [`MAX_FRAME_BYTES`]) and what a
+/// decode may build from it, which bincode's limit keeps to the same size.
+const FRAME_LIMIT: usize = 2 * MAX_FRAME_BYTES;
+
+#[test]
+fn frame_bodies() {
+    let bodies: Vec<Vec<u8>> = frames()
+        .into_iter()
+        .map(|frame| frame[4..].to_vec())
+        .collect();
+    let target = Target {
+        name: "frame body (Message)",
+        cases: 4000,
+        limit: FRAME_LIMIT,
+        per_input_byte: 0,
+    };
+    run(
+        &target,
+        bytes_and_mutations(bodies, NO_TOKENS, 512),
+        |body| frame::decode_body(body).is_ok(),
+    );
+}
+
+#[test]
+fn frame_streams() {
+    let runtime = runtime();
+    let target = Target {
+        name: "frame stream (read_message)",
+        cases: 3000,
+        limit: FRAME_LIMIT,
+        per_input_byte: 0,
+    };
+    run(
+        &target,
+        bytes_and_mutations(frames(), NO_TOKENS, 512),
+        |bytes| {
+            runtime
+                .block_on(frame::read_message(&mut &bytes[..]))
+                .is_ok_and(|message| message.is_some())
+        },
+    );
+}
+
+/// A 4 GiB announced length is refused from its four bytes, before any of the
+/// body is allocated; so is one byte over the limit.
+#[test]
+fn frame_length_prefixes_set_huge_are_refused_without_allocating() {
+    let runtime = runtime();
+    for announced in [u32::MAX, 0x8000_0000, MAX_FRAME_BYTES as u32 + 1] {
+        let mut bytes = announced.to_be_bytes().to_vec();
+        bytes.extend_from_slice(&[0u8; 64]);
+        let (result, peak) =
+            super::measure(|| runtime.block_on(frame::read_message(&mut &bytes[..])));
+        assert!(
+            matches!(result, Err(FrameError::TooLarge { len }) if len == announced as usize),
+            "{announced}: {result:?}"
+        );
+        assert!(peak < 64 << 10, "{announced}: held {peak} bytes");
+    }
+    // The hello of a peer not yet authenticated has a tighter limit.
+    let bytes = (64u32 << 10).to_be_bytes();
+    let (result, peak) =
+        super::measure(|| runtime.block_on(frame::read_message_limited(&mut &bytes[..], 16 << 10)));
+    assert!(
+        matches!(result, Err(FrameError::TooLarge { .. })),
+        "{result:?}"
+    );
+    assert!(peak < 64 << 10, "held {peak} bytes");
+}
+
+/// Encodes `message` the way `write_small` puts it on an object stream.
+fn small_frame<T: serde::Serialize>(runtime: &tokio::runtime::Runtime, message: &T) -> Vec<u8> {
+    let mut out = Vec::new();
+    runtime
+        .block_on(object_wire::write_small(&mut out, message))
+        .expect("a corpus message encodes");
+    out
+}
+
+#[test]
+fn object_requests() {
+    let runtime = runtime();
+    let token = object_wire::token_digest("cluster-token");
+    let corpus = [
+        ObjectOp::Fetch {
+            id: ObjectId([1; 32]),
+            offset: 8 << 20,
+            len: 8 << 20,
+        },
+        ObjectOp::Store {
+            owner: "driver-a".to_owned(),
+            size: 1 << 30,
+        },
+        ObjectOp::Damaged {
+            id: ObjectId([2; 32]),
+        },
+        ObjectOp::Release {
+            owner: "driver-a".to_owned(),
+            id: ObjectId([3; 32]),
+        },
+        ObjectOp::Owners {
+            id: ObjectId([4; 32]),
+        },
+    ]
+    .into_iter()
+    .map(|op| small_frame(&runtime, &ObjectRequest { token, op }))
+    .collect();
+    let target = Target {
+        name: "object request (ObjectRequest)",
+        cases: 3000,
+        // The request buffer, and what bincode may build within the same limit.
+        limit: 2 * MAX_REQUEST_BYTES,
+        per_input_byte: 0,
+    };
+    run(
+        &target,
+        bytes_and_mutations(corpus, NO_TOKENS, 256),
+        |bytes| {
+            runtime
+                .block_on(object_wire::read_small::<ObjectRequest>(&mut &bytes[..]))
+                .is_ok()
+        },
+    );
+}
+
+#[test]
+fn object_answers() {
+    let runtime = runtime();
+    let mut corpus = vec![
+        small_frame(
+            &runtime,
+            &FetchHeader::Bytes {
+                size: 1 << 30,
+                len: 8 << 20,
+            },
+        ),
+        small_frame(
+            &runtime,
+            &FetchHeader::Error {
+                code: FetchErrorCode::NotFound,
+                message: "not here".to_owned(),
+            },
+        ),
+    ];
+    for answer in [
+        StoreAnswer::Stored {
+            id: ObjectId([5; 32]),
+        },
+        StoreAnswer::Released { existed: true },
+        StoreAnswer::Owners {
+            trials: vec![trial(1), trial(2), trial(3)],
+            drivers: vec!["driver-a".to_owned(), "driver-b".to_owned()],
+        },
+        StoreAnswer::Error {
+            code: FetchErrorCode::Refused,
+            message: "store full".to_owned(),
+        },
+    ] {
+        corpus.push(small_frame(&runtime, &answer));
+    }
+    let target = Target {
+        name: "object answer (FetchHeader, StoreAnswer)",
+        cases: 3000,
+        limit: 2 * MAX_REQUEST_BYTES,
+        per_input_byte: 0,
+    };
+    run(
+        &target,
+        bytes_and_mutations(corpus, NO_TOKENS, 256),
+        |bytes| {
+            let header = runtime.block_on(object_wire::read_small::<FetchHeader>(&mut &bytes[..]));
+            let answer = runtime.block_on(object_wire::read_small::<StoreAnswer>(&mut &bytes[..]));
+            header.is_ok() || answer.is_ok()
+        },
+    );
+}
+
+/// The node's side of the local channel: the prefix checked, then the body read
+/// and decoded (`node::objects::local` does exactly this).
+fn read_local<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, object_wire::WireError> {
+    let prefix: [u8; 4] = bytes
+        .get(..4)
+        .and_then(|prefix| prefix.try_into().ok())
+        .ok_or_else(|| object_wire::WireError::Malformed("no prefix".to_owned()))?;
+    let len = object_wire::local_length(prefix)?;
+    let mut body = vec![0u8; len];
+    let available = &bytes[4..];
+    if available.len() < len {
+        return Err(object_wire::WireError::Malformed("cut short".to_owned()));
+    }
+    body.copy_from_slice(&available[..len]);
+    object_wire::decode_local(&body)
+}
+
+#[test]
+fn local_channel_messages() {
+    let requests = [
+        LocalOp::Put {
+            path: "/work/trial-3/out/model.bin".into(),
+        },
+        LocalOp::Get {
+            id: ObjectId([6; 32]),
+        },
+        LocalOp::Delete {
+            id: ObjectId([7; 32]),
+        },
+    ]
+    .into_iter()
+    .map(|op| LocalRequest {
+        secret: [8; 32],
+        op,
+    })
+    .map(|request| object_wire::encode_local(&request).expect("encodes"));
+    let responses = [
+        LocalResponse::Stored {
+            id: ObjectId([6; 32]),
+            size: 1 << 20,
+        },
+        LocalResponse::Got {
+            path: "/work/trial-3/objects/abc".into(),
+            size: 1 << 20,
+        },
+        LocalResponse::Released { existed: false },
+        LocalResponse::Error {
+            message: "outside the worker's lane".to_owned(),
+        },
+    ]
+    .into_iter()
+    .map(|response| object_wire::encode_local(&response).expect("encodes"));
+    let corpus = requests.chain(responses).collect();
+    let target = Target {
+        name: "local object channel (LocalRequest, LocalResponse)",
+        cases: 3000,
+        limit: 2 * MAX_LOCAL_MESSAGE,
+        per_input_byte: 0,
+    };
+    run(
+        &target,
+        bytes_and_mutations(corpus, NO_TOKENS, 256),
+        |bytes| {
+            let request = read_local::<LocalRequest>(bytes);
+            let response = read_local::<LocalResponse>(bytes);
+            request.is_ok() || response.is_ok()
+        },
+    );
+}
+
+#[test]
+fn local_channel_prefixes_set_huge_are_refused() {
+    for announced in [u32::MAX, MAX_LOCAL_MESSAGE as u32 + 1] {
+        let (result, peak) = super::measure(|| object_wire::local_length(announced.to_le_bytes()));
+        assert!(
+            matches!(result, Err(object_wire::WireError::TooLarge { .. })),
+            "{result:?}"
+        );
+        assert_eq!(peak, 0, "a refused prefix allocates nothing");
+    }
+    let runtime = runtime();
+    let bytes = u32::MAX.to_le_bytes();
+    let (result, peak) = super::measure(|| {
+        runtime.block_on(object_wire::read_small::<ObjectRequest>(&mut &bytes[..]))
+    });
+    assert!(
+        matches!(result, Err(object_wire::WireError::TooLarge { .. })),
+        "{result:?}"
+    );
+    assert!(peak < 64 << 10, "held {peak} bytes");
+}
+
+fn rank_address(rank: u32) -> RankAddress {
+    RankAddress {
+        rank,
+        host: format!("10.0.0.{}", rank + 1),
+        port: 40_000 + rank as u16,
+        machine: format!("machine-{rank}"),
+        cert_sha256: Some([rank as u8; 32]),
+        shm_port: Some(41_000),
+        nccl_capable: rank == 0,
+        nccl_id: (rank == 0).then(|| vec![3u8; rendezvous::NCCL_UNIQUE_ID_BYTES]),
+    }
+}
+
+#[test]
+fn rendezvous_messages() {
+    let runtime = runtime();
+    let corpus = [
+        StoreMessage::Arrive {
+            token: [1; 32],
+            address: rank_address(1),
+        },
+        StoreMessage::Table((0..4).map(rank_address).collect()),
+        StoreMessage::Failed("rank 3 did not arrive".to_owned()),
+    ]
+    .iter()
+    .map(|message| rendezvous::encode_message(message).expect("encodes"))
+    .collect();
+    let target = Target {
+        name: "rendezvous (StoreMessage)",
+        cases: 3000,
+        limit: 2 * rendezvous::MAX_MESSAGE,
+        per_input_byte: 0,
+    };
+    run(
+        &target,
+        bytes_and_mutations(corpus, NO_TOKENS, 256),
+        |bytes| {
+            runtime
+                .block_on(rendezvous::read_message(&mut &bytes[..]))
+                .is_ok()
+        },
+    );
+    let huge = u32::MAX.to_be_bytes();
+    let (result, peak) =
+        super::measure(|| runtime.block_on(rendezvous::read_message(&mut &huge[..])));
+    assert!(result.is_err());
+    assert!(peak < 64 << 10, "held {peak} bytes");
+}
+
+/// Regression: a 10-byte `StoreAnswer::Owners` announcing 2^32 - 1 trials made
+/// serde reserve 1 MiB of them before reading one, 256 times the 4 KiB limit
+/// of the object channel (found by `object_answers`; fixed by `wire_seq`).
+#[test]
+fn announced_sequence_lengths_reserve_nothing_on_small_channels() {
+    let runtime = runtime();
+    // Variant 3 (`Owners`), then a u32 varint length of 2^32 - 1 and no element.
+    let body = [3u8, 0xfc, 0xff, 0xff, 0xff, 0xff];
+    let mut bytes = (body.len() as u32).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&body);
+    let (result, peak) = super::measure(|| {
+        runtime.block_on(object_wire::read_small::<StoreAnswer>(&mut &bytes[..]))
+    });
+    assert!(result.is_err(), "{result:?}");
+    assert!(peak <= 2 * MAX_REQUEST_BYTES, "held {peak} bytes");
+    // The rendezvous table (variant 1) and a rank 0 address's NCCL id.
+    let body = [1u8, 0xfc, 0xff, 0xff, 0xff, 0xff];
+    let mut bytes = (body.len() as u32).to_be_bytes().to_vec();
+    bytes.extend_from_slice(&body);
+    let (result, peak) =
+        super::measure(|| runtime.block_on(rendezvous::read_message(&mut &bytes[..])));
+    assert!(result.is_err());
+    assert!(peak <= 2 * rendezvous::MAX_MESSAGE, "held {peak} bytes");
+    let mut arrive = rendezvous::encode_message(&StoreMessage::Arrive {
+        token: [1; 32],
+        address: rank_address(0),
+    })
+    .expect("encodes");
+    // The NCCL id is the address's last field: its length prefix (128) sits
+    // 129 bytes from the end; announce 2^32 - 1 bytes there and cut the rest.
+    let at = arrive.len() - rendezvous::NCCL_UNIQUE_ID_BYTES - 1;
+    arrive.truncate(at);
+    arrive.extend_from_slice(&[0xfc, 0xff, 0xff, 0xff, 0xff]);
+    let len = (arrive.len() - 4) as u32;
+    arrive[..4].copy_from_slice(&len.to_be_bytes());
+    let (result, peak) =
+        super::measure(|| runtime.block_on(rendezvous::read_message(&mut &arrive[..])));
+    assert!(result.is_err());
+    assert!(peak <= 2 * rendezvous::MAX_MESSAGE, "held {peak} bytes");
+}
