@@ -19,6 +19,7 @@ use rand::Rng;
 use xp_runtime::spec::{AcquisitionKind, Algorithm, Config, SearchSpace, SearchSpec};
 
 mod gp;
+mod gp_acq;
 mod gp_model;
 mod grid;
 mod history;
@@ -47,7 +48,7 @@ pub struct Suggestion {
 ///
 /// Objectives are minimised; callers negate them for `mode: max`. A searcher may
 /// be asked again before earlier suggestions are told (parallel evaluation); the
-/// model-based ones then propose distinct points (constant liar).
+/// model-based ones then propose distinct points (the GP a kriging believer).
 pub trait Searcher: Send {
     /// The next configuration to evaluate, or `None` when the algorithm has no more
     /// (a finished grid).

@@ -1,7 +1,8 @@
 //! Benchmark objectives with known optima, for measuring search and early stopping.
 //!
-//! Four standard functions (Branin, Hartmann-6, Rosenbrock-5, Ackley-10) judge the
-//! search algorithms by simple regret, and a synthetic learning-curve family stands
+//! Four fixed standard functions (Branin, Hartmann-6, Rosenbrock-5, Ackley-10) and
+//! the [`suite`] of shifted and rotated functions in any dimension judge the search
+//! algorithms by simple regret, and a synthetic learning-curve family stands
 //! in for training runs when judging early-stopping rules. Everything is a pure
 //! function of its arguments: the curves draw their hidden parameters and noise from
 //! a fixed integer hash of the seeds (not from `rand`, whose streams may change
@@ -11,6 +12,10 @@
 use std::f64::consts::{E, PI};
 
 use xp_runtime::seeded::{splitmix64, unit_f64};
+
+pub mod suite;
+
+pub use suite::{Family, Problem};
 
 /// An objective to minimise on a box, with its known global minimum, so that a
 /// search can be scored by simple regret (best value found minus `minimum`).
