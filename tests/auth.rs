@@ -300,12 +300,16 @@ fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
         .unwrap();
     // The follower prints: it is following.
     let mut follower_out = follower.stdout.take().unwrap();
-    let first = std::thread::spawn(move || {
+    let (first_sender, first) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
         use std::io::Read;
         let mut byte = [0u8; 4];
-        follower_out.read_exact(&mut byte).map(|()| byte)
+        let _ = first_sender.send(follower_out.read_exact(&mut byte).map(|()| byte));
+        // Keeps reading: a closed pipe would end the follow (quietly, as
+        // `xp logs | head` does) before the revocation could.
+        let _ = std::io::copy(&mut follower_out, &mut std::io::sink());
     });
-    assert_eq!(&first.join().unwrap().unwrap(), b"tick");
+    assert_eq!(&first.recv().unwrap().unwrap(), b"tick");
     // Secrets travel in the environment, never in a command line.
     for pid in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(cmdline) = std::fs::read(pid.path().join("cmdline")) else {
@@ -320,7 +324,24 @@ fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
     runtime.block_on(async {
         let client = Client::connect(&beta).await.unwrap();
         assert_eq!(client.status(None).await.unwrap().len(), 2);
-        xp_head_user(&cluster, &["revoke", "bert"]);
+        // A wait in flight (no event ever follows u64::MAX, so only its 30 s
+        // cap would end it) is ended by the head closing the connection, with
+        // the close's reason: not by a refusal of the next request.
+        let experiment: xp_runtime::ids::ExperimentId = running.parse().unwrap();
+        let (waited, _) = tokio::join!(
+            client.events(experiment, u64::MAX, Duration::from_secs(30)),
+            async {
+                // Gives the wait time to reach the head; were it late, the
+                // connection would be closed by then all the same.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                xp_head_user(&cluster, &["revoke", "bert"])
+            }
+        );
+        let closed = error_text(&waited.expect_err("the wait outlived the revocation"));
+        assert!(
+            closed.contains("credential of user bert was revoked; ask an admin"),
+            "{closed}"
+        );
         let error = wait_for_refusal(&client).await;
         assert!(error.contains("revoked"), "{error}");
     });
@@ -345,9 +366,17 @@ fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
         &["wrong token"],
     );
 
-    // No log line holds a secret.
+    // No log line holds a secret: neither the head's and nodes' logs
+    // (stderr) nor what they printed on stdout (the head's after its
+    // credentials), all of which the harness keeps.
+    let mut kept = 0;
     for entry in std::fs::read_dir(cluster.dir.path()).unwrap().flatten() {
-        if entry.path().extension().is_some_and(|ext| ext == "log") {
+        if entry
+            .path()
+            .extension()
+            .is_some_and(|ext| ext == "log" || ext == "stdout")
+        {
+            kept += 1;
             let text = std::fs::read_to_string(entry.path()).unwrap();
             for credential in [
                 &viewer,
@@ -366,6 +395,8 @@ fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
             }
         }
     }
+    // The head's and each node's stderr and stdout.
+    assert!(kept >= 4, "only {kept} captures kept");
     cluster.must_xp(&["cancel", &running]);
 }
 
@@ -559,8 +590,9 @@ fn the_http_api_needs_a_credential_and_shows_each_user_their_team() {
     assert_eq!(listed_ids(&body), [beta_experiment.as_str()]);
 
     // The login page, `/login?token=` and the form set an HttpOnly, SameSite=Strict cookie.
-    let (status, _, body) = http(&http_addr, "GET", "/login", &[], "");
+    let (status, head, body) = http(&http_addr, "GET", "/login", &[], "");
     assert_eq!(status, 200);
+    assert!(head.contains("cache-control: no-store\r\n"), "{head}");
     assert!(
         body.contains("<form method=\"post\" action=\"/login\">"),
         "{body}"
@@ -576,6 +608,14 @@ fn the_http_api_needs_a_credential_and_shows_each_user_their_team() {
     assert!(head.contains("location: /\r\n"), "{head}");
     assert!(
         head.contains("httponly") && head.contains("samesite=strict"),
+        "{head}"
+    );
+    // The secret in that URL is kept out of caches and Referer headers, and
+    // the cookie expires.
+    assert!(
+        head.contains("cache-control: no-store\r\n")
+            && head.contains("referrer-policy: no-referrer\r\n")
+            && head.contains("max-age=604800"),
         "{head}"
     );
     let cookie = format!("xp_session={}", secret(&alpha));

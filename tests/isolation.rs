@@ -34,7 +34,7 @@ fn skipped_without_root() -> bool {
 /// has one in its environment), says where both are, and runs until the second
 /// is done looking.
 const KEEPER: &str = r#"set -e
-echo "XP_METRIC {\"step\": 1, \"uid\": $(id -u)}"
+echo "XP_METRIC {\"step\": 1, \"uid\": $(id -u), \"no_new_privs\": $(awk '/^NoNewPrivs:/ {print $2}' /proc/self/status)}"
 echo "$ISOLATION_SECRET" > "$XP_WORK_DIR/secret"
 echo "$$ $XP_WORK_DIR" > "$EXCHANGE/keeper.tmp"
 mv "$EXCHANGE/keeper.tmp" "$EXCHANGE/keeper"
@@ -163,6 +163,8 @@ fn workers_of_different_trials_cannot_read_each_other_nor_the_node() {
     assert_ne!(keeper_uid, 0.0, "the keeper does not run as root");
     assert_ne!(prober_uid, 0.0, "the prober does not run as root");
     assert_ne!(keeper_uid, prober_uid, "each worker has an id of its own");
+    // Nothing it runs regains privileges through a setuid binary.
+    assert_eq!(metric(keeper_trial, "no_new_privs"), 1.0);
     for probe in [
         "environ",
         "work_file",

@@ -40,11 +40,13 @@ use crate::core::pages::{
 };
 use xp_runtime::join::JoinString;
 
-use crate::auth::Principal;
+use crate::auth::requests::Authorized;
 use crate::auth::requests::{Access, Caller};
 use crate::auth::users::{self, UserAnswer, UserCommand, Users};
+use crate::core::metrics::MetricsSnapshot;
 use crate::core::{HeadCore, LoadedState};
 use crate::health::{Health, LOG_INTERVAL_MS, LogThrottle, Outage};
+use crate::metrics::HeadMetrics;
 use crate::registry::{Registry, RegistryError};
 
 mod auth;
@@ -176,11 +178,13 @@ pub enum HeadMsg {
     Identify([u8; 32], Reply<String>),
     /// May this caller make this request? Answers who they are now (refusals
     /// and audited actions are written to the audit trail first).
-    Authorize(Caller, Access, Reply<Principal>),
+    Authorize(Caller, Access, Reply<Authorized>),
     /// A command on the user table, from the head machine's socket.
     Users(UserCommand, Reply<UserAnswer>),
     /// The newest audit entries.
     Audit(u32, Reply<Response>),
+    /// `/metrics` asks for the state its gauges show.
+    MetricsSnapshot(Reply<MetricsSnapshot>),
     /// Time passed.
     Tick,
 }
@@ -213,6 +217,8 @@ pub struct HeadArgs {
     pub users_changed: watch::Sender<u64>,
     /// The node join string: the address and CA that credentials name.
     pub join: JoinString,
+    /// The head's counters, shared with the servers that serve `/metrics`.
+    pub metrics: Arc<HeadMetrics>,
 }
 
 /// The head actor's state.
@@ -233,10 +239,14 @@ impl HeadState {
         while let Some(command) = self.args.core.poll_command() {
             commands.push(command);
         }
+        // Counted only once stored: a failed commit drops the change, and a
+        // node resends its reports.
+        let tally = self.args.core.take_tally();
         let committed = tokio::task::block_in_place(|| self.args.registry.commit(records));
         if let Err(commit_error) = committed {
             return Err(self.commit_failed(now, commit_error));
         }
+        self.args.metrics.observe(&tally);
         for (node_id, command) in commands {
             send_to_node(&self.args.sessions, node_id, command);
         }
@@ -677,6 +687,12 @@ impl Actor for HeadActor {
                 let _ = reply.send(result.map_err(RemoteError::from));
             }
             HeadMsg::Metrics(trial, reply) => {
+                // Only a trial the core knows (the one authorization judged)
+                // is read from the registry: the core keeps every trial.
+                if let Err(error) = state.args.core.team_of_trial(trial) {
+                    let _ = reply.send(Err(error.into()));
+                    return Ok(());
+                }
                 let result = tokio::task::block_in_place(|| state.args.registry.metrics_of(trial))
                     .map(|records| {
                         records
@@ -757,6 +773,9 @@ impl Actor for HeadActor {
                         error => RemoteError::new(ErrorCode::Internal, error.to_string()),
                     });
                 let _ = reply.send(result);
+            }
+            HeadMsg::MetricsSnapshot(reply) => {
+                let _ = reply.send(Ok(state.args.core.metrics_snapshot()));
             }
             HeadMsg::Tick => {
                 if state.outage.is_some() {

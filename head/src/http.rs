@@ -1,5 +1,5 @@
 //! The head's HTTP API: read-only JSON pages of experiments, trials, metric
-//! histories, nodes and queues, and `/healthz`.
+//! histories, nodes and queues, `/metrics` for Prometheus, and `/healthz`.
 //!
 //! Routes (every list is paged, see below):
 //! - `GET /api/experiments?limit=&cursor=`: experiment summaries, newest first
@@ -11,7 +11,9 @@
 //!   the experiment's metric by default); each trial in `xp status --json`'s shape;
 //! - `GET /api/trials/{id}/metrics?limit=&cursor=`: a trial's metric reports in
 //!   arrival order;
-//! - `GET /api/nodes?limit=&cursor=`, `GET /api/queues?limit=&cursor=`.
+//! - `GET /api/nodes?limit=&cursor=`, `GET /api/queues?limit=&cursor=`;
+//! - `GET /metrics`: the head's metrics in the Prometheus text format
+//!   (OpenMetrics when asked for), see `crate::metrics`.
 //!
 //! A page is `{"items": [...], "next_cursor": TEXT or null, "total": N,
 //! "limit": L}`: `total` counts the whole listing with its filters, and a client
@@ -39,7 +41,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::extract::{FromRequestParts, MatchedPath, Path, Query, Request, State};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
@@ -59,6 +61,7 @@ use crate::core::pages::{
     Visibility,
 };
 use crate::health::HealthWatch;
+use crate::metrics::{Api, HeadMetrics, OPENMETRICS_TEXT, PROMETHEUS_TEXT};
 use crate::server::call;
 
 mod auth;
@@ -78,12 +81,22 @@ const MAX_METRIC_NAME_BYTES: usize = 256;
 struct HttpState {
     head: ActorRef<HeadMsg>,
     health: HealthWatch,
+    metrics: Arc<HeadMetrics>,
 }
 
 /// The router.
-pub fn router(head: ActorRef<HeadMsg>, health: HealthWatch) -> axum::Router {
-    let state = HttpState { head, health };
+pub fn router(
+    head: ActorRef<HeadMsg>,
+    health: HealthWatch,
+    counters: Arc<HeadMetrics>,
+) -> axum::Router {
+    let state = HttpState {
+        head,
+        health,
+        metrics: counters,
+    };
     let api = axum::Router::new()
+        .route("/metrics", get(prometheus))
         .route("/api/experiments", get(experiments))
         .route("/api/experiments/{id}", get(experiment))
         .route("/api/experiments/{id}/trials", get(trials))
@@ -95,6 +108,9 @@ pub fn router(head: ActorRef<HeadMsg>, health: HealthWatch) -> axum::Router {
             state.clone(),
             auth::require_user,
         ))
+        // Outside the credential check, so refused requests are counted too;
+        // a route layer, so the route (a bounded label) is known.
+        .route_layer(middleware::from_fn_with_state(state.clone(), count_request))
         // One semaphore for every route. tower's `ConcurrencyLimit` waits for a
         // turn in `poll_ready`, before tower's `Timeout` starts its clock in
         // `call`, so together they would leave the wait unbounded; here one
@@ -126,6 +142,39 @@ async fn healthz(State(state): State<HttpState>) -> Response {
         )
             .into_response(),
     }
+}
+
+/// `GET /metrics`: the head's metrics for Prometheus (see `crate::metrics`):
+/// OpenMetrics when the scraper asks for it, else Prometheus text.
+async fn prometheus(
+    State(state): State<HttpState>,
+    headers: axum::http::HeaderMap,
+) -> Result<Response, ApiError> {
+    let snapshot = call(&state.head, HeadMsg::MetricsSnapshot).await?;
+    let openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|accept| accept.to_str().ok())
+        .is_some_and(|accept| accept.contains("application/openmetrics-text"));
+    let (content_type, body) = if openmetrics {
+        (OPENMETRICS_TEXT, state.metrics.render(&snapshot, true))
+    } else {
+        (PROMETHEUS_TEXT, state.metrics.render(&snapshot, false))
+    };
+    Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
+}
+
+/// Counts a request by its route, and its status when it is an error.
+async fn count_request(
+    State(state): State<HttpState>,
+    route: MatchedPath,
+    request: Request,
+    next: Next,
+) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let error = (status.is_client_error() || status.is_server_error()).then(|| status.as_str());
+    state.metrics.request(Api::Http, route.as_str(), error);
+    response
 }
 
 /// Refuses, before any work, a request with a body (the API reads none) or an

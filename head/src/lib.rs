@@ -11,6 +11,7 @@ pub mod blobs;
 pub mod core;
 pub mod health;
 pub mod http;
+pub mod metrics;
 pub mod offline;
 pub mod registry;
 pub mod server;
@@ -192,6 +193,8 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
     let (health_tx, health_rx) = tokio::sync::watch::channel(health::Health::Healthy);
     let (users_changed_tx, users_changed_rx) = tokio::sync::watch::channel(0u64);
     let sessions = Arc::new(dashmap::DashMap::new());
+    // The one registry of the head's counters, shared with the servers.
+    let metrics = Arc::new(metrics::HeadMetrics::new());
     let (actor, actor_task) = Actor::spawn(
         Some("head".to_owned()),
         HeadActor,
@@ -205,6 +208,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
             users,
             users_changed: users_changed_tx,
             join: join.clone(),
+            metrics: metrics.clone(),
         },
     )
     .await
@@ -221,6 +225,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         users_changed: users_changed_rx,
         counter: AtomicU64::new(1),
         shutdown: shutdown.clone(),
+        metrics: metrics.clone(),
     });
     let socket_path = auth::socket::socket_path(&config.data_dir);
     let listener = auth::socket::bind(&socket_path)?;
@@ -241,7 +246,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
                 .local_addr()
                 .map_err(io_error("cannot read the HTTP address".to_owned()))?,
         );
-        let router = http::router(actor.clone(), health_rx);
+        let router = http::router(actor.clone(), health_rx, metrics);
         let http_shutdown = shutdown.clone();
         tasks.push(xp_runtime::task::spawn("http-server", async move {
             let served = axum::serve(listener, router)

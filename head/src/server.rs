@@ -33,7 +33,9 @@ use xp_runtime::transport::{
 };
 
 use crate::actor::{HeadMsg, NodeSessionHandle, Reply, Sessions};
-use crate::auth::requests::{Caller, access_of, spec_team as access_team, with_team};
+use crate::auth::requests::{
+    Access, Caller, access_of, pin_experiment, spec_team as access_team, with_team,
+};
 use crate::auth::{Principal, submit_team, users};
 use crate::blobs::BlobStore;
 
@@ -64,6 +66,8 @@ pub struct ServerContext {
     pub counter: AtomicU64,
     /// Set when the head shuts down.
     pub shutdown: CancellationToken,
+    /// The head's counters (requests and errors by kind).
+    pub metrics: Arc<crate::metrics::HeadMetrics>,
 }
 
 /// Calls the head actor and flattens the two error layers.
@@ -121,11 +125,11 @@ async fn handle_connection(incoming: quinn::Incoming, context: Arc<ServerContext
             .await
             .map_err(|error| FrameError::Io(std::io::Error::other(error)))?;
         // Nothing but a small hello is read before the token is checked.
-        let message = frame::read_message_limited(&mut recv, MAX_HELLO_BYTES).await?;
-        Ok::<_, FrameError>((send, recv, message))
+        let hello = frame::read_hello(&mut recv, MAX_HELLO_BYTES).await;
+        Ok::<_, FrameError>((send, recv, hello))
     })
     .await;
-    let (mut send, recv, message) = match first {
+    let (mut send, recv, hello) = match first {
         Ok(Ok(first)) => first,
         Ok(Err(error)) => {
             warn!(%error, "connection refused: bad first frame");
@@ -138,10 +142,11 @@ async fn handle_connection(incoming: quinn::Incoming, context: Arc<ServerContext
             return;
         }
     };
-    let hello = match message {
-        Some(Message::Hello(hello)) => hello,
-        Some(other) => {
-            warn!(?other, "connection refused: first message is not a hello");
+    let hello = match hello {
+        Ok(Some(hello)) => hello,
+        Ok(None) => return,
+        Err(FrameError::NotHello) => {
+            warn!("connection refused: first message is not a hello");
             refuse(
                 &connection,
                 &mut send,
@@ -151,12 +156,19 @@ async fn handle_connection(incoming: quinn::Incoming, context: Arc<ServerContext
             .await;
             return;
         }
-        None => return,
+        Err(error) => {
+            warn!(%error, "connection refused: bad first frame");
+            connection.close(CLOSE_PROTOCOL_ERROR.into(), error.to_string().as_bytes());
+            return;
+        }
     };
+    // The agent is the client's text: cut what is logged of it.
+    let agent =
+        crate::auth::requests::truncated(&hello.agent, crate::auth::requests::MAX_AUDIT_TEXT_BYTES);
     let caller = match authenticate(&context, &hello).await {
         Ok(caller) => caller,
         Err(error) => {
-            warn!(agent = %hello.agent, role = ?hello.role, reason = %error.message, "connection refused");
+            warn!(%agent, role = ?hello.role, reason = %error.message, "connection refused");
             refuse(&connection, &mut send, error, CLOSE_BAD_TOKEN).await;
             return;
         }
@@ -169,11 +181,11 @@ async fn handle_connection(incoming: quinn::Incoming, context: Arc<ServerContext
     }
     match &caller {
         Caller::User { name, .. } => {
-            info!(agent = %hello.agent, user = %name, "user connected");
+            info!(%agent, user = %name, "user connected");
             serve_requests(connection, context, caller).await;
         }
         Caller::Node => {
-            debug!(agent = %hello.agent, "node authenticated");
+            debug!(%agent, "node authenticated");
             let requests = xp_runtime::task::spawn(
                 "node-requests",
                 serve_requests(connection.clone(), context.clone(), Caller::Node),
@@ -314,17 +326,33 @@ async fn handle_stream(
             return;
         }
     };
+    let mut request = request;
     let access = access_of(&request);
-    let result = match call(&context.head, |reply| {
-        HeadMsg::Authorize((*caller).clone(), access, reply)
-    })
-    .await
-    {
-        Ok(principal) => {
-            serve_request(&mut send, &mut recv, &context, &session, request, principal).await
-        }
-        Err(refusal) => Some(Err(refusal)),
+    let kind = access.action.describe();
+    let result = match checked(&request, &access) {
+        Err(error) => Some(Err(error)),
+        Ok(()) => match call(&context.head, |reply| {
+            HeadMsg::Authorize((*caller).clone(), access, reply)
+        })
+        .await
+        {
+            Ok(authorized) => {
+                if let Some(experiment) = authorized.experiment {
+                    pin_experiment(&mut request, experiment);
+                }
+                let principal = authorized.principal;
+                serve_request(&mut send, &mut recv, &context, &session, request, principal).await
+            }
+            Err(refusal) => Some(Err(refusal)),
+        },
     };
+    let error_code = match &result {
+        Some(Err(error)) => Some(format!("{:?}", error.code)),
+        _ => None,
+    };
+    context
+        .metrics
+        .request(crate::metrics::Api::Quic, kind, error_code.as_deref());
     let Some(result) = result else { return };
     let message = match result {
         Ok(response) => Message::Response(response),
@@ -346,6 +374,27 @@ async fn handle_stream(
         }
         Err(error) => debug!(%error, "response not delivered"),
     }
+}
+
+/// Refuses, before anything reads or records it, a name longer than
+/// `MAX_NAME_BYTES` and a spec larger than `MAX_SPEC_BYTES` (whose team
+/// authorization would otherwise parse).
+fn checked(request: &Request, access: &Access) -> Result<(), RemoteError> {
+    if let Request::Submit(submit) = request
+        && submit.spec_json.len() > xp_runtime::spec::MAX_SPEC_BYTES
+    {
+        return Err(RemoteError::new(
+            ErrorCode::BadRequest,
+            format!(
+                "the spec is {} bytes; at most {} are accepted",
+                submit.spec_json.len(),
+                xp_runtime::spec::MAX_SPEC_BYTES
+            ),
+        ));
+    }
+    access
+        .check_lengths()
+        .map_err(|message| RemoteError::new(ErrorCode::BadRequest, message))
 }
 
 /// Serves one authorized request; `None` when the answer was already sent
@@ -394,10 +443,7 @@ async fn serve_request(
                 match with_team(&submit.spec_json, team) {
                     Ok(spec_json) => submit.spec_json = spec_json,
                     Err(error) => {
-                        return Some(Err(RemoteError::new(
-                            ErrorCode::BadRequest,
-                            format!("the spec is not JSON: {error}"),
-                        )));
+                        return Some(Err(RemoteError::new(ErrorCode::BadRequest, error)));
                     }
                 }
             }

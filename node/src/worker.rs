@@ -398,7 +398,9 @@ async fn spawn(
     // SAFETY: between fork and exec the closure only calls open(2), write(2),
     // close(2), setgroups(2), setgid(2), setuid(2), prctl(2) and
     // getppid(2), which are async-signal-safe, on data made before the fork; the
-    // child has one thread, so setuid needs no cross-thread broadcast.
+    // child has one thread, so setuid needs no cross-thread broadcast. Nothing in
+    // it allocates (errors are raw errno values), as the forked child of a
+    // multi-threaded process may not.
     unsafe {
         process.pre_exec(move || {
             // Entering the cgroup needs root: first.
@@ -409,8 +411,9 @@ async fn spawn(
             // After the switch, which clears it.
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
             if libc::getppid() != node_pid {
-                // The node died before the death signal was armed.
-                return Err(std::io::Error::other("the node is gone"));
+                // The node died before the death signal was armed. No
+                // allocation here (this is between fork and exec): a plain errno.
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
             }
             Ok(())
         });
@@ -423,7 +426,7 @@ async fn spawn(
 
 /// Drops every privilege for user and group id `uid`: no supplementary groups,
 /// then the group, then the user (the other way round, the group could no longer
-/// be changed). Called between fork and exec. It kills nothing: sibling ranks of
+/// be changed), and no new privileges from then on. Called between fork and exec. It kills nothing: sibling ranks of
 /// the attempt may already run as `uid`, and what an earlier holder left was
 /// killed before the id was handed out (`UidLease::ready`).
 fn drop_to(uid: u32) -> std::io::Result<()> {
@@ -439,6 +442,9 @@ fn drop_to(uid: u32) -> std::io::Result<()> {
         check(libc::setgroups(0, std::ptr::null()))?;
         check(libc::setgid(uid))?;
         check(libc::setuid(uid))?;
+        // So that nothing the worker runs regains privileges through a setuid
+        // or file-capability binary (sudo in a trial is not a feature).
+        check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
     }
     Ok(())
 }

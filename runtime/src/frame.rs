@@ -1,12 +1,16 @@
 //! Framing: a 4-byte big-endian length, a 2-byte protocol version, then bincode.
 //!
-//! Invariant: no frame larger than [`MAX_FRAME_BYTES`] is ever buffered, and every
-//! decode runs with that limit, so a hostile length prefix or nested length cannot
-//! make a process allocate without bound.
+//! Invariant: no frame larger than [`MAX_FRAME_BYTES`] is ever buffered, a body is
+//! buffered only as its bytes arrive, and every decode runs with a byte limit
+//! within 16 times the payload's length (at least 16 KiB), so no hostile length
+//! prefix or string length makes a process allocate much more than it was sent.
+//! A sequence's announced length may still make serde reserve up to 1 MiB, so
+//! before authentication only a hello (which has none) is decoded
+//! ([`read_hello`]).
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::protocol::{ErrorCode, Message, PROTOCOL_VERSION, RemoteError};
+use crate::protocol::{ErrorCode, Hello, Message, PROTOCOL_VERSION, RemoteError};
 
 /// The largest frame, header excluded.
 pub const MAX_FRAME_BYTES: usize = 16 << 20;
@@ -41,6 +45,9 @@ pub enum FrameError {
     /// A frame shorter than its version field.
     #[error("malformed frame: shorter than its header")]
     Truncated,
+    /// The first frame of a connection is not a hello.
+    #[error("the first message must be a hello")]
+    NotHello,
     /// The message could not be encoded (it would exceed the limit).
     #[error("message cannot be encoded: {0}")]
     Encode(#[source] bincode::error::EncodeError),
@@ -56,6 +63,7 @@ impl FrameError {
             Self::TooLarge { .. } => ErrorCode::FrameTooLarge,
             Self::UnsupportedVersion { .. } => ErrorCode::UnsupportedVersion,
             Self::Malformed(_) | Self::Trailing(_) | Self::Truncated => ErrorCode::MalformedFrame,
+            Self::NotHello => ErrorCode::BadRequest,
             Self::Encode(_) | Self::Io(_) => ErrorCode::Internal,
         };
         RemoteError::new(code, self.to_string())
@@ -78,17 +86,58 @@ pub fn encode(message: &Message) -> Result<Vec<u8>, FrameError> {
 
 /// Decodes a frame body (version and payload, length prefix removed).
 pub fn decode_body(body: &[u8]) -> Result<Message, FrameError> {
+    decode_whole(payload_of(body)?)
+}
+
+/// A frame body's payload, once its version is checked.
+fn payload_of(body: &[u8]) -> Result<&[u8], FrameError> {
     let (version, payload) = body.split_first_chunk::<2>().ok_or(FrameError::Truncated)?;
     let version = u16::from_be_bytes(*version);
     if version != PROTOCOL_VERSION {
         return Err(FrameError::UnsupportedVersion { got: version });
     }
-    let (message, used) =
-        bincode::serde::decode_from_slice(payload, LIMIT).map_err(FrameError::Malformed)?;
+    Ok(payload)
+}
+
+/// Decodes all of `payload` as a `T`.
+fn decode_whole<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
+    let (message, used) = decode_payload(payload).map_err(FrameError::Malformed)?;
     if used != payload.len() {
         return Err(FrameError::Trailing(payload.len() - used));
     }
     Ok(message)
+}
+
+/// Decodes `payload` with a byte limit near its own length. Every string and
+/// byte array's length is claimed against the limit before it is allocated,
+/// and a legitimate payload holds every byte it claims, so no legitimate
+/// message is refused; a hostile one claims at most the limit. The limit is a
+/// const generic: the smallest of a few steps that holds the payload.
+///
+/// Sequences are not covered: serde reserves room for up to 1 MiB of a
+/// sequence's elements from its announced length; [`read_hello`] therefore
+/// decodes nothing but a hello, which has none.
+fn decode_payload<T: serde::de::DeserializeOwned>(
+    payload: &[u8],
+) -> Result<(T, usize), bincode::error::DecodeError> {
+    fn limited<T: serde::de::DeserializeOwned, const N: usize>(
+        payload: &[u8],
+    ) -> Result<(T, usize), bincode::error::DecodeError> {
+        bincode::serde::decode_from_slice(payload, bincode::config::standard().with_limit::<N>())
+    }
+    const STEP_1: usize = 16 << 10;
+    const STEP_2: usize = 256 << 10;
+    const STEP_3: usize = 4 << 20;
+    let len = payload.len();
+    if len <= STEP_1 {
+        limited::<T, STEP_1>(payload)
+    } else if len <= STEP_2 {
+        limited::<T, STEP_2>(payload)
+    } else if len <= STEP_3 {
+        limited::<T, STEP_3>(payload)
+    } else {
+        bincode::serde::decode_from_slice(payload, LIMIT)
+    }
 }
 
 /// Reads one frame; `Ok(None)` when the stream ends cleanly before a frame.
@@ -98,12 +147,43 @@ pub async fn read_message<R: AsyncRead + Unpin>(
     read_message_limited(reader, MAX_FRAME_BYTES).await
 }
 
-/// [`read_message`] with a tighter size limit, for frames that are small by
-/// nature (a hello from a peer not yet authenticated).
+/// [`read_message`] with a tighter size limit.
 pub async fn read_message_limited<R: AsyncRead + Unpin>(
     reader: &mut R,
     limit: usize,
 ) -> Result<Option<Message>, FrameError> {
+    match read_body(reader, limit).await? {
+        Some(body) => decode_body(&body).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Reads the first frame of a peer not yet authenticated: at most `limit`
+/// bytes, and only a [`Hello`]. Any other message is refused before it is
+/// decoded, since a few bytes announcing a long sequence in it would make
+/// serde reserve up to 1 MiB; a hello holds only strings, whose lengths the
+/// decode limit bounds by the frame's own length.
+pub async fn read_hello<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    limit: usize,
+) -> Result<Option<Hello>, FrameError> {
+    let Some(body) = read_body(reader, limit).await? else {
+        return Ok(None);
+    };
+    // `Message::Hello` is variant 0, which bincode writes as the byte 0.
+    match payload_of(&body)?.split_first() {
+        Some((0, hello)) => decode_whole(hello).map(Some),
+        Some(_) => Err(FrameError::NotHello),
+        None => Err(FrameError::Truncated),
+    }
+}
+
+/// Reads one frame's body (at most `limit` bytes); `Ok(None)` when the
+/// stream ends cleanly before a frame.
+async fn read_body<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    limit: usize,
+) -> Result<Option<Vec<u8>>, FrameError> {
     let mut header = [0u8; 4];
     let mut filled = 0;
     while filled < header.len() {
@@ -120,9 +200,17 @@ pub async fn read_message_limited<R: AsyncRead + Unpin>(
     if len > limit.min(MAX_FRAME_BYTES) {
         return Err(FrameError::TooLarge { len });
     }
-    let mut body = vec![0u8; len];
-    reader.read_exact(&mut body).await?;
-    decode_body(&body).map(Some)
+    // Grown as the bytes arrive, not sized by the announced length: a peer
+    // that announces 16 MiB and sends 20 bytes makes no 16 MiB buffer.
+    let mut body = Vec::with_capacity(len.min(64 << 10));
+    let read = (&mut *reader)
+        .take(len as u64)
+        .read_to_end(&mut body)
+        .await?;
+    if read != len {
+        return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+    }
+    Ok(Some(body))
 }
 
 /// Writes one frame.
@@ -175,6 +263,54 @@ mod tests {
         let len = (frame.len() - 4) as u32;
         frame[..4].copy_from_slice(&len.to_be_bytes());
         assert!(matches!(decode_frame(&frame), Err(FrameError::Trailing(1))));
+    }
+
+    #[test]
+    fn a_length_claimed_beyond_the_body_is_refused_before_it_is_allocated() {
+        // A large legitimate message decodes whole under its step's limit.
+        let message = Message::Error(RemoteError::new(ErrorCode::BadRequest, "x".repeat(1 << 20)));
+        let frame = encode(&message).unwrap();
+        assert!(decode_body(&frame[4..]).is_ok());
+        // Its first bytes alone still claim the 1 MiB string: over the limit
+        // of a body that short, refused before the string is made.
+        let short = &frame[4..40];
+        assert!(
+            matches!(
+                decode_body(short),
+                Err(FrameError::Malformed(
+                    bincode::error::DecodeError::LimitExceeded
+                ))
+            ),
+            "{:?}",
+            decode_body(short)
+        );
+        // An announced frame length the stream does not hold is an early end.
+        let mut cut = frame[..4].to_vec();
+        cut.extend_from_slice(&frame[4..64]);
+        assert!(matches!(decode_frame(&cut), Err(FrameError::Io(_))));
+    }
+
+    #[test]
+    fn before_authentication_only_a_hello_is_decoded() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let read = |frame: &[u8]| runtime.block_on(read_hello(&mut &frame[..], 16 << 10));
+        let hello = Hello {
+            token: "secret".to_owned(),
+            role: crate::protocol::PeerRole::Client,
+            agent: "a".repeat(1000),
+        };
+        let frame = encode(&Message::Hello(hello)).unwrap();
+        assert_eq!(read(&frame).unwrap().unwrap().agent.len(), 1000);
+        // Its first bytes alone: an early end (the claim is within the
+        // smallest decode limit, 16 KiB, which is all it may cost).
+        let mut short = frame[..40].to_vec();
+        short[..4].copy_from_slice(&36u32.to_be_bytes());
+        assert!(matches!(read(&short), Err(FrameError::Malformed(_))));
+        let request = encode(&Message::Request(Request::Nodes)).unwrap();
+        assert!(matches!(read(&request), Err(FrameError::NotHello)));
+        assert!(matches!(read(&[]), Ok(None)));
     }
 
     proptest! {

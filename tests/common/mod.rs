@@ -174,8 +174,18 @@ impl TestCluster {
         let mut lines = BufReader::new(stdout).lines();
         let credentials =
             read_head_credentials(&mut lines).expect("the head prints its node credential");
-        // Keep draining stdout so the head never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
+        // Keep draining stdout so the head never blocks on a full pipe, and
+        // keep what follows the credentials, for tests that check no secret
+        // is printed after them.
+        let kept = self.dir.path().join(format!("head-{}.stdout", self.port));
+        std::thread::spawn(move || {
+            let mut file = std::fs::File::create(kept).ok();
+            for line in lines.map_while(Result::ok) {
+                if let Some(file) = file.as_mut() {
+                    let _ = writeln!(file, "{line}");
+                }
+            }
+        });
         self.port = credentials
             .node
             .split(':')
@@ -217,6 +227,9 @@ impl TestCluster {
     /// Like [`start_node`](Self::start_node), with extra `xp-node join` arguments.
     pub(crate) fn start_node_with(&mut self, name: &str, gpus: u32, cpus: u32, extra: &[&str]) {
         let log = std::fs::File::create(self.node_log_path(name)).expect("node log");
+        // Kept (not discarded) so that tests can check it holds no secret.
+        let stdout = std::fs::File::create(self.dir.path().join(format!("node-{name}.stdout")))
+            .expect("node stdout");
         // The join string travels in the environment, never in the arguments `ps` shows.
         let child = Command::new(binary("xp-node"))
             .args(["join", "--data-dir"])
@@ -232,7 +245,7 @@ impl TestCluster {
             .args(extra)
             .env("XP_JOIN", &self.node_join)
             .env("XP_LOG", "info")
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(log)
             .spawn()
             .expect("xp-node starts");

@@ -184,9 +184,18 @@ fn frames() -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// The frame's own bounds: its body (at most [`MAX_FRAME_BYTES`]) and what a
-/// decode may build from it, which bincode's limit keeps to the same size.
-const FRAME_LIMIT: usize = 2 * MAX_FRAME_BYTES;
+/// What reading and decoding any frame may hold beyond its input: the body is
+/// buffered only as its bytes arrive and bincode's limit is within 16 times
+/// the payload (at least 16 KiB), so no announced frame or string length costs
+/// more; but serde reserves up to 1 MiB for each sequence from the length it
+/// announces, a few of them nested. (Before authentication only a hello, which
+/// has no sequence, is decoded: [`HELLO_LIMIT`].)
+const FRAME_LIMIT: usize = 4 << 20;
+/// What reading a hello may hold beyond 16 bytes per input byte.
+const HELLO_LIMIT: usize = 64 << 10;
+/// What a frame may hold per input byte (the decode limit's step, and the
+/// body buffer's doubling).
+const FRAME_PER_INPUT_BYTE: usize = 16;
 
 #[test]
 fn frame_bodies() {
@@ -198,7 +207,7 @@ fn frame_bodies() {
         name: "frame body (Message)",
         cases: 4000,
         limit: FRAME_LIMIT,
-        per_input_byte: 0,
+        per_input_byte: FRAME_PER_INPUT_BYTE,
     };
     run(
         &target,
@@ -214,7 +223,7 @@ fn frame_streams() {
         name: "frame stream (read_message)",
         cases: 3000,
         limit: FRAME_LIMIT,
-        per_input_byte: 0,
+        per_input_byte: FRAME_PER_INPUT_BYTE,
     };
     run(
         &target,
@@ -223,6 +232,28 @@ fn frame_streams() {
             runtime
                 .block_on(frame::read_message(&mut &bytes[..]))
                 .is_ok_and(|message| message.is_some())
+        },
+    );
+}
+
+/// The hello of a peer not yet authenticated, read under its 16 KiB limit: a
+/// few bytes claiming a long string or sequence make no buffer of that length.
+#[test]
+fn hello_streams() {
+    let runtime = runtime();
+    let target = Target {
+        name: "hello stream (read_hello)",
+        cases: 3000,
+        limit: HELLO_LIMIT,
+        per_input_byte: FRAME_PER_INPUT_BYTE,
+    };
+    run(
+        &target,
+        bytes_and_mutations(frames(), NO_TOKENS, 512),
+        |bytes| {
+            runtime
+                .block_on(frame::read_hello(&mut &bytes[..], 16 << 10))
+                .is_ok_and(|hello| hello.is_some())
         },
     );
 }

@@ -8,7 +8,9 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::protocol::{AuditEntry, ErrorCode, RemoteError};
 
 use super::HeadState;
-use crate::auth::requests::{Access, Caller, Scope, is_audited};
+use crate::auth::requests::{
+    Access, Authorized, Caller, MAX_AUDIT_TEXT_BYTES, is_audited, truncated,
+};
 use crate::auth::users::{self, UserAnswer, UserCommand};
 use crate::auth::{self, Principal, Target};
 use crate::core::Record;
@@ -22,45 +24,37 @@ impl HeadState {
         now: UnixMillis,
         caller: &Caller,
         access: &Access,
-    ) -> Result<Principal, RemoteError> {
+    ) -> Result<Authorized, RemoteError> {
         let principal = match caller {
             Caller::Node => Principal::Node,
             Caller::User { name, secret_hash } => {
                 match self.args.users.principal(name, secret_hash) {
                     Some(principal) => principal,
                     None => {
+                        // The name came from the client: cut what is kept of it.
+                        let name = truncated(name, MAX_AUDIT_TEXT_BYTES);
                         let message = format!(
                             "the credential of user {name} was revoked or replaced; ask an admin for a new one"
                         );
+                        self.args
+                            .metrics
+                            .refused(access.action.describe(), "unknown");
                         self.audit(now, name, access.describe(), false, message.clone());
                         return Err(RemoteError::new(ErrorCode::Forbidden, message));
                     }
                 }
             }
         };
-        let core = &self.args.core;
-        // A name that does not resolve is judged as the asker's own team's
-        // work: the request then fails as not found, or on the role alone.
-        let own_team = match &principal {
-            Principal::User { team, .. } => team.clone(),
-            Principal::Node => String::new(),
-        };
-        let resolve =
-            |found: Result<String, crate::core::CoreError>| found.unwrap_or(own_team.clone());
-        let (team, queue_owner) = match &access.scope {
-            Scope::Cluster => (None, None),
-            Scope::Experiment(id) => (Some(resolve(core.team_of_experiment(*id))), None),
-            Scope::ExperimentNamed(text) => {
-                (Some(resolve(core.team_of_experiment_named(text))), None)
-            }
-            Scope::Trial(id) => (Some(resolve(core.team_of_trial(*id))), None),
-            Scope::Named(text) => (Some(resolve(core.team_of_named(text))), None),
-            Scope::Submit { team } => (Some(auth::submit_team(&principal, team).to_owned()), None),
-            Scope::Move { named, queue } => (
-                Some(resolve(core.team_of_named(named))),
-                Some(core.queue_owner(queue).flatten()),
-            ),
-        };
+        // A name a non-admin gives must resolve among what they see: one that
+        // does not is not found (not judged as their own team's work, which let
+        // them act on another team's trial before it existed).
+        let resolved = self
+            .args
+            .core
+            .resolve_scope(&principal, &access.scope)
+            .map_err(RemoteError::from)?;
+        let experiment = resolved.experiment;
+        let (team, queue_owner) = (resolved.team, resolved.queue_owner);
         let target = match (&team, &queue_owner) {
             (None, _) => Target::Cluster,
             (Some(team), None) => Target::Team(team),
@@ -78,11 +72,19 @@ impl HeadState {
                     };
                     self.audit(now, principal.name(), access.describe(), true, detail);
                 }
-                Ok(principal)
+                Ok(Authorized {
+                    principal,
+                    experiment,
+                })
             }
             Err(refusal) => {
                 let message = refusal.to_string();
                 info!(who = principal.name(), action = %access.describe(), %message, "request refused");
+                let role = match &principal {
+                    Principal::Node => "node",
+                    Principal::User { role, .. } => role.as_str(),
+                };
+                self.args.metrics.refused(access.action.describe(), role);
                 self.audit(
                     now,
                     principal.name(),

@@ -130,6 +130,7 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
             join: format!("xp://127.0.0.1:1?token=t&ca={}", "00".repeat(32))
                 .parse()
                 .unwrap(),
+            metrics: Arc::new(HeadMetrics::new()),
         },
     )
     .await

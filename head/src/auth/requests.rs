@@ -8,7 +8,7 @@ use serde::Deserialize;
 use xp_runtime::ids::{ExperimentId, TrialId};
 use xp_runtime::protocol::{AdminAction, Request};
 
-use super::Action;
+use super::{Action, Principal};
 
 /// Who a connection authenticated as: what the actor resolves to a
 /// [`super::Principal`] against the user table on every request.
@@ -52,6 +52,56 @@ pub enum Scope {
     },
 }
 
+/// What authorization found: who asks, and the experiment the request's name
+/// resolved to among what they see (see [`pin_experiment`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authorized {
+    /// Who asks.
+    pub principal: Principal,
+    /// The experiment a non-admin's id or prefix resolved to.
+    pub experiment: Option<ExperimentId>,
+}
+
+/// Names `experiment` by its full id in `request`, so that the core serves it
+/// on the experiment authorization resolved (among what the asker sees), not
+/// on whatever the prefix matches among every team's work.
+pub fn pin_experiment(request: &mut Request, experiment: ExperimentId) {
+    let named = match request {
+        Request::Status {
+            experiment: Some(text),
+        }
+        | Request::Checkpoints { experiment: text }
+        | Request::Cancel { id: text } => text,
+        Request::Admin(admin) => match &mut admin.action {
+            AdminAction::Priority { id, .. }
+            | AdminAction::Hold { id }
+            | AdminAction::Release { id }
+            | AdminAction::Move { id, .. } => id,
+            AdminAction::ApplyPolicy { .. } => return,
+        },
+        _ => return,
+    };
+    *named = experiment.to_string();
+}
+
+/// The longest id, prefix, queue or team name a request may give.
+pub const MAX_NAME_BYTES: usize = 256;
+
+/// The most bytes of a client's text an audit entry or a log line keeps.
+pub const MAX_AUDIT_TEXT_BYTES: usize = 256;
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+pub fn truncated(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// A request's action and target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Access {
@@ -66,17 +116,42 @@ impl Access {
         Self { action, scope }
     }
 
-    /// In words, for the audit trail.
+    /// In words, for the audit trail and logs: the client's text in it is cut
+    /// to [`MAX_AUDIT_TEXT_BYTES`], so that no request makes a large entry.
     pub fn describe(&self) -> String {
+        let cut = |text: &str| truncated(text, MAX_AUDIT_TEXT_BYTES).to_owned();
         let named = match &self.scope {
             Scope::Cluster => String::new(),
             Scope::Experiment(id) => format!(" {id}"),
             Scope::Trial(id) => format!(" {id}"),
-            Scope::ExperimentNamed(text) | Scope::Named(text) => format!(" {text}"),
-            Scope::Submit { team } => format!(" into team {team}"),
-            Scope::Move { named, queue } => format!(" {named} to queue {queue}"),
+            Scope::ExperimentNamed(text) | Scope::Named(text) => format!(" {}", cut(text)),
+            Scope::Submit { team } => format!(" into team {}", cut(team)),
+            Scope::Move { named, queue } => {
+                format!(" {} to queue {}", cut(named), cut(queue))
+            }
         };
         format!("{}{named}", self.action.describe())
+    }
+
+    /// Refuses a name longer than [`MAX_NAME_BYTES`] before it is resolved,
+    /// authorized, logged or audited.
+    pub fn check_lengths(&self) -> Result<(), String> {
+        let names: Vec<(&str, &str)> = match &self.scope {
+            Scope::Cluster | Scope::Experiment(_) | Scope::Trial(_) => Vec::new(),
+            Scope::ExperimentNamed(text) | Scope::Named(text) => vec![("id", text)],
+            Scope::Submit { team } => vec![("team name", team)],
+            Scope::Move { named, queue } => vec![("id", named), ("queue name", queue)],
+        };
+        match names
+            .into_iter()
+            .find(|(_, text)| text.len() > MAX_NAME_BYTES)
+        {
+            Some((what, text)) => Err(format!(
+                "the {what} is {} bytes long; at most {MAX_NAME_BYTES} are accepted",
+                text.len()
+            )),
+            None => Ok(()),
+        }
     }
 }
 
@@ -103,6 +178,10 @@ pub fn spec_team(spec_json: &str) -> String {
         #[serde(default)]
         team: Option<String>,
     }
+    // A spec over the limit is refused before authorization; never parse it.
+    if spec_json.len() > xp_runtime::spec::MAX_SPEC_BYTES {
+        return xp_runtime::spec::DEFAULT_TEAM.to_owned();
+    }
     serde_json::from_str::<TeamOnly>(spec_json)
         .ok()
         .and_then(|spec| spec.team)
@@ -111,12 +190,21 @@ pub fn spec_team(spec_json: &str) -> String {
 
 /// The spec `spec_json` with its team set to `team` (for a submission that
 /// named none, which goes into the submitter's team).
-pub fn with_team(spec_json: &str, team: &str) -> Result<String, serde_json::Error> {
-    let mut spec: serde_json::Value = serde_json::from_str(spec_json)?;
+/// A spec over `MAX_SPEC_BYTES` is refused unparsed.
+pub fn with_team(spec_json: &str, team: &str) -> Result<String, String> {
+    if spec_json.len() > xp_runtime::spec::MAX_SPEC_BYTES {
+        return Err(format!(
+            "the spec is {} bytes; at most {} are accepted",
+            spec_json.len(),
+            xp_runtime::spec::MAX_SPEC_BYTES
+        ));
+    }
+    let mut spec: serde_json::Value = serde_json::from_str(spec_json)
+        .map_err(|error| format!("the spec is not JSON: {error}"))?;
     if let Some(object) = spec.as_object_mut() {
         object.insert("team".to_owned(), team.into());
     }
-    serde_json::to_string(&spec)
+    serde_json::to_string(&spec).map_err(|error| format!("the spec cannot be written: {error}"))
 }
 
 /// What `request` does and names.
@@ -199,6 +287,57 @@ mod tests {
         assert_eq!(again.team, "vision");
         assert_eq!(again.name, "a");
         assert_eq!(spec_team("not json"), "default");
+    }
+
+    #[test]
+    fn long_names_are_refused_and_client_text_is_cut_for_the_audit_trail() {
+        let long = "é".repeat(MAX_NAME_BYTES);
+        let cancel = access_of(&Request::Cancel { id: long.clone() });
+        let refused = cancel.check_lengths().unwrap_err();
+        assert!(refused.contains("512 bytes long"), "{refused}");
+        let described = cancel.describe();
+        assert!(described.len() <= "cancel ".len() + MAX_AUDIT_TEXT_BYTES);
+        assert!(described.ends_with(&"é".repeat(MAX_AUDIT_TEXT_BYTES / 2)));
+        assert_eq!(truncated("aé", 2), "a", "cut on a character boundary");
+        let fits = access_of(&Request::Cancel {
+            id: "a".repeat(MAX_NAME_BYTES),
+        });
+        assert_eq!(fits.check_lengths(), Ok(()));
+        let moved = access_of(&Request::Admin(xp_runtime::protocol::AdminRequest {
+            action: AdminAction::Move {
+                id: "abc".to_owned(),
+                queue: "q".repeat(MAX_NAME_BYTES + 1),
+            },
+            who: String::new(),
+            why: String::new(),
+        }));
+        assert!(moved.check_lengths().unwrap_err().contains("queue name"));
+    }
+
+    #[test]
+    fn a_resolved_prefix_is_pinned_to_the_full_id() {
+        let experiment = ExperimentId::from_content_hash(&[7; 32], 1);
+        let mut cancel = Request::Cancel {
+            id: "ab".to_owned(),
+        };
+        pin_experiment(&mut cancel, experiment);
+        assert!(
+            matches!(&cancel, Request::Cancel { id } if *id == experiment.to_string()),
+            "{cancel:?}"
+        );
+        let mut hold = Request::Admin(xp_runtime::protocol::AdminRequest {
+            action: AdminAction::Hold {
+                id: "ab".to_owned(),
+            },
+            who: String::new(),
+            why: String::new(),
+        });
+        pin_experiment(&mut hold, experiment);
+        assert!(
+            matches!(&hold, Request::Admin(admin)
+                if matches!(&admin.action, AdminAction::Hold { id } if *id == experiment.to_string())),
+            "{hold:?}"
+        );
     }
 
     #[test]

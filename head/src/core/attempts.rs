@@ -142,6 +142,11 @@ impl HeadCore {
             .get_mut(&key.trial)
             .expect("failing attempt has a trial");
         trial.failures += 1;
+        *self
+            .tally
+            .attempt_failures
+            .entry(kind.to_owned())
+            .or_default() += 1;
         if trial.state.is_terminal() {
             return;
         }
@@ -275,6 +280,9 @@ impl HeadCore {
             return;
         }
         let was_terminal = trial.state.is_terminal();
+        if trial.state != state {
+            self.tally.transition(state);
+        }
         trial.state = state;
         trial.reason = Some(reason.clone());
         self.unsettled.insert(trial_id);

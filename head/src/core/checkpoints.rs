@@ -86,7 +86,12 @@ impl HeadCore {
         let mut checkpoints = std::mem::take(&mut trial.checkpoints);
         let before: Vec<BTreeSet<ObjectId>> =
             checkpoints.iter().map(CheckpointRecord::objects).collect();
+        let held = checkpoints.len();
         checkpoints.retain(|old| !(old.attempt == record.attempt && old.step == record.step));
+        if checkpoints.len() == held {
+            self.tally.checkpoints += 1;
+            self.tally.checkpoint_bytes = self.tally.checkpoint_bytes.saturating_add(bytes);
+        }
         checkpoints.push(record);
         // Age is (attempt, step), not arrival: a report resent after a reconnect
         // may arrive after newer ones.

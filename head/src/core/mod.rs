@@ -33,6 +33,7 @@ mod attempts;
 pub mod checkpoints;
 mod error;
 mod launch;
+pub mod metrics;
 mod nodes;
 pub mod pages;
 mod records;
@@ -151,6 +152,9 @@ pub struct HeadCore {
     /// The experiments each connected driver session submitted, whose trials may
     /// read that session's objects (soft state, gone with the session).
     driver_experiments: BTreeMap<String, BTreeSet<ExperimentId>>,
+    /// What `/metrics` counts, since the actor last took it
+    /// (`metrics::take_tally`); measured only, never decided on.
+    tally: metrics::Tally,
 }
 
 impl std::fmt::Debug for HeadCore {
@@ -196,6 +200,7 @@ impl HeadCore {
             awaiting_return: BTreeSet::new(),
             live_drivers: BTreeSet::new(),
             driver_experiments: BTreeMap::new(),
+            tally: metrics::Tally::default(),
         };
         if let Some(record) = loaded.policy {
             match PolicyConfig::from_yaml(&record.yaml) {

@@ -55,7 +55,17 @@ impl HeadCore {
             self.submit_to_policy(now, trial_id);
         }
         let decisions = if std::mem::take(&mut self.policy_stale) {
-            self.policy.decide(now)
+            // Wall time of the decision alone, for `/metrics` only: nothing the
+            // core decides or records depends on it, so the core stays
+            // deterministic, and only here is the decision itself timed.
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "measures the policy decision for /metrics; never an input"
+            )]
+            let started = std::time::Instant::now();
+            let decisions = self.policy.decide(now);
+            self.record_decision_timing(started.elapsed());
+            decisions
         } else {
             Vec::new()
         };

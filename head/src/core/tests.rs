@@ -13,7 +13,9 @@ use xp_runtime::protocol::{
 use super::{CoreConfig, CoreError, HeadCore, LoadedState};
 use crate::core::Record;
 
+mod access;
 mod limits;
+mod metrics;
 
 const CONFIG: CoreConfig = CoreConfig {
     node_timeout_ms: 10_000,

@@ -123,7 +123,8 @@ async fn authenticate(
         HeadMsg::Authorize(Caller::User { name, secret_hash }, access, reply)
     })
     .await
-    .map_err(Unauthorized)?;
+    .map_err(Unauthorized)?
+    .principal;
     let shown = principal.visible_team();
     Ok(Authenticated {
         principal,
@@ -189,7 +190,9 @@ async fn log_in(state: &HttpState, secret: String) -> Response {
     let secret = secret_of(&secret);
     match authenticate(state, Some(secret.clone())).await {
         Ok(_) => {
-            let cookie = format!("{COOKIE}={secret}; HttpOnly; SameSite=Strict; Path=/");
+            let cookie = format!(
+                "{COOKIE}={secret}; HttpOnly; SameSite=Strict; Path=/; Max-Age={SESSION_MAX_AGE_S}"
+            );
             let mut response = Redirect::to("/").into_response();
             match HeaderValue::from_str(&cookie) {
                 Ok(value) => {
@@ -214,10 +217,26 @@ async fn login_page(
     State(state): State<HttpState>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
-    match query.into_iter().find(|(name, _)| name == "token") {
+    let response = match query.into_iter().find(|(name, _)| name == "token") {
         Some((_, secret)) => log_in(&state, secret).await,
         None => login_html(None).into_response(),
-    }
+    };
+    kept_private(response)
+}
+
+/// How long a login cookie lasts: a week, then the user logs in again.
+const SESSION_MAX_AGE_S: u64 = 7 * 24 * 3600;
+
+/// `response` marked so that neither a cache keeps it nor a link followed
+/// from it names its address: `/login?token=` carries a secret in its URL.
+fn kept_private(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
 }
 
 /// The login form's fields.
@@ -228,7 +247,7 @@ struct LoginForm {
 
 /// `POST /login`.
 async fn login_form(State(state): State<HttpState>, Form(form): Form<LoginForm>) -> Response {
-    log_in(&state, form.token).await
+    kept_private(log_in(&state, form.token).await)
 }
 
 /// `GET /logout`: forgets the cookie.

@@ -57,7 +57,7 @@ pub fn take(
     let result = match recreated {
         Ok(_) => lane_fs::open_dir(&staging)
             .map_err(io("open", &staging))
-            .and_then(|root| store_tree(store, &root, trial)),
+            .and_then(|root| store_tree(store, &root, trial, owner)),
         Err(error) => Err(io("recreate", dir)(error)),
     };
     // remove_dir_all does not follow links either.
@@ -71,6 +71,7 @@ fn store_tree(
     store: &ObjectStore,
     root: &OwnedFd,
     trial: TrialId,
+    owner: Option<FileOwner>,
 ) -> Result<Vec<CheckpointFile>, CheckpointError> {
     let mut names = Vec::new();
     list_files(root, "", 0, &mut names)?;
@@ -84,13 +85,18 @@ fn store_tree(
     let mut files = Vec::with_capacity(names.len());
     let mut added: Vec<ObjectId> = Vec::new();
     for name in names {
-        let stored = open_below(root, &name)
-            .map_err(|source| crate::objects::StoreError::Io {
-                operation: crate::objects::IoOperation::Open,
-                path: name.clone().into(),
-                source,
-            })
-            .and_then(|file| store.put_reader(file, Owner::Trial(trial)));
+        // Why a file cannot be read (a hard link, another uid's file) is said
+        // in the message itself: it reaches the worker as its verdict.
+        let stored = open_below(root, &name, owner)
+            .map_err(|source| CheckpointError::Invalid(format!("cannot read {name}: {source}")))
+            .and_then(|file| {
+                store
+                    .put_reader(file, Owner::Trial(trial))
+                    .map_err(|source| CheckpointError::Store {
+                        name: name.clone(),
+                        source,
+                    })
+            });
         match stored {
             Ok(object) => {
                 if !store.info(object).is_some_and(|info| info.pinned) {
@@ -99,13 +105,13 @@ fn store_tree(
                 let size = store.info(object).map_or(0, |info| info.size);
                 files.push(CheckpointFile { name, object, size });
             }
-            Err(source) => {
+            Err(error) => {
                 // Withdraw only this trial's claim: the same bytes may be another
                 // owner's object, which must stay.
                 for object in added {
                     let _ = store.remove_owner(object, &Owner::Trial(trial));
                 }
-                return Err(CheckpointError::Store { name, source });
+                return Err(error);
             }
         }
     }
@@ -121,15 +127,20 @@ fn store_tree(
 }
 
 /// Opens regular file `relative` (a `/`-separated name from [`list_files`])
-/// below `root`, one directory at a time, following no link.
-fn open_below(root: &OwnedFd, relative: &str) -> std::io::Result<std::fs::File> {
+/// below `root`, one directory at a time, following no link; a hard-linked
+/// file, or one `owner` (the worker's own uid) does not own, is refused.
+fn open_below(
+    root: &OwnedFd,
+    relative: &str,
+    owner: Option<FileOwner>,
+) -> std::io::Result<std::fs::File> {
     let mut parts: Vec<&str> = relative.split('/').collect();
     let file_name = parts.pop().unwrap_or_default();
     let mut dir = root.try_clone()?;
     for part in parts {
         dir = lane_fs::open_dir_in(&dir, OsStr::new(part))?;
     }
-    lane_fs::open_regular_in(&dir, OsStr::new(file_name))
+    lane_fs::open_regular_in(&dir, OsStr::new(file_name), owner)
 }
 
 fn list_files(

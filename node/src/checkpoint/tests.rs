@@ -157,3 +157,46 @@ fn links_in_a_checkpoint_are_refused_and_never_read() {
         "the target is untouched"
     );
 }
+
+#[test]
+fn hard_linked_files_and_files_of_another_uid_are_refused_by_name() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let store =
+        ObjectStore::open(temp.path().join("objects"), StoreLimits::default()).expect("store");
+    let secret_dir = temp.path().join("node-secrets");
+    std::fs::create_dir_all(&secret_dir).expect("mkdir");
+    std::fs::write(secret_dir.join("token"), b"the cluster token").expect("write");
+    let dir = temp.path().join("work").join("checkpoint");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("state"), b"weights").expect("write");
+    // A hard link to another's file, made where the worker could make it.
+    std::fs::hard_link(secret_dir.join("token"), dir.join("token")).expect("hard link");
+    let error = take(&store, &dir, None, trial(), 1).expect_err("a hard-linked file");
+    let message = error.to_string();
+    assert!(
+        message.contains("token") && message.contains("2 hard links"),
+        "{message}"
+    );
+    assert_eq!(store.holdings().len(), 0, "nothing was stored");
+
+    // Under its own uid, a worker's checkpoint holds only files of that uid.
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let worker = crate::isolation::fs::FileOwner::of_uid(64_999);
+    std::fs::write(dir.join("state"), b"weights").expect("write");
+    std::os::unix::fs::chown(dir.join("state"), Some(worker.uid), Some(worker.gid)).expect("chown");
+    std::fs::write(dir.join("other"), b"root's").expect("write");
+    let error = take(&store, &dir, Some(worker), trial(), 2).expect_err("another uid's file");
+    let message = error.to_string();
+    assert!(
+        message.contains("other") && message.contains("uid 0"),
+        "{message}"
+    );
+    assert_eq!(store.holdings().len(), 0, "nothing was stored");
+    // Its own files alone are taken.
+    std::fs::write(dir.join("state"), b"weights").expect("write");
+    std::os::unix::fs::chown(dir.join("state"), Some(worker.uid), Some(worker.gid)).expect("chown");
+    let files = take(&store, &dir, Some(worker), trial(), 3).expect("own files");
+    assert_eq!(files.len(), 1);
+}

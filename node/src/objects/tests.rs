@@ -28,8 +28,23 @@ fn limits(memory_bytes: u64, disk_bytes: u64) -> StoreLimits {
     }
 }
 
+/// Opens (or reopens) a store. A reopen right after a drop may find the lock
+/// still held for a moment: a process that another test of this binary forks
+/// holds a copy of every descriptor (the lock's too) until it execs.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a synchronous test waiting out another process's brief hold"
+)]
 fn must_open(dir: &Path, limits: StoreLimits) -> ObjectStore {
-    ObjectStore::open(dir, limits).unwrap()
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match ObjectStore::open(dir, limits) {
+            Err(StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            result => return result.unwrap(),
+        }
+    }
 }
 
 /// Bytes that differ for every `seed`, so that different seeds never dedup.

@@ -32,9 +32,12 @@ pub struct CheckpointRecord {
 }
 
 impl CheckpointRecord {
-    /// Total bytes of its files.
+    /// Total bytes of its files. Sizes are what a node reported, so the sum
+    /// saturates rather than overflow.
     pub fn bytes(&self) -> u64 {
-        self.files.iter().map(|file| file.size).sum()
+        self.files
+            .iter()
+            .fold(0u64, |total, file| total.saturating_add(file.size))
     }
 
     /// Its objects, without duplicates.

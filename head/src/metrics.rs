@@ -1,0 +1,490 @@
+//! The head's Prometheus metrics (`GET /metrics`), through `prometheus-client`.
+//!
+//! Two kinds, kept apart so that neither can drift:
+//! - counters and the decision-latency histogram live in [`HeadMetrics`], one
+//!   registry the head owns and shares by `Arc` with the actor (the core's
+//!   [`Tally`] of state changes, checkpoints and decision timings, taken at
+//!   each commit and counted once stored; authorization refusals), the QUIC server
+//!   and the HTTP API (requests and errors by kind); they count events where
+//!   they happen, after the head has stored them;
+//! - gauges that describe state (trials by queue and state, waiting trials per
+//!   queue, GPUs per node and model, nodes by state) are built at scrape time
+//!   from one actor call (`HeadMsg::MetricsSnapshot`, a
+//!   [`crate::core::metrics::MetricsSnapshot`]) into a registry of their own.
+//!
+//! Every label is bounded by the cluster (queues, nodes, GPU models, states,
+//! actions, roles, request kinds, error codes), never by submitted work.
+//!
+//! `prometheus-client` writes OpenMetrics; [`HeadMetrics::render`] serves that
+//! to a scraper that asks for it (`Accept: application/openmetrics-text`, as
+//! Prometheus does) and otherwise the Prometheus text format 0.0.4, which
+//! `promtool check metrics` reads: the two differ, for what is exported here,
+//! only in a counter family's name (`_total` on its `# HELP`/`# TYPE` lines), the
+//! `# UNIT` line and the closing `# EOF`.
+
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use xp_runtime::protocol::TrialState;
+
+use crate::core::metrics::{MetricsSnapshot, Tally};
+
+/// The content type of the Prometheus text format.
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The content type of OpenMetrics text.
+pub const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A trial's end.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+/// A failed attempt's kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+/// A refused request: what it tried and the role of who asked.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    action: &'static str,
+    role: &'static str,
+}
+
+/// A request: which API and what kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    api: &'static str,
+    kind: String,
+}
+
+/// A request that failed: which API, what kind, and why.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    api: &'static str,
+    kind: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueStateLabels {
+    queue: String,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabels {
+    queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLabels {
+    node: String,
+    model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+/// Which API served a request.
+#[derive(Debug, Clone, Copy)]
+pub enum Api {
+    /// The QUIC control plane (CLI, SDK).
+    Quic,
+    /// The HTTP API.
+    Http,
+}
+
+impl Api {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Quic => "quic",
+            Self::Http => "http",
+        }
+    }
+}
+
+/// The head's counters and histogram, and the registry they are in.
+#[derive(Debug)]
+pub struct HeadMetrics {
+    registry: Registry,
+    decision_seconds: Histogram,
+    trial_starts: Counter,
+    trial_finishes: Family<OutcomeLabels, Counter>,
+    trial_preemptions: Counter,
+    attempt_failures: Family<KindLabels, Counter>,
+    checkpoints: Counter,
+    checkpoint_bytes: Counter,
+    refusals: Family<RefusalLabels, Counter>,
+    requests: Family<RequestLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+}
+
+impl Default for HeadMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HeadMetrics {
+    /// Every metric registered, at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("xp");
+        // 10 µs to about 2.6 s: a pass over a few trials takes microseconds,
+        // one over 100,000 waiting trials tens of milliseconds.
+        let decision_seconds = Histogram::new(exponential_buckets(1e-5, 4.0, 10));
+        registry.register_with_unit(
+            "scheduling_decision",
+            "Wall time of one scheduling decision of the policy core",
+            Unit::Seconds,
+            decision_seconds.clone(),
+        );
+        let trial_starts = Counter::default();
+        registry.register(
+            "trial_starts",
+            "Trial attempts placed and launched",
+            trial_starts.clone(),
+        );
+        let trial_finishes = Family::default();
+        registry.register(
+            "trial_finishes",
+            "Trials that ended, by outcome (succeeded, failed, cancelled, stopped)",
+            trial_finishes.clone(),
+        );
+        let trial_preemptions = Counter::default();
+        registry.register(
+            "trial_preemptions",
+            "Running trials asked to checkpoint and stop for other work",
+            trial_preemptions.clone(),
+        );
+        let attempt_failures = Family::default();
+        registry.register(
+            "attempt_failures",
+            "Trial attempts that failed through the trial's fault, by kind (failed, oom-killed, time-limit); retried under max_retries",
+            attempt_failures.clone(),
+        );
+        let checkpoints = Counter::default();
+        registry.register(
+            "checkpoints",
+            "Checkpoints recorded (a report a node resends is counted once)",
+            checkpoints.clone(),
+        );
+        let checkpoint_bytes = Counter::default();
+        registry.register_with_unit(
+            "checkpoint",
+            "Bytes of the checkpoints recorded",
+            Unit::Bytes,
+            checkpoint_bytes.clone(),
+        );
+        let refusals = Family::default();
+        registry.register(
+            "authorization_refusals",
+            "Requests refused by authorization, by action and the caller's role",
+            refusals.clone(),
+        );
+        let requests = Family::default();
+        registry.register(
+            "api_requests",
+            "Requests served, by API (quic, http) and kind",
+            requests.clone(),
+        );
+        let errors = Family::default();
+        registry.register(
+            "api_errors",
+            "Requests answered with an error, by API, kind and error code",
+            errors.clone(),
+        );
+        Self {
+            registry,
+            decision_seconds,
+            trial_starts,
+            trial_finishes,
+            trial_preemptions,
+            attempt_failures,
+            checkpoints,
+            checkpoint_bytes,
+            refusals,
+            requests,
+            errors,
+        }
+    }
+
+    /// Counts what the core tallied, once it is stored.
+    pub fn observe(&self, tally: &Tally) {
+        for state in &tally.transitions {
+            match state {
+                TrialState::Placed => {
+                    self.trial_starts.inc();
+                }
+                TrialState::Preempting => {
+                    self.trial_preemptions.inc();
+                }
+                state if state.is_terminal() => {
+                    self.trial_finishes
+                        .get_or_create(&OutcomeLabels {
+                            outcome: state.as_str(),
+                        })
+                        .inc();
+                }
+                _ => {}
+            }
+        }
+        for (kind, count) in &tally.attempt_failures {
+            self.attempt_failures
+                .get_or_create(&KindLabels { kind: kind.clone() })
+                .inc_by(*count);
+        }
+        self.checkpoints.inc_by(tally.checkpoints);
+        self.checkpoint_bytes.inc_by(tally.checkpoint_bytes);
+        for took in &tally.decisions {
+            self.decision_seconds.observe(took.as_secs_f64());
+        }
+    }
+
+    /// Counts an authorization refusal; `role` is the caller's role, `node`,
+    /// or `unknown` (a revoked credential).
+    pub fn refused(&self, action: &'static str, role: &'static str) {
+        self.refusals
+            .get_or_create(&RefusalLabels { action, role })
+            .inc();
+    }
+
+    /// Counts a request served; `error` is its error code when it failed.
+    /// `kind` must come from a bounded set (a request kind, a route).
+    pub fn request(&self, api: Api, kind: &str, error: Option<&str>) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                api: api.as_str(),
+                kind: kind.to_owned(),
+            })
+            .inc();
+        if let Some(code) = error {
+            self.errors
+                .get_or_create(&ErrorLabels {
+                    api: api.as_str(),
+                    kind: kind.to_owned(),
+                    code: code.to_owned(),
+                })
+                .inc();
+        }
+    }
+
+    /// The whole exposition: the counters and `snapshot`'s gauges, as
+    /// OpenMetrics when `openmetrics`, else as Prometheus text.
+    pub fn render(&self, snapshot: &MetricsSnapshot, openmetrics: bool) -> String {
+        let mut out = String::new();
+        // Writing into a String fails only if an encoder does, which for these
+        // metric types it does not; a failure would show as a short page.
+        let _ = encode_registry(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &gauges(snapshot));
+        if openmetrics {
+            let _ = encode_eof(&mut out);
+            out
+        } else {
+            to_prometheus_text(&out)
+        }
+    }
+}
+
+/// A registry of `snapshot`'s gauges, built for one scrape.
+fn gauges(snapshot: &MetricsSnapshot) -> Registry {
+    let mut registry = Registry::with_prefix("xp");
+    let trials = Family::<QueueStateLabels, Gauge>::default();
+    for ((queue, state), count) in &snapshot.trials {
+        trials
+            .get_or_create(&QueueStateLabels {
+                queue: queue.clone(),
+                state,
+            })
+            .set(gauge_value(*count));
+    }
+    registry.register("trials", "Trials by queue and state", trials);
+    let pending = Family::<QueueLabels, Gauge>::default();
+    for (queue, count) in &snapshot.pending {
+        pending
+            .get_or_create(&QueueLabels {
+                queue: queue.clone(),
+            })
+            .set(gauge_value(*count));
+    }
+    registry.register(
+        "queue_pending",
+        "Trials waiting to be placed, per queue",
+        pending,
+    );
+    let total = Family::<GpuLabels, Gauge>::default();
+    let allocated = Family::<GpuLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    for ((node, model), count) in &snapshot.gpus {
+        let labels = GpuLabels {
+            node: node.clone(),
+            model: model.clone(),
+        };
+        total.get_or_create(&labels).set(gauge_value(count.total));
+        allocated.get_or_create(&labels).set(count.allocated);
+    }
+    registry.register("gpus", "GPUs nodes offer, by node and model", total);
+    registry.register(
+        "gpus_allocated",
+        "GPUs assigned to live workers, by node and model (fractional shares count as their fraction)",
+        allocated,
+    );
+    let nodes = Family::<StateLabels, Gauge>::default();
+    for (state, count) in &snapshot.nodes {
+        nodes
+            .get_or_create(&StateLabels { state })
+            .set(gauge_value(*count));
+    }
+    registry.register("nodes", "Nodes by state", nodes);
+    registry
+}
+
+fn gauge_value(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// OpenMetrics text (without `# EOF`) as Prometheus text format 0.0.4: a
+/// counter family's `# HELP` and `# TYPE` lines name it with `_total`, as its
+/// samples do, and `# UNIT` lines go (the format has none).
+fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 16 * counters.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let comment = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|prefix| line.strip_prefix(prefix).map(|rest| (prefix, rest)));
+        if let Some((prefix, rest)) = comment {
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            if counters.contains(name) {
+                let _ = writeln!(out, "{prefix}{name}_total {tail}");
+                continue;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::core::metrics::GpuCount;
+
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|value| value.parse().ok())
+    }
+
+    #[test]
+    fn counts_events_and_renders_both_formats() {
+        let metrics = HeadMetrics::new();
+        metrics.observe(&Tally {
+            transitions: vec![
+                TrialState::Placed,
+                TrialState::Running,
+                TrialState::Preempting,
+                TrialState::Placed,
+                TrialState::Succeeded,
+                TrialState::Failed,
+                TrialState::Succeeded,
+            ],
+            attempt_failures: BTreeMap::from([("oom-killed".to_owned(), 2)]),
+            checkpoints: 2,
+            checkpoint_bytes: 30,
+            decisions: vec![std::time::Duration::from_micros(50)],
+        });
+        metrics.refused("cancel", "viewer");
+        metrics.request(Api::Http, "/api/nodes", None);
+        metrics.request(Api::Quic, "submit", Some("Forbidden"));
+        let snapshot = MetricsSnapshot {
+            trials: BTreeMap::from([(("default".to_owned(), "succeeded"), 2)]),
+            pending: BTreeMap::from([("default".to_owned(), 3)]),
+            gpus: BTreeMap::from([(
+                ("n1".to_owned(), "H100".to_owned()),
+                GpuCount {
+                    total: 8,
+                    allocated: 2.5,
+                },
+            )]),
+            nodes: BTreeMap::from([("ready", 1)]),
+        };
+
+        let text = metrics.render(&snapshot, false);
+        assert_eq!(sample(&text, "xp_trial_starts_total"), Some(2.0));
+        assert_eq!(sample(&text, "xp_trial_preemptions_total"), Some(1.0));
+        assert_eq!(
+            sample(&text, "xp_trial_finishes_total{outcome=\"succeeded\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(&text, "xp_trial_finishes_total{outcome=\"failed\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "xp_authorization_refusals_total{action=\"cancel\",role=\"viewer\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "xp_api_errors_total{api=\"quic\",kind=\"submit\",code=\"Forbidden\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&text, "xp_scheduling_decision_seconds_count"),
+            Some(1.0)
+        );
+        assert_eq!(sample(&text, "xp_checkpoints_total"), Some(2.0));
+        assert_eq!(
+            sample(&text, "xp_attempt_failures_total{kind=\"oom-killed\"}"),
+            Some(2.0)
+        );
+        assert_eq!(sample(&text, "xp_checkpoint_bytes_total"), Some(30.0));
+        assert_eq!(
+            sample(&text, "xp_trials{queue=\"default\",state=\"succeeded\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(&text, "xp_queue_pending{queue=\"default\"}"),
+            Some(3.0)
+        );
+        assert_eq!(
+            sample(&text, "xp_gpus_allocated{node=\"n1\",model=\"H100\"}"),
+            Some(2.5)
+        );
+        assert_eq!(sample(&text, "xp_nodes{state=\"ready\"}"), Some(1.0));
+        // Prometheus text: counter families are named as their samples are.
+        assert!(text.contains("# TYPE xp_trial_starts_total counter\n"));
+        assert!(text.contains("# HELP xp_trial_starts_total "));
+        assert!(!text.contains("# UNIT") && !text.contains("# EOF"));
+
+        let open = metrics.render(&snapshot, true);
+        assert!(open.contains("# TYPE xp_trial_starts counter\n"));
+        assert!(open.contains("# UNIT xp_scheduling_decision_seconds seconds\n"));
+        assert!(open.ends_with("# EOF\n"));
+    }
+}

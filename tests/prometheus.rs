@@ -1,0 +1,317 @@
+//! The head's `/metrics` end to end: a real `xp-head` with `--http` and a node
+//! with two declared GPUs run a small sweep; then `/metrics` is refused without
+//! a credential and served with one, shows the sweep (trials by state, starts,
+//! finishes, GPUs, nodes, decision timings, the refused requests), passes
+//! `promtool check metrics`, and a real Prometheus server scraping the head on
+//! loopback with the bearer credential answers a query with the sweep's
+//! succeeded trials. promtool and prometheus (Debian's `prometheus` package)
+//! are skipped, with the reason printed, where they are not installed.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{TestCluster, free_tcp_port, http_get, wait_until};
+
+/// `GET path` from the head's HTTP API with `secret` as the bearer token: the
+/// status and the body.
+fn get_with(addr: &str, path: &str, secret: &str) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the HTTP API");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("a read timeout");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAuthorization: Bearer {secret}\r\n\r\n"
+    )
+    .expect("send the request");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).expect("read the answer");
+    let answer = String::from_utf8(answer).expect("the answer is text");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a header and a body");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status code");
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    (status, body)
+}
+
+/// The payload of a chunked body.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n").expect("a chunk size");
+        let size = usize::from_str_radix(size.trim(), 16).expect("a hex chunk size");
+        if size == 0 {
+            return out;
+        }
+        out.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+}
+
+/// The sum of the samples of `name` whose labels contain every one of `labels`
+/// (`key="value"` each); `None` when there is none.
+fn sum_of(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    let values: Vec<f64> = text
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (series_name, rest) = series.split_once('{').unwrap_or((series, ""));
+            (series_name == name && labels.iter().all(|label| rest.contains(label)))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// Whether `program` is on the `PATH`.
+fn installed(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// A child process killed when dropped (Prometheus must not outlive the test).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+#[expect(clippy::print_stderr, reason = "say why a part is skipped")]
+fn prometheus_scrapes_the_head_with_a_credential() {
+    let http = format!("127.0.0.1:{}", free_tcp_port());
+    let mut cluster = TestCluster::start_prepared("10s", &["--http", http.as_str()], |_| {});
+    let admin: xp_runtime::join::JoinString = cluster.join.parse().expect("a credential");
+    let secret = admin.token;
+    wait_until("the HTTP API", Duration::from_secs(30), || {
+        http_get(&http, "/healthz").filter(|(status, _)| *status == 200)
+    });
+    cluster.start_node("n1", 2, 4);
+    cluster.wait_for_nodes(1);
+    let node = cluster.node_id("n1");
+
+    // Three trials, each on one of the node's two declared GPUs.
+    let spec = cluster.write_file(
+        "sweep.yaml",
+        "name: scraped\ntrial:\n  command: [sh, -c, 'echo \"XP_METRIC {\\\"loss\\\": {x}}\"']\n  resources: {gpu: 1, cpu: 1}\nsearch:\n  algorithm: grid\n  space: {x: {choice: [1, 2, 3]}}\n  metric: loss\n",
+    );
+    let experiment = cluster
+        .must_xp(&["submit", spec.to_str().unwrap()])
+        .trim()
+        .to_owned();
+    cluster.wait_finished(&experiment, Duration::from_secs(120));
+
+    // A viewer's cancel is refused by authorization, and counted.
+    let added = Command::new(common::binary("xp-head"))
+        .args([
+            "user", "add", "vera", "--team", "default", "--role", "viewer",
+        ])
+        .arg("--data-dir")
+        .arg(cluster.head_dir())
+        .env("XP_LOG", "warn")
+        .output()
+        .expect("xp-head user add runs");
+    assert!(
+        added.status.success(),
+        "xp-head user add: {}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    let viewer = String::from_utf8(added.stdout).expect("a credential");
+    let cancel = Command::new(env!("CARGO_BIN_EXE_xp"))
+        .args(["cancel", &experiment])
+        .env("XP_CLUSTER", viewer.trim())
+        .output()
+        .expect("xp runs");
+    assert!(!cancel.status.success(), "a viewer's cancel was allowed");
+
+    // (1) A credential is required, like on every route but /healthz.
+    let (status, _) = http_get(&http, "/metrics").expect("the HTTP API answers");
+    assert_eq!(status, 401, "/metrics without a credential");
+    let (status, text) = get_with(&http, "/metrics", "not-a-secret");
+    assert_eq!(status, 401, "/metrics with a wrong credential: {text}");
+    let (status, text) = get_with(&http, "/metrics", &secret);
+    assert_eq!(status, 200, "/metrics: {text}");
+
+    // The sweep as the metrics show it.
+    assert_eq!(
+        sum_of(&text, "xp_trials", &["state=\"succeeded\""]),
+        Some(3.0),
+        "{text}"
+    );
+    assert_eq!(
+        sum_of(&text, "xp_trial_finishes_total", &["outcome=\"succeeded\""]),
+        Some(3.0),
+        "{text}"
+    );
+    assert!(
+        sum_of(&text, "xp_trial_starts_total", &[]).is_some_and(|starts| starts >= 3.0),
+        "{text}"
+    );
+    assert!(
+        sum_of(&text, "xp_scheduling_decision_seconds_count", &[])
+            .is_some_and(|count| count >= 1.0),
+        "{text}"
+    );
+    let on_node = format!("node=\"{node}\"");
+    assert_eq!(
+        sum_of(&text, "xp_gpus", &[&on_node, "model=\"declared\""]),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        sum_of(&text, "xp_gpus_allocated", &[&on_node]),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        sum_of(&text, "xp_nodes", &["state=\"ready\""]),
+        Some(1.0),
+        "{text}"
+    );
+    // The two refused scrapes, and the submission over QUIC.
+    assert_eq!(
+        sum_of(
+            &text,
+            "xp_api_errors_total",
+            &["api=\"http\"", "kind=\"/metrics\"", "code=\"401\""]
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        sum_of(
+            &text,
+            "xp_api_requests_total",
+            &["api=\"quic\"", "kind=\"submit\""]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sum_of(
+            &text,
+            "xp_authorization_refusals_total",
+            &["action=\"cancel\"", "role=\"viewer\""]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    // No trial or experiment id is a label.
+    assert!(!text.contains(&experiment), "{text}");
+
+    // (2) promtool accepts the exposition.
+    if installed("promtool") {
+        let mut promtool = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start promtool");
+        promtool
+            .stdin
+            .take()
+            .expect("promtool's stdin")
+            .write_all(text.as_bytes())
+            .expect("write to promtool");
+        let checked = promtool.wait_with_output().expect("promtool ends");
+        assert!(
+            checked.status.success(),
+            "promtool check metrics: {}{}\n{text}",
+            String::from_utf8_lossy(&checked.stdout),
+            String::from_utf8_lossy(&checked.stderr)
+        );
+    } else {
+        eprintln!(
+            "skipping promtool check metrics: promtool is not installed (apt-get install prometheus)"
+        );
+    }
+
+    // (3) A real Prometheus scrapes the head and answers a query.
+    if !installed("prometheus") {
+        eprintln!(
+            "skipping the Prometheus scrape: prometheus is not installed (apt-get install prometheus)"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let credentials = dir.path().join("secret");
+    std::fs::write(&credentials, &secret).expect("write the credentials file");
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: xp\n    authorization:\n      type: Bearer\n      credentials_file: {}\n    static_configs:\n      - targets: ['{http}']\n",
+            credentials.display()
+        ),
+    )
+    .expect("write the Prometheus configuration");
+    let web = format!("127.0.0.1:{}", free_tcp_port());
+    let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("a log file");
+    let _prometheus = Killed(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={web}"))
+            .stdout(log.try_clone().expect("the log file"))
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus"),
+    );
+    // sum(xp_trials{state="succeeded"}), URL-encoded.
+    let query = "/api/v1/query?query=sum%28xp_trials%7Bstate%3D%22succeeded%22%7D%29";
+    let answered = std::panic::catch_unwind(|| {
+        wait_until(
+            "Prometheus to scrape 3 succeeded trials",
+            Duration::from_secs(120),
+            || {
+                let (status, body) = http_get(&web, query)?;
+                let answer: serde_json::Value = serde_json::from_str(&body).ok()?;
+                let value = answer["data"]["result"][0]["value"][1].as_str()?.to_owned();
+                (status == 200 && value == "3").then_some(value)
+            },
+        )
+    });
+    if answered.is_err() {
+        print_prometheus_state(&web, dir.path());
+        panic!("Prometheus never answered 3 succeeded trials");
+    }
+    // The target is up: the scrape carried the credential.
+    let (_, up) = http_get(&web, "/api/v1/query?query=up%7Bjob%3D%22xp%22%7D").expect("up");
+    assert!(up.contains("\"1\"]"), "up{{job=\"xp\"}}: {up}");
+}
+
+/// What Prometheus says of its targets, and its log, for a failed wait.
+#[expect(clippy::print_stderr, reason = "show why a wait failed")]
+fn print_prometheus_state(web: &str, dir: &Path) {
+    eprintln!("targets: {:?}", http_get(web, "/api/v1/targets"));
+    eprintln!(
+        "prometheus log:\n{}",
+        std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+    );
+}
