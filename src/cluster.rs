@@ -108,6 +108,12 @@ impl Cluster {
     /// Connects to the head named by `join`.
     pub async fn connect(join: &str) -> Result<Self, ClusterError> {
         let join: JoinString = join.parse().map_err(SdkError::from)?;
+        Self::connect_to(join).await
+    }
+
+    /// Connects to the head named by an already parsed credential (one read
+    /// from a file, say).
+    pub async fn connect_to(join: JoinString) -> Result<Self, ClusterError> {
         let client = Client::connect_to(&join).await?;
         Ok(Self {
             client,

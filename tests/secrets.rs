@@ -266,18 +266,22 @@ fn xp_node_takes_the_join_string_from_a_private_file_only() {
     // still works, with a warning.
     let join_file = cluster.write_file("credential", &format!("{}\n", cluster.join));
     std::fs::set_permissions(&join_file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let from_file = Command::new(env!("CARGO_BIN_EXE_xp"))
-        .arg("nodes")
-        .arg("--cluster-file")
-        .arg(&join_file)
-        .env_remove("XP_CLUSTER")
-        .output()
-        .unwrap();
-    assert!(
-        from_file.status.success(),
-        "{}",
-        String::from_utf8_lossy(&from_file.stderr)
-    );
+    // Commands that talk to a cluster and those that may also read a kept
+    // data directory take it alike.
+    for command in ["nodes", "status"] {
+        let from_file = Command::new(env!("CARGO_BIN_EXE_xp"))
+            .arg(command)
+            .arg("--cluster-file")
+            .arg(&join_file)
+            .env_remove("XP_CLUSTER")
+            .output()
+            .unwrap();
+        assert!(
+            from_file.status.success(),
+            "xp {command}: {}",
+            String::from_utf8_lossy(&from_file.stderr)
+        );
+    }
     let from_argument = Command::new(env!("CARGO_BIN_EXE_xp"))
         .args(["nodes", "--cluster", &cluster.join])
         .env_remove("XP_CLUSTER")

@@ -29,9 +29,13 @@ pub(crate) fn node_dir(data_dir: &Path) -> PathBuf {
 /// directory a local run left.
 #[derive(clap::Args, Debug)]
 pub(crate) struct SourceArg {
-    /// The join string printed by `xp-head start`.
+    /// Your credential (from `xp-head user add`). Prefer XP_CLUSTER or
+    /// --cluster-file: an argument is visible to every local user in `ps`.
     #[arg(long, env = "XP_CLUSTER", hide_env_values = true)]
     cluster: Option<String>,
+    /// A file holding your credential; only its owner may read it (`chmod 600`).
+    #[arg(long, value_name = "FILE", conflicts_with = "data_dir")]
+    cluster_file: Option<PathBuf>,
     /// Read the data directory `xp run` kept (`.xp` by default there) instead of
     /// asking a cluster; no cluster needs to run.
     #[arg(long, value_name = "DIR")]
@@ -47,15 +51,15 @@ pub(crate) enum Source {
 impl SourceArg {
     /// `--data-dir` when given, else the cluster.
     pub(crate) fn source(self) -> anyhow::Result<Source> {
-        match (self.data_dir, self.cluster) {
-            (Some(data_dir), _) => Ok(Source::DataDir(data_dir)),
-            (None, Some(cluster)) => Ok(Source::Cluster(ClusterArg {
-                cluster: Some(cluster),
-                cluster_file: None,
-            })),
-            (None, None) => anyhow::bail!(
-                "no cluster named: pass --cluster or set XP_CLUSTER, or read a local run's data with --data-dir DIR"
+        match (self.data_dir, self.cluster, self.cluster_file) {
+            (Some(data_dir), _, _) => Ok(Source::DataDir(data_dir)),
+            (None, None, None) => anyhow::bail!(
+                "no cluster named: set XP_CLUSTER or pass --cluster-file FILE, or read a local run's data with --data-dir DIR"
             ),
+            (None, cluster, cluster_file) => Ok(Source::Cluster(ClusterArg {
+                cluster,
+                cluster_file,
+            })),
         }
     }
 }

@@ -34,10 +34,10 @@ const CANCEL_WAIT: Duration = Duration::from_secs(30);
 pub(crate) struct RunArgs {
     /// The experiment file.
     file: PathBuf,
-    /// Run on this cluster (the join string printed by `xp-head start`) instead
-    /// of a local one.
-    #[arg(long, env = "XP_CLUSTER", hide_env_values = true)]
-    cluster: Option<String>,
+    /// Run on a cluster (your credential, from `XP_CLUSTER`, `--cluster-file` or
+    /// `--cluster`) instead of a local one.
+    #[command(flatten)]
+    cluster: super::ClusterArg,
     /// Where the local cluster keeps its state; `.xp` when absent.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
@@ -60,15 +60,15 @@ pub(crate) struct RunArgs {
 
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let spec = read_spec(&args.file)?;
-    let Some(join) = args.cluster.clone() else {
+    if args.cluster.cluster.is_none() && args.cluster.cluster_file.is_none() {
         return run_local(args, &spec).await;
-    };
+    }
     if args.data_dir.is_some() || args.gpus.is_some() || args.cpus.is_some() || args.keep {
         anyhow::bail!(
-            "--data-dir, --gpus, --cpus and --keep shape a local cluster, but a cluster is named (--cluster or XP_CLUSTER)"
+            "--data-dir, --gpus, --cpus and --keep shape a local cluster, but a cluster is named (--cluster, --cluster-file or XP_CLUSTER)"
         );
     }
-    let cluster = Cluster::connect(&join)
+    let cluster = Cluster::connect_to(args.cluster.join()?)
         .await
         .context("cannot connect to the cluster")?;
     let experiment = submit_spec(&cluster, &spec, &args.file, args.rerun).await?;
