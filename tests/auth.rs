@@ -10,7 +10,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{TestCluster, binary, trials, wait_until};
+use common::{TestCluster, binary, http_exchange as http, trials, wait_until};
 use xp::Client;
 use xp_runtime::join::JoinString;
 use xp_runtime::protocol::{ErrorCode, PeerRole, Request, SubmitRequest};
@@ -442,60 +442,6 @@ fn user_commands_work_on_a_stopped_heads_database_and_the_admin_survives_restart
             .contains("user add offline")),
         "{entries:#?}"
     );
-}
-
-/// One HTTP/1.1 exchange: the status, the header block and the body.
-fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, String, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the HTTP API");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("a read timeout");
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    if !body.is_empty() {
-        request.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    stream.write_all(request.as_bytes()).expect("send");
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("read");
-    let (head, body) = answer.split_once("\r\n\r\n").expect("a header block");
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .expect("a status");
-    let head = head.to_ascii_lowercase();
-    let body = if head.contains("transfer-encoding: chunked") {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
-    (status, head, body)
-}
-
-/// The payload of a chunked body.
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let (size, rest) = body.split_once("\r\n").expect("a chunk size");
-        let size = usize::from_str_radix(size.trim(), 16).expect("a hex chunk size");
-        if size == 0 {
-            return out;
-        }
-        out.push_str(&rest[..size]);
-        body = &rest[size + 2..];
-    }
 }
 
 /// The experiment ids a JSON page of `/api/experiments` lists.

@@ -9,10 +9,9 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
 use std::time::Duration;
 
-use common::{TestCluster, free_tcp_port, wait_until};
+use common::{TestCluster, free_tcp_port, http_exchange, wait_until};
 use serde_json::Value;
 
 /// The head's HTTP API, asked as the cluster's first admin.
@@ -26,55 +25,11 @@ struct Api {
 /// and the body as JSON (`Value::String` when it is not JSON). The one place a
 /// request is built, so the one place its credential is added.
 fn request(api: &Api, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
-    let addr = api.addr.as_str();
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the HTTP API");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("a read timeout");
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAuthorization: Bearer {}\r\n",
-        api.secret
-    );
-    if !body.is_empty() {
-        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).expect("send the request");
-    // The server may answer before reading a body it refuses.
-    let _ = stream.write_all(body);
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).expect("read the answer");
-    let answer = String::from_utf8(answer).expect("the answer is text");
-    let (head, body) = answer.split_once("\r\n\r\n").expect("a header and a body");
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .expect("a status code");
-    let chunked = head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
+    let bearer = format!("Bearer {}", api.secret);
+    let (status, _, body) =
+        http_exchange(&api.addr, method, path, &[("Authorization", &bearer)], body);
     let value = serde_json::from_str(&body).unwrap_or(Value::String(body));
     (status, value)
-}
-
-/// The payload of a chunked body.
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let (size, rest) = body.split_once("\r\n").expect("a chunk size");
-        let size = usize::from_str_radix(size.trim(), 16).expect("a hex chunk size");
-        if size == 0 {
-            return out;
-        }
-        out.push_str(&rest[..size]);
-        body = &rest[size + 2..];
-    }
 }
 
 fn get(api: &Api, path: &str) -> (u16, Value) {

@@ -9,57 +9,19 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{TestCluster, free_tcp_port, http_get, wait_until};
+use common::{TestCluster, free_tcp_port, http_exchange, http_get, wait_until};
 
 /// `GET path` from the head's HTTP API with `secret` as the bearer token: the
 /// status and the body.
 fn get_with(addr: &str, path: &str, secret: &str) -> (u16, String) {
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the HTTP API");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("a read timeout");
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAuthorization: Bearer {secret}\r\n\r\n"
-    )
-    .expect("send the request");
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).expect("read the answer");
-    let answer = String::from_utf8(answer).expect("the answer is text");
-    let (head, body) = answer.split_once("\r\n\r\n").expect("a header and a body");
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .expect("a status code");
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
+    let bearer = format!("Bearer {secret}");
+    let (status, _, body) = http_exchange(addr, "GET", path, &[("Authorization", &bearer)], "");
     (status, body)
-}
-
-/// The payload of a chunked body.
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let (size, rest) = body.split_once("\r\n").expect("a chunk size");
-        let size = usize::from_str_radix(size.trim(), 16).expect("a hex chunk size");
-        if size == 0 {
-            return out;
-        }
-        out.push_str(&rest[..size]);
-        body = &rest[size + 2..];
-    }
 }
 
 /// The sum of the samples of `name` whose labels contain every one of `labels`

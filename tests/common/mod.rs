@@ -493,6 +493,68 @@ pub(crate) fn free_tcp_port() -> u16 {
         .port()
 }
 
+/// One HTTP/1.1 exchange with `addr`: the status, the header block (lower
+/// case) and the body (de-chunked). The body is sent after the headers and a
+/// failure to send it is ignored, since a server may answer (413, say) before
+/// reading a body it refuses. The one hand-rolled client of the tests, kept to
+/// what they need: no keep-alive, no redirects.
+pub(crate) fn http_exchange(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: impl AsRef<[u8]>,
+) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let body = body.as_ref();
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the HTTP API");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("a read timeout");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if !body.is_empty() {
+        request.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    request.push_str("\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .expect("send the request");
+    let _ = stream.write_all(body);
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).expect("read the answer");
+    let answer = String::from_utf8(answer).expect("the answer is text");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a header block");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status code");
+    let head = head.to_ascii_lowercase();
+    let body = if head.contains("transfer-encoding: chunked") {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    (status, head, body)
+}
+
+/// The payload of a chunked body.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n").expect("a chunk size");
+        let size = usize::from_str_radix(size.trim(), 16).expect("a hex chunk size");
+        if size == 0 {
+            return out;
+        }
+        out.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+}
+
 /// `GET path` over HTTP/1.1 from `addr`: the status code and the body, or `None`
 /// when the server cannot be reached.
 pub(crate) fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
