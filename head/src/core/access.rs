@@ -143,7 +143,7 @@ impl HeadCore {
     /// names its experiment whoever owns it; a prefix matches only visible
     /// experiments, so that neither "not found" nor "ambiguous" tells of
     /// another team's work.
-    fn visible_experiment_named(
+    pub(super) fn visible_experiment_named(
         &self,
         text: &str,
         visible: &Visibility,

@@ -234,28 +234,8 @@ impl HeadCore {
         Ok(cancelled)
     }
 
-    /// The experiment an id or a unique prefix of one names.
+    /// The experiment an id or a unique prefix of one names, whoever owns it.
     pub(super) fn resolve_experiment(&self, text: &str) -> Result<ExperimentId, CoreError> {
-        if let Ok(id) = text.parse::<ExperimentId>()
-            && self.experiments.contains_key(&id)
-        {
-            return Ok(id);
-        }
-        let matches: Vec<ExperimentId> = self
-            .experiments
-            .keys()
-            .filter(|id| id.to_string().starts_with(text))
-            .copied()
-            .collect();
-        match matches.as_slice() {
-            [id] if !text.is_empty() => Ok(*id),
-            [] | [_] => Err(CoreError::NoExperimentMatches {
-                prefix: text.to_owned(),
-            }),
-            _ => Err(CoreError::AmbiguousExperiment {
-                prefix: text.to_owned(),
-                matches: matches.len(),
-            }),
-        }
+        self.visible_experiment_named(text, &crate::auth::Visibility::All)
     }
 }

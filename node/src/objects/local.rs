@@ -423,7 +423,7 @@ async fn check_readable(
     let refusal = || LaneError::NotShared { id, trial_id }.to_string();
     let mut owner_sets: Vec<(Vec<TrialId>, Vec<String>)> = Vec::new();
     if let Some(info) = context.store.info(id) {
-        let (trials, owner_drivers) = split_owners(info.owners);
+        let (trials, owner_drivers) = Owner::split(info.owners);
         if trials.contains(&trial_id) {
             return Ok(());
         }
@@ -473,18 +473,6 @@ async fn check_readable(
         .iter()
         .any(|(trials, owner_drivers)| owners_allow(trial_id, trials, owner_drivers, &sharing));
     if shared { Ok(()) } else { Err(refusal()) }
-}
-
-fn split_owners(owners: Vec<Owner>) -> (Vec<TrialId>, Vec<String>) {
-    let mut trials = Vec::new();
-    let mut drivers = Vec::new();
-    for owner in owners {
-        match owner {
-            Owner::Trial(trial_id) => trials.push(trial_id),
-            Owner::Driver(session) => drivers.push(session),
-        }
-    }
-    (trials, drivers)
 }
 
 fn head_connection(context: &LocalContext) -> Result<HeadConnection, String> {

@@ -301,14 +301,7 @@ async fn serve_request(
 
 /// The wire form of an object's owners.
 fn owners_answer(owners: Vec<Owner>) -> StoreAnswer {
-    let mut trials = Vec::new();
-    let mut drivers = Vec::new();
-    for owner in owners {
-        match owner {
-            Owner::Trial(trial_id) => trials.push(trial_id),
-            Owner::Driver(session) => drivers.push(session),
-        }
-    }
+    let (trials, drivers) = Owner::split(owners);
     StoreAnswer::Owners { trials, drivers }
 }
 

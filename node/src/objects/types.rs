@@ -46,6 +46,22 @@ pub enum Owner {
     Driver(String),
 }
 
+impl Owner {
+    /// The trials and the driver sessions among `owners`, as the wire and the
+    /// lane rules take them.
+    pub(crate) fn split(owners: Vec<Self>) -> (Vec<TrialId>, Vec<String>) {
+        let mut trials = Vec::new();
+        let mut drivers = Vec::new();
+        for owner in owners {
+            match owner {
+                Self::Trial(trial_id) => trials.push(trial_id),
+                Self::Driver(session) => drivers.push(session),
+            }
+        }
+        (trials, drivers)
+    }
+}
+
 impl fmt::Display for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
