@@ -64,6 +64,7 @@ fn main() {
             },
         ),
         ("tpe", SearchAlgorithm::Tpe),
+        ("tpe-mv", SearchAlgorithm::MultivariateTpe),
     ];
     if !json {
         println!(

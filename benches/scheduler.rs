@@ -97,10 +97,12 @@ fn request(index: u64, rng: &mut SplitMix64, now: u64) -> TrialRequest {
             gpu_models,
             node_labels: BTreeMap::new(),
             spread: false,
+            leases: Default::default(),
         },
         preemptible: rng.below(10) != 0,
         time_limit_ms: (rng.below(2) == 0).then(|| 3_600_000 * (1 + rng.below(24))),
         submitted_at: now,
+        urgency: 0,
     }
 }
 

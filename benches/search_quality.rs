@@ -1,4 +1,5 @@
-//! Search-quality bench: simple regret of random search, GP-UCB, GP-EI and TPE on
+//! Search-quality bench: simple regret of random search, GP-UCB, GP-EI, TPE and
+//! multivariate TPE (`tpe-mv`) on
 //! the shifted and rotated test-function suite (`xp_tune::testfns::suite`) in 2, 5,
 //! 10 and 20 dimensions, after 50 and 100 sequential evaluations.
 //!
@@ -74,6 +75,10 @@ fn methods() -> Vec<Method> {
         Method {
             name: "tpe",
             make: engine(SearchAlgorithm::Tpe),
+        },
+        Method {
+            name: "tpe-mv",
+            make: engine(SearchAlgorithm::MultivariateTpe),
         },
     ]
 }

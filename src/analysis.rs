@@ -162,6 +162,8 @@ mod tests {
             reason: None,
             reused_from: None,
             waiting: None,
+            gpu_hours: 0.0,
+            cost: None,
         }
     }
 

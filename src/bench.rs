@@ -2,6 +2,11 @@
 //!
 //! Runs no-op command trials on an embedded cluster and reads the head's own event
 //! timestamps, so the figures measure the runtime, not the client.
+//!
+//! [`commit_comparison`] holds the head's group commit against one commit per
+//! change in the same run: many trials print a metric line every few
+//! milliseconds, on a head that stores each change alone (`--commit-batch 1`)
+//! and on one that stores what arrives together in one transaction.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -67,6 +72,7 @@ pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError
         priority: Default::default(),
         queue: None,
         checkpoints: None,
+        alerts: Vec::new(),
         code: None,
         data: Vec::new(),
         trial: TrialSpec {
@@ -75,6 +81,7 @@ pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError
                 gpu: 0.0,
                 cpu: 1.0,
                 memory: Default::default(),
+                leases: Default::default(),
             },
             ..TrialSpec::default()
         },
@@ -141,6 +148,141 @@ pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError
         ),
         direct_spawns_per_second,
     })
+}
+
+/// Metric reports per second stored by a head committing each change alone,
+/// and by one with group commit, measured in the same run.
+#[derive(Debug, Clone)]
+pub struct CommitBench {
+    /// Trials reporting at once.
+    pub reporters: u32,
+    /// Metric lines each prints.
+    pub reports_each: u32,
+    /// Milliseconds between two lines of one trial.
+    pub every_ms: u32,
+    /// Reports per second with one commit (one disk sync) per change.
+    pub one_commit_each: f64,
+    /// Reports per second with group commit.
+    pub group_commit: f64,
+}
+
+impl CommitBench {
+    /// The JSON line `xp bench trials --json` prints for it.
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({
+            "bench": "commit",
+            "reporters": self.reporters,
+            "reports_each": self.reports_each,
+            "every_ms": self.every_ms,
+            "reports_per_second_one_commit_each": self.one_commit_each,
+            "reports_per_second_group_commit": self.group_commit,
+            "ratio": self.group_commit / self.one_commit_each,
+        })
+    }
+}
+
+/// Runs `reporters` trials at once, each printing `reports_each` metric lines
+/// `every_ms` apart, on a head committing each change alone and on one with
+/// group commit; reports per second are from submission to the last trial's
+/// end, as the head's events say (a trial ends only once its node's exit
+/// report, behind its metrics, is stored).
+pub async fn commit_comparison(
+    reporters: u32,
+    reports_each: u32,
+    every_ms: u32,
+) -> Result<CommitBench, ClusterError> {
+    let one_commit_each = metric_reports(reporters, reports_each, every_ms, 1).await?;
+    let group_commit = metric_reports(
+        reporters,
+        reports_each,
+        every_ms,
+        xp_head::DEFAULT_COMMIT_BATCH,
+    )
+    .await?;
+    Ok(CommitBench {
+        reporters,
+        reports_each,
+        every_ms,
+        one_commit_each,
+        group_commit,
+    })
+}
+
+/// Stored metric reports per second with `commit_batch`.
+async fn metric_reports(
+    reporters: u32,
+    reports_each: u32,
+    every_ms: u32,
+    commit_batch: usize,
+) -> Result<f64, ClusterError> {
+    let cluster = Cluster::local_with(LocalOptions {
+        cpus: Some(f64::from(reporters)),
+        gpus: Some(0),
+        commit_batch: Some(commit_batch),
+        // Only metric reports: telemetry would add its own writes.
+        telemetry_interval: Some(Duration::ZERO),
+        ..LocalOptions::default()
+    })
+    .await?;
+    // Without a pause the lines come as fast as a shell prints them.
+    let pause = if every_ms == 0 {
+        String::new()
+    } else {
+        format!(" sleep {};", f64::from(every_ms) / 1000.0)
+    };
+    let script = format!(
+        "i=0; while [ $i -lt {reports_each} ]; do echo \"XP_METRIC {{\\\"step\\\": $i, \\\"loss\\\": 0.5}}\"; i=$((i+1));{pause} done"
+    );
+    let spec = ExperimentSpec {
+        name: format!("bench-commit-{commit_batch}"),
+        team: "bench".to_owned(),
+        priority: Default::default(),
+        queue: None,
+        checkpoints: None,
+        alerts: Vec::new(),
+        code: None,
+        data: Vec::new(),
+        trial: TrialSpec {
+            command: Some(vec!["sh".to_owned(), "-c".to_owned(), script]),
+            resources: Resources {
+                gpu: 0.0,
+                cpu: 1.0,
+                memory: Default::default(),
+                leases: Default::default(),
+            },
+            ..TrialSpec::default()
+        },
+        search: SearchSpec {
+            trials: Some(reporters),
+            ..SearchSpec::default()
+        },
+    };
+    let submitted = cluster
+        .submit(
+            &spec,
+            &SubmitOptions {
+                rerun: true,
+                ..SubmitOptions::default()
+            },
+        )
+        .await?;
+    let mut last_done = 0;
+    let status = cluster
+        .wait(submitted.experiment, |event| {
+            if event.state.is_terminal() {
+                last_done = last_done.max(event.at);
+            }
+        })
+        .await?;
+    let succeeded = status
+        .trials
+        .iter()
+        .filter(|trial| trial.state == TrialState::Succeeded)
+        .count() as u32;
+    cluster.shutdown().await;
+    let seconds =
+        Duration::from_millis(last_done.saturating_sub(status.submitted_at)).as_secs_f64();
+    Ok(f64::from(succeeded) * f64::from(reports_each) / seconds.max(1e-9))
 }
 
 /// Spawns and reaps `count` `true` processes, `parallel` at a time, with no runtime

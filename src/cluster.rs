@@ -41,6 +41,12 @@ pub struct LocalOptions {
     pub cpus: Option<f64>,
     /// Where the head serves its HTTP API; none when absent.
     pub http: Option<SocketAddr>,
+    /// The most changes one commit of the head's database holds; the head's
+    /// default when absent (1: one commit per change, for comparison).
+    pub commit_batch: Option<usize>,
+    /// How often the node samples its workers' and GPUs' use; the node's
+    /// default when absent, none when zero.
+    pub telemetry_interval: Option<Duration>,
 }
 
 struct Embedded {
@@ -151,6 +157,9 @@ impl Cluster {
             advertise_host: None,
             core: xp_head::core::CoreConfig::default(),
             policy: None,
+            commit_batch: options
+                .commit_batch
+                .unwrap_or(xp_head::DEFAULT_COMMIT_BATCH),
         })
         .await?;
         // The node joins with the node credential; this process acts as user
@@ -173,6 +182,10 @@ impl Cluster {
             // As `xp-node join`: ids of their own where the node is root and
             // can make its work directories reachable.
             worker_uids: xp_node::isolation::WorkerUids::Auto,
+            output_limits: xp_node::checkpoint::OutputLimits::default(),
+            telemetry_interval: options
+                .telemetry_interval
+                .unwrap_or(xp_node::telemetry::DEFAULT_INTERVAL),
         };
         let node_task = xp_runtime::task::spawn(
             "local-node",

@@ -266,7 +266,10 @@ async fn evaluate(
             }
             let line = String::from_utf8_lossy(&buffer).trim_end().to_owned();
             if let Ok(Some(report)) = parse_metric_line(&line) {
-                if let (Some(step), Some(value)) = (report.step, report.values.get("value")) {
+                // A NaN or infinite value is kept by the line parser; here it
+                // must neither feed the stopping rule nor become the result.
+                let value = report.values.get("value").filter(|value| value.is_finite());
+                if let (Some(step), Some(value)) = (report.step, value) {
                     let _ = metrics.send(EvalEvent::Metric {
                         i,
                         step,

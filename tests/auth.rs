@@ -565,7 +565,10 @@ fn the_http_api_needs_a_credential_and_shows_each_user_their_team() {
         "{head}"
     );
     let cookie = format!("xp_session={}", secret(&alpha));
+    // The dashboard's page, and who it says is logged in.
     let (status, _, body) = http(&http_addr, "GET", "/", &[("Cookie", &cookie)], "");
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = http(&http_addr, "GET", "/api/whoami", &[("Cookie", &cookie)], "");
     assert_eq!(status, 200);
     assert!(body.contains("user alma (viewer of team alpha)"), "{body}");
     assert_eq!(

@@ -1,7 +1,9 @@
 //! The head's `/metrics` end to end: a real `xp-head` with `--http` and a node
-//! with two declared GPUs run a small sweep; then `/metrics` is refused without
-//! a credential and served with one, shows the sweep (trials by state, starts,
-//! finishes, GPUs, nodes, decision timings, the refused requests), passes
+//! with two declared GPUs and telemetry every second run a small sweep whose
+//! trials each store a checkpoint; then `/metrics` is refused without a
+//! credential and served with one, shows the sweep (trials by state, starts,
+//! finishes, GPUs, nodes, decision timings, checkpoint bytes and take times,
+//! the node's object store by tier, the refused requests), passes
 //! `promtool check metrics`, and a real Prometheus server scraping the head on
 //! loopback with the bearer credential answers a query with the sweep's
 //! succeeded trials. promtool and prometheus (Debian's `prometheus` package)
@@ -70,20 +72,58 @@ fn prometheus_scrapes_the_head_with_a_credential() {
     wait_until("the HTTP API", Duration::from_secs(30), || {
         http_get(&http, "/healthz").filter(|(status, _)| *status == 200)
     });
-    cluster.start_node("n1", 2, 4);
+    // Telemetry every second: the object store's bytes reach `/metrics` soon.
+    cluster.start_node_with("n1", 2, 4, &["--telemetry-interval", "1s"]);
     cluster.wait_for_nodes(1);
     let node = cluster.node_id("n1");
 
-    // Three trials, each on one of the node's two declared GPUs.
+    // Three trials, each on one of the node's two declared GPUs, each storing a checkpoint.
     let spec = cluster.write_file(
         "sweep.yaml",
-        "name: scraped\ntrial:\n  command: [sh, -c, 'echo \"XP_METRIC {\\\"loss\\\": {x}}\"']\n  resources: {gpu: 1, cpu: 1}\nsearch:\n  algorithm: grid\n  space: {x: {choice: [1, 2, 3]}}\n  metric: loss\n",
+        "name: scraped\ntrial:\n  command: [sh, -c, 'echo {x} > \"$XP_CHECKPOINT_DIR/state\" && echo \"XP_CHECKPOINT {\\\"step\\\": 1}\" && sleep 1 && echo \"XP_METRIC {\\\"loss\\\": {x}}\"']\n  resources: {gpu: 1, cpu: 1}\nsearch:\n  algorithm: grid\n  space: {x: {choice: [1, 2, 3]}}\n  metric: loss\n",
     );
     let experiment = cluster
         .must_xp(&["submit", spec.to_str().unwrap()])
         .trim()
         .to_owned();
     cluster.wait_finished(&experiment, Duration::from_secs(120));
+    let on_node = format!("node=\"{node}\"");
+    // The checkpoints as counted by the head, and the store that holds them as
+    // the node's telemetry reports it.
+    let text = wait_until(
+        "checkpoints and the object store in /metrics",
+        Duration::from_secs(60),
+        || {
+            let (status, text) = get_with(&http, "/metrics", &secret);
+            let stored = sum_of(&text, "xp_object_store_bytes", &[&on_node])
+                .is_some_and(|bytes| bytes > 0.0);
+            let takes = sum_of(&text, "xp_checkpoint_take_seconds_count", &[]);
+            (status == 200 && stored && takes == Some(3.0)).then_some(text)
+        },
+    );
+    assert!(
+        sum_of(&text, "xp_checkpoint_bytes_total", &[]).is_some_and(|bytes| bytes >= 3.0),
+        "{text}"
+    );
+    assert!(
+        sum_of(
+            &text,
+            "xp_object_store_bytes",
+            &[&on_node, "tier=\"memory\""]
+        )
+        .is_some()
+            && sum_of(&text, "xp_object_store_bytes", &[&on_node, "tier=\"disk\""]).is_some(),
+        "{text}"
+    );
+    if !Path::new("/dev/nvidia0").exists() {
+        // Declared GPUs and no NVML: no GPU is seen in use, no utilisation.
+        assert_eq!(sum_of(&text, "xp_gpus_in_use", &[]), None, "{text}");
+        assert_eq!(
+            sum_of(&text, "xp_gpu_utilization_ratios", &[]),
+            None,
+            "{text}"
+        );
+    }
 
     // A viewer's cancel is refused by authorization, and counted.
     let added = Command::new(common::binary("xp-head"))
@@ -136,7 +176,6 @@ fn prometheus_scrapes_the_head_with_a_credential() {
             .is_some_and(|count| count >= 1.0),
         "{text}"
     );
-    let on_node = format!("node=\"{node}\"");
     assert_eq!(
         sum_of(&text, "xp_gpus", &[&on_node, "model=\"declared\""]),
         Some(2.0),

@@ -17,6 +17,18 @@
 //! for room every second. Once the database opens again the core is rebuilt from
 //! it, metric history included, and every node is asked to register again, which
 //! makes it resend what was not acknowledged: each such report is applied once.
+//!
+//! Group commit: changes (submissions, cancels, admin actions, node messages)
+//! are applied to the core as they arrive, but their answers wait in `pending`
+//! until one commit stores everything applied since the last: at the first
+//! message of any other kind (reads, ticks: so nothing is shown or acted on
+//! before it is stored), when `commit_batch` changes wait, or when the actor
+//! reaches the `Flush` it sent itself with the first of them (so a batch is
+//! whatever arrived while the previous commit ran). A failed commit answers
+//! every change of its batch with the error and acknowledges none of its node
+//! reports. Node sessions gather what a node sends while its last batch commits
+//! into one message (`server`). `commit_batch` 1 is one commit per change, for
+//! `xp bench trials`' comparison.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -49,7 +61,12 @@ use crate::health::{Health, LOG_INTERVAL_MS, LogThrottle, Outage};
 use crate::metrics::HeadMetrics;
 use crate::registry::{Registry, RegistryError};
 
+mod alerts;
 mod auth;
+
+pub use self::alerts::AlertMsg;
+mod batch;
+mod report;
 
 /// How often the actor checks node heartbeats.
 const TICK: Duration = Duration::from_millis(250);
@@ -78,6 +95,17 @@ pub enum HeadMsg {
     Submit(SubmitRequest, Reply<Response>),
     /// A client asks for experiments.
     Status(Option<String>, Reply<Response>),
+    /// A client submits, cancels or retries a pipeline.
+    PipelineChange(crate::core::pipelines::PipelineChange, Reply<Response>),
+    /// A client or the HTTP API reads one pipeline or lists them.
+    Pipelines {
+        /// One pipeline; every one the caller sees when absent.
+        pipeline: Option<u64>,
+        /// Which teams' pipelines the caller sees.
+        visibility: Visibility,
+        /// The pipelines.
+        reply: Reply<Vec<xp_runtime::protocol::PipelineStatus>>,
+    },
     /// A client cancels an experiment or a trial.
     Cancel(String, Reply<Response>),
     /// A client lists nodes.
@@ -90,6 +118,13 @@ pub enum HeadMsg {
     Metrics(TrialId, Reply<Vec<MetricPoint>>),
     /// A client lists the scheduling queues.
     Queues(Reply<Response>),
+    /// A client lists the leases, pending approvals and conflict odds.
+    Leases {
+        /// The teams whose trials the caller sees.
+        visibility: Visibility,
+        /// The report.
+        reply: Reply<Response>,
+    },
     /// A client lists an experiment's checkpoints.
     Checkpoints(String, Reply<Response>),
     /// A driver asks where to store objects.
@@ -106,8 +141,9 @@ pub enum HeadMsg {
     Admin(AdminRequest, Reply<Response>),
     /// A node registered on a new session (its session id).
     NodeRegistered(NodeRegistration, u64, Reply<()>),
-    /// A message arrived on a node's session (its session id).
-    FromNode(NodeId, u64, NodeMessage, Reply<()>),
+    /// Messages that arrived on a node's session (its session id), in order;
+    /// answered once they are stored.
+    FromNode(NodeId, u64, Vec<NodeMessage>, Reply<()>),
     /// A node's session ended.
     NodeDisconnected(NodeId, u64),
     /// The HTTP API asks for a page of experiment summaries, newest first.
@@ -183,11 +219,64 @@ pub enum HeadMsg {
     Users(UserCommand, Reply<UserAnswer>),
     /// The newest audit entries.
     Audit(u32, Reply<Response>),
+    /// `xp report` and `GET /api/report`, for a caller who sees `visible`.
+    Report {
+        /// The scope and window.
+        request: xp_runtime::protocol::ReportRequest,
+        /// The teams the caller sees.
+        visible: crate::auth::Visibility,
+        /// The report.
+        reply: Reply<Response>,
+    },
     /// `/metrics` asks for the state its gauges show.
     MetricsSnapshot(Reply<MetricsSnapshot>),
+    /// The web dashboard asks for what the API's pages do not hold
+    /// (`crate::dashboard::api`).
+    Dashboard {
+        /// What.
+        query: crate::dashboard::api::DashboardQuery,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The answer, as the dashboard's JSON.
+        reply: Reply<Result<serde_json::Value, PageError>>,
+    },
+    /// A trial's telemetry, per rank (QUIC callers are authorized before and
+    /// see every team).
+    Telemetry {
+        /// The trial.
+        trial: TrialId,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The series.
+        reply: Reply<Result<xp_runtime::protocol::TrialTelemetry, PageError>>,
+    },
+    /// Commit the changes applied since the last commit (sent by the actor to
+    /// itself with the first of them).
+    Flush,
     /// Time passed.
     Tick,
+    /// Alerts: listings and webhook outcomes (`alerts`).
+    Alert(AlertMsg),
 }
+
+impl HeadMsg {
+    /// Whether the message is a change that may wait for a group commit; any
+    /// other message first commits what waits.
+    fn joins_batch(&self) -> bool {
+        matches!(
+            self,
+            Self::Submit(..)
+                | Self::Cancel(..)
+                | Self::Admin(..)
+                | Self::NodeRegistered(..)
+                | Self::FromNode(..)
+                | Self::Flush
+        )
+    }
+}
+
+/// An answer waiting for its batch's commit: called with the commit's outcome.
+type Pending = Box<dyn FnOnce(Result<(), RemoteError>) + Send>;
 
 /// The most audit entries one request returns.
 pub const MAX_AUDIT_ENTRIES: u32 = 10_000;
@@ -219,6 +308,10 @@ pub struct HeadArgs {
     pub join: JoinString,
     /// The head's counters, shared with the servers that serve `/metrics`.
     pub metrics: Arc<HeadMetrics>,
+    /// Alert webhooks waiting for the delivery task (`crate::webhooks`).
+    pub webhooks: Arc<crate::webhooks::WebhookQueue>,
+    /// The most changes one commit holds (at least 1; 1 commits each alone).
+    pub commit_batch: usize,
 }
 
 /// The head actor's state.
@@ -229,6 +322,12 @@ pub struct HeadState {
     outage: Option<Outage>,
     /// Paces the log of commits that failed with the database still open.
     commit_log: LogThrottle,
+    /// Answers of changes applied but not yet committed, in order.
+    pending: Vec<Pending>,
+    /// A `Flush` is in the mailbox.
+    flush_scheduled: bool,
+    /// Recent reports and the actor time spent computing them (`report`).
+    reports: report::ReportCache,
 }
 
 impl HeadState {
@@ -242,11 +341,13 @@ impl HeadState {
         // Counted only once stored: a failed commit drops the change, and a
         // node resends its reports.
         let tally = self.args.core.take_tally();
+        let alert_outputs = self.take_alert_outputs();
         let committed = tokio::task::block_in_place(|| self.args.registry.commit(records));
         if let Err(commit_error) = committed {
             return Err(self.commit_failed(now, commit_error));
         }
         self.args.metrics.observe(&tally);
+        self.dispatch_alerts(now, alert_outputs);
         for (node_id, command) in commands {
             send_to_node(&self.args.sessions, node_id, command);
         }
@@ -255,23 +356,6 @@ impl HeadState {
         }
         self.publish_event_seq();
         Ok(())
-    }
-
-    /// Applies a change to the core and answers once it is stored; during an
-    /// outage the change is refused without touching the core.
-    fn change<T, E: Into<RemoteError>>(
-        &mut self,
-        now: UnixMillis,
-        reply: Reply<T>,
-        apply: impl FnOnce(&mut HeadCore) -> Result<T, E>,
-    ) {
-        if let Some(refusal) = self.refusal(now) {
-            let _ = reply.send(Err(refusal));
-            return;
-        }
-        let result = apply(&mut self.args.core);
-        let flushed = self.flush(now);
-        let _ = reply.send(flushed.and(result.map_err(Into::into)));
     }
 
     /// The answer to a change during an outage, counted and logged with back-off.
@@ -362,36 +446,6 @@ impl HeadState {
             .sessions
             .get(&node_id)
             .is_some_and(|session| session.session_id == session_id)
-    }
-
-    /// Handles a node's registration or message; deferred during an outage.
-    fn handle_node(
-        &mut self,
-        now: UnixMillis,
-        node_id: NodeId,
-        session_id: u64,
-        apply: impl FnOnce(&mut HeadCore, &mut BTreeMap<NodeId, u64>),
-        reply: Reply<()>,
-    ) {
-        if !self.is_current_session(node_id, session_id) {
-            let _ = reply.send(Err(RemoteError::new(
-                ErrorCode::Unavailable,
-                "this node session was replaced or ended by the head; register again",
-            )));
-            return;
-        }
-        if let Some(outage) = self.outage.as_mut() {
-            // Neither applied nor acknowledged: the node sends it again when the
-            // head asks it to register after the outage.
-            outage.deferred += 1;
-            self.log_outage(now);
-            let _ = reply.send(Ok(()));
-            return;
-        }
-        apply(&mut self.args.core, &mut self.acks);
-        // A failed commit leaves the report unacknowledged; the node resends it.
-        let _ = self.flush(now);
-        let _ = reply.send(Ok(()));
     }
 
     /// A commit failed: the core is ahead of the disk. Drops what it produced,
@@ -541,18 +595,52 @@ impl Actor for HeadActor {
             acks: BTreeMap::new(),
             outage: None,
             commit_log: LogThrottle::new(LOG_INTERVAL_MS),
+            pending: Vec::new(),
+            flush_scheduled: false,
+            reports: report::ReportCache::new(),
         })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<HeadMsg>,
+        state: &mut HeadState,
+    ) -> Result<(), ActorProcessingErr> {
+        // Changes applied but not yet committed are stored and answered.
+        if !state.pending.is_empty() {
+            let now = state.args.clock.now();
+            state.commit_batch(now);
+        }
+        Ok(())
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<HeadMsg>,
+        myself: ActorRef<HeadMsg>,
         message: HeadMsg,
         state: &mut HeadState,
     ) -> Result<(), ActorProcessingErr> {
         let now = state.args.clock.now();
+        if !message.joins_batch() && !state.pending.is_empty() {
+            // Nothing is shown or acted on before what was applied is stored.
+            state.commit_batch(now);
+        }
+        let myself = &myself;
         match message {
-            HeadMsg::Submit(request, reply) => state.change(now, reply, |core| {
+            HeadMsg::Flush => {
+                state.flush_scheduled = false;
+                if !state.pending.is_empty() {
+                    state.commit_batch(now);
+                }
+            }
+            HeadMsg::Telemetry {
+                trial,
+                visibility,
+                reply,
+            } => {
+                let _ = reply.send(state.telemetry(trial, &visibility));
+            }
+            HeadMsg::Submit(request, reply) => state.change(now, myself, reply, |core| {
                 core.handle_submit(now, &request)
                     .map(|(experiment, reused, trials)| Response::Submitted {
                         experiment,
@@ -560,14 +648,29 @@ impl Actor for HeadActor {
                         trials,
                     })
             }),
-            HeadMsg::Cancel(id, reply) => state.change(now, reply, |core| {
+            HeadMsg::Cancel(id, reply) => state.change(now, myself, reply, |core| {
                 core.handle_cancel(now, &id)
                     .map(|trials| Response::Cancelled { trials })
             }),
-            HeadMsg::Admin(request, reply) => state.change(now, reply, |core| {
+            HeadMsg::Admin(request, reply) => state.change(now, myself, reply, |core| {
                 core.handle_admin(now, request)
                     .map(|(trials, message)| Response::Admin { trials, message })
             }),
+            HeadMsg::PipelineChange(change, reply) => state.change(now, myself, reply, |core| {
+                core.handle_pipeline_change(now, change)
+            }),
+            HeadMsg::Pipelines {
+                pipeline,
+                visibility,
+                reply,
+            } => {
+                let result = state
+                    .args
+                    .core
+                    .pipelines_status(now, pipeline, &|team| visibility.allows(team))
+                    .map_err(RemoteError::from);
+                let _ = reply.send(result);
+            }
             HeadMsg::Status(filter, reply) => {
                 let result = state
                     .args
@@ -582,6 +685,13 @@ impl Actor for HeadActor {
             }
             HeadMsg::Queues(reply) => {
                 let _ = reply.send(Ok(Response::Queues(state.args.core.queues())));
+            }
+            HeadMsg::Leases { visibility, reply } => {
+                let report = state
+                    .args
+                    .core
+                    .lease_report(&|team| visibility.allows(team));
+                let _ = reply.send(Ok(Response::Leases(report)));
             }
             HeadMsg::ExperimentsPage {
                 limit,
@@ -626,6 +736,24 @@ impl Actor for HeadActor {
                 reply,
             } => {
                 let _ = reply.send(state.metrics_page(trial, limit, cursor, &visibility));
+            }
+            HeadMsg::Dashboard {
+                query,
+                visibility,
+                reply,
+            } => {
+                let now = state.args.clock.now();
+                // Curves read a bounded sample of the metric history from redb.
+                let answer = tokio::task::block_in_place(|| {
+                    crate::dashboard::api::answer(
+                        &state.args.core,
+                        &state.args.registry,
+                        now,
+                        query,
+                        &visibility,
+                    )
+                });
+                let _ = reply.send(Ok(answer));
             }
             HeadMsg::NodesPage {
                 limit,
@@ -719,21 +847,16 @@ impl Actor for HeadActor {
                 let node_id = registration.node_id;
                 state.handle_node(
                     now,
+                    myself,
                     node_id,
                     session_id,
-                    |core, _| core.handle_node_register(now, registration),
+                    1,
+                    |state| state.args.core.handle_node_register(now, registration),
                     reply,
                 );
             }
-            HeadMsg::FromNode(node_id, session_id, message, reply) => {
-                let apply = |core: &mut HeadCore, acks: &mut BTreeMap<NodeId, u64>| {
-                    if let NodeMessage::Report { seq, .. } = &message {
-                        let ack = acks.entry(node_id).or_default();
-                        *ack = (*ack).max(*seq);
-                    }
-                    core.handle_node_message(now, node_id, message);
-                };
-                state.handle_node(now, node_id, session_id, apply, reply);
+            HeadMsg::FromNode(node_id, session_id, messages, reply) => {
+                state.handle_node_messages(now, myself, node_id, session_id, messages, reply);
             }
             HeadMsg::NodeDisconnected(node_id, session_id) => {
                 state
@@ -774,9 +897,17 @@ impl Actor for HeadActor {
                     });
                 let _ = reply.send(result);
             }
+            HeadMsg::Report {
+                request,
+                visible,
+                reply,
+            } => {
+                let _ = reply.send(state.report_cached(now, &request, &visible));
+            }
             HeadMsg::MetricsSnapshot(reply) => {
                 let _ = reply.send(Ok(state.args.core.metrics_snapshot()));
             }
+            HeadMsg::Alert(message) => state.handle_alert_message(now, message),
             HeadMsg::Tick => {
                 if state.outage.is_some() {
                     state.try_recover(now);

@@ -1,5 +1,7 @@
 //! The head's HTTP API: read-only JSON pages of experiments, trials, metric
-//! histories, nodes and queues, `/metrics` for Prometheus, and `/healthz`.
+//! histories, nodes and queues, `/metrics` for Prometheus, and `/healthz`;
+//! it also serves the web dashboard's pages, assets and endpoints
+//! (`crate::dashboard`), under the same credential check and limits.
 //!
 //! Routes (every list is paged, see below):
 //! - `GET /api/experiments?limit=&cursor=`: experiment summaries, newest first
@@ -12,6 +14,9 @@
 //! - `GET /api/trials/{id}/metrics?limit=&cursor=`: a trial's metric reports in
 //!   arrival order;
 //! - `GET /api/nodes?limit=&cursor=`, `GET /api/queues?limit=&cursor=`;
+//! - `GET /api/pipelines`: the newest 1,000 pipelines the caller sees, each
+//!   in `xp pipeline status --json`'s shape (not paged: a pipeline is small
+//!   and the list is cut at 1,000); `GET /api/pipelines/{id}`: one pipeline;
 //! - `GET /metrics`: the head's metrics in the Prometheus text format
 //!   (OpenMetrics when asked for), see `crate::metrics`.
 //!
@@ -64,7 +69,9 @@ use crate::health::HealthWatch;
 use crate::metrics::{Api, HeadMetrics, OPENMETRICS_TEXT, PROMETHEUS_TEXT};
 use crate::server::call;
 
-mod auth;
+mod alerts;
+pub(crate) mod auth;
+mod report;
 
 /// Requests the API serves at once; more wait for a turn. Each holds at most one
 /// page while it is built and written, so this bounds the API's memory.
@@ -78,10 +85,12 @@ const MAX_METRIC_NAME_BYTES: usize = 256;
 
 /// What the handlers share.
 #[derive(Clone)]
-struct HttpState {
-    head: ActorRef<HeadMsg>,
+pub(crate) struct HttpState {
+    pub(crate) head: ActorRef<HeadMsg>,
     health: HealthWatch,
     metrics: Arc<HeadMetrics>,
+    /// The QUIC server's context, through which log reads reach the nodes.
+    pub(crate) server: Arc<crate::server::ServerContext>,
 }
 
 /// The router.
@@ -89,11 +98,13 @@ pub fn router(
     head: ActorRef<HeadMsg>,
     health: HealthWatch,
     counters: Arc<HeadMetrics>,
+    server: Arc<crate::server::ServerContext>,
 ) -> axum::Router {
     let state = HttpState {
         head,
         health,
         metrics: counters,
+        server,
     };
     let api = axum::Router::new()
         .route("/metrics", get(prometheus))
@@ -101,8 +112,14 @@ pub fn router(
         .route("/api/experiments/{id}", get(experiment))
         .route("/api/experiments/{id}/trials", get(trials))
         .route("/api/trials/{id}/metrics", get(metrics))
+        .route("/api/trials/{id}/telemetry", get(telemetry))
         .route("/api/nodes", get(nodes))
         .route("/api/queues", get(queues))
+        .route("/api/pipelines", get(pipelines))
+        .route("/api/pipelines/{id}", get(pipeline))
+        .route("/api/alerts", get(alerts::alerts))
+        .route("/api/report", get(report::report))
+        .merge(crate::dashboard::api::routes())
         // Every API route needs a user's credential (see `auth`).
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -126,6 +143,9 @@ pub fn router(
         // The login form has a (small, bounded) body, so it is merged after
         // the refusal of bodies.
         .merge(auth::routes())
+        // The dashboard's pages and assets, each behind the credential check.
+        .merge(crate::dashboard::routes(state.clone()))
+        .layer(middleware::from_fn(crate::dashboard::security_headers))
         .with_state(state)
 }
 
@@ -243,7 +263,7 @@ async fn within_turn<T>(
 
 /// Who is asking, as far as the pages are concerned: which teams' experiments
 /// they may see, as `auth::require_user` found them for this request.
-struct Caller(Visibility);
+pub(crate) struct Caller(pub(crate) Visibility);
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
@@ -259,14 +279,14 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 
 /// An answer other than 200, as `{"error": ..., "parameter": ...}`.
 #[derive(Debug)]
-struct ApiError {
+pub(crate) struct ApiError {
     status: StatusCode,
     message: String,
     parameter: Option<&'static str>,
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
             status,
             message: message.into(),
@@ -275,7 +295,7 @@ impl ApiError {
     }
 
     /// 400 for the query or path parameter `parameter`.
-    fn parameter(parameter: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn parameter(parameter: &'static str, message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::BAD_REQUEST,
             message: format!("{parameter}: {}", message.into()),
@@ -321,10 +341,10 @@ impl From<PageError> for ApiError {
 }
 
 /// A request's query parameters, checked against the names its route takes.
-struct Params(Vec<(String, String)>);
+pub(crate) struct Params(Vec<(String, String)>);
 
 impl Params {
-    fn new(
+    pub(crate) fn new(
         query: Result<Query<Vec<(String, String)>>, QueryRejection>,
         allowed: &[&'static str],
     ) -> Result<Self, ApiError> {
@@ -352,7 +372,7 @@ impl Params {
         Ok(Self(pairs))
     }
 
-    fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.0
             .iter()
             .find(|(key, _)| key == name)
@@ -360,7 +380,7 @@ impl Params {
     }
 
     /// `limit`: 1 to [`MAX_LIMIT`], [`DEFAULT_LIMIT`] when absent.
-    fn limit(&self) -> Result<usize, ApiError> {
+    pub(crate) fn limit(&self) -> Result<usize, ApiError> {
         let Some(text) = self.get("limit") else {
             return Ok(DEFAULT_LIMIT);
         };
@@ -393,7 +413,7 @@ impl Params {
 }
 
 /// Asks the actor; an actor that does not answer is a 503.
-async fn ask<T: Send + 'static>(
+pub(crate) async fn ask<T: Send + 'static>(
     head: &ActorRef<HeadMsg>,
     build: impl FnOnce(Reply<T>) -> HeadMsg,
 ) -> Result<T, ApiError> {
@@ -435,6 +455,8 @@ fn summary_json(summary: &ExperimentSummary) -> Value {
             "trial": best.trial.to_string(),
             "value": best.value,
         })),
+        "gpu_hours": summary.gpu_hours,
+        "cost": summary.cost,
     })
 }
 
@@ -447,19 +469,21 @@ fn metric_point_json(point: &MetricPoint) -> Value {
         "values": point
             .values
             .iter()
-            .map(|(name, value)| (name.clone(), json!(value)))
+            .map(|(name, value)| (name.clone(), xp_runtime::metric_value::value_json(*value)))
             .collect::<serde_json::Map<_, _>>(),
         "at_ms": point.at,
     })
 }
 
-fn experiment_id(path: Result<Path<String>, PathRejection>) -> Result<ExperimentId, ApiError> {
+pub(crate) fn experiment_id(
+    path: Result<Path<String>, PathRejection>,
+) -> Result<ExperimentId, ApiError> {
     let Path(text) = path.map_err(|rejection| ApiError::parameter("id", rejection.body_text()))?;
     text.parse()
         .map_err(|error: xp_runtime::ids::IdError| ApiError::parameter("id", error.to_string()))
 }
 
-fn trial_id(path: Result<Path<String>, PathRejection>) -> Result<TrialId, ApiError> {
+pub(crate) fn trial_id(path: Result<Path<String>, PathRejection>) -> Result<TrialId, ApiError> {
     let Path(text) = path.map_err(|rejection| ApiError::parameter("id", rejection.body_text()))?;
     text.parse()
         .map_err(|error: xp_runtime::ids::IdError| ApiError::parameter("id", error.to_string()))
@@ -498,6 +522,50 @@ async fn experiment(
     })
     .await??;
     Ok(Json(summary_json(&summary)).into_response())
+}
+
+async fn pipelines(
+    State(HttpState { head, .. }): State<HttpState>,
+    Caller(visibility): Caller,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    Params::new(query, &[])?;
+    let list = ask(&head, |reply| HeadMsg::Pipelines {
+        pipeline: None,
+        visibility,
+        reply,
+    })
+    .await?;
+    let items: Vec<Value> = list.iter().map(|status| status.to_json()).collect();
+    Ok(Json(json!({ "items": items })).into_response())
+}
+
+async fn pipeline(
+    State(HttpState { head, .. }): State<HttpState>,
+    Caller(visibility): Caller,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    Params::new(query, &[])?;
+    let Path(text) = path.map_err(|_| ApiError::parameter("id", "missing pipeline id"))?;
+    let id: u64 = text
+        .strip_prefix('p')
+        .unwrap_or(&text)
+        .parse()
+        .map_err(|_| ApiError::parameter("id", format!("`{text}` is not a pipeline id")))?;
+    let list = ask(&head, |reply| HeadMsg::Pipelines {
+        pipeline: Some(id),
+        visibility,
+        reply,
+    })
+    .await?;
+    let status = list.into_iter().next().ok_or_else(|| {
+        ApiError::from(RemoteError::new(
+            ErrorCode::NotFound,
+            format!("no pipeline {id}"),
+        ))
+    })?;
+    Ok(Json(status.to_json()).into_response())
 }
 
 async fn trials(
@@ -575,6 +643,25 @@ async fn metrics(
     })
     .await??;
     Ok(page_json(&page, limit, metric_point_json))
+}
+
+/// A trial's telemetry: per rank, its downsampled series (at most
+/// `MAX_SERIES_POINTS` points each, so the answer is bounded without paging).
+async fn telemetry(
+    State(HttpState { head, .. }): State<HttpState>,
+    Caller(visibility): Caller,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    Params::new(query, &[])?;
+    let trial = trial_id(path)?;
+    let telemetry = ask(&head, |reply| HeadMsg::Telemetry {
+        trial,
+        visibility,
+        reply,
+    })
+    .await??;
+    Ok(Json(xp_runtime::views::telemetry_json(&telemetry)).into_response())
 }
 
 async fn nodes(

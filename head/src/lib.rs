@@ -9,6 +9,7 @@ pub mod actor;
 pub mod auth;
 pub mod blobs;
 pub mod core;
+pub mod dashboard;
 pub mod health;
 pub mod http;
 pub mod metrics;
@@ -16,6 +17,7 @@ pub mod offline;
 pub mod registry;
 pub mod server;
 pub mod sweep;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -53,7 +55,14 @@ pub struct HeadConfig {
     /// A scheduling policy to apply at start: its YAML text and where it came from.
     /// Without one the head keeps the policy it last applied (or the default).
     pub policy: Option<(String, String)>,
+    /// The most changes one commit of the head's database holds
+    /// ([`DEFAULT_COMMIT_BATCH`]; 1 commits each change alone, for comparison).
+    pub commit_batch: usize,
 }
+
+/// How many changes one group commit holds at most by default: enough that a
+/// commit's fsync is shared by whatever arrives while the previous one runs.
+pub const DEFAULT_COMMIT_BATCH: usize = 1024;
 
 /// Why the head could not start.
 #[derive(Debug, thiserror::Error)]
@@ -195,6 +204,8 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
     let sessions = Arc::new(dashmap::DashMap::new());
     // The one registry of the head's counters, shared with the servers.
     let metrics = Arc::new(metrics::HeadMetrics::new());
+    // Alert webhooks: queued by the actor once stored, posted by their own task.
+    let webhook_queue = Arc::new(webhooks::WebhookQueue::new(webhooks::QUEUE_CAPACITY));
     let (actor, actor_task) = Actor::spawn(
         Some("head".to_owned()),
         HeadActor,
@@ -209,6 +220,8 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
             users_changed: users_changed_tx,
             join: join.clone(),
             metrics: metrics.clone(),
+            commit_batch: config.commit_batch.max(1),
+            webhooks: webhook_queue.clone(),
         },
     )
     .await
@@ -226,11 +239,21 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         counter: AtomicU64::new(1),
         shutdown: shutdown.clone(),
         metrics: metrics.clone(),
+        commit_batch: config.commit_batch.max(1),
     });
     let socket_path = auth::socket::socket_path(&config.data_dir);
     let listener = auth::socket::bind(&socket_path)?;
     let mut tasks = vec![
-        xp_runtime::task::spawn("quic-server", server::serve(endpoint, context)),
+        xp_runtime::task::spawn("quic-server", server::serve(endpoint, context.clone())),
+        xp_runtime::task::spawn(
+            "alert-webhooks",
+            webhooks::run(
+                webhook_queue,
+                actor.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            ),
+        ),
         xp_runtime::task::spawn(
             "user-socket",
             auth::socket::serve(listener, socket_path, actor.clone(), shutdown.clone()),
@@ -246,7 +269,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
                 .local_addr()
                 .map_err(io_error("cannot read the HTTP address".to_owned()))?,
         );
-        let router = http::router(actor.clone(), health_rx, metrics);
+        let router = http::router(actor.clone(), health_rx, metrics, context);
         let http_shutdown = shutdown.clone();
         tasks.push(xp_runtime::task::spawn("http-server", async move {
             let served = axum::serve(listener, router)
@@ -372,6 +395,7 @@ mod tests {
             advertise_host: None,
             core: CoreConfig::default(),
             policy: None,
+            commit_batch: DEFAULT_COMMIT_BATCH,
         }
     }
 

@@ -40,6 +40,11 @@ enum Command {
         /// takes to notice and reconnect (12 s) to come back before it is lost.
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         node_timeout: Duration,
+        /// The most changes one commit of the database holds: what arrives while
+        /// a commit runs is stored by the next one, with one disk sync. 1 stores
+        /// each change alone (slower; for comparison).
+        #[arg(long, default_value_t = xp_head::DEFAULT_COMMIT_BATCH, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65_536))]
+        commit_batch: usize,
         /// The scheduling policy: a YAML file or a preset (fifo, priority, fair,
         /// backfill, default). Without it the head keeps the policy it last applied.
         #[arg(long)]
@@ -101,6 +106,7 @@ async fn main() -> anyhow::Result<()> {
             advertise,
             node_timeout,
             policy,
+            commit_batch,
         } => {
             let policy = policy.map(|name| read_policy(&name)).transpose()?;
             let advertise = advertise.or_else(|| listen.ip().is_unspecified().then(hostname));
@@ -114,6 +120,7 @@ async fn main() -> anyhow::Result<()> {
                     ..CoreConfig::default()
                 },
                 policy,
+                commit_batch,
             };
             let head = xp_head::start(config).await.with_context(|| {
                 format!(

@@ -59,6 +59,20 @@ struct RefusalLabels {
     role: &'static str,
 }
 
+/// An alert raised: its rule's kind and one action it took (`event` for every
+/// alert, `stop` and `webhook` when the rule said so).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AlertLabels {
+    kind: &'static str,
+    action: &'static str,
+}
+
+/// How an alert webhook delivery ended: `delivered`, `failed`, `dropped`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeliveryLabels {
+    outcome: &'static str,
+}
+
 /// A request: which API and what kind.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -89,6 +103,18 @@ struct QueueLabels {
 struct GpuLabels {
     node: String,
     model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuIndexLabels {
+    node: String,
+    gpu: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TierLabels {
+    node: String,
+    tier: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -125,9 +151,12 @@ pub struct HeadMetrics {
     attempt_failures: Family<KindLabels, Counter>,
     checkpoints: Counter,
     checkpoint_bytes: Counter,
+    checkpoint_take_seconds: Histogram,
     refusals: Family<RefusalLabels, Counter>,
     requests: Family<RequestLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
+    alerts_raised: Family<AlertLabels, Counter>,
+    webhook_deliveries: Family<DeliveryLabels, Counter>,
 }
 
 impl Default for HeadMetrics {
@@ -186,6 +215,14 @@ impl HeadMetrics {
             Unit::Bytes,
             checkpoint_bytes.clone(),
         );
+        // 1 ms to about 4.4 min: a small state file to many gigabytes.
+        let checkpoint_take_seconds = Histogram::new(exponential_buckets(1e-3, 4.0, 10));
+        registry.register_with_unit(
+            "checkpoint_take",
+            "Wall time a node took to store a checkpoint (renaming it aside, hashing and storing its files, the backup)",
+            Unit::Seconds,
+            checkpoint_take_seconds.clone(),
+        );
         let refusals = Family::default();
         registry.register(
             "authorization_refusals",
@@ -204,7 +241,21 @@ impl HeadMetrics {
             "Requests answered with an error, by API, kind and error code",
             errors.clone(),
         );
+        let alerts_raised = Family::default();
+        registry.register(
+            "alerts_raised",
+            "Alerts raised on trials, by rule kind and action (every alert counts once under action event; stop and webhook count those that also did that)",
+            alerts_raised.clone(),
+        );
+        let webhook_deliveries = Family::default();
+        registry.register(
+            "alert_webhook_deliveries",
+            "Alert webhook deliveries that ended, by outcome (delivered, failed after its retries, dropped from the full queue)",
+            webhook_deliveries.clone(),
+        );
         Self {
+            alerts_raised,
+            webhook_deliveries,
             registry,
             decision_seconds,
             trial_starts,
@@ -213,6 +264,7 @@ impl HeadMetrics {
             attempt_failures,
             checkpoints,
             checkpoint_bytes,
+            checkpoint_take_seconds,
             refusals,
             requests,
             errors,
@@ -249,6 +301,23 @@ impl HeadMetrics {
         for took in &tally.decisions {
             self.decision_seconds.observe(took.as_secs_f64());
         }
+        for took in &tally.checkpoint_takes {
+            self.checkpoint_take_seconds.observe(took.as_secs_f64());
+        }
+    }
+
+    /// Counts an alert raised and one action it took.
+    pub fn alert_raised(&self, kind: &'static str, action: &'static str) {
+        self.alerts_raised
+            .get_or_create(&AlertLabels { kind, action })
+            .inc();
+    }
+
+    /// Counts a webhook delivery that ended with `outcome`.
+    pub fn webhook_delivery(&self, outcome: &'static str) {
+        self.webhook_deliveries
+            .get_or_create(&DeliveryLabels { outcome })
+            .inc();
     }
 
     /// Counts an authorization refusal; `role` is the caller's role, `node`,
@@ -345,6 +414,57 @@ fn gauges(snapshot: &MetricsSnapshot) -> Registry {
             .set(gauge_value(*count));
     }
     registry.register("nodes", "Nodes by state", nodes);
+    let in_use = Family::<GpuLabels, Gauge>::default();
+    for ((node, model), count) in &snapshot.gpus_in_use {
+        in_use
+            .get_or_create(&GpuLabels {
+                node: node.clone(),
+                model: model.clone(),
+            })
+            .set(gauge_value(*count));
+    }
+    registry.register(
+        "gpus_in_use",
+        "GPUs busier than 5% in their node's latest telemetry, by node and model",
+        in_use,
+    );
+    let util = Family::<GpuIndexLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    let memory = Family::<GpuIndexLabels, Gauge>::default();
+    for ((node, index), (percent, bytes)) in &snapshot.gpu_figures {
+        let labels = GpuIndexLabels {
+            node: node.clone(),
+            gpu: index.to_string(),
+        };
+        util.get_or_create(&labels).set(*percent / 100.0);
+        memory.get_or_create(&labels).set(gauge_value(*bytes));
+    }
+    registry.register_with_unit(
+        "gpu_utilization",
+        "Each GPU's utilisation (0 to 1) in its node's latest telemetry, by node and GPU index",
+        Unit::Ratios,
+        util,
+    );
+    registry.register_with_unit(
+        "gpu_memory_used",
+        "Each GPU's memory in use in its node's latest telemetry, by node and GPU index",
+        Unit::Bytes,
+        memory,
+    );
+    let store = Family::<TierLabels, Gauge>::default();
+    for ((node, tier), bytes) in &snapshot.store_bytes {
+        store
+            .get_or_create(&TierLabels {
+                node: node.clone(),
+                tier,
+            })
+            .set(gauge_value(*bytes));
+    }
+    registry.register_with_unit(
+        "object_store",
+        "Bytes in each node's object store, by node and tier (memory, disk)",
+        Unit::Bytes,
+        store,
+    );
     registry
 }
 
@@ -412,6 +532,7 @@ mod tests {
             checkpoints: 2,
             checkpoint_bytes: 30,
             decisions: vec![std::time::Duration::from_micros(50)],
+            checkpoint_takes: vec![std::time::Duration::from_millis(40)],
         });
         metrics.refused("cancel", "viewer");
         metrics.request(Api::Http, "/api/nodes", None);
@@ -427,6 +548,9 @@ mod tests {
                 },
             )]),
             nodes: BTreeMap::from([("ready", 1)]),
+            gpus_in_use: BTreeMap::from([(("n1".to_owned(), "H100".to_owned()), 2)]),
+            gpu_figures: BTreeMap::from([(("n1".to_owned(), 3), (50.0, 1 << 30))]),
+            store_bytes: BTreeMap::from([(("n1".to_owned(), "disk"), 4096)]),
         };
 
         let text = metrics.render(&snapshot, false);
@@ -464,6 +588,23 @@ mod tests {
             Some(2.0)
         );
         assert_eq!(sample(&text, "xp_checkpoint_bytes_total"), Some(30.0));
+        assert_eq!(sample(&text, "xp_checkpoint_take_seconds_count"), Some(1.0));
+        assert_eq!(
+            sample(&text, "xp_gpus_in_use{node=\"n1\",model=\"H100\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(&text, "xp_gpu_utilization_ratios{node=\"n1\",gpu=\"3\"}"),
+            Some(0.5)
+        );
+        assert_eq!(
+            sample(&text, "xp_gpu_memory_used_bytes{node=\"n1\",gpu=\"3\"}"),
+            Some(f64::from(1u32 << 30))
+        );
+        assert_eq!(
+            sample(&text, "xp_object_store_bytes{node=\"n1\",tier=\"disk\"}"),
+            Some(4096.0)
+        );
         assert_eq!(
             sample(&text, "xp_trials{queue=\"default\",state=\"succeeded\"}"),
             Some(2.0)

@@ -29,6 +29,10 @@ use crate::core::{
 };
 use xp_runtime::protocol::AuditEntry;
 
+mod samples;
+
+mod telemetry;
+
 const EXPERIMENTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("experiments");
 const TRIALS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("trials");
 const NODES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("nodes");
@@ -42,6 +46,12 @@ const POLICY: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("policy");
 const USERS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("users");
 /// The audit trail by sequence number.
 const AUDIT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("audit");
+/// Telemetry windows by (trial id, rank, slot), so one trial's series is a range scan.
+const TELEMETRY: TableDefinition<'_, (&str, u32, u32), &[u8]> = TableDefinition::new("telemetry");
+/// Pipelines by id.
+const PIPELINES: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("pipelines");
+/// Alerts by id (insert or replace: an alert's delivery state and clearing change).
+const ALERTS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("alerts");
 
 /// How much room a probe must find before the database is opened again after a
 /// failed write: enough for the database to grow a little, so that a disk with a
@@ -109,6 +119,9 @@ struct Committed {
     nodes: BTreeMap<NodeId, NodeRecord>,
     events: BTreeMap<u64, TrialEvent>,
     policy: Option<PolicyRecord>,
+    pipelines: BTreeMap<u64, crate::core::PipelineRecord>,
+    next_pipeline_id: u64,
+    alerts: BTreeMap<u64, crate::core::AlertRecord>,
 }
 
 impl Committed {
@@ -135,6 +148,17 @@ impl Committed {
                 .map(|event| (event.seq, event.clone()))
                 .collect(),
             policy: loaded.policy.clone(),
+            pipelines: loaded
+                .pipelines
+                .iter()
+                .map(|record| (record.id, record.clone()))
+                .collect(),
+            next_pipeline_id: loaded.next_pipeline_id,
+            alerts: loaded
+                .alerts
+                .iter()
+                .map(|record| (record.id, record.clone()))
+                .collect(),
         }
     }
 
@@ -152,9 +176,16 @@ impl Committed {
             Record::Event(event) => {
                 self.events.insert(event.seq, event);
             }
-            // Metrics and the audit trail stay on disk; users live in the actor's table.
-            Record::Metric(_) | Record::User(_) | Record::Audit(_) => {}
+            // Metrics, telemetry and the audit trail stay on disk; users live in the actor's table.
+            Record::Metric(_) | Record::User(_) | Record::Audit(_) | Record::Telemetry(_) => {}
             Record::Policy(record) => self.policy = Some(record),
+            Record::Pipeline(record) => {
+                self.next_pipeline_id = self.next_pipeline_id.max(record.id.saturating_add(1));
+                self.pipelines.insert(record.id, record);
+            }
+            Record::Alert(record) => {
+                self.alerts.insert(record.id, record);
+            }
         }
     }
 
@@ -165,6 +196,9 @@ impl Committed {
             nodes: self.nodes.values().cloned().collect(),
             events: self.events.values().cloned().collect(),
             policy: self.policy.clone(),
+            pipelines: self.pipelines.values().cloned().collect(),
+            next_pipeline_id: self.next_pipeline_id,
+            alerts: self.alerts.values().cloned().collect(),
         }
     }
 }
@@ -286,6 +320,9 @@ fn open_database(path: &Path) -> Result<(Database, (u64, u64)), RegistryError> {
         txn.open_table(POLICY).map_err(db_error)?;
         txn.open_table(USERS).map_err(db_error)?;
         txn.open_table(AUDIT).map_err(db_error)?;
+        txn.open_table(TELEMETRY).map_err(db_error)?;
+        txn.open_table(PIPELINES).map_err(db_error)?;
+        txn.open_table(ALERTS).map_err(db_error)?;
         let meta = txn.open_table(META).map_err(db_error)?;
         let next = |key| {
             meta.get(key)
@@ -358,6 +395,18 @@ fn read_all(database: &impl ReadableDatabase) -> Result<LoadedState, RegistryErr
         "event",
         &mut loaded.events,
     )?;
+    let pipelines = txn.open_table(PIPELINES).map_err(db_error)?;
+    decode_all(&pipelines, "pipeline", &mut loaded.pipelines)?;
+    // From the keys, not the decoded records: an unreadable record's id stays taken.
+    loaded.next_pipeline_id = pipelines
+        .last()
+        .map_err(db_error)?
+        .map_or(1, |(key, _)| key.value().saturating_add(1));
+    decode_all(
+        &txn.open_table(ALERTS).map_err(db_error)?,
+        "alert",
+        &mut loaded.alerts,
+    )?;
     let policy = txn.open_table(POLICY).map_err(db_error)?;
     if let Some(bytes) = policy.get("current").map_err(db_error)? {
         match serde_json::from_slice(bytes.value()) {
@@ -413,6 +462,9 @@ impl Registry {
             let mut events = txn.open_table(EVENTS).map_err(db_error)?;
             let mut metrics = txn.open_table(METRICS).map_err(db_error)?;
             let mut policy = txn.open_table(POLICY).map_err(db_error)?;
+            let mut telemetry = txn.open_table(TELEMETRY).map_err(db_error)?;
+            let mut pipelines = txn.open_table(PIPELINES).map_err(db_error)?;
+            let mut alerts = txn.open_table(ALERTS).map_err(db_error)?;
             for record in records {
                 match record {
                     Record::Experiment(experiment) => {
@@ -459,6 +511,18 @@ impl Registry {
                             .insert(user.name.as_str(), bytes.as_slice())
                             .map_err(db_error)?;
                     }
+                    Record::Pipeline(pipeline) => {
+                        let bytes = encode("pipeline", pipeline)?;
+                        pipelines
+                            .insert(pipeline.id, bytes.as_slice())
+                            .map_err(db_error)?;
+                    }
+                    Record::Alert(alert) => {
+                        let bytes = encode("alert", alert)?;
+                        alerts
+                            .insert(alert.id, bytes.as_slice())
+                            .map_err(db_error)?;
+                    }
                     Record::Audit(entry) => {
                         let numbered = AuditEntry {
                             seq: next_audit_seq,
@@ -469,6 +533,19 @@ impl Registry {
                             .insert(next_audit_seq, bytes.as_slice())
                             .map_err(db_error)?;
                         next_audit_seq += 1;
+                    }
+                    Record::Telemetry(window) => {
+                        let trial = window.trial.to_string();
+                        let key = (trial.as_str(), window.rank, window.slot);
+                        match &window.window {
+                            Some(stored) => {
+                                let bytes = encode("telemetry", stored)?;
+                                telemetry.insert(key, bytes.as_slice()).map_err(db_error)?;
+                            }
+                            None => {
+                                telemetry.remove(key).map_err(db_error)?;
+                            }
+                        }
                     }
                 }
             }

@@ -9,6 +9,7 @@
 //! streams or connections. Bulk blob bytes are streamed
 //! straight between the socket and the blob directory, never through the actor.
 
+use crate::core::pipelines::PipelineChange;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -20,7 +21,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 use xp_runtime::frame::{self, FrameError};
 use xp_runtime::ids::NodeId;
 use xp_runtime::protocol::{
@@ -68,6 +69,53 @@ pub struct ServerContext {
     pub shutdown: CancellationToken,
     /// The head's counters (requests and errors by kind).
     pub metrics: Arc<crate::metrics::HeadMetrics>,
+    /// The most node messages one call to the actor carries (its group commit's size).
+    pub commit_batch: usize,
+}
+
+/// Reads a node's session stream until it ends: log answers go to their
+/// waiters, everything else to the batch queue.
+async fn read_node_messages(
+    connection: Connection,
+    mut recv: RecvStream,
+    pending_logs: Arc<
+        DashMap<u64, oneshot::Sender<Result<xp_runtime::protocol::LogChunk, RemoteError>>>,
+    >,
+    batches: mpsc::Sender<NodeMessage>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let message = tokio::select! {
+            () = shutdown.cancelled() => break,
+            message = frame::read_message(&mut recv) => message,
+        };
+        match message {
+            Ok(Some(Message::FromNode(NodeMessage::Logs { request_id, result }))) => {
+                if let Some((_, waiter)) = pending_logs.remove(&request_id) {
+                    let _ = waiter.send(result);
+                }
+            }
+            Ok(Some(Message::FromNode(message))) => {
+                if batches.send(message).await.is_err() {
+                    break;
+                }
+            }
+            Ok(Some(other)) => {
+                warn!(?other, "unexpected message on a node session; closing it");
+                connection.close(
+                    CLOSE_PROTOCOL_ERROR.into(),
+                    b"unexpected message on node session",
+                );
+                break;
+            }
+            Ok(None) => break,
+            Err(error) => {
+                // Node loss is judged by missed heartbeats, not by this stream.
+                info!(%error, "node session stream ended");
+                break;
+            }
+        }
+    }
 }
 
 /// Calls the head actor and flattens the two error layers.
@@ -473,6 +521,12 @@ async fn serve_request(
         Request::Cancel { id } => call(&context.head, |reply| HeadMsg::Cancel(id, reply)).await,
         Request::Nodes => call(&context.head, HeadMsg::Nodes).await,
         Request::Queues => call(&context.head, HeadMsg::Queues).await,
+        Request::Leases => {
+            // Other teams' trials, teams and reasons stay hidden; counts are whole.
+            let visible = principal.visible_team();
+            let visibility = crate::core::pages::Visibility::new(move |team| visible.shows(team));
+            call(&context.head, |reply| HeadMsg::Leases { visibility, reply }).await
+        }
         Request::StoreTargets => {
             let name = session_name(session);
             call(&context.head, |reply| HeadMsg::StoreTargets(name, reply)).await
@@ -504,9 +558,83 @@ async fn serve_request(
             .await
             .map(Response::Metrics),
         Request::Audit { limit } => call(&context.head, |reply| HeadMsg::Audit(limit, reply)).await,
+        Request::Alerts { experiment } => {
+            let visibility = principal.visible_team();
+            call(&context.head, |reply| {
+                HeadMsg::Alert(crate::actor::AlertMsg::List {
+                    experiment,
+                    visibility,
+                    reply,
+                })
+            })
+            .await
+        }
+        Request::Report(request) => {
+            let visible = principal.visible_team();
+            call(&context.head, |reply| HeadMsg::Report {
+                request,
+                visible,
+                reply,
+            })
+            .await
+        }
+        Request::SubmitPipeline(mut submit) => {
+            // As for experiments: a spec naming no team goes into the submitter's.
+            let spec_team = access_team(&submit.spec_json);
+            let team = submit_team(&principal, &spec_team);
+            if team != spec_team {
+                match with_team(&submit.spec_json, team) {
+                    Ok(spec_json) => submit.spec_json = spec_json,
+                    Err(error) => {
+                        return Some(Err(RemoteError::new(ErrorCode::BadRequest, error)));
+                    }
+                }
+            }
+            call(&context.head, |reply| {
+                HeadMsg::PipelineChange(PipelineChange::Submit(submit), reply)
+            })
+            .await
+        }
+        Request::PipelineStatus { pipeline } => {
+            let visible = principal.visible_team();
+            let visibility = crate::core::pages::Visibility::new(move |team| visible.shows(team));
+            call(&context.head, |reply| HeadMsg::Pipelines {
+                pipeline,
+                visibility,
+                reply,
+            })
+            .await
+            .map(Response::Pipelines)
+        }
+        Request::CancelPipeline { pipeline } => {
+            call(&context.head, |reply| {
+                HeadMsg::PipelineChange(PipelineChange::Cancel(pipeline), reply)
+            })
+            .await
+        }
+        Request::RetryPipeline { pipeline } => {
+            call(&context.head, |reply| {
+                HeadMsg::PipelineChange(PipelineChange::Retry(pipeline), reply)
+            })
+            .await
+        }
         Request::ObjectKey => Ok(Response::ObjectKey(ObjectKey(
             xp_runtime::object_wire::token_digest(&context.identity.token),
         ))),
+        Request::Telemetry { trial } => {
+            // Authorized above for the trial's team.
+            let answer = call(&context.head, |reply| HeadMsg::Telemetry {
+                trial,
+                visibility: crate::core::pages::Visibility::everyone(),
+                reply,
+            })
+            .await;
+            match answer {
+                Ok(Ok(telemetry)) => Ok(Response::Telemetry(telemetry)),
+                Ok(Err(error)) => Err(RemoteError::new(ErrorCode::NotFound, error.to_string())),
+                Err(error) => Err(error),
+            }
+        }
     };
     Some(result)
 }
@@ -564,7 +692,7 @@ async fn send_blob(
     Ok(())
 }
 
-async fn read_logs(
+pub(crate) async fn read_logs(
     context: &ServerContext,
     request: xp_runtime::protocol::LogRequest,
 ) -> Result<xp_runtime::protocol::LogChunk, RemoteError> {
@@ -681,47 +809,39 @@ async fn run_node_session(
             while let Some(command) = commands_rx.recv().await {
                 if let Err(error) = frame::write_message(&mut send, &Message::ToNode(command)).await
                 {
-                    debug!(%error, "node session write failed");
+                    error!(%node_id, %error, "node session write failed");
                     break;
                 }
             }
         });
-        loop {
-            let message = tokio::select! {
-                () = context.shutdown.cancelled() => break,
-                message = frame::read_message(&mut recv) => message,
-            };
-            match message {
-                Ok(Some(Message::FromNode(NodeMessage::Logs { request_id, result }))) => {
-                    if let Some((_, waiter)) = pending_logs.remove(&request_id) {
-                        let _ = waiter.send(result);
+        // The reader goes on reading while the actor stores the last batch, so
+        // that what the node sent meanwhile goes to the actor as one batch (one
+        // commit). Its queue is bounded: a node that reports faster than the
+        // head stores is slowed by QUIC flow control.
+        let (batch_tx, mut batch_rx) = mpsc::channel::<NodeMessage>(context.commit_batch.max(1));
+        let reader = read_node_messages(connection.clone(), recv, pending_logs, batch_tx, context.shutdown.clone());
+        let forward = async {
+            while let Some(first) = batch_rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < context.commit_batch.max(1) {
+                    match batch_rx.try_recv() {
+                        Ok(message) => batch.push(message),
+                        Err(_) => break,
                     }
                 }
-                Ok(Some(Message::FromNode(message))) => {
-                    // Waiting for the actor here is the backpressure: a node that reports
-                    // faster than the head persists is slowed by QUIC flow control.
-                    // During a storage outage the actor accepts the message without applying
-                    // or acknowledging it; it refuses one from a session it ended or replaced.
-                    if let Err(error) = call(&context.head, |reply| HeadMsg::FromNode(node_id, session_id, message, reply)).await {
-                        warn!(%error, "node report not processed; the node resends it after reconnecting");
-                        break;
-                    }
-                }
-                Ok(Some(other)) => {
-                    warn!(?other, "unexpected message on a node session; closing it");
-                    connection.close(
-                        CLOSE_PROTOCOL_ERROR.into(),
-                        b"unexpected message on node session",
-                    );
-                    break;
-                }
-                Ok(None) => break,
-                Err(error) => {
-                    // Node loss is judged by missed heartbeats, not by this stream.
-                    info!(%error, "node session stream ended");
+                // During a storage outage the actor accepts messages without applying
+                // or acknowledging them; it refuses those of a session it ended or replaced.
+                if let Err(error) = call(&context.head, |reply| HeadMsg::FromNode(node_id, session_id, batch, reply)).await {
+                    warn!(%error, "node reports not processed; the node resends them after reconnecting");
                     break;
                 }
             }
+        };
+        // Either ending ends the session: the reader at the stream's end, the
+        // forwarder when the actor refuses.
+        tokio::select! {
+            () = reader => {}
+            () = forward => {}
         }
         writer.abort();
         info!("node session closed");

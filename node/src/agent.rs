@@ -22,24 +22,27 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use xp_runtime::frame::{self, FrameError};
-use xp_runtime::ids::{BlobHash, NodeId, ObjectId, TrialId, WorkerKey};
+use xp_runtime::ids::{NodeId, ObjectId, TrialId, WorkerKey};
 use xp_runtime::join::JoinString;
 use xp_runtime::protocol::{
     ErrorCode, HeadCommand, HeldObject, Launch, LogChunk, Message, NodeMessage, NodeRegistration,
-    NodeResources, ObjectEndpoint, ObjectSource, PeerRole, Program, RemoteError, WorkerReport,
+    NodeResources, ObjectEndpoint, ObjectSource, PeerRole, RemoteError, WorkerReport,
 };
 use xp_runtime::transport::{self, HeadConnection, TransportError};
 
-use crate::checkpoint::{self, CheckpointSink, CheckpointSources};
-use crate::isolation::fs::FileOwner;
-use crate::isolation::{Isolation, UidPool};
+use crate::checkpoint::{self, CheckpointSources};
+use crate::isolation::Isolation;
 use crate::objects::remote::{ObjectFetcher, Wanted};
 use crate::objects::{ObjectStore, Owner};
 use crate::outbox::Outbox;
 use crate::reconnect::Backoff;
 use crate::slots::SlotTable;
-use crate::worker::{self, KILL_GRACE, MAX_KILL_GRACE, StopRequest, WorkerCommand};
+use crate::worker::{self, KILL_GRACE, MAX_KILL_GRACE, StopRequest};
 use crate::worker_log::{self, LogCap, LogError};
+
+mod prepare;
+
+use self::prepare::{LaunchObjects, PrepareError, resolve_command};
 
 /// The most object changes sent to the head in one message.
 const MAX_OBJECT_CHANGES: usize = 4096;
@@ -122,8 +125,15 @@ pub struct Agent {
     objects: NodeObjects,
     /// The most each worker's log keeps on disk.
     log_cap: LogCap,
+    output_limits: checkpoint::OutputLimits,
     /// User ids for workers, and what the node registers it enforces.
     isolation: Isolation,
+    /// The workers telemetry samples (each worker task adds itself).
+    telemetry_targets: crate::telemetry::Targets,
+    /// How often telemetry samples; zero for never.
+    telemetry_interval: Duration,
+    /// Samples waiting for the session (a small queue: see `telemetry`).
+    telemetry_rx: Option<mpsc::Receiver<xp_runtime::protocol::NodeTelemetry>>,
 }
 
 enum SessionEnd {
@@ -154,14 +164,31 @@ impl Agent {
             registered: false,
             objects,
             log_cap: LogCap::default(),
+            output_limits: checkpoint::OutputLimits::default(),
             isolation: Isolation::shared(crate::cgroup::Cgroups::enforcement()),
+            telemetry_targets: crate::telemetry::Targets::default(),
+            telemetry_interval: crate::telemetry::DEFAULT_INTERVAL,
+            telemetry_rx: None,
         }
+    }
+
+    /// Samples workers and GPUs every `interval` for the head (zero: never).
+    pub fn with_telemetry(mut self, interval: Duration) -> Self {
+        self.telemetry_interval = interval;
+        self
     }
 
     /// Runs workers under user ids of their own as `isolation` says (by default
     /// they run as the node's user).
     pub fn with_isolation(mut self, isolation: Isolation) -> Self {
         self.isolation = isolation;
+        self
+    }
+
+    /// Bounds what rank 0 may leave in `XP_OUTPUT_DIR` (`--output-max-files`,
+    /// `--output-max-bytes`).
+    pub fn with_output_limits(mut self, limits: checkpoint::OutputLimits) -> Self {
+        self.output_limits = limits;
         self
     }
 
@@ -180,6 +207,25 @@ impl Agent {
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<(), AgentError> {
         let mut backoff = Backoff::new(self.identity.node_id);
         let agent_name = format!("xp-node {}", env!("CARGO_PKG_VERSION"));
+        // Telemetry samples until the agent ends, whichever way.
+        let telemetry_stop = shutdown.child_token();
+        let _telemetry_stops = telemetry_stop.clone().drop_guard();
+        if self.telemetry_interval.is_zero() {
+            info!("telemetry off (--telemetry-interval 0)");
+        } else {
+            let (samples, received) = mpsc::channel(crate::telemetry::QUEUE);
+            self.telemetry_rx = Some(received);
+            xp_runtime::task::spawn(
+                "telemetry",
+                crate::telemetry::run(
+                    self.telemetry_interval,
+                    self.telemetry_targets.clone(),
+                    self.objects.store.clone(),
+                    samples,
+                    telemetry_stop,
+                ),
+            );
+        }
         loop {
             let connected = tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -387,6 +433,21 @@ impl Agent {
                 message = self.objects.head_messages_rx.recv() => {
                     let Some(message) = message else { break SessionEnd::Disconnected };
                     if frame::write_message(&mut send, &Message::FromNode(message)).await.is_err() {
+                        break SessionEnd::Disconnected;
+                    }
+                }
+                telemetry = async {
+                    match self.telemetry_rx.as_mut() {
+                        Some(received) => received.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let Some(telemetry) = telemetry else {
+                        self.telemetry_rx = None;
+                        continue;
+                    };
+                    // Best effort: not numbered, not kept for a later session.
+                    if frame::write_message(&mut send, &Message::FromNode(NodeMessage::Telemetry(telemetry))).await.is_err() {
                         break SessionEnd::Disconnected;
                     }
                 }
@@ -645,6 +706,7 @@ impl Agent {
         let reports = self.reports_tx.clone();
         let data_dir = self.data_dir.clone();
         let log_cap = self.log_cap;
+        let telemetry = self.telemetry_targets.clone();
         let connection = connection.clone();
         let advertise_host = self.identity.advertise_host.clone();
         let objects = LaunchObjects {
@@ -658,11 +720,14 @@ impl Agent {
             local_workers: self.objects.local_workers.clone(),
             socket: self.objects.socket.clone(),
             uids: self.isolation.uids().cloned(),
+            output_limits: self.output_limits,
         };
         let task = xp_runtime::task::spawn("worker", async move {
             match resolve_command(&data_dir, &advertise_host, &connection, &launch, &objects).await
             {
-                Ok(command) => worker::supervise(launch, command, log_cap, reports, stop_rx).await,
+                Ok(command) => {
+                    worker::supervise(launch, command, log_cap, reports, stop_rx, telemetry).await;
+                }
                 Err(PrepareError::Refused(reason)) => {
                     warn!(worker = %key, %reason, "worker could not be prepared");
                     let _ = reports.send(WorkerReport::Refused { key, reason });
@@ -731,14 +796,6 @@ async fn write_all(send: &mut SendStream, messages: Vec<Message>) -> Result<(), 
     Ok(())
 }
 
-/// Why a worker could not be prepared.
-enum PrepareError {
-    /// Not the trial's fault (the binary could not be fetched): the head places it again.
-    Refused(String),
-    /// The launch itself is unusable.
-    Invalid(String),
-}
-
 /// Where a worker's combined output is kept.
 pub fn log_path(data_dir: &Path, key: WorkerKey) -> PathBuf {
     data_dir
@@ -775,192 +832,4 @@ async fn read_log(
             xp_runtime::error_chain::error_chain(&error),
         )),
     }
-}
-
-/// What preparing a launch needs of the node's objects.
-struct LaunchObjects {
-    /// Where a resumed worker's checkpoint comes from.
-    checkpoints: CheckpointSources,
-    /// The durable directory the worker's checkpoints are also written to.
-    backup: Option<PathBuf>,
-    local_workers: crate::objects::local::Workers,
-    socket: PathBuf,
-    /// Where workers' user ids come from, when they get their own.
-    uids: Option<Arc<UidPool>>,
-}
-
-async fn resolve_command(
-    data_dir: &Path,
-    advertise_host: &str,
-    connection: &HeadConnection,
-    launch: &Launch,
-    objects: &LaunchObjects,
-) -> Result<WorkerCommand, PrepareError> {
-    let key = launch.key;
-    let log_path = log_path(data_dir, key);
-    // Not the trial's fault when the ids are used up: the head places it again.
-    // The attempt's ranks on this node share one id; each waits until a fresh id
-    // is cleared of its earlier holder before anything runs as it.
-    let uid = match &objects.uids {
-        Some(pool) => {
-            let lease = pool
-                .claim(key)
-                .map_err(|error| PrepareError::Refused(error.to_string()))?;
-            lease
-                .ready()
-                .await
-                .map_err(|error| PrepareError::Refused(error.to_string()))?;
-            Some(lease)
-        }
-        None => None,
-    };
-    let owner = uid.as_ref().map(|lease| FileOwner::of_uid(lease.uid()));
-    let work_dir = {
-        let data_dir = data_dir.to_owned();
-        tokio::task::spawn_blocking(move || crate::isolation::make_work_dir(&data_dir, key, owner))
-            .await
-            .map_err(|error| PrepareError::Refused(error.to_string()))?
-            .map_err(|error| {
-                PrepareError::Refused(format!("cannot make the work directory: {error}"))
-            })?
-    };
-    // Should preparing fail from here on, the directory goes back to the node
-    // with the id: a later holder of the id must not find this one's files.
-    let mut given = GivenWorkDir {
-        path: owner.map(|_| work_dir.clone()),
-    };
-    let checkpoint = CheckpointSink::new(
-        objects.checkpoints.store.clone(),
-        &work_dir,
-        objects.backup.clone(),
-    )
-    .with_owner(owner);
-    let mut node_env = vec![("XP_NODE_HOST".to_owned(), advertise_host.to_owned())];
-    node_env.extend(socket_ifname_env(launch).await);
-    let resume_env = objects
-        .checkpoints
-        .restore_for_launch(launch, &checkpoint.dir, owner)
-        .await
-        .map_err(|error| PrepareError::Refused(error.to_string()))?;
-    node_env.extend(resume_env);
-    // The worker's pass to the local object channel.
-    let secret = xp_runtime::tls::random_secret().ok_or_else(|| {
-        PrepareError::Refused("the system has no entropy for a worker secret".to_owned())
-    })?;
-    objects.local_workers.insert(
-        secret,
-        crate::objects::local::LocalWorker {
-            key,
-            work_dir: work_dir.clone(),
-            owner,
-        },
-    );
-    node_env.push((
-        "XP_NODE_SOCKET".to_owned(),
-        objects.socket.display().to_string(),
-    ));
-    node_env.push(("XP_WORKER_SECRET".to_owned(), hex::encode(secret)));
-    let command = match &launch.program {
-        Program::Command { argv } => {
-            let (program, args) = argv
-                .split_first()
-                .ok_or_else(|| PrepareError::Invalid("empty command".to_owned()))?;
-            Ok(WorkerCommand {
-                program: program.into(),
-                args: args.to_vec(),
-                extra_env: node_env,
-                log_path,
-                work_dir,
-                checkpoint,
-                uid,
-            })
-        }
-        Program::Entry { binary, entry } => {
-            let program = cached_binary(data_dir, connection, *binary)
-                .await
-                .map_err(PrepareError::Refused)?;
-            Ok(WorkerCommand {
-                program,
-                args: Vec::new(),
-                extra_env: node_env
-                    .into_iter()
-                    .chain([("XP_ENTRY".to_owned(), entry.clone())])
-                    .collect(),
-                log_path,
-                work_dir,
-                checkpoint,
-                uid,
-            })
-        }
-    };
-    if command.is_ok() {
-        given.path = None;
-    }
-    command
-}
-
-/// A work directory given to a worker's id that is taken back when dropped
-/// armed (`path` set): its launch could not be prepared.
-struct GivenWorkDir {
-    path: Option<PathBuf>,
-}
-
-impl Drop for GivenWorkDir {
-    fn drop(&mut self) {
-        if let Some(path) = self.path.take()
-            && let Err(error) = crate::isolation::take_back_dir(&path)
-        {
-            warn!(dir = %path.display(), %error, "cannot take an unused work directory back from its user id");
-        }
-    }
-}
-
-/// `GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME` and `TP_SOCKET_IFNAME`: the
-/// interface carrying this node's route to rank 0 (`MASTER_ADDR`), unless the
-/// node's own environment, which the worker inherits, sets them. None when there
-/// is no such route: the libraries then choose as they would without xp.
-async fn socket_ifname_env(launch: &Launch) -> Vec<(String, String)> {
-    let inherited = |name: &str| std::env::var_os(name).is_some();
-    crate::route::socket_ifname_env(&launch.master_addr, launch.master_port, inherited)
-        .await
-        .unwrap_or_else(|error| {
-            warn!(
-                worker = %launch.key,
-                master_addr = %launch.master_addr,
-                error = %xp_runtime::error_chain::error_chain(&error),
-                "no interface found for the gang's sockets"
-            );
-            Vec::new()
-        })
-}
-
-/// The path of driver binary `hash`, fetched from the head on first use.
-async fn cached_binary(
-    data_dir: &Path,
-    connection: &HeadConnection,
-    hash: BlobHash,
-) -> Result<PathBuf, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = data_dir.join("bin");
-    let path = dir.join(hash.to_string());
-    if tokio::fs::try_exists(&path).await.unwrap_or(false) {
-        return Ok(path);
-    }
-    info!(binary = %hash, "fetching driver binary from the head");
-    let bytes = connection
-        .get_blob(hash)
-        .await
-        .map_err(|error| format!("cannot fetch binary {hash}: {error}"))?;
-    let temporary = dir.join(format!(".{hash}.{}.part", uuid::Uuid::now_v7().simple()));
-    let write = async {
-        tokio::fs::create_dir_all(&dir).await?;
-        tokio::fs::write(&temporary, &bytes).await?;
-        tokio::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o755)).await?;
-        tokio::fs::rename(&temporary, &path).await
-    };
-    if let Err(error) = write.await {
-        let _ = tokio::fs::remove_file(&temporary).await;
-        return Err(format!("cannot store binary {hash}: {error}"));
-    }
-    Ok(path)
 }

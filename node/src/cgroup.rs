@@ -453,6 +453,16 @@ impl WorkerCgroup {
             .collect()
     }
 
+    /// The files telemetry reads to measure the worker.
+    pub fn telemetry_files(&self) -> crate::telemetry::CgroupFiles {
+        crate::telemetry::CgroupFiles {
+            version: self.version,
+            cpu_dir: self.dir_of("cpu").to_owned(),
+            memory_dir: self.dir_of("memory").to_owned(),
+            procs: self.dir_of("pids").join("cgroup.procs"),
+        }
+    }
+
     /// How many processes of the worker the kernel killed for memory.
     pub fn oom_kills(&self) -> u64 {
         let (file, key) = self.version.oom_file();

@@ -1,4 +1,6 @@
-//! GPU discovery behind a trait: NVML when the driver library is present, nothing otherwise.
+//! GPU discovery behind a trait: NVML when the driver library is present,
+//! nothing otherwise; and [`GpuSampler`], telemetry's utilisation, memory and
+//! power of each GPU and device memory of each process.
 //!
 //! Invariant: only this module calls NVML. `libnvidia-ml.so.1` is loaded at run
 //! time, so the node builds and runs on machines without NVIDIA drivers; there
@@ -7,9 +9,12 @@
 //! Not here: which GPUs a worker gets (the head places, `slots` enforces) or
 //! anything about CUDA itself (`xp_runtime`, behind its `cuda` feature).
 
+use std::collections::HashMap;
+
+use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use xp_runtime::error_chain::error_chain;
-use xp_runtime::protocol::GpuInfo;
+use xp_runtime::protocol::{GpuInfo, GpuSample};
 
 /// Why a machine's GPUs could not be listed.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +64,68 @@ impl GpuProbe for NvmlProbe {
                 })
             })
             .collect()
+    }
+}
+
+/// One sample of every GPU, and the device memory each process uses.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuReading {
+    /// Each GPU.
+    pub gpus: Vec<GpuSample>,
+    /// Device memory in use by process id, over every GPU.
+    pub process_memory: HashMap<u32, u64>,
+}
+
+/// Samples GPUs through NVML for telemetry; NVML is loaded once.
+pub struct GpuSampler {
+    nvml: nvml_wrapper::Nvml,
+}
+
+impl std::fmt::Debug for GpuSampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GpuSampler")
+    }
+}
+
+impl GpuSampler {
+    /// Loads NVML, or says why it cannot.
+    pub fn new() -> Result<Self, GpuError> {
+        let nvml = nvml_wrapper::Nvml::init().map_err(GpuError::Unavailable)?;
+        Ok(Self { nvml })
+    }
+
+    /// Each GPU's utilisation, memory in use and power (what a device cannot
+    /// say is left out or absent), and each process's device memory.
+    pub fn sample(&self) -> Result<GpuReading, GpuError> {
+        let count = self.nvml.device_count().map_err(GpuError::DeviceCount)?;
+        let mut reading = GpuReading::default();
+        for index in 0..count.min(xp_runtime::protocol::MAX_TELEMETRY_GPUS as u32) {
+            let device = self
+                .nvml
+                .device_by_index(index)
+                .map_err(|source| GpuError::Device { index, source })?;
+            let Ok(util) = device.utilization_rates() else {
+                continue;
+            };
+            let memory_used_bytes = device.memory_info().map_or(0, |memory| memory.used);
+            let power_w = device
+                .power_usage()
+                .ok()
+                .map(|milliwatts| f64::from(milliwatts) / 1000.0);
+            reading.gpus.push(GpuSample {
+                index,
+                util: f64::from(util.gpu),
+                memory_used_bytes,
+                power_w,
+            });
+            let processes = device.running_compute_processes().unwrap_or_default();
+            for process in processes {
+                if let UsedGpuMemory::Used(bytes) = process.used_gpu_memory {
+                    *reading.process_memory.entry(process.pid).or_default() += bytes;
+                }
+            }
+        }
+        Ok(reading)
     }
 }
 
@@ -113,6 +180,36 @@ mod tests {
         assert_eq!(discover(Some(2), &found).len(), 2);
         assert_eq!(discover(None, &found).len(), 8);
         assert!(discover(None, &FakeProbe(None)).is_empty());
+    }
+
+    #[test]
+    fn gpu_sampler_reads_real_gpus_or_says_why_not() {
+        // The GPU path of telemetry: runs where NVML exists, skips with the reason elsewhere.
+        match GpuSampler::new().and_then(|sampler| sampler.sample()) {
+            Ok(reading) => {
+                assert!(!reading.gpus.is_empty(), "NVML loaded but sampled no GPU");
+                for gpu in &reading.gpus {
+                    assert!((0.0..=100.0).contains(&gpu.util), "{gpu:?}");
+                    assert!(gpu.power_w.is_none_or(|watts| watts >= 0.0), "{gpu:?}");
+                }
+            }
+            Err(reason) => {
+                assert!(
+                    std::env::var("XP_GPU_TESTS").as_deref() != Ok("1"),
+                    "XP_GPU_TESTS=1 but NVML sampled no GPU: {reason}"
+                );
+                #[expect(
+                    clippy::print_stderr,
+                    reason = "tell the reader why the GPU path was skipped"
+                )]
+                {
+                    eprintln!(
+                        "skipping the NVML telemetry check: {}",
+                        error_chain(&reason)
+                    );
+                }
+            }
+        }
     }
 
     #[test]

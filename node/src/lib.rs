@@ -18,6 +18,7 @@ pub mod outbox;
 pub mod reconnect;
 pub mod route;
 pub mod slots;
+pub mod telemetry;
 pub mod worker;
 pub mod worker_log;
 
@@ -61,6 +62,11 @@ pub struct NodeConfig {
     pub log_cap: worker_log::LogCap,
     /// Which user ids workers run under (`--worker-uids`).
     pub worker_uids: isolation::WorkerUids,
+    /// The most files and bytes rank 0 may leave in `XP_OUTPUT_DIR`
+    /// (`--output-max-files`, `--output-max-bytes`).
+    pub output_limits: checkpoint::OutputLimits,
+    /// How often workers and GPUs are sampled for the head (`--telemetry-interval`; zero: never).
+    pub telemetry_interval: std::time::Duration,
 }
 
 /// Why the node stopped.
@@ -139,7 +145,9 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     let server = objects.1;
     let result = agent::Agent::new(config.join, identity, config.data_dir, objects.0)
         .with_log_cap(config.log_cap)
+        .with_output_limits(config.output_limits)
         .with_isolation(isolation)
+        .with_telemetry(config.telemetry_interval)
         .run(shutdown)
         .await;
     server.close();

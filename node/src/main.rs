@@ -99,7 +99,25 @@ enum Command {
         /// with a warning, and an explicit range is an error.
         #[arg(long, value_name = "START-END|none")]
         worker_uids: Option<xp_node::isolation::WorkerUids>,
+        /// The most files rank 0 of a trial may leave in `XP_OUTPUT_DIR`; past
+        /// it the attempt fails saying so.
+        #[arg(long, default_value_t = 1000)]
+        output_max_files: usize,
+        /// The most bytes (such as 1GiB) rank 0 of a trial may leave in
+        /// `XP_OUTPUT_DIR`; past it the attempt fails saying so.
+        #[arg(long, default_value = "1GiB")]
+        output_max_bytes: bytesize::ByteSize,
+        /// How often each live worker's CPU and memory and each GPU (through
+        /// NVML, where present) are sampled and sent to the head; 0 turns
+        /// telemetry off (between 200ms and 1h otherwise).
+        #[arg(long, default_value = "5s", value_parser = parse_telemetry_interval)]
+        telemetry_interval: std::time::Duration,
     },
+}
+
+fn parse_telemetry_interval(text: &str) -> Result<std::time::Duration, String> {
+    let interval = humantime::parse_duration(text).map_err(|error| error.to_string())?;
+    xp_node::telemetry::check_interval(interval)
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {
@@ -172,6 +190,9 @@ fn main() -> anyhow::Result<()> {
         checkpoint_backup,
         log_cap,
         worker_uids,
+        telemetry_interval,
+        output_max_files,
+        output_max_bytes,
     } = Cli::parse().command;
     let join = read_join(join.as_deref(), join_file.as_deref())?;
     if let Some(cpus) = cpus {
@@ -197,6 +218,11 @@ fn main() -> anyhow::Result<()> {
         checkpoint_backup,
         log_cap: xp_node::worker_log::LogCap::new(log_cap).context("--log-cap")?,
         worker_uids: worker_uids.unwrap_or_default(),
+        output_limits: xp_node::checkpoint::OutputLimits {
+            max_files: output_max_files,
+            max_bytes: output_max_bytes.as_u64(),
+        },
+        telemetry_interval,
     };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -129,6 +129,27 @@ pub struct WorkerCommand {
     /// their own; given back after the worker and everything in its cgroup are
     /// gone.
     pub uid: Option<UidLease>,
+    /// Its output directory (`XP_OUTPUT_DIR`) and where rank 0's outputs go.
+    pub output: OutputSink,
+    /// The directory holding its pipeline inputs (`XP_INPUT_DIR`), when it has any.
+    pub input_dir: Option<PathBuf>,
+}
+
+/// Where a worker's output files go: its `XP_OUTPUT_DIR`, taken into the
+/// node's store when rank 0 exits with status 0.
+#[derive(Debug, Clone)]
+pub struct OutputSink {
+    /// The directory (`XP_OUTPUT_DIR`).
+    pub dir: PathBuf,
+    /// The node's object store.
+    pub store: std::sync::Arc<crate::objects::ObjectStore>,
+    /// The worker's id, which must own every file taken.
+    pub owner: Option<crate::isolation::fs::FileOwner>,
+    /// The most files and bytes taken.
+    pub limits: checkpoint::OutputLimits,
+    /// Whether the files are taken at all (`Launch::collect_outputs`: a
+    /// pipeline stage's trial); otherwise the directory is scratch space.
+    pub collect: bool,
 }
 
 /// The environment contract of a worker process (documented in ARCHITECTURE.md).
@@ -175,6 +196,7 @@ pub async fn supervise(
     log_cap: LogCap,
     reports: mpsc::UnboundedSender<WorkerReport>,
     stop: oneshot::Receiver<StopRequest>,
+    telemetry: crate::telemetry::Targets,
 ) {
     let key = launch.key;
     let cgroup = worker_cgroup(&launch);
@@ -203,6 +225,15 @@ pub async fn supervise(
     let pid = child.id().unwrap_or_default();
     info!(worker = %key, pid, "worker started");
     let _ = reports.send(WorkerReport::Started { key, pid });
+    // Sampled by telemetry until this function returns.
+    let _sampled = telemetry.register(
+        key,
+        crate::telemetry::Target {
+            pid,
+            cgroup: cgroup.as_ref().map(WorkerCgroup::telemetry_files),
+            gpu_indices: launch.gpu_indices.clone(),
+        },
+    );
     let checkpoints = CheckpointWatch::new(command.checkpoint.clone(), key, reports.clone());
     let checkpoint_in_flight = checkpoints.in_flight();
     let stdout = child.stdout.take().map(|stdout| {
@@ -295,6 +326,10 @@ pub async fn supervise(
         // kill this rank's siblings.
         debug!(worker = %key, "no cgroup: leftovers of this rank go with its attempt's user id");
     }
+    if key.rank == 0 && command.output.collect && stopped_because.is_none() && code == Some(0) {
+        // Before the exit report, so the head has the outputs when the trial succeeds.
+        let _ = reports.send(take_outputs(key, &command.output).await);
+    }
     take_back(&mut command).await;
     let report = match (stopped_because, oom_limit) {
         (Some(reason), _) => WorkerReport::Stopped { key, reason },
@@ -311,6 +346,27 @@ pub async fn supervise(
         (None, _) => WorkerReport::Exited { key, code, signal },
     };
     let _ = reports.send(report);
+}
+
+/// Stores rank 0's output files and says which, or why they were not kept.
+async fn take_outputs(key: WorkerKey, sink: &OutputSink) -> WorkerReport {
+    let sink = sink.clone();
+    let taken = tokio::task::spawn_blocking(move || {
+        checkpoint::take_outputs(&sink.store, &sink.dir, sink.owner, key.trial, sink.limits)
+    })
+    .await;
+    let (files, error) = match taken {
+        Ok(Ok(files)) => {
+            info!(worker = %key, files = files.len(), "outputs stored");
+            (files, None)
+        }
+        Ok(Err(error)) => (Vec::new(), Some(error_chain(&error))),
+        Err(error) => (Vec::new(), Some(error.to_string())),
+    };
+    if let Some(error) = &error {
+        warn!(worker = %key, %error, "outputs not kept");
+    }
+    WorkerReport::Outputs { key, files, error }
 }
 
 /// The worker's cgroup with its launch's limits, if the node has cgroups; a
@@ -370,7 +426,11 @@ async fn spawn(
     }
     // The agent made them for the worker's id; these only cover a missing one
     // (when the node runs workers as itself).
-    for dir in [&command.work_dir, &command.checkpoint.dir] {
+    for dir in [
+        &command.work_dir,
+        &command.checkpoint.dir,
+        &command.output.dir,
+    ] {
         if !tokio::fs::try_exists(dir).await.unwrap_or(false) {
             tokio::fs::create_dir_all(dir)
                 .await
@@ -385,11 +445,15 @@ async fn spawn(
         .envs(command.extra_env.iter().cloned())
         .env("XP_WORK_DIR", &command.work_dir)
         .env("XP_CHECKPOINT_DIR", &command.checkpoint.dir)
+        .env("XP_OUTPUT_DIR", &command.output.dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .process_group(0);
+    if let Some(inputs) = &command.input_dir {
+        process.env("XP_INPUT_DIR", inputs);
+    }
     if uid.is_some() {
         // An id made for the worker has no home of its own; the node's is not its.
         process.env("HOME", &command.work_dir);

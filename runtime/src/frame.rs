@@ -108,11 +108,17 @@ fn decode_whole<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Result<T, Fra
     Ok(message)
 }
 
+/// The most bytes bincode claims per payload byte: 8, a `u64` or a length
+/// written as a 1-byte varint.
+const MAX_CLAIM_PER_BYTE: usize = 8;
+
 /// Decodes `payload` with a byte limit near its own length. Every string and
 /// byte array's length is claimed against the limit before it is allocated,
-/// and a legitimate payload holds every byte it claims, so no legitimate
-/// message is refused; a hostile one claims at most the limit. The limit is a
-/// const generic: the smallest of a few steps that holds the payload.
+/// and a legitimate payload claims at most [`MAX_CLAIM_PER_BYTE`] times its
+/// length (its strings' bytes, and each integer's size in memory), so no
+/// legitimate message is refused; a hostile one claims at most the limit. The limit is a
+/// const generic: the smallest of a few steps that holds what the payload may
+/// claim ([`MAX_CLAIM_PER_BYTE`] per byte).
 ///
 /// Sequences are not covered: serde reserves room for up to 1 MiB of a
 /// sequence's elements from its announced length; [`read_hello`] therefore
@@ -128,7 +134,11 @@ fn decode_payload<T: serde::de::DeserializeOwned>(
     const STEP_1: usize = 16 << 10;
     const STEP_2: usize = 256 << 10;
     const STEP_3: usize = 4 << 20;
-    let len = payload.len();
+    // bincode claims an integer's size in memory, not on the wire: a u64 or a
+    // length written as a 1-byte varint claims 8 bytes. So a legitimate
+    // payload claims up to 8 times its length (320 trial events in 9.7 KB
+    // claim more than 16 KiB), and the step must hold that.
+    let len = payload.len().saturating_mul(MAX_CLAIM_PER_BYTE);
     if len <= STEP_1 {
         limited::<T, STEP_1>(payload)
     } else if len <= STEP_2 {
@@ -331,6 +341,84 @@ mod tests {
                 Message::FromNode(NodeMessage::Report { seq: 3, report: decoded }) => prop_assert_eq!(decoded, report),
                 other => prop_assert!(false, "decoded {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn answers_dense_with_small_integers_decode() {
+        // Each varint of a byte claims 8: 320 events in 9.7 KB claim over 16 KiB.
+        use crate::ids::{ExperimentId, NodeId, TrialId};
+        use crate::protocol::{
+            AttemptStatus, ExperimentState, ExperimentStatus, Response, TrialEvent, TrialState,
+            TrialStatus,
+        };
+        let experiment = ExperimentId { digest: 7, run: 1 };
+        for n in [10u32, 60, 80, 100, 200] {
+            let trials = (0..n)
+                .map(|index| TrialStatus {
+                    id: TrialId { experiment, index },
+                    state: TrialState::Succeeded,
+                    config_json: r#"{"seed":123456789}"#.to_owned(),
+                    attempts: vec![AttemptStatus {
+                        number: 1,
+                        nodes: vec![NodeId::random()],
+                        placed_at: 1,
+                        running_at: Some(2),
+                        ended_at: Some(3),
+                        outcome: Some("succeeded".to_owned()),
+                        resumed_from: None,
+                    }],
+                    metrics: Default::default(),
+                    last_step: None,
+                    reason: None,
+                    reused_from: None,
+                    waiting: None,
+                    gpu_hours: 0.0,
+                    cost: None,
+                })
+                .collect();
+            let status = Message::Response(Response::Status(vec![ExperimentStatus {
+                id: experiment,
+                name: "bench".to_owned(),
+                team: "bench".to_owned(),
+                state: ExperimentState::Succeeded,
+                metric: None,
+                maximize: false,
+                submitted_at: 0,
+                code_version: "none".to_owned(),
+                data_version: "none".to_owned(),
+                trials,
+            }]));
+            let bytes = encode(&status).unwrap();
+            let decoded = decode_body(&bytes[4..]);
+            assert!(
+                decoded.is_ok(),
+                "status of {n} trials, {} bytes: {decoded:?}",
+                bytes.len()
+            );
+            let events = Message::Response(Response::Events(
+                (0..n * 4)
+                    .map(|seq| TrialEvent {
+                        seq: u64::from(seq),
+                        at: 1_700_000_000_000,
+                        trial: TrialId {
+                            experiment,
+                            index: seq / 4,
+                        },
+                        state: TrialState::Running,
+                        attempt: 1,
+                        reason: "placed on node".to_owned(),
+                    })
+                    .collect(),
+            ));
+            let bytes = encode(&events).unwrap();
+            let decoded = decode_body(&bytes[4..]);
+            assert!(
+                decoded.is_ok(),
+                "{} events, {} bytes: {decoded:?}",
+                n * 4,
+                bytes.len()
+            );
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod ids;
 pub mod join;
 #[cfg(feature = "net")]
 pub mod metric_line;
+pub mod metric_value;
 #[cfg(feature = "cuda")]
 pub mod nccl;
 #[cfg(feature = "net")]
@@ -30,6 +31,7 @@ pub mod object_wire;
 pub mod protocol;
 #[cfg(feature = "net")]
 pub mod rendezvous;
+pub mod report;
 pub mod seeded;
 pub mod spec;
 #[cfg(feature = "net")]

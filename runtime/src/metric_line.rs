@@ -3,6 +3,12 @@
 //! A line `XP_METRIC {"step": 3, "val_loss": 0.41}` reports the numeric fields of
 //! the JSON object under their names at that step. Both command trials and Rust
 //! trials (through the SDK's `report`) use it, so the node parses one format.
+//!
+//! Non-finite values are kept, never dropped: the bare tokens `NaN`, `Infinity`
+//! and `-Infinity` (what Python's `json.dumps` prints), the strings `"nan"`,
+//! `"inf"`, `"-inf"` (any case; also `"NaN"`, `"Infinity"`) and `null` (what
+//! most other JSON writers make of a NaN, read as NaN) all become non-finite
+//! `f64`s, which the head records and alerts on (`crate::metric_value`).
 
 use std::collections::BTreeMap;
 
@@ -44,8 +50,8 @@ pub enum MetricLineError {
     /// A metric name is empty or longer than [`MAX_METRIC_NAME`].
     #[error("metric names must be 1 to {MAX_METRIC_NAME} bytes")]
     BadName,
-    /// A value is neither a finite number nor null.
-    #[error("metric `{name}` is not a finite number")]
+    /// A value is neither a number, a non-finite word nor null.
+    #[error("metric `{name}` is not a number (nor NaN, Infinity or -Infinity)")]
     NotANumber {
         /// The metric's name.
         name: String,
@@ -110,7 +116,8 @@ pub fn parse_metric_line(line: &str) -> Result<Option<MetricReport>, MetricLineE
     if line.len() > MAX_METRIC_LINE {
         return Err(MetricLineError::TooLong { len: line.len() });
     }
-    let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(payload)
+    let payload = quote_nonfinite_tokens(payload);
+    let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&payload)
         .map_err(|error| MetricLineError::NotAnObject {
             reason: error.to_string(),
         })?;
@@ -129,29 +136,95 @@ pub fn parse_metric_line(line: &str) -> Result<Option<MetricReport>, MetricLineE
         if name.is_empty() || name.len() > MAX_METRIC_NAME {
             return Err(MetricLineError::BadName);
         }
-        // JSON writers turn NaN and infinities into null: skip that value, keep the others.
-        if value.is_null() {
-            continue;
+        let number = match &value {
+            // Most JSON writers (JavaScript's, serde_json) turn NaN and the
+            // infinities into null: a null is a value that went wrong, not none.
+            serde_json::Value::Null => Some(f64::NAN),
+            serde_json::Value::Number(number) => number.as_f64(),
+            serde_json::Value::String(word) => crate::metric_value::parse_nonfinite_word(word),
+            _ => None,
         }
-        let number = value
-            .as_f64()
-            .filter(|number| number.is_finite())
-            .ok_or_else(|| MetricLineError::NotANumber { name: name.clone() })?;
+        .ok_or_else(|| MetricLineError::NotANumber { name: name.clone() })?;
         report.values.insert(name, number);
     }
     Ok(Some(report))
 }
 
-/// Formats a report as a metric line (without the newline).
+/// Rewrites the bare tokens `NaN`, `Infinity` and `-Infinity` outside strings as
+/// strings, so serde_json (which refuses them) reads the object. JSON has no
+/// other bare words than `true`, `false` and `null`, so nothing else changes.
+fn quote_nonfinite_tokens(payload: &str) -> std::borrow::Cow<'_, str> {
+    if !payload.contains("NaN") && !payload.contains("Infinity") {
+        return std::borrow::Cow::Borrowed(payload);
+    }
+    let bytes = payload.as_bytes();
+    let mut out = String::with_capacity(payload.len() + 16);
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut start = 0;
+    let mut index = 0;
+    while index < bytes.len() {
+        let byte = bytes[index];
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+            index += 1;
+            continue;
+        }
+        if byte == b'"' {
+            in_string = true;
+            index += 1;
+            continue;
+        }
+        let token = ["-Infinity", "Infinity", "NaN"]
+            .into_iter()
+            .find(|token| bytes[index..].starts_with(token.as_bytes()));
+        if let Some(token) = token {
+            out.push_str(&payload[start..index]);
+            out.push('"');
+            out.push_str(token);
+            out.push('"');
+            index += token.len();
+            start = index;
+            continue;
+        }
+        index += 1;
+    }
+    out.push_str(&payload[start..]);
+    std::borrow::Cow::Owned(out)
+}
+
+/// Formats a report as a metric line (without the newline); non-finite values
+/// are written as Python writes them (`NaN`, `Infinity`, `-Infinity`).
 pub fn format_metric_line(step: Option<u64>, values: &BTreeMap<String, f64>) -> String {
-    let mut object = serde_json::Map::new();
+    let mut line = String::from(METRIC_PREFIX);
+    line.push('{');
+    let mut first = true;
+    let mut separate = |line: &mut String| {
+        if !std::mem::take(&mut first) {
+            line.push(',');
+        }
+    };
     if let Some(step) = step {
-        object.insert("step".to_owned(), step.into());
+        separate(&mut line);
+        line.push_str(&format!("\"step\":{step}"));
     }
     for (name, value) in values {
-        object.insert(name.clone(), serde_json::Value::from(*value));
+        separate(&mut line);
+        line.push_str(&serde_json::Value::String(name.clone()).to_string());
+        line.push(':');
+        match crate::metric_value::nonfinite_name(*value) {
+            Some(word) => line.push_str(word),
+            None => line.push_str(&serde_json::Value::from(*value).to_string()),
+        }
     }
-    format!("{METRIC_PREFIX}{}", serde_json::Value::Object(object))
+    line.push('}');
+    line
 }
 
 /// Reads one line of at most `max` bytes (a longer line comes back in pieces), so a
@@ -230,11 +303,68 @@ mod tests {
         let partial = parse_metric_line(r#"XP_METRIC {"loss": null, "acc": 0.5}"#)
             .unwrap()
             .unwrap();
-        assert_eq!(
-            partial.values.len(),
-            1,
-            "a null value is skipped, the rest kept"
+        assert!(
+            partial.values["loss"].is_nan(),
+            "a null is a NaN, never dropped"
         );
+        assert_eq!(partial.values["acc"], 0.5);
+    }
+
+    #[test]
+    fn nonfinite_values_are_kept_in_every_spelling() {
+        let check = |line: &str, name: &str, expected: f64| {
+            let report = parse_metric_line(line).unwrap().unwrap();
+            let value = report.values[name];
+            assert!(
+                (expected.is_nan() && value.is_nan()) || value == expected,
+                "{line}: {value}"
+            );
+        };
+        // Python's json.dumps.
+        check(r#"XP_METRIC {"step": 3, "loss": NaN}"#, "loss", f64::NAN);
+        check(
+            r#"XP_METRIC {"loss": Infinity, "a": 1}"#,
+            "loss",
+            f64::INFINITY,
+        );
+        check(
+            r#"XP_METRIC {"loss": -Infinity}"#,
+            "loss",
+            f64::NEG_INFINITY,
+        );
+        check(r#"XP_METRIC {"loss":NaN}"#, "loss", f64::NAN);
+        // Strings, as str(float) writes them.
+        check(r#"XP_METRIC {"loss": "nan"}"#, "loss", f64::NAN);
+        check(r#"XP_METRIC {"loss": "inf"}"#, "loss", f64::INFINITY);
+        check(r#"XP_METRIC {"loss": "-inf"}"#, "loss", f64::NEG_INFINITY);
+        check(r#"XP_METRIC {"loss": "Infinity"}"#, "loss", f64::INFINITY);
+        // A token inside a string or a name is text, not a value.
+        let report = parse_metric_line(r#"XP_METRIC {"NaN loss \"NaN\"": 1.5}"#)
+            .unwrap()
+            .unwrap();
+        assert_eq!(report.values["NaN loss \"NaN\""], 1.5);
+        assert!(matches!(
+            parse_metric_line(r#"XP_METRIC {"loss": "NaNa"}"#),
+            Err(MetricLineError::NotANumber { .. })
+        ));
+        assert!(parse_metric_line(r#"XP_METRIC {"loss": NaNa}"#).is_err());
+        // Written back as Python writes them, and read again.
+        let values = BTreeMap::from([
+            ("loss".to_owned(), f64::NAN),
+            ("up".to_owned(), f64::INFINITY),
+            ("down".to_owned(), f64::NEG_INFINITY),
+            ("acc".to_owned(), 0.5),
+        ]);
+        let line = format_metric_line(Some(7), &values);
+        assert_eq!(
+            line,
+            r#"XP_METRIC {"step":7,"acc":0.5,"down":-Infinity,"loss":NaN,"up":Infinity}"#
+        );
+        let back = parse_metric_line(&line).unwrap().unwrap();
+        assert_eq!(back.step, Some(7));
+        assert!(back.values["loss"].is_nan());
+        assert_eq!(back.values["up"], f64::INFINITY);
+        assert_eq!(back.values["down"], f64::NEG_INFINITY);
     }
 
     #[test]

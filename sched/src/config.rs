@@ -22,7 +22,14 @@
 //! backfill: true
 //! head_of_line: strict         # skip
 //! admission: {max_pending_per_team: 10000, retry_after: 5s}
+//! leases: {matlab-licence: 2, feature-store: 8, param-server-7: 1}
+//! prices: {default: 1.0, H100: 3.2}  # per GPU-hour by model, for `xp report`
+//! webhooks: {allow: [10.1.2.0/24]}   # or allow_private: true; else public addresses only
 //! ```
+//!
+//! A queue may also say `preemption: {approval: manual}`: a preemption of its
+//! trials waits for an admin's approval (see [`Approval`]), and its `quota` may
+//! name leases (`quota: {gpu: 8, leases: {matlab-licence: 1}}`).
 //!
 //! Choices, each with its reason:
 //!
@@ -41,6 +48,11 @@
 //!   [`PolicyConfig::default`] is not the empty file but the `default` preset, the
 //!   best policy we have.
 //! - GPU and CPU amounts may be fractional (`gpu: 0.5`) and are kept in thousandths.
+//! - Leases are named shared things (a licence, a database) with a capacity in
+//!   units; a trial asks for units for its whole gang, not per worker, since a
+//!   gang is one user of a licence or a parameter server. A lease quota is a hard
+//!   cap per queue: leases are not lent or borrowed in a cohort (a licence seat is
+//!   not idle GPU time), so `borrowing_limit` and `lending_limit` name no lease.
 //! - Aging counts whole units: the boost is `floor(rate_per_hour × hours waited)`
 //!   capped at `cap`, so effective priorities stay integers and orders stay exact.
 
@@ -56,6 +68,13 @@ pub const MAX_POLICY_BYTES: usize = 1 << 20;
 /// The resource names used in YAML, in quota errors and in [`super::WaitReason`],
 /// indexed like the arrays the core keeps: GPU, CPU, memory.
 pub const RESOURCE_NAMES: [&str; 3] = ["gpu", "cpu", "memory"];
+
+/// The most leases a policy declares, and the most a trial or quota names.
+pub const MAX_LEASES: usize = 256;
+/// The largest capacity of one lease, and the most units one trial asks for.
+pub use xp_runtime::spec::MAX_LEASE_UNITS;
+/// Lease names: bounded length, a plain character set.
+pub use xp_runtime::spec::check_lease_name;
 
 /// The whole policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,6 +109,48 @@ pub struct PolicyConfig {
     /// Backpressure on submissions.
     #[serde(default)]
     pub admission: AdmissionConfig,
+    /// Named shared resources and their capacity in units.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub leases: BTreeMap<String, u64>,
+    /// Cluster-wide alert rules, applied to every experiment unless it declares
+    /// a rule of the same name (`xp_runtime::spec::effective_rules`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alerts: Vec<xp_runtime::spec::AlertRule>,
+    /// Currency units per GPU-hour by GPU model (`declared` for `--gpus N`
+    /// slots), with `default` for models not named; what `xp report` costs
+    /// GPU-hours at. No prices: no cost.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prices: BTreeMap<String, f64>,
+    /// Which addresses alert webhooks may be posted to beyond public ones.
+    #[serde(default, skip_serializing_if = "WebhookPolicy::is_default")]
+    pub webhooks: WebhookPolicy,
+}
+
+/// The most entries of [`WebhookPolicy::allow`].
+pub const MAX_WEBHOOK_ALLOW: usize = 64;
+
+/// Where the head may post alert webhooks. By default only public addresses:
+/// loopback, link-local, private (RFC 1918, `fc00::/7`, `100.64.0.0/10`),
+/// unspecified, multicast and broadcast ones are refused, so that a member
+/// cannot make the head reach its own internal network. `allow_private: true`
+/// lifts that; `allow` lifts it for these networks only (CIDRs such as
+/// `10.1.2.0/24` or `127.0.0.1/32`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookPolicy {
+    /// Every address is allowed.
+    #[serde(default)]
+    pub allow_private: bool,
+    /// Networks allowed even though not public.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<ipnet::IpNet>,
+}
+
+impl WebhookPolicy {
+    /// Whether nothing beyond public addresses is allowed (the default).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 fn default_queues() -> Vec<QueueConfig> {
@@ -128,6 +189,40 @@ pub struct QueueConfig {
     /// The most of its idle quota the rest of its cohort may use.
     #[serde(default)]
     pub lending_limit: ResourceLimits,
+    /// How preemption treats its trials as victims.
+    #[serde(default, skip_serializing_if = "QueuePreemption::is_automatic")]
+    pub preemption: QueuePreemption,
+}
+
+/// How a queue's trials are preempted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueuePreemption {
+    /// Whether a preemption of its trials needs a person's approval.
+    #[serde(default)]
+    pub approval: Approval,
+}
+
+impl QueuePreemption {
+    /// Whether preemptions happen without asking (the default).
+    pub fn is_automatic(&self) -> bool {
+        self.approval == Approval::Automatic
+    }
+}
+
+/// Who approves a preemption the policy wants.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Approval {
+    /// The policy preempts by itself.
+    #[default]
+    Automatic,
+    /// The preemption becomes a request that an admin approves or denies;
+    /// nothing is stopped until it is approved. A denial holds for that
+    /// victim and claimant until one of them leaves its place (the claimant
+    /// starts or ends, or the victim stops), so the same request is not asked
+    /// again while the situation that led to it lasts.
+    Manual,
 }
 
 fn one_f64() -> f64 {
@@ -145,6 +240,7 @@ impl QueueConfig {
             quota: ResourceLimits::default(),
             borrowing_limit: ResourceLimits::default(),
             lending_limit: ResourceLimits::default(),
+            preemption: QueuePreemption::default(),
         }
     }
 
@@ -155,7 +251,7 @@ impl QueueConfig {
 }
 
 /// An amount per resource; `None` is unlimited (or, for limits, not limited).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceLimits {
     /// GPU thousandths; YAML `gpu: 1.5`.
@@ -182,6 +278,9 @@ pub struct ResourceLimits {
         skip_serializing_if = "Option::is_none"
     )]
     pub memory_bytes: Option<u64>,
+    /// Lease units by lease name (quotas only); a lease left out is unlimited.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub leases: BTreeMap<String, u64>,
 }
 
 impl ResourceLimits {
@@ -422,6 +521,10 @@ impl PolicyConfig {
             backfill: false,
             head_of_line: HeadOfLine::Strict,
             admission: AdmissionConfig::default(),
+            leases: BTreeMap::new(),
+            alerts: Vec::new(),
+            prices: BTreeMap::new(),
+            webhooks: WebhookPolicy::default(),
         }
     }
 
@@ -514,6 +617,29 @@ impl PolicyConfig {
 
     /// Checks every value, naming the first offending queue and field.
     pub fn validate(&self) -> Result<(), PolicyError> {
+        for (model, price) in &self.prices {
+            if model.trim().is_empty() || model.len() > 128 {
+                return Err(invalid("prices", "a GPU model name is 1 to 128 characters"));
+            }
+            if !(price.is_finite() && *price >= 0.0) {
+                return Err(invalid(
+                    format!("prices.{model}"),
+                    "must be a finite number >= 0 (currency units per GPU-hour)",
+                ));
+            }
+        }
+        if self.webhooks.allow.len() > MAX_WEBHOOK_ALLOW {
+            return Err(invalid(
+                "webhooks.allow",
+                format!("at most {MAX_WEBHOOK_ALLOW} networks"),
+            ));
+        }
+        xp_runtime::spec::validate_alert_rules(&self.alerts, "alerts").map_err(
+            |error| match error {
+                xp_runtime::spec::SpecError::Invalid { field, reason } => invalid(field, reason),
+                other => invalid("alerts", other.to_string()),
+            },
+        )?;
         if self.queues.is_empty() {
             return Err(invalid(
                 "queues",
@@ -581,6 +707,7 @@ impl PolicyConfig {
                 }
             }
         }
+        self.validate_leases()?;
         for name in self.priority_classes.keys() {
             if name.trim().is_empty() {
                 return Err(invalid(
@@ -594,6 +721,48 @@ impl PolicyConfig {
                 "admission.max_pending_per_team",
                 "must be at least 1",
             ));
+        }
+        Ok(())
+    }
+
+    /// Checks the declared leases and every queue's lease quota.
+    fn validate_leases(&self) -> Result<(), PolicyError> {
+        if self.leases.len() > MAX_LEASES {
+            return Err(invalid(
+                "leases",
+                format!("{} leases, more than {MAX_LEASES}", self.leases.len()),
+            ));
+        }
+        for (name, capacity) in &self.leases {
+            check_lease_name(name).map_err(|reason| invalid("leases", reason))?;
+            if *capacity == 0 || *capacity > MAX_LEASE_UNITS {
+                return Err(invalid(
+                    format!("leases.{name}"),
+                    format!("capacity {capacity} is not between 1 and {MAX_LEASE_UNITS}"),
+                ));
+            }
+        }
+        for queue in &self.queues {
+            let at = |field: &str| format!("queues[{}].{field}", queue.name);
+            for (limits, what) in [
+                (&queue.borrowing_limit, "borrowing_limit"),
+                (&queue.lending_limit, "lending_limit"),
+            ] {
+                if !limits.leases.is_empty() {
+                    return Err(invalid(
+                        at(&format!("{what}.leases")),
+                        "leases are not lent or borrowed; a lease quota is a hard cap",
+                    ));
+                }
+            }
+            for name in queue.quota.leases.keys() {
+                if !self.leases.contains_key(name) {
+                    return Err(invalid(
+                        at(&format!("quota.leases.{name}")),
+                        format!("the policy declares no lease {name:?} under `leases`"),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -683,171 +852,4 @@ mod duration_text {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn check_ok(text: &str, expected: &dyn Fn(&PolicyConfig) -> bool) {
-        let config = PolicyConfig::from_yaml(text).unwrap();
-        assert!(expected(&config), "unexpected {config:#?}");
-    }
-
-    fn check_error(text: &str, needle: &str) {
-        let error = PolicyConfig::from_yaml(text).unwrap_err().to_string();
-        assert!(
-            error.contains(needle),
-            "{error:?} does not mention {needle:?}"
-        );
-    }
-
-    const FULL: &str = "
-queues:
-  - name: vision
-    team: vision
-    cohort: research
-    weight: 2
-    quota: {gpu: 8, cpu: 64, memory: 512GiB}
-    borrowing_limit: {gpu: 8}
-    lending_limit: {gpu: 4}
-  - name: nlp
-    team: nlp
-    cohort: research
-    quota: {gpu: 0.5}
-priority_classes: {low: 0, normal: 100, high: 1000}
-aging: {rate_per_hour: 10, cap: 500}
-preemption: {enabled: true, grace_period: 60s, min_run_time: 5m}
-placement: fragmentation_aware
-order: priority
-backfill: true
-head_of_line: skip
-admission: {max_pending_per_team: 100, retry_after: 5s}
-";
-
-    #[test]
-    fn full_file_parses() {
-        let config = PolicyConfig::from_yaml(FULL).unwrap();
-        let vision = config.queue("vision").unwrap();
-        assert_eq!(vision.weight, 2.0);
-        assert_eq!(vision.quota.gpu_milli, Some(8000));
-        assert_eq!(vision.quota.cpu_milli, Some(64_000));
-        assert_eq!(vision.quota.memory_bytes, Some(512 << 30));
-        assert_eq!(vision.borrowing_limit.gpu_milli, Some(8000));
-        assert_eq!(vision.lending_limit.gpu_milli, Some(4000));
-        assert_eq!(vision.lending_limit.cpu_milli, None);
-        assert_eq!(config.queue("nlp").unwrap().quota.gpu_milli, Some(500));
-        assert_eq!(config.queue("nlp").unwrap().weight, 1.0);
-        assert_eq!(config.preemption.grace_period_ms, 60_000);
-        assert_eq!(config.preemption.min_run_time_ms, 300_000);
-        assert_eq!(config.admission.retry_after_ms, 5_000);
-        assert_eq!(config.placement, PlacementKind::FragmentationAware);
-        assert_eq!(config.order, Order::Priority);
-        assert_eq!(config.head_of_line, HeadOfLine::Skip);
-        assert!(config.backfill);
-        assert_eq!(config.aging.unwrap().boost(3_600_000 * 3), 30);
-        assert_eq!(config.aging.unwrap().boost(3_600_000 * 100), 500);
-        assert_eq!(config.priority_value("high"), Some(1000));
-        assert_eq!(config.priority_value("urgent"), None);
-    }
-
-    #[test]
-    fn empty_and_partial_files() {
-        check_ok("", &|config| *config == PolicyConfig::base());
-        check_ok("# nothing\n", &|config| *config == PolicyConfig::base());
-        check_ok("backfill: true\n", &|config| {
-            config.backfill && config.queues == default_queues() && !config.preemption.enabled
-        });
-        check_ok("preemption: {grace_period: 30s}\n", &|config| {
-            config.preemption.enabled
-                && config.preemption.grace_period_ms == 30_000
-                && config.preemption.min_run_time_ms == 300_000
-        });
-        check_ok("placement: binpack\norder: fifo\n", &|config| {
-            config.placement == PlacementKind::BinPack && config.order == Order::Fifo
-        });
-        check_ok("queues: [{name: a, quota: {memory: 1024}}]\n", &|config| {
-            config.queues[0].quota.memory_bytes == Some(1024) && config.queues[0].team.is_none()
-        });
-    }
-
-    #[test]
-    fn parse_errors_name_field_and_place() {
-        check_error("backfil: true\n", "backfil");
-        check_error("backfil: true\n", "line");
-        check_error("queues:\n  - name: a\n    quota: {gpus: 1}\n", "gpus");
-        check_error("order: random\n", "random");
-        check_error("placement: tetris\n", "tetris");
-        check_error("preemption: {grace_period: soon}\n", "soon");
-        check_error(
-            "queues: [{name: a, quota: {gpu: 0.0005}}]\n",
-            "three decimals",
-        );
-        check_error("queues: [{name: a, quota: {gpu: -1}}]\n", "non-negative");
-        check_error("queues: [{name: a, quota: {memory: lots}}]\n", "lots");
-        check_error(&"#".repeat(MAX_POLICY_BYTES + 1), "limit");
-    }
-
-    #[test]
-    fn validation_names_queue_and_field() {
-        check_error("queues: []\n", "`queues`");
-        check_error("queues: [{name: a}, {name: a}]\n", "queues[a].name");
-        check_error("queues: [{name: ''}]\n", "queues[0].name");
-        check_error("queues: [{name: a, weight: 0}]\n", "queues[a].weight");
-        check_error("queues: [{name: a, team: ''}]\n", "queues[a].team");
-        check_error(
-            "queues: [{name: a, quota: {gpu: 1}, borrowing_limit: {gpu: 1}}]\n",
-            "queues[a].borrowing_limit.gpu",
-        );
-        check_error(
-            "queues: [{name: a, cohort: c, borrowing_limit: {cpu: 1}}]\n",
-            "queues[a].borrowing_limit.cpu",
-        );
-        check_error(
-            "queues: [{name: a, cohort: c, quota: {gpu: 2}, lending_limit: {gpu: 3}}]\n",
-            "queues[a].lending_limit.gpu",
-        );
-        check_error(
-            "admission: {max_pending_per_team: 0}\n",
-            "admission.max_pending_per_team",
-        );
-    }
-
-    #[test]
-    fn presets() {
-        for name in PolicyConfig::PRESETS {
-            let config = PolicyConfig::preset(name).unwrap();
-            config.validate().unwrap();
-        }
-        assert!(PolicyConfig::preset("tetris").is_none());
-        let fifo = PolicyConfig::preset("fifo").unwrap();
-        assert_eq!(fifo.order, Order::Fifo);
-        assert!(!fifo.backfill && !fifo.preemption.enabled);
-        assert_eq!(fifo.head_of_line, HeadOfLine::Strict);
-        let priority = PolicyConfig::preset("priority").unwrap();
-        assert!(priority.preemption.enabled && priority.order == Order::Priority);
-        let fair = PolicyConfig::preset("fair").unwrap();
-        assert!(fair.order == Order::Fair && !fair.backfill);
-        assert!(PolicyConfig::preset("backfill").unwrap().backfill);
-        let default = PolicyConfig::default();
-        assert!(default.backfill && default.preemption.enabled && default.aging.is_some());
-        assert_eq!(default.order, Order::Fair);
-    }
-
-    #[test]
-    fn default_queue_resolution() {
-        let config = PolicyConfig::from_yaml(
-            "queues: [{name: shared}, {name: v1, team: vision}, {name: v2, team: vision}, {name: default}]\n",
-        )
-        .unwrap();
-        assert_eq!(config.default_queue_for("vision").unwrap().name, "v1");
-        assert_eq!(config.default_queue_for("nlp").unwrap().name, "default");
-        let config = PolicyConfig::from_yaml("queues: [{name: v, team: vision}]\n").unwrap();
-        assert!(config.default_queue_for("nlp").is_none());
-        assert!(!config.queues[0].accepts("nlp"));
-    }
-
-    #[test]
-    fn round_trips_through_yaml() {
-        let config = PolicyConfig::from_yaml(FULL).unwrap();
-        let text = serde_saphyr::to_string(&config).unwrap();
-        assert_eq!(PolicyConfig::from_yaml(&text).unwrap(), config);
-    }
-}
+mod tests;

@@ -7,22 +7,28 @@
 //!
 //! - [`config`]: the policy file (queues, cohorts, quotas, priority classes, aging,
 //!   preemption, backfill, admission) and the built-in presets.
+//! - [`dag`]: dependency graphs: topological order, cycles, the critical path
+//!   and slack, duration estimates (pipelines in the head, pipeline workloads in
+//!   [`sim`]).
 //! - [`place`]: the node pool and gang placement (bin-pack or spread, fewest nodes
 //!   then same rack, label and GPU-model constraints, fractional GPUs).
 //! - `scheduler` (private; [`PolicyCore`] and [`InvariantViolation`] are
 //!   re-exported here): queue ordering, quotas and borrowing, fair share,
 //!   backfill reservations, preemption and the reasons trials wait, one file per
 //!   part of a decision pass.
+//! - [`odds`]: the conflict odds of shared resources (`1 − Π(1 − p_i)`).
 //! - [`sim`]: the trace-driven simulator behind `xp sim`, which drives the same
 //!   core on a simulated clock and reports what it did.
 //!
 //! Invariants (property-tested in the tests of `scheduler` and [`place`]): no node resource is ever
-//! over-allocated; a gang is placed whole or not at all; quotas and borrowing and
+//! over-allocated; no lease is granted beyond its capacity; a gang is placed whole or not at all; quotas and borrowing and
 //! lending limits hold after every decision; only lower-priority or borrowed work
 //! is preempted; with aging on, every trial that fits the cluster is eventually
 //! placed.
 
 pub mod config;
+pub mod dag;
+pub mod odds;
 pub mod place;
 mod scheduler;
 pub mod sim;
@@ -82,6 +88,9 @@ pub struct GangShape {
     pub node_labels: BTreeMap<String, String>,
     /// Spread workers over nodes instead of packing them.
     pub spread: bool,
+    /// Units of named leases the whole gang holds while it runs (once for the
+    /// gang, not per worker), by lease name.
+    pub leases: BTreeMap<String, u64>,
 }
 
 /// A trial handed to the policy.
@@ -103,6 +112,10 @@ pub struct TrialRequest {
     pub time_limit_ms: Option<u64>,
     /// When it was first submitted; FIFO order and aging count from here.
     pub submitted_at: UnixMillis,
+    /// Goes before trials of its queue with equal effective priority and less
+    /// urgency (0 is none): a pipeline stage on its critical path. Ignored under
+    /// `order: fifo`; never beats priority, quotas or fair share.
+    pub urgency: u32,
 }
 
 /// A share of one GPU given to one worker.
@@ -194,6 +207,18 @@ pub enum WaitReason {
     WaitingForPreemption,
     /// The core has not looked at it yet.
     NotYetConsidered,
+    /// Not enough units of this lease are free (or trials ahead of it wait
+    /// for the same lease).
+    WaitingForLease {
+        /// The lease.
+        lease: String,
+    },
+    /// The preemption that would make room for it waits for an admin's
+    /// approval.
+    WaitingForApproval {
+        /// The pending approval request.
+        request: u64,
+    },
 }
 
 impl std::fmt::Display for WaitReason {
@@ -207,6 +232,10 @@ impl std::fmt::Display for WaitReason {
             Self::ReservedFor { trial } => write!(f, "resources reserved for {trial}"),
             Self::WaitingForPreemption => write!(f, "waiting for preempted work to stop"),
             Self::NotYetConsidered => write!(f, "not yet considered"),
+            Self::WaitingForLease { lease } => write!(f, "waiting for lease {lease}"),
+            Self::WaitingForApproval { request } => {
+                write!(f, "waiting for approval of preemption request {request}")
+            }
         }
     }
 }
@@ -242,6 +271,15 @@ pub enum Refusal {
     /// The trial is already known to the core.
     #[error("trial {0} is already scheduled")]
     Duplicate(TrialId),
+    /// The trial asks for a lease the policy does not declare, or for more
+    /// units than the lease has: it could never start.
+    #[error("lease {lease}: {reason}")]
+    Lease {
+        /// The lease.
+        lease: String,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// One queue's standing, for `xp queue` and the simulator's report.
@@ -270,4 +308,67 @@ pub struct QueueUsage {
     /// Its weighted dominant-resource share (usage's largest fraction of the
     /// cluster, divided by the weight); lower goes first.
     pub dominant_share: f64,
+    /// Lease units its running trials hold, by lease.
+    pub leases: BTreeMap<String, u64>,
+    /// Its lease quotas, by lease (a lease not named is unlimited).
+    pub lease_quota: BTreeMap<String, u64>,
+}
+
+/// A preemption the policy wants that waits for an admin, because the
+/// victim's queue says `preemption: {approval: manual}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    /// Its id, increasing.
+    pub id: u64,
+    /// The running trial that would be stopped.
+    pub victim: TrialId,
+    /// The waiting trial that wants its room.
+    pub claimant: TrialId,
+    /// Why the policy wants it.
+    pub reason: PreemptReason,
+    /// When it was first asked.
+    pub at: UnixMillis,
+}
+
+/// One lease's standing, for `xp leases`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseUsage {
+    /// The lease.
+    pub name: String,
+    /// Its capacity in units.
+    pub capacity: u64,
+    /// Units held by placed trials (running or stopping).
+    pub held: u64,
+    /// The placed trials holding units, by id.
+    pub holders: Vec<LeaseHolder>,
+    /// The waiting (or held) trials that ask for units, by id.
+    pub waiters: Vec<LeaseHolder>,
+}
+
+/// A trial holding or wanting units of a lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseHolder {
+    /// The trial.
+    pub trial: TrialId,
+    /// Its team.
+    pub team: String,
+    /// The units.
+    pub units: u64,
+}
+
+/// What became of an approval request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ApprovalVerdict {
+    /// The preemption may go ahead.
+    Approve,
+    /// It may not; not asked again while victim and claimant stay as they are.
+    Deny,
+}
+
+/// An approval decision the core cannot take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApprovalError {
+    /// No pending request has this id (decided already, withdrawn, or never made).
+    #[error("no pending preemption request {0}")]
+    NotPending(u64),
 }

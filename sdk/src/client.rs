@@ -18,6 +18,8 @@ use xp_runtime::transport::{self, HeadConnection, TransportError};
 
 use crate::versioning::{VersionError, code_version, data_version};
 
+pub use pipelines::PipelineSubmitted;
+
 /// Why a driver request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SdkError {
@@ -114,6 +116,9 @@ macro_rules! expect_response {
         }
     };
 }
+
+// After the macro, which it uses.
+mod pipelines;
 
 impl Client {
     /// Connects to the head named by `join` and authenticates.
@@ -299,6 +304,26 @@ impl Client {
         expect_response!(self.request(Request::Queues).await?, Response::Queues(list) => list)
     }
 
+    /// Every lease with its holders and waiters, the preemptions waiting for an
+    /// admin's approval, and the conflict odds of leases and GPU models.
+    pub async fn leases(&self) -> Result<xp_runtime::protocol::LeaseReport, SdkError> {
+        expect_response!(self.request(Request::Leases).await?, Response::Leases(report) => report)
+    }
+
+    /// The alerts of `experiment` (an id, unique prefix or name), or of every
+    /// experiment this credential sees, newest first (at most
+    /// [`xp_runtime::protocol::MAX_ALERTS_LISTED`]).
+    pub async fn alerts(
+        &self,
+        experiment: Option<&str>,
+    ) -> Result<Vec<xp_runtime::protocol::AlertStatus>, SdkError> {
+        let experiment = experiment.map(str::to_owned);
+        expect_response!(
+            self.request(Request::Alerts { experiment }).await?,
+            Response::Alerts(list) => list
+        )
+    }
+
     /// The checkpoints kept for the trials of `experiment` (an id, unique prefix or name).
     pub async fn checkpoints(&self, experiment: &str) -> Result<Vec<CheckpointStatus>, SdkError> {
         let experiment = experiment.to_owned();
@@ -325,6 +350,16 @@ impl Client {
     pub async fn audit(&self, limit: u32) -> Result<Vec<AuditEntry>, SdkError> {
         expect_response!(self.request(Request::Audit { limit }).await?,
             Response::Audit(entries) => entries)
+    }
+
+    /// GPU-hours, cost, utilisation, Little's law, the return on GPU-hours and
+    /// Amdahl fits for one experiment, one team or (admins) the whole cluster.
+    pub async fn report(
+        &self,
+        request: xp_runtime::protocol::ReportRequest,
+    ) -> Result<xp_runtime::report::UsageReport, SdkError> {
+        expect_response!(self.request(Request::Report(request)).await?,
+            Response::Report(report) => *report)
     }
 
     async fn upload_program(&self, path: &Path) -> Result<BlobHash, SdkError> {
@@ -388,6 +423,14 @@ impl Client {
         expect_response!(self.request(Request::Metrics { trial }).await?, Response::Metrics(points) => points)
     }
 
+    /// A trial's resource telemetry, per rank, downsampled (oldest window first).
+    pub async fn telemetry(
+        &self,
+        trial: TrialId,
+    ) -> Result<xp_runtime::protocol::TrialTelemetry, SdkError> {
+        expect_response!(self.request(Request::Telemetry { trial }).await?, Response::Telemetry(telemetry) => telemetry)
+    }
+
     /// Events after `after`, waiting up to `wait` for the first.
     pub async fn events(
         &self,
@@ -449,6 +492,7 @@ impl Client {
             priority: Default::default(),
             queue: None,
             checkpoints: None,
+            alerts: Vec::new(),
             code: None,
             data: Vec::new(),
             trial,

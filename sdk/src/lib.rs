@@ -14,7 +14,10 @@ mod client;
 mod versioning;
 mod worker;
 
-pub use client::{Client, DEFAULT_ADMISSION_WAIT, ResultRow, SdkError, SubmitOptions, Submitted};
+pub use client::{
+    Client, DEFAULT_ADMISSION_WAIT, PipelineSubmitted, ResultRow, SdkError, SubmitOptions,
+    Submitted,
+};
 pub use versioning::{VersionError, code_version, data_version};
 pub use worker::{BoxError, Trainables, TrialContext, WorkerError};
 pub use xp_runtime::collective::{BlockingCommunicator, ReduceOp};
@@ -22,4 +25,7 @@ pub use xp_runtime::ids::{ExperimentId, NodeId, ObjectId, TrialId};
 pub use xp_runtime::protocol::{
     ExperimentState, ExperimentStatus, NodeStatus, TrialEvent, TrialState, TrialStatus,
 };
-pub use xp_runtime::spec::{ExperimentSpec, ParamValue, Resources, SearchSpec, TrialSpec};
+pub use xp_runtime::protocol::{PipelineStatus, StageState, StageStatus};
+pub use xp_runtime::spec::{
+    ExperimentSpec, ParamValue, PipelineSpec, Resources, SearchSpec, TrialSpec,
+};

@@ -14,8 +14,9 @@ use super::connect;
 pub(crate) struct AdminArgs {
     #[command(flatten)]
     cluster: ClusterArg,
-    /// Why, recorded in every touched trial's events.
-    #[arg(long, default_value = "")]
+    /// Why, recorded in every touched trial's events (also after the
+    /// subcommand: `xp admin approve 3 --why ...`).
+    #[arg(long, default_value = "", global = true)]
     why: String,
     #[command(subcommand)]
     action: AdminCommand,
@@ -46,6 +47,14 @@ pub(crate) async fn run(args: AdminArgs) -> anyhow::Result<()> {
         AdminCommand::Hold { id } => AdminAction::Hold { id },
         AdminCommand::Release { id } => AdminAction::Release { id },
         AdminCommand::Move { id, queue } => AdminAction::Move { id, queue },
+        AdminCommand::Approve { request } => {
+            anyhow::ensure!(!why.trim().is_empty(), "say why with --why");
+            AdminAction::Approve { request }
+        }
+        AdminCommand::Deny { request } => {
+            anyhow::ensure!(!why.trim().is_empty(), "say why with --why");
+            AdminAction::Deny { request }
+        }
     };
     let client = connect(&cluster).await?;
     let (_, message) = client.admin(action, &why).await?;
@@ -85,6 +94,17 @@ pub(crate) enum AdminCommand {
         id: String,
         /// The queue.
         queue: String,
+    },
+    /// Let a preemption waiting for approval go ahead (`xp queue` lists them).
+    Approve {
+        /// The request's id.
+        request: u64,
+    },
+    /// Refuse a preemption waiting for approval; it is not asked again for
+    /// the same victim and claimant while both stay where they are.
+    Deny {
+        /// The request's id.
+        request: u64,
     },
 }
 

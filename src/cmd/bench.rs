@@ -65,7 +65,17 @@ pub(crate) enum Bench {
         /// How many one-core slots the local node offers.
         #[arg(long, default_value_t = 8)]
         slots: u32,
-        /// Print one JSON line.
+        /// Then group commit against one commit per change: how many trials
+        /// report metrics at once (0 skips the comparison).
+        #[arg(long, default_value_t = 32)]
+        reporters: u32,
+        /// How many metric lines each of them prints.
+        #[arg(long, default_value_t = 100)]
+        reports: u32,
+        /// Milliseconds between two metric lines of one trial (0: no pause).
+        #[arg(long, default_value_t = 5)]
+        every_ms: u32,
+        /// Print one JSON line per measurement.
         #[arg(long)]
         json: bool,
     },
@@ -94,8 +104,17 @@ pub(crate) async fn run(bench: Bench) -> anyhow::Result<()> {
         Bench::Trials {
             trials,
             slots,
+            reporters,
+            reports,
+            every_ms,
             json,
-        } => no_op_trials(trials, slots, json).await,
+        } => {
+            no_op_trials(trials, slots, json).await?;
+            if reporters > 0 {
+                commit_comparison(reporters, reports, every_ms, json).await?;
+            }
+            Ok(())
+        }
     }
 }
 
@@ -291,6 +310,35 @@ async fn logs(size: u64, log_cap: u64, dir: Option<PathBuf>, json: bool) -> anyh
             piped,
             result.piped_seconds,
             100.0 * node / piped,
+        );
+    }
+    Ok(())
+}
+
+async fn commit_comparison(
+    reporters: u32,
+    reports: u32,
+    every_ms: u32,
+    json: bool,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        reports > 0 && reporters <= 1024 && reports <= 100_000,
+        "--reports must be positive, --reporters at most 1024 and --reports at most 100000"
+    );
+    let result = xp::bench::commit_comparison(reporters, reports, every_ms)
+        .await
+        .context("the commit comparison failed")?;
+    if json {
+        outln!("{}", result.to_json());
+    } else {
+        outln!(
+            "{} trials each reporting {} metrics {} ms apart: {:.0} reports/s with group commit, {:.0} reports/s with one commit per change (--commit-batch 1): {:.1}x",
+            result.reporters,
+            result.reports_each,
+            result.every_ms,
+            result.group_commit,
+            result.one_commit_each,
+            result.group_commit / result.one_commit_each
         );
     }
     Ok(())

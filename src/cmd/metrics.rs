@@ -58,9 +58,21 @@ pub(crate) async fn run(args: MetricsArgs) -> anyhow::Result<()> {
         let smoothed = ema.map(|smoothing| xp_tune::stats::ema(&raw, smoothing));
         if json {
             let steps: Vec<Option<u64>> = values.iter().map(|(step, _)| *step).collect();
+            // JSON has no NaN: a non-finite value is its name ("NaN", "Infinity").
+            let as_json = |values: &[f64]| -> Vec<serde_json::Value> {
+                values
+                    .iter()
+                    .map(|value| xp_runtime::metric_value::value_json(*value))
+                    .collect()
+            };
             outln!(
                 "{}",
-                serde_json::json!({ "metric": metric, "steps": steps, "values": raw, "ema": smoothed })
+                serde_json::json!({
+                    "metric": metric,
+                    "steps": steps,
+                    "values": as_json(&raw),
+                    "ema": smoothed.as_deref().map(as_json),
+                })
             );
         } else {
             outln!("{metric}");

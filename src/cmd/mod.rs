@@ -22,17 +22,21 @@ macro_rules! outln {
 }
 
 mod admin;
+mod alerts;
 mod audit;
 mod bench;
 mod cancel;
 mod checkpoints;
 mod compare;
+mod leases;
 mod logs;
 mod metrics;
 mod nodes;
 mod offline;
+mod pipeline;
 mod progress;
 mod queue;
+mod report;
 mod run;
 mod sim;
 mod status;
@@ -113,20 +117,29 @@ enum Command {
     Tune(tune::TuneArgs),
     /// Replay a workload trace through the scheduling policy on a simulated cluster.
     Sim(sim::SimArgs),
-    /// Replay a workload trace through the scheduling policy on a simulated cluster.
-    /// The scheduling queues: usage, quota, borrowed, lent, pending and fair share.
+    /// The scheduling queues: usage, quota, borrowed, lent, pending, fair share,
+    /// leases and preemptions waiting for approval.
     Queue(queue::QueueArgs),
+    /// Shared leases: capacity, holders and waiters.
+    Leases(leases::LeasesArgs),
     /// The checkpoints kept for an experiment's trials, and where their replicas are.
     Checkpoints(checkpoints::CheckpointsArgs),
+    /// Alerts raised on trials (NaN metrics, thresholds, divergence, silence, idle GPUs), newest first.
+    Alerts(alerts::AlertsArgs),
     /// Arbitration by an admin; each action is recorded with who and why.
     Admin(admin::AdminArgs),
     /// The head's audit trail: admin actions and refusals (admins only).
     Audit(audit::AuditArgs),
+    /// What it cost and whether it paid: GPU-hours used and lost, cost, utilisation, Little's law, return on GPU-hours, Amdahl.
+    Report(report::ReportArgs),
     /// A live full-screen view of the cluster: nodes, queues, running trials, events.
     Top(top::TopArgs),
     /// Measure the runtime on an embedded local cluster.
     #[command(subcommand)]
     Bench(bench::Bench),
+    /// Pipelines of dependent stages: submit, status, cancel, retry, list.
+    #[command(subcommand)]
+    Pipeline(pipeline::PipelineCommand),
 }
 
 /// Runs the command the user asked for.
@@ -143,11 +156,15 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Tune(args) => tune::run(args).await,
         Command::Sim(args) => sim::run(args),
         Command::Queue(args) => queue::run(args).await,
+        Command::Leases(args) => leases::run(args).await,
         Command::Checkpoints(args) => checkpoints::run(args).await,
+        Command::Alerts(args) => alerts::run(args).await,
         Command::Admin(args) => admin::run(args).await,
         Command::Audit(args) => audit::run(args).await,
+        Command::Report(args) => report::run(args).await,
         Command::Top(args) => top::run(args).await,
         Command::Bench(bench) => bench::run(bench).await,
+        Command::Pipeline(command) => pipeline::run(command).await,
     }
 }
 

@@ -97,6 +97,7 @@ async fn run_local(args: RunArgs, spec: &ExperimentSpec) -> anyhow::Result<()> {
         gpus: args.gpus,
         cpus: args.cpus,
         http: args.http,
+        ..LocalOptions::default()
     })
     .await
     .with_context(|| format!("cannot start a local cluster in {}", data_dir.display()))?;

@@ -13,7 +13,8 @@ use xp_sched::PolicyConfig;
 use xp_sched::config::PlacementKind;
 use xp_sched::sim::place_once::load_key;
 use xp_sched::sim::{
-    ClusterSpec, GenerateOptions, PlaceOnceOptions, PlaceOnceReport, SimOptions, SimReport, Trace,
+    ClusterSpec, CriticalPathBoost, GenerateOptions, PipelineOptions, PlaceOnceOptions,
+    PlaceOnceReport, SimOptions, SimReport, Trace,
 };
 
 /// Arguments of `xp sim`.
@@ -59,16 +60,39 @@ pub(crate) struct SimArgs {
     /// Override the policy's placement strategy.
     #[arg(long, value_parser = ["binpack", "spread", "random", "fragmentation_aware"])]
     placement: Option<String>,
+    /// Start jobs on their pipeline's critical path first (within a queue, at
+    /// equal priority): `critical` (the default) marks the critical path,
+    /// `rank` orders by the estimated remaining chain from each job.
+    #[arg(
+        long,
+        value_parser = ["critical", "rank"],
+        num_args = 0..=1,
+        default_missing_value = "critical"
+    )]
+    critical_path_boost: Option<String>,
 }
 
 #[derive(clap::Subcommand, Debug)]
 enum SimCommand {
-    /// Write a synthetic trace: Poisson arrivals, heavy-tailed durations, mixed gangs.
+    /// Write a synthetic trace: Poisson arrivals, heavy-tailed durations, mixed
+    /// gangs; or, with --pipelines, DAGs of stages.
     Generate {
         /// How many jobs.
+        #[arg(
+            long,
+            required_unless_present = "pipelines",
+            conflicts_with = "pipelines"
+        )]
+        jobs: Option<usize>,
+        /// Generate this many pipelines instead: DAGs of stages (chains, fan-outs
+        /// and joins, widths 1 to 12), with declared estimates and stage kinds.
         #[arg(long)]
-        jobs: usize,
-        /// Mean arrivals per hour.
+        pipelines: Option<usize>,
+        /// With --pipelines: how many pipeline shapes the pipelines reuse
+        /// [default: 4].
+        #[arg(long)]
+        templates: Option<u32>,
+        /// Mean arrivals (jobs, or pipelines) per hour.
         #[arg(long)]
         rate: f64,
         /// How many teams share the load (unequally).
@@ -116,21 +140,36 @@ fn placement_kind(name: &str) -> PlacementKind {
 pub(crate) fn run(args: SimArgs) -> anyhow::Result<()> {
     if let Some(SimCommand::Generate {
         jobs,
+        pipelines,
+        templates,
         rate,
         teams,
         seed,
         out,
     }) = args.command
     {
-        return run_generate(
-            &GenerateOptions {
+        // Checked here: clap does not enforce `requires` inside this subcommand.
+        anyhow::ensure!(
+            templates.is_none() || pipelines.is_some(),
+            "--templates needs --pipelines"
+        );
+        let trace = match (pipelines, jobs) {
+            (Some(pipelines), _) => xp_sched::sim::generate_pipelines(&PipelineOptions {
+                pipelines,
+                rate_per_hour: rate,
+                teams,
+                templates: templates.unwrap_or(4),
+                seed,
+            })?,
+            (None, Some(jobs)) => xp_sched::sim::generate(&GenerateOptions {
                 jobs,
                 rate_per_hour: rate,
                 teams,
                 seed,
-            },
-            out.as_deref(),
-        );
+            })?,
+            (None, None) => anyhow::bail!("--jobs or --pipelines is required"),
+        };
+        return write_trace(&trace, out.as_deref());
     }
     let trace_path = args.trace.context("--trace is required")?;
     let trace: Trace = xp_sched::sim::parse_trace(&read(&trace_path)?)
@@ -171,6 +210,11 @@ pub(crate) fn run(args: SimArgs) -> anyhow::Result<()> {
         until_ms,
         check_invariants: args.check_invariants,
         seed: args.seed,
+        critical_path_boost: match args.critical_path_boost.as_deref() {
+            None => CriticalPathBoost::Off,
+            Some("rank") => CriticalPathBoost::Rank,
+            Some(_) => CriticalPathBoost::Critical,
+        },
     };
     let report = xp_sched::sim::simulate(&trace, &cluster, config, &options)?;
     print_report(&report, args.json, started);
@@ -186,8 +230,7 @@ fn wall_clock() -> Instant {
 }
 
 #[expect(clippy::print_stderr, reason = "the CLI's user-facing notes")]
-fn run_generate(options: &GenerateOptions, out: Option<&Path>) -> anyhow::Result<()> {
-    let trace = xp_sched::sim::generate(options)?;
+fn write_trace(trace: &Trace, out: Option<&Path>) -> anyhow::Result<()> {
     let text = trace.to_csv();
     match out {
         Some(path) => {
@@ -242,6 +285,17 @@ fn print_report(report: &SimReport, json: bool, started: Instant) {
         report.makespan,
         report.span
     );
+    if let Some(pipelines) = &report.pipelines {
+        outln!(
+            "pipelines        {} ({} completed): makespan mean {}  median {}  p99 {}  total {:.1} s",
+            pipelines.pipelines,
+            pipelines.completed,
+            optional(pipelines.makespan.map(|summary| summary.mean), " s"),
+            optional(pipelines.makespan.map(|summary| summary.median), " s"),
+            optional(pipelines.makespan.map(|summary| summary.p99), " s"),
+            pipelines.makespan_total
+        );
+    }
     outln!(
         "GPU utilisation  {:.1} % over the span, {} from first to last submission ({:.1} GPU-hours held)",
         report.gpu_utilization * 100.0,

@@ -10,8 +10,8 @@ pub(crate) struct TuneArgs {
     /// A YAML mapping of parameters, the same as `search.space` in an experiment.
     #[arg(long)]
     space: PathBuf,
-    /// The search algorithm.
-    #[arg(long, default_value = "tpe", value_parser = ["gp", "gp-ucb", "gp-ei", "tpe", "random", "sobol", "grid"])]
+    /// The search algorithm (`tpe-mv`: multivariate TPE).
+    #[arg(long, default_value = "tpe", value_parser = ["gp", "gp-ucb", "gp-ei", "tpe", "tpe-mv", "random", "sobol", "grid"])]
     algo: String,
     /// How many evaluations.
     #[arg(long)]
@@ -71,6 +71,7 @@ pub(crate) async fn run(args: TuneArgs) -> anyhow::Result<()> {
             acquisition: Acquisition::Ei,
         },
         "tpe" => SearchAlgorithm::Tpe,
+        "tpe-mv" => SearchAlgorithm::MultivariateTpe,
         "sobol" => SearchAlgorithm::Sobol,
         "grid" => SearchAlgorithm::Grid,
         _ => SearchAlgorithm::Random,

@@ -334,6 +334,44 @@ fn experiment_spec_json() {
 }
 
 #[test]
+fn pipeline_spec_yaml_and_json() {
+    let yaml = [
+        include_str!("../../examples/pipeline/digits-pipeline.yaml"),
+        "name: p\nstages:\n  a: {trial: {command: [true]}, estimate: 1m}\n  b: {needs: [a], trial: {command: [cat, '{a.outputs}/f', '{a.checkpoint}']}}\n",
+    ];
+    for text in yaml {
+        xp_runtime::spec::PipelineSpec::from_yaml(text).expect("the corpus is valid");
+    }
+    let target = Target {
+        name: "pipeline spec (YAML)",
+        cases: 2000,
+        limit: 1 << 20,
+        per_input_byte: YAML_PER_BYTE,
+    };
+    run(&target, text_inputs(corpus(&yaml), YAML_TOKENS), |bytes| {
+        xp_runtime::spec::PipelineSpec::from_yaml(&lossy(bytes)).is_ok()
+    });
+    let json: Vec<String> = yaml
+        .iter()
+        .map(|text| {
+            xp_runtime::spec::PipelineSpec::from_yaml(text)
+                .expect("valid")
+                .to_canonical_json()
+        })
+        .collect();
+    let json: Vec<&str> = json.iter().map(String::as_str).collect();
+    let target = Target {
+        name: "pipeline spec (canonical JSON, as submitted)",
+        cases: 2000,
+        limit: 1 << 20,
+        per_input_byte: YAML_PER_BYTE,
+    };
+    run(&target, text_inputs(corpus(&json), JSON_TOKENS), |bytes| {
+        xp_runtime::spec::PipelineSpec::from_json(&lossy(bytes)).is_ok()
+    });
+}
+
+#[test]
 fn search_space_yaml() {
     let texts = [
         "lr: {loguniform: [0.001, 0.5]}\nhidden: {choice: [16, 32, 64, 128]}\nepochs: {int: [5, 40]}\n",
@@ -420,6 +458,8 @@ fn trace_csv() {
     let texts = [
         head.as_str(),
         "job_id,submit_s,duration_s,num_workers,gpus_per_worker\nj0,0,10,1,1\nj1,5,20,2,8\n",
+        // A pipeline: dependencies, declared estimates and stage kinds.
+        "job_id,submit_s,duration_s,num_workers,gpus_per_worker,deps,estimate_s,kind\np0.s0.0,0,10,1,1,,12,t0.s0\np0.s1.0,0,20,1,0.5,p0.s0.0,15,t0.s1\n",
     ];
     let target = Target {
         name: "trace (CSV, xp sim)",

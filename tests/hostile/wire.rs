@@ -131,6 +131,7 @@ fn messages() -> Vec<Message> {
                 step: 1200,
                 files: manifest(),
                 backup: Some("/backup/ckpt".to_owned()),
+                take_ms: 840,
             },
         }),
         Message::FromNode(NodeMessage::Report {
@@ -166,14 +167,122 @@ fn messages() -> Vec<Message> {
             }),
             cpu_milli: 4000,
             memory_bytes: 16 << 30,
+            inputs: vec![xp_runtime::protocol::LaunchInput {
+                name: "prepare.outputs".to_owned(),
+                marker: "{xp-input:prepare.outputs:0123456789abcdef}".to_owned(),
+                files: manifest(),
+                sources: vec![source(4200)],
+            }],
+            collect_outputs: true,
         }))),
+        Message::FromNode(NodeMessage::Report {
+            seq: 43,
+            report: WorkerReport::Outputs {
+                key: key(0),
+                files: manifest(),
+                error: None,
+            },
+        }),
+        Message::Request(Request::SubmitPipeline(
+            xp_runtime::protocol::PipelineSubmit {
+                spec_json: r#"{"name":"p","stages":{"a":{"trial":{"command":["true"]}}}}"#
+                    .to_owned(),
+                code_version: "git:0123abcd".to_owned(),
+                data_version: "blake3:99aa".to_owned(),
+            },
+        )),
+        Message::Request(Request::RetryPipeline { pipeline: 7 }),
         Message::ToNode(HeadCommand::Replicate {
             trial: trial(3),
             objects: vec![(ObjectId([2; 32]), 4096), (ObjectId([3; 32]), 1 << 20)],
             sources: vec![source(4200)],
         }),
+        Message::FromNode(NodeMessage::Telemetry(
+            xp_runtime::protocol::NodeTelemetry {
+                at: 1_700_000_000_000,
+                workers: vec![xp_runtime::protocol::WorkerSample {
+                    key: key(0),
+                    cpu_cores: Some(1.5),
+                    rss_bytes: Some(200 << 20),
+                    gpu_util: Some(87.0),
+                    gpu_mem_bytes: None,
+                    gpu_power_w: Some(250.0),
+                }],
+                gpus: vec![xp_runtime::protocol::GpuSample {
+                    index: 0,
+                    util: 87.0,
+                    memory_used_bytes: 5 << 30,
+                    power_w: Some(250.0),
+                }],
+                store: xp_runtime::protocol::StoreUsage {
+                    memory_bytes: 1 << 20,
+                    disk_bytes: 4 << 20,
+                },
+            },
+        )),
+        Message::Request(Request::Telemetry { trial: trial(3) }),
+        Message::Request(Request::Report(xp_runtime::protocol::ReportRequest {
+            experiment: Some("0123abcd".to_owned()),
+            team: None,
+            since_ms: Some(3_600_000),
+        })),
+        Message::Response(xp_runtime::protocol::Response::Report(Box::new(report()))),
         Message::Error(RemoteError::new(ErrorCode::BadRequest, "no such trial")),
     ]
+}
+
+/// A report with every nested sequence filled: models, a curve, an Amdahl fit.
+fn report() -> xp_runtime::report::UsageReport {
+    use xp_runtime::report::{
+        AmdahlFit, BestPoint, ExperimentReturn, ModelUsage, SpeedupPoint, UsageReport,
+    };
+    UsageReport {
+        scope: "team vision".to_owned(),
+        window_start: 1_700_000_000_000,
+        window_end: 1_700_003_600_000,
+        gpu_hours: 12.5,
+        by_model: vec![ModelUsage {
+            model: "H100".to_owned(),
+            gpu_hours: 12.5,
+            price_per_hour: Some(3.2),
+            cost: Some(40.0),
+        }],
+        cost: Some(40.0),
+        returns: vec![ExperimentReturn {
+            experiment: trial(0).experiment,
+            metric: "acc".to_owned(),
+            maximize: true,
+            gpu_hours: 12.5,
+            cost: Some(40.0),
+            best_vs_gpu_hours: vec![
+                BestPoint {
+                    gpu_hours: 1.0,
+                    best: 0.5,
+                    trial: trial(1),
+                    value: 0.5,
+                };
+                3
+            ],
+            best: Some(0.5),
+            last_quarter_gain: Some(0.0),
+            value_per_unit: Some(100.0),
+            roi_percent: Some(-100.0),
+        }],
+        amdahl: vec![AmdahlFit {
+            name: "sweep".to_owned(),
+            varied: "parallel".to_owned(),
+            points: vec![SpeedupPoint {
+                parallelism: 2.0,
+                seconds: 60.0,
+                speedup: 1.8,
+                experiments: vec![trial(0).experiment, trial(1).experiment],
+            }],
+            serial_fraction: 0.1,
+            predicted_parallelism: 4.0,
+            predicted_speedup: 3.1,
+        }],
+        ..UsageReport::default()
+    }
 }
 
 /// Every corpus message as a whole frame, length prefix included.

@@ -9,6 +9,8 @@
 //!   sans-io [`stopping::StoppingRule`], built from the spec's `early_stopping`.
 //! - [`stats`]: summaries with confidence intervals, Welch's t-test, quantiles and
 //!   smoothing.
+//! - [`report`]: what `xp report` computes: GPU-hours used and lost, cost,
+//!   utilisation, Little's law, the return on GPU-hours and Amdahl fits.
 //! - [`testfns`]: standard test functions and synthetic learning curves, for the
 //!   benches.
 //!
@@ -16,6 +18,7 @@
 //! process carries no linear algebra.
 #![warn(missing_docs)]
 
+pub mod report;
 pub mod search;
 pub mod stats;
 pub mod stopping;

@@ -131,6 +131,8 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
                 .parse()
                 .unwrap(),
             metrics: Arc::new(HeadMetrics::new()),
+            webhooks: Arc::new(crate::webhooks::WebhookQueue::new(16)),
+            commit_batch: crate::DEFAULT_COMMIT_BATCH,
         },
     )
     .await
@@ -178,7 +180,7 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
     let refused = call(&actor, |reply| HeadMsg::Cancel("first".to_owned(), reply)).await;
     assert_eq!(refused.unwrap_err().code, ErrorCode::StorageUnavailable);
     call(&actor, |reply| {
-        HeadMsg::FromNode(node(), SESSION, NodeMessage::Heartbeat, reply)
+        HeadMsg::FromNode(node(), SESSION, vec![NodeMessage::Heartbeat], reply)
     })
     .await
     .unwrap();
@@ -208,7 +210,7 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
     assert!(sessions.is_empty());
     // The old session's messages are refused; a new session registers and work goes on.
     let stale = call(&actor, |reply| {
-        HeadMsg::FromNode(node(), SESSION, NodeMessage::Heartbeat, reply)
+        HeadMsg::FromNode(node(), SESSION, vec![NodeMessage::Heartbeat], reply)
     })
     .await;
     assert_eq!(stale.unwrap_err().code, ErrorCode::Unavailable);
@@ -228,4 +230,155 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
     let mut registry = Registry::open(&path).unwrap();
     let restored = HeadCore::restore(CoreConfig::default(), registry.load().unwrap(), 0);
     assert_eq!(names(&restored.status(None).unwrap()), stored);
+}
+
+/// The highest sequence number acknowledged among `commands`.
+fn acked(commands: &[HeadCommand]) -> Option<u64> {
+    commands
+        .iter()
+        .filter_map(|command| match command {
+            HeadCommand::Ack { upto } => Some(*upto),
+            _ => None,
+        })
+        .max()
+}
+
+/// One node batch of `count` metric reports from `key`, numbered from `seq`,
+/// each with a large value name so that a few batches fill a small disk.
+fn metric_batch(key: WorkerKey, seq: u64, count: u64) -> Vec<NodeMessage> {
+    (seq..seq + count)
+        .map(|seq| NodeMessage::Report {
+            seq,
+            report: xp_runtime::protocol::WorkerReport::Metric {
+                key,
+                index: seq,
+                step: Some(seq),
+                values: vec![(format!("loss-{}", "x".repeat(4_000)), seq as f64)],
+            },
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(clippy::print_stderr, reason = "say why the test is skipped")]
+async fn a_batch_whose_commit_fails_acknowledges_none_of_it_and_comes_again_once() {
+    let Some(tmpfs) = Tmpfs::mount("8m") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let path = tmpfs.path.join("head.redb");
+    let mut registry = Registry::open(&path).unwrap();
+    let clock = Arc::new(ManualClock::default());
+    let core = HeadCore::restore(CoreConfig::default(), registry.load().unwrap(), 0);
+    let sessions: Sessions = Arc::new(DashMap::new());
+    let (health, health_rx) = watch::channel(Health::Healthy);
+    let (actor, _actor_task) = Actor::spawn(
+        None,
+        HeadActor,
+        HeadArgs {
+            core,
+            registry,
+            sessions: sessions.clone(),
+            event_seq: watch::channel(0).0,
+            health,
+            clock: clock.clone(),
+            users: Users::default(),
+            users_changed: watch::channel(0).0,
+            join: format!("xp://127.0.0.1:1?token=t&ca={}", "00".repeat(32))
+                .parse()
+                .unwrap(),
+            metrics: Arc::new(HeadMetrics::new()),
+            webhooks: Arc::new(crate::webhooks::WebhookQueue::new(16)),
+            commit_batch: crate::DEFAULT_COMMIT_BATCH,
+        },
+    )
+    .await
+    .unwrap();
+    let mut received = connect(&actor, &sessions).await;
+    call(&actor, |reply| {
+        HeadMsg::Submit(submission("batch", 1), reply)
+    })
+    .await
+    .unwrap();
+    let key = drain(&mut received)
+        .into_iter()
+        .find_map(|command| match command {
+            HeadCommand::Launch(launch) => Some(launch.key),
+            _ => None,
+        })
+        .expect("the trial is launched");
+    let started = vec![NodeMessage::Report {
+        seq: 1,
+        report: xp_runtime::protocol::WorkerReport::Started { key, pid: 9 },
+    }];
+    call(&actor, |reply| {
+        HeadMsg::FromNode(node(), SESSION, started, reply)
+    })
+    .await
+    .unwrap();
+    assert_eq!(acked(&drain(&mut received)), Some(1));
+
+    // Batches of 40 reports, each stored by one commit, until the disk is full.
+    let filler = tmpfs.fill();
+    let batch = 40;
+    let mut seq = 2;
+    let failed_from = loop {
+        let messages = metric_batch(key, seq, batch);
+        call(&actor, |reply| {
+            HeadMsg::FromNode(node(), SESSION, messages, reply)
+        })
+        .await
+        .unwrap();
+        let sent = drain(&mut received);
+        match acked(&sent) {
+            // The whole batch in one commit: acknowledged up to its last.
+            Some(upto) => assert_eq!(upto, seq + batch - 1, "{sent:?}"),
+            None => break seq,
+        }
+        seq += batch;
+        assert!(seq < 10_000, "batches kept being stored on a full disk");
+    };
+    assert!(health_rx.borrow().problem().is_some());
+
+    // Room again: the head recovers and asks the node to register again.
+    std::fs::remove_file(filler).unwrap();
+    clock.0.store(10_000, Ordering::SeqCst);
+    let mut healthy = health_rx.clone();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        healthy.wait_for(|health| *health == Health::Healthy),
+    )
+    .await
+    .expect("healthy again within the deadline")
+    .unwrap();
+    let trial = key.trial;
+    let history = |points: Vec<MetricPoint>| -> Vec<u64> {
+        points.iter().filter_map(|point| point.step).collect()
+    };
+    let stored = history(
+        call(&actor, |reply| HeadMsg::Metrics(trial, reply))
+            .await
+            .unwrap(),
+    );
+    assert!(
+        stored.iter().all(|step| *step < failed_from),
+        "nothing of the failed batch (from {failed_from}) is stored"
+    );
+    assert_eq!(stored.len() as u64, failed_from - 2);
+
+    // The node resends what was not acknowledged, on a new session: stored once.
+    let mut received = connect(&actor, &sessions).await;
+    let messages = metric_batch(key, failed_from, batch);
+    call(&actor, |reply| {
+        HeadMsg::FromNode(node(), SESSION, messages, reply)
+    })
+    .await
+    .unwrap();
+    assert_eq!(acked(&drain(&mut received)), Some(failed_from + batch - 1));
+    let stored = history(
+        call(&actor, |reply| HeadMsg::Metrics(trial, reply))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(stored, (2..failed_from + batch).collect::<Vec<_>>());
 }

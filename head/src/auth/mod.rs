@@ -179,11 +179,16 @@ pub enum Action {
     FetchBlob,
     /// Ask which driver sessions share objects with an experiment.
     SharingDrivers,
+    /// Read the report (GPU-hours, cost, utilisation) of the whole cluster;
+    /// a team's or an experiment's is [`Action::ReadExperiment`].
+    ReadClusterReport,
+    /// Approve or deny a preemption waiting for a person's approval.
+    ArbitratePreemption,
 }
 
 impl Action {
     /// Every action.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 17] = [
         Self::ListExperiments,
         Self::ReadExperiment,
         Self::ReadCluster,
@@ -199,6 +204,8 @@ impl Action {
         Self::LocateObject,
         Self::FetchBlob,
         Self::SharingDrivers,
+        Self::ReadClusterReport,
+        Self::ArbitratePreemption,
     ];
 
     /// In words, for refusals.
@@ -219,6 +226,8 @@ impl Action {
             Self::LocateObject => "locate objects",
             Self::FetchBlob => "download driver binaries",
             Self::SharingDrivers => "ask which drivers share objects",
+            Self::ReadClusterReport => "read the cluster-wide report",
+            Self::ArbitratePreemption => "approve or deny a preemption",
         }
     }
 
@@ -233,7 +242,10 @@ impl Action {
             | Self::StoreObjects
             | Self::LocateObject => Some(Role::Member),
             Self::Priority | Self::Move => Some(Role::TeamAdmin),
-            Self::ReadAudit | Self::ApplyPolicy => Some(Role::Admin),
+            Self::ReadAudit
+            | Self::ApplyPolicy
+            | Self::ReadClusterReport
+            | Self::ArbitratePreemption => Some(Role::Admin),
             // Node work: no user role does it.
             Self::FetchBlob | Self::SharingDrivers => None,
         }

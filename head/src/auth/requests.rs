@@ -50,6 +50,20 @@ pub enum Scope {
         /// The queue.
         queue: String,
     },
+    /// A team's work as a whole.
+    Team(String),
+    /// A pipeline by id.
+    Pipeline(u64),
+    /// An admin's verdict on a preemption waiting for approval (cluster-wide),
+    /// with the verdict and why, so that the audit entry records both.
+    PreemptionRequest {
+        /// The request's id.
+        request: u64,
+        /// `approve` or `deny`.
+        verdict: &'static str,
+        /// The admin's reason.
+        why: String,
+    },
 }
 
 /// What authorization found: who asks, and the experiment the request's name
@@ -71,13 +85,22 @@ pub fn pin_experiment(request: &mut Request, experiment: ExperimentId) {
             experiment: Some(text),
         }
         | Request::Checkpoints { experiment: text }
-        | Request::Cancel { id: text } => text,
+        | Request::Alerts {
+            experiment: Some(text),
+        }
+        | Request::Cancel { id: text }
+        | Request::Report(xp_runtime::protocol::ReportRequest {
+            experiment: Some(text),
+            ..
+        }) => text,
         Request::Admin(admin) => match &mut admin.action {
             AdminAction::Priority { id, .. }
             | AdminAction::Hold { id }
             | AdminAction::Release { id }
             | AdminAction::Move { id, .. } => id,
-            AdminAction::ApplyPolicy { .. } => return,
+            AdminAction::ApplyPolicy { .. }
+            | AdminAction::Approve { .. }
+            | AdminAction::Deny { .. } => return,
         },
         _ => return,
     };
@@ -126,6 +149,13 @@ impl Access {
             Scope::Trial(id) => format!(" {id}"),
             Scope::ExperimentNamed(text) | Scope::Named(text) => format!(" {}", cut(text)),
             Scope::Submit { team } => format!(" into team {}", cut(team)),
+            Scope::Team(team) => format!(" of team {}", cut(team)),
+            Scope::Pipeline(id) => format!(" pipeline {id}"),
+            Scope::PreemptionRequest {
+                request,
+                verdict,
+                why,
+            } => format!(" request {request}: {verdict} ({})", cut(why)),
             Scope::Move { named, queue } => {
                 format!(" {} to queue {}", cut(named), cut(queue))
             }
@@ -137,9 +167,13 @@ impl Access {
     /// authorized, logged or audited.
     pub fn check_lengths(&self) -> Result<(), String> {
         let names: Vec<(&str, &str)> = match &self.scope {
-            Scope::Cluster | Scope::Experiment(_) | Scope::Trial(_) => Vec::new(),
+            Scope::Cluster
+            | Scope::Experiment(_)
+            | Scope::Trial(_)
+            | Scope::Pipeline(_)
+            | Scope::PreemptionRequest { .. } => Vec::new(),
             Scope::ExperimentNamed(text) | Scope::Named(text) => vec![("id", text)],
-            Scope::Submit { team } => vec![("team name", team)],
+            Scope::Submit { team } | Scope::Team(team) => vec![("team name", team)],
             Scope::Move { named, queue } => vec![("id", named), ("queue name", queue)],
         };
         match names
@@ -167,6 +201,7 @@ pub fn is_audited(action: Action) -> bool {
             | Action::Priority
             | Action::Move
             | Action::ApplyPolicy
+            | Action::ArbitratePreemption
     )
 }
 
@@ -216,22 +251,27 @@ pub fn access_of(request: &Request) -> Access {
                 team: spec_team(&submit.spec_json),
             },
         ),
-        Request::Status { experiment: None } => {
+        Request::Status { experiment: None } | Request::Alerts { experiment: None } => {
             Access::new(Action::ListExperiments, Scope::Cluster)
         }
         Request::Status {
             experiment: Some(text),
         }
-        | Request::Checkpoints { experiment: text } => {
-            Access::new(Action::ReadExperiment, Scope::ExperimentNamed(text.clone()))
-        }
+        | Request::Checkpoints { experiment: text }
+        | Request::Alerts {
+            experiment: Some(text),
+        } => Access::new(Action::ReadExperiment, Scope::ExperimentNamed(text.clone())),
         Request::Cancel { id } => Access::new(Action::Cancel, Scope::Named(id.clone())),
         Request::ReadLogs(log) => Access::new(Action::ReadExperiment, Scope::Trial(log.trial)),
-        Request::Metrics { trial } => Access::new(Action::ReadExperiment, Scope::Trial(*trial)),
+        Request::Metrics { trial } | Request::Telemetry { trial } => {
+            Access::new(Action::ReadExperiment, Scope::Trial(*trial))
+        }
         Request::Events { experiment, .. } => {
             Access::new(Action::ReadExperiment, Scope::Experiment(*experiment))
         }
-        Request::Nodes | Request::Queues => Access::new(Action::ReadCluster, Scope::Cluster),
+        Request::Nodes | Request::Queues | Request::Leases => {
+            Access::new(Action::ReadCluster, Scope::Cluster)
+        }
         Request::PutBlob { .. } | Request::StoreTargets | Request::ObjectKey => {
             Access::new(Action::StoreObjects, Scope::Cluster)
         }
@@ -239,6 +279,28 @@ pub fn access_of(request: &Request) -> Access {
         Request::Locate { .. } => Access::new(Action::LocateObject, Scope::Cluster),
         Request::SharingDrivers { .. } => Access::new(Action::SharingDrivers, Scope::Cluster),
         Request::Audit { .. } => Access::new(Action::ReadAudit, Scope::Cluster),
+        Request::SubmitPipeline(submit) => Access::new(
+            Action::Submit,
+            Scope::Submit {
+                team: spec_team(&submit.spec_json),
+            },
+        ),
+        Request::PipelineStatus { pipeline: None } => {
+            Access::new(Action::ListExperiments, Scope::Cluster)
+        }
+        Request::PipelineStatus { pipeline: Some(id) } => {
+            Access::new(Action::ReadExperiment, Scope::Pipeline(*id))
+        }
+        Request::CancelPipeline { pipeline } | Request::RetryPipeline { pipeline } => {
+            Access::new(Action::Cancel, Scope::Pipeline(*pipeline))
+        }
+        Request::Report(report) => match (&report.experiment, &report.team) {
+            (Some(text), _) => {
+                Access::new(Action::ReadExperiment, Scope::ExperimentNamed(text.clone()))
+            }
+            (None, Some(team)) => Access::new(Action::ReadExperiment, Scope::Team(team.clone())),
+            (None, None) => Access::new(Action::ReadClusterReport, Scope::Cluster),
+        },
         Request::Admin(admin) => match &admin.action {
             AdminAction::ApplyPolicy { .. } => Access::new(Action::ApplyPolicy, Scope::Cluster),
             AdminAction::Priority { id, .. } => {
@@ -251,6 +313,18 @@ pub fn access_of(request: &Request) -> Access {
                 Scope::Move {
                     named: id.clone(),
                     queue: queue.clone(),
+                },
+            ),
+            AdminAction::Approve { request } | AdminAction::Deny { request } => Access::new(
+                Action::ArbitratePreemption,
+                Scope::PreemptionRequest {
+                    request: *request,
+                    verdict: if matches!(admin.action, AdminAction::Approve { .. }) {
+                        "approve"
+                    } else {
+                        "deny"
+                    },
+                    why: admin.why.clone(),
                 },
             ),
         },

@@ -7,7 +7,7 @@ use super::*;
 /// do. `b` both on its own and another team's work, `o` on its own team's
 /// only, `-` neither. Written out by hand from the table, not derived
 /// from the code.
-const TABLE: [(Action, [char; 5]); 15] = [
+const TABLE: [(Action, [char; 5]); 17] = [
     //                          viewer member team-admin admin node
     (Action::ListExperiments, ['o', 'o', 'o', 'b', '-']),
     (Action::ReadExperiment, ['o', 'o', 'o', 'b', '-']),
@@ -24,6 +24,8 @@ const TABLE: [(Action, [char; 5]); 15] = [
     (Action::LocateObject, ['-', 'o', 'o', 'b', 'b']),
     (Action::FetchBlob, ['-', '-', '-', '-', 'b']),
     (Action::SharingDrivers, ['-', '-', '-', '-', 'b']),
+    (Action::ReadClusterReport, ['-', '-', '-', 'b', '-']),
+    (Action::ArbitratePreemption, ['-', '-', '-', 'b', '-']),
 ];
 
 fn user(role: Role) -> Principal {
@@ -41,6 +43,8 @@ fn targets(action: Action) -> [Target<'static>; 2] {
         Action::ListExperiments
         | Action::ReadCluster
         | Action::ReadAudit
+        | Action::ReadClusterReport
+        | Action::ArbitratePreemption
         | Action::ApplyPolicy
         | Action::StoreObjects
         | Action::LocateObject
@@ -100,7 +104,7 @@ fn every_cell_of_the_table() {
             }
         }
     }
-    assert_eq!(cells, 15 * 5 * 2);
+    assert_eq!(cells, TABLE.len() * 5 * 2);
 }
 
 #[test]

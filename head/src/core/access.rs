@@ -100,7 +100,7 @@ impl HeadCore {
             if strict { found } else { Ok(lenient(found)) }
         };
         let (team, queue_owner, experiment) = match scope {
-            Scope::Cluster => (None, None, None),
+            Scope::Cluster | Scope::PreemptionRequest { .. } => (None, None, None),
             Scope::Experiment(id) => (Some(team(self.team_of_experiment(*id))?), None, None),
             Scope::ExperimentNamed(text) => {
                 let (team, experiment) = named_experiment(text)?;
@@ -111,6 +111,8 @@ impl HeadCore {
                 let (team, experiment) = named(text)?;
                 (Some(team), None, experiment)
             }
+            Scope::Team(team) => (Some(team.clone()), None, None),
+            Scope::Pipeline(id) => (Some(team(self.pipelines.team_of(*id))?), None, None),
             Scope::Submit { team } => (
                 Some(crate::auth::submit_team(principal, team).to_owned()),
                 None,

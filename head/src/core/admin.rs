@@ -1,5 +1,6 @@
-//! Admin arbitration: applying a scheduling policy, and setting the priority,
-//! hold, release or queue of unfinished trials.
+//! Admin arbitration: applying a scheduling policy, setting the priority,
+//! hold, release or queue of unfinished trials, and approving or denying
+//! preemptions that wait for a person (see `leases`).
 //!
 //! Every action names who takes it and why, and every trial it touches gets an
 //! event saying so; the policy text is persisted with its author. Admin actions
@@ -10,7 +11,7 @@ use tracing::{debug, info};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::TrialId;
 use xp_runtime::protocol::{AdminAction, AdminRequest};
-use xp_sched::PolicyConfig;
+use xp_sched::{ApprovalVerdict, PolicyConfig};
 
 use super::{CoreError, HeadCore, PolicyRecord, trial_range};
 
@@ -41,6 +42,7 @@ impl HeadCore {
                     applied_by: who.clone(),
                     why: why.clone(),
                     at: now,
+                    approvals: self.approvals.clone(),
                 });
                 self.dirty_policy = true;
                 info!(%who, %why, "scheduling policy replaced");
@@ -52,6 +54,26 @@ impl HeadCore {
             }
             AdminAction::Hold { id } => (self.admin_targets(id)?, "held".to_owned()),
             AdminAction::Release { id } => (self.admin_targets(id)?, "released".to_owned()),
+            AdminAction::Approve { request } | AdminAction::Deny { request } => {
+                let verdict = if matches!(action, AdminAction::Approve { .. }) {
+                    ApprovalVerdict::Approve
+                } else {
+                    ApprovalVerdict::Deny
+                };
+                let decided = self.arbitrate(now, *request, verdict, &who, &why)?;
+                self.schedule(now);
+                let word = match verdict {
+                    ApprovalVerdict::Approve => "approved",
+                    ApprovalVerdict::Deny => "denied",
+                };
+                return Ok((
+                    2,
+                    format!(
+                        "preemption request {request} of {} for {} {word} by {who}",
+                        decided.victim, decided.claimant
+                    ),
+                ));
+            }
             AdminAction::Move { id, queue } => {
                 if self.policy.config().queue(queue).is_none() {
                     return Err(CoreError::QueueNotFound {
@@ -87,7 +109,9 @@ impl HeadCore {
                         debug!(%trial_id, %refusal, "queue change takes effect when it waits again");
                     }
                 }
-                AdminAction::ApplyPolicy { .. } => unreachable!("returned above"),
+                AdminAction::ApplyPolicy { .. }
+                | AdminAction::Approve { .. }
+                | AdminAction::Deny { .. } => unreachable!("returned above"),
             }
             let (state, attempt) = (trial.state, trial.attempts.len() as u32);
             self.dirty_trials.insert(trial_id);

@@ -285,6 +285,9 @@ impl HeadCore {
         }
         trial.state = state;
         trial.reason = Some(reason.clone());
+        if state.is_terminal() && !was_terminal {
+            trial.finished_at = Some(now);
+        }
         self.unsettled.insert(trial_id);
         let attempt = trial.attempts.len() as u32;
         let config_json = trial.config_json.clone();
@@ -298,6 +301,7 @@ impl HeadCore {
         if state.is_terminal() && !was_terminal {
             self.sweep_state.trial_finished(trial_id);
             self.release_trial_objects(trial_id);
+            self.pipelines.trial_ended(trial_id.experiment);
         }
         info!(%trial_id, state = state.as_str(), attempt, %reason, "trial state changed");
         self.push_event(now, trial_id, state, attempt, reason);

@@ -71,7 +71,9 @@ impl HeadCore {
         };
         let metric = ranked
             .as_ref()
-            .and_then(|(name, _)| trial.metrics.get(name).copied());
+            .and_then(|(name, _)| trial.metrics.get(name).copied())
+            // A checkpoint whose metric is NaN is never the best one kept.
+            .filter(|value| value.is_finite());
         let record = CheckpointRecord {
             attempt: key.attempt,
             step,
@@ -146,7 +148,7 @@ impl HeadCore {
     }
 
     /// Tells every node holding one of `trial`'s retired `objects` to let it go.
-    fn drop_everywhere(&mut self, trial: TrialId, objects: BTreeSet<ObjectId>) {
+    pub(super) fn drop_everywhere(&mut self, trial: TrialId, objects: BTreeSet<ObjectId>) {
         let mut per_node: BTreeMap<NodeId, Vec<ObjectId>> = BTreeMap::new();
         for id in objects {
             let holders: Vec<NodeId> = self.directory.holders(id).collect();
@@ -179,10 +181,13 @@ impl HeadCore {
         let held_ids: BTreeSet<ObjectId> = held.iter().map(|object| object.id).collect();
         let mut named: BTreeMap<ObjectId, BTreeSet<TrialId>> = BTreeMap::new();
         for trial in self.trials.values() {
+            // A trial's output files stay pinned like its kept checkpoints:
+            // pipelines hand them to later stages and reuse them.
             for file in trial
                 .checkpoints
                 .iter()
                 .flat_map(|checkpoint| &checkpoint.files)
+                .chain(&trial.outputs)
             {
                 if held_ids.contains(&file.object) {
                     named.entry(file.object).or_default().insert(trial.id);
@@ -255,6 +260,22 @@ impl HeadCore {
             host: record.address.clone(),
             endpoint,
         })
+    }
+
+    /// The live nodes holding any of `objects`, as fetching nodes reach them.
+    pub(super) fn sources_of(&self, objects: impl Iterator<Item = ObjectId>) -> Vec<ObjectSource> {
+        let mut nodes: Vec<NodeId> = Vec::new();
+        for id in objects {
+            for node in self.directory.holders(id) {
+                if self.node_usable(node) && !nodes.contains(&node) {
+                    nodes.push(node);
+                }
+            }
+        }
+        nodes
+            .into_iter()
+            .filter_map(|node| self.object_source(node))
+            .collect()
     }
 
     fn node_usable(&self, node: NodeId) -> bool {

@@ -132,6 +132,41 @@ pub enum CoreError {
         /// The queue asked for.
         queue: String,
     },
+    /// No pipeline has this id.
+    #[error("no pipeline {pipeline}")]
+    PipelineNotFound {
+        /// The pipeline asked for.
+        pipeline: u64,
+    },
+    /// A report asked for an experiment and a team at once.
+    #[error("a report covers one experiment or one team, not both")]
+    ReportScopeConflict,
+    /// A report of a team the asker does not see, or of the whole cluster by a
+    /// non-admin.
+    #[error("only an admin may read the report of {scope}")]
+    ReportForbidden {
+        /// The scope asked for (`team T`, `the whole cluster`).
+        scope: String,
+    },
+    /// A trial names a lease the policy does not declare, or more units than
+    /// it has: it could never start.
+    #[error("lease {lease}: {reason}")]
+    UnknownLease {
+        /// The lease.
+        lease: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An approval decision on a request that is not pending.
+    #[error(transparent)]
+    Approval(#[from] xp_sched::ApprovalError),
+}
+
+impl CoreError {
+    /// Whether the refusal is for now only (the same request may succeed later).
+    pub fn is_temporary(&self) -> bool {
+        matches!(self, Self::TooManyPending { .. })
+    }
 }
 
 impl From<CoreError> for RemoteError {
@@ -141,7 +176,9 @@ impl From<CoreError> for RemoteError {
             CoreError::TooManyPending { retry_after_ms, .. } => {
                 return Self::retry_later(message, *retry_after_ms);
             }
+            CoreError::Approval(_) => ErrorCode::NotFound,
             CoreError::InvalidSpec(_)
+            | CoreError::UnknownLease { .. }
             | CoreError::EntryWithoutBinary
             | CoreError::BinaryForCommandTrial { .. }
             | CoreError::VersionTooLong
@@ -149,13 +186,16 @@ impl From<CoreError> for RemoteError {
             | CoreError::Sweep(_)
             | CoreError::AmbiguousExperiment { .. }
             | CoreError::AdminUnattributed
+            | CoreError::ReportScopeConflict
             | CoreError::InvalidPolicy(_) => ErrorCode::BadRequest,
+            CoreError::ReportForbidden { .. } => ErrorCode::Forbidden,
             CoreError::TrialNotFound { .. }
             | CoreError::ExperimentNotFound { .. }
             | CoreError::NoExperimentMatches { .. }
             | CoreError::AttemptNotFound { .. }
             | CoreError::RankNotFound { .. }
-            | CoreError::QueueNotFound { .. } => ErrorCode::NotFound,
+            | CoreError::QueueNotFound { .. }
+            | CoreError::PipelineNotFound { .. } => ErrorCode::NotFound,
         };
         Self::new(code, message)
     }

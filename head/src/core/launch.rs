@@ -151,6 +151,15 @@ impl HeadCore {
             .map(|worker| worker.node.to_string())
             .collect();
         let trial = self.trials.get_mut(&trial_id).expect("trial exists");
+        let resumed_checkpoint_at = resume.as_ref().and_then(|resume| {
+            trial
+                .checkpoints
+                .iter()
+                .find(|checkpoint| {
+                    checkpoint.attempt == resume.attempt && checkpoint.step == resume.step
+                })
+                .map(|checkpoint| checkpoint.at)
+        });
         trial.attempts.push(AttemptRecord {
             number,
             workers,
@@ -161,6 +170,7 @@ impl HeadCore {
             ended_at: None,
             outcome: None,
             resumed_from: resume.as_ref().map(|resume| (resume.step, resume.attempt)),
+            resumed_checkpoint_at,
         });
         for (node, launch) in launches {
             self.commands
@@ -266,6 +276,8 @@ impl HeadCore {
                     resume: resume.cloned(),
                     cpu_milli: worker.cpu_milli,
                     memory_bytes: worker.memory_bytes,
+                    inputs: self.pipeline_inputs(trial.id.experiment),
+                    collect_outputs: self.is_stage_experiment(trial.id.experiment),
                 },
             ));
             *local_rank += 1;

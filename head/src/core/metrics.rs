@@ -39,6 +39,8 @@ pub struct Tally {
     pub checkpoint_bytes: u64,
     /// How long each policy decision took.
     pub decisions: Vec<Duration>,
+    /// How long the node took to store each new checkpoint.
+    pub checkpoint_takes: Vec<Duration>,
 }
 
 impl Tally {
@@ -46,6 +48,13 @@ impl Tally {
     pub(super) fn transition(&mut self, state: TrialState) {
         if self.transitions.len() < MAX_TALLIED {
             self.transitions.push(state);
+        }
+    }
+
+    /// A new checkpoint took `took` to store on its node.
+    pub(super) fn checkpoint_take(&mut self, took: Duration) {
+        if self.checkpoint_takes.len() < MAX_TALLIED {
+            self.checkpoint_takes.push(took);
         }
     }
 }
@@ -70,6 +79,46 @@ pub struct MetricsSnapshot {
     pub gpus: BTreeMap<(String, String), GpuCount>,
     /// Nodes by state name.
     pub nodes: BTreeMap<&'static str, u64>,
+    /// GPUs busier than [`super::telemetry::IN_USE_UTIL`] in the latest
+    /// telemetry, by (node, model).
+    pub gpus_in_use: BTreeMap<(String, String), u64>,
+    /// Each GPU's latest utilisation (percent) and memory in use (bytes), by
+    /// (node, GPU index).
+    pub gpu_figures: BTreeMap<(String, u32), (f64, u64)>,
+    /// Object store bytes by (node, tier: `memory` or `disk`).
+    pub store_bytes: BTreeMap<(String, &'static str), u64>,
+}
+
+/// Adds one node's latest telemetry to `out`: its GPUs in use by model, each
+/// GPU's figures, and its object store by tier.
+pub fn add_node_figures(
+    out: &mut MetricsSnapshot,
+    label: &str,
+    resources: &NodeResources,
+    figures: &super::telemetry::NodeFigures,
+) {
+    for gpu in &figures.gpus {
+        out.gpu_figures.insert(
+            (label.to_owned(), gpu.index),
+            (gpu.util, gpu.memory_used_bytes),
+        );
+        let model = resources
+            .gpus
+            .iter()
+            .find(|offered| offered.index == gpu.index)
+            .map_or("unknown", |offered| offered.model.as_str());
+        let in_use = out
+            .gpus_in_use
+            .entry((label.to_owned(), model.to_owned()))
+            .or_default();
+        if gpu.util > super::telemetry::IN_USE_UTIL {
+            *in_use += 1;
+        }
+    }
+    out.store_bytes
+        .insert((label.to_owned(), "memory"), figures.store.memory_bytes);
+    out.store_bytes
+        .insert((label.to_owned(), "disk"), figures.store.disk_bytes);
 }
 
 /// One node as the snapshot needs it.
@@ -173,7 +222,17 @@ impl HeadCore {
             .values()
             .flat_map(|trial| &trial.attempts)
             .flat_map(|attempt| &attempt.workers);
-        snapshot(trials, &self.queues(), &nodes, workers)
+        let mut out = snapshot(trials, &self.queues(), &nodes, workers);
+        for node in self.nodes.values() {
+            // A lost node's last figures no longer describe anything.
+            if node.state == NodeState::Lost {
+                continue;
+            }
+            if let Some(figures) = self.telemetry.node(node.id) {
+                add_node_figures(&mut out, &labels[&node.id], &node.resources, figures);
+            }
+        }
+        out
     }
 
     /// Keeps how long one policy decision took, for the actor to drain.
@@ -249,6 +308,8 @@ mod tests {
             pending,
             running: 0,
             fair_share: 0.0,
+            leases: Default::default(),
+            lease_quota: Default::default(),
         }
     }
 

@@ -29,18 +29,24 @@
 mod access;
 mod admin;
 mod admission;
+pub mod alerts;
 mod attempts;
 pub mod checkpoints;
+pub mod dashboard;
 mod error;
 mod launch;
+mod leases;
 pub mod metrics;
 mod nodes;
 pub mod pages;
+pub mod pipelines;
 mod records;
+mod report;
 mod reports;
 mod requests;
 mod scheduling;
 mod sweeps;
+pub mod telemetry;
 mod views;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -53,10 +59,13 @@ use xp_runtime::spec::ExperimentSpec;
 use xp_sched::{GPU_MILLI, PolicyConfig, PolicyCore};
 
 pub use self::error::CoreError;
+pub use self::records::TelemetryRecord;
 pub use self::records::{
-    AttemptRecord, ExperimentRecord, LoadedState, MetricRecord, NodeRecord, PolicyRecord, Record,
-    TrialRecord, WorkerRecord, WorkerState,
+    AlertRecord, AttemptRecord, ExperimentRecord, LoadedState, MetricRecord, NodeRecord,
+    PolicyRecord, Record, TrialRecord, UpInterval, WorkerRecord, WorkerState,
 };
+pub use self::records::{InputDir, PipelineRecord, StageRecord, StageResult};
+pub use self::report::ReportScope;
 
 use self::launch::MasterPorts;
 use self::nodes::node_spec;
@@ -155,6 +164,19 @@ pub struct HeadCore {
     /// What `/metrics` counts, since the actor last took it
     /// (`metrics::take_tally`); measured only, never decided on.
     tally: metrics::Tally,
+    /// Pipelines of dependent stages (`pipelines`).
+    pipelines: pipelines::Pipelines,
+    /// Node figures and worker series from telemetry (`telemetry.rs`).
+    telemetry: telemetry::TelemetryState,
+    /// Alert rules' evaluation and the alerts raised (`alerts`).
+    alerts: alerts::AlertState,
+    /// Preemption approval requests, pending and recently decided (persisted
+    /// with the policy record; see `leases`).
+    approvals: Vec<records::ApprovalRecord>,
+    /// Trials handed to the policy core whose first pass has not been judged
+    /// yet: whether they wait through it sets `TrialRecord::waited` (soft
+    /// state; a restart hands every queued trial over again).
+    first_pass: BTreeSet<TrialId>,
 }
 
 impl std::fmt::Debug for HeadCore {
@@ -201,6 +223,11 @@ impl HeadCore {
             live_drivers: BTreeSet::new(),
             driver_experiments: BTreeMap::new(),
             tally: metrics::Tally::default(),
+            pipelines: pipelines::Pipelines::default(),
+            telemetry: telemetry::TelemetryState::default(),
+            alerts: alerts::AlertState::restore(loaded.alerts),
+            approvals: Vec::new(),
+            first_pass: BTreeSet::new(),
         };
         if let Some(record) = loaded.policy {
             match PolicyConfig::from_yaml(&record.yaml) {
@@ -239,9 +266,13 @@ impl HeadCore {
                         *core.object_refs.entry(id).or_default() += 1;
                     }
                 }
+                for id in records::output_objects(&trial.outputs) {
+                    *core.object_refs.entry(id).or_default() += 1;
+                }
                 core.trials.insert(trial.id, trial);
             }
         }
+        core.pipelines = pipelines::Pipelines::restore(loaded.pipelines, loaded.next_pipeline_id);
         for mut node in loaded.nodes {
             node.last_seen = now;
             // Schedulable until the running trials are adopted: the pool takes
@@ -274,6 +305,12 @@ impl HeadCore {
         for trial_id in adopted {
             core.adopt_running(now, trial_id);
         }
+        let approvals = core
+            .policy_record
+            .as_ref()
+            .map(|record| record.approvals.clone())
+            .unwrap_or_default();
+        core.restore_approvals(approvals, now);
         // A node becomes schedulable again when it registers.
         for node in core.nodes.values() {
             let schedulable =
@@ -297,6 +334,9 @@ impl HeadCore {
         let mut core = Self::restore(self.config, loaded, now);
         core.live_drivers = self.live_drivers.clone();
         core.driver_experiments = self.driver_experiments.clone();
+        core.telemetry = self.telemetry.soft_copy();
+        // This head's delivery task still holds the stored pending webhooks.
+        core.take_webhook_deliveries();
         core
     }
 
@@ -318,6 +358,7 @@ impl HeadCore {
                 records.push(Record::Node(node.clone()));
             }
         }
+        records.extend(self.pipelines.take_records());
         records.append(&mut self.appended);
         if std::mem::take(&mut self.dirty_policy)
             && let Some(policy) = &self.policy_record
@@ -398,13 +439,17 @@ impl HeadCore {
         if let Err(broken) = self.policy.check_invariants() {
             panic!("scheduler invariant broken: {broken}");
         }
-        // The object reference counts are a cache of what kept checkpoints name.
+        // The object reference counts are a cache of what kept checkpoints and
+        // outputs name.
         let mut recount: HashMap<ObjectId, u32> = HashMap::new();
         for trial in self.trials.values() {
             for checkpoint in &trial.checkpoints {
                 for id in checkpoint.objects() {
                     *recount.entry(id).or_default() += 1;
                 }
+            }
+            for id in records::output_objects(&trial.outputs) {
+                *recount.entry(id).or_default() += 1;
             }
         }
         assert_eq!(recount, self.object_refs, "object reference counts drifted");

@@ -23,7 +23,8 @@ use xp_runtime::ids::{NodeId, WorkerKey};
 use xp_runtime::protocol::{HeadCommand, NodeMessage, NodeRegistration, NodeState};
 use xp_sched::NodeSpec;
 
-use super::{HeadCore, NodeRecord};
+use super::report::MAX_UP_INTERVALS;
+use super::{HeadCore, NodeRecord, UpInterval};
 
 impl HeadCore {
     /// A node (re)connected: record it, reconcile what it still runs, and schedule.
@@ -32,6 +33,22 @@ impl HeadCore {
         let returning = self.nodes.contains_key(&node_id);
         self.awaiting_return.remove(&node_id);
         info!(%node_id, name = %registration.name, gpus = registration.resources.gpus.len(), returning, "node registered");
+        // The intervals it was up: a node that registers again without having
+        // been judged lost (a reconnect) is still in its open interval.
+        let mut up = self
+            .nodes
+            .get(&node_id)
+            .map(|old| old.up.clone())
+            .unwrap_or_default();
+        if up.last().is_none_or(|last| last.to.is_some()) {
+            up.push(UpInterval {
+                from: now,
+                to: None,
+            });
+            if up.len() > MAX_UP_INTERVALS {
+                up.remove(0);
+            }
+        }
         let record = NodeRecord {
             id: node_id,
             name: registration.name,
@@ -41,6 +58,7 @@ impl HeadCore {
             state: NodeState::Ready,
             last_seen: now,
             isolation: registration.isolation,
+            up,
         };
         self.policy.upsert_node(node_spec(&record));
         self.directory.register(
@@ -137,6 +155,7 @@ impl HeadCore {
                 objects,
                 error,
             } => self.handle_replication_failed(now, node_id, trial, &objects, &error),
+            NodeMessage::Telemetry(telemetry) => self.handle_telemetry(now, node_id, telemetry),
         }
     }
 
@@ -170,6 +189,11 @@ impl HeadCore {
             }
             if let Some(node) = self.nodes.get_mut(&node_id) {
                 node.state = NodeState::Lost;
+                // It was up until its last sign of life.
+                let last_seen = node.last_seen;
+                if let Some(open) = node.up.last_mut().filter(|last| last.to.is_none()) {
+                    open.to = Some(last_seen.max(open.from));
+                }
             }
             self.dirty_nodes.insert(node_id);
             self.policy.set_node_schedulable(node_id, false);
@@ -179,6 +203,7 @@ impl HeadCore {
             }
         }
         self.enforce_time_limits(now);
+        self.tick_alerts(now);
         self.tend_replications(now);
         // Time alone changes decisions: aging, reservations, minimum run times.
         self.policy_stale = true;

@@ -15,7 +15,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, TrialId, WorkerKey};
-use xp_runtime::protocol::{NodeIsolation, NodeResources, NodeState, TrialEvent, TrialState};
+use xp_runtime::protocol::{
+    CheckpointFile, NodeIsolation, NodeResources, NodeState, ReusedFrom, StageInput, StageState,
+    TrialEvent, TrialState,
+};
 use xp_sched::GPU_MILLI;
 
 use crate::core::checkpoints::retention::CheckpointRecord;
@@ -63,7 +66,9 @@ pub struct TrialRecord {
     pub attempts: Vec<AttemptRecord>,
     /// Attempts that failed through the trial's own fault (not lost nodes).
     pub failures: u32,
-    /// The last value of each metric reported by rank 0.
+    /// The last value of each metric reported by rank 0 (non-finite ones
+    /// stored as their names, `crate::metric_value`).
+    #[serde(with = "xp_runtime::metric_value::serde_map")]
     pub metrics: BTreeMap<String, f64>,
     /// The last step reported by rank 0.
     pub last_step: Option<u64>,
@@ -92,6 +97,112 @@ pub struct TrialRecord {
     /// The checkpoints kept, oldest first.
     #[serde(default)]
     pub checkpoints: Vec<CheckpointRecord>,
+    /// When it was created (records from before say none: the experiment's
+    /// submission is used).
+    #[serde(default)]
+    pub created_at: Option<UnixMillis>,
+    /// When it reached a final state (records from before say none: its last
+    /// attempt's end is used).
+    #[serde(default)]
+    pub finished_at: Option<UnixMillis>,
+    /// The files rank 0 of its successful attempt wrote under `XP_OUTPUT_DIR`,
+    /// each an object pinned for the trial on the node that reported it.
+    #[serde(default)]
+    pub outputs: Vec<CheckpointFile>,
+    /// It waited through at least one scheduling pass before it was placed
+    /// (counted for the conflict odds of what it asked for).
+    #[serde(default)]
+    pub waited: bool,
+}
+
+/// A submitted pipeline, as persisted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PipelineRecord {
+    /// The id (from 1, in submission order).
+    pub id: u64,
+    /// The spec in canonical JSON.
+    pub spec_json: String,
+    /// The code version of every stage.
+    pub code_version: String,
+    /// The data version of every stage.
+    pub data_version: String,
+    /// When it was submitted.
+    pub submitted_at: UnixMillis,
+    /// Whether a user cancelled it (until a retry).
+    #[serde(default)]
+    pub cancelled: bool,
+    /// Its stages by name.
+    pub stages: BTreeMap<String, StageRecord>,
+}
+
+/// One stage of a pipeline, as persisted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StageRecord {
+    /// Where it is.
+    pub state: StageState,
+    /// Why, in words.
+    pub reason: String,
+    /// Its experiment, once submitted (the latest, after a retry).
+    #[serde(default)]
+    pub experiment: Option<ExperimentId>,
+    /// Its cache identity, once everything it needs has a result.
+    #[serde(default)]
+    pub identity: Option<[u8; 32]>,
+    /// The stage whose result it reuses.
+    #[serde(default)]
+    pub reused_from: Option<ReusedFrom>,
+    /// Its resolved references.
+    #[serde(default)]
+    pub inputs: Vec<StageInput>,
+    /// The upstream files its trials get, one directory per reference.
+    #[serde(default)]
+    pub input_dirs: Vec<InputDir>,
+    /// What it produced, once it succeeded (or what it reuses).
+    #[serde(default)]
+    pub result: Option<StageResult>,
+    /// When its experiment was submitted.
+    #[serde(default)]
+    pub started_at: Option<UnixMillis>,
+    /// When it reached its final state.
+    #[serde(default)]
+    pub finished_at: Option<UnixMillis>,
+}
+
+/// The distinct objects of a trial's output files: each holds one reference
+/// in `object_refs`, like a kept checkpoint's objects.
+pub(super) fn output_objects(
+    files: &[CheckpointFile],
+) -> std::collections::BTreeSet<xp_runtime::ids::ObjectId> {
+    files.iter().map(|file| file.object).collect()
+}
+
+/// A directory of upstream files a stage's trials get.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputDir {
+    /// Its name under `XP_INPUT_DIR` (`STAGE.outputs`).
+    pub name: String,
+    /// The argv text the node replaces with the directory.
+    pub marker: String,
+    /// Its files.
+    pub files: Vec<CheckpointFile>,
+}
+
+/// What a finished stage produced: its best (or only) trial's parameters,
+/// metrics, output files and last checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageResult {
+    /// The trial.
+    pub best_trial: Option<TrialId>,
+    /// Its configuration as JSON.
+    pub params_json: String,
+    /// Its last metric values (NaN and infinities stored as their names,
+    /// `xp_runtime::metric_value`, so a NaN never makes the record unreadable).
+    #[serde(with = "xp_runtime::metric_value::serde_map")]
+    pub metrics: BTreeMap<String, f64>,
+    /// The files it wrote under `XP_OUTPUT_DIR`.
+    pub outputs: Vec<CheckpointFile>,
+    /// The files of its last kept checkpoint.
+    pub checkpoint: Vec<CheckpointFile>,
 }
 
 /// The scheduling policy in force, as persisted: the text and who applied it.
@@ -105,6 +216,47 @@ pub struct PolicyRecord {
     pub why: String,
     /// When.
     pub at: UnixMillis,
+    /// Preemptions that waited for an admin's approval: pending ones and the
+    /// newest decided, kept with the policy that asked for them.
+    #[serde(default)]
+    pub approvals: Vec<ApprovalRecord>,
+}
+
+/// A preemption that needed a person's approval, and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalRecord {
+    /// The request's id.
+    pub id: u64,
+    /// The running trial that would be stopped.
+    pub victim: TrialId,
+    /// The waiting trial that wanted its room.
+    pub claimant: TrialId,
+    /// Why the policy wanted it, in words.
+    pub why: String,
+    /// When it was asked.
+    pub at: UnixMillis,
+    /// Where it stands.
+    pub state: ApprovalState,
+    /// The admin who decided it.
+    pub decided_by: Option<String>,
+    /// Their reason.
+    pub decided_why: Option<String>,
+    /// When it was decided or withdrawn.
+    pub decided_at: Option<UnixMillis>,
+}
+
+/// Where an approval request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalState {
+    /// Waiting for an admin.
+    Pending,
+    /// An admin let it go ahead.
+    Approved,
+    /// An admin refused it.
+    Denied,
+    /// The situation that led to it is gone (or the head restarted).
+    Withdrawn,
 }
 
 /// One attempt of a trial.
@@ -129,6 +281,10 @@ pub struct AttemptRecord {
     /// The checkpoint it resumed from: (step, attempt that wrote it).
     #[serde(default)]
     pub resumed_from: Option<(u64, u32)>,
+    /// When the head recorded that checkpoint: the work of the attempt that
+    /// wrote it after this time was lost.
+    #[serde(default)]
+    pub resumed_checkpoint_at: Option<UnixMillis>,
 }
 
 impl AttemptRecord {
@@ -212,6 +368,20 @@ pub struct NodeRecord {
     /// nodes said read as none).
     #[serde(default)]
     pub isolation: NodeIsolation,
+    /// The intervals it was up, oldest first (at most
+    /// `report::MAX_UP_INTERVALS`): from a registration to the last sign of
+    /// life before it was judged lost, the last one open while it is up.
+    #[serde(default)]
+    pub up: Vec<UpInterval>,
+}
+
+/// One interval a node was up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpInterval {
+    /// From its registration.
+    pub from: UnixMillis,
+    /// To its last sign of life before it was lost; `None` while up.
+    pub to: Option<UnixMillis>,
 }
 
 /// One metric report, appended to the registry's history.
@@ -221,7 +391,8 @@ pub struct MetricRecord {
     pub key: WorkerKey,
     /// The step.
     pub step: Option<u64>,
-    /// The values.
+    /// The values (non-finite ones stored as their names).
+    #[serde(with = "xp_runtime::metric_value::serde_map")]
     pub values: BTreeMap<String, f64>,
     /// When the head received it.
     pub at: UnixMillis,
@@ -246,6 +417,27 @@ pub enum Record {
     User(crate::auth::users::UserRecord),
     /// Append an audit entry; the registry numbers it (its `seq` is ignored).
     Audit(xp_runtime::protocol::AuditEntry),
+    /// Store (or, with no window, remove) one window of a worker's telemetry series.
+    Telemetry(TelemetryRecord),
+    /// Insert or replace a pipeline.
+    Pipeline(PipelineRecord),
+    /// Insert or replace an alert.
+    Alert(AlertRecord),
+}
+
+/// One window of a worker's telemetry series, at its position (`slot`) in the
+/// series: stored under (trial, rank, slot), so that a new sample rewrites one
+/// window, not the series.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TelemetryRecord {
+    /// The trial.
+    pub trial: TrialId,
+    /// The worker's rank.
+    pub rank: u32,
+    /// The window's position, oldest first.
+    pub slot: u32,
+    /// The window; `None` removes the slot (the series merged to fewer windows).
+    pub window: Option<xp_runtime::protocol::TelemetryWindow>,
 }
 
 /// Everything the registry loaded at start.
@@ -261,4 +453,44 @@ pub struct LoadedState {
     pub events: Vec<TrialEvent>,
     /// The policy last applied, if any.
     pub policy: Option<PolicyRecord>,
+    /// Pipelines.
+    pub pipelines: Vec<PipelineRecord>,
+    /// The next pipeline id: past the largest key in the table, also when that
+    /// record could not be decoded, so an id is never given out twice.
+    pub next_pipeline_id: u64,
+    /// Alerts, by id.
+    pub alerts: Vec<AlertRecord>,
+}
+
+/// An alert raised on a trial, as persisted (see `core::alerts`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AlertRecord {
+    /// Its number on this head, increasing.
+    pub id: u64,
+    /// The trial.
+    pub trial: TrialId,
+    /// The rule's name.
+    pub rule: String,
+    /// The rule's kind.
+    pub kind: xp_runtime::spec::AlertKind,
+    /// The metric concerned.
+    #[serde(default)]
+    pub metric: Option<String>,
+    /// The value that fired it (a non-finite one stored as its name).
+    #[serde(default, with = "xp_runtime::metric_value::serde_option")]
+    pub value: Option<f64>,
+    /// The step of the report that fired it.
+    #[serde(default)]
+    pub step: Option<u64>,
+    /// When it was raised.
+    pub at: UnixMillis,
+    /// What happened.
+    pub message: String,
+    /// The rule's actions when it fired.
+    pub actions: Vec<xp_runtime::spec::AlertAction>,
+    /// Where its webhook deliveries stand.
+    pub delivery: xp_runtime::protocol::DeliveryState,
+    /// When its condition cleared.
+    #[serde(default)]
+    pub cleared_at: Option<UnixMillis>,
 }

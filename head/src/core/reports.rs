@@ -62,9 +62,16 @@ impl HeadCore {
                 step,
                 files,
                 backup,
+                take_ms,
                 ..
             } => {
+                let counted = self.tally.checkpoints;
                 self.record_checkpoint(now, key, node_id, step, files, backup);
+                if self.tally.checkpoints > counted {
+                    // A new checkpoint (not a resent report): its take is timed once.
+                    self.tally
+                        .checkpoint_take(std::time::Duration::from_millis(take_ms));
+                }
             }
             WorkerReport::Started { pid, .. } => self.worker_started(now, reporter, pid),
             WorkerReport::LaunchFailed { error, .. } => {
@@ -94,6 +101,9 @@ impl HeadCore {
                 ..
             } => {
                 self.worker_metric(now, reporter, index, step, values);
+            }
+            WorkerReport::Outputs { files, error, .. } => {
+                self.worker_outputs(now, reporter, files, error);
             }
         }
     }
@@ -140,6 +150,57 @@ impl HeadCore {
                 format!("rank {} started", key.rank),
             );
         }
+    }
+
+    /// Rank 0's output files are stored on its node (or could not be, which
+    /// fails the attempt): kept on the trial for the pipelines that read them.
+    fn worker_outputs(
+        &mut self,
+        now: UnixMillis,
+        reporter: Reporter,
+        files: Vec<xp_runtime::protocol::CheckpointFile>,
+        error: Option<String>,
+    ) {
+        let Reporter {
+            key,
+            node_id,
+            attempt_live,
+            state,
+            ..
+        } = reporter;
+        if !attempt_live || !state.holds_resources() || key.rank != 0 {
+            return;
+        }
+        if let Some(error) = error {
+            self.fail_attempt(now, key, format!("rank 0's outputs were not kept: {error}"));
+            return;
+        }
+        for file in &files {
+            self.directory.add(node_id, file.object);
+        }
+        let Some(trial) = self.trials.get_mut(&key.trial) else {
+            return;
+        };
+        // Outputs hold their objects like kept checkpoints do (`object_refs`),
+        // so retiring a checkpoint with the same bytes never deletes an output.
+        let before = super::records::output_objects(&trial.outputs);
+        trial.outputs = files;
+        let after = super::records::output_objects(&trial.outputs);
+        self.dirty_trials.insert(key.trial);
+        for id in &after {
+            *self.object_refs.entry(*id).or_default() += 1;
+        }
+        let mut released = std::collections::BTreeSet::new();
+        for id in &before {
+            if let Some(count) = self.object_refs.get_mut(id) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    self.object_refs.remove(id);
+                    released.insert(*id);
+                }
+            }
+        }
+        self.drop_everywhere(key.trial, released);
     }
 
     /// The node could not start the worker's process: the trial's fault, unless
@@ -350,8 +411,11 @@ impl HeadCore {
         // Only the live attempt speaks for the trial; a lost attempt's late
         // reports stay in the history but do not overwrite the result.
         let speaks_for_trial = attempt_live && !self.trials[&key.trial].state.is_terminal();
+        // Alerts judge what speaks for the trial: rank 0 of the live attempt.
+        let mut alerted = None;
         if key.rank == 0 && speaks_for_trial {
             self.summarise_metrics(key, step, &values);
+            alerted = self.judge_alerts(now, key, step, &values);
         }
         self.dirty_trials.insert(key.trial);
         let judged = self.judge_early_stopping(key, step, &values);
@@ -361,7 +425,10 @@ impl HeadCore {
             values,
             at: now,
         }));
-        if let Some(reason) = judged {
+        if let Some(reason) = alerted {
+            self.finish_attempt(now, key, "stopped by an alert");
+            self.transition(now, key.trial, TrialState::Stopped, reason);
+        } else if let Some(reason) = judged {
             self.finish_attempt(now, key, "stopped early");
             self.transition(now, key.trial, TrialState::Stopped, reason);
         }

@@ -32,6 +32,18 @@ impl HeadCore {
         now: UnixMillis,
         request: &SubmitRequest,
     ) -> Result<(ExperimentId, bool, u32), CoreError> {
+        let submitted = self.submit_experiment(now, request)?;
+        self.schedule(now);
+        Ok(submitted)
+    }
+
+    /// [`HeadCore::handle_submit`] without the scheduling pass, for pipelines,
+    /// which submit stages from inside one.
+    pub(super) fn submit_experiment(
+        &mut self,
+        now: UnixMillis,
+        request: &SubmitRequest,
+    ) -> Result<(ExperimentId, bool, u32), CoreError> {
         let spec = ExperimentSpec::from_json(&request.spec_json)?;
         if spec.trial.entry.is_some() && request.program.is_none() {
             return Err(CoreError::EntryWithoutBinary);
@@ -48,6 +60,7 @@ impl HeadCore {
         }
         self.admit(&spec)?;
         self.check_capacity(&spec)?;
+        self.check_leases(&spec)?;
         // Identity: the config without the local program path, and the binary's hash as code.
         let mut identity_spec = spec.clone();
         identity_spec.trial.program = None;
@@ -110,7 +123,6 @@ impl HeadCore {
             trials
         };
         info!(experiment_id = %id, name = %self.specs[&id].name, trials = planned, "experiment submitted");
-        self.schedule(now);
         Ok((id, false, planned))
     }
 
@@ -148,6 +160,10 @@ impl HeadCore {
             held: false,
             priority_override: None,
             queue_override: None,
+            outputs: Vec::new(),
+            created_at: Some(now),
+            finished_at: None,
+            waited: false,
         };
         let (state, reason) = match source {
             Some(source) => {

@@ -39,6 +39,8 @@ impl HeadCore {
             }
             self.advance_sweeps(now, &finished);
         }
+        // Stages whose experiments ended release what needs them, in this same pass.
+        self.advance_pipelines(now);
         self.admit_pending(now);
         self.settle_all(now);
         let fresh: Vec<TrialId> = self
@@ -65,6 +67,7 @@ impl HeadCore {
             let started = std::time::Instant::now();
             let decisions = self.policy.decide(now);
             self.record_decision_timing(started.elapsed());
+            self.after_decide(now);
             decisions
         } else {
             Vec::new()
@@ -159,10 +162,12 @@ impl HeadCore {
                 gpu_models: spec.trial.gpu_models.clone(),
                 node_labels: spec.trial.node_labels.clone(),
                 spread: spec.trial.spread,
+                leases: spec.trial.resources.leases.clone(),
             },
             preemptible: spec.trial.preemptible,
             time_limit_ms: spec.trial.time_limit_ms(),
             submitted_at: trial.queued_at,
+            urgency: self.pipeline_urgency(trial.id),
         })
     }
 
@@ -171,6 +176,7 @@ impl HeadCore {
     fn submit_to_policy(&mut self, now: UnixMillis, trial_id: TrialId) {
         let trial = &self.trials[&trial_id];
         let held = trial.held;
+        let waited = trial.waited;
         let request = match self.trial_request(trial) {
             Ok(request) => request,
             Err(error) => {
@@ -181,6 +187,9 @@ impl HeadCore {
         match self.policy.submit(request, now) {
             Ok(()) => {
                 self.policy_stale = true;
+                if !waited {
+                    self.first_pass.insert(trial_id);
+                }
                 if held {
                     self.policy.hold(trial_id);
                 }

@@ -14,8 +14,14 @@ use super::{CoreConfig, CoreError, HeadCore, LoadedState};
 use crate::core::Record;
 
 mod access;
+mod alerts;
+mod dashboard;
+mod leases;
 mod limits;
 mod metrics;
+mod pipelines;
+mod report;
+mod telemetry;
 
 const CONFIG: CoreConfig = CoreConfig {
     node_timeout_ms: 10_000,
@@ -534,6 +540,8 @@ fn loaded_from(records: Vec<Record>) -> LoadedState {
     let mut experiments = BTreeMap::new();
     let mut trials = BTreeMap::new();
     let mut nodes = BTreeMap::new();
+    let mut pipelines = BTreeMap::new();
+    let mut alerts = BTreeMap::new();
     for record in records {
         match record {
             Record::Experiment(experiment) => {
@@ -546,10 +554,18 @@ fn loaded_from(records: Vec<Record>) -> LoadedState {
                 nodes.insert(node.id, node);
             }
             Record::Event(event) => loaded.events.push(event),
-            Record::Metric(_) | Record::User(_) | Record::Audit(_) => {}
+            Record::Metric(_) | Record::User(_) | Record::Audit(_) | Record::Telemetry(_) => {}
             Record::Policy(policy) => loaded.policy = Some(policy),
+            Record::Pipeline(pipeline) => {
+                pipelines.insert(pipeline.id, pipeline);
+            }
+            Record::Alert(alert) => {
+                alerts.insert(alert.id, alert);
+            }
         }
     }
+    loaded.pipelines = pipelines.into_values().collect();
+    loaded.alerts = alerts.into_values().collect();
     loaded.experiments = experiments.into_values().collect();
     loaded.trials = trials.into_values().collect();
     loaded.nodes = nodes.into_values().collect();
@@ -1029,6 +1045,7 @@ fn checkpoint_report(key: WorkerKey, step: u64, bytes: &[u8]) -> WorkerReport {
             size: bytes.len() as u64,
         }],
         backup: None,
+        take_ms: 3,
     }
 }
 

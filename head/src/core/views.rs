@@ -80,6 +80,7 @@ impl HeadCore {
             running_workers: running.get(&node.id).copied().unwrap_or(0),
             last_seen: node.last_seen,
             isolation: node.isolation,
+            gpu_telemetry: self.node_gpu_telemetry(node.id),
         }
     }
 
@@ -186,6 +187,7 @@ impl HeadCore {
 
     /// One trial as `xp status` shows it.
     pub(super) fn trial_status(&self, trial: &TrialRecord) -> TrialStatus {
+        let (gpu_hours, cost) = self.trial_usage(trial);
         TrialStatus {
             id: trial.id,
             state: trial.state,
@@ -213,6 +215,8 @@ impl HeadCore {
                     |reason| reason.to_string(),
                 )
             }),
+            gpu_hours,
+            cost,
         }
     }
 
@@ -241,5 +245,7 @@ fn queue_status(usage: QueueUsage) -> QueueStatus {
         pending: usage.pending,
         running: usage.running,
         fair_share: usage.dominant_share,
+        leases: usage.leases,
+        lease_quota: usage.lease_quota,
     }
 }

@@ -40,11 +40,11 @@ pub(super) const MAX_FORM_BYTES: usize = 4096;
 
 /// The authenticated user, in the request's extensions for the handlers.
 #[derive(Clone)]
-pub(super) struct Authenticated {
+pub(crate) struct Authenticated {
     /// Who.
-    pub(super) principal: Principal,
+    pub(crate) principal: Principal,
     /// Which teams' experiments they see.
-    pub(super) visibility: Visibility,
+    pub(crate) visibility: Visibility,
 }
 
 /// The secret a request carries: the bearer token, else the session cookie.
@@ -132,9 +132,17 @@ async fn authenticate(
     })
 }
 
+/// The user whose credential a request's headers carry.
+pub(crate) async fn authenticate_request(
+    state: &HttpState,
+    headers: &HeaderMap,
+) -> Result<Authenticated, impl IntoResponse> {
+    authenticate(state, presented_secret(headers)).await
+}
+
 /// Lets a request in only with a user's credential, which the handlers then
 /// find in its extensions.
-pub(super) async fn require_user(
+pub(crate) async fn require_user(
     State(state): State<HttpState>,
     mut request: Request,
     next: Next,
@@ -148,13 +156,12 @@ pub(super) async fn require_user(
     }
 }
 
-/// The login routes and the landing page, outside the API's limits (the
-/// login form has a small body).
+/// The login routes, outside the API's limits (the login form has a small
+/// body); `/` is the dashboard (`crate::dashboard`).
 pub(super) fn routes() -> axum::Router<HttpState> {
     axum::Router::new()
         .route("/login", axum::routing::get(login_page).post(login_form))
         .route("/logout", axum::routing::get(logout))
-        .route("/", axum::routing::get(landing))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_FORM_BYTES))
 }
 
@@ -258,21 +265,6 @@ async fn logout() -> Response {
         HeaderValue::from_static("xp_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
     );
     response
-}
-
-/// `GET /`: who is logged in and where the API is; to `/login` without a credential.
-async fn landing(State(state): State<HttpState>, headers: HeaderMap) -> Response {
-    match authenticate(&state, presented_secret(&headers)).await {
-        Ok(authenticated) => Html(format!(
-            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>xp</title></head><body>\
-             <h1>xp</h1><p>Logged in as {}. <a href=\"/logout\">Log out</a></p>\
-             <ul><li><a href=\"/api/experiments\">experiments</a></li><li><a href=\"/api/nodes\">nodes</a></li>\
-             <li><a href=\"/api/queues\">queues</a></li></ul></body></html>",
-            escape(&authenticated.principal.to_string())
-        ))
-        .into_response(),
-        Err(_) => Redirect::to("/login").into_response(),
-    }
 }
 
 #[cfg(test)]

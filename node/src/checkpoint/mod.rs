@@ -38,6 +38,7 @@
 
 mod backup;
 mod error;
+mod inputs;
 mod restore;
 mod take;
 #[cfg(test)]
@@ -46,6 +47,7 @@ mod watch;
 
 pub use backup::{back_up, remove_from_backup, restore_from_backup};
 pub use error::{CheckpointError, ResumeError};
+pub use inputs::{INPUT_DIR, replace_markers};
 pub use restore::{CheckpointSources, restore, write_files};
-pub use take::{MAX_FILES, take};
+pub use take::{MAX_FILES, OutputLimits, take, take_outputs};
 pub use watch::{CheckpointSink, CheckpointWatch, DRAIN_GRACE, InFlight};

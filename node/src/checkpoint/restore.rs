@@ -142,6 +142,24 @@ pub fn restore(
     write_files(dir, None, files, &contents)
 }
 
+/// Opens directory `dir`, or makes it (mode 0700, given to `owner`) from its
+/// parent's descriptor. `dir` itself may be in a worker's directory: a link
+/// there is refused, never followed. Only what is above it (the node's own
+/// path) is made by path.
+fn open_or_make(dir: &Path, owner: Option<FileOwner>) -> std::io::Result<std::os::fd::OwnedFd> {
+    match lane_fs::open_dir(dir) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+                return Err(error);
+            };
+            std::fs::create_dir_all(parent)?;
+            let parent = lane_fs::open_dir(parent)?;
+            lane_fs::make_dir_in(&parent, name, 0o700, owner)
+        }
+        opened => opened,
+    }
+}
+
 /// Writes each of `files` with its verified `contents` (in the same order) into
 /// `dir`, created if needed, as files and directories of `owner`. Each file is a
 /// copy, so the worker may change it without touching the stored object. Below
@@ -152,8 +170,7 @@ pub fn write_files(
     files: &[CheckpointFile],
     contents: &[ObjectBytes],
 ) -> Result<(), CheckpointError> {
-    std::fs::create_dir_all(dir).map_err(io("create", dir))?;
-    let root = lane_fs::open_dir(dir).map_err(io("open", dir))?;
+    let root = open_or_make(dir, owner).map_err(io("open", dir))?;
     for (file, bytes) in files.iter().zip(contents) {
         if !xp_runtime::protocol::is_safe_checkpoint_name(&file.name) {
             return Err(CheckpointError::Invalid(format!(

@@ -18,6 +18,7 @@
 //! removed either way.
 
 use std::ffi::OsStr;
+use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
@@ -67,6 +68,75 @@ pub fn take(
     result
 }
 
+/// The most files and bytes a trial's outputs may have (`xp-node join
+/// --output-max-files`, `--output-max-bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputLimits {
+    /// Files.
+    pub max_files: usize,
+    /// Bytes, all files together.
+    pub max_bytes: u64,
+}
+
+impl Default for OutputLimits {
+    fn default() -> Self {
+        Self {
+            max_files: 1_000,
+            max_bytes: 1 << 30,
+        }
+    }
+}
+
+/// Stores every regular file under `dir` (rank 0's `XP_OUTPUT_DIR`, after it
+/// exited) as `trial`'s pinned objects, read like a checkpoint (no link
+/// followed; hard-linked or, under a worker uid, foreign files refused). An
+/// empty or missing directory has no outputs. Past `limits` nothing is stored
+/// and the error says which limit.
+pub fn take_outputs(
+    store: &ObjectStore,
+    dir: &Path,
+    owner: Option<FileOwner>,
+    trial: TrialId,
+    limits: OutputLimits,
+) -> Result<Vec<CheckpointFile>, CheckpointError> {
+    let root = match lane_fs::open_dir(dir) {
+        Ok(root) => root,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(io("open", dir)(error)),
+    };
+    let mut names = Vec::new();
+    list_files(&root, "", 0, &mut names)?;
+    if names.len() > limits.max_files {
+        return Err(CheckpointError::Invalid(format!(
+            "XP_OUTPUT_DIR holds {} files, more than the node's limit of {} (--output-max-files)",
+            names.len(),
+            limits.max_files
+        )));
+    }
+    let mut total: u64 = 0;
+    let mut lengths = std::collections::BTreeMap::new();
+    for name in &names {
+        let file = open_below(&root, name, owner).map_err(|source| {
+            CheckpointError::Invalid(format!("cannot read output {name}: {source}"))
+        })?;
+        let len = file
+            .metadata()
+            .map_err(|source| {
+                CheckpointError::Invalid(format!("cannot read output {name}: {source}"))
+            })?
+            .len();
+        lengths.insert(name.clone(), len);
+        total = total.saturating_add(len);
+        if total > limits.max_bytes {
+            return Err(CheckpointError::Invalid(format!(
+                "XP_OUTPUT_DIR holds more than the node's limit of {} (--output-max-bytes)",
+                bytesize::ByteSize(limits.max_bytes)
+            )));
+        }
+    }
+    store_named(store, &root, names, trial, owner, Some(&lengths))
+}
+
 fn store_tree(
     store: &ObjectStore,
     root: &OwnedFd,
@@ -81,6 +151,19 @@ fn store_tree(
                 .to_owned(),
         ));
     }
+    store_named(store, root, names, trial, owner, None)
+}
+
+/// Stores the files `names` below `root` as `trial`'s pinned objects; on any
+/// failure withdraws what it added.
+pub(super) fn store_named(
+    store: &ObjectStore,
+    root: &OwnedFd,
+    mut names: Vec<String>,
+    trial: TrialId,
+    owner: Option<FileOwner>,
+    checked: Option<&std::collections::BTreeMap<String, u64>>,
+) -> Result<Vec<CheckpointFile>, CheckpointError> {
     names.sort();
     let mut files = Vec::with_capacity(names.len());
     let mut added: Vec<ObjectId> = Vec::new();
@@ -90,12 +173,32 @@ fn store_tree(
         let stored = open_below(root, &name, owner)
             .map_err(|source| CheckpointError::Invalid(format!("cannot read {name}: {source}")))
             .and_then(|file| {
-                store
-                    .put_reader(file, Owner::Trial(trial))
-                    .map_err(|source| CheckpointError::Store {
-                        name: name.clone(),
-                        source,
-                    })
+                let stored = match checked.and_then(|checked| checked.get(&name)) {
+                    // At most one byte past the length the limit was checked
+                    // against: a file that grew since is refused, not read to its end.
+                    Some(&len) => store
+                        .put_reader(file.take(len.saturating_add(1)), Owner::Trial(trial))
+                        .map(|object| (object, Some(len))),
+                    None => store
+                        .put_reader(file, Owner::Trial(trial))
+                        .map(|object| (object, None)),
+                };
+                let (object, len) = stored.map_err(|source| CheckpointError::Store {
+                    name: name.clone(),
+                    source,
+                })?;
+                let size = store.info(object).map_or(0, |info| info.size);
+                match len {
+                    Some(len) if size != len => {
+                        if !store.info(object).is_some_and(|info| info.pinned) {
+                            let _ = store.remove_owner(object, &Owner::Trial(trial));
+                        }
+                        Err(CheckpointError::Invalid(format!(
+                            "output {name} changed while it was stored ({len} bytes when checked)"
+                        )))
+                    }
+                    _ => Ok(object),
+                }
             });
         match stored {
             Ok(object) => {

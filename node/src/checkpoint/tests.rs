@@ -200,3 +200,86 @@ fn hard_linked_files_and_files_of_another_uid_are_refused_by_name() {
     let files = take(&store, &dir, Some(worker), trial(), 3).expect("own files");
     assert_eq!(files.len(), 1);
 }
+
+#[test]
+fn outputs_are_stored_pinned_and_bounded_in_files_and_bytes() {
+    use super::{OutputLimits, take_outputs};
+    let temp = tempfile::tempdir().expect("tempdir");
+    let store =
+        ObjectStore::open(temp.path().join("objects"), StoreLimits::default()).expect("store");
+    let dir = temp.path().join("output");
+    let limits = OutputLimits {
+        max_files: 2,
+        max_bytes: 10,
+    };
+    // No directory, or an empty one: no outputs, no error.
+    assert!(
+        take_outputs(&store, &dir, None, trial(), limits)
+            .expect("none")
+            .is_empty()
+    );
+    std::fs::create_dir_all(dir.join("sub")).expect("mkdir");
+    std::fs::write(dir.join("n.txt"), b"42\n").expect("write");
+    std::fs::write(dir.join("sub").join("m"), b"7").expect("write");
+    let files = take_outputs(&store, &dir, None, trial(), limits).expect("take");
+    assert_eq!(
+        files
+            .iter()
+            .map(|file| file.name.as_str())
+            .collect::<Vec<_>>(),
+        ["n.txt", "sub/m"]
+    );
+    assert!(
+        files
+            .iter()
+            .all(|file| store.info(file.object).expect("stored").pinned)
+    );
+    assert_eq!(files[0].size, 3);
+    // The directory is left as it is (the worker is gone; nothing reads it again).
+    assert!(dir.join("n.txt").exists());
+    std::fs::write(dir.join("third"), b"x").expect("write");
+    let error = take_outputs(&store, &dir, None, trial(), limits).expect_err("too many");
+    assert!(error.to_string().contains("--output-max-files"), "{error}");
+    std::fs::remove_file(dir.join("third")).expect("rm");
+    std::fs::write(dir.join("n.txt"), b"0123456789").expect("write");
+    let error = take_outputs(&store, &dir, None, trial(), limits).expect_err("too large");
+    assert!(error.to_string().contains("--output-max-bytes"), "{error}");
+    // A link is refused, never followed.
+    std::fs::remove_file(dir.join("n.txt")).expect("rm");
+    std::os::unix::fs::symlink("/etc/passwd", dir.join("n.txt")).expect("symlink");
+    let error = take_outputs(&store, &dir, None, trial(), limits).expect_err("a link");
+    assert!(error.to_string().contains("not followed"), "{error}");
+}
+
+#[test]
+fn an_output_that_grew_after_its_size_was_checked_is_refused_not_read_to_its_end() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let store =
+        ObjectStore::open(temp.path().join("objects"), StoreLimits::default()).expect("store");
+    let dir = temp.path().join("output");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    // Checked at 3 bytes; 1 MiB by the time it is stored.
+    std::fs::write(dir.join("n.txt"), vec![b'x'; 1 << 20]).expect("write");
+    let root = crate::isolation::fs::open_dir(&dir).expect("open");
+    let checked = [("n.txt".to_owned(), 3u64)].into();
+    let error = take::store_named(
+        &store,
+        &root,
+        vec!["n.txt".to_owned()],
+        trial(),
+        None,
+        Some(&checked),
+    )
+    .expect_err("grew");
+    assert!(
+        error.to_string().contains("changed while it was stored"),
+        "{error}"
+    );
+    // Only the checked length and one byte more were read, and nothing was kept.
+    assert!(store.info(crate::objects::object_id(b"xxxx")).is_none());
+    assert!(
+        store
+            .info(crate::objects::object_id(&vec![b'x'; 1 << 20]))
+            .is_none()
+    );
+}

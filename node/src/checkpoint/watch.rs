@@ -141,7 +141,9 @@ impl CheckpointWatch {
             return true;
         }
         self.in_flight.set(true);
+        let started = tokio::time::Instant::now();
         let outcome = take_and_back_up(&self.sink, key, step).await;
+        let take_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.in_flight.set(false);
         let note = match outcome {
             Ok((files, backup)) => {
@@ -156,6 +158,7 @@ impl CheckpointWatch {
                     step,
                     files,
                     backup,
+                    take_ms,
                 });
                 note
             }

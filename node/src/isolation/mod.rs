@@ -174,8 +174,12 @@ impl Isolation {
     }
 }
 
+/// The worker's output directory (`XP_OUTPUT_DIR`) under its work directory.
+pub const OUTPUT_DIR: &str = "output";
+
 /// Makes worker `key`'s work directory `work/TRIAL/aN/rankN` under `data_dir`,
-/// with its `checkpoint` directory, both of `owner`; the trial and attempt
+/// with its `checkpoint` and `output` directories, all of `owner`, and an
+/// `inputs` directory of the node's (pipeline inputs go there); the trial and attempt
 /// directories are the node's (0711: a worker passes through to its own, lists
 /// nothing, and cannot swap its directory for a link). A directory left by an
 /// earlier run of the node for the same worker is removed first.
@@ -201,6 +205,15 @@ pub fn make_work_dir(
     }
     let rank_dir = lane_fs::make_dir_in(&attempt_dir, rank.as_ref(), 0o700, owner)?;
     lane_fs::make_dir_in(&rank_dir, "checkpoint".as_ref(), 0o700, owner)?;
+    lane_fs::make_dir_in(&rank_dir, OUTPUT_DIR.as_ref(), 0o700, owner)?;
+    // The node's, before anything of the worker runs: pipeline inputs are
+    // written in it by descriptor (`checkpoint::inputs`).
+    lane_fs::make_dir_in(
+        &rank_dir,
+        crate::checkpoint::INPUT_DIR.as_ref(),
+        0o755,
+        None,
+    )?;
     Ok(path)
 }
 

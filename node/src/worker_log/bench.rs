@@ -196,6 +196,8 @@ pub(super) fn solo_worker(
         resume: None,
         cpu_milli: 0,
         memory_bytes: 0,
+        inputs: Vec::new(),
+        collect_outputs: false,
     };
     let work_dir = dir.join("work");
     let command = WorkerCommand {
@@ -203,7 +205,15 @@ pub(super) fn solo_worker(
         args: argv[1..].to_vec(),
         extra_env: Vec::new(),
         log_path,
-        checkpoint: CheckpointSink::new(store, &work_dir, None),
+        checkpoint: CheckpointSink::new(store.clone(), &work_dir, None),
+        output: crate::worker::OutputSink {
+            collect: false,
+            dir: work_dir.join(crate::isolation::OUTPUT_DIR),
+            store,
+            owner: None,
+            limits: crate::checkpoint::OutputLimits::default(),
+        },
+        input_dir: None,
         work_dir,
         uid: None,
     };
@@ -233,7 +243,15 @@ async fn through_node(
     let (reports_tx, mut reports_rx) = mpsc::unbounded_channel();
     let (_stop_tx, stop_rx) = oneshot::channel();
     let started = stopwatch();
-    supervise(launch, command, cap, reports_tx, stop_rx).await;
+    supervise(
+        launch,
+        command,
+        cap,
+        reports_tx,
+        stop_rx,
+        crate::telemetry::Targets::default(),
+    )
+    .await;
     let seconds = started.elapsed().as_secs_f64();
     let mut metrics = 0;
     while let Some(report) = reports_rx.recv().await {

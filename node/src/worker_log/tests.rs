@@ -353,7 +353,15 @@ async fn must_run_worker(dir: &Path, script: &str, cap: LogCap) -> (Vec<WorkerRe
     let (launch, command) = super::bench::solo_worker(dir, key, argv, log_path.clone(), store);
     let (reports_tx, mut reports_rx) = mpsc::unbounded_channel();
     let (_stop_tx, stop_rx) = oneshot::channel();
-    supervise(launch, command, cap, reports_tx, stop_rx).await;
+    supervise(
+        launch,
+        command,
+        cap,
+        reports_tx,
+        stop_rx,
+        crate::telemetry::Targets::default(),
+    )
+    .await;
     let mut reports = Vec::new();
     while let Some(report) = reports_rx.recv().await {
         reports.push(report);

@@ -21,11 +21,15 @@
 //! re-exported here, so its path is `xp_runtime::protocol::Type` whichever file
 //! holds it.
 
+mod alerts;
 mod node;
 mod objects;
+mod pipelines;
 mod requests;
 mod status;
+mod telemetry;
 
+pub use alerts::{AlertStatus, DeliveryState};
 pub use node::{
     GpuInfo, HeadCommand, HeldObject, Launch, LimitEnforcement, NodeIsolation, NodeMessage,
     NodeRegistration, NodeResources, Program, WorkerReport,
@@ -33,13 +37,21 @@ pub use node::{
 pub use objects::{
     CheckpointFile, ObjectEndpoint, ObjectSource, ResumeFrom, is_safe_checkpoint_name,
 };
+pub use pipelines::{
+    LaunchInput, PipelineStatus, PipelineSubmit, ReusedFrom, StageInput, StageState, StageStatus,
+};
 pub use requests::{
-    AdminAction, AdminRequest, AuditEntry, LogChunk, LogRequest, ObjectKey, Request, Response,
-    SubmitRequest,
+    AdminAction, AdminRequest, AuditEntry, LogChunk, LogRequest, MAX_ALERTS_LISTED, ObjectKey,
+    ReportRequest, Request, Response, SubmitRequest,
 };
 pub use status::{
-    AttemptStatus, CheckpointStatus, ExperimentState, ExperimentStatus, MetricPoint, NodeState,
-    NodeStatus, QueueStatus, ResourceAmounts, TrialEvent, TrialState, TrialStatus,
+    ApprovalStatus, AttemptStatus, CheckpointStatus, ConflictOdds, ExperimentState,
+    ExperimentStatus, LeaseClaim, LeaseReport, LeaseStatus, MetricPoint, NodeState, NodeStatus,
+    QueueStatus, ResourceAmounts, TrialEvent, TrialState, TrialStatus,
+};
+pub use telemetry::{
+    FieldStats, GpuSample, MAX_SERIES_POINTS, MAX_TELEMETRY_GPUS, MAX_TELEMETRY_WORKERS,
+    NodeTelemetry, StoreUsage, TelemetryWindow, TrialTelemetry, WorkerSample, WorkerTelemetry,
 };
 
 use serde::{Deserialize, Serialize};
@@ -52,8 +64,13 @@ use serde::{Deserialize, Serialize};
 /// and memory limits, and `WorkerReport::OomKilled`. 4: users and roles:
 /// `Request::Audit`, `Request::ObjectKey`, their answers, `ErrorCode::Forbidden`;
 /// what a node enforces on its workers (`NodeRegistration::isolation`,
-/// `NodeStatus::isolation`).
-pub const PROTOCOL_VERSION: u16 = 4;
+/// `NodeStatus::isolation`). 5: telemetry (`NodeMessage::Telemetry`,
+/// `Request::Telemetry`, `Response::Telemetry`, `NodeStatus::gpus`) and a
+/// checkpoint's take duration (`WorkerReport::Checkpoint::take_ms`); pipelines
+/// (`Request::SubmitPipeline` and the others after it, their answers,
+/// `WorkerReport::Outputs`, `Launch::inputs`); `xp report` (`Request::Report`,
+/// `Response::Report`, `TrialStatus::gpu_hours` and `cost`).
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// Everything that crosses a connection.
 #[derive(Debug, Clone, Serialize, Deserialize)]

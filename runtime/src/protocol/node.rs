@@ -170,6 +170,8 @@ pub enum NodeMessage {
         /// Why, in words.
         error: String,
     },
+    /// What the node sampled (best effort: neither numbered nor acknowledged).
+    Telemetry(super::NodeTelemetry),
 }
 
 /// Something that happened to a worker.
@@ -227,6 +229,8 @@ pub enum WorkerReport {
         files: Vec<CheckpointFile>,
         /// The durable backup directory its objects were also written to.
         backup: Option<String>,
+        /// How long the node took to store it, in milliseconds.
+        take_ms: u64,
     },
     /// The node could not start the worker through no fault of the trial (its GPU
     /// is still held by a stopping worker, the driver binary could not be fetched,
@@ -249,6 +253,18 @@ pub enum WorkerReport {
         /// The memory limit it went over, in bytes.
         limit_bytes: u64,
     },
+    /// Rank 0 exited successfully and the files it wrote under `XP_OUTPUT_DIR`
+    /// are stored, pinned for the trial (sent before its `Exited`). With
+    /// `error`, they could not be (too many, too large, a link): the attempt fails
+    /// with that reason.
+    Outputs {
+        /// The worker.
+        key: WorkerKey,
+        /// The files, each an object in this node's store.
+        files: Vec<CheckpointFile>,
+        /// Why they could not be stored.
+        error: Option<String>,
+    },
 }
 
 impl WorkerReport {
@@ -262,7 +278,8 @@ impl WorkerReport {
             | Self::Stopped { key, .. }
             | Self::Refused { key, .. }
             | Self::Checkpoint { key, .. }
-            | Self::OomKilled { key, .. } => *key,
+            | Self::OomKilled { key, .. }
+            | Self::Outputs { key, .. } => *key,
         }
     }
 }
@@ -386,6 +403,14 @@ pub struct Launch {
     /// The memory limit in bytes (the trial's `resources.memory`); 0 for none.
     #[serde(default)]
     pub memory_bytes: u64,
+    /// Directories of upstream pipeline stages' files, filled before the worker starts.
+    #[serde(default)]
+    pub inputs: Vec<super::LaunchInput>,
+    /// Whether rank 0's `XP_OUTPUT_DIR` is stored and reported when it exits 0:
+    /// only for a pipeline stage's trials (later stages read those files);
+    /// other workers get the directory as scratch space that nothing keeps.
+    #[serde(default)]
+    pub collect_outputs: bool,
 }
 
 impl std::fmt::Debug for Launch {
@@ -406,6 +431,8 @@ impl std::fmt::Debug for Launch {
             .field("resume", &self.resume)
             .field("cpu_milli", &self.cpu_milli)
             .field("memory_bytes", &self.memory_bytes)
+            .field("inputs", &self.inputs)
+            .field("collect_outputs", &self.collect_outputs)
             .finish()
     }
 }

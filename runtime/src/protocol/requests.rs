@@ -17,6 +17,9 @@ use super::{
 };
 use crate::ids::{BlobHash, ExperimentId, ObjectId, TrialId};
 
+/// The most alerts one [`Request::Alerts`] answers (the newest).
+pub const MAX_ALERTS_LISTED: usize = 1000;
+
 /// One request from a client (or a node, for blobs).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Request {
@@ -100,6 +103,63 @@ pub enum Request {
     /// user credential is not; members and above. Answered by
     /// [`Response::ObjectKey`].
     ObjectKey,
+    /// A trial's resource telemetry, per rank, downsampled (viewers of its team).
+    /// Answered by [`Response::Telemetry`].
+    Telemetry {
+        /// The trial.
+        trial: TrialId,
+    },
+    /// Submit a pipeline (members of its team). Answered by
+    /// [`Response::PipelineSubmitted`].
+    SubmitPipeline(super::PipelineSubmit),
+    /// One pipeline (by id) or every visible one, newest first (viewers).
+    /// Answered by [`Response::Pipelines`].
+    PipelineStatus {
+        /// The pipeline's id; every pipeline when absent.
+        pipeline: Option<u64>,
+    },
+    /// Cancel a pipeline's running and waiting stages (members of its team).
+    /// Answered by [`Response::PipelineChanged`].
+    CancelPipeline {
+        /// The pipeline.
+        pipeline: u64,
+    },
+    /// Rerun a pipeline's failed and cancelled stages and their descendants,
+    /// reusing what succeeded (members of its team). Answered by
+    /// [`Response::PipelineChanged`].
+    RetryPipeline {
+        /// The pipeline.
+        pipeline: u64,
+    },
+    /// The alerts of one experiment (by id or prefix) or of every visible one,
+    /// newest first, at most [`MAX_ALERTS_LISTED`] (viewers of its team).
+    /// Answered by [`Response::Alerts`].
+    Alerts {
+        /// The experiment; every visible one when absent.
+        experiment: Option<String>,
+    },
+    /// GPU-hours, cost, utilisation, Little's law, return on GPU-hours and
+    /// Amdahl fits of one scope over a window (`xp report`): viewers of the
+    /// experiment's or team's team, admins for the whole cluster. Answered by
+    /// [`Response::Report`].
+    Report(ReportRequest),
+    /// Every lease of the policy with its capacity, holders and waiters, the
+    /// preemptions waiting for an admin's approval, and the conflict odds of
+    /// leases and GPU models (any user, like [`Request::Queues`]). Answered by
+    /// [`Response::Leases`].
+    Leases,
+}
+
+/// The scope and window of a [`Request::Report`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReportRequest {
+    /// One experiment (id or prefix); exclusive with `team`.
+    pub experiment: Option<String>,
+    /// One team's experiments; the whole cluster when neither is given.
+    pub team: Option<String>,
+    /// The window is the last this many milliseconds; from the first arrival in
+    /// scope when absent.
+    pub since_ms: Option<u64>,
 }
 
 /// An admin action and why (recorded in the events with the authenticated user).
@@ -145,6 +205,17 @@ pub enum AdminAction {
         id: String,
         /// The queue.
         queue: String,
+    },
+    /// Let a preemption waiting for approval go ahead.
+    Approve {
+        /// The pending request's id.
+        request: u64,
+    },
+    /// Refuse a preemption waiting for approval; the same victim is not asked
+    /// again for the same claimant while both stay where they are.
+    Deny {
+        /// The pending request's id.
+        request: u64,
     },
 }
 
@@ -250,6 +321,31 @@ pub enum Response {
     Audit(Vec<AuditEntry>),
     /// The object plane's key (answering [`Request::ObjectKey`]).
     ObjectKey(ObjectKey),
+    /// A trial's telemetry (answering [`Request::Telemetry`]).
+    Telemetry(super::TrialTelemetry),
+    /// A pipeline was created (answering [`Request::SubmitPipeline`]).
+    PipelineSubmitted {
+        /// Its id.
+        pipeline: u64,
+        /// Its stages.
+        stages: u32,
+        /// Of those, how many reuse an earlier identical stage's result.
+        reused: u32,
+    },
+    /// Pipelines (answering [`Request::PipelineStatus`]).
+    Pipelines(Vec<super::PipelineStatus>),
+    /// How many stages a cancel or retry changed.
+    PipelineChanged {
+        /// The stages changed.
+        stages: u32,
+    },
+    /// Alerts, newest first (answering [`Request::Alerts`]).
+    Alerts(Vec<super::AlertStatus>),
+    /// The report (answering [`Request::Report`]).
+    Report(Box<crate::report::UsageReport>),
+    /// Leases, pending approvals and conflict odds (answering
+    /// [`Request::Leases`]).
+    Leases(super::LeaseReport),
 }
 
 /// One entry of the head's audit trail: an admin action or a refusal.

@@ -43,6 +43,10 @@ pub struct QueueStatus {
     pub running: u64,
     /// Its weighted dominant-resource share; lower goes first.
     pub fair_share: f64,
+    /// Lease units its running trials hold, by lease.
+    pub leases: BTreeMap<String, u64>,
+    /// Its lease quotas, by lease (a lease not named is unlimited).
+    pub lease_quota: BTreeMap<String, u64>,
 }
 
 /// GPUs, CPU cores and memory; `None` means unlimited (quotas only).
@@ -207,6 +211,10 @@ pub struct TrialStatus {
     pub reused_from: Option<TrialId>,
     /// For a queued trial, why the scheduler has not placed it yet.
     pub waiting: Option<String>,
+    /// GPU-hours its attempts were allocated, up to now for a running one.
+    pub gpu_hours: f64,
+    /// What they cost at the policy's prices; `None` when it names none.
+    pub cost: Option<f64>,
 }
 
 /// One attempt of a trial.
@@ -294,6 +302,9 @@ pub struct NodeStatus {
     pub last_seen: UnixMillis,
     /// What it enforces on its workers (user ids of their own, limits).
     pub isolation: NodeIsolation,
+    /// Its GPUs as its latest telemetry saw them (empty without NVML or telemetry).
+    #[serde(default)]
+    pub gpu_telemetry: Vec<super::GpuSample>,
 }
 
 /// A checkpoint as `xp checkpoints` shows it.
@@ -321,4 +332,84 @@ pub struct CheckpointStatus {
     /// hold it (being copied, a copy that failed and is tried again, one given up
     /// on, or no other node to copy it to). `None` once it is held twice.
     pub unreplicated: Option<String>,
+}
+
+/// The answer to `Request::Leases`: each lease, the preemptions waiting for an
+/// admin, and how likely requests are to wait.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseReport {
+    /// Every lease the policy declares, by name.
+    pub leases: Vec<LeaseStatus>,
+    /// Preemptions waiting for an admin's approval, oldest first: those
+    /// involving a trial of a team the caller sees.
+    pub approvals: Vec<ApprovalStatus>,
+    /// Per lease and per GPU model: the observed chance that a request waited.
+    pub odds: Vec<ConflictOdds>,
+    /// The chance that at least one of the requests waiting now conflicts,
+    /// `1 − Π(1 − p_i)` over them, each with its resources' observed `p`.
+    pub any_conflict: f64,
+}
+
+/// One lease's standing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseStatus {
+    /// The lease.
+    pub name: String,
+    /// Its capacity in units.
+    pub capacity: u64,
+    /// Units held now.
+    pub held: u64,
+    /// Placed trials holding units.
+    pub holders: Vec<LeaseClaim>,
+    /// Waiting (or held) trials asking for units.
+    pub waiters: Vec<LeaseClaim>,
+    /// How many trials hold units, of every team (`holders` lists only
+    /// those of teams the caller sees).
+    pub holding: u64,
+    /// How many trials wait for units, of every team (`waiters` lists only
+    /// those of teams the caller sees).
+    pub waiting: u64,
+}
+
+/// A trial holding or wanting lease units.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseClaim {
+    /// The trial.
+    pub trial: TrialId,
+    /// Its team.
+    pub team: String,
+    /// The units.
+    pub units: u64,
+}
+
+/// A preemption waiting for an admin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalStatus {
+    /// The request's id (`xp admin approve ID`).
+    pub id: u64,
+    /// The running trial that would be stopped.
+    pub victim: TrialId,
+    /// The waiting trial that wants its room.
+    pub claimant: TrialId,
+    /// Why the policy wants it, in words.
+    pub why: String,
+    /// When it was asked, in milliseconds since the Unix epoch.
+    pub at: u64,
+}
+
+/// How often requests for one lease or GPU model had to wait.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConflictOdds {
+    /// `lease NAME` or `gpu MODEL` (`gpu any` for GPU trials naming no model).
+    pub resource: String,
+    /// Trials that asked for it and were placed or still wait (from records).
+    pub requests: u64,
+    /// Of those, the ones that waited at least one scheduling pass.
+    pub waited: u64,
+    /// `waited / requests`; absent with no request yet.
+    pub p: Option<f64>,
+    /// Trials asking for it that wait now.
+    pub waiting_now: u64,
+    /// The chance that at least one of those conflicts: `1 − (1 − p)^n`.
+    pub any_conflict: f64,
 }

@@ -7,15 +7,28 @@
 
 use serde::{Deserialize, Serialize};
 
+mod alerts;
+mod pipeline;
 mod render;
 mod search;
 mod space;
 mod stopping;
 mod trial;
 
+pub use alerts::{
+    AlertAction, AlertCondition, AlertKind, AlertRule, DEFAULT_DIVERGENCE_FACTOR,
+    DEFAULT_GPU_BELOW, DEFAULT_GPU_FOR_MS, DEFAULT_MIN_STEPS, DEFAULT_SMOOTHING, MAX_ALERT_ACTIONS,
+    MAX_ALERT_RULES, MAX_FOR_MS, MAX_WEBHOOK_URL, check_webhook_url, effective_rules,
+    validate_alert_rules,
+};
+pub use pipeline::{
+    MAX_STAGE_NAME, MAX_STAGES, PipelineSpec, RefKind, StageRef, StageSpec, input_dir_name,
+    input_marker, is_stage_name,
+};
 pub use render::{BUILTIN_PLACEHOLDERS, RenderError, placeholders, render_arg};
 pub use search::{
-    AcquisitionKind, Algorithm, Domain, Mode, ParamSpec, ParamValue, SearchSpec, SpaceSpec,
+    AcquisitionKind, Algorithm, Domain, MetricValue, Mode, ParamSpec, ParamValue, SearchSpec,
+    SpaceSpec, TpeSpec,
 };
 pub use space::{
     Condition, Config, Param, ParamError, ParamKind, SearchSpace, SpaceBuilder, SpaceError,
@@ -25,7 +38,8 @@ pub use stopping::{
     DEFAULT_REDUCTION_FACTOR, RuleKind, StoppingConfig, StoppingError,
 };
 pub use trial::{
-    CollectiveTransport, MemoryBytes, MemoryError, Resources, TrialSpec, parse_memory,
+    CollectiveTransport, MAX_LEASE_NAME_BYTES, MAX_LEASE_UNITS, MAX_TRIAL_LEASES, MemoryBytes,
+    MemoryError, Resources, TrialSpec, check_lease_name, parse_memory,
 };
 
 /// The largest YAML document accepted, so a stray file cannot exhaust memory.
@@ -99,6 +113,11 @@ pub struct ExperimentSpec {
     /// Which checkpoints are kept; [`CheckpointRetention::default`] when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoints: Option<CheckpointRetention>,
+    /// Alert rules on its trials (see `alerts`); the policy's defaults and the
+    /// built-in `nonfinite` rule apply besides. Left out of the canonical JSON
+    /// when empty, so the identity of a spec without alerts is unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alerts: Vec<AlertRule>,
 }
 
 /// Which of a trial's checkpoints the head keeps; the rest are deleted everywhere.
@@ -197,7 +216,7 @@ impl Default for Priority {
 }
 
 impl Priority {
-    fn is_default(&self) -> bool {
+    pub(crate) fn is_default(&self) -> bool {
         *self == Self::Value(0)
     }
 }
@@ -205,7 +224,7 @@ impl Priority {
 /// The team of a spec that names none.
 pub const DEFAULT_TEAM: &str = "default";
 
-fn default_team() -> String {
+pub(crate) fn default_team() -> String {
     DEFAULT_TEAM.to_owned()
 }
 
@@ -258,6 +277,7 @@ impl ExperimentSpec {
         }
         self.trial.validate(&self.search)?;
         self.search.validate()?;
+        validate_alert_rules(&self.alerts, "alerts")?;
         if let Some(retention) = &self.checkpoints {
             if retention.keep_last == 0 || retention.keep_last > MAX_KEPT_CHECKPOINTS {
                 return Err(invalid(

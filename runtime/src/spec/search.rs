@@ -51,6 +51,31 @@ pub struct SearchSpec {
     /// A rule that stops unpromising trials early from their intermediate `metric` reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub early_stopping: Option<StoppingConfig>,
+    /// What one unit of `metric` is worth, for `xp report`'s return on GPU-hours.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<MetricValue>,
+    /// Options of `algorithm: tpe`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpe: Option<TpeSpec>,
+}
+
+/// Options of `algorithm: tpe` (`tpe: {multivariate: true}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TpeSpec {
+    /// Model the parameters jointly (multivariate TPE) rather than one at a time.
+    #[serde(default)]
+    pub multivariate: bool,
+}
+
+/// What an improvement of the metric is worth, in the currency of the policy's
+/// GPU-hour prices: an improvement of one unit of the metric (0.01 of an
+/// accuracy metric is a hundredth of a unit) is worth `per_unit`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricValue {
+    /// Currency units per unit of the metric's improvement.
+    pub per_unit: f64,
 }
 
 impl Default for SearchSpec {
@@ -67,6 +92,8 @@ impl Default for SearchSpec {
             seeds: 1,
             seed: 0,
             early_stopping: None,
+            value: None,
+            tpe: None,
         }
     }
 }
@@ -499,6 +526,20 @@ impl SearchSpec {
         if let Some(metric) = &self.metric {
             check_label("search.metric", metric)?;
         }
+        if let Some(value) = &self.value {
+            if self.metric.is_none() {
+                return Err(invalid(
+                    "search.value",
+                    "needs search.metric, the value whose units it prices",
+                ));
+            }
+            if !(value.per_unit.is_finite() && value.per_unit > 0.0) {
+                return Err(invalid(
+                    "search.value.per_unit",
+                    "must be a finite number > 0",
+                ));
+            }
+        }
         if let Some(early_stopping) = &self.early_stopping {
             if self.metric.is_none() {
                 return Err(invalid(
@@ -512,6 +553,9 @@ impl SearchSpec {
                     error.to_string(),
                 )
             })?;
+        }
+        if self.algorithm != Algorithm::Tpe && self.tpe.is_some() {
+            return Err(invalid("search.tpe", "only applies to `algorithm: tpe`"));
         }
         if self.algorithm != Algorithm::Gp {
             if self.acquisition.is_some() {

@@ -271,6 +271,18 @@ fn algorithms_and_their_options_are_checked() {
     );
     check_error(
         &search_yaml(&format!(
+            "  algorithm: gp\n  trials: 4\n  tpe: {{multivariate: true}}\n{space}"
+        )),
+        "search.tpe",
+    );
+    check_error(
+        &search_yaml(&format!(
+            "  algorithm: tpe\n  trials: 4\n  tpe: {{multivariate: true, group: true}}\n{space}"
+        )),
+        "group",
+    );
+    check_error(
+        &search_yaml(&format!(
             "  algorithm: gp\n  trials: 4\n  acquisition: ei\n  kappa: 1\n{space}"
         )),
         "search.kappa",
@@ -311,4 +323,50 @@ fn grid_size_counts_conditional_parameters_where_active() {
         ))
         .unwrap();
     assert_eq!(spec.trial_count(), (3 + 1) * 3);
+}
+
+#[test]
+fn a_metric_can_declare_what_a_unit_is_worth() {
+    let spec = ExperimentSpec::from_yaml(&search_yaml(
+        "  metric: acc\n  mode: max\n  value: {per_unit: 100.0}\n",
+    ))
+    .unwrap();
+    assert_eq!(spec.search.value, Some(MetricValue { per_unit: 100.0 }));
+    // Left out of the canonical JSON when absent, so identities stay as they were.
+    let plain = ExperimentSpec::from_yaml(&search_yaml("  metric: acc\n")).unwrap();
+    assert!(!plain.to_canonical_json().contains("value"));
+    check_error(&search_yaml("  value: {per_unit: 1}\n"), "search.value");
+    check_error(
+        &search_yaml("  metric: acc\n  value: {per_unit: -1}\n"),
+        "search.value.per_unit",
+    );
+    check_error(
+        &search_yaml("  metric: acc\n  value: {per_unit: 1, currency: eur}\n"),
+        "currency",
+    );
+}
+
+#[test]
+fn trial_leases_are_checked_and_left_out_of_canonical_json_when_absent() {
+    let spec = ExperimentSpec::from_yaml(
+        "name: l\ntrial:\n  command: [x]\n  resources: {gpu: 1, leases: {feature-store: 1, matlab-licence: 2}}\n",
+    )
+    .unwrap();
+    assert_eq!(spec.trial.resources.leases["matlab-licence"], 2);
+    let json = spec.to_canonical_json();
+    assert_eq!(ExperimentSpec::from_json(&json).unwrap(), spec);
+    let plain = ExperimentSpec::from_yaml("name: l\ntrial:\n  command: [x]\n").unwrap();
+    assert!(!plain.to_canonical_json().contains("leases"));
+    let base = "name: l\ntrial:\n  command: [x]\n  resources: {leases: ";
+    check_error(&format!("{base}{{fs: 0}}}}\n"), "trial.resources.leases.fs");
+    check_error(&format!("{base}{{'a b': 1}}}}\n"), "trial.resources.leases");
+    check_error(
+        &format!("{base}{{{}: 1}}}}\n", "x".repeat(65)),
+        "longer than 64",
+    );
+    let many: Vec<String> = (0..17).map(|index| format!("l{index}: 1")).collect();
+    check_error(
+        &format!("{base}{{{}}}}}\n", many.join(", ")),
+        "at most 16 leases",
+    );
 }

@@ -130,7 +130,37 @@ pub(super) fn one_u32() -> u32 {
     1
 }
 
-/// Resources one worker needs.
+/// The most leases one trial names.
+pub const MAX_TRIAL_LEASES: usize = 16;
+/// The longest lease name.
+pub const MAX_LEASE_NAME_BYTES: usize = 64;
+/// The most units of one lease: its largest capacity, and the most one trial asks.
+pub const MAX_LEASE_UNITS: u64 = 1 << 32;
+
+/// Why a lease name is refused: empty, too long, or outside `[A-Za-z0-9._-]`
+/// (it appears in wait reasons, tables and JSON keys, so it stays plain).
+pub fn check_lease_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("a lease name must not be empty".to_owned());
+    }
+    if name.len() > MAX_LEASE_NAME_BYTES {
+        return Err(format!(
+            "a lease name of {} bytes is longer than {MAX_LEASE_NAME_BYTES}",
+            name.len()
+        ));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(format!(
+            "lease name {name:?} may hold only letters, digits, '-', '_' and '.'"
+        ));
+    }
+    Ok(())
+}
+
+/// Resources one worker needs (leases: the whole gang).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
@@ -144,6 +174,10 @@ pub struct Resources {
     /// Memory in bytes; YAML accepts `16GiB`, `512MB` or a plain integer.
     #[serde(default)]
     pub memory: MemoryBytes,
+    /// Units of the policy's named leases (shared things such as a licence),
+    /// held once by the whole gang while it runs, not per worker.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub leases: BTreeMap<String, u64>,
 }
 
 fn one_f64() -> f64 {
@@ -156,6 +190,7 @@ impl Default for Resources {
             gpu: 0.0,
             cpu: 1.0,
             memory: MemoryBytes(0),
+            leases: BTreeMap::new(),
         }
     }
 }
@@ -347,6 +382,23 @@ impl TrialSpec {
         }
         if self.max_retries > 100 {
             return Err(invalid("trial.max_retries", "must be at most 100"));
+        }
+        if self.resources.leases.len() > MAX_TRIAL_LEASES {
+            return Err(invalid(
+                "trial.resources.leases",
+                format!("at most {MAX_TRIAL_LEASES} leases"),
+            ));
+        }
+        for (name, units) in &self.resources.leases {
+            if let Err(reason) = check_lease_name(name) {
+                return Err(invalid("trial.resources.leases", reason));
+            }
+            if *units == 0 || *units > MAX_LEASE_UNITS {
+                return Err(invalid(
+                    format!("trial.resources.leases.{name}"),
+                    format!("must be a count between 1 and {MAX_LEASE_UNITS}"),
+                ));
+            }
         }
         Ok(())
     }

@@ -38,6 +38,7 @@ fn gang(workers: u32, gpu_milli: u64) -> GangShape {
         gpu_models: Vec::new(),
         node_labels: BTreeMap::new(),
         spread: false,
+        leases: Default::default(),
     }
 }
 
@@ -723,6 +724,7 @@ fn gang_of(generated: &GangGen) -> (GangShape, Strategy) {
             BTreeMap::new()
         },
         spread: generated.spread,
+        leases: Default::default(),
     };
     let strategy = match generated.strategy {
         0 => Strategy::BinPack,

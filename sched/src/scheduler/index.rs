@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, TrialId};
 
+use super::leases::add_leases;
 use super::reservations::Reservation;
 use super::resource_vec::{ResourceVec, minus, plus};
 use super::trial::{Placed, Standing, Trial};
@@ -40,14 +41,19 @@ pub(super) struct QueueIndex {
     pub(super) reserved: ResourceVec,
     /// What its placed trials that are being preempted hold (part of `usage`).
     pub(super) stopping: ResourceVec,
-    /// Waiting trials by base priority, each set in FIFO order.
-    pub(super) waiting: BTreeMap<i64, BTreeSet<(UnixMillis, TrialId)>>,
+    /// Waiting trials by base priority and urgency, each set in FIFO order
+    /// (so that aging, which favours the oldest, never reorders a set).
+    pub(super) waiting: BTreeMap<(i64, u32), BTreeSet<(UnixMillis, TrialId)>>,
     /// Its trials waiting, held and placed.
     pub(super) n_waiting: u64,
     pub(super) n_held: u64,
     pub(super) n_placed: u64,
     /// Its preemption candidates.
     pub(super) victims: BTreeSet<VictimKey>,
+    /// Lease units its placed trials hold.
+    pub(super) lease_usage: BTreeMap<String, u64>,
+    /// Lease units its trials waiting on preemption will take.
+    pub(super) lease_reserved: BTreeMap<String, u64>,
 }
 
 /// Everything derived from the trial table, kept up to date by `insert` and
@@ -66,6 +72,10 @@ pub(super) struct Index {
     pub(super) victims: BTreeSet<VictimKey>,
     /// A multiset per resource of waiting trials' demands, for the smallest one.
     waiting_demand: [BTreeMap<u64, u64>; 3],
+    /// Lease units placed trials hold, by lease.
+    pub(super) lease_held: BTreeMap<String, u64>,
+    /// Lease units trials waiting on preemption will take, by lease.
+    pub(super) lease_reserved: BTreeMap<String, u64>,
 }
 
 /// Adds one `key` to a multiset.
@@ -115,7 +125,7 @@ impl Index {
             Standing::Waiting => {
                 queue
                     .waiting
-                    .entry(trial.request.priority)
+                    .entry((trial.request.priority, trial.request.urgency))
                     .or_default()
                     .insert((trial.request.submitted_at, id));
                 queue.n_waiting += 1;
@@ -129,6 +139,8 @@ impl Index {
                 count_up(&mut self.pending_by_team, trial.request.team.clone());
             }
             Standing::Placed(placed) => {
+                add_leases(&mut queue.lease_usage, &trial.request.gang.leases, true);
+                add_leases(&mut self.lease_held, &trial.request.gang.leases, true);
                 queue.usage = plus(queue.usage, trial.demand);
                 if placed.preempt_deadline.is_some() {
                     queue.stopping = plus(queue.stopping, trial.demand);
@@ -153,10 +165,11 @@ impl Index {
         let queue = &mut self.queues[trial.queue];
         match &trial.standing {
             Standing::Waiting => {
-                if let Some(set) = queue.waiting.get_mut(&trial.request.priority) {
+                let set_key = (trial.request.priority, trial.request.urgency);
+                if let Some(set) = queue.waiting.get_mut(&set_key) {
                     set.remove(&(trial.request.submitted_at, id));
                     if set.is_empty() {
-                        queue.waiting.remove(&trial.request.priority);
+                        queue.waiting.remove(&set_key);
                     }
                 }
                 queue.n_waiting -= 1;
@@ -170,6 +183,8 @@ impl Index {
                 count_down(&mut self.pending_by_team, trial.request.team.clone());
             }
             Standing::Placed(placed) => {
+                add_leases(&mut queue.lease_usage, &trial.request.gang.leases, false);
+                add_leases(&mut self.lease_held, &trial.request.gang.leases, false);
                 queue.usage = minus(queue.usage, trial.demand);
                 if placed.preempt_deadline.is_some() {
                     queue.stopping = minus(queue.stopping, trial.demand);
@@ -198,12 +213,16 @@ impl Index {
     pub(super) fn reserve(&mut self, reservation: &Reservation) {
         let queue = &mut self.queues[reservation.queue];
         queue.reserved = plus(queue.reserved, reservation.demand);
+        add_leases(&mut queue.lease_reserved, &reservation.leases, true);
+        add_leases(&mut self.lease_reserved, &reservation.leases, true);
     }
 
     /// Takes back what [`Self::reserve`] counted.
     pub(super) fn unreserve(&mut self, reservation: &Reservation) {
         let queue = &mut self.queues[reservation.queue];
         queue.reserved = minus(queue.reserved, reservation.demand);
+        add_leases(&mut queue.lease_reserved, &reservation.leases, false);
+        add_leases(&mut self.lease_reserved, &reservation.leases, false);
     }
 
     /// The smallest waiting demand per resource (each resource on its own).

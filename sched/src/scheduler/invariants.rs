@@ -1,6 +1,6 @@
 //! The from-scratch check of everything the policy core keeps: the index, the
-//! trial table, reservations, the pool's allocations node by node and the quota
-//! limits.
+//! trial table, reservations, the pool's allocations node by node, the quota
+//! limits and the leases (`leases::check_leases`).
 //!
 //! It is slow on purpose (it rebuilds what the core keeps incrementally) and is
 //! meant for tests and the simulator's debug mode; the decision pass never calls
@@ -37,6 +37,7 @@ impl PolicyCore {
             .and_then(|()| self.check_reservations())
             .and_then(|()| self.check_pool())
             .and_then(|()| self.check_quotas())
+            .and_then(|()| self.check_leases())
             .map_err(|description| InvariantViolation { description })
     }
 
@@ -91,7 +92,10 @@ impl PolicyCore {
             if !matches!(trial.standing, Standing::Waiting) {
                 return Err(format!("reservation of trial {id}, which is not waiting"));
             }
-            if reservation.queue != trial.queue || reservation.demand != trial.demand {
+            if reservation.queue != trial.queue
+                || reservation.demand != trial.demand
+                || reservation.leases != trial.request.gang.leases
+            {
                 return Err(format!("reservation of trial {id} is stale"));
             }
         }
@@ -202,6 +206,12 @@ fn describe_index_difference(rebuilt: &Index, kept: &Index) -> String {
     }
     if rebuilt.victims != kept.victims {
         return "preemption candidates differ from a recount".to_owned();
+    }
+    if rebuilt.lease_held != kept.lease_held || rebuilt.lease_reserved != kept.lease_reserved {
+        return format!(
+            "leases held {:?} and reserved {:?}, recounted {:?} and {:?}",
+            kept.lease_held, kept.lease_reserved, rebuilt.lease_held, rebuilt.lease_reserved
+        );
     }
     "waiting demands differ from a recount".to_owned()
 }

@@ -4,10 +4,16 @@
 //! # Keeping a pass cheap
 //!
 //!
-//! Waiting trials sit in ordered sets per queue and base priority, keyed by
+//! Waiting trials sit in ordered sets per queue, base priority and urgency, keyed by
 //! `(submitted_at, id)`. Aging never reorders such a set (an older trial has aged at
 //! least as much), so a lane is a k-way merge of the sets' heads by current
-//! effective priority: nothing is sorted per pass. A pass also stops early:
+//! effective priority, then urgency: nothing is sorted per pass.
+//!
+//! Urgency (a pipeline stage on its critical path) only breaks ties between
+//! equal effective priorities: it never beats a priority class, a quota or
+//! fair share between queues, and a long waiter that aging has lifted a step
+//! goes before any urgent trial still below it, so urgency cannot starve
+//! anyone aging would not. Under `order: fifo` it is ignored like priority. A pass also stops early:
 //! a lane ends after its first blocked trial once the free room in the cluster is
 //! below the smallest waiting demand; under a backfill reservation the pass ends
 //! as soon as no trial could backfill (the reservation is due, or nothing fits);
@@ -54,25 +60,30 @@ enum Outcome {
     OverQuota(QuotaBlock),
     /// There is no room for it now.
     NoRoom,
+    /// Units of a lease it names are not free now.
+    NoLease,
 }
 
-/// An ordered walk over waiting trials: a k-way merge of per-(queue, priority)
-/// FIFO sets by the current key of each set's head.
+/// An ordered walk over waiting trials: a k-way merge of per-(queue, priority,
+/// urgency) FIFO sets by the current key of each set's head.
 #[derive(Debug)]
 struct Lane {
     queues: Vec<usize>,
     heap: BinaryHeap<Reverse<LaneEntry>>,
 }
 
-/// Effective priority (highest first), then FIFO order.
-pub(super) type OrderKey = (Reverse<i64>, UnixMillis, TrialId);
+/// Effective priority (highest first), then urgency (highest first), then FIFO
+/// order.
+pub(super) type OrderKey = (Reverse<i64>, Reverse<u32>, UnixMillis, TrialId);
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct LaneEntry {
-    /// Where the trial goes in its lane (effective priority is zero under FIFO).
+    /// Where the trial goes in its lane (effective priority and urgency are
+    /// zero under FIFO).
     key: OrderKey,
     queue: usize,
-    priority: i64,
+    /// The set it heads: base priority and urgency.
+    set: (i64, u32),
 }
 
 impl PolicyCore {
@@ -133,6 +144,17 @@ impl PolicyCore {
                         }
                     }
                 }
+                Outcome::NoLease => {
+                    // A lease, not the nodes, holds it: the lane goes on, and
+                    // later trials naming the same lease wait behind it.
+                    // A trial only behind another's wait for the lease does
+                    // not preempt: the one ahead goes first.
+                    if let Some(lease) = self.lease_shortage(id, None)
+                        && !self.try_preempt(id, queue, None, pass, decisions)
+                    {
+                        pass.lease_blocked.insert(lease);
+                    }
+                }
                 Outcome::NoRoom => {
                     if self.try_preempt(id, queue, None, pass, decisions) {
                         continue;
@@ -180,25 +202,26 @@ impl PolicyCore {
     fn lane_entry(
         &self,
         queue: usize,
-        priority: i64,
+        set: (i64, u32),
         submitted_at: UnixMillis,
         id: TrialId,
         now: UnixMillis,
     ) -> LaneEntry {
-        let effective = match self.config.order {
-            Order::Fifo => 0,
+        let (priority, urgency) = set;
+        let (effective, urgency) = match self.config.order {
+            Order::Fifo => (0, 0),
             Order::Priority | Order::Fair => {
                 let boost = self
                     .config
                     .aging
                     .map_or(0, |aging| aging.boost(now.saturating_sub(submitted_at)));
-                priority.saturating_add(boost)
+                (priority.saturating_add(boost), urgency)
             }
         };
         LaneEntry {
-            key: (Reverse(effective), submitted_at, id),
+            key: (Reverse(effective), Reverse(urgency), submitted_at, id),
             queue,
-            priority,
+            set,
         }
     }
 
@@ -206,11 +229,11 @@ impl PolicyCore {
     fn lane(&self, queues: Vec<usize>, now: UnixMillis) -> Lane {
         let mut heap = BinaryHeap::new();
         for &queue in &queues {
-            for (&priority, set) in &self.index.queues[queue].waiting {
+            for (&set_key, set) in &self.index.queues[queue].waiting {
                 if let Some(&(submitted_at, id)) = set.first() {
                     heap.push(Reverse(self.lane_entry(
                         queue,
-                        priority,
+                        set_key,
                         submitted_at,
                         id,
                         now,
@@ -228,10 +251,10 @@ impl PolicyCore {
             if pass.stopped[entry.queue] {
                 continue;
             }
-            let (_, submitted_at, id) = entry.key;
+            let (_, _, submitted_at, id) = entry.key;
             let next = self.index.queues[entry.queue]
                 .waiting
-                .get(&entry.priority)
+                .get(&entry.set)
                 .and_then(|set| {
                     set.range((Bound::Excluded((submitted_at, id)), Bound::Unbounded))
                         .next()
@@ -240,7 +263,7 @@ impl PolicyCore {
             if let Some((next_submitted_at, next_id)) = next {
                 lane.heap.push(Reverse(self.lane_entry(
                     entry.queue,
-                    entry.priority,
+                    entry.set,
                     next_submitted_at,
                     next_id,
                     pass.now,
@@ -309,9 +332,22 @@ impl PolicyCore {
             );
             return Outcome::OverQuota(block);
         }
+        if let Some(lease) = self.lease_quota_block(id) {
+            self.set_reason(
+                id,
+                WaitReason::OverQuota {
+                    resource: format!("lease {lease}"),
+                },
+            );
+            return Outcome::Passed;
+        }
         if !self.ever_fits(id) {
             self.set_reason(id, WaitReason::NoMatchingNodes);
             return Outcome::NeverFits;
+        }
+        if let Some(lease) = self.lease_shortage(id, Some(pass)) {
+            self.set_reason(id, WaitReason::WaitingForLease { lease });
+            return Outcome::NoLease;
         }
         let gang = &self.trials[&id].request.gang;
         if !covers(pass.free, demand) || pass.shape_failed(gang) {
@@ -361,6 +397,7 @@ impl PolicyCore {
             pass.usage_view[queue] = plus(pass.usage_view[queue], demand);
         }
         pass.free = minus(pass.free, placement_total(&workers));
+        self.forget_approvals(id);
         Decision::Place { trial: id, workers }
     }
 }

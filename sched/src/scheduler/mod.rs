@@ -23,6 +23,8 @@
 //! - `lanes`: the ordered walk over waiting trials and what each visit decides;
 //! - `backfill`: reservations for blocked trials and when they are due;
 //! - `preemption`: choosing victims for a trial that cannot start;
+//! - `leases`: lease units (free, reserved, quotas) and preemptions that wait
+//!   for an admin's approval;
 //! - `invariants`: the from-scratch check of all of the above.
 //!
 //! # One pass of [`PolicyCore::decide`]
@@ -37,8 +39,8 @@
 //!    share goes; otherwise one lane over all queues. Inside a lane the order is
 //!    effective priority (base plus aging), then `submitted_at`, then id; `fifo`
 //!    ignores priorities.
-//! 3. A trial starts when its queue's quota allows it and the pool finds room for
-//!    its whole gang. When it cannot start, preemption is tried (if enabled); then
+//! 3. A trial starts when its queue's quota allows it, its lease units are free
+//!    and the pool finds room for its whole gang. When it cannot start, preemption is tried (if enabled); then
 //!    with backfill the queue's first such trial gets a reservation; otherwise a
 //!    strict head of line stops the lane (a trial over its own queue's quota stops
 //!    only its queue), and `skip` goes on.
@@ -49,6 +51,7 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, NodeId, TrialId};
 
 use self::index::Index;
+use self::leases::Approvals;
 use self::quota::{Cohort, QueueInfo, build_queues};
 use self::reservations::Reservation;
 use self::resource_vec::gang_demand;
@@ -65,6 +68,7 @@ mod backfill;
 mod index;
 mod invariants;
 mod lanes;
+mod leases;
 mod pass;
 mod preemption;
 mod quota;
@@ -96,6 +100,11 @@ pub struct PolicyCore {
     pass: u64,
     /// Set when a new policy left running work above its quotas.
     quota_relaxed: bool,
+    /// Set when a new policy (or an adoption) left leases held beyond their
+    /// capacity or a queue's lease quota.
+    leases_relaxed: bool,
+    /// Preemptions waiting for an admin, and the verdicts in force.
+    approvals: Approvals,
 }
 
 impl PolicyCore {
@@ -118,6 +127,8 @@ impl PolicyCore {
             unexamined: vec![WaitReason::NotYetConsidered; n_queues],
             pass: 0,
             quota_relaxed: false,
+            leases_relaxed: false,
+            approvals: Approvals::default(),
         }
     }
 
@@ -177,6 +188,8 @@ impl PolicyCore {
         self.index = Index::rebuild(n_queues, &self.trials, &self.reservations);
         self.unexamined = vec![WaitReason::NotYetConsidered; n_queues];
         self.quota_relaxed = self.quota_report().is_some();
+        self.leases_relaxed = self.leases_over_policy();
+        self.withdraw_pending_approvals();
         Ok(())
     }
 
@@ -225,6 +238,7 @@ impl PolicyCore {
             return Err(Refusal::Duplicate(request.id));
         }
         check_gang(&request.gang)?;
+        self.check_leases_of(&request.gang.leases)?;
         let queue = self.resolve_queue(&request.team, request.queue.as_deref())?;
         let pending = self
             .index
@@ -279,6 +293,7 @@ impl PolicyCore {
         }
         entry.entered_pass = self.pass;
         self.index.insert(trial, entry);
+        self.forget_approvals(trial);
         true
     }
 
@@ -290,6 +305,7 @@ impl PolicyCore {
         };
         self.index.remove(trial, &entry);
         self.drop_reservation(trial, None);
+        self.forget_approvals(trial);
         if let Standing::Placed(placed) = entry.standing {
             self.pool.release(&placed.held_workers());
             if completed {
@@ -311,6 +327,7 @@ impl PolicyCore {
             return false;
         }
         self.drop_reservation(trial, None);
+        self.forget_approvals(trial);
         self.change(trial, |entry| entry.standing = Standing::Held);
         true
     }
@@ -339,6 +356,13 @@ impl PolicyCore {
             }
         })
         .is_some()
+    }
+
+    /// Sets a trial's urgency (waiting, held or running), as a pipeline's
+    /// critical path moves. False if unknown.
+    pub fn set_urgency(&mut self, trial: TrialId, urgency: u32) -> bool {
+        self.change(trial, |entry| entry.request.urgency = urgency)
+            .is_some()
     }
 
     /// Moves a waiting or held trial to another queue of its team (or an open
@@ -376,6 +400,9 @@ impl PolicyCore {
         self.run_lanes(&mut pass, &mut decisions);
         if self.quota_relaxed && self.quota_report().is_none() {
             self.quota_relaxed = false;
+        }
+        if self.leases_relaxed && !self.leases_over_policy() {
+            self.leases_relaxed = false;
         }
         decisions
     }
@@ -462,6 +489,10 @@ impl PolicyCore {
         });
         self.index.insert(id, &trial);
         self.trials.insert(id, trial);
+        // It runs already: leases a new policy lowered are tolerated until it ends.
+        if self.leases_over_policy() {
+            self.leases_relaxed = true;
+        }
         Ok(())
     }
 }

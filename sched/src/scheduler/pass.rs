@@ -5,7 +5,7 @@
 //! A [`Pass`] lives for one [`PolicyCore::decide`] call and is dropped with it;
 //! nothing in it outlives the pass or is read by the public API.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, TrialId};
@@ -54,6 +54,9 @@ pub(super) struct Pass {
     pub(super) examined: usize,
     /// Preemption searches made.
     pub(super) preemption_attempts: usize,
+    /// Leases a trial of this pass found short: later trials naming them wait
+    /// behind it.
+    pub(super) lease_blocked: BTreeSet<String>,
 }
 
 impl Pass {
@@ -142,6 +145,7 @@ impl PolicyCore {
             failed_shapes: Vec::new(),
             examined: 0,
             preemption_attempts: 0,
+            lease_blocked: BTreeSet::new(),
         }
     }
 }

@@ -16,6 +16,13 @@
 //! plan count stopping trials as gone and reservations as taken, so two trials
 //! reclaiming in one pass do not stop twice what they need.
 //!
+//! A trial short of a lease may preempt in the same way: victims holding that
+//! lease come first among the candidates, and a set of victims suffices only
+//! when, once they are gone, the trial's lease units are free too. Victims an
+//! admin denied to this trial are not candidates; when a chosen victim's queue
+//! wants manual approval, nothing is stopped and the pair becomes a pending
+//! request (`leases`).
+//!
 //! What happens once victims are chosen (the reservation and the planned
 //! placement) is `reservations`' work.
 
@@ -110,7 +117,17 @@ impl PolicyCore {
             cohort,
             cutoff,
         };
-        let candidates = self.victim_candidates(&search, can_reclaim, pass);
+        let mut candidates = self.victim_candidates(&search, can_reclaim, pass);
+        if let Some(lease) = self.lease_shortage(id, None) {
+            // Short of a lease: its holders first (in their order), so that the
+            // prefix that frees it stops as few others as possible.
+            candidates.sort_by_key(|(victim, _)| {
+                !self
+                    .trials
+                    .get(victim)
+                    .is_some_and(|trial| trial.request.gang.leases.contains_key(&lease))
+            });
+        }
         let future = self.future_view(pass);
         let Some(chosen) = self.choose_victims(id, queue, &candidates, &future, pass) else {
             return false;
@@ -124,8 +141,35 @@ impl PolicyCore {
         ) else {
             return false;
         };
+        let reasons: Vec<(TrialId, PreemptReason)> = chosen
+            .iter()
+            .map(|&(victim, reclaim)| (victim, self.preempt_reason(&search, reclaim)))
+            .collect();
+        if let Some(request) = self.approval_needed(id, &reasons, pass.now) {
+            // Nothing stops until an admin approves; the claimant waits.
+            self.set_reason(id, WaitReason::WaitingForApproval { request });
+            return true;
+        }
+        for (victim, _) in &chosen {
+            self.approval_used(*victim, id);
+        }
         self.stop_victims(&search, &chosen, plan, pass, decisions);
         true
+    }
+
+    /// Why the search stops a victim: a reclaim, or higher priority.
+    fn preempt_reason(&self, search: &VictimSearch, reclaim: bool) -> PreemptReason {
+        if reclaim {
+            PreemptReason::Reclaim {
+                queue: self.queue_info[search.queue].name.clone(),
+                by: search.preemptor,
+            }
+        } else {
+            PreemptReason::HigherPriority {
+                by: search.preemptor,
+                priority: search.priority,
+            }
+        }
     }
 
     /// Whether adding `demand` keeps `queue` within its nominal quota in every
@@ -181,6 +225,7 @@ impl PolicyCore {
                 break;
             }
             if self.eligible_victim(victim, search.cutoff).is_some()
+                && !self.is_denied(victim, search.preemptor)
                 && !candidates.iter().any(|(chosen, _)| *chosen == victim)
             {
                 candidates.push((victim, false));
@@ -220,6 +265,9 @@ impl PolicyCore {
             let Some(trial) = self.eligible_victim(victim, search.cutoff) else {
                 continue;
             };
+            if self.is_denied(victim, search.preemptor) {
+                continue;
+            }
             let usage = remaining
                 .entry(trial.queue)
                 .or_insert_with(|| self.borrowing_usage(trial.queue, pass));
@@ -285,27 +333,18 @@ impl PolicyCore {
         let VictimSearch {
             preemptor: id,
             queue,
-            priority,
             demand,
             ..
         } = *search;
         let grace_ms = self.config.preemption.grace_period_ms;
         let deadline = pass.now.saturating_add(grace_ms);
-        let queue_name = self.queue_info[queue].name.clone();
         for &(victim, reclaim) in chosen {
             self.change(victim, |trial| {
                 if let Standing::Placed(placed) = &mut trial.standing {
                     placed.preempt_deadline = Some(deadline);
                 }
             });
-            let reason = if reclaim {
-                PreemptReason::Reclaim {
-                    queue: queue_name.clone(),
-                    by: id,
-                }
-            } else {
-                PreemptReason::HigherPriority { by: id, priority }
-            };
+            let reason = self.preempt_reason(search, reclaim);
             decisions.push(Decision::Preempt {
                 trial: victim,
                 reason,
@@ -316,6 +355,11 @@ impl PolicyCore {
             victims: chosen.iter().map(|(victim, _)| *victim).collect(),
             queue,
             demand,
+            leases: self
+                .trials
+                .get(&id)
+                .map(|trial| trial.request.gang.leases.clone())
+                .unwrap_or_default(),
         };
         self.index.reserve(&reservation);
         pass.usage_view[queue] = plus(pass.usage_view[queue], demand);
@@ -359,6 +403,7 @@ impl PolicyCore {
             }
             if covers(total, trial.demand)
                 && self.quota_block(queue, &trial.demand, &view).is_none()
+                && self.leases_fit_with_freed(id, &prefix_ids(&candidates[..=count]))
             {
                 first = Some(count + 1);
                 break;
@@ -425,6 +470,10 @@ impl PolicyCore {
         let mut view = future.to_vec();
         let mut total = pass.free;
         let mut freed: Vec<&[WorkerPlacement]> = Vec::new();
+        let victims: Vec<TrialId> = victims.collect();
+        if !self.leases_fit_with_freed(id, &victims) {
+            return None;
+        }
         for victim in victims {
             let victim_trial = self.trials.get(&victim)?;
             let Standing::Placed(placed) = &victim_trial.standing else {
@@ -447,6 +496,11 @@ impl PolicyCore {
     fn borrowing_usage(&self, queue: usize, pass: &Pass) -> ResourceVec {
         minus(pass.start_usage[queue], self.index.queues[queue].stopping)
     }
+}
+
+/// The trial ids of candidate victims.
+fn prefix_ids(candidates: &[(TrialId, bool)]) -> Vec<TrialId> {
+    candidates.iter().map(|(victim, _)| *victim).collect()
 }
 
 /// Up to `limit` candidates of `set` below priority `below` (all when `None`)

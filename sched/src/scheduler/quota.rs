@@ -37,6 +37,8 @@ pub(super) struct QueueInfo {
     pub(super) nominal: [Option<u64>; 3],
     borrowing: [Option<u64>; 3],
     lending: [Option<u64>; 3],
+    /// Its lease quotas (hard caps), by lease.
+    pub(super) lease_quota: BTreeMap<String, u64>,
 }
 
 impl QueueInfo {
@@ -102,6 +104,7 @@ pub(super) fn build_queues(
             nominal: queue.quota.as_array(),
             borrowing: queue.borrowing_limit.as_array(),
             lending: queue.lending_limit.as_array(),
+            lease_quota: queue.quota.leases.clone(),
         });
     }
     (infos, cohorts, by_name)
@@ -306,6 +309,8 @@ impl PolicyCore {
                     pending: queue.n_waiting + queue.n_held,
                     running: queue.n_placed,
                     dominant_share: dominant_share(queue.usage, capacity, info.weight),
+                    leases: queue.lease_usage.clone(),
+                    lease_quota: info.lease_quota.clone(),
                 }
             })
             .collect()

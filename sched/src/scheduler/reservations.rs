@@ -7,6 +7,7 @@
 //! stopped (`plan_conflict`). Choosing victims is `preemption`'s work.
 
 use std::cmp::Reverse;
+use std::collections::BTreeMap;
 
 use xp_runtime::ids::{NodeId, TrialId};
 
@@ -26,6 +27,8 @@ pub(super) struct Reservation {
     pub(super) queue: usize,
     /// What it will take, counted against its queue meanwhile.
     pub(super) demand: ResourceVec,
+    /// The lease units it will take, kept from everyone else meanwhile.
+    pub(super) leases: BTreeMap<String, u64>,
 }
 
 impl PolicyCore {
@@ -52,7 +55,11 @@ impl PolicyCore {
             .filter_map(|id| {
                 let trial = self.trials.get(id)?;
                 let effective = self.effective_priority(&trial.request, pass.now);
-                Some(((Reverse(effective), trial.request.submitted_at, *id), *id))
+                let urgency = Reverse(trial.request.urgency);
+                Some((
+                    (Reverse(effective), urgency, trial.request.submitted_at, *id),
+                    *id,
+                ))
             })
             .collect();
         order.sort_unstable();
@@ -70,6 +77,8 @@ impl PolicyCore {
             let mut view = pass.usage_view.clone();
             view[queue] = minus(view[queue], reservation.demand);
             if self.quota_block(queue, &trial.demand, &view).is_none()
+                && self.lease_shortage(id, None).is_none()
+                && self.lease_quota_block(id).is_none()
                 && let Some(workers) = self.pool.find(&trial.request.gang, strategy)
                 && self.plan_conflict(pass, &workers, &[]).is_none()
             {

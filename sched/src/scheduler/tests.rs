@@ -10,9 +10,10 @@ use xp_runtime::ids::ExperimentId;
 
 use super::*;
 use crate::config::{
-    AgingConfig, HeadOfLine, Order, PlacementKind, PreemptionConfig, QueueConfig, ResourceLimits,
+    AgingConfig, Approval, HeadOfLine, Order, PlacementKind, PreemptionConfig, QueueConfig,
+    QueuePreemption, ResourceLimits,
 };
-use crate::{Amount, PreemptReason, QueueUsage};
+use crate::{Amount, ApprovalVerdict, PreemptReason, QueueUsage};
 
 const GIB: u64 = 1 << 30;
 const SECOND: u64 = 1000;
@@ -66,10 +67,12 @@ fn req(index: u32, gpus: u64) -> TrialRequest {
             gpu_models: Vec::new(),
             node_labels: BTreeMap::new(),
             spread: false,
+            leases: Default::default(),
         },
         preemptible: true,
         time_limit_ms: None,
         submitted_at: u64::from(index),
+        urgency: 0,
     }
 }
 
@@ -265,6 +268,115 @@ fn aging_lets_a_low_priority_trial_pass() {
             vec![expected_first]
         );
     }
+}
+
+#[test]
+fn urgency_breaks_ties_of_equal_effective_priority_only() {
+    let requests = || {
+        vec![
+            req(1, 1),
+            TrialRequest {
+                urgency: 1,
+                ..req(2, 1)
+            },
+            TrialRequest {
+                priority: 100,
+                ..req(3, 1)
+            },
+            TrialRequest {
+                urgency: 2,
+                ..req(4, 1)
+            },
+            TrialRequest {
+                urgency: 1,
+                ..req(5, 1)
+            },
+        ]
+    };
+    // FIFO promises arrival order and ignores urgency as it ignores priority.
+    check_order(
+        PolicyConfig::preset("fifo").unwrap(),
+        requests(),
+        &[1, 2, 3, 4, 5],
+    );
+    // Priority first, then urgency, then arrival.
+    for preset in ["priority", "fair", "default"] {
+        check_order(
+            PolicyConfig::preset(preset).unwrap(),
+            requests(),
+            &[3, 4, 2, 5, 1],
+        );
+    }
+}
+
+#[test]
+fn aging_lifts_a_long_waiter_past_urgent_newcomers() {
+    for (aging, expected_first) in [(true, id(1)), (false, id(2))] {
+        let yaml = if aging {
+            "order: priority\naging: {rate_per_hour: 100, cap: 1000}\n"
+        } else {
+            "order: priority\n"
+        };
+        let mut core = core_yaml(yaml, &[1]);
+        must_submit(&mut core, req(0, 1));
+        assert_eq!(placed(&must_decide(&mut core, 0)), vec![id(0)]);
+        must_submit(
+            &mut core,
+            TrialRequest {
+                submitted_at: 0,
+                ..req(1, 1)
+            },
+        );
+        must_submit(
+            &mut core,
+            TrialRequest {
+                urgency: 5,
+                submitted_at: 3 * HOUR,
+                ..req(2, 1)
+            },
+        );
+        core.finish(id(0), 3 * HOUR, true);
+        assert_eq!(
+            placed(&must_decide(&mut core, 3 * HOUR)),
+            vec![expected_first],
+            "aging {aging}"
+        );
+    }
+}
+
+#[test]
+fn urgency_does_not_beat_fair_share_between_queues() {
+    let mut core = core_yaml(TWO_QUEUES, &[2]);
+    must_submit(&mut core, of_team(req(1, 1), "a"));
+    assert_eq!(placed(&must_decide(&mut core, 10)), vec![id(1)]);
+    must_submit(
+        &mut core,
+        TrialRequest {
+            urgency: 9,
+            ..of_team(req(2, 1), "a")
+        },
+    );
+    must_submit(&mut core, of_team(req(3, 1), "b"));
+    // Queue a already holds a GPU: b's trial has the lower share and goes first.
+    assert_eq!(placed(&must_decide(&mut core, 20)), vec![id(3)]);
+    check_reason(&core, id(2), WaitReason::GangDoesNotFit);
+}
+
+#[test]
+fn urgency_can_change_while_waiting() {
+    let mut core = core_yaml("order: priority\n", &[1]);
+    must_submit(&mut core, req(0, 1));
+    assert_eq!(placed(&must_decide(&mut core, 10)), vec![id(0)]);
+    must_submit(&mut core, req(1, 1));
+    must_submit(&mut core, req(2, 1));
+    assert!(core.set_urgency(id(2), 1));
+    assert!(!core.set_urgency(id(99), 1));
+    core.check_invariants().unwrap();
+    core.finish(id(0), 20, true);
+    assert_eq!(placed(&must_decide(&mut core, 20)), vec![id(2)]);
+    assert!(core.set_urgency(id(2), 0));
+    core.finish(id(2), 30, true);
+    assert_eq!(placed(&must_decide(&mut core, 30)), vec![id(1)]);
 }
 
 const TWO_QUEUES: &str = "
@@ -985,6 +1097,7 @@ enum Event {
         time_limit_ms: Option<u64>,
         experiment: u64,
         rack: Option<u8>,
+        urgency: u32,
     },
     Decide,
     Finish {
@@ -1019,6 +1132,24 @@ enum Event {
         pick: usize,
         priority: i64,
     },
+    SetUrgency {
+        pick: usize,
+        urgency: u32,
+    },
+    /// A trial asking for units of lease `l{lease}`.
+    SubmitLeased {
+        team: usize,
+        gpu_milli: u64,
+        lease: usize,
+        units: u64,
+        priority: i64,
+        preemptible: bool,
+    },
+    /// An admin's verdict on a pending approval request.
+    Verdict {
+        pick: usize,
+        approve: bool,
+    },
 }
 
 const TEAMS: [&str; 3] = ["t0", "t1", "t2"];
@@ -1038,9 +1169,11 @@ fn queue_strategy(index: usize) -> impl PropStrategy<Value = QueueConfig> {
         prop::option::weighted(0.8, 0..12_u64),
         prop::option::of(0..8_u64),
         prop::option::of(0..12_u64),
+        prop::option::weighted(0.3, 0..3_u64),
+        prop::bool::weighted(0.3),
     )
         .prop_map(
-            move |(team, in_cohort, weight, quota, borrowing, lending)| {
+            move |(team, in_cohort, weight, quota, borrowing, lending, lease_quota, manual)| {
                 let quota = quota.map(|gpus| gpus * GPU_MILLI);
                 let cohort = in_cohort.then(|| "c".to_owned());
                 let borrowing = borrowing.filter(|_| in_cohort && quota.is_some());
@@ -1052,12 +1185,29 @@ fn queue_strategy(index: usize) -> impl PropStrategy<Value = QueueConfig> {
                     team: team.map(|team| TEAMS[team].to_owned()),
                     cohort,
                     weight: f64::from(weight),
-                    quota: limits(quota),
+                    quota: ResourceLimits {
+                        leases: lease_quota
+                            .map(|units| BTreeMap::from([("l1".to_owned(), units)]))
+                            .unwrap_or_default(),
+                        ..limits(quota)
+                    },
                     borrowing_limit: limits(borrowing.map(|gpus| gpus * GPU_MILLI)),
                     lending_limit: limits(lending),
+                    preemption: QueuePreemption {
+                        approval: if manual {
+                            Approval::Manual
+                        } else {
+                            Approval::Automatic
+                        },
+                    },
                 }
             },
         )
+}
+
+/// The leases of the random policies: a mutex and a lease of three units.
+fn random_leases() -> BTreeMap<String, u64> {
+    BTreeMap::from([("l0".to_owned(), 1), ("l1".to_owned(), 3)])
 }
 
 fn config_strategy(with_quotas: bool) -> impl PropStrategy<Value = PolicyConfig> {
@@ -1118,6 +1268,7 @@ fn config_strategy(with_quotas: bool) -> impl PropStrategy<Value = PolicyConfig>
                     order,
                     backfill,
                     head_of_line,
+                    leases: random_leases(),
                     ..PolicyConfig::base()
                 }
             },
@@ -1143,6 +1294,7 @@ fn cohort_config_strategy() -> impl PropStrategy<Value = PolicyConfig> {
                     quota: limits(Some(quota * GPU_MILLI)),
                     borrowing_limit: ResourceLimits::default(),
                     lending_limit: limits(lending.map(|gpus| gpus.min(quota) * GPU_MILLI)),
+                    preemption: QueuePreemption::default(),
                 })
                 .collect();
             PolicyConfig {
@@ -1174,6 +1326,7 @@ fn event_strategy() -> impl PropStrategy<Value = Event> {
         prop::option::of(1..3600_u64),
         0..3_u64,
         prop::option::weighted(0.1, 0..2_u8),
+        prop_oneof![3 => Just(0_u32), 1 => 1..3_u32],
     )
         .prop_map(
             |(
@@ -1186,6 +1339,7 @@ fn event_strategy() -> impl PropStrategy<Value = Event> {
                 limit_s,
                 experiment,
                 rack,
+                urgency,
             )| {
                 Event::Submit {
                     team,
@@ -1198,6 +1352,7 @@ fn event_strategy() -> impl PropStrategy<Value = Event> {
                     time_limit_ms: limit_s.map(|seconds| seconds * SECOND),
                     experiment,
                     rack,
+                    urgency,
                 }
             },
         );
@@ -1216,6 +1371,13 @@ fn event_strategy() -> impl PropStrategy<Value = Event> {
         1 => any::<usize>().prop_map(|pick| Event::ReleaseHold { pick }),
         1 => (any::<usize>(), prop_oneof![Just(0_i64), Just(100), Just(1000)])
             .prop_map(|(pick, priority)| Event::SetPriority { pick, priority }),
+        1 => (any::<usize>(), 0..3_u32).prop_map(|(pick, urgency)| Event::SetUrgency { pick, urgency }),
+        3 => (0..TEAMS.len(), prop_oneof![Just(0_u64), Just(500), Just(1000)], 0..2_usize, 1..4_u64,
+              prop_oneof![Just(0_i64), Just(100), Just(1000)], prop::bool::weighted(0.8))
+            .prop_map(|(team, gpu_milli, lease, units, priority, preemptible)| Event::SubmitLeased {
+                team, gpu_milli, lease, units, priority, preemptible,
+            }),
+        2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, approve)| Event::Verdict { pick, approve }),
     ]
 }
 
@@ -1297,6 +1459,8 @@ struct Replay {
     next_node: u128,
     submitted: Vec<TrialId>,
     now: UnixMillis,
+    /// (victim, claimant) pairs an admin approved.
+    approved: HashSet<(TrialId, TrialId)>,
 }
 
 impl Replay {
@@ -1307,6 +1471,7 @@ impl Replay {
             next_node: 1,
             submitted: Vec::new(),
             now: 0,
+            approved: HashSet::new(),
         };
         for (gpus, rack) in nodes {
             replay.add_node(gpus, rack);
@@ -1340,6 +1505,7 @@ impl Replay {
                 time_limit_ms,
                 experiment,
                 rack,
+                urgency,
             } => {
                 let trial = trial_of(experiment, self.submitted.len() as u32);
                 let mut request = TrialRequest {
@@ -1350,6 +1516,7 @@ impl Replay {
                     preemptible,
                     time_limit_ms,
                     submitted_at: now,
+                    urgency,
                     ..req(0, 0)
                 };
                 request.gang.workers = workers;
@@ -1421,6 +1588,55 @@ impl Replay {
                     self.core.set_priority(trial, priority);
                 }
             }
+            Event::SetUrgency { pick, urgency } => {
+                if let Some(trial) = self.pick(pick) {
+                    self.core.set_urgency(trial, urgency);
+                }
+            }
+            Event::SubmitLeased {
+                team,
+                gpu_milli,
+                lease,
+                units,
+                priority,
+                preemptible,
+            } => {
+                let trial = trial_of(9, self.submitted.len() as u32);
+                let mut request = TrialRequest {
+                    id: trial,
+                    team: TEAMS[team].to_owned(),
+                    priority,
+                    preemptible,
+                    submitted_at: now,
+                    ..req(0, 0)
+                };
+                request.gang.per_worker.gpu_milli = gpu_milli;
+                request.gang.leases = BTreeMap::from([(format!("l{lease}"), units)]);
+                let fits_lease = units <= random_leases()[&format!("l{lease}")];
+                match self.core.submit(request, now) {
+                    Ok(()) => self.submitted.push(trial),
+                    Err(Refusal::Lease { .. }) if !fits_lease => {}
+                    Err(Refusal::TooManyPending { .. } | Refusal::UnknownQueue { .. }) => {}
+                    Err(refusal) => return Err(format!("leased trial refused: {refusal}")),
+                }
+            }
+            Event::Verdict { pick, approve } => {
+                let pending = self.core.approval_requests();
+                if !pending.is_empty() {
+                    let request = &pending[pick % pending.len()];
+                    let verdict = if approve {
+                        ApprovalVerdict::Approve
+                    } else {
+                        ApprovalVerdict::Deny
+                    };
+                    self.core
+                        .decide_approval(request.id, verdict)
+                        .map_err(|error| error.to_string())?;
+                    if approve {
+                        self.approved.insert((request.victim, request.claimant));
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -1451,6 +1667,21 @@ impl Replay {
             .map(|queue| queue.borrowed != Amount::default())
             .collect();
         let decisions = core.decide(self.now);
+        for (victim, reason, _) in preempted(&decisions) {
+            let by = match reason {
+                PreemptReason::HigherPriority { by, .. } | PreemptReason::Reclaim { by, .. } => by,
+            };
+            let queue = &core.queue_info[core.trials[&victim].queue].name;
+            let manual = core
+                .config
+                .queue(queue)
+                .is_some_and(|queue| queue.preemption.approval == Approval::Manual);
+            if manual && !self.approved.contains(&(victim, by)) {
+                return Err(format!(
+                    "{victim} of manual queue {queue} preempted for {by} without approval"
+                ));
+            }
+        }
         check_decisions(
             core,
             &decisions,
@@ -1525,10 +1756,12 @@ proptest! {
         trials in prop::collection::vec(
             (prop_oneof![Just(0_u64), Just(500), Just(1000), Just(2000), Just(4000)], 1..3_u32,
              prop_oneof![Just(0_i64), Just(100), Just(1000)], 0..TEAMS.len(), 0..1000_u64,
-             prop::option::of(1..3600_u64)),
+             prop::option::of(1..3600_u64), prop_oneof![3 => Just(0_u32), 1 => 1..3_u32]),
             1..30,
         ),
     ) {
+        // Urgent trials keep arriving ahead of nothing here, but urgency must not
+        // stop aging from reaching every trial either.
         let mut config = config;
         config.aging = Some(AgingConfig { rate_per_hour: 100, cap: 10_000 });
         let mut core = PolicyCore::new(config);
@@ -1536,11 +1769,12 @@ proptest! {
             core.upsert_node(rack_node(n as u128 + 1, gpus, rack));
         }
         let mut pending = Vec::new();
-        for (index, (gpu_milli, workers, priority, team, submitted_at, limit_s)) in trials.into_iter().enumerate() {
+        for (index, (gpu_milli, workers, priority, team, submitted_at, limit_s, urgency)) in trials.into_iter().enumerate() {
             let mut request = TrialRequest {
                 team: TEAMS[team].to_owned(),
                 priority,
                 submitted_at,
+                urgency,
                 time_limit_ms: limit_s.map(|seconds| seconds * SECOND),
                 ..req(index as u32, 0)
             };

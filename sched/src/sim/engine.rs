@@ -28,6 +28,8 @@
 //!   without an interval) is lost: it will need its remaining duration plus that.
 //! - A submission refused for too many pending trials goes to its team's
 //!   backlog, and the team resubmits its backlog in order after the retry hint.
+//! - With a critical-path boost, every `decide` is preceded by new urgencies
+//!   for the waiting jobs of pipelines under way ([`super::pipeline`]).
 //!
 //! Nothing here reads a clock or draws entropy: the same inputs give the same report.
 
@@ -38,7 +40,8 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, NodeId, TrialId};
 
 use super::cluster::ClusterSpec;
-use super::report::{LittlesLaw, Outcomes, SimReport, Summary, TeamReport, jain_index};
+use super::pipeline::{Booster, CriticalPathBoost, Pipelines, progress_of};
+use super::report::{LittlesLaw, SimReport, Summary, Tally, TeamReport, gpu_hours_of, jain_index};
 use super::trace::{JobPriority, Trace, TraceJob};
 use crate::{
     Amount, Decision, GPU_MILLI, GangShape, PolicyConfig, PolicyCore, Refusal, TrialRequest,
@@ -63,6 +66,8 @@ pub struct SimOptions {
     /// Seeds the core's random choices: random placement, and the order among
     /// equal trials submitted at the same time. With 0, jobs keep trace order.
     pub seed: u64,
+    /// Whether and how jobs on their pipeline's critical path go first.
+    pub critical_path_boost: CriticalPathBoost,
 }
 
 /// Why a simulation could not run to its end.
@@ -120,7 +125,7 @@ pub enum SimError {
 
 /// Where a job stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(super) enum Phase {
     /// Not yet submitted (waiting for its time or its dependencies).
     Pending,
     /// Refused for too many pending trials; in its team's backlog.
@@ -176,16 +181,17 @@ struct Event {
 }
 
 #[derive(Debug, Clone)]
-struct JobRun {
-    phase: Phase,
+pub(super) struct JobRun {
+    pub(super) phase: Phase,
     /// Bumped on every placement, so events of earlier runs are recognised.
     epoch: u32,
     /// When it was first offered to the policy.
     arrival_ms: u64,
     first_start_ms: Option<u64>,
-    start_ms: u64,
-    /// Work left; `None` never finishes.
-    remaining_ms: Option<u64>,
+    pub(super) start_ms: u64,
+    /// Work left, as of the start of the current run or the end of the last;
+    /// `None` never finishes.
+    pub(super) remaining_ms: Option<u64>,
     end_ms: u64,
     unmet_deps: u32,
 }
@@ -233,6 +239,8 @@ struct Sim<'a> {
     placements: u64,
     events_done: u64,
     changed: bool,
+    pipelines: Pipelines,
+    booster: Option<Booster>,
 }
 
 /// The core examines at most this many waiting trials in one pass
@@ -254,6 +262,7 @@ pub(super) fn gang_of(job: &TraceJob) -> GangShape {
         gpu_models: job.gpu_types.clone(),
         node_labels: BTreeMap::new(),
         spread: false,
+        leases: Default::default(),
     }
 }
 
@@ -381,6 +390,8 @@ pub fn simulate(
         placements: 0,
         events_done: 0,
         changed: false,
+        pipelines: Pipelines::new(trace),
+        booster: Booster::new(trace, options.critical_path_boost),
     };
     sim.run()
 }
@@ -511,6 +522,11 @@ impl Sim<'_> {
         if run.phase == Phase::Pending {
             run.arrival_ms = now;
             self.in_system += 1;
+            if let (Some(booster), Some(pipeline)) =
+                (&mut self.booster, self.pipelines.of_job(index))
+            {
+                booster.activate(pipeline);
+            }
         }
         let trace = self.trace;
         let job = &trace.jobs[index as usize];
@@ -523,6 +539,10 @@ impl Sim<'_> {
             preemptible: job.preemptible,
             time_limit_ms: job.time_limit_ms,
             submitted_at: now,
+            urgency: self
+                .booster
+                .as_ref()
+                .map_or(0, |booster| booster.urgency(index)),
         };
         match self.core.submit(request, now) {
             Ok(()) => {
@@ -587,6 +607,10 @@ impl Sim<'_> {
             *remaining = remaining.saturating_sub(ran);
         }
         self.in_system -= 1;
+        if let (Some(booster), true) = (&mut self.booster, completed) {
+            let duration_ms = self.trace.jobs[index as usize].duration_ms.unwrap_or(0);
+            booster.record(index, seconds(duration_ms));
+        }
         self.core.finish(self.trial_of(index), now, completed);
         self.changed = true;
         self.release_dependents(index, now, completed);
@@ -599,10 +623,13 @@ impl Sim<'_> {
             return;
         }
         let ran = now - run.start_ms;
-        let lost = match self.trace.jobs[index as usize].ckpt_interval_ms {
-            Some(interval) => ran % interval,
-            None => ran,
-        };
+        // Work since the last periodic checkpoint is lost, by the rule `xp
+        // report` counts with.
+        let last_checkpoint = self.trace.jobs[index as usize]
+            .ckpt_interval_ms
+            .filter(|interval| *interval > 0)
+            .map(|interval| run.start_ms + ran / interval * interval);
+        let lost = now - xp_runtime::report::lost_since(run.start_ms, now, last_checkpoint);
         self.account_run(index, ran);
         self.busy_gpu_milli -= self.trace.jobs[index as usize].total_gpu_milli();
         self.lost_gpu_milli_ms +=
@@ -647,6 +674,15 @@ impl Sim<'_> {
     /// Calls `decide` and carries out its decisions, again while a pass placed
     /// something and more trials wait than one pass examines.
     fn decide(&mut self, now: UnixMillis) -> Result<(), SimError> {
+        if let Some(booster) = &mut self.booster {
+            let (runs, jobs) = (&self.runs, &self.trace.jobs);
+            let changes = booster.refresh(&self.pipelines, self.trace, |job| {
+                progress_of(&runs[job as usize], jobs[job as usize].duration_ms, now)
+            });
+            for (job, urgency) in changes {
+                self.core.set_urgency(self.trial_of(job), urgency);
+            }
+        }
         for _ in 0..MAX_ROUNDS_AT_ONE_TIME {
             let waiting_before = self.waiting;
             let placed = self.decide_once(now)?;
@@ -851,6 +887,10 @@ impl Sim<'_> {
             decide_calls: self.decide_calls,
             placements: self.placements,
             events: self.events_done,
+            pipelines: self.pipelines.report(self.trace, |job| {
+                let run = &self.runs[job as usize];
+                (run.phase == Phase::Completed).then_some(run.end_ms)
+            }),
         }
     }
 
@@ -920,33 +960,4 @@ impl Sim<'_> {
         }
         tally
     }
-}
-
-/// GPU hours in this many GPU-thousandth milliseconds.
-fn gpu_hours_of(milli_ms: u128) -> f64 {
-    milli_ms as f64 / (GPU_MILLI as f64 * 3_600_000.0)
-}
-
-/// Every job's outcome counted for the report, with the samples of its
-/// distributions.
-#[derive(Debug, Default)]
-struct Tally {
-    outcomes: Outcomes,
-    /// Job completion times of completed jobs, in seconds.
-    jct: Vec<f64>,
-    /// Waits before the first start, in seconds.
-    queue_delay: Vec<f64>,
-    never_started: u64,
-    /// Time in the system of completed and killed jobs, summed.
-    time_in_system_ms: u128,
-    /// Jobs completed or killed.
-    departed: u64,
-    /// Jobs offered to the policy.
-    arrived: u64,
-    /// Per team: jobs, completed jobs and their completion times summed.
-    team_jobs: Vec<u64>,
-    team_completed: Vec<u64>,
-    team_jct_sum: Vec<f64>,
-    /// Jobs still waiting, by why.
-    wait_reasons: BTreeMap<String, u64>,
 }

@@ -40,7 +40,7 @@ pub enum GenerateError {
         jobs: usize,
     },
     /// The rate is not a positive finite number.
-    #[error("the rate must be a positive number of jobs per hour up to 1e9 (got {rate})")]
+    #[error("the rate must be a positive number of arrivals per hour up to 1e9 (got {rate})")]
     Rate {
         /// The value given.
         rate: f64,
@@ -50,6 +50,18 @@ pub enum GenerateError {
     Teams {
         /// The value given.
         teams: u32,
+    },
+    /// `pipelines` is 0 or above [`MAX_PIPELINES`](super::pipeline_gen::MAX_PIPELINES).
+    #[error("pipelines must be between 1 and {max} (got {pipelines})", max = super::pipeline_gen::MAX_PIPELINES)]
+    Pipelines {
+        /// The value given.
+        pipelines: usize,
+    },
+    /// `templates` is 0 or above [`MAX_TEMPLATES`](super::pipeline_gen::MAX_TEMPLATES).
+    #[error("templates must be between 1 and {max} (got {templates})", max = super::pipeline_gen::MAX_TEMPLATES)]
+    Templates {
+        /// The value given.
+        templates: u32,
     },
 }
 
@@ -94,25 +106,13 @@ pub fn generate(options: &GenerateOptions) -> Result<Trace, GenerateError> {
         });
     }
     let mut rng = SplitMix64::new(options.seed);
-    // Zipf weights: team k carries 1/(k+1) of the load, relative to team 0.
-    let mut cumulative = Vec::with_capacity(options.teams as usize);
-    let mut total = 0.0;
-    for team in 0..options.teams {
-        total += 1.0 / f64::from(team + 1);
-        cumulative.push(total);
-    }
-    let teams: Vec<String> = (1..=options.teams)
-        .map(|team| format!("team-{team}"))
-        .collect();
+    let (cumulative, teams) = zipf_teams(options.teams);
     let rate_per_second = options.rate_per_hour / 3600.0;
     let mut clock_s = 0.0;
     let mut jobs = Vec::with_capacity(options.jobs);
     for index in 0..options.jobs {
         clock_s += rng.exponential(rate_per_second);
-        let draw = rng.next_f64() * total;
-        let team = cumulative
-            .partition_point(|&edge| edge <= draw)
-            .min(cumulative.len() - 1);
+        let team = draw_team(&mut rng, &cumulative);
         let draw = rng.next_f64();
         let &(_, num_workers, gpu_milli) = SHAPES
             .iter()
@@ -157,29 +157,57 @@ pub fn generate(options: &GenerateOptions) -> Result<Trace, GenerateError> {
             mem_mib_per_worker: mem_mib,
             gpu_types: Vec::new(),
             priority: Some(JobPriority::Value(priority)),
-            team: u32::try_from(team).expect("at most MAX_TEAMS teams"),
+            team,
             preemptible,
             time_limit_ms,
             ckpt_interval_ms,
             deps,
             line: 0,
+            estimate_ms: None,
+            kind: None,
         });
     }
-    // Team indexes follow first appearance, as in a parsed trace.
-    let mut renumber = vec![u32::MAX; teams.len()];
-    let mut ordered_teams = Vec::new();
-    for job in &mut jobs {
+    let teams = renumber_teams(&mut jobs, &teams);
+    Ok(Trace { jobs, teams })
+}
+
+/// Cumulative Zipf weights over `teams` teams (team k carries 1/(k+1) of the
+/// load, relative to team 0) and the team names.
+pub(super) fn zipf_teams(teams: u32) -> (Vec<f64>, Vec<String>) {
+    let mut cumulative = Vec::with_capacity(teams as usize);
+    let mut total = 0.0;
+    for team in 0..teams {
+        total += 1.0 / f64::from(team + 1);
+        cumulative.push(total);
+    }
+    let names = (1..=teams).map(|team| format!("team-{team}")).collect();
+    (cumulative, names)
+}
+
+/// Draws a team index from cumulative weights.
+pub(super) fn draw_team(rng: &mut SplitMix64, cumulative: &[f64]) -> u32 {
+    let total = *cumulative.last().expect("at least one team");
+    let draw = rng.next_f64() * total;
+    let team = cumulative
+        .partition_point(|&edge| edge <= draw)
+        .min(cumulative.len() - 1);
+    u32::try_from(team).expect("at most MAX_TEAMS teams")
+}
+
+/// Renumbers the jobs' teams in order of first appearance, as in a parsed
+/// trace, and returns the names in that order.
+pub(super) fn renumber_teams(jobs: &mut [TraceJob], names: &[String]) -> Vec<String> {
+    let mut renumber = vec![u32::MAX; names.len()];
+    let mut ordered = Vec::new();
+    for job in jobs {
         let old = job.team as usize;
         if renumber[old] == u32::MAX {
-            renumber[old] = u32::try_from(ordered_teams.len()).expect("at most MAX_TEAMS teams");
-            ordered_teams.push(teams[old].clone());
+            renumber[old] = u32::try_from(ordered.len()).expect("at most MAX_TEAMS teams");
+            ordered.push(names[old].clone());
         }
         job.team = renumber[old];
     }
-    Ok(Trace {
-        jobs,
-        teams: ordered_teams,
-    })
+    ordered
 }
 
 #[cfg(test)]

@@ -5,7 +5,9 @@
 //! simulated clock through the very [`crate::PolicyCore`] the head runs
 //! ([`engine`]), and reports completion times, queueing delays, utilisation,
 //! fairness, preemption losses and gang locality ([`report`]). [`place_once`](mod@place_once)
-//! measures packing alone, and [`generate`](mod@generate) writes synthetic traces.
+//! measures packing alone, and [`generate`](mod@generate) writes synthetic traces
+//! ([`pipeline_gen`] pipeline workloads). [`pipeline`] cuts a trace into
+//! pipelines, reports their makespans and drives the critical-path boost.
 //!
 //! Everything here is pure: inputs arrive as text or values, results leave as
 //! values, and no clock, file, or entropy source is touched. The `xp sim` command
@@ -14,6 +16,8 @@
 pub mod cluster;
 pub mod engine;
 pub mod generate;
+pub mod pipeline;
+pub mod pipeline_gen;
 pub mod place_once;
 pub mod report;
 pub mod trace;
@@ -24,6 +28,8 @@ mod tests;
 pub use self::cluster::{ClusterError, ClusterSpec, parse_cluster_csv, parse_cluster_yaml};
 pub use self::engine::{SimError, SimOptions, simulate};
 pub use self::generate::{GenerateError, GenerateOptions, generate};
+pub use self::pipeline::CriticalPathBoost;
+pub use self::pipeline_gen::{PipelineOptions, generate_pipelines};
 pub use self::place_once::{PlaceOnceError, PlaceOnceOptions, PlaceOnceReport, place_once};
 pub use self::report::SimReport;
 pub use self::trace::{Trace, TraceError, parse_trace};

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use crate::GPU_MILLI;
+
 /// Mean, median and 99th percentile of a sample.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Summary {
@@ -164,6 +166,22 @@ pub struct SimReport {
     pub placements: u64,
     /// Events processed (arrivals, ends, stops).
     pub events: u64,
+    /// The pipelines (dependency-connected jobs); `None` when the trace has none.
+    pub pipelines: Option<PipelineReport>,
+}
+
+/// The pipelines' part of the report.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PipelineReport {
+    /// Pipelines in the trace: connected parts of its dependency graph with at
+    /// least two jobs.
+    pub pipelines: u64,
+    /// Those whose every job completed.
+    pub completed: u64,
+    /// Per completed pipeline, from its first submission to its last end, seconds.
+    pub makespan: Option<Summary>,
+    /// Those makespans summed, seconds.
+    pub makespan_total: f64,
 }
 
 fn summary_json(summary: Option<Summary>, pick: fn(&Summary) -> f64) -> Value {
@@ -235,8 +253,45 @@ impl SimReport {
             "decide_calls": self.decide_calls,
             "placements": self.placements,
             "events": self.events,
+            "pipelines": self.pipelines.map_or(Value::Null, |pipelines| json!({
+                "count": pipelines.pipelines,
+                "completed": pipelines.completed,
+                "makespan_mean": summary_json(pipelines.makespan, |summary| summary.mean),
+                "makespan_median": summary_json(pipelines.makespan, |summary| summary.median),
+                "makespan_p99": summary_json(pipelines.makespan, |summary| summary.p99),
+                "makespan_total": pipelines.makespan_total,
+            })),
         })
     }
+}
+
+/// GPU hours in this many GPU-thousandth milliseconds.
+pub(super) fn gpu_hours_of(milli_ms: u128) -> f64 {
+    milli_ms as f64 / (GPU_MILLI as f64 * 3_600_000.0)
+}
+
+/// Every job's outcome counted for the report, with the samples of its
+/// distributions.
+#[derive(Debug, Default)]
+pub(super) struct Tally {
+    pub(super) outcomes: Outcomes,
+    /// Job completion times of completed jobs, in seconds.
+    pub(super) jct: Vec<f64>,
+    /// Waits before the first start, in seconds.
+    pub(super) queue_delay: Vec<f64>,
+    pub(super) never_started: u64,
+    /// Time in the system of completed and killed jobs, summed.
+    pub(super) time_in_system_ms: u128,
+    /// Jobs completed or killed.
+    pub(super) departed: u64,
+    /// Jobs offered to the policy.
+    pub(super) arrived: u64,
+    /// Per team: jobs, completed jobs and their completion times summed.
+    pub(super) team_jobs: Vec<u64>,
+    pub(super) team_completed: Vec<u64>,
+    pub(super) team_jct_sum: Vec<f64>,
+    /// Jobs still waiting, by why.
+    pub(super) wait_reasons: BTreeMap<String, u64>,
 }
 
 #[cfg(test)]

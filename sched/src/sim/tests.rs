@@ -17,7 +17,7 @@ fn must_simulate(
     let options = SimOptions {
         until_ms: until_s.map(|seconds| seconds * 1000),
         check_invariants: true,
-        seed: 0,
+        ..SimOptions::default()
     };
     simulate(&trace, &cluster, config, &options).unwrap()
 }
@@ -337,4 +337,99 @@ fn a_seed_changes_ids_but_not_a_tie_free_result() {
         .unwrap()
     };
     assert_eq!(run(0), run(12_345));
+}
+
+#[test]
+fn the_critical_path_boost_starts_the_long_chain_first() {
+    // r (1 s), then x1, x2 and y (10 s each) on two GPUs; z (50 s) needs y.
+    // In arrival order x1 and x2 take both GPUs, y runs 11-21, z 21-71. With
+    // the boost y goes first beside x1 (1-11), then z and x2 (z ends at 61).
+    let trace = parse_trace(&format!(
+        "{HEADER},deps,estimate_s\nr,0,1,1,1,,1\nx1,0,10,1,1,r,10\nx2,0,10,1,1,r,10\ny,0,10,1,1,r,10\nz,0,50,1,1,y,50\n"
+    ))
+    .unwrap();
+    let cluster = parse_cluster_yaml(ONE_NODE_TWO_GPUS).unwrap();
+    let run = |critical_path_boost| {
+        let options = SimOptions {
+            check_invariants: true,
+            critical_path_boost,
+            ..SimOptions::default()
+        };
+        simulate(
+            &trace,
+            &cluster,
+            PolicyConfig::preset("fair").unwrap(),
+            &options,
+        )
+        .unwrap()
+    };
+    for (boost, expected) in [
+        (CriticalPathBoost::Off, 71.0),
+        (CriticalPathBoost::Critical, 61.0),
+        (CriticalPathBoost::Rank, 61.0),
+    ] {
+        let report = run(boost);
+        check_close(report.makespan, expected);
+        let pipelines = report.pipelines.unwrap();
+        assert_eq!(
+            (pipelines.pipelines, pipelines.completed),
+            (1, 1),
+            "{boost:?}"
+        );
+        check_close(pipelines.makespan.unwrap().mean, expected);
+        check_close(pipelines.makespan_total, expected);
+    }
+    // Under FIFO urgency is ignored, like priority.
+    let options = SimOptions {
+        critical_path_boost: CriticalPathBoost::Critical,
+        ..SimOptions::default()
+    };
+    let fifo = simulate(
+        &trace,
+        &cluster,
+        PolicyConfig::preset("fifo").unwrap(),
+        &options,
+    )
+    .unwrap();
+    check_close(fifo.makespan, 71.0);
+}
+
+#[test]
+fn generated_pipelines_all_complete_under_every_boost() {
+    let trace = generate_pipelines(&PipelineOptions {
+        pipelines: 12,
+        rate_per_hour: 6.0,
+        teams: 2,
+        templates: 3,
+        seed: 5,
+    })
+    .unwrap();
+    let cluster =
+        parse_cluster_yaml("nodes: [{count: 2, gpus: 8, cpu_milli: 128000, mem_mib: 1048576}]\n")
+            .unwrap();
+    for boost in [
+        CriticalPathBoost::Off,
+        CriticalPathBoost::Critical,
+        CriticalPathBoost::Rank,
+    ] {
+        let options = SimOptions {
+            check_invariants: true,
+            critical_path_boost: boost,
+            ..SimOptions::default()
+        };
+        let report = simulate(
+            &trace,
+            &cluster,
+            PolicyConfig::preset("default").unwrap(),
+            &options,
+        )
+        .unwrap();
+        assert_eq!(report.outcomes.completed, report.jobs, "{boost:?}");
+        let pipelines = report.pipelines.unwrap();
+        assert_eq!(
+            (pipelines.pipelines, pipelines.completed),
+            (12, 12),
+            "{boost:?}"
+        );
+    }
 }

@@ -5,7 +5,10 @@
 //! fraction such as 0.47, or a whole number); optional `cpu_milli_per_worker`,
 //! `mem_mib_per_worker`, `gpu_types` (models separated by `|`), `priority` (an
 //! integer or a class name), `team`, `preemptible`, `time_limit_s`,
-//! `ckpt_interval_s`, `deps` (job ids separated by `;`).
+//! `ckpt_interval_s`, `deps` (job ids separated by `;`), `estimate_s` (the
+//! duration declared up front, which the critical-path boost may use instead
+//! of `duration_s`, the truth) and `kind` (jobs whose durations inform each
+//! other's estimates, such as one pipeline stage run after run).
 //!
 //! Parsing is strict: unknown or repeated columns, malformed values and absurd
 //! sizes are errors naming the line and column. Quoted fields are accepted but
@@ -40,7 +43,7 @@ const REQUIRED: [&str; 5] = [
     "num_workers",
     "gpus_per_worker",
 ];
-const OPTIONAL: [&str; 9] = [
+const OPTIONAL: [&str; 11] = [
     "cpu_milli_per_worker",
     "mem_mib_per_worker",
     "gpu_types",
@@ -50,6 +53,8 @@ const OPTIONAL: [&str; 9] = [
     "time_limit_s",
     "ckpt_interval_s",
     "deps",
+    "estimate_s",
+    "kind",
 ];
 
 /// Why a trace is rejected.
@@ -170,6 +175,11 @@ pub struct TraceJob {
     pub deps: Vec<u32>,
     /// The line it was read from (1 is the header); 0 for generated jobs.
     pub line: u64,
+    /// The duration declared before it runs, in milliseconds; an estimate,
+    /// not the truth (`duration_ms`).
+    pub estimate_ms: Option<u64>,
+    /// Jobs of one kind inform each other's duration estimates.
+    pub kind: Option<String>,
 }
 
 impl TraceJob {
@@ -580,6 +590,19 @@ fn parse_row(
     } else {
         Some(parse_positive_seconds(line, "ckpt_interval_s", interval)?)
     };
+    let estimate = columns.get(record, "estimate_s");
+    let estimate_ms = if estimate.is_empty() {
+        None
+    } else {
+        Some(parse_seconds(line, "estimate_s", estimate)?)
+    };
+    let kind = match columns.get(record, "kind") {
+        "" => None,
+        kind => {
+            check_name(line, "kind", kind)?;
+            Some(kind.to_owned())
+        }
+    };
     Ok(TraceJob {
         job_id: job_id.to_owned(),
         submit_ms,
@@ -596,6 +619,8 @@ fn parse_row(
         ckpt_interval_ms,
         deps: Vec::new(),
         line,
+        estimate_ms,
+        kind,
     })
 }
 
@@ -652,6 +677,8 @@ impl Trace {
                 job.time_limit_ms.map(seconds_text).unwrap_or_default(),
                 job.ckpt_interval_ms.map(seconds_text).unwrap_or_default(),
                 deps.join(";"),
+                job.estimate_ms.map(seconds_text).unwrap_or_default(),
+                job.kind.clone().unwrap_or_default(),
             ];
             writer
                 .write_record(&row)
@@ -812,14 +839,28 @@ mod tests {
             "appears twice",
         );
         check_error(&format!("{HEADER}\n"), "no jobs");
+        check_error(
+            &format!("{HEADER},estimate_s\na,0,1,1,1,-3\n"),
+            "line 2, column `estimate_s`",
+        );
+        check_error(
+            &format!("{HEADER},kind\na,0,1,1,1,\"x\ty\"\n"),
+            "column `kind`: must not contain control characters",
+        );
     }
 
     #[test]
     fn csv_round_trips() {
-        let text = "job_id,submit_s,duration_s,num_workers,gpus_per_worker,priority,team,time_limit_s,ckpt_interval_s,deps,gpu_types\n\
-                    a,0.001,10.5,1,0.25,3,x,20,5,,A100\n\
-                    b,2,,16,8,low,y,,,a,\n";
+        let text = "job_id,submit_s,duration_s,num_workers,gpus_per_worker,priority,team,time_limit_s,ckpt_interval_s,deps,gpu_types,estimate_s,kind\n\
+                    a,0.001,10.5,1,0.25,3,x,20,5,,A100,12,prep\n\
+                    b,2,,16,8,low,y,,,a,,,\n";
         let trace = parse_trace(text).unwrap();
+        assert_eq!(trace.jobs[0].estimate_ms, Some(12_000));
+        assert_eq!(trace.jobs[0].kind.as_deref(), Some("prep"));
+        assert_eq!(
+            (trace.jobs[1].estimate_ms, &trace.jobs[1].kind),
+            (None, &None)
+        );
         let again = parse_trace(&trace.to_csv()).unwrap();
         assert_eq!(trace, again);
     }

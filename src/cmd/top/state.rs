@@ -623,6 +623,8 @@ mod tests {
             pending: 0,
             running: 0,
             fair_share: 0.0,
+            leases: Default::default(),
+            lease_quota: Default::default(),
         };
         let queues = vec![
             queue("shared", ANY_TEAM),

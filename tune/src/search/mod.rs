@@ -8,7 +8,9 @@
 //! every algorithm works on;
 //! [`make_searcher`] builds the searcher of a [`SearchAlgorithm`]: [`GridSearcher`],
 //! [`RandomSearcher`], [`SobolSearcher`], [`GpSearcher`] (Bayesian optimisation with
-//! a Gaussian process) or [`TpeSearcher`] (tree-structured Parzen estimator).
+//! a Gaussian process) or [`TpeSearcher`] (tree-structured Parzen estimator, one
+//! parameter at a time or jointly). [`MotpeSearcher`] is multi-objective TPE, and
+//! [`pareto`] holds the Pareto-front and hypervolume functions it and the reports use.
 //! The adaptive searchers ignore a `tell` or `forget` of an id that is not pending
 //! (unknown, already told or forgotten), and treat a non-finite objective as a
 //! failure that yields no observation.
@@ -23,13 +25,17 @@ mod gp_acq;
 mod gp_model;
 mod grid;
 mod history;
+mod motpe;
+pub mod pareto;
 mod plan;
 mod random;
 mod sobol;
 mod tpe;
+mod tpe_joint;
 
 pub use gp::{GpOptions, GpSearcher};
 pub use grid::GridSearcher;
+pub use motpe::{MotpeSearcher, MultiObservation};
 pub use plan::{TrialPlan, plan_trials};
 pub use random::RandomSearcher;
 pub use sobol::SobolSearcher;
@@ -97,8 +103,11 @@ pub enum SearchAlgorithm {
         /// How candidates are scored.
         acquisition: Acquisition,
     },
-    /// The tree-structured Parzen estimator.
+    /// The tree-structured Parzen estimator, one parameter at a time.
     Tpe,
+    /// The tree-structured Parzen estimator modelling parameters jointly (product
+    /// kernels, grouped where parameters are conditional): `tpe: {multivariate: true}`.
+    MultivariateTpe,
 }
 
 impl SearchAlgorithm {
@@ -116,6 +125,9 @@ impl SearchAlgorithm {
                     },
                 },
             },
+            Algorithm::Tpe if search.tpe.is_some_and(|tpe| tpe.multivariate) => {
+                Self::MultivariateTpe
+            }
             Algorithm::Tpe => Self::Tpe,
         }
     }
@@ -162,6 +174,14 @@ pub fn make_searcher_with(
         SearchAlgorithm::Tpe => {
             Box::new(TpeSearcher::new(space.clone(), seed, options.tpe.clone()))
         }
+        SearchAlgorithm::MultivariateTpe => Box::new(TpeSearcher::new(
+            space.clone(),
+            seed,
+            TpeOptions {
+                multivariate: true,
+                ..options.tpe.clone()
+            },
+        )),
     }
 }
 

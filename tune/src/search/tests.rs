@@ -15,13 +15,19 @@ const UCB: SearchAlgorithm = SearchAlgorithm::Gp {
 const EI: SearchAlgorithm = SearchAlgorithm::Gp {
     acquisition: Acquisition::Ei,
 };
-const ADAPTIVE: [SearchAlgorithm; 3] = [UCB, EI, SearchAlgorithm::Tpe];
-const SAMPLING: [SearchAlgorithm; 5] = [
+const ADAPTIVE: [SearchAlgorithm; 4] = [
+    UCB,
+    EI,
+    SearchAlgorithm::Tpe,
+    SearchAlgorithm::MultivariateTpe,
+];
+const SAMPLING: [SearchAlgorithm; 6] = [
     SearchAlgorithm::Random,
     SearchAlgorithm::Sobol,
     UCB,
     EI,
     SearchAlgorithm::Tpe,
+    SearchAlgorithm::MultivariateTpe,
 ];
 
 fn real(config: &Config, name: &str) -> f64 {
@@ -256,8 +262,10 @@ fn tpe_asks_new_configurations_in_a_small_discrete_space() {
     // There are 48 configurations, so 32 asks with up to 4 outstanding never need to
     // repeat one, even after l(x) has settled on a few.
     let space = discrete_space();
-    for seed in 0..5 {
-        let mut searcher = make_searcher(SearchAlgorithm::Tpe, &space, seed);
+    for (seed, algorithm) in (0..5).flat_map(|seed| {
+        [SearchAlgorithm::Tpe, SearchAlgorithm::MultivariateTpe].map(|algorithm| (seed, algorithm))
+    }) {
+        let mut searcher = make_searcher(algorithm, &space, seed);
         let mut known: Vec<Config> = Vec::new();
         let mut outstanding = VecDeque::new();
         while known.len() < 32 {
@@ -303,19 +311,26 @@ fn best_after(algorithm: SearchAlgorithm, seed: u64, budget: usize) -> f64 {
 
 #[test]
 fn model_based_search_beats_random_on_a_quadratic() {
-    let medians: Vec<f64> = [SearchAlgorithm::Random, UCB, EI, SearchAlgorithm::Tpe]
-        .into_iter()
-        .map(|algorithm| {
-            median(
-                (0..10)
-                    .map(|seed| best_after(algorithm, seed, 30))
-                    .collect(),
-            )
-        })
-        .collect();
-    let [random, ucb, ei, tpe] = medians[..] else {
+    let medians: Vec<f64> = [
+        SearchAlgorithm::Random,
+        UCB,
+        EI,
+        SearchAlgorithm::Tpe,
+        SearchAlgorithm::MultivariateTpe,
+    ]
+    .into_iter()
+    .map(|algorithm| {
+        median(
+            (0..10)
+                .map(|seed| best_after(algorithm, seed, 30))
+                .collect(),
+        )
+    })
+    .collect();
+    let [random, ucb, ei, tpe, tpe_mv] = medians[..] else {
         unreachable!()
     };
+    assert!(tpe_mv < random, "tpe-mv {tpe_mv} vs random {random}");
     assert!(ucb < random, "gp-ucb {ucb} vs random {random}");
     assert!(ei < random, "gp-ei {ei} vs random {random}");
     assert!(tpe < random, "tpe {tpe} vs random {random}");
@@ -411,6 +426,14 @@ fn the_spec_chooses_the_algorithm() {
     check("", SearchAlgorithm::Random);
     check("  algorithm: sobol\n", SearchAlgorithm::Sobol);
     check("  algorithm: tpe\n", SearchAlgorithm::Tpe);
+    check(
+        "  algorithm: tpe\n  tpe: {multivariate: false}\n",
+        SearchAlgorithm::Tpe,
+    );
+    check(
+        "  algorithm: tpe\n  tpe: {multivariate: true}\n",
+        SearchAlgorithm::MultivariateTpe,
+    );
     check("  algorithm: gp\n", UCB);
     check("  algorithm: gp\n  acquisition: ei\n", EI);
     check(

@@ -13,7 +13,8 @@
 //! piles up where the search has been sampling, next to the best points, and the
 //! ratio then steers candidates away from them.
 //! A conditional parameter's estimators see only the observations where it is
-//! active. Pending suggestions join the "rest" (Optuna's constant liar), which pushes
+//! active. With `TpeOptions::multivariate` (`tpe: {multivariate: true}`), l(x) and
+//! g(x) are instead the joint product-kernel estimators of `tpe_joint.rs`. Pending suggestions join the "rest" (Optuna's constant liar), which pushes
 //! parallel asks apart. The result is one not already observed or pending whenever
 //! a draw allows it: when every candidate from l is known (small discrete spaces),
 //! up to `FRESH_DRAWS` draws from the prior are scored the same way, and the random
@@ -24,6 +25,7 @@ use rand::{Rng, SeedableRng};
 use statrs::function::erf::{erfc, erfc_inv};
 
 use super::history::History;
+use super::tpe_joint::JointModel;
 use xp_runtime::seeded::mix_seed;
 use xp_runtime::spec::{Config, Param, ParamKind, SearchSpace};
 
@@ -41,6 +43,9 @@ pub struct TpeOptions {
     pub n_candidates: usize,
     /// The weight of the prior kernel (uniform over the domain) in each estimator.
     pub prior_weight: f64,
+    /// Model the parameters jointly (product kernels, grouped by where they are
+    /// active, Optuna's `multivariate=True, group=True`) rather than one at a time.
+    pub multivariate: bool,
 }
 
 impl Default for TpeOptions {
@@ -50,6 +55,7 @@ impl Default for TpeOptions {
             gamma: 0.1,
             n_candidates: 24,
             prior_weight: 1.0,
+            multivariate: false,
         }
     }
 }
@@ -58,9 +64,9 @@ impl Default for TpeOptions {
 /// pending when the usual draws gave none.
 const FRESH_DRAWS: usize = 64;
 
-const LN_SQRT_2PI: f64 = 0.918_938_533_204_672_8;
+pub(super) const LN_SQRT_2PI: f64 = 0.918_938_533_204_672_8;
 
-fn normal_cdf(z: f64) -> f64 {
+pub(super) fn normal_cdf(z: f64) -> f64 {
     0.5 * erfc(-z / std::f64::consts::SQRT_2)
 }
 
@@ -68,12 +74,48 @@ fn normal_quantile(p: f64) -> f64 {
     -std::f64::consts::SQRT_2 * erfc_inv(2.0 * p)
 }
 
-fn log_sum_exp(terms: impl Iterator<Item = f64> + Clone) -> f64 {
+pub(super) fn log_sum_exp(terms: impl Iterator<Item = f64> + Clone) -> f64 {
     let max = terms.clone().fold(f64::NEG_INFINITY, f64::max);
     if max == f64::NEG_INFINITY {
         return max;
     }
     max + terms.map(|term| (term - max).exp()).sum::<f64>().ln()
+}
+
+/// Optuna's univariate bandwidths on `[0, 1]`: each kernel as wide as the larger gap
+/// to its neighbours (the nearer one at the ends), clipped to `[1/min(n + 1, 100), 1]`
+/// (the magic clip); `mus` ends with the prior's centre, whose kernel is the domain.
+pub(super) fn neighbour_sigmas(mus: &[f64]) -> Vec<f64> {
+    let n = mus.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|left, right| mus[*left].total_cmp(&mus[*right]));
+    let sorted: Vec<f64> = order.iter().map(|idx| mus[*idx]).collect();
+    let min_sigma = 1.0 / (1.0 + n as f64).min(100.0);
+    let mut sigmas = vec![0.0; n];
+    for (rank, idx) in order.iter().enumerate() {
+        let left = if rank == 0 { 0.0 } else { sorted[rank - 1] };
+        let right = if rank + 1 == n { 1.0 } else { sorted[rank + 1] };
+        let mut sigma = (sorted[rank] - left).max(right - sorted[rank]);
+        if n >= 2 && rank == 0 {
+            sigma = sorted[1] - sorted[0];
+        } else if n >= 2 && rank + 1 == n {
+            sigma = sorted[n - 1] - sorted[n - 2];
+        }
+        sigmas[*idx] = sigma.clamp(min_sigma, 1.0);
+    }
+    // The prior kernel is wide.
+    if let Some(prior) = sigmas.last_mut() {
+        *prior = 1.0;
+    }
+    sigmas
+}
+
+/// A draw from the Gaussian `(mu, sigma)` truncated to `[0, 1]`, by inverting its CDF.
+pub(super) fn sample_truncated(mu: f64, sigma: f64, rng: &mut StdRng) -> f64 {
+    let low = normal_cdf(-mu / sigma);
+    let high = normal_cdf((1.0 - mu) / sigma);
+    let p = low + rng.random_range(0.0..1.0) * (high - low);
+    (mu + sigma * normal_quantile(p.clamp(1e-300, 1.0 - 1e-16))).clamp(0.0, 1.0)
 }
 
 /// A one-dimensional density on a parameter's `[0, 1]` image.
@@ -109,24 +151,7 @@ impl Parzen {
         let mut mus = units.to_vec();
         mus.push(0.5);
         let n = mus.len();
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|left, right| mus[*left].total_cmp(&mus[*right]));
-        let sorted: Vec<f64> = order.iter().map(|idx| mus[*idx]).collect();
-        let min_sigma = 1.0 / (1.0 + n as f64).min(100.0);
-        let mut sigmas = vec![0.0; n];
-        for (rank, idx) in order.iter().enumerate() {
-            let left = if rank == 0 { 0.0 } else { sorted[rank - 1] };
-            let right = if rank + 1 == n { 1.0 } else { sorted[rank + 1] };
-            let mut sigma = (sorted[rank] - left).max(right - sorted[rank]);
-            if n >= 2 && rank == 0 {
-                sigma = sorted[1] - sorted[0];
-            } else if n >= 2 && rank + 1 == n {
-                sigma = sorted[n - 1] - sorted[n - 2];
-            }
-            sigmas[*idx] = sigma.clamp(min_sigma, 1.0);
-        }
-        // The prior kernel is wide.
-        sigmas[n - 1] = 1.0;
+        let sigmas = neighbour_sigmas(&mus);
         let mut weights = vec![1.0; n];
         weights[n - 1] = prior_weight;
         let total: f64 = weights.iter().sum();
@@ -162,11 +187,7 @@ impl Parzen {
                     }
                     pick -= weight;
                 }
-                let (mu, sigma) = (mus[kernel], sigmas[kernel]);
-                let low = normal_cdf(-mu / sigma);
-                let high = normal_cdf((1.0 - mu) / sigma);
-                let p = low + rng.random_range(0.0..1.0) * (high - low);
-                (mu + sigma * normal_quantile(p.clamp(1e-300, 1.0 - 1e-16))).clamp(0.0, 1.0)
+                sample_truncated(mus[kernel], sigmas[kernel], rng)
             }
             Self::Categorical { log_probs } => {
                 let mut pick = rng.random_range(0.0..1.0);
@@ -218,6 +239,57 @@ fn log_ratio(good: &Parzen, rest: &Parzen, param: &Param, unit: f64) -> f64 {
     good.log_density(param, unit) - rest.log_density(param, unit)
 }
 
+/// l(x) and g(x) of one `ask`.
+enum Model {
+    /// One estimator per parameter (the original TPE).
+    Marginal {
+        good: Vec<Parzen>,
+        rest: Vec<Parzen>,
+    },
+    /// Product kernels over groups of parameters (multivariate TPE).
+    Joint(JointModel),
+}
+
+impl Model {
+    /// A candidate drawn from l(x), as a unit point with `None` where inactive.
+    fn draw(&self, space: &SearchSpace, rng: &mut StdRng) -> Vec<Option<f64>> {
+        let good = match self {
+            Self::Joint(joint) => return joint.draw(space, rng),
+            Self::Marginal { good, .. } => good,
+        };
+        let dims = space.len();
+        let mut point = vec![0.5; dims];
+        let mut active = vec![false; dims];
+        for param_idx in 0..dims {
+            if !space.is_active_in_unit(param_idx, &point, &active) {
+                continue;
+            }
+            point[param_idx] = good[param_idx].sample(rng);
+            active[param_idx] = true;
+        }
+        point
+            .into_iter()
+            .zip(active)
+            .map(|(unit, active)| active.then_some(unit))
+            .collect()
+    }
+
+    /// log l(x) − log g(x) at a unit point.
+    fn score(&self, space: &SearchSpace, point: &[Option<f64>]) -> f64 {
+        match self {
+            Self::Marginal { good, rest } => point
+                .iter()
+                .enumerate()
+                .filter_map(|(param_idx, unit)| {
+                    let param = &space.params()[param_idx];
+                    unit.map(|unit| log_ratio(&good[param_idx], &rest[param_idx], param, unit))
+                })
+                .sum(),
+            Self::Joint(joint) => joint.score(space, point),
+        }
+    }
+}
+
 /// The tree-structured Parzen estimator over a [`SearchSpace`]; never runs out.
 #[derive(Debug, Clone)]
 pub struct TpeSearcher {
@@ -265,40 +337,45 @@ impl TpeSearcher {
                 .objective
                 .total_cmp(&observed[*right].objective)
         });
-        let below: Vec<Vec<Option<f64>>> = order[..n_below]
+        let (below_idx, above_idx) = order.split_at_mut(n_below);
+        if self.options.multivariate {
+            // The joint estimators weight observations by age, so they take them in
+            // observation order; pending points are the newest.
+            below_idx.sort_unstable();
+            above_idx.sort_unstable();
+        }
+        let below: Vec<Vec<Option<f64>>> = below_idx
             .iter()
             .map(|idx| self.space.encode(&observed[*idx].config))
             .collect();
-        let above: Vec<Vec<Option<f64>>> = order[n_below..]
+        let above: Vec<Vec<Option<f64>>> = above_idx
             .iter()
             .map(|idx| &observed[*idx].config)
             .chain(self.history.pending())
             .map(|config| self.space.encode(config))
             .collect();
-        let good = self.estimators(&below);
-        let rest = self.estimators(&above);
-
-        let dims = self.space.len();
-        let mut candidates: Vec<(f64, Vec<f64>)> = Vec::with_capacity(self.options.n_candidates);
-        for _ in 0..self.options.n_candidates.max(1) {
-            let mut point = vec![0.5; dims];
-            let mut active = vec![false; dims];
-            let mut score = 0.0;
-            for param_idx in 0..dims {
-                if !self.space.is_active_in_unit(param_idx, &point, &active) {
-                    continue;
-                }
-                let param = &self.space.params()[param_idx];
-                let unit = good[param_idx].sample(&mut self.rng);
-                point[param_idx] = unit;
-                active[param_idx] = true;
-                score += log_ratio(&good[param_idx], &rest[param_idx], param, unit);
+        let model = if self.options.multivariate {
+            Model::Joint(JointModel::fit(
+                &self.space,
+                &below,
+                None,
+                &above,
+                self.options.prior_weight,
+            ))
+        } else {
+            Model::Marginal {
+                good: self.estimators(&below),
+                rest: self.estimators(&above),
             }
-            candidates.push((score, point));
-        }
-        let mut ranked: Vec<(f64, Config)> = candidates
-            .into_iter()
-            .map(|(score, point)| (score, self.space.decode(&point)))
+        };
+
+        let mut ranked: Vec<(f64, Config)> = (0..self.options.n_candidates.max(1))
+            .map(|_| {
+                let point = model.draw(&self.space, &mut self.rng);
+                let score = model.score(&self.space, &point);
+                let units: Vec<f64> = point.iter().map(|unit| unit.unwrap_or(0.5)).collect();
+                (score, self.space.decode(&units))
+            })
             .collect();
         // A stable sort: ties keep the order of the draws.
         ranked.sort_by(|left, right| right.0.total_cmp(&left.0));
@@ -315,16 +392,7 @@ impl TpeSearcher {
             if self.history.is_known(&config) {
                 continue;
             }
-            let score = self
-                .space
-                .encode(&config)
-                .into_iter()
-                .enumerate()
-                .filter_map(|(param_idx, unit)| {
-                    let param = &self.space.params()[param_idx];
-                    unit.map(|unit| log_ratio(&good[param_idx], &rest[param_idx], param, unit))
-                })
-                .sum();
+            let score = model.score(&self.space, &self.space.encode(&config));
             if fresh.as_ref().is_none_or(|(best, _)| score > *best) {
                 fresh = Some((score, config));
             }

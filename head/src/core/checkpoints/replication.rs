@@ -640,6 +640,7 @@ mod tests {
                     size: 5,
                 }],
                 backup: None,
+                take_ms: 1,
             },
         );
         (core, experiment, origin, other, object)
@@ -778,6 +779,7 @@ mod tests {
                         size: 5,
                     }],
                     backup: None,
+                    take_ms: 1,
                 },
             },
         );

@@ -234,6 +234,10 @@ pub struct ExperimentSummary {
     /// Its best succeeded trial (the first of equals; NaN never counts), as
     /// `xp run`'s progress line chooses it.
     pub best: Option<BestTrial>,
+    /// GPU-hours its trials' attempts were allocated (`xp report`'s rule).
+    pub gpu_hours: f64,
+    /// What they cost at the policy's prices; `None` without prices.
+    pub cost: Option<f64>,
 }
 
 /// What a trial listing asks for.
@@ -576,16 +580,23 @@ impl HeadCore {
         let mut counts = StateCounts::default();
         let mut trials = 0;
         let mut best: Option<BestTrial> = None;
+        let (mut gpu_hours, mut cost) = (0.0, None::<f64>);
         for (_, trial) in self.trials.range(trial_range(id)) {
             trials += 1;
             counts.add(trial.state);
+            let (trial_hours, trial_cost) = self.trial_usage(trial);
+            gpu_hours += trial_hours;
+            if let Some(trial_cost) = trial_cost {
+                *cost.get_or_insert(0.0) += trial_cost;
+            }
             let value = spec
                 .search
                 .metric
                 .as_ref()
                 .filter(|_| trial.state == TrialState::Succeeded)
                 .and_then(|metric| trial.metrics.get(metric).copied())
-                .filter(|value| !value.is_nan());
+                // A NaN or infinite result never wins.
+                .filter(|value| value.is_finite());
             if let Some(value) = value {
                 let better = best.is_none_or(|best| {
                     if maximize {
@@ -630,6 +641,8 @@ impl HeadCore {
             trials,
             counts,
             best,
+            gpu_hours,
+            cost,
         }
     }
 }

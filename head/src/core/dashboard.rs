@@ -1,0 +1,570 @@
+//! What the web dashboard (`crate::dashboard`) reads from the core beyond the
+//! HTTP API's pages: one trial's detail (attempts, checkpoints, events), the
+//! trials whose learning curves to draw, replicate statistics per
+//! configuration, which trial holds each GPU of each node, and the cluster's
+//! history (utilisation, throughput, time and number in system, GPU-hours by
+//! team) computed from the attempts the core keeps.
+//!
+//! Pure like the rest of the core: `now` comes in, answers are JSON values in
+//! the shapes `runtime::views` and the dashboard's JavaScript agree on. Every
+//! answer is bounded (events, configurations, series, buckets), so one request
+//! never builds a copy of a 10,000-trial experiment.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{Value, json};
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::{ExperimentId, TrialId};
+use xp_runtime::protocol::TrialState;
+use xp_runtime::spec::Mode;
+use xp_runtime::views::{checkpoint_json, trial_json};
+
+use super::pages::PageError;
+use super::records::{AttemptRecord, TrialRecord};
+use super::{HeadCore, trial_range};
+
+/// The most events one trial's detail carries (the newest).
+pub const MAX_TRIAL_EVENTS: usize = 200;
+/// The most configurations a replicate table lists (the best first).
+pub const MAX_REPLICATE_GROUPS: usize = 200;
+/// The most series one learning-curve request may draw.
+pub const MAX_CURVE_SERIES: usize = 50;
+/// The most buckets a cluster history has.
+pub const MAX_HISTORY_BUCKETS: usize = 500;
+
+/// The shortest bucket of a cluster history.
+const MIN_BUCKET_MS: u64 = 1000;
+/// Thousandths of a GPU in one GPU.
+const GPU_MILLI: f64 = 1000.0;
+/// Milliseconds in an hour.
+const HOUR_MS: f64 = 3_600_000.0;
+
+impl HeadCore {
+    /// Whether the experiment exists and the caller may see it.
+    fn dashboard_visible(
+        &self,
+        experiment_id: ExperimentId,
+        visible_team: &dyn Fn(&str) -> bool,
+    ) -> Result<(), PageError> {
+        match self.specs.get(&experiment_id) {
+            Some(spec)
+                if self.experiments.contains_key(&experiment_id) && visible_team(&spec.team) =>
+            {
+                Ok(())
+            }
+            _ => Err(PageError::ExperimentNotFound { experiment_id }),
+        }
+    }
+
+    /// One trial as `xp status --json` shows it, plus its experiment, metric
+    /// and mode, GPU-hours, world size, kept checkpoints and newest events.
+    pub fn trial_detail(
+        &self,
+        trial_id: TrialId,
+        now: UnixMillis,
+        visible_team: &dyn Fn(&str) -> bool,
+    ) -> Result<Value, PageError> {
+        self.dashboard_visible(trial_id.experiment, visible_team)
+            .map_err(|_| PageError::TrialNotFound { trial_id })?;
+        let trial = self
+            .trials
+            .get(&trial_id)
+            .ok_or(PageError::TrialNotFound { trial_id })?;
+        let spec = &self.specs[&trial_id.experiment];
+        let mut detail = trial_json(&self.trial_status(trial));
+        let events: Vec<Value> = self
+            .events
+            .get(&trial_id.experiment)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .rev()
+            .filter(|event| event.trial == trial_id)
+            .take(MAX_TRIAL_EVENTS)
+            .map(|event| {
+                json!({
+                    "seq": event.seq,
+                    "at_ms": event.at,
+                    "state": event.state.as_str(),
+                    "attempt": event.attempt,
+                    "reason": event.reason,
+                })
+            })
+            .collect();
+        let checkpoints: Vec<Value> = self
+            .checkpoints(&trial_id.experiment.to_string())
+            .unwrap_or_default()
+            .iter()
+            .filter(|checkpoint| checkpoint.trial == trial_id)
+            .map(checkpoint_json)
+            .collect();
+        let world_size = trial
+            .attempts
+            .last()
+            .map_or(0, |attempt| attempt.workers.len());
+        if let Value::Object(map) = &mut detail {
+            map.insert("experiment".into(), json!(trial_id.experiment.to_string()));
+            map.insert("metric".into(), json!(spec.search.metric));
+            map.insert(
+                "mode".into(),
+                json!(if spec.search.mode == Mode::Max {
+                    "max"
+                } else {
+                    "min"
+                }),
+            );
+            map.insert("world_size".into(), json!(world_size));
+            map.insert(
+                "allocated_gpu_hours".into(),
+                json!(trial_gpu_hours(trial, now)),
+            );
+            map.insert("checkpoints".into(), Value::Array(checkpoints));
+            map.insert("events".into(), Value::Array(events));
+        }
+        Ok(detail)
+    }
+
+    /// The trials whose curves to draw: those named (visible ones of this
+    /// experiment, in the order given), else the best `max_series` by the
+    /// metric (then the lowest ids), at most [`MAX_CURVE_SERIES`].
+    pub fn curve_trials(
+        &self,
+        experiment_id: ExperimentId,
+        named: Option<&[TrialId]>,
+        metric: Option<&str>,
+        max_series: usize,
+        visible_team: &dyn Fn(&str) -> bool,
+    ) -> Result<(String, Vec<TrialId>), PageError> {
+        self.dashboard_visible(experiment_id, visible_team)?;
+        let spec = &self.specs[&experiment_id];
+        let metric = metric
+            .or(spec.search.metric.as_deref())
+            .ok_or(PageError::NoMetric { experiment_id })?
+            .to_owned();
+        let max_series = max_series.clamp(1, MAX_CURVE_SERIES);
+        if let Some(named) = named {
+            let chosen = named
+                .iter()
+                .filter(|id| id.experiment == experiment_id && self.trials.contains_key(id))
+                .take(max_series)
+                .copied()
+                .collect();
+            return Ok((metric, chosen));
+        }
+        let sign = if spec.search.mode == Mode::Max {
+            -1.0
+        } else {
+            1.0
+        };
+        let mut ranked: Vec<(f64, u32)> = self
+            .trials
+            .range(trial_range(experiment_id))
+            .map(|(id, trial)| {
+                let value = trial
+                    .metrics
+                    .get(&metric)
+                    .copied()
+                    .filter(|value| value.is_finite())
+                    .map_or(f64::INFINITY, |value| sign * value);
+                (value, id.index)
+            })
+            .collect();
+        let keep = max_series.min(ranked.len());
+        if keep > 0 && keep < ranked.len() {
+            ranked.select_nth_unstable_by(keep - 1, |a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        }
+        ranked.truncate(keep);
+        ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let chosen = ranked
+            .into_iter()
+            .map(|(_, index)| TrialId {
+                experiment: experiment_id,
+                index,
+            })
+            .collect();
+        Ok((metric, chosen))
+    }
+
+    /// A trial's configuration as JSON text, for labelling its curve.
+    pub fn trial_config_json(&self, trial_id: TrialId) -> Option<&str> {
+        self.trials
+            .get(&trial_id)
+            .map(|trial| trial.config_json.as_str())
+    }
+
+    /// Replicate statistics: the experiment's trials grouped by configuration,
+    /// each group's final `metric` values summarised (mean, standard deviation,
+    /// Student-t 95% interval, by `xp_tune::stats::summarize`), best mean first,
+    /// at most [`MAX_REPLICATE_GROUPS`]. As `xp compare` does, the seed is not
+    /// part of a configuration and only succeeded trials with a finite value count; `total_groups` says how many configurations there are.
+    pub fn replicates(
+        &self,
+        experiment_id: ExperimentId,
+        metric: Option<&str>,
+        visible_team: &dyn Fn(&str) -> bool,
+    ) -> Result<Value, PageError> {
+        self.dashboard_visible(experiment_id, visible_team)?;
+        let spec = &self.specs[&experiment_id];
+        let metric = metric
+            .or(spec.search.metric.as_deref())
+            .ok_or(PageError::NoMetric { experiment_id })?;
+        // Grouped as `xp compare` groups them: by configuration without its
+        // seed, counting succeeded trials with a finite value. Only the groups
+        // shown are summarised and turned into JSON: with 10,000 trials that
+        // is most of the work saved.
+        let mut groups: HashMap<String, Group> = HashMap::new();
+        for (_, trial) in self.trials.range(trial_range(experiment_id)) {
+            let mut config: serde_json::Map<String, Value> =
+                serde_json::from_str(&trial.config_json).unwrap_or_default();
+            config.remove("seed");
+            let group = groups
+                .entry(Value::Object(config).to_string())
+                .or_insert_with(|| Group {
+                    values: Vec::new(),
+                    trials: 0,
+                    first: trial.id.index,
+                });
+            group.trials += 1;
+            if trial.state == TrialState::Succeeded
+                && let Some(value) = trial
+                    .metrics
+                    .get(metric)
+                    .copied()
+                    .filter(|value| value.is_finite())
+            {
+                group.values.push(value);
+            }
+        }
+        let total_groups = groups.len();
+        let maximize = spec.search.mode == Mode::Max;
+        let sort_key = |group: &Group| {
+            if group.values.is_empty() {
+                return f64::INFINITY;
+            }
+            let mean = group.values.iter().sum::<f64>() / group.values.len() as f64;
+            if maximize { -mean } else { mean }
+        };
+        let mut ranked: Vec<(f64, u32, String, Group)> = groups
+            .into_iter()
+            .map(|(config, group)| (sort_key(&group), group.first, config, group))
+            .collect();
+        let order = |a: &(f64, u32, String, Group), b: &(f64, u32, String, Group)| {
+            a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+        };
+        let keep = MAX_REPLICATE_GROUPS.min(ranked.len());
+        if keep > 0 && keep < ranked.len() {
+            ranked.select_nth_unstable_by(keep - 1, order);
+        }
+        ranked.truncate(keep);
+        ranked.sort_by(order);
+        let finite = |value: f64| value.is_finite().then_some(value);
+        let rows: Vec<Value> = ranked
+            .into_iter()
+            .map(|(_, first, config, group)| {
+                let summary = xp_tune::stats::summarize(&group.values);
+                json!({
+                    "config": serde_json::from_str::<Value>(&config).unwrap_or(Value::Null),
+                    "trials": group.trials,
+                    "first_trial": TrialId { experiment: experiment_id, index: first }.to_string(),
+                    "n": group.values.len(),
+                    "mean": summary.as_ref().map(|summary| summary.mean),
+                    "std_dev": summary.as_ref().and_then(|summary| finite(summary.std_dev)),
+                    "ci95_low": summary.as_ref().and_then(|summary| finite(summary.ci95.0)),
+                    "ci95_high": summary.as_ref().and_then(|summary| finite(summary.ci95.1)),
+                })
+            })
+            .collect();
+        Ok(json!({
+            "metric": metric,
+            "mode": if maximize { "max" } else { "min" },
+            "total_groups": total_groups,
+            "groups": rows,
+        }))
+    }
+
+    /// Every node's GPUs with the live workers holding each (trial, rank and
+    /// share), plus its state and last heartbeat. Workers of experiments the
+    /// caller may not see are counted in `busy_milli` but not named.
+    pub fn gpu_slots(&self, visible_team: &dyn Fn(&str) -> bool) -> Value {
+        let mut holders: BTreeMap<(xp_runtime::ids::NodeId, u32), Vec<Value>> = BTreeMap::new();
+        for trial in self.trials.values() {
+            let Some(attempt) = trial.attempts.last().filter(|attempt| attempt.is_live()) else {
+                continue;
+            };
+            let shown = self
+                .specs
+                .get(&trial.id.experiment)
+                .is_some_and(|spec| visible_team(&spec.team));
+            for worker in attempt
+                .workers
+                .iter()
+                .filter(|worker| worker.state.holds_resources())
+            {
+                for gpu in &worker.gpu_indices {
+                    holders.entry((worker.node, *gpu)).or_default().push(json!({
+                        "trial": shown.then(|| trial.id.to_string()),
+                        "rank": shown.then_some(worker.rank),
+                        "milli": worker.gpu_milli,
+                    }));
+                }
+            }
+        }
+        let nodes: Vec<Value> = self
+            .nodes
+            .values()
+            .map(|node| {
+                let gpus: Vec<Value> = node
+                    .resources
+                    .gpus
+                    .iter()
+                    .enumerate()
+                    .map(|(position, gpu)| {
+                        let index = u32::try_from(position).unwrap_or(u32::MAX);
+                        let workers = holders.remove(&(node.id, index)).unwrap_or_default();
+                        let busy: u64 = workers
+                            .iter()
+                            .filter_map(|worker| worker["milli"].as_u64())
+                            .sum();
+                        json!({
+                            "index": index,
+                            "model": gpu.model,
+                            "memory_bytes": gpu.memory_bytes,
+                            "busy_milli": busy,
+                            "workers": workers,
+                        })
+                    })
+                    .collect();
+                json!({
+                    "id": node.id.to_string(),
+                    "name": node.name,
+                    "state": node.state.as_str(),
+                    "last_seen_ms": node.last_seen,
+                    "gpus": gpus,
+                })
+            })
+            .collect();
+        json!({ "nodes": nodes })
+    }
+
+    /// Queued trials of visible experiments, longest waiting first, at most
+    /// `limit`, each with its queue and why it waits; `total` counts them all.
+    pub fn waiting_trials(&self, limit: usize, visible_team: &dyn Fn(&str) -> bool) -> Value {
+        let mut queued: Vec<&TrialRecord> = self
+            .trials
+            .values()
+            .filter(|trial| trial.state == TrialState::Queued)
+            .filter(|trial| {
+                self.specs
+                    .get(&trial.id.experiment)
+                    .is_some_and(|spec| visible_team(&spec.team))
+            })
+            .collect();
+        let total = queued.len();
+        let keep = limit.max(1).min(total);
+        let order =
+            |a: &&TrialRecord, b: &&TrialRecord| (a.queued_at, a.id).cmp(&(b.queued_at, b.id));
+        if keep > 0 && keep < total {
+            queued.select_nth_unstable_by(keep - 1, order);
+        }
+        queued.truncate(keep);
+        queued.sort_by(order);
+        let items: Vec<Value> = queued
+            .into_iter()
+            .map(|trial| {
+                let queue = trial
+                    .queue_override
+                    .clone()
+                    .or_else(|| self.specs[&trial.id.experiment].queue.clone());
+                json!({
+                    "trial": trial.id.to_string(),
+                    "experiment": trial.id.experiment.to_string(),
+                    "queue": queue,
+                    "queued_at_ms": trial.queued_at,
+                    "waiting": self.trial_status(trial).waiting,
+                })
+            })
+            .collect();
+        json!({ "items": items, "total": total })
+    }
+
+    /// The cluster over time, in `buckets` equal buckets (fewer, of a second
+    /// each, when the window is shorter) from `since` to `now`
+    /// (the earliest visible submission when `since` is `None`), from the
+    /// attempts and trials of visible experiments:
+    /// - `allocated_gpus`: GPUs held by attempts, averaged over the bucket;
+    /// - `utilization`: that over the GPUs of ready nodes now (the head keeps no
+    ///   history of capacity, so a cluster that shrank shows its past against
+    ///   today's size);
+    /// - `finished`, `throughput_per_hour`: trials that ended in the bucket;
+    /// - `mean_time_in_system_s`: of the trials that ended in it, from arrival
+    ///   (first queued) to the end of their last attempt;
+    /// - `in_system`: trials arrived and not yet ended, averaged over the bucket
+    ///   (the L of Little's law);
+    ///
+    /// and `gpu_hours_by_team` over the whole window.
+    pub fn cluster_history(
+        &self,
+        now: UnixMillis,
+        since: Option<UnixMillis>,
+        buckets: usize,
+        visible_team: &dyn Fn(&str) -> bool,
+    ) -> Value {
+        let buckets = buckets.clamp(1, MAX_HISTORY_BUCKETS);
+        let visible: Vec<(ExperimentId, &str, UnixMillis)> = self
+            .experiments
+            .values()
+            .filter_map(|experiment| {
+                let spec = self.specs.get(&experiment.id)?;
+                visible_team(&spec.team).then_some((
+                    experiment.id,
+                    spec.team.as_str(),
+                    experiment.submitted_at,
+                ))
+            })
+            .collect();
+        let start = since
+            .or_else(|| visible.iter().map(|(_, _, at)| *at).min())
+            .unwrap_or(now)
+            .min(now);
+        let span = now.saturating_sub(start).max(1);
+        // Buckets of at least a second: a young cluster's history is a few
+        // buckets, not spikes in slivers of milliseconds.
+        let width = span.div_ceil(buckets as u64).max(MIN_BUCKET_MS);
+        let buckets = span.div_ceil(width).clamp(1, buckets as u64) as usize;
+        let mut allocated_ms = vec![0.0_f64; buckets];
+        let mut in_system_ms = vec![0.0_f64; buckets];
+        let mut finished = vec![0_u64; buckets];
+        let mut time_in_system_ms = vec![0.0_f64; buckets];
+        let mut by_team: BTreeMap<&str, f64> = BTreeMap::new();
+        let bucket_of = |at: UnixMillis| -> Option<usize> {
+            (at >= start && at <= now)
+                .then(|| ((at - start) / width).min(buckets as u64 - 1) as usize)
+        };
+        // Adds `weight` per millisecond of [from, to) to `series`, clipped to the window.
+        let spread = |series: &mut [f64], from: UnixMillis, to: UnixMillis, weight: f64| {
+            let (from, to) = (from.max(start), to.min(now));
+            if to <= from {
+                return 0.0;
+            }
+            let mut at = from;
+            while at < to {
+                let bucket = ((at - start) / width).min(buckets as u64 - 1);
+                let bucket_end = (start + (bucket + 1) * width).min(to).max(at + 1);
+                series[bucket as usize] += weight * (bucket_end - at) as f64;
+                at = bucket_end;
+            }
+            weight * (to - from) as f64
+        };
+        for (experiment, team, _) in &visible {
+            for (_, trial) in self.trials.range(trial_range(*experiment)) {
+                for attempt in &trial.attempts {
+                    let gpus = attempt_gpus(attempt);
+                    if gpus > 0.0 {
+                        let end = attempt.ended_at.unwrap_or(now);
+                        let gpu_ms = spread(&mut allocated_ms, attempt.placed_at, end, gpus);
+                        *by_team.entry(team).or_default() += gpu_ms / HOUR_MS;
+                    }
+                }
+                let Some(arrival) = arrival_of(trial) else {
+                    continue;
+                };
+                let departure = trial
+                    .state
+                    .is_terminal()
+                    .then(|| departure_of(trial))
+                    .flatten();
+                spread(&mut in_system_ms, arrival, departure.unwrap_or(now), 1.0);
+                if let Some(departure) = departure
+                    && let Some(bucket) = bucket_of(departure)
+                {
+                    finished[bucket] += 1;
+                    time_in_system_ms[bucket] += departure.saturating_sub(arrival) as f64;
+                }
+            }
+        }
+        let capacity: f64 = self
+            .nodes
+            .values()
+            .filter(|node| node.state == xp_runtime::protocol::NodeState::Ready)
+            .map(|node| node.resources.gpus.len() as f64)
+            .sum();
+        let rows: Vec<Value> = (0..buckets)
+            .map(|bucket| {
+                let from = start + bucket as u64 * width;
+                let length = (from + width).min(now).saturating_sub(from).max(1) as f64;
+                let allocated = allocated_ms[bucket] / length;
+                json!({
+                    "start_ms": from,
+                    "allocated_gpus": allocated,
+                    "utilization": (capacity > 0.0).then(|| allocated / capacity),
+                    "finished": finished[bucket],
+                    "throughput_per_hour": finished[bucket] as f64 * HOUR_MS / length,
+                    "mean_time_in_system_s": (finished[bucket] > 0)
+                        .then(|| time_in_system_ms[bucket] / finished[bucket] as f64 / 1000.0),
+                    "in_system": in_system_ms[bucket] / length,
+                })
+            })
+            .collect();
+        json!({
+            "since_ms": start,
+            "until_ms": now,
+            "bucket_ms": width,
+            "capacity_gpus": capacity,
+            "buckets": rows,
+            "gpu_hours_by_team": by_team,
+        })
+    }
+}
+
+/// One configuration's replicates: the final values of its succeeded trials,
+/// how many trials it has, and the first of them.
+struct Group {
+    values: Vec<f64>,
+    trials: u32,
+    first: u32,
+}
+
+/// The GPUs an attempt holds: each worker's GPUs times its share of each.
+fn attempt_gpus(attempt: &AttemptRecord) -> f64 {
+    attempt
+        .workers
+        .iter()
+        .map(|worker| worker.gpu_indices.len() as f64 * f64::from(worker.gpu_milli) / GPU_MILLI)
+        .sum()
+}
+
+/// GPU-hours a trial's attempts held, the live one up to `now`.
+fn trial_gpu_hours(trial: &TrialRecord, now: UnixMillis) -> f64 {
+    trial
+        .attempts
+        .iter()
+        .map(|attempt| {
+            let held = attempt
+                .ended_at
+                .unwrap_or(now)
+                .saturating_sub(attempt.placed_at);
+            attempt_gpus(attempt) * held as f64 / HOUR_MS
+        })
+        .sum()
+}
+
+/// When a trial entered the system: its first placement or its queueing,
+/// whichever is earlier (`queued_at` moves on a requeue; the first placement
+/// does not). `None` for a trial that reused another's result and never queued.
+fn arrival_of(trial: &TrialRecord) -> Option<UnixMillis> {
+    if trial.reused_from.is_some() && trial.attempts.is_empty() {
+        return None;
+    }
+    Some(trial.attempts.first().map_or(trial.queued_at, |first| {
+        first.placed_at.min(trial.queued_at)
+    }))
+}
+
+/// When a finished trial left the system: the end of its last attempt, or its
+/// queueing when it ended without one (cancelled while queued).
+fn departure_of(trial: &TrialRecord) -> Option<UnixMillis> {
+    match trial.attempts.last() {
+        Some(attempt) => attempt.ended_at,
+        None => Some(trial.queued_at),
+    }
+}

@@ -1,0 +1,563 @@
+//! `xp report`: the core's records turned into the plain lists of
+//! `xp_tune::report` (attempts, trials, node up-times), for one scope and
+//! window, and the figures it computes.
+//!
+//! Reads only. What each list is made of:
+//! - an attempt holds its workers' GPUs (count × share, each GPU's model from
+//!   its node's registration) from its placement to its end (its running
+//!   attempts: to the last time the head heard from its nodes, or `now` for
+//!   the report);
+//! - its work is redone when it ended preempted, failed or lost and the trial
+//!   went on (a later attempt, or the trial is not finished); what is lost
+//!   starts at the checkpoint the next attempt resumed from (or, with none yet,
+//!   the newest checkpoint it wrote);
+//! - a trial arrives when it was created and leaves when it reached a final
+//!   state; trials that reused another's result never entered the system and
+//!   are left out of the queueing figures and the curves;
+//! - the GPUs available are each node's registered GPUs over the intervals it
+//!   was up (`NodeRecord::up`: from registration to the last sign of life
+//!   before it was judged lost).
+
+use std::collections::BTreeMap;
+
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::{ExperimentId, TrialId};
+use xp_runtime::protocol::{ReportRequest, TrialState, WorkerTelemetry};
+use xp_runtime::report::UsageReport;
+use xp_runtime::spec::{ExperimentSpec, Mode};
+use xp_sched::GPU_MILLI;
+use xp_tune::report::{
+    self as maths, AttemptSpan, BusySpan, EndCause, GpuHold, Measurement, NodeUp, PriceList,
+    TrialSpan, Window,
+};
+
+use super::{AttemptRecord, CoreError, HeadCore, TrialRecord, trial_range};
+use crate::auth::Visibility;
+
+/// What a report covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReportScope {
+    /// One experiment (by full id: authorization resolved it).
+    Experiment(ExperimentId),
+    /// One team's experiments.
+    Team(String),
+    /// Everything.
+    Cluster,
+}
+
+/// At most this many up intervals are kept per node; the oldest go first.
+pub(super) const MAX_UP_INTERVALS: usize = 256;
+
+impl HeadCore {
+    /// The report a request asks for, as `visible` may see it: an experiment
+    /// among the teams it shows (else not found), a team it shows, the whole
+    /// cluster only when it shows every team (an admin's).
+    pub fn report_for(
+        &self,
+        now: UnixMillis,
+        request: &ReportRequest,
+        visible: &Visibility,
+    ) -> Result<UsageReport, CoreError> {
+        let scope = self.report_scope(request, visible)?;
+        self.report(now, &scope, request.since_ms)
+    }
+
+    /// The scope a request names, as `visible` may see it (see [`Self::report_for`]).
+    pub fn report_scope(
+        &self,
+        request: &ReportRequest,
+        visible: &Visibility,
+    ) -> Result<ReportScope, CoreError> {
+        Ok(match (&request.experiment, &request.team) {
+            (Some(_), Some(_)) => return Err(CoreError::ReportScopeConflict),
+            (Some(text), None) => {
+                // A full id resolves whatever its team: judge the team here too.
+                let id = self.visible_experiment_named(text, visible)?;
+                if !visible.shows(&self.specs[&id].team) {
+                    return Err(CoreError::ReportForbidden {
+                        scope: format!("experiment {id} of another team"),
+                    });
+                }
+                ReportScope::Experiment(id)
+            }
+            (None, Some(team)) if visible.shows(team) => ReportScope::Team(team.clone()),
+            (None, Some(team)) => {
+                return Err(CoreError::ReportForbidden {
+                    scope: format!("team {team}"),
+                });
+            }
+            (None, None) if *visible == Visibility::All => ReportScope::Cluster,
+            (None, None) => {
+                return Err(CoreError::ReportForbidden {
+                    scope: "the whole cluster".to_owned(),
+                });
+            }
+        })
+    }
+
+    /// The experiments a scope covers.
+    fn scope_experiments(&self, scope: &ReportScope) -> Vec<ExperimentId> {
+        match scope {
+            ReportScope::Experiment(id) => vec![*id],
+            ReportScope::Team(team) => self
+                .specs
+                .iter()
+                .filter(|(_, spec)| &spec.team == team)
+                .map(|(id, _)| *id)
+                .collect(),
+            ReportScope::Cluster => self.experiments.keys().copied().collect(),
+        }
+    }
+
+    /// The trials of a scope that ever held a GPU: those whose telemetry can
+    /// say how busy their GPUs were.
+    pub fn report_gpu_trials(&self, scope: &ReportScope) -> Vec<TrialId> {
+        let mut trials = Vec::new();
+        for id in self.scope_experiments(scope) {
+            for (trial_id, trial) in self.trials.range(trial_range(id)) {
+                let held_gpus = trial
+                    .attempts
+                    .iter()
+                    .flat_map(|attempt| &attempt.workers)
+                    .any(|worker| !worker.gpu_indices.is_empty());
+                if held_gpus {
+                    trials.push(*trial_id);
+                }
+            }
+        }
+        trials
+    }
+
+    /// Telemetry (per trial, its ranks' windows) as spans of busy GPUs: each
+    /// window from its first sample to the next window's (or its own last
+    /// sample), at its mean GPU utilisation, times the GPUs the rank held in
+    /// the attempt that ran then. Windows without GPU figures give nothing.
+    pub fn busy_spans(&self, telemetry: &[(TrialId, Vec<WorkerTelemetry>)]) -> Vec<BusySpan> {
+        let mut spans = Vec::new();
+        for (trial_id, workers) in telemetry {
+            let Some(trial) = self.trials.get(trial_id) else {
+                continue;
+            };
+            for worker in workers {
+                for (index, window) in worker.windows.iter().enumerate() {
+                    let Some(util) = window.gpu_util.filter(|stats| stats.n > 0) else {
+                        continue;
+                    };
+                    let from = window.start_ms;
+                    let to = worker
+                        .windows
+                        .get(index + 1)
+                        .map_or(window.end_ms, |next| next.start_ms);
+                    let gpus = trial
+                        .attempts
+                        .iter()
+                        .rev()
+                        .find(|attempt| attempt.placed_at <= from)
+                        .and_then(|attempt| attempt.workers.get(worker.rank as usize))
+                        .map_or(0.0, |held| {
+                            held.gpu_indices.len() as f64 * f64::from(held.gpu_milli)
+                                / GPU_MILLI as f64
+                        });
+                    if gpus > 0.0 {
+                        spans.push(BusySpan {
+                            gpus,
+                            util: util.sum / util.n as f64 / 100.0,
+                            from,
+                            to,
+                        });
+                    }
+                }
+            }
+        }
+        spans
+    }
+
+    /// The report for `scope` over the last `since_ms` (or since the scope's
+    /// first arrival), at `now`. The window ends at `now`, or, without
+    /// `since_ms` and with every trial of the scope finished, at the last finish.
+    pub fn report(
+        &self,
+        now: UnixMillis,
+        scope: &ReportScope,
+        since_ms: Option<u64>,
+    ) -> Result<UsageReport, CoreError> {
+        if let ReportScope::Experiment(id) = scope
+            && !self.experiments.contains_key(id)
+        {
+            return Err(CoreError::ExperimentNotFound { experiment_id: *id });
+        }
+        let experiments = self.scope_experiments(scope);
+        let prices = self.price_list();
+        let mut attempts = Vec::new();
+        let mut trials = Vec::new();
+        let mut per_experiment: BTreeMap<ExperimentId, (Vec<TrialSpan>, Vec<AttemptSpan>)> =
+            BTreeMap::new();
+        for id in &experiments {
+            let (experiment_trials, experiment_attempts) = self.experiment_spans(*id, now);
+            trials.extend(experiment_trials.iter().cloned());
+            attempts.extend(experiment_attempts.iter().cloned());
+            per_experiment.insert(*id, (experiment_trials, experiment_attempts));
+        }
+        let window = report_window(&trials, now, since_ms);
+        let used = maths::usage(&attempts, window, &prices);
+        let nodes = self.node_up_times(now);
+        let available = maths::available_gpu_hours(&nodes, window);
+        let queueing = maths::queueing(&trials, window);
+        let returns = per_experiment
+            .iter()
+            .filter_map(|(id, (experiment_trials, experiment_attempts))| {
+                let spec = &self.specs[id];
+                let metric = spec.search.metric.as_deref()?;
+                Some(maths::experiment_return(
+                    *id,
+                    metric,
+                    spec.search.mode == Mode::Max,
+                    spec.search.value.map(|value| value.per_unit),
+                    experiment_trials,
+                    experiment_attempts,
+                    window,
+                    &prices,
+                ))
+            })
+            .collect();
+        Ok(UsageReport {
+            scope: match scope {
+                ReportScope::Experiment(id) => format!("experiment {id}"),
+                ReportScope::Team(team) => format!("team {team}"),
+                ReportScope::Cluster => "cluster".to_owned(),
+            },
+            window_start: window.start,
+            window_end: window.end,
+            gpu_hours: used.gpu_hours,
+            gpu_hours_lost: used.gpu_hours_lost,
+            lost_by_cause: used.lost_by_cause,
+            by_model: used.by_model,
+            cost: used.cost,
+            cost_lost: used.cost_lost,
+            unpriced_gpu_hours: used.unpriced_gpu_hours,
+            available_gpu_hours: available,
+            utilization: maths::utilization(used.gpu_hours, available),
+            busy_gpu_hours: None,
+            busy_utilization: None,
+            queueing,
+            returns,
+            amdahl: self.amdahl_fits(scope, &experiments),
+        })
+    }
+
+    /// The policy's prices as the maths takes them.
+    fn price_list(&self) -> PriceList {
+        PriceList {
+            prices: self.policy.config().prices.clone(),
+        }
+    }
+
+    /// GPU-hours a trial's attempts were allocated and what they cost (`None`
+    /// without prices), a running attempt up to the last time its nodes were
+    /// heard from.
+    pub(in crate::core) fn trial_usage(&self, trial: &TrialRecord) -> (f64, Option<f64>) {
+        let spans: Vec<AttemptSpan> = trial
+            .attempts
+            .iter()
+            .map(|attempt| self.attempt_span(trial, attempt, None))
+            .collect();
+        let end = spans
+            .iter()
+            .map(|span| span.end.unwrap_or(span.start))
+            .max()
+            .unwrap_or(0);
+        let start = spans.iter().map(|span| span.start).min().unwrap_or(0);
+        let used = maths::usage(&spans, Window { start, end }, &self.price_list());
+        (used.gpu_hours, used.cost)
+    }
+
+    /// An experiment's trials (reused ones left out) and attempts as the maths
+    /// takes them.
+    fn experiment_spans(
+        &self,
+        id: ExperimentId,
+        now: UnixMillis,
+    ) -> (Vec<TrialSpan>, Vec<AttemptSpan>) {
+        let submitted_at = self.experiments[&id].submitted_at;
+        let metric = self.specs[&id].search.metric.as_deref();
+        let mut trials = Vec::new();
+        let mut attempts = Vec::new();
+        for (_, trial) in self.trials.range(trial_range(id)) {
+            for attempt in &trial.attempts {
+                attempts.push(self.attempt_span(trial, attempt, Some(now)));
+            }
+            if trial.reused_from.is_some() {
+                continue;
+            }
+            let finished = trial.state.is_terminal().then(|| {
+                trial.finished_at.unwrap_or_else(|| {
+                    trial
+                        .attempts
+                        .iter()
+                        .filter_map(|attempt| attempt.ended_at)
+                        .max()
+                        .unwrap_or(trial.queued_at)
+                })
+            });
+            trials.push(TrialSpan {
+                trial: trial.id,
+                arrived: trial.created_at.unwrap_or(submitted_at),
+                finished,
+                metric: finished
+                    .and(metric)
+                    .and_then(|metric| trial.metrics.get(metric).copied()),
+            });
+        }
+        (trials, attempts)
+    }
+
+    /// One attempt as the maths takes it; a live one runs to the window's end
+    /// when `now` is given, else to the last time its nodes were heard from.
+    fn attempt_span(
+        &self,
+        trial: &TrialRecord,
+        attempt: &AttemptRecord,
+        now: Option<UnixMillis>,
+    ) -> AttemptSpan {
+        let mut models: BTreeMap<String, f64> = BTreeMap::new();
+        for worker in &attempt.workers {
+            let node = self.nodes.get(&worker.node);
+            let share = f64::from(worker.gpu_milli) / GPU_MILLI as f64;
+            for index in &worker.gpu_indices {
+                let model = node
+                    .and_then(|node| node.resources.gpus.get(*index as usize))
+                    .map_or_else(|| "unknown".to_owned(), |gpu| gpu.model.clone());
+                *models.entry(model).or_default() += share;
+            }
+        }
+        let end = match (attempt.ended_at, now) {
+            (Some(end), _) => Some(end),
+            // Up to the window's end.
+            (None, Some(_)) => None,
+            (None, None) => Some(
+                attempt
+                    .workers
+                    .iter()
+                    .filter_map(|worker| self.nodes.get(&worker.node))
+                    .map(|node| node.last_seen)
+                    .max()
+                    .unwrap_or(attempt.placed_at)
+                    .max(attempt.placed_at),
+            ),
+        };
+        let cause = end_cause(attempt.outcome.as_deref());
+        let later = trial
+            .attempts
+            .iter()
+            .find(|next| next.number == attempt.number + 1);
+        let redone = cause != EndCause::None && (later.is_some() || !trial.state.is_terminal());
+        let resumed_checkpoint_at = match later {
+            Some(next) => next.resumed_checkpoint_at.filter(|_| {
+                next.resumed_from
+                    .is_some_and(|(_, written_by)| written_by == attempt.number)
+            }),
+            // Not started again yet: it will resume from the newest checkpoint.
+            None => trial
+                .checkpoints
+                .iter()
+                .rev()
+                .find(|checkpoint| checkpoint.attempt == attempt.number)
+                .map(|checkpoint| checkpoint.at),
+        };
+        AttemptSpan {
+            trial: trial.id,
+            start: attempt.placed_at,
+            end,
+            gpus: models
+                .into_iter()
+                .map(|(model, gpus)| GpuHold { model, gpus })
+                .collect(),
+            cause,
+            redone,
+            resumed_checkpoint_at,
+        }
+    }
+
+    /// Every node's GPUs over the intervals it was up; a node up now is up to `now`.
+    fn node_up_times(&self, now: UnixMillis) -> Vec<NodeUp> {
+        let mut up = Vec::new();
+        for node in self.nodes.values() {
+            let gpus = node.resources.gpus.len() as f64;
+            for interval in &node.up {
+                up.push(NodeUp {
+                    gpus,
+                    from: interval.from,
+                    to: Some(interval.to.unwrap_or(now)),
+                });
+            }
+        }
+        up
+    }
+
+    /// Amdahl fits for the work in scope: the experiments of one team with the
+    /// same name and spec but for `parallel` and `workers`, finished, grouped;
+    /// for one experiment, its group among its team's experiments.
+    fn amdahl_fits(
+        &self,
+        scope: &ReportScope,
+        in_scope: &[ExperimentId],
+    ) -> Vec<xp_runtime::report::AmdahlFit> {
+        let candidates: Vec<ExperimentId> = match scope {
+            ReportScope::Experiment(id) => {
+                let team = &self.specs[id].team;
+                self.specs
+                    .iter()
+                    .filter(|(_, spec)| &spec.team == team)
+                    .map(|(id, _)| *id)
+                    .collect()
+            }
+            _ => in_scope.to_vec(),
+        };
+        let mut groups: BTreeMap<(String, String, String), Vec<ExperimentId>> = BTreeMap::new();
+        for id in candidates {
+            let spec = &self.specs[&id];
+            groups
+                .entry((spec.team.clone(), spec.name.clone(), work_key(spec)))
+                .or_default()
+                .push(id);
+        }
+        let mut fits = Vec::new();
+        for ((_, name, _), members) in groups {
+            if let ReportScope::Experiment(id) = scope
+                && !members.contains(id)
+            {
+                continue;
+            }
+            let measurements: Vec<(Measurement, u32, u32)> =
+                members.iter().filter_map(|id| self.measure(*id)).collect();
+            let parallels: std::collections::BTreeSet<u32> = measurements
+                .iter()
+                .map(|(_, parallel, _)| *parallel)
+                .collect();
+            let workers: std::collections::BTreeSet<u32> = measurements
+                .iter()
+                .map(|(_, _, workers)| *workers)
+                .collect();
+            let varied = match (parallels.len() > 1, workers.len() > 1) {
+                (true, false) => "parallel",
+                (false, true) => "workers",
+                (true, true) => "parallel x workers",
+                (false, false) => continue,
+            };
+            let points: Vec<Measurement> = measurements.into_iter().map(|(m, _, _)| m).collect();
+            fits.extend(maths::fit_amdahl(&name, varied, &points));
+        }
+        fits
+    }
+
+    /// How long a finished experiment's work took (first placement to last
+    /// finish) and at what parallelism (trials at once × workers per trial).
+    fn measure(&self, id: ExperimentId) -> Option<(Measurement, u32, u32)> {
+        let spec = &self.specs[&id];
+        let mut first_start: Option<UnixMillis> = None;
+        let mut last_finish: Option<UnixMillis> = None;
+        let mut count = 0u32;
+        for (_, trial) in self.trials.range(trial_range(id)) {
+            if !trial.state.is_terminal()
+                || trial.reused_from.is_some()
+                || trial.state == TrialState::Cancelled
+            {
+                return None;
+            }
+            count += 1;
+            let start = trial.attempts.first()?.placed_at;
+            first_start = Some(first_start.map_or(start, |first| first.min(start)));
+            let finish = trial.finished_at.or(trial.attempts.last()?.ended_at)?;
+            last_finish = Some(last_finish.map_or(finish, |last| last.max(finish)));
+        }
+        let seconds = last_finish?.checked_sub(first_start?)? as f64 / 1000.0;
+        let parallel = spec.search.parallel.unwrap_or(count).min(count).max(1);
+        let workers = spec.trial.workers.max(1);
+        Some((
+            Measurement {
+                parallelism: f64::from(parallel) * f64::from(workers),
+                seconds,
+                experiment: id,
+            },
+            parallel,
+            workers,
+        ))
+    }
+}
+
+/// The spec with what Amdahl varies (`parallel`, `workers`) taken out: runs
+/// with the same key do the same work.
+fn work_key(spec: &ExperimentSpec) -> String {
+    let mut work = spec.clone();
+    work.search.parallel = None;
+    work.trial.workers = 1;
+    work.to_canonical_json()
+}
+
+/// Which end of an attempt loses work, from its outcome's words.
+fn end_cause(outcome: Option<&str>) -> EndCause {
+    let Some(outcome) = outcome else {
+        return EndCause::None;
+    };
+    if outcome == "preempted" {
+        EndCause::Preemption
+    } else if outcome.starts_with("lost:") {
+        EndCause::NodeLoss
+    } else if ["failed:", "oom-killed:", "time-limit:"]
+        .iter()
+        .any(|kind| outcome.starts_with(kind))
+    {
+        EndCause::Failure
+    } else {
+        EndCause::None
+    }
+}
+
+/// `[now − since, now]`, or from the first arrival; without `since`, a scope
+/// whose trials all finished ends at its last finish.
+fn report_window(trials: &[TrialSpan], now: UnixMillis, since_ms: Option<u64>) -> Window {
+    if let Some(since) = since_ms {
+        return Window {
+            start: now.saturating_sub(since),
+            end: now,
+        };
+    }
+    let start = trials
+        .iter()
+        .map(|trial| trial.arrived)
+        .min()
+        .unwrap_or(now)
+        .min(now);
+    let all_finished = !trials.is_empty() && trials.iter().all(|trial| trial.finished.is_some());
+    let end = if all_finished {
+        trials
+            .iter()
+            .filter_map(|trial| trial.finished)
+            .max()
+            .unwrap_or(now)
+            .max(start)
+    } else {
+        now
+    };
+    Window { start, end }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_map_to_what_lost_the_work() {
+        assert_eq!(end_cause(Some("preempted")), EndCause::Preemption);
+        assert_eq!(end_cause(Some("lost: node n lost")), EndCause::NodeLoss);
+        assert_eq!(
+            end_cause(Some("failed: rank 0 exited with status 1")),
+            EndCause::Failure
+        );
+        assert_eq!(end_cause(Some("oom-killed: rank 0")), EndCause::Failure);
+        assert_eq!(end_cause(Some("time-limit: ran past")), EndCause::Failure);
+        assert_eq!(end_cause(Some("succeeded")), EndCause::None);
+        assert_eq!(end_cause(Some("cancelled by user")), EndCause::None);
+        assert_eq!(end_cause(None), EndCause::None);
+    }
+}

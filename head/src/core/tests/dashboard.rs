@@ -1,0 +1,191 @@
+//! Tests of what the dashboard reads from the core (`core::dashboard`): a known
+//! schedule on a two-GPU node gives each trial's GPU-hours, the slots and the
+//! waiting trial while it runs, replicate statistics per configuration, the
+//! best trials' curves first, and a cluster history whose GPU-hours, finished
+//! trials and number in system a hand computation gives; other teams' work is
+//! neither shown nor named.
+
+use serde_json::Value;
+
+use super::*;
+
+const HOUR: u64 = 3_600_000;
+
+/// Three configurations, two replicates each, one GPU per trial.
+const SWEEP: &str = "name: dash\nteam: vision\ntrial: {command: [sleep, '{x}'], resources: {gpu: 1}}\nsearch: {algorithm: grid, space: {x: {choice: [1, 2, 3]}}, seeds: 2, metric: loss}\n";
+
+fn everyone(_: &str) -> bool {
+    true
+}
+
+fn nobody(_: &str) -> bool {
+    false
+}
+
+/// Runs `key` from `start` (reporting its start unless `started`) to `end`,
+/// reporting `loss` there.
+fn run(
+    core: &mut HeadCore,
+    node: NodeId,
+    key: WorkerKey,
+    started: bool,
+    span: (u64, u64),
+    loss: f64,
+) {
+    let (start, end) = span;
+    if !started {
+        report(core, start, node, WorkerReport::Started { key, pid: 7 });
+    }
+    report(
+        core,
+        end,
+        node,
+        WorkerReport::Metric {
+            key,
+            index: 0,
+            step: Some(1),
+            values: vec![("loss".to_owned(), loss)],
+        },
+    );
+    report(
+        core,
+        end,
+        node,
+        WorkerReport::Exited {
+            key,
+            code: Some(0),
+            signal: None,
+        },
+    );
+}
+
+#[test]
+fn the_dashboard_views_follow_a_known_schedule() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 2, 8, Vec::new()));
+    let experiment = submit(&mut core, 0, SWEEP, false);
+    let loss_of = |key: WorkerKey| f64::from(key.trial.index) + 1.0;
+
+    // Two trials at a time, each for one hour, back to back: t0 and t1 from
+    // 0 to 1 h, t2 and t3 from 1 h to 2 h, t4 and t5 from 2 h to 3 h.
+    let first = launches(&commands(&mut core));
+    assert_eq!(first.len(), 2);
+    for (_, key) in &first {
+        report(
+            &mut core,
+            0,
+            node,
+            WorkerReport::Started { key: *key, pid: 7 },
+        );
+    }
+    // While they run: both GPUs are held, and four trials wait.
+    let slots = core.gpu_slots(&everyone);
+    let gpus = slots["nodes"][0]["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 2);
+    assert!(gpus.iter().all(|gpu| gpu["busy_milli"] == 1000), "{slots}");
+    let held_by = gpus[0]["workers"][0]["trial"].as_str().unwrap();
+    assert!(held_by.starts_with(&experiment.to_string()), "{slots}");
+    let hidden = core.gpu_slots(&nobody);
+    assert!(
+        hidden["nodes"][0]["gpus"][0]["workers"][0]["trial"].is_null(),
+        "{hidden}"
+    );
+    let waiting = core.waiting_trials(2, &everyone);
+    assert_eq!(waiting["total"], 4, "{waiting}");
+    assert_eq!(waiting["items"].as_array().unwrap().len(), 2);
+    assert!(waiting["items"][0]["waiting"].is_string(), "{waiting}");
+    assert_eq!(core.waiting_trials(10, &nobody)["total"], 0);
+
+    let mut batch = first;
+    for hour in 0..3 {
+        let (start, end) = (hour * HOUR, (hour + 1) * HOUR);
+        for (_, key) in &batch {
+            // The first batch's starts were reported above.
+            run(
+                &mut core,
+                node,
+                *key,
+                hour == 0,
+                (start, end),
+                loss_of(*key),
+            );
+        }
+        batch = launches(&commands(&mut core));
+    }
+    assert!(batch.is_empty());
+    let now = 3 * HOUR;
+
+    // Each trial held one GPU for an hour.
+    let trial = TrialId {
+        experiment,
+        index: 0,
+    };
+    let detail = core.trial_detail(trial, now, &everyone).unwrap();
+    assert!(
+        (detail["allocated_gpu_hours"].as_f64().unwrap() - 1.0).abs() < 1e-9,
+        "{detail}"
+    );
+    assert_eq!(detail["state"], "succeeded");
+    assert_eq!(detail["world_size"], 1);
+    assert_eq!(detail["metric"], "loss");
+    assert!(!detail["events"].as_array().unwrap().is_empty(), "{detail}");
+    assert!(core.trial_detail(trial, now, &nobody).is_err());
+
+    // Replicates: three configurations of two finished trials each, best
+    // (lowest loss) first; seeds split a configuration into trials of one config.
+    let replicates = core.replicates(experiment, None, &everyone).unwrap();
+    assert_eq!(replicates["total_groups"], 3, "{replicates}");
+    let groups = replicates["groups"].as_array().unwrap();
+    assert!(groups.iter().all(|group| group["n"] == 2), "{replicates}");
+    let means: Vec<f64> = groups
+        .iter()
+        .map(|group| group["mean"].as_f64().unwrap())
+        .collect();
+    assert!(means.windows(2).all(|pair| pair[0] <= pair[1]), "{means:?}");
+    assert!(groups[0]["ci95_low"].as_f64().unwrap() <= means[0]);
+
+    // The best curves first: the lowest losses belong to the lowest indices.
+    let (metric, chosen) = core
+        .curve_trials(experiment, None, None, 2, &everyone)
+        .unwrap();
+    assert_eq!(metric, "loss");
+    assert_eq!(
+        chosen.iter().map(|id| id.index).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+
+    // The cluster over three one-hour buckets: two GPUs of two all the time,
+    // two trials finished per hour, each in the system from 0 to its end.
+    let history = core.cluster_history(now, Some(0), 3, &everyone);
+    let hours = history["gpu_hours_by_team"]["vision"].as_f64().unwrap();
+    assert!((hours - 6.0).abs() < 1e-9, "{history}");
+    let buckets = history["buckets"].as_array().unwrap();
+    assert_eq!(buckets.len(), 3);
+    let field = |bucket: &Value, name: &str| bucket[name].as_f64().unwrap();
+    for (hour, bucket) in buckets.iter().enumerate() {
+        assert!(
+            (field(bucket, "allocated_gpus") - 2.0).abs() < 1e-9,
+            "{bucket}"
+        );
+        assert!(
+            (field(bucket, "utilization") - 1.0).abs() < 1e-9,
+            "{bucket}"
+        );
+        // Trials ending exactly at a bucket's end count in the next one, and
+        // the last bucket holds the last end: 0, 2, 4 per bucket, as the
+        // window closes at `now`.
+        let in_system = field(bucket, "in_system");
+        assert!(
+            (in_system - (6.0 - 2.0 * hour as f64)).abs() < 1e-9,
+            "{bucket}"
+        );
+    }
+    let finished: u64 = buckets
+        .iter()
+        .map(|bucket| bucket["finished"].as_u64().unwrap())
+        .sum();
+    assert_eq!(finished, 6, "{history}");
+    let hidden = core.cluster_history(now, Some(0), 3, &nobody);
+    assert_eq!(hidden["gpu_hours_by_team"], serde_json::json!({}));
+}

@@ -1,0 +1,621 @@
+//! The read endpoints the dashboard needs beyond the HTTP API's pages, under
+//! the same credential check, limits and error shapes (`crate::http`):
+//!
+//! - `GET /api/whoami`: `{"user": ...}`, who the credential names;
+//! - `GET /api/trials/{id}`: one trial as `xp status --json` shows it, plus
+//!   `experiment`, `metric`, `mode`, `world_size`, `allocated_gpu_hours`,
+//!   `checkpoints` (kept, `xp checkpoints --json`'s shape) and `events` (the
+//!   newest 200, newest first);
+//! - `GET /api/trials/{id}/logs?rank=&attempt=&offset=&max_bytes=`: a piece
+//!   of one rank's log from its node (as `xp logs` reads it), `{data,
+//!   next_offset, complete}`, `data` as text (invalid UTF-8 replaced);
+//!   `max_bytes` 1 to 256 KiB (64 KiB by default); a client follows by asking
+//!   again from `next_offset`;
+//! - `GET /api/experiments/{id}/curves?metric=&trials=&series=&points=`:
+//!   learning curves of rank 0's reports of `metric` (the experiment's by
+//!   default) for the trials named (comma-separated ids) or the best `series`
+//!   (10 by default, at most 50), each downsampled on the head to at most
+//!   `points` points (500 by default, 50 to 2,000), with `smoothing` (0 to
+//!   0.999) also their EMA as `smoothed`;
+//! - `GET /api/experiments/{id}/replicates?metric=`: per configuration, the
+//!   mean and Student-t 95% interval of its finished trials' final values;
+//! - `GET /api/cluster?buckets=&since_ms=`: utilisation, throughput, time and
+//!   number in system over time and GPU-hours by team
+//!   (`core::dashboard::cluster_history`);
+//! - `GET /api/gpus`: every node's GPUs and the trial on each;
+//! - `GET /api/waiting?limit=`: queued trials, longest waiting first, with
+//!   their queue and why they wait (`{items, total}`).
+//!
+//! Each answer is bounded by its parameters' limits, so none grows with the
+//! size of an experiment (see `core::dashboard`).
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Extension, Path, Query, State};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::{ExperimentId, TrialId};
+use xp_runtime::protocol::LogRequest;
+
+use crate::actor::HeadMsg;
+use crate::core::HeadCore;
+use crate::core::dashboard::MAX_CURVE_SERIES;
+use crate::core::pages::{PageError, Visibility};
+use crate::http::auth::Authenticated;
+use crate::http::{ApiError, Caller, HttpState, Params, ask, experiment_id, trial_id};
+use crate::registry::Registry;
+
+/// The default and largest piece of a log one request reads.
+const DEFAULT_LOG_BYTES: u32 = 64 << 10;
+const MAX_LOG_BYTES: u32 = 256 << 10;
+/// The default, fewest and most points of one learning curve.
+const DEFAULT_POINTS: usize = 500;
+const MIN_POINTS: usize = 50;
+const MAX_POINTS: usize = 2000;
+/// The default number of curves when no trials are named.
+const DEFAULT_SERIES: usize = 10;
+/// Reports read from the registry per point drawn: more than one, so that
+/// reports of other ranks or other metrics interleaved in the history still
+/// leave enough of rank 0's to fill the curve.
+const RECORDS_PER_POINT: usize = 4;
+/// The most reports one curves request decodes, over all its series: the
+/// actor reads them, so this bounds how long it is kept from other work
+/// (about 100 ms of decoding on this machine).
+const MAX_RECORDS_PER_REQUEST: usize = 100_000;
+/// The most smoothing the curves take (`xp_tune::stats::ema` clamps there too).
+const MAX_SMOOTHING: f64 = 0.999;
+/// The longest metric name a request may name.
+const MAX_METRIC_NAME_BYTES: usize = 256;
+/// The default and largest number of buckets of the cluster history.
+const DEFAULT_BUCKETS: usize = 60;
+
+/// What the dashboard asks the head actor, answered by [`answer`] inside it.
+#[derive(Debug)]
+pub enum DashboardQuery {
+    /// A trial's detail.
+    Trial(TrialId),
+    /// Whether a trial exists and is visible (before its log is read).
+    TrialVisible(TrialId),
+    /// Learning curves.
+    Curves {
+        /// The experiment.
+        experiment: ExperimentId,
+        /// The trials named, or the best.
+        trials: Option<Vec<TrialId>>,
+        /// The metric, or the experiment's.
+        metric: Option<String>,
+        /// How many series when none are named.
+        series: usize,
+        /// Points per series.
+        points: usize,
+        /// The EMA smoothing (0: none).
+        smoothing: f64,
+    },
+    /// Replicate statistics.
+    Replicates {
+        /// The experiment.
+        experiment: ExperimentId,
+        /// The metric, or the experiment's.
+        metric: Option<String>,
+    },
+    /// The cluster's history.
+    Cluster {
+        /// From when; the earliest submission when `None`.
+        since: Option<UnixMillis>,
+        /// How many buckets.
+        buckets: usize,
+    },
+    /// GPUs and their holders.
+    Gpus,
+    /// Queued trials and why they wait.
+    Waiting {
+        /// At most this many.
+        limit: usize,
+    },
+}
+
+/// Answers `query` from the core and, for curves, the registry's metric
+/// history (a bounded sample of it per trial).
+pub fn answer(
+    core: &HeadCore,
+    registry: &Registry,
+    now: UnixMillis,
+    query: DashboardQuery,
+    visibility: &Visibility,
+) -> Result<Value, PageError> {
+    let visible = |team: &str| visibility.allows(team);
+    match query {
+        DashboardQuery::Trial(trial) => core.trial_detail(trial, now, &visible),
+        DashboardQuery::TrialVisible(trial) => core
+            .check_trial_visible(trial, &visible)
+            .map(|()| Value::Null),
+        DashboardQuery::Curves {
+            experiment,
+            trials,
+            metric,
+            series,
+            points,
+            smoothing,
+        } => {
+            let (metric, chosen) = core.curve_trials(
+                experiment,
+                trials.as_deref(),
+                metric.as_deref(),
+                series,
+                &visible,
+            )?;
+            let budget = (MAX_RECORDS_PER_REQUEST / chosen.len().max(1))
+                .min(points.saturating_mul(RECORDS_PER_POINT));
+            let series: Vec<Value> = chosen
+                .into_iter()
+                .map(|trial| curve(core, registry, trial, &metric, points, budget, smoothing))
+                .collect();
+            Ok(json!({
+                "metric": metric,
+                "points": points,
+                "smoothing": smoothing,
+                "series": series,
+            }))
+        }
+        DashboardQuery::Replicates { experiment, metric } => {
+            core.replicates(experiment, metric.as_deref(), &visible)
+        }
+        DashboardQuery::Cluster { since, buckets } => {
+            Ok(core.cluster_history(now, since, buckets, &visible))
+        }
+        DashboardQuery::Gpus => Ok(core.gpu_slots(&visible)),
+        DashboardQuery::Waiting { limit } => Ok(core.waiting_trials(limit, &visible)),
+    }
+}
+
+/// One trial's curve of `metric`: rank 0's reports among about `records`
+/// read evenly over its history, at most `points` of them, and with
+/// `smoothing` above 0 their EMA (`xp_tune::stats::ema`, taken over every
+/// report read before the curve is thinned).
+fn curve(
+    core: &HeadCore,
+    registry: &Registry,
+    trial: TrialId,
+    metric: &str,
+    points: usize,
+    records: usize,
+    smoothing: f64,
+) -> Value {
+    let (mut steps, mut values) = (Vec::new(), Vec::new());
+    let mut error = None;
+    match registry.metric_samples(trial, records) {
+        Ok(records) => {
+            for (position, record) in records
+                .iter()
+                .filter(|record| record.key.rank == 0)
+                .enumerate()
+            {
+                if let Some(value) = record.values.get(metric).filter(|value| value.is_finite()) {
+                    steps.push(record.step.unwrap_or(position as u64));
+                    values.push(*value);
+                }
+            }
+        }
+        Err(failure) => error = Some(failure.to_string()),
+    }
+    let keep = downsample(steps.len(), points);
+    let smoothed = (smoothing > 0.0).then(|| {
+        let smoothed = xp_tune::stats::ema(&values, smoothing);
+        keep.iter()
+            .map(|&index| smoothed[index])
+            .collect::<Vec<_>>()
+    });
+    json!({
+        "trial": trial.to_string(),
+        "config": core
+            .trial_config_json(trial)
+            .and_then(|config| serde_json::from_str::<Value>(config).ok()),
+        "steps": keep.iter().map(|&index| steps[index]).collect::<Vec<_>>(),
+        "values": keep.iter().map(|&index| values[index]).collect::<Vec<_>>(),
+        "smoothed": smoothed,
+        "error": error,
+    })
+}
+
+/// The positions of at most `points` of `len` items, evenly spaced, first and
+/// last included.
+fn downsample(len: usize, points: usize) -> Vec<usize> {
+    if len <= points {
+        return (0..len).collect();
+    }
+    let points = points.max(2);
+    let mut kept: Vec<usize> = (0..points)
+        .map(|slot| slot * (len - 1) / (points - 1))
+        .collect();
+    kept.dedup();
+    kept
+}
+
+/// The routes, merged into the API's router (so under its credential check
+/// and limits).
+pub(crate) fn routes() -> axum::Router<HttpState> {
+    axum::Router::new()
+        .route("/api/whoami", get(whoami))
+        .route("/api/trials/{id}", get(trial))
+        .route("/api/trials/{id}/logs", get(logs))
+        .route("/api/experiments/{id}/curves", get(curves))
+        .route("/api/experiments/{id}/replicates", get(replicates))
+        .route("/api/cluster", get(cluster))
+        .route("/api/gpus", get(gpus))
+        .route("/api/waiting", get(waiting))
+        .route("/api/leases", get(leases))
+}
+
+async fn dashboard(
+    state: &HttpState,
+    visibility: Visibility,
+    query: DashboardQuery,
+) -> Result<Value, ApiError> {
+    Ok(ask(&state.head, |reply| HeadMsg::Dashboard {
+        query,
+        visibility,
+        reply,
+    })
+    .await??)
+}
+
+async fn whoami(
+    Extension(authenticated): Extension<Authenticated>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    Params::new(query, &[])?;
+    Ok(Json(json!({ "user": authenticated.principal.to_string() })).into_response())
+}
+
+async fn trial(
+    State(state): State<HttpState>,
+    Caller(visibility): Caller,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    Params::new(query, &[])?;
+    let trial = trial_id(path)?;
+    let detail = dashboard(&state, visibility, DashboardQuery::Trial(trial)).await?;
+    Ok(Json(detail).into_response())
+}
+
+/// `GET /api/waiting?limit=`: queued trials of the visible experiments,
+/// longest waiting first, each with its queue and why it waits.
+async fn waiting(
+    State(state): State<HttpState>,
+    Caller(visibility): Caller,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let params = Params::new(query, &["limit"])?;
+    let limit = params.limit()?;
+    let answer = dashboard(&state, visibility, DashboardQuery::Waiting { limit }).await?;
+    Ok(Json(answer).into_response())
+}
+
+/// `GET /api/leases`: what `xp leases` reports, trial ids as text: each
+/// lease's capacity and counts (units held, holders, waiters: every team's)
+/// with the holders and waiters of visible teams, and the preemptions waiting
+/// for an admin that involve a visible team's trial.
+async fn leases(
+    State(state): State<HttpState>,
+    Caller(visibility): Caller,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    Params::new(query, &[])?;
+    let answer = ask(&state.head, |reply| HeadMsg::Leases { visibility, reply }).await?;
+    let xp_runtime::protocol::Response::Leases(report) = answer else {
+        return Err(ApiError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "the head answered a lease report with something else",
+        ));
+    };
+    let claims = |claims: &[xp_runtime::protocol::LeaseClaim]| -> Vec<Value> {
+        claims
+            .iter()
+            .map(|claim| json!({"trial": claim.trial.to_string(), "team": claim.team, "units": claim.units}))
+            .collect()
+    };
+    let leases: Vec<Value> = report
+        .leases
+        .iter()
+        .map(|lease| {
+            json!({
+                "name": lease.name,
+                "capacity": lease.capacity,
+                "held": lease.held,
+                "holding": lease.holding,
+                "waiting": lease.waiting,
+                "holders": claims(&lease.holders),
+                "waiters": claims(&lease.waiters),
+            })
+        })
+        .collect();
+    let approvals: Vec<Value> = report
+        .approvals
+        .iter()
+        .map(|approval| {
+            json!({
+                "id": approval.id,
+                "victim": approval.victim.to_string(),
+                "claimant": approval.claimant.to_string(),
+                "why": approval.why,
+                "at_ms": approval.at,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "leases": leases, "approvals": approvals })).into_response())
+}
+
+/// A whole number parameter within `range`, `default` when absent.
+fn number<T>(
+    params: &Params,
+    name: &'static str,
+    range: std::ops::RangeInclusive<T>,
+    default: Option<T>,
+) -> Result<Option<T>, ApiError>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    let Some(text) = params.get(name) else {
+        return Ok(default);
+    };
+    let bad = || {
+        ApiError::parameter(
+            name,
+            format!(
+                "must be a whole number from {} to {}",
+                range.start(),
+                range.end()
+            ),
+        )
+    };
+    if text.is_empty() || text.len() > 20 || !text.bytes().all(|byte| byte.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let value = text.parse::<T>().map_err(|_| bad())?;
+    range
+        .contains(&value)
+        .then_some(Some(value))
+        .ok_or_else(bad)
+}
+
+fn metric_name(params: &Params) -> Result<Option<String>, ApiError> {
+    match params.get("metric") {
+        None => Ok(None),
+        Some(name) if name.is_empty() || name.len() > MAX_METRIC_NAME_BYTES => {
+            Err(ApiError::parameter(
+                "metric",
+                format!("must be a metric name of 1 to {MAX_METRIC_NAME_BYTES} bytes"),
+            ))
+        }
+        Some(name) => Ok(Some(name.to_owned())),
+    }
+}
+
+async fn logs(
+    State(state): State<HttpState>,
+    Caller(visibility): Caller,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let params = Params::new(query, &["rank", "attempt", "offset", "max_bytes"])?;
+    let trial = trial_id(path)?;
+    let rank = number(&params, "rank", 0..=u32::MAX, Some(0))?.unwrap_or(0);
+    let attempt = number(&params, "attempt", 1..=u32::MAX, None)?;
+    let offset = number(&params, "offset", 0..=u64::MAX, Some(0))?.unwrap_or(0);
+    let max_bytes = number(
+        &params,
+        "max_bytes",
+        1..=MAX_LOG_BYTES,
+        Some(DEFAULT_LOG_BYTES),
+    )?
+    .unwrap_or(DEFAULT_LOG_BYTES);
+    // The node answers for any trial it holds: the caller's sight is judged first.
+    dashboard(&state, visibility, DashboardQuery::TrialVisible(trial)).await?;
+    let request = LogRequest {
+        trial,
+        rank,
+        attempt,
+        offset,
+        max_bytes,
+    };
+    let chunk = crate::server::read_logs(&state.server, request)
+        .await
+        .map_err(ApiError::from)?;
+    Ok(Json(json!({
+        "data": String::from_utf8_lossy(&chunk.data),
+        "next_offset": chunk.next_offset,
+        "complete": chunk.complete,
+    }))
+    .into_response())
+}
+
+async fn curves(
+    State(state): State<HttpState>,
+    Caller(visibility): Caller,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let params = Params::new(
+        query,
+        &["metric", "trials", "series", "points", "smoothing"],
+    )?;
+    let experiment = experiment_id(path)?;
+    let metric = metric_name(&params)?;
+    let series = number(
+        &params,
+        "series",
+        1..=MAX_CURVE_SERIES,
+        Some(DEFAULT_SERIES),
+    )?
+    .unwrap_or(DEFAULT_SERIES);
+    let points = number(
+        &params,
+        "points",
+        MIN_POINTS..=MAX_POINTS,
+        Some(DEFAULT_POINTS),
+    )?
+    .unwrap_or(DEFAULT_POINTS);
+    let smoothing = match params.get("smoothing") {
+        None => 0.0,
+        Some(text) => text
+            .parse::<f64>()
+            .ok()
+            .filter(|value| (0.0..=MAX_SMOOTHING).contains(value))
+            .ok_or_else(|| {
+                ApiError::parameter(
+                    "smoothing",
+                    format!("must be a number from 0 to {MAX_SMOOTHING}"),
+                )
+            })?,
+    };
+    let trials = match params.get("trials") {
+        None => None,
+        Some(text) => {
+            let names: Vec<&str> = text.split(',').filter(|name| !name.is_empty()).collect();
+            if names.is_empty() || names.len() > MAX_CURVE_SERIES {
+                return Err(ApiError::parameter(
+                    "trials",
+                    format!("must name 1 to {MAX_CURVE_SERIES} trials, comma-separated"),
+                ));
+            }
+            let ids = names
+                .iter()
+                .map(|name| {
+                    name.parse::<TrialId>()
+                        .map_err(|error| ApiError::parameter("trials", error.to_string()))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Some(ids)
+        }
+    };
+    let answer = dashboard(
+        &state,
+        visibility,
+        DashboardQuery::Curves {
+            experiment,
+            trials,
+            metric,
+            series,
+            points,
+            smoothing,
+        },
+    )
+    .await?;
+    Ok(Json(answer).into_response())
+}
+
+async fn replicates(
+    State(state): State<HttpState>,
+    Caller(visibility): Caller,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let params = Params::new(query, &["metric"])?;
+    let experiment = experiment_id(path)?;
+    let metric = metric_name(&params)?;
+    let answer = dashboard(
+        &state,
+        visibility,
+        DashboardQuery::Replicates { experiment, metric },
+    )
+    .await?;
+    Ok(Json(answer).into_response())
+}
+
+async fn cluster(
+    State(state): State<HttpState>,
+    Caller(visibility): Caller,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let params = Params::new(query, &["buckets", "since_ms"])?;
+    let buckets = number(
+        &params,
+        "buckets",
+        1..=crate::core::dashboard::MAX_HISTORY_BUCKETS,
+        Some(DEFAULT_BUCKETS),
+    )?
+    .unwrap_or(DEFAULT_BUCKETS);
+    let since = number(&params, "since_ms", 0..=u64::MAX, None)?;
+    let answer = dashboard(
+        &state,
+        visibility,
+        DashboardQuery::Cluster { since, buckets },
+    )
+    .await?;
+    Ok(Json(answer).into_response())
+}
+
+async fn gpus(
+    State(state): State<HttpState>,
+    Caller(visibility): Caller,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    Params::new(query, &[])?;
+    let answer = dashboard(&state, visibility, DashboardQuery::Gpus).await?;
+    Ok(Json(answer).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn downsampling_keeps_the_ends_and_at_most_the_points_asked() {
+        assert_eq!(downsample(3, 10), vec![0, 1, 2]);
+        let kept = downsample(10_000, 500);
+        assert_eq!(kept.len(), 500);
+        assert_eq!(kept.first(), Some(&0));
+        assert_eq!(kept.last(), Some(&9_999));
+        assert!(kept.windows(2).all(|pair| pair[0] < pair[1]));
+        assert_eq!(downsample(0, 50), Vec::<usize>::new());
+    }
+
+    fn params(pairs: &[(&str, &str)]) -> Params {
+        let pairs = pairs
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect();
+        Params::new(Ok(Query(pairs)), &["points", "rank"]).expect("known parameters")
+    }
+
+    #[test]
+    fn numbers_are_whole_and_within_their_range_or_refused_naming_the_parameter() {
+        let range = MIN_POINTS..=MAX_POINTS;
+        assert_eq!(
+            number(&params(&[]), "points", range.clone(), Some(7)).ok(),
+            Some(Some(7))
+        );
+        assert_eq!(
+            number(&params(&[("points", "60")]), "points", range.clone(), None).ok(),
+            Some(Some(60))
+        );
+        for bad in [
+            "",
+            "-1",
+            "1e3",
+            "49",
+            "2001",
+            "99999999999999999999999",
+            " 60",
+        ] {
+            let refused = number(&params(&[("points", bad)]), "points", range.clone(), None);
+            let error = refused.expect_err(bad);
+            assert_eq!(
+                error.into_response().status(),
+                axum::http::StatusCode::BAD_REQUEST,
+                "{bad}"
+            );
+        }
+        assert!(
+            number(
+                &params(&[("rank", "4294967296")]),
+                "rank",
+                0..=u32::MAX,
+                None
+            )
+            .is_err()
+        );
+    }
+}
