@@ -228,33 +228,62 @@ pub(crate) fn default_team() -> String {
     DEFAULT_TEAM.to_owned()
 }
 
+/// The two text forms a spec arrives in.
+pub(crate) enum Format {
+    /// A user's file.
+    Yaml,
+    /// The canonical form sent over the wire.
+    Json,
+}
+
+/// Parses a spec of at most `MAX_SPEC_BYTES`, checked before any parsing.
+pub(crate) fn parse_bounded<T: serde::de::DeserializeOwned>(
+    text: &str,
+    format: Format,
+) -> Result<T, SpecError> {
+    if text.len() > MAX_SPEC_BYTES {
+        return Err(SpecError::TooLarge {
+            len: text.len(),
+            max: MAX_SPEC_BYTES,
+        });
+    }
+    let parsed = match format {
+        Format::Yaml => serde_saphyr::from_str(text).map_err(|error| error.to_string()),
+        Format::Json => serde_json::from_str(text).map_err(|error| error.to_string()),
+    };
+    parsed.map_err(|message| SpecError::Parse { message })
+}
+
+/// Checks what experiments and pipelines both carry: name, team, queue and
+/// priority class.
+pub(crate) fn check_header(
+    name: &str,
+    team: &str,
+    queue: Option<&str>,
+    priority: &Priority,
+) -> Result<(), SpecError> {
+    check_label("name", name)?;
+    check_label("team", team)?;
+    if let Some(queue) = queue {
+        check_label("queue", queue)?;
+    }
+    if let Priority::Class(class) = priority {
+        check_label("priority", class)?;
+    }
+    Ok(())
+}
+
 impl ExperimentSpec {
     /// Parses and validates a YAML document.
     pub fn from_yaml(text: &str) -> Result<Self, SpecError> {
-        if text.len() > MAX_SPEC_BYTES {
-            return Err(SpecError::TooLarge {
-                len: text.len(),
-                max: MAX_SPEC_BYTES,
-            });
-        }
-        let spec: Self = serde_saphyr::from_str(text).map_err(|error| SpecError::Parse {
-            message: error.to_string(),
-        })?;
+        let spec: Self = parse_bounded(text, Format::Yaml)?;
         spec.validate()?;
         Ok(spec)
     }
 
     /// Parses and validates the canonical JSON form sent over the wire.
     pub fn from_json(text: &str) -> Result<Self, SpecError> {
-        if text.len() > MAX_SPEC_BYTES {
-            return Err(SpecError::TooLarge {
-                len: text.len(),
-                max: MAX_SPEC_BYTES,
-            });
-        }
-        let spec: Self = serde_json::from_str(text).map_err(|error| SpecError::Parse {
-            message: error.to_string(),
-        })?;
+        let spec: Self = parse_bounded(text, Format::Json)?;
         spec.validate()?;
         Ok(spec)
     }
@@ -267,14 +296,12 @@ impl ExperimentSpec {
 
     /// Checks every value, naming the first offending field.
     pub fn validate(&self) -> Result<(), SpecError> {
-        check_label("name", &self.name)?;
-        check_label("team", &self.team)?;
-        if let Some(queue) = &self.queue {
-            check_label("queue", queue)?;
-        }
-        if let Priority::Class(class) = &self.priority {
-            check_label("priority", class)?;
-        }
+        check_header(
+            &self.name,
+            &self.team,
+            self.queue.as_deref(),
+            &self.priority,
+        )?;
         self.trial.validate(&self.search)?;
         self.search.validate()?;
         validate_alert_rules(&self.alerts, "alerts")?;

@@ -26,8 +26,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CheckpointRetention, ExperimentSpec, MAX_SPEC_BYTES, Priority, SearchSpec, SpecError,
-    TrialSpec, check_label, default_team, invalid,
+    CheckpointRetention, ExperimentSpec, Format, Priority, SearchSpec, SpecError, TrialSpec,
+    check_header, default_team, invalid, parse_bounded,
 };
 
 /// The most stages one pipeline may have.
@@ -248,30 +248,14 @@ fn escape_braces(value: &str) -> String {
 impl PipelineSpec {
     /// Parses and validates a YAML document.
     pub fn from_yaml(text: &str) -> Result<Self, SpecError> {
-        if text.len() > MAX_SPEC_BYTES {
-            return Err(SpecError::TooLarge {
-                len: text.len(),
-                max: MAX_SPEC_BYTES,
-            });
-        }
-        let spec: Self = serde_saphyr::from_str(text).map_err(|error| SpecError::Parse {
-            message: error.to_string(),
-        })?;
+        let spec: Self = parse_bounded(text, Format::Yaml)?;
         spec.validate()?;
         Ok(spec)
     }
 
     /// Parses and validates the canonical JSON form sent over the wire.
     pub fn from_json(text: &str) -> Result<Self, SpecError> {
-        if text.len() > MAX_SPEC_BYTES {
-            return Err(SpecError::TooLarge {
-                len: text.len(),
-                max: MAX_SPEC_BYTES,
-            });
-        }
-        let spec: Self = serde_json::from_str(text).map_err(|error| SpecError::Parse {
-            message: error.to_string(),
-        })?;
+        let spec: Self = parse_bounded(text, Format::Json)?;
         spec.validate()?;
         Ok(spec)
     }
@@ -283,14 +267,12 @@ impl PipelineSpec {
 
     /// Checks every stage, naming the first offending one.
     pub fn validate(&self) -> Result<(), SpecError> {
-        check_label("name", &self.name)?;
-        check_label("team", &self.team)?;
-        if let Some(queue) = &self.queue {
-            check_label("queue", queue)?;
-        }
-        if let Priority::Class(class) = &self.priority {
-            check_label("priority", class)?;
-        }
+        check_header(
+            &self.name,
+            &self.team,
+            self.queue.as_deref(),
+            &self.priority,
+        )?;
         if self.stages.is_empty() {
             return Err(invalid("stages", "a pipeline needs at least one stage"));
         }
