@@ -381,21 +381,42 @@ impl Params {
 
     /// `limit`: 1 to [`MAX_LIMIT`], [`DEFAULT_LIMIT`] when absent.
     pub(crate) fn limit(&self) -> Result<usize, ApiError> {
-        let Some(text) = self.get("limit") else {
-            return Ok(DEFAULT_LIMIT);
+        Ok(self
+            .number("limit", 1..=MAX_LIMIT, Some(DEFAULT_LIMIT))?
+            .unwrap_or(DEFAULT_LIMIT))
+    }
+
+    /// A whole number parameter within `range`, `default` when absent.
+    pub(crate) fn number<T>(
+        &self,
+        name: &'static str,
+        range: std::ops::RangeInclusive<T>,
+        default: Option<T>,
+    ) -> Result<Option<T>, ApiError>
+    where
+        T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+    {
+        let Some(text) = self.get(name) else {
+            return Ok(default);
         };
         let bad = || {
             ApiError::parameter(
-                "limit",
-                format!("must be a whole number from 1 to {MAX_LIMIT}"),
+                name,
+                format!(
+                    "must be a whole number from {} to {}",
+                    range.start(),
+                    range.end()
+                ),
             )
         };
-        if text.is_empty() || !text.bytes().all(|byte| byte.is_ascii_digit()) {
+        // At most 20 digits: `u64::MAX` has 20, and nothing longer is parsed.
+        if text.is_empty() || text.len() > 20 || !text.bytes().all(|byte| byte.is_ascii_digit()) {
             return Err(bad());
         }
-        text.parse::<usize>()
-            .ok()
-            .filter(|limit| (1..=MAX_LIMIT).contains(limit))
+        let value = text.parse::<T>().map_err(|_| bad())?;
+        range
+            .contains(&value)
+            .then_some(Some(value))
             .ok_or_else(bad)
     }
 

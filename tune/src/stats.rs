@@ -128,6 +128,22 @@ pub fn quantile(values: &[f64], q: f64) -> Option<f64> {
     Some(sorted[below] + (sorted[above] - sorted[below]) * fraction)
 }
 
+/// The positions of at most `points` of `len` items, evenly spaced, the first
+/// and last always included (every position when `len <= points`): how a long
+/// series is thinned for a chart or an answer of bounded size.
+pub fn evenly_spaced(len: usize, points: usize) -> Vec<usize> {
+    if len <= points {
+        return (0..len).collect();
+    }
+    let points = points.max(2);
+    // Position i is i * (len - 1) / (points - 1): increasing, first and last included.
+    let mut kept: Vec<usize> = (0..points)
+        .map(|slot| slot * (len - 1) / (points - 1))
+        .collect();
+    kept.dedup();
+    kept
+}
+
 /// TensorBoard's debiased exponential moving average, for smoothed learning
 /// curves (`--ema 0.9`).
 ///
@@ -179,6 +195,17 @@ fn t_quantile(p: f64, dof: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn evenly_spaced_keeps_the_ends_and_at_most_the_points_asked() {
+        assert_eq!(evenly_spaced(3, 10), vec![0, 1, 2]);
+        let kept = evenly_spaced(10_000, 500);
+        assert_eq!(kept.len(), 500);
+        assert_eq!(kept.first(), Some(&0));
+        assert_eq!(kept.last(), Some(&9_999));
+        assert!(kept.windows(2).all(|pair| pair[0] < pair[1]));
+        assert_eq!(evenly_spaced(0, 50), Vec::<usize>::new());
+    }
 
     fn check_close(actual: f64, expected: f64, tolerance: f64) {
         assert!(

@@ -199,7 +199,7 @@ fn curve(
         }
         Err(failure) => error = Some(failure.to_string()),
     }
-    let keep = downsample(steps.len(), points);
+    let keep = xp_tune::stats::evenly_spaced(steps.len(), points);
     let smoothed = (smoothing > 0.0).then(|| {
         let smoothed = xp_tune::stats::ema(&values, smoothing);
         keep.iter()
@@ -216,20 +216,6 @@ fn curve(
         "smoothed": smoothed,
         "error": error,
     })
-}
-
-/// The positions of at most `points` of `len` items, evenly spaced, first and
-/// last included.
-fn downsample(len: usize, points: usize) -> Vec<usize> {
-    if len <= points {
-        return (0..len).collect();
-    }
-    let points = points.max(2);
-    let mut kept: Vec<usize> = (0..points)
-        .map(|slot| slot * (len - 1) / (points - 1))
-        .collect();
-    kept.dedup();
-    kept
 }
 
 /// The routes, merged into the API's router (so under its credential check
@@ -347,39 +333,6 @@ async fn leases(
     Ok(Json(json!({ "leases": leases, "approvals": approvals })).into_response())
 }
 
-/// A whole number parameter within `range`, `default` when absent.
-fn number<T>(
-    params: &Params,
-    name: &'static str,
-    range: std::ops::RangeInclusive<T>,
-    default: Option<T>,
-) -> Result<Option<T>, ApiError>
-where
-    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
-{
-    let Some(text) = params.get(name) else {
-        return Ok(default);
-    };
-    let bad = || {
-        ApiError::parameter(
-            name,
-            format!(
-                "must be a whole number from {} to {}",
-                range.start(),
-                range.end()
-            ),
-        )
-    };
-    if text.is_empty() || text.len() > 20 || !text.bytes().all(|byte| byte.is_ascii_digit()) {
-        return Err(bad());
-    }
-    let value = text.parse::<T>().map_err(|_| bad())?;
-    range
-        .contains(&value)
-        .then_some(Some(value))
-        .ok_or_else(bad)
-}
-
 fn metric_name(params: &Params) -> Result<Option<String>, ApiError> {
     match params.get("metric") {
         None => Ok(None),
@@ -401,16 +354,12 @@ async fn logs(
 ) -> Result<Response, ApiError> {
     let params = Params::new(query, &["rank", "attempt", "offset", "max_bytes"])?;
     let trial = trial_id(path)?;
-    let rank = number(&params, "rank", 0..=u32::MAX, Some(0))?.unwrap_or(0);
-    let attempt = number(&params, "attempt", 1..=u32::MAX, None)?;
-    let offset = number(&params, "offset", 0..=u64::MAX, Some(0))?.unwrap_or(0);
-    let max_bytes = number(
-        &params,
-        "max_bytes",
-        1..=MAX_LOG_BYTES,
-        Some(DEFAULT_LOG_BYTES),
-    )?
-    .unwrap_or(DEFAULT_LOG_BYTES);
+    let rank = params.number("rank", 0..=u32::MAX, Some(0))?.unwrap_or(0);
+    let attempt = params.number("attempt", 1..=u32::MAX, None)?;
+    let offset = params.number("offset", 0..=u64::MAX, Some(0))?.unwrap_or(0);
+    let max_bytes = params
+        .number("max_bytes", 1..=MAX_LOG_BYTES, Some(DEFAULT_LOG_BYTES))?
+        .unwrap_or(DEFAULT_LOG_BYTES);
     // The node answers for any trial it holds: the caller's sight is judged first.
     dashboard(&state, visibility, DashboardQuery::TrialVisible(trial)).await?;
     let request = LogRequest {
@@ -443,20 +392,12 @@ async fn curves(
     )?;
     let experiment = experiment_id(path)?;
     let metric = metric_name(&params)?;
-    let series = number(
-        &params,
-        "series",
-        1..=MAX_CURVE_SERIES,
-        Some(DEFAULT_SERIES),
-    )?
-    .unwrap_or(DEFAULT_SERIES);
-    let points = number(
-        &params,
-        "points",
-        MIN_POINTS..=MAX_POINTS,
-        Some(DEFAULT_POINTS),
-    )?
-    .unwrap_or(DEFAULT_POINTS);
+    let series = params
+        .number("series", 1..=MAX_CURVE_SERIES, Some(DEFAULT_SERIES))?
+        .unwrap_or(DEFAULT_SERIES);
+    let points = params
+        .number("points", MIN_POINTS..=MAX_POINTS, Some(DEFAULT_POINTS))?
+        .unwrap_or(DEFAULT_POINTS);
     let smoothing = match params.get("smoothing") {
         None => 0.0,
         Some(text) => text
@@ -530,14 +471,14 @@ async fn cluster(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let params = Params::new(query, &["buckets", "since_ms"])?;
-    let buckets = number(
-        &params,
-        "buckets",
-        1..=crate::core::dashboard::MAX_HISTORY_BUCKETS,
-        Some(DEFAULT_BUCKETS),
-    )?
-    .unwrap_or(DEFAULT_BUCKETS);
-    let since = number(&params, "since_ms", 0..=u64::MAX, None)?;
+    let buckets = params
+        .number(
+            "buckets",
+            1..=crate::core::dashboard::MAX_HISTORY_BUCKETS,
+            Some(DEFAULT_BUCKETS),
+        )?
+        .unwrap_or(DEFAULT_BUCKETS);
+    let since = params.number("since_ms", 0..=u64::MAX, None)?;
     let answer = dashboard(
         &state,
         visibility,
@@ -561,17 +502,6 @@ async fn gpus(
 mod tests {
     use super::*;
 
-    #[test]
-    fn downsampling_keeps_the_ends_and_at_most_the_points_asked() {
-        assert_eq!(downsample(3, 10), vec![0, 1, 2]);
-        let kept = downsample(10_000, 500);
-        assert_eq!(kept.len(), 500);
-        assert_eq!(kept.first(), Some(&0));
-        assert_eq!(kept.last(), Some(&9_999));
-        assert!(kept.windows(2).all(|pair| pair[0] < pair[1]));
-        assert_eq!(downsample(0, 50), Vec::<usize>::new());
-    }
-
     fn params(pairs: &[(&str, &str)]) -> Params {
         let pairs = pairs
             .iter()
@@ -584,11 +514,13 @@ mod tests {
     fn numbers_are_whole_and_within_their_range_or_refused_naming_the_parameter() {
         let range = MIN_POINTS..=MAX_POINTS;
         assert_eq!(
-            number(&params(&[]), "points", range.clone(), Some(7)).ok(),
+            params(&[]).number("points", range.clone(), Some(7)).ok(),
             Some(Some(7))
         );
         assert_eq!(
-            number(&params(&[("points", "60")]), "points", range.clone(), None).ok(),
+            params(&[("points", "60")])
+                .number("points", range.clone(), None)
+                .ok(),
             Some(Some(60))
         );
         for bad in [
@@ -600,7 +532,7 @@ mod tests {
             "99999999999999999999999",
             " 60",
         ] {
-            let refused = number(&params(&[("points", bad)]), "points", range.clone(), None);
+            let refused = params(&[("points", bad)]).number("points", range.clone(), None);
             let error = refused.expect_err(bad);
             assert_eq!(
                 error.into_response().status(),
@@ -609,13 +541,9 @@ mod tests {
             );
         }
         assert!(
-            number(
-                &params(&[("rank", "4294967296")]),
-                "rank",
-                0..=u32::MAX,
-                None
-            )
-            .is_err()
+            params(&[("rank", "4294967296")])
+                .number("rank", 0..=u32::MAX, None)
+                .is_err()
         );
     }
 }

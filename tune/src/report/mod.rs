@@ -413,11 +413,10 @@ pub fn thin_best_curve(curve: Vec<BestPoint>, max: usize) -> Vec<BestPoint> {
     if steps.len() <= max {
         return steps;
     }
-    // Index i of the kept ones is i * (n - 1) / (max - 1): increasing, first
-    // and last included.
-    let span = steps.len() - 1;
+    let mut wanted = crate::stats::evenly_spaced(steps.len(), max)
+        .into_iter()
+        .peekable();
     let mut thinned = Vec::with_capacity(max);
-    let mut wanted = (0..max).map(|i| i * span / (max - 1)).peekable();
     for (index, point) in steps.into_iter().enumerate() {
         if wanted.peek() == Some(&index) {
             thinned.push(point);
