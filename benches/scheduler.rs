@@ -98,6 +98,7 @@ fn request(index: u64, rng: &mut SplitMix64, now: u64) -> TrialRequest {
             node_labels: BTreeMap::new(),
             spread: false,
             leases: Default::default(),
+            oversubscribe: false,
         },
         preemptible: rng.below(10) != 0,
         time_limit_ms: (rng.below(2) == 0).then(|| 3_600_000 * (1 + rng.below(24))),
@@ -149,6 +150,10 @@ fn main() {
             Decision::Preempt { trial, .. } => {
                 core.requeue(trial, clock_ms);
             }
+            // No elastic trials here; a resize would restart at once.
+            Decision::Resize { trial, .. } => {
+                core.resized(trial, clock_ms);
+            }
         }
     }
     // Top the backlog up to WAITING again.
@@ -196,6 +201,9 @@ fn main() {
                     core.requeue(trial, clock_ms);
                     running.retain(|&id| id != trial);
                     preempts += 1;
+                }
+                Decision::Resize { trial, .. } => {
+                    core.resized(trial, clock_ms);
                 }
             }
         }

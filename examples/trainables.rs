@@ -6,7 +6,8 @@
 //! `trainables submit --entry allreduce_check --workers W [--crash-rank R]`
 //! submits one data-parallel trial that checks a ring all-reduce;
 //! `trainables submit --spec FILE` submits any spec whose trials are
-//! entries of this binary (`counter` is the checkpointing one, `objects_check`
+//! entries of this binary (`counter` is the checkpointing one, `elastic_sgd`
+//! the data-parallel one that keeps its global batch across resizes, `objects_check`
 //! moves an object between nodes, `lane_check` tries to leave its lane on the
 //! node's object channel). Nodes re-execute
 //! this binary with `XP_ENTRY=quadratic` to run a trial. The cluster's join string
@@ -137,6 +138,155 @@ fn counter(ctx: &TrialContext) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Features of the linear model `elastic_sgd` fits.
+const SGD_FEATURES: usize = 4;
+/// Samples in its data set.
+const SGD_SAMPLES: u64 = 256;
+/// Its learning rate: a power of two, so that the update is exact.
+const SGD_LEARNING_RATE: f64 = 0.125;
+
+/// Sample `index` of `elastic_sgd`'s data set for `seed`: features and target,
+/// all multiples of 1/256, so sums of gradients stay exact.
+pub fn sgd_sample(seed: u64, index: u64) -> ([f64; SGD_FEATURES], f64) {
+    let mix = |salt: u64| {
+        let mut z = seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(index.wrapping_mul(0xBF58_476D_1CE4_E5B9))
+            .wrapping_add(salt.wrapping_mul(0x94D0_49BB_1331_11EB));
+        z ^= z >> 31;
+        z = z.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        z ^ (z >> 29)
+    };
+    let truth = [0.5, -0.25, 0.75, 1.0];
+    let mut features = [0.0; SGD_FEATURES];
+    let mut target = 0.125 + ((mix(99) % 16) as f64 - 8.0) / 256.0;
+    for (feature, (value, weight)) in features.iter_mut().zip(truth).enumerate() {
+        *value = (mix(feature as u64) % 64) as f64 / 64.0 - 0.5;
+        target += weight * *value;
+    }
+    (features, target)
+}
+
+/// One sample's gradient of the squared error (weights, then bias), each part
+/// rounded to a multiple of 2^-24: a sum of such numbers is exact in any
+/// order, so every way of splitting the batch adds up to the same bits.
+pub fn sgd_gradient(
+    params: &[f64; SGD_FEATURES + 1],
+    seed: u64,
+    index: u64,
+) -> [f64; SGD_FEATURES + 1] {
+    let (features, target) = sgd_sample(seed, index % SGD_SAMPLES);
+    let prediction =
+        params[SGD_FEATURES] + features.iter().zip(params).map(|(x, w)| x * w).sum::<f64>();
+    let error = prediction - target;
+    let quantum = f64::from(1u32 << 24);
+    let round = |value: f64| (value * quantum).round() / quantum;
+    let mut gradient = [0.0; SGD_FEATURES + 1];
+    for (part, x) in gradient.iter_mut().zip(features) {
+        *part = round(error * x);
+    }
+    gradient[SGD_FEATURES] = round(error);
+    gradient
+}
+
+/// Applies one step's summed gradient of a global batch of `batch` samples.
+pub fn sgd_update(params: &mut [f64; SGD_FEATURES + 1], sum: &[f64], batch: u64) {
+    for (param, part) in params.iter_mut().zip(sum) {
+        *param -= SGD_LEARNING_RATE * (part / batch as f64);
+    }
+}
+
+/// Data-parallel SGD of a linear model that keeps its global batch whatever
+/// the gang's size: step `s` uses samples `s·batch .. (s+1)·batch` (mod the data
+/// set), rank `r` of `w` takes those at positions `r, r + w, ...`, and the
+/// ranks all-reduce the summed gradient; the parameters are the same on every
+/// rank, and rank 0 checkpoints them (every `every` steps and when asked to
+/// stop). A resize restarts the gang with a new `XP_WORLD_SIZE` and rank, and
+/// it resumes from the checkpoint with the same batch, so its final parameters
+/// equal those of a run that never resized. A stop travels with the gradients
+/// (one more element of the all-reduce), so every rank stops after the same
+/// step. Reports `mean_error` and `world` each step from rank 0, and the
+/// final `w0`..`w3`, `b`.
+fn elastic_sgd(ctx: &TrialContext) -> Result<(), BoxError> {
+    let steps = u64::try_from(ctx.param_i64("steps")?)?;
+    let every = u64::try_from(ctx.param_i64("every")?)?.max(1);
+    let batch = u64::try_from(ctx.param_i64("batch")?)?.max(1);
+    let step_ms = u64::try_from(ctx.param_i64("step_ms")?)?;
+    let seed = u64::try_from(ctx.param_i64("data_seed")?)?;
+    // Watch for SIGTERM from the start.
+    let _ = ctx.stop_requested();
+    let mut communicator = ctx.collective()?;
+    let encode = |params: &[f64; SGD_FEATURES + 1]| -> Vec<u8> {
+        params
+            .iter()
+            .flat_map(|value| value.to_le_bytes())
+            .collect()
+    };
+    let (mut step, mut params) = match ctx.restore()? {
+        Some((step, state)) => {
+            let mut params = [0.0; SGD_FEATURES + 1];
+            if state.len() != params.len() * 8 {
+                return Err(format!("a checkpoint of {} bytes", state.len()).into());
+            }
+            for (param, bytes) in params.iter_mut().zip(state.chunks_exact(8)) {
+                *param = f64::from_le_bytes(bytes.try_into()?);
+            }
+            (step, params)
+        }
+        None => (0, [0.0; SGD_FEATURES + 1]),
+    };
+    let world = u64::from(ctx.world_size);
+    let rank = u64::from(ctx.rank);
+    while step < steps {
+        let mut sum = vec![0.0f64; SGD_FEATURES + 2];
+        let mut position = rank;
+        while position < batch {
+            let gradient = sgd_gradient(&params, seed, step * batch + position);
+            for (total, part) in sum.iter_mut().zip(gradient) {
+                *total += part;
+            }
+            position += world;
+        }
+        sum[SGD_FEATURES + 1] = if ctx.stop_requested() { 1.0 } else { 0.0 };
+        communicator.all_reduce(&mut sum, xp::ReduceOp::Sum)?;
+        if sum[SGD_FEATURES + 1] > 0.0 {
+            // Some rank was asked to stop: all save this step and leave.
+            ctx.checkpoint(step, &encode(&params))?;
+            // Leave once this rank's own SIGTERM is here too (the head sends it to
+            // every rank), so it exits as stopped, never as finished.
+            for _ in 0..1000 {
+                if ctx.stop_requested() {
+                    return Ok(());
+                }
+                #[expect(
+                    clippy::disallowed_methods,
+                    reason = "a synchronous trainable waits for its own stop signal"
+                )]
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            return Err("the gang stopped but this rank was never asked to".into());
+        }
+        let loss = sum[SGD_FEATURES].abs() / batch as f64;
+        sgd_update(&mut params, &sum[..=SGD_FEATURES], batch);
+        step += 1;
+        if ctx.rank == 0 {
+            ctx.report(step, &[("mean_error", loss), ("world", world as f64)]);
+        }
+        if step % every == 0 {
+            ctx.checkpoint(step, &encode(&params))?;
+        }
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "a synchronous trainable paces its steps"
+        )]
+        std::thread::sleep(Duration::from_millis(step_ms));
+    }
+    let names = ["w0", "w1", "w2", "w3", "b"];
+    let finals: Vec<(&str, f64)> = names.iter().copied().zip(params).collect();
+    ctx.report(steps, &finals);
+    Ok(())
+}
+
 /// Moves an object between the ranks of a gang through the object store: rank 0
 /// puts `size` bytes and leaves their id in the file `exchange`; every other rank
 /// reads the id there, gets the object (from rank 0's node if its own lacks it),
@@ -249,6 +399,7 @@ fn main() -> anyhow::Result<()> {
         .register("quadratic", quadratic)
         .register("allreduce_check", allreduce_check)
         .register("counter", counter)
+        .register("elastic_sgd", elastic_sgd)
         .run_if_worker();
     let args: Vec<String> = std::env::args().collect();
     let value = |flag: &str| {

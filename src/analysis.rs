@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 use xp_runtime::ids::TrialId;
-use xp_runtime::protocol::{ExperimentStatus, TrialState};
+use xp_runtime::protocol::{ExperimentStatus, ObjectiveStatus, TrialState};
+use xp_tune::search::front::summarize_front;
 use xp_tune::stats::{Summary, WelchTest, summarize, welch_t_test};
 
 /// Why an experiment cannot be compared.
@@ -141,6 +142,176 @@ impl ConfigSummary {
     }
 }
 
+/// One configuration of a multi-objective experiment: its replicates' mean of
+/// each objective.
+#[derive(Debug, Clone)]
+pub struct ConfigObjectives {
+    /// The parameters, without the seed.
+    pub config: Value,
+    /// Its succeeded trials that reported every objective.
+    pub trials: Vec<TrialId>,
+    /// Per objective, in declared order: the replicates' summary, when one
+    /// reported it.
+    pub summaries: Vec<Option<Summary>>,
+    /// Its hypervolume contribution when it is on the front.
+    pub contribution: Option<f64>,
+}
+
+/// The Pareto front of a multi-objective experiment's configurations, each
+/// judged by its replicates' means.
+#[derive(Debug, Clone)]
+pub struct FrontComparison {
+    /// The objectives.
+    pub objectives: Vec<ObjectiveStatus>,
+    /// The reference point (the metrics' units), when there is one.
+    pub reference: Option<Vec<f64>>,
+    /// Whether the spec declared it.
+    pub reference_declared: bool,
+    /// The hypervolume of the front of configuration means.
+    pub hypervolume: f64,
+    /// Every configuration: the front first, by contribution, then the rest.
+    pub configs: Vec<ConfigObjectives>,
+}
+
+/// The front of configurations (seed replicates grouped, each objective their
+/// mean over succeeded trials that reported it finite); `None` for one metric.
+pub fn compare_front(status: &ExperimentStatus) -> Option<FrontComparison> {
+    let front = status.front.as_ref()?;
+    let objectives = status.objectives.clone();
+    /// One configuration's replicates: its trials with every objective, and
+    /// each objective's finite values.
+    struct Group {
+        config: Value,
+        trials: Vec<TrialId>,
+        columns: Vec<Vec<f64>>,
+    }
+    let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+    for trial in &status.trials {
+        let mut config: serde_json::Map<String, Value> =
+            serde_json::from_str(&trial.config_json).unwrap_or_default();
+        config.remove("seed");
+        let key = Value::Object(config.clone()).to_string();
+        let group = groups.entry(key).or_insert_with(|| Group {
+            config: Value::Object(config),
+            trials: Vec::new(),
+            columns: vec![Vec::new(); objectives.len()],
+        });
+        if trial.state != TrialState::Succeeded {
+            continue;
+        }
+        let values: Vec<Option<f64>> = objectives
+            .iter()
+            .map(|objective| {
+                trial
+                    .metrics
+                    .get(&objective.metric)
+                    .copied()
+                    .filter(|value| value.is_finite())
+            })
+            .collect();
+        if values.iter().all(Option::is_some) {
+            group.trials.push(trial.id);
+        }
+        for (column, value) in group.columns.iter_mut().zip(values) {
+            column.extend(value);
+        }
+    }
+    let mut configs: Vec<ConfigObjectives> = groups
+        .into_values()
+        .map(|group| ConfigObjectives {
+            config: group.config,
+            trials: group.trials,
+            summaries: group
+                .columns
+                .iter()
+                .map(|column| summarize(column))
+                .collect(),
+            contribution: None,
+        })
+        .collect();
+    let candidates: Vec<(usize, Vec<Option<f64>>)> = configs
+        .iter()
+        .enumerate()
+        .map(|(idx, config)| {
+            let means = config
+                .summaries
+                .iter()
+                .map(|summary| summary.as_ref().map(|summary| summary.mean))
+                .collect();
+            (idx, means)
+        })
+        .collect();
+    let maximize: Vec<bool> = objectives
+        .iter()
+        .map(|objective| objective.maximize)
+        .collect();
+    let declared = front
+        .reference_declared
+        .then_some(front.reference.as_slice());
+    let summary = summarize_front(&candidates, &maximize, declared).ok()?;
+    let mut order: Vec<usize> = summary.front.iter().map(|point| point.key).collect();
+    for point in &summary.front {
+        configs[point.key].contribution = Some(point.contribution);
+    }
+    order.extend((0..configs.len()).filter(|idx| configs[*idx].contribution.is_none()));
+    let mut slots: Vec<Option<ConfigObjectives>> = configs.into_iter().map(Some).collect();
+    let configs = order
+        .into_iter()
+        .filter_map(|idx| slots[idx].take())
+        .collect();
+    Some(FrontComparison {
+        objectives,
+        reference: summary.reference,
+        reference_declared: summary.reference_declared,
+        hypervolume: summary.hypervolume,
+        configs,
+    })
+}
+
+impl FrontComparison {
+    /// The JSON line `xp compare --json` prints first for a multi-objective experiment.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "objectives": xp_runtime::views::objectives_json(&self.objectives),
+            "front": {
+                "hypervolume": xp_runtime::metric_value::value_json(self.hypervolume),
+                "reference": self.reference,
+                "reference_declared": self.reference_declared,
+                "size": self.configs.iter().filter(|config| config.contribution.is_some()).count(),
+            },
+        })
+    }
+}
+
+impl ConfigObjectives {
+    /// The JSON line `xp compare --json` prints for this configuration.
+    pub fn to_json(&self, objectives: &[ObjectiveStatus], rank: usize) -> Value {
+        let values: serde_json::Map<String, Value> = objectives
+            .iter()
+            .zip(&self.summaries)
+            .map(|(objective, summary)| {
+                (
+                    objective.metric.clone(),
+                    json!({
+                        "n": summary.as_ref().map_or(0, |summary| summary.n),
+                        "mean": summary.as_ref().map(|summary| summary.mean),
+                        "std_dev": summary.as_ref().map(|summary| summary.std_dev),
+                        "ci95": summary.as_ref().map(|summary| [summary.ci95.0, summary.ci95.1]),
+                    }),
+                )
+            })
+            .collect();
+        json!({
+            "rank": rank,
+            "config": self.config,
+            "on_front": self.contribution.is_some(),
+            "contribution": self.contribution.map(xp_runtime::metric_value::value_json),
+            "objectives": values,
+            "trials": self.trials.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use xp_runtime::ids::ExperimentId;
@@ -179,6 +350,8 @@ mod tests {
             code_version: "none".to_owned(),
             data_version: "none".to_owned(),
             trials,
+            objectives: Vec::new(),
+            front: None,
         }
     }
 
@@ -207,6 +380,64 @@ mod tests {
         let runner_up = comparison.configs[1].vs_best.as_ref().unwrap();
         assert!(runner_up.significant && runner_up.p_value < 0.001);
         assert!(comparison.configs[1].verdict(0.05).contains("significant"));
+    }
+
+    #[test]
+    fn the_front_of_configurations_by_replicate_means() {
+        let objectives = vec![
+            ObjectiveStatus {
+                metric: "acc".to_owned(),
+                maximize: true,
+            },
+            ObjectiveStatus {
+                metric: "ms".to_owned(),
+                maximize: false,
+            },
+        ];
+        // Two replicates each: A = (0.9, 30), B = (0.8, 10), C = (0.7, 20), which
+        // B dominates; one more of C never reported `ms`.
+        let mut trials = Vec::new();
+        for (index, (config, acc, ms)) in [
+            (r#"{"k":"a","seed":0}"#, 0.89, Some(29.0)),
+            (r#"{"k":"a","seed":1}"#, 0.91, Some(31.0)),
+            (r#"{"k":"b","seed":0}"#, 0.80, Some(9.0)),
+            (r#"{"k":"b","seed":1}"#, 0.80, Some(11.0)),
+            (r#"{"k":"c","seed":0}"#, 0.70, Some(20.0)),
+            (r#"{"k":"c","seed":1}"#, 0.70, Some(20.0)),
+            (r#"{"k":"c","seed":2}"#, 0.70, None),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut status = trial(index as u32, config, acc);
+            if let Some(ms) = ms {
+                status.metrics.insert("ms".to_owned(), ms);
+            }
+            trials.push(status);
+        }
+        let mut experiment = status(trials);
+        experiment.objectives = objectives;
+        experiment.front = Some(xp_runtime::protocol::FrontStatus {
+            reference: vec![0.5, 40.0],
+            reference_declared: true,
+            hypervolume: 0.0,
+            evaluated: 6,
+            trials: Vec::new(),
+        });
+        let front = compare_front(&experiment).unwrap();
+        let keys: Vec<&str> = front
+            .configs
+            .iter()
+            .map(|config| config.config["k"].as_str().unwrap())
+            .collect();
+        assert_eq!(keys, vec!["b", "a", "c"]);
+        assert!(front.configs[2].contribution.is_none());
+        assert_eq!(front.configs[2].trials.len(), 2);
+        assert_eq!(front.configs[2].summaries[0].as_ref().unwrap().n, 3);
+        // Slices of accuracy above 0.5: (0.8, 0.9] × (40 − 30) + (0.5, 0.8] × (40 − 10).
+        assert!((front.hypervolume - (0.1 * 10.0 + 0.3 * 30.0)).abs() < 1e-9);
+        assert!((front.configs[0].contribution.unwrap() - 0.3 * 20.0).abs() < 1e-9);
+        assert!(compare_front(&status(Vec::new())).is_none());
     }
 
     #[test]

@@ -186,6 +186,8 @@ impl Cluster {
             telemetry_interval: options
                 .telemetry_interval
                 .unwrap_or(xp_node::telemetry::DEFAULT_INTERVAL),
+            granted_gpus: None,
+            drain_timeout: xp_node::agent::DEFAULT_DRAIN_TIMEOUT,
         };
         let node_task = xp_runtime::task::spawn(
             "local-node",

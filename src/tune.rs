@@ -4,7 +4,10 @@
 //! (`XP_PARAM_<NAME>` and `XP_CONFIG`); the last line of its stdout is the
 //! objective. With an early-stopping rule, `XP_METRIC {"step": S, "value": V}`
 //! lines are intermediate results, and a trial the rule stops receives SIGTERM.
-//! No cluster is involved: this is the quickest way to use the search engine.
+//! A multi-objective run (`--metric a,b --mode max,min`) reads each objective as
+//! the last value of its metric in the command's `XP_METRIC` lines, drives the
+//! searcher through `tell_objectives`, and reports the Pareto front and its
+//! hypervolume (`xp_tune::search::front`). No cluster is involved: this is the quickest way to use the search engine.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -16,6 +19,7 @@ use tokio::task::JoinSet;
 use xp_runtime::metric_line::{MAX_METRIC_LINE, parse_metric_line, read_bounded_line};
 use xp_runtime::spec::Config;
 use xp_tune::search::Searcher;
+use xp_tune::search::front::{DEFAULT_REFERENCE_RULE, FrontSummary, summarize_front};
 use xp_tune::stopping::{StoppingRule, Verdict};
 
 /// Why a tuning run stopped early.
@@ -49,6 +53,26 @@ pub struct TuneJob {
     pub maximize: bool,
     /// The command and its arguments.
     pub command: Vec<String>,
+    /// A multi-objective search's objectives (metric name, larger is better),
+    /// read from the command's `XP_METRIC` lines (the last value of each);
+    /// empty for one objective, the last stdout line.
+    pub objectives: Vec<(String, bool)>,
+    /// The hypervolume's reference point (the metrics' units); derived from the
+    /// evaluations when absent.
+    pub reference: Option<Vec<f64>>,
+}
+
+/// The Pareto front of a multi-objective run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TuneFront {
+    /// The metrics, in order.
+    pub metrics: Vec<String>,
+    /// The front by evaluation number, largest hypervolume contribution first.
+    pub summary: FrontSummary<u32>,
+    /// Every evaluation's configuration, by evaluation number.
+    pub configs: BTreeMap<u32, Config>,
+    /// Every evaluation's objective values (`None` where one was not reported).
+    pub values: BTreeMap<u32, Vec<Option<f64>>>,
 }
 
 /// What the run found.
@@ -62,12 +86,41 @@ pub struct TuneSummary {
     pub best: Option<f64>,
     /// Its parameters.
     pub best_params: Option<Config>,
+    /// The front of a multi-objective run (`best` is then empty).
+    pub front: Option<TuneFront>,
 }
 
 impl TuneSummary {
-    /// The closing JSON line.
+    /// The closing JSON line; a multi-objective run's has `front`,
+    /// `hypervolume` and `reference` instead of `best`.
     pub fn to_json(&self) -> Value {
-        json!({ "summary": { "evaluations": self.evaluations, "steps": self.steps, "best": self.best, "best_params": self.best_params } })
+        let Some(front) = &self.front else {
+            return json!({ "summary": { "evaluations": self.evaluations, "steps": self.steps, "best": self.best, "best_params": self.best_params } });
+        };
+        let members: Vec<Value> = front
+            .summary
+            .front
+            .iter()
+            .map(|point| {
+                let values: serde_json::Map<String, Value> = front
+                    .metrics
+                    .iter()
+                    .cloned()
+                    .zip(point.values.iter().map(|value| json!(value)))
+                    .collect();
+                json!({ "i": point.key, "params": front.configs.get(&point.key), "values": values, "contribution": xp_runtime::metric_value::value_json(point.contribution) })
+            })
+            .collect();
+        json!({ "summary": {
+            "evaluations": self.evaluations,
+            "steps": self.steps,
+            "evaluated": front.summary.evaluated,
+            "hypervolume": xp_runtime::metric_value::value_json(front.summary.hypervolume),
+            "reference": front.summary.reference,
+            "reference_declared": front.summary.reference_declared,
+            "reference_rule": (!front.summary.reference_declared).then_some(DEFAULT_REFERENCE_RULE),
+            "front": members,
+        } })
     }
 }
 
@@ -83,6 +136,8 @@ enum EvalEvent {
     Done {
         i: u32,
         last_line: Option<String>,
+        /// The last value of each objective's metric, for a multi-objective run.
+        named: Vec<Option<f64>>,
         status: Option<i32>,
         stopped: bool,
     },
@@ -104,15 +159,31 @@ fn env_name(param: &str) -> String {
 
 /// Runs the job, calling `emit` with one JSON object per finished evaluation.
 pub async fn tune(mut job: TuneJob, mut emit: impl FnMut(Value)) -> Result<TuneSummary, TuneError> {
+    // Owned, so the job's searcher can be lent out while evaluations start.
     let (program, args) = job
         .command
         .split_first()
+        .map(|(program, args)| (program.clone(), args.to_vec()))
         .ok_or_else(|| TuneError::Options("no command given after --".to_owned()))?;
     if job.parallel == 0 || job.budget == 0 {
         return Err(TuneError::Options(
             "--budget and --parallel must be positive".to_owned(),
         ));
     }
+    let multi = !job.objectives.is_empty();
+    if multi && job.rule.is_some() {
+        return Err(TuneError::Options(
+            "--early-stopping judges one objective; a multi-objective run (--metric A,B) takes none"
+                .to_owned(),
+        ));
+    }
+    let names: std::sync::Arc<Vec<String>> = std::sync::Arc::new(
+        job.objectives
+            .iter()
+            .map(|(name, _)| name.clone())
+            .collect(),
+    );
+    let maximize: Vec<bool> = job.objectives.iter().map(|(_, max)| *max).collect();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let mut tasks = JoinSet::new();
     let mut running: BTreeMap<u32, Running> = BTreeMap::new();
@@ -123,6 +194,7 @@ pub async fn tune(mut job: TuneJob, mut emit: impl FnMut(Value)) -> Result<TuneS
         steps: 0,
         best: None,
         best_params: None,
+        front: None,
     };
     let sign = if job.maximize { -1.0 } else { 1.0 };
     loop {
@@ -134,9 +206,9 @@ pub async fn tune(mut job: TuneJob, mut emit: impl FnMut(Value)) -> Result<TuneS
             let i = asked;
             asked += 1;
             let config_json = serde_json::to_string(&suggestion.config).expect("configs serialise");
-            let mut command = tokio::process::Command::new(program);
+            let mut command = tokio::process::Command::new(&program);
             command
-                .args(args)
+                .args(&args)
                 .env("XP_CONFIG", &config_json)
                 .env("XP_TRIAL_ID", format!("tune-{i}"))
                 .stdin(Stdio::null())
@@ -153,7 +225,13 @@ pub async fn tune(mut job: TuneJob, mut emit: impl FnMut(Value)) -> Result<TuneS
                 source,
             })?;
             let (stop_tx, stop_rx) = oneshot::channel();
-            tasks.spawn(evaluate(i, child, stop_rx, events_tx.clone()));
+            tasks.spawn(evaluate(
+                i,
+                child,
+                stop_rx,
+                events_tx.clone(),
+                names.clone(),
+            ));
             running.insert(
                 i,
                 Running {
@@ -195,12 +273,24 @@ pub async fn tune(mut job: TuneJob, mut emit: impl FnMut(Value)) -> Result<TuneS
             EvalEvent::Done {
                 i,
                 last_line,
+                named,
                 status,
                 stopped,
             } => {
                 let Some(run) = running.remove(&i) else {
                     continue;
                 };
+                if multi {
+                    emit(finish_multi(
+                        &mut job,
+                        &mut summary,
+                        (i, run),
+                        named,
+                        &maximize,
+                        status,
+                    )?);
+                    continue;
+                }
                 if let Some(rule) = job.rule.as_mut() {
                     rule.finished(u64::from(i));
                 }
@@ -248,11 +338,88 @@ pub async fn tune(mut job: TuneJob, mut emit: impl FnMut(Value)) -> Result<TuneS
     Ok(summary)
 }
 
+/// Settles one evaluation of a multi-objective run: tells the searcher its
+/// objectives (or forgets it), and recomputes the front; returns its JSON line.
+fn finish_multi(
+    job: &mut TuneJob,
+    summary: &mut TuneSummary,
+    (i, run): (u32, Running),
+    named: Vec<Option<f64>>,
+    maximize: &[bool],
+    status: Option<i32>,
+) -> Result<Value, TuneError> {
+    // An output never read (its reader timed out) reported nothing.
+    let mut named = named;
+    named.resize(job.objectives.len(), None);
+    let finite: Option<Vec<f64>> = named
+        .iter()
+        .map(|value| value.filter(|value| value.is_finite()))
+        .collect();
+    match &finite {
+        Some(values) => {
+            let minimised: Vec<f64> = values
+                .iter()
+                .zip(maximize)
+                .map(|(value, max)| if *max { -value } else { *value })
+                .collect();
+            job.searcher.tell_objectives(run.suggestion, &minimised);
+        }
+        None => job.searcher.forget(run.suggestion),
+    }
+    summary.evaluations += 1;
+    summary.steps += run.steps;
+    let metrics: Vec<String> = job
+        .objectives
+        .iter()
+        .map(|(name, _)| name.clone())
+        .collect();
+    let front = summary.front.get_or_insert_with(|| TuneFront {
+        metrics: metrics.clone(),
+        summary: FrontSummary {
+            reference: None,
+            reference_declared: false,
+            hypervolume: 0.0,
+            evaluated: 0,
+            front: Vec::new(),
+        },
+        configs: BTreeMap::new(),
+        values: BTreeMap::new(),
+    });
+    front.configs.insert(i, run.config.clone());
+    front.values.insert(i, named.clone());
+    let candidates: Vec<(u32, Vec<Option<f64>>)> = front
+        .values
+        .iter()
+        .map(|(key, values)| (*key, values.clone()))
+        .collect();
+    front.summary = summarize_front(&candidates, maximize, job.reference.as_deref())
+        .map_err(|error| TuneError::Options(format!("--reference: {error}")))?;
+    let values: serde_json::Map<String, Value> = metrics
+        .iter()
+        .zip(&named)
+        .map(|(name, value)| (name.clone(), json!(value.filter(|value| value.is_finite()))))
+        .collect();
+    let mut line = json!({
+        "i": i,
+        "params": run.config,
+        "values": values,
+        "front_size": front.summary.front.len(),
+        "hypervolume": xp_runtime::metric_value::value_json(front.summary.hypervolume),
+    });
+    if finite.is_none() {
+        line["error"] = json!(format!(
+            "no objectives: the command did not print each of {metrics:?} as a finite number in an XP_METRIC line (exit status {status:?})"
+        ));
+    }
+    Ok(line)
+}
+
 async fn evaluate(
     i: u32,
     mut child: tokio::process::Child,
     stop: oneshot::Receiver<()>,
     events: mpsc::UnboundedSender<EvalEvent>,
+    names: std::sync::Arc<Vec<String>>,
 ) {
     let stdout = child.stdout.take().expect("stdout is piped");
     let metrics = events.clone();
@@ -260,12 +427,19 @@ async fn evaluate(
         let mut reader = BufReader::new(stdout);
         let mut buffer = Vec::with_capacity(256);
         let mut last = None;
+        // The last value of each objective's metric (multi-objective runs).
+        let mut named: Vec<Option<f64>> = vec![None; names.len()];
         while let Ok(read) = read_bounded_line(&mut reader, &mut buffer, MAX_METRIC_LINE).await {
             if read == 0 {
                 break;
             }
             let line = String::from_utf8_lossy(&buffer).trim_end().to_owned();
             if let Ok(Some(report)) = parse_metric_line(&line) {
+                for (slot, name) in named.iter_mut().zip(names.iter()) {
+                    if let Some(value) = report.values.get(name) {
+                        *slot = Some(*value);
+                    }
+                }
                 // A NaN or infinite value is kept by the line parser; here it
                 // must neither feed the stopping rule nor become the result.
                 let value = report.values.get("value").filter(|value| value.is_finite());
@@ -280,7 +454,7 @@ async fn evaluate(
                 last = Some(line);
             }
         }
-        last
+        (last, named)
     });
     let mut stopped = false;
     let group = child.id().map(|pid| nix::unistd::Pid::from_raw(pid as i32));
@@ -305,14 +479,15 @@ async fn evaluate(
     };
     // Whatever the command left behind goes too, and its output is read for a bounded time.
     signal_group(nix::sys::signal::Signal::SIGKILL);
-    let last_line = tokio::time::timeout(STOP_GRACE, reader)
+    let (last_line, named) = tokio::time::timeout(STOP_GRACE, reader)
         .await
         .ok()
         .and_then(Result::ok)
-        .flatten();
+        .unwrap_or_default();
     let _ = events.send(EvalEvent::Done {
         i,
         last_line,
+        named,
         status: status.and_then(|status| status.code()),
         stopped,
     });

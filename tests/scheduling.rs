@@ -1,7 +1,9 @@
 //! End-to-end scheduling with real processes: two teams share a cohort, one
 //! borrows the other's idle GPU and gives it back when the lender needs it, and a
 //! high-priority trial preempts a low-priority one, which is requeued and
-//! finishes later; fractional-GPU trials share one GPU.
+//! finishes later; fractional-GPU trials share one GPU; of two running trials
+//! of one priority, the one that checkpointed most recently is the one a
+//! higher-priority trial preempts.
 
 mod common;
 
@@ -204,4 +206,86 @@ fn a_busy_team_is_told_to_retry_and_the_sdk_retries_by_itself() {
         .expect("the driver thread")
         .expect("the SDK retried until the head accepted");
     assert!(!submitted.reused);
+}
+
+/// Priority classes and preemption with no minimum run: victims chosen by what
+/// they would lose.
+const COST_POLICY: &str = "\
+priority_classes: {low: 0, high: 100}
+preemption: {grace_period: 5s, min_run_time: 0s}
+";
+
+/// A low-priority trial that checkpoints every second.
+const SAVER: &str = r#"name: saver
+team: a
+priority: low
+trial:
+  command: [sh, -c, 'i=0; while [ $i -lt 25 ]; do i=$((i+1)); echo $i > "$XP_CHECKPOINT_DIR/step"; echo "XP_CHECKPOINT {\"step\": $i}"; sleep 1; done']
+  resources: {gpu: 1}
+"#;
+
+/// The newest checkpoint step the head recorded for `experiment`.
+fn newest_checkpoint_step(cluster: &TestCluster, experiment: &str) -> Option<u64> {
+    cluster
+        .must_xp(&["checkpoints", experiment, "--json"])
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|checkpoint| checkpoint["step"].as_u64())
+        .max()
+}
+
+/// Two low-priority trials run; the one started first checkpoints every
+/// second, the other never. A high-priority trial needs one GPU: the
+/// preemption takes the trial that checkpointed since the other started (it
+/// loses a second of work), not the one started last (which would lose all of
+/// its run, and which the rule before cost-aware victims picked).
+#[test]
+fn preemption_picks_the_victim_that_checkpointed_most_recently() {
+    let mut cluster = TestCluster::start_with_policy("10s", Some(COST_POLICY));
+    cluster.start_node("n1", 2, 4);
+    cluster.wait_for_nodes(1);
+    let saver = submit(&cluster, "saver", SAVER);
+    wait_until(
+        "the saver's first checkpoint",
+        Duration::from_secs(60),
+        || newest_checkpoint_step(&cluster, &saver).filter(|step| *step >= 1),
+    );
+    let idle = submit(
+        &cluster,
+        "idle",
+        "name: idle\nteam: a\npriority: low\ntrial:\n  command: [sleep, '40']\n  resources: {gpu: 1}\n",
+    );
+    wait_until("the idle trial to run", Duration::from_secs(60), || {
+        (states(&cluster, &idle) == ["running"]).then_some(())
+    });
+    // A checkpoint recorded after the idle trial started: the saver would now
+    // lose less than the idle trial whatever the machine's pace.
+    let before = newest_checkpoint_step(&cluster, &saver).unwrap_or(0);
+    wait_until(
+        "a checkpoint after the idle trial started",
+        Duration::from_secs(60),
+        || newest_checkpoint_step(&cluster, &saver).filter(|step| *step > before),
+    );
+    assert_eq!(states(&cluster, &saver), ["running"]);
+    let high = submit(
+        &cluster,
+        "high",
+        "name: high\nteam: a\npriority: high\ntrial:\n  command: [sleep, '1']\n  resources: {gpu: 1}\n",
+    );
+    let high_done = cluster.wait_finished(&high, Duration::from_secs(120));
+    assert_eq!(high_done["state"], "succeeded", "{high_done:#}");
+    let saver_done = cluster.wait_finished(&saver, Duration::from_secs(180));
+    assert_eq!(saver_done["state"], "succeeded", "{saver_done:#}");
+    assert_eq!(
+        preempted_attempts(&saver_done),
+        1,
+        "the trial that checkpointed a moment ago made room: {saver_done:#}"
+    );
+    let idle_done = cluster.wait_finished(&idle, Duration::from_secs(180));
+    assert_eq!(idle_done["state"], "succeeded", "{idle_done:#}");
+    assert_eq!(
+        preempted_attempts(&idle_done),
+        0,
+        "the trial that never checkpointed kept running: {idle_done:#}"
+    );
 }

@@ -6,8 +6,9 @@
 use std::path::{Path, PathBuf};
 
 /// The source folders of every package in the workspace.
-const SOURCE_DIRS: [&str; 10] = [
+const SOURCE_DIRS: [&str; 11] = [
     "src",
+    "python/src",
     "runtime/src",
     "sched/src",
     "tune/src",

@@ -859,10 +859,16 @@ impl Actor for HeadActor {
                 state.handle_node_messages(now, myself, node_id, session_id, messages, reply);
             }
             HeadMsg::NodeDisconnected(node_id, session_id) => {
-                state
+                let current = state
                     .args
                     .sessions
-                    .remove_if(&node_id, |_, session| session.session_id == session_id);
+                    .remove_if(&node_id, |_, session| session.session_id == session_id)
+                    .is_some();
+                // The end of the node's current session: a draining node has left.
+                if current && state.outage.is_none() {
+                    state.args.core.handle_node_left(now, node_id);
+                    let _ = state.flush(now);
+                }
             }
             HeadMsg::Identify(hash, reply) => {
                 let result = match state.args.users.identify(&hash) {

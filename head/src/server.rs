@@ -838,10 +838,13 @@ async fn run_node_session(
             }
         };
         // Either ending ends the session: the reader at the stream's end, the
-        // forwarder when the actor refuses.
+        // forwarder when the actor refuses. What the reader read before the
+        // stream's end still goes to the actor first (a node leaving sends
+        // `Draining` and then ends its stream at once).
+        tokio::pin!(forward);
         tokio::select! {
-            () = reader => {}
-            () = forward => {}
+            () = reader => (&mut forward).await,
+            () = &mut forward => {}
         }
         writer.abort();
         info!("node session closed");

@@ -1,10 +1,11 @@
 //! Adaptive sweeps: experiments whose configurations come from a model-based
-//! searcher (`gp`, `tpe`) one suggestion at a time, instead of being planned up
-//! front as grid, random and Sobol searches are.
+//! searcher (`gp`, `tpe`, `bohb`) one suggestion at a time, instead of being
+//! planned up front as grid, random and Sobol searches are.
 //!
 //! Searchers are not serialisable, so the head persists what it did to one (the
-//! sweep log: asks, tells, forgets) and rebuilds it after a restart by replaying
-//! the log; searchers are deterministic for a seed, so the replay reproduces it.
+//! sweep log: asks, tells, forgets, and the intermediate results a multi-fidelity
+//! searcher recorded) and rebuilds it after a restart by replaying the log;
+//! searchers are deterministic for a seed, so the replay reproduces it.
 
 use std::collections::BTreeMap;
 
@@ -68,6 +69,24 @@ pub enum SweepOp {
     Forgot {
         /// The suggestion.
         suggestion: u64,
+    },
+    /// `tell_objectives(suggestion, objectives)` of a multi-objective search,
+    /// each objective minimised.
+    ToldObjectives {
+        /// The suggestion.
+        suggestion: u64,
+        /// Its objectives in declared order (each negated for `mode: max`).
+        objectives: Vec<f64>,
+    },
+    /// `observe(suggestion, step, objective)` that the searcher recorded: an
+    /// intermediate result at a budget (`algorithm: bohb`).
+    Observed {
+        /// The suggestion.
+        suggestion: u64,
+        /// The step of the report.
+        step: u64,
+        /// Its objective (negated for `mode: max`); always finite.
+        objective: f64,
     },
 }
 
@@ -147,6 +166,20 @@ impl Sweep {
                     sweep.searcher.forget(*suggestion);
                     sweep.open.remove(suggestion);
                 }
+                SweepOp::ToldObjectives {
+                    suggestion,
+                    objectives,
+                } => {
+                    sweep.searcher.tell_objectives(*suggestion, objectives);
+                    sweep.open.remove(suggestion);
+                }
+                SweepOp::Observed {
+                    suggestion,
+                    step,
+                    objective,
+                } => {
+                    sweep.searcher.observe(*suggestion, *step, *objective);
+                }
             }
         }
         Ok((sweep, divergences))
@@ -187,6 +220,50 @@ impl Sweep {
         self.open
             .get(&suggestion)
             .map(|trials| (suggestion, trials.as_slice()))
+    }
+
+    /// Tells (or forgets, without objectives) an open suggestion of a
+    /// multi-objective search.
+    pub fn settle_objectives(&mut self, suggestion: u64, objectives: Option<Vec<f64>>) -> SweepOp {
+        self.open.remove(&suggestion);
+        match objectives {
+            Some(objectives) => {
+                self.searcher.tell_objectives(suggestion, &objectives);
+                SweepOp::ToldObjectives {
+                    suggestion,
+                    objectives,
+                }
+            }
+            None => {
+                self.searcher.forget(suggestion);
+                SweepOp::Forgot { suggestion }
+            }
+        }
+    }
+
+    /// Hands an intermediate result of trial `index` to its open suggestion's
+    /// searcher; the log entry to persist when the searcher recorded it. Non-finite
+    /// objectives are not handed on: the log is JSON, which has no NaN.
+    pub fn observe(&mut self, index: u32, step: u64, objective: f64) -> Option<SweepOp> {
+        if !objective.is_finite() {
+            return None;
+        }
+        let suggestion = *self.suggestion_of.get(&index)?;
+        if !self.open.contains_key(&suggestion) {
+            return None;
+        }
+        self.searcher
+            .observe(suggestion, step, objective)
+            .then_some(SweepOp::Observed {
+                suggestion,
+                step,
+                objective,
+            })
+    }
+
+    /// How the searcher chose `suggestion`, for its trials' event logs.
+    pub fn provenance(&self, suggestion: u64) -> Option<String> {
+        self.searcher.provenance(suggestion)
     }
 
     /// Tells (or forgets, without an objective) an open suggestion.

@@ -37,7 +37,7 @@ use crate::objects::{ObjectStore, Owner};
 use crate::outbox::Outbox;
 use crate::reconnect::Backoff;
 use crate::slots::SlotTable;
-use crate::worker::{self, KILL_GRACE, MAX_KILL_GRACE, StopRequest};
+use crate::worker::{self, MAX_KILL_GRACE, StopRequest};
 use crate::worker_log::{self, LogCap, LogError};
 
 mod prepare;
@@ -46,6 +46,33 @@ use self::prepare::{LaunchObjects, PrepareError, resolve_command};
 
 /// The most object changes sent to the head in one message.
 const MAX_OBJECT_CHANGES: usize = 4096;
+
+/// How long a node takes at most from SIGTERM to its exit by default: under
+/// Slurm's default `KillWait` (30 s), after which Slurm sends SIGKILL.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+/// The shortest drain: a second for workers to checkpoint, a second for the head.
+pub const MIN_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Checks a `--drain-timeout`: between [`MIN_DRAIN_TIMEOUT`] and the longest
+/// grace a worker may have.
+pub fn check_drain_timeout(timeout: Duration) -> Result<Duration, String> {
+    if (MIN_DRAIN_TIMEOUT..=MAX_KILL_GRACE).contains(&timeout) {
+        Ok(timeout)
+    } else {
+        Err(format!(
+            "the drain timeout must be between {} and {}",
+            humantime::format_duration(MIN_DRAIN_TIMEOUT),
+            humantime::format_duration(MAX_KILL_GRACE)
+        ))
+    }
+}
+
+/// Of the time left to drain, what workers get between SIGTERM and SIGKILL: all
+/// but a quarter (at least a second), which is kept for storing a checkpoint a
+/// worker printed as it exited and for the head to acknowledge the ends.
+fn drain_grace(left: Duration) -> Duration {
+    left.saturating_sub((left / 4).max(Duration::from_secs(1)))
+}
 
 pub use crate::objects::ObjectChange;
 
@@ -134,6 +161,13 @@ pub struct Agent {
     telemetry_interval: Duration,
     /// Samples waiting for the session (a small queue: see `telemetry`).
     telemetry_rx: Option<mpsc::Receiver<xp_runtime::protocol::NodeTelemetry>>,
+    /// The most time from SIGTERM to the node's exit.
+    drain_timeout: Duration,
+    /// When the drain must be over, once it began.
+    drain_deadline: Option<tokio::time::Instant>,
+    /// Cancelled when the node begins to drain; workers read it to tell a stop
+    /// by the drain from a failure (see `worker::supervise`).
+    node_draining: CancellationToken,
 }
 
 enum SessionEnd {
@@ -169,7 +203,30 @@ impl Agent {
             telemetry_targets: crate::telemetry::Targets::default(),
             telemetry_interval: crate::telemetry::DEFAULT_INTERVAL,
             telemetry_rx: None,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            drain_deadline: None,
+            node_draining: CancellationToken::new(),
         }
+    }
+
+    /// Bounds the time from shutdown to the end of [`Agent::run`] (the default is
+    /// [`DEFAULT_DRAIN_TIMEOUT`]).
+    pub fn with_drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = timeout;
+        self
+    }
+
+    /// When the drain must be over; the drain begins with the first call.
+    fn drain_deadline(&mut self) -> tokio::time::Instant {
+        let timeout = self.drain_timeout;
+        *self
+            .drain_deadline
+            .get_or_insert_with(|| tokio::time::Instant::now() + timeout)
+    }
+
+    /// Every worker has ended and the head has acknowledged every report.
+    fn drained(&self) -> bool {
+        self.workers.is_empty() && self.outbox.unacked().next().is_none()
     }
 
     /// Samples workers and GPUs every `interval` for the head (zero: never).
@@ -206,6 +263,7 @@ impl Agent {
     /// node is back within `transport::NODE_RETURN_BOUND` of a restarted head.
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<(), AgentError> {
         let mut backoff = Backoff::new(self.identity.node_id);
+        self.node_draining = shutdown.clone();
         let agent_name = format!("xp-node {}", env!("CARGO_PKG_VERSION"));
         // Telemetry samples until the agent ends, whichever way.
         let telemetry_stop = shutdown.child_token();
@@ -372,24 +430,32 @@ impl Agent {
         let mut heartbeat = tokio::time::interval(self.heartbeat);
         let mut draining_until: Option<tokio::time::Instant> = None;
         let end = loop {
+            // Leave once the head has stored every end (so none is lost), or at the deadline.
+            if draining_until.is_some() && self.drained() {
+                info!("drained: every worker stopped and its end stored by the head");
+                break SessionEnd::Shutdown;
+            }
             let drain_deadline = draining_until.unwrap_or_else(tokio::time::Instant::now);
             tokio::select! {
                 () = shutdown.cancelled(), if draining_until.is_none() => {
-                    info!(workers = self.workers.len(), "shutting down: stopping workers");
+                    let deadline = self.drain_deadline();
+                    let grace = drain_grace(self.drain_timeout);
+                    info!(workers = self.workers.len(), ?grace, timeout = ?self.drain_timeout, "draining: stopping workers so they checkpoint and move elsewhere");
                     self.draining = true;
-                    // Tell the head first, so the stopped trials are placed elsewhere.
+                    // Tell the head first, so nothing more is placed here and the
+                    // stopped trials are requeued elsewhere.
                     let _ = frame::write_message(&mut send, &Message::FromNode(NodeMessage::Draining)).await;
                     for worker in self.workers.values_mut() {
                         if let Some(stop) = worker.stop.take() {
-                            let _ = stop.send(StopRequest::new("node shutting down"));
+                            let _ = stop.send(StopRequest { reason: "node draining".to_owned(), grace });
                         }
                     }
-                    draining_until = Some(tokio::time::Instant::now() + KILL_GRACE + Duration::from_secs(3));
-                    if self.workers.is_empty() {
-                        break SessionEnd::Shutdown;
-                    }
+                    draining_until = Some(deadline);
                 }
-                () = tokio::time::sleep_until(drain_deadline), if draining_until.is_some() => break SessionEnd::Shutdown,
+                () = tokio::time::sleep_until(drain_deadline), if draining_until.is_some() => {
+                    warn!(workers = self.workers.len(), unacknowledged = self.outbox.unacked().count(), "drain timeout reached; leaving");
+                    break SessionEnd::Shutdown;
+                }
                 command = commands_rx.recv() => {
                     let Some(command) = command else { break SessionEnd::Disconnected };
                     if let HeadCommand::Reconnect { reason } = &command {
@@ -406,10 +472,6 @@ impl Agent {
                     let seq = self.record(report.clone());
                     if frame::write_message(&mut send, &Message::FromNode(NodeMessage::Report { seq, report })).await.is_err() {
                         break SessionEnd::Disconnected;
-                    }
-                    if draining_until.is_some() && self.workers.is_empty() {
-                        // Give the head a moment to persist and acknowledge the last exits.
-                        draining_until = Some(tokio::time::Instant::now() + Duration::from_millis(500));
                     }
                 }
                 change = self.objects.changes_rx.recv() => {
@@ -460,6 +522,17 @@ impl Agent {
         };
         reader.abort();
         let _ = send.finish();
+        if matches!(end, SessionEnd::Shutdown) {
+            // Closing at once would discard what is still in flight (`Draining`,
+            // the last heartbeat): wait, briefly and within the drain, until the
+            // head has read to the end and closed its side, which also tells it
+            // this node has left.
+            let left = self
+                .drain_deadline()
+                .saturating_duration_since(tokio::time::Instant::now())
+                .min(Duration::from_secs(2));
+            let _ = tokio::time::timeout(left, connection.connection.closed()).await;
+        }
         *self
             .objects
             .head
@@ -707,6 +780,7 @@ impl Agent {
         let data_dir = self.data_dir.clone();
         let log_cap = self.log_cap;
         let telemetry = self.telemetry_targets.clone();
+        let node_draining = self.node_draining.clone();
         let connection = connection.clone();
         let advertise_host = self.identity.advertise_host.clone();
         let objects = LaunchObjects {
@@ -726,7 +800,16 @@ impl Agent {
             match resolve_command(&data_dir, &advertise_host, &connection, &launch, &objects).await
             {
                 Ok(command) => {
-                    worker::supervise(launch, command, log_cap, reports, stop_rx, telemetry).await;
+                    worker::supervise(
+                        launch,
+                        command,
+                        log_cap,
+                        reports,
+                        stop_rx,
+                        telemetry,
+                        node_draining,
+                    )
+                    .await;
                 }
                 Err(PrepareError::Refused(reason)) => {
                     warn!(worker = %key, %reason, "worker could not be prepared");
@@ -747,18 +830,27 @@ impl Agent {
         );
     }
 
+    /// Stops every worker not yet stopped and waits for them, all within the
+    /// drain's deadline; a worker task still running then is aborted (which
+    /// SIGKILLs its process).
     async fn stop_all_workers(&mut self, reason: &str) {
+        let deadline = self.drain_deadline();
+        let grace = drain_grace(deadline.saturating_duration_since(tokio::time::Instant::now()));
         for worker in self.workers.values_mut() {
             if let Some(stop) = worker.stop.take() {
-                let _ = stop.send(StopRequest::new(reason));
+                let _ = stop.send(StopRequest {
+                    reason: reason.to_owned(),
+                    grace,
+                });
             }
         }
-        for (key, worker) in self.workers.drain() {
-            if tokio::time::timeout(KILL_GRACE + Duration::from_secs(3), worker.task)
+        for (key, mut worker) in self.workers.drain() {
+            if tokio::time::timeout_at(deadline, &mut worker.task)
                 .await
                 .is_err()
             {
-                warn!(worker = %key, "worker did not stop in time");
+                warn!(worker = %key, "worker did not stop before the drain deadline; killing it");
+                worker.task.abort();
             }
         }
     }

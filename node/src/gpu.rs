@@ -159,6 +159,37 @@ pub fn discover(declared: Option<u32>, probe: &dyn GpuProbe) -> Vec<GpuInfo> {
     }
 }
 
+/// The slots of GPUs an allocation granted (a Slurm job's ordinals, as its
+/// `CUDA_VISIBLE_DEVICES` numbers them): exactly those, described by NVML where it
+/// lists a GPU of that index, and as `granted` slots elsewhere.
+pub fn granted(indices: &[u32], probe: &dyn GpuProbe) -> Vec<GpuInfo> {
+    if indices.is_empty() {
+        return Vec::new();
+    }
+    let known = match probe.probe() {
+        Ok(gpus) => gpus,
+        Err(error) => {
+            let reason = error_chain(&error);
+            tracing::info!(%reason, "NVML cannot describe the granted GPUs; offering them as slots");
+            Vec::new()
+        }
+    };
+    indices
+        .iter()
+        .map(|index| {
+            known
+                .iter()
+                .find(|gpu| gpu.index == *index)
+                .cloned()
+                .unwrap_or_else(|| GpuInfo {
+                    index: *index,
+                    model: "granted".to_owned(),
+                    memory_bytes: 0,
+                })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,6 +211,29 @@ mod tests {
         assert_eq!(discover(Some(2), &found).len(), 2);
         assert_eq!(discover(None, &found).len(), 8);
         assert!(discover(None, &FakeProbe(None)).is_empty());
+    }
+
+    #[test]
+    fn granted_gpus_are_exactly_the_grant() {
+        let found = FakeProbe(Some(vec![
+            GpuInfo {
+                index: 2,
+                model: "H100".to_owned(),
+                memory_bytes: 80,
+            },
+            GpuInfo {
+                index: 3,
+                model: "H100".to_owned(),
+                memory_bytes: 80,
+            },
+        ]));
+        // NVML lists more than the job holds: only the grant is offered.
+        let gpus = granted(&[3, 5], &found);
+        assert_eq!(gpus.iter().map(|gpu| gpu.index).collect::<Vec<_>>(), [3, 5]);
+        assert_eq!(gpus[0].model, "H100");
+        assert_eq!(gpus[1].model, "granted");
+        assert!(granted(&[], &found).is_empty());
+        assert_eq!(granted(&[0, 1], &FakeProbe(None)).len(), 2);
     }
 
     #[test]

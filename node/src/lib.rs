@@ -18,6 +18,7 @@ pub mod outbox;
 pub mod reconnect;
 pub mod route;
 pub mod slots;
+pub mod slurm;
 pub mod telemetry;
 pub mod worker;
 pub mod worker_log;
@@ -67,6 +68,13 @@ pub struct NodeConfig {
     pub output_limits: checkpoint::OutputLimits,
     /// How often workers and GPUs are sampled for the head (`--telemetry-interval`; zero: never).
     pub telemetry_interval: std::time::Duration,
+    /// The GPU ordinals an allocation granted (a Slurm job's, `slurm::offer`):
+    /// exactly these are offered; `gpus` wins when both are set.
+    pub granted_gpus: Option<Vec<u32>>,
+    /// How long the node takes at most from SIGTERM to its exit: its workers get
+    /// SIGTERM and most of it to checkpoint, the head the rest to store their
+    /// ends (`--drain-timeout`; keep it under Slurm's `KillWait`).
+    pub drain_timeout: std::time::Duration,
 }
 
 /// Why the node stopped.
@@ -118,7 +126,10 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     {
         tracing::warn!(dir = %config.data_dir.display(), mode = format!("{mode:o}"), "others could enter the data directory; made it private to this user");
     }
-    let gpus = gpu::discover(config.gpus, &gpu::NvmlProbe);
+    let gpus = match (config.gpus, &config.granted_gpus) {
+        (None, Some(granted)) => gpu::granted(granted, &gpu::NvmlProbe),
+        (declared, _) => gpu::discover(declared, &gpu::NvmlProbe),
+    };
     let cpus = config
         .cpus
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64));
@@ -148,6 +159,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         .with_output_limits(config.output_limits)
         .with_isolation(isolation)
         .with_telemetry(config.telemetry_interval)
+        .with_drain_timeout(config.drain_timeout)
         .run(shutdown)
         .await;
     server.close();

@@ -39,13 +39,15 @@ enum Command {
         /// Where logs and cached binaries are kept.
         #[arg(long)]
         data_dir: PathBuf,
-        /// Declare N GPU slots (machines without NVML); NVML decides when absent.
+        /// Declare N GPU slots (machines without NVML); NVML decides when absent,
+        /// and inside a Slurm job the GPUs the job was granted.
         #[arg(long)]
         gpus: Option<u32>,
-        /// CPU cores to offer; all when absent.
+        /// CPU cores to offer; all when absent (inside a Slurm job, the job's).
         #[arg(long)]
         cpus: Option<f64>,
-        /// Memory to offer, such as 16GiB; all when absent.
+        /// Memory to offer, such as 16GiB; all when absent (inside a Slurm job,
+        /// the job's).
         #[arg(long, value_parser = xp_runtime::spec::parse_memory)]
         memory: Option<u64>,
         /// A label KEY=VALUE, repeatable.
@@ -112,12 +114,58 @@ enum Command {
         /// telemetry off (between 200ms and 1h otherwise).
         #[arg(long, default_value = "5s", value_parser = parse_telemetry_interval)]
         telemetry_interval: std::time::Duration,
+        /// The most time from SIGTERM to exit (2s to 10m). On SIGTERM the node
+        /// tells the head it is leaving (nothing more is placed on it) and stops
+        /// its workers with SIGTERM, giving them three quarters of this to
+        /// checkpoint before SIGKILL, then waits until the head has stored their
+        /// ends; their trials resume elsewhere without using a retry. Keep it under
+        /// Slurm's KillWait (30s by default), after which Slurm kills the node.
+        #[arg(long, default_value = "20s", value_parser = parse_drain_timeout)]
+        drain_timeout: std::time::Duration,
     },
 }
 
 fn parse_telemetry_interval(text: &str) -> Result<std::time::Duration, String> {
     let interval = humantime::parse_duration(text).map_err(|error| error.to_string())?;
     xp_node::telemetry::check_interval(interval)
+}
+
+fn parse_drain_timeout(text: &str) -> Result<std::time::Duration, String> {
+    let timeout = humantime::parse_duration(text).map_err(|error| error.to_string())?;
+    xp_node::agent::check_drain_timeout(timeout)
+}
+
+/// Inside a Slurm job: what the allocation grants, for each resource no flag
+/// set (said in the log), and the job's id as the label `slurm_job`.
+fn slurm_offer(
+    explicit: xp_node::slurm::Explicit,
+    checkpoint_backup: bool,
+) -> anyhow::Result<Option<xp_node::slurm::SlurmOffer>> {
+    use xp_node::slurm;
+    let env = slurm::read_env();
+    let cgroup = slurm::read_cgroup_limits();
+    let Some(offer) = slurm::offer(explicit, &env, &cgroup)? else {
+        return Ok(None);
+    };
+    let describe = |detected: Option<String>, flag: bool| match (detected, flag) {
+        (_, true) => "set by flag".to_owned(),
+        (Some(detected), false) => detected,
+        (None, false) => "no limit found; the machine's".to_owned(),
+    };
+    tracing::info!(
+        job = %offer.job_id,
+        array = offer.array_job_id.as_deref().unwrap_or("-"),
+        gpus = %describe(offer.gpus.as_ref().map(|gpus| format!("{:?} from {}", gpus.value, gpus.source)), explicit.gpus),
+        cpus = %describe(offer.cpus.as_ref().map(|cpus| format!("{} from {}", cpus.value, cpus.source)), explicit.cpus),
+        memory = %describe(offer.memory_bytes.as_ref().map(|memory| format!("{} from {}", bytesize::ByteSize::b(memory.value), memory.source)), explicit.memory),
+        "inside a Slurm job: offering what the allocation grants"
+    );
+    if !checkpoint_backup {
+        tracing::warn!(
+            "inside a Slurm job without --checkpoint-backup: a checkpoint held only by this node leaves with it when the job ends; pass a directory on the shared file system"
+        );
+    }
+    Ok(Some(offer))
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {
@@ -193,6 +241,7 @@ fn main() -> anyhow::Result<()> {
         telemetry_interval,
         output_max_files,
         output_max_bytes,
+        drain_timeout,
     } = Cli::parse().command;
     let join = read_join(join.as_deref(), join_file.as_deref())?;
     if let Some(cpus) = cpus {
@@ -201,13 +250,32 @@ fn main() -> anyhow::Result<()> {
             "--cpus must be a positive number"
         );
     }
+    let explicit = xp_node::slurm::Explicit {
+        gpus: gpus.is_some(),
+        cpus: cpus.is_some(),
+        memory: memory.is_some(),
+    };
+    let slurm = slurm_offer(explicit, checkpoint_backup.is_some())?;
+    let mut labels = labels.into_iter().collect::<BTreeMap<_, _>>();
+    if let Some(offer) = &slurm {
+        // A label the operator set wins.
+        labels
+            .entry(xp_node::slurm::JOB_LABEL.to_owned())
+            .or_insert_with(|| offer.job_id.clone());
+    }
     let config = xp_node::NodeConfig {
         join,
         data_dir,
         gpus,
-        cpus,
-        memory_bytes: memory,
-        labels: labels.into_iter().collect::<BTreeMap<_, _>>(),
+        cpus: cpus.or_else(|| slurm.as_ref()?.cpus.as_ref().map(|cpus| cpus.value)),
+        memory_bytes: memory.or_else(|| {
+            slurm
+                .as_ref()?
+                .memory_bytes
+                .as_ref()
+                .map(|memory| memory.value)
+        }),
+        labels,
         advertise_host: advertise,
         object_limits: xp_node::objects::StoreLimits {
             memory_bytes: object_memory,
@@ -223,6 +291,8 @@ fn main() -> anyhow::Result<()> {
             max_bytes: output_max_bytes.as_u64(),
         },
         telemetry_interval,
+        granted_gpus: slurm.and_then(|offer| offer.gpus.map(|gpus| gpus.value)),
+        drain_timeout,
     };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -3,7 +3,12 @@
 //! The head decides placement; this table only refuses a launch that would hand
 //! more than a whole GPU to the live workers on it (a whole-GPU worker takes all
 //! of it, fractional workers share it), so a bug or a stale command elsewhere can
-//! never oversubscribe a device.
+//! never oversubscribe a device beyond what the policy allows: a fractional
+//! worker that opted in to the policy's `oversubscription` factor `f` is
+//! charged its share divided by `f` (rounded up), the rule the policy core
+//! places by, so the GPU's promises reach at most `f` times the GPU, and never
+//! more than the whole GPU for workers that did not opt in. Whole-GPU workers
+//! never share.
 
 use std::collections::BTreeMap;
 
@@ -11,6 +16,21 @@ use xp_runtime::ids::WorkerKey;
 
 /// Thousandths in one whole GPU.
 const WHOLE: u32 = 1000;
+
+/// The largest oversubscription factor honoured, in thousandths (4×).
+pub const MAX_OVERSUBSCRIPTION_MILLI: u32 = 4000;
+
+/// What a worker with `milli` thousandths of one GPU holds of that GPU's
+/// capacity under oversubscription factor `factor_milli` (1000: none): a
+/// fraction is divided by the factor, rounded up so the promises never exceed
+/// the factor; whole GPUs and factors at or below 1 charge the share itself.
+pub fn oversubscribed_charge(milli: u32, factor_milli: u32) -> u32 {
+    let factor = factor_milli.min(MAX_OVERSUBSCRIPTION_MILLI);
+    if factor <= WHOLE || milli == 0 || milli >= WHOLE {
+        return milli;
+    }
+    (milli * WHOLE).div_ceil(factor).max(1)
+}
 
 /// A GPU has no room for the share asked for.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -20,7 +40,7 @@ pub struct SlotBusy {
     pub gpu: u32,
     /// One worker holding it.
     pub holder: WorkerKey,
-    /// The thousandths asked for.
+    /// The thousandths asked for (an oversubscribed worker's charge).
     pub asked: u32,
     /// The thousandths still free.
     pub free: u32,
@@ -35,7 +55,20 @@ pub struct SlotTable {
 impl SlotTable {
     /// Gives `milli` thousandths of each GPU in `gpus` to `key`, all or none.
     pub fn claim(&mut self, key: WorkerKey, gpus: &[u32], milli: u32) -> Result<(), SlotBusy> {
-        let milli = milli.clamp(1, WHOLE);
+        self.claim_oversubscribed(key, gpus, milli, WHOLE)
+    }
+
+    /// As [`Self::claim`] for a worker that opted in to oversubscription under
+    /// factor `factor_milli` (1500 for 1.5×): it is charged
+    /// [`oversubscribed_charge`].
+    pub fn claim_oversubscribed(
+        &mut self,
+        key: WorkerKey,
+        gpus: &[u32],
+        milli: u32,
+        factor_milli: u32,
+    ) -> Result<(), SlotBusy> {
+        let milli = oversubscribed_charge(milli.clamp(1, WHOLE), factor_milli);
         for gpu in gpus {
             let holders = self.held.get(gpu).map(Vec::as_slice).unwrap_or_default();
             let used: u32 = holders.iter().map(|(_, share)| share).sum();
@@ -116,6 +149,43 @@ mod tests {
         assert!(
             table.claim(key(10), &[0], WHOLE).is_err(),
             "a whole-GPU worker never joins sharers"
+        );
+    }
+
+    #[test]
+    fn oversubscribed_fractions_share_up_to_the_factor() {
+        assert_eq!(oversubscribed_charge(500, 1500), 334);
+        assert_eq!(oversubscribed_charge(500, 1000), 500);
+        assert_eq!(
+            oversubscribed_charge(WHOLE, 1500),
+            WHOLE,
+            "whole GPUs never share"
+        );
+        assert_eq!(
+            oversubscribed_charge(300, 9000),
+            75,
+            "the factor is capped at 4"
+        );
+        let mut table = SlotTable::default();
+        // Under 1.5x two halves are charged 334 each; a third half would pass 1000.
+        table.claim_oversubscribed(key(1), &[0], 500, 1500).unwrap();
+        table.claim_oversubscribed(key(2), &[0], 500, 1500).unwrap();
+        assert!(
+            table.claim_oversubscribed(key(3), &[0], 500, 1500).is_err(),
+            "rounding up keeps the promises within 1.5 GPUs"
+        );
+        table.claim_oversubscribed(key(3), &[0], 490, 1500).unwrap();
+        assert!(table.claim_oversubscribed(key(4), &[0], 10, 1500).is_err());
+        // A worker that did not opt in gets no more than what is truly left.
+        let mut table = SlotTable::default();
+        table.claim_oversubscribed(key(1), &[0], 750, 1500).unwrap();
+        assert!(table.claim(key(2), &[0], 600).is_err());
+        table.claim(key(2), &[0], 500).unwrap();
+        assert!(
+            table
+                .claim_oversubscribed(key(3), &[0], WHOLE, 1500)
+                .is_err(),
+            "a whole-GPU worker never oversubscribes"
         );
     }
 }

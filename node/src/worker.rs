@@ -190,6 +190,12 @@ pub fn worker_env(launch: &Launch) -> Vec<(String, String)> {
 /// `LaunchFailed`), its metrics, then `Exited`. A message on `stop` ends it:
 /// SIGTERM to its process group, SIGKILL after [`KILL_GRACE`], and the final
 /// report is `Stopped` with that message. Its output is kept under `log_cap`.
+///
+/// A worker that ends unsuccessfully on its own once `node_draining` is
+/// cancelled is reported `Stopped` too: a job manager ending the node's job
+/// (Slurm's `scancel`, or the job's time limit) signals every process of the
+/// job, so the worker may get SIGTERM from it before the node asks, and it is
+/// stopped by the drain, not failed.
 pub async fn supervise(
     launch: Launch,
     mut command: WorkerCommand,
@@ -197,6 +203,7 @@ pub async fn supervise(
     reports: mpsc::UnboundedSender<WorkerReport>,
     stop: oneshot::Receiver<StopRequest>,
     telemetry: crate::telemetry::Targets,
+    node_draining: tokio_util::sync::CancellationToken,
 ) {
     let key = launch.key;
     let cgroup = worker_cgroup(&launch);
@@ -254,7 +261,14 @@ pub async fn supervise(
 
     let mut stopped_because = None;
     let status = tokio::select! {
-        status = child.wait() => status,
+        status = child.wait() => {
+            let succeeded = status.as_ref().is_ok_and(std::process::ExitStatus::success);
+            if node_draining.is_cancelled() && !succeeded {
+                info!(worker = %key, "worker ended while the node drains; reported stopped");
+                stopped_because = Some("node draining (the worker ended on its job's signal)".to_owned());
+            }
+            status
+        }
         request = stop => {
             let StopRequest { reason, grace } =
                 request.unwrap_or_else(|_| StopRequest::new("node shutting down"));

@@ -388,6 +388,8 @@ mod tests {
                 code_version: "none".to_owned(),
                 data_version: "none".to_owned(),
                 trials,
+                objectives: Vec::new(),
+                front: None,
             }]));
             let bytes = encode(&status).unwrap();
             let decoded = decode_body(&bytes[4..]);

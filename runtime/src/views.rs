@@ -7,11 +7,12 @@
 
 use serde_json::{Value, json};
 
-use crate::protocol::{ExperimentStatus, NodeStatus, TrialStatus};
+use crate::protocol::{ExperimentStatus, FrontStatus, NodeStatus, ObjectiveStatus, TrialStatus};
 
-/// One experiment as a JSON object with `id`, `name`, `state` and `trials`.
+/// One experiment as a JSON object with `id`, `name`, `state` and `trials`; a
+/// multi-objective one also has `objectives` and `front` ([`front_json`]).
 pub fn experiment_json(experiment: &ExperimentStatus) -> Value {
-    json!({
+    let mut value = json!({
         "id": experiment.id.to_string(),
         "name": experiment.name,
         "team": experiment.team,
@@ -24,6 +25,67 @@ pub fn experiment_json(experiment: &ExperimentStatus) -> Value {
         "trials": experiment.trials.iter().map(trial_json).collect::<Vec<_>>(),
         "gpu_hours": experiment.trials.iter().map(|trial| trial.gpu_hours).sum::<f64>(),
         "cost": experiment.trials.iter().map(|trial| trial.cost).sum::<Option<f64>>(),
+    });
+    if let Some(front) = &experiment.front {
+        value["objectives"] = objectives_json(&experiment.objectives);
+        value["front"] = front_json(experiment, front);
+    }
+    value
+}
+
+/// The objectives as `[{"metric": NAME, "mode": "max"|"min"}]`.
+pub fn objectives_json(objectives: &[ObjectiveStatus]) -> Value {
+    objectives
+        .iter()
+        .map(|objective| {
+            json!({
+                "metric": objective.metric,
+                "mode": if objective.maximize { "max" } else { "min" },
+            })
+        })
+        .collect()
+}
+
+/// The Pareto front: `hypervolume`, `reference` (with `reference_declared`),
+/// `evaluated` and `trials`, each with its `id`, `config`, `values` (metric to
+/// value) and `contribution`, largest contribution first.
+pub fn front_json(experiment: &ExperimentStatus, front: &FrontStatus) -> Value {
+    let trials: Vec<Value> = front
+        .trials
+        .iter()
+        .map(|member| {
+            let config = experiment
+                .trials
+                .iter()
+                .find(|trial| trial.id == member.trial)
+                .and_then(|trial| serde_json::from_str::<Value>(&trial.config_json).ok())
+                .unwrap_or(Value::Null);
+            let values: serde_json::Map<String, Value> = experiment
+                .objectives
+                .iter()
+                .zip(&member.values)
+                .map(|(objective, value)| {
+                    (
+                        objective.metric.clone(),
+                        crate::metric_value::value_json(*value),
+                    )
+                })
+                .collect();
+            json!({
+                "id": member.trial.to_string(),
+                "config": config,
+                "values": values,
+                "contribution": crate::metric_value::value_json(member.contribution),
+            })
+        })
+        .collect();
+    json!({
+        "hypervolume": crate::metric_value::value_json(front.hypervolume),
+        "reference": front.reference.iter().map(|value| crate::metric_value::value_json(*value)).collect::<Vec<_>>(),
+        "reference_declared": front.reference_declared,
+        "evaluated": front.evaluated,
+        "size": front.trials.len(),
+        "trials": trials,
     })
 }
 

@@ -16,7 +16,8 @@
 //!     lending_limit: {gpu: 4}
 //! priority_classes: {low: 0, normal: 100, high: 1000}
 //! aging: {rate_per_hour: 10, cap: 500}
-//! preemption: {enabled: true, grace_period: 60s, min_run_time: 5m}
+//! preemption: {enabled: true, grace_period: 60s, min_run_time: 5m, max_loss: 30m}
+//! attained_service: {thresholds_gpu_hours: [1, 16], promote_after: 4, reserve_after: 48h}
 //! placement: binpack           # spread | random | fragmentation_aware
 //! order: fair                  # fifo | priority
 //! backfill: true
@@ -25,7 +26,18 @@
 //! leases: {matlab-licence: 2, feature-store: 8, param-server-7: 1}
 //! prices: {default: 1.0, H100: 3.2}  # per GPU-hour by model, for `xp report`
 //! webhooks: {allow: [10.1.2.0/24]}   # or allow_private: true; else public addresses only
+//! oversubscription: 1.5        # 1 to 4, default 1 (off)
 //! ```
+//!
+//! `oversubscription` is policy-wide: fractional workers that opt in
+//! (`TrialRequest`'s gang with `oversubscribe`) are placed at their share
+//! divided by the factor (rounded up, [`crate::oversubscribed_charge`]), so a
+//! GPU is promised up to that many times its capacity, betting that they do
+//! not all fill their memory at once; the node evicts the youngest of them
+//! through its checkpoint before the GPU's memory runs out. Workers that did not
+//! opt in are placed at their share, so what they share is never promised
+//! beyond the whole GPU to them; whole-GPU workers never share. A trial is
+//! charged at the factor in force when it is submitted.
 //!
 //! A queue may also say `preemption: {approval: manual}`: a preemption of its
 //! trials waits for an admin's approval (see [`Approval`]), and its `quota` may
@@ -55,12 +67,38 @@
 //!   not idle GPU time), so `borrowing_limit` and `lending_limit` name no lease.
 //! - Aging counts whole units: the boost is `floor(rate_per_hour × hours waited)`
 //!   capped at `cap`, so effective priorities stay integers and orders stay exact.
+//! - `attained_service` (least attained service, after Tiresias's discrete
+//!   two-dimensional LAS) orders trials inside a queue, after effective priority,
+//!   by how much GPU time they have received so far (GPUs × seconds run, summed
+//!   over attempts; the core counts it from its own starts and stops, so no
+//!   duration is needed): `thresholds_gpu_hours` cut it into levels (two
+//!   thresholds, three levels; level 0 first), FIFO within a level
+//!   (`smallest_first: true` puts fewer GPUs first; off by default, as it can
+//!   starve a gang, see [`AttainedServiceConfig::smallest_first`]). A waiting
+//!   trial whose wait since it was last queued exceeds `promote_after` times the
+//!   time it has run goes back to level 0 (its service counts afresh from there),
+//!   so nothing starves; `0` turns promotion off. A gang with no room does not
+//!   hold up smaller work of its queue that fits now, until it has waited
+//!   `reserve_after`: then it holds the line (a backfill reservation with
+//!   `backfill`, else a strict head of line) until it starts. With preemption on, a waiting
+//!   trial may also stop a running trial of its own queue and base priority that
+//!   sits at a higher level than its own (more service received); `fifo` ignores
+//!   all of it. Leave `aging` out beside it: aging orders a class by waiting time,
+//!   which would undo the levels (the `default` preset has none).
+//! - `preemption.max_loss` bounds the work a victim may lose: the run time since
+//!   its last checkpoint (all of its run when it never checkpointed). Victims are
+//!   chosen cheapest first (under the limit, then lowest priority, then least
+//!   GPU time lost, then most service received), so one over the limit is taken
+//!   only when no cheaper set makes room, and never for attained service alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use super::place::Strategy;
+
+mod text;
+use self::text::{duration_text, memory_text, optional_duration_text, thousandths};
 
 /// The largest policy document accepted, so a stray file cannot exhaust memory.
 pub const MAX_POLICY_BYTES: usize = 1 << 20;
@@ -93,6 +131,9 @@ pub struct PolicyConfig {
     /// When running trials may be stopped for waiting ones.
     #[serde(default = "PreemptionConfig::off")]
     pub preemption: PreemptionConfig,
+    /// Least-attained-service order inside queues; off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attained_service: Option<AttainedServiceConfig>,
     /// How gangs are laid out on nodes.
     #[serde(default)]
     pub placement: PlacementKind,
@@ -124,6 +165,28 @@ pub struct PolicyConfig {
     /// Which addresses alert webhooks may be posted to beyond public ones.
     #[serde(default, skip_serializing_if = "WebhookPolicy::is_default")]
     pub webhooks: WebhookPolicy,
+    /// How many times its capacity a GPU may be promised to fractional workers
+    /// that opt in (1 to [`MAX_OVERSUBSCRIPTION`]; 1 is off).
+    #[serde(
+        default = "no_oversubscription",
+        skip_serializing_if = "is_no_oversubscription"
+    )]
+    pub oversubscription: f64,
+}
+
+/// The largest oversubscription factor a policy may declare.
+pub const MAX_OVERSUBSCRIPTION: f64 = 4.0;
+
+fn no_oversubscription() -> f64 {
+    1.0
+}
+
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if signature"
+)]
+fn is_no_oversubscription(factor: &f64) -> bool {
+    *factor == 1.0
 }
 
 /// The most entries of [`WebhookPolicy::allow`].
@@ -330,6 +393,109 @@ pub struct PreemptionConfig {
         with = "duration_text"
     )]
     pub min_run_time_ms: u64,
+    /// A victim that would lose more run time than this (since its last
+    /// checkpoint) is passed over while a cheaper set of victims makes room;
+    /// `None` is no limit.
+    #[serde(
+        rename = "max_loss",
+        default,
+        with = "optional_duration_text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_loss_ms: Option<u64>,
+}
+
+/// Least attained service: levels of GPU time received, promotion of long
+/// waiters, and when a gang with no room holds the line (see the module docs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttainedServiceConfig {
+    /// Level edges in GPU-hours received, increasing; `n` edges make `n + 1`
+    /// levels.
+    #[serde(default = "default_las_thresholds")]
+    pub thresholds_gpu_hours: Vec<f64>,
+    /// A waiting trial goes back to level 0 once its wait since it was last
+    /// queued exceeds this many times the time it has run; 0 never.
+    #[serde(default = "default_promote_after")]
+    pub promote_after: u32,
+    /// A trial with no room holds up the trials behind it in its queue only
+    /// once it has waited this long since it was last queued.
+    #[serde(
+        rename = "reserve_after",
+        default = "default_reserve_after_ms",
+        with = "duration_text"
+    )]
+    pub reserve_after_ms: u64,
+    /// Within a level, gangs asking for fewer GPUs go first (then FIFO):
+    /// with no duration known, the GPU time a trial will take is expected in
+    /// proportion to its GPUs. Off by default: the no-starvation property
+    /// test finds a gang it starves behind a stream of small trials.
+    #[serde(default = "default_smallest_first")]
+    pub smallest_first: bool,
+}
+
+fn default_smallest_first() -> bool {
+    false
+}
+
+/// The most level edges of `attained_service`.
+pub const MAX_LAS_THRESHOLDS: usize = 8;
+
+fn default_las_thresholds() -> Vec<f64> {
+    vec![1.0, 16.0]
+}
+
+fn default_promote_after() -> u32 {
+    4
+}
+
+fn default_reserve_after_ms() -> u64 {
+    48 * 3_600_000
+}
+
+impl Default for AttainedServiceConfig {
+    fn default() -> Self {
+        Self {
+            thresholds_gpu_hours: default_las_thresholds(),
+            promote_after: default_promote_after(),
+            reserve_after_ms: default_reserve_after_ms(),
+            smallest_first: default_smallest_first(),
+        }
+    }
+}
+
+impl AttainedServiceConfig {
+    /// The level edges in GPU-milliseconds, as the core counts service.
+    pub fn thresholds_gpu_ms(&self) -> Vec<u64> {
+        self.thresholds_gpu_hours
+            .iter()
+            .map(|hours| (hours * 3_600_000.0).round().min(u64::MAX as f64) as u64)
+            .collect()
+    }
+
+    /// Checks the edges: finite, positive, strictly increasing, few.
+    fn validate(&self) -> Result<(), PolicyError> {
+        let field = "attained_service.thresholds_gpu_hours";
+        if self.thresholds_gpu_hours.len() > MAX_LAS_THRESHOLDS {
+            return Err(invalid(
+                field,
+                format!("at most {MAX_LAS_THRESHOLDS} thresholds"),
+            ));
+        }
+        let mut previous = 0.0;
+        for hours in &self.thresholds_gpu_hours {
+            if !(hours.is_finite() && *hours > previous && *hours <= 1e9) {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "{hours} is not a GPU-hour count above the one before it (and at most 1e9)"
+                    ),
+                ));
+            }
+            previous = *hours;
+        }
+        Ok(())
+    }
 }
 
 fn yes() -> bool {
@@ -353,12 +519,13 @@ impl PreemptionConfig {
         }
     }
 
-    /// Preemption enabled, 60 s grace, 5 min minimum run time.
+    /// Preemption enabled, 60 s grace, 5 min minimum run time, no loss limit.
     pub fn on() -> Self {
         Self {
             enabled: true,
             grace_period_ms: default_grace_ms(),
             min_run_time_ms: default_min_run_ms(),
+            max_loss_ms: None,
         }
     }
 }
@@ -516,6 +683,7 @@ impl PolicyConfig {
             priority_classes: default_priority_classes(),
             aging: None,
             preemption: PreemptionConfig::off(),
+            attained_service: None,
             placement: PlacementKind::BinPack,
             order: Order::Fair,
             backfill: false,
@@ -525,7 +693,13 @@ impl PolicyConfig {
             alerts: Vec::new(),
             prices: BTreeMap::new(),
             webhooks: WebhookPolicy::default(),
+            oversubscription: 1.0,
         }
+    }
+
+    /// The oversubscription factor in thousandths (1000: none).
+    pub fn oversubscription_milli(&self) -> u64 {
+        (self.oversubscription.clamp(1.0, MAX_OVERSUBSCRIPTION) * 1000.0).round() as u64
     }
 
     /// A built-in policy:
@@ -534,8 +708,12 @@ impl PolicyConfig {
     /// - `priority`: priority order, strict, no backfill, preemption by priority.
     /// - `fair`: weighted dominant-resource fair share between queues, strict per queue.
     /// - `backfill`: `fair` plus backfill.
-    /// - `default`: `backfill` plus preemption, aging (10 per hour up to 500) and
-    ///   fragmentation-aware placement.
+    /// - `default`: `backfill` plus least attained service inside queues (the
+    ///   default thresholds, promotion and `reserve_after`, FIFO within a
+    ///   level), preemption that loses at most 5 min of work
+    ///   where it can (so mostly just after a checkpoint), and fragmentation-aware
+    ///   placement; no aging, as promotion keeps anyone from starving within a
+    ///   class.
     pub fn preset(name: &str) -> Option<Self> {
         let base = Self::base();
         let config = match name {
@@ -555,11 +733,11 @@ impl PolicyConfig {
             },
             "default" => Self {
                 backfill: true,
-                preemption: PreemptionConfig::on(),
-                aging: Some(AgingConfig {
-                    rate_per_hour: 10,
-                    cap: 500,
-                }),
+                preemption: PreemptionConfig {
+                    max_loss_ms: Some(5 * 60_000),
+                    ..PreemptionConfig::on()
+                },
+                attained_service: Some(AttainedServiceConfig::default()),
                 placement: PlacementKind::FragmentationAware,
                 ..base
             },
@@ -617,6 +795,14 @@ impl PolicyConfig {
 
     /// Checks every value, naming the first offending queue and field.
     pub fn validate(&self) -> Result<(), PolicyError> {
+        if !(self.oversubscription.is_finite()
+            && (1.0..=MAX_OVERSUBSCRIPTION).contains(&self.oversubscription))
+        {
+            return Err(invalid(
+                "oversubscription",
+                format!("must be a number from 1 to {MAX_OVERSUBSCRIPTION}"),
+            ));
+        }
         for (model, price) in &self.prices {
             if model.trim().is_empty() || model.len() > 128 {
                 return Err(invalid("prices", "a GPU model name is 1 to 128 characters"));
@@ -716,6 +902,9 @@ impl PolicyConfig {
                 ));
             }
         }
+        if let Some(las) = &self.attained_service {
+            las.validate()?;
+        }
         if self.admission.max_pending_per_team == 0 {
             return Err(invalid(
                 "admission.max_pending_per_team",
@@ -765,89 +954,6 @@ impl PolicyConfig {
             }
         }
         Ok(())
-    }
-}
-
-/// Fractional amounts in YAML (`1.5`), thousandths inside.
-mod thousandths {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(super) fn serialize<S: Serializer>(
-        value: &Option<u64>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        match value {
-            // Whole amounts are written as integers so that files round-trip as written.
-            Some(milli) if milli.is_multiple_of(1000) => serializer.serialize_u64(milli / 1000),
-            Some(milli) => serializer.serialize_f64(*milli as f64 / 1000.0),
-            None => serializer.serialize_none(),
-        }
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<u64>, D::Error> {
-        let amount = f64::deserialize(deserializer)?;
-        from_amount(amount)
-            .map(Some)
-            .map_err(serde::de::Error::custom)
-    }
-
-    pub(super) fn from_amount(amount: f64) -> Result<u64, String> {
-        if !amount.is_finite() || amount < 0.0 {
-            return Err(format!("{amount} is not a non-negative amount"));
-        }
-        let milli = (amount * 1000.0).round();
-        if (amount * 1000.0 - milli).abs() > 1e-6 {
-            return Err(format!("{amount} has more than three decimals"));
-        }
-        if milli >= u64::MAX as f64 {
-            return Err(format!("{amount} is too large"));
-        }
-        Ok(milli as u64)
-    }
-}
-
-/// Memory in YAML as `16GiB` or a plain byte count.
-mod memory_text {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use xp_runtime::spec::MemoryBytes;
-
-    pub(super) fn serialize<S: Serializer>(
-        value: &Option<u64>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        match value {
-            Some(bytes) => serializer.serialize_u64(*bytes),
-            None => serializer.serialize_none(),
-        }
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<u64>, D::Error> {
-        Ok(Some(MemoryBytes::deserialize(deserializer)?.0))
-    }
-}
-
-/// Durations in YAML as `60s`, `5m`, `1h 30m`; milliseconds inside.
-mod duration_text {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(super) fn serialize<S: Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Error> {
-        let text = humantime::format_duration(std::time::Duration::from_millis(*value));
-        serializer.serialize_str(&text.to_string())
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        let duration = humantime::parse_duration(text.trim()).map_err(|error| {
-            serde::de::Error::custom(format!(
-                "{text:?} is not a duration like 60s or 5m: {error}"
-            ))
-        })?;
-        u64::try_from(duration.as_millis())
-            .map_err(|_| serde::de::Error::custom(format!("{text:?} is too long")))
     }
 }
 

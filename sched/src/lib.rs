@@ -40,7 +40,7 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, TrialId};
 
 pub use self::config::{PolicyConfig, PolicyError};
-pub use self::scheduler::{AdoptError, InvariantViolation, PolicyCore};
+pub use self::scheduler::{AdoptError, AttainedService, InvariantViolation, PolicyCore};
 
 /// GPU thousandths in one whole GPU.
 pub const GPU_MILLI: u64 = 1000;
@@ -91,6 +91,22 @@ pub struct GangShape {
     /// Units of named leases the whole gang holds while it runs (once for the
     /// gang, not per worker), by lease name.
     pub leases: BTreeMap<String, u64>,
+    /// Whether its fractional workers opt in to the policy's
+    /// `oversubscription`: placed at their share divided by the factor (see
+    /// [`oversubscribed_charge`]), and evictable for GPU memory.
+    pub oversubscribe: bool,
+}
+
+/// What a worker asking `gpu_milli` of one GPU holds of that GPU's capacity
+/// when it opts in to oversubscription by `factor_milli` thousandths (1500
+/// for 1.5×): a fraction divided by the factor, rounded up so that what one
+/// GPU is promised never exceeds the factor; whole GPUs, no GPU and factors at
+/// or below 1 hold the share itself. The node's slot table charges the same.
+pub fn oversubscribed_charge(gpu_milli: u64, factor_milli: u64) -> u64 {
+    if factor_milli <= GPU_MILLI || gpu_milli == 0 || gpu_milli >= GPU_MILLI {
+        return gpu_milli;
+    }
+    (gpu_milli * GPU_MILLI).div_ceil(factor_milli).max(1)
 }
 
 /// A trial handed to the policy.
@@ -157,6 +173,16 @@ pub enum PreemptReason {
         /// The trial that needs it.
         by: TrialId,
     },
+    /// A trial of its queue and priority that has received less GPU time
+    /// (a lower attained-service level) needs the resources.
+    LessService {
+        /// The trial that needs them.
+        by: TrialId,
+        /// Its level.
+        level: u8,
+        /// The victim's level.
+        victim_level: u8,
+    },
 }
 
 /// What the policy wants done.
@@ -180,6 +206,46 @@ pub enum Decision {
         /// How long it may take to checkpoint before it is killed.
         grace_ms: u64,
     },
+    /// Resize an elastic trial's gang: ask its workers to checkpoint and stop
+    /// within `grace_ms`, then (once the caller reports them gone with
+    /// [`PolicyCore::resized`]) start it again on `workers`, resuming from that
+    /// checkpoint. A growth holds the new workers' resources from now on; a
+    /// shrink keeps holding the dropped ones until the old gang is gone.
+    Resize {
+        /// The elastic trial.
+        trial: TrialId,
+        /// Its gang now, in rank order.
+        from: u32,
+        /// Where its workers go once restarted, in rank order; its old
+        /// placement's first ranks keep their places.
+        workers: Vec<WorkerPlacement>,
+        /// Why.
+        reason: ResizeReason,
+        /// How long it may take to checkpoint before it is killed.
+        grace_ms: u64,
+    },
+}
+
+/// Why an elastic trial's gang changes size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ResizeReason {
+    /// GPUs were idle and no trial waited: it grows into them.
+    Grow,
+    /// A trial that the scheduler would otherwise preempt for needs room: it
+    /// shrinks (not below its minimum) instead of being stopped outright.
+    Shrink {
+        /// The waiting trial that needs the room.
+        by: TrialId,
+    },
+}
+
+impl std::fmt::Display for ResizeReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Grow => write!(f, "idle GPUs and no trial waiting"),
+            Self::Shrink { by } => write!(f, "{by} needs the room"),
+        }
+    }
 }
 
 /// Why a waiting trial is not running.

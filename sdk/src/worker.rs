@@ -185,6 +185,19 @@ impl TrialContext {
         std::fs::write(&temporary, state).map_err(|error| failed("write the checkpoint", error))?;
         std::fs::rename(&temporary, self.checkpoint_dir.join(STATE_FILE))
             .map_err(|error| failed("write the checkpoint", error))?;
+        self.commit_checkpoint(step)
+    }
+
+    /// Declares the files now in [`checkpoint_dir`](Self::checkpoint_dir) the
+    /// trial's checkpoint at `step` and returns once the node has stored them (or
+    /// with the node's error, as [`WorkerError::Checkpoint`]). For trial code that
+    /// writes its own files there (the Python package's `xp.checkpoint`) rather
+    /// than handing bytes to [`checkpoint`](Self::checkpoint). On ranks other than
+    /// 0 it returns at once: only rank 0 checkpoints.
+    pub fn commit_checkpoint(&self, step: u64) -> Result<(), WorkerError> {
+        if self.rank != 0 {
+            return Ok(());
+        }
         let verdict_path = self
             .work_dir
             .join(CHECKPOINT_STATUS_DIR)

@@ -38,6 +38,10 @@ pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
         }
     };
     let status = list.pop().context("no such experiment")?;
+    if let Some(front) = xp::analysis::compare_front(&status) {
+        print_front(&status, &front, json);
+        return Ok(());
+    }
     let comparison = xp::analysis::compare(&status, alpha)?;
     if json {
         for (rank, config) in comparison.configs.iter().enumerate() {
@@ -85,4 +89,61 @@ pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A multi-objective experiment: its configurations' replicate means, the
+/// Pareto front of them first (by hypervolume contribution), with the hypervolume.
+fn print_front(
+    status: &xp_runtime::protocol::ExperimentStatus,
+    front: &xp::analysis::FrontComparison,
+    json: bool,
+) {
+    if json {
+        outln!("{}", front.to_json());
+        for (rank, config) in front.configs.iter().enumerate() {
+            outln!("{}", config.to_json(&front.objectives, rank + 1));
+        }
+        return;
+    }
+    outln!(
+        "experiment {}  objectives {}",
+        status.id,
+        super::status::objectives_text(&front.objectives)
+    );
+    let on_front = front
+        .configs
+        .iter()
+        .filter(|config| config.contribution.is_some())
+        .count();
+    outln!(
+        "  Pareto front of configurations (replicate means): {on_front} of {}, hypervolume {} against {}",
+        front.configs.len(),
+        super::status::volume_text(front.hypervolume),
+        super::status::reference_text(front.reference.as_deref(), front.reference_declared)
+    );
+    let mut header = format!("  {:>4} {:>3}", "RANK", "N");
+    for objective in &front.objectives {
+        header.push_str(&format!(
+            " {:>22}",
+            format!("{} (mean ± sd)", objective.metric)
+        ));
+    }
+    outln!("{header} {:>12}  CONFIG", "CONTRIBUTION");
+    for (rank, config) in front.configs.iter().enumerate() {
+        let mut row = format!("  {:>4} {:>3}", rank + 1, config.trials.len());
+        for summary in &config.summaries {
+            let cell = match summary {
+                Some(summary) if summary.n > 1 => {
+                    format!("{:.5} ± {:.5}", summary.mean, summary.std_dev)
+                }
+                Some(summary) => format!("{:.5}", summary.mean),
+                None => "-".to_owned(),
+            };
+            row.push_str(&format!(" {cell:>22}"));
+        }
+        let contribution = config
+            .contribution
+            .map_or_else(|| "dominated".to_owned(), |value| format!("{value:.6}"));
+        outln!("{row} {contribution:>12}  {}", config.config);
+    }
 }

@@ -229,6 +229,8 @@ mod tests {
                     cost: None,
                 })
                 .collect(),
+            objectives: Vec::new(),
+            front: None,
         }
     }
 

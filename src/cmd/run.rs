@@ -116,7 +116,7 @@ async fn run_local(args: RunArgs, spec: &ExperimentSpec) -> anyhow::Result<()> {
         }
     };
     let status = match outcome {
-        Outcome::Ended(status) => status,
+        Outcome::Ended(status) => *status,
         Outcome::Interrupted { finished, total } => {
             cluster.shutdown().await;
             eprintln_note(&format!(
@@ -165,7 +165,7 @@ async fn note_capacity(cluster: &Cluster, data_dir: &Path) {
 /// How following an experiment ended.
 enum Outcome {
     /// No trial is left to run.
-    Ended(ExperimentStatus),
+    Ended(Box<ExperimentStatus>),
     /// Ctrl-C: the experiment was cancelled and its trials have stopped.
     Interrupted { finished: usize, total: usize },
 }
@@ -178,7 +178,7 @@ async fn follow(
     spec: &ExperimentSpec,
 ) -> anyhow::Result<Outcome> {
     tokio::select! {
-        status = watch(client, experiment, expected_trials(spec)) => Ok(Outcome::Ended(status?)),
+        status = watch(client, experiment, expected_trials(spec)) => Ok(Outcome::Ended(Box::new(status?))),
         signal = tokio::signal::ctrl_c() => {
             signal.context("cannot listen for Ctrl-C")?;
             eprintln_note("Ctrl-C: cancelling the experiment's trials (Ctrl-C again stops waiting)");

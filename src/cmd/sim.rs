@@ -13,8 +13,8 @@ use xp_sched::PolicyConfig;
 use xp_sched::config::PlacementKind;
 use xp_sched::sim::place_once::load_key;
 use xp_sched::sim::{
-    ClusterSpec, CriticalPathBoost, GenerateOptions, PipelineOptions, PlaceOnceOptions,
-    PlaceOnceReport, SimOptions, SimReport, Trace,
+    ClusterSpec, CriticalPathBoost, DeepLearningOptions, GenerateOptions, GpuSharingOptions,
+    PipelineOptions, PlaceOnceOptions, PlaceOnceReport, SimOptions, SimReport, Trace,
 };
 
 /// Arguments of `xp sim`.
@@ -36,7 +36,9 @@ pub(crate) struct SimArgs {
     /// The cluster as CSV, one node per row: `node_id,gpus,gpu_model,cpu_milli,mem_mib[,rack]`.
     #[arg(long)]
     cluster_csv: Option<PathBuf>,
-    /// A policy file, or a preset: fifo, priority, fair, backfill, default.
+    /// A policy file, or a preset: fifo, priority, fair, backfill, default; or
+    /// `srtf`, shortest remaining time first knowing every duration (a
+    /// preemptive reference no live scheduler can be, for comparison).
     #[arg(long, default_value = "default")]
     policy: String,
     /// Seeds random placement, the order of equal jobs submitted together, and --place-once draws.
@@ -57,6 +59,10 @@ pub(crate) struct SimArgs {
     /// With --place-once: stop when the GPUs asked for reach this multiple of the cluster's.
     #[arg(long, default_value_t = 1.3, requires = "place_once")]
     load: f64,
+    /// Override the policy's oversubscription factor (1 to 4): fractional jobs
+    /// that opt in share a GPU promised up to that many times its capacity.
+    #[arg(long)]
+    oversubscription: Option<f64>,
     /// Override the policy's placement strategy.
     #[arg(long, value_parser = ["binpack", "spread", "random", "fragmentation_aware"])]
     placement: Option<String>,
@@ -80,8 +86,8 @@ enum SimCommand {
         /// How many jobs.
         #[arg(
             long,
-            required_unless_present = "pipelines",
-            conflicts_with = "pipelines"
+            required_unless_present_any = ["pipelines", "gpu_sharing"],
+            conflicts_with_all = ["pipelines", "gpu_sharing"]
         )]
         jobs: Option<usize>,
         /// Generate this many pipelines instead: DAGs of stages (chains, fan-outs
@@ -92,15 +98,39 @@ enum SimCommand {
         /// [default: 4].
         #[arg(long)]
         templates: Option<u32>,
-        /// Mean arrivals (jobs, or pipelines) per hour.
+        /// Generate this many GPU-sharing pods instead, shaped like Alibaba's
+        /// openb trace (mostly fractional GPUs, CPU and memory asks, some GPU
+        /// model constraints), for `--place-once`; needs --cluster-out.
+        #[arg(long, conflicts_with = "pipelines", requires = "cluster_out")]
+        gpu_sharing: Option<usize>,
+        /// With --gpu-sharing: write the matching cluster (1,213 nodes, 6,212
+        /// GPUs of eight models) here as YAML.
         #[arg(long)]
-        rate: f64,
+        cluster_out: Option<PathBuf>,
+        /// Mean arrivals (jobs, or pipelines) per hour.
+        #[arg(long, required_unless_present = "gpu_sharing")]
+        rate: Option<f64>,
         /// How many teams share the load (unequally).
         #[arg(long, default_value_t = 4)]
         teams: u32,
+        /// With --jobs, the job mix: `default` (fractions, gangs of 1 to 16
+        /// GPUs, priorities, limits, dependencies) or `dl` (deep-learning
+        /// training gangs of 1 to 32 GPUs, heavy-tailed durations, most jobs
+        /// checkpointing; no priorities, limits or dependencies).
+        #[arg(long, value_parser = ["default", "dl"], default_value = "default")]
+        mix: String,
         /// The seed.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// With --jobs: make this share (0 to 1) of the jobs whose workers
+        /// hold one GPU each elastic (half to twice their size, linear
+        /// scaling, a checkpoint every 10 minutes when they have none).
+        #[arg(long, conflicts_with_all = ["pipelines", "gpu_sharing"])]
+        elastic: Option<f64>,
+        /// With --elastic: write the very same jobs at their fixed size (the
+        /// elastic columns left out), to measure elastic trials against.
+        #[arg(long, requires = "elastic")]
+        fixed_size: bool,
         /// Write here instead of standard output.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -142,18 +172,35 @@ pub(crate) fn run(args: SimArgs) -> anyhow::Result<()> {
         jobs,
         pipelines,
         templates,
+        gpu_sharing,
+        cluster_out,
         rate,
         teams,
+        mix,
         seed,
+        elastic,
+        fixed_size,
         out,
     }) = args.command
     {
+        anyhow::ensure!(
+            cluster_out.is_none() || gpu_sharing.is_some(),
+            "--cluster-out needs --gpu-sharing"
+        );
+        if let Some(pods) = gpu_sharing {
+            let workload = xp_sched::sim::generate_gpu_sharing(&GpuSharingOptions { pods, seed })?;
+            let cluster_path = cluster_out.context("--gpu-sharing needs --cluster-out")?;
+            std::fs::write(&cluster_path, &workload.cluster_yaml)
+                .with_context(|| format!("cannot write {}", cluster_path.display()))?;
+            return write_trace(&workload.trace, out.as_deref());
+        }
+        let rate = rate.context("--rate is required")?;
         // Checked here: clap does not enforce `requires` inside this subcommand.
         anyhow::ensure!(
             templates.is_none() || pipelines.is_some(),
             "--templates needs --pipelines"
         );
-        let trace = match (pipelines, jobs) {
+        let mut trace = match (pipelines, jobs) {
             (Some(pipelines), _) => xp_sched::sim::generate_pipelines(&PipelineOptions {
                 pipelines,
                 rate_per_hour: rate,
@@ -161,6 +208,14 @@ pub(crate) fn run(args: SimArgs) -> anyhow::Result<()> {
                 templates: templates.unwrap_or(4),
                 seed,
             })?,
+            (None, Some(jobs)) if mix == "dl" => {
+                xp_sched::sim::generate_deep_learning(&DeepLearningOptions {
+                    jobs,
+                    rate_per_hour: rate,
+                    teams,
+                    seed,
+                })?
+            }
             (None, Some(jobs)) => xp_sched::sim::generate(&GenerateOptions {
                 jobs,
                 rate_per_hour: rate,
@@ -169,6 +224,9 @@ pub(crate) fn run(args: SimArgs) -> anyhow::Result<()> {
             })?,
             (None, None) => anyhow::bail!("--jobs or --pipelines is required"),
         };
+        if let Some(share) = elastic {
+            xp_sched::sim::make_elastic(&mut trace, share, seed, fixed_size)?;
+        }
         return write_trace(&trace, out.as_deref());
     }
     let trace_path = args.trace.context("--trace is required")?;
@@ -181,9 +239,20 @@ pub(crate) fn run(args: SimArgs) -> anyhow::Result<()> {
             .with_context(|| format!("{} is not a valid cluster", path.display()))?,
         (None, None) => anyhow::bail!("--cluster or --cluster-csv is required"),
     };
-    let mut config = load_policy(&args.policy)?;
+    let oracle = (args.policy == "srtf" && !Path::new(&args.policy).is_file())
+        .then_some(xp_sched::sim::Oracle::Srtf);
+    let mut config = match oracle {
+        Some(_) => xp_sched::sim::srtf_policy(),
+        None => load_policy(&args.policy)?,
+    };
     if let Some(placement) = &args.placement {
         config.placement = placement_kind(placement);
+    }
+    if let Some(factor) = args.oversubscription {
+        config.oversubscription = factor;
+        config
+            .validate()
+            .context("--oversubscription must be from 1 to 4")?;
     }
     let started = wall_clock();
     if args.place_once {
@@ -191,6 +260,7 @@ pub(crate) fn run(args: SimArgs) -> anyhow::Result<()> {
             load: args.load,
             strategy: config.placement.strategy(args.seed),
             seed: args.seed,
+            oversubscription_milli: config.oversubscription_milli(),
         };
         let report = xp_sched::sim::place_once(&trace, &cluster, &options)?;
         print_place_once(&report, &config.placement, args.json, started);
@@ -216,7 +286,16 @@ pub(crate) fn run(args: SimArgs) -> anyhow::Result<()> {
             Some(_) => CriticalPathBoost::Critical,
         },
     };
-    let report = xp_sched::sim::simulate(&trace, &cluster, config, &options)?;
+    let report = match oracle {
+        Some(oracle) => {
+            anyhow::ensure!(
+                args.placement.is_none(),
+                "--policy srtf keeps the default placement"
+            );
+            xp_sched::sim::simulate_oracle(&trace, &cluster, oracle, &options)?
+        }
+        None => xp_sched::sim::simulate(&trace, &cluster, config, &options)?,
+    };
     print_report(&report, args.json, started);
     Ok(())
 }
@@ -327,6 +406,12 @@ fn print_report(report: &SimReport, json: bool, started: Instant) {
         report.preempt_decisions,
         report.gpu_seconds_lost
     );
+    if report.resizes > 0 {
+        outln!(
+            "elastic resizes  {} (their lost work and restarts are in the GPU-seconds above)",
+            report.resizes
+        );
+    }
     outln!(
         "gang locality    {} multi-GPU placements: {} in one node, {} in one rack",
         report.multi_gpu_placements,
@@ -383,9 +468,13 @@ fn print_place_once(
     }
     outln!("final load       {:.3}", report.final_load);
     outln!("idle GPU frag.   {:.3}", report.idle_gpu_fragmentation);
+    outln!(
+        "evictions        {} (GPU memory overflowed)",
+        report.evictions
+    );
     let (attempted, failed) = (&report.attempted, &report.failed);
     outln!(
-        "failed jobs      {} of {} (fractional {} of {}, whole-GPU {} of {}, multi-GPU {} of {})",
+        "failed jobs      {} of {} (fractional {} of {}, whole-GPU {} of {}, multi-GPU {} of {}, CPU-only {} of {})",
         failed.total(),
         attempted.total(),
         failed.fractional,
@@ -393,7 +482,9 @@ fn print_place_once(
         failed.whole_gpu,
         attempted.whole_gpu,
         failed.multi_gpu,
-        attempted.multi_gpu
+        attempted.multi_gpu,
+        failed.cpu_only,
+        attempted.cpu_only
     );
     outln!("wall time        {wall_s:.3} s");
 }

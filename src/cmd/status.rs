@@ -4,6 +4,7 @@ use xp_runtime::ids::TrialId;
 use xp_runtime::protocol::ExperimentStatus;
 use xp_runtime::protocol::TrialState;
 use xp_runtime::protocol::TrialTelemetry;
+use xp_runtime::protocol::{FrontStatus, ObjectiveStatus};
 use xp_runtime::views::{experiment_json, telemetry_json};
 
 use super::connect;
@@ -101,6 +102,78 @@ fn print_latest_sample(telemetry: &TrialTelemetry) {
     }
 }
 
+/// `val_acc (max), latency_ms (min)`.
+pub(crate) fn objectives_text(objectives: &[ObjectiveStatus]) -> String {
+    objectives
+        .iter()
+        .map(|objective| {
+            format!(
+                "{} ({})",
+                objective.metric,
+                if objective.maximize { "max" } else { "min" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The reference point and where it came from.
+pub(crate) fn reference_text(reference: Option<&[f64]>, declared: bool) -> String {
+    let Some(reference) = reference.filter(|reference| !reference.is_empty()) else {
+        return "no reference yet (no trial reported every objective)".to_owned();
+    };
+    let values: Vec<String> = reference.iter().map(|value| format!("{value}")).collect();
+    if declared {
+        format!("reference [{}] (declared)", values.join(", "))
+    } else {
+        format!(
+            "reference [{}] (default: {}; declare `search.reference` for a fixed one)",
+            values.join(", "),
+            xp_tune::search::front::DEFAULT_REFERENCE_RULE
+        )
+    }
+}
+
+/// A hypervolume, or why there is none (a front too large to slice exactly in
+/// 3 or 4 objectives).
+pub(crate) fn volume_text(volume: f64) -> String {
+    if volume.is_nan() {
+        "not computed (too large a front to slice exactly)".to_owned()
+    } else {
+        format!("{volume:.6}")
+    }
+}
+
+/// A multi-objective experiment's front: its trials, their values and
+/// configurations, largest hypervolume contribution first.
+fn print_front(status: &ExperimentStatus, front: &FrontStatus) {
+    outln!("  objectives: {}", objectives_text(&status.objectives));
+    outln!(
+        "  Pareto front: {} of {} evaluated trials, hypervolume {} against {}",
+        front.trials.len(),
+        front.evaluated,
+        volume_text(front.hypervolume),
+        reference_text(Some(&front.reference), front.reference_declared)
+    );
+    let mut header = format!("  {:<24}", "FRONT TRIAL");
+    for objective in &status.objectives {
+        header.push_str(&format!(" {:>14}", objective.metric));
+    }
+    outln!("{header} {:>12}  CONFIG", "CONTRIBUTION");
+    for member in &front.trials {
+        let mut row = format!("  {:<24}", member.trial.to_string());
+        for value in &member.values {
+            row.push_str(&format!(" {value:>14.6}"));
+        }
+        let config = status
+            .trials
+            .iter()
+            .find(|trial| trial.id == member.trial)
+            .map_or("", |trial| trial.config_json.as_str());
+        outln!("{row} {:>12.6}  {config}", member.contribution);
+    }
+}
+
 pub(crate) fn print_status_table(status: &ExperimentStatus) {
     let count = |state: TrialState| {
         status
@@ -162,8 +235,13 @@ pub(crate) fn print_status_table(status: &ExperimentStatus) {
                     || "from the start".to_owned(),
                     |(step, from)| format!("resumed from step {step} (attempt {from})"),
                 );
+                // The gang's size, which an elastic trial's resizes change.
+                let size = match attempt.nodes.len() {
+                    1 => String::new(),
+                    workers => format!(" ({workers} workers)"),
+                };
                 outln!(
-                    "  {:<24} attempt {} on {}: {resumed}; {}",
+                    "  {:<24} attempt {}{size} on {}: {resumed}; {}",
                     "",
                     attempt.number,
                     nodes.join(","),
@@ -171,5 +249,8 @@ pub(crate) fn print_status_table(status: &ExperimentStatus) {
                 );
             }
         }
+    }
+    if let Some(front) = &status.front {
+        print_front(status, front);
     }
 }

@@ -10,7 +10,7 @@ pub(crate) struct TuneArgs {
     /// A YAML mapping of parameters, the same as `search.space` in an experiment.
     #[arg(long)]
     space: PathBuf,
-    /// The search algorithm (`tpe-mv`: multivariate TPE).
+    /// The search algorithm (`gp`: the GP with log-EI, as `gp-ei`; `tpe-mv`: multivariate TPE).
     #[arg(long, default_value = "tpe", value_parser = ["gp", "gp-ucb", "gp-ei", "tpe", "tpe-mv", "random", "sobol", "grid"])]
     algo: String,
     /// How many evaluations.
@@ -22,9 +22,18 @@ pub(crate) struct TuneArgs {
     /// How many evaluations run at once.
     #[arg(long, default_value_t = 1)]
     parallel: u32,
-    /// Whether smaller or larger objectives are better.
-    #[arg(long, default_value = "min", value_parser = ["min", "max"])]
-    mode: String,
+    /// Whether smaller or larger objectives are better; one per `--metric` for a
+    /// multi-objective run (`--mode max,min`).
+    #[arg(long, default_value = "min", value_parser = ["min", "max"], value_delimiter = ',')]
+    mode: Vec<String>,
+    /// A multi-objective run: 2 to 4 metric names (`--metric acc,latency`), each
+    /// read as the last value the command printed in an `XP_METRIC` line.
+    #[arg(long, value_delimiter = ',')]
+    metric: Vec<String>,
+    /// The hypervolume's reference point, one value per `--metric`
+    /// (`--reference=0,1000`); each objective's worst value plus 10% of its range when absent.
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    reference: Option<Vec<f64>>,
     /// Stop unpromising evaluations from their `XP_METRIC {"step": S, "value": V}` lines.
     #[arg(long, value_parser = ["median", "asha", "hyperband"])]
     early_stopping: Option<String>,
@@ -47,6 +56,8 @@ pub(crate) async fn run(args: TuneArgs) -> anyhow::Result<()> {
         seed,
         parallel,
         mode,
+        metric,
+        reference,
         early_stopping,
         max_t,
         grace_period,
@@ -62,12 +73,12 @@ pub(crate) async fn run(args: TuneArgs) -> anyhow::Result<()> {
         .with_context(|| format!("{} is not a valid search space", space.display()))?;
     use xp_tune::search::{Acquisition, DEFAULT_KAPPA, SearchAlgorithm};
     let algorithm = match algo.as_str() {
-        "gp" | "gp-ucb" => SearchAlgorithm::Gp {
+        "gp-ucb" => SearchAlgorithm::Gp {
             acquisition: Acquisition::Ucb {
                 kappa: DEFAULT_KAPPA,
             },
         },
-        "gp-ei" => SearchAlgorithm::Gp {
+        "gp" | "gp-ei" => SearchAlgorithm::Gp {
             acquisition: Acquisition::Ei,
         },
         "tpe" => SearchAlgorithm::Tpe,
@@ -76,6 +87,26 @@ pub(crate) async fn run(args: TuneArgs) -> anyhow::Result<()> {
         "grid" => SearchAlgorithm::Grid,
         _ => SearchAlgorithm::Random,
     };
+    let objectives = tune_objectives(&metric, &mode, reference.as_deref())?;
+    let algorithm = match (algorithm, objectives.is_empty()) {
+        (algorithm, true) => algorithm,
+        (SearchAlgorithm::Tpe | SearchAlgorithm::MultivariateTpe, false) => {
+            SearchAlgorithm::MultiObjectiveTpe {
+                objectives: objectives.len(),
+            }
+        }
+        (
+            algorithm @ (SearchAlgorithm::Random | SearchAlgorithm::Sobol | SearchAlgorithm::Grid),
+            false,
+        ) => algorithm,
+        (_, false) => anyhow::bail!(
+            "--algo {algo} searches one objective; a multi-objective run (--metric) uses tpe, random, sobol or grid"
+        ),
+    };
+    anyhow::ensure!(
+        objectives.is_empty() || early_stopping.is_none(),
+        "--early-stopping judges one objective; a multi-objective run (--metric) takes none"
+    );
     let rule = match early_stopping.as_deref() {
         Some(name) => {
             let kind = match name {
@@ -100,10 +131,67 @@ pub(crate) async fn run(args: TuneArgs) -> anyhow::Result<()> {
         rule,
         budget,
         parallel,
-        maximize: mode == "max",
+        maximize: mode.first().is_some_and(|mode| mode == "max"),
         command,
+        objectives,
+        reference,
     };
     let summary = xp::tune::tune(job, |line| outln!("{line}")).await?;
     outln!("{}", summary.to_json());
     Ok(())
+}
+
+/// The objectives of `--metric` with their `--mode`s: none for a single
+/// objective (one `--mode`, no `--metric`), else 2 to 4 distinct names, one mode
+/// each, and a `--reference` of the same length.
+fn tune_objectives(
+    metrics: &[String],
+    modes: &[String],
+    reference: Option<&[f64]>,
+) -> anyhow::Result<Vec<(String, bool)>> {
+    let max = xp_runtime::spec::MAX_OBJECTIVES;
+    if metrics.is_empty() {
+        anyhow::ensure!(
+            modes.len() == 1,
+            "--mode takes one value per --metric; without --metric, one"
+        );
+        anyhow::ensure!(
+            reference.is_none(),
+            "--reference applies to a multi-objective run (--metric A,B)"
+        );
+        return Ok(Vec::new());
+    }
+    anyhow::ensure!(
+        (2..=max).contains(&metrics.len()),
+        "--metric names 2 to {max} objectives (a single objective is the last stdout line)"
+    );
+    for (index, name) in metrics.iter().enumerate() {
+        anyhow::ensure!(
+            !name.trim().is_empty() && name.len() <= 128,
+            "--metric: name {} must be 1 to 128 characters",
+            index + 1
+        );
+        anyhow::ensure!(
+            !metrics[..index].contains(name),
+            "--metric names `{name}` twice"
+        );
+    }
+    anyhow::ensure!(
+        modes.len() == metrics.len(),
+        "--mode gives {} direction(s) for {} metrics; give one per metric (--mode max,min)",
+        modes.len(),
+        metrics.len()
+    );
+    if let Some(reference) = reference {
+        anyhow::ensure!(
+            reference.len() == metrics.len() && reference.iter().all(|value| value.is_finite()),
+            "--reference needs {} finite values, one per metric",
+            metrics.len()
+        );
+    }
+    Ok(metrics
+        .iter()
+        .cloned()
+        .zip(modes.iter().map(|mode| mode == "max"))
+        .collect())
 }

@@ -6,7 +6,8 @@
 //!   `xp_runtime::spec::SearchSpace`, and `plan_trials` for the searches that
 //!   expand up front.
 //! - [`stopping`]: the median rule, ASHA and asynchronous Hyperband behind one
-//!   sans-io [`stopping::StoppingRule`], built from the spec's `early_stopping`.
+//!   sans-io [`stopping::StoppingRule`], built from the spec's `early_stopping`,
+//!   and BOHB's Hyperband over [`hyperband`]'s schedule.
 //! - [`stats`]: summaries with confidence intervals, Welch's t-test, quantiles and
 //!   smoothing.
 //! - [`report`]: what `xp report` computes: GPU-hours used and lost, cost,
@@ -18,6 +19,7 @@
 //! process carries no linear algebra.
 #![warn(missing_docs)]
 
+pub mod hyperband;
 pub mod report;
 pub mod search;
 pub mod stats;

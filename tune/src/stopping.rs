@@ -4,7 +4,9 @@
 //! Three rules share one sans-io interface, [`StoppingRule`]: the median stopping
 //! rule (Golovin et al. 2017, Google Vizier), ASHA (asynchronous successive halving,
 //! Li et al. 2020) and asynchronous Hyperband (ASHA over several brackets, as Ray
-//! Tune's `AsyncHyperBandScheduler`). A rule is fed one report at a time and answers
+//! Tune's `AsyncHyperBandScheduler`). [`make_bohb_rule`] builds the Hyperband of
+//! `algorithm: bohb`: the same rungs, with brackets of Hyperband's sizes given by
+//! trial index ([`crate::hyperband::HyperbandSchedule`]). A rule is fed one report at a time and answers
 //! at once from what it knows now; it never waits for other trials, reads no clock,
 //! does no I/O and draws no randomness, so the same reports in the same order give
 //! the same decisions. It does not stop anything itself: the caller (the head's
@@ -21,6 +23,8 @@
 use std::collections::BTreeMap;
 
 use xp_runtime::spec::{RuleKind, StoppingConfig};
+
+use crate::hyperband::HyperbandSchedule;
 
 /// A rule that decides, report by report, whether a trial continues.
 ///
@@ -73,6 +77,32 @@ pub fn make_rule(config: &StoppingConfig) -> Box<dyn StoppingRule> {
             Box::new(SuccessiveHalving::new("hyperband", config, config.brackets))
         }
     }
+}
+
+/// The stopping half of BOHB: asynchronous successive halving over every bracket of
+/// `schedule`, bracket `b` with its first rung at the `b`-th budget (the last
+/// bracket runs its trials to the largest budget), each trial in the bracket
+/// [`HyperbandSchedule::bracket_of`] its index gives, so brackets get Hyperband's
+/// shares of the configurations. A rung keeps a trial when fewer than ⌈n/η⌉ of the
+/// n values recorded there are strictly better, as ASHA: xp stops trials and never
+/// pauses them, so a rung decides on what it knows when the trial reaches it.
+pub fn make_bohb_rule(schedule: HyperbandSchedule) -> Box<dyn StoppingRule> {
+    let reduction_factor = schedule.reduction_factor();
+    let max_t = schedule.max_budget();
+    let brackets = schedule
+        .budgets()
+        .into_iter()
+        .map(|first| Bracket::new(first, reduction_factor, max_t))
+        .collect();
+    Box::new(SuccessiveHalving {
+        rule: "bohb",
+        limit: "max_budget",
+        max_t,
+        brackets,
+        schedule: Some(schedule),
+        arrivals: 0,
+        trials: BTreeMap::new(),
+    })
 }
 
 /// What every rule tracks per trial to answer stale reports consistently.
@@ -322,13 +352,18 @@ impl Bracket {
 }
 
 /// ASHA (one bracket) and asynchronous Hyperband (several): every trial is
-/// assigned a bracket by arrival order, round-robin, and that bracket's rungs judge
-/// it; any trial that reaches `max_t` is stopped there.
+/// assigned a bracket by arrival order, round-robin (by its index under BOHB's
+/// `schedule`), and that bracket's rungs judge it; any trial that reaches `max_t`
+/// is stopped there.
 #[derive(Debug)]
 struct SuccessiveHalving {
     rule: &'static str,
+    /// The name of `max_t` in the spec, for reasons.
+    limit: &'static str,
     max_t: u64,
     brackets: Vec<Bracket>,
+    /// BOHB's schedule, which assigns brackets by trial index.
+    schedule: Option<HyperbandSchedule>,
     /// How many trials have been assigned a bracket.
     arrivals: usize,
     trials: BTreeMap<u64, Tracked<Progress>>,
@@ -353,8 +388,10 @@ impl SuccessiveHalving {
         }
         Self {
             rule,
+            limit: "max_t",
             max_t: config.max_t,
             brackets,
+            schedule: None,
             arrivals: 0,
             trials: BTreeMap::new(),
         }
@@ -366,8 +403,12 @@ impl StoppingRule for SuccessiveHalving {
         let value = sanitize(value);
         let n_brackets = self.brackets.len();
         let arrivals = &mut self.arrivals;
+        let schedule = self.schedule;
         let tracked = match admit(&mut self.trials, trial, step, || {
-            let bracket_idx = *arrivals % n_brackets;
+            let bracket_idx = match schedule {
+                Some(schedule) => schedule.bracket_of(trial),
+                None => *arrivals % n_brackets,
+            };
             *arrivals += 1;
             Progress {
                 bracket_idx,
@@ -380,7 +421,7 @@ impl StoppingRule for SuccessiveHalving {
         let bracket = &mut self.brackets[tracked.state.bracket_idx];
         let verdict = bracket.judge(&mut tracked.state.next_rung, step, value);
         let reason = if step >= self.max_t {
-            format!("reached max_t {} at step {step}", self.max_t)
+            format!("reached {} {} at step {step}", self.limit, self.max_t)
         } else {
             match verdict {
                 Some(verdict) if verdict.rank > verdict.kept => {

@@ -123,6 +123,16 @@ impl HeadCore {
             }
         }
         self.drop_everywhere(key.trial, released);
+        // A preemption of the live run now loses only the work since; the
+        // policy weighs that when it chooses victims.
+        let live = self.trials[&key.trial]
+            .attempts
+            .last()
+            .is_some_and(|live| live.number == key.attempt && live.is_live());
+        if live && self.policy.note_checkpoint(key.trial, now) {
+            // A cheap victim now: a waiting trial may preempt it.
+            self.policy_stale = true;
+        }
         info!(trial = %key.trial, step, files = count, bytes, "checkpoint recorded");
         self.push_event(
             now,

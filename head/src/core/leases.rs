@@ -394,6 +394,9 @@ fn reason_text(reason: &PreemptReason) -> String {
         PreemptReason::Reclaim { queue, by } => {
             format!("queue {queue} reclaims its quota for {by}")
         }
+        PreemptReason::LessService { by, level, .. } => {
+            format!("{by} (attained-service level {level}) needs its room")
+        }
     }
 }
 

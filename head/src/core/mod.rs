@@ -34,6 +34,7 @@ mod attempts;
 pub mod checkpoints;
 pub mod dashboard;
 mod error;
+mod front;
 mod launch;
 mod leases;
 pub mod metrics;

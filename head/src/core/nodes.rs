@@ -187,20 +187,7 @@ impl HeadCore {
             } else {
                 warn!(%node_id, timeout_ms, "node lost: no heartbeat within the timeout");
             }
-            if let Some(node) = self.nodes.get_mut(&node_id) {
-                node.state = NodeState::Lost;
-                // It was up until its last sign of life.
-                let last_seen = node.last_seen;
-                if let Some(open) = node.up.last_mut().filter(|last| last.to.is_none()) {
-                    open.to = Some(last_seen.max(open.from));
-                }
-            }
-            self.dirty_nodes.insert(node_id);
-            self.policy.set_node_schedulable(node_id, false);
-            self.policy_stale = true;
-            for key in self.live_workers_on(node_id) {
-                self.lose_worker(now, key, format!("node {node_id} lost"));
-            }
+            self.mark_lost(now, node_id, "lost");
         }
         self.enforce_time_limits(now);
         self.tick_alerts(now);
@@ -208,6 +195,42 @@ impl HeadCore {
         // Time alone changes decisions: aging, reservations, minimum run times.
         self.policy_stale = true;
         self.schedule(now);
+    }
+
+    /// A draining node's session closed: it left on purpose (its Slurm job
+    /// ended, an operator stopped it) once its workers were stopped, so it is
+    /// marked lost now rather than after the heartbeat timeout, and no resumed
+    /// attempt is pointed at its copies of checkpoints. A node that is not
+    /// draining may only have lost its connection: the timeout judges it.
+    pub fn handle_node_left(&mut self, now: UnixMillis, node_id: NodeId) {
+        if self
+            .nodes
+            .get(&node_id)
+            .is_none_or(|node| node.state != NodeState::Draining)
+        {
+            return;
+        }
+        info!(%node_id, "node left after draining");
+        self.mark_lost(now, node_id, "left");
+        self.schedule(now);
+    }
+
+    /// Marks `node_id` lost (it was up until its last sign of life), takes it
+    /// out of placement and requeues what still ran there.
+    fn mark_lost(&mut self, now: UnixMillis, node_id: NodeId, why: &str) {
+        if let Some(node) = self.nodes.get_mut(&node_id) {
+            node.state = NodeState::Lost;
+            let last_seen = node.last_seen;
+            if let Some(open) = node.up.last_mut().filter(|last| last.to.is_none()) {
+                open.to = Some(last_seen.max(open.from));
+            }
+        }
+        self.dirty_nodes.insert(node_id);
+        self.policy.set_node_schedulable(node_id, false);
+        self.policy_stale = true;
+        for key in self.live_workers_on(node_id) {
+            self.lose_worker(now, key, format!("node {node_id} {why}"));
+        }
     }
 
     /// The workers placed on `node_id` that still hold their resources.

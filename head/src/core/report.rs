@@ -472,7 +472,7 @@ impl HeadCore {
         }
         let seconds = last_finish?.checked_sub(first_start?)? as f64 / 1000.0;
         let parallel = spec.search.parallel.unwrap_or(count).min(count).max(1);
-        let workers = spec.trial.workers.max(1);
+        let workers = spec.trial.workers.max.max(1);
         Some((
             Measurement {
                 parallelism: f64::from(parallel) * f64::from(workers),
@@ -490,7 +490,7 @@ impl HeadCore {
 fn work_key(spec: &ExperimentSpec) -> String {
     let mut work = spec.clone();
     work.search.parallel = None;
-    work.trial.workers = 1;
+    work.trial.workers = xp_runtime::spec::Workers::fixed(1);
     work.to_canonical_json()
 }
 
@@ -499,7 +499,8 @@ fn end_cause(outcome: Option<&str>) -> EndCause {
     let Some(outcome) = outcome else {
         return EndCause::None;
     };
-    if outcome == "preempted" {
+    // A resize stops the gang through its checkpoint as a preemption does.
+    if outcome == "preempted" || outcome.starts_with("resized:") {
         EndCause::Preemption
     } else if outcome.starts_with("lost:") {
         EndCause::NodeLoss

@@ -277,6 +277,10 @@ impl HeadCore {
                     TrialState::Succeeded,
                     "all workers exited with status 0".to_owned(),
                 );
+            } else if self.trials[&key.trial].state == TrialState::Preempting {
+                // A rank that left with 0 while its gang stops (its peers told it
+                // to) is gone like the others; the last one gone ends the attempt.
+                self.preempted_worker_gone(now, key);
             }
         } else {
             let how = match (code, signal) {

@@ -19,7 +19,8 @@ use xp_runtime::ids::{NodeId, TrialId, WorkerKey};
 use xp_runtime::protocol::{HeadCommand, TrialState};
 use xp_runtime::spec::Priority;
 use xp_sched::{
-    Amount, Decision, GangShape, PreemptReason, Refusal, TrialRequest, WorkerPlacement,
+    Amount, Decision, GangShape, PreemptReason, Refusal, ResizeReason, TrialRequest,
+    WorkerPlacement,
 };
 
 use super::launch::LaunchError;
@@ -80,6 +81,13 @@ impl HeadCore {
                     reason,
                     grace_ms,
                 } => self.preempt(now, trial, &reason, grace_ms),
+                Decision::Resize {
+                    trial,
+                    from,
+                    workers,
+                    reason,
+                    grace_ms,
+                } => self.resize(now, trial, from, workers.len(), &reason, grace_ms),
             }
         }
         // Launches that failed at once release their resources in this same pass.
@@ -153,7 +161,8 @@ impl HeadCore {
             queue: trial.queue_override.clone().or_else(|| spec.queue.clone()),
             priority,
             gang: GangShape {
-                workers: spec.trial.workers,
+                // An elastic trial's size is the policy's to set (`set_elastic`).
+                workers: spec.trial.workers.max,
                 per_worker: Amount {
                     gpu_milli: spec.trial.gpu_milli(),
                     cpu_milli: u64::from(spec.trial.cpu_milli()),
@@ -163,6 +172,7 @@ impl HeadCore {
                 node_labels: spec.trial.node_labels.clone(),
                 spread: spec.trial.spread,
                 leases: spec.trial.resources.leases.clone(),
+                oversubscribe: false,
             },
             preemptible: spec.trial.preemptible,
             time_limit_ms: spec.trial.time_limit_ms(),
@@ -184,8 +194,20 @@ impl HeadCore {
                 return;
             }
         };
+        let workers = self.specs[&trial_id.experiment].trial.workers;
+        let (past_gpu_ms, past_run_ms) = past_service(trial);
         match self.policy.submit(request, now) {
             Ok(()) => {
+                // Runs the core did not see (before a restart, or attempts
+                // that ended before a retry) count toward attained service.
+                if past_run_ms > 0 {
+                    self.policy
+                        .add_past_service(trial_id, past_gpu_ms, past_run_ms);
+                }
+                if workers.is_elastic() {
+                    self.policy
+                        .set_elastic(trial_id, workers.min, workers.max, now);
+                }
                 self.policy_stale = true;
                 if !waited {
                     self.first_pass.insert(trial_id);
@@ -241,6 +263,13 @@ impl HeadCore {
             PreemptReason::Reclaim { queue, by } => {
                 format!("preempted: queue {queue} reclaims its quota for {by}")
             }
+            PreemptReason::LessService {
+                by,
+                level,
+                victim_level,
+            } => format!(
+                "preempted for {by}, which has received less GPU time (level {level}, this trial {victim_level})"
+            ),
         };
         for node in nodes {
             self.commands.push_back((
@@ -262,15 +291,33 @@ impl HeadCore {
     }
 
     /// A worker of a preempting attempt is gone; once the last one is, the attempt
-    /// ends and the trial waits again, without using a retry.
+    /// ends and the trial waits again, without using a retry (or, when it was
+    /// resized, starts again at once at its new size, resuming from the
+    /// checkpoint its workers took on the way out, without using a retry).
     pub(super) fn preempted_worker_gone(&mut self, now: UnixMillis, key: WorkerKey) {
-        let all_gone = self.worker(key).is_some_and(|(attempt, _)| {
+        let Some(from) = self.worker(key).and_then(|(attempt, _)| {
             attempt
                 .workers
                 .iter()
                 .all(|worker| !worker.state.holds_resources())
-        });
-        if !all_gone {
+                .then_some(attempt.workers.len())
+        }) else {
+            return;
+        };
+        if let (Some(to), Some(why)) = (
+            self.policy.resizing(key.trial).map(<[_]>::len),
+            self.policy.resize_reason(key.trial),
+        ) && !self.policy.is_preempting(key.trial)
+        {
+            self.finish_attempt(
+                now,
+                key,
+                &format!("resized: {from} to {to} workers, {}", resize_why(&why)),
+            );
+            if let Some(workers) = self.policy.resized(key.trial, now) {
+                self.launch(now, key.trial, &workers);
+            }
+            self.policy_stale = true;
             return;
         }
         self.finish_attempt(now, key, "preempted");
@@ -279,6 +326,61 @@ impl HeadCore {
             key.trial,
             TrialState::Queued,
             "requeued after preemption; resumes from its last checkpoint".to_owned(),
+        );
+    }
+
+    /// A running elastic trial that the policy resizes: its workers get SIGTERM
+    /// and `grace_ms` to checkpoint, as in a preemption, and once all are gone
+    /// the gang starts again at its new size (see `preempted_worker_gone`).
+    /// Not a preemption: it counts in neither `preemptions` nor retries.
+    fn resize(
+        &mut self,
+        now: UnixMillis,
+        trial_id: TrialId,
+        from: u32,
+        to: usize,
+        reason: &ResizeReason,
+        grace_ms: u64,
+    ) {
+        let Some(trial) = self.trials.get(&trial_id) else {
+            return;
+        };
+        let Some(attempt) = trial.attempts.last().filter(|attempt| attempt.is_live()) else {
+            return;
+        };
+        if !matches!(
+            trial.state,
+            TrialState::Placed | TrialState::Starting | TrialState::Running
+        ) {
+            return;
+        }
+        let number = attempt.number;
+        let nodes: BTreeSet<NodeId> = attempt
+            .workers
+            .iter()
+            .filter(|worker| worker.state.holds_resources())
+            .map(|worker| worker.node)
+            .collect();
+        let why = format!(
+            "resizing from {from} to {to} workers: {}",
+            resize_why(reason)
+        );
+        for node in nodes {
+            self.commands.push_back((
+                node,
+                HeadCommand::Kill {
+                    trial: trial_id,
+                    attempt: number,
+                    reason: why.clone(),
+                    grace_ms,
+                },
+            ));
+        }
+        self.transition(
+            now,
+            trial_id,
+            TrialState::Preempting,
+            format!("{why}; {} s to checkpoint", grace_ms / 1000),
         );
     }
 
@@ -301,17 +403,44 @@ impl HeadCore {
             .filter(|worker| worker.state.holds_resources())
             .map(|worker| self.worker_placement(worker))
             .collect();
+        let number = attempt.number;
+        let last_checkpoint = trial
+            .checkpoints
+            .iter()
+            .filter(|checkpoint| checkpoint.attempt == number)
+            .map(|checkpoint| checkpoint.at)
+            .max();
+        let (past_gpu_ms, past_run_ms) = past_service(trial);
         match self.trial_request(trial) {
-            Ok(request) => {
-                if let Err(error) = self.policy.adopt(request, placements, started_at) {
-                    warn!(%trial_id, %error, "cannot restore a running trial's resources in the scheduler");
+            Ok(mut request) => {
+                // An elastic trial runs at the size it was given.
+                let workers = self.specs[&trial_id.experiment].trial.workers;
+                if workers.is_elastic() {
+                    request.gang.workers = u32::try_from(placements.len()).unwrap_or(u32::MAX);
+                }
+                match self.policy.adopt(request, placements, started_at) {
+                    Ok(()) if workers.is_elastic() => {
+                        self.policy
+                            .set_elastic(trial_id, workers.min, workers.max, now);
+                    }
+                    Ok(()) => {}
+                    Err(error) => {
+                        warn!(%trial_id, %error, "cannot restore a running trial's resources in the scheduler");
+                    }
                 }
             }
             Err(error) => {
                 warn!(%trial_id, reason = %error, "cannot restore a running trial in the scheduler")
             }
         }
-        let _ = now;
+        if self.policy.placement(trial_id).is_some() {
+            // What it received before, and what a preemption would lose now.
+            self.policy
+                .add_past_service(trial_id, past_gpu_ms, past_run_ms);
+            if let Some(at) = last_checkpoint {
+                self.policy.note_checkpoint(trial_id, at);
+            }
+        }
     }
 
     /// A worker's holdings in the policy core's terms.
@@ -338,4 +467,35 @@ impl HeadCore {
             memory_bytes: worker.memory_bytes,
         }
     }
+}
+
+/// Why a gang changes size, in the words of its trial's events.
+fn resize_why(reason: &ResizeReason) -> String {
+    match reason {
+        ResizeReason::Grow => "GPUs idle and no trial waiting".to_owned(),
+        ResizeReason::Shrink { by } => format!("{by} (higher priority) needs the GPUs"),
+    }
+}
+
+/// The GPU time (GPU-milliseconds) and wall time a trial's ended attempts
+/// ran, from their records: what the policy core counts as attained service
+/// for runs it did not see itself.
+fn past_service(trial: &TrialRecord) -> (u64, u64) {
+    let mut gpu_ms: u64 = 0;
+    let mut run_ms: u64 = 0;
+    for attempt in &trial.attempts {
+        let (Some(ended), Some(started)) = (attempt.ended_at, attempt.running_at) else {
+            continue;
+        };
+        let ran = ended.saturating_sub(started);
+        let gpu_milli: u64 = attempt
+            .workers
+            .iter()
+            .map(|worker| worker.gpu_indices.len() as u64 * u64::from(worker.gpu_milli))
+            .sum();
+        let product = u128::from(gpu_milli) * u128::from(ran) / 1000;
+        gpu_ms = gpu_ms.saturating_add(u64::try_from(product).unwrap_or(u64::MAX));
+        run_ms = run_ms.saturating_add(ran);
+    }
+    (gpu_ms, run_ms)
 }

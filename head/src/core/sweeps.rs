@@ -18,10 +18,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use tracing::warn;
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, TrialId, WorkerKey};
-use xp_runtime::protocol::ExperimentState;
+use xp_runtime::protocol::{ExperimentState, TrialState};
 use xp_runtime::spec::{ExperimentSpec, Mode};
-use xp_tune::search::{Suggestion, TrialPlan};
-use xp_tune::stopping::{StoppingRule, Verdict, make_rule};
+use xp_tune::search::{SearchAlgorithm, Suggestion, TrialPlan};
+use xp_tune::stopping::{StoppingRule, Verdict, make_bohb_rule, make_rule};
 
 use super::{HeadCore, MetricRecord, TrialRecord, trial_range};
 use crate::sweep::{DEFAULT_ADAPTIVE_PARALLEL, Sweep, SweepError, SweepOp};
@@ -44,6 +44,18 @@ impl std::fmt::Debug for SweepState {
             .field("rules", &self.rules.len())
             .field("newly_finished", &self.newly_finished)
             .finish()
+    }
+}
+
+/// The stopping rule of an experiment: its `early_stopping`, or the Hyperband
+/// brackets of `algorithm: bohb`, whose sampler learns from the same rungs.
+fn stopping_rule(spec: &ExperimentSpec) -> Option<Box<dyn StoppingRule>> {
+    if let Some(early_stopping) = &spec.search.early_stopping {
+        return Some(make_rule(early_stopping));
+    }
+    match SearchAlgorithm::from_spec(&spec.search) {
+        SearchAlgorithm::Bohb { schedule } => Some(make_bohb_rule(schedule)),
+        _ => None,
     }
 }
 
@@ -74,8 +86,8 @@ impl SweepState {
                 }
             }
         }
-        if let Some(early_stopping) = &spec.search.early_stopping {
-            self.rules.insert(experiment_id, make_rule(early_stopping));
+        if let Some(rule) = stopping_rule(spec) {
+            self.rules.insert(experiment_id, rule);
         }
     }
 
@@ -90,8 +102,8 @@ impl SweepState {
             let sweep = Sweep::new(&spec.search)?;
             self.sweeps.insert(experiment_id, sweep);
         }
-        if let Some(early_stopping) = &spec.search.early_stopping {
-            self.rules.insert(experiment_id, make_rule(early_stopping));
+        if let Some(rule) = stopping_rule(spec) {
+            self.rules.insert(experiment_id, rule);
         }
         Ok(())
     }
@@ -142,6 +154,34 @@ impl SweepState {
                 continue;
             }
             let spec = &specs[&experiment];
+            if spec.search.is_multi_objective() {
+                // Each objective is its replicates' mean; a suggestion none of
+                // whose replicates reported one of them is forgotten.
+                let objectives: Option<Vec<f64>> = spec
+                    .search
+                    .objectives()
+                    .iter()
+                    .map(|objective| {
+                        let values: Vec<f64> = replicates
+                            .iter()
+                            .filter_map(|index| {
+                                replicate(index)
+                                    .expect("every replicate was found above")
+                                    .metrics
+                                    .get(objective.metric)
+                                    .copied()
+                            })
+                            .filter(|value| value.is_finite())
+                            .collect();
+                        (!values.is_empty()).then(|| {
+                            objective_sign(objective.mode) * values.iter().sum::<f64>()
+                                / values.len() as f64
+                        })
+                    })
+                    .collect();
+                ops.push((experiment, sweep.settle_objectives(suggestion, objectives)));
+                continue;
+            }
             let sign = objective_sign(spec.search.mode);
             let values: Vec<f64> = spec
                 .search
@@ -180,6 +220,25 @@ impl SweepState {
         self.sweeps
             .get_mut(&experiment)?
             .ask(first_trial, replicates, limit)
+    }
+
+    /// Hands a live rank-0 objective to the experiment's searcher (a multi-fidelity
+    /// one keeps it); the sweep log entry when it did.
+    fn observe(
+        &mut self,
+        experiment: ExperimentId,
+        trial_index: u32,
+        step: u64,
+        objective: f64,
+    ) -> Option<SweepOp> {
+        self.sweeps
+            .get_mut(&experiment)?
+            .observe(trial_index, step, objective)
+    }
+
+    /// How the experiment's searcher chose `suggestion`, if it says.
+    fn provenance(&self, experiment: ExperimentId, suggestion: u64) -> Option<String> {
+        self.sweeps.get(&experiment)?.provenance(suggestion)
     }
 
     /// Asks the experiment's stopping rule about a rank-0 objective; `Some(reason)`
@@ -278,6 +337,7 @@ impl HeadCore {
                 return;
             };
             self.log_sweep(experiment, op);
+            let provenance = self.sweep_state.provenance(experiment, suggestion.id);
             for replicate in 0..replicates {
                 let plan = TrialPlan {
                     params: suggestion.config.clone(),
@@ -290,8 +350,33 @@ impl HeadCore {
                     plan.config_json(),
                     plan.seed,
                 );
+                if let Some(provenance) = &provenance {
+                    self.note_provenance(
+                        now,
+                        TrialId {
+                            experiment,
+                            index: first_trial + replicate,
+                        },
+                        provenance,
+                    );
+                }
             }
         }
+    }
+
+    /// Says in a new pending trial's reason and event log how its configuration
+    /// was chosen (a reused trial keeps its reason).
+    fn note_provenance(&mut self, now: UnixMillis, trial_id: TrialId, provenance: &str) {
+        let Some(trial) = self.trials.get_mut(&trial_id) else {
+            return;
+        };
+        if trial.state != TrialState::Pending {
+            return;
+        }
+        let reason = format!("submitted; {provenance}");
+        trial.reason = Some(reason.clone());
+        self.dirty_trials.insert(trial_id);
+        self.push_event(now, trial_id, TrialState::Pending, 0, reason);
     }
 
     /// Appends to the experiment's persisted sweep log.
@@ -322,6 +407,12 @@ impl HeadCore {
             .is_some_and(|(attempt, _)| attempt.is_live());
         if !live || self.trials[&key.trial].state.is_terminal() {
             return None;
+        }
+        if let Some(op) = self
+            .sweep_state
+            .observe(experiment, key.trial.index, step, objective)
+        {
+            self.log_sweep(experiment, op);
         }
         self.sweep_state
             .judge(experiment, key.trial.index, step, objective)

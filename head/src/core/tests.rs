@@ -15,7 +15,9 @@ use crate::core::Record;
 
 mod access;
 mod alerts;
+mod bohb;
 mod dashboard;
+mod front;
 mod leases;
 mod limits;
 mod metrics;
@@ -1390,5 +1392,67 @@ fn the_restart_grace_starts_when_the_head_can_hear_its_nodes() {
         core.nodes[&node].state,
         xp_runtime::protocol::NodeState::Lost
     );
+    core.check_invariants();
+}
+
+#[test]
+fn a_draining_node_moves_its_trial_elsewhere_without_a_retry_and_leaves_at_once() {
+    // A node leaving on SIGTERM (a Slurm job ending): it says it drains, its
+    // worker checkpoints and is stopped, and its session closes.
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let (leaving, staying) = (node_id(1), node_id(2));
+    core.handle_node_register(0, registration(leaving, 0, 1, Vec::new()));
+    let yaml = "name: drain\ntrial: {command: [train], max_retries: 0, resources: {cpu: 1}}\n";
+    let experiment = submit(&mut core, 1, yaml, false);
+    let (node, key) = launches(&commands(&mut core))[0];
+    assert_eq!(node, leaving);
+    report(&mut core, 2, leaving, WorkerReport::Started { key, pid: 1 });
+    let mut checkpoint = checkpoint_report(key, 10, b"ten");
+    if let WorkerReport::Checkpoint { backup, .. } = &mut checkpoint {
+        *backup = Some("/shared/backup".to_owned());
+    }
+    core.handle_node_message(3, leaving, NodeMessage::Draining);
+    report(&mut core, 4, leaving, checkpoint);
+    report(
+        &mut core,
+        5,
+        leaving,
+        WorkerReport::Stopped {
+            key,
+            reason: "node draining".to_owned(),
+        },
+    );
+    // Requeued although it may not retry, and nothing goes back to the draining node.
+    assert_eq!(trial_state(&core, experiment, 0), TrialState::Queued);
+    assert!(launches(&commands(&mut core)).is_empty());
+    core.handle_node_left(6, leaving);
+    assert_eq!(
+        core.nodes[&leaving].state,
+        xp_runtime::protocol::NodeState::Lost
+    );
+    // A node that only lost its connection is left to the heartbeat timeout.
+    core.handle_node_left(6, staying);
+    core.handle_node_register(7, registration(staying, 0, 1, Vec::new()));
+    core.handle_node_left(8, staying);
+    assert_eq!(
+        core.nodes[&staying].state,
+        xp_runtime::protocol::NodeState::Ready
+    );
+    let relaunch = commands(&mut core)
+        .into_iter()
+        .find_map(|(to, command)| match command {
+            HeadCommand::Launch(launch) => Some((to, launch)),
+            _ => None,
+        })
+        .expect("the trial runs again on the node that stays");
+    assert_eq!(relaunch.0, staying);
+    assert_eq!(relaunch.1.key.attempt, 2);
+    let resume = relaunch.1.resume.expect("it resumes from its checkpoint");
+    assert_eq!(
+        (resume.step, resume.backup.as_deref()),
+        (10, Some("/shared/backup"))
+    );
+    // The node that left is no source: the resume goes to the backup at once.
+    assert!(resume.sources.iter().all(|source| source.node != leaving));
     core.check_invariants();
 }

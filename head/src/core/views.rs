@@ -182,6 +182,8 @@ impl HeadCore {
                 .range(trial_range(id))
                 .map(|(_, trial)| self.trial_status(trial))
                 .collect(),
+            objectives: self.objectives_status(id),
+            front: self.front_status(id),
         }
     }
 

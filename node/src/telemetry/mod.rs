@@ -19,6 +19,7 @@
 //! at most [`MAX_PROCESSES`] processes are read per worker, and what cannot be
 //! read or parsed leaves its field absent.
 
+pub mod eviction;
 pub mod proc;
 
 use std::collections::HashMap;

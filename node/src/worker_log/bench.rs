@@ -250,6 +250,7 @@ async fn through_node(
         reports_tx,
         stop_rx,
         crate::telemetry::Targets::default(),
+        tokio_util::sync::CancellationToken::new(),
     )
     .await;
     let seconds = started.elapsed().as_secs_f64();

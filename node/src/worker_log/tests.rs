@@ -339,6 +339,16 @@ fn reading_a_log_that_was_never_written_is_not_found() {
 
 /// Runs `sh -c script` as a worker under `cap`; returns its reports and its log.
 async fn must_run_worker(dir: &Path, script: &str, cap: LogCap) -> (Vec<WorkerReport>, PathBuf) {
+    run_worker(dir, script, cap, tokio_util::sync::CancellationToken::new()).await
+}
+
+/// The same, on a node whose drain is `node_draining`.
+async fn run_worker(
+    dir: &Path,
+    script: &str,
+    cap: LogCap,
+    node_draining: tokio_util::sync::CancellationToken,
+) -> (Vec<WorkerReport>, PathBuf) {
     let store = Arc::new(ObjectStore::open(dir.join("objects"), StoreLimits::default()).unwrap());
     let key = WorkerKey {
         trial: TrialId {
@@ -360,6 +370,7 @@ async fn must_run_worker(dir: &Path, script: &str, cap: LogCap) -> (Vec<WorkerRe
         reports_tx,
         stop_rx,
         crate::telemetry::Targets::default(),
+        node_draining,
     )
     .await;
     let mut reports = Vec::new();
@@ -367,6 +378,46 @@ async fn must_run_worker(dir: &Path, script: &str, cap: LogCap) -> (Vec<WorkerRe
         reports.push(report);
     }
     (reports, log_path)
+}
+
+#[tokio::test]
+async fn a_worker_ending_on_its_own_while_the_node_drains_is_stopped_not_failed() {
+    // Slurm signals every process of a job that ends, so a worker may die of that
+    // SIGTERM before its node asks it to stop: its trial must move, not fail.
+    let draining = tokio_util::sync::CancellationToken::new();
+    draining.cancel();
+    let dir = tempfile::tempdir().unwrap();
+    let (reports, _) = run_worker(
+        dir.path(),
+        "kill -TERM $$",
+        LogCap::default(),
+        draining.clone(),
+    )
+    .await;
+    assert!(
+        matches!(reports.last(), Some(WorkerReport::Stopped { reason, .. }) if reason.contains("draining")),
+        "{reports:?}"
+    );
+    // One that succeeds meanwhile has succeeded.
+    let dir = tempfile::tempdir().unwrap();
+    let (reports, _) = run_worker(dir.path(), "exit 0", LogCap::default(), draining).await;
+    assert!(
+        matches!(
+            reports.last(),
+            Some(WorkerReport::Exited { code: Some(0), .. })
+        ),
+        "{reports:?}"
+    );
+    // On a node that is not draining, a failure is the worker's.
+    let dir = tempfile::tempdir().unwrap();
+    let (reports, _) = must_run_worker(dir.path(), "exit 3", LogCap::default()).await;
+    assert!(
+        matches!(
+            reports.last(),
+            Some(WorkerReport::Exited { code: Some(3), .. })
+        ),
+        "{reports:?}"
+    );
 }
 
 #[tokio::test]

@@ -46,8 +46,9 @@ pub use requests::{
 };
 pub use status::{
     ApprovalStatus, AttemptStatus, CheckpointStatus, ConflictOdds, ExperimentState,
-    ExperimentStatus, LeaseClaim, LeaseReport, LeaseStatus, MetricPoint, NodeState, NodeStatus,
-    QueueStatus, ResourceAmounts, TrialEvent, TrialState, TrialStatus,
+    ExperimentStatus, FrontStatus, FrontTrial, LeaseClaim, LeaseReport, LeaseStatus, MetricPoint,
+    NodeState, NodeStatus, ObjectiveStatus, QueueStatus, ResourceAmounts, TrialEvent, TrialState,
+    TrialStatus,
 };
 pub use telemetry::{
     FieldStats, GpuSample, MAX_SERIES_POINTS, MAX_TELEMETRY_GPUS, MAX_TELEMETRY_WORKERS,
@@ -69,8 +70,9 @@ use serde::{Deserialize, Serialize};
 /// checkpoint's take duration (`WorkerReport::Checkpoint::take_ms`); pipelines
 /// (`Request::SubmitPipeline` and the others after it, their answers,
 /// `WorkerReport::Outputs`, `Launch::inputs`); `xp report` (`Request::Report`,
-/// `Response::Report`, `TrialStatus::gpu_hours` and `cost`).
-pub const PROTOCOL_VERSION: u16 = 5;
+/// `Response::Report`, `TrialStatus::gpu_hours` and `cost`). 6: multi-objective
+/// searches (`ExperimentStatus::objectives` and `front`).
+pub const PROTOCOL_VERSION: u16 = 6;
 
 /// Everything that crosses a connection.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -188,6 +188,52 @@ pub struct ExperimentStatus {
     pub data_version: String,
     /// The trials, by index.
     pub trials: Vec<TrialStatus>,
+    /// Every objective of a multi-objective search, in declared order (`metric`
+    /// and `maximize` are the first's); empty for one metric or none.
+    pub objectives: Vec<ObjectiveStatus>,
+    /// The Pareto front of a multi-objective search; `None` otherwise.
+    pub front: Option<FrontStatus>,
+}
+
+/// One objective of a multi-objective search.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObjectiveStatus {
+    /// The metric.
+    pub metric: String,
+    /// `true` when larger values are better.
+    pub maximize: bool,
+}
+
+/// The Pareto front of a multi-objective experiment's succeeded trials: those no
+/// other beats in every objective, over trials that reported every objective as
+/// a finite number (their last reported values).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FrontStatus {
+    /// The hypervolume's reference point, one value per objective in the metric's
+    /// own units; empty when none was declared and no trial has every objective.
+    pub reference: Vec<f64>,
+    /// Whether the spec declared it; else it is each objective's worst value over
+    /// the evaluated trials, 10% of its range further (so it moves as trials finish).
+    pub reference_declared: bool,
+    /// The volume the front dominates up to the reference; NaN when a front of
+    /// 3 or 4 objectives is too large to slice exactly (`xp_tune`'s
+    /// `MAX_SLICING_WORK`), as is then each member's contribution.
+    pub hypervolume: f64,
+    /// How many succeeded trials reported every objective.
+    pub evaluated: u32,
+    /// The front, largest hypervolume contribution first.
+    pub trials: Vec<FrontTrial>,
+}
+
+/// A trial on the Pareto front.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FrontTrial {
+    /// The trial.
+    pub trial: TrialId,
+    /// Its objective values, in declared order.
+    pub values: Vec<f64>,
+    /// The hypervolume the front loses without it.
+    pub contribution: f64,
 }
 
 /// A trial as `xp status` shows it.

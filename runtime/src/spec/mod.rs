@@ -8,6 +8,8 @@
 use serde::{Deserialize, Serialize};
 
 mod alerts;
+mod bohb;
+mod objectives;
 mod pipeline;
 mod render;
 mod search;
@@ -21,6 +23,10 @@ pub use alerts::{
     MAX_ALERT_RULES, MAX_FOR_MS, MAX_WEBHOOK_URL, check_webhook_url, effective_rules,
     validate_alert_rules,
 };
+pub use bohb::{
+    BohbError, BohbSpec, DEFAULT_BOHB_REDUCTION_FACTOR, DEFAULT_MAX_BUDGET, DEFAULT_MIN_BUDGET,
+};
+pub use objectives::{MAX_OBJECTIVES, Objective};
 pub use pipeline::{
     MAX_STAGE_NAME, MAX_STAGES, PipelineSpec, RefKind, StageRef, StageSpec, input_dir_name,
     input_marker, is_stage_name,
@@ -39,7 +45,7 @@ pub use stopping::{
 };
 pub use trial::{
     CollectiveTransport, MAX_LEASE_NAME_BYTES, MAX_LEASE_UNITS, MAX_TRIAL_LEASES, MemoryBytes,
-    MemoryError, Resources, TrialSpec, check_lease_name, parse_memory,
+    MemoryError, Resources, TrialSpec, Workers, check_lease_name, parse_memory,
 };
 
 /// The largest YAML document accepted, so a stray file cannot exhaust memory.
@@ -248,7 +254,7 @@ pub(crate) fn parse_bounded<T: serde::de::DeserializeOwned>(
         });
     }
     let parsed = match format {
-        Format::Yaml => serde_saphyr::from_str(text).map_err(|error| error.to_string()),
+        Format::Yaml => objectives::yaml_with_text_names(text),
         Format::Json => serde_json::from_str(text).map_err(|error| error.to_string()),
     };
     parsed.map_err(|message| SpecError::Parse { message })

@@ -9,54 +9,57 @@ use serde::de::{DeserializeSeed, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::trial::one_u32;
+use super::objectives::SearchWire;
 use super::{
-    BUILTIN_PLACEHOLDERS, MAX_TRIALS, SearchSpace, SpecError, StoppingConfig, check_label, invalid,
+    BUILTIN_PLACEHOLDERS, BohbSpec, MAX_TRIALS, SearchSpace, SpecError, StoppingConfig, invalid,
 };
 
 /// How configurations are chosen.
+///
+/// Serde goes through `objectives::SearchWire`, which reads `metric` and `mode` as
+/// one value or a list (one per objective) and writes a single objective exactly
+/// as before, so single-metric specs keep their canonical JSON and identity: a
+/// field added here is added there too.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "SearchWire", into = "SearchWire")]
 pub struct SearchSpec {
     /// The algorithm.
-    #[serde(default)]
     pub algorithm: Algorithm,
-    /// The acquisition function of `algorithm: gp`; `ucb` when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The acquisition function of `algorithm: gp`; when absent `ei`, or `ucb` if `kappa` is given.
     pub acquisition: Option<AcquisitionKind>,
     /// The exploration weight of the `ucb` acquisition (it minimises mean − kappa·sd); 2.0 when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kappa: Option<f64>,
     /// Parameter name to parameter: its domain, step, scale and condition.
-    #[serde(default, skip_serializing_if = "SpaceSpec::is_empty")]
     pub space: SpaceSpec,
-    /// The metric that ranks trials.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The metric that ranks trials; the first objective of a multi-objective
+    /// search (`metric: [val_acc, latency_ms]`), whose others are `extra_metrics`.
     pub metric: Option<String>,
-    /// Whether smaller or larger metric values are better.
-    #[serde(default)]
+    /// Whether smaller or larger metric values are better (the first objective's).
     pub mode: Mode,
     /// How many configurations random, sobol, gp and tpe search evaluate.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trials: Option<u32>,
     /// At most this many trials of the experiment run at once; unlimited when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel: Option<u32>,
     /// Replicates per configuration, each with its own seed.
-    #[serde(default = "one_u32")]
     pub seeds: u32,
     /// The seed of the sampler, and the first replicate's seed.
-    #[serde(default)]
     pub seed: u64,
     /// A rule that stops unpromising trials early from their intermediate `metric` reports.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub early_stopping: Option<StoppingConfig>,
     /// What one unit of `metric` is worth, for `xp report`'s return on GPU-hours.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<MetricValue>,
     /// Options of `algorithm: tpe`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tpe: Option<TpeSpec>,
+    /// The second to fourth objectives of a multi-objective search, after `metric`;
+    /// empty for one metric.
+    pub extra_metrics: Vec<String>,
+    /// The directions of `extra_metrics`, in order.
+    pub extra_modes: Vec<Mode>,
+    /// The reference point of a multi-objective search's hypervolume, one value per
+    /// objective in the metric's own units; derived from the trials when absent.
+    pub reference: Option<Vec<f64>>,
+    /// Options of `algorithm: bohb` (its budgets); the defaults when absent.
+    pub bohb: Option<BohbSpec>,
 }
 
 /// Options of `algorithm: tpe` (`tpe: {multivariate: true}`).
@@ -94,6 +97,10 @@ impl Default for SearchSpec {
             early_stopping: None,
             value: None,
             tpe: None,
+            extra_metrics: Vec::new(),
+            extra_modes: Vec::new(),
+            reference: None,
+            bohb: None,
         }
     }
 }
@@ -113,6 +120,10 @@ pub enum Algorithm {
     Gp,
     /// The tree-structured Parzen estimator (as in Hyperopt and Optuna).
     Tpe,
+    /// BOHB (Falkner et al. 2018): Hyperband's brackets stop trials at budgets
+    /// (rungs), and Parzen estimators fitted on the largest budget with enough
+    /// results propose the configurations; see `bohb`.
+    Bohb,
 }
 
 impl Algorithm {
@@ -124,6 +135,7 @@ impl Algorithm {
             Self::Sobol => "sobol",
             Self::Gp => "gp",
             Self::Tpe => "tpe",
+            Self::Bohb => "bohb",
         }
     }
 
@@ -131,7 +143,7 @@ impl Algorithm {
     /// trials cannot be planned up front and come one by one from a
     /// `xp_tune::search::Searcher` instead.
     pub fn is_adaptive(self) -> bool {
-        matches!(self, Self::Gp | Self::Tpe)
+        matches!(self, Self::Gp | Self::Tpe | Self::Bohb)
     }
 }
 
@@ -523,9 +535,7 @@ impl SearchSpec {
                 ));
             }
         }
-        if let Some(metric) = &self.metric {
-            check_label("search.metric", metric)?;
-        }
+        super::objectives::validate_objectives(self)?;
         if let Some(value) = &self.value {
             if self.metric.is_none() {
                 return Err(invalid(
@@ -554,6 +564,7 @@ impl SearchSpec {
                 )
             })?;
         }
+        self.validate_bohb()?;
         if self.algorithm != Algorithm::Tpe && self.tpe.is_some() {
             return Err(invalid("search.tpe", "only applies to `algorithm: tpe`"));
         }
@@ -615,6 +626,34 @@ impl SearchSpec {
             ));
         }
         Ok(())
+    }
+
+    /// The `bohb` section belongs to `algorithm: bohb`, which needs a metric to rank
+    /// at its rungs and ranks single runs (one seed). With `early_stopping`, that
+    /// rule stops trials instead of BOHB's Hyperband brackets.
+    fn validate_bohb(&self) -> Result<(), SpecError> {
+        if self.algorithm != Algorithm::Bohb {
+            if self.bohb.is_some() {
+                return Err(invalid("search.bohb", "only applies to `algorithm: bohb`"));
+            }
+            return Ok(());
+        }
+        if self.metric.is_none() {
+            return Err(invalid(
+                "search.metric",
+                "`algorithm: bohb` needs the metric its rungs rank",
+            ));
+        }
+        if self.seeds != 1 {
+            return Err(invalid(
+                "search.seeds",
+                "`algorithm: bohb` ranks single runs at its rungs; use `seeds: 1`",
+            ));
+        }
+        self.bohb
+            .unwrap_or_default()
+            .validate()
+            .map_err(|error| invalid(format!("search.bohb.{}", error.field()), error.to_string()))
     }
 
     /// The number of grid points (a conditional parameter multiplies only the points

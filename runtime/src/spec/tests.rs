@@ -36,7 +36,7 @@ fn check_error(yaml: &str, expected_fragment: &str) {
 #[test]
 fn a_full_spec_parses() {
     let spec = ExperimentSpec::from_yaml(GOOD).unwrap();
-    assert_eq!(spec.trial.workers, 2);
+    assert_eq!(spec.trial.workers, Workers::fixed(2));
     assert_eq!(spec.trial.resources.memory, MemoryBytes(4 << 30));
     assert_eq!(spec.trial.cpu_milli(), 2000);
     assert_eq!(spec.search.mode, Mode::Max);
@@ -369,4 +369,43 @@ fn trial_leases_are_checked_and_left_out_of_canonical_json_when_absent() {
         &format!("{base}{{{}}}}}\n", many.join(", ")),
         "at most 16 leases",
     );
+}
+
+#[test]
+fn elastic_workers_parse_validate_and_keep_plain_identities() {
+    let elastic = GOOD.replace("workers: 2", "workers: {min: 2, max: 8}");
+    let spec = ExperimentSpec::from_yaml(&elastic).unwrap();
+    assert_eq!(spec.trial.workers, Workers { min: 2, max: 8 });
+    assert!(spec.trial.workers.is_elastic());
+    let json = spec.to_canonical_json();
+    assert!(json.contains(r#""workers":{"min":2,"max":8}"#), "{json}");
+    assert_eq!(ExperimentSpec::from_json(&json).unwrap(), spec);
+    // A plain number stays a plain number in the canonical form (and so in
+    // the experiment's identity), as does a range that is not one.
+    let plain = ExperimentSpec::from_yaml(GOOD).unwrap().to_canonical_json();
+    assert!(plain.contains(r#""workers":2"#), "{plain}");
+    let degenerate = GOOD.replace("workers: 2", "workers: {min: 2, max: 2}");
+    assert_eq!(
+        ExperimentSpec::from_yaml(&degenerate)
+            .unwrap()
+            .to_canonical_json(),
+        plain
+    );
+    for (bad, fragment) in [
+        ("workers: {min: 0, max: 4}", "trial.workers"),
+        (
+            "workers: {min: 4, max: 2}",
+            "min (4) must not exceed max (2)",
+        ),
+        ("workers: {min: 1, max: 100000}", "trial.workers"),
+        ("workers: {min: 2}", "both `min` and `max`"),
+        ("workers: {min: 2, max: 4, step: 1}", "step"),
+        ("workers: {min: 2, min: 3, max: 4}", "min"),
+        ("workers: 1.5", "whole number or {min: N, max: M}"),
+        ("workers: -1", "whole number"),
+        ("workers: [2, 4]", "workers"),
+        ("workers: {min: two, max: 4}", "workers"),
+    ] {
+        check_error(&GOOD.replace("workers: 2", bad), fragment);
+    }
 }

@@ -24,9 +24,10 @@ pub struct TrialSpec {
     /// Not part of identity: the binary's content hash is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<String>,
-    /// Data-parallel workers started together as a gang.
-    #[serde(default = "one_u32")]
-    pub workers: u32,
+    /// Data-parallel workers started together as a gang: a number, or
+    /// `{min, max}` for an elastic trial whose gang the scheduler resizes.
+    #[serde(default)]
+    pub workers: Workers,
     /// Resources per worker.
     #[serde(default)]
     pub resources: Resources,
@@ -75,7 +76,7 @@ impl Default for TrialSpec {
             command: None,
             entry: None,
             program: None,
-            workers: 1,
+            workers: Workers::fixed(1),
             resources: Resources::default(),
             max_retries: 0,
             transport: CollectiveTransport::default(),
@@ -95,6 +96,142 @@ impl TrialSpec {
             .as_deref()
             .and_then(|text| humantime::parse_duration(text).ok())
             .map(|limit| u64::try_from(limit.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
+/// How many workers a trial's gang has: a fixed number, or a range the
+/// scheduler moves within (an elastic trial: it starts with as many as fit, at
+/// least `min`, grows into idle GPUs and shrinks back to `min` before it is
+/// preempted). Written as a plain number when fixed, so the canonical JSON, and
+/// with it the identity, of every spec that predates elastic trials is unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workers {
+    /// The fewest workers it runs with.
+    pub min: u32,
+    /// The most workers it runs with; the size of a fixed gang.
+    pub max: u32,
+}
+
+impl Workers {
+    /// A gang of exactly `count` workers.
+    pub const fn fixed(count: u32) -> Self {
+        Self {
+            min: count,
+            max: count,
+        }
+    }
+
+    /// Whether the scheduler may change the gang's size.
+    pub fn is_elastic(&self) -> bool {
+        self.min != self.max
+    }
+}
+
+impl Default for Workers {
+    fn default() -> Self {
+        Self::fixed(1)
+    }
+}
+
+impl From<u32> for Workers {
+    fn from(count: u32) -> Self {
+        Self::fixed(count)
+    }
+}
+
+impl std::fmt::Display for Workers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_elastic() {
+            write!(f, "{}-{}", self.min, self.max)
+        } else {
+            write!(f, "{}", self.max)
+        }
+    }
+}
+
+impl Serialize for Workers {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        if !self.is_elastic() {
+            return serializer.serialize_u32(self.max);
+        }
+        let mut range = serializer.serialize_struct("Workers", 2)?;
+        range.serialize_field("min", &self.min)?;
+        range.serialize_field("max", &self.max)?;
+        range.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Workers {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(WorkersVisitor)
+    }
+}
+
+/// Reads `workers` as a whole number or `{min, max}`, refusing anything else
+/// (a fraction, a negative number, unknown or missing keys) with the forms it
+/// takes; the range itself is checked by `validate`, which names the field.
+struct WorkersVisitor;
+
+impl WorkersVisitor {
+    fn refuse<E: serde::de::Error>(given: impl std::fmt::Display) -> E {
+        E::custom(format!(
+            "workers must be a whole number or {{min: N, max: M}}; got {given}"
+        ))
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for WorkersVisitor {
+    type Value = Workers;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("workers as a whole number or {min: N, max: M}")
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, count: u64) -> Result<Workers, E> {
+        u32::try_from(count)
+            .map(Workers::fixed)
+            .map_err(|_| Self::refuse(count))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, count: i64) -> Result<Workers, E> {
+        u32::try_from(count)
+            .map(Workers::fixed)
+            .map_err(|_| Self::refuse(count))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, count: f64) -> Result<Workers, E> {
+        Err(Self::refuse(count))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Workers, E> {
+        Err(Self::refuse(format!("{text:?}")))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Workers, A::Error> {
+        use serde::de::Error;
+        let (mut min, mut max) = (None, None);
+        while let Some(key) = map.next_key::<String>()? {
+            let slot = match key.as_str() {
+                "min" => &mut min,
+                "max" => &mut max,
+                other => {
+                    return Err(A::Error::unknown_field(other, &["min", "max"]));
+                }
+            };
+            if slot.is_some() {
+                return Err(A::Error::custom(format!(
+                    "duplicate key `{key}` in workers"
+                )));
+            }
+            *slot = Some(map.next_value::<u32>()?);
+        }
+        match (min, max) {
+            (Some(min), Some(max)) => Ok(Workers { min, max }),
+            _ => Err(A::Error::custom(
+                "elastic workers need both `min` and `max`, such as {min: 2, max: 8}",
+            )),
+        }
     }
 }
 
@@ -321,10 +458,19 @@ impl TrialSpec {
         if self.program.is_some() && self.entry.is_none() {
             return Err(invalid("trial.program", "is only meaningful with `entry`"));
         }
-        if self.workers == 0 || self.workers > MAX_WORKERS {
+        if self.workers.min == 0 || self.workers.max > MAX_WORKERS {
             return Err(invalid(
                 "trial.workers",
                 format!("must be between 1 and {MAX_WORKERS}"),
+            ));
+        }
+        if self.workers.min > self.workers.max {
+            return Err(invalid(
+                "trial.workers",
+                format!(
+                    "min ({}) must not exceed max ({})",
+                    self.workers.min, self.workers.max
+                ),
             ));
         }
         let gpu = self.resources.gpu;

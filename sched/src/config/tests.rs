@@ -31,7 +31,8 @@ queues:
     quota: {gpu: 0.5}
 priority_classes: {low: 0, normal: 100, high: 1000}
 aging: {rate_per_hour: 10, cap: 500}
-preemption: {enabled: true, grace_period: 60s, min_run_time: 5m}
+preemption: {enabled: true, grace_period: 60s, min_run_time: 5m, max_loss: 30m}
+attained_service: {thresholds_gpu_hours: [0.5, 8], promote_after: 3, reserve_after: 90m, smallest_first: false}
 placement: fragmentation_aware
 order: priority
 backfill: true
@@ -144,8 +145,76 @@ fn presets() {
     assert!(fair.order == Order::Fair && !fair.backfill);
     assert!(PolicyConfig::preset("backfill").unwrap().backfill);
     let default = PolicyConfig::default();
-    assert!(default.backfill && default.preemption.enabled && default.aging.is_some());
+    assert!(default.backfill && default.preemption.enabled && default.aging.is_none());
+    assert_eq!(default.preemption.max_loss_ms, Some(5 * 60_000));
+    assert_eq!(
+        default.attained_service,
+        Some(AttainedServiceConfig::default())
+    );
     assert_eq!(default.order, Order::Fair);
+}
+
+#[test]
+fn attained_service_and_max_loss() {
+    check_ok(FULL, &|config| {
+        let las = config.attained_service.as_ref().unwrap();
+        las.thresholds_gpu_hours == [0.5, 8.0]
+            && las.promote_after == 3
+            && las.reserve_after_ms == 90 * 60_000
+            && !las.smallest_first
+            && las.thresholds_gpu_ms() == [1_800_000, 28_800_000]
+            && config.preemption.max_loss_ms == Some(30 * 60_000)
+    });
+    check_ok(
+        "attained_service: {}
+",
+        &|config| {
+            config.attained_service == Some(AttainedServiceConfig::default())
+                && config.preemption.max_loss_ms.is_none()
+        },
+    );
+    check_ok(
+        "attained_service: {thresholds_gpu_hours: []}
+",
+        &|config| {
+            config
+                .attained_service
+                .as_ref()
+                .unwrap()
+                .thresholds_gpu_hours
+                .is_empty()
+        },
+    );
+    check_error(
+        "attained_service: {thresholds_gpu_hours: [2, 1]}
+",
+        "attained_service.thresholds_gpu_hours",
+    );
+    check_error(
+        "attained_service: {thresholds_gpu_hours: [0, 1]}
+",
+        "attained_service.thresholds_gpu_hours",
+    );
+    check_error(
+        "attained_service: {thresholds_gpu_hours: [.inf]}
+",
+        "attained_service.thresholds_gpu_hours",
+    );
+    check_error(
+        "attained_service: {thresholds_gpu_hours: [1, 2, 3, 4, 5, 6, 7, 8, 9]}
+",
+        "attained_service.thresholds_gpu_hours",
+    );
+    check_error(
+        "attained_service: {levels: 3}
+",
+        "levels",
+    );
+    check_error(
+        "preemption: {max_loss: soon}
+",
+        "soon",
+    );
 }
 
 #[test]

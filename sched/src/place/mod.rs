@@ -51,6 +51,8 @@ use super::{Amount, GangShape, NodeSpec, WorkerPlacement};
 
 mod fragmentation;
 mod index;
+
+pub use self::fragmentation::{TaskMix, TaskType};
 mod multi_node;
 mod node;
 mod search;
@@ -83,6 +85,14 @@ pub enum Strategy {
     /// full ones, and the last tie-break is the growth of idle GPU that common
     /// shapes (a quarter GPU to eight GPUs) could not use. Confining fractional
     /// work lets the other nodes drain whole for big gangs.
+    ///
+    /// With a workload mix ([`NodePool::set_task_mix`], as `xp sim
+    /// --place-once` sets from its trace) it is FGD ("Beware of
+    /// Fragmentation", ATC 2023) instead: the node whose expected
+    /// fragmentation against the mix (CPU, memory and GPU models included)
+    /// grows least wins, bin-pack order breaking ties. Kept off the online
+    /// path by default: there, jobs leave, and big gangs at the head of the
+    /// queue want whole nodes drained more than they want low fragmentation.
     FragmentationAware,
 }
 
@@ -185,6 +195,9 @@ pub struct NodePool {
     shared_room_total: u64,
     /// Counts changes, so that random placement varies between calls.
     generation: u64,
+    /// The workload mix fragmentation-aware placement scores against; `None`
+    /// keeps the bin-pack-first order (see [`Strategy::FragmentationAware`]).
+    task_mix: Option<TaskMix>,
 }
 
 impl NodePool {
@@ -428,6 +441,18 @@ impl NodePool {
             return 0.0;
         }
         self.shared_room_total as f64 / self.free_total.gpu_milli as f64
+    }
+
+    /// Sets the workload mix that fragmentation-aware placement measures
+    /// expected fragmentation against (see [`TaskMix`]); it changes no
+    /// allocation.
+    pub fn set_task_mix(&mut self, mix: Option<TaskMix>) {
+        self.task_mix = mix;
+    }
+
+    /// The workload mix fragmentation-aware placement scores against, if set.
+    pub fn task_mix(&self) -> Option<&TaskMix> {
+        self.task_mix.as_ref()
     }
 
     /// Nodes in the pool, schedulable or not.

@@ -33,7 +33,7 @@ use xp_runtime::seeded::SplitMix64;
 
 use super::index::{Narrowing, SharedKey};
 use super::node::{Demand, GpuNeed, NodeView, Usage, add_amount, matches_constraints, sub_amount};
-use super::{NodePool, Strategy, WHOLE_GPU};
+use super::{NodePool, Strategy, TaskMix, WHOLE_GPU};
 use crate::{GangShape, WorkerPlacement};
 
 /// Random placement first draws this many nodes uniformly and keeps the first
@@ -355,6 +355,11 @@ impl<'a> Search<'a> {
             usage: self.overlay.get(&idx).unwrap_or(&node.usage),
             schedulable: node.schedulable,
         }
+    }
+
+    /// The workload mix fragmentation-aware placement scores against, if set.
+    pub(super) fn task_mix(&self) -> Option<&'a TaskMix> {
+        self.pool.task_mix.as_ref()
     }
 
     /// Whether the gang may use node `idx` at all (schedulable, constraints).

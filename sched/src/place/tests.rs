@@ -39,6 +39,7 @@ fn gang(workers: u32, gpu_milli: u64) -> GangShape {
         node_labels: BTreeMap::new(),
         spread: false,
         leases: Default::default(),
+        oversubscribe: false,
     }
 }
 
@@ -725,6 +726,7 @@ fn gang_of(generated: &GangGen) -> (GangShape, Strategy) {
         },
         spread: generated.spread,
         leases: Default::default(),
+        oversubscribe: false,
     };
     let strategy = match generated.strategy {
         0 => Strategy::BinPack,
@@ -1027,4 +1029,115 @@ proptest! {
         check_usage(&pool, &held)?;
         prop_assert_eq!(pool.free(), pool.capacity());
     }
+}
+
+fn mix(kinds: &[(u64, u64, &[&str], u64)]) -> TaskMix {
+    let models: Vec<Vec<String>> = kinds
+        .iter()
+        .map(|(_, _, models, _)| models.iter().map(|model| (*model).to_owned()).collect())
+        .collect();
+    TaskMix::from_workers(
+        kinds
+            .iter()
+            .zip(&models)
+            .map(|((gpu, cpu, _, count), models)| {
+                (
+                    Amount {
+                        gpu_milli: *gpu,
+                        cpu_milli: *cpu,
+                        memory_bytes: 0,
+                    },
+                    &models[..],
+                    *count,
+                )
+            }),
+    )
+    .unwrap()
+}
+
+#[test]
+fn expected_fragmentation_counts_what_each_kind_cannot_use() {
+    let halves_and_wholes = mix(&[(500, 0, &[], 1), (1000, 0, &[], 1)]);
+    // A free GPU and one with 300 left: the half cannot use the 300, nor can
+    // the whole GPU; each kind is half the mix.
+    let rooms = [1000, 300];
+    assert_eq!(
+        halves_and_wholes.expected_fragmentation(None, &rooms, 0, 0),
+        300.0
+    );
+    // A kind that asks CPU the node lacks cannot use any of its idle GPU.
+    let with_cpu = mix(&[(500, 4000, &[], 1), (1000, 0, &[], 1)]);
+    assert_eq!(
+        with_cpu.expected_fragmentation(None, &rooms, 2000, 0),
+        0.5 * 1300.0 + 0.5 * 300.0
+    );
+    assert_eq!(
+        with_cpu.expected_fragmentation(None, &rooms, 4000, 0),
+        300.0
+    );
+    // Nor a kind that names another GPU model.
+    let on_v100 = mix(&[(500, 0, &["V100"], 1)]);
+    assert_eq!(
+        on_v100.expected_fragmentation(Some("A100"), &rooms, 0, 0),
+        1300.0
+    );
+    assert_eq!(
+        on_v100.expected_fragmentation(Some("V100"), &rooms, 0, 0),
+        300.0
+    );
+    // Nothing idle, nothing fragmented.
+    assert_eq!(
+        halves_and_wholes.expected_fragmentation(None, &[0, 0], 0, 0),
+        0.0
+    );
+}
+
+#[test]
+fn task_mixes_round_up_into_kinds_and_keep_the_most_common() {
+    // 0.47 and 0.5 are one kind (rounded up to 0.5); 1.9 cores is 2.
+    let mixed = mix(&[
+        (470, 1900, &[], 3),
+        (500, 2000, &[], 1),
+        (1000, 8000, &[], 4),
+    ]);
+    let kinds = mixed.types();
+    assert_eq!(kinds.len(), 2);
+    assert_eq!(
+        (kinds[0].gpu_milli, kinds[0].cpu_milli, kinds[0].weight),
+        (500, 2000, 0.5)
+    );
+    assert_eq!((kinds[1].gpu_milli, kinds[1].weight), (1000, 0.5));
+    let many: Vec<(u64, u64, &[&str], u64)> = (1..=100)
+        .map(|cores| (1000, cores * 1000, &[][..], cores))
+        .collect();
+    let kept = mix(&many);
+    assert_eq!(kept.types().len(), TaskMix::MAX_TYPES);
+    assert_eq!(kept.types()[0].cpu_milli, 100_000, "the most common first");
+    let total: f64 = kept.types().iter().map(|kind| kind.weight).sum();
+    assert!((total - 1.0).abs() < 1e-9);
+    assert!(TaskMix::from_workers(std::iter::empty()).is_none());
+}
+
+#[test]
+fn fgd_keeps_cpu_for_the_gpus_that_need_it() {
+    // Two nodes of two GPUs; the tight one has 8 cores, the other 32. The
+    // workload is mostly whole GPUs asking 4 cores each.
+    let node = |seed: u8, cores: u64| NodeSpec {
+        cpu_milli: cores * 1000,
+        ..spec(seed, 2, "r1")
+    };
+    let mut pool = pool_of(vec![node(1, 8), node(2, 32)]);
+    let mut hungry = gang(1, 500);
+    hungry.per_worker.cpu_milli = 6000;
+    // Bin-pack takes the node with the least CPU, leaving it 2 cores for two GPUs.
+    assert_eq!(
+        pool.find(&hungry, Strategy::FragmentationAware).unwrap()[0].node,
+        node_id(1)
+    );
+    pool.set_task_mix(Some(mix(&[(1000, 4000, &[], 9), (500, 6000, &[], 1)])));
+    // FGD sees that a whole-GPU worker could no longer use the tight node.
+    assert_eq!(
+        pool.find(&hungry, Strategy::FragmentationAware).unwrap()[0].node,
+        node_id(2)
+    );
 }

@@ -32,6 +32,20 @@ fn victim_key(id: TrialId, trial: &Trial, placed: &Placed) -> Option<VictimKey> 
     ))
 }
 
+/// The key of a set of waiting trials: base priority, attained-service level,
+/// urgency, GPUs asked for when smaller gangs go first within a level (else 0).
+pub(super) type WaitingSet = (i64, u8, u32, u64);
+
+/// The set a waiting trial sits in.
+fn waiting_set(trial: &Trial) -> WaitingSet {
+    (
+        trial.request.priority,
+        trial.level,
+        trial.request.urgency,
+        trial.size_key,
+    )
+}
+
 /// What is derived per queue.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct QueueIndex {
@@ -41,9 +55,10 @@ pub(super) struct QueueIndex {
     pub(super) reserved: ResourceVec,
     /// What its placed trials that are being preempted hold (part of `usage`).
     pub(super) stopping: ResourceVec,
-    /// Waiting trials by base priority and urgency, each set in FIFO order
-    /// (so that aging, which favours the oldest, never reorders a set).
-    pub(super) waiting: BTreeMap<(i64, u32), BTreeSet<(UnixMillis, TrialId)>>,
+    /// Waiting trials by base priority, attained-service level and urgency,
+    /// each set in FIFO order (so that aging, which favours the oldest, never
+    /// reorders a set).
+    pub(super) waiting: BTreeMap<WaitingSet, BTreeSet<(UnixMillis, TrialId)>>,
     /// Its trials waiting, held and placed.
     pub(super) n_waiting: u64,
     pub(super) n_held: u64,
@@ -76,6 +91,9 @@ pub(super) struct Index {
     pub(super) lease_held: BTreeMap<String, u64>,
     /// Lease units trials waiting on preemption will take, by lease.
     pub(super) lease_reserved: BTreeMap<String, u64>,
+    /// Waiting trials above attained-service level 0 by when they are
+    /// promoted back to it.
+    pub(super) promotions: BTreeSet<(UnixMillis, TrialId)>,
 }
 
 /// Adds one `key` to a multiset.
@@ -125,9 +143,12 @@ impl Index {
             Standing::Waiting => {
                 queue
                     .waiting
-                    .entry((trial.request.priority, trial.request.urgency))
+                    .entry(waiting_set(trial))
                     .or_default()
                     .insert((trial.request.submitted_at, id));
+                if let Some(at) = trial.promote_at {
+                    self.promotions.insert((at, id));
+                }
                 queue.n_waiting += 1;
                 count_up(&mut self.pending_by_team, trial.request.team.clone());
                 for (resource, multiset) in self.waiting_demand.iter_mut().enumerate() {
@@ -165,12 +186,15 @@ impl Index {
         let queue = &mut self.queues[trial.queue];
         match &trial.standing {
             Standing::Waiting => {
-                let set_key = (trial.request.priority, trial.request.urgency);
+                let set_key = waiting_set(trial);
                 if let Some(set) = queue.waiting.get_mut(&set_key) {
                     set.remove(&(trial.request.submitted_at, id));
                     if set.is_empty() {
                         queue.waiting.remove(&set_key);
                     }
+                }
+                if let Some(at) = trial.promote_at {
+                    self.promotions.remove(&(at, id));
                 }
                 queue.n_waiting -= 1;
                 count_down(&mut self.pending_by_team, trial.request.team.clone());

@@ -38,6 +38,7 @@ impl PolicyCore {
             .and_then(|()| self.check_pool())
             .and_then(|()| self.check_quotas())
             .and_then(|()| self.check_leases())
+            .and_then(|()| self.check_elastic())
             .map_err(|description| InvariantViolation { description })
     }
 

@@ -37,6 +37,7 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::TrialId;
 
 use super::PolicyCore;
+use super::index::WaitingSet;
 use super::pass::Pass;
 use super::quota::QuotaBlock;
 use super::resource_vec::{ResourceVec, covers, dominant_share, minus, placement_total, plus};
@@ -72,9 +73,10 @@ struct Lane {
     heap: BinaryHeap<Reverse<LaneEntry>>,
 }
 
-/// Effective priority (highest first), then urgency (highest first), then FIFO
-/// order.
-pub(super) type OrderKey = (Reverse<i64>, Reverse<u32>, UnixMillis, TrialId);
+/// Effective priority (highest first), then attained-service level (lowest
+/// first), then urgency (highest first), then GPUs asked for (fewest first,
+/// when the policy says so; else 0), then FIFO order.
+pub(super) type OrderKey = (Reverse<i64>, u8, Reverse<u32>, u64, UnixMillis, TrialId);
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct LaneEntry {
@@ -82,8 +84,8 @@ struct LaneEntry {
     /// zero under FIFO).
     key: OrderKey,
     queue: usize,
-    /// The set it heads: base priority and urgency.
-    set: (i64, u32),
+    /// The set it heads: base priority, level and urgency.
+    set: WaitingSet,
 }
 
 impl PolicyCore {
@@ -99,6 +101,10 @@ impl PolicyCore {
             Order::Fifo | Order::Priority => vec![self.lane((0..n_queues).collect(), pass.now)],
         };
         let mut active = vec![true; lanes.len()];
+        // Per lane, the highest effective priority of a trial that skipped
+        // ahead for lack of room: work of lower priority does not start in
+        // the room it waits for (it would only be preempted for it).
+        let mut skip_floor: Vec<Option<i64>> = vec![None; lanes.len()];
         let strict = self.config.head_of_line == HeadOfLine::Strict;
         let backfill = self.config.backfill;
         while let Some(lane) = self.pick_lane(&lanes, &active, pass.capacity) {
@@ -124,6 +130,18 @@ impl PolicyCore {
                 active[lane] = false;
                 continue;
             };
+            if let Some(floor) = skip_floor[lane]
+                && self
+                    .trials
+                    .get(&id)
+                    .is_some_and(|trial| self.effective_priority(&trial.request, pass.now) < floor)
+            {
+                self.set_reason(id, WaitReason::BehindHigherPriority);
+                let queues = lanes[lane].queues.clone();
+                self.stop_queues(&queues, pass, &WaitReason::BehindHigherPriority);
+                active[lane] = false;
+                continue;
+            }
             let outcome = self.evaluate(id, queue, pass, decisions);
             // Starts are not limited: the budget bounds the work spent on trials
             // that stay waiting.
@@ -160,6 +178,17 @@ impl PolicyCore {
                         continue;
                     }
                     let nothing_fits = pass.nothing_fits();
+                    if !nothing_fits && self.skips_ahead(id, pass.now) {
+                        // Least attained service: smaller work of its priority
+                        // behind it that fits now goes ahead until it has
+                        // waited long enough to hold the line.
+                        let effective = self.trials.get(&id).map_or(i64::MIN, |trial| {
+                            self.effective_priority(&trial.request, pass.now)
+                        });
+                        skip_floor[lane] =
+                            Some(skip_floor[lane].map_or(effective, |floor| floor.max(effective)));
+                        continue;
+                    }
                     if backfill {
                         self.reserve_for_backfill(id, queue, nothing_fits, pass);
                     } else if strict {
@@ -202,24 +231,31 @@ impl PolicyCore {
     fn lane_entry(
         &self,
         queue: usize,
-        set: (i64, u32),
+        set: WaitingSet,
         submitted_at: UnixMillis,
         id: TrialId,
         now: UnixMillis,
     ) -> LaneEntry {
-        let (priority, urgency) = set;
-        let (effective, urgency) = match self.config.order {
-            Order::Fifo => (0, 0),
+        let (priority, level, urgency, size) = set;
+        let (effective, level, urgency, size) = match self.config.order {
+            Order::Fifo => (0, 0, 0, 0),
             Order::Priority | Order::Fair => {
                 let boost = self
                     .config
                     .aging
                     .map_or(0, |aging| aging.boost(now.saturating_sub(submitted_at)));
-                (priority.saturating_add(boost), urgency)
+                (priority.saturating_add(boost), level, urgency, size)
             }
         };
         LaneEntry {
-            key: (Reverse(effective), Reverse(urgency), submitted_at, id),
+            key: (
+                Reverse(effective),
+                level,
+                Reverse(urgency),
+                size,
+                submitted_at,
+                id,
+            ),
             queue,
             set,
         }
@@ -251,7 +287,7 @@ impl PolicyCore {
             if pass.stopped[entry.queue] {
                 continue;
             }
-            let (_, _, submitted_at, id) = entry.key;
+            let (_, _, _, _, submitted_at, id) = entry.key;
             let next = self.index.queues[entry.queue]
                 .waiting
                 .get(&entry.set)
@@ -307,6 +343,7 @@ impl PolicyCore {
         pass: &mut Pass,
         decisions: &mut Vec<Decision>,
     ) -> Outcome {
+        self.fit_elastic(id, queue, pass);
         let Some(trial) = self.trials.get(&id) else {
             return Outcome::Passed;
         };
@@ -390,6 +427,7 @@ impl PolicyCore {
                 expected_end: duration.map(|duration| now.saturating_add(duration)),
                 preempt_deadline: None,
                 lost_nodes: Vec::new(),
+                last_checkpoint: None,
             });
             (trial.queue, trial.demand)
         });

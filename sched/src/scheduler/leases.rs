@@ -478,6 +478,7 @@ mod tests {
                     .iter()
                     .map(|(name, units)| ((*name).to_owned(), *units))
                     .collect(),
+                oversubscribe: false,
             },
             preemptible: true,
             time_limit_ms: None,
@@ -490,7 +491,7 @@ mod tests {
             .iter()
             .filter_map(|decision| match decision {
                 Decision::Place { trial, .. } => Some(*trial),
-                Decision::Preempt { .. } => None,
+                Decision::Preempt { .. } | Decision::Resize { .. } => None,
             })
             .collect()
     }
@@ -500,7 +501,7 @@ mod tests {
             .iter()
             .filter_map(|decision| match decision {
                 Decision::Preempt { trial, .. } => Some(*trial),
-                Decision::Place { .. } => None,
+                Decision::Place { .. } | Decision::Resize { .. } => None,
             })
             .collect()
     }

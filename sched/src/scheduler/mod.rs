@@ -23,6 +23,8 @@
 //! - `lanes`: the ordered walk over waiting trials and what each visit decides;
 //! - `backfill`: reservations for blocked trials and when they are due;
 //! - `preemption`: choosing victims for a trial that cannot start;
+//! - `service`: attained service (levels, promotion, skip-ahead) and what a
+//!   victim would lose (checkpoints);
 //! - `leases`: lease units (free, reserved, quotas) and preemptions that wait
 //!   for an admin's approval;
 //! - `invariants`: the from-scratch check of all of the above.
@@ -63,8 +65,11 @@ use super::{
 };
 
 pub use self::invariants::InvariantViolation;
+pub use self::service::AttainedService;
+use self::service::las_thresholds;
 
 mod backfill;
+mod elastic;
 mod index;
 mod invariants;
 mod lanes;
@@ -74,6 +79,7 @@ mod preemption;
 mod quota;
 mod reservations;
 mod resource_vec;
+mod service;
 mod trial;
 
 #[cfg(test)]
@@ -105,6 +111,11 @@ pub struct PolicyCore {
     leases_relaxed: bool,
     /// Preemptions waiting for an admin, and the verdicts in force.
     approvals: Approvals,
+    /// The attained-service level edges in GPU-milliseconds; empty without
+    /// `attained_service` (every trial at level 0).
+    las_thresholds: Vec<u64>,
+    /// Elastic trials' ranges and resizes in flight (`elastic`).
+    elastic: elastic::ElasticTable,
 }
 
 impl PolicyCore {
@@ -113,7 +124,9 @@ impl PolicyCore {
     pub fn new(config: PolicyConfig) -> Self {
         let (queue_info, cohorts, queue_by_name) = build_queues(&config);
         let n_queues = queue_info.len();
+        let las_thresholds = las_thresholds(&config);
         Self {
+            las_thresholds,
             config,
             queue_info,
             queue_by_name,
@@ -129,6 +142,7 @@ impl PolicyCore {
             quota_relaxed: false,
             leases_relaxed: false,
             approvals: Approvals::default(),
+            elastic: elastic::ElasticTable::new(),
         }
     }
 
@@ -170,6 +184,7 @@ impl PolicyCore {
             };
             targets.push((id, target));
         }
+        self.las_thresholds = las_thresholds(&config);
         self.config = config;
         self.queue_info = queue_info;
         self.cohorts = cohorts;
@@ -183,6 +198,12 @@ impl PolicyCore {
             trial.queue = target;
             trial.entered_pass = self.pass;
         }
+        // Levels follow the new thresholds; the index is rebuilt just below.
+        let mut trials = std::mem::take(&mut self.trials);
+        for trial in trials.values_mut() {
+            self.set_level(trial);
+        }
+        self.trials = trials;
         self.reservations.clear();
         let n_queues = self.queue_info.len();
         self.index = Index::rebuild(n_queues, &self.trials, &self.reservations);
@@ -232,13 +253,22 @@ impl PolicyCore {
 
     /// Queues a trial, or refuses it: a duplicate id, an invalid gang, a queue that
     /// does not exist or does not take the team, or a team with too many pending.
-    pub fn submit(&mut self, request: TrialRequest, now: UnixMillis) -> Result<(), Refusal> {
+    pub fn submit(&mut self, mut request: TrialRequest, now: UnixMillis) -> Result<(), Refusal> {
         let _ = now;
         if self.trials.contains_key(&request.id) {
             return Err(Refusal::Duplicate(request.id));
         }
         check_gang(&request.gang)?;
         self.check_leases_of(&request.gang.leases)?;
+        // The one hook of oversubscription: an opted-in fractional worker asks
+        // for its charge, and everything after (placement, quotas, invariants)
+        // counts that.
+        if request.gang.oversubscribe {
+            request.gang.per_worker.gpu_milli = crate::oversubscribed_charge(
+                request.gang.per_worker.gpu_milli,
+                self.config.oversubscription_milli(),
+            );
+        }
         let queue = self.resolve_queue(&request.team, request.queue.as_deref())?;
         let pending = self
             .index
@@ -264,36 +294,55 @@ impl PolicyCore {
 
     /// A new waiting entry for `request` in `queue`.
     fn waiting_entry(&self, request: TrialRequest, queue: usize) -> Trial {
-        Trial {
+        let mut trial = Trial {
             demand: gang_demand(&request.gang),
-            request,
             queue,
             standing: Standing::Waiting,
             reason: WaitReason::NotYetConsidered,
             reason_pass: 0,
             entered_pass: self.pass,
             fits_cache: None,
-        }
+            attained_gpu_ms: 0,
+            run_ms: 0,
+            level_base_gpu_ms: 0,
+            waiting_since: request.submitted_at,
+            level: 0,
+            promote_at: None,
+            size_key: 0,
+            request,
+        };
+        self.set_level(&mut trial);
+        trial
     }
 
     /// A placed trial goes back to its queue, releasing what it held; it keeps
-    /// its `submitted_at`, so it keeps its place. False if it is not placed.
+    /// its `submitted_at`, so it keeps its place (within its attained-service
+    /// level, which the run just ended may have raised). False if it is not
+    /// placed.
     pub fn requeue(&mut self, trial: TrialId, now: UnixMillis) -> bool {
-        let _ = now;
-        let Some(entry) = self.trials.get_mut(&trial) else {
+        let Some(mut entry) = self.trials.remove(&trial) else {
             return false;
         };
         if !matches!(entry.standing, Standing::Placed(_)) {
+            self.trials.insert(trial, entry);
             return false;
         }
-        self.index.remove(trial, entry);
+        self.index.remove(trial, &entry);
+        entry.attained_gpu_ms = entry.attained_at(now);
         if let Standing::Placed(placed) = std::mem::replace(&mut entry.standing, Standing::Waiting)
         {
+            entry.run_ms = entry
+                .run_ms
+                .saturating_add(now.saturating_sub(placed.started_at));
             self.pool.release(&placed.held_workers());
         }
         entry.entered_pass = self.pass;
-        self.index.insert(trial, entry);
+        entry.waiting_since = now;
+        self.set_level(&mut entry);
+        self.index.insert(trial, &entry);
+        self.trials.insert(trial, entry);
         self.forget_approvals(trial);
+        self.elastic_requeued(trial, now);
         true
     }
 
@@ -306,6 +355,7 @@ impl PolicyCore {
         self.index.remove(trial, &entry);
         self.drop_reservation(trial, None);
         self.forget_approvals(trial);
+        self.elastic.remove(&trial);
         if let Standing::Placed(placed) = entry.standing {
             self.pool.release(&placed.held_workers());
             if completed {
@@ -390,6 +440,7 @@ impl PolicyCore {
     /// What to place and preempt now. Every waiting trial has a
     /// [`PolicyCore::wait_reason`] afterwards.
     pub fn decide(&mut self, now: UnixMillis) -> Vec<Decision> {
+        self.promote_due(now);
         self.pass += 1;
         let mut pass = self.begin_pass(now);
         for reason in &mut self.unexamined {
@@ -398,6 +449,7 @@ impl PolicyCore {
         let mut decisions = Vec::new();
         self.serve_reservations(&mut pass, &mut decisions);
         self.run_lanes(&mut pass, &mut decisions);
+        self.grow_elastic(&mut pass, &mut decisions);
         if self.quota_relaxed && self.quota_report().is_none() {
             self.quota_relaxed = false;
         }
@@ -486,6 +538,7 @@ impl PolicyCore {
             expected_end: duration.map(|duration| started_at.saturating_add(duration)),
             preempt_deadline: None,
             lost_nodes: Vec::new(),
+            last_checkpoint: None,
         });
         self.index.insert(id, &trial);
         self.trials.insert(id, trial);

@@ -23,6 +23,22 @@
 //! wants manual approval, nothing is stopped and the pair becomes a pending
 //! request (`leases`).
 //!
+//! Under `attained_service` a trial may also stop running work of its own
+//! queue and base priority that sits at a higher level than its own (has
+//! received more GPU time), but only work that would lose at most
+//! `preemption.max_loss`: a preemption for service alone is a bet, not a
+//! claim, so it is never made at a high cost.
+//!
+//! Candidates are ordered by what stopping them costs (`victim_cost`):
+//! reclaims first (they take back what is owed), then victims within
+//! `max_loss` before those over it, then lowest priority, then (within the
+//! limit) the highest attained-service level (under `attained_service`: the
+//! work most likely to run long), then least GPU time lost (GPUs × time since the last checkpoint
+//! of the run, all of the run when it never checkpointed; the caller reports
+//! checkpoints with [`PolicyCore::note_checkpoint`]), then most service
+//! received, then latest start. So a victim over the limit is taken only when no cheaper set makes
+//! room.
+//!
 //! What happens once victims are chosen (the reservation and the planned
 //! placement) is `reservations`' work.
 
@@ -66,7 +82,25 @@ struct VictimSearch {
     cohort: Option<usize>,
     /// Victims must have started at or before this.
     cutoff: UnixMillis,
+    /// Its attained-service level, when work of its own queue and priority at
+    /// a higher level may be stopped for it.
+    level: Option<u8>,
+    /// The time of the pass.
+    now: UnixMillis,
 }
+
+/// What stopping a victim costs, in preference order (smallest first): over
+/// `max_loss`, priority, a lower attained-service level, GPU time lost, less
+/// service received, earlier start.
+type VictimCost = (
+    bool,
+    i64,
+    Reverse<u8>,
+    u128,
+    Reverse<u64>,
+    Reverse<UnixMillis>,
+    TrialId,
+);
 
 impl PolicyCore {
     /// Looks for victims whose stopping lets `id` start; on success asks them to
@@ -80,6 +114,10 @@ impl PolicyCore {
         pass: &mut Pass,
         decisions: &mut Vec<Decision>,
     ) -> bool {
+        // Elastic trials shrink before anything is preempted outright.
+        if self.try_shrink(id, queue, block, pass, decisions) {
+            return true;
+        }
         if !self.config.preemption.enabled
             || pass.preemption_attempts >= MAX_PREEMPTION_ATTEMPTS_PER_PASS
             || !self.ever_fits(id)
@@ -99,7 +137,8 @@ impl PolicyCore {
             .victims
             .first()
             .is_some_and(|(lowest, _, _)| *lowest < priority);
-        if !can_reclaim && !lower_exists {
+        let level = self.service_level_to_claim(trial, queue);
+        if !can_reclaim && !lower_exists && level.is_none() {
             return false;
         }
         // Trials started after `cutoff` have not run their minimum yet; before the
@@ -116,6 +155,8 @@ impl PolicyCore {
             block,
             cohort,
             cutoff,
+            level,
+            now: pass.now,
         };
         let mut candidates = self.victim_candidates(&search, can_reclaim, pass);
         if let Some(lease) = self.lease_shortage(id, None) {
@@ -143,7 +184,7 @@ impl PolicyCore {
         };
         let reasons: Vec<(TrialId, PreemptReason)> = chosen
             .iter()
-            .map(|&(victim, reclaim)| (victim, self.preempt_reason(&search, reclaim)))
+            .map(|&(victim, reclaim)| (victim, self.preempt_reason(&search, victim, reclaim)))
             .collect();
         if let Some(request) = self.approval_needed(id, &reasons, pass.now) {
             // Nothing stops until an admin approves; the claimant waits.
@@ -157,12 +198,27 @@ impl PolicyCore {
         true
     }
 
-    /// Why the search stops a victim: a reclaim, or higher priority.
-    fn preempt_reason(&self, search: &VictimSearch, reclaim: bool) -> PreemptReason {
+    /// Why the search stops a victim: a reclaim, higher priority, or less
+    /// service received.
+    fn preempt_reason(
+        &self,
+        search: &VictimSearch,
+        victim: TrialId,
+        reclaim: bool,
+    ) -> PreemptReason {
+        let victim_trial = self.trials.get(&victim);
         if reclaim {
             PreemptReason::Reclaim {
                 queue: self.queue_info[search.queue].name.clone(),
                 by: search.preemptor,
+            }
+        } else if let (Some(level), Some(victim_trial)) = (search.level, victim_trial)
+            && victim_trial.request.priority >= search.priority
+        {
+            PreemptReason::LessService {
+                by: search.preemptor,
+                level,
+                victim_level: self.running_level(victim_trial, search.now),
             }
         } else {
             PreemptReason::HigherPriority {
@@ -220,6 +276,7 @@ impl PolicyCore {
             Some(cohort) if can_reclaim => self.reclaim_candidates(search, cohort, pass),
             _ => Vec::new(),
         };
+        let reclaims = candidates.len();
         for (_, _, victim) in self.lower_priority_keys(search) {
             if candidates.len() >= MAX_VICTIM_CANDIDATES {
                 break;
@@ -231,7 +288,123 @@ impl PolicyCore {
                 candidates.push((victim, false));
             }
         }
+        for victim in self.more_served(search) {
+            if candidates.len() >= MAX_VICTIM_CANDIDATES {
+                break;
+            }
+            if !self.is_denied(victim, search.preemptor)
+                && !candidates.iter().any(|(chosen, _)| *chosen == victim)
+            {
+                candidates.push((victim, false));
+            }
+        }
+        // Reclaims stay first; the rest go cheapest first.
+        candidates[reclaims..]
+            .sort_by_cached_key(|(victim, _)| self.victim_cost(*victim, search.now));
         candidates
+    }
+
+    /// What stopping `victim` at `now` costs, in preference order.
+    fn victim_cost(&self, victim: TrialId, now: UnixMillis) -> VictimCost {
+        let Some(trial) = self.trials.get(&victim) else {
+            return (
+                true,
+                i64::MAX,
+                Reverse(0),
+                u128::MAX,
+                Reverse(0),
+                Reverse(0),
+                victim,
+            );
+        };
+        let Standing::Placed(placed) = &trial.standing else {
+            return (
+                true,
+                i64::MAX,
+                Reverse(0),
+                u128::MAX,
+                Reverse(0),
+                Reverse(0),
+                victim,
+            );
+        };
+        let loss_ms = placed.loss_ms(now);
+        let over = self
+            .config
+            .preemption
+            .max_loss_ms
+            .is_some_and(|limit| loss_ms > limit);
+        let lost = u128::from(trial.demand[0].max(1)) * u128::from(loss_ms);
+        (
+            over,
+            trial.request.priority,
+            // Among victims over the limit only the loss counts.
+            Reverse(if over {
+                0
+            } else {
+                self.running_level(trial, now)
+            }),
+            lost,
+            Reverse(trial.attained_at(now)),
+            Reverse(placed.started_at),
+            victim,
+        )
+    }
+
+    /// The preemptor's attained-service level, when running work of its queue
+    /// and priority may sit at a higher one: under `attained_service` (not
+    /// `fifo`), below the top level, with such work running. `None` otherwise.
+    fn service_level_to_claim(&self, trial: &Trial, queue: usize) -> Option<u8> {
+        if self.las_thresholds.is_empty() || trial.level as usize >= self.las_thresholds.len() {
+            return None;
+        }
+        let priority = trial.request.priority;
+        let candidates_exist = self.index.queues[queue]
+            .victims
+            .range(
+                (priority, Reverse(UnixMillis::MAX), FIRST_TRIAL)
+                    ..=(priority, Reverse(0), LAST_TRIAL),
+            )
+            .next()
+            .is_some();
+        candidates_exist.then_some(trial.level)
+    }
+
+    /// A placed trial's attained-service level at `now`.
+    pub(super) fn running_level(&self, trial: &Trial, now: UnixMillis) -> u8 {
+        self.level_of(
+            trial
+                .attained_at(now)
+                .saturating_sub(trial.level_base_gpu_ms),
+        )
+    }
+
+    /// Running work of the preemptor's queue and base priority that has run
+    /// its minimum, sits at a higher attained-service level than the
+    /// preemptor, and would lose at most `max_loss`: what may be stopped for
+    /// service alone.
+    fn more_served(&self, search: &VictimSearch) -> Vec<TrialId> {
+        let Some(level) = search.level else {
+            return Vec::new();
+        };
+        let max_loss = self.config.preemption.max_loss_ms;
+        let priority = search.priority;
+        self.index.queues[search.queue]
+            .victims
+            .range(
+                (priority, Reverse(search.cutoff), FIRST_TRIAL)
+                    ..=(priority, Reverse(0), LAST_TRIAL),
+            )
+            .take(MAX_VICTIM_CANDIDATES)
+            .filter_map(|&(_, _, victim)| {
+                let trial = self.eligible_victim(victim, search.cutoff)?;
+                let Standing::Placed(placed) = &trial.standing else {
+                    return None;
+                };
+                let affordable = max_loss.is_none_or(|limit| placed.loss_ms(search.now) <= limit);
+                (affordable && self.running_level(trial, search.now) > level).then_some(victim)
+            })
+            .collect()
     }
 
     /// Work of the cohort's other queues that were borrowing when the pass
@@ -258,7 +431,7 @@ impl PolicyCore {
                 MAX_VICTIM_CANDIDATES,
             ));
         }
-        reclaimable.sort_unstable();
+        reclaimable.sort_by_cached_key(|(_, _, victim)| self.victim_cost(*victim, search.now));
         let mut candidates = Vec::new();
         let mut remaining: HashMap<usize, ResourceVec> = HashMap::new();
         for (_, _, victim) in reclaimable {
@@ -344,7 +517,7 @@ impl PolicyCore {
                     placed.preempt_deadline = Some(deadline);
                 }
             });
-            let reason = self.preempt_reason(search, reclaim);
+            let reason = self.preempt_reason(search, victim, reclaim);
             decisions.push(Decision::Preempt {
                 trial: victim,
                 reason,
@@ -498,6 +671,20 @@ impl PolicyCore {
     }
 }
 
+/// The smallest trial id, for ranges over victim keys.
+const FIRST_TRIAL: TrialId = TrialId {
+    experiment: ExperimentId { digest: 0, run: 0 },
+    index: 0,
+};
+/// The largest trial id, for ranges over victim keys.
+const LAST_TRIAL: TrialId = TrialId {
+    experiment: ExperimentId {
+        digest: u64::MAX,
+        run: u32::MAX,
+    },
+    index: u32::MAX,
+};
+
 /// The trial ids of candidate victims.
 fn prefix_ids(candidates: &[(TrialId, bool)]) -> Vec<TrialId> {
     candidates.iter().map(|(victim, _)| *victim).collect()
@@ -513,17 +700,8 @@ fn ran_long_enough(
     cutoff: UnixMillis,
     limit: usize,
 ) -> Vec<VictimKey> {
-    const FIRST: TrialId = TrialId {
-        experiment: ExperimentId { digest: 0, run: 0 },
-        index: 0,
-    };
-    const LAST: TrialId = TrialId {
-        experiment: ExperimentId {
-            digest: u64::MAX,
-            run: u32::MAX,
-        },
-        index: u32::MAX,
-    };
+    const FIRST: TrialId = FIRST_TRIAL;
+    const LAST: TrialId = LAST_TRIAL;
     let mut found = Vec::new();
     let mut level = set.first().map(|(priority, _, _)| *priority);
     while let Some(priority) = level {

@@ -57,7 +57,14 @@ impl PolicyCore {
                 let effective = self.effective_priority(&trial.request, pass.now);
                 let urgency = Reverse(trial.request.urgency);
                 Some((
-                    (Reverse(effective), urgency, trial.request.submitted_at, *id),
+                    (
+                        Reverse(effective),
+                        trial.level,
+                        urgency,
+                        trial.size_key,
+                        trial.request.submitted_at,
+                        *id,
+                    ),
                     *id,
                 ))
             })

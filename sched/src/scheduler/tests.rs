@@ -10,10 +10,10 @@ use xp_runtime::ids::ExperimentId;
 
 use super::*;
 use crate::config::{
-    AgingConfig, Approval, HeadOfLine, Order, PlacementKind, PreemptionConfig, QueueConfig,
-    QueuePreemption, ResourceLimits,
+    AgingConfig, Approval, AttainedServiceConfig, HeadOfLine, Order, PlacementKind,
+    PreemptionConfig, QueueConfig, QueuePreemption, ResourceLimits,
 };
-use crate::{Amount, ApprovalVerdict, PreemptReason, QueueUsage};
+use crate::{Amount, ApprovalVerdict, PreemptReason, QueueUsage, ResizeReason};
 
 const GIB: u64 = 1 << 30;
 const SECOND: u64 = 1000;
@@ -68,6 +68,7 @@ fn req(index: u32, gpus: u64) -> TrialRequest {
             node_labels: BTreeMap::new(),
             spread: false,
             leases: Default::default(),
+            oversubscribe: false,
         },
         preemptible: true,
         time_limit_ms: None,
@@ -116,7 +117,7 @@ fn placed(decisions: &[Decision]) -> Vec<TrialId> {
         .iter()
         .filter_map(|decision| match decision {
             Decision::Place { trial, .. } => Some(*trial),
-            Decision::Preempt { .. } => None,
+            Decision::Preempt { .. } | Decision::Resize { .. } => None,
         })
         .collect()
 }
@@ -130,7 +131,7 @@ fn preempted(decisions: &[Decision]) -> Vec<(TrialId, PreemptReason, u64)> {
                 reason,
                 grace_ms,
             } => Some((*trial, reason.clone(), *grace_ms)),
-            Decision::Place { .. } => None,
+            Decision::Place { .. } | Decision::Resize { .. } => None,
         })
         .collect()
 }
@@ -1150,6 +1151,21 @@ enum Event {
         pick: usize,
         approve: bool,
     },
+    /// An elastic trial of `min..=min + extra` workers.
+    SubmitElastic {
+        team: usize,
+        gpu_milli: u64,
+        min: u32,
+        extra: u32,
+        priority: i64,
+        preemptible: bool,
+    },
+    /// Every resize in flight is reported done.
+    FinishResizes,
+    /// A placed trial reports a checkpoint now.
+    Checkpoint {
+        pick: usize,
+    },
 }
 
 const TEAMS: [&str; 3] = ["t0", "t1", "t2"];
@@ -1243,6 +1259,8 @@ fn config_strategy(with_quotas: bool) -> impl PropStrategy<Value = PolicyConfig>
             Just(PlacementKind::Random),
             Just(PlacementKind::FragmentationAware)
         ],
+        prop::option::of(las_strategy()),
+        prop::option::of(0..600_u64),
     )
         .prop_map(
             |(
@@ -1255,14 +1273,18 @@ fn config_strategy(with_quotas: bool) -> impl PropStrategy<Value = PolicyConfig>
                 grace_s,
                 aging,
                 placement,
+                attained_service,
+                max_loss_s,
             )| {
                 PolicyConfig {
                     queues,
                     aging: aging.map(|(rate_per_hour, cap)| AgingConfig { rate_per_hour, cap }),
+                    attained_service,
                     preemption: PreemptionConfig {
                         enabled: preempt,
                         grace_period_ms: grace_s * SECOND,
                         min_run_time_ms: min_run_s * SECOND,
+                        max_loss_ms: max_loss_s.map(|seconds| seconds * SECOND),
                     },
                     placement,
                     order,
@@ -1273,6 +1295,33 @@ fn config_strategy(with_quotas: bool) -> impl PropStrategy<Value = PolicyConfig>
                 }
             },
         )
+}
+
+/// Attained-service settings on the property tests' time scale (events
+/// advance the clock by up to 10 minutes): edges of a few GPU-minutes, so
+/// trials change level within a sequence.
+fn las_strategy() -> impl PropStrategy<Value = AttainedServiceConfig> {
+    (
+        prop::collection::vec(1..30_u64, 0..4),
+        0..5_u32,
+        0..3600_u64,
+    )
+        .prop_map(|(steps, promote_after, reserve_after_s)| {
+            let mut edge = 0;
+            let thresholds_gpu_hours = steps
+                .into_iter()
+                .map(|step| {
+                    edge += step;
+                    edge as f64 / 60.0 / 10.0
+                })
+                .collect();
+            AttainedServiceConfig {
+                thresholds_gpu_hours,
+                promote_after,
+                reserve_after_ms: reserve_after_s * SECOND,
+                smallest_first: reserve_after_s % 2 == 0,
+            }
+        })
 }
 
 /// One cohort of team queues with small finite quotas and preemption on: the
@@ -1378,6 +1427,13 @@ fn event_strategy() -> impl PropStrategy<Value = Event> {
                 team, gpu_milli, lease, units, priority, preemptible,
             }),
         2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, approve)| Event::Verdict { pick, approve }),
+        3 => (0..TEAMS.len(), prop_oneof![Just(500_u64), Just(1000), Just(2000)], 1..3_u32, 1..4_u32,
+              prop_oneof![Just(0_i64), Just(100), Just(1000)], prop::bool::weighted(0.8))
+            .prop_map(|(team, gpu_milli, min, extra, priority, preemptible)| Event::SubmitElastic {
+                team, gpu_milli, min, extra, priority, preemptible,
+            }),
+        2 => Just(Event::FinishResizes),
+        2 => any::<usize>().prop_map(|pick| Event::Checkpoint { pick }),
     ]
 }
 
@@ -1400,6 +1456,7 @@ fn rack_node(n: u128, gpus: u32, rack: u8) -> NodeSpec {
 /// Checks every decision of one pass against the state before it.
 fn check_decisions(
     core: &PolicyCore,
+    now: UnixMillis,
     decisions: &[Decision],
     waiting_before: &HashSet<TrialId>,
     placed_before: &HashMap<TrialId, (i64, bool, usize)>,
@@ -1434,6 +1491,35 @@ fn check_decisions(
                             ));
                         }
                     }
+                    PreemptReason::LessService {
+                        by,
+                        level,
+                        victim_level,
+                    } => {
+                        let claimant = &core.trials[by];
+                        let service = core.attained_service(*trial, now).unwrap();
+                        let loss = match &core.trials[trial].standing {
+                            Standing::Placed(placed) => placed.loss_ms(now),
+                            _ => return Err(format!("{trial} preempted but not placed")),
+                        };
+                        if core.config.attained_service.is_none()
+                            || core.config.order == Order::Fifo
+                            || claimant.queue != victim_queue
+                            || claimant.request.priority != victim_priority
+                            || claimant.level != *level
+                            || service.level != *victim_level
+                            || victim_level <= level
+                            || core
+                                .config
+                                .preemption
+                                .max_loss_ms
+                                .is_some_and(|limit| loss > limit)
+                        {
+                            return Err(format!(
+                                "{trial} (level {victim_level}, loses {loss} ms) preempted for service by {by} (level {level})"
+                            ));
+                        }
+                    }
                     PreemptReason::Reclaim { queue, by } => {
                         if !borrowing_before[victim_queue] {
                             return Err(format!(
@@ -1442,6 +1528,44 @@ fn check_decisions(
                         }
                         if core.queue_info[core.trials[by].queue].name != *queue {
                             return Err(format!("reclaim names queue {queue}"));
+                        }
+                    }
+                }
+            }
+            Decision::Resize {
+                trial,
+                from,
+                workers,
+                reason,
+                ..
+            } => {
+                let Some(&(victim_priority, preemptible, _)) = placed_before.get(trial) else {
+                    return Err(format!("{trial} resized but was not running"));
+                };
+                let Some((min, max)) = core.elastic_range(*trial) else {
+                    return Err(format!("{trial} resized but is not elastic"));
+                };
+                let size = workers.len() as u32;
+                if size < min || size > max || size == *from {
+                    return Err(format!(
+                        "{trial} resized {from} -> {size} outside {min}..={max}"
+                    ));
+                }
+                match reason {
+                    ResizeReason::Grow => {
+                        if size < *from {
+                            return Err(format!("{trial} shrank to grow"));
+                        }
+                        if core.waiting_trials().next().is_some() {
+                            return Err(format!("{trial} grew while trials wait"));
+                        }
+                    }
+                    ResizeReason::Shrink { by } => {
+                        if size > *from || !preemptible {
+                            return Err(format!("{trial} shrunk {from} -> {size} for {by}"));
+                        }
+                        if core.trials[by].request.priority <= victim_priority {
+                            return Err(format!("{trial} ({victim_priority}) shrunk for {by}"));
                         }
                     }
                 }
@@ -1461,6 +1585,8 @@ struct Replay {
     now: UnixMillis,
     /// (victim, claimant) pairs an admin approved.
     approved: HashSet<(TrialId, TrialId)>,
+    /// Each submitted trial's GPU share as asked and whether it oversubscribes.
+    asked_shares: HashMap<TrialId, (u64, bool)>,
 }
 
 impl Replay {
@@ -1472,6 +1598,7 @@ impl Replay {
             submitted: Vec::new(),
             now: 0,
             approved: HashSet::new(),
+            asked_shares: HashMap::new(),
         };
         for (gpus, rack) in nodes {
             replay.add_node(gpus, rack);
@@ -1531,6 +1658,11 @@ impl Replay {
                         .node_labels
                         .insert("rack".to_owned(), format!("r{rack}"));
                 }
+                // Half the trials opt in to oversubscription (only fractions
+                // are charged less; whole GPUs opting in must change nothing).
+                request.gang.oversubscribe = cpu_milli % 2 == 0;
+                self.asked_shares
+                    .insert(trial, (gpu_milli, request.gang.oversubscribe));
                 if self.core.submit(request, now).is_ok() {
                     self.submitted.push(trial);
                 }
@@ -1620,6 +1752,60 @@ impl Replay {
                     Err(refusal) => return Err(format!("leased trial refused: {refusal}")),
                 }
             }
+            Event::SubmitElastic {
+                team,
+                gpu_milli,
+                min,
+                extra,
+                priority,
+                preemptible,
+            } => {
+                let trial = trial_of(11, self.submitted.len() as u32);
+                let mut request = TrialRequest {
+                    id: trial,
+                    team: TEAMS[team].to_owned(),
+                    priority,
+                    preemptible,
+                    submitted_at: now,
+                    ..req(0, 0)
+                };
+                request.gang.workers = min + extra;
+                request.gang.per_worker.gpu_milli = gpu_milli;
+                if self.core.submit(request, now).is_ok() {
+                    if !self.core.set_elastic(trial, min, min + extra, now) {
+                        return Err(format!("{trial} could not be made elastic"));
+                    }
+                    self.submitted.push(trial);
+                }
+            }
+            Event::Checkpoint { pick } => {
+                if let Some(trial) = self.pick(pick) {
+                    let placed = self.core.placement(trial).is_some();
+                    if self.core.note_checkpoint(trial, now) != placed {
+                        return Err(format!("{trial}'s checkpoint taken as placed: {}", !placed));
+                    }
+                }
+            }
+            Event::FinishResizes => {
+                let resizing: Vec<TrialId> = self
+                    .submitted
+                    .iter()
+                    .copied()
+                    .filter(|trial| self.core.resizing(*trial).is_some())
+                    .collect();
+                for trial in resizing {
+                    let target = self.core.resizing(trial).map(<[_]>::to_vec);
+                    let done = self.core.resized(trial, now);
+                    if !self.core.is_preempting(trial) && done != target {
+                        return Err(format!("{trial} resized to {done:?}, not {target:?}"));
+                    }
+                    if let Some(workers) = done
+                        && self.core.placement(trial) != Some(&workers[..])
+                    {
+                        return Err(format!("{trial} does not hold its new gang"));
+                    }
+                }
+            }
             Event::Verdict { pick, approve } => {
                 let pending = self.core.approval_requests();
                 if !pending.is_empty() {
@@ -1669,7 +1855,9 @@ impl Replay {
         let decisions = core.decide(self.now);
         for (victim, reason, _) in preempted(&decisions) {
             let by = match reason {
-                PreemptReason::HigherPriority { by, .. } | PreemptReason::Reclaim { by, .. } => by,
+                PreemptReason::HigherPriority { by, .. }
+                | PreemptReason::Reclaim { by, .. }
+                | PreemptReason::LessService { by, .. } => by,
             };
             let queue = &core.queue_info[core.trials[&victim].queue].name;
             let manual = core
@@ -1684,6 +1872,7 @@ impl Replay {
         }
         check_decisions(
             core,
+            self.now,
             &decisions,
             &waiting_before,
             &placed_before,
@@ -1720,8 +1909,55 @@ fn run_events(
             .core
             .check_invariants()
             .map_err(|violation| violation.to_string())?;
+        replay.check_promises()?;
     }
     Ok(())
+}
+
+impl Replay {
+    /// Oversubscription's invariants, from the shares as asked: no GPU is
+    /// promised more than the policy's factor, nor more than its whole to
+    /// workers that did not opt in; an opted-in fraction is placed at exactly
+    /// its charge, and anything else at its share.
+    fn check_promises(&self) -> Result<(), String> {
+        let factor = self.core.config().oversubscription_milli();
+        let mut promised: HashMap<(NodeId, u32), (u64, u64)> = HashMap::new();
+        for (trial, (asked, opted)) in &self.asked_shares {
+            let Some(workers) = self.core.placement(*trial) else {
+                continue;
+            };
+            let charge = if *opted {
+                crate::oversubscribed_charge(*asked, factor)
+            } else {
+                *asked
+            };
+            for worker in workers {
+                for share in &worker.gpus {
+                    let held = u64::from(share.milli);
+                    let expected = charge.min(GPU_MILLI);
+                    if held != expected {
+                        return Err(format!(
+                            "trial {trial} asked {asked} (oversubscribe {opted}) and holds {held} of a GPU, not {expected}"
+                        ));
+                    }
+                    let entry = promised.entry((worker.node, share.index)).or_default();
+                    let real = asked.min(&GPU_MILLI);
+                    entry.0 += real;
+                    if !*opted || *asked >= GPU_MILLI {
+                        entry.1 += real;
+                    }
+                }
+            }
+        }
+        for ((node, gpu), (all, plain)) in promised {
+            if all * 1000 > factor * GPU_MILLI || plain > GPU_MILLI {
+                return Err(format!(
+                    "GPU {gpu} of {node} is promised {all} thousandths ({plain} to workers that did not opt in) under factor {factor}"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 proptest! {
@@ -1732,7 +1968,10 @@ proptest! {
         config in config_strategy(true),
         nodes in nodes_strategy(),
         events in prop::collection::vec(event_strategy(), 1..120),
+        oversubscription in prop_oneof![Just(1.0), Just(1.5), Just(2.0)],
     ) {
+        let mut config = config;
+        config.oversubscription = oversubscription;
         config.validate().unwrap();
         let outcome = run_events(config, nodes, events);
         prop_assert!(outcome.is_ok(), "{}", outcome.unwrap_err());
@@ -1816,5 +2055,102 @@ proptest! {
             now += 10 * MINUTE;
         }
         prop_assert_eq!(pending.len(), 0);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Least attained service starves no one: small trials keep arriving at
+    /// level 0 while every trial that fits, gangs and trials pushed to higher
+    /// levels by their runs (and by preemption for service) included, gets
+    /// placed, through skip-ahead ending at `reserve_after` and promotion.
+    #[test]
+    fn with_attained_service_every_trial_that_fits_is_placed(
+        config in config_strategy(false),
+        las in las_strategy(),
+        promote_after in 1..5_u32,
+        nodes in nodes_strategy(),
+        trials in prop::collection::vec(
+            (prop_oneof![Just(0_u64), Just(500), Just(1000), Just(2000), Just(4000)], 1..3_u32,
+             0..TEAMS.len(), 0..1000_u64),
+            1..20,
+        ),
+        stream in prop::collection::vec((prop_oneof![Just(500_u64), Just(1000)], 0..TEAMS.len()), 200),
+    ) {
+        let mut config = config;
+        // One queue and one class: only the levels, promotion and the
+        // reserve keep a trial from starving here (aging is off).
+        config.queues = vec![QueueConfig::open("default")];
+        config.aging = None;
+        config.attained_service = Some(AttainedServiceConfig { promote_after, smallest_first: false, ..las });
+        // Preemption for service needs a minimum run (the presets have five
+        // minutes): with none, newcomers time-slice the cluster so finely
+        // that a gang waiting for a whole node may never see it free.
+        config.preemption.min_run_time_ms = config.preemption.min_run_time_ms.max(MINUTE);
+        if !config.backfill {
+            // `head_of_line: skip` without backfill lets big gangs starve by design.
+            config.head_of_line = HeadOfLine::Strict;
+        }
+        let mut core = PolicyCore::new(config);
+        for (n, (gpus, rack)) in nodes.into_iter().enumerate() {
+            core.upsert_node(rack_node(n as u128 + 1, gpus, rack));
+        }
+        let mut pending = Vec::new();
+        for (index, (gpu_milli, workers, team, submitted_at)) in trials.into_iter().enumerate() {
+            let mut request = TrialRequest {
+                team: TEAMS[team].to_owned(),
+                submitted_at,
+                ..req(index as u32, 0)
+            };
+            request.gang.workers = workers;
+            request.gang.per_worker.gpu_milli = gpu_milli;
+            let fits = core.pool().could_ever_fit(&request.gang);
+            core.submit(request, submitted_at).unwrap();
+            if fits {
+                pending.push(id(index as u32));
+            }
+        }
+        let mut now = 1000;
+        for (round, (gpu_milli, team)) in stream.into_iter().enumerate() {
+            let decisions = core.decide(now);
+            core.check_invariants().unwrap();
+            // Placed once is enough: preemption for service may then
+            // time-slice it with newcomers, as least attained service means to.
+            let started = placed(&decisions);
+            pending.retain(|trial| !started.contains(trial));
+            for (victim, _, _) in preempted(&decisions) {
+                core.requeue(victim, now);
+            }
+            let oldest = core
+                .trials
+                .iter()
+                .filter_map(|(id, trial)| match &trial.standing {
+                    Standing::Placed(placed) if placed.preempt_deadline.is_none() => Some((placed.started_at, *id)),
+                    _ => None,
+                })
+                .min();
+            if let Some((_, oldest)) = oldest {
+                core.finish(oldest, now, true);
+            }
+            pending.retain(|trial| core.trials.contains_key(trial));
+            if pending.is_empty() {
+                break;
+            }
+            // One more small trial of the same class arrives every round.
+            let mut newcomer = TrialRequest {
+                team: TEAMS[team].to_owned(),
+                submitted_at: now,
+                ..req(1000 + round as u32, 0)
+            };
+            newcomer.gang.per_worker.gpu_milli = gpu_milli;
+            core.submit(newcomer, now).unwrap();
+            now += 10 * MINUTE;
+        }
+        prop_assert!(
+            pending.is_empty(),
+            "starved: {:?}",
+            pending.iter().map(|trial| (*trial, core.wait_reason(*trial))).collect::<Vec<_>>()
+        );
     }
 }

@@ -41,6 +41,10 @@ pub(super) struct Placed {
     pub(super) preempt_deadline: Option<UnixMillis>,
     /// Nodes removed while it ran; what it held there is gone with them.
     pub(super) lost_nodes: Vec<NodeId>,
+    /// Its latest checkpoint in this run, as the caller reported it
+    /// ([`PolicyCore::note_checkpoint`]): what a preemption would lose counts
+    /// from here.
+    pub(super) last_checkpoint: Option<UnixMillis>,
 }
 
 impl Placed {
@@ -51,6 +55,16 @@ impl Placed {
             (Some(expected), Some(deadline)) => Some(expected.min(deadline)),
             (expected, deadline) => expected.or(deadline),
         }
+    }
+
+    /// The run time a preemption at `now` would lose: since the last checkpoint
+    /// of this run, else since it started.
+    pub(super) fn loss_ms(&self, now: UnixMillis) -> u64 {
+        now.saturating_sub(
+            self.last_checkpoint
+                .unwrap_or(self.started_at)
+                .max(self.started_at),
+        )
     }
 
     /// The workers whose resources the pool still holds.
@@ -83,6 +97,62 @@ pub(super) struct Trial {
     pub(super) entered_pass: u64,
     /// `could_ever_fit` and the node epoch it was computed at.
     pub(super) fits_cache: Option<(u64, bool)>,
+    /// GPU time received in earlier runs, in GPU-milliseconds (its gang's GPU
+    /// thousandths × milliseconds run / 1000), counted by the core at each stop.
+    pub(super) attained_gpu_ms: u64,
+    /// Wall time run in earlier runs.
+    pub(super) run_ms: u64,
+    /// Its service when it was last promoted: its level counts what it
+    /// received beyond this.
+    pub(super) level_base_gpu_ms: u64,
+    /// When it last entered the waiting line (submitted or requeued).
+    pub(super) waiting_since: UnixMillis,
+    /// Its attained-service level while waiting; 0 without `attained_service`.
+    /// Part of its place in the index, so it changes only inside `change`.
+    pub(super) level: u8,
+    /// When a waiting trial above level 0 goes back to level 0.
+    pub(super) promote_at: Option<UnixMillis>,
+    /// Its GPUs asked for (thousandths) when smaller gangs go first within a
+    /// level (`attained_service.smallest_first`), else 0. Part of its place
+    /// in the index.
+    pub(super) size_key: u64,
+}
+
+impl Trial {
+    /// Sets when it is promoted to the front of level 0: `promote_after`
+    /// times its run time after it entered the line when above level 0 (and
+    /// promotion is on), or `reserve_after` after it when anything (its level
+    /// or its size) puts others ahead of it, whichever comes first.
+    pub(super) fn promote_after_set(&mut self, promote_after: u32, reserve_after: Option<u64>) {
+        let by_service = (self.level > 0 && promote_after > 0).then(|| {
+            let wait = self.run_ms.saturating_mul(u64::from(promote_after));
+            self.waiting_since.saturating_add(wait)
+        });
+        let by_wait = reserve_after
+            .filter(|_| self.level > 0 || self.size_key > 0)
+            .map(|wait| self.waiting_since.saturating_add(wait));
+        self.promote_at = match (by_service, by_wait) {
+            (Some(service), Some(wait)) => Some(service.min(wait)),
+            (service, wait) => service.or(wait),
+        };
+    }
+
+    /// GPU time received up to `now`, the current run included.
+    pub(super) fn attained_at(&self, now: UnixMillis) -> u64 {
+        match &self.standing {
+            Standing::Placed(placed) => self.attained_gpu_ms.saturating_add(gpu_ms(
+                self.demand[0],
+                now.saturating_sub(placed.started_at),
+            )),
+            Standing::Waiting | Standing::Held => self.attained_gpu_ms,
+        }
+    }
+}
+
+/// GPU-milliseconds of `gpu_milli` GPU thousandths held for `ms`.
+pub(super) fn gpu_ms(gpu_milli: u64, ms: u64) -> u64 {
+    let product = u128::from(gpu_milli) * u128::from(ms) / 1000;
+    u64::try_from(product).unwrap_or(u64::MAX)
 }
 
 /// Mean run time of an experiment's completed trials.

@@ -26,6 +26,13 @@
 //!   grace period, then stops and is requeued. The work since its last checkpoint
 //!   (checkpoints every `ckpt_interval` of run time since this placement; none
 //!   without an interval) is lost: it will need its remaining duration plus that.
+//! - An elastic job (`min_workers`/`max_workers`) runs at the size the policy
+//!   gives it; its work is counted at its nominal size (`num_workers`), and at
+//!   `w` workers it goes `(w / num_workers)^scaling` times as fast. On a Resize
+//!   decision it runs out the grace period, loses the work since its last
+//!   checkpoint (as a preemption does), and restarts at once at the new size,
+//!   paying [`RESIZE_RESTART_MS`] of restart on its new GPUs, counted as lost
+//!   (`engine/elastic.rs`).
 //! - A submission refused for too many pending trials goes to its team's
 //!   backlog, and the team resubmits its backlog in order after the retry hint.
 //! - With a critical-path boost, every `decide` is preceded by new urgencies
@@ -48,6 +55,14 @@ use crate::{
     WorkerPlacement,
 };
 use xp_runtime::seeded::SplitMix64;
+
+pub use self::elastic::RESIZE_RESTART_MS;
+
+mod elastic;
+mod service;
+mod tally;
+
+pub use self::service::{Oracle, srtf_policy};
 
 /// Bytes in a MiB, for the trace's memory column.
 const MIB: u64 = 1 << 20;
@@ -136,6 +151,8 @@ pub(super) enum Phase {
     Running,
     /// Placed, preempted, running out its grace period.
     Stopping,
+    /// Placed, being resized, running out its grace period.
+    Resizing,
     Completed,
     Killed,
     Refused,
@@ -149,6 +166,7 @@ impl Phase {
             Self::Waiting => "waiting",
             Self::Running => "running",
             Self::Stopping => "stopping",
+            Self::Resizing => "resizing",
             Self::Completed => "completed",
             Self::Killed => "killed",
             Self::Refused => "refused",
@@ -163,10 +181,16 @@ enum EventKind {
     End,
     /// A preempted job's grace period is over.
     Stop,
+    /// A resized job's grace period is over.
+    Resize,
+    /// An elastic job may grow now: the policy is asked again.
+    Wake,
     /// A job is submitted (after its dependencies).
     Submit,
     /// A team resubmits its backlog.
     Retry,
+    /// A running job stores a periodic checkpoint.
+    Checkpoint,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -194,6 +218,8 @@ pub(super) struct JobRun {
     pub(super) remaining_ms: Option<u64>,
     end_ms: u64,
     unmet_deps: u32,
+    /// Workers in its current (or last) run.
+    pub(super) size: u32,
 }
 
 struct Sim<'a> {
@@ -231,6 +257,7 @@ struct Sim<'a> {
     lost_gpu_milli_ms: u128,
     preemptions: u64,
     preempt_decisions: u64,
+    resizes: u64,
     multi_gpu: u64,
     multi_gpu_one_node: u64,
     multi_gpu_one_rack: u64,
@@ -241,6 +268,8 @@ struct Sim<'a> {
     changed: bool,
     pipelines: Pipelines,
     booster: Option<Booster>,
+    /// A reference policy applied before each decision (`service`).
+    oracle: Option<Oracle>,
 }
 
 /// The core examines at most this many waiting trials in one pass
@@ -263,6 +292,7 @@ pub(super) fn gang_of(job: &TraceJob) -> GangShape {
         node_labels: BTreeMap::new(),
         spread: false,
         leases: Default::default(),
+        oversubscribe: job.oversubscribe,
     }
 }
 
@@ -293,6 +323,30 @@ pub fn simulate(
     cluster: &ClusterSpec,
     config: PolicyConfig,
     options: &SimOptions,
+) -> Result<SimReport, SimError> {
+    simulate_with(trace, cluster, config, options, None)
+}
+
+/// Replays `trace` on `cluster` under a reference policy that knows every
+/// job's duration ([`Oracle`]), for comparison.
+pub fn simulate_oracle(
+    trace: &Trace,
+    cluster: &ClusterSpec,
+    oracle: Oracle,
+    options: &SimOptions,
+) -> Result<SimReport, SimError> {
+    let config = match oracle {
+        Oracle::Srtf => srtf_policy(),
+    };
+    simulate_with(trace, cluster, config, options, Some(oracle))
+}
+
+fn simulate_with(
+    trace: &Trace,
+    cluster: &ClusterSpec,
+    config: PolicyConfig,
+    options: &SimOptions,
+    oracle: Option<Oracle>,
 ) -> Result<SimReport, SimError> {
     let priorities = resolve_priorities(trace, &config)?;
     let retry_after_ms = config.admission.retry_after_ms.max(1);
@@ -344,6 +398,7 @@ pub fn simulate(
             remaining_ms: job.duration_ms,
             end_ms: 0,
             unmet_deps: job.deps.len() as u32,
+            size: job.num_workers,
         })
         .collect();
     let teams = trace.teams.len();
@@ -382,6 +437,7 @@ pub fn simulate(
         lost_gpu_milli_ms: 0,
         preemptions: 0,
         preempt_decisions: 0,
+        resizes: 0,
         multi_gpu: 0,
         multi_gpu_one_node: 0,
         multi_gpu_one_rack: 0,
@@ -392,6 +448,7 @@ pub fn simulate(
         changed: false,
         pipelines: Pipelines::new(trace),
         booster: Booster::new(trace, options.critical_path_boost),
+        oracle,
     };
     sim.run()
 }
@@ -479,8 +536,13 @@ impl Sim<'_> {
                 match event.kind {
                     EventKind::End => self.handle_end(event, now),
                     EventKind::Stop => self.handle_stop(event, now),
+                    EventKind::Resize => self.handle_resize(event, now),
+                    EventKind::Wake => self.handle_wake(event),
                     EventKind::Submit => self.submit(event.target, now),
                     EventKind::Retry => self.handle_retry(event.target as usize, now),
+                    EventKind::Checkpoint => {
+                        self.handle_checkpoint(event.target, event.epoch, now);
+                    }
                 }
             }
             while let Some(&index) = arrivals.get(next_arrival) {
@@ -496,10 +558,12 @@ impl Sim<'_> {
             }
         }
         // Jobs still running (never-finishing ones) hold their GPUs up to the horizon.
-        let still_running = self
-            .runs
-            .iter()
-            .any(|run| matches!(run.phase, Phase::Running | Phase::Stopping));
+        let still_running = self.runs.iter().any(|run| {
+            matches!(
+                run.phase,
+                Phase::Running | Phase::Stopping | Phase::Resizing
+            )
+        });
         let end_ms = match self.options.until_ms {
             Some(until) if stopped_by_until || (still_running && until > now) => until,
             _ => now,
@@ -546,6 +610,11 @@ impl Sim<'_> {
         };
         match self.core.submit(request, now) {
             Ok(()) => {
+                if let Some(elastic) = job.elastic {
+                    let trial = self.trial_of(index);
+                    self.core
+                        .set_elastic(trial, elastic.min_workers, elastic.max_workers, now);
+                }
                 self.runs[index as usize].phase = Phase::Waiting;
                 self.waiting += 1;
                 self.changed = true;
@@ -589,13 +658,19 @@ impl Sim<'_> {
     fn handle_end(&mut self, event: Event, now: UnixMillis) {
         let index = event.target;
         let run = &self.runs[index as usize];
-        if run.epoch != event.epoch || !matches!(run.phase, Phase::Running | Phase::Stopping) {
+        if run.epoch != event.epoch
+            || !matches!(
+                run.phase,
+                Phase::Running | Phase::Stopping | Phase::Resizing
+            )
+        {
             return;
         }
         let ran = now - run.start_ms;
-        let completed = run.remaining_ms.is_some_and(|remaining| ran >= remaining);
+        let done = self.work_of(index, ran);
+        let completed = run.remaining_ms.is_some_and(|remaining| done >= remaining);
         self.account_run(index, ran);
-        self.busy_gpu_milli -= self.trace.jobs[index as usize].total_gpu_milli();
+        self.busy_gpu_milli -= self.run_gpu_milli(index);
         let run = &mut self.runs[index as usize];
         run.phase = if completed {
             Phase::Completed
@@ -604,7 +679,7 @@ impl Sim<'_> {
         };
         run.end_ms = now;
         if let Some(remaining) = &mut run.remaining_ms {
-            *remaining = remaining.saturating_sub(ran);
+            *remaining = remaining.saturating_sub(done);
         }
         self.in_system -= 1;
         if let (Some(booster), true) = (&mut self.booster, completed) {
@@ -631,13 +706,14 @@ impl Sim<'_> {
             .map(|interval| run.start_ms + ran / interval * interval);
         let lost = now - xp_runtime::report::lost_since(run.start_ms, now, last_checkpoint);
         self.account_run(index, ran);
-        self.busy_gpu_milli -= self.trace.jobs[index as usize].total_gpu_milli();
-        self.lost_gpu_milli_ms +=
-            u128::from(lost) * u128::from(self.trace.jobs[index as usize].total_gpu_milli());
+        let gpu_milli = self.run_gpu_milli(index);
+        self.busy_gpu_milli -= gpu_milli;
+        self.lost_gpu_milli_ms += u128::from(lost) * u128::from(gpu_milli);
         self.preemptions += 1;
+        let kept = self.work_of(index, ran - lost);
         let run = &mut self.runs[index as usize];
         if let Some(remaining) = &mut run.remaining_ms {
-            *remaining = remaining.saturating_sub(ran - lost);
+            *remaining = remaining.saturating_sub(kept);
         }
         run.phase = Phase::Waiting;
         self.waiting += 1;
@@ -649,8 +725,9 @@ impl Sim<'_> {
     fn account_run(&mut self, index: u32, ran: u64) {
         let trace = self.trace;
         let job = &trace.jobs[index as usize];
-        self.team_gpu_milli_ms[job.team as usize] +=
-            u128::from(ran) * u128::from(job.total_gpu_milli());
+        // The run's own size: a growth's new GPUs are counted from its restart.
+        let gpu_milli = job.gpu_milli_per_worker * u64::from(self.runs[index as usize].size);
+        self.team_gpu_milli_ms[job.team as usize] += u128::from(ran) * u128::from(gpu_milli);
     }
 
     fn release_dependents(&mut self, index: u32, now: UnixMillis, completed: bool) {
@@ -674,6 +751,7 @@ impl Sim<'_> {
     /// Calls `decide` and carries out its decisions, again while a pass placed
     /// something and more trials wait than one pass examines.
     fn decide(&mut self, now: UnixMillis) -> Result<(), SimError> {
+        self.apply_oracle(now);
         if let Some(booster) = &mut self.booster {
             let (runs, jobs) = (&self.runs, &self.trace.jobs);
             let changes = booster.refresh(&self.pipelines, self.trace, |job| {
@@ -726,6 +804,13 @@ impl Sim<'_> {
                         }
                         // Already asked to stop: the first grace period stands.
                         Phase::Stopping => {}
+                        // Preempted while resizing: it stops instead of
+                        // restarting, after a grace period of its own.
+                        Phase::Resizing => {
+                            run.phase = Phase::Stopping;
+                            let epoch = run.epoch;
+                            self.push(now + grace_ms, EventKind::Stop, index, epoch);
+                        }
                         phase => {
                             return Err(SimError::UnexpectedDecision {
                                 at_s: seconds(now),
@@ -736,6 +821,9 @@ impl Sim<'_> {
                         }
                     }
                 }
+                Decision::Resize {
+                    trial, grace_ms, ..
+                } => self.resize_decision(trial, grace_ms, now)?,
             }
         }
         Ok(self.placements - placements_before)
@@ -759,12 +847,17 @@ impl Sim<'_> {
             });
         }
         run.phase = Phase::Running;
-        self.busy_gpu_milli += job.total_gpu_milli();
+        run.size = u32::try_from(workers.len()).expect("gangs are at most u32 workers");
         self.waiting -= 1;
+        self.busy_gpu_milli += self.run_gpu_milli(index);
+        let remaining_wall = self.runs[index as usize]
+            .remaining_ms
+            .map(|remaining| self.wall_for(index, remaining));
+        let run = &mut self.runs[index as usize];
         run.epoch += 1;
         run.start_ms = now;
         run.first_start_ms.get_or_insert(now);
-        let run_for = match (run.remaining_ms, job.time_limit_ms) {
+        let run_for = match (remaining_wall, job.time_limit_ms) {
             (Some(remaining), Some(limit)) => Some(remaining.min(limit)),
             (Some(remaining), None) => Some(remaining),
             (None, limit) => limit,
@@ -773,6 +866,8 @@ impl Sim<'_> {
         if let Some(run_for) = run_for {
             self.push(now + run_for, EventKind::End, index, epoch);
         }
+        self.wake_elastic(index, now);
+        self.schedule_checkpoint(index, now);
         self.placements += 1;
         if job.total_gpu_milli() > GPU_MILLI {
             self.multi_gpu += 1;
@@ -877,6 +972,7 @@ impl Sim<'_> {
             teams: team_reports,
             preemptions: self.preemptions,
             preempt_decisions: self.preempt_decisions,
+            resizes: self.resizes,
             gpu_seconds_lost: self.lost_gpu_milli_ms as f64 / (GPU_MILLI as f64 * 1000.0),
             multi_gpu_placements: self.multi_gpu,
             multi_gpu_one_node: ratio(self.multi_gpu_one_node, self.multi_gpu),
@@ -892,72 +988,5 @@ impl Sim<'_> {
                 (run.phase == Phase::Completed).then_some(run.end_ms)
             }),
         }
-    }
-
-    /// Counts every job's outcome at `end_ms`, in job order; runs still open
-    /// are closed (accounted) at `end_ms`.
-    fn tally_runs(&mut self, end_ms: u64) -> Tally {
-        let teams = self.trace.teams.len();
-        let mut tally = Tally {
-            team_jobs: vec![0u64; teams],
-            team_completed: vec![0u64; teams],
-            team_jct_sum: vec![0f64; teams],
-            ..Tally::default()
-        };
-        let trace = self.trace;
-        for index in 0..self.runs.len() {
-            let job = &trace.jobs[index];
-            let run = self.runs[index].clone();
-            let team = job.team as usize;
-            tally.team_jobs[team] += 1;
-            if run.phase != Phase::Pending && run.phase != Phase::Refused {
-                tally.arrived += 1;
-            }
-            match run.first_start_ms {
-                Some(start) => tally.queue_delay.push(seconds(start - run.arrival_ms)),
-                None => tally.never_started += 1,
-            }
-            match run.phase {
-                Phase::Completed | Phase::Killed => {
-                    let in_system = run.end_ms - run.arrival_ms;
-                    tally.time_in_system_ms += u128::from(in_system);
-                    tally.departed += 1;
-                    if run.phase == Phase::Completed {
-                        tally.outcomes.completed += 1;
-                        tally.jct.push(seconds(in_system));
-                        tally.team_completed[team] += 1;
-                        tally.team_jct_sum[team] += seconds(in_system);
-                    } else {
-                        tally.outcomes.killed += 1;
-                    }
-                }
-                Phase::Running | Phase::Stopping => {
-                    // Close the open run at the end of the simulation.
-                    let ran = end_ms.saturating_sub(run.start_ms);
-                    self.account_run(index as u32, ran);
-                    tally.outcomes.running += 1;
-                }
-                Phase::Waiting | Phase::Backlogged => {
-                    tally.outcomes.waiting += 1;
-                    let reason = match run.phase {
-                        Phase::Backlogged => "too many pending trials (backlogged)".to_owned(),
-                        _ => self
-                            .core
-                            .wait_reason(self.trial_of(index as u32))
-                            .map_or_else(|| "unknown".to_owned(), |reason| reason.to_string()),
-                    };
-                    *tally.wait_reasons.entry(reason).or_default() += 1;
-                }
-                Phase::Refused => tally.outcomes.refused += 1,
-                Phase::Pending => {
-                    if run.unmet_deps > 0 {
-                        tally.outcomes.blocked += 1;
-                    } else {
-                        tally.outcomes.not_arrived += 1;
-                    }
-                }
-            }
-        }
-        tally
     }
 }

@@ -165,6 +165,10 @@ pub fn generate(options: &GenerateOptions) -> Result<Trace, GenerateError> {
             line: 0,
             estimate_ms: None,
             kind: None,
+            gpu_mem_peak_milli: None,
+            gpu_mem_peak_at_ms: None,
+            oversubscribe: false,
+            elastic: None,
         });
     }
     let teams = renumber_teams(&mut jobs, &teams);

@@ -186,7 +186,7 @@ pub(super) fn progress_of(
     let seconds = |millis: u64| millis as f64 / 1000.0;
     match run.phase {
         Phase::Completed | Phase::Killed | Phase::Refused => (NodeProgress::Done, false),
-        Phase::Running | Phase::Stopping => {
+        Phase::Running | Phase::Stopping | Phase::Resizing => {
             let elapsed = kept_ms + now.saturating_sub(run.start_ms);
             (
                 NodeProgress::Running {

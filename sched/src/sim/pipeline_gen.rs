@@ -187,6 +187,10 @@ pub fn generate_pipelines(options: &PipelineOptions) -> Result<Trace, GenerateEr
                     line: 0,
                     estimate_ms: Some(estimate_ms),
                     kind: Some(format!("t{template_index}.s{stage_index}")),
+                    gpu_mem_peak_milli: None,
+                    gpu_mem_peak_at_ms: None,
+                    oversubscribe: false,
+                    elastic: None,
                 });
             }
             stage_jobs.push(members);

@@ -1,9 +1,11 @@
 //! `xp sim --place-once`: packing quality alone, with no departures and no queue.
 //!
-//! Jobs drawn (with replacement, from the seed) from the trace's GPU jobs arrive
-//! one after another and are placed once, with the node pool's own placement, or
-//! fail when they do not fit, until the GPUs asked for reach `load` times the
-//! cluster's GPUs. The report is the GPU allocation ratio as the arrived load
+//! Jobs drawn (with replacement, from the seed) from the trace's jobs that ask
+//! for anything arrive one after another and are placed once, with the node
+//! pool's own placement, or fail when they do not fit, until the GPUs asked for
+//! reach `load` times the cluster's GPUs. CPU-only jobs are drawn too (as in the
+//! FGD paper's replay of Alibaba's trace): they take CPU and memory on GPU
+//! nodes, which can strand those nodes' GPUs, but add nothing to the load. The report is the GPU allocation ratio as the arrived load
 //! passes 0.9, 1.0 and the final load, the fragmentation of the idle GPUs, and
 //! the failures by kind. The same seed draws the same jobs for every strategy, so
 //! strategies are compared on equal input.
@@ -11,8 +13,11 @@
 use super::cluster::ClusterSpec;
 use super::engine::gang_of;
 use super::trace::{Trace, TraceJob};
-use crate::GPU_MILLI;
-use crate::place::{NodePool, Strategy};
+use std::collections::HashMap;
+
+use super::gpu_memory::GpuMemoryModel;
+use crate::place::{NodePool, Strategy, TaskMix};
+use crate::{GPU_MILLI, WorkerPlacement, oversubscribed_charge};
 use xp_runtime::seeded::SplitMix64;
 
 /// The largest load accepted, in multiples of the cluster's GPUs.
@@ -29,6 +34,11 @@ pub struct PlaceOnceOptions {
     pub strategy: Strategy,
     /// Draws the jobs (and seeds random placement).
     pub seed: u64,
+    /// The policy's oversubscription factor in thousandths (1000: none):
+    /// jobs that opt in are placed at their charge
+    /// ([`crate::oversubscribed_charge`]) and evicted, youngest first, when
+    /// the peaks of a GPU's workers overflow its memory.
+    pub oversubscription_milli: u64,
 }
 
 /// Why the packing measurement cannot run.
@@ -57,12 +67,16 @@ pub enum JobKind {
     WholeGpu,
     /// More than one GPU in all.
     MultiGpu,
+    /// No GPU.
+    CpuOnly,
 }
 
 impl JobKind {
-    /// The kind of `job`, which asks for at least one GPU thousandth.
+    /// The kind of `job`.
     pub fn of(job: &TraceJob) -> Self {
-        if job.gpu_milli_per_worker < GPU_MILLI {
+        if job.gpu_milli_per_worker == 0 {
+            Self::CpuOnly
+        } else if job.gpu_milli_per_worker < GPU_MILLI {
             Self::Fractional
         } else if job.total_gpu_milli() == GPU_MILLI {
             Self::WholeGpu
@@ -76,6 +90,7 @@ impl JobKind {
             Self::Fractional => 0,
             Self::WholeGpu => 1,
             Self::MultiGpu => 2,
+            Self::CpuOnly => 3,
         }
     }
 }
@@ -89,6 +104,8 @@ pub struct KindCounts {
     pub whole_gpu: u64,
     /// Multi-GPU jobs.
     pub multi_gpu: u64,
+    /// CPU-only jobs.
+    pub cpu_only: u64,
 }
 
 impl KindCounts {
@@ -96,13 +113,14 @@ impl KindCounts {
         match kind.slot() {
             0 => self.fractional += 1,
             1 => self.whole_gpu += 1,
-            _ => self.multi_gpu += 1,
+            2 => self.multi_gpu += 1,
+            _ => self.cpu_only += 1,
         }
     }
 
     /// All kinds together.
     pub fn total(&self) -> u64 {
-        self.fractional + self.whole_gpu + self.multi_gpu
+        self.fractional + self.whole_gpu + self.multi_gpu + self.cpu_only
     }
 }
 
@@ -120,6 +138,9 @@ pub struct PlaceOnceReport {
     pub attempted: KindCounts,
     /// Jobs that did not fit, by kind.
     pub failed: KindCounts,
+    /// Jobs placed and then evicted because a GPU's memory overflowed (see
+    /// `gpu_memory`); their GPUs are not counted as allocated.
+    pub evictions: u64,
 }
 
 impl PlaceOnceReport {
@@ -135,6 +156,7 @@ impl PlaceOnceReport {
                 "fractional": counts.fractional,
                 "whole_gpu": counts.whole_gpu,
                 "multi_gpu": counts.multi_gpu,
+                "cpu_only": counts.cpu_only,
                 "total": counts.total(),
             })
         };
@@ -145,6 +167,7 @@ impl PlaceOnceReport {
             "jobs": self.attempted.total(),
             "attempted": counts(&self.attempted),
             "failed": counts(&self.failed),
+            "evictions": self.evictions,
         })
     }
 }
@@ -169,12 +192,17 @@ pub fn place_once(
     if !(options.load.is_finite() && options.load > 0.0 && options.load <= MAX_LOAD) {
         return Err(PlaceOnceError::Load { load: options.load });
     }
-    let gpu_jobs: Vec<&TraceJob> = trace
+    if !trace.jobs.iter().any(|job| job.total_gpu_milli() > 0) {
+        return Err(PlaceOnceError::NoGpuJobs);
+    }
+    let jobs: Vec<&TraceJob> = trace
         .jobs
         .iter()
-        .filter(|job| job.total_gpu_milli() > 0)
+        .filter(|job| {
+            job.total_gpu_milli() > 0 || job.cpu_milli_per_worker > 0 || job.mem_mib_per_worker > 0
+        })
         .collect();
-    if gpu_jobs.is_empty() {
+    if jobs.is_empty() {
         return Err(PlaceOnceError::NoGpuJobs);
     }
     let capacity_milli = cluster.total_gpus() * GPU_MILLI;
@@ -185,6 +213,11 @@ pub fn place_once(
     for node in &cluster.nodes {
         pool.upsert_node(node.clone());
     }
+    // The workload's mix is known up front here, as in the FGD paper's replay.
+    pool.set_task_mix(TaskMix::from_workers(jobs.iter().map(|job| {
+        let gang = gang_of(job);
+        (gang.per_worker, &job.gpu_types[..], u64::from(gang.workers))
+    })));
     // Separate streams: the jobs drawn must not depend on the strategy.
     let mut draws = SplitMix64::new(options.seed);
     let mut placement_seeds = SplitMix64::new(options.seed ^ 0x7069_6163_656f_6e63);
@@ -195,13 +228,17 @@ pub fn place_once(
     let mut attempted = KindCounts::default();
     let mut failed = KindCounts::default();
     let mut alloc_ratio = Vec::new();
+    let mut memory = GpuMemoryModel::default();
+    let mut placed_jobs: HashMap<u64, (Vec<WorkerPlacement>, u64)> = HashMap::new();
+    let mut evictions = 0;
+    let mut arrivals: u64 = 0;
     let mut checkpoints = CHECKPOINT_LOADS
         .iter()
         .copied()
         .filter(|&load| load < options.load)
         .peekable();
     while (arrived_milli as f64) < target {
-        let job = gpu_jobs[draws.below(gpu_jobs.len() as u64) as usize];
+        let job = jobs[draws.below(jobs.len() as u64) as usize];
         let kind = JobKind::of(job);
         attempted.add(kind);
         arrived_milli += job.total_gpu_milli();
@@ -211,14 +248,36 @@ pub fn place_once(
             },
             other => other,
         };
-        let gang = gang_of(job);
+        let mut gang = gang_of(job);
+        // The policy core's one oversubscription hook, as `PolicyCore::submit`.
+        if gang.oversubscribe {
+            gang.per_worker.gpu_milli =
+                oversubscribed_charge(gang.per_worker.gpu_milli, options.oversubscription_milli);
+        }
+        arrivals += 1;
         let placed = pool
             .find(&gang, strategy)
-            .is_some_and(|workers| pool.allocate(&workers).is_ok());
-        if placed {
-            allocated_milli += job.total_gpu_milli();
-        } else {
-            failed.add(kind);
+            .filter(|workers| pool.allocate(workers).is_ok());
+        match placed {
+            Some(workers) => {
+                allocated_milli += job.total_gpu_milli();
+                let evicted = memory.place(
+                    arrivals,
+                    &workers,
+                    job.gpu_mem_peak_milli,
+                    job.gpu_milli_per_worker,
+                    gang.oversubscribe,
+                );
+                placed_jobs.insert(arrivals, (workers, job.total_gpu_milli()));
+                for number in evicted {
+                    if let Some((workers, milli)) = placed_jobs.remove(&number) {
+                        pool.release(&workers);
+                        allocated_milli -= milli;
+                        evictions += 1;
+                    }
+                }
+            }
+            None => failed.add(kind),
         }
         while let Some(&load) = checkpoints.peek() {
             if (arrived_milli as f64) < load * capacity {
@@ -235,6 +294,7 @@ pub fn place_once(
         idle_gpu_fragmentation: pool.idle_gpu_fragmentation(),
         attempted,
         failed,
+        evictions,
     })
 }
 

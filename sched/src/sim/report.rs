@@ -146,6 +146,8 @@ pub struct SimReport {
     pub preemptions: u64,
     /// Preempt decisions the policy made.
     pub preempt_decisions: u64,
+    /// Elastic jobs' resizes carried out (each a checkpoint and a restart).
+    pub resizes: u64,
     /// Work lost to preemption (since the last checkpoint) times the GPUs held, GPU-seconds.
     pub gpu_seconds_lost: f64,
     /// Placements of gangs holding more than one GPU.
@@ -237,6 +239,7 @@ impl SimReport {
             "jain_fairness": self.jain_fairness,
             "preemptions": self.preemptions,
             "preempt_decisions": self.preempt_decisions,
+            "resizes": self.resizes,
             "gpu_seconds_lost": self.gpu_seconds_lost,
             "multi_gpu_placements": self.multi_gpu_placements,
             "multi_gpu_one_node": self.multi_gpu_one_node,

@@ -269,6 +269,7 @@ fn binpacking_packs_at_least_as_well_as_random() {
                 load: 1.3,
                 strategy,
                 seed: 9,
+                oversubscription_milli: 1000,
             },
         )
         .unwrap()

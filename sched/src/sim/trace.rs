@@ -8,7 +8,14 @@
 //! `ckpt_interval_s`, `deps` (job ids separated by `;`), `estimate_s` (the
 //! duration declared up front, which the critical-path boost may use instead
 //! of `duration_s`, the truth) and `kind` (jobs whose durations inform each
-//! other's estimates, such as one pipeline stage run after run).
+//! other's estimates, such as one pipeline stage run after run); for GPU
+//! oversubscription, `oversubscribe` (the job opts in to sharing a GPU promised
+//! beyond its memory), `gpu_mem_peak` (the most GPU memory one worker uses, as
+//! a fraction of its GPU's memory, 0 to 1) and `gpu_mem_peak_at_s` (how far into
+//! its run it reaches that peak; before, it uses half of it); for elastic jobs,
+//! `min_workers` and `max_workers` (both or neither, around `num_workers`, the
+//! size `duration_s` is measured at) and `scaling` (0 to 1, default 1: the
+//! job's speed at `w` workers is `(w / num_workers)^scaling`, linear by default).
 //!
 //! Parsing is strict: unknown or repeated columns, malformed values and absurd
 //! sizes are errors naming the line and column. Quoted fields are accepted but
@@ -20,6 +27,11 @@
 use std::collections::HashMap;
 
 use crate::GPU_MILLI;
+
+pub use self::elastic::ElasticJob;
+use self::elastic::parse_elastic;
+
+mod elastic;
 
 /// The most rows a trace may have.
 pub const MAX_ROWS: usize = 10_000_000;
@@ -43,7 +55,7 @@ const REQUIRED: [&str; 5] = [
     "num_workers",
     "gpus_per_worker",
 ];
-const OPTIONAL: [&str; 11] = [
+const OPTIONAL: [&str; 17] = [
     "cpu_milli_per_worker",
     "mem_mib_per_worker",
     "gpu_types",
@@ -55,6 +67,12 @@ const OPTIONAL: [&str; 11] = [
     "deps",
     "estimate_s",
     "kind",
+    "oversubscribe",
+    "gpu_mem_peak",
+    "gpu_mem_peak_at_s",
+    "min_workers",
+    "max_workers",
+    "scaling",
 ];
 
 /// Why a trace is rejected.
@@ -180,6 +198,17 @@ pub struct TraceJob {
     pub estimate_ms: Option<u64>,
     /// Jobs of one kind inform each other's duration estimates.
     pub kind: Option<String>,
+    /// The most GPU memory one worker uses, in thousandths of its GPU's memory
+    /// (1 to 1000); `None` is unknown (never evicted for memory).
+    pub gpu_mem_peak_milli: Option<u32>,
+    /// When in its run a worker reaches that peak, in milliseconds; before it
+    /// uses half the peak. `None` is from the start.
+    pub gpu_mem_peak_at_ms: Option<u64>,
+    /// Whether its fractional workers may share a GPU promised beyond its
+    /// memory (the policy's `oversubscription`).
+    pub oversubscribe: bool,
+    /// For an elastic job, the sizes it may run at and how its speed scales.
+    pub elastic: Option<ElasticJob>,
 }
 
 impl TraceJob {
@@ -331,17 +360,36 @@ fn parse_gpus(line: u64, value: &str) -> Result<u64, TraceError> {
     Ok(rounded as u64)
 }
 
-fn parse_bool(line: u64, value: &str) -> Result<bool, TraceError> {
+fn parse_bool(
+    line: u64,
+    column: &'static str,
+    value: &str,
+    empty: bool,
+) -> Result<bool, TraceError> {
     match value.to_ascii_lowercase().as_str() {
-        "" | "true" | "1" | "yes" => Ok(true),
+        "" => Ok(empty),
+        "true" | "1" | "yes" => Ok(true),
         "false" | "0" | "no" => Ok(false),
-        _ => Err(field_error(
-            line,
-            "preemptible",
-            value,
-            "must be true or false",
-        )),
+        _ => Err(field_error(line, column, value, "must be true or false")),
     }
+}
+
+/// Parses a fraction of a GPU's memory, `(0, 1]`, into thousandths.
+fn parse_memory_fraction(line: u64, value: &str) -> Result<u32, TraceError> {
+    const COLUMN: &str = "gpu_mem_peak";
+    let fraction: f64 = value
+        .parse()
+        .map_err(|_| field_error(line, COLUMN, value, "not a number"))?;
+    if !(fraction.is_finite() && fraction > 0.0 && fraction <= 1.0) {
+        return Err(field_error(
+            line,
+            COLUMN,
+            value,
+            "must be a fraction of the GPU's memory above 0 and at most 1",
+        ));
+    }
+    // At least one thousandth, so a tiny peak is still a peak.
+    Ok(((fraction * 1000.0).round() as u32).max(1))
 }
 
 fn check_name(line: u64, column: &'static str, value: &str) -> Result<(), TraceError> {
@@ -577,7 +625,39 @@ fn parse_row(
             team
         }
     };
-    let preemptible = parse_bool(line, columns.get(record, "preemptible"))?;
+    let preemptible = parse_bool(
+        line,
+        "preemptible",
+        columns.get(record, "preemptible"),
+        true,
+    )?;
+    let oversubscribe = parse_bool(
+        line,
+        "oversubscribe",
+        columns.get(record, "oversubscribe"),
+        false,
+    )?;
+    if oversubscribe && !(1..GPU_MILLI).contains(&gpu_milli_per_worker) {
+        return Err(field_error(
+            line,
+            "oversubscribe",
+            columns.get(record, "oversubscribe"),
+            "only workers with a fraction of one GPU may oversubscribe it",
+        ));
+    }
+    let peak = columns.get(record, "gpu_mem_peak");
+    let gpu_mem_peak_milli = if peak.is_empty() {
+        None
+    } else {
+        Some(parse_memory_fraction(line, peak)?)
+    };
+    let peak_at = columns.get(record, "gpu_mem_peak_at_s");
+    let gpu_mem_peak_at_ms = if peak_at.is_empty() {
+        None
+    } else {
+        Some(parse_seconds(line, "gpu_mem_peak_at_s", peak_at)?)
+    };
+    let elastic = parse_elastic(line, columns, record, num_workers)?;
     let limit = columns.get(record, "time_limit_s");
     let time_limit_ms = if limit.is_empty() {
         None
@@ -621,6 +701,10 @@ fn parse_row(
         line,
         estimate_ms,
         kind,
+        gpu_mem_peak_milli,
+        gpu_mem_peak_at_ms,
+        oversubscribe,
+        elastic,
     })
 }
 
@@ -679,6 +763,20 @@ impl Trace {
                 deps.join(";"),
                 job.estimate_ms.map(seconds_text).unwrap_or_default(),
                 job.kind.clone().unwrap_or_default(),
+                job.oversubscribe.to_string(),
+                job.gpu_mem_peak_milli
+                    .map(|milli| gpus_text(u64::from(milli)))
+                    .unwrap_or_default(),
+                job.gpu_mem_peak_at_ms.map(seconds_text).unwrap_or_default(),
+                job.elastic
+                    .map(|elastic| elastic.min_workers.to_string())
+                    .unwrap_or_default(),
+                job.elastic
+                    .map(|elastic| elastic.max_workers.to_string())
+                    .unwrap_or_default(),
+                job.elastic
+                    .map(|elastic| gpus_text(u64::from(elastic.scaling_milli)))
+                    .unwrap_or_default(),
             ];
             writer
                 .write_record(&row)
@@ -690,178 +788,4 @@ impl Trace {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const HEADER: &str = "job_id,submit_s,duration_s,num_workers,gpus_per_worker";
-
-    fn check_error(text: &str, expected: &str) {
-        let error = parse_trace(text).expect_err("the trace should be rejected");
-        let message = error.to_string();
-        assert!(
-            message.contains(expected),
-            "{message:?} does not contain {expected:?}"
-        );
-    }
-
-    fn one(row: &str) -> TraceJob {
-        parse_trace(&format!("{HEADER}\n{row}\n"))
-            .unwrap()
-            .jobs
-            .remove(0)
-    }
-
-    #[test]
-    fn required_columns_parse() {
-        let job = one("a,1.5,60,2,0.47");
-        assert_eq!(job.job_id, "a");
-        assert_eq!(job.submit_ms, 1500);
-        assert_eq!(job.duration_ms, Some(60_000));
-        assert_eq!(job.num_workers, 2);
-        assert_eq!(job.gpu_milli_per_worker, 470);
-        assert_eq!(job.total_gpu_milli(), 940);
-        assert!(job.preemptible);
-        assert_eq!(job.priority, None);
-        assert_eq!(job.line, 2);
-        assert_eq!(one("a,0,,1,8").duration_ms, None);
-        assert_eq!(one("a,0,1,1,8").gpu_milli_per_worker, 8000);
-        assert_eq!(one("a,0,1,1,0").gpu_milli_per_worker, 0);
-        assert_eq!(one("a,0,1,1,1").gpu_milli_per_worker, 1000);
-        assert_eq!(one("a,0,1,1,2.0").gpu_milli_per_worker, 2000);
-        assert_eq!(one(" a , 0 , 1 , 1 , 0.25 ").gpu_milli_per_worker, 250);
-    }
-
-    #[test]
-    fn optional_columns_parse() {
-        let text = "deps,job_id,submit_s,duration_s,num_workers,gpus_per_worker,cpu_milli_per_worker,mem_mib_per_worker,gpu_types,priority,team,preemptible,time_limit_s,ckpt_interval_s\n\
-                    ,a,0,10,1,1,4000,1024,A100|H100,high,vision,false,20,5\n\
-                    a;b0,b,3,,4,0.5,,,,-7,,,,\n\
-                    ,b0,1,1,1,1,,,,,,no,,\n";
-        let trace = parse_trace(text).unwrap();
-        let a = &trace.jobs[0];
-        assert_eq!(a.cpu_milli_per_worker, 4000);
-        assert_eq!(a.mem_mib_per_worker, 1024);
-        assert_eq!(a.gpu_types, vec!["A100".to_owned(), "H100".to_owned()]);
-        assert_eq!(a.priority, Some(JobPriority::Class("high".to_owned())));
-        assert_eq!(trace.teams[a.team as usize], "vision");
-        assert!(!a.preemptible);
-        assert_eq!(a.time_limit_ms, Some(20_000));
-        assert_eq!(a.ckpt_interval_ms, Some(5_000));
-        let b = &trace.jobs[1];
-        assert_eq!(b.deps, vec![0, 2]);
-        assert_eq!(b.priority, Some(JobPriority::Value(-7)));
-        assert_eq!(trace.teams[b.team as usize], DEFAULT_TEAM);
-        assert!(b.preemptible);
-        assert!(!trace.jobs[2].preemptible);
-    }
-
-    #[test]
-    fn bad_rows_name_line_and_column() {
-        check_error(
-            &format!("{HEADER}\na,0,1,1,1\nb,x,1,1,1\n"),
-            "line 3, column `submit_s`",
-        );
-        check_error(
-            &format!("{HEADER}\na,0,-5,1,1\n"),
-            "line 2, column `duration_s`",
-        );
-        check_error(
-            &format!("{HEADER}\na,0,1,0,1\n"),
-            "line 2, column `num_workers`",
-        );
-        check_error(
-            &format!("{HEADER}\na,0,1,100001,1\n"),
-            "column `num_workers`: must be at most 100000",
-        );
-        check_error(
-            &format!("{HEADER}\na,0,1,1,1.5\n"),
-            "more than one GPU must be a whole number",
-        );
-        check_error(&format!("{HEADER}\na,0,1,1,0.0001\n"), "multiple of 0.001");
-        check_error(
-            &format!("{HEADER}\na,0,1,1,-1\n"),
-            "column `gpus_per_worker`",
-        );
-        check_error(
-            &format!("{HEADER}\na,0,1,1,NaN\n"),
-            "column `gpus_per_worker`",
-        );
-        check_error(&format!("{HEADER}\na,0,1,1,4096\n"), "must be at most 1024");
-        check_error(&format!("{HEADER}\na,inf,1,1,1\n"), "column `submit_s`");
-        check_error(&format!("{HEADER}\na,1e12,1,1,1\n"), "column `submit_s`");
-        check_error(
-            &format!("{HEADER}\n,0,1,1,1\n"),
-            "column `job_id`: must not be empty",
-        );
-        check_error(&format!("{HEADER}\na,0,1,1\n"), "line 2");
-        check_error(
-            &format!("{HEADER}\na,0,1,1,1\na,0,1,1,1\n"),
-            "line 3: job id \"a\" is already used on line 2",
-        );
-        check_error(
-            &format!("{HEADER},deps\na,0,1,1,1,zz\n"),
-            "line 2, column `deps`: job \"a\" depends on unknown job \"zz\"",
-        );
-        check_error(
-            &format!("{HEADER},deps\na,0,1,1,1,a\n"),
-            "cannot depend on itself",
-        );
-        check_error(
-            &format!("{HEADER},preemptible\na,0,1,1,1,maybe\n"),
-            "column `preemptible`",
-        );
-        check_error(
-            &format!("{HEADER},time_limit_s\na,0,1,1,1,0\n"),
-            "column `time_limit_s`",
-        );
-        check_error(
-            &format!("{HEADER},priority\na,0,1,1,1,+x\n"),
-            "column `priority`",
-        );
-        check_error(
-            &format!("{HEADER},cpu_milli_per_worker\na,0,1,1,1,1.5\n"),
-            "column `cpu_milli_per_worker`",
-        );
-        check_error(
-            &format!("{HEADER},gpu_types\na,0,1,1,1,A100||H100\n"),
-            "column `gpu_types`",
-        );
-        check_error(
-            "job_id,submit_s,duration_s,num_workers\na,0,1,1\n",
-            "no `gpus_per_worker` column",
-        );
-        check_error(
-            &format!("{HEADER},colour\na,0,1,1,1,red\n"),
-            "unknown column `colour`",
-        );
-        check_error(
-            &format!("{HEADER},team,team\na,0,1,1,1,x,y\n"),
-            "appears twice",
-        );
-        check_error(&format!("{HEADER}\n"), "no jobs");
-        check_error(
-            &format!("{HEADER},estimate_s\na,0,1,1,1,-3\n"),
-            "line 2, column `estimate_s`",
-        );
-        check_error(
-            &format!("{HEADER},kind\na,0,1,1,1,\"x\ty\"\n"),
-            "column `kind`: must not contain control characters",
-        );
-    }
-
-    #[test]
-    fn csv_round_trips() {
-        let text = "job_id,submit_s,duration_s,num_workers,gpus_per_worker,priority,team,time_limit_s,ckpt_interval_s,deps,gpu_types,estimate_s,kind\n\
-                    a,0.001,10.5,1,0.25,3,x,20,5,,A100,12,prep\n\
-                    b,2,,16,8,low,y,,,a,,,\n";
-        let trace = parse_trace(text).unwrap();
-        assert_eq!(trace.jobs[0].estimate_ms, Some(12_000));
-        assert_eq!(trace.jobs[0].kind.as_deref(), Some("prep"));
-        assert_eq!(
-            (trace.jobs[1].estimate_ms, &trace.jobs[1].kind),
-            (None, &None)
-        );
-        let again = parse_trace(&trace.to_csv()).unwrap();
-        assert_eq!(trace, again);
-    }
-}
+mod tests;

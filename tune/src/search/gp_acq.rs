@@ -116,6 +116,33 @@ mod tests {
     }
 
     #[test]
+    fn log_ei_matches_ei_and_stays_finite_where_ei_underflows() {
+        let best = 0.0;
+        for (mean, sd) in [(-1.0, 0.5), (0.0, 1.0), (0.5, 0.2), (3.0, 0.4), (2.0, 0.1)] {
+            let z: f64 = (best - mean) / sd;
+            let pdf = (-0.5 * z * z).exp() / (2.0 * std::f64::consts::PI).sqrt();
+            let ei = sd * (z * cdf(z) + pdf);
+            assert!(ei > 0.0 && ei.is_finite(), "EI representable at z = {z}");
+            let log_ei = value(Acquisition::Ei, best, mean, sd);
+            assert!(
+                (log_ei.exp() - ei).abs() <= 1e-9 * ei,
+                "mean {mean}, sd {sd}: exp(log-EI) {} against EI {ei}",
+                log_ei.exp()
+            );
+        }
+        // Forty standard deviations above the incumbent EI underflows to zero in
+        // f64; log-EI stays finite and still orders such points.
+        let (far, farther) = (
+            value(Acquisition::Ei, 0.0, 40.0, 1.0),
+            value(Acquisition::Ei, 0.0, 60.0, 1.0),
+        );
+        let direct = 40.0f64.mul_add(-cdf(-40.0), pdf(-40.0));
+        assert!(direct <= 0.0 || direct < 1e-300, "EI underflows: {direct}");
+        assert!(far.is_finite() && farther.is_finite());
+        assert!(farther < far && far < -700.0, "{far}, {farther}");
+    }
+
+    #[test]
     fn log_h_slope_is_the_derivative_everywhere() {
         for z in [
             -60.0_f64, -30.0, -26.5, -25.5, -12.0, -3.0, -1.2, -0.8, 0.0, 1.5, 4.0,

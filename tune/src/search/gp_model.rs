@@ -144,7 +144,10 @@ fn objective(
     let l = chol.l_dirty();
     let log_det_half: f64 = (0..n).map(|idx| l[(idx, idx)].ln()).sum();
     let lml = -0.5 * y.dot(&alpha) - log_det_half - 0.5 * n as f64 * LOG_2PI;
-    let k_inv = chol.inverse();
+    // K⁻¹ = L⁻ᵀL⁻¹: a triangular inverse and one blocked product cost less here
+    // than nalgebra's `Cholesky::inverse`, two column-by-column solves.
+    let l_inv = lower_inverse(&chol);
+    let k_inv = l_inv.tr_mul(&l_inv);
     let k_inv = k_inv.as_slice();
     let inverse_lengths = layout.inverse_lengths(theta);
     let signal = theta[layout.groups].exp();
@@ -350,7 +353,34 @@ pub(crate) struct Posterior {
     inverse_lengths: Vec<f64>,
     signal: f64,
     alpha: DVector<f64>,
-    k_inv: DMatrix<f64>,
+    /// The inverse of the training covariance's lower Cholesky factor: variances
+    /// come from one matrix product with it (nalgebra's blocked product, far
+    /// faster here than its column-by-column triangular solves), and it costs
+    /// half the work of the covariance's own inverse.
+    l_inv: DMatrix<f64>,
+}
+
+/// The inverse of the lower Cholesky factor of a covariance, by forward
+/// substitution column by column, skipping the zeros above each column's diagonal
+/// (`n³/6` multiply-adds, a third of a general triangular solve of the identity).
+fn lower_inverse(chol: &Cholesky<f64, Dyn>) -> DMatrix<f64> {
+    let l = chol.l_dirty();
+    let n = l.nrows();
+    let l = l.as_slice();
+    let mut l_inv = DMatrix::<f64>::zeros(n, n);
+    for (column_idx, column) in l_inv.as_mut_slice().chunks_exact_mut(n.max(1)).enumerate() {
+        column[column_idx] = 1.0;
+        for k in column_idx..n {
+            let value = column[k] / l[k * n + k];
+            column[k] = value;
+            // Column-major: the entries below the diagonal of column k of L.
+            let below = &l[k * n + k + 1..(k + 1) * n];
+            for (entry, factor) in column[k + 1..].iter_mut().zip(below) {
+                *entry -= factor * value;
+            }
+        }
+    }
+    l_inv
 }
 
 impl Posterior {
@@ -372,7 +402,7 @@ impl Posterior {
         };
         Self {
             alpha: chol.solve(&y),
-            k_inv: chol.inverse(),
+            l_inv: lower_inverse(&chol),
             inverse_lengths: layout.inverse_lengths(&theta),
             signal: theta[layout.groups].exp(),
             width: layout.width,
@@ -386,27 +416,28 @@ impl Posterior {
         let width = self.width;
         let m = candidates.len() / width;
         let n = self.alpha.len();
-        // Column-major m×n cross-covariance.
+        // Column-major n×m cross-covariance: one column per candidate.
         let mut cross = Vec::with_capacity(m * n);
-        for a in 0..n {
-            let row_a = &self.x[a * width..(a + 1) * width];
-            for i in 0..m {
-                let row_i = &candidates[i * width..(i + 1) * width];
+        for i in 0..m {
+            let row_i = &candidates[i * width..(i + 1) * width];
+            for a in 0..n {
+                let row_a = &self.x[a * width..(a + 1) * width];
                 cross.push(
                     self.signal * matern(scaled_sq_dist(row_a, row_i, &self.inverse_lengths)).0,
                 );
             }
         }
-        let cross = DMatrix::from_vec_generic(Dyn(m), Dyn(n), cross);
-        let mean = &cross * &self.alpha;
-        let weighted = &cross * &self.k_inv;
-        let mut explained = vec![0.0; m];
-        for (idx, (w, c)) in weighted.as_slice().iter().zip(cross.as_slice()).enumerate() {
-            explained[idx % m] += w * c;
-        }
-        let sd = explained
-            .iter()
-            .map(|value| (self.signal - value).max(1e-12 * self.signal).sqrt())
+        let cross = DMatrix::from_vec_generic(Dyn(n), Dyn(m), cross);
+        let mean = cross.tr_mul(&self.alpha);
+        // var = signal − |L⁻¹k|², L the covariance's Cholesky factor.
+        let whitened = &self.l_inv * &cross;
+        let sd = whitened
+            .column_iter()
+            .map(|column| {
+                (self.signal - column.norm_squared())
+                    .max(1e-12 * self.signal)
+                    .sqrt()
+            })
             .collect();
         (mean.as_slice().to_vec(), sd)
     }
@@ -427,7 +458,7 @@ impl Posterior {
             slopes[a] = -self.signal * slope;
         }
         let mean = k.dot(&self.alpha);
-        let weights = &self.k_inv * &k;
+        let weights = self.l_inv.tr_mul(&(&self.l_inv * &k));
         let variance = self.signal - k.dot(&weights);
         let floor = 1e-12 * self.signal;
         let sd = variance.max(floor).sqrt();
@@ -515,6 +546,20 @@ mod tests {
                 grad[idx]
             );
         }
+    }
+
+    #[test]
+    fn the_lower_inverse_inverts_the_cholesky_factor() {
+        let owners = [0, 1];
+        let layout = layout(2, &owners);
+        let x: Vec<f64> = (0..9)
+            .flat_map(|idx| [f64::from(idx) / 8.0, (f64::from(idx) * 0.618).fract()])
+            .collect();
+        let theta = vec![(0.3f64).ln(), (0.5f64).ln(), 0.1, (1e-3f64).ln()];
+        let chol = Cholesky::new(covariance(&x, layout, &theta)).unwrap();
+        let product = lower_inverse(&chol) * chol.l();
+        let identity = DMatrix::<f64>::identity(9, 9);
+        assert!((product - identity).amax() < 1e-9);
     }
 
     #[test]

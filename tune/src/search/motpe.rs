@@ -22,7 +22,7 @@ use super::pareto::{
     pareto_front,
 };
 use super::tpe_joint::JointModel;
-use super::{Suggestion, TpeOptions};
+use super::{Searcher, Suggestion, TpeOptions};
 
 /// The smallest weight of a good observation, so none drops out of l(x).
 const MIN_WEIGHT: f64 = 1e-12;
@@ -251,6 +251,26 @@ impl MotpeSearcher {
             Some((_, config)) => config,
             None => self.fresh_prior(),
         }
+    }
+}
+
+/// The ask/tell interface the head's sweeps drive: `tell` of one value is a
+/// single objective, [`Searcher::tell_objectives`] the usual multi-objective tell.
+impl Searcher for MotpeSearcher {
+    fn ask(&mut self) -> Option<Suggestion> {
+        Some(Self::ask(self))
+    }
+
+    fn tell(&mut self, id: u64, objective: f64) {
+        Self::tell(self, id, &[objective]);
+    }
+
+    fn forget(&mut self, id: u64) {
+        Self::forget(self, id);
+    }
+
+    fn tell_objectives(&mut self, id: u64, objectives: &[f64]) {
+        Self::tell(self, id, objectives);
     }
 }
 

@@ -49,7 +49,7 @@ pub fn plan_trials(search: &SearchSpec) -> Vec<TrialPlan> {
         Algorithm::Grid => drain(GridSearcher::new(&space, search.seed), usize::MAX),
         Algorithm::Random => drain(RandomSearcher::new(space, search.seed), trials),
         Algorithm::Sobol => drain(SobolSearcher::new(space, search.seed), trials),
-        Algorithm::Gp | Algorithm::Tpe => Vec::new(),
+        Algorithm::Gp | Algorithm::Tpe | Algorithm::Bohb => Vec::new(),
     };
     configs
         .into_iter()

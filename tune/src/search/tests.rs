@@ -434,7 +434,7 @@ fn the_spec_chooses_the_algorithm() {
         "  algorithm: tpe\n  tpe: {multivariate: true}\n",
         SearchAlgorithm::MultivariateTpe,
     );
-    check("  algorithm: gp\n", UCB);
+    check("  algorithm: gp\n", EI);
     check("  algorithm: gp\n  acquisition: ei\n", EI);
     check(
         "  algorithm: gp\n  acquisition: ucb\n  kappa: 0.5\n",

@@ -792,7 +792,8 @@ impl HeadCore {
     }
 
     /// What a succeeded stage experiment produced: its best trial by the search
-    /// metric (the first succeeded trial without one).
+    /// metric (for several metrics, the front's trial that adds the most
+    /// hypervolume; the first succeeded trial without one).
     fn stage_result(&self, experiment: ExperimentId) -> Option<StageResult> {
         let spec = &self.specs[&experiment];
         let succeeded: Vec<_> = self
@@ -801,16 +802,21 @@ impl HeadCore {
             .map(|(_, trial)| trial)
             .filter(|trial| trial.state == TrialState::Succeeded)
             .collect();
-        let by_metric = spec.search.metric.as_ref().and_then(|metric| {
-            let scored = succeeded
-                .iter()
-                .filter_map(|trial| trial.metrics.get(metric).map(|value| (*value, *trial)))
-                .filter(|(value, _)| value.is_finite());
-            match spec.search.mode {
-                Mode::Max => scored.max_by(|a, b| a.0.total_cmp(&b.0)),
-                Mode::Min => scored.min_by(|a, b| a.0.total_cmp(&b.0)),
-            }
-            .map(|(_, trial)| trial)
+        let front_top = self
+            .front_top(experiment)
+            .and_then(|top| self.trials.get(&top));
+        let by_metric = front_top.or_else(|| {
+            spec.search.metric.as_ref().and_then(|metric| {
+                let scored = succeeded
+                    .iter()
+                    .filter_map(|trial| trial.metrics.get(metric).map(|value| (*value, *trial)))
+                    .filter(|(value, _)| value.is_finite());
+                match spec.search.mode {
+                    Mode::Max => scored.max_by(|a, b| a.0.total_cmp(&b.0)),
+                    Mode::Min => scored.min_by(|a, b| a.0.total_cmp(&b.0)),
+                }
+                .map(|(_, trial)| trial)
+            })
         });
         let best = by_metric.or_else(|| succeeded.first().copied())?;
         Some(StageResult {

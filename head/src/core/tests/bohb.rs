@@ -1,0 +1,213 @@
+//! Tests of `algorithm: bohb` in the head: trials stopped at the rungs of the
+//! bracket their index gives (checked against successive halving recomputed
+//! here), the sampler's results kept in the sweep log (`SweepOp::Observed`) so a
+//! replay reproduces its asks, and the trials' events saying how each
+//! configuration was chosen.
+
+use super::*;
+use crate::sweep::{Sweep, SweepOp};
+
+/// Budgets 1, 3, 9 at η = 3: brackets of 9, 5 and 3 configurations, one at a time.
+const BOHB: &str = "name: b\ntrial: {command: [echo, '{x}']}\nsearch:\n  algorithm: bohb\n  space: {x: {uniform: [-4, 4]}}\n  metric: loss\n  trials: 17\n  parallel: 1\n  seed: 2\n  bohb: {min_budget: 1, max_budget: 9, reduction_factor: 3}\n";
+
+/// A curve whose order never changes: the rungs see the final ranking early.
+fn loss(x: f64, step: u64) -> f64 {
+    (x - 1.0).powi(2) + 4.0 / step as f64
+}
+
+#[test]
+fn bohb_stops_trials_at_their_brackets_rungs_and_learns_from_them() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 0, 8, Vec::new()));
+    let experiment = submit(&mut core, 0, BOHB, false);
+    let mut records = core.take_records();
+    let mut stop_steps = Vec::new();
+    let mut xs = Vec::new();
+    for now in 1.. {
+        let launched = launches(&commands(&mut core));
+        if launched.is_empty() {
+            break;
+        }
+        assert_eq!(launched.len(), 1, "parallel 1");
+        let key = launched[0].1;
+        let config: serde_json::Value =
+            serde_json::from_str(&core.trials[&key.trial].config_json).unwrap();
+        let x = config["x"].as_f64().unwrap();
+        report(&mut core, now, node, WorkerReport::Started { key, pid: 1 });
+        let mut stopped_at = None;
+        for step in 1..=9_u64 {
+            report(
+                &mut core,
+                now,
+                node,
+                WorkerReport::Metric {
+                    key,
+                    index: step,
+                    step: Some(step),
+                    values: vec![("loss".to_owned(), loss(x, step))],
+                },
+            );
+            if trial_state(&core, experiment, key.trial.index) == TrialState::Stopped {
+                stopped_at = Some(step);
+                break;
+            }
+        }
+        report(
+            &mut core,
+            now,
+            node,
+            WorkerReport::Exited {
+                key,
+                code: None,
+                signal: Some(15),
+            },
+        );
+        stop_steps.push(stopped_at.expect("bohb stops every trial by max_budget"));
+        xs.push(x);
+        records.extend(core.take_records());
+    }
+    assert_eq!(xs.len(), 17, "the budget of 17 configurations");
+
+    // Successive halving recomputed: trials 0-8 have rungs 1 and 3, trials 9-13
+    // rung 3, trials 14-16 none; a rung keeps a trial unless ⌈n/3⌉ of its n values
+    // are strictly better.
+    let budgets = [1_u64, 3, 9];
+    let bracket_of = |index: usize| match index {
+        0..9 => 0,
+        9..14 => 1,
+        _ => 2,
+    };
+    let mut recorded: BTreeMap<(usize, u64), Vec<f64>> = BTreeMap::new();
+    let mut observed = 0;
+    for (index, x) in xs.iter().enumerate() {
+        let bracket = bracket_of(index);
+        let mut expected = 9;
+        for rung in &budgets[bracket..2] {
+            let value = loss(*x, *rung);
+            let values = recorded.entry((bracket, *rung)).or_default();
+            values.push(value);
+            let better = values.iter().filter(|other| **other < value).count();
+            if better >= values.len().div_ceil(3) {
+                expected = *rung;
+                break;
+            }
+        }
+        assert_eq!(stop_steps[index], expected, "trial {index}: {stop_steps:?}");
+        observed += budgets.iter().filter(|budget| **budget <= expected).count();
+        let reason = core.trials[&TrialId {
+            experiment,
+            index: index as u32,
+        }]
+            .reason
+            .clone()
+            .unwrap();
+        assert!(reason.contains("by bohb at step"), "{reason}");
+    }
+    assert!(
+        stop_steps.iter().filter(|step| **step < 9).count() >= 3,
+        "rungs stopped some trials: {stop_steps:?}"
+    );
+
+    // Every trial's event log says how its configuration was chosen: at random
+    // until a budget holds 4 results (one parameter: 2 good, 2 rest), then mostly
+    // by the model, whose budget never goes down.
+    let events = &core.events[&experiment];
+    let provenance: Vec<String> = (0..17)
+        .map(|index| {
+            events
+                .iter()
+                .find(|event| event.trial.index == index && event.reason.contains("proposed"))
+                .map(|event| event.reason.clone())
+                .unwrap_or_else(|| panic!("trial {index} has no provenance: {events:?}"))
+        })
+        .collect();
+    for said in &provenance[..4] {
+        assert!(said.contains("no budget has enough results"), "{said}");
+    }
+    let model_budgets: Vec<u64> = provenance
+        .iter()
+        .filter_map(|said| {
+            let rest = said.split("model of budget ").nth(1)?;
+            rest.split(' ').next()?.parse().ok()
+        })
+        .collect();
+    assert!(model_budgets.len() >= 5, "{provenance:#?}");
+    assert!(
+        model_budgets.windows(2).all(|pair| pair[0] <= pair[1]),
+        "{provenance:#?}"
+    );
+
+    // The sweep log holds one result per budget each trial reached, and replaying
+    // it rebuilds the same searcher; without the results the asks diverge.
+    let log = records
+        .iter()
+        .rev()
+        .find_map(|record| match record {
+            Record::Experiment(record) if record.id == experiment => Some(record.sweep_log.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let observations = log
+        .iter()
+        .filter(|op| matches!(op, SweepOp::Observed { .. }))
+        .count();
+    assert_eq!(observations, observed);
+    let search = &core.specs[&experiment].search;
+    let (_, divergences) = Sweep::replay(search, &log).unwrap();
+    assert!(divergences.is_empty(), "{divergences:?}");
+    // Suggestion ids replay whatever the configurations, so the configurations
+    // themselves are compared: a searcher fed the log asks what the trials ran.
+    let replayed_configs = |ops: &[SweepOp]| {
+        let space = xp_runtime::spec::SearchSpace::from_spec(&search.space).unwrap();
+        let mut searcher = xp_tune::search::make_searcher(
+            xp_tune::search::SearchAlgorithm::from_spec(search),
+            &space,
+            search.seed,
+        );
+        let mut configs = Vec::new();
+        for op in ops {
+            match op {
+                SweepOp::Asked { .. } => {
+                    let config = searcher.ask().unwrap().config;
+                    configs.push(serde_json::to_value(config).unwrap()["x"].as_f64().unwrap());
+                }
+                SweepOp::Told {
+                    suggestion,
+                    objective,
+                } => searcher.tell(*suggestion, *objective),
+                SweepOp::Forgot { suggestion } => searcher.forget(*suggestion),
+                SweepOp::Observed {
+                    suggestion,
+                    step,
+                    objective,
+                } => {
+                    searcher.observe(*suggestion, *step, *objective);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        configs
+    };
+    // Within an ulp or two: serde_json's default float parsing may round the
+    // last digit of a trial's configuration differently.
+    let same = |left: &[f64], right: &[f64]| {
+        left.len() == right.len()
+            && left
+                .iter()
+                .zip(right)
+                .all(|(left, right)| (left - right).abs() <= 1e-12)
+    };
+    let replayed = replayed_configs(&log);
+    assert!(same(&replayed, &xs), "{replayed:?} against {xs:?}");
+    let without: Vec<SweepOp> = log
+        .iter()
+        .filter(|op| !matches!(op, SweepOp::Observed { .. }))
+        .cloned()
+        .collect();
+    assert!(
+        !same(&replayed_configs(&without), &xs),
+        "the model's asks need the results"
+    );
+    core.check_invariants();
+}

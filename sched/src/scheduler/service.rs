@@ -1,0 +1,421 @@
+//! Attained service: how much GPU time each trial has received, the discrete
+//! levels it falls in, promotion of long waiters back to level 0, when a trial
+//! with no room lets smaller work pass, and the checkpoints that bound what a
+//! victim would lose.
+//!
+//! The core is the one owner of attained service: it adds a run's GPU time
+//! (its gang's GPUs × the time it held them) when the run stops
+//! ([`PolicyCore::requeue`]), so no caller reports it, and a placed trial's
+//! current run counts as it goes (`Trial::attained_at`). Only the head's
+//! restarts need [`PolicyCore::add_past_service`]. A waiting trial's level is
+//! fixed while it waits (its service does not change) except for promotion,
+//! which happens at the start of a pass for every trial whose promotion time
+//! (`waiting_since` + `promote_after` × the time it has run) has come; so the
+//! level can be part of a waiting trial's index key.
+//!
+//! Checkpoint times come from the caller ([`PolicyCore::note_checkpoint`]) and
+//! live in the placement they belong to, so a new run starts with none.
+//! Nothing here chooses victims or orders lanes; `preemption` and `lanes` ask.
+
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::TrialId;
+
+use super::PolicyCore;
+use super::trial::{Standing, Trial};
+use crate::PolicyConfig;
+use crate::config::Order;
+
+/// A trial's attained service, for views and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttainedService {
+    /// GPU-milliseconds received (GPU thousandths × milliseconds / 1000).
+    pub gpu_ms: u64,
+    /// Its level now (0 without `attained_service`).
+    pub level: u8,
+    /// When its current run last checkpointed, as reported.
+    pub last_checkpoint: Option<UnixMillis>,
+}
+
+/// The level edges of a policy in GPU-milliseconds: none without
+/// `attained_service`, or under `order: fifo`, which ignores it.
+pub(super) fn las_thresholds(config: &PolicyConfig) -> Vec<u64> {
+    match &config.attained_service {
+        Some(las) if config.order != Order::Fifo => las.thresholds_gpu_ms(),
+        _ => Vec::new(),
+    }
+}
+
+impl PolicyCore {
+    /// A placed trial's worker stored a checkpoint at `at`: a preemption from
+    /// now on loses only the work since. False if it is not placed (a late
+    /// report of an earlier run) or `at` is before its current run.
+    pub fn note_checkpoint(&mut self, trial: TrialId, at: UnixMillis) -> bool {
+        let Some(Standing::Placed(placed)) =
+            self.trials.get_mut(&trial).map(|entry| &mut entry.standing)
+        else {
+            return false;
+        };
+        if at < placed.started_at {
+            return false;
+        }
+        // Not part of the index: what a victim would lose is computed when
+        // victims are chosen.
+        placed.last_checkpoint = Some(placed.last_checkpoint.map_or(at, |last| last.max(at)));
+        true
+    }
+
+    /// The GPU time a trial has received up to `now` (GPU-milliseconds, over
+    /// all its runs since the core has known it), its attained-service level
+    /// and when its current run last checkpointed. `None` for unknown trials.
+    pub fn attained_service(&self, trial: TrialId, now: UnixMillis) -> Option<AttainedService> {
+        let entry = self.trials.get(&trial)?;
+        let gpu_ms = entry.attained_at(now);
+        let last_checkpoint = match &entry.standing {
+            Standing::Placed(placed) => placed.last_checkpoint,
+            Standing::Waiting | Standing::Held => None,
+        };
+        Some(AttainedService {
+            gpu_ms,
+            level: self.level_of(gpu_ms.saturating_sub(entry.level_base_gpu_ms)),
+            last_checkpoint,
+        })
+    }
+
+    /// Gives a trial the service of runs the core did not see (the head
+    /// restarted): GPU-milliseconds and wall time run in earlier attempts.
+    /// False if the trial is unknown.
+    pub fn add_past_service(&mut self, trial: TrialId, gpu_ms: u64, run_ms: u64) -> bool {
+        let Some(mut entry) = self.trials.remove(&trial) else {
+            return false;
+        };
+        self.index.remove(trial, &entry);
+        entry.attained_gpu_ms = entry.attained_gpu_ms.saturating_add(gpu_ms);
+        entry.run_ms = entry.run_ms.saturating_add(run_ms);
+        if !matches!(entry.standing, Standing::Placed(_)) {
+            self.set_level(&mut entry);
+        }
+        self.index.insert(trial, &entry);
+        self.trials.insert(trial, entry);
+        true
+    }
+
+    /// Waiting trials whose wait has passed their promotion time go to the
+    /// front of level 0 (FIFO among themselves, whatever their size), their
+    /// service counted afresh from here.
+    pub(super) fn promote_due(&mut self, now: UnixMillis) {
+        while let Some(&(at, id)) = self.index.promotions.first() {
+            if at > now {
+                break;
+            }
+            let promoted = self.change(id, |trial| {
+                trial.level_base_gpu_ms = trial.attained_gpu_ms;
+                trial.level = 0;
+                trial.size_key = 0;
+                trial.promote_at = None;
+            });
+            if promoted.is_none() {
+                // Cannot happen (the index holds only known trials); never loop.
+                self.index.promotions.remove(&(at, id));
+            }
+        }
+    }
+
+    /// The attained-service level of `service` GPU-milliseconds above a
+    /// trial's base: how many thresholds it has passed (0 without
+    /// `attained_service`).
+    pub(super) fn level_of(&self, service: u64) -> u8 {
+        let passed = self.las_thresholds.partition_point(|edge| *edge <= service);
+        u8::try_from(passed).unwrap_or(u8::MAX)
+    }
+
+    /// Sets a trial's level and promotion time from its service, as it
+    /// (re)enters the waiting line or the policy changes; call inside
+    /// `change` (or before the trial enters the index).
+    pub(super) fn set_level(&self, trial: &mut Trial) {
+        trial.level = self.level_of(
+            trial
+                .attained_gpu_ms
+                .saturating_sub(trial.level_base_gpu_ms),
+        );
+        // `fifo` ignores attained service altogether.
+        let las = (self.config.order != Order::Fifo)
+            .then_some(self.config.attained_service.as_ref())
+            .flatten();
+        let promote_after = las.map_or(0, |las| las.promote_after);
+        trial.size_key = if las.is_some_and(|las| las.smallest_first) {
+            trial.demand[0]
+        } else {
+            0
+        };
+        let reserve_after = las.map(|las| las.reserve_after_ms);
+        trial.promote_after_set(promote_after, reserve_after);
+    }
+
+    /// Whether a trial with no room lets the trials behind it go on: under
+    /// `attained_service` (not `fifo`), until it has waited `reserve_after`
+    /// since it was last queued.
+    pub(super) fn skips_ahead(&self, id: TrialId, now: UnixMillis) -> bool {
+        let Some(las) = &self.config.attained_service else {
+            return false;
+        };
+        self.config.order != Order::Fifo
+            && self
+                .trials
+                .get(&id)
+                .is_some_and(|trial| now.saturating_sub(trial.waiting_since) < las.reserve_after_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use xp_runtime::ids::{ExperimentId, NodeId};
+
+    use super::*;
+    use crate::{Amount, Decision, GangShape, NodeSpec, PreemptReason, TrialRequest, WaitReason};
+
+    const MINUTE: u64 = 60_000;
+    const HOUR: u64 = 60 * MINUTE;
+
+    fn id(index: u32) -> TrialId {
+        TrialId {
+            experiment: ExperimentId { digest: 3, run: 1 },
+            index,
+        }
+    }
+
+    /// One worker of `gpus` GPUs at priority `priority`, submitted at `at`.
+    fn request(index: u32, gpus: u64, priority: i64, at: UnixMillis) -> TrialRequest {
+        TrialRequest {
+            id: id(index),
+            team: "t".to_owned(),
+            queue: None,
+            priority,
+            gang: GangShape {
+                workers: 1,
+                per_worker: Amount {
+                    gpu_milli: gpus * 1000,
+                    cpu_milli: 1000,
+                    memory_bytes: 1 << 30,
+                },
+                gpu_models: Vec::new(),
+                node_labels: BTreeMap::new(),
+                spread: false,
+                leases: BTreeMap::new(),
+                oversubscribe: false,
+            },
+            preemptible: true,
+            time_limit_ms: None,
+            submitted_at: at,
+            urgency: 0,
+        }
+    }
+
+    fn core(yaml: &str, gpus: u32) -> PolicyCore {
+        let mut core = PolicyCore::new(PolicyConfig::from_yaml(yaml).unwrap());
+        core.upsert_node(NodeSpec {
+            id: NodeId(uuid::Uuid::from_u128(1)),
+            gpus,
+            gpu_model: None,
+            cpu_milli: 64_000,
+            memory_bytes: 256 << 30,
+            labels: BTreeMap::new(),
+        });
+        core
+    }
+
+    fn submit(core: &mut PolicyCore, index: u32, gpus: u64, priority: i64, at: UnixMillis) {
+        core.submit(request(index, gpus, priority, at), at).unwrap();
+    }
+
+    /// Decides at `now`, checks the invariants, and returns the placed and
+    /// the preempted trials.
+    fn decide(core: &mut PolicyCore, now: UnixMillis) -> (Vec<u32>, Vec<(u32, PreemptReason)>) {
+        let decisions = core.decide(now);
+        core.check_invariants().unwrap();
+        let mut placed = Vec::new();
+        let mut preempted = Vec::new();
+        for decision in decisions {
+            match decision {
+                Decision::Place { trial, .. } => placed.push(trial.index),
+                Decision::Preempt { trial, reason, .. } => preempted.push((trial.index, reason)),
+                Decision::Resize { .. } => {}
+            }
+        }
+        (placed, preempted)
+    }
+
+    const LAS: &str = "attained_service: {thresholds_gpu_hours: [1], promote_after: 0}\n";
+
+    #[test]
+    fn less_served_trials_go_first_and_fifo_ignores_service() {
+        for (order, first) in [("fair", 2), ("priority", 2), ("fifo", 1)] {
+            let mut core = core(&format!("{LAS}order: {order}\n"), 1);
+            submit(&mut core, 1, 1, 0, 0);
+            assert_eq!(decide(&mut core, 0).0, vec![1]);
+            // Two hours on one GPU: two GPU-hours, past the 1 GPU-hour edge.
+            assert!(core.requeue(id(1), 2 * HOUR));
+            let service = core.attained_service(id(1), 2 * HOUR).unwrap();
+            assert_eq!(service.gpu_ms, 2 * HOUR);
+            assert_eq!(service.level, u8::from(order != "fifo"));
+            submit(&mut core, 2, 1, 0, 2 * HOUR + 1);
+            assert_eq!(decide(&mut core, 3 * HOUR).0, vec![first], "order {order}");
+            let other = 3 - first;
+            assert!(core.finish(id(first), 4 * HOUR, true));
+            assert_eq!(decide(&mut core, 4 * HOUR).0, vec![other]);
+        }
+    }
+
+    #[test]
+    fn priority_still_beats_levels() {
+        let mut core = core(LAS, 1);
+        submit(&mut core, 1, 1, 100, 0);
+        decide(&mut core, 0);
+        assert!(core.requeue(id(1), 3 * HOUR));
+        submit(&mut core, 2, 1, 0, 3 * HOUR);
+        assert_eq!(decide(&mut core, 3 * HOUR).0, vec![1]);
+    }
+
+    #[test]
+    fn a_long_waiter_goes_back_to_level_zero() {
+        let mut core = core(
+            "attained_service: {thresholds_gpu_hours: [0.5], promote_after: 2}\n",
+            1,
+        );
+        submit(&mut core, 1, 1, 0, 0);
+        decide(&mut core, 0);
+        assert!(core.requeue(id(1), HOUR));
+        submit(&mut core, 2, 1, 0, HOUR + 1);
+        assert_eq!(decide(&mut core, HOUR + 1).0, vec![2]);
+        // Trial 1 ran an hour: it is promoted once it has waited two.
+        submit(&mut core, 3, 1, 0, 2 * HOUR);
+        core.finish(id(2), 2 * HOUR + 30 * MINUTE, true);
+        assert_eq!(decide(&mut core, 2 * HOUR + 30 * MINUTE).0, vec![3]);
+        submit(&mut core, 4, 1, 0, 3 * HOUR - 1);
+        core.finish(id(3), 3 * HOUR + 1, true);
+        assert_eq!(decide(&mut core, 3 * HOUR + 1).0, vec![1]);
+        let service = core.attained_service(id(1), 3 * HOUR + 1).unwrap();
+        assert_eq!((service.gpu_ms, service.level), (HOUR, 0));
+    }
+
+    #[test]
+    fn a_gang_without_room_lets_smaller_work_pass_until_reserve_after() {
+        for backfill in [false, true] {
+            let mut core = core(
+                &format!("attained_service: {{reserve_after: 1h}}\nbackfill: {backfill}\n"),
+                2,
+            );
+            submit(&mut core, 1, 1, 0, 0);
+            decide(&mut core, 0);
+            submit(&mut core, 2, 2, 0, MINUTE);
+            submit(&mut core, 3, 1, 0, 2 * MINUTE);
+            // The gang has no room; the small trial behind it starts.
+            assert_eq!(decide(&mut core, 3 * MINUTE).0, vec![3]);
+            assert_eq!(core.wait_reason(id(2)), Some(WaitReason::GangDoesNotFit));
+            core.finish(id(3), 30 * MINUTE, true);
+            submit(&mut core, 4, 1, 0, 30 * MINUTE);
+            assert_eq!(decide(&mut core, 30 * MINUTE).0, vec![4]);
+            // After an hour of waiting the gang holds the line.
+            core.finish(id(4), 2 * HOUR, true);
+            submit(&mut core, 5, 1, 0, 2 * HOUR);
+            assert!(
+                decide(&mut core, 2 * HOUR).0.is_empty(),
+                "backfill {backfill}"
+            );
+            core.finish(id(1), 3 * HOUR, true);
+            assert_eq!(decide(&mut core, 3 * HOUR).0, vec![2]);
+        }
+    }
+
+    const SERVICE_PREEMPTION: &str = "attained_service: {thresholds_gpu_hours: [1]}\n\
+        preemption: {grace_period: 30s, min_run_time: 1m, max_loss: 30m}\n";
+
+    #[test]
+    fn more_served_work_is_preempted_only_within_max_loss() {
+        for checkpointed in [true, false] {
+            let mut core = core(SERVICE_PREEMPTION, 1);
+            submit(&mut core, 1, 1, 0, 0);
+            decide(&mut core, 0);
+            if checkpointed {
+                assert!(core.note_checkpoint(id(1), 110 * MINUTE));
+            }
+            submit(&mut core, 2, 1, 0, 2 * HOUR);
+            let (placed, preempted) = decide(&mut core, 2 * HOUR);
+            assert!(placed.is_empty());
+            if checkpointed {
+                assert_eq!(
+                    preempted,
+                    vec![(
+                        1,
+                        PreemptReason::LessService {
+                            by: id(2),
+                            level: 0,
+                            victim_level: 1
+                        }
+                    )]
+                );
+            } else {
+                // Two hours of work lost is more than the bet is worth.
+                assert!(preempted.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn equal_levels_are_not_preempted_for_service() {
+        let mut core = core(SERVICE_PREEMPTION, 1);
+        submit(&mut core, 1, 1, 0, 0);
+        decide(&mut core, 0);
+        core.note_checkpoint(id(1), 50 * MINUTE);
+        submit(&mut core, 2, 1, 0, 55 * MINUTE);
+        // Trial 1 has 55 GPU-minutes: still level 0, like trial 2.
+        assert_eq!(decide(&mut core, 55 * MINUTE), (vec![], vec![]));
+    }
+
+    const PRIORITY_PREEMPTION: &str =
+        "order: priority\npreemption: {grace_period: 30s, min_run_time: 1m, max_loss: 30m}\n";
+
+    #[test]
+    fn the_victim_that_checkpointed_last_goes_first() {
+        let mut core = core(PRIORITY_PREEMPTION, 2);
+        submit(&mut core, 1, 1, 0, 0);
+        decide(&mut core, 0);
+        submit(&mut core, 2, 1, 0, 10 * MINUTE);
+        decide(&mut core, 10 * MINUTE);
+        // Trial 1 checkpointed 10 minutes ago; trial 2, started later, never.
+        assert!(core.note_checkpoint(id(1), 50 * MINUTE));
+        assert!(!core.note_checkpoint(id(7), 50 * MINUTE));
+        submit(&mut core, 3, 1, 100, HOUR);
+        let (_, preempted) = decide(&mut core, HOUR);
+        assert_eq!(preempted.len(), 1);
+        assert_eq!(preempted[0].0, 1);
+        // A checkpoint of an earlier run does not count for the next one.
+        assert!(core.requeue(id(1), HOUR + MINUTE));
+        assert!(!core.note_checkpoint(id(1), HOUR));
+    }
+
+    #[test]
+    fn max_loss_passes_over_a_costly_victim_of_lower_priority() {
+        for (limit, victim) in [("max_loss: 30m", 2), ("", 1)] {
+            let yaml = format!(
+                "order: priority\npreemption: {{grace_period: 30s, min_run_time: 1m{}}}\n",
+                if limit.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {limit}")
+                }
+            );
+            let mut core = core(&yaml, 2);
+            submit(&mut core, 1, 1, 0, 0);
+            submit(&mut core, 2, 1, 50, 0);
+            decide(&mut core, 0);
+            // Trial 1 would lose two hours, trial 2 five minutes.
+            core.note_checkpoint(id(2), 115 * MINUTE);
+            submit(&mut core, 3, 1, 100, 2 * HOUR);
+            let (_, preempted) = decide(&mut core, 2 * HOUR);
+            let victims: Vec<u32> = preempted.iter().map(|(trial, _)| *trial).collect();
+            assert_eq!(victims, vec![victim], "{limit:?}");
+        }
+    }
+}
