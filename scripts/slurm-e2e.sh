@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end test of xp on real Slurm (Debian's slurmctld and slurmd, with munge)
-# on 127.0.0.1, run by .ci/run:
+# on 127.0.0.1, run by scripts/test.sh (the README's test command, which .ci/run calls):
 #   1. `sbatch examples/slurm/cluster.sbatch`: a head and a node inside one job
 #      run a sweep to its end; every trial ran on the job's node, which offered
 #      the job's GPUs (two stand-in GRES GPUs), CPUs and memory.

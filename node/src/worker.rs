@@ -56,6 +56,17 @@ use crate::worker_log::{self, LogCap, LogSender};
 
 /// How long a worker has between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a worker that ended on SIGTERM, which nobody on the node sent, waits
+/// for the node to notice a drain (the same signal reaching it).
+const SIGTERM_DRAIN_WAIT: Duration = Duration::from_secs(1);
+
+/// Whether a worker ended on SIGTERM: killed by it, or exiting 143 (128 + 15), as
+/// shells and the SDK do on it.
+fn ended_on_sigterm(status: &std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal() == Some(libc::SIGTERM) || status.code() == Some(128 + libc::SIGTERM)
+}
 /// The longest grace the head may ask for (a preempted trial checkpointing).
 pub const MAX_KILL_GRACE: Duration = Duration::from_secs(600);
 
@@ -263,6 +274,16 @@ pub async fn supervise(
     let status = tokio::select! {
         status = child.wait() => {
             let succeeded = status.as_ref().is_ok_and(std::process::ExitStatus::success);
+            // Slurm signals every process of the job at once, so a worker may die
+            // of the job's SIGTERM a moment before the node's own signal task marks
+            // the drain; such a worker waits a little for it, or it would count as
+            // a failure and use a retry.
+            if !succeeded
+                && !node_draining.is_cancelled()
+                && status.as_ref().is_ok_and(ended_on_sigterm)
+            {
+                let _ = tokio::time::timeout(SIGTERM_DRAIN_WAIT, node_draining.cancelled()).await;
+            }
             if node_draining.is_cancelled() && !succeeded {
                 info!(worker = %key, "worker ended while the node drains; reported stopped");
                 stopped_because = Some("node draining (the worker ended on its job's signal)".to_owned());
@@ -455,6 +476,9 @@ async fn spawn(
     let mut process = tokio::process::Command::new(&command.program);
     process
         .args(&command.args)
+        // A credential in the node's own environment (a user's `XP_CLUSTER`, which
+        // `sbatch` and `srun` pass on) must never reach trial code.
+        .env_remove("XP_CLUSTER")
         .envs(worker_env(launch))
         .envs(command.extra_env.iter().cloned())
         .env("XP_WORK_DIR", &command.work_dir)
@@ -658,5 +682,24 @@ async fn pump(mut reader: impl AsyncRead + Unpin, log: LogSender, mut trial: Opt
         && let Some(text) = lines.finish().and_then(|line| trial.wanted(line))
     {
         trial.handle(&text, &log).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::ExitStatus;
+
+    use super::ended_on_sigterm;
+
+    #[test]
+    fn sigterm_endings_are_recognised() {
+        // A raw wait status: the low 7 bits are the killing signal, the next
+        // byte the exit code.
+        assert!(ended_on_sigterm(&ExitStatus::from_raw(libc::SIGTERM)));
+        assert!(ended_on_sigterm(&ExitStatus::from_raw(143 << 8)));
+        assert!(!ended_on_sigterm(&ExitStatus::from_raw(libc::SIGKILL)));
+        assert!(!ended_on_sigterm(&ExitStatus::from_raw(1 << 8)));
+        assert!(!ended_on_sigterm(&ExitStatus::from_raw(0)));
     }
 }

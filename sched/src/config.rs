@@ -33,8 +33,11 @@
 //! (`TrialRequest`'s gang with `oversubscribe`) are placed at their share
 //! divided by the factor (rounded up, [`crate::oversubscribed_charge`]), so a
 //! GPU is promised up to that many times its capacity, betting that they do
-//! not all fill their memory at once; the node evicts the youngest of them
-//! through its checkpoint before the GPU's memory runs out. Workers that did not
+//! not all fill their memory at once; the youngest of them is to be evicted
+//! through its checkpoint before the GPU's memory runs out. Only `xp sim` sets
+//! `oversubscribe` and evicts so far (`sim::gpu_memory`); the head submits every
+//! gang without it, and the node has the rule (`telemetry::eviction`) but does
+//! not run it yet. Workers that did not
 //! opt in are placed at their share, so what they share is never promised
 //! beyond the whole GPU to them; whole-GPU workers never share. A trial is
 //! charged at the factor in force when it is submitted.

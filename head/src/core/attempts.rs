@@ -6,7 +6,8 @@
 //! decide nothing about placement. An attempt that fails through the trial's own
 //! fault uses a retry (`max_retries`); one lost through no fault of the trial (a
 //! node lost, restarted or refusing) is requeued without one, up to
-//! `MAX_REQUEUES` times so that a trial that kills its nodes cannot loop.
+//! `MAX_REQUEUES` times in a row without a new checkpoint (each new one starts the
+//! count again), so that a trial that kills its nodes cannot loop.
 //!
 //! Invariants: a trial has at most one live attempt; ending an attempt frees its
 //! `MASTER_PORT` and stops its remaining workers; a worker's resources are given

@@ -91,6 +91,10 @@ impl HeadCore {
         let held = checkpoints.len();
         checkpoints.retain(|old| !(old.attempt == record.attempt && old.step == record.step));
         if checkpoints.len() == held {
+            // A new checkpoint is progress: the bound on requeues is for a trial
+            // that kills its nodes without getting anywhere, not for one drained
+            // at every Slurm job's end and resumed from its checkpoint each time.
+            trial.requeues = 0;
             self.tally.checkpoints += 1;
             self.tally.checkpoint_bytes = self.tally.checkpoint_bytes.saturating_add(bytes);
         }

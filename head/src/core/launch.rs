@@ -110,6 +110,18 @@ pub(super) enum LaunchError {
 }
 
 impl HeadCore {
+    /// A gang placed but not launched waits again. Usually the trial is already
+    /// `Queued`; a resized gang relaunching is still `Preempting` and must become
+    /// `Queued` too, or the head would hold it `Preempting` with no attempt while
+    /// the policy has it waiting, and settling would drop it.
+    fn requeue_unlaunched(&mut self, now: UnixMillis, trial_id: TrialId, why: &str) {
+        self.policy.requeue(trial_id, now);
+        self.policy_stale = true;
+        if self.trials[&trial_id].state != TrialState::Queued {
+            self.transition(now, trial_id, TrialState::Queued, why.to_owned());
+        }
+    }
+
     /// Starts the gang the policy core placed: one worker per placement, in rank order.
     pub(super) fn launch(&mut self, now: UnixMillis, trial_id: TrialId, slots: &[WorkerPlacement]) {
         let Some(first) = slots.first() else {
@@ -117,15 +129,17 @@ impl HeadCore {
         };
         if self.awaiting_newest_checkpoint(now, trial_id) {
             debug!(%trial_id, "waiting for nodes to return with the newest checkpoint");
-            self.policy.requeue(trial_id, now);
-            self.policy_stale = true;
+            self.requeue_unlaunched(
+                now,
+                trial_id,
+                "waits for the node holding its newest checkpoint",
+            );
             return;
         }
         let master_host = self.nodes[&first.node].address.clone();
         let Some(master_port) = self.master_ports.reserve(&master_host) else {
             warn!(host = %master_host, "no free MASTER_PORT left on this host");
-            self.policy.requeue(trial_id, now);
-            self.policy_stale = true;
+            self.requeue_unlaunched(now, trial_id, "no free MASTER_PORT on its first node");
             return;
         };
         let number = self.trials[&trial_id].attempts.len() as u32 + 1;

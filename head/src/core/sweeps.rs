@@ -60,6 +60,19 @@ fn stopping_rule(spec: &ExperimentSpec) -> Option<Box<dyn StoppingRule>> {
 }
 
 /// The factor that turns a metric into an objective to minimise.
+/// The mean of finite replicate values, `None` when there are none or when the
+/// mean itself is not finite: two replicates of `1e308` sum past `f64::MAX`, and
+/// a non-finite objective must never reach the sweep log, which is JSON (no
+/// infinity) and would make the experiment's record unreadable at the next start.
+fn finite_mean(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let count = values.len() as f64;
+    let mean: f64 = values.iter().map(|value| value / count).sum();
+    mean.is_finite().then_some(mean)
+}
+
 fn objective_sign(mode: Mode) -> f64 {
     if mode == Mode::Max { -1.0 } else { 1.0 }
 }
@@ -173,10 +186,7 @@ impl SweepState {
                             })
                             .filter(|value| value.is_finite())
                             .collect();
-                        (!values.is_empty()).then(|| {
-                            objective_sign(objective.mode) * values.iter().sum::<f64>()
-                                / values.len() as f64
-                        })
+                        finite_mean(&values).map(|mean| objective_sign(objective.mode) * mean)
                     })
                     .collect();
                 ops.push((experiment, sweep.settle_objectives(suggestion, objectives)));
@@ -201,8 +211,7 @@ impl SweepState {
                         .collect()
                 })
                 .unwrap_or_default();
-            let objective = (!values.is_empty())
-                .then(|| sign * values.iter().sum::<f64>() / values.len() as f64);
+            let objective = finite_mean(&values).map(|mean| sign * mean);
             ops.push((experiment, sweep.settle(suggestion, objective)));
         }
         (ops, touched)
@@ -437,5 +446,20 @@ impl HeadCore {
     pub fn replay_metrics(&mut self, records: &[MetricRecord]) {
         self.sweep_state
             .replay_metrics(records, &self.specs, &self.trials);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::finite_mean;
+
+    #[test]
+    fn replicate_means_stay_finite_or_are_dropped() {
+        // Summing first would overflow to infinity, which the JSON sweep log
+        // cannot hold.
+        assert_eq!(finite_mean(&[1e308, 1e308]), Some(1e308));
+        assert_eq!(finite_mean(&[f64::MAX, f64::MAX]), Some(f64::MAX));
+        assert_eq!(finite_mean(&[1.0, 2.0, 3.0]), Some(2.0));
+        assert_eq!(finite_mean(&[]), None);
     }
 }

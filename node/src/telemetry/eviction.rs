@@ -8,8 +8,9 @@
 //! without using a retry): the youngest has lost the least work and is the most
 //! likely to be the one whose growth tipped the GPU over.
 //!
-//! Pure: samples in, decisions out, so that it is tested without a GPU; the
-//! telemetry sampler feeds it from NVML where NVML exists.
+//! Pure: samples in, decisions out, so that it is tested without a GPU. Not yet
+//! called by the agent or the telemetry sampler: no launch says yet that a
+//! worker oversubscribes.
 
 use std::collections::BTreeSet;
 

@@ -58,14 +58,17 @@ fn default_reference(points: &[Vec<f64>], objectives: usize) -> Option<Vec<f64>>
             .map(|axis| {
                 let worst = points.iter().map(|p| p[axis]).fold(f64::MIN, f64::max);
                 let best = points.iter().map(|p| p[axis]).fold(f64::MAX, f64::min);
+                // Halves first: `worst - best` overflows for values near ±f64::MAX.
                 let margin = if worst > best {
-                    0.1 * (worst - best)
+                    0.2 * (worst / 2.0 - best / 2.0)
                 } else if worst != 0.0 {
                     0.1 * worst.abs()
                 } else {
                     1.0
                 };
-                worst + margin
+                // Clamped so the reference stays finite (a sum past f64::MAX would
+                // make the whole front unreportable).
+                (worst + margin).min(f64::MAX)
             })
             .collect(),
     )
@@ -255,6 +258,23 @@ mod tests {
 
     fn close(left: f64, right: f64) -> bool {
         (left - right).abs() < 1e-9
+    }
+
+    #[test]
+    fn a_derived_reference_stays_finite_at_the_ends_of_the_range() {
+        // `worst - best` and `worst + margin` both overflow to infinity here,
+        // which would make the reference invalid and the front unreportable.
+        let candidates = vec![
+            (0, vec![Some(1e308), Some(-1e308)]),
+            (1, vec![Some(-1e308), Some(1e308)]),
+        ];
+        let summary = summarize_front(&candidates, &[false, false], None).unwrap();
+        let reference = summary.reference.as_deref().unwrap();
+        assert!(
+            reference.iter().all(|value| value.is_finite()),
+            "{reference:?}"
+        );
+        assert_eq!(summary.front.len(), 2);
     }
 
     #[test]
