@@ -31,7 +31,8 @@ if ! python3 -m venv "$py_venv" >/dev/null 2>&1; then
   rm -rf "$py_venv"
   python3 -m venv "$py_venv"
 fi
-"$py_venv/bin/pip" install -q --disable-pip-version-check "pytest>=7.4"
+# pandas too, so that `Results.to_pandas()` is tested, not skipped.
+"$py_venv/bin/pip" install -q --disable-pip-version-check "pytest>=7.4" pandas
 MATURIN_PEP517_ARGS="--profile dev" "$py_venv/bin/pip" install -q --disable-pip-version-check ./python
 XP_BIN_DIR="$PWD/target/debug" "$py_venv/bin/pytest" -q -rs python/tests 2>&1 | tee -a "$log"
 # ---------------------------------------------------------------------------

@@ -226,6 +226,50 @@ impl HeadCore {
         }
     }
 
+    /// Stops a trial's live gang so that it checkpoints: every node holding one of
+    /// its workers gets a `Kill` with `grace_ms`, and the trial is `Preempting`
+    /// until they are gone (see `preempted_worker_gone`). Preemption and resizing
+    /// both stop a gang this way.
+    fn stop_to_checkpoint(
+        &mut self,
+        now: UnixMillis,
+        trial_id: TrialId,
+        why: String,
+        grace_ms: u64,
+    ) {
+        let Some(attempt) = self
+            .trials
+            .get(&trial_id)
+            .and_then(|trial| trial.attempts.last().filter(|attempt| attempt.is_live()))
+        else {
+            return;
+        };
+        let number = attempt.number;
+        let nodes: BTreeSet<NodeId> = attempt
+            .workers
+            .iter()
+            .filter(|worker| worker.state.holds_resources())
+            .map(|worker| worker.node)
+            .collect();
+        for node in nodes {
+            self.commands.push_back((
+                node,
+                HeadCommand::Kill {
+                    trial: trial_id,
+                    attempt: number,
+                    reason: why.clone(),
+                    grace_ms,
+                },
+            ));
+        }
+        self.transition(
+            now,
+            trial_id,
+            TrialState::Preempting,
+            format!("{why}; {} s to checkpoint", grace_ms / 1000),
+        );
+    }
+
     /// A placed, running trial that the policy chose to stop for other work: its
     /// workers get SIGTERM and `grace_ms` to checkpoint, and the trial returns to
     /// the queue once all are gone (see `preempted_worker_gone`).
@@ -246,16 +290,6 @@ impl HeadCore {
             return;
         }
         trial.preemptions += 1;
-        let Some(attempt) = trial.attempts.last().filter(|attempt| attempt.is_live()) else {
-            return;
-        };
-        let number = attempt.number;
-        let nodes: BTreeSet<NodeId> = attempt
-            .workers
-            .iter()
-            .filter(|worker| worker.state.holds_resources())
-            .map(|worker| worker.node)
-            .collect();
         let why = match reason {
             PreemptReason::HigherPriority { by, priority } => {
                 format!("preempted for {by} (priority {priority})")
@@ -271,23 +305,7 @@ impl HeadCore {
                 "preempted for {by}, which has received less GPU time (level {level}, this trial {victim_level})"
             ),
         };
-        for node in nodes {
-            self.commands.push_back((
-                node,
-                HeadCommand::Kill {
-                    trial: trial_id,
-                    attempt: number,
-                    reason: why.clone(),
-                    grace_ms,
-                },
-            ));
-        }
-        self.transition(
-            now,
-            trial_id,
-            TrialState::Preempting,
-            format!("{why}; {} s to checkpoint", grace_ms / 1000),
-        );
+        self.stop_to_checkpoint(now, trial_id, why, grace_ms);
     }
 
     /// A worker of a preempting attempt is gone; once the last one is, the attempt
@@ -345,43 +363,17 @@ impl HeadCore {
         let Some(trial) = self.trials.get(&trial_id) else {
             return;
         };
-        let Some(attempt) = trial.attempts.last().filter(|attempt| attempt.is_live()) else {
-            return;
-        };
         if !matches!(
             trial.state,
             TrialState::Placed | TrialState::Starting | TrialState::Running
         ) {
             return;
         }
-        let number = attempt.number;
-        let nodes: BTreeSet<NodeId> = attempt
-            .workers
-            .iter()
-            .filter(|worker| worker.state.holds_resources())
-            .map(|worker| worker.node)
-            .collect();
         let why = format!(
             "resizing from {from} to {to} workers: {}",
             resize_why(reason)
         );
-        for node in nodes {
-            self.commands.push_back((
-                node,
-                HeadCommand::Kill {
-                    trial: trial_id,
-                    attempt: number,
-                    reason: why.clone(),
-                    grace_ms,
-                },
-            ));
-        }
-        self.transition(
-            now,
-            trial_id,
-            TrialState::Preempting,
-            format!("{why}; {} s to checkpoint", grace_ms / 1000),
-        );
+        self.stop_to_checkpoint(now, trial_id, why, grace_ms);
     }
 
     /// Takes a trial that the registry shows running (after a head restart) back

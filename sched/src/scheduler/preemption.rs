@@ -306,18 +306,15 @@ impl PolicyCore {
 
     /// What stopping `victim` at `now` costs, in preference order.
     fn victim_cost(&self, victim: TrialId, now: UnixMillis) -> VictimCost {
-        let Some(trial) = self.trials.get(&victim) else {
-            return (
-                true,
-                i64::MAX,
-                Reverse(0),
-                u128::MAX,
-                Reverse(0),
-                Reverse(0),
-                victim,
-            );
-        };
-        let Standing::Placed(placed) = &trial.standing else {
+        // A trial that is gone or not placed costs the most: it is tried last.
+        let Some((trial, placed)) =
+            self.trials
+                .get(&victim)
+                .and_then(|trial| match &trial.standing {
+                    Standing::Placed(placed) => Some((trial, placed)),
+                    _ => None,
+                })
+        else {
             return (
                 true,
                 i64::MAX,
