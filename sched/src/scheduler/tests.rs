@@ -235,38 +235,50 @@ fn strict_head_of_line_blocks_and_skip_passes() {
     }
 }
 
+/// On one GPU under `order: priority`: trial 1 waits from time 0 behind trial 0,
+/// `newcomer` (trial 2) arrives three hours later as trial 0 finishes; which of
+/// the two starts first, with aging (100 an hour) or without.
+fn first_after_three_hours(aging: bool, newcomer: TrialRequest) -> TrialId {
+    let yaml = if aging {
+        "order: priority\naging: {rate_per_hour: 100, cap: 1000}\n"
+    } else {
+        "order: priority\n"
+    };
+    let mut core = core_yaml(yaml, &[1]);
+    must_submit(&mut core, req(0, 1));
+    assert_eq!(placed(&must_decide(&mut core, 0)), vec![id(0)]);
+    must_submit(
+        &mut core,
+        TrialRequest {
+            submitted_at: 0,
+            ..req(1, 1)
+        },
+    );
+    must_submit(
+        &mut core,
+        TrialRequest {
+            submitted_at: 3 * HOUR,
+            ..newcomer
+        },
+    );
+    core.finish(id(0), 3 * HOUR, true);
+    let started = placed(&must_decide(&mut core, 3 * HOUR));
+    assert_eq!(started.len(), 1, "aging {aging}: {started:?}");
+    started[0]
+}
+
 #[test]
 fn aging_lets_a_low_priority_trial_pass() {
+    // By three hours the old trial has aged by 300, past the newcomer's 100.
     for (aging, expected_first) in [(true, id(1)), (false, id(2))] {
-        let yaml = if aging {
-            "order: priority\naging: {rate_per_hour: 100, cap: 1000}\n"
-        } else {
-            "order: priority\n"
+        let newcomer = TrialRequest {
+            priority: 100,
+            ..req(2, 1)
         };
-        let mut core = core_yaml(yaml, &[1]);
-        must_submit(&mut core, req(0, 1));
-        assert_eq!(placed(&must_decide(&mut core, 0)), vec![id(0)]);
-        must_submit(
-            &mut core,
-            TrialRequest {
-                submitted_at: 0,
-                ..req(1, 1)
-            },
-        );
-        // Three hours later a higher-priority trial arrives; the old one has aged
-        // by 300 by then, past the newcomer's 100.
-        must_submit(
-            &mut core,
-            TrialRequest {
-                priority: 100,
-                submitted_at: 3 * HOUR,
-                ..req(2, 1)
-            },
-        );
-        core.finish(id(0), 3 * HOUR, true);
         assert_eq!(
-            placed(&must_decide(&mut core, 3 * HOUR)),
-            vec![expected_first]
+            first_after_three_hours(aging, newcomer),
+            expected_first,
+            "aging {aging}"
         );
     }
 }
@@ -313,33 +325,13 @@ fn urgency_breaks_ties_of_equal_effective_priority_only() {
 #[test]
 fn aging_lifts_a_long_waiter_past_urgent_newcomers() {
     for (aging, expected_first) in [(true, id(1)), (false, id(2))] {
-        let yaml = if aging {
-            "order: priority\naging: {rate_per_hour: 100, cap: 1000}\n"
-        } else {
-            "order: priority\n"
+        let newcomer = TrialRequest {
+            urgency: 5,
+            ..req(2, 1)
         };
-        let mut core = core_yaml(yaml, &[1]);
-        must_submit(&mut core, req(0, 1));
-        assert_eq!(placed(&must_decide(&mut core, 0)), vec![id(0)]);
-        must_submit(
-            &mut core,
-            TrialRequest {
-                submitted_at: 0,
-                ..req(1, 1)
-            },
-        );
-        must_submit(
-            &mut core,
-            TrialRequest {
-                urgency: 5,
-                submitted_at: 3 * HOUR,
-                ..req(2, 1)
-            },
-        );
-        core.finish(id(0), 3 * HOUR, true);
         assert_eq!(
-            placed(&must_decide(&mut core, 3 * HOUR)),
-            vec![expected_first],
+            first_after_three_hours(aging, newcomer),
+            expected_first,
             "aging {aging}"
         );
     }
