@@ -75,9 +75,9 @@
 //!   by how much GPU time they have received so far (GPUs × seconds run, summed
 //!   over attempts; the core counts it from its own starts and stops, so no
 //!   duration is needed): `thresholds_gpu_hours` cut it into levels (two
-//!   thresholds, three levels; level 0 first), FIFO within a level
-//!   (`smallest_first: true` puts fewer GPUs first; off by default, as it can
-//!   starve a gang, see [`AttainedServiceConfig::smallest_first`]). A waiting
+//!   thresholds, three levels; level 0 first), FIFO within a level by
+//!   submission time made later by `delay_per_gpu` for each GPU beyond one
+//!   (smaller gangs first, by a bounded time, so none starves). A waiting
 //!   trial whose wait since it was last queued exceeds `promote_after` times the
 //!   time it has run goes back to level 0 (its service counts afresh from there),
 //!   so nothing starves; `0` turns promotion off. A gang with no room does not
@@ -92,7 +92,10 @@
 //!   its last checkpoint (all of its run when it never checkpointed). Victims are
 //!   chosen cheapest first (under the limit, then lowest priority, then least
 //!   GPU time lost, then most service received), so one over the limit is taken
-//!   only when no cheaper set makes room, and never for attained service alone.
+//!   only when no cheaper set makes room, never for attained service alone, and
+//!   only once the trial that needs the room has waited at least as long as the
+//!   GPU time the victim would lose (GPUs × unsaved run; after a day, whatever
+//!   it loses): until then it waits for work to end or checkpoint.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -429,16 +432,14 @@ pub struct AttainedServiceConfig {
         with = "duration_text"
     )]
     pub reserve_after_ms: u64,
-    /// Within a level, gangs asking for fewer GPUs go first (then FIFO):
-    /// with no duration known, the GPU time a trial will take is expected in
-    /// proportion to its GPUs. Off by default: the no-starvation property
-    /// test finds a gang it starves behind a stream of small trials.
-    #[serde(default = "default_smallest_first")]
-    pub smallest_first: bool,
-}
-
-fn default_smallest_first() -> bool {
-    false
+    /// Within a level, a trial queues as if submitted this much later for
+    /// each GPU it asks beyond one: with no duration known, the GPU time a
+    /// trial will take is expected to grow with its GPUs, so smaller gangs
+    /// go first, but only by a bounded time, so no gang starves behind a
+    /// stream of small trials. 0 is plain FIFO within a level; ignored
+    /// beside `aging`, which orders by the real submission time.
+    #[serde(rename = "delay_per_gpu", default, with = "duration_text")]
+    pub delay_per_gpu_ms: u64,
 }
 
 /// The most level edges of `attained_service`.
@@ -462,7 +463,7 @@ impl Default for AttainedServiceConfig {
             thresholds_gpu_hours: default_las_thresholds(),
             promote_after: default_promote_after(),
             reserve_after_ms: default_reserve_after_ms(),
-            smallest_first: default_smallest_first(),
+            delay_per_gpu_ms: 0,
         }
     }
 }
@@ -740,7 +741,10 @@ impl PolicyConfig {
                     max_loss_ms: Some(5 * 60_000),
                     ..PreemptionConfig::on()
                 },
-                attained_service: Some(AttainedServiceConfig::default()),
+                attained_service: Some(AttainedServiceConfig {
+                    delay_per_gpu_ms: 3_600_000,
+                    ..AttainedServiceConfig::default()
+                }),
                 placement: PlacementKind::FragmentationAware,
                 ..base
             },

@@ -32,7 +32,7 @@ queues:
 priority_classes: {low: 0, normal: 100, high: 1000}
 aging: {rate_per_hour: 10, cap: 500}
 preemption: {enabled: true, grace_period: 60s, min_run_time: 5m, max_loss: 30m}
-attained_service: {thresholds_gpu_hours: [0.5, 8], promote_after: 3, reserve_after: 90m, smallest_first: false}
+attained_service: {thresholds_gpu_hours: [0.5, 8], promote_after: 3, reserve_after: 90m, delay_per_gpu: 10m}
 placement: fragmentation_aware
 order: priority
 backfill: true
@@ -149,7 +149,10 @@ fn presets() {
     assert_eq!(default.preemption.max_loss_ms, Some(5 * 60_000));
     assert_eq!(
         default.attained_service,
-        Some(AttainedServiceConfig::default())
+        Some(AttainedServiceConfig {
+            delay_per_gpu_ms: 3_600_000,
+            ..AttainedServiceConfig::default()
+        })
     );
     assert_eq!(default.order, Order::Fair);
 }
@@ -161,7 +164,7 @@ fn attained_service_and_max_loss() {
         las.thresholds_gpu_hours == [0.5, 8.0]
             && las.promote_after == 3
             && las.reserve_after_ms == 90 * 60_000
-            && !las.smallest_first
+            && las.delay_per_gpu_ms == 10 * 60_000
             && las.thresholds_gpu_ms() == [1_800_000, 28_800_000]
             && config.preemption.max_loss_ms == Some(30 * 60_000)
     });

@@ -20,7 +20,10 @@
 //!   what blocks it, and not in a queue whose preemptions need an admin's
 //!   approval) give up their
 //!   highest ranks, never below their minimum and no more than needed: lowest
-//!   priority first, then the most recently resized. While such a shrink is in
+//!   priority first, then the most recently resized. A shrink restarts the
+//!   whole gang from its checkpoint, so under `max_loss` it obeys the same
+//!   rule as a preemption (`worth_its_loss`): one that would lose more waits
+//!   until the claimant has waited as long as the GPU time it would lose. While such a shrink is in
 //!   flight its beneficiary waits for it (`WaitingForPreemption`) instead of
 //!   preempting; once it is done the freed room is free like any other.
 //! - A resize is a [`Decision::Resize`]: the caller stops the gang through its
@@ -379,6 +382,7 @@ impl PolicyCore {
         };
         let priority = trial.request.priority;
         let demand = trial.demand;
+        let waited_ms = pass.now.saturating_sub(trial.waiting_since);
         let gang = trial.request.gang.clone();
         let strategy = self.strategy(id);
         let cutoff = pass
@@ -413,7 +417,8 @@ impl PolicyCore {
                     && placed.preempt_deadline.is_none()
                     && placed.started_pass != self.pass
                     && placed.started_at <= cutoff
-                    && placed.lost_nodes.is_empty())
+                    && placed.lost_nodes.is_empty()
+                    && self.worth_its_loss(waited_ms, pass.now, entry))
                 .then_some((
                     entry.request.priority,
                     std::cmp::Reverse(elastic.sized_at),
@@ -573,6 +578,7 @@ mod tests {
 
     const GIB: u64 = 1 << 30;
     const MINUTE: u64 = 60_000;
+    const HOUR: u64 = 60 * MINUTE;
 
     fn id(index: u32) -> TrialId {
         TrialId {
@@ -583,10 +589,14 @@ mod tests {
 
     /// One node of `gpus` GPUs, preemption after a minute's run with 30 s grace.
     fn core(gpus: u32) -> PolicyCore {
-        let config = PolicyConfig::from_yaml(
+        core_with(
             "order: priority\npreemption: {grace_period: 30s, min_run_time: 1m}\n",
+            gpus,
         )
-        .unwrap();
+    }
+
+    fn core_with(yaml: &str, gpus: u32) -> PolicyCore {
+        let config = PolicyConfig::from_yaml(yaml).unwrap();
         let mut core = PolicyCore::new(config);
         core.upsert_node(NodeSpec {
             id: NodeId(uuid::Uuid::from_u128(1)),
@@ -720,6 +730,26 @@ mod tests {
         assert!(decisions.iter().any(
             |decision| matches!(decision, Decision::Preempt { trial, .. } if *trial == id(0))
         ));
+    }
+
+    #[test]
+    fn a_shrink_that_would_lose_much_waits_like_a_preemption() {
+        let mut core = core_with(
+            "order: priority\npreemption: {grace_period: 30s, min_run_time: 1m, max_loss: 30m}\n",
+            4,
+        );
+        elastic(&mut core, 0, 2, 4, 0);
+        decide(&mut core, 0);
+        // An hour of unsaved work on four GPUs: not worth a minute's wait.
+        core.submit(request(1, 2, 100, HOUR), HOUR).unwrap();
+        assert!(decide(&mut core, HOUR + MINUTE).is_empty());
+        // Once it has checkpointed, it shrinks.
+        assert!(core.note_checkpoint(id(0), 2 * HOUR));
+        let decisions = decide(&mut core, 2 * HOUR + MINUTE);
+        assert_eq!(
+            resizes(&decisions),
+            vec![(id(0), 4, 2, ResizeReason::Shrink { by: id(1) })]
+        );
     }
 
     #[test]

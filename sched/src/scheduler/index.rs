@@ -33,17 +33,12 @@ fn victim_key(id: TrialId, trial: &Trial, placed: &Placed) -> Option<VictimKey> 
 }
 
 /// The key of a set of waiting trials: base priority, attained-service level,
-/// urgency, GPUs asked for when smaller gangs go first within a level (else 0).
-pub(super) type WaitingSet = (i64, u8, u32, u64);
+/// urgency.
+pub(super) type WaitingSet = (i64, u8, u32);
 
 /// The set a waiting trial sits in.
 fn waiting_set(trial: &Trial) -> WaitingSet {
-    (
-        trial.request.priority,
-        trial.level,
-        trial.request.urgency,
-        trial.size_key,
-    )
+    (trial.request.priority, trial.level, trial.request.urgency)
 }
 
 /// What is derived per queue.
@@ -145,7 +140,7 @@ impl Index {
                     .waiting
                     .entry(waiting_set(trial))
                     .or_default()
-                    .insert((trial.request.submitted_at, id));
+                    .insert((trial.line_at, id));
                 if let Some(at) = trial.promote_at {
                     self.promotions.insert((at, id));
                 }
@@ -188,7 +183,7 @@ impl Index {
             Standing::Waiting => {
                 let set_key = waiting_set(trial);
                 if let Some(set) = queue.waiting.get_mut(&set_key) {
-                    set.remove(&(trial.request.submitted_at, id));
+                    set.remove(&(trial.line_at, id));
                     if set.is_empty() {
                         queue.waiting.remove(&set_key);
                     }

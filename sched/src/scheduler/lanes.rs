@@ -4,9 +4,11 @@
 //! # Keeping a pass cheap
 //!
 //!
-//! Waiting trials sit in ordered sets per queue, base priority and urgency, keyed by
-//! `(submitted_at, id)`. Aging never reorders such a set (an older trial has aged at
-//! least as much), so a lane is a k-way merge of the sets' heads by current
+//! Waiting trials sit in ordered sets per queue, base priority, attained-service
+//! level and urgency, keyed by `(line_at, id)`: the submission time, later by
+//! `attained_service.delay_per_gpu` per GPU beyond one when aging is off. Aging
+//! never reorders such a set (with aging on, `line_at` is `submitted_at`, and an
+//! older trial has aged at least as much), so a lane is a k-way merge of the sets' heads by current
 //! effective priority, then urgency: nothing is sorted per pass.
 //!
 //! Urgency (a pipeline stage on its critical path) only breaks ties between
@@ -76,7 +78,7 @@ struct Lane {
 /// Effective priority (highest first), then attained-service level (lowest
 /// first), then urgency (highest first), then GPUs asked for (fewest first,
 /// when the policy says so; else 0), then FIFO order.
-pub(super) type OrderKey = (Reverse<i64>, u8, Reverse<u32>, u64, UnixMillis, TrialId);
+pub(super) type OrderKey = (Reverse<i64>, u8, Reverse<u32>, UnixMillis, TrialId);
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct LaneEntry {
@@ -232,30 +234,24 @@ impl PolicyCore {
         &self,
         queue: usize,
         set: WaitingSet,
-        submitted_at: UnixMillis,
+        line_at: UnixMillis,
         id: TrialId,
         now: UnixMillis,
     ) -> LaneEntry {
-        let (priority, level, urgency, size) = set;
-        let (effective, level, urgency, size) = match self.config.order {
-            Order::Fifo => (0, 0, 0, 0),
+        let (priority, level, urgency) = set;
+        let (effective, level, urgency) = match self.config.order {
+            Order::Fifo => (0, 0, 0),
             Order::Priority | Order::Fair => {
+                // With aging on, `line_at` is `submitted_at` (no size delay).
                 let boost = self
                     .config
                     .aging
-                    .map_or(0, |aging| aging.boost(now.saturating_sub(submitted_at)));
-                (priority.saturating_add(boost), level, urgency, size)
+                    .map_or(0, |aging| aging.boost(now.saturating_sub(line_at)));
+                (priority.saturating_add(boost), level, urgency)
             }
         };
         LaneEntry {
-            key: (
-                Reverse(effective),
-                level,
-                Reverse(urgency),
-                size,
-                submitted_at,
-                id,
-            ),
+            key: (Reverse(effective), level, Reverse(urgency), line_at, id),
             queue,
             set,
         }
@@ -266,14 +262,8 @@ impl PolicyCore {
         let mut heap = BinaryHeap::new();
         for &queue in &queues {
             for (&set_key, set) in &self.index.queues[queue].waiting {
-                if let Some(&(submitted_at, id)) = set.first() {
-                    heap.push(Reverse(self.lane_entry(
-                        queue,
-                        set_key,
-                        submitted_at,
-                        id,
-                        now,
-                    )));
+                if let Some(&(line_at, id)) = set.first() {
+                    heap.push(Reverse(self.lane_entry(queue, set_key, line_at, id, now)));
                 }
             }
         }
@@ -287,20 +277,20 @@ impl PolicyCore {
             if pass.stopped[entry.queue] {
                 continue;
             }
-            let (_, _, _, _, submitted_at, id) = entry.key;
+            let (_, _, _, line_at, id) = entry.key;
             let next = self.index.queues[entry.queue]
                 .waiting
                 .get(&entry.set)
                 .and_then(|set| {
-                    set.range((Bound::Excluded((submitted_at, id)), Bound::Unbounded))
+                    set.range((Bound::Excluded((line_at, id)), Bound::Unbounded))
                         .next()
                         .copied()
                 });
-            if let Some((next_submitted_at, next_id)) = next {
+            if let Some((next_line_at, next_id)) = next {
                 lane.heap.push(Reverse(self.lane_entry(
                     entry.queue,
                     entry.set,
-                    next_submitted_at,
+                    next_line_at,
                     next_id,
                     pass.now,
                 )));

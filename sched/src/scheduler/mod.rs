@@ -308,7 +308,7 @@ impl PolicyCore {
             waiting_since: request.submitted_at,
             level: 0,
             promote_at: None,
-            size_key: 0,
+            line_at: request.submitted_at,
             request,
         };
         self.set_level(&mut trial);

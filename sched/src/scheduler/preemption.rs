@@ -37,7 +37,9 @@
 //! of the run, all of the run when it never checkpointed; the caller reports
 //! checkpoints with [`PolicyCore::note_checkpoint`]), then most service
 //! received, then latest start. So a victim over the limit is taken only when no cheaper set makes
-//! room.
+//! room, and only once the preemptor has waited as long as the GPU time that
+//! victim would lose (`worth_its_loss`, a ski-rental rule): until then the
+//! preemptor waits for work to end or checkpoint.
 //!
 //! What happens once victims are chosen (the reservation and the planned
 //! placement) is `reservations`' work.
@@ -64,6 +66,11 @@ const MAX_PREEMPTION_ATTEMPTS_PER_PASS: usize = 4;
 const MAX_VICTIM_CANDIDATES: usize = 256;
 /// The most victims a preemption search tries to spare once it has a set.
 const MAX_PRUNE_CHECKS: usize = 8;
+/// How long a trial waits at most before it may stop lower-priority work
+/// whatever that work would lose (see `worth_its_loss`): a day, so that work
+/// that never checkpoints and never ends cannot hold a higher priority off
+/// forever.
+pub(super) const MAX_LOSS_WAIT_MS: u64 = 24 * 3_600_000;
 
 /// What one preemption search looks for.
 #[derive(Debug, Clone, Copy)]
@@ -87,6 +94,9 @@ struct VictimSearch {
     level: Option<u8>,
     /// The time of the pass.
     now: UnixMillis,
+    /// How long the preemptor has waited since it was last queued: the GPU
+    /// time (one GPU for as long) it may destroy in a victim over `max_loss`.
+    waited_ms: u64,
 }
 
 /// What stopping a victim costs, in preference order (smallest first): over
@@ -129,6 +139,7 @@ impl PolicyCore {
         };
         let priority = trial.request.priority;
         let demand = trial.demand;
+        let waited_ms = pass.now.saturating_sub(trial.waiting_since);
         let cohort = self.queue_info[queue].cohort;
         // Reclaim needs the preemptor's queue to stay within its nominal quota.
         let can_reclaim = cohort.is_some() && self.stays_within_nominal(queue, demand, pass);
@@ -157,6 +168,7 @@ impl PolicyCore {
             cutoff,
             level,
             now: pass.now,
+            waited_ms,
         };
         let mut candidates = self.victim_candidates(&search, can_reclaim, pass);
         if let Some(lease) = self.lease_shortage(id, None) {
@@ -263,6 +275,33 @@ impl PolicyCore {
         ran_enough.then_some(trial)
     }
 
+    /// Whether a victim of lower priority may be stopped for the preemptor
+    /// yet: always within `max_loss`; over it, only once the preemptor has
+    /// waited at least as long as the GPU time the victim would lose (its
+    /// GPUs times its run since its last checkpoint), counting an hour
+    /// waited worth one GPU-hour destroyed; and after
+    /// [`MAX_LOSS_WAIT_MS`] whatever it would lose. It is the ski-rental
+    /// rule: stopping at once may destroy hours of work to save minutes of
+    /// waiting, when running work is about to end or checkpoint, which the
+    /// core cannot know. Work that never checkpoints keeps losing as fast as
+    /// the preemptor waits, so it is in effect left to end unless the
+    /// preemptor is large.
+    /// The same rule holds for shrinking an elastic trial, which restarts its
+    /// whole gang from its checkpoint.
+    pub(super) fn worth_its_loss(&self, waited_ms: u64, now: UnixMillis, trial: &Trial) -> bool {
+        let (Some(limit), Standing::Placed(placed)) =
+            (self.config.preemption.max_loss_ms, &trial.standing)
+        else {
+            return true;
+        };
+        let loss_ms = placed.loss_ms(now);
+        if loss_ms <= limit || waited_ms >= MAX_LOSS_WAIT_MS {
+            return true;
+        }
+        let lost_gpu_ms = u128::from(trial.demand[0].max(1)) * u128::from(loss_ms) / 1000;
+        u128::from(waited_ms) >= lost_gpu_ms
+    }
+
     /// Candidate victims in preference order, each with whether stopping it is
     /// a reclaim: borrowed work of the cohort first (when `can_reclaim`), then
     /// work of lower priority, at most [`MAX_VICTIM_CANDIDATES`].
@@ -281,7 +320,9 @@ impl PolicyCore {
             if candidates.len() >= MAX_VICTIM_CANDIDATES {
                 break;
             }
-            if self.eligible_victim(victim, search.cutoff).is_some()
+            if self
+                .eligible_victim(victim, search.cutoff)
+                .is_some_and(|trial| self.worth_its_loss(search.waited_ms, search.now, trial))
                 && !self.is_denied(victim, search.preemptor)
                 && !candidates.iter().any(|(chosen, _)| *chosen == victim)
             {

@@ -57,14 +57,7 @@ impl PolicyCore {
                 let effective = self.effective_priority(&trial.request, pass.now);
                 let urgency = Reverse(trial.request.urgency);
                 Some((
-                    (
-                        Reverse(effective),
-                        trial.level,
-                        urgency,
-                        trial.size_key,
-                        trial.request.submitted_at,
-                        *id,
-                    ),
+                    (Reverse(effective), trial.level, urgency, trial.line_at, *id),
                     *id,
                 ))
             })

@@ -110,7 +110,7 @@ impl PolicyCore {
             let promoted = self.change(id, |trial| {
                 trial.level_base_gpu_ms = trial.attained_gpu_ms;
                 trial.level = 0;
-                trial.size_key = 0;
+                trial.line_at = trial.request.submitted_at;
                 trial.promote_at = None;
             });
             if promoted.is_none() {
@@ -142,11 +142,15 @@ impl PolicyCore {
             .then_some(self.config.attained_service.as_ref())
             .flatten();
         let promote_after = las.map_or(0, |las| las.promote_after);
-        trial.size_key = if las.is_some_and(|las| las.smallest_first) {
-            trial.demand[0]
-        } else {
-            0
-        };
+        // Aging counts the wait from `submitted_at` and relies on each set
+        // being in that order, so the delay is left out beside it.
+        let delay_per_gpu = las
+            .filter(|_| self.config.aging.is_none())
+            .map_or(0, |las| las.delay_per_gpu_ms);
+        let extra_gpus = trial.demand[0].saturating_sub(1000);
+        let delay = u64::try_from(u128::from(extra_gpus) * u128::from(delay_per_gpu) / 1000)
+            .unwrap_or(u64::MAX);
+        trial.line_at = trial.request.submitted_at.saturating_add(delay);
         let reserve_after = las.map(|las| las.reserve_after_ms);
         trial.promote_after_set(promote_after, reserve_after);
     }
@@ -416,6 +420,60 @@ mod tests {
             let (_, preempted) = decide(&mut core, 2 * HOUR);
             let victims: Vec<u32> = preempted.iter().map(|(trial, _)| *trial).collect();
             assert_eq!(victims, vec![victim], "{limit:?}");
+        }
+    }
+
+    #[test]
+    fn a_costly_victim_is_stopped_only_once_the_wait_has_cost_as_much() {
+        // One GPU, taken by a trial that never checkpoints: stopping it after
+        // an hour destroys one GPU-hour, so the higher priority waits.
+        let mut core = core(PRIORITY_PREEMPTION, 1);
+        submit(&mut core, 1, 1, 0, 0);
+        decide(&mut core, 0);
+        submit(&mut core, 2, 1, 100, HOUR);
+        assert_eq!(decide(&mut core, HOUR), (vec![], vec![]));
+        // It keeps losing as fast as the newcomer waits: still nothing.
+        assert_eq!(decide(&mut core, 3 * HOUR), (vec![], vec![]));
+        // It checkpoints: the newcomer, which has waited two hours, may now
+        // stop it at a loss of 40 minutes (over the limit of 30).
+        core.note_checkpoint(id(1), 3 * HOUR);
+        let (_, preempted) = decide(&mut core, 3 * HOUR + 40 * MINUTE);
+        assert_eq!(preempted.len(), 1, "{preempted:?}");
+        assert_eq!(preempted[0].0, 1);
+    }
+
+    #[test]
+    fn after_a_day_of_waiting_any_loss_is_accepted() {
+        let mut core = core(PRIORITY_PREEMPTION, 1);
+        submit(&mut core, 1, 1, 0, 0);
+        decide(&mut core, 0);
+        submit(&mut core, 2, 1, 100, HOUR);
+        assert_eq!(decide(&mut core, 24 * HOUR), (vec![], vec![]));
+        let (_, preempted) = decide(&mut core, 25 * HOUR);
+        assert_eq!(preempted.len(), 1, "{preempted:?}");
+    }
+
+    #[test]
+    fn smaller_gangs_go_first_by_a_bounded_delay() {
+        // Two GPUs, both held until 3 h. A two-GPU gang submitted at 1 min
+        // queues as if submitted an hour later: a one-GPU trial submitted
+        // within that hour goes first, one submitted after it does not.
+        // Beside aging the delay is ignored: FIFO.
+        let delay = "attained_service: {delay_per_gpu: 1h}\n";
+        let aging = "attained_service: {delay_per_gpu: 1h}\naging: {rate_per_hour: 1, cap: 1}\n";
+        for (yaml, small_at, first) in [
+            (delay, 30 * MINUTE, 3),
+            (delay, 2 * HOUR, 2),
+            (aging, 30 * MINUTE, 2),
+        ] {
+            let mut core = core(yaml, 2);
+            submit(&mut core, 1, 2, 0, 0);
+            decide(&mut core, 0);
+            submit(&mut core, 2, 2, 0, MINUTE);
+            submit(&mut core, 3, 1, 0, small_at);
+            core.finish(id(1), 3 * HOUR, true);
+            let (placed, _) = decide(&mut core, 3 * HOUR);
+            assert_eq!(placed, vec![first], "{yaml} {small_at}");
         }
     }
 }

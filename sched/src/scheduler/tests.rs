@@ -1311,7 +1311,7 @@ fn las_strategy() -> impl PropStrategy<Value = AttainedServiceConfig> {
                 thresholds_gpu_hours,
                 promote_after,
                 reserve_after_ms: reserve_after_s * SECOND,
-                smallest_first: reserve_after_s % 2 == 0,
+                delay_per_gpu_ms: (reserve_after_s % 3) * 20 * MINUTE,
             }
         })
 }
@@ -2075,7 +2075,7 @@ proptest! {
         // reserve keep a trial from starving here (aging is off).
         config.queues = vec![QueueConfig::open("default")];
         config.aging = None;
-        config.attained_service = Some(AttainedServiceConfig { promote_after, smallest_first: false, ..las });
+        config.attained_service = Some(AttainedServiceConfig { promote_after, ..las });
         // Preemption for service needs a minimum run (the presets have five
         // minutes): with none, newcomers time-slice the cluster so finely
         // that a gang waiting for a whole node may never see it free.

@@ -112,24 +112,23 @@ pub(super) struct Trial {
     pub(super) level: u8,
     /// When a waiting trial above level 0 goes back to level 0.
     pub(super) promote_at: Option<UnixMillis>,
-    /// Its GPUs asked for (thousandths) when smaller gangs go first within a
-    /// level (`attained_service.smallest_first`), else 0. Part of its place
-    /// in the index.
-    pub(super) size_key: u64,
+    /// Where it stands in its set of waiting trials: its `submitted_at`,
+    /// made later by `attained_service.delay_per_gpu` for each GPU it asks
+    /// beyond one (without aging). Part of its place in the index.
+    pub(super) line_at: UnixMillis,
 }
 
 impl Trial {
-    /// Sets when it is promoted to the front of level 0: `promote_after`
-    /// times its run time after it entered the line when above level 0 (and
-    /// promotion is on), or `reserve_after` after it when anything (its level
-    /// or its size) puts others ahead of it, whichever comes first.
+    /// Sets when it is promoted to level 0: `promote_after` times its run
+    /// time after it entered the line when above level 0 (and promotion is
+    /// on), or `reserve_after` after it, whichever comes first.
     pub(super) fn promote_after_set(&mut self, promote_after: u32, reserve_after: Option<u64>) {
         let by_service = (self.level > 0 && promote_after > 0).then(|| {
             let wait = self.run_ms.saturating_mul(u64::from(promote_after));
             self.waiting_since.saturating_add(wait)
         });
         let by_wait = reserve_after
-            .filter(|_| self.level > 0 || self.size_key > 0)
+            .filter(|_| self.level > 0)
             .map(|wait| self.waiting_since.saturating_add(wait));
         self.promote_at = match (by_service, by_wait) {
             (Some(service), Some(wait)) => Some(service.min(wait)),

@@ -143,21 +143,21 @@ fn time_limits_kill_at_the_limit() {
 }
 
 /// A low-priority job runs from 0; a high-priority one arrives at 400 s. The
-/// default preset preempts after its 5-minute minimum run time with a 60 s grace:
-/// the victim stops at 460 s after 460 s of run time.
-fn preemption_report(ckpt_interval: &str) -> SimReport {
+/// preset (`default` or `priority`) preempts after its 5-minute minimum run
+/// time with a 60 s grace: the victim stops at 460 s after 460 s of run time.
+fn preemption_report(ckpt_interval: &str, policy: &str) -> SimReport {
     let trace = format!(
         "{HEADER},priority,ckpt_interval_s\n\
          low,0,1000,1,1,low,{ckpt_interval}\n\
          high,400,50,1,1,high,\n"
     );
-    must_simulate(&trace, ONE_NODE_ONE_GPU, "default", None)
+    must_simulate(&trace, ONE_NODE_ONE_GPU, policy, None)
 }
 
 #[test]
 fn preemption_loses_work_since_the_last_checkpoint() {
     // Checkpoints every 100 s: 60 s lost; 600 s left after 400 s kept.
-    let report = preemption_report("100");
+    let report = preemption_report("100", "default");
     assert_eq!(report.preemptions, 1);
     check_close(report.gpu_seconds_lost, 60.0);
     // high runs 460 to 510; low resumes at 510 for 600 s.
@@ -169,13 +169,24 @@ fn preemption_loses_work_since_the_last_checkpoint() {
 
 #[test]
 fn preemption_without_checkpoints_loses_the_whole_run() {
-    let report = preemption_report("");
+    let report = preemption_report("", "priority");
     assert_eq!(report.preemptions, 1);
     check_close(report.gpu_seconds_lost, 460.0);
     // low starts over at 510 and runs its full 1000 s.
     check_close(report.makespan, 1510.0);
     // GPU time held: 460 (lost run) + 50 + 1000.
     check_close(report.gpu_hours, 1510.0 / 3600.0);
+}
+
+#[test]
+fn the_default_waits_rather_than_destroy_a_run_that_never_checkpointed() {
+    // The victim would lose more than `max_loss`, and keeps losing as fast
+    // as the newcomer waits: low runs to its end at 1000 s, high after it.
+    let report = preemption_report("", "default");
+    assert_eq!(report.preemptions, 0);
+    check_close(report.gpu_seconds_lost, 0.0);
+    check_close(report.makespan, 1050.0);
+    check_close(report.jct.unwrap().mean, (1000.0 + 650.0) / 2.0);
 }
 
 #[test]
