@@ -82,6 +82,7 @@ pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError
                 cpu: 1.0,
                 memory: Default::default(),
                 leases: Default::default(),
+                oversubscribe: false,
             },
             ..TrialSpec::default()
         },
@@ -249,6 +250,7 @@ async fn metric_reports(
                 cpu: 1.0,
                 memory: Default::default(),
                 leases: Default::default(),
+                oversubscribe: false,
             },
             ..TrialSpec::default()
         },

@@ -188,6 +188,8 @@ impl Cluster {
                 .unwrap_or(xp_node::telemetry::DEFAULT_INTERVAL),
             granted_gpus: None,
             drain_timeout: xp_node::agent::DEFAULT_DRAIN_TIMEOUT,
+            // NVML where present; no stand-in memory file for a local cluster.
+            gpu_memory_file: None,
         };
         let node_task = xp_runtime::task::spawn(
             "local-node",

@@ -148,6 +148,7 @@ pub struct HeadMetrics {
     trial_starts: Counter,
     trial_finishes: Family<OutcomeLabels, Counter>,
     trial_preemptions: Counter,
+    gpu_memory_evictions: Counter,
     attempt_failures: Family<KindLabels, Counter>,
     checkpoints: Counter,
     checkpoint_bytes: Counter,
@@ -195,6 +196,12 @@ impl HeadMetrics {
             "trial_preemptions",
             "Running trials asked to checkpoint and stop for other work",
             trial_preemptions.clone(),
+        );
+        let gpu_memory_evictions = Counter::default();
+        registry.register(
+            "gpu_memory_evictions",
+            "Oversubscribed workers their nodes stopped through their checkpoints because a GPU ran short of memory; requeued without using a retry",
+            gpu_memory_evictions.clone(),
         );
         let attempt_failures = Family::default();
         registry.register(
@@ -261,6 +268,7 @@ impl HeadMetrics {
             trial_starts,
             trial_finishes,
             trial_preemptions,
+            gpu_memory_evictions,
             attempt_failures,
             checkpoints,
             checkpoint_bytes,
@@ -296,6 +304,7 @@ impl HeadMetrics {
                 .get_or_create(&KindLabels { kind: kind.clone() })
                 .inc_by(*count);
         }
+        self.gpu_memory_evictions.inc_by(tally.gpu_memory_evictions);
         self.checkpoints.inc_by(tally.checkpoints);
         self.checkpoint_bytes.inc_by(tally.checkpoint_bytes);
         for took in &tally.decisions {
@@ -533,6 +542,7 @@ mod tests {
             checkpoint_bytes: 30,
             decisions: vec![std::time::Duration::from_micros(50)],
             checkpoint_takes: vec![std::time::Duration::from_millis(40)],
+            gpu_memory_evictions: 3,
         });
         metrics.refused("cancel", "viewer");
         metrics.request(Api::Http, "/api/nodes", None);
@@ -556,6 +566,7 @@ mod tests {
         let text = metrics.render(&snapshot, false);
         assert_eq!(sample(&text, "xp_trial_starts_total"), Some(2.0));
         assert_eq!(sample(&text, "xp_trial_preemptions_total"), Some(1.0));
+        assert_eq!(sample(&text, "xp_gpu_memory_evictions_total"), Some(3.0));
         assert_eq!(
             sample(&text, "xp_trial_finishes_total{outcome=\"succeeded\"}"),
             Some(2.0)

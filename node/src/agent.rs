@@ -36,10 +36,12 @@ use crate::objects::remote::{ObjectFetcher, Wanted};
 use crate::objects::{ObjectStore, Owner};
 use crate::outbox::Outbox;
 use crate::reconnect::Backoff;
-use crate::slots::SlotTable;
+use crate::slots::{MAX_OVERSUBSCRIPTION_MILLI, SlotTable};
+use crate::telemetry::eviction::Eviction;
 use crate::worker::{self, MAX_KILL_GRACE, StopRequest};
 use crate::worker_log::{self, LogCap, LogError};
 
+mod evict;
 mod prepare;
 
 use self::prepare::{LaunchObjects, PrepareError, resolve_command};
@@ -168,6 +170,11 @@ pub struct Agent {
     /// Cancelled when the node begins to drain; workers read it to tell a stop
     /// by the drain from a failure (see `worker::supervise`).
     node_draining: CancellationToken,
+    /// Workers the eviction watch chose (sent by telemetry), acted on by `evict`.
+    evictions_tx: mpsc::UnboundedSender<Eviction>,
+    evictions_rx: mpsc::UnboundedReceiver<Eviction>,
+    /// Where GPU memory is read instead of NVML (`--gpu-memory-file`).
+    gpu_memory_file: Option<PathBuf>,
 }
 
 enum SessionEnd {
@@ -184,6 +191,7 @@ impl Agent {
         objects: NodeObjects,
     ) -> Self {
         let (reports_tx, reports_rx) = mpsc::unbounded_channel();
+        let (evictions_tx, evictions_rx) = mpsc::unbounded_channel();
         Self {
             join,
             identity,
@@ -206,7 +214,17 @@ impl Agent {
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             drain_deadline: None,
             node_draining: CancellationToken::new(),
+            evictions_tx,
+            evictions_rx,
+            gpu_memory_file: None,
         }
+    }
+
+    /// Reads GPU memory for the eviction watch from `path`, `INDEX USED TOTAL`
+    /// per line, instead of NVML (`--gpu-memory-file`: machines without NVML, tests).
+    pub fn with_gpu_memory_file(mut self, path: Option<PathBuf>) -> Self {
+        self.gpu_memory_file = path;
+        self
     }
 
     /// Bounds the time from shutdown to the end of [`Agent::run`] (the default is
@@ -269,7 +287,9 @@ impl Agent {
         let telemetry_stop = shutdown.child_token();
         let _telemetry_stops = telemetry_stop.clone().drop_guard();
         if self.telemetry_interval.is_zero() {
-            info!("telemetry off (--telemetry-interval 0)");
+            info!(
+                "telemetry off (--telemetry-interval 0), and with it the eviction watch for GPU memory"
+            );
         } else {
             let (samples, received) = mpsc::channel(crate::telemetry::QUEUE);
             self.telemetry_rx = Some(received);
@@ -280,14 +300,17 @@ impl Agent {
                     self.telemetry_targets.clone(),
                     self.objects.store.clone(),
                     samples,
+                    self.evictions_tx.clone(),
+                    self.gpu_memory_file.clone(),
                     telemetry_stop,
                 ),
             );
         }
+        let join = self.join.clone();
         loop {
             let connected = tokio::select! {
                 () = shutdown.cancelled() => break,
-                connected = transport::connect(&self.join, PeerRole::Node, &agent_name) => connected,
+                connected = self.while_evicting(transport::connect(&join, PeerRole::Node, &agent_name)) => connected,
             };
             match connected {
                 Ok((connection, send, recv)) => {
@@ -310,7 +333,7 @@ impl Agent {
                         warn!(retry_in = ?delay, "the session ended before the head registered this node");
                         tokio::select! {
                             () = shutdown.cancelled() => break,
-                            () = tokio::time::sleep(delay) => {}
+                            () = self.while_evicting(tokio::time::sleep(delay)) => {}
                         }
                     }
                 }
@@ -323,7 +346,7 @@ impl Agent {
                     warn!(%error, retry_in = ?delay, "cannot reach the head");
                     tokio::select! {
                         () = shutdown.cancelled() => break,
-                        () = tokio::time::sleep(delay) => {}
+                        () = self.while_evicting(tokio::time::sleep(delay)) => {}
                     }
                 }
             }
@@ -447,7 +470,7 @@ impl Agent {
                     let _ = frame::write_message(&mut send, &Message::FromNode(NodeMessage::Draining)).await;
                     for worker in self.workers.values_mut() {
                         if let Some(stop) = worker.stop.take() {
-                            let _ = stop.send(StopRequest { reason: "node draining".to_owned(), grace });
+                            let _ = stop.send(StopRequest::with_grace("node draining", grace));
                         }
                     }
                     draining_until = Some(deadline);
@@ -513,6 +536,7 @@ impl Agent {
                         break SessionEnd::Disconnected;
                     }
                 }
+                Some(eviction) = self.evictions_rx.recv() => self.evict(eviction),
                 _ = heartbeat.tick() => {
                     if frame::write_message(&mut send, &Message::FromNode(NodeMessage::Heartbeat)).await.is_err() {
                         break SessionEnd::Disconnected;
@@ -547,7 +571,8 @@ impl Agent {
         | WorkerReport::LaunchFailed { key, .. }
         | WorkerReport::Stopped { key, .. }
         | WorkerReport::Refused { key, .. }
-        | WorkerReport::OomKilled { key, .. } = &report
+        | WorkerReport::OomKilled { key, .. }
+        | WorkerReport::Evicted { key, .. } = &report
         {
             self.workers.remove(key);
             self.slots.release(*key);
@@ -594,10 +619,7 @@ impl Agent {
                         && key.attempt == attempt
                         && let Some(stop) = worker.stop.take()
                     {
-                        let _ = stop.send(StopRequest {
-                            reason: reason.clone(),
-                            grace,
-                        });
+                        let _ = stop.send(StopRequest::with_grace(reason.clone(), grace));
                     }
                 }
                 Vec::new()
@@ -766,7 +788,27 @@ impl Agent {
             });
             return;
         }
-        if let Err(busy) = self.slots.claim(key, &launch.gpu_indices, launch.gpu_milli) {
+        // The factor the policy placed this worker under; 0 reads as none.
+        let factor_milli = match launch.oversubscription_milli {
+            0 => 1000,
+            factor => factor,
+        };
+        if !(1000..=MAX_OVERSUBSCRIPTION_MILLI).contains(&factor_milli) {
+            let error = format!(
+                "the launch's oversubscription factor {factor_milli}/1000 is outside 1000..={MAX_OVERSUBSCRIPTION_MILLI}"
+            );
+            warn!(worker = %key, %error, "launch refused");
+            let _ = self
+                .reports_tx
+                .send(WorkerReport::LaunchFailed { key, error });
+            return;
+        }
+        if let Err(busy) = self.slots.claim_oversubscribed(
+            key,
+            &launch.gpu_indices,
+            launch.gpu_milli,
+            factor_milli,
+        ) {
             // A worker the head already gave up is still stopping: not the trial's fault.
             warn!(worker = %key, %busy, "launch refused");
             let _ = self.reports_tx.send(WorkerReport::Refused {
@@ -838,10 +880,7 @@ impl Agent {
         let grace = drain_grace(deadline.saturating_duration_since(tokio::time::Instant::now()));
         for worker in self.workers.values_mut() {
             if let Some(stop) = worker.stop.take() {
-                let _ = stop.send(StopRequest {
-                    reason: reason.to_owned(),
-                    grace,
-                });
+                let _ = stop.send(StopRequest::with_grace(reason, grace));
             }
         }
         for (key, mut worker) in self.workers.drain() {

@@ -74,6 +74,8 @@ pub struct GpuReading {
     pub gpus: Vec<GpuSample>,
     /// Device memory in use by process id, over every GPU.
     pub process_memory: HashMap<u32, u64>,
+    /// Each GPU's memory in use and its total, for the eviction watch.
+    pub memory: Vec<crate::telemetry::eviction::GpuMemory>,
 }
 
 /// Samples GPUs through NVML for telemetry; NVML is loaded once.
@@ -107,7 +109,15 @@ impl GpuSampler {
             let Ok(util) = device.utilization_rates() else {
                 continue;
             };
-            let memory_used_bytes = device.memory_info().map_or(0, |memory| memory.used);
+            let memory = device.memory_info().ok();
+            let memory_used_bytes = memory.as_ref().map_or(0, |memory| memory.used);
+            if let Some(memory) = &memory {
+                reading.memory.push(crate::telemetry::eviction::GpuMemory {
+                    index,
+                    used_bytes: memory.used,
+                    total_bytes: memory.total,
+                });
+            }
             let power_w = device
                 .power_usage()
                 .ok()
@@ -245,6 +255,14 @@ mod tests {
                 for gpu in &reading.gpus {
                     assert!((0.0..=100.0).contains(&gpu.util), "{gpu:?}");
                     assert!(gpu.power_w.is_none_or(|watts| watts >= 0.0), "{gpu:?}");
+                }
+                // The eviction watch's figures: each GPU's memory, within its total.
+                assert!(!reading.memory.is_empty(), "NVML gave no GPU memory");
+                for memory in &reading.memory {
+                    assert!(
+                        memory.total_bytes > 0 && memory.used_bytes <= memory.total_bytes,
+                        "{memory:?}"
+                    );
                 }
             }
             Err(reason) => {

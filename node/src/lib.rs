@@ -75,6 +75,10 @@ pub struct NodeConfig {
     /// SIGTERM and most of it to checkpoint, the head the rest to store their
     /// ends (`--drain-timeout`; keep it under Slurm's `KillWait`).
     pub drain_timeout: std::time::Duration,
+    /// A file giving each GPU's memory in use and total, `INDEX USED TOTAL` per
+    /// line, read by the eviction watch instead of NVML (`--gpu-memory-file`:
+    /// machines without NVML, stand-in GPUs, tests).
+    pub gpu_memory_file: Option<PathBuf>,
 }
 
 /// Why the node stopped.
@@ -160,6 +164,7 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
         .with_isolation(isolation)
         .with_telemetry(config.telemetry_interval)
         .with_drain_timeout(config.drain_timeout)
+        .with_gpu_memory_file(config.gpu_memory_file)
         .run(shutdown)
         .await;
     server.close();

@@ -122,6 +122,13 @@ enum Command {
         /// Slurm's KillWait (30s by default), after which Slurm kills the node.
         #[arg(long, default_value = "20s", value_parser = parse_drain_timeout)]
         drain_timeout: std::time::Duration,
+        /// Read each GPU's memory for the eviction watch of oversubscribed
+        /// workers from this file instead of NVML: one line per GPU,
+        /// `INDEX USED_BYTES TOTAL_BYTES`, reread on every telemetry sample (for
+        /// machines without NVML, stand-in GPUs and tests). A file that cannot be
+        /// read or parsed is reported in the log and evicts nobody.
+        #[arg(long, value_name = "FILE")]
+        gpu_memory_file: Option<PathBuf>,
     },
 }
 
@@ -242,6 +249,7 @@ fn main() -> anyhow::Result<()> {
         output_max_files,
         output_max_bytes,
         drain_timeout,
+        gpu_memory_file,
     } = Cli::parse().command;
     let join = read_join(join.as_deref(), join_file.as_deref())?;
     if let Some(cpus) = cpus {
@@ -293,6 +301,7 @@ fn main() -> anyhow::Result<()> {
         telemetry_interval,
         granted_gpus: slurm.and_then(|offer| offer.gpus.map(|gpus| gpus.value)),
         drain_timeout,
+        gpu_memory_file,
     };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

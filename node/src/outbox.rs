@@ -75,6 +75,7 @@ impl Outbox {
                         | WorkerReport::Stopped { .. }
                         | WorkerReport::Refused { .. }
                         | WorkerReport::OomKilled { .. }
+                        | WorkerReport::Evicted { .. }
                 )
             })
             .map(WorkerReport::key)

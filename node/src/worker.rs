@@ -41,6 +41,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
+use xp_runtime::clock::{Clock, SystemClock};
 use xp_runtime::error_chain::error_chain;
 use xp_runtime::ids::WorkerKey;
 use xp_runtime::metric_line::{
@@ -51,6 +52,7 @@ use xp_runtime::protocol::{Launch, WorkerReport};
 use crate::cgroup::{Cgroups, Limits, WorkerCgroup};
 use crate::checkpoint::{self, CheckpointSink, CheckpointWatch};
 use crate::isolation::UidLease;
+use crate::telemetry::eviction::Eviction;
 use crate::worker_log::lines::{Line, LineSplitter};
 use crate::worker_log::{self, LogCap, LogSender};
 
@@ -70,6 +72,11 @@ fn ended_on_sigterm(status: &std::process::ExitStatus) -> bool {
 /// The longest grace the head may ask for (a preempted trial checkpointing).
 pub const MAX_KILL_GRACE: Duration = Duration::from_secs(600);
 
+/// How long an oversubscribed worker evicted for GPU memory has between
+/// SIGTERM and SIGKILL to save its checkpoint: shorter than a preemption's
+/// usual grace, since the GPU's memory is running out meanwhile.
+pub const EVICTION_GRACE: Duration = Duration::from_secs(30);
+
 /// Why and how gently to stop a worker.
 #[derive(Debug, Clone)]
 pub struct StopRequest {
@@ -77,6 +84,9 @@ pub struct StopRequest {
     pub reason: String,
     /// How long after SIGTERM before SIGKILL.
     pub grace: Duration,
+    /// The node stops it on its own for GPU memory: its end is reported
+    /// `Evicted`, not `Stopped`.
+    pub eviction: Option<Eviction>,
 }
 
 impl StopRequest {
@@ -85,6 +95,29 @@ impl StopRequest {
         Self {
             reason: reason.into(),
             grace: KILL_GRACE,
+            eviction: None,
+        }
+    }
+
+    /// A stop with `grace`, on the head's order or for the node's own reasons.
+    pub fn with_grace(reason: impl Into<String>, grace: Duration) -> Self {
+        Self {
+            reason: reason.into(),
+            grace,
+            eviction: None,
+        }
+    }
+
+    /// An eviction for GPU memory, with [`EVICTION_GRACE`].
+    pub fn evict(eviction: Eviction) -> Self {
+        Self {
+            reason: format!(
+                "evicted for GPU memory: GPU {} at {:.1}% of its memory",
+                eviction.gpu.index,
+                eviction.percent()
+            ),
+            grace: EVICTION_GRACE,
+            eviction: Some(eviction),
         }
     }
 }
@@ -250,6 +283,8 @@ pub async fn supervise(
             pid,
             cgroup: cgroup.as_ref().map(WorkerCgroup::telemetry_files),
             gpu_indices: launch.gpu_indices.clone(),
+            oversubscribed: oversubscribes(&launch),
+            started_at: SystemClock.now(),
         },
     );
     let checkpoints = CheckpointWatch::new(command.checkpoint.clone(), key, reports.clone());
@@ -271,6 +306,7 @@ pub async fn supervise(
     drop(log);
 
     let mut stopped_because = None;
+    let mut evicted = None;
     let status = tokio::select! {
         status = child.wait() => {
             let succeeded = status.as_ref().is_ok_and(std::process::ExitStatus::success);
@@ -291,10 +327,11 @@ pub async fn supervise(
             status
         }
         request = stop => {
-            let StopRequest { reason, grace } =
+            let StopRequest { reason, grace, eviction } =
                 request.unwrap_or_else(|_| StopRequest::new("node shutting down"));
             info!(worker = %key, %reason, ?grace, "stopping worker");
             stopped_because = Some(reason);
+            evicted = eviction;
             signal_group(pid, Signal::SIGTERM);
             match tokio::time::timeout(grace, child.wait()).await {
                 Ok(status) => status,
@@ -367,6 +404,12 @@ pub async fn supervise(
     }
     take_back(&mut command).await;
     let report = match (stopped_because, oom_limit) {
+        (Some(_), _) if let Some(eviction) = evicted => WorkerReport::Evicted {
+            key,
+            gpu: eviction.gpu.index,
+            used_bytes: eviction.gpu.used_bytes,
+            total_bytes: eviction.gpu.total_bytes,
+        },
         (Some(reason), _) => WorkerReport::Stopped { key, reason },
         // A worker that caught the kill of one of its processes and succeeded anyway succeeded.
         (None, Some(limit_bytes)) if code != Some(0) => {
@@ -381,6 +424,12 @@ pub async fn supervise(
         (None, _) => WorkerReport::Exited { key, code, signal },
     };
     let _ = reports.send(report);
+}
+
+/// Whether a launch opted its worker in to oversubscription: a fraction of one
+/// GPU placed under a factor above 1, which its node may evict for GPU memory.
+pub fn oversubscribes(launch: &Launch) -> bool {
+    launch.oversubscription_milli > 1000 && launch.gpu_milli > 0 && launch.gpu_milli < 1000
 }
 
 /// Stores rank 0's output files and says which, or why they were not kept.

@@ -17,7 +17,7 @@
 //! priority_classes: {low: 0, normal: 100, high: 1000}
 //! aging: {rate_per_hour: 10, cap: 500}
 //! preemption: {enabled: true, grace_period: 60s, min_run_time: 5m, max_loss: 30m}
-//! attained_service: {thresholds_gpu_hours: [1, 16], promote_after: 4, reserve_after: 48h}
+//! attained_service: {thresholds_gpu_hours: [2, 32], promote_after: 2, reserve_after: 48h, delay_per_gpu: 1h}
 //! placement: binpack           # spread | random | fragmentation_aware
 //! order: fair                  # fifo | priority
 //! backfill: true
@@ -33,11 +33,11 @@
 //! (`TrialRequest`'s gang with `oversubscribe`) are placed at their share
 //! divided by the factor (rounded up, [`crate::oversubscribed_charge`]), so a
 //! GPU is promised up to that many times its capacity, betting that they do
-//! not all fill their memory at once; the youngest of them is to be evicted
-//! through its checkpoint before the GPU's memory runs out. Only `xp sim` sets
-//! `oversubscribe` and evicts so far (`sim::gpu_memory`); the head submits every
-//! gang without it, and the node has the rule (`telemetry::eviction`) but does
-//! not run it yet. Workers that did not
+//! not all fill their memory at once; the youngest of them is evicted through
+//! its checkpoint before the GPU's memory runs out: live by the node
+//! (`telemetry::eviction`), which watches each GPU's memory, for trials whose
+//! `resources.oversubscribe` the head copies into the gang; in `xp sim` by
+//! `sim::gpu_memory`. Workers that did not
 //! opt in are placed at their share, so what they share is never promised
 //! beyond the whole GPU to them; whole-GPU workers never share. A trial is
 //! charged at the factor in force when it is submitted.
@@ -436,9 +436,13 @@ pub struct AttainedServiceConfig {
     /// each GPU it asks beyond one: with no duration known, the GPU time a
     /// trial will take is expected to grow with its GPUs, so smaller gangs
     /// go first, but only by a bounded time, so no gang starves behind a
-    /// stream of small trials. 0 is plain FIFO within a level; ignored
+    /// stream of small trials (1 h by default). 0 is plain FIFO within a level; ignored
     /// beside `aging`, which orders by the real submission time.
-    #[serde(rename = "delay_per_gpu", default, with = "duration_text")]
+    #[serde(
+        rename = "delay_per_gpu",
+        default = "default_delay_per_gpu_ms",
+        with = "duration_text"
+    )]
     pub delay_per_gpu_ms: u64,
 }
 
@@ -446,11 +450,15 @@ pub struct AttainedServiceConfig {
 pub const MAX_LAS_THRESHOLDS: usize = 8;
 
 fn default_las_thresholds() -> Vec<f64> {
-    vec![1.0, 16.0]
+    vec![2.0, 32.0]
 }
 
 fn default_promote_after() -> u32 {
-    4
+    2
+}
+
+fn default_delay_per_gpu_ms() -> u64 {
+    3_600_000
 }
 
 fn default_reserve_after_ms() -> u64 {
@@ -463,7 +471,7 @@ impl Default for AttainedServiceConfig {
             thresholds_gpu_hours: default_las_thresholds(),
             promote_after: default_promote_after(),
             reserve_after_ms: default_reserve_after_ms(),
-            delay_per_gpu_ms: 0,
+            delay_per_gpu_ms: default_delay_per_gpu_ms(),
         }
     }
 }
@@ -741,10 +749,7 @@ impl PolicyConfig {
                     max_loss_ms: Some(5 * 60_000),
                     ..PreemptionConfig::on()
                 },
-                attained_service: Some(AttainedServiceConfig {
-                    delay_per_gpu_ms: 3_600_000,
-                    ..AttainedServiceConfig::default()
-                }),
+                attained_service: Some(AttainedServiceConfig::default()),
                 placement: PlacementKind::FragmentationAware,
                 ..base
             },

@@ -174,6 +174,7 @@ fn messages() -> Vec<Message> {
                 sources: vec![source(4200)],
             }],
             collect_outputs: true,
+            oversubscription_milli: 1500,
         }))),
         Message::FromNode(NodeMessage::Report {
             seq: 43,
@@ -181,6 +182,15 @@ fn messages() -> Vec<Message> {
                 key: key(0),
                 files: manifest(),
                 error: None,
+            },
+        }),
+        Message::FromNode(NodeMessage::Report {
+            seq: 44,
+            report: WorkerReport::Evicted {
+                key: key(0),
+                gpu: 0,
+                used_bytes: 97 << 30,
+                total_bytes: 100 << 30,
             },
         }),
         Message::Request(Request::SubmitPipeline(

@@ -187,10 +187,21 @@ impl HeadCore {
             return;
         }
         self.finish_attempt(now, key, &format!("lost: {reason}"));
+        self.requeue_without_retry(now, key.trial, &reason);
+    }
+
+    /// Requeues a trial whose attempt ended through no fault of its own, using
+    /// no retry; past `MAX_REQUEUES` without a new checkpoint it fails instead.
+    pub(super) fn requeue_without_retry(
+        &mut self,
+        now: UnixMillis,
+        trial_id: TrialId,
+        reason: &str,
+    ) {
         let trial = self
             .trials
-            .get_mut(&key.trial)
-            .expect("lost worker has a trial");
+            .get_mut(&trial_id)
+            .expect("a requeued trial exists");
         if trial.state.is_terminal() {
             return;
         }
@@ -199,14 +210,14 @@ impl HeadCore {
         if trial.requeues > MAX_REQUEUES {
             self.transition(
                 now,
-                key.trial,
+                trial_id,
                 TrialState::Failed,
                 format!("requeued {MAX_REQUEUES} times without finishing; last: {reason}"),
             );
         } else {
             self.transition(
                 now,
-                key.trial,
+                trial_id,
                 TrialState::Queued,
                 format!("requeued: {reason}"),
             );

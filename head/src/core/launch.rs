@@ -20,7 +20,7 @@ use tracing::{debug, warn};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, NodeId, TrialId, WorkerKey};
 use xp_runtime::protocol::{HeadCommand, Launch, Program, ResumeFrom, TrialState};
-use xp_runtime::spec::{CollectiveTransport, RenderError, render_arg};
+use xp_runtime::spec::{CollectiveTransport, ExperimentSpec, RenderError, render_arg};
 use xp_sched::{GPU_MILLI, WorkerPlacement};
 
 use super::{AttemptRecord, HeadCore, TrialRecord, WorkerRecord, WorkerState};
@@ -272,6 +272,7 @@ impl HeadCore {
                 attempt: number,
                 rank: worker.rank,
             };
+            let (gpu_milli, oversubscription_milli) = self.share_and_factor(spec, worker.gpu_milli);
             launches.push((
                 worker.node,
                 Launch {
@@ -282,7 +283,7 @@ impl HeadCore {
                     config_json: trial.config_json.clone(),
                     seed: trial.seed,
                     gpu_indices: worker.gpu_indices.clone(),
-                    gpu_milli: worker.gpu_milli,
+                    gpu_milli,
                     master_addr: master_host.to_owned(),
                     master_port,
                     collective_token,
@@ -292,11 +293,38 @@ impl HeadCore {
                     memory_bytes: worker.memory_bytes,
                     inputs: self.pipeline_inputs(trial.id.experiment),
                     collect_outputs: self.is_stage_experiment(trial.id.experiment),
+                    oversubscription_milli,
                 },
             ));
             *local_rank += 1;
         }
         Ok(launches)
+    }
+
+    /// What a worker holding `charge` thousandths of its GPU is told: its share
+    /// and the oversubscription factor it was placed under (1000: none). An
+    /// opted-in fraction holds its share over the factor the policy charged at
+    /// submission (`oversubscribed_charge`); the factor sent is the policy's
+    /// when it gives that charge, else (the policy changed since) the smallest
+    /// factor that does, `ceil(share * 1000 / charge)`, so the node's slot
+    /// table charges exactly what the policy core counts.
+    fn share_and_factor(&self, spec: &ExperimentSpec, charge: u32) -> (u32, u32) {
+        let share = u32::try_from(spec.trial.gpu_milli()).unwrap_or(u32::MAX);
+        let whole = GPU_MILLI as u32;
+        if !spec.trial.resources.oversubscribe || share == 0 || share >= whole || charge >= share {
+            return (charge, whole);
+        }
+        let policy = u32::try_from(self.policy.config().oversubscription_milli()).unwrap_or(whole);
+        let charged = |factor: u32| {
+            xp_sched::oversubscribed_charge(u64::from(share), u64::from(factor))
+                == u64::from(charge)
+        };
+        let factor = if charged(policy) {
+            policy
+        } else {
+            (share * 1000).div_ceil(charge.max(1))
+        };
+        (share, factor)
     }
 
     /// What rank `rank` of `trial` runs: the experiment's binary at its entry, or

@@ -41,6 +41,8 @@ pub struct Tally {
     pub decisions: Vec<Duration>,
     /// How long the node took to store each new checkpoint.
     pub checkpoint_takes: Vec<Duration>,
+    /// Oversubscribed workers their nodes evicted for GPU memory.
+    pub gpu_memory_evictions: u64,
 }
 
 impl Tally {

@@ -500,7 +500,9 @@ fn end_cause(outcome: Option<&str>) -> EndCause {
         return EndCause::None;
     };
     // A resize stops the gang through its checkpoint as a preemption does.
-    if outcome == "preempted" || outcome.starts_with("resized:") {
+    // So does an eviction for GPU memory.
+    if outcome == "preempted" || outcome.starts_with("resized:") || outcome.starts_with("evicted:")
+    {
         EndCause::Preemption
     } else if outcome.starts_with("lost:") {
         EndCause::NodeLoss
@@ -550,6 +552,10 @@ mod tests {
     #[test]
     fn outcomes_map_to_what_lost_the_work() {
         assert_eq!(end_cause(Some("preempted")), EndCause::Preemption);
+        assert_eq!(
+            end_cause(Some("evicted: node n evicted rank 0 for GPU memory")),
+            EndCause::Preemption
+        );
         assert_eq!(end_cause(Some("lost: node n lost")), EndCause::NodeLoss);
         assert_eq!(
             end_cause(Some("failed: rank 0 exited with status 1")),

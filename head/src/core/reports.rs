@@ -105,6 +105,14 @@ impl HeadCore {
             WorkerReport::Outputs { files, error, .. } => {
                 self.worker_outputs(now, reporter, files, error);
             }
+            WorkerReport::Evicted {
+                gpu,
+                used_bytes,
+                total_bytes,
+                ..
+            } => {
+                self.worker_evicted(now, reporter, gpu, used_bytes, total_bytes);
+            }
         }
     }
 
@@ -389,6 +397,53 @@ impl HeadCore {
         }
     }
 
+    /// The node evicted an oversubscribed worker through its checkpoint because
+    /// GPU `gpu` ran short of memory: the attempt ends `evicted: ...` (its other
+    /// ranks are stopped) and the trial is requeued without using a retry, to
+    /// resume from its last checkpoint. During a preemption the worker is simply
+    /// gone, as a stopped one would be.
+    fn worker_evicted(
+        &mut self,
+        now: UnixMillis,
+        reporter: Reporter,
+        gpu: u32,
+        used_bytes: u64,
+        total_bytes: u64,
+    ) {
+        let Reporter {
+            key,
+            node_id,
+            attempt_live,
+            state,
+            ..
+        } = reporter;
+        if !state.holds_resources() {
+            return;
+        }
+        self.release_worker(
+            key,
+            WorkerState::Exited {
+                code: None,
+                signal: None,
+            },
+        );
+        if !attempt_live {
+            return;
+        }
+        if self.trials[&key.trial].state == TrialState::Preempting {
+            self.preempted_worker_gone(now, key);
+            return;
+        }
+        self.tally.gpu_memory_evictions += 1;
+        let why = eviction_reason(node_id, key.rank, gpu, used_bytes, total_bytes);
+        self.finish_attempt(now, key, &format!("evicted: {why}"));
+        self.requeue_without_retry(
+            now,
+            key.trial,
+            &format!("{why}; resumes from its last checkpoint"),
+        );
+    }
+
     /// A metric line: appended to the history, kept in the trial's summary when
     /// the live rank 0 sent it, and judged by the experiment's stopping rule.
     fn worker_metric(
@@ -466,4 +521,25 @@ impl HeadCore {
             trial.last_step = step;
         }
     }
+}
+
+/// The words of an eviction for GPU memory in an attempt's outcome and the
+/// trial's events: which node, rank and GPU, and the memory the node saw.
+fn eviction_reason(
+    node_id: NodeId,
+    rank: u32,
+    gpu: u32,
+    used_bytes: u64,
+    total_bytes: u64,
+) -> String {
+    let percent = if total_bytes == 0 {
+        0.0
+    } else {
+        used_bytes as f64 * 100.0 / total_bytes as f64
+    };
+    format!(
+        "node {node_id} evicted rank {rank} for GPU memory: GPU {gpu} had {percent:.1}% in use ({} of {})",
+        bytesize::ByteSize(used_bytes),
+        bytesize::ByteSize(total_bytes)
+    )
 }

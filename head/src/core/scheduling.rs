@@ -172,7 +172,9 @@ impl HeadCore {
                 node_labels: spec.trial.node_labels.clone(),
                 spread: spec.trial.spread,
                 leases: spec.trial.resources.leases.clone(),
-                oversubscribe: false,
+                // The policy charges an opted-in fraction its share over the
+                // factor (`oversubscribed_charge`); launches say which factor.
+                oversubscribe: spec.trial.resources.oversubscribe,
             },
             preemptible: spec.trial.preemptible,
             time_limit_ms: spec.trial.time_limit_ms(),

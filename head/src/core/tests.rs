@@ -21,6 +21,7 @@ mod front;
 mod leases;
 mod limits;
 mod metrics;
+mod oversubscription;
 mod pipelines;
 mod report;
 mod telemetry;

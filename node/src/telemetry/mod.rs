@@ -15,6 +15,12 @@
 //! (`QUEUE`), and one made while no session can take it is dropped, so a head
 //! that is away costs a few samples, never unbounded memory.
 //!
+//! Each sample also runs the eviction watch (`eviction`): on a GPU whose
+//! memory in use reaches 95%, the youngest live worker whose launch opted in to
+//! oversubscription is handed to the agent to be stopped through its
+//! checkpoint. GPU memory comes from NVML, or from `--gpu-memory-file` where
+//! given (machines without NVML, tests). With telemetry off there is no watch.
+//!
 //! Invariant: every kernel file is read with a bound (`proc::MAX_FILE_BYTES`),
 //! at most [`MAX_PROCESSES`] processes are read per worker, and what cannot be
 //! read or parsed leaves its field absent.
@@ -22,7 +28,7 @@
 pub mod eviction;
 pub mod proc;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,13 +36,14 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
-use xp_runtime::clock::{Clock, SystemClock};
+use tracing::{debug, info, warn};
+use xp_runtime::clock::{Clock, SystemClock, UnixMillis};
 use xp_runtime::ids::WorkerKey;
 use xp_runtime::protocol::{
     GpuSample, MAX_TELEMETRY_WORKERS, NodeTelemetry, StoreUsage, WorkerSample,
 };
 
+use self::eviction::{Eviction, GpuMemory, Oversubscribed};
 use crate::cgroup::Version;
 use crate::gpu::{GpuReading, GpuSampler};
 use crate::objects::ObjectStore;
@@ -87,6 +94,10 @@ pub struct Target {
     pub cgroup: Option<CgroupFiles>,
     /// The GPUs it holds.
     pub gpu_indices: Vec<u32>,
+    /// Its launch opted in to oversubscription: it may be evicted for GPU memory.
+    pub oversubscribed: bool,
+    /// When it started (the youngest is evicted first).
+    pub started_at: UnixMillis,
 }
 
 /// The live workers to sample, shared by the worker tasks (each adds itself
@@ -242,6 +253,16 @@ pub struct Sampler {
     last_cpu: HashMap<WorkerKey, (tokio::time::Instant, f64)>,
     gpu: Option<GpuSampler>,
     clock_ticks: f64,
+    /// Where GPU memory is read instead of NVML (`--gpu-memory-file`).
+    memory_file: Option<PathBuf>,
+    /// Workers chosen for eviction that are still live.
+    evicting: BTreeSet<WorkerKey>,
+    /// Per GPU, the memory in use of the reading that chose its last eviction:
+    /// the same figure again is no news (memory not yet given back, or a
+    /// stand-in file not rewritten), so it evicts nobody more.
+    judged: HashMap<u32, u64>,
+    /// The last complaint about the memory file, said once until it changes.
+    memory_file_error: Option<String>,
 }
 
 impl std::fmt::Debug for Sampler {
@@ -267,7 +288,18 @@ impl Sampler {
             last_cpu: HashMap::new(),
             gpu,
             clock_ticks: clock_ticks(),
+            memory_file: None,
+            evicting: BTreeSet::new(),
+            judged: HashMap::new(),
+            memory_file_error: None,
         }
+    }
+
+    /// Reads GPU memory for the eviction watch from `path` (`--gpu-memory-file`)
+    /// instead of NVML.
+    pub fn with_memory_file(mut self, path: Option<PathBuf>) -> Self {
+        self.memory_file = path;
+        self
     }
 
     /// Samples `targets` (blocking: it reads kernel files and calls NVML).
@@ -278,6 +310,18 @@ impl Sampler {
         targets: &[(WorkerKey, Target)],
         store: StoreUsage,
     ) -> NodeTelemetry {
+        self.sample_and_evict(now, at, targets, store).0
+    }
+
+    /// Samples `targets` as [`Self::sample`] does, and says which oversubscribed
+    /// workers to evict for GPU memory now.
+    pub fn sample_and_evict(
+        &mut self,
+        now: tokio::time::Instant,
+        at: u64,
+        targets: &[(WorkerKey, Target)],
+        store: StoreUsage,
+    ) -> (NodeTelemetry, Vec<Eviction>) {
         let reading = match &self.gpu {
             Some(gpu) => gpu.sample().unwrap_or_else(|error| {
                 debug!(error = %xp_runtime::error_chain::error_chain(&error), "GPU sample failed");
@@ -285,6 +329,7 @@ impl Sampler {
             }),
             None => GpuReading::default(),
         };
+        let evictions = self.evictions(&reading.memory, targets);
         let mut workers = Vec::with_capacity(targets.len());
         let mut seen = HashMap::with_capacity(targets.len());
         for (key, target) in targets {
@@ -317,12 +362,79 @@ impl Sampler {
         }
         // Workers that are gone are forgotten.
         self.last_cpu = seen;
-        NodeTelemetry {
+        let telemetry = NodeTelemetry {
             at,
             workers,
             gpus: reading.gpus,
             store,
+        };
+        (telemetry, evictions)
+    }
+
+    /// The eviction watch on one sample: GPU memory from the memory file where
+    /// one is given, else from NVML's `nvml_memory`; nothing is read while no
+    /// live worker oversubscribes.
+    fn evictions(
+        &mut self,
+        nvml_memory: &[GpuMemory],
+        targets: &[(WorkerKey, Target)],
+    ) -> Vec<Eviction> {
+        self.evicting
+            .retain(|key| targets.iter().any(|(live, _)| live == key));
+        let workers: Vec<Oversubscribed> = targets
+            .iter()
+            .filter(|(_, target)| target.oversubscribed)
+            .map(|(key, target)| Oversubscribed {
+                key: *key,
+                gpus: target.gpu_indices.clone(),
+                started_at: target.started_at,
+            })
+            .collect();
+        if workers.is_empty() {
+            return Vec::new();
         }
+        let memory = match &self.memory_file {
+            Some(path) => match eviction::read_memory_file(path) {
+                Ok(memory) => {
+                    if self.memory_file_error.take().is_some() {
+                        info!(file = %path.display(), "the GPU memory file is usable again");
+                    }
+                    memory
+                }
+                Err(error) => {
+                    let error = xp_runtime::error_chain::error_chain(&error);
+                    if self.memory_file_error.as_deref() != Some(error.as_str()) {
+                        warn!(file = %path.display(), %error, "cannot use the GPU memory file; no eviction for GPU memory until it is fixed");
+                        self.memory_file_error = Some(error);
+                    }
+                    return Vec::new();
+                }
+            },
+            None => nvml_memory.to_vec(),
+        };
+        let judged = &mut self.judged;
+        let fresh: Vec<GpuMemory> = memory
+            .into_iter()
+            .filter(|gpu| {
+                if judged.get(&gpu.index) == Some(&gpu.used_bytes) {
+                    return false;
+                }
+                judged.remove(&gpu.index);
+                true
+            })
+            .collect();
+        let chosen = eviction::choose_evictions(
+            &fresh,
+            &workers,
+            &self.evicting,
+            eviction::DEFAULT_THRESHOLD_MILLI,
+        );
+        for eviction in &chosen {
+            self.evicting.insert(eviction.key);
+            self.judged
+                .insert(eviction.gpu.index, eviction.gpu.used_bytes);
+        }
+        chosen
     }
 }
 
@@ -348,18 +460,22 @@ fn process_gpu_memory(target: &Target, by_pid: &HashMap<u32, u64>) -> Option<u64
 }
 
 /// Samples every `interval` until `shutdown`, queueing each sample for the
-/// session (dropped when the queue is full: no session is taking them).
+/// session (dropped when the queue is full: no session is taking them) and
+/// handing each eviction the watch chooses to the agent on `evictions`.
 pub async fn run(
     interval: Duration,
     targets: Targets,
     store: Arc<ObjectStore>,
     out: mpsc::Sender<NodeTelemetry>,
+    evictions: mpsc::UnboundedSender<Eviction>,
+    memory_file: Option<PathBuf>,
     shutdown: CancellationToken,
 ) {
     let mut sampler = Some(
         tokio::task::spawn_blocking(Sampler::new)
             .await
-            .unwrap_or_default(),
+            .unwrap_or_default()
+            .with_memory_file(memory_file),
     );
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -381,14 +497,17 @@ pub async fn run(
         let now = tokio::time::Instant::now();
         let at = SystemClock.now();
         let sampled = tokio::task::spawn_blocking(move || {
-            let telemetry = taken.sample(now, at, &workers, usage);
-            (taken, telemetry)
+            let (telemetry, chosen) = taken.sample_and_evict(now, at, &workers, usage);
+            (taken, telemetry, chosen)
         })
         .await;
-        let Ok((returned, telemetry)) = sampled else {
+        let Ok((returned, telemetry, chosen)) = sampled else {
             return;
         };
         sampler = Some(returned);
+        for eviction in chosen {
+            let _ = evictions.send(eviction);
+        }
         if out.try_send(telemetry).is_err() {
             dropped += 1;
             if dropped.is_power_of_two() {

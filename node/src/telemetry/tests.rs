@@ -1,5 +1,6 @@
 //! The sampler on real processes: a busy process group shows CPU use and
-//! resident memory; a worker that is gone is forgotten.
+//! resident memory; a worker that is gone is forgotten. The eviction watch on
+//! a real `--gpu-memory-file`.
 
 use std::os::unix::process::CommandExt;
 
@@ -34,6 +35,8 @@ async fn a_busy_process_group_shows_cpu_and_memory() {
             pid,
             cgroup: None,
             gpu_indices: vec![0],
+            oversubscribed: false,
+            started_at: 0,
         },
     );
     let mut sampler = Sampler::new();
@@ -88,4 +91,65 @@ fn intervals_are_bounded() {
     assert!(check_interval(Duration::from_secs(1)).is_ok());
     assert!(check_interval(Duration::from_millis(1)).is_err());
     assert!(check_interval(Duration::from_secs(7200)).is_err());
+}
+
+/// A live worker on GPU 0 that started at `started_at` (its process is this
+/// test's own, only there to be sampled).
+fn on_gpu_zero(index: u32, oversubscribed: bool, started_at: u64) -> (WorkerKey, Target) {
+    (
+        key(index),
+        Target {
+            pid: std::process::id(),
+            cgroup: None,
+            gpu_indices: vec![0],
+            oversubscribed,
+            started_at,
+        },
+    )
+}
+
+#[test]
+fn the_eviction_watch_reads_the_memory_file_and_evicts_the_youngest_oversubscribed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gpu-memory");
+    let mut sampler = Sampler::new().with_memory_file(Some(file.clone()));
+    let mut evict = |targets: &[(WorkerKey, Target)]| -> Vec<WorkerKey> {
+        sampler
+            .sample_and_evict(
+                tokio::time::Instant::now(),
+                0,
+                targets,
+                StoreUsage::default(),
+            )
+            .1
+            .iter()
+            .map(|eviction| eviction.key)
+            .collect()
+    };
+    // Worker 3 is the youngest of all but did not opt in: never a candidate.
+    let mut targets = vec![
+        on_gpu_zero(1, true, 100),
+        on_gpu_zero(2, true, 200),
+        on_gpu_zero(3, false, 300),
+    ];
+    // No file yet, then a malformed one: said, and nobody is evicted.
+    assert!(evict(&targets).is_empty());
+    std::fs::write(&file, "0 99 100 extra\n").unwrap();
+    assert!(evict(&targets).is_empty());
+    std::fs::write(&file, "0 50 100\n").unwrap();
+    assert!(evict(&targets).is_empty(), "50% is below the threshold");
+    std::fs::write(&file, "0 97 100\n").unwrap();
+    assert_eq!(evict(&targets), vec![key(2)]);
+    // While worker 2 stops, the GPU waits for it.
+    assert!(evict(&targets).is_empty());
+    // Gone, with the same figure: no news, nobody more.
+    targets.retain(|(key, _)| *key != self::key(2));
+    assert!(evict(&targets).is_empty());
+    // A new figure over the threshold takes the next youngest opted-in worker.
+    std::fs::write(&file, "0 98 100\n").unwrap();
+    assert_eq!(evict(&targets), vec![key(1)]);
+    // With only a worker that did not opt in, even 99% evicts nobody.
+    targets.retain(|(key, _)| *key == self::key(3));
+    std::fs::write(&file, "0 99 100\n").unwrap();
+    assert!(evict(&targets).is_empty());
 }

@@ -198,6 +198,7 @@ pub(super) fn solo_worker(
         memory_bytes: 0,
         inputs: Vec::new(),
         collect_outputs: false,
+        oversubscription_milli: 1000,
     };
     let work_dir = dir.join("work");
     let command = WorkerCommand {

@@ -71,8 +71,9 @@ use serde::{Deserialize, Serialize};
 /// (`Request::SubmitPipeline` and the others after it, their answers,
 /// `WorkerReport::Outputs`, `Launch::inputs`); `xp report` (`Request::Report`,
 /// `Response::Report`, `TrialStatus::gpu_hours` and `cost`). 6: multi-objective
-/// searches (`ExperimentStatus::objectives` and `front`).
-pub const PROTOCOL_VERSION: u16 = 6;
+/// searches (`ExperimentStatus::objectives` and `front`). 7: oversubscribed
+/// fractional GPUs (`Launch::oversubscription_milli`, `WorkerReport::Evicted`).
+pub const PROTOCOL_VERSION: u16 = 7;
 
 /// Everything that crosses a connection.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -265,6 +265,20 @@ pub enum WorkerReport {
         /// Why they could not be stored.
         error: Option<String>,
     },
+    /// The node stopped an oversubscribed worker on its own, through its
+    /// checkpoint (SIGTERM and a grace), because a GPU it shares ran short of
+    /// memory: not the trial's fault, so the head requeues it without using a
+    /// retry.
+    Evicted {
+        /// The worker.
+        key: WorkerKey,
+        /// The device index of the GPU whose memory ran short.
+        gpu: u32,
+        /// That GPU's memory in use when the node decided, in bytes.
+        used_bytes: u64,
+        /// That GPU's memory, in bytes.
+        total_bytes: u64,
+    },
 }
 
 impl WorkerReport {
@@ -279,7 +293,8 @@ impl WorkerReport {
             | Self::Refused { key, .. }
             | Self::Checkpoint { key, .. }
             | Self::OomKilled { key, .. }
-            | Self::Outputs { key, .. } => *key,
+            | Self::Outputs { key, .. }
+            | Self::Evicted { key, .. } => *key,
         }
     }
 }
@@ -411,6 +426,13 @@ pub struct Launch {
     /// other workers get the directory as scratch space that nothing keeps.
     #[serde(default)]
     pub collect_outputs: bool,
+    /// The oversubscription factor in thousandths (1500 for 1.5×) this
+    /// worker's fractional `gpu_milli` was placed under: it holds
+    /// `gpu_milli` divided by this of its GPU (rounded up), and its node may
+    /// evict it for GPU memory. 1000 (or 0, read as 1000) for a worker that
+    /// did not opt in.
+    #[serde(default)]
+    pub oversubscription_milli: u32,
 }
 
 impl std::fmt::Debug for Launch {
@@ -433,6 +455,7 @@ impl std::fmt::Debug for Launch {
             .field("memory_bytes", &self.memory_bytes)
             .field("inputs", &self.inputs)
             .field("collect_outputs", &self.collect_outputs)
+            .field("oversubscription_milli", &self.oversubscription_milli)
             .finish()
     }
 }

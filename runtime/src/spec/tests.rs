@@ -409,3 +409,30 @@ fn elastic_workers_parse_validate_and_keep_plain_identities() {
         check_error(&GOOD.replace("workers: 2", bad), fragment);
     }
 }
+
+#[test]
+fn oversubscribe_needs_a_fraction_and_stays_out_of_canonical_json_when_off() {
+    let yaml = "name: o\ntrial:\n  command: [x]\n  resources: {gpu: 0.45, oversubscribe: true}\n";
+    let spec = ExperimentSpec::from_yaml(yaml).unwrap();
+    assert!(spec.trial.resources.oversubscribe);
+    let json = spec.to_canonical_json();
+    assert!(json.contains(r#""oversubscribe":true"#), "{json}");
+    assert_eq!(ExperimentSpec::from_json(&json).unwrap(), spec);
+    // Off (or absent) writes nothing, so existing experiment ids are unchanged.
+    let off = ExperimentSpec::from_yaml(&yaml.replace("true", "false")).unwrap();
+    let plain =
+        ExperimentSpec::from_yaml("name: o\ntrial:\n  command: [x]\n  resources: {gpu: 0.45}\n")
+            .unwrap();
+    assert_eq!(off.to_canonical_json(), plain.to_canonical_json());
+    assert!(!plain.to_canonical_json().contains("oversubscribe"));
+    for gpu in ["2", "1", "0"] {
+        check_error(
+            &yaml.replace("0.45", gpu),
+            "`trial.resources.oversubscribe`: needs a fraction of one GPU (0 < gpu < 1)",
+        );
+    }
+    check_error(
+        &yaml.replace("oversubscribe: true", "oversubscribe: 2"),
+        "oversubscribe",
+    );
+}

@@ -315,6 +315,13 @@ pub struct Resources {
     /// held once by the whole gang while it runs, not per worker.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub leases: BTreeMap<String, u64>,
+    /// Opts a fractional worker (0 < `gpu` < 1) in to the policy's
+    /// `oversubscription`: it is placed at its share divided by the policy's
+    /// factor, so more of a GPU is promised than it has, and its node may
+    /// evict it through its checkpoint when the GPU's memory runs short.
+    /// Written only when set, so specs without it keep their identities.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oversubscribe: bool,
 }
 
 fn one_f64() -> f64 {
@@ -328,6 +335,7 @@ impl Default for Resources {
             cpu: 1.0,
             memory: MemoryBytes(0),
             leases: BTreeMap::new(),
+            oversubscribe: false,
         }
     }
 }
@@ -487,6 +495,14 @@ impl TrialSpec {
             return Err(invalid(
                 "trial.resources.gpu",
                 "the smallest share is 0.001 of a GPU",
+            ));
+        }
+        if self.resources.oversubscribe && !(gpu > 0.0 && gpu < 1.0) {
+            return Err(invalid(
+                "trial.resources.oversubscribe",
+                format!(
+                    "needs a fraction of one GPU (0 < gpu < 1), not gpu: {gpu}: only workers sharing a GPU may be promised beyond it"
+                ),
             ));
         }
         if let Some(limit) = &self.time_limit {

@@ -150,8 +150,10 @@ fn presets() {
     assert_eq!(
         default.attained_service,
         Some(AttainedServiceConfig {
+            thresholds_gpu_hours: vec![2.0, 32.0],
+            promote_after: 2,
+            reserve_after_ms: 48 * 3_600_000,
             delay_per_gpu_ms: 3_600_000,
-            ..AttainedServiceConfig::default()
         })
     );
     assert_eq!(default.order, Order::Fair);

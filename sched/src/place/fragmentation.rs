@@ -1,15 +1,17 @@
-//! Fragmentation-aware placement of a gang on one node, and the fragmentation
-//! measure it breaks ties with.
+//! Fragmentation-aware placement of a gang on one node: FGD against a workload
+//! mix when the pool has one, else bin-pack order with the fragmentation of
+//! common shapes as a tie-break.
 //!
 //! The choice only orders nodes that already hold the whole gang; whether a
-//! gang fits, and where its workers sit on the node, are decided elsewhere.
+//! gang fits is decided elsewhere, and where its workers sit on the node too,
+//! except that FGD picks the GPU of a single fractional worker.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use super::WHOLE_GPU;
+use super::mix::TaskMix;
 use super::node::{GpuNeed, NodeView};
-use super::search::Search;
-use crate::{Amount, GPU_MILLI};
+use super::search::{Choice, Search};
 
 /// Fragmentation-aware placement scores at most this many nodes from the tight
 /// end (least free CPU) of each whole-free-GPU bucket...
@@ -20,11 +22,6 @@ const FRAGMENTATION_CANDIDATES_HIGH: usize = 2;
 /// Fragmentation-aware placement of a fractional worker scores at most this many
 /// nodes that have a partly used GPU with room for it.
 const FRAGMENTATION_CANDIDATES_SHARED: usize = 8;
-
-/// With a workload mix ([`TaskMix`]), expected fragmentation decides first and
-/// more candidates are worth scoring: this many from the tight end, the loose
-/// end, and among partly used GPUs.
-const MIX_CANDIDATES: (usize, usize, usize) = (128, 64, 256);
 
 /// Worker shapes (GPU thousandths) that fragmentation-aware placement keeps
 /// idle capacity usable for, as a last tie-break: the common sizes from a
@@ -72,156 +69,9 @@ fn common_shape_fragmentation(rooms: &[u32]) -> u64 {
         .sum()
 }
 
-/// One kind of worker in the workload mix that expected fragmentation is
-/// measured against: what one worker asks for, and how common it is.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TaskType {
-    /// GPU thousandths: below 1000 a share of one GPU, else whole GPUs.
-    pub gpu_milli: u64,
-    /// CPU thousandths.
-    pub cpu_milli: u64,
-    /// Memory bytes.
-    pub memory_bytes: u64,
-    /// The GPU models it accepts, sorted; empty accepts any.
-    pub gpu_models: Vec<String>,
-    /// Its share of the mix; the weights sum to 1.
-    pub weight: f64,
-}
-
-/// A kind's asks as rounded: GPU, CPU and memory, and its models.
-type KindKey = (u64, u64, u64, Vec<String>);
-
-/// The workload's worker kinds and their popularity, for the expected
-/// fragmentation of FGD ("Beware of Fragmentation", ATC 2023): the idle GPU
-/// on a node that a worker drawn from the mix could not use, CPU and memory
-/// included.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TaskMix {
-    types: Vec<TaskType>,
-}
-
-impl TaskMix {
-    /// The most kinds a mix keeps (the most common ones), so that a score stays
-    /// O(kinds × GPUs) whatever the workload.
-    pub const MAX_TYPES: usize = 48;
-
-    /// The mix of `workers` (one worker's ask and how many such workers),
-    /// asks rounded up into kinds (shares to 50 thousandths, CPU to a whole
-    /// core, memory to 4 GiB, so a near-identical ask counts as its kind and a
-    /// worker is never thought smaller than it is), the [`Self::MAX_TYPES`] most
-    /// common kinds kept. Workers asking no GPU count too: they take CPU and
-    /// memory that GPU workers need. `None` when nothing is given.
-    pub fn from_workers<'m>(
-        workers: impl IntoIterator<Item = (Amount, &'m [String], u64)>,
-    ) -> Option<Self> {
-        const GIB4: u64 = 4 << 30;
-        let mut counts: BTreeMap<KindKey, u64> = BTreeMap::new();
-        for (ask, models, count) in workers {
-            let gpu = if ask.gpu_milli < GPU_MILLI {
-                ask.gpu_milli.div_ceil(50) * 50
-            } else {
-                ask.gpu_milli
-            };
-            let cpu = ask.cpu_milli.div_ceil(1000) * 1000;
-            let memory = ask.memory_bytes.div_ceil(GIB4).saturating_mul(GIB4);
-            let mut models = if ask.gpu_milli == 0 {
-                Vec::new()
-            } else {
-                models.to_vec()
-            };
-            models.sort_unstable();
-            models.dedup();
-            *counts.entry((gpu, cpu, memory, models)).or_default() += count;
-        }
-        let mut kinds: Vec<(KindKey, u64)> = counts.into_iter().collect();
-        // Most common first; equal counts in key order, so a mix is deterministic.
-        kinds.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        kinds.truncate(Self::MAX_TYPES);
-        let total: u64 = kinds.iter().map(|(_, count)| count).sum();
-        if total == 0 {
-            return None;
-        }
-        Some(Self {
-            types: kinds
-                .into_iter()
-                .map(
-                    |((gpu_milli, cpu_milli, memory_bytes, gpu_models), count)| TaskType {
-                        gpu_milli,
-                        cpu_milli,
-                        memory_bytes,
-                        gpu_models,
-                        weight: count as f64 / total as f64,
-                    },
-                )
-                .collect(),
-        })
-    }
-
-    /// The kinds, most common first.
-    pub fn types(&self) -> &[TaskType] {
-        &self.types
-    }
-
-    /// The expected idle GPU thousandths a worker drawn from the mix could not
-    /// use on a node of GPU model `model` with these GPU rooms and this free CPU
-    /// and memory: for each kind, all the idle GPU when one such worker does not
-    /// fit the node at all (its models, GPU, CPU or memory), else the rooms too
-    /// small for its share (fractional) or the partly used rooms (whole GPUs),
-    /// weighted by the kind's share.
-    pub fn expected_fragmentation(
-        &self,
-        model: Option<&str>,
-        rooms: &[u32],
-        free_cpu: u64,
-        free_memory: u64,
-    ) -> f64 {
-        let idle: u64 = rooms.iter().copied().map(u64::from).sum();
-        if idle == 0 {
-            return 0.0;
-        }
-        let whole_free = rooms.iter().filter(|room| **room == WHOLE_GPU).count() as u64;
-        let largest = u64::from(rooms.iter().copied().max().unwrap_or(0));
-        let partly_used_room: u64 = rooms
-            .iter()
-            .filter(|room| **room < WHOLE_GPU)
-            .copied()
-            .map(u64::from)
-            .sum();
-        self.types
-            .iter()
-            .map(|kind| {
-                let model_fits = kind.gpu_models.is_empty()
-                    || model.is_some_and(|model| kind.gpu_models.iter().any(|name| name == model));
-                let host_fits = kind.cpu_milli <= free_cpu && kind.memory_bytes <= free_memory;
-                let unusable = if kind.gpu_milli == 0 {
-                    // A CPU-only worker uses no GPU: it strands none by itself.
-                    if host_fits { 0 } else { idle }
-                } else if !host_fits || !model_fits {
-                    idle
-                } else if kind.gpu_milli < GPU_MILLI {
-                    if largest < kind.gpu_milli {
-                        idle
-                    } else {
-                        rooms
-                            .iter()
-                            .filter(|room| u64::from(**room) < kind.gpu_milli)
-                            .copied()
-                            .map(u64::from)
-                            .sum()
-                    }
-                } else if whole_free < kind.gpu_milli / GPU_MILLI {
-                    idle
-                } else {
-                    partly_used_room
-                };
-                kind.weight * unusable as f64
-            })
-            .sum()
-    }
-}
-
 impl Search<'_> {
-    /// Fragmentation-aware choice of one node for the whole gang.
+    /// Fragmentation-aware choice of one node for the whole gang, without a
+    /// workload mix.
     ///
     /// Candidates: the first few fitting nodes of every whole-free-GPU bucket
     /// that can suffice, from both ends of its CPU order, and for fractional
@@ -247,16 +97,11 @@ impl Search<'_> {
         let workers = self.demand.workers;
         let min_cpu = self.demand.cpu_milli.saturating_mul(workers);
         let fractional = matches!(self.demand.gpu, GpuNeed::Fraction(_));
-        let mix = self.task_mix();
-        let limits = if mix.is_some() {
-            MIX_CANDIDATES
-        } else {
-            (
-                FRAGMENTATION_CANDIDATES_LOW,
-                FRAGMENTATION_CANDIDATES_HIGH,
-                FRAGMENTATION_CANDIDATES_SHARED,
-            )
-        };
+        let limits = (
+            FRAGMENTATION_CANDIDATES_LOW,
+            FRAGMENTATION_CANDIDATES_HIGH,
+            FRAGMENTATION_CANDIDATES_SHARED,
+        );
         let mut seen = HashSet::new();
         let mut candidates = Vec::new();
         if let GpuNeed::Fraction(share) = self.demand.gpu {
@@ -304,45 +149,156 @@ impl Search<'_> {
                 let before_rooms: Vec<u32> = view.rooms().collect();
                 let after_rooms: Vec<u32> = after_view.rooms().collect();
                 // Fragmentation only grows or shrinks by what the gang takes.
-                let growth = match mix {
-                    Some(mix) => {
-                        let model = view.spec.gpu_model.as_deref();
-                        let after = mix.expected_fragmentation(
-                            model,
-                            &after_rooms,
-                            after_view.free_cpu(),
-                            after_view.free_memory(),
-                        );
-                        let before = mix.expected_fragmentation(
-                            model,
-                            &before_rooms,
-                            view.free_cpu(),
-                            view.free_memory(),
-                        );
-                        // Growths within a thousandth of a GPU are equal, so the
-                        // order below decides between them.
-                        ((after - before) * 1000.0).round() as i128
-                    }
-                    None => {
-                        i128::from(common_shape_fragmentation(&after_rooms))
-                            - i128::from(common_shape_fragmentation(&before_rooms))
-                    }
-                };
+                let growth = i128::from(common_shape_fragmentation(&after_rooms))
+                    - i128::from(common_shape_fragmentation(&before_rooms));
                 let free_whole = u64::from(view.usage.free_whole);
                 // Most partly used GPUs first.
                 let fewest_shared = u64::MAX - view.partly_used().count() as u64;
-                let key = if mix.is_some() {
-                    // FGD: the expected fragmentation growth decides first.
-                    (growth, false, 0, 0)
-                } else if fractional {
+                let key = if fractional {
                     let breaks_free_gpu = after.free_whole < view.usage.free_whole;
-                    (0, breaks_free_gpu, fewest_shared, free_whole)
+                    (breaks_free_gpu, fewest_shared, free_whole)
                 } else {
-                    (0, false, free_whole, fewest_shared)
+                    (false, free_whole, fewest_shared)
                 };
                 (key, growth, position, idx)
             })
             .min()
             .map(|(_, _, _, idx)| idx)
+    }
+}
+
+/// What one node state scores under FGD: the least growth of expected
+/// fragmentation (thousandths of a GPU, rounded) and, for a single fractional
+/// worker, the room of the GPU that gives it.
+#[derive(Debug, Clone, Copy)]
+struct Scored {
+    growth: i64,
+    room: Option<u32>,
+}
+
+/// What FGD's score depends on in a node: its GPU model, free CPU, free memory
+/// and GPU rooms (sorted: which GPU has which room does not change the score).
+type StateKey<'a> = (Option<&'a str>, u64, u64, Vec<u32>);
+
+/// A growth of expected fragmentation in thousandths of a GPU, rounded, so
+/// that growths within a thousandth of a GPU are equal and the node order
+/// decides.
+fn milli(fragmentation: f64) -> i64 {
+    (fragmentation * 1000.0).round() as i64
+}
+
+impl Search<'_> {
+    /// FGD ("Beware of Fragmentation", ATC 2023): of all the nodes that hold
+    /// the whole gang, the one where the expected fragmentation against `mix`
+    /// grows least; a single fractional worker also takes the GPU that makes it
+    /// grow least (not necessarily the tightest). Equal growths go to the node
+    /// first in bin-pack order (partly used GPUs with the least room, then the
+    /// fewest free GPUs, then the least free CPU), so, as in bin-pack, work
+    /// gathers on nodes already in use.
+    ///
+    /// Every fitting node is scored (the paper's scheduler scores all nodes):
+    /// limiting the candidates to the ends of each bucket left out nodes of
+    /// whole GPU models. Nodes in the same state (model, free CPU and memory,
+    /// GPU rooms) score the same, so each state is scored once per search: on
+    /// a cluster of a few node kinds that is a few hundred states, not
+    /// thousands of nodes.
+    pub(super) fn pick_by_expected_fragmentation(&self, mix: &TaskMix) -> Option<Choice> {
+        let workers = self.demand.workers;
+        let single_share = match self.demand.gpu {
+            GpuNeed::Fraction(share) if workers == 1 => Some(share),
+            _ => None,
+        };
+        let mut scored_states: HashMap<StateKey<'_>, Scored> = HashMap::new();
+        let mut best: Option<((i64, usize), usize, Option<u32>)> = None;
+        for (position, idx) in self.packed_order(workers).enumerate() {
+            if self.fits(idx) < workers {
+                continue;
+            }
+            let view = self.view(idx);
+            let mut rooms: Vec<u32> = view.rooms().collect();
+            rooms.sort_unstable();
+            let key = (
+                view.spec.gpu_model.as_deref(),
+                view.free_cpu(),
+                view.free_memory(),
+                rooms,
+            );
+            let scored = match scored_states.get(&key) {
+                Some(scored) => *scored,
+                None => {
+                    let scored = self.score_state(mix, view, &key, single_share);
+                    scored_states.insert(key, scored);
+                    scored
+                }
+            };
+            let rank = (scored.growth, position);
+            if best.as_ref().is_none_or(|(least, _, _)| rank < *least) {
+                let gpu = scored.room.map(|room| {
+                    view.rooms()
+                        .position(|free| free == room)
+                        .expect("the scored room is on this node") as u32
+                });
+                best = Some((rank, idx, gpu));
+            }
+        }
+        best.map(|(_, node, gpu)| Choice { node, gpu })
+    }
+
+    /// The FGD score of placing the gang on a node in state `key` (`view` is
+    /// one such node): for a single fractional worker the best of its GPUs (one
+    /// per distinct room, the tightest first, so ties keep best-fit), else where
+    /// [`NodeView::place`] puts the workers.
+    fn score_state(
+        &self,
+        mix: &TaskMix,
+        view: NodeView<'_>,
+        key: &StateKey<'_>,
+        single_share: Option<u32>,
+    ) -> Scored {
+        let (model, free_cpu, free_memory, rooms) = key;
+        let before = mix.expected_fragmentation(*model, rooms, *free_cpu, *free_memory);
+        let Some(share) = single_share else {
+            let mut placed = Vec::new();
+            view.place(&self.demand, self.demand.workers, &mut placed);
+            let mut after = view.usage.clone();
+            for worker in &placed {
+                after.hold(worker);
+            }
+            let after_view = NodeView {
+                usage: &after,
+                ..view
+            };
+            let after_rooms: Vec<u32> = after_view.rooms().collect();
+            let grown = mix.expected_fragmentation(
+                *model,
+                &after_rooms,
+                after_view.free_cpu(),
+                after_view.free_memory(),
+            );
+            return Scored {
+                growth: milli(grown - before),
+                room: None,
+            };
+        };
+        let cpu_after = free_cpu.saturating_sub(self.demand.cpu_milli);
+        let memory_after = free_memory.saturating_sub(self.demand.memory_bytes);
+        let mut best: Option<Scored> = None;
+        let mut after = rooms.clone();
+        for (at, room) in rooms.iter().copied().enumerate() {
+            if room < share || (at > 0 && rooms[at - 1] == room) {
+                continue;
+            }
+            after[at] = room - share;
+            let grown = mix.expected_fragmentation(*model, &after, cpu_after, memory_after);
+            after[at] = room;
+            let growth = milli(grown - before);
+            if best.is_none_or(|least| growth < least.growth) {
+                best = Some(Scored {
+                    growth,
+                    room: Some(room),
+                });
+            }
+        }
+        best.expect("a node that fits the worker has a GPU with room for it")
     }
 }

@@ -34,7 +34,9 @@
 //!   change to a node;
 //! - `search`: one search over the indexes, from the totals check to the node
 //!   (or nodes) a strategy picks;
-//! - `fragmentation`: the fragmentation-aware choice of one node;
+//! - `fragmentation`: the fragmentation-aware choice of one node (FGD when the
+//!   pool has a workload mix);
+//! - `mix`: the workload mix and the expected fragmentation FGD scores with;
 //! - `multi_node`: gangs that no single node holds (fewest nodes, one rack,
 //!   spread).
 //!
@@ -51,8 +53,9 @@ use super::{Amount, GangShape, NodeSpec, WorkerPlacement};
 
 mod fragmentation;
 mod index;
+mod mix;
 
-pub use self::fragmentation::{TaskMix, TaskType};
+pub use self::mix::{TaskMix, TaskType};
 mod multi_node;
 mod node;
 mod search;
@@ -88,11 +91,13 @@ pub enum Strategy {
     ///
     /// With a workload mix ([`NodePool::set_task_mix`], as `xp sim
     /// --place-once` sets from its trace) it is FGD ("Beware of
-    /// Fragmentation", ATC 2023) instead: the node whose expected
-    /// fragmentation against the mix (CPU, memory and GPU models included)
-    /// grows least wins, bin-pack order breaking ties. Kept off the online
-    /// path by default: there, jobs leave, and big gangs at the head of the
-    /// queue want whole nodes drained more than they want low fragmentation.
+    /// Fragmentation", ATC 2023) instead: of every node that holds the gang,
+    /// the one whose expected fragmentation against the mix (CPU, memory and
+    /// GPU models included) grows least wins, bin-pack order breaking ties,
+    /// and a single fractional worker takes the GPU that makes it grow least.
+    /// Kept off the online path by default: there, jobs leave, and big gangs
+    /// at the head of the queue want whole nodes drained more than they want
+    /// low fragmentation.
     FragmentationAware,
 }
 

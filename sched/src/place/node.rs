@@ -216,6 +216,32 @@ impl NodeView<'_> {
             });
         }
     }
+
+    /// Places one worker taking `share` of GPU `gpu`, which the caller has
+    /// checked has room for it.
+    pub(super) fn place_share_on(
+        self,
+        demand: &Demand,
+        share: u32,
+        gpu: u32,
+        out: &mut Vec<WorkerPlacement>,
+    ) {
+        assert!(
+            self.rooms()
+                .nth(gpu as usize)
+                .is_some_and(|room| room >= share),
+            "the chosen GPU has room for the share"
+        );
+        out.push(WorkerPlacement {
+            node: self.spec.id,
+            gpus: vec![GpuShare {
+                index: gpu,
+                milli: share,
+            }],
+            cpu_milli: demand.cpu_milli,
+            memory_bytes: demand.memory_bytes,
+        });
+    }
 }
 
 /// The GPU part of one worker's demand.

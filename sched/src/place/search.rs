@@ -14,7 +14,10 @@
 //!   with room, one seek per distinct room: O(G log n + D log n) plus the nodes
 //!   skipped for memory or constraints, which are not indexed.
 //! - Fragmentation-aware: as bin-pack, but scores at most eight fitting nodes
-//!   per bucket and eight with shared room for fractions, each in O(G).
+//!   per bucket and eight with shared room for fractions, each in O(G); with a
+//!   workload mix of T types (FGD), every fitting node, each distinct node
+//!   state once, in O(T·G²) for a fractional worker (one score per distinct
+//!   room) and O(T·G) else.
 //! - Random, one node: 32 uniform probes, then a list of every fitting node.
 //! - Gangs that need several nodes: every node that holds a worker is visited,
 //!   O(c log c) for c such nodes (spread stops at the first rack with enough).
@@ -35,6 +38,14 @@ use super::index::{Narrowing, SharedKey};
 use super::node::{Demand, GpuNeed, NodeView, Usage, add_amount, matches_constraints, sub_amount};
 use super::{NodePool, Strategy, TaskMix, WHOLE_GPU};
 use crate::{GangShape, WorkerPlacement};
+
+/// The node a single-node search picked and, when the strategy chose it, the
+/// GPU of a single fractional worker (else workers go where
+/// [`NodeView::place`] puts them).
+pub(super) struct Choice {
+    pub(super) node: usize,
+    pub(super) gpu: Option<u32>,
+}
 
 /// Random placement first draws this many nodes uniformly and keeps the first
 /// that holds the gang, before it lists every node that does.
@@ -162,10 +173,13 @@ impl NodePool {
             }
             _ => SplitMix64::new(0),
         };
+        // FGD may pick the GPU of a single fractional worker too.
+        let mut chosen_gpu = None;
         let assignment = if strategy == Strategy::Spread && demand.workers > 1 {
             search.spread_over_nodes()?
-        } else if let Some(idx) = search.pick_single(strategy, &mut rng) {
-            vec![(idx, demand.workers)]
+        } else if let Some(choice) = search.pick_single(strategy, &mut rng) {
+            chosen_gpu = choice.gpu;
+            vec![(choice.node, demand.workers)]
         } else if demand.workers > 1 {
             search.pack_over_nodes(strategy, &mut rng)?
         } else {
@@ -173,7 +187,14 @@ impl NodePool {
         };
         let mut placements = Vec::with_capacity(demand.workers as usize);
         for (idx, count) in assignment {
-            search.view(idx).place(&demand, count, &mut placements);
+            match (chosen_gpu, demand.gpu) {
+                (Some(gpu), GpuNeed::Fraction(share)) => {
+                    search
+                        .view(idx)
+                        .place_share_on(&demand, share, gpu, &mut placements);
+                }
+                _ => search.view(idx).place(&demand, count, &mut placements),
+            }
         }
         assert_eq!(
             placements.len() as u64,
@@ -488,10 +509,10 @@ impl<'a> Search<'a> {
     }
 
     /// One node that holds the whole gang, as the strategy prefers.
-    fn pick_single(&self, strategy: Strategy, rng: &mut SplitMix64) -> Option<usize> {
+    fn pick_single(&self, strategy: Strategy, rng: &mut SplitMix64) -> Option<Choice> {
         let workers = self.demand.workers;
         let holds_all = |idx: &usize| self.fits(*idx) >= workers;
-        match strategy {
+        let node = match strategy {
             Strategy::BinPack => self.packed_order(workers).find(holds_all),
             Strategy::Spread => self.spread_order(workers).find(holds_all),
             Strategy::Random { .. } => {
@@ -507,14 +528,21 @@ impl<'a> Search<'a> {
                         let drawn = rng.index(population);
                         let idx = self.list.as_ref().map_or(drawn, |list| list.nodes[drawn]);
                         if self.fits(idx) >= workers {
-                            return Some(idx);
+                            return Some(Choice {
+                                node: idx,
+                                gpu: None,
+                            });
                         }
                     }
                 }
                 let fitting: Vec<usize> = self.packed_order(workers).filter(holds_all).collect();
                 (!fitting.is_empty()).then(|| fitting[rng.index(fitting.len())])
             }
-            Strategy::FragmentationAware => self.pick_least_fragmenting(),
-        }
+            Strategy::FragmentationAware => match self.task_mix() {
+                Some(mix) => return self.pick_by_expected_fragmentation(mix),
+                None => self.pick_least_fragmenting(),
+            },
+        };
+        node.map(|node| Choice { node, gpu: None })
     }
 }

@@ -1093,27 +1093,75 @@ fn expected_fragmentation_counts_what_each_kind_cannot_use() {
 }
 
 #[test]
-fn task_mixes_round_up_into_kinds_and_keep_the_most_common() {
-    // 0.47 and 0.5 are one kind (rounded up to 0.5); 1.9 cores is 2.
+fn task_mixes_group_workers_by_gpu_ask_and_keep_the_most_common_types() {
+    // 0.495 rounds up to 0.5, so three workers form the half-GPU class, each
+    // standing for a third of it; the whole-GPU class's three workers ask
+    // alike, so they are one type.
     let mixed = mix(&[
-        (470, 1900, &[], 3),
+        (495, 1000, &[], 1),
+        (500, 9000, &[], 1),
         (500, 2000, &[], 1),
-        (1000, 8000, &[], 4),
+        (1000, 8000, &[], 3),
     ]);
-    let kinds = mixed.types();
-    assert_eq!(kinds.len(), 2);
+    let kinds: Vec<(u64, u64, f64)> = mixed
+        .types()
+        .iter()
+        .map(|kind| (kind.gpu_milli, kind.cpu_milli, kind.weight))
+        .collect();
+    let sixth = 1.0 / 6.0;
     assert_eq!(
-        (kinds[0].gpu_milli, kinds[0].cpu_milli, kinds[0].weight),
-        (500, 2000, 0.5)
+        kinds,
+        [
+            (1000, 8000, 0.5),
+            (500, 1000, sixth),
+            (500, 2000, sixth),
+            (500, 9000, sixth)
+        ]
     );
-    assert_eq!((kinds[1].gpu_milli, kinds[1].weight), (1000, 0.5));
-    let many: Vec<(u64, u64, &[&str], u64)> = (1..=100)
-        .map(|cores| (1000, cores * 1000, &[][..], cores))
+    // A class of eight stands for its quarters by their medians.
+    let cores: Vec<(u64, u64, &[&str], u64)> = (1..=8)
+        .map(|core| (1000, core * 1000, &[][..], 1))
+        .collect();
+    let quartiles: Vec<(u64, f64)> = mix(&cores)
+        .types()
+        .iter()
+        .map(|kind| (kind.cpu_milli, kind.weight))
+        .collect();
+    assert_eq!(
+        quartiles,
+        [(2000, 0.25), (4000, 0.25), (6000, 0.25), (8000, 0.25)]
+    );
+    // A class is its GPU ask and its models: the same share on V100 only is
+    // another class, and a CPU-only worker's models are ignored.
+    let constrained = mix(&[
+        (500, 0, &[], 2),
+        (500, 0, &["V100"], 1),
+        (0, 0, &["V100"], 1),
+    ]);
+    let kinds = constrained.types();
+    assert_eq!(kinds.len(), 3);
+    assert_eq!((kinds[0].gpu_milli, kinds[0].weight), (500, 0.5));
+    assert!(kinds[0].gpu_models.is_empty());
+    assert_eq!(kinds[1].gpu_milli, 0, "equal counts in key order");
+    assert!(kinds[1].gpu_models.is_empty());
+    assert_eq!(kinds[2].gpu_models, ["V100"]);
+    // 99 classes (shares 0.01 to 0.99, the larger the more common, each
+    // worker asking other cores) make 390 types: the most common are kept,
+    // their weights scaled to sum to 1, and the rarest class is left out.
+    let many: Vec<(u64, u64, &[&str], u64)> = (1..=99)
+        .flat_map(|step| (1..=step).map(move |core| (step * 10, core * 1000, &[][..], 1)))
         .collect();
     let kept = mix(&many);
-    assert_eq!(kept.types().len(), TaskMix::MAX_TYPES);
-    assert_eq!(kept.types()[0].cpu_milli, 100_000, "the most common first");
-    let total: f64 = kept.types().iter().map(|kind| kind.weight).sum();
+    let types = kept.types();
+    assert_eq!(types.len(), TaskMix::MAX_TYPES);
+    assert!(
+        types
+            .windows(2)
+            .all(|pair| pair[0].weight >= pair[1].weight),
+        "the most common first"
+    );
+    assert!(types.iter().all(|kind| kind.gpu_milli > 10));
+    let total: f64 = types.iter().map(|kind| kind.weight).sum();
     assert!((total - 1.0).abs() < 1e-9);
     assert!(TaskMix::from_workers(std::iter::empty()).is_none());
 }
@@ -1140,4 +1188,162 @@ fn fgd_keeps_cpu_for_the_gpus_that_need_it() {
         pool.find(&hungry, Strategy::FragmentationAware).unwrap()[0].node,
         node_id(2)
     );
+}
+
+#[test]
+fn fgd_picks_the_gpu_that_keeps_room_usable() {
+    // One node of two GPUs, 0.3 held on GPU 0. Another 0.3 would go to GPU 0
+    // by best fit, leaving 0.4 that the workload's 0.6 shares cannot use; FGD
+    // breaks the free GPU instead, leaving two rooms of 0.7.
+    let mut pool = pool_of(vec![spec(1, 2, "r1")]);
+    pool.allocate(&[worker(1, &[(0, 300)], 0)]).unwrap();
+    let third = gang(1, 300);
+    let best_fit = pool.find(&third, Strategy::FragmentationAware).unwrap();
+    assert_eq!(
+        best_fit[0].gpus,
+        vec![GpuShare {
+            index: 0,
+            milli: 300
+        }]
+    );
+    pool.set_task_mix(Some(mix(&[(600, 0, &[], 1)])));
+    let fgd = pool.find(&third, Strategy::FragmentationAware).unwrap();
+    assert_eq!(
+        fgd[0].gpus,
+        vec![GpuShare {
+            index: 1,
+            milli: 300
+        }]
+    );
+    // With whole GPUs half the mix, keeping GPU 1 free is worth more than a
+    // usable 0.4 on GPU 0 (growth 0.05 against 0.35), so best fit it is.
+    pool.set_task_mix(Some(mix(&[(600, 0, &[], 1), (1000, 0, &[], 1)])));
+    let wholes_too = pool.find(&third, Strategy::FragmentationAware).unwrap();
+    assert_eq!(wholes_too, best_fit);
+    assert_eq!(pool.allocate(&wholes_too), Ok(()));
+}
+
+/// The growth of expected fragmentation (thousandths, rounded) when `gang`'s
+/// one worker goes to the node at `idx` on GPU `gpu`, computed from the mix
+/// alone.
+fn growth_by_hand(
+    pool: &NodePool,
+    mix: &TaskMix,
+    idx: usize,
+    gang: &GangShape,
+    gpu: Option<u32>,
+) -> i64 {
+    let node = &pool.nodes[idx];
+    let model = node.spec.gpu_model.as_deref();
+    let rooms: Vec<u32> = node.usage.gpu_used.iter().map(|used| 1000 - used).collect();
+    let free_cpu = node.spec.cpu_milli - node.usage.cpu_milli;
+    let free_memory = node.spec.memory_bytes - node.usage.memory_bytes;
+    let before = mix.expected_fragmentation(model, &rooms, free_cpu, free_memory);
+    let mut after = rooms.clone();
+    let ask = gang.per_worker;
+    match gpu {
+        Some(gpu) => after[gpu as usize] -= ask.gpu_milli as u32,
+        None => {
+            let mut wanted = ask.gpu_milli / 1000;
+            for room in after.iter_mut() {
+                if wanted > 0 && *room == 1000 {
+                    *room = 0;
+                    wanted -= 1;
+                }
+            }
+        }
+    }
+    let grown = mix.expected_fragmentation(
+        model,
+        &after,
+        free_cpu - ask.cpu_milli,
+        free_memory - ask.memory_bytes,
+    );
+    ((grown - before) * 1000.0).round() as i64
+}
+
+#[test]
+fn fgd_takes_the_least_growth_of_every_fitting_node() {
+    // Random pools and asks: FGD's choice has the least growth of all the
+    // fitting nodes and GPUs, computed by hand from the mix.
+    let mut rng = xp_runtime::seeded::SplitMix64::new(15);
+    let shares = [0, 100, 250, 300, 500, 600, 750, 1000, 2000, 4000];
+    for round in 0..200 {
+        let nodes: Vec<NodeSpec> = (0..1 + rng.below(12))
+            .map(|seed| NodeSpec {
+                gpu_model: Some(MODELS[rng.index(2)].to_owned()),
+                cpu_milli: (4 + rng.below(60)) * 1000,
+                memory_bytes: (8 + rng.below(120)) * GIB,
+                ..spec(seed as u8 + 1, [2, 4, 8][rng.index(3)], "r1")
+            })
+            .collect();
+        let mut pool = pool_of(nodes);
+        let draw_gang = |rng: &mut xp_runtime::seeded::SplitMix64| {
+            let mut shape = gang(1, shares[rng.index(shares.len())]);
+            shape.per_worker.cpu_milli = (1 + rng.below(16)) * 1000;
+            shape.per_worker.memory_bytes = (1 + rng.below(32)) * GIB;
+            if rng.below(4) == 0 && shape.per_worker.gpu_milli > 0 {
+                shape.gpu_models = vec![MODELS[0].to_owned()];
+            }
+            shape
+        };
+        let workload: Vec<GangShape> = (0..20).map(|_| draw_gang(&mut rng)).collect();
+        let models: Vec<Vec<String>> = workload
+            .iter()
+            .map(|shape| shape.gpu_models.clone())
+            .collect();
+        let mix = TaskMix::from_workers(
+            workload
+                .iter()
+                .zip(&models)
+                .map(|(shape, models)| (shape.per_worker, &models[..], 1)),
+        )
+        .unwrap();
+        pool.set_task_mix(Some(mix.clone()));
+        for _ in 0..30 {
+            let shape = draw_gang(&mut rng);
+            let found = pool.find(&shape, Strategy::FragmentationAware);
+            let fitting: Vec<usize> = brute_force_fits(&pool, &shape)
+                .iter()
+                .map(|(id, _, _)| pool.index_of[id])
+                .collect();
+            assert_eq!(found.is_some(), !fitting.is_empty(), "round {round}");
+            let Some(found) = found else { continue };
+            let least = fitting
+                .iter()
+                .flat_map(|idx| {
+                    let share = shape.per_worker.gpu_milli;
+                    let gpus: Vec<Option<u32>> = if (1..1000).contains(&share) {
+                        pool.nodes[*idx]
+                            .usage
+                            .gpu_used
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, used)| u64::from(1000 - **used) >= share)
+                            .map(|(gpu, _)| Some(gpu as u32))
+                            .collect()
+                    } else {
+                        vec![None]
+                    };
+                    gpus.into_iter()
+                        .map(|gpu| growth_by_hand(&pool, &mix, *idx, &shape, gpu))
+                        .collect::<Vec<_>>()
+                })
+                .min()
+                .unwrap();
+            let chosen_idx = pool.index_of[&found[0].node];
+            let chosen_gpu = if (1..1000).contains(&shape.per_worker.gpu_milli) {
+                Some(found[0].gpus[0].index)
+            } else {
+                None
+            };
+            assert_eq!(
+                growth_by_hand(&pool, &mix, chosen_idx, &shape, chosen_gpu),
+                least,
+                "round {round}: {shape:?}"
+            );
+            assert_eq!(pool.allocate(&found), Ok(()));
+        }
+        pool.check_indexes();
+    }
 }

@@ -213,9 +213,14 @@ pub fn place_once(
     for node in &cluster.nodes {
         pool.upsert_node(node.clone());
     }
-    // The workload's mix is known up front here, as in the FGD paper's replay.
+    // The workload's mix is known up front here, as in the FGD paper's replay:
+    // the asks as placed, so an opted-in share counts at its charge.
     pool.set_task_mix(TaskMix::from_workers(jobs.iter().map(|job| {
-        let gang = gang_of(job);
+        let mut gang = gang_of(job);
+        if gang.oversubscribe {
+            gang.per_worker.gpu_milli =
+                oversubscribed_charge(gang.per_worker.gpu_milli, options.oversubscription_milli);
+        }
         (gang.per_worker, &job.gpu_types[..], u64::from(gang.workers))
     })));
     // Separate streams: the jobs drawn must not depend on the strategy.

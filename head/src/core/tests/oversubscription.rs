@@ -1,0 +1,148 @@
+//! Oversubscribed fractional GPUs in the head: an opted-in trial is placed at
+//! its share over the policy's factor and its launch says so; a node's
+//! eviction for GPU memory requeues it without using a retry.
+
+use xp_runtime::protocol::{AdminAction, AdminRequest, HeadCommand, Launch, WorkerReport};
+
+use super::{CONFIG, HeadCore, LoadedState, commands, node_id, registration, report, submit};
+
+fn launches_of(sent: Vec<(xp_runtime::ids::NodeId, HeadCommand)>) -> Vec<Launch> {
+    sent.into_iter()
+        .filter_map(|(_, command)| match command {
+            HeadCommand::Launch(launch) => Some(*launch),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn opted_in_fractions_share_beyond_the_gpu_and_an_eviction_requeues_without_a_retry() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    core.handle_admin(
+        0,
+        AdminRequest {
+            action: AdminAction::ApplyPolicy {
+                yaml: "oversubscription: 1.5\n".to_owned(),
+            },
+            who: "alice".to_owned(),
+            why: "testing".to_owned(),
+        },
+    )
+    .unwrap();
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 1, 8, Vec::new()));
+    submit(
+        &mut core,
+        1,
+        "name: o\ntrial: {command: [sleep, '{x}'], resources: {gpu: 0.45, oversubscribe: true}, max_retries: 0}\nsearch: {algorithm: grid, space: {x: {choice: [1, 2, 3]}}}\n",
+        false,
+    );
+    // 0.45 / 1.5 = 0.3 each: three fit on one GPU, 1.35 GPUs promised.
+    let placed = launches_of(commands(&mut core));
+    assert_eq!(placed.len(), 3, "{placed:?}");
+    for launch in &placed {
+        assert_eq!(launch.gpu_indices, vec![0]);
+        assert_eq!(launch.gpu_milli, 450, "the worker is told its share");
+        assert_eq!(launch.oversubscription_milli, 1500);
+    }
+    core.check_invariants();
+    for (pid, launch) in placed.iter().enumerate() {
+        report(
+            &mut core,
+            2,
+            node,
+            WorkerReport::Started {
+                key: launch.key,
+                pid: pid as u32 + 10,
+            },
+        );
+    }
+    let evicted = placed[2].key;
+    report(
+        &mut core,
+        3,
+        node,
+        WorkerReport::Evicted {
+            key: evicted,
+            gpu: 0,
+            used_bytes: 97 << 30,
+            total_bytes: 100 << 30,
+        },
+    );
+    let trial = &core.trials[&evicted.trial];
+    // Requeued, and placed again in the same step: its charge is free again.
+    assert_eq!(trial.state, xp_runtime::protocol::TrialState::Placed);
+    assert_eq!(trial.failures, 0, "an eviction uses no retry");
+    let outcome = trial.attempts[0].outcome.clone().unwrap_or_default();
+    assert!(
+        outcome.starts_with("evicted: ") && outcome.contains("GPU 0 had 97.0% in use"),
+        "{outcome}"
+    );
+    assert_eq!(core.tally.gpu_memory_evictions, 1);
+    // Attempt 2 is launched.
+    let again = launches_of(commands(&mut core));
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].key.trial, evicted.trial);
+    assert_eq!(again[0].key.attempt, 2);
+    core.check_invariants();
+
+    // A fraction that did not opt in is placed at its share and told factor 1.
+    submit(
+        &mut core,
+        4,
+        "name: plain\ntrial: {command: [sleep, '1'], resources: {gpu: 0.1}}\n",
+        false,
+    );
+    let plain = launches_of(commands(&mut core));
+    assert_eq!(plain.len(), 1, "{plain:?}");
+    assert_eq!(
+        (plain[0].gpu_milli, plain[0].oversubscription_milli),
+        (100, 1000)
+    );
+    core.check_invariants();
+}
+
+#[test]
+fn a_launch_tells_the_node_the_charge_the_policy_core_counts_after_a_policy_change() {
+    let apply = |core: &mut HeadCore, now: u64, yaml: &str| {
+        core.handle_admin(
+            now,
+            AdminRequest {
+                action: AdminAction::ApplyPolicy {
+                    yaml: yaml.to_owned(),
+                },
+                who: "alice".to_owned(),
+                why: "testing".to_owned(),
+            },
+        )
+        .unwrap();
+    };
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    apply(&mut core, 0, "oversubscription: 1.5\n");
+    // Submitted with no node to run on, under 1.5; the factor changes before
+    // it is placed.
+    submit(
+        &mut core,
+        1,
+        "name: o\ntrial: {command: [sleep, '1'], resources: {gpu: 0.5, oversubscribe: true}}\n",
+        false,
+    );
+    apply(&mut core, 2, "oversubscription: 2\n");
+    let node = node_id(1);
+    core.handle_node_register(3, registration(node, 1, 8, Vec::new()));
+    let placed = launches_of(commands(&mut core));
+    assert_eq!(placed.len(), 1, "{placed:?}");
+    let launch = &placed[0];
+    assert_eq!(launch.gpu_milli, 500);
+    // Whatever factor the core charged, the node's slot table charges the same.
+    let held = core.trials[&launch.key.trial].attempts[0].workers[0].gpu_milli;
+    // Charged at submission, under 1.5: 500 / 1.5 rounded up.
+    assert_eq!(held, 334);
+    assert_eq!(
+        xp_sched::oversubscribed_charge(500, u64::from(launch.oversubscription_milli)),
+        u64::from(held),
+        "factor {} for a charge of {held}",
+        launch.oversubscription_milli
+    );
+    core.check_invariants();
+}
