@@ -145,7 +145,7 @@ fn bad_input_is_refused_clearly_and_the_cluster_keeps_working() {
 
         let mut foreign =
             frame::encode(&Message::Request(xp_runtime::protocol::Request::Nodes)).unwrap();
-        foreign[4..6].copy_from_slice(&7u16.to_be_bytes());
+        foreign[4..6].copy_from_slice(&(PROTOCOL_VERSION + 1).to_be_bytes());
         check_refused_with(
             answer_to_raw_bytes(&join, &foreign).await,
             ErrorCode::UnsupportedVersion,

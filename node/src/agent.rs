@@ -803,6 +803,12 @@ impl Agent {
                 .send(WorkerReport::LaunchFailed { key, error });
             return;
         }
+        if factor_milli > 1000 && self.telemetry_interval.is_zero() {
+            warn!(
+                worker = %key,
+                "an oversubscribed worker starts with telemetry off: its GPU's memory is not watched, so none will be evicted before it runs out"
+            );
+        }
         if let Err(busy) = self.slots.claim_oversubscribed(
             key,
             &launch.gpu_indices,

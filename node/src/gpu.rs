@@ -106,11 +106,9 @@ impl GpuSampler {
                 .nvml
                 .device_by_index(index)
                 .map_err(|source| GpuError::Device { index, source })?;
-            let Ok(util) = device.utilization_rates() else {
-                continue;
-            };
+            // Memory first: the eviction watch needs it even where a device
+            // (a MIG slice, say) reports no utilisation.
             let memory = device.memory_info().ok();
-            let memory_used_bytes = memory.as_ref().map_or(0, |memory| memory.used);
             if let Some(memory) = &memory {
                 reading.memory.push(crate::telemetry::eviction::GpuMemory {
                     index,
@@ -118,6 +116,10 @@ impl GpuSampler {
                     total_bytes: memory.total,
                 });
             }
+            let Ok(util) = device.utilization_rates() else {
+                continue;
+            };
+            let memory_used_bytes = memory.as_ref().map_or(0, |memory| memory.used);
             let power_w = device
                 .power_usage()
                 .ok()

@@ -93,9 +93,10 @@
 //!   chosen cheapest first (under the limit, then lowest priority, then least
 //!   GPU time lost, then most service received), so one over the limit is taken
 //!   only when no cheaper set makes room, never for attained service alone, and
-//!   only once the trial that needs the room has waited at least as long as the
-//!   GPU time the victim would lose (GPUs × unsaved run; after a day, whatever
-//!   it loses): until then it waits for work to end or checkpoint.
+//!   (reclaims of borrowed quota excepted) only once the trial that needs the
+//!   room has waited at least as long as the GPU time the victim would lose
+//!   (GPUs × unsaved run; after a day, whatever it loses): until then it waits
+//!   for work to end or checkpoint.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -436,14 +437,19 @@ pub struct AttainedServiceConfig {
     /// each GPU it asks beyond one: with no duration known, the GPU time a
     /// trial will take is expected to grow with its GPUs, so smaller gangs
     /// go first, but only by a bounded time, so no gang starves behind a
-    /// stream of small trials (1 h by default). 0 is plain FIFO within a level; ignored
-    /// beside `aging`, which orders by the real submission time.
+    /// stream of small trials (1 h by default; the delay of a gang is at most
+    /// `reserve_after`). 0 is plain FIFO within a level; ignored beside
+    /// `aging`, which orders by the real submission time.
     #[serde(
         rename = "delay_per_gpu",
         default = "default_delay_per_gpu_ms",
         with = "duration_text"
     )]
     pub delay_per_gpu_ms: u64,
+    /// `smallest_first`, which `delay_per_gpu` replaced: read and ignored, so
+    /// that a policy stored with it still loads; never written.
+    #[serde(default, rename = "smallest_first", skip_serializing)]
+    pub retired_smallest_first: Option<bool>,
 }
 
 /// The most level edges of `attained_service`.
@@ -472,6 +478,7 @@ impl Default for AttainedServiceConfig {
             promote_after: default_promote_after(),
             reserve_after_ms: default_reserve_after_ms(),
             delay_per_gpu_ms: default_delay_per_gpu_ms(),
+            retired_smallest_first: None,
         }
     }
 }
@@ -506,9 +513,20 @@ impl AttainedServiceConfig {
             }
             previous = *hours;
         }
+        if self.delay_per_gpu_ms > MAX_DELAY_PER_GPU_MS {
+            return Err(invalid(
+                "attained_service.delay_per_gpu",
+                "at most 7 days".to_owned(),
+            ));
+        }
         Ok(())
     }
 }
+
+/// The longest `delay_per_gpu` accepted: beyond it a gang's place would
+/// mean nothing but "after everything smaller", which `reserve_after` ends
+/// anyway.
+pub const MAX_DELAY_PER_GPU_MS: u64 = 7 * 24 * 3_600_000;
 
 fn yes() -> bool {
     true
@@ -721,8 +739,8 @@ impl PolicyConfig {
     /// - `fair`: weighted dominant-resource fair share between queues, strict per queue.
     /// - `backfill`: `fair` plus backfill.
     /// - `default`: `backfill` plus least attained service inside queues (the
-    ///   default thresholds, promotion and `reserve_after`, FIFO within a
-    ///   level), preemption that loses at most 5 min of work
+    ///   default thresholds, promotion, `reserve_after` and `delay_per_gpu`),
+    ///   preemption that loses at most 5 min of work
     ///   where it can (so mostly just after a checkpoint), and fragmentation-aware
     ///   placement; no aging, as promotion keeps anyone from starving within a
     ///   class.

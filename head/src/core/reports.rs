@@ -111,7 +111,23 @@ impl HeadCore {
                 total_bytes,
                 ..
             } => {
-                self.worker_evicted(now, reporter, gpu, used_bytes, total_bytes);
+                let opted_in = self
+                    .specs
+                    .get(&reporter.key.trial.experiment)
+                    .is_some_and(|spec| spec.trial.resources.oversubscribe);
+                if opted_in {
+                    self.worker_evicted(now, reporter, gpu, used_bytes, total_bytes);
+                } else {
+                    // Only opted-in workers are ever evicted: a node saying
+                    // otherwise is wrong, and its worker is treated as stopped
+                    // (no free requeue, no eviction counted).
+                    warn!(worker = %reporter.key, node = %reporter.node_id, "a node reports an eviction for GPU memory of a worker that did not opt in to oversubscription; taken as stopped");
+                    self.worker_stopped(
+                        now,
+                        reporter,
+                        "stopped by its node (reported as an eviction, but it did not opt in to oversubscription)",
+                    );
+                }
             }
         }
     }

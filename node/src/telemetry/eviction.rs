@@ -89,6 +89,9 @@ pub enum MemoryFileError {
     /// The file is not text.
     #[error("the GPU memory file is not UTF-8 text")]
     NotText,
+    /// The path is not a regular file (a FIFO would block the sampler).
+    #[error("the GPU memory file is not a regular file")]
+    NotAFile,
     /// It lists more than [`MAX_MEMORY_FILE_GPUS`] GPUs.
     #[error("the GPU memory file lists more than {MAX_MEMORY_FILE_GPUS} GPUs")]
     TooManyGpus,
@@ -104,6 +107,13 @@ pub enum MemoryFileError {
 
 /// Reads a `--gpu-memory-file` (bounded) and parses it.
 pub fn read_memory_file(path: &Path) -> Result<Vec<GpuMemory>, MemoryFileError> {
+    // Checked before opening: opening a FIFO blocks until a writer comes.
+    if !std::fs::metadata(path)
+        .map_err(MemoryFileError::Read)?
+        .is_file()
+    {
+        return Err(MemoryFileError::NotAFile);
+    }
     let file = std::fs::File::open(path).map_err(MemoryFileError::Read)?;
     let mut bytes = Vec::new();
     file.take(MAX_MEMORY_FILE_BYTES + 1)
@@ -391,6 +401,21 @@ mod tests {
         assert!(matches!(
             read_memory_file(&dir.path().join("absent")),
             Err(MemoryFileError::Read(_))
+        ));
+        // A FIFO with no writer would block the sampler forever if opened.
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        assert!(matches!(
+            read_memory_file(&fifo),
+            Err(MemoryFileError::NotAFile)
+        ));
+        assert!(matches!(
+            read_memory_file(dir.path()),
+            Err(MemoryFileError::NotAFile)
         ));
     }
 }

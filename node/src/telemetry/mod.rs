@@ -263,6 +263,9 @@ pub struct Sampler {
     judged: HashMap<u32, u64>,
     /// The last complaint about the memory file, said once until it changes.
     memory_file_error: Option<String>,
+    /// Whether it has said that oversubscribed workers run with no memory
+    /// reading to watch (no NVML and no memory file).
+    said_unwatched: bool,
 }
 
 impl std::fmt::Debug for Sampler {
@@ -292,6 +295,7 @@ impl Sampler {
             evicting: BTreeSet::new(),
             judged: HashMap::new(),
             memory_file_error: None,
+            said_unwatched: false,
         }
     }
 
@@ -410,7 +414,15 @@ impl Sampler {
                     return Vec::new();
                 }
             },
-            None => nvml_memory.to_vec(),
+            None => {
+                if nvml_memory.is_empty() && !self.said_unwatched {
+                    warn!(
+                        "oversubscribed workers run here, but no GPU memory can be read (no NVML, no --gpu-memory-file): none will be evicted before memory runs out"
+                    );
+                    self.said_unwatched = true;
+                }
+                nvml_memory.to_vec()
+            }
         };
         let judged = &mut self.judged;
         let fresh: Vec<GpuMemory> = memory

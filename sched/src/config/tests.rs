@@ -154,6 +154,7 @@ fn presets() {
             promote_after: 2,
             reserve_after_ms: 48 * 3_600_000,
             delay_per_gpu_ms: 3_600_000,
+            retired_smallest_first: None,
         })
     );
     assert_eq!(default.order, Order::Fair);
@@ -169,6 +170,10 @@ fn attained_service_and_max_loss() {
             && las.delay_per_gpu_ms == 10 * 60_000
             && las.thresholds_gpu_ms() == [1_800_000, 28_800_000]
             && config.preemption.max_loss_ms == Some(30 * 60_000)
+    });
+    // A policy stored before `delay_per_gpu` replaced `smallest_first` loads.
+    check_ok("attained_service: {smallest_first: true}\n", &|config| {
+        config.attained_service.as_ref().unwrap().delay_per_gpu_ms == 3_600_000
     });
     check_ok(
         "attained_service: {}

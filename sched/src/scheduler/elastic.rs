@@ -100,7 +100,9 @@ impl PolicyCore {
                 placed.started_at
             }
             Standing::Waiting | Standing::Held => {
+                // It waits at its minimum, and queues by that size.
                 self.set_size(trial, min);
+                self.relevel(trial);
                 now
             }
         };
@@ -194,6 +196,7 @@ impl PolicyCore {
         elastic.sized_at = now;
         let min = elastic.min;
         self.set_size(trial, min);
+        self.relevel(trial);
     }
 
     /// Hook of a pass's visit to a waiting trial: sets an elastic trial to the

@@ -76,8 +76,8 @@ struct Lane {
 }
 
 /// Effective priority (highest first), then attained-service level (lowest
-/// first), then urgency (highest first), then GPUs asked for (fewest first,
-/// when the policy says so; else 0), then FIFO order.
+/// first), then urgency (highest first), then `line_at` (submission, later
+/// by `delay_per_gpu` per GPU beyond one), then id.
 pub(super) type OrderKey = (Reverse<i64>, u8, Reverse<u32>, UnixMillis, TrialId);
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

@@ -39,8 +39,9 @@
 //! 2. Waiting trials are visited in *lanes*: with `order: fair` one lane per queue,
 //!    and at each step the lane of the queue with the lowest weighted dominant
 //!    share goes; otherwise one lane over all queues. Inside a lane the order is
-//!    effective priority (base plus aging), then `submitted_at`, then id; `fifo`
-//!    ignores priorities.
+//!    effective priority (base plus aging), then the attained-service level,
+//!    then urgency, then `line_at` (`submitted_at`, later by `delay_per_gpu`
+//!    per GPU beyond one), then id; `fifo` ignores all but `submitted_at`.
 //! 3. A trial starts when its queue's quota allows it, its lease units are free
 //!    and the pool finds room for its whole gang. When it cannot start, preemption is tried (if enabled); then
 //!    with backfill the queue's first such trial gets a reservation; otherwise a
@@ -519,12 +520,22 @@ impl PolicyCore {
     /// its resources held, without a decision. It must fit the pool as it is.
     pub fn adopt(
         &mut self,
-        request: TrialRequest,
+        mut request: TrialRequest,
         workers: Vec<WorkerPlacement>,
         started_at: UnixMillis,
     ) -> Result<(), AdoptError> {
         if self.trials.contains_key(&request.id) {
             return Err(Refusal::Duplicate(request.id).into());
+        }
+        // An oversubscribed worker holds its charge, which the factor in force
+        // when it was submitted set: what it holds is what it asks.
+        if request.gang.oversubscribe
+            && let Some(share) = workers
+                .first()
+                .and_then(|worker| worker.gpus.first())
+                .map(|share| u64::from(share.milli))
+        {
+            request.gang.per_worker.gpu_milli = share.min(request.gang.per_worker.gpu_milli);
         }
         let queue = self.resolve_queue(&request.team, request.queue.as_deref())?;
         self.pool.allocate(&workers)?;

@@ -39,7 +39,9 @@
 //! received, then latest start. So a victim over the limit is taken only when no cheaper set makes
 //! room, and only once the preemptor has waited as long as the GPU time that
 //! victim would lose (`worth_its_loss`, a ski-rental rule): until then the
-//! preemptor waits for work to end or checkpoint.
+//! preemptor waits for work to end or checkpoint. Reclaims are exempt: a queue
+//! taking back its nominal quota is owed it. GPU time is counted at least one
+//! thousandth of a GPU, so CPU-only work is barely protected by the rule.
 //!
 //! What happens once victims are chosen (the reservation and the planned
 //! placement) is `reservations`' work.

@@ -85,18 +85,28 @@ impl PolicyCore {
     /// restarted): GPU-milliseconds and wall time run in earlier attempts.
     /// False if the trial is unknown.
     pub fn add_past_service(&mut self, trial: TrialId, gpu_ms: u64, run_ms: u64) -> bool {
-        let Some(mut entry) = self.trials.remove(&trial) else {
+        let Some(entry) = self.trials.get_mut(&trial) else {
             return false;
         };
-        self.index.remove(trial, &entry);
         entry.attained_gpu_ms = entry.attained_gpu_ms.saturating_add(gpu_ms);
         entry.run_ms = entry.run_ms.saturating_add(run_ms);
+        self.relevel(trial);
+        true
+    }
+
+    /// Recomputes a trial's level, place in line and promotion time from its
+    /// service and size (they changed), with its index entries, unless it is
+    /// placed.
+    pub(super) fn relevel(&mut self, trial: TrialId) {
+        let Some(mut entry) = self.trials.remove(&trial) else {
+            return;
+        };
+        self.index.remove(trial, &entry);
         if !matches!(entry.standing, Standing::Placed(_)) {
             self.set_level(&mut entry);
         }
         self.index.insert(trial, &entry);
         self.trials.insert(trial, entry);
-        true
     }
 
     /// Waiting trials whose wait has passed their promotion time go to the
@@ -148,8 +158,11 @@ impl PolicyCore {
             .filter(|_| self.config.aging.is_none())
             .map_or(0, |las| las.delay_per_gpu_ms);
         let extra_gpus = trial.demand[0].saturating_sub(1000);
+        // Capped at `reserve_after`, so a gang is passed by no trial submitted
+        // more than that after it, whatever its size.
         let delay = u64::try_from(u128::from(extra_gpus) * u128::from(delay_per_gpu) / 1000)
-            .unwrap_or(u64::MAX);
+            .unwrap_or(u64::MAX)
+            .min(las.map_or(0, |las| las.reserve_after_ms));
         trial.line_at = trial.request.submitted_at.saturating_add(delay);
         let reserve_after = las.map(|las| las.reserve_after_ms);
         trial.promote_after_set(promote_after, reserve_after);

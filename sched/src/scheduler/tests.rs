@@ -1312,6 +1312,7 @@ fn las_strategy() -> impl PropStrategy<Value = AttainedServiceConfig> {
                 promote_after,
                 reserve_after_ms: reserve_after_s * SECOND,
                 delay_per_gpu_ms: (reserve_after_s % 3) * 20 * MINUTE,
+                retired_smallest_first: None,
             }
         })
 }
@@ -2145,4 +2146,25 @@ proptest! {
             pending.iter().map(|trial| (*trial, core.wait_reason(*trial))).collect::<Vec<_>>()
         );
     }
+}
+
+/// A running oversubscribed trial taken back after a head restart asks for
+/// the charge it holds, so that a requeue places it at that charge again.
+#[test]
+fn an_adopted_oversubscribed_trial_asks_what_it_holds() {
+    let mut core = core_yaml("oversubscription: 1.5\n", &[1]);
+    let mut request = req(1, 0);
+    request.gang.per_worker.gpu_milli = 450;
+    request.gang.oversubscribe = true;
+    must_submit(&mut core, request.clone());
+    must_decide(&mut core, 0);
+    let held = core.placement(id(1)).unwrap().to_vec();
+    assert_eq!(held[0].gpus[0].milli, 300);
+    // A new core, as after a restart, adopts it with the request as asked.
+    let mut again = core_yaml("oversubscription: 1.5\n", &[1]);
+    again.adopt(request, held.clone(), 0).unwrap();
+    again.check_invariants().unwrap();
+    assert!(again.requeue(id(1), MINUTE));
+    must_decide(&mut again, MINUTE);
+    assert_eq!(again.placement(id(1)).unwrap()[0].gpus[0].milli, 300);
 }

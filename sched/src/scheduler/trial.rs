@@ -121,7 +121,9 @@ pub(super) struct Trial {
 impl Trial {
     /// Sets when it is promoted to level 0: `promote_after` times its run
     /// time after it entered the line when above level 0 (and promotion is
-    /// on), or `reserve_after` after it, whichever comes first.
+    /// on), or `reserve_after` after it, whichever comes first. (A size delay
+    /// is not promoted away: it is capped at `reserve_after` instead; see
+    /// `set_level`.)
     pub(super) fn promote_after_set(&mut self, promote_after: u32, reserve_after: Option<u64>) {
         let by_service = (self.level > 0 && promote_after > 0).then(|| {
             let wait = self.run_ms.saturating_mul(u64::from(promote_after));

@@ -100,6 +100,33 @@ fn opted_in_fractions_share_beyond_the_gpu_and_an_eviction_requeues_without_a_re
         (100, 1000)
     );
     core.check_invariants();
+    // A node that says it evicted that worker for memory is not believed: the
+    // worker is taken as stopped, which is no free requeue and no eviction.
+    report(
+        &mut core,
+        5,
+        node,
+        WorkerReport::Started {
+            key: plain[0].key,
+            pid: 99,
+        },
+    );
+    report(
+        &mut core,
+        6,
+        node,
+        WorkerReport::Evicted {
+            key: plain[0].key,
+            gpu: 0,
+            used_bytes: 99 << 30,
+            total_bytes: 100 << 30,
+        },
+    );
+    assert_eq!(core.tally.gpu_memory_evictions, 1);
+    let plain_trial = &core.trials[&plain[0].key.trial];
+    let outcome = plain_trial.attempts[0].outcome.clone().unwrap_or_default();
+    assert!(!outcome.starts_with("evicted: "), "{outcome}");
+    core.check_invariants();
 }
 
 #[test]
