@@ -569,11 +569,35 @@ async fn spawn(
             Ok(())
         });
     }
-    process.spawn().map_err(|source| SpawnError::Start {
-        program: command.program.clone(),
-        source,
-    })
+    // A driver binary another task has just written may still be open for
+    // writing in a child some other thread forked meanwhile (the descriptor
+    // lives until that child execs), and exec then fails with ETXTBSY: a few
+    // short retries outlast that window.
+    let mut busy_retries = 0;
+    loop {
+        match process.spawn() {
+            Ok(child) => return Ok(child),
+            Err(source)
+                if source.raw_os_error() == Some(libc::ETXTBSY)
+                    && busy_retries < SPAWN_BUSY_RETRIES =>
+            {
+                busy_retries += 1;
+                debug!(program = %command.program.display(), busy_retries, "the program is still open for writing somewhere; retrying");
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(busy_retries))).await;
+            }
+            Err(source) => {
+                return Err(SpawnError::Start {
+                    program: command.program.clone(),
+                    source,
+                });
+            }
+        }
+    }
 }
+
+/// How many times a spawn that fails with ETXTBSY is tried again (about a
+/// second in all).
+const SPAWN_BUSY_RETRIES: u32 = 10;
 
 /// Drops every privilege for user and group id `uid`: no supplementary groups,
 /// then the group, then the user (the other way round, the group could no longer
