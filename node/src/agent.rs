@@ -28,6 +28,7 @@ use xp_runtime::protocol::{
     ErrorCode, HeadCommand, HeldObject, Launch, LogChunk, Message, NodeMessage, NodeRegistration,
     NodeResources, ObjectEndpoint, ObjectSource, PeerRole, RemoteError, WorkerReport,
 };
+use xp_runtime::spec::MAX_OVERSUBSCRIPTION_MILLI;
 use xp_runtime::transport::{self, HeadConnection, TransportError};
 
 use crate::checkpoint::{self, CheckpointSources};
@@ -36,7 +37,7 @@ use crate::objects::remote::{ObjectFetcher, Wanted};
 use crate::objects::{ObjectStore, Owner};
 use crate::outbox::Outbox;
 use crate::reconnect::Backoff;
-use crate::slots::{MAX_OVERSUBSCRIPTION_MILLI, SlotTable};
+use crate::slots::SlotTable;
 use crate::telemetry::eviction::Eviction;
 use crate::worker::{self, MAX_KILL_GRACE, StopRequest};
 use crate::worker_log::{self, LogCap, LogError};
@@ -793,7 +794,7 @@ impl Agent {
             0 => 1000,
             factor => factor,
         };
-        if !(1000..=MAX_OVERSUBSCRIPTION_MILLI).contains(&factor_milli) {
+        if !(1000..=MAX_OVERSUBSCRIPTION_MILLI).contains(&u64::from(factor_milli)) {
             let error = format!(
                 "the launch's oversubscription factor {factor_milli}/1000 is outside 1000..={MAX_OVERSUBSCRIPTION_MILLI}"
             );

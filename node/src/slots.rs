@@ -17,19 +17,11 @@ use xp_runtime::ids::WorkerKey;
 /// Thousandths in one whole GPU.
 const WHOLE: u32 = 1000;
 
-/// The largest oversubscription factor honoured, in thousandths (4×).
-pub const MAX_OVERSUBSCRIPTION_MILLI: u32 = 4000;
-
-/// What a worker with `milli` thousandths of one GPU holds of that GPU's
-/// capacity under oversubscription factor `factor_milli` (1000: none): a
-/// fraction is divided by the factor, rounded up so the promises never exceed
-/// the factor; whole GPUs and factors at or below 1 charge the share itself.
-pub fn oversubscribed_charge(milli: u32, factor_milli: u32) -> u32 {
-    let factor = factor_milli.min(MAX_OVERSUBSCRIPTION_MILLI);
-    if factor <= WHOLE || milli == 0 || milli >= WHOLE {
-        return milli;
-    }
-    (milli * WHOLE).div_ceil(factor).max(1)
+/// What an opted-in worker holds of its GPU: the policy core's own rule, so
+/// the slot table charges exactly what the head placed.
+fn oversubscribed_charge(milli: u32, factor_milli: u32) -> u32 {
+    let charge = xp_runtime::spec::oversubscribed_charge(u64::from(milli), u64::from(factor_milli));
+    u32::try_from(charge).unwrap_or(milli)
 }
 
 /// A GPU has no room for the share asked for.

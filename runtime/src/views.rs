@@ -50,15 +50,19 @@ pub fn objectives_json(objectives: &[ObjectiveStatus]) -> Value {
 /// `evaluated` and `trials`, each with its `id`, `config`, `values` (metric to
 /// value) and `contribution`, largest contribution first.
 pub fn front_json(experiment: &ExperimentStatus, front: &FrontStatus) -> Value {
+    // One lookup table, not a scan of every trial per member of the front.
+    let config_json: std::collections::HashMap<_, &str> = experiment
+        .trials
+        .iter()
+        .map(|trial| (trial.id, trial.config_json.as_str()))
+        .collect();
     let trials: Vec<Value> = front
         .trials
         .iter()
         .map(|member| {
-            let config = experiment
-                .trials
-                .iter()
-                .find(|trial| trial.id == member.trial)
-                .and_then(|trial| serde_json::from_str::<Value>(&trial.config_json).ok())
+            let config = config_json
+                .get(&member.trial)
+                .and_then(|text| serde_json::from_str::<Value>(text).ok())
                 .unwrap_or(Value::Null);
             let values: serde_json::Map<String, Value> = experiment
                 .objectives

@@ -182,7 +182,7 @@ pub struct PolicyConfig {
 }
 
 /// The largest oversubscription factor a policy may declare.
-pub const MAX_OVERSUBSCRIPTION: f64 = 4.0;
+pub const MAX_OVERSUBSCRIPTION: f64 = xp_runtime::spec::MAX_OVERSUBSCRIPTION_MILLI as f64 / 1000.0;
 
 fn no_oversubscription() -> f64 {
     1.0

@@ -97,17 +97,8 @@ pub struct GangShape {
     pub oversubscribe: bool,
 }
 
-/// What a worker asking `gpu_milli` of one GPU holds of that GPU's capacity
-/// when it opts in to oversubscription by `factor_milli` thousandths (1500
-/// for 1.5×): a fraction divided by the factor, rounded up so that what one
-/// GPU is promised never exceeds the factor; whole GPUs, no GPU and factors at
-/// or below 1 hold the share itself. The node's slot table charges the same.
-pub fn oversubscribed_charge(gpu_milli: u64, factor_milli: u64) -> u64 {
-    if factor_milli <= GPU_MILLI || gpu_milli == 0 || gpu_milli >= GPU_MILLI {
-        return gpu_milli;
-    }
-    (gpu_milli * GPU_MILLI).div_ceil(factor_milli).max(1)
-}
+/// The oversubscription charge rule, shared with the head and the node.
+pub use xp_runtime::spec::oversubscribed_charge;
 
 /// A trial handed to the policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -242,8 +233,8 @@ pub enum ResizeReason {
 impl std::fmt::Display for ResizeReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Grow => write!(f, "idle GPUs and no trial waiting"),
-            Self::Shrink { by } => write!(f, "{by} needs the room"),
+            Self::Grow => write!(f, "GPUs idle and no trial waiting"),
+            Self::Shrink { by } => write!(f, "{by} (higher priority) needs the GPUs"),
         }
     }
 }

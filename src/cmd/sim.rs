@@ -292,6 +292,10 @@ pub(crate) fn run(args: SimArgs) -> anyhow::Result<()> {
                 args.placement.is_none(),
                 "--policy srtf keeps the default placement"
             );
+            anyhow::ensure!(
+                args.oversubscription.is_none(),
+                "--policy srtf does not oversubscribe"
+            );
             xp_sched::sim::simulate_oracle(&trace, &cluster, oracle, &options)?
         }
         None => xp_sched::sim::simulate(&trace, &cluster, config, &options)?,

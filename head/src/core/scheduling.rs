@@ -329,11 +329,7 @@ impl HeadCore {
             self.policy.resize_reason(key.trial),
         ) && !self.policy.is_preempting(key.trial)
         {
-            self.finish_attempt(
-                now,
-                key,
-                &format!("resized: {from} to {to} workers, {}", resize_why(&why)),
-            );
+            self.finish_attempt(now, key, &format!("resized: {from} to {to} workers, {why}"));
             if let Some(workers) = self.policy.resized(key.trial, now) {
                 self.launch(now, key.trial, &workers);
             }
@@ -371,10 +367,7 @@ impl HeadCore {
         ) {
             return;
         }
-        let why = format!(
-            "resizing from {from} to {to} workers: {}",
-            resize_why(reason)
-        );
+        let why = format!("resizing from {from} to {to} workers: {reason}");
         self.stop_to_checkpoint(now, trial_id, why, grace_ms);
     }
 
@@ -464,13 +457,6 @@ impl HeadCore {
 }
 
 /// Why a gang changes size, in the words of its trial's events.
-fn resize_why(reason: &ResizeReason) -> String {
-    match reason {
-        ResizeReason::Grow => "GPUs idle and no trial waiting".to_owned(),
-        ResizeReason::Shrink { by } => format!("{by} (higher priority) needs the GPUs"),
-    }
-}
-
 /// The GPU time (GPU-milliseconds) and wall time a trial's ended attempts
 /// ran, from their records: what the policy core counts as attained service
 /// for runs it did not see itself.

@@ -5,7 +5,6 @@
 //! Not here: judging the readings (the pure `offer`). Every kernel file is read
 //! with a bound, and a file that cannot be read or parsed limits nothing.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::{CgroupLimits, MAX_VALUE_BYTES, SlurmEnv, VARIABLES};
@@ -112,8 +111,5 @@ fn tightest<T: PartialOrd>(dir: &Path, top: &Path, read: impl Fn(&Path) -> Optio
 
 /// Reads at most [`MAX_FILE_BYTES`] of a kernel file as text.
 fn read_bounded(path: &Path) -> Option<String> {
-    let file = std::fs::File::open(path).ok()?;
-    let mut text = String::new();
-    file.take(MAX_FILE_BYTES).read_to_string(&mut text).ok()?;
-    Some(text)
+    crate::telemetry::read_text_bounded(path, MAX_FILE_BYTES)
 }

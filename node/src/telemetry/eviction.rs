@@ -22,6 +22,7 @@
 
 use std::collections::BTreeSet;
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use xp_runtime::clock::UnixMillis;
@@ -107,14 +108,16 @@ pub enum MemoryFileError {
 
 /// Reads a `--gpu-memory-file` (bounded) and parses it.
 pub fn read_memory_file(path: &Path) -> Result<Vec<GpuMemory>, MemoryFileError> {
-    // Checked before opening: opening a FIFO blocks until a writer comes.
-    if !std::fs::metadata(path)
-        .map_err(MemoryFileError::Read)?
-        .is_file()
-    {
+    // Non-blocking, as `objects::local` opens lane files: opening a FIFO for
+    // reading would block until a writer came. A regular file reads as usual.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)
+        .map_err(MemoryFileError::Read)?;
+    if !file.metadata().map_err(MemoryFileError::Read)?.is_file() {
         return Err(MemoryFileError::NotAFile);
     }
-    let file = std::fs::File::open(path).map_err(MemoryFileError::Read)?;
     let mut bytes = Vec::new();
     file.take(MAX_MEMORY_FILE_BYTES + 1)
         .read_to_end(&mut bytes)

@@ -148,11 +148,15 @@ impl Drop for TargetGuard {
 
 /// Reads at most [`proc::MAX_FILE_BYTES`] of a kernel file as text.
 fn read_bounded(path: &Path) -> Option<String> {
+    read_text_bounded(path, proc::MAX_FILE_BYTES)
+}
+
+/// Reads at most `max_bytes` of a kernel file as text; `None` when it cannot
+/// be read or is not UTF-8.
+pub(crate) fn read_text_bounded(path: &Path, max_bytes: u64) -> Option<String> {
     let file = std::fs::File::open(path).ok()?;
     let mut text = String::new();
-    file.take(proc::MAX_FILE_BYTES)
-        .read_to_string(&mut text)
-        .ok()?;
+    file.take(max_bytes).read_to_string(&mut text).ok()?;
     Some(text)
 }
 

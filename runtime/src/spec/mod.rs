@@ -44,8 +44,9 @@ pub use stopping::{
     DEFAULT_REDUCTION_FACTOR, RuleKind, StoppingConfig, StoppingError,
 };
 pub use trial::{
-    CollectiveTransport, MAX_LEASE_NAME_BYTES, MAX_LEASE_UNITS, MAX_TRIAL_LEASES, MemoryBytes,
-    MemoryError, Resources, TrialSpec, Workers, check_lease_name, parse_memory,
+    CollectiveTransport, MAX_LEASE_NAME_BYTES, MAX_LEASE_UNITS, MAX_OVERSUBSCRIPTION_MILLI,
+    MAX_TRIAL_LEASES, MemoryBytes, MemoryError, Resources, TrialSpec, Workers, check_lease_name,
+    oversubscribed_charge, parse_memory,
 };
 
 /// The largest YAML document accepted, so a stray file cannot exhaust memory.

@@ -328,6 +328,25 @@ fn one_f64() -> f64 {
     1.0
 }
 
+/// The largest oversubscription factor, in thousandths (4×): the policy's
+/// `oversubscription` and a launch's factor are both at most this.
+pub const MAX_OVERSUBSCRIPTION_MILLI: u64 = 4000;
+
+/// What a worker asking `milli` thousandths of one GPU holds of that GPU under
+/// oversubscription factor `factor_milli` (1000: none; at most
+/// [`MAX_OVERSUBSCRIPTION_MILLI`] counts): a fraction is divided by the factor,
+/// rounded up so the promises never exceed the factor; whole GPUs and factors
+/// at or below 1 charge the share itself. The one rule the policy core, the
+/// head's launches and the node's slot table all apply, so they agree exactly.
+pub fn oversubscribed_charge(milli: u64, factor_milli: u64) -> u64 {
+    const WHOLE: u64 = 1000;
+    let factor = factor_milli.min(MAX_OVERSUBSCRIPTION_MILLI);
+    if factor <= WHOLE || milli == 0 || milli >= WHOLE {
+        return milli;
+    }
+    (milli * WHOLE).div_ceil(factor).max(1)
+}
+
 impl Default for Resources {
     fn default() -> Self {
         Self {

@@ -44,6 +44,7 @@ use xp_runtime::ids::TrialId;
 
 use super::PolicyCore;
 use super::pass::{MAX_PLACEMENT_CHECKS, Pass};
+use super::preemption::MAX_PREEMPTION_ATTEMPTS_PER_PASS;
 use super::quota::QuotaBlock;
 use super::resource_vec::{ResourceVec, covers, gang_demand, minus, placement_total, plus};
 use super::trial::Standing;
@@ -377,7 +378,11 @@ impl PolicyCore {
             self.set_reason(id, WaitReason::WaitingForPreemption);
             return true;
         }
-        if !self.config.preemption.enabled {
+        // The same bounds as a preemption search, which this one goes before.
+        if !self.config.preemption.enabled
+            || pass.preemption_attempts >= MAX_PREEMPTION_ATTEMPTS_PER_PASS
+            || !self.ever_fits(id)
+        {
             return false;
         }
         let Some(trial) = self.trials.get(&id) else {

@@ -261,7 +261,7 @@ impl PolicyCore {
         }
         check_gang(&request.gang)?;
         self.check_leases_of(&request.gang.leases)?;
-        // The one hook of oversubscription: an opted-in fractional worker asks
+        // Where oversubscription enters (with `adopt`): an opted-in fractional worker asks
         // for its charge, and everything after (placement, quotas, invariants)
         // counts that.
         if request.gang.oversubscribe {

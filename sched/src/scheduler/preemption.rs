@@ -63,7 +63,7 @@ use super::trial::{Standing, Trial};
 use crate::{Decision, PreemptReason, WaitReason, WorkerPlacement};
 
 /// The most preemption searches one pass makes.
-const MAX_PREEMPTION_ATTEMPTS_PER_PASS: usize = 4;
+pub(super) const MAX_PREEMPTION_ATTEMPTS_PER_PASS: usize = 4;
 /// The most candidate victims one preemption search considers.
 const MAX_VICTIM_CANDIDATES: usize = 256;
 /// The most victims a preemption search tries to spare once it has a set.

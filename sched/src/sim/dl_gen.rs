@@ -12,8 +12,10 @@
 
 use xp_runtime::seeded::SplitMix64;
 
-use super::generate::{GenerateError, draw_team, renumber_teams, zipf_teams};
-use super::trace::{JobPriority, MAX_ROWS, Trace, TraceJob};
+use super::generate::{
+    GenerateError, check_jobs, check_rate_and_teams, draw_team, renumber_teams, zipf_teams,
+};
+use super::trace::{JobPriority, Trace, TraceJob};
 
 /// Cumulative probability and GPUs of each gang size.
 const GANGS: [(f64, u32); 6] = [
@@ -49,22 +51,8 @@ pub struct DeepLearningOptions {
 
 /// Generates a deep-learning trace.
 pub fn generate_deep_learning(options: &DeepLearningOptions) -> Result<Trace, GenerateError> {
-    if options.jobs == 0 || options.jobs > MAX_ROWS {
-        return Err(GenerateError::Jobs { jobs: options.jobs });
-    }
-    if !(options.rate_per_hour.is_finite()
-        && options.rate_per_hour > 0.0
-        && options.rate_per_hour <= 1e9)
-    {
-        return Err(GenerateError::Rate {
-            rate: options.rate_per_hour,
-        });
-    }
-    if options.teams == 0 || options.teams > super::generate::MAX_TEAMS {
-        return Err(GenerateError::Teams {
-            teams: options.teams,
-        });
-    }
+    check_jobs(options.jobs)?;
+    check_rate_and_teams(options.rate_per_hour, options.teams)?;
     let mut rng = SplitMix64::new(options.seed);
     let (cumulative, teams) = zipf_teams(options.teams);
     let rate_per_second = options.rate_per_hour / 3600.0;

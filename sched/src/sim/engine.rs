@@ -697,28 +697,41 @@ impl Sim<'_> {
         if run.epoch != event.epoch || run.phase != Phase::Stopping {
             return;
         }
+        let gpu_milli = self.run_gpu_milli(index);
+        self.close_run_at_checkpoint(index, now, gpu_milli, gpu_milli);
+        self.preemptions += 1;
+        let run = &mut self.runs[index as usize];
+        run.phase = Phase::Waiting;
+        self.waiting += 1;
+        self.core.requeue(self.trial_of(index), now);
+        self.changed = true;
+    }
+
+    /// Closes a run stopped through its checkpoint at `now`: its GPU time is
+    /// counted, the work since its last periodic checkpoint is lost on
+    /// `run_gpu_milli` (by the rule `xp report` counts with), the work kept
+    /// comes off what remains, and `held_gpu_milli` are free again.
+    pub(super) fn close_run_at_checkpoint(
+        &mut self,
+        index: u32,
+        now: UnixMillis,
+        run_gpu_milli: u64,
+        held_gpu_milli: u64,
+    ) {
+        let run = &self.runs[index as usize];
         let ran = now - run.start_ms;
-        // Work since the last periodic checkpoint is lost, by the rule `xp
-        // report` counts with.
         let last_checkpoint = self.trace.jobs[index as usize]
             .ckpt_interval_ms
             .filter(|interval| *interval > 0)
             .map(|interval| run.start_ms + ran / interval * interval);
         let lost = now - xp_runtime::report::lost_since(run.start_ms, now, last_checkpoint);
         self.account_run(index, ran);
-        let gpu_milli = self.run_gpu_milli(index);
-        self.busy_gpu_milli -= gpu_milli;
-        self.lost_gpu_milli_ms += u128::from(lost) * u128::from(gpu_milli);
-        self.preemptions += 1;
+        self.busy_gpu_milli -= held_gpu_milli;
+        self.lost_gpu_milli_ms += u128::from(lost) * u128::from(run_gpu_milli);
         let kept = self.work_of(index, ran - lost);
-        let run = &mut self.runs[index as usize];
-        if let Some(remaining) = &mut run.remaining_ms {
+        if let Some(remaining) = &mut self.runs[index as usize].remaining_ms {
             *remaining = remaining.saturating_sub(kept);
         }
-        run.phase = Phase::Waiting;
-        self.waiting += 1;
-        self.core.requeue(self.trial_of(index), now);
-        self.changed = true;
     }
 
     /// Adds a finished run segment to the GPU-time totals.

@@ -87,24 +87,32 @@ const DURATION_SIGMA: f64 = 1.5;
 const MIN_DURATION_S: f64 = 30.0;
 const MAX_DURATION_S: f64 = 14.0 * 86_400.0;
 
+/// Checks a generator's job count: 1 to [`MAX_ROWS`].
+pub(super) fn check_jobs(jobs: usize) -> Result<(), GenerateError> {
+    if jobs == 0 || jobs > MAX_ROWS {
+        return Err(GenerateError::Jobs { jobs });
+    }
+    Ok(())
+}
+
+/// Checks a generator's arrival rate (finite, above 0, at most 1e9 per hour)
+/// and team count (1 to [`MAX_TEAMS`]).
+pub(super) fn check_rate_and_teams(rate_per_hour: f64, teams: u32) -> Result<(), GenerateError> {
+    if !(rate_per_hour.is_finite() && rate_per_hour > 0.0 && rate_per_hour <= 1e9) {
+        return Err(GenerateError::Rate {
+            rate: rate_per_hour,
+        });
+    }
+    if teams == 0 || teams > MAX_TEAMS {
+        return Err(GenerateError::Teams { teams });
+    }
+    Ok(())
+}
+
 /// Generates a trace.
 pub fn generate(options: &GenerateOptions) -> Result<Trace, GenerateError> {
-    if options.jobs == 0 || options.jobs > MAX_ROWS {
-        return Err(GenerateError::Jobs { jobs: options.jobs });
-    }
-    if !(options.rate_per_hour.is_finite()
-        && options.rate_per_hour > 0.0
-        && options.rate_per_hour <= 1e9)
-    {
-        return Err(GenerateError::Rate {
-            rate: options.rate_per_hour,
-        });
-    }
-    if options.teams == 0 || options.teams > MAX_TEAMS {
-        return Err(GenerateError::Teams {
-            teams: options.teams,
-        });
-    }
+    check_jobs(options.jobs)?;
+    check_rate_and_teams(options.rate_per_hour, options.teams)?;
     let mut rng = SplitMix64::new(options.seed);
     let (cumulative, teams) = zipf_teams(options.teams);
     let rate_per_second = options.rate_per_hour / 3600.0;

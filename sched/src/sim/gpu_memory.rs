@@ -86,8 +86,11 @@ impl GpuMemoryModel {
                 }
             }
         }
-        for residents in self.residents.values_mut() {
-            residents.retain(|resident| !evicted.contains(&resident.job));
+        // Most placements evict nobody: only then is every GPU walked.
+        if !evicted.is_empty() {
+            for residents in self.residents.values_mut() {
+                residents.retain(|resident| !evicted.contains(&resident.job));
+            }
         }
         evicted
     }

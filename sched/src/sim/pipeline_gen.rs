@@ -19,7 +19,7 @@
 
 use xp_runtime::seeded::{SplitMix64, mix_seed};
 
-use super::generate::{GenerateError, MAX_TEAMS, draw_team, renumber_teams, zipf_teams};
+use super::generate::{GenerateError, check_rate_and_teams, draw_team, renumber_teams, zipf_teams};
 use super::trace::{JobPriority, Trace, TraceJob};
 
 /// The most pipelines one trace may hold.
@@ -123,19 +123,7 @@ pub fn generate_pipelines(options: &PipelineOptions) -> Result<Trace, GenerateEr
             pipelines: options.pipelines,
         });
     }
-    if !(options.rate_per_hour.is_finite()
-        && options.rate_per_hour > 0.0
-        && options.rate_per_hour <= 1e9)
-    {
-        return Err(GenerateError::Rate {
-            rate: options.rate_per_hour,
-        });
-    }
-    if options.teams == 0 || options.teams > MAX_TEAMS {
-        return Err(GenerateError::Teams {
-            teams: options.teams,
-        });
-    }
+    check_rate_and_teams(options.rate_per_hour, options.teams)?;
     if options.templates == 0 || options.templates > MAX_TEMPLATES {
         return Err(GenerateError::Templates {
             templates: options.templates,

@@ -12,7 +12,9 @@
 //! oversubscription, `oversubscribe` (the job opts in to sharing a GPU promised
 //! beyond its memory), `gpu_mem_peak` (the most GPU memory one worker uses, as
 //! a fraction of its GPU's memory, 0 to 1) and `gpu_mem_peak_at_s` (how far into
-//! its run it reaches that peak; before, it uses half of it); for elastic jobs,
+//! its run it reaches that peak: read and written back, but not yet modelled,
+//! as `--place-once` has no clock and takes every worker at its peak); for
+//! elastic jobs,
 //! `min_workers` and `max_workers` (both or neither, around `num_workers`, the
 //! size `duration_s` is measured at) and `scaling` (0 to 1, default 1: the
 //! job's speed at `w` workers is `(w / num_workers)^scaling`, linear by default).

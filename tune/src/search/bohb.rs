@@ -31,6 +31,7 @@ use rand::{Rng, SeedableRng};
 use xp_runtime::seeded::mix_seed;
 use xp_runtime::spec::{Config, SearchSpace};
 
+use super::history::{Observation, split_encoded};
 use super::tpe_joint::JointModel;
 use super::{Searcher, Suggestion};
 use crate::hyperband::HyperbandSchedule;
@@ -81,19 +82,11 @@ enum Origin {
     },
 }
 
-/// One suggestion's result at one budget.
-#[derive(Debug, Clone)]
-struct Outcome {
-    config: Config,
-    objective: f64,
-}
-
 /// BOHB's model-based sampler over a [`SearchSpace`]; never runs out.
 #[derive(Debug, Clone)]
 pub struct BohbSearcher {
     space: SearchSpace,
     budgets: Vec<u64>,
-    schedule: HyperbandSchedule,
     options: BohbOptions,
     rng: StdRng,
     next_id: u64,
@@ -102,7 +95,7 @@ pub struct BohbSearcher {
     /// The highest budget level each suggestion has a result at.
     reached: BTreeMap<u64, usize>,
     /// Per budget level, the results in the order they were observed.
-    results: Vec<Vec<Outcome>>,
+    results: Vec<Vec<Observation>>,
     origins: BTreeMap<u64, Origin>,
 }
 
@@ -119,7 +112,6 @@ impl BohbSearcher {
             space,
             results: vec![Vec::new(); budgets.len()],
             budgets,
-            schedule,
             options,
             rng: StdRng::seed_from_u64(mix_seed(seed, 5)),
             next_id: 0,
@@ -196,27 +188,8 @@ impl BohbSearcher {
         let results = &self.results[level];
         let n = results.len();
         let (n_good, _) = self.split(n);
-        let mut order: Vec<usize> = (0..n).collect();
-        // A stable sort: ties keep the order of observation.
-        order.sort_by(|left, right| {
-            results[*left]
-                .objective
-                .total_cmp(&results[*right].objective)
-        });
-        let (good_idx, rest_idx) = order.split_at_mut(n_good);
-        // The joint estimators weigh observations by age, so they take them in order.
-        good_idx.sort_unstable();
-        rest_idx.sort_unstable();
-        let below: Vec<Vec<Option<f64>>> = good_idx
-            .iter()
-            .map(|idx| self.space.encode(&results[*idx].config))
-            .collect();
-        let above: Vec<Vec<Option<f64>>> = rest_idx
-            .iter()
-            .map(|idx| &results[*idx].config)
-            .chain(self.pending.values())
-            .map(|config| self.space.encode(config))
-            .collect();
+        let (below, above) =
+            split_encoded(&self.space, results, n_good, self.pending.values(), true);
         let model = JointModel::fit(&self.space, &below, None, &above, self.options.prior_weight);
         let origin = Origin::Model {
             budget: self.budgets[level],
@@ -290,7 +263,8 @@ impl Searcher for BohbSearcher {
         let Some(config) = self.pending.get(&id) else {
             return false;
         };
-        let Some(level) = self.schedule.budget_level(step) else {
+        // From the budgets held: this runs on every metric report.
+        let Some(level) = self.budgets.iter().rposition(|budget| *budget <= step) else {
             return false;
         };
         if self
@@ -306,7 +280,7 @@ impl Searcher for BohbSearcher {
             objective
         };
         self.reached.insert(id, level);
-        self.results[level].push(Outcome {
+        self.results[level].push(Observation {
             config: config.clone(),
             objective,
         });

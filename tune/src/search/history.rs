@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use xp_runtime::spec::Config;
+use xp_runtime::spec::{Config, SearchSpace};
 
 use super::Suggestion;
 
@@ -16,6 +16,46 @@ use super::Suggestion;
 pub(crate) struct Observation {
     pub(crate) config: Config,
     pub(crate) objective: f64,
+}
+
+/// Configurations encoded in a search space's unit cube (`None`: a parameter
+/// the configuration does not set).
+pub(crate) type Encoded = Vec<Vec<Option<f64>>>;
+
+/// Splits `observed` into its `n_good` lowest objectives and the rest (ties
+/// keep the order of observation) and encodes both in `space`, the rest
+/// followed by `pending`: the two sides a Parzen model is fitted on. With
+/// `by_age` each side is in observation order (the joint estimators weigh
+/// observations by age); else the good side is in objective order.
+pub(crate) fn split_encoded<'a>(
+    space: &SearchSpace,
+    observed: &'a [Observation],
+    n_good: usize,
+    pending: impl Iterator<Item = &'a Config>,
+    by_age: bool,
+) -> (Encoded, Encoded) {
+    let mut order: Vec<usize> = (0..observed.len()).collect();
+    order.sort_by(|left, right| {
+        observed[*left]
+            .objective
+            .total_cmp(&observed[*right].objective)
+    });
+    let (good_idx, rest_idx) = order.split_at_mut(n_good.min(observed.len()));
+    if by_age {
+        good_idx.sort_unstable();
+        rest_idx.sort_unstable();
+    }
+    let good = good_idx
+        .iter()
+        .map(|idx| space.encode(&observed[*idx].config))
+        .collect();
+    let rest = rest_idx
+        .iter()
+        .map(|idx| &observed[*idx].config)
+        .chain(pending)
+        .map(|config| space.encode(config))
+        .collect();
+    (good, rest)
 }
 
 /// Suggestions handed out and what became of them.

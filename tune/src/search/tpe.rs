@@ -24,7 +24,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use statrs::function::erf::{erfc, erfc_inv};
 
-use super::history::History;
+use super::history::{History, split_encoded};
 use super::tpe_joint::JointModel;
 use xp_runtime::seeded::mix_seed;
 use xp_runtime::spec::{Config, Param, ParamKind, SearchSpace};
@@ -331,29 +331,14 @@ impl TpeSearcher {
         let n_below = ((self.options.gamma * (n as f64)).ceil() as usize)
             .clamp(1, 25)
             .min(n);
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|left, right| {
-            observed[*left]
-                .objective
-                .total_cmp(&observed[*right].objective)
-        });
-        let (below_idx, above_idx) = order.split_at_mut(n_below);
-        if self.options.multivariate {
-            // The joint estimators weight observations by age, so they take them in
-            // observation order; pending points are the newest.
-            below_idx.sort_unstable();
-            above_idx.sort_unstable();
-        }
-        let below: Vec<Vec<Option<f64>>> = below_idx
-            .iter()
-            .map(|idx| self.space.encode(&observed[*idx].config))
-            .collect();
-        let above: Vec<Vec<Option<f64>>> = above_idx
-            .iter()
-            .map(|idx| &observed[*idx].config)
-            .chain(self.history.pending())
-            .map(|config| self.space.encode(config))
-            .collect();
+        // Pending points are the newest, after the observations.
+        let (below, above) = split_encoded(
+            &self.space,
+            observed,
+            n_below,
+            self.history.pending(),
+            self.options.multivariate,
+        );
         let model = if self.options.multivariate {
             Model::Joint(JointModel::fit(
                 &self.space,

@@ -134,25 +134,12 @@ impl Sim<'_> {
             return;
         }
         let trial = self.trial_of(index);
-        let ran = now - run.start_ms;
-        let job = &self.trace.jobs[index as usize];
-        let last_checkpoint = job
-            .ckpt_interval_ms
-            .filter(|interval| *interval > 0)
-            .map(|interval| run.start_ms + ran / interval * interval);
-        let lost = now - xp_runtime::report::lost_since(run.start_ms, now, last_checkpoint);
-        let per_worker = job.gpu_milli_per_worker;
+        let per_worker = self.trace.jobs[index as usize].gpu_milli_per_worker;
         // The run's GPU-time is its old size's; the growth's new GPUs sat
         // idle through the grace period.
         let grown = self.grown_gpu_milli(index);
         let old_gpu_milli = self.run_gpu_milli(index) - grown;
-        self.account_run(index, ran);
-        self.busy_gpu_milli -= old_gpu_milli + grown;
-        self.lost_gpu_milli_ms += u128::from(lost) * u128::from(old_gpu_milli);
-        let kept = self.work_of(index, ran - lost);
-        if let Some(remaining) = &mut self.runs[index as usize].remaining_ms {
-            *remaining = remaining.saturating_sub(kept);
-        }
+        self.close_run_at_checkpoint(index, now, old_gpu_milli, old_gpu_milli + grown);
         let Some(workers) = self.core.resized(trial, now) else {
             // The core no longer resizes it (preempted meanwhile): back in line.
             let run = &mut self.runs[index as usize];
