@@ -707,42 +707,6 @@ impl Sim<'_> {
         self.changed = true;
     }
 
-    /// Closes a run stopped through its checkpoint at `now`: its GPU time is
-    /// counted, the work since its last periodic checkpoint is lost on
-    /// `run_gpu_milli` (by the rule `xp report` counts with), the work kept
-    /// comes off what remains, and `held_gpu_milli` are free again.
-    pub(super) fn close_run_at_checkpoint(
-        &mut self,
-        index: u32,
-        now: UnixMillis,
-        run_gpu_milli: u64,
-        held_gpu_milli: u64,
-    ) {
-        let run = &self.runs[index as usize];
-        let ran = now - run.start_ms;
-        let last_checkpoint = self.trace.jobs[index as usize]
-            .ckpt_interval_ms
-            .filter(|interval| *interval > 0)
-            .map(|interval| run.start_ms + ran / interval * interval);
-        let lost = now - xp_runtime::report::lost_since(run.start_ms, now, last_checkpoint);
-        self.account_run(index, ran);
-        self.busy_gpu_milli -= held_gpu_milli;
-        self.lost_gpu_milli_ms += u128::from(lost) * u128::from(run_gpu_milli);
-        let kept = self.work_of(index, ran - lost);
-        if let Some(remaining) = &mut self.runs[index as usize].remaining_ms {
-            *remaining = remaining.saturating_sub(kept);
-        }
-    }
-
-    /// Adds a finished run segment to the GPU-time totals.
-    fn account_run(&mut self, index: u32, ran: u64) {
-        let trace = self.trace;
-        let job = &trace.jobs[index as usize];
-        // The run's own size: a growth's new GPUs are counted from its restart.
-        let gpu_milli = job.gpu_milli_per_worker * u64::from(self.runs[index as usize].size);
-        self.team_gpu_milli_ms[job.team as usize] += u128::from(ran) * u128::from(gpu_milli);
-    }
-
     fn release_dependents(&mut self, index: u32, now: UnixMillis, completed: bool) {
         if !completed {
             return;

@@ -1,11 +1,51 @@
-//! Counting the jobs' outcomes at the end of a simulation: completion times,
-//! queueing delays, outcomes, per-team sums and why the waiting still wait.
-//! Runs still open are closed (their GPU time accounted) at the end.
+//! Counting: the GPU time of each run as it closes (one stopped through its
+//! checkpoint loses the work since its last one), and the jobs' outcomes at
+//! the end of a simulation: completion times, queueing delays, outcomes,
+//! per-team sums and why the waiting still wait. Runs still open are closed
+//! (their GPU time accounted) at the end.
+
+use xp_runtime::clock::UnixMillis;
 
 use super::{Phase, Sim, seconds};
 use crate::sim::report::Tally;
 
 impl Sim<'_> {
+    /// Closes a run stopped through its checkpoint at `now`: its GPU time is
+    /// counted, the work since its last periodic checkpoint is lost on
+    /// `run_gpu_milli` (by the rule `xp report` counts with), the work kept
+    /// comes off what remains, and `held_gpu_milli` are free again.
+    pub(super) fn close_run_at_checkpoint(
+        &mut self,
+        index: u32,
+        now: UnixMillis,
+        run_gpu_milli: u64,
+        held_gpu_milli: u64,
+    ) {
+        let run = &self.runs[index as usize];
+        let ran = now - run.start_ms;
+        let last_checkpoint = self.trace.jobs[index as usize]
+            .ckpt_interval_ms
+            .filter(|interval| *interval > 0)
+            .map(|interval| run.start_ms + ran / interval * interval);
+        let lost = now - xp_runtime::report::lost_since(run.start_ms, now, last_checkpoint);
+        self.account_run(index, ran);
+        self.busy_gpu_milli -= held_gpu_milli;
+        self.lost_gpu_milli_ms += u128::from(lost) * u128::from(run_gpu_milli);
+        let kept = self.work_of(index, ran - lost);
+        if let Some(remaining) = &mut self.runs[index as usize].remaining_ms {
+            *remaining = remaining.saturating_sub(kept);
+        }
+    }
+
+    /// Adds a finished run segment to the GPU-time totals.
+    pub(super) fn account_run(&mut self, index: u32, ran: u64) {
+        let trace = self.trace;
+        let job = &trace.jobs[index as usize];
+        // The run's own size: a growth's new GPUs are counted from its restart.
+        let gpu_milli = job.gpu_milli_per_worker * u64::from(self.runs[index as usize].size);
+        self.team_gpu_milli_ms[job.team as usize] += u128::from(ran) * u128::from(gpu_milli);
+    }
+
     /// Counts every job's outcome at `end_ms`, in job order; runs still open
     /// are closed (accounted) at `end_ms`.
     pub(super) fn tally_runs(&mut self, end_ms: u64) -> Tally {
