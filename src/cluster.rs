@@ -85,12 +85,12 @@ const LOCAL_USER: &str = "local";
 /// A fresh credential for [`LOCAL_USER`] (an admin of team `default`), replacing
 /// the one a previous start of the same data directory made.
 async fn local_credential(head: &xp_head::RunningHead) -> Result<JoinString, ClusterError> {
-    use xp_head::auth::users::{UserAnswer, UserCommand};
+    use xp_head::{UserAnswer, UserCommand};
     let answer = head
         .user_command(UserCommand::Add {
             name: LOCAL_USER.to_owned(),
             team: xp_runtime::spec::DEFAULT_TEAM.to_owned(),
-            role: xp_head::auth::Role::Admin,
+            role: xp_head::Role::Admin,
             replace: true,
         })
         .await
@@ -155,7 +155,7 @@ impl Cluster {
             data_dir: data_dir.join("head"),
             http: options.http,
             advertise_host: None,
-            core: xp_head::core::CoreConfig::default(),
+            core: xp_head::CoreConfig::default(),
             policy: None,
             commit_batch: options
                 .commit_batch
@@ -175,19 +175,19 @@ impl Cluster {
             memory_bytes: None,
             labels: Default::default(),
             advertise_host: None,
-            object_limits: xp_node::objects::StoreLimits::default(),
+            object_limits: xp_node::StoreLimits::default(),
             object_port: 0,
             checkpoint_backup: None,
-            log_cap: xp_node::worker_log::LogCap::default(),
+            log_cap: xp_node::LogCap::default(),
             // As `xp-node join`: ids of their own where the node is root and
             // can make its work directories reachable.
-            worker_uids: xp_node::isolation::WorkerUids::Auto,
-            output_limits: xp_node::checkpoint::OutputLimits::default(),
+            worker_uids: xp_node::WorkerUids::Auto,
+            output_limits: xp_node::OutputLimits::default(),
             telemetry_interval: options
                 .telemetry_interval
-                .unwrap_or(xp_node::telemetry::DEFAULT_INTERVAL),
+                .unwrap_or(xp_node::DEFAULT_TELEMETRY_INTERVAL),
             granted_gpus: None,
-            drain_timeout: xp_node::agent::DEFAULT_DRAIN_TIMEOUT,
+            drain_timeout: xp_node::DEFAULT_DRAIN_TIMEOUT,
             // NVML where present; no stand-in memory file for a local cluster.
             gpu_memory_file: None,
         };

@@ -46,17 +46,17 @@ use xp_runtime::protocol::{
     TrialStatus,
 };
 
-use crate::core::pages::{
+use xp_head_core::pages::{
     self, ExperimentCursor, ExperimentSummary, MetricCursor, NodeCursor, Page, PageError,
     QueueCursor, TrialQuery, Visibility,
 };
 use xp_runtime::join::JoinString;
 
-use crate::auth::requests::Authorized;
-use crate::auth::requests::{Access, Caller};
-use crate::auth::users::{self, UserAnswer, UserCommand, Users};
-use crate::core::metrics::MetricsSnapshot;
-use crate::core::{HeadCore, LoadedState};
+use xp_head_core::auth::requests::Authorized;
+use xp_head_core::auth::requests::{Access, Caller};
+use xp_head_core::auth::users::{self, UserAnswer, UserCommand, Users};
+use xp_head_core::metrics::MetricsSnapshot;
+use xp_head_core::{HeadCore, LoadedState};
 use crate::health::{Health, LOG_INTERVAL_MS, LogThrottle, Outage};
 use crate::metrics::HeadMetrics;
 use crate::registry::{Registry, RegistryError};
@@ -96,7 +96,7 @@ pub enum HeadMsg {
     /// A client asks for experiments.
     Status(Option<String>, Reply<Response>),
     /// A client submits, cancels or retries a pipeline.
-    PipelineChange(crate::core::pipelines::PipelineChange, Reply<Response>),
+    PipelineChange(xp_head_core::pipelines::PipelineChange, Reply<Response>),
     /// A client or the HTTP API reads one pipeline or lists them.
     Pipelines {
         /// One pipeline; every one the caller sees when absent.
@@ -224,7 +224,7 @@ pub enum HeadMsg {
         /// The scope and window.
         request: xp_runtime::protocol::ReportRequest,
         /// The teams the caller sees.
-        visible: crate::auth::Visibility,
+        visible: xp_head_core::auth::Visibility,
         /// The report.
         reply: Reply<Response>,
     },
@@ -851,7 +851,7 @@ impl Actor for HeadActor {
                     node_id,
                     session_id,
                     1,
-                    |state| state.args.core.handle_node_register(now, registration),
+                    |state| state.core_call(|core| core.handle_node_register(now, registration)),
                     reply,
                 );
             }
@@ -866,7 +866,7 @@ impl Actor for HeadActor {
                     .is_some();
                 // The end of the node's current session: a draining node has left.
                 if current && state.outage.is_none() {
-                    state.args.core.handle_node_left(now, node_id);
+                    state.core_call(|core| core.handle_node_left(now, node_id));
                     let _ = state.flush(now);
                 }
             }
@@ -918,7 +918,7 @@ impl Actor for HeadActor {
                 if state.outage.is_some() {
                     state.try_recover(now);
                 } else {
-                    state.args.core.handle_tick(now);
+                    state.core_call(|core| core.handle_tick(now));
                     let _ = state.flush(now);
                 }
             }

@@ -60,7 +60,7 @@ use xp_runtime::protocol::{ErrorCode, MetricPoint, RemoteError};
 use xp_runtime::views::{node_json, trial_json};
 
 use crate::actor::{HeadMsg, Reply};
-use crate::core::pages::{
+use xp_head_core::pages::{
     CursorError, DEFAULT_LIMIT, ExperimentCursor, ExperimentSummary, MAX_LIMIT, MetricCursor,
     NodeCursor, Page, PageError, QueueCursor, StateSet, TrialCursor, TrialQuery, TrialSort,
     Visibility,

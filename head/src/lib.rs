@@ -8,7 +8,6 @@
 pub mod actor;
 pub mod auth;
 pub mod blobs;
-pub mod core;
 pub mod dashboard;
 pub mod health;
 pub mod http;
@@ -16,7 +15,6 @@ pub mod metrics;
 pub mod offline;
 pub mod registry;
 pub mod server;
-pub mod sweep;
 pub mod webhooks;
 
 use std::net::SocketAddr;
@@ -33,11 +31,14 @@ use xp_runtime::join::JoinString;
 use xp_runtime::tls::ClusterIdentity;
 
 use crate::actor::{HeadActor, HeadArgs, HeadMsg};
-use crate::core::{CoreConfig, HeadCore};
+use xp_head_core::HeadCore;
 use crate::registry::Registry;
 use crate::server::ServerContext;
 
 pub use crate::offline::{OfflineError, OfflineHead, offline_status};
+pub use xp_head_core::CoreConfig;
+pub use xp_head_core::auth::Role;
+pub use xp_head_core::auth::users::{UserAnswer, UserCommand};
 
 /// How to run a head.
 #[derive(Debug, Clone)]
@@ -93,7 +94,7 @@ pub enum HeadError {
     Socket(#[from] auth::socket::SocketError),
     /// The first admin could not be created.
     #[error("cannot create the first admin: {0}")]
-    FirstAdmin(#[from] auth::users::UserError),
+    FirstAdmin(#[from] xp_head_core::auth::users::UserError),
     /// The policy given at start is invalid.
     #[error("the scheduling policy {source_name} is invalid: {message}")]
     Policy {
@@ -187,7 +188,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         &config.data_dir.join(auth::local::NODE_JOIN_FILE),
         format!("{join}\n").as_bytes(),
     )?;
-    let mut users = auth::users::Users::from_records(registry.users()?);
+    let mut users = xp_head_core::auth::users::Users::from_records(registry.users()?);
     let admin = if users.is_empty() {
         Some(create_first_admin(
             &mut registry,
@@ -296,31 +297,31 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
 /// user table and returns their credential, to be shown once.
 fn create_first_admin(
     registry: &mut Registry,
-    users: &mut auth::users::Users,
+    users: &mut xp_head_core::auth::users::Users,
     join: &JoinString,
     now: u64,
 ) -> Result<JoinString, HeadError> {
-    let command = auth::users::UserCommand::Add {
-        name: auth::users::FIRST_ADMIN.to_owned(),
-        team: auth::users::FIRST_ADMIN_TEAM.to_owned(),
-        role: auth::Role::Admin,
+    let command = UserCommand::Add {
+        name: xp_head_core::auth::users::FIRST_ADMIN.to_owned(),
+        team: xp_head_core::auth::users::FIRST_ADMIN_TEAM.to_owned(),
+        role: Role::Admin,
         replace: false,
     };
-    let plan = users.plan(now, &command, auth::users::fresh_secret)?;
-    let mut records: Vec<core::Record> = plan
+    let plan = users.plan(now, &command, auth::local::fresh_secret)?;
+    let mut records: Vec<xp_head_core::Record> = plan
         .records
         .iter()
         .cloned()
-        .map(core::Record::User)
+        .map(xp_head_core::Record::User)
         .collect();
-    records.push(core::Record::Audit(auth::local::audit_entry(now, &command)));
+    records.push(xp_head_core::Record::Audit(auth::local::audit_entry(now, &command)));
     registry.commit(records)?;
     users.apply(plan.records);
     info!(
-        user = auth::users::FIRST_ADMIN,
+        user = xp_head_core::auth::users::FIRST_ADMIN,
         "first admin created; its credential is printed once"
     );
-    let auth::users::PlannedAnswer::Added(_, secret) = plan.answer else {
+    let xp_head_core::auth::users::PlannedAnswer::Added(_, secret) = plan.answer else {
         unreachable!("an add answers with the secret");
     };
     Ok(JoinString {
@@ -365,8 +366,8 @@ impl RunningHead {
     /// machine (the embedded local cluster makes its own credential with it).
     pub async fn user_command(
         &self,
-        command: auth::users::UserCommand,
-    ) -> Result<auth::users::UserAnswer, xp_runtime::protocol::RemoteError> {
+        command: UserCommand,
+    ) -> Result<UserAnswer, xp_runtime::protocol::RemoteError> {
         server::call(&self.actor, |reply| HeadMsg::Users(command, reply)).await
     }
 
@@ -418,7 +419,7 @@ mod tests {
             attempt: 1,
             reason: "from an older head".to_owned(),
         };
-        old.commit(vec![core::Record::Event(event)]).unwrap();
+        old.commit(vec![xp_head_core::Record::Event(event)]).unwrap();
         drop(old);
 
         let head = start(config(&data_dir)).await.unwrap();
@@ -432,16 +433,16 @@ mod tests {
             (head.join.host.as_str(), head.join.port)
         );
         let listed = head
-            .user_command(auth::users::UserCommand::List)
+            .user_command(UserCommand::List)
             .await
             .unwrap();
-        let auth::users::UserAnswer::List { users } = listed else {
+        let UserAnswer::List { users } = listed else {
             panic!("a list");
         };
         assert_eq!(users.len(), 1);
         assert_eq!(
             (users[0].name.as_str(), users[0].role),
-            ("admin", auth::Role::Admin)
+            ("admin", Role::Admin)
         );
         head.shutdown().await;
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use xp_head::core::CoreConfig;
+use xp_head_core::CoreConfig;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -72,7 +72,7 @@ enum UserCli {
         team: String,
         /// Their role: viewer, member, team-admin or admin.
         #[arg(long, default_value = "member")]
-        role: xp_head::auth::Role,
+        role: xp_head_core::auth::Role,
         /// Give an existing user a new credential (and this team and role);
         /// their old one stops working at once.
         #[arg(long)]
@@ -85,7 +85,7 @@ enum UserCli {
         /// The user's name.
         name: String,
         /// The new role: viewer, member, team-admin or admin.
-        role: xp_head::auth::Role,
+        role: xp_head_core::auth::Role,
     },
     /// Revoke a user's credential; their open connections are closed.
     Revoke {
@@ -145,7 +145,7 @@ async fn main() -> anyhow::Result<()> {
 /// Runs a user command and prints its answer; a credential goes to stdout
 /// only, once.
 async fn user_command(data_dir: &std::path::Path, command: UserCli) -> anyhow::Result<()> {
-    use xp_head::auth::users::{UserAnswer, UserCommand};
+    use xp_head_core::auth::users::{UserAnswer, UserCommand};
     let command = match command {
         UserCli::Add {
             name,

@@ -10,7 +10,7 @@
 //! - gauges that describe state (trials by queue and state, waiting trials per
 //!   queue, GPUs per node and model, nodes by state) are built at scrape time
 //!   from one actor call (`HeadMsg::MetricsSnapshot`, a
-//!   [`crate::core::metrics::MetricsSnapshot`]) into a registry of their own.
+//!   [`xp_head_core::metrics::MetricsSnapshot`]) into a registry of their own.
 //!
 //! Every label is bounded by the cluster (queues, nodes, GPU models, states,
 //! actions, roles, request kinds, error codes), never by submitted work.
@@ -33,7 +33,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 use xp_runtime::protocol::TrialState;
 
-use crate::core::metrics::{MetricsSnapshot, Tally};
+use xp_head_core::metrics::{MetricsSnapshot, Tally};
 
 /// The content type of the Prometheus text format.
 pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -175,7 +175,7 @@ impl HeadMetrics {
         let decision_seconds = Histogram::new(exponential_buckets(1e-5, 4.0, 10));
         registry.register_with_unit(
             "scheduling_decision",
-            "Wall time of one scheduling decision of the policy core",
+            "Wall time of one call into the head's core that ran a scheduling decision",
             Unit::Seconds,
             decision_seconds.clone(),
         );
@@ -307,12 +307,14 @@ impl HeadMetrics {
         self.gpu_memory_evictions.inc_by(tally.gpu_memory_evictions);
         self.checkpoints.inc_by(tally.checkpoints);
         self.checkpoint_bytes.inc_by(tally.checkpoint_bytes);
-        for took in &tally.decisions {
-            self.decision_seconds.observe(took.as_secs_f64());
-        }
         for took in &tally.checkpoint_takes {
             self.checkpoint_take_seconds.observe(took.as_secs_f64());
         }
+    }
+
+    /// Keeps the wall time of one call into the core that ran a policy decision.
+    pub fn decision_took(&self, took: std::time::Duration) {
+        self.decision_seconds.observe(took.as_secs_f64());
     }
 
     /// Counts an alert raised and one action it took.
@@ -516,7 +518,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::core::metrics::GpuCount;
+    use xp_head_core::metrics::GpuCount;
 
     fn sample(text: &str, series: &str) -> Option<f64> {
         text.lines()
@@ -540,10 +542,10 @@ mod tests {
             attempt_failures: BTreeMap::from([("oom-killed".to_owned(), 2)]),
             checkpoints: 2,
             checkpoint_bytes: 30,
-            decisions: vec![std::time::Duration::from_micros(50)],
             checkpoint_takes: vec![std::time::Duration::from_millis(40)],
             gpu_memory_evictions: 3,
         });
+        metrics.decision_took(std::time::Duration::from_micros(50));
         metrics.refused("cancel", "viewer");
         metrics.request(Api::Http, "/api/nodes", None);
         metrics.request(Api::Quic, "submit", Some("Forbidden"));

@@ -12,7 +12,7 @@ use xp_runtime::clock::{Clock, SystemClock};
 use xp_runtime::ids::{NodeId, WorkerKey};
 use xp_runtime::protocol::{ExperimentStatus, LogRequest};
 
-use crate::core::{CoreConfig, CoreError, HeadCore};
+use xp_head_core::{CoreConfig, CoreError, HeadCore};
 use crate::registry::{Registry, RegistryError};
 
 /// Why a stopped head's data could not be read.

@@ -23,8 +23,8 @@ use tracing::{debug, warn};
 use xp_runtime::ids::{ExperimentId, NodeId, TrialId};
 use xp_runtime::protocol::TrialEvent;
 
-use crate::auth::users::UserRecord;
-use crate::core::{
+use xp_head_core::auth::users::UserRecord;
+use xp_head_core::{
     ExperimentRecord, LoadedState, MetricRecord, NodeRecord, PolicyRecord, Record, TrialRecord,
 };
 use xp_runtime::protocol::AuditEntry;
@@ -119,9 +119,9 @@ struct Committed {
     nodes: BTreeMap<NodeId, NodeRecord>,
     events: BTreeMap<u64, TrialEvent>,
     policy: Option<PolicyRecord>,
-    pipelines: BTreeMap<u64, crate::core::PipelineRecord>,
+    pipelines: BTreeMap<u64, xp_head_core::PipelineRecord>,
     next_pipeline_id: u64,
-    alerts: BTreeMap<u64, crate::core::AlertRecord>,
+    alerts: BTreeMap<u64, xp_head_core::AlertRecord>,
 }
 
 impl Committed {
@@ -762,6 +762,24 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn an_unreadable_pipeline_record_still_holds_its_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("head.redb");
+        {
+            let database = Database::create(&path).unwrap();
+            let txn = database.begin_write().unwrap();
+            txn.open_table(PIPELINES)
+                .unwrap()
+                .insert(7, b"{not json".as_slice())
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        let loaded = Registry::open(&path).unwrap().load().unwrap();
+        assert!(loaded.pipelines.is_empty());
+        assert_eq!(loaded.next_pipeline_id, 8);
+    }
+
+    #[test]
     fn users_and_the_audit_trail_are_stored_and_numbered() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("head.redb");
@@ -787,13 +805,13 @@ pub(crate) mod tests {
         registry.load().unwrap();
         registry
             .commit(vec![
-                Record::User(user(crate::auth::Role::Viewer)),
+                Record::User(user(xp_head_core::auth::Role::Viewer)),
                 entry("one"),
             ])
             .unwrap();
         registry
             .commit(vec![
-                Record::User(user(crate::auth::Role::Member)),
+                Record::User(user(xp_head_core::auth::Role::Member)),
                 entry("two"),
                 entry("three"),
             ])
@@ -801,7 +819,7 @@ pub(crate) mod tests {
         drop(registry);
         let mut again = Registry::open(&path).unwrap();
         again.load().unwrap();
-        assert_eq!(again.users().unwrap(), [user(crate::auth::Role::Member)]);
+        assert_eq!(again.users().unwrap(), [user(xp_head_core::auth::Role::Member)]);
         again.commit(vec![entry("four")]).unwrap();
         let trail = again.audit(3).unwrap();
         let seqs: Vec<(u64, &str)> = trail

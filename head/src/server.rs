@@ -9,7 +9,7 @@
 //! streams or connections. Bulk blob bytes are streamed
 //! straight between the socket and the blob directory, never through the actor.
 
-use crate::core::pipelines::PipelineChange;
+use xp_head_core::pipelines::PipelineChange;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -34,10 +34,10 @@ use xp_runtime::transport::{
 };
 
 use crate::actor::{HeadMsg, NodeSessionHandle, Reply, Sessions};
-use crate::auth::requests::{
+use xp_head_core::auth::requests::{
     Access, Caller, access_of, pin_experiment, spec_team as access_team, with_team,
 };
-use crate::auth::{Principal, submit_team, users};
+use xp_head_core::auth::{Principal, submit_team, users};
 use crate::blobs::BlobStore;
 
 /// The largest hello accepted from a peer not yet authenticated.
@@ -212,7 +212,7 @@ async fn handle_connection(incoming: quinn::Incoming, context: Arc<ServerContext
     };
     // The agent is the client's text: cut what is logged of it.
     let agent =
-        crate::auth::requests::truncated(&hello.agent, crate::auth::requests::MAX_AUDIT_TEXT_BYTES);
+        xp_head_core::auth::requests::truncated(&hello.agent, xp_head_core::auth::requests::MAX_AUDIT_TEXT_BYTES);
     let caller = match authenticate(&context, &hello).await {
         Ok(caller) => caller,
         Err(error) => {
@@ -524,7 +524,7 @@ async fn serve_request(
         Request::Leases => {
             // Other teams' trials, teams and reasons stay hidden; counts are whole.
             let visible = principal.visible_team();
-            let visibility = crate::core::pages::Visibility::new(move |team| visible.shows(team));
+            let visibility = xp_head_core::pages::Visibility::new(move |team| visible.shows(team));
             call(&context.head, |reply| HeadMsg::Leases { visibility, reply }).await
         }
         Request::StoreTargets => {
@@ -597,7 +597,7 @@ async fn serve_request(
         }
         Request::PipelineStatus { pipeline } => {
             let visible = principal.visible_team();
-            let visibility = crate::core::pages::Visibility::new(move |team| visible.shows(team));
+            let visibility = xp_head_core::pages::Visibility::new(move |team| visible.shows(team));
             call(&context.head, |reply| HeadMsg::Pipelines {
                 pipeline,
                 visibility,
@@ -625,7 +625,7 @@ async fn serve_request(
             // Authorized above for the trial's team.
             let answer = call(&context.head, |reply| HeadMsg::Telemetry {
                 trial,
-                visibility: crate::core::pages::Visibility::everyone(),
+                visibility: xp_head_core::pages::Visibility::everyone(),
                 reply,
             })
             .await;

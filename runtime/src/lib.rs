@@ -27,7 +27,6 @@ pub mod metric_value;
 pub mod nccl;
 #[cfg(feature = "net")]
 pub mod object_wire;
-#[cfg(feature = "net")]
 pub mod protocol;
 #[cfg(feature = "net")]
 pub mod rendezvous;
@@ -40,7 +39,6 @@ pub mod task;
 pub mod tls;
 #[cfg(feature = "net")]
 pub mod transport;
-#[cfg(feature = "net")]
 pub mod views;
 #[cfg(feature = "net")]
 mod wire_seq;

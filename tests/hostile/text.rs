@@ -476,7 +476,7 @@ fn trace_csv() {
 /// the state filter, all from a query string.
 #[test]
 fn http_cursors_and_filters() {
-    use xp_head::core::pages::{
+    use xp_head_core::pages::{
         ExperimentCursor, MetricCursor, NodeCursor, QueueCursor, StateSet, TrialCursor, TrialSort,
     };
     let texts = [

@@ -11,8 +11,8 @@ use xp_runtime::ids::ExperimentId;
 use xp_runtime::protocol::{AlertStatus, RemoteError, Response};
 
 use super::{HeadState, Reply};
-use crate::core::alerts::{AlertCursor, DeliveryOutcome, WebhookDelivery};
-use crate::core::pages::{Page, PageError, Visibility};
+use xp_head_core::alerts::{AlertCursor, DeliveryOutcome, WebhookDelivery};
+use xp_head_core::pages::{Page, PageError, Visibility};
 
 /// What the core raised in one change, taken before its commit and acted on
 /// only once it succeeded.
@@ -77,7 +77,7 @@ impl HeadState {
     pub(super) fn alerts_list(
         &self,
         experiment: Option<&str>,
-        visibility: &crate::auth::Visibility,
+        visibility: &xp_head_core::auth::Visibility,
     ) -> Result<Response, RemoteError> {
         self.args
             .core
@@ -108,7 +108,7 @@ pub enum AlertMsg {
         /// The experiment named, if any.
         experiment: Option<String>,
         /// Which teams' alerts the caller sees.
-        visibility: crate::auth::Visibility,
+        visibility: xp_head_core::auth::Visibility,
         /// The answer.
         reply: Reply<Response>,
     },

@@ -8,12 +8,12 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::protocol::{AuditEntry, ErrorCode, RemoteError};
 
 use super::HeadState;
-use crate::auth::requests::{
+use xp_head_core::auth::requests::{
     Access, Authorized, Caller, MAX_AUDIT_TEXT_BYTES, is_audited, truncated,
 };
-use crate::auth::users::{self, UserAnswer, UserCommand};
-use crate::auth::{self, Principal, Target};
-use crate::core::Record;
+use xp_head_core::auth::users::{self, UserAnswer, UserCommand};
+use xp_head_core::auth::{self, Principal, Target};
+use xp_head_core::Record;
 
 impl HeadState {
     /// Resolves `caller` to who they are now and decides `access`; a refusal
@@ -137,11 +137,11 @@ impl HeadState {
         let plan = self
             .args
             .users
-            .plan(now, &command, users::fresh_secret)
+            .plan(now, &command, crate::auth::local::fresh_secret)
             .map_err(|error| RemoteError::new(ErrorCode::BadRequest, error.to_string()))?;
         if !plan.records.is_empty() {
             let mut records: Vec<Record> = plan.records.iter().cloned().map(Record::User).collect();
-            records.push(Record::Audit(auth::local::audit_entry(now, &command)));
+            records.push(Record::Audit(crate::auth::local::audit_entry(now, &command)));
             let committed = tokio::task::block_in_place(|| self.args.registry.commit(records));
             if let Err(commit_error) = committed {
                 return Err(self.commit_failed(now, commit_error));

@@ -9,8 +9,8 @@ use xp_runtime::ids::{NodeId, TrialId};
 use xp_runtime::protocol::{ErrorCode, NodeMessage, NodeTelemetry, RemoteError, TrialTelemetry};
 
 use super::{HeadMsg, HeadState, Pending, Reply};
-use crate::core::HeadCore;
-use crate::core::pages::{PageError, Visibility};
+use xp_head_core::HeadCore;
+use xp_head_core::pages::{PageError, Visibility};
 use crate::registry::RegistryError;
 
 impl HeadState {
@@ -51,7 +51,7 @@ impl HeadState {
             let _ = reply.send(Err(refusal));
             return;
         }
-        let result = apply(&mut self.args.core).map_err(Into::into);
+        let result = self.core_call(apply).map_err(Into::into);
         self.defer(
             now,
             myself,
@@ -59,6 +59,22 @@ impl HeadState {
                 let _ = reply.send(flushed.and(result));
             }),
         );
+    }
+
+    /// Runs one call into the core. The core takes no clock, so a call that ran
+    /// a policy decision is timed here, around it, for `/metrics`.
+    pub(super) fn core_call<T>(&mut self, call: impl FnOnce(&mut HeadCore) -> T) -> T {
+        let before = self.args.core.decisions_made();
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "times the call for /metrics; never an input to a decision"
+        )]
+        let started = std::time::Instant::now();
+        let result = call(&mut self.args.core);
+        if self.args.core.decisions_made() != before {
+            self.args.metrics.decision_took(started.elapsed());
+        }
+        result
     }
 
     /// Handles a node's registration or messages; deferred during an outage.
@@ -88,7 +104,7 @@ impl HeadState {
                     let ack = state.acks.entry(node_id).or_default();
                     *ack = (*ack).max(*seq);
                 }
-                state.args.core.handle_node_message(now, node_id, message);
+                state.core_call(|core| core.handle_node_message(now, node_id, message));
             }
         };
         self.handle_node(now, myself, node_id, session_id, count, apply, reply);

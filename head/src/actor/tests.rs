@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use xp_runtime::protocol::{ExperimentStatus, NodeResources};
 
 use super::*;
-use crate::core::CoreConfig;
+use xp_head_core::CoreConfig;
 use crate::registry::tests::Tmpfs;
 use crate::server::call;
 

@@ -10,13 +10,21 @@ use xp_runtime::join::JoinString;
 use xp_runtime::protocol::AuditEntry;
 
 use super::socket::{self, SocketError};
-use super::users::{self, UserAnswer, UserCommand, UserError, Users};
-use crate::core::Record;
+use xp_head_core::auth::users::{self, UserAnswer, UserCommand, UserError, Users};
+use xp_head_core::Record;
 use crate::registry::{Registry, RegistryError};
 
 /// The file in the data directory holding the node join string (0600): what
 /// credentials made while the head is stopped take their address from.
 pub const NODE_JOIN_FILE: &str = "node.join";
+
+/// A fresh user secret: 256 random bits in hex (the shape of the cluster
+/// token), drawn here at the edge; the user table in the core only plans with it.
+pub fn fresh_secret() -> Result<String, UserError> {
+    xp_runtime::tls::random_secret()
+        .map(hex::encode)
+        .ok_or(UserError::NoEntropy)
+}
 
 /// Who the audit trail names for commands run on the head machine.
 pub const HEAD_MACHINE: &str = "xp-head user (on the head machine)";
@@ -95,7 +103,7 @@ pub fn run_offline(data_dir: &Path, command: &UserCommand) -> Result<UserAnswer,
     let mut registry = Registry::open(&path).map_err(registry_error)?;
     let mut table = Users::from_records(registry.users().map_err(registry_error)?);
     let now = SystemClock.now();
-    let plan = table.plan(now, command, users::fresh_secret)?;
+    let plan = table.plan(now, command, fresh_secret)?;
     if !plan.records.is_empty() {
         let mut records: Vec<Record> = plan.records.iter().cloned().map(Record::User).collect();
         records.push(Record::Audit(audit_entry(now, command)));
@@ -136,5 +144,15 @@ fn placeholder_join() -> JoinString {
         port: 0,
         token: String::new(),
         ca_sha256: [0; 32],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn secrets_are_fresh() {
+        let (one, two) = (super::fresh_secret().unwrap(), super::fresh_secret().unwrap());
+        assert_ne!(one, two);
+        assert_eq!(one.len(), 64);
     }
 }

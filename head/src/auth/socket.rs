@@ -20,7 +20,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::users::{UserAnswer, UserCommand};
+use xp_head_core::auth::users::{UserAnswer, UserCommand};
 use crate::actor::HeadMsg;
 
 /// The socket's file name in the data directory.

@@ -39,9 +39,9 @@ use xp_runtime::ids::{ExperimentId, TrialId};
 use xp_runtime::protocol::LogRequest;
 
 use crate::actor::HeadMsg;
-use crate::core::HeadCore;
-use crate::core::dashboard::MAX_CURVE_SERIES;
-use crate::core::pages::{PageError, Visibility};
+use xp_head_core::HeadCore;
+use xp_head_core::dashboard::MAX_CURVE_SERIES;
+use xp_head_core::pages::{PageError, Visibility};
 use crate::http::auth::Authenticated;
 use crate::http::{ApiError, Caller, HttpState, Params, ask, experiment_id, trial_id};
 use crate::registry::Registry;
@@ -474,7 +474,7 @@ async fn cluster(
     let buckets = params
         .number(
             "buckets",
-            1..=crate::core::dashboard::MAX_HISTORY_BUCKETS,
+            1..=xp_head_core::dashboard::MAX_HISTORY_BUCKETS,
             Some(DEFAULT_BUCKETS),
         )?
         .unwrap_or(DEFAULT_BUCKETS);

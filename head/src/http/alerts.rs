@@ -12,7 +12,7 @@ use xp_runtime::views::alert_json;
 
 use super::{ApiError, Caller, HttpState, Params, ask};
 use crate::actor::{AlertMsg, HeadMsg};
-use crate::core::alerts::AlertCursor;
+use xp_head_core::alerts::AlertCursor;
 
 pub(super) async fn alerts(
     State(HttpState { head, .. }): State<HttpState>,

@@ -24,9 +24,9 @@ use xp_runtime::protocol::{ErrorCode, RemoteError};
 
 use super::HttpState;
 use crate::actor::HeadMsg;
-use crate::auth::requests::{Access, Caller, Scope};
-use crate::auth::{Action, Principal, users};
-use crate::core::pages::Visibility;
+use xp_head_core::auth::requests::{Access, Caller, Scope};
+use xp_head_core::auth::{Action, Principal, users};
+use xp_head_core::pages::Visibility;
 use crate::server::call;
 
 /// The session cookie's name.

@@ -7,7 +7,7 @@ use tracing::warn;
 use xp_runtime::ids::TrialId;
 
 use super::{METRICS, Registry, RegistryError, db_error};
-use crate::core::MetricRecord;
+use xp_head_core::MetricRecord;
 
 impl Registry {
     /// At most about `max_records` of a trial's metric reports, evenly spaced

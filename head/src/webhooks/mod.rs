@@ -39,7 +39,7 @@ use self::address::{FilteringResolver, Refused, Unresolved};
 use self::queue::{Next, host_of};
 pub use self::queue::{QUEUE_CAPACITY, WebhookQueue};
 use crate::actor::HeadMsg;
-use crate::core::alerts::{DeliveryOutcome, WebhookDelivery};
+use xp_head_core::alerts::{DeliveryOutcome, WebhookDelivery};
 use crate::metrics::HeadMetrics;
 
 /// Attempts per delivery before it is given up.

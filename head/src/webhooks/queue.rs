@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::Notify;
 
 use super::address::AddressRule;
-use crate::core::alerts::WebhookDelivery;
+use xp_head_core::alerts::WebhookDelivery;
 
 /// The most deliveries waiting, all teams together.
 pub const QUEUE_CAPACITY: usize = 1024;

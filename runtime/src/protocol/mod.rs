@@ -10,7 +10,7 @@
 //!
 //! Compatibility: bincode is not self-describing, so enum variants are
 //! append-only and a removed variant keeps its slot; every frame carries
-//! [`PROTOCOL_VERSION`] (see [`crate::frame`]). Both sides tolerate duplicated
+//! [`PROTOCOL_VERSION`] (see `crate::frame`). Both sides tolerate duplicated
 //! reports (nodes resend unacknowledged ones after a reconnect) and cancels that
 //! race completion.
 //!
@@ -54,6 +54,8 @@ pub use telemetry::{
     FieldStats, GpuSample, MAX_SERIES_POINTS, MAX_TELEMETRY_GPUS, MAX_TELEMETRY_WORKERS,
     NodeTelemetry, StoreUsage, TelemetryWindow, TrialTelemetry, WorkerSample, WorkerTelemetry,
 };
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -196,6 +198,32 @@ impl RemoteError {
         }
     }
 }
+
+/// How often a node's session with the head sends a QUIC keep-alive when it has
+/// nothing else to send, so that an idle session is never mistaken for a dead one.
+pub const NODE_SESSION_KEEP_ALIVE: Duration = Duration::from_secs(1);
+/// How long a node's session with the head may go without a packet before it is
+/// dropped: the time a node takes to notice that the head is gone (a head killed
+/// without closing, or restarted, which cannot reset the old connection). QUIC
+/// uses the smaller of the two sides' values, so this holds on the head's side of
+/// the session too. Five keep-alives missed in a row: short enough to come back
+/// quickly, long enough that a loaded machine's pause is not taken for a loss.
+/// A connection attempt to a head that is not there gives up after as long.
+pub const NODE_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest wait between a node's failed connection attempts (each wait is
+/// drawn in the upper half of a doubling ceiling, up to this).
+pub const NODE_RECONNECT_MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// The longest a node takes to come back to a head that was killed and started
+/// again: noticing that the old session is dead ([`NODE_SESSION_IDLE_TIMEOUT`]),
+/// a connection attempt begun while the head was away (which fails after as
+/// long), then the longest back-off before the attempt that succeeds. A sum of
+/// the worst cases, so that a slow handshake on a loaded machine still fits; a
+/// restarted head waits at least this long (plus its node timeout) before it
+/// judges a node that has not come back lost.
+pub const NODE_RETURN_BOUND: Duration = Duration::from_millis(
+    2 * NODE_SESSION_IDLE_TIMEOUT.as_millis() as u64
+        + NODE_RECONNECT_MAX_BACKOFF.as_millis() as u64,
+);
 
 #[cfg(test)]
 mod tests {

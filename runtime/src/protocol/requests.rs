@@ -99,7 +99,7 @@ pub enum Request {
         /// At most this many entries (the head caps it).
         limit: u32,
     },
-    /// The key object servers ask of drivers ([`crate::object_wire`]), which a
+    /// The key object servers ask of drivers (`crate::object_wire`), which a
     /// user credential is not; members and above. Answered by
     /// [`Response::ObjectKey`].
     ObjectKey,
@@ -367,7 +367,7 @@ pub struct AuditEntry {
 }
 
 /// The object plane's key: object servers accept requests that carry it
-/// ([`crate::object_wire::token_digest`] of the node credential). Its `Debug`
+/// (`crate::object_wire::token_digest` of the node credential). Its `Debug`
 /// hides it.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectKey(pub [u8; 32]);

@@ -21,7 +21,7 @@ use xp_runtime::protocol::{
 };
 use xp_sched::GPU_MILLI;
 
-use crate::core::checkpoints::retention::CheckpointRecord;
+use crate::checkpoints::retention::CheckpointRecord;
 use crate::sweep::SweepOp;
 
 /// A submitted experiment, as persisted.

@@ -58,16 +58,10 @@ impl HeadCore {
             self.submit_to_policy(now, trial_id);
         }
         let decisions = if std::mem::take(&mut self.policy_stale) {
-            // Wall time of the decision alone, for `/metrics` only: nothing the
-            // core decides or records depends on it, so the core stays
-            // deterministic, and only here is the decision itself timed.
-            #[expect(
-                clippy::disallowed_methods,
-                reason = "measures the policy decision for /metrics; never an input"
-            )]
-            let started = std::time::Instant::now();
+            // Counted so that the shell, which times its calls into the core,
+            // knows which of them ran a decision (`decisions_made`).
+            self.decisions_made += 1;
             let decisions = self.policy.decide(now);
-            self.record_decision_timing(started.elapsed());
             self.after_decide(now);
             decisions
         } else {

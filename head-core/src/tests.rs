@@ -11,7 +11,7 @@ use xp_runtime::protocol::{
 };
 
 use super::{CoreConfig, CoreError, HeadCore, LoadedState};
-use crate::core::Record;
+use crate::Record;
 
 mod access;
 mod alerts;

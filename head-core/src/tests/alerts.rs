@@ -7,8 +7,8 @@
 use xp_runtime::protocol::{AdminAction, AdminRequest, DeliveryState};
 
 use super::*;
-use crate::core::alerts::DeliveryOutcome;
-use crate::core::{AlertRecord, TrialRecord};
+use crate::alerts::DeliveryOutcome;
+use crate::{AlertRecord, TrialRecord};
 
 fn started(core: &mut HeadCore, yaml: &str) -> (NodeId, WorkerKey) {
     let node = node_id(1);

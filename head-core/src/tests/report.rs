@@ -7,7 +7,7 @@ use xp_runtime::protocol::{AdminAction, AdminRequest, ReportRequest};
 
 use super::*;
 use crate::auth::Visibility;
-use crate::core::ReportScope;
+use crate::ReportScope;
 
 const HOUR: u64 = 3_600_000;
 

@@ -18,7 +18,7 @@ use xp_runtime::protocol::{PipelineStatus, StageState, StageStatus, TrialState};
 use xp_sched::dag::{CriticalPath, DagNode, NodeProgress, critical_path, estimate_duration};
 
 use super::{CoreError, HeadCore, Pipeline};
-use crate::core::pages::MAX_PAGE_BYTES;
+use crate::pages::MAX_PAGE_BYTES;
 
 /// The weight of a stage with no estimate at all, so the path still follows
 /// the longest chain of stages.

@@ -31,6 +31,7 @@ mod admin;
 mod admission;
 pub mod alerts;
 mod attempts;
+pub mod auth;
 pub mod checkpoints;
 pub mod dashboard;
 mod error;
@@ -46,6 +47,7 @@ mod report;
 mod reports;
 mod requests;
 mod scheduling;
+pub mod sweep;
 mod sweeps;
 pub mod telemetry;
 mod views;
@@ -71,7 +73,7 @@ pub use self::report::ReportScope;
 use self::launch::MasterPorts;
 use self::nodes::node_spec;
 use self::sweeps::SweepState;
-use crate::core::checkpoints::retention::ObjectDirectory;
+use crate::checkpoints::retention::ObjectDirectory;
 
 /// Tunables of the core.
 #[derive(Debug, Clone, Copy)]
@@ -83,7 +85,7 @@ pub struct CoreConfig {
     /// Keys the per-attempt collective tokens; drawn at random when the head starts.
     pub rendezvous_key: [u8; 32],
     /// The longest a node takes to notice that the head went away and register
-    /// with it again ([`xp_runtime::transport::NODE_RETURN_BOUND`]): see
+    /// with it again ([`xp_runtime::protocol::NODE_RETURN_BOUND`]): see
     /// [`CoreConfig::restart_grace_ms`].
     pub node_return_ms: u64,
 }
@@ -94,7 +96,7 @@ impl Default for CoreConfig {
             node_timeout_ms: 10_000,
             heartbeat_interval_ms: 1_000,
             rendezvous_key: [0; 32],
-            node_return_ms: xp_runtime::transport::NODE_RETURN_BOUND.as_millis() as u64,
+            node_return_ms: xp_runtime::protocol::NODE_RETURN_BOUND.as_millis() as u64,
         }
     }
 }
@@ -178,6 +180,8 @@ pub struct HeadCore {
     /// yet: whether they wait through it sets `TrialRecord::waited` (soft
     /// state; a restart hands every queued trial over again).
     first_pass: BTreeSet<TrialId>,
+    /// Policy decisions run so far (`metrics::decisions_made`).
+    decisions_made: u64,
 }
 
 impl std::fmt::Debug for HeadCore {
@@ -229,6 +233,7 @@ impl HeadCore {
             alerts: alerts::AlertState::restore(loaded.alerts),
             approvals: Vec::new(),
             first_pass: BTreeSet::new(),
+            decisions_made: 0,
         };
         if let Some(record) = loaded.policy {
             match PolicyConfig::from_yaml(&record.yaml) {
@@ -382,7 +387,7 @@ impl HeadCore {
     }
 
     /// Whether nodes may still be coming back to this head after its start.
-    pub(super) fn in_restart_grace(&self, now: UnixMillis) -> bool {
+    pub(crate) fn in_restart_grace(&self, now: UnixMillis) -> bool {
         now < self
             .started_at
             .saturating_add(self.config.restart_grace_ms())

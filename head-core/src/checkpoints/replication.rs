@@ -22,7 +22,7 @@ use xp_runtime::ids::{NodeId, ObjectId, TrialId};
 use xp_runtime::protocol::{HeadCommand, NodeState};
 
 use super::retention::CheckpointRecord;
-use crate::core::HeadCore;
+use crate::HeadCore;
 
 /// How many times a copy is tried before it is given up on.
 pub const MAX_TRIES: u32 = 5;
@@ -227,7 +227,7 @@ impl HeadCore {
 
     /// Follows every copy in progress: forgets those made or no longer needed,
     /// counts a copy whose node was lost as failed, and tries again those due.
-    pub(in crate::core) fn tend_replications(&mut self, now: UnixMillis) {
+    pub(crate) fn tend_replications(&mut self, now: UnixMillis) {
         for key in self.replications.keys() {
             let Some(checkpoint) = self.kept_checkpoint(key) else {
                 self.replications.forget(key);
@@ -274,7 +274,7 @@ impl HeadCore {
     }
 
     /// `node` could not fetch `objects` of `trial`'s checkpoints.
-    pub(in crate::core) fn handle_replication_failed(
+    pub(crate) fn handle_replication_failed(
         &mut self,
         now: UnixMillis,
         node: NodeId,
@@ -530,7 +530,7 @@ mod tests {
     };
 
     use super::{MAX_REASON_BYTES, MAX_TRIES, backoff_ms, truncate_reason};
-    use crate::core::{CoreConfig, HeadCore, LoadedState};
+    use crate::{CoreConfig, HeadCore, LoadedState};
 
     #[test]
     fn the_wait_doubles_from_one_second_up_to_thirty() {

@@ -470,7 +470,7 @@ impl HeadCore {
 mod tests {
     use xp_runtime::ids::ExperimentId;
 
-    use crate::core::{CoreConfig, HeadCore, LoadedState};
+    use crate::{CoreConfig, HeadCore, LoadedState};
 
     #[test]
     fn a_driver_shares_its_objects_with_what_it_submitted_while_connected() {

@@ -11,7 +11,7 @@ use xp_runtime::protocol::{
 };
 
 use super::*;
-use crate::core::{CoreConfig, HeadCore, LoadedState};
+use crate::{CoreConfig, HeadCore, LoadedState};
 
 fn core() -> HeadCore {
     HeadCore::restore(CoreConfig::default(), LoadedState::default(), 0)

@@ -5,7 +5,7 @@
 use xp_runtime::protocol::{GpuSample, NodeTelemetry, StoreUsage, WorkerSample};
 
 use super::*;
-use crate::core::TelemetryRecord;
+use crate::TelemetryRecord;
 
 fn sample(key: WorkerKey, cpu: f64) -> WorkerSample {
     WorkerSample {

@@ -8,7 +8,7 @@
 use xp_runtime::protocol::{AdminAction, AdminRequest};
 
 use super::*;
-use crate::core::records::{ApprovalRecord, ApprovalState};
+use crate::records::{ApprovalRecord, ApprovalState};
 
 const POLICY: &str = "leases: {ps: 1}\npriority_classes: {low: 0, high: 100}\npreemption: {grace_period: 1s, min_run_time: 0s}\nqueues: [{name: guarded, team: g, preemption: {approval: manual}}, {name: default}]\n";
 

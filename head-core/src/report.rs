@@ -255,7 +255,7 @@ impl HeadCore {
     /// GPU-hours a trial's attempts were allocated and what they cost (`None`
     /// without prices), a running attempt up to the last time its nodes were
     /// heard from.
-    pub(in crate::core) fn trial_usage(&self, trial: &TrialRecord) -> (f64, Option<f64>) {
+    pub(crate) fn trial_usage(&self, trial: &TrialRecord) -> (f64, Option<f64>) {
         let spans: Vec<AttemptSpan> = trial
             .attempts
             .iter()

@@ -220,13 +220,6 @@ pub fn secret_hash(secret: &str) -> [u8; 32] {
     .into()
 }
 
-/// A fresh secret: 256 random bits in hex (the shape of the cluster token).
-pub fn fresh_secret() -> Result<String, UserError> {
-    xp_runtime::tls::random_secret()
-        .map(hex::encode)
-        .ok_or(UserError::NoEntropy)
-}
-
 fn check_name(field: &'static str, value: &str) -> Result<(), UserError> {
     let good = !value.is_empty()
         && value.len() <= MAX_NAME_BYTES
@@ -516,7 +509,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_names_are_refused_and_secrets_are_fresh() {
+    fn bad_names_are_refused() {
         let users = Users::default();
         for bad in ["", "a b", "../x", &"n".repeat(65)] {
             let error = users
@@ -524,9 +517,6 @@ mod tests {
                 .unwrap_err();
             assert!(matches!(error, UserError::InvalidName { .. }), "{error}");
         }
-        let (one, two) = (fresh_secret().unwrap(), fresh_secret().unwrap());
-        assert_ne!(one, two);
-        assert_eq!(one.len(), 64);
     }
 
     #[test]
