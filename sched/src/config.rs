@@ -953,7 +953,7 @@ impl PolicyConfig {
             ));
         }
         for (name, capacity) in &self.leases {
-            check_lease_name(name).map_err(|reason| invalid("leases", reason))?;
+            check_lease_name(name).map_err(|error| invalid("leases", error.to_string()))?;
             if *capacity == 0 || *capacity > MAX_LEASE_UNITS {
                 return Err(invalid(
                     format!("leases.{name}"),

@@ -417,8 +417,11 @@ impl AlertRule {
         }
         for (index, action) in self.action.iter().enumerate() {
             if let AlertAction::Webhook(url) = action {
-                check_webhook_url(url).map_err(|reason| {
-                    invalid(format!("{field}.action[{index}].webhook"), reason)
+                check_webhook_url(url).map_err(|error| {
+                    invalid(
+                        format!("{field}.action[{index}].webhook"),
+                        crate::error_chain::error_chain(&error),
+                    )
                 })?;
             }
         }
@@ -426,20 +429,42 @@ impl AlertRule {
     }
 }
 
+/// Why a webhook URL is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WebhookUrlError {
+    /// The URL is longer than [`MAX_WEBHOOK_URL`].
+    #[error("must be at most {MAX_WEBHOOK_URL} bytes")]
+    TooLong {
+        /// The URL's length in bytes.
+        len: usize,
+    },
+    /// The text does not parse as a URL.
+    #[error("not a URL")]
+    NotAUrl(#[source] url::ParseError),
+    /// The scheme is neither http nor https.
+    #[error("only http and https URLs are posted to, not `{scheme}`")]
+    Scheme {
+        /// The URL's scheme.
+        scheme: String,
+    },
+    /// The URL has no host, or an empty one.
+    #[error("names no host")]
+    NoHost,
+}
+
 /// Checks a webhook URL: http or https, with a host, at most [`MAX_WEBHOOK_URL`] bytes.
-pub fn check_webhook_url(text: &str) -> Result<(), String> {
+pub fn check_webhook_url(text: &str) -> Result<(), WebhookUrlError> {
     if text.len() > MAX_WEBHOOK_URL {
-        return Err(format!("must be at most {MAX_WEBHOOK_URL} bytes"));
+        return Err(WebhookUrlError::TooLong { len: text.len() });
     }
-    let url = url::Url::parse(text).map_err(|error| format!("not a URL: {error}"))?;
+    let url = url::Url::parse(text).map_err(WebhookUrlError::NotAUrl)?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!(
-            "only http and https URLs are posted to, not `{}`",
-            url.scheme()
-        ));
+        return Err(WebhookUrlError::Scheme {
+            scheme: url.scheme().to_owned(),
+        });
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err("names no host".to_owned());
+        return Err(WebhookUrlError::NoHost);
     }
     Ok(())
 }

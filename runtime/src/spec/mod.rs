@@ -20,8 +20,8 @@ mod trial;
 pub use alerts::{
     AlertAction, AlertCondition, AlertKind, AlertRule, DEFAULT_DIVERGENCE_FACTOR,
     DEFAULT_GPU_BELOW, DEFAULT_GPU_FOR_MS, DEFAULT_MIN_STEPS, DEFAULT_SMOOTHING, MAX_ALERT_ACTIONS,
-    MAX_ALERT_RULES, MAX_FOR_MS, MAX_WEBHOOK_URL, check_webhook_url, effective_rules,
-    validate_alert_rules,
+    MAX_ALERT_RULES, MAX_FOR_MS, MAX_WEBHOOK_URL, WebhookUrlError, check_webhook_url,
+    effective_rules, validate_alert_rules,
 };
 pub use bohb::{
     BohbError, BohbSpec, DEFAULT_BOHB_REDUCTION_FACTOR, DEFAULT_MAX_BUDGET, DEFAULT_MIN_BUDGET,
@@ -44,9 +44,9 @@ pub use stopping::{
     DEFAULT_REDUCTION_FACTOR, RuleKind, StoppingConfig, StoppingError,
 };
 pub use trial::{
-    CollectiveTransport, MAX_LEASE_NAME_BYTES, MAX_LEASE_UNITS, MAX_OVERSUBSCRIPTION_MILLI,
-    MAX_TRIAL_LEASES, MemoryBytes, MemoryError, Resources, TrialSpec, Workers, check_lease_name,
-    oversubscribed_charge, parse_memory,
+    CollectiveTransport, LeaseNameError, MAX_LEASE_NAME_BYTES, MAX_LEASE_UNITS,
+    MAX_OVERSUBSCRIPTION_MILLI, MAX_TRIAL_LEASES, MemoryBytes, MemoryError, Resources, TrialSpec,
+    Workers, check_lease_name, oversubscribed_charge, parse_memory,
 };
 
 /// The largest YAML document accepted, so a stray file cannot exhaust memory.

@@ -276,23 +276,41 @@ pub const MAX_LEASE_UNITS: u64 = 1 << 32;
 
 /// Why a lease name is refused: empty, too long, or outside `[A-Za-z0-9._-]`
 /// (it appears in wait reasons, tables and JSON keys, so it stays plain).
-pub fn check_lease_name(name: &str) -> Result<(), String> {
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseNameError {
+    /// The name is empty.
+    #[error("a lease name must not be empty")]
+    Empty,
+    /// The name is longer than [`MAX_LEASE_NAME_BYTES`].
+    #[error("a lease name of {len} bytes is longer than {MAX_LEASE_NAME_BYTES}")]
+    TooLong {
+        /// The name's length in bytes.
+        len: usize,
+    },
+    /// The name holds a character outside `[A-Za-z0-9._-]`.
+    #[error("lease name {name:?} may hold only letters, digits, '-', '_' and '.'")]
+    BadCharacter {
+        /// The name as given.
+        name: String,
+    },
+}
+
+/// Checks a lease name: not empty, at most [`MAX_LEASE_NAME_BYTES`], only
+/// `[A-Za-z0-9._-]`.
+pub fn check_lease_name(name: &str) -> Result<(), LeaseNameError> {
     if name.is_empty() {
-        return Err("a lease name must not be empty".to_owned());
+        return Err(LeaseNameError::Empty);
     }
     if name.len() > MAX_LEASE_NAME_BYTES {
-        return Err(format!(
-            "a lease name of {} bytes is longer than {MAX_LEASE_NAME_BYTES}",
-            name.len()
-        ));
+        return Err(LeaseNameError::TooLong { len: name.len() });
     }
     if !name
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
     {
-        return Err(format!(
-            "lease name {name:?} may hold only letters, digits, '-', '_' and '.'"
-        ));
+        return Err(LeaseNameError::BadCharacter {
+            name: name.to_owned(),
+        });
     }
     Ok(())
 }
@@ -571,8 +589,8 @@ impl TrialSpec {
             ));
         }
         for (name, units) in &self.resources.leases {
-            if let Err(reason) = check_lease_name(name) {
-                return Err(invalid("trial.resources.leases", reason));
+            if let Err(error) = check_lease_name(name) {
+                return Err(invalid("trial.resources.leases", error.to_string()));
             }
             if *units == 0 || *units > MAX_LEASE_UNITS {
                 return Err(invalid(

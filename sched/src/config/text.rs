@@ -28,16 +28,30 @@ pub(super) mod thousandths {
             .map_err(serde::de::Error::custom)
     }
 
-    pub(crate) fn from_amount(amount: f64) -> Result<u64, String> {
+    /// Why an amount is refused.
+    #[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+    pub(crate) enum AmountError {
+        /// Negative, infinite or not a number.
+        #[error("{amount} is not a non-negative amount")]
+        Negative { amount: f64 },
+        /// Finer than thousandths.
+        #[error("{amount} has more than three decimals")]
+        TooPrecise { amount: f64 },
+        /// Beyond what thousandths in a `u64` hold.
+        #[error("{amount} is too large")]
+        TooLarge { amount: f64 },
+    }
+
+    pub(crate) fn from_amount(amount: f64) -> Result<u64, AmountError> {
         if !amount.is_finite() || amount < 0.0 {
-            return Err(format!("{amount} is not a non-negative amount"));
+            return Err(AmountError::Negative { amount });
         }
         let milli = (amount * 1000.0).round();
         if (amount * 1000.0 - milli).abs() > 1e-6 {
-            return Err(format!("{amount} has more than three decimals"));
+            return Err(AmountError::TooPrecise { amount });
         }
         if milli >= u64::MAX as f64 {
-            return Err(format!("{amount} is too large"));
+            return Err(AmountError::TooLarge { amount });
         }
         Ok(milli as u64)
     }

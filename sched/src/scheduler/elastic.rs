@@ -530,31 +530,33 @@ impl PolicyCore {
     }
 
     /// The elastic table's own invariants (see the module's list).
-    pub(super) fn check_elastic(&self) -> Result<(), String> {
+    pub(super) fn check_elastic(&self) -> Result<(), ElasticViolation> {
         for (id, elastic) in &self.elastic {
             let trial = self
                 .trials
                 .get(id)
-                .ok_or_else(|| format!("elastic trial {id} is not in the table"))?;
+                .ok_or(ElasticViolation::NotInTable { trial: *id })?;
             let size = trial.request.gang.workers;
             if elastic.min == 0 || elastic.min > elastic.max {
-                return Err(format!("elastic trial {id} has an empty range"));
+                return Err(ElasticViolation::EmptyRange { trial: *id });
             }
             match &trial.standing {
                 Standing::Waiting | Standing::Held => {
                     if elastic.resize.is_some() {
-                        return Err(format!("waiting elastic trial {id} has a resize"));
+                        return Err(ElasticViolation::WaitingWithResize { trial: *id });
                     }
                     if size < elastic.min || size > elastic.max {
-                        return Err(format!("waiting elastic trial {id} asks for {size}"));
+                        return Err(ElasticViolation::WaitingOutsideRange { trial: *id, size });
                     }
                 }
                 Standing::Placed(placed) => {
                     if size < elastic.min || size > elastic.max {
-                        return Err(format!(
-                            "elastic trial {id} holds {size} workers outside {}..={}",
-                            elastic.min, elastic.max
-                        ));
+                        return Err(ElasticViolation::HeldOutsideRange {
+                            trial: *id,
+                            size,
+                            min: elastic.min,
+                            max: elastic.max,
+                        });
                     }
                     if let Some(resize) = &elastic.resize {
                         let len = resize.workers.len();
@@ -563,9 +565,7 @@ impl PolicyCore {
                             || len > placed.workers.len()
                             || resize.workers[..] != placed.workers[..len]
                         {
-                            return Err(format!(
-                                "elastic trial {id} resizes to a gang that is not a prefix of what it holds"
-                            ));
+                            return Err(ElasticViolation::ResizeNotAPrefix { trial: *id });
                         }
                     }
                 }
@@ -573,6 +573,34 @@ impl PolicyCore {
         }
         Ok(())
     }
+}
+
+/// A broken invariant of the elastic table (see the module's list).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum ElasticViolation {
+    /// An elastic entry names a trial the table does not have.
+    #[error("elastic trial {trial} is not in the table")]
+    NotInTable { trial: TrialId },
+    /// The size range is empty or starts at zero.
+    #[error("elastic trial {trial} has an empty range")]
+    EmptyRange { trial: TrialId },
+    /// A waiting trial has a resize under way.
+    #[error("waiting elastic trial {trial} has a resize")]
+    WaitingWithResize { trial: TrialId },
+    /// A waiting trial asks for a size outside its range.
+    #[error("waiting elastic trial {trial} asks for {size}")]
+    WaitingOutsideRange { trial: TrialId, size: u32 },
+    /// A placed trial holds a gang outside its range.
+    #[error("elastic trial {trial} holds {size} workers outside {min}..={max}")]
+    HeldOutsideRange {
+        trial: TrialId,
+        size: u32,
+        min: u32,
+        max: u32,
+    },
+    /// A resize's gang is not a prefix of the gang the trial holds.
+    #[error("elastic trial {trial} resizes to a gang that is not a prefix of what it holds")]
+    ResizeNotAPrefix { trial: TrialId },
 }
 
 #[cfg(test)]

@@ -37,8 +37,14 @@ impl PolicyCore {
             .and_then(|()| self.check_reservations())
             .and_then(|()| self.check_pool())
             .and_then(|()| self.check_quotas())
-            .and_then(|()| self.check_leases())
-            .and_then(|()| self.check_elastic())
+            .and_then(|()| {
+                self.check_leases()
+                    .map_err(|violation| violation.to_string())
+            })
+            .and_then(|()| {
+                self.check_elastic()
+                    .map_err(|violation| violation.to_string())
+            })
             .map_err(|description| InvariantViolation { description })
     }
 

@@ -363,7 +363,7 @@ impl PolicyCore {
 
     /// Checks that no lease is held beyond its capacity and no queue beyond
     /// its lease quota, from a recount of the placed trials.
-    pub(super) fn check_leases(&self) -> Result<(), String> {
+    pub(super) fn check_leases(&self) -> Result<(), LeaseViolation> {
         let mut held: BTreeMap<String, u64> = BTreeMap::new();
         let mut by_queue: Vec<BTreeMap<String, u64>> = vec![BTreeMap::new(); self.queue_info.len()];
         for trial in self.trials.values() {
@@ -378,9 +378,11 @@ impl PolicyCore {
         for (name, units) in &held {
             let capacity = self.config.leases.get(name).copied().unwrap_or(0);
             if *units > capacity {
-                return Err(format!(
-                    "lease {name} is granted {units} units of a capacity of {capacity}"
-                ));
+                return Err(LeaseViolation::OverCapacity {
+                    lease: name.clone(),
+                    units: *units,
+                    capacity,
+                });
             }
         }
         for (queue, usage) in by_queue.iter().enumerate() {
@@ -389,10 +391,12 @@ impl PolicyCore {
                 if let Some(quota) = info.lease_quota.get(name)
                     && units > quota
                 {
-                    return Err(format!(
-                        "queue {} holds {units} units of lease {name}, above its quota {quota}",
-                        info.name
-                    ));
+                    return Err(LeaseViolation::OverQuota {
+                        queue: info.name.clone(),
+                        lease: name.clone(),
+                        units: *units,
+                        quota: *quota,
+                    });
                 }
             }
         }
@@ -420,6 +424,27 @@ impl PolicyCore {
                     })
                 })
     }
+}
+
+/// A lease held beyond what the policy allows, found by a recount (see
+/// `check_leases`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum LeaseViolation {
+    /// Placed trials together hold more units than the lease's capacity.
+    #[error("lease {lease} is granted {units} units of a capacity of {capacity}")]
+    OverCapacity {
+        lease: String,
+        units: u64,
+        capacity: u64,
+    },
+    /// One queue's placed trials hold more units than its lease quota.
+    #[error("queue {queue} holds {units} units of lease {lease}, above its quota {quota}")]
+    OverQuota {
+        queue: String,
+        lease: String,
+        units: u64,
+        quota: u64,
+    },
 }
 
 #[cfg(test)]
