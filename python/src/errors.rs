@@ -50,19 +50,29 @@ pub(crate) fn sdk_error(py: Python<'_>, error: SdkError) -> PyErr {
         SdkError::Transport(_) => raise(py, "ConnectError", (message,)),
         SdkError::Spec(_) => raise(py, "SpecError", (message,)),
         SdkError::Version(_) | SdkError::Program { .. } => raise(py, "SubmitError", (message,)),
-        SdkError::Object(_) => raise(py, "ObjectError", (message,)),
+        SdkError::Object(_) | SdkError::ObjectLink(_) | SdkError::ObjectRelease { .. } => {
+            raise(py, "ObjectError", (message,))
+        }
         SdkError::Unexpected(_) => raise(py, "XpError", (message,)),
     }
 }
 
 /// A worker error as an `xp.errors` exception.
 pub(crate) fn worker_error(py: Python<'_>, error: WorkerError) -> PyErr {
-    let message = error.to_string();
+    let message = error_chain(&error);
     match error {
         WorkerError::Env { .. } => raise(py, "TrialEnvironmentError", (message,)),
-        WorkerError::Checkpoint(_) => raise(py, "CheckpointError", (message,)),
-        WorkerError::Object(_) => raise(py, "ObjectError", (message,)),
-        WorkerError::Param { .. } | WorkerError::Collective(_) => raise(py, "XpError", (message,)),
+        WorkerError::CheckpointFile { .. }
+        | WorkerError::Restore { .. }
+        | WorkerError::CheckpointRefused { .. }
+        | WorkerError::CheckpointTimeout { .. } => raise(py, "CheckpointError", (message,)),
+        WorkerError::ObjectFile { .. }
+        | WorkerError::NodeChannel { .. }
+        | WorkerError::ObjectMessage(_)
+        | WorkerError::ObjectRefused { .. }
+        | WorkerError::ObjectUnexpected { .. } => raise(py, "ObjectError", (message,)),
+        // Parameters and collectives (the `cuda` feature adds NCCL's).
+        _ => raise(py, "XpError", (message,)),
     }
 }
 

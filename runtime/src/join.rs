@@ -44,8 +44,8 @@ impl fmt::Debug for JoinString {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum JoinStringError {
     /// Not a URL at all.
-    #[error("join string is not of the form xp://HOST:PORT?token=SECRET&ca=SHA256HEX: {0}")]
-    NotAUrl(String),
+    #[error("join string is not of the form xp://HOST:PORT?token=SECRET&ca=SHA256HEX")]
+    NotAUrl(#[source] url::ParseError),
     /// Some part is missing or wrong.
     #[error("join string {part}: {reason}")]
     Invalid {
@@ -124,8 +124,7 @@ impl FromStr for JoinString {
         if text.len() > 4096 {
             return Err(invalid("length", "is longer than 4096 bytes"));
         }
-        let url = url::Url::parse(text.trim())
-            .map_err(|error| JoinStringError::NotAUrl(error.to_string()))?;
+        let url = url::Url::parse(text.trim()).map_err(JoinStringError::NotAUrl)?;
         if url.scheme() != "xp" {
             return Err(invalid("scheme", "must be xp://"));
         }

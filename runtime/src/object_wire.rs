@@ -168,7 +168,7 @@ pub enum FetchHeader {
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
     /// The stream failed or ended early.
-    #[error("object stream: {0}")]
+    #[error("object stream failed")]
     Io(#[from] std::io::Error),
     /// A message (or a length prefix) is over its channel's limit:
     /// [`MAX_REQUEST_BYTES`] between nodes, [`MAX_LOCAL_MESSAGE`] locally.
@@ -179,17 +179,19 @@ pub enum WireError {
         /// The channel's limit.
         limit: usize,
     },
+    /// The message could not be encoded.
+    #[error("cannot encode an object message")]
+    Encode(#[source] bincode::error::EncodeError),
     /// The bytes are not a valid message.
-    #[error("malformed object message: {0}")]
-    Malformed(String),
+    #[error("malformed object message")]
+    Malformed(#[source] bincode::error::DecodeError),
 }
 
 /// `message` in bincode behind a 4-byte little-endian length, refused if the body
 /// is over `LIMIT` bytes (the receiver would refuse it).
 fn encode_prefixed<const LIMIT: usize, T: Serialize>(message: &T) -> Result<Vec<u8>, WireError> {
     let config = bincode::config::standard().with_limit::<LIMIT>();
-    let body = bincode::serde::encode_to_vec(message, config)
-        .map_err(|error| WireError::Malformed(error.to_string()))?;
+    let body = bincode::serde::encode_to_vec(message, config).map_err(WireError::Encode)?;
     let too_large = || WireError::TooLarge {
         len: body.len(),
         limit: LIMIT,
@@ -219,7 +221,7 @@ fn decode_body<const LIMIT: usize, T: for<'de> Deserialize<'de>>(
     let config = bincode::config::standard().with_limit::<LIMIT>();
     bincode::serde::decode_from_slice(body, config)
         .map(|(message, _)| message)
-        .map_err(|error| WireError::Malformed(error.to_string()))
+        .map_err(WireError::Malformed)
 }
 
 /// Writes one length-prefixed message.

@@ -104,67 +104,123 @@ pub enum RendezvousError {
         /// How long the store waited.
         after: Duration,
     },
-    /// Rank 0's store was not reachable or did not answer in time.
-    #[error("cannot reach rank 0's rendezvous store at {addr}: {reason}")]
-    Store {
+    /// Rank 0 could not listen on the store's port.
+    #[error("cannot serve the rendezvous store at {addr}")]
+    Listen {
+        /// The address it listens on.
+        addr: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Rank 0's store was not reachable.
+    #[error("cannot reach rank 0's rendezvous store at {addr}")]
+    Connect {
         /// The store's address.
         addr: String,
-        /// Why.
-        reason: String,
+        /// The cause of the last attempt.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Rank 0's store did not answer in time.
+    #[error("cannot reach rank 0's rendezvous store at {addr}: no answer in time")]
+    NoAnswer {
+        /// The store's address.
+        addr: String,
+    },
+    /// Rank 0's answer could not be read.
+    #[error("cannot read the answer of rank 0's rendezvous store at {addr}")]
+    Answer {
+        /// The store's address.
+        addr: String,
+        /// The cause.
+        #[source]
+        source: MessageError,
     },
     /// The store reported a failure.
     #[error("rendezvous failed: {0}")]
     Failed(String),
-    /// A message could not be read or written.
-    #[error("rendezvous message error: {0}")]
-    Message(String),
-    /// This rank's arguments are inconsistent.
-    #[error("invalid rendezvous: {0}")]
-    Invalid(String),
+    /// A message could not be written.
+    #[error(transparent)]
+    Message(#[from] MessageError),
+    /// The store's table is not in rank order, or lacks this rank.
+    #[error("rendezvous message error: the store's table is not in rank order")]
+    TableOutOfOrder,
+    /// The store sent an arrival, which only ranks send.
+    #[error("rendezvous message error: unexpected arrival message from the store")]
+    UnexpectedArrival,
+    /// This rank's number is not below the gang's size.
+    #[error("invalid rendezvous: rank {rank} is not below the world size {world_size}")]
+    RankOutOfRange {
+        /// This rank.
+        rank: u32,
+        /// The gang's size.
+        world_size: u32,
+    },
+}
+
+/// Why one store message could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum MessageError {
+    /// The message could not be encoded.
+    #[error("cannot encode a rendezvous message")]
+    Encode(#[source] bincode::error::EncodeError),
+    /// The message is longer than [`MAX_MESSAGE`].
+    #[error("rendezvous message of {len} bytes exceeds {MAX_MESSAGE}")]
+    TooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// The stream failed.
+    #[error("cannot {doing} a rendezvous message")]
+    Io {
+        /// `read` or `write`.
+        doing: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bytes are not a valid message.
+    #[error("malformed rendezvous message")]
+    Decode(#[source] bincode::error::DecodeError),
 }
 
 /// `message` behind its length, ready to write.
-pub fn encode_message(message: &StoreMessage) -> Result<Vec<u8>, RendezvousError> {
-    let body = bincode::serde::encode_to_vec(message, LIMIT)
-        .map_err(|error| RendezvousError::Message(error.to_string()))?;
-    let len = u32::try_from(body.len())
-        .map_err(|_| RendezvousError::Message(format!("message of {} bytes", body.len())))?;
+pub fn encode_message(message: &StoreMessage) -> Result<Vec<u8>, MessageError> {
+    let body = bincode::serde::encode_to_vec(message, LIMIT).map_err(MessageError::Encode)?;
+    let len = u32::try_from(body.len()).map_err(|_| MessageError::TooLong { len: body.len() })?;
     let mut framed = len.to_be_bytes().to_vec();
     framed.extend_from_slice(&body);
     Ok(framed)
 }
 
-async fn write_message(
-    stream: &mut TcpStream,
-    message: &StoreMessage,
-) -> Result<(), RendezvousError> {
+async fn write_message(stream: &mut TcpStream, message: &StoreMessage) -> Result<(), MessageError> {
     stream
         .write_all(&encode_message(message)?)
         .await
-        .map_err(|error| RendezvousError::Message(error.to_string()))
+        .map_err(|source| MessageError::Io {
+            doing: "write",
+            source,
+        })
 }
 
 /// Reads one message; a length over [`MAX_MESSAGE`] is refused before anything
 /// is allocated for it.
 pub async fn read_message(
     stream: &mut (impl AsyncRead + Unpin),
-) -> Result<StoreMessage, RendezvousError> {
-    let len = stream
-        .read_u32()
-        .await
-        .map_err(|error| RendezvousError::Message(error.to_string()))? as usize;
+) -> Result<StoreMessage, MessageError> {
+    let failed = |source| MessageError::Io {
+        doing: "read",
+        source,
+    };
+    let len = stream.read_u32().await.map_err(failed)? as usize;
     if len > MAX_MESSAGE {
-        return Err(RendezvousError::Message(format!(
-            "message of {len} bytes exceeds {MAX_MESSAGE}"
-        )));
+        return Err(MessageError::TooLong { len });
     }
     let mut body = vec![0u8; len];
-    stream
-        .read_exact(&mut body)
-        .await
-        .map_err(|error| RendezvousError::Message(error.to_string()))?;
-    let (message, _) = bincode::serde::decode_from_slice(&body, LIMIT)
-        .map_err(|error| RendezvousError::Message(error.to_string()))?;
+    stream.read_exact(&mut body).await.map_err(failed)?;
+    let (message, _) =
+        bincode::serde::decode_from_slice(&body, LIMIT).map_err(MessageError::Decode)?;
     Ok(message)
 }
 
@@ -181,10 +237,10 @@ pub async fn exchange(
     timeout: Duration,
 ) -> Result<Vec<RankAddress>, RendezvousError> {
     if own.rank >= world_size {
-        return Err(RendezvousError::Invalid(format!(
-            "rank {} is not below the world size {world_size}",
-            own.rank
-        )));
+        return Err(RendezvousError::RankOutOfRange {
+            rank: own.rank,
+            world_size,
+        });
     }
     if world_size == 1 {
         return Ok(vec![own]);
@@ -205,9 +261,9 @@ async fn serve(
 ) -> Result<Vec<RankAddress>, RendezvousError> {
     let listener = TcpListener::bind(("0.0.0.0", port))
         .await
-        .map_err(|error| RendezvousError::Store {
+        .map_err(|source| RendezvousError::Listen {
             addr: format!("0.0.0.0:{port}"),
-            reason: format!("cannot listen: {error}"),
+            source,
         })?;
     let deadline = tokio::time::Instant::now() + timeout;
     let own_rank = own.rank;
@@ -241,7 +297,7 @@ async fn serve(
                             let _ = arrivals.send((address, stream)).await;
                         }
                         Ok(Ok(_)) => warn!(%peer, "rendezvous connection refused: wrong token or rank"),
-                        Ok(Err(error)) => warn!(%peer, %error, "rendezvous connection refused: bad message"),
+                        Ok(Err(error)) => warn!(%peer, error = %crate::error_chain::error_chain(&error), "rendezvous connection refused: bad message"),
                         Err(_) => warn!(%peer, "rendezvous connection refused: no message in time"),
                     }
                 });
@@ -277,12 +333,7 @@ async fn join(
                 debug!(%addr, %error, "rendezvous store not up yet; retrying");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            Err(error) => {
-                return Err(RendezvousError::Store {
-                    addr,
-                    reason: error.to_string(),
-                });
-            }
+            Err(source) => return Err(RendezvousError::Connect { addr, source }),
         }
     };
     write_message(
@@ -297,10 +348,7 @@ async fn join(
     let answer =
         tokio::time::timeout_at(deadline + Duration::from_secs(5), read_message(&mut stream))
             .await
-            .map_err(|_| RendezvousError::Store {
-                addr: addr.clone(),
-                reason: "no answer in time".to_owned(),
-            })?;
+            .map_err(|_| RendezvousError::NoAnswer { addr: addr.clone() })?;
     match answer {
         Ok(StoreMessage::Table(table)) => {
             let ranks_ok = table
@@ -308,20 +356,13 @@ async fn join(
                 .enumerate()
                 .all(|(idx, address)| address.rank == idx as u32);
             if !ranks_ok || table.get(rank as usize).is_none() {
-                return Err(RendezvousError::Message(
-                    "the store's table is not in rank order".to_owned(),
-                ));
+                return Err(RendezvousError::TableOutOfOrder);
             }
             Ok(table)
         }
         Ok(StoreMessage::Failed(reason)) => Err(RendezvousError::Failed(reason)),
-        Ok(StoreMessage::Arrive { .. }) => Err(RendezvousError::Message(
-            "unexpected arrival message from the store".to_owned(),
-        )),
-        Err(error) => Err(RendezvousError::Store {
-            addr,
-            reason: error.to_string(),
-        }),
+        Ok(StoreMessage::Arrive { .. }) => Err(RendezvousError::UnexpectedArrival),
+        Err(source) => Err(RendezvousError::Answer { addr, source }),
     }
 }
 

@@ -5,16 +5,16 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use xp_runtime::error_chain::error_chain;
-use xp_runtime::ids::{BlobHash, ExperimentId, ObjectId, TrialId};
+use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, ObjectId, TrialId};
 use xp_runtime::join::{JoinString, JoinStringError};
-use xp_runtime::object_wire::ObjectClient;
+use xp_runtime::object_wire::{ObjectClient, ObjectClientError};
 use xp_runtime::protocol::{
     AdminAction, AdminRequest, AuditEntry, CheckpointStatus, ErrorCode, ExperimentState,
     ExperimentStatus, LogChunk, LogRequest, MetricPoint, NodeStatus, PeerRole, QueueStatus,
     Request, Response, SubmitRequest, TrialEvent, TrialState,
 };
 use xp_runtime::spec::{Algorithm, Domain, ExperimentSpec, ParamValue, SearchSpec, TrialSpec};
-use xp_runtime::transport::{self, HeadConnection, TransportError};
+use xp_runtime::transport::{self, HeadConnection, QuicSetupError, TransportError};
 
 use crate::versioning::{VersionError, code_version, data_version};
 
@@ -47,9 +47,24 @@ pub enum SdkError {
     /// The head answered something unexpected.
     #[error("unexpected answer from the head: {0}")]
     Unexpected(String),
-    /// An object could not be stored, found or fetched.
+    /// An object could not be stored, found or fetched: why, for each node
+    /// that was tried.
     #[error("object: {0}")]
     Object(String),
+    /// The link to the nodes' object servers could not be set up.
+    #[error("object: cannot set up the link to the object servers")]
+    ObjectLink(#[source] QuicSetupError),
+    /// A node did not release this connection's claim on an object.
+    #[error("object: node {node} cannot release object {object}")]
+    ObjectRelease {
+        /// The node.
+        node: NodeId,
+        /// The object.
+        object: ObjectId,
+        /// The cause (boxed: it is large, and rare).
+        #[source]
+        source: Box<ObjectClientError>,
+    },
 }
 
 /// The largest object [`Client::get`] accepts.
@@ -149,7 +164,7 @@ impl Client {
                     self.request(Request::ObjectKey).await?,
                     Response::ObjectKey(key) => key
                 )?;
-                ObjectClient::new(key.0).map_err(|error| SdkError::Object(error.to_string()))
+                ObjectClient::new(key.0).map_err(SdkError::ObjectLink)
             })
             .await
     }
@@ -221,10 +236,13 @@ impl Client {
         let client = self.object_client().await?;
         let mut existed = false;
         for source in &sources {
-            existed |= client
-                .release(source, session, id)
-                .await
-                .map_err(|error| SdkError::Object(error_chain(&error)))?;
+            existed |= client.release(source, session, id).await.map_err(|error| {
+                SdkError::ObjectRelease {
+                    node: source.node,
+                    object: id,
+                    source: Box::new(error),
+                }
+            })?;
         }
         Ok(existed)
     }

@@ -9,53 +9,25 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use xp_runtime::collective::{
-    BlockingCommunicator, BlockingRingListener, CollectiveConfig, CollectiveError, PeerInfo,
-    TransportKind,
-};
+use xp_runtime::collective::BlockingCommunicator;
+use xp_runtime::error_chain::error_chain;
 use xp_runtime::ids::ObjectId;
 use xp_runtime::metric_line::{CHECKPOINT_STATUS_DIR, format_checkpoint_line, format_metric_line};
-use xp_runtime::object_wire::{self, LocalOp, LocalRequest, LocalResponse};
-use xp_runtime::rendezvous::{self, RankAddress, machine_id};
+use xp_runtime::object_wire::{LocalOp, LocalResponse};
+
+mod error;
+mod gang;
+mod node_channel;
+
+pub use error::WorkerError;
+use node_channel::{local_request, unexpected, wait_for_verdict};
 
 /// The error type trainables return.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 type TrainableFn = Box<dyn Fn(&TrialContext) -> Result<(), BoxError> + Send + Sync>;
-
-/// Why a worker could not read its context.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    /// A variable of the contract is missing or malformed: not started by a node?
-    #[error("environment variable {name} is missing or malformed: {reason}")]
-    Env {
-        /// The variable.
-        name: &'static str,
-        /// What is wrong.
-        reason: String,
-    },
-    /// The gang could not be joined or a collective failed; the message names the rank.
-    #[error("collective: {0}")]
-    Collective(String),
-    /// A checkpoint could not be written, stored or read back.
-    #[error("checkpoint: {0}")]
-    Checkpoint(String),
-    /// An object could not be stored, found or read.
-    #[error("object: {0}")]
-    Object(String),
-    /// A parameter is missing or has another type.
-    #[error("parameter `{name}` {reason}")]
-    Param {
-        /// The parameter.
-        name: String,
-        /// What is wrong.
-        reason: &'static str,
-    },
-}
 
 /// What one worker knows about its trial.
 #[derive(Debug, Clone)]
@@ -92,8 +64,6 @@ const STOPPED_STATUS: i32 = 128 + libc::SIGTERM;
 
 /// The file [`TrialContext::checkpoint`] writes its bytes to.
 const STATE_FILE: &str = "state";
-/// How long [`TrialContext::checkpoint`] waits for the node's verdict.
-const CHECKPOINT_WAIT: Duration = Duration::from_secs(600);
 
 fn env(name: &'static str) -> Result<String, WorkerError> {
     std::env::var(name).map_err(|error| WorkerError::Env {
@@ -171,26 +141,23 @@ impl TrialContext {
     ///
     /// Only rank 0 writes: data-parallel ranks hold the same state, so on other
     /// ranks this returns at once. A full store or another failure on the node
-    /// comes back as [`WorkerError::Checkpoint`]; the trial goes on either way.
+    /// comes back as [`WorkerError::CheckpointRefused`]; the trial goes on either way.
     pub fn checkpoint(&self, step: u64, state: &[u8]) -> Result<(), WorkerError> {
         if self.rank != 0 {
             return Ok(());
         }
-        let failed = |what: &str, error: std::io::Error| {
-            WorkerError::Checkpoint(format!("cannot {what}: {error}"))
-        };
         std::fs::create_dir_all(&self.checkpoint_dir)
-            .map_err(|error| failed("create the checkpoint directory", error))?;
+            .map_err(checkpoint_file("create", &self.checkpoint_dir))?;
         let temporary = self.checkpoint_dir.join(format!(".{STATE_FILE}.tmp"));
-        std::fs::write(&temporary, state).map_err(|error| failed("write the checkpoint", error))?;
-        std::fs::rename(&temporary, self.checkpoint_dir.join(STATE_FILE))
-            .map_err(|error| failed("write the checkpoint", error))?;
+        std::fs::write(&temporary, state).map_err(checkpoint_file("write", &temporary))?;
+        let state_path = self.checkpoint_dir.join(STATE_FILE);
+        std::fs::rename(&temporary, &state_path).map_err(checkpoint_file("write", &state_path))?;
         self.commit_checkpoint(step)
     }
 
     /// Declares the files now in [`checkpoint_dir`](Self::checkpoint_dir) the
     /// trial's checkpoint at `step` and returns once the node has stored them (or
-    /// with the node's error, as [`WorkerError::Checkpoint`]). For trial code that
+    /// with the node's error, as [`WorkerError::CheckpointRefused`]). For trial code that
     /// writes its own files there (the Python package's `xp.checkpoint`) rather
     /// than handing bytes to [`checkpoint`](Self::checkpoint). On ranks other than
     /// 0 it returns at once: only rank 0 checkpoints.
@@ -217,15 +184,12 @@ impl TrialContext {
     /// it (no other trial can). Objects are collected when the trial ends.
     pub fn put(&self, bytes: &[u8]) -> Result<ObjectId, WorkerError> {
         let staging = self.work_dir.join(".objects-out");
-        std::fs::create_dir_all(&staging).map_err(|error| {
-            object_error(format!("cannot create {}: {error}", staging.display()))
-        })?;
+        std::fs::create_dir_all(&staging).map_err(object_file("create", &staging))?;
         // Unique per call, so that threads putting at once never share a file.
         static NEXT_PUT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let sequence = NEXT_PUT.fetch_add(1, Ordering::Relaxed);
         let path = staging.join(format!("{}-{sequence}.put", std::process::id()));
-        std::fs::write(&path, bytes)
-            .map_err(|error| object_error(format!("cannot write {}: {error}", path.display())))?;
+        std::fs::write(&path, bytes).map_err(object_file("write", &path))?;
         let stored = self.put_file(&path);
         let _ = std::fs::remove_file(&path);
         stored
@@ -235,8 +199,7 @@ impl TrialContext {
     /// copies only a regular file inside this worker's work or checkpoint
     /// directory (after following symlinks), and refuses anything else.
     pub fn put_file(&self, path: &std::path::Path) -> Result<ObjectId, WorkerError> {
-        let path = std::path::absolute(path)
-            .map_err(|error| object_error(format!("cannot resolve {}: {error}", path.display())))?;
+        let path = std::path::absolute(path).map_err(object_file("resolve", path))?;
         match local_request(LocalOp::Put { path })? {
             LocalResponse::Stored { id, .. } => Ok(id),
             other => Err(unexpected(other)),
@@ -255,8 +218,7 @@ impl TrialContext {
     /// Object `id`'s bytes (see [`get_path`](Self::get_path)).
     pub fn get(&self, id: ObjectId) -> Result<Vec<u8>, WorkerError> {
         let path = self.get_path(id)?;
-        std::fs::read(&path)
-            .map_err(|error| object_error(format!("cannot read {}: {error}", path.display())))
+        std::fs::read(&path).map_err(object_file("read", &path))
     }
 
     /// Drops the trial's claim on object `id`; returns whether it had one. The
@@ -275,11 +237,10 @@ impl TrialContext {
             return Ok(None);
         };
         let path = self.checkpoint_dir.join(STATE_FILE);
-        let state = std::fs::read(&path).map_err(|error| {
-            WorkerError::Checkpoint(format!(
-                "resuming from step {step} but cannot read {}: {error}",
-                path.display()
-            ))
+        let state = std::fs::read(&path).map_err(|source| WorkerError::Restore {
+            step,
+            path: path.clone(),
+            source,
         })?;
         Ok(Some((step, state)))
     }
@@ -329,89 +290,7 @@ impl TrialContext {
     /// timeout (`XP_COLLECTIVE_TIMEOUT_S`, 60 s by default) makes every other rank
     /// fail with an error naming it, so the attempt fails and is retried.
     pub fn collective(&self) -> Result<BlockingCommunicator, WorkerError> {
-        let token = env_secret("XP_COLLECTIVE_TOKEN")?;
-        let kind = match env("XP_COLLECTIVE_TRANSPORT")?.as_str() {
-            "quic" => TransportKind::Quic,
-            "tcp" => TransportKind::Tcp,
-            "shm" => TransportKind::Shm,
-            other => {
-                return Err(WorkerError::Env {
-                    name: "XP_COLLECTIVE_TRANSPORT",
-                    reason: format!("unknown transport {other:?}"),
-                });
-            }
-        };
-        let master_addr = env("MASTER_ADDR")?;
-        let master_port: u16 = env_number("MASTER_PORT")?;
-        let host = env("XP_NODE_HOST")?;
-        let timeout = Duration::from_secs(
-            std::env::var("XP_COLLECTIVE_TIMEOUT_S")
-                .ok()
-                .and_then(|text| text.parse().ok())
-                .unwrap_or(60),
-        );
-        let collective_error = |error: CollectiveError| WorkerError::Collective(error.to_string());
-        let listener = BlockingRingListener::bind(kind, "0.0.0.0", CollectiveConfig::default())
-            .map_err(collective_error)?;
-        let machine = machine_id();
-        let (nccl_capable, nccl_id) = nccl_offer(self.rank);
-        let own = RankAddress {
-            rank: self.rank,
-            host,
-            port: listener.port(),
-            machine: machine.clone(),
-            cert_sha256: listener.cert_sha256(),
-            shm_port: listener.shm_port(),
-            nccl_capable,
-            nccl_id,
-        };
-        let meeting = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|error| {
-                WorkerError::Collective(format!("cannot start the rendezvous runtime: {error}"))
-            })?;
-        let table = meeting
-            .block_on(rendezvous::exchange(
-                own,
-                self.world_size,
-                &master_addr,
-                master_port,
-                token,
-                timeout,
-            ))
-            .map_err(|error| WorkerError::Collective(error.to_string()))?;
-        #[cfg(feature = "cuda")]
-        let nccl = rendezvous::nccl_unique_id(&table)
-            .map(|id| {
-                // Device 0 is this worker's first GPU: the node hides the others.
-                xp_runtime::nccl::NcclCommunicator::new(0, self.rank, self.world_size, id)
-            })
-            .transpose()
-            .map_err(|error| WorkerError::Collective(error.to_string()))?;
-        let peers: Vec<PeerInfo> = table
-            .into_iter()
-            .map(|address| PeerInfo {
-                rank: address.rank,
-                same_host: address.machine == machine,
-                host: address.host,
-                port: address.port,
-                cert_sha256: address.cert_sha256,
-                shm_port: address.shm_port,
-            })
-            .collect();
-        #[cfg_attr(
-            not(feature = "cuda"),
-            expect(unused_mut, reason = "NCCL attaches with cuda")
-        )]
-        let mut communicator = listener
-            .connect_ring(self.rank, &peers, kind, &token, timeout)
-            .map_err(collective_error)?;
-        #[cfg(feature = "cuda")]
-        if let Some(nccl) = nccl {
-            communicator.attach_nccl(nccl);
-        }
-        Ok(communicator)
+        gang::join_gang(self.rank, self.world_size)
     }
 
     /// Reports metrics at `step`; the node records them under this trial.
@@ -428,99 +307,29 @@ impl TrialContext {
     }
 }
 
-fn object_error(message: String) -> WorkerError {
-    WorkerError::Object(message)
-}
-
-fn unexpected(response: LocalResponse) -> WorkerError {
-    match response {
-        LocalResponse::Error { message } => WorkerError::Object(message),
-        other => WorkerError::Object(format!("unexpected answer from the node: {other:?}")),
+/// The error for a failed file operation on `path` while saving a checkpoint.
+fn checkpoint_file(
+    doing: &'static str,
+    path: &std::path::Path,
+) -> impl FnOnce(std::io::Error) -> WorkerError {
+    let path = path.to_owned();
+    move |source| WorkerError::CheckpointFile {
+        doing,
+        path,
+        source,
     }
 }
 
-/// What this rank brings to the gang's NCCL decision: whether it can join, and on
-/// rank 0 the unique id everyone joins with (see `rendezvous::nccl_unique_id`).
-#[cfg(feature = "cuda")]
-fn nccl_offer(rank: u32) -> (bool, Option<Vec<u8>>) {
-    if let Err(reason) = xp_runtime::nccl::usable_here() {
-        tracing::debug!(%reason, "this rank does not use NCCL");
-        return (false, None);
-    }
-    if rank != 0 {
-        return (true, None);
-    }
-    match xp_runtime::nccl::unique_id() {
-        Ok(id) => (true, Some(id.to_vec())),
-        Err(error) => {
-            tracing::warn!(%error, "no NCCL unique id; the gang uses host collectives only");
-            (false, None)
-        }
-    }
-}
-
-/// Without the `cuda` feature a rank never joins NCCL.
-#[cfg(not(feature = "cuda"))]
-fn nccl_offer(_rank: u32) -> (bool, Option<Vec<u8>>) {
-    (false, None)
-}
-
-/// One request on the node's local object channel (`XP_NODE_SOCKET`).
-fn local_request(op: LocalOp) -> Result<LocalResponse, WorkerError> {
-    use std::io::Read;
-    let socket = env("XP_NODE_SOCKET")?;
-    let secret = env_secret("XP_WORKER_SECRET")?;
-    let io = |what: &str, error: std::io::Error| object_error(format!("{what} {socket}: {error}"));
-    let mut stream = std::os::unix::net::UnixStream::connect(&socket)
-        .map_err(|error| io("cannot reach the node at", error))?;
-    let framed = object_wire::encode_local(&LocalRequest { secret, op })
-        .map_err(|error| object_error(error.to_string()))?;
-    stream
-        .write_all(&framed)
-        .map_err(|error| io("cannot write to", error))?;
-    let mut prefix = [0u8; 4];
-    stream
-        .read_exact(&mut prefix)
-        .map_err(|error| io("no answer from", error))?;
-    let len = object_wire::local_length(prefix).map_err(|error| object_error(error.to_string()))?;
-    let mut body = vec![0u8; len];
-    stream
-        .read_exact(&mut body)
-        .map_err(|error| io("cut-short answer from", error))?;
-    object_wire::decode_local(&body).map_err(|error| object_error(error.to_string()))
-}
-
-/// Waits for the node's verdict on the checkpoint of `step` (a file it leaves
-/// once the checkpoint is stored or refused), and returns it.
-#[expect(
-    clippy::disallowed_methods,
-    reason = "the worker API is synchronous: trial code blocks until its checkpoint is safe"
-)]
-fn wait_for_verdict(verdict_path: &std::path::Path, step: u64) -> Result<(), WorkerError> {
-    let failed = |what: &str, error: std::io::Error| {
-        WorkerError::Checkpoint(format!("cannot {what}: {error}"))
-    };
-    let deadline = std::time::Instant::now() + CHECKPOINT_WAIT;
-    let mut pause = Duration::from_millis(1);
-    loop {
-        match std::fs::read_to_string(verdict_path) {
-            Ok(verdict) => {
-                let _ = std::fs::remove_file(verdict_path);
-                return match verdict.strip_prefix("error: ") {
-                    Some(error) => Err(WorkerError::Checkpoint(error.to_owned())),
-                    None => Ok(()),
-                };
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => return Err(failed("read the node's verdict", error)),
-        }
-        if std::time::Instant::now() > deadline {
-            return Err(WorkerError::Checkpoint(format!(
-                "the node gave no verdict on the checkpoint at step {step} within {CHECKPOINT_WAIT:?}"
-            )));
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(50));
+/// The error for a failed file operation on `path` while putting or getting an object.
+fn object_file(
+    doing: &'static str,
+    path: &std::path::Path,
+) -> impl FnOnce(std::io::Error) -> WorkerError {
+    let path = path.to_owned();
+    move |source| WorkerError::ObjectFile {
+        doing,
+        path,
+        source,
     }
 }
 
@@ -587,7 +396,7 @@ impl Trainables {
         let context = match TrialContext::from_env() {
             Ok(context) => context,
             Err(error) => {
-                eprintln!("xp worker: {error}");
+                eprintln!("xp worker: {}", error_chain(&error));
                 return 2;
             }
         };
@@ -598,7 +407,10 @@ impl Trainables {
             }
             Ok(()) => 0,
             Err(error) => {
-                eprintln!("xp worker: trainable {entry:?} failed: {error}");
+                eprintln!(
+                    "xp worker: trainable {entry:?} failed: {}",
+                    error_chain(&*error)
+                );
                 1
             }
         }

@@ -517,12 +517,14 @@ fn read_local<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, object_
     let prefix: [u8; 4] = bytes
         .get(..4)
         .and_then(|prefix| prefix.try_into().ok())
-        .ok_or_else(|| object_wire::WireError::Malformed("no prefix".to_owned()))?;
+        .ok_or_else(|| object_wire::WireError::Io(std::io::ErrorKind::UnexpectedEof.into()))?;
     let len = object_wire::local_length(prefix)?;
     let mut body = vec![0u8; len];
     let available = &bytes[4..];
     if available.len() < len {
-        return Err(object_wire::WireError::Malformed("cut short".to_owned()));
+        return Err(object_wire::WireError::Io(
+            std::io::ErrorKind::UnexpectedEof.into(),
+        ));
     }
     body.copy_from_slice(&available[..len]);
     object_wire::decode_local(&body)
