@@ -144,7 +144,8 @@ impl HeadCore {
             .expect("failing attempt has a trial");
         trial.failures += 1;
         *self
-            .tally
+            .outbox
+            .tally()
             .attempt_failures
             .entry(kind.to_owned())
             .or_default() += 1;
@@ -265,7 +266,7 @@ impl HeadCore {
 
     /// Tells `node` to stop the workers of an attempt, with the usual grace.
     pub(super) fn kill_on(&mut self, node: NodeId, trial: TrialId, attempt: u32, reason: &str) {
-        self.commands.push_back((
+        self.outbox.send(
             node,
             HeadCommand::Kill {
                 trial,
@@ -273,7 +274,7 @@ impl HeadCore {
                 reason: reason.to_owned(),
                 grace_ms: KILL_GRACE_MS,
             },
-        ));
+        );
     }
 
     /// Moves a trial to `state` for `reason`, with an event; a repeat of the same
@@ -293,7 +294,7 @@ impl HeadCore {
         }
         let was_terminal = trial.state.is_terminal();
         if trial.state != state {
-            self.tally.transition(state);
+            self.outbox.tally().transition(state);
         }
         trial.state = state;
         trial.reason = Some(reason.clone());
@@ -341,6 +342,6 @@ impl HeadCore {
             .entry(trial.experiment)
             .or_default()
             .push(event.clone());
-        self.appended.push(Record::Event(event));
+        self.outbox.record(Record::Event(event));
     }
 }

@@ -10,7 +10,7 @@
 //! [`replication`].
 //!
 //! Invariants: the head records a checkpoint only from rank 0 with a well-formed
-//! manifest of files the reporting node has stored; `object_refs` counts, for each
+//! manifest of files the reporting node has stored; the object book counts, for each
 //! object, the kept checkpoints (of all trials) that name it, and an object is
 //! dropped everywhere when its count reaches zero.
 
@@ -57,7 +57,7 @@ impl HeadCore {
             return;
         }
         for file in &files {
-            self.directory.add(node_id, file.object);
+            self.objects.node_holds(node_id, file.object);
         }
         let spec = &self.specs[&key.trial.experiment];
         let retention = spec.checkpoints.unwrap_or_default();
@@ -95,8 +95,9 @@ impl HeadCore {
             // that kills its nodes without getting anywhere, not for one drained
             // at every Slurm job's end and resumed from its checkpoint each time.
             trial.requeues = 0;
-            self.tally.checkpoints += 1;
-            self.tally.checkpoint_bytes = self.tally.checkpoint_bytes.saturating_add(bytes);
+            self.outbox.tally().checkpoints += 1;
+            self.outbox.tally().checkpoint_bytes =
+                self.outbox.tally().checkpoint_bytes.saturating_add(bytes);
         }
         checkpoints.push(record);
         // Age is (attempt, step), not arrival: a report resent after a reconnect
@@ -108,24 +109,10 @@ impl HeadCore {
         let attempt = trial.attempts.len() as u32;
         let state = trial.state;
         self.dirty_trials.insert(key.trial);
-        // Reference counts: add what is kept now, remove what was kept before.
-        for objects in &after {
-            for id in objects {
-                *self.object_refs.entry(*id).or_default() += 1;
-            }
-        }
-        let mut released = BTreeSet::new();
-        for objects in &before {
-            for id in objects {
-                if let Some(count) = self.object_refs.get_mut(id) {
-                    *count = count.saturating_sub(1);
-                    if *count == 0 {
-                        self.object_refs.remove(id);
-                        released.insert(*id);
-                    }
-                }
-            }
-        }
+        // Reference counts: what is kept now, instead of what was kept before.
+        let released = self
+            .objects
+            .rekeep(before.into_iter().flatten(), after.into_iter().flatten());
         self.drop_everywhere(key.trial, released);
         // A preemption of the live run now loses only the work since; the
         // policy weighs that when it chooses victims.
@@ -165,20 +152,20 @@ impl HeadCore {
     pub(super) fn drop_everywhere(&mut self, trial: TrialId, objects: BTreeSet<ObjectId>) {
         let mut per_node: BTreeMap<NodeId, Vec<ObjectId>> = BTreeMap::new();
         for id in objects {
-            let holders: Vec<NodeId> = self.directory.holders(id).collect();
+            let holders: Vec<NodeId> = self.objects.directory().holders(id).collect();
             for node in holders {
                 per_node.entry(node).or_default().push(id);
-                self.directory.drop_object(node, id);
+                self.objects.node_dropped(node, id);
             }
         }
         for (node, objects) in per_node {
-            self.commands.push_back((
+            self.outbox.send(
                 node,
                 HeadCommand::DropObjects {
                     trial: Some(trial),
                     objects,
                 },
-            ));
+            );
         }
     }
 
@@ -229,14 +216,14 @@ impl HeadCore {
                 object
                     .drivers
                     .iter()
-                    .filter(|session| !self.live_drivers.contains(*session))
+                    .filter(|session| !self.drivers.is_live(session))
                     .cloned(),
             );
             let claimed = object.trials.iter().any(trial_live)
                 || object
                     .drivers
                     .iter()
-                    .any(|session| self.live_drivers.contains(session));
+                    .any(|session| self.drivers.is_live(session));
             let forgotten = object.trials.is_empty() && object.drivers.is_empty();
             if !claimed && (object.pinned || forgotten) {
                 drops
@@ -246,28 +233,26 @@ impl HeadCore {
             }
         }
         for (trial, objects) in pins {
-            self.commands
-                .push_back((node, HeadCommand::Pin { trial, objects }));
+            self.outbox.send(node, HeadCommand::Pin { trial, objects });
         }
         for trial in ended {
-            self.commands
-                .push_back((node, HeadCommand::ReleaseTrial { trial }));
+            self.outbox.send(node, HeadCommand::ReleaseTrial { trial });
         }
         for session in gone {
-            self.commands
-                .push_back((node, HeadCommand::ReleaseDriver { session }));
+            self.outbox
+                .send(node, HeadCommand::ReleaseDriver { session });
         }
         for (trial, objects) in drops {
             for id in &objects {
-                self.directory.drop_object(node, *id);
+                self.objects.node_dropped(node, *id);
             }
-            self.commands
-                .push_back((node, HeadCommand::DropObjects { trial, objects }));
+            self.outbox
+                .send(node, HeadCommand::DropObjects { trial, objects });
         }
     }
 
     fn object_source(&self, node: NodeId) -> Option<ObjectSource> {
-        let endpoint = self.directory.endpoint(node)?;
+        let endpoint = self.objects.directory().endpoint(node)?;
         let record = self.nodes.get(&node)?;
         Some(ObjectSource {
             node,
@@ -280,7 +265,7 @@ impl HeadCore {
     pub(super) fn sources_of(&self, objects: impl Iterator<Item = ObjectId>) -> Vec<ObjectSource> {
         let mut nodes: Vec<NodeId> = Vec::new();
         for id in objects {
-            for node in self.directory.holders(id) {
+            for node in self.objects.directory().holders(id) {
                 if self.node_usable(node) && !nodes.contains(&node) {
                     nodes.push(node);
                 }
@@ -305,14 +290,16 @@ impl HeadCore {
         let checkpoint = record.checkpoints.iter().rev().find(|checkpoint| {
             checkpoint.backup.is_some()
                 || self
-                    .directory
+                    .objects
+                    .directory()
                     .is_available(checkpoint, |node| self.node_usable(node))
         })?;
         let mut sources: Vec<NodeId> = self
-            .directory
+            .objects
+            .directory()
             .complete_holders(checkpoint, |node| self.node_usable(node));
         for id in checkpoint.objects() {
-            for node in self.directory.holders(id) {
+            for node in self.objects.directory().holders(id) {
                 if self.node_usable(node) && !sources.contains(&node) {
                     sources.push(node);
                 }
@@ -332,7 +319,8 @@ impl HeadCore {
 
     /// The live nodes holding `object`, for a node fetching it.
     pub fn locate(&self, object: ObjectId) -> Vec<ObjectSource> {
-        self.directory
+        self.objects
+            .directory()
             .holders(object)
             .filter(|node| self.node_usable(*node))
             .filter_map(|node| self.object_source(node))
@@ -343,12 +331,12 @@ impl HeadCore {
     /// so that drivers' objects spread; `session` is the asking driver's, whose
     /// objects are kept until it goes.
     pub fn store_targets(&mut self, session: &str) -> Vec<ObjectSource> {
-        self.live_drivers.insert(session.to_owned());
+        self.drivers.storing(session);
         let mut nodes: Vec<(usize, NodeId)> = self
             .nodes
             .values()
             .filter(|node| node.state == NodeState::Ready)
-            .map(|node| (self.directory.held_count(node.id), node.id))
+            .map(|node| (self.objects.directory().held_count(node.id), node.id))
             .collect();
         nodes.sort();
         nodes
@@ -360,10 +348,7 @@ impl HeadCore {
     /// Records that the driver session `session` submitted `experiment`, so its
     /// objects are shared with that experiment's trials while it is connected.
     pub fn record_driver_experiment(&mut self, session: &str, experiment: ExperimentId) {
-        self.driver_experiments
-            .entry(session.to_owned())
-            .or_default()
-            .insert(experiment);
+        self.drivers.submitted(session, experiment);
     }
 
     /// Those of `sessions` that submitted `experiment` and are still connected:
@@ -371,18 +356,13 @@ impl HeadCore {
     pub fn sharing_drivers(&self, experiment: ExperimentId, sessions: Vec<String>) -> Vec<String> {
         sessions
             .into_iter()
-            .filter(|session| {
-                self.driver_experiments
-                    .get(session)
-                    .is_some_and(|experiments| experiments.contains(&experiment))
-            })
+            .filter(|session| self.drivers.shares_with(session, experiment))
             .collect()
     }
 
     /// Tells every live node that the driver session `session` ended.
     pub fn release_driver_objects(&mut self, session: &str) {
-        self.live_drivers.remove(session);
-        self.driver_experiments.remove(session);
+        self.drivers.end(session);
         self.tell_live_nodes(|| HeadCommand::ReleaseDriver {
             session: session.to_owned(),
         });
@@ -404,7 +384,7 @@ impl HeadCore {
             .map(|node| node.id)
             .collect();
         for node in nodes {
-            self.commands.push_back((node, command()));
+            self.outbox.send(node, command());
         }
     }
 
@@ -424,7 +404,8 @@ impl HeadCore {
         };
         newest.backup.is_none()
             && !self
-                .directory
+                .objects
+                .directory()
                 .is_available(newest, |node| self.node_usable(node))
     }
 
@@ -437,7 +418,8 @@ impl HeadCore {
             .flat_map(|(_, trial)| {
                 trial.checkpoints.iter().map(|checkpoint| {
                     let replicas = self
-                        .directory
+                        .objects
+                        .directory()
                         .complete_holders(checkpoint, |node| self.node_usable(node));
                     let key = replication::CheckpointKey {
                         trial: trial.id,

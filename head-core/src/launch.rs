@@ -187,8 +187,8 @@ impl HeadCore {
             resumed_checkpoint_at,
         });
         for (node, launch) in launches {
-            self.commands
-                .push_back((node, HeadCommand::Launch(Box::new(launch))));
+            self.outbox
+                .send(node, HeadCommand::Launch(Box::new(launch)));
         }
         let nodes: Vec<String> = nodes.into_iter().collect();
         let resuming = resume.map_or_else(String::new, |resume| {

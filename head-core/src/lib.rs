@@ -47,12 +47,13 @@ mod report;
 mod reports;
 mod requests;
 mod scheduling;
+mod state;
 pub mod sweep;
 mod sweeps;
 pub mod telemetry;
 mod views;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tracing::warn;
 use xp_runtime::clock::UnixMillis;
@@ -73,7 +74,6 @@ pub use self::report::ReportScope;
 use self::launch::MasterPorts;
 use self::nodes::node_spec;
 use self::sweeps::SweepState;
-use crate::checkpoints::retention::ObjectDirectory;
 
 /// Tunables of the core.
 #[derive(Debug, Clone, Copy)]
@@ -141,17 +141,11 @@ pub struct HeadCore {
     dirty_experiments: BTreeSet<ExperimentId>,
     dirty_trials: BTreeSet<TrialId>,
     dirty_nodes: BTreeSet<NodeId>,
-    appended: Vec<Record>,
-    commands: VecDeque<(NodeId, HeadCommand)>,
     /// Adaptive sweeps and early-stopping rules of the experiments that have them.
     sweep_state: SweepState,
-    /// Which node holds which object; rebuilt from node registrations.
-    directory: ObjectDirectory,
-    /// Checkpoint copies to a second node not made yet.
-    replications: checkpoints::replication::Replications,
-    /// How many kept checkpoints (of all trials) name each object: content
-    /// addressing lets two trials share one.
-    object_refs: HashMap<ObjectId, u32>,
+    /// Which node holds which object, the copies to a second node under way,
+    /// and how many kept checkpoints and outputs name each object.
+    objects: state::ObjectBook,
     /// When this core started: until the restart grace has passed, nodes may
     /// still be coming back with the workers and objects they hold.
     started_at: UnixMillis,
@@ -159,14 +153,11 @@ pub struct HeadCore {
     /// yet: judged lost only after [`CoreConfig::restart_grace_ms`], and not
     /// placed on until they register (a launch sent now would be dropped).
     awaiting_return: BTreeSet<NodeId>,
-    /// Driver sessions that asked where to store objects and are still connected.
-    live_drivers: BTreeSet<String>,
-    /// The experiments each connected driver session submitted, whose trials may
-    /// read that session's objects (soft state, gone with the session).
-    driver_experiments: BTreeMap<String, BTreeSet<ExperimentId>>,
-    /// What `/metrics` counts, since the actor last took it
-    /// (`metrics::take_tally`); measured only, never decided on.
-    tally: metrics::Tally,
+    /// Connected driver sessions and what their objects are shared with.
+    drivers: state::DriverSessions,
+    /// Records to append, node commands and the `/metrics` tally, until the
+    /// shell takes them.
+    outbox: state::Outbox,
     /// Pipelines of dependent stages (`pipelines`).
     pipelines: pipelines::Pipelines,
     /// Node figures and worker series from telemetry (`telemetry.rs`).
@@ -217,17 +208,12 @@ impl HeadCore {
             dirty_experiments: BTreeSet::new(),
             dirty_trials: BTreeSet::new(),
             dirty_nodes: BTreeSet::new(),
-            appended: Vec::new(),
-            commands: VecDeque::new(),
             sweep_state: SweepState::default(),
-            directory: ObjectDirectory::default(),
-            replications: checkpoints::replication::Replications::default(),
-            object_refs: HashMap::new(),
+            objects: state::ObjectBook::default(),
             started_at: now,
             awaiting_return: BTreeSet::new(),
-            live_drivers: BTreeSet::new(),
-            driver_experiments: BTreeMap::new(),
-            tally: metrics::Tally::default(),
+            drivers: state::DriverSessions::default(),
+            outbox: state::Outbox::default(),
             pipelines: pipelines::Pipelines::default(),
             telemetry: telemetry::TelemetryState::default(),
             alerts: alerts::AlertState::restore(loaded.alerts),
@@ -267,14 +253,13 @@ impl HeadCore {
                         .entry(identity)
                         .or_insert(trial.id);
                 }
-                for checkpoint in &trial.checkpoints {
-                    for id in checkpoint.objects() {
-                        *core.object_refs.entry(id).or_default() += 1;
-                    }
-                }
-                for id in records::output_objects(&trial.outputs) {
-                    *core.object_refs.entry(id).or_default() += 1;
-                }
+                core.objects.keep(
+                    trial
+                        .checkpoints
+                        .iter()
+                        .flat_map(|checkpoint| checkpoint.objects()),
+                );
+                core.objects.keep(records::output_objects(&trial.outputs));
                 core.trials.insert(trial.id, trial);
             }
         }
@@ -338,8 +323,7 @@ impl HeadCore {
     /// their objects are kept when nodes register again.
     pub fn rebuild(&self, loaded: LoadedState, now: UnixMillis) -> Self {
         let mut core = Self::restore(self.config, loaded, now);
-        core.live_drivers = self.live_drivers.clone();
-        core.driver_experiments = self.driver_experiments.clone();
+        core.drivers = self.drivers.clone();
         core.telemetry = self.telemetry.soft_copy();
         // This head's delivery task still holds the stored pending webhooks.
         core.take_webhook_deliveries();
@@ -365,7 +349,7 @@ impl HeadCore {
             }
         }
         records.extend(self.pipelines.take_records());
-        records.append(&mut self.appended);
+        records.extend(self.outbox.take_records());
         if std::mem::take(&mut self.dirty_policy)
             && let Some(policy) = &self.policy_record
         {
@@ -395,7 +379,7 @@ impl HeadCore {
 
     /// The next command for a node.
     pub fn poll_command(&mut self) -> Option<(NodeId, HeadCommand)> {
-        self.commands.pop_front()
+        self.outbox.poll_command()
     }
 
     /// The sequence number of the newest event.
@@ -458,7 +442,11 @@ impl HeadCore {
                 *recount.entry(id).or_default() += 1;
             }
         }
-        assert_eq!(recount, self.object_refs, "object reference counts drifted");
+        assert_eq!(
+            &recount,
+            self.objects.references(),
+            "object reference counts drifted"
+        );
     }
 }
 

@@ -244,7 +244,7 @@ impl HeadCore {
 
     /// What happened since the last call.
     pub fn take_tally(&mut self) -> Tally {
-        std::mem::take(&mut self.tally)
+        self.outbox.take_tally()
     }
 }
 

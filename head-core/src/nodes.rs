@@ -61,7 +61,7 @@ impl HeadCore {
             up,
         };
         self.policy.upsert_node(node_spec(&record));
-        self.directory.register(
+        self.objects.node_registered(
             node_id,
             registration.objects,
             registration.held_objects.iter().map(|held| held.id),
@@ -72,12 +72,12 @@ impl HeadCore {
         self.policy_stale = true;
         self.nodes.insert(node_id, record);
         self.dirty_nodes.insert(node_id);
-        self.commands.push_back((
+        self.outbox.send(
             node_id,
             HeadCommand::Registered {
                 heartbeat_interval_ms: self.config.heartbeat_interval_ms,
             },
-        ));
+        );
         let still_running: BTreeSet<WorkerKey> = registration.running.into_iter().collect();
         // Workers the head placed here that the node no longer knows: their launch or
         // their process was lost with the old connection.
@@ -120,12 +120,12 @@ impl HeadCore {
         if node.state == NodeState::Lost {
             // Its work was already rescheduled; make it register again so that what it
             // still runs is reconciled (killed) and it becomes schedulable again.
-            self.commands.push_back((
+            self.outbox.send(
                 node_id,
                 HeadCommand::Reconnect {
                     reason: "the head had given this node up as lost".to_owned(),
                 },
-            ));
+            );
             return;
         }
         match message {
@@ -144,10 +144,10 @@ impl HeadCore {
             }
             NodeMessage::Objects { added, dropped } => {
                 for id in added {
-                    self.directory.add(node_id, id);
+                    self.objects.node_holds(node_id, id);
                 }
                 for id in dropped {
-                    self.directory.drop_object(node_id, id);
+                    self.objects.node_dropped(node_id, id);
                 }
             }
             NodeMessage::ReplicationFailed {

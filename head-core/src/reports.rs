@@ -65,11 +65,12 @@ impl HeadCore {
                 take_ms,
                 ..
             } => {
-                let counted = self.tally.checkpoints;
+                let counted = self.outbox.tally().checkpoints;
                 self.record_checkpoint(now, key, node_id, step, files, backup);
-                if self.tally.checkpoints > counted {
+                if self.outbox.tally().checkpoints > counted {
                     // A new checkpoint (not a resent report): its take is timed once.
-                    self.tally
+                    self.outbox
+                        .tally()
                         .checkpoint_take(std::time::Duration::from_millis(take_ms));
                 }
             }
@@ -200,7 +201,7 @@ impl HeadCore {
             return;
         }
         for file in &files {
-            self.directory.add(node_id, file.object);
+            self.objects.node_holds(node_id, file.object);
         }
         let Some(trial) = self.trials.get_mut(&key.trial) else {
             return;
@@ -211,19 +212,7 @@ impl HeadCore {
         trial.outputs = files;
         let after = super::records::output_objects(&trial.outputs);
         self.dirty_trials.insert(key.trial);
-        for id in &after {
-            *self.object_refs.entry(*id).or_default() += 1;
-        }
-        let mut released = std::collections::BTreeSet::new();
-        for id in &before {
-            if let Some(count) = self.object_refs.get_mut(id) {
-                *count = count.saturating_sub(1);
-                if *count == 0 {
-                    self.object_refs.remove(id);
-                    released.insert(*id);
-                }
-            }
-        }
+        let released = self.objects.rekeep(before, after);
         self.drop_everywhere(key.trial, released);
     }
 
@@ -450,7 +439,7 @@ impl HeadCore {
             self.preempted_worker_gone(now, key);
             return;
         }
-        self.tally.gpu_memory_evictions += 1;
+        self.outbox.tally().gpu_memory_evictions += 1;
         let why = eviction_reason(node_id, key.rank, gpu, used_bytes, total_bytes);
         self.finish_attempt(now, key, &format!("evicted: {why}"));
         self.requeue_without_retry(
@@ -494,7 +483,7 @@ impl HeadCore {
         }
         self.dirty_trials.insert(key.trial);
         let judged = self.judge_early_stopping(key, step, &values);
-        self.appended.push(Record::Metric(MetricRecord {
+        self.outbox.record(Record::Metric(MetricRecord {
             key,
             step,
             values,

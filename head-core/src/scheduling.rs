@@ -248,7 +248,7 @@ impl HeadCore {
             .map(|worker| worker.node)
             .collect();
         for node in nodes {
-            self.commands.push_back((
+            self.outbox.send(
                 node,
                 HeadCommand::Kill {
                     trial: trial_id,
@@ -256,7 +256,7 @@ impl HeadCore {
                     reason: why.clone(),
                     grace_ms,
                 },
-            ));
+            );
         }
         self.transition(
             now,

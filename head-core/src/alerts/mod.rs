@@ -391,7 +391,7 @@ impl HeadCore {
                     });
                     if let Some(record) = active {
                         record.cleared_at = Some(now);
-                        self.appended.push(Record::Alert(record.clone()));
+                        self.outbox.record(Record::Alert(record.clone()));
                     }
                 }
                 Verdict::Raise(firing) => {
@@ -455,7 +455,7 @@ impl HeadCore {
                             });
                         }
                     }
-                    self.appended.push(Record::Alert(record.clone()));
+                    self.outbox.record(Record::Alert(record.clone()));
                     self.alerts.alerts.insert(id, record);
                 }
             }
@@ -537,7 +537,7 @@ impl HeadCore {
                 warn!(alert, trial_id = %record.trial, %error, "alert webhook given up");
             }
             record.delivery = state;
-            self.appended.push(Record::Alert(record.clone()));
+            self.outbox.record(Record::Alert(record.clone()));
         }
     }
 

@@ -215,11 +215,11 @@ impl HeadCore {
     /// A checkpoint report resent after a reconnect finds its copy already
     /// followed: it neither restarts the count of tries nor sends a second copy.
     pub(super) fn replicate(&mut self, key: CheckpointKey, origin: NodeId) {
-        if self.replications.contains(key) {
+        if self.objects.replications().contains(key) {
             return;
         }
         let target = self.replica_target(key, 0);
-        self.replications.start(key, origin, target);
+        self.objects.replications_mut().start(key, origin, target);
         if let Some(target) = target {
             self.send_replicate(key, target);
         }
@@ -228,16 +228,17 @@ impl HeadCore {
     /// Follows every copy in progress: forgets those made or no longer needed,
     /// counts a copy whose node was lost as failed, and tries again those due.
     pub(crate) fn tend_replications(&mut self, now: UnixMillis) {
-        for key in self.replications.keys() {
+        for key in self.objects.replications().keys() {
             let Some(checkpoint) = self.kept_checkpoint(key) else {
-                self.replications.forget(key);
+                self.objects.replications_mut().forget(key);
                 continue;
             };
             let holders = self
-                .directory
+                .objects
+                .directory()
                 .complete_holders(checkpoint, |node| self.node_usable(node));
             if holders.len() >= 2 {
-                if let Some(job) = self.replications.forget(key)
+                if let Some(job) = self.objects.replications_mut().forget(key)
                     && job.tries > 1
                 {
                     let reason = format!(
@@ -250,7 +251,7 @@ impl HeadCore {
                 }
                 continue;
             }
-            let Some(job) = self.replications.get(key).cloned() else {
+            let Some(job) = self.objects.replications().get(key).cloned() else {
                 continue;
             };
             match job.state {
@@ -262,7 +263,7 @@ impl HeadCore {
                 }
                 CopyState::NoTarget => {
                     if let Some(target) = self.replica_target(key, 0) {
-                        self.replications.retry(key, target);
+                        self.objects.replications_mut().retry(key, target);
                         self.send_replicate(key, target);
                     }
                 }
@@ -298,7 +299,7 @@ impl HeadCore {
             })
             .unwrap_or_default();
         for key in keys {
-            let in_flight_here = self.replications.get(key).is_some_and(
+            let in_flight_here = self.objects.replications().get(key).is_some_and(
                 |job| matches!(job.state, CopyState::InFlight { target } if target == node),
             );
             if in_flight_here {
@@ -310,8 +311,8 @@ impl HeadCore {
     /// Sends again the copies in flight to `node`, which (re)registered: a
     /// command sent while it was away is lost.
     pub(super) fn resend_replications_to(&mut self, node: NodeId) {
-        for key in self.replications.keys() {
-            let here = self.replications.get(key).is_some_and(
+        for key in self.objects.replications().keys() {
+            let here = self.objects.replications().get(key).is_some_and(
                 |job| matches!(job.state, CopyState::InFlight { target } if target == node),
             );
             if here {
@@ -331,7 +332,7 @@ impl HeadCore {
         if replicas >= 2 || backed_up {
             return None;
         }
-        let Some(job) = self.replications.get(key) else {
+        let Some(job) = self.objects.replications().get(key) else {
             return Some(if replicas == 0 {
                 "no live node holds it".to_owned()
             } else {
@@ -357,8 +358,16 @@ impl HeadCore {
     }
 
     fn replication_failed_once(&mut self, now: UnixMillis, key: CheckpointKey, error: String) {
-        let tries = self.replications.get(key).map_or(0, |job| job.tries);
-        let reason = match self.replications.fail(now, key, error.clone()) {
+        let tries = self
+            .objects
+            .replications()
+            .get(key)
+            .map_or(0, |job| job.tries);
+        let reason = match self
+            .objects
+            .replications_mut()
+            .fail(now, key, error.clone())
+        {
             None => return,
             Some(FailureOutcome::Retrying { retry_at }) => {
                 warn!(trial = %key.trial, step = key.step, tries, %error, "checkpoint replication failed; trying again");
@@ -379,18 +388,18 @@ impl HeadCore {
     fn retry_replication(&mut self, now: UnixMillis, key: CheckpointKey, tries: u32) {
         let Some(target) = self.replica_target(key, tries) else {
             // Waiting for a node to copy it to is not a failed try.
-            self.replications.await_target(key);
+            self.objects.replications_mut().await_target(key);
             return;
         };
         if self.replica_sources(key).is_empty() {
             let error = "no live node holds it any more".to_owned();
             let reason = self.single_copy_reason(key, tries, &error);
-            self.replications.give_up(key, error);
+            self.objects.replications_mut().give_up(key, error);
             self.push_trial_event(now, key.trial, reason);
             return;
         }
         info!(trial = %key.trial, step = key.step, %target, try_number = tries + 1, "replicating a checkpoint again");
-        self.replications.retry(key, target);
+        self.objects.replications_mut().retry(key, target);
         self.send_replicate(key, target);
     }
 
@@ -398,7 +407,8 @@ impl HeadCore {
         let holders = self
             .kept_checkpoint(key)
             .map(|checkpoint| {
-                self.directory
+                self.objects
+                    .directory()
                     .complete_holders(checkpoint, |node| self.node_usable(node))
             })
             .unwrap_or_default();
@@ -427,15 +437,16 @@ impl HeadCore {
     fn replica_target(&self, key: CheckpointKey, tries: u32) -> Option<NodeId> {
         let checkpoint = self.kept_checkpoint(key)?;
         let holders = self
-            .directory
+            .objects
+            .directory()
             .complete_holders(checkpoint, |node| self.node_usable(node));
-        let origin = self.replications.get(key).map(|job| job.origin);
+        let origin = self.objects.replications().get(key).map(|job| job.origin);
         let candidates: Vec<NodeId> = self
             .nodes
             .values()
             .filter(|node| node.state == NodeState::Ready)
             .filter(|node| !holders.contains(&node.id) && Some(node.id) != origin)
-            .filter(|node| self.directory.endpoint(node.id).is_some())
+            .filter(|node| self.objects.directory().endpoint(node.id).is_some())
             .map(|node| node.id)
             .collect();
         if candidates.is_empty() {
@@ -452,7 +463,7 @@ impl HeadCore {
         };
         let mut sources: Vec<NodeId> = Vec::new();
         for id in checkpoint.objects() {
-            for node in self.directory.holders(id) {
+            for node in self.objects.directory().holders(id) {
                 if self.node_usable(node) && !sources.contains(&node) {
                     sources.push(node);
                 }
@@ -469,7 +480,7 @@ impl HeadCore {
         let missing: Vec<(ObjectId, u64)> = checkpoint
             .files
             .iter()
-            .filter(|file| !self.directory.holds(target, file.object))
+            .filter(|file| !self.objects.directory().holds(target, file.object))
             .map(|file| (file.object, file.size))
             .collect::<BTreeMap<_, _>>()
             .into_iter()
@@ -483,14 +494,14 @@ impl HeadCore {
             .filter(|node| *node != target)
             .filter_map(|node| self.object_source(node))
             .collect();
-        self.commands.push_back((
+        self.outbox.send(
             target,
             HeadCommand::Replicate {
                 trial: key.trial,
                 objects: missing,
                 sources,
             },
-        ));
+        );
     }
 
     fn push_trial_event(&mut self, now: UnixMillis, trial: TrialId, reason: String) {

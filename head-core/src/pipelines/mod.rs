@@ -877,7 +877,7 @@ impl HeadCore {
     /// Whether some node that is not lost holds each of `result`'s output files.
     fn outputs_live(&self, result: &StageResult) -> bool {
         result.outputs.iter().all(|file| {
-            self.directory.holders(file.object).any(|node| {
+            self.objects.directory().holders(file.object).any(|node| {
                 self.nodes
                     .get(&node)
                     .is_some_and(|node| node.state != xp_runtime::protocol::NodeState::Lost)

@@ -221,15 +221,15 @@ impl HeadCore {
             };
             match series.push(now, values) {
                 Change::Slot(slot) => {
-                    self.appended
-                        .push(record(slot, Some(series.windows()[slot].clone())));
+                    self.outbox
+                        .record(record(slot, Some(series.windows()[slot].clone())));
                 }
                 Change::Rebuilt { len, old_len } => {
                     for (slot, window) in series.windows().iter().enumerate() {
-                        self.appended.push(record(slot, Some(window.clone())));
+                        self.outbox.record(record(slot, Some(window.clone())));
                     }
                     for slot in len..old_len {
-                        self.appended.push(record(slot, None));
+                        self.outbox.record(record(slot, None));
                     }
                 }
             }

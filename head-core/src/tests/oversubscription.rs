@@ -78,7 +78,7 @@ fn opted_in_fractions_share_beyond_the_gpu_and_an_eviction_requeues_without_a_re
         outcome.starts_with("evicted: ") && outcome.contains("GPU 0 had 97.0% in use"),
         "{outcome}"
     );
-    assert_eq!(core.tally.gpu_memory_evictions, 1);
+    assert_eq!(core.outbox.tally().gpu_memory_evictions, 1);
     // Attempt 2 is launched.
     let again = launches_of(commands(&mut core));
     assert_eq!(again.len(), 1, "{again:?}");
@@ -122,7 +122,7 @@ fn opted_in_fractions_share_beyond_the_gpu_and_an_eviction_requeues_without_a_re
             total_bytes: 100 << 30,
         },
     );
-    assert_eq!(core.tally.gpu_memory_evictions, 1);
+    assert_eq!(core.outbox.tally().gpu_memory_evictions, 1);
     let plain_trial = &core.trials[&plain[0].key.trial];
     let outcome = plain_trial.attempts[0].outcome.clone().unwrap_or_default();
     assert!(!outcome.starts_with("evicted: "), "{outcome}");

@@ -163,7 +163,7 @@ fn stages_start_when_their_needs_succeed_with_inputs_resolved() {
     );
     // Put the launches back and run them: the best x (3) goes to evaluate.
     for (node, command) in launches {
-        core.commands.push_back((node, command));
+        core.outbox.send(node, command);
     }
     run_launched(&mut core, 3, node);
     assert_eq!(state_of(&core, id, "sweep"), StageState::Succeeded);

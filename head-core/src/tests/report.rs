@@ -6,8 +6,8 @@
 use xp_runtime::protocol::{AdminAction, AdminRequest, ReportRequest};
 
 use super::*;
-use crate::auth::Visibility;
 use crate::ReportScope;
+use crate::auth::Visibility;
 
 const HOUR: u64 = 3_600_000;
 

@@ -1,0 +1,10 @@
+//! The core's sub-states: each owns its fields (private to its module) and
+//! keeps its own invariants; `HeadCore`'s steps are sequences of calls on them.
+
+mod drivers;
+mod objects;
+mod outbox;
+
+pub(crate) use self::drivers::DriverSessions;
+pub(crate) use self::objects::ObjectBook;
+pub(crate) use self::outbox::Outbox;
