@@ -7,6 +7,12 @@
 //! change in the same run: many trials print a metric line every few
 //! milliseconds, on a head that stores each change alone (`--commit-batch 1`)
 //! and on one that stores what arrives together in one transaction.
+//!
+//! The node's own benches sit beside it: `objects` (`xp bench objects`) and
+//! `logs` (`xp bench logs`), through `xp_node`'s API and `test-util` helpers.
+
+pub mod logs;
+pub mod objects;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

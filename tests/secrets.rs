@@ -149,7 +149,7 @@ fn check_node_dir_private(dir: &Path) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let mode = entry.metadata().unwrap().permissions().mode() & 0o777;
-        if xp_node::isolation::PASSABLE.contains(&name.as_str()) {
+        if xp_node::PASSABLE_DIRS.contains(&name.as_str()) {
             assert_eq!(mode, 0o711, "{name}");
         } else {
             assert_eq!(mode & 0o077, 0, "{name} is private: {mode:o}");

@@ -54,20 +54,31 @@ const MAX_OBJECT_CHANGES: usize = 4096;
 /// Slurm's default `KillWait` (30 s), after which Slurm sends SIGKILL.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// The shortest drain: a second for workers to checkpoint, a second for the head.
-pub const MIN_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const MIN_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Checks a `--drain-timeout`: between [`MIN_DRAIN_TIMEOUT`] and the longest
 /// grace a worker may have.
-pub fn check_drain_timeout(timeout: Duration) -> Result<Duration, String> {
+pub fn check_drain_timeout(timeout: Duration) -> Result<Duration, DrainTimeoutError> {
     if (MIN_DRAIN_TIMEOUT..=MAX_KILL_GRACE).contains(&timeout) {
         Ok(timeout)
     } else {
-        Err(format!(
-            "the drain timeout must be between {} and {}",
-            humantime::format_duration(MIN_DRAIN_TIMEOUT),
-            humantime::format_duration(MAX_KILL_GRACE)
-        ))
+        Err(DrainTimeoutError::OutOfRange { timeout })
     }
+}
+
+/// Why a `--drain-timeout` is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DrainTimeoutError {
+    /// Outside [`MIN_DRAIN_TIMEOUT`] to the longest grace a worker may have.
+    #[error(
+        "the drain timeout must be between {} and {}",
+        humantime::format_duration(MIN_DRAIN_TIMEOUT),
+        humantime::format_duration(MAX_KILL_GRACE)
+    )]
+    OutOfRange {
+        /// The timeout asked for.
+        timeout: Duration,
+    },
 }
 
 /// Of the time left to drain, what workers get between SIGTERM and SIGKILL: all
@@ -77,10 +88,10 @@ fn drain_grace(left: Duration) -> Duration {
     left.saturating_sub((left / 4).max(Duration::from_secs(1)))
 }
 
-pub use crate::objects::ObjectChange;
+use crate::objects::ObjectChange;
 
 /// The node's object store and its links to other nodes.
-pub struct NodeObjects {
+pub(crate) struct NodeObjects {
     /// The local store.
     pub store: Arc<ObjectStore>,
     /// Pulls objects from other nodes.
@@ -116,7 +127,7 @@ pub enum AgentError {
 
 /// Who this node is and what it offers.
 #[derive(Debug, Clone)]
-pub struct NodeIdentity {
+pub(crate) struct NodeIdentity {
     /// Persistent id.
     pub node_id: NodeId,
     /// Host name.
@@ -138,7 +149,7 @@ struct RunningWorker {
 }
 
 /// The agent's state.
-pub struct Agent {
+pub(crate) struct Agent {
     join: JoinString,
     identity: NodeIdentity,
     data_dir: PathBuf,
@@ -185,7 +196,7 @@ enum SessionEnd {
 
 impl Agent {
     /// An agent for `identity`, keeping logs and binaries under `data_dir`.
-    pub fn new(
+    pub(crate) fn new(
         join: JoinString,
         identity: NodeIdentity,
         data_dir: PathBuf,
@@ -223,14 +234,14 @@ impl Agent {
 
     /// Reads GPU memory for the eviction watch from `path`, `INDEX USED TOTAL`
     /// per line, instead of NVML (`--gpu-memory-file`: machines without NVML, tests).
-    pub fn with_gpu_memory_file(mut self, path: Option<PathBuf>) -> Self {
+    pub(crate) fn with_gpu_memory_file(mut self, path: Option<PathBuf>) -> Self {
         self.gpu_memory_file = path;
         self
     }
 
     /// Bounds the time from shutdown to the end of [`Agent::run`] (the default is
     /// [`DEFAULT_DRAIN_TIMEOUT`]).
-    pub fn with_drain_timeout(mut self, timeout: Duration) -> Self {
+    pub(crate) fn with_drain_timeout(mut self, timeout: Duration) -> Self {
         self.drain_timeout = timeout;
         self
     }
@@ -249,27 +260,27 @@ impl Agent {
     }
 
     /// Samples workers and GPUs every `interval` for the head (zero: never).
-    pub fn with_telemetry(mut self, interval: Duration) -> Self {
+    pub(crate) fn with_telemetry(mut self, interval: Duration) -> Self {
         self.telemetry_interval = interval;
         self
     }
 
     /// Runs workers under user ids of their own as `isolation` says (by default
     /// they run as the node's user).
-    pub fn with_isolation(mut self, isolation: Isolation) -> Self {
+    pub(crate) fn with_isolation(mut self, isolation: Isolation) -> Self {
         self.isolation = isolation;
         self
     }
 
     /// Bounds what rank 0 may leave in `XP_OUTPUT_DIR` (`--output-max-files`,
     /// `--output-max-bytes`).
-    pub fn with_output_limits(mut self, limits: checkpoint::OutputLimits) -> Self {
+    pub(crate) fn with_output_limits(mut self, limits: checkpoint::OutputLimits) -> Self {
         self.output_limits = limits;
         self
     }
 
     /// Keeps each worker's log under `log_cap` (the default is `worker_log::DEFAULT_LOG_CAP`).
-    pub fn with_log_cap(mut self, log_cap: LogCap) -> Self {
+    pub(crate) fn with_log_cap(mut self, log_cap: LogCap) -> Self {
         self.log_cap = log_cap;
         self
     }
@@ -280,7 +291,7 @@ impl Agent {
     /// an immediate attempt; failed attempts wait a jittered, doubling delay of at
     /// most `NODE_RECONNECT_MAX_BACKOFF`. With the node session's idle timeout, a
     /// node is back within `transport::NODE_RETURN_BOUND` of a restarted head.
-    pub async fn run(mut self, shutdown: CancellationToken) -> Result<(), AgentError> {
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) -> Result<(), AgentError> {
         let mut backoff = Backoff::new(self.identity.node_id);
         self.node_draining = shutdown.clone();
         let agent_name = format!("xp-node {}", env!("CARGO_PKG_VERSION"));
@@ -699,8 +710,13 @@ impl Agent {
                 max_bytes,
             } => {
                 let complete = !self.workers.contains_key(&key);
-                let result =
-                    read_log(&log_path(&self.data_dir, key), offset, max_bytes, complete).await;
+                let result = read_log(
+                    &worker_log::log_path(&self.data_dir, key),
+                    offset,
+                    max_bytes,
+                    complete,
+                )
+                .await;
                 vec![Message::FromNode(NodeMessage::Logs { request_id, result })]
             }
         }
@@ -932,15 +948,6 @@ async fn write_all(send: &mut SendStream, messages: Vec<Message>) -> Result<(), 
         frame::write_message(send, &message).await?;
     }
     Ok(())
-}
-
-/// Where a worker's combined output is kept.
-pub fn log_path(data_dir: &Path, key: WorkerKey) -> PathBuf {
-    data_dir
-        .join("logs")
-        .join(key.trial.to_string())
-        .join(format!("a{}", key.attempt))
-        .join(format!("rank{}.log", key.rank))
 }
 
 /// A piece of a worker's capped log (`worker_log::read`: the head, a marker

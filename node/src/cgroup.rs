@@ -36,7 +36,7 @@ const CPU_PERIOD_US: u64 = 100_000;
 const MIN_CPU_QUOTA_US: u64 = 1_000;
 /// The most processes and threads one worker may have (a guard against fork
 /// bombs; data loaders with many threads stay well below it).
-pub const PIDS_MAX: u64 = 16_384;
+pub(crate) const PIDS_MAX: u64 = 16_384;
 /// How often removing a cgroup is tried while its last processes are reaped.
 const REMOVE_TRIES: u32 = 50;
 /// The controllers a worker's limits need.
@@ -44,7 +44,7 @@ const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
 
 /// Why cgroups cannot be used, or a worker's cgroup could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum CgroupError {
+pub(crate) enum CgroupError {
     /// This is not Linux.
     #[error("cgroups exist only on Linux")]
     NotLinux,
@@ -83,7 +83,7 @@ impl CgroupError {
 
 /// The limits of one worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// CPU in thousandths of a core; 0 for no quota.
     pub cpu_milli: u32,
     /// Memory in bytes; 0 for no limit.
@@ -92,7 +92,7 @@ pub struct Limits {
 
 /// The cgroup version in use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
+pub(crate) enum Version {
     /// One hierarchy per controller.
     V1,
     /// The unified hierarchy.
@@ -101,7 +101,7 @@ pub enum Version {
 
 /// The file and the text that set one limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Setting {
+pub(crate) struct Setting {
     /// The controller whose directory holds the file (v1; ignored on v2).
     pub controller: &'static str,
     /// The file name.
@@ -112,7 +112,7 @@ pub struct Setting {
 
 impl Version {
     /// The files and values that put `limits` (and the process-count limit) in force.
-    pub fn settings(self, limits: Limits) -> Vec<Setting> {
+    pub(crate) fn settings(self, limits: Limits) -> Vec<Setting> {
         let setting = |controller, file, value: String| Setting {
             controller,
             file,
@@ -164,7 +164,7 @@ impl Version {
 }
 
 /// The value of `key` in a flat keyed file such as `memory.events` (`key value` lines).
-pub fn keyed_value(text: &str, key: &str) -> Option<u64> {
+pub(crate) fn keyed_value(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|line| {
         let (name, value) = line.split_once(' ')?;
         (name == key).then(|| value.trim().parse().ok()).flatten()
@@ -172,7 +172,7 @@ pub fn keyed_value(text: &str, key: &str) -> Option<u64> {
 }
 
 /// The node's own cgroup path for `controller` from `/proc/self/cgroup` (`""` for v2).
-pub fn own_path(proc_self_cgroup: &str, controller: &str) -> Option<String> {
+pub(crate) fn own_path(proc_self_cgroup: &str, controller: &str) -> Option<String> {
     proc_self_cgroup.lines().find_map(|line| {
         let mut fields = line.splitn(3, ':');
         let (_id, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
@@ -187,7 +187,7 @@ pub fn own_path(proc_self_cgroup: &str, controller: &str) -> Option<String> {
 
 /// Where the v1 hierarchy of `controller` is mounted, and the cgroup path that
 /// mount shows as its root, from `/proc/self/mountinfo`.
-pub fn v1_mount(mountinfo: &str, controller: &str) -> Option<(PathBuf, String)> {
+pub(crate) fn v1_mount(mountinfo: &str, controller: &str) -> Option<(PathBuf, String)> {
     mountinfo.lines().find_map(|line| {
         let (mount, tail) = line.split_once(" - ")?;
         let mut tail = tail.split(' ');
@@ -205,19 +205,19 @@ pub fn v1_mount(mountinfo: &str, controller: &str) -> Option<(PathBuf, String)> 
 
 /// The directory of cgroup `path` in a hierarchy mounted at `mount_point` whose
 /// mount shows `mount_root`.
-pub fn cgroup_dir(mount_point: &Path, mount_root: &str, path: &str) -> PathBuf {
+pub(crate) fn cgroup_dir(mount_point: &Path, mount_root: &str, path: &str) -> PathBuf {
     let relative = path.strip_prefix(mount_root).unwrap_or(path);
     mount_point.join(relative.trim_start_matches('/'))
 }
 
 /// The directory name of a worker's cgroup.
-pub fn worker_dir_name(key: WorkerKey) -> String {
+pub(crate) fn worker_dir_name(key: WorkerKey) -> String {
     format!("{}-a{}-r{}", key.trial, key.attempt, key.rank).replace('/', "-")
 }
 
 /// The node's cgroups: one directory per hierarchy that workers' cgroups go under.
 #[derive(Debug)]
-pub struct Cgroups {
+pub(crate) struct Cgroups {
     version: Version,
     /// v1: `(controller, directory)` for each controller; v2: one entry, `""`.
     parents: Vec<(&'static str, PathBuf)>,
@@ -228,7 +228,7 @@ static DETECTED: OnceLock<Result<Cgroups, CgroupError>> = OnceLock::new();
 impl Cgroups {
     /// The node's cgroups, found (and its directories made) on the first call;
     /// `None` where they are not usable (said once, at warn level).
-    pub fn get() -> Option<&'static Self> {
+    pub(crate) fn get() -> Option<&'static Self> {
         let detected = DETECTED.get_or_init(|| {
             let detected = Self::detect();
             match &detected {
@@ -290,12 +290,12 @@ impl Cgroups {
     }
 
     /// The version in use.
-    pub fn version(&self) -> Version {
+    pub(crate) fn version(&self) -> Version {
         self.version
     }
 
     /// How this node enforces its workers' limits, for its registration.
-    pub fn enforcement() -> xp_runtime::protocol::LimitEnforcement {
+    pub(crate) fn enforcement() -> xp_runtime::protocol::LimitEnforcement {
         use xp_runtime::protocol::LimitEnforcement;
         match Self::get().map(Self::version) {
             Some(Version::V1) => LimitEnforcement::CgroupV1,
@@ -307,14 +307,18 @@ impl Cgroups {
     /// Removes the node's directories (at a clean stop, once its workers are
     /// gone). Nothing is killed: nodes run in one process (`Cluster::local`)
     /// share them, and a cgroup with processes stays.
-    pub fn remove_node_dirs(&self) {
+    pub(crate) fn remove_node_dirs(&self) {
         for (_, parent) in &self.parents {
             remove_tree(parent, false);
         }
     }
 
     /// Makes the cgroup of `key` with `limits` in force.
-    pub fn create(&self, key: WorkerKey, limits: Limits) -> Result<WorkerCgroup, CgroupError> {
+    pub(crate) fn create(
+        &self,
+        key: WorkerKey,
+        limits: Limits,
+    ) -> Result<WorkerCgroup, CgroupError> {
         let name = worker_dir_name(key);
         let cgroup = WorkerCgroup {
             version: self.version,
@@ -417,9 +421,22 @@ fn prepare_v2(own_dir: &Path, node_dir: &str) -> Result<PathBuf, CgroupError> {
     Ok(parent)
 }
 
+/// A worker's cgroup files, as telemetry reads them (`WorkerCgroup::telemetry_files`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CgroupFiles {
+    /// The hierarchy's version.
+    pub version: Version,
+    /// The directory holding its CPU accounting (v1: the `cpu` controller's).
+    pub cpu_dir: PathBuf,
+    /// The directory holding its memory accounting.
+    pub memory_dir: PathBuf,
+    /// A `cgroup.procs` that lists its processes.
+    pub procs: PathBuf,
+}
+
 /// One worker's cgroup.
 #[derive(Debug)]
-pub struct WorkerCgroup {
+pub(crate) struct WorkerCgroup {
     version: Version,
     dirs: Vec<(&'static str, PathBuf)>,
     limits: Limits,
@@ -437,13 +454,13 @@ impl WorkerCgroup {
     }
 
     /// Its limits.
-    pub fn limits(&self) -> Limits {
+    pub(crate) fn limits(&self) -> Limits {
         self.limits
     }
 
     /// The `cgroup.procs` files a process writes `0` to, to move itself in; made
     /// before the fork, so the child only opens and writes (async-signal-safe).
-    pub fn procs_files(&self) -> Vec<CString> {
+    pub(crate) fn procs_files(&self) -> Vec<CString> {
         self.dirs
             .iter()
             .map(|(_, dir)| {
@@ -454,8 +471,8 @@ impl WorkerCgroup {
     }
 
     /// The files telemetry reads to measure the worker.
-    pub fn telemetry_files(&self) -> crate::telemetry::CgroupFiles {
-        crate::telemetry::CgroupFiles {
+    pub(crate) fn telemetry_files(&self) -> CgroupFiles {
+        CgroupFiles {
             version: self.version,
             cpu_dir: self.dir_of("cpu").to_owned(),
             memory_dir: self.dir_of("memory").to_owned(),
@@ -464,7 +481,7 @@ impl WorkerCgroup {
     }
 
     /// How many processes of the worker the kernel killed for memory.
-    pub fn oom_kills(&self) -> u64 {
+    pub(crate) fn oom_kills(&self) -> u64 {
         let (file, key) = self.version.oom_file();
         std::fs::read_to_string(self.dir_of("memory").join(file))
             .ok()
@@ -484,7 +501,7 @@ impl WorkerCgroup {
     }
 
     /// Kills every process left in the cgroup, until none is left.
-    pub async fn kill_all(&self) {
+    pub(crate) async fn kill_all(&self) {
         if self.version == Version::V2 {
             let _ = std::fs::write(self.dir_of("pids").join("cgroup.kill"), "1");
         }
@@ -509,7 +526,7 @@ impl WorkerCgroup {
     }
 
     /// Removes the cgroup's directories (retrying while exited processes are reaped).
-    pub async fn remove(self) {
+    pub(crate) async fn remove(self) {
         for (_, dir) in &self.dirs {
             let mut tries = 0;
             while let Err(error) = std::fs::remove_dir(dir) {
@@ -529,7 +546,7 @@ impl WorkerCgroup {
 
 /// Moves the calling process into the cgroups whose `cgroup.procs` files are
 /// given. Called between fork and exec: it only opens, writes and closes.
-pub fn enter(procs_files: &[CString]) -> std::io::Result<()> {
+pub(crate) fn enter(procs_files: &[CString]) -> std::io::Result<()> {
     for path in procs_files {
         // SAFETY: `path` is a valid NUL-terminated string; open, write and close
         // are async-signal-safe and take no locks.

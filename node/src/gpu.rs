@@ -18,7 +18,7 @@ use xp_runtime::protocol::{GpuInfo, GpuSample};
 
 /// Why a machine's GPUs could not be listed.
 #[derive(Debug, thiserror::Error)]
-pub enum GpuError {
+pub(crate) enum GpuError {
     /// The NVML library could not be loaded or initialized (no NVIDIA driver).
     #[error("NVML unavailable")]
     Unavailable(#[source] NvmlError),
@@ -37,14 +37,14 @@ pub enum GpuError {
 }
 
 /// Something that can list a machine's GPUs.
-pub trait GpuProbe {
+pub(crate) trait GpuProbe {
     /// The GPUs, or why they cannot be listed.
     fn probe(&self) -> Result<Vec<GpuInfo>, GpuError>;
 }
 
 /// Lists NVIDIA GPUs through NVML.
 #[derive(Debug, Default)]
-pub struct NvmlProbe;
+pub(crate) struct NvmlProbe;
 
 impl GpuProbe for NvmlProbe {
     fn probe(&self) -> Result<Vec<GpuInfo>, GpuError> {
@@ -67,19 +67,31 @@ impl GpuProbe for NvmlProbe {
     }
 }
 
+/// One GPU's memory as last sampled (NVML, or `--gpu-memory-file`), which the
+/// eviction watch (`telemetry::eviction`) judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GpuMemory {
+    /// The device index.
+    pub index: u32,
+    /// Bytes in use.
+    pub used_bytes: u64,
+    /// Bytes the device has; 0 when unknown (never evicts).
+    pub total_bytes: u64,
+}
+
 /// One sample of every GPU, and the device memory each process uses.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct GpuReading {
+pub(crate) struct GpuReading {
     /// Each GPU.
     pub gpus: Vec<GpuSample>,
     /// Device memory in use by process id, over every GPU.
     pub process_memory: HashMap<u32, u64>,
     /// Each GPU's memory in use and its total, for the eviction watch.
-    pub memory: Vec<crate::telemetry::eviction::GpuMemory>,
+    pub memory: Vec<GpuMemory>,
 }
 
 /// Samples GPUs through NVML for telemetry; NVML is loaded once.
-pub struct GpuSampler {
+pub(crate) struct GpuSampler {
     nvml: nvml_wrapper::Nvml,
 }
 
@@ -91,14 +103,14 @@ impl std::fmt::Debug for GpuSampler {
 
 impl GpuSampler {
     /// Loads NVML, or says why it cannot.
-    pub fn new() -> Result<Self, GpuError> {
+    pub(crate) fn new() -> Result<Self, GpuError> {
         let nvml = nvml_wrapper::Nvml::init().map_err(GpuError::Unavailable)?;
         Ok(Self { nvml })
     }
 
     /// Each GPU's utilisation, memory in use and power (what a device cannot
     /// say is left out or absent), and each process's device memory.
-    pub fn sample(&self) -> Result<GpuReading, GpuError> {
+    pub(crate) fn sample(&self) -> Result<GpuReading, GpuError> {
         let count = self.nvml.device_count().map_err(GpuError::DeviceCount)?;
         let mut reading = GpuReading::default();
         for index in 0..count.min(xp_runtime::protocol::MAX_TELEMETRY_GPUS as u32) {
@@ -110,7 +122,7 @@ impl GpuSampler {
             // (a MIG slice, say) reports no utilisation.
             let memory = device.memory_info().ok();
             if let Some(memory) = &memory {
-                reading.memory.push(crate::telemetry::eviction::GpuMemory {
+                reading.memory.push(GpuMemory {
                     index,
                     used_bytes: memory.used,
                     total_bytes: memory.total,
@@ -142,7 +154,7 @@ impl GpuSampler {
 }
 
 /// `n` slots declared by the operator, for machines without NVML.
-pub fn declared_gpus(n: u32) -> Vec<GpuInfo> {
+pub(crate) fn declared_gpus(n: u32) -> Vec<GpuInfo> {
     (0..n)
         .map(|index| GpuInfo {
             index,
@@ -153,7 +165,7 @@ pub fn declared_gpus(n: u32) -> Vec<GpuInfo> {
 }
 
 /// The node's GPU slots: `--gpus` when given, else what NVML finds, else none.
-pub fn discover(declared: Option<u32>, probe: &dyn GpuProbe) -> Vec<GpuInfo> {
+pub(crate) fn discover(declared: Option<u32>, probe: &dyn GpuProbe) -> Vec<GpuInfo> {
     if let Some(n) = declared {
         tracing::info!(gpus = n, "GPU slots declared with --gpus");
         return declared_gpus(n);
@@ -174,7 +186,7 @@ pub fn discover(declared: Option<u32>, probe: &dyn GpuProbe) -> Vec<GpuInfo> {
 /// The slots of GPUs an allocation granted (a Slurm job's ordinals, as its
 /// `CUDA_VISIBLE_DEVICES` numbers them): exactly those, described by NVML where it
 /// lists a GPU of that index, and as `granted` slots elsewhere.
-pub fn granted(indices: &[u32], probe: &dyn GpuProbe) -> Vec<GpuInfo> {
+pub(crate) fn granted(indices: &[u32], probe: &dyn GpuProbe) -> Vec<GpuInfo> {
     if indices.is_empty() {
         return Vec::new();
     }

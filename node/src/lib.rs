@@ -7,21 +7,45 @@
 //! Not here: command-line parsing and the tracing subscriber (the binary's
 //! `main.rs`), and any placement decision (the head makes them all; the node
 //! executes them and reports facts).
+//!
+//! The modules are private; what other crates use is re-exported below: the
+//! node's configuration and errors, the object store with its server and
+//! fetcher (for benches and tools), reading a worker's log from a data
+//! directory, and, with feature `test-util`, helpers for tests and benches.
 
-pub mod agent;
-pub mod cgroup;
-pub mod checkpoint;
-pub mod gpu;
-pub mod isolation;
-pub mod objects;
-pub mod outbox;
-pub mod reconnect;
-pub mod route;
-pub mod slots;
-pub mod slurm;
-pub mod telemetry;
-pub mod worker;
-pub mod worker_log;
+mod agent;
+mod cgroup;
+mod checkpoint;
+mod gpu;
+mod isolation;
+mod objects;
+mod outbox;
+mod reconnect;
+mod route;
+mod slots;
+mod slurm;
+mod telemetry;
+#[cfg(any(test, feature = "test-util"))]
+mod test_util;
+mod worker;
+mod worker_log;
+
+pub use agent::{AgentError, DEFAULT_DRAIN_TIMEOUT, DrainTimeoutError, check_drain_timeout};
+pub use checkpoint::{CheckpointError, OutputLimits};
+pub use isolation::{IsolationError, PASSABLE_DIRS, WorkerUids};
+pub use objects::remote::{FetchError, ObjectFetcher, ObjectServer, ObjectServerError, Wanted};
+pub use objects::{ObjectChange, ObjectStore, Owner, StoreError, StoreLimits};
+pub use slurm::{Detected, ExplicitFlags, SLURM_JOB_LABEL, SlurmError, SlurmOffer, detect_slurm};
+pub use telemetry::{
+    DEFAULT_INTERVAL as DEFAULT_TELEMETRY_INTERVAL, TelemetryIntervalError,
+    check_interval as check_telemetry_interval,
+};
+#[cfg(any(test, feature = "test-util"))]
+pub use test_util::{
+    METRIC_EVERY, generate_output, log_files, restore_checkpoint, run_command_worker,
+    take_checkpoint,
+};
+pub use worker_log::{LogCap, LogError, LogRead, log_path, read as read_log};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -31,8 +55,6 @@ use xp_runtime::error_chain::error_chain;
 use xp_runtime::ids::NodeId;
 use xp_runtime::join::JoinString;
 use xp_runtime::protocol::NodeResources;
-
-pub use agent::AgentError;
 
 /// How to run a node.
 #[derive(Debug, Clone)]
@@ -53,19 +75,19 @@ pub struct NodeConfig {
     /// to the head when absent.
     pub advertise_host: Option<String>,
     /// How much the object store may hold.
-    pub object_limits: objects::StoreLimits,
+    pub object_limits: StoreLimits,
     /// The UDP port of the object server; 0 picks a free one.
     pub object_port: u16,
     /// A durable directory (shared between nodes, or otherwise safe) that every
     /// checkpoint taken here is also written to.
     pub checkpoint_backup: Option<PathBuf>,
     /// The most each worker's log keeps on disk (its beginning and a rolling tail).
-    pub log_cap: worker_log::LogCap,
+    pub log_cap: LogCap,
     /// Which user ids workers run under (`--worker-uids`).
-    pub worker_uids: isolation::WorkerUids,
+    pub worker_uids: WorkerUids,
     /// The most files and bytes rank 0 may leave in `XP_OUTPUT_DIR`
     /// (`--output-max-files`, `--output-max-bytes`).
-    pub output_limits: checkpoint::OutputLimits,
+    pub output_limits: OutputLimits,
     /// How often workers and GPUs are sampled for the head (`--telemetry-interval`; zero: never).
     pub telemetry_interval: std::time::Duration,
     /// The GPU ordinals an allocation granted (a Slurm job's, `slurm::offer`):
@@ -101,7 +123,7 @@ pub enum NodeError {
     Objects(String),
     /// Workers cannot be isolated as asked.
     #[error(transparent)]
-    Isolation(#[from] isolation::IsolationError),
+    Isolation(#[from] IsolationError),
 }
 
 /// Runs the node until `shutdown`.
@@ -233,9 +255,9 @@ fn start_objects(
     advertise_host: &str,
     own_node: NodeId,
     open_to_workers: bool,
-) -> Result<(agent::NodeObjects, objects::remote::ObjectServer), NodeError> {
+) -> Result<(agent::NodeObjects, ObjectServer), NodeError> {
     let store = std::sync::Arc::new(
-        objects::ObjectStore::open(config.data_dir.join("objects"), config.object_limits)
+        ObjectStore::open(config.data_dir.join("objects"), config.object_limits)
             .map_err(|error| NodeError::Objects(error_chain(&error)))?,
     );
     let loopback = advertise_host == "localhost"
@@ -250,15 +272,15 @@ fn start_objects(
     let digest = xp_runtime::object_wire::token_digest(&config.join.token);
     let (changes_tx, changes_rx) = tokio::sync::mpsc::unbounded_channel();
     let (head_messages_tx, head_messages_rx) = tokio::sync::mpsc::unbounded_channel();
-    let server = objects::remote::ObjectServer::start(
+    let server = ObjectServer::start(
         store.clone(),
         std::net::SocketAddr::new(bind_ip, config.object_port),
         digest,
         changes_tx.clone(),
     )
     .map_err(|error| NodeError::Objects(error_chain(&error)))?;
-    let fetcher = objects::remote::ObjectFetcher::new(digest)
-        .map_err(|error| NodeError::Objects(error_chain(&error)))?;
+    let fetcher =
+        ObjectFetcher::new(digest).map_err(|error| NodeError::Objects(error_chain(&error)))?;
     let endpoint = server
         .endpoint()
         .map_err(|error| NodeError::Objects(error_chain(&error)))?;

@@ -100,7 +100,7 @@ enum Command {
         /// namespace must map them): otherwise the default falls back to `none`
         /// with a warning, and an explicit range is an error.
         #[arg(long, value_name = "START-END|none")]
-        worker_uids: Option<xp_node::isolation::WorkerUids>,
+        worker_uids: Option<xp_node::WorkerUids>,
         /// The most files rank 0 of a trial may leave in `XP_OUTPUT_DIR`; past
         /// it the attempt fails saying so.
         #[arg(long, default_value_t = 1000)]
@@ -132,47 +132,14 @@ enum Command {
     },
 }
 
-fn parse_telemetry_interval(text: &str) -> Result<std::time::Duration, String> {
-    let interval = humantime::parse_duration(text).map_err(|error| error.to_string())?;
-    xp_node::telemetry::check_interval(interval)
+fn parse_telemetry_interval(text: &str) -> anyhow::Result<std::time::Duration> {
+    let interval = humantime::parse_duration(text)?;
+    Ok(xp_node::check_telemetry_interval(interval)?)
 }
 
-fn parse_drain_timeout(text: &str) -> Result<std::time::Duration, String> {
-    let timeout = humantime::parse_duration(text).map_err(|error| error.to_string())?;
-    xp_node::agent::check_drain_timeout(timeout)
-}
-
-/// Inside a Slurm job: what the allocation grants, for each resource no flag
-/// set (said in the log), and the job's id as the label `slurm_job`.
-fn slurm_offer(
-    explicit: xp_node::slurm::Explicit,
-    checkpoint_backup: bool,
-) -> anyhow::Result<Option<xp_node::slurm::SlurmOffer>> {
-    use xp_node::slurm;
-    let env = slurm::read_env();
-    let cgroup = slurm::read_cgroup_limits();
-    let Some(offer) = slurm::offer(explicit, &env, &cgroup)? else {
-        return Ok(None);
-    };
-    let describe = |detected: Option<String>, flag: bool| match (detected, flag) {
-        (_, true) => "set by flag".to_owned(),
-        (Some(detected), false) => detected,
-        (None, false) => "no limit found; the machine's".to_owned(),
-    };
-    tracing::info!(
-        job = %offer.job_id,
-        array = offer.array_job_id.as_deref().unwrap_or("-"),
-        gpus = %describe(offer.gpus.as_ref().map(|gpus| format!("{:?} from {}", gpus.value, gpus.source)), explicit.gpus),
-        cpus = %describe(offer.cpus.as_ref().map(|cpus| format!("{} from {}", cpus.value, cpus.source)), explicit.cpus),
-        memory = %describe(offer.memory_bytes.as_ref().map(|memory| format!("{} from {}", bytesize::ByteSize::b(memory.value), memory.source)), explicit.memory),
-        "inside a Slurm job: offering what the allocation grants"
-    );
-    if !checkpoint_backup {
-        tracing::warn!(
-            "inside a Slurm job without --checkpoint-backup: a checkpoint held only by this node leaves with it when the job ends; pass a directory on the shared file system"
-        );
-    }
-    Ok(Some(offer))
+fn parse_drain_timeout(text: &str) -> anyhow::Result<std::time::Duration> {
+    let timeout = humantime::parse_duration(text)?;
+    Ok(xp_node::check_drain_timeout(timeout)?)
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {
@@ -258,17 +225,17 @@ fn main() -> anyhow::Result<()> {
             "--cpus must be a positive number"
         );
     }
-    let explicit = xp_node::slurm::Explicit {
+    let explicit = xp_node::ExplicitFlags {
         gpus: gpus.is_some(),
         cpus: cpus.is_some(),
         memory: memory.is_some(),
     };
-    let slurm = slurm_offer(explicit, checkpoint_backup.is_some())?;
+    let slurm = xp_node::detect_slurm(explicit, checkpoint_backup.is_some())?;
     let mut labels = labels.into_iter().collect::<BTreeMap<_, _>>();
     if let Some(offer) = &slurm {
         // A label the operator set wins.
         labels
-            .entry(xp_node::slurm::JOB_LABEL.to_owned())
+            .entry(xp_node::SLURM_JOB_LABEL.to_owned())
             .or_insert_with(|| offer.job_id.clone());
     }
     let config = xp_node::NodeConfig {
@@ -285,16 +252,16 @@ fn main() -> anyhow::Result<()> {
         }),
         labels,
         advertise_host: advertise,
-        object_limits: xp_node::objects::StoreLimits {
+        object_limits: xp_node::StoreLimits {
             memory_bytes: object_memory,
             disk_bytes: object_disk,
-            ..xp_node::objects::StoreLimits::default()
+            ..xp_node::StoreLimits::default()
         },
         object_port,
         checkpoint_backup,
-        log_cap: xp_node::worker_log::LogCap::new(log_cap).context("--log-cap")?,
+        log_cap: xp_node::LogCap::new(log_cap).context("--log-cap")?,
         worker_uids: worker_uids.unwrap_or_default(),
-        output_limits: xp_node::checkpoint::OutputLimits {
+        output_limits: xp_node::OutputLimits {
             max_files: output_max_files,
             max_bytes: output_max_bytes.as_u64(),
         },

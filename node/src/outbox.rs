@@ -13,11 +13,11 @@ use xp_runtime::ids::WorkerKey;
 use xp_runtime::protocol::WorkerReport;
 
 /// The most unacknowledged reports kept.
-pub const MAX_UNACKED: usize = 100_000;
+pub(crate) const MAX_UNACKED: usize = 100_000;
 
 /// Numbered reports not yet acknowledged.
 #[derive(Debug)]
-pub struct Outbox {
+pub(crate) struct Outbox {
     next_seq: u64,
     unacked: BTreeMap<u64, WorkerReport>,
     dropped_metrics: u64,
@@ -35,7 +35,7 @@ impl Default for Outbox {
 
 impl Outbox {
     /// Numbers `report` and keeps it until acknowledged.
-    pub fn push(&mut self, report: WorkerReport) -> u64 {
+    pub(crate) fn push(&mut self, report: WorkerReport) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.unacked.insert(seq, report);
@@ -54,17 +54,17 @@ impl Outbox {
     }
 
     /// The head persisted everything up to and including `upto`.
-    pub fn ack(&mut self, upto: u64) {
+    pub(crate) fn ack(&mut self, upto: u64) {
         self.unacked = self.unacked.split_off(&(upto + 1));
     }
 
     /// Everything unacknowledged, oldest first.
-    pub fn unacked(&self) -> impl Iterator<Item = (u64, &WorkerReport)> {
+    pub(crate) fn unacked(&self) -> impl Iterator<Item = (u64, &WorkerReport)> {
         self.unacked.iter().map(|(seq, report)| (*seq, report))
     }
 
     /// Workers whose final report the head has not acknowledged yet.
-    pub fn unacked_final(&self) -> BTreeSet<WorkerKey> {
+    pub(crate) fn unacked_final(&self) -> BTreeSet<WorkerKey> {
         self.unacked
             .values()
             .filter(|report| {
@@ -82,8 +82,9 @@ impl Outbox {
             .collect()
     }
 
+    #[cfg(test)]
     /// Metric reports dropped for lack of room.
-    pub fn dropped_metrics(&self) -> u64 {
+    pub(crate) fn dropped_metrics(&self) -> u64 {
         self.dropped_metrics
     }
 }

@@ -18,21 +18,21 @@ use std::time::Duration;
 
 use xp_runtime::ids::NodeId;
 use xp_runtime::seeded::{SplitMix64, mix_seed};
-pub use xp_runtime::transport::NODE_RECONNECT_MAX_BACKOFF;
+pub(crate) use xp_runtime::transport::NODE_RECONNECT_MAX_BACKOFF;
 
 /// The ceiling of the first wait after a session took hold.
-pub const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 
 /// Delays between connection attempts.
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     ceiling: Duration,
     rng: SplitMix64,
 }
 
 impl Backoff {
     /// Delays for node `node_id`, starting from [`FIRST_BACKOFF`].
-    pub fn new(node_id: NodeId) -> Self {
+    pub(crate) fn new(node_id: NodeId) -> Self {
         let (high, low) = node_id.0.as_u64_pair();
         Self {
             ceiling: FIRST_BACKOFF,
@@ -41,7 +41,7 @@ impl Backoff {
     }
 
     /// The wait before the next attempt; later waits are longer, up to the bound.
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         let ceiling = self.ceiling.min(NODE_RECONNECT_MAX_BACKOFF);
         self.ceiling = (ceiling * 2).min(NODE_RECONNECT_MAX_BACKOFF);
         let half = ceiling / 2;
@@ -49,7 +49,7 @@ impl Backoff {
     }
 
     /// A session took hold: the next wait starts from the first again.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.ceiling = FIRST_BACKOFF;
     }
 }

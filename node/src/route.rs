@@ -17,7 +17,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 
 /// The variables naming the interface that a worker's collective libraries bind:
 /// gloo (`torch.distributed` on CPU), NCCL's bootstrap and TensorPipe (RPC).
-pub const SOCKET_IFNAME_VARS: [&str; 3] = [
+pub(crate) const SOCKET_IFNAME_VARS: [&str; 3] = [
     "GLOO_SOCKET_IFNAME",
     "NCCL_SOCKET_IFNAME",
     "TP_SOCKET_IFNAME",
@@ -25,7 +25,7 @@ pub const SOCKET_IFNAME_VARS: [&str; 3] = [
 
 /// Why no local address or interface was found for a peer.
 #[derive(Debug, thiserror::Error)]
-pub enum RouteError {
+pub(crate) enum RouteError {
     /// The peer's host name did not resolve.
     #[error("cannot resolve {host}")]
     Resolve {
@@ -62,7 +62,7 @@ pub enum RouteError {
 }
 
 /// The first address `host` resolves to, with `port`.
-pub async fn resolve(host: &str, port: u16) -> Result<SocketAddr, RouteError> {
+pub(crate) async fn resolve(host: &str, port: u16) -> Result<SocketAddr, RouteError> {
     tokio::net::lookup_host((host, port))
         .await
         .map_err(|source| RouteError::Resolve {
@@ -76,7 +76,7 @@ pub async fn resolve(host: &str, port: u16) -> Result<SocketAddr, RouteError> {
 }
 
 /// The local address the kernel sends from to reach `peer`.
-pub fn local_address_to(peer: SocketAddr) -> Result<IpAddr, RouteError> {
+pub(crate) fn local_address_to(peer: SocketAddr) -> Result<IpAddr, RouteError> {
     let no_route = |source| RouteError::NoRoute { addr: peer, source };
     let unspecified: IpAddr = match peer {
         SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
@@ -91,12 +91,12 @@ pub fn local_address_to(peer: SocketAddr) -> Result<IpAddr, RouteError> {
 
 /// The local address of the route to `host`, which the others reach this machine
 /// at when `host` is the head.
-pub async fn local_address_toward(host: &str, port: u16) -> Result<IpAddr, RouteError> {
+pub(crate) async fn local_address_toward(host: &str, port: u16) -> Result<IpAddr, RouteError> {
     local_address_to(resolve(host, port).await?)
 }
 
 /// The name of the interface holding `ip`.
-pub fn interface_holding(ip: IpAddr) -> Result<String, RouteError> {
+pub(crate) fn interface_holding(ip: IpAddr) -> Result<String, RouteError> {
     nix::ifaddrs::getifaddrs()
         .map_err(RouteError::Interfaces)?
         .find(|interface| {
@@ -113,7 +113,7 @@ pub fn interface_holding(ip: IpAddr) -> Result<String, RouteError> {
 /// `master_addr`: the interface carrying this machine's route there. Variables
 /// for which `already_set` holds (the worker's inherited environment sets them)
 /// are left out, so a setting made by hand wins.
-pub async fn socket_ifname_env(
+pub(crate) async fn socket_ifname_env(
     master_addr: &str,
     master_port: u16,
     already_set: impl Fn(&str) -> bool,

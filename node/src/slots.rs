@@ -27,7 +27,7 @@ fn oversubscribed_charge(milli: u32, factor_milli: u32) -> u32 {
 /// A GPU has no room for the share asked for.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("GPU {gpu} is held by worker {holder} (asked {asked}/1000, {free}/1000 free)")]
-pub struct SlotBusy {
+pub(crate) struct SlotBusy {
     /// The GPU index.
     pub gpu: u32,
     /// One worker holding it.
@@ -40,20 +40,26 @@ pub struct SlotBusy {
 
 /// GPU index to the workers holding shares of it.
 #[derive(Debug, Default)]
-pub struct SlotTable {
+pub(crate) struct SlotTable {
     held: BTreeMap<u32, Vec<(WorkerKey, u32)>>,
 }
 
 impl SlotTable {
+    #[cfg(test)]
     /// Gives `milli` thousandths of each GPU in `gpus` to `key`, all or none.
-    pub fn claim(&mut self, key: WorkerKey, gpus: &[u32], milli: u32) -> Result<(), SlotBusy> {
+    pub(crate) fn claim(
+        &mut self,
+        key: WorkerKey,
+        gpus: &[u32],
+        milli: u32,
+    ) -> Result<(), SlotBusy> {
         self.claim_oversubscribed(key, gpus, milli, WHOLE)
     }
 
     /// As [`Self::claim`] for a worker that opted in to oversubscription under
     /// factor `factor_milli` (1500 for 1.5×): it is charged
     /// [`oversubscribed_charge`].
-    pub fn claim_oversubscribed(
+    pub(crate) fn claim_oversubscribed(
         &mut self,
         key: WorkerKey,
         gpus: &[u32],
@@ -82,7 +88,7 @@ impl SlotTable {
     }
 
     /// Frees every share `key` holds.
-    pub fn release(&mut self, key: WorkerKey) {
+    pub(crate) fn release(&mut self, key: WorkerKey) {
         for holders in self.held.values_mut() {
             holders.retain(|(holder, _)| *holder != key);
         }

@@ -57,7 +57,7 @@ use crate::worker_log::lines::{Line, LineSplitter};
 use crate::worker_log::{self, LogCap, LogSender};
 
 /// How long a worker has between SIGTERM and SIGKILL.
-pub const KILL_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// How long a worker that ended on SIGTERM, which nobody on the node sent, waits
 /// for the node to notice a drain (the same signal reaching it).
@@ -70,16 +70,16 @@ fn ended_on_sigterm(status: &std::process::ExitStatus) -> bool {
     status.signal() == Some(libc::SIGTERM) || status.code() == Some(128 + libc::SIGTERM)
 }
 /// The longest grace the head may ask for (a preempted trial checkpointing).
-pub const MAX_KILL_GRACE: Duration = Duration::from_secs(600);
+pub(crate) const MAX_KILL_GRACE: Duration = Duration::from_secs(600);
 
 /// How long an oversubscribed worker evicted for GPU memory has between
 /// SIGTERM and SIGKILL to save its checkpoint: shorter than a preemption's
 /// usual grace, since the GPU's memory is running out meanwhile.
-pub const EVICTION_GRACE: Duration = Duration::from_secs(30);
+pub(crate) const EVICTION_GRACE: Duration = Duration::from_secs(30);
 
 /// Why and how gently to stop a worker.
 #[derive(Debug, Clone)]
-pub struct StopRequest {
+pub(crate) struct StopRequest {
     /// For the log and the report.
     pub reason: String,
     /// How long after SIGTERM before SIGKILL.
@@ -91,7 +91,7 @@ pub struct StopRequest {
 
 impl StopRequest {
     /// A stop with the default grace.
-    pub fn new(reason: impl Into<String>) -> Self {
+    pub(crate) fn new(reason: impl Into<String>) -> Self {
         Self {
             reason: reason.into(),
             grace: KILL_GRACE,
@@ -100,7 +100,7 @@ impl StopRequest {
     }
 
     /// A stop with `grace`, on the head's order or for the node's own reasons.
-    pub fn with_grace(reason: impl Into<String>, grace: Duration) -> Self {
+    pub(crate) fn with_grace(reason: impl Into<String>, grace: Duration) -> Self {
         Self {
             reason: reason.into(),
             grace,
@@ -109,7 +109,7 @@ impl StopRequest {
     }
 
     /// An eviction for GPU memory, with [`EVICTION_GRACE`].
-    pub fn evict(eviction: Eviction) -> Self {
+    pub(crate) fn evict(eviction: Eviction) -> Self {
         Self {
             reason: format!(
                 "evicted for GPU memory: GPU {} at {:.1}% of its memory",
@@ -156,7 +156,7 @@ enum SpawnError {
 
 /// What to execute for one worker, resolved by the agent.
 #[derive(Debug)]
-pub struct WorkerCommand {
+pub(crate) struct WorkerCommand {
     /// The program.
     pub program: PathBuf,
     /// Its arguments.
@@ -182,7 +182,7 @@ pub struct WorkerCommand {
 /// Where a worker's output files go: its `XP_OUTPUT_DIR`, taken into the
 /// node's store when rank 0 exits with status 0.
 #[derive(Debug, Clone)]
-pub struct OutputSink {
+pub(crate) struct OutputSink {
     /// The directory (`XP_OUTPUT_DIR`).
     pub dir: PathBuf,
     /// The node's object store.
@@ -197,7 +197,7 @@ pub struct OutputSink {
 }
 
 /// The environment contract of a worker process (documented in ARCHITECTURE.md).
-pub fn worker_env(launch: &Launch) -> Vec<(String, String)> {
+pub(crate) fn worker_env(launch: &Launch) -> Vec<(String, String)> {
     let gpus: Vec<String> = launch.gpu_indices.iter().map(u32::to_string).collect();
     vec![
         ("XP_TRIAL_ID".to_owned(), launch.key.trial.to_string()),
@@ -240,7 +240,7 @@ pub fn worker_env(launch: &Launch) -> Vec<(String, String)> {
 /// (Slurm's `scancel`, or the job's time limit) signals every process of the
 /// job, so the worker may get SIGTERM from it before the node asks, and it is
 /// stopped by the drain, not failed.
-pub async fn supervise(
+pub(crate) async fn supervise(
     launch: Launch,
     mut command: WorkerCommand,
     log_cap: LogCap,
@@ -428,7 +428,7 @@ pub async fn supervise(
 
 /// Whether a launch opted its worker in to oversubscription: a fraction of one
 /// GPU placed under a factor above 1, which its node may evict for GPU memory.
-pub fn oversubscribes(launch: &Launch) -> bool {
+pub(crate) fn oversubscribes(launch: &Launch) -> bool {
     launch.oversubscription_milli > 1000 && launch.gpu_milli > 0 && launch.gpu_milli < 1000
 }
 

@@ -212,7 +212,7 @@ async fn objects(
         None => tempfile::tempdir(),
     }
     .context("cannot create a scratch directory")?;
-    let measurements = xp_node::objects::bench::run(scratch.path(), &sizes, checkpoint_bytes)
+    let measurements = xp::bench::objects::run(scratch.path(), &sizes, checkpoint_bytes)
         .await
         .map_err(|error| anyhow::anyhow!(error))
         .context("the objects bench failed")?;
@@ -263,13 +263,13 @@ async fn logs(size: u64, log_cap: u64, dir: Option<PathBuf>, json: bool) -> anyh
         (1..=16 << 30).contains(&size),
         "--size must be between 1 byte and 16 GiB"
     );
-    let cap = xp_node::worker_log::LogCap::new(log_cap).context("--log-cap")?;
+    let cap = xp_node::LogCap::new(log_cap).context("--log-cap")?;
     let scratch = match &dir {
         Some(dir) => tempfile::tempdir_in(dir),
         None => tempfile::tempdir(),
     }
     .context("cannot create a scratch directory")?;
-    let result = xp_node::worker_log::bench::run(scratch.path(), size, cap)
+    let result = xp::bench::logs::run(scratch.path(), size, cap)
         .await
         .map_err(|error| anyhow::anyhow!(xp_runtime::error_chain::error_chain(&error)))
         .context("the logs bench failed")?;
@@ -297,7 +297,7 @@ async fn logs(size: u64, log_cap: u64, dir: Option<PathBuf>, json: bool) -> anyh
   cat FILE > OUT:              {:>8.1} MB/s ({:.2} s); the node reaches {:.0}%
   cat FILE | cat > OUT:        {:>8.1} MB/s ({:.2} s); the node reaches {:.0}%",
             result.bytes,
-            xp_node::worker_log::bench::METRIC_EVERY,
+            xp::bench::logs::METRIC_EVERY,
             node,
             result.node_seconds,
             result.metrics_reported,

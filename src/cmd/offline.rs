@@ -3,7 +3,7 @@
 //!
 //! The head's records come from its database opened read-only
 //! (`xp_head::OfflineHead`); a worker's log from the node's log files
-//! (`xp_node::worker_log::read`). The layout is `xp run`'s: `DIR/head` and
+//! (`xp_node::read_log`). The layout is `xp run`'s: `DIR/head` and
 //! `DIR/node`. Nothing here writes to the directory.
 
 use std::io::Write;
@@ -95,10 +95,10 @@ pub(crate) fn print_log(
         offset: 0,
         max_bytes: 0,
     })?;
-    let path = xp_node::agent::log_path(&node_dir(data_dir), key);
+    let path = xp_node::log_path(&node_dir(data_dir), key);
     let mut offset = 0;
     loop {
-        let read = xp_node::worker_log::read(&path, offset, 1 << 20)
+        let read = xp_node::read_log(&path, offset, 1 << 20)
             .with_context(|| format!("cannot read the log of {trial} rank {rank}"))?;
         if read.data.is_empty() {
             return Ok(());

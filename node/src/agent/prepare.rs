@@ -20,7 +20,7 @@ use crate::isolation::UidPool;
 use crate::isolation::fs::FileOwner;
 use crate::worker::{self, WorkerCommand};
 
-use super::log_path;
+use crate::worker_log::log_path;
 
 /// Why a worker could not be prepared.
 pub(super) enum PrepareError {
@@ -106,7 +106,7 @@ pub(super) async fn resolve_command(
         .fill_inputs(launch, &work_dir)
         .await
         .map_err(PrepareError::Invalid)?;
-    let input_dir = (!inputs.is_empty()).then(|| work_dir.join(checkpoint::INPUT_DIR));
+    let input_dir = (!inputs.is_empty()).then(|| work_dir.join(crate::isolation::INPUT_DIR));
     let output = worker::OutputSink {
         dir: work_dir.join(crate::isolation::OUTPUT_DIR),
         store: objects.checkpoints.store.clone(),

@@ -26,7 +26,7 @@ fn backup_path(backup: &Path, id: ObjectId) -> PathBuf {
 
 /// Deletes the backup copies of `objects` (no kept checkpoint names them any
 /// more). Best effort: a file that cannot be removed only costs space.
-pub fn remove_from_backup(backup: &Path, objects: &[ObjectId]) {
+pub(crate) fn remove_from_backup(backup: &Path, objects: &[ObjectId]) {
     for id in objects {
         let _ = std::fs::remove_file(backup_path(backup, *id));
     }
@@ -35,7 +35,7 @@ pub fn remove_from_backup(backup: &Path, objects: &[ObjectId]) {
 /// Writes `files`' objects into the durable `backup` directory (a shared or
 /// otherwise safe file system), each atomically and fsynced; objects already
 /// there are left alone.
-pub fn back_up(
+pub(crate) fn back_up(
     store: &ObjectStore,
     backup: &Path,
     files: &[CheckpointFile],
@@ -83,7 +83,7 @@ pub fn back_up(
 /// Takes `file`'s object from the `backup` directory into `store`, pinned for
 /// `trial`, if the file there has the manifest's size and hashes to the id;
 /// returns its bytes.
-pub fn restore_from_backup(
+pub(crate) fn restore_from_backup(
     store: &ObjectStore,
     backup: &Path,
     file: &CheckpointFile,

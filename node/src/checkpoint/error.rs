@@ -53,7 +53,7 @@ pub(super) fn io(
 /// Why the checkpoint a launch resumes from could not be put back. The worker is
 /// not started; the agent refuses the launch, so the head places it again.
 #[derive(Debug, thiserror::Error)]
-pub enum ResumeError {
+pub(crate) enum ResumeError {
     /// No node could provide an object, and the checkpoint has no backup.
     #[error("cannot restore the checkpoint of step {step}: {source}")]
     Fetch {

@@ -22,19 +22,17 @@ use std::path::{Component, Path, PathBuf};
 use xp_runtime::protocol::{CheckpointFile, Launch};
 
 use super::restore::CheckpointSources;
+use crate::isolation::INPUT_DIR;
 use crate::isolation::fs as lane_fs;
 use crate::objects::remote::Wanted;
 use crate::objects::{ObjectBytes, ObjectChange, Owner};
-
-/// The directory under a worker's work directory that holds its inputs.
-pub const INPUT_DIR: &str = "inputs";
 
 impl CheckpointSources {
     /// Fills `work_dir/inputs/NAME` (by descriptor, [`write_input_dir`]; the
     /// node made `inputs` with the work directory) for each input of `launch`; returns the
     /// worker's `XP_INPUT_DIR` and each marker with its directory, or why an
     /// input could not be had (the trial's attempt fails with it).
-    pub async fn fill_inputs(
+    pub(crate) async fn fill_inputs(
         &self,
         launch: &Launch,
         work_dir: &Path,
@@ -162,7 +160,7 @@ pub(crate) fn write_input_dir(
 }
 
 /// `arg` with each marker replaced by its directory.
-pub fn replace_markers(arg: &str, filled: &[(String, PathBuf)]) -> String {
+pub(crate) fn replace_markers(arg: &str, filled: &[(String, PathBuf)]) -> String {
     let mut out = arg.to_owned();
     for (marker, dir) in filled {
         if out.contains(marker.as_str()) {

@@ -45,9 +45,14 @@ mod take;
 mod tests;
 mod watch;
 
-pub use backup::{back_up, remove_from_backup, restore_from_backup};
-pub use error::{CheckpointError, ResumeError};
-pub use inputs::{INPUT_DIR, replace_markers};
-pub use restore::{CheckpointSources, restore, write_files};
-pub use take::{MAX_FILES, OutputLimits, take, take_outputs};
-pub use watch::{CheckpointSink, CheckpointWatch, DRAIN_GRACE, InFlight};
+pub(crate) use backup::remove_from_backup;
+pub use error::CheckpointError;
+pub(crate) use inputs::replace_markers;
+pub(crate) use restore::CheckpointSources;
+#[cfg(any(test, feature = "test-util"))]
+pub(crate) use restore::restore;
+pub use take::OutputLimits;
+#[cfg(any(test, feature = "test-util"))]
+pub(crate) use take::take;
+pub(crate) use take::take_outputs;
+pub(crate) use watch::{CheckpointSink, CheckpointWatch, DRAIN_GRACE};

@@ -31,7 +31,7 @@ use crate::objects::{ObjectBytes, ObjectChange, ObjectStore, Owner};
 /// Where a resumed worker's checkpoint objects can come from: this node's store
 /// and, through the fetcher, the nodes the launch names.
 #[derive(Clone)]
-pub struct CheckpointSources {
+pub(crate) struct CheckpointSources {
     /// The local store; restored objects are kept in it, pinned for the trial.
     pub store: Arc<ObjectStore>,
     /// Pulls objects this node lacks (or holds a corrupt copy of).
@@ -48,7 +48,7 @@ impl CheckpointSources {
     /// them, and from the launch's backup directory when none can; the files
     /// belong to `owner` (the worker's id). Returns the environment that tells the
     /// worker it resumes (`XP_RESUME_STEP`); nothing when the launch starts afresh.
-    pub async fn restore_for_launch(
+    pub(crate) async fn restore_for_launch(
         &self,
         launch: &Launch,
         dir: &Path,
@@ -122,8 +122,9 @@ impl CheckpointSources {
     }
 }
 
+#[cfg(any(test, feature = "test-util"))]
 /// Writes `files` from `store` into `dir` (created if needed); see [`write_files`].
-pub fn restore(
+pub(crate) fn restore(
     store: &ObjectStore,
     dir: &Path,
     files: &[CheckpointFile],
@@ -164,7 +165,7 @@ fn open_or_make(dir: &Path, owner: Option<FileOwner>) -> std::io::Result<std::os
 /// `dir`, created if needed, as files and directories of `owner`. Each file is a
 /// copy, so the worker may change it without touching the stored object. Below
 /// `dir` no link is followed (`isolation::fs`).
-pub fn write_files(
+pub(crate) fn write_files(
     dir: &Path,
     owner: Option<FileOwner>,
     files: &[CheckpointFile],

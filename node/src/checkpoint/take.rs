@@ -30,14 +30,14 @@ use crate::isolation::fs::{self as lane_fs, EntryKind, FileOwner};
 use crate::objects::{ObjectStore, Owner};
 
 /// The most files one checkpoint may have.
-pub const MAX_FILES: usize = 10_000;
+pub(crate) const MAX_FILES: usize = 10_000;
 /// How deep a checkpoint's directories may nest.
 const MAX_DEPTH: usize = 16;
 
 /// Takes the files in `dir` into `store` as `trial`'s pinned objects and leaves
 /// `dir` empty (made again for `owner`). On failure nothing is reported and the
 /// objects this call added are removed again.
-pub fn take(
+pub(crate) fn take(
     store: &ObjectStore,
     dir: &Path,
     owner: Option<FileOwner>,
@@ -92,7 +92,7 @@ impl Default for OutputLimits {
 /// followed; hard-linked or, under a worker uid, foreign files refused). An
 /// empty or missing directory has no outputs. Past `limits` nothing is stored
 /// and the error says which limit.
-pub fn take_outputs(
+pub(crate) fn take_outputs(
     store: &ObjectStore,
     dir: &Path,
     owner: Option<FileOwner>,

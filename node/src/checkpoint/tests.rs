@@ -3,7 +3,8 @@
 
 use xp_runtime::ids::TrialId;
 
-use super::{CheckpointError, back_up, remove_from_backup, restore, restore_from_backup, take};
+use super::backup::{back_up, restore_from_backup};
+use super::{CheckpointError, remove_from_backup, restore, take};
 use crate::objects::{ObjectStore, StoreLimits};
 
 fn trial() -> TrialId {

@@ -36,12 +36,12 @@ use crate::worker_log::LogSender;
 
 /// How long to wait after a worker exited for a checkpoint still being stored, so
 /// that it is reported before the exit.
-pub const DRAIN_GRACE: Duration = Duration::from_secs(300);
+pub(crate) const DRAIN_GRACE: Duration = Duration::from_secs(300);
 
 /// Where one worker's checkpoints go: its `XP_CHECKPOINT_DIR`, the node's store,
 /// and the backup directory.
 #[derive(Debug, Clone)]
-pub struct CheckpointSink {
+pub(crate) struct CheckpointSink {
     /// The node's object store.
     pub store: Arc<ObjectStore>,
     /// The worker's checkpoint directory (`XP_CHECKPOINT_DIR`).
@@ -59,7 +59,7 @@ impl CheckpointSink {
     /// The sink of a worker whose work directory is `work_dir`: its checkpoint
     /// directory is `checkpoint` there, and its verdicts go to
     /// `CHECKPOINT_STATUS_DIR` there.
-    pub fn new(store: Arc<ObjectStore>, work_dir: &Path, backup: Option<PathBuf>) -> Self {
+    pub(crate) fn new(store: Arc<ObjectStore>, work_dir: &Path, backup: Option<PathBuf>) -> Self {
         Self {
             store,
             dir: work_dir.join("checkpoint"),
@@ -70,7 +70,7 @@ impl CheckpointSink {
     }
 
     /// The same, for a worker running as `owner`.
-    pub fn with_owner(mut self, owner: Option<FileOwner>) -> Self {
+    pub(crate) fn with_owner(mut self, owner: Option<FileOwner>) -> Self {
         self.owner = owner;
         self
     }
@@ -78,11 +78,11 @@ impl CheckpointSink {
 
 /// Whether a worker's checkpoint is being stored right now.
 #[derive(Debug, Clone, Default)]
-pub struct InFlight(Arc<AtomicBool>);
+pub(crate) struct InFlight(Arc<AtomicBool>);
 
 impl InFlight {
     /// True while a checkpoint is being taken or backed up.
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
 
@@ -93,7 +93,7 @@ impl InFlight {
 
 /// Handles one worker's checkpoint lines.
 #[derive(Debug)]
-pub struct CheckpointWatch {
+pub(crate) struct CheckpointWatch {
     sink: CheckpointSink,
     key: WorkerKey,
     reports: mpsc::UnboundedSender<WorkerReport>,
@@ -103,7 +103,7 @@ pub struct CheckpointWatch {
 impl CheckpointWatch {
     /// A watch for worker `key`, taking its checkpoints into `sink` and
     /// reporting them on `reports`.
-    pub fn new(
+    pub(crate) fn new(
         sink: CheckpointSink,
         key: WorkerKey,
         reports: mpsc::UnboundedSender<WorkerReport>,
@@ -117,14 +117,14 @@ impl CheckpointWatch {
     }
 
     /// The flag that says a checkpoint is being stored.
-    pub fn in_flight(&self) -> InFlight {
+    pub(crate) fn in_flight(&self) -> InFlight {
         self.in_flight.clone()
     }
 
     /// Handles `line` if it is a checkpoint line (or a malformed one, which is
     /// logged and dropped) and returns true; returns false for any other line.
     /// The note on a kept checkpoint is appended to `log`.
-    pub async fn handle_line(&self, line: &str, log: Option<&LogSender>) -> bool {
+    pub(crate) async fn handle_line(&self, line: &str, log: Option<&LogSender>) -> bool {
         let key = self.key;
         let step = match parse_checkpoint_line(line) {
             Ok(Some(step)) => step,

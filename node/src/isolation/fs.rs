@@ -29,7 +29,7 @@ use nix::unistd::{Gid, Uid};
 /// The owner of what the node makes for a worker: the worker's user id (and the
 /// group id of the same number). `None` where workers run as the node's user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileOwner {
+pub(crate) struct FileOwner {
     /// The user id.
     pub uid: u32,
     /// The group id.
@@ -38,7 +38,7 @@ pub struct FileOwner {
 
 impl FileOwner {
     /// The owner `uid` with the group of the same number.
-    pub fn of_uid(uid: u32) -> Self {
+    pub(crate) fn of_uid(uid: u32) -> Self {
         Self { uid, gid: uid }
     }
 }
@@ -53,12 +53,12 @@ const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_CLOEXEC);
 
 /// Opens directory `path`, refusing a symbolic link as its last component.
-pub fn open_dir(path: &Path) -> std::io::Result<OwnedFd> {
+pub(crate) fn open_dir(path: &Path) -> std::io::Result<OwnedFd> {
     nix::fcntl::open(path, DIR_FLAGS, Mode::empty()).map_err(io)
 }
 
 /// Gives `fd` to `owner` (nothing without one).
-pub fn give(fd: impl AsFd, owner: Option<FileOwner>) -> std::io::Result<()> {
+pub(crate) fn give(fd: impl AsFd, owner: Option<FileOwner>) -> std::io::Result<()> {
     let Some(owner) = owner else {
         return Ok(());
     };
@@ -73,7 +73,7 @@ pub fn give(fd: impl AsFd, owner: Option<FileOwner>) -> std::io::Result<()> {
 /// Opens subdirectory `name` of `parent`, making it (mode `mode`, given to
 /// `owner`) when missing; a symbolic link there is refused. A directory that
 /// was there already keeps its owner.
-pub fn make_dir_in(
+pub(crate) fn make_dir_in(
     parent: impl AsFd,
     name: &OsStr,
     mode: u32,
@@ -95,7 +95,7 @@ pub fn make_dir_in(
 
 /// Opens (making what is missing) the directory `relative` below `root`, one
 /// plain component at a time; `..`, absolute paths and symbolic links are refused.
-pub fn make_dirs_in(
+pub(crate) fn make_dirs_in(
     root: &OwnedFd,
     relative: &Path,
     owner: Option<FileOwner>,
@@ -115,7 +115,7 @@ pub fn make_dirs_in(
 
 /// Creates the new file `name` in `dir` (mode `mode`, given to `owner`); an
 /// existing file or link of that name is an error, never followed.
-pub fn create_file_in(
+pub(crate) fn create_file_in(
     dir: impl AsFd,
     name: &OsStr,
     mode: u32,
@@ -132,7 +132,7 @@ pub fn create_file_in(
 /// Writes `bytes` to `name` in `dir` through a new temporary file renamed over
 /// it, so a reader sees the old file or the whole new one and a link at `name`
 /// is replaced, not followed.
-pub fn replace_file_in(
+pub(crate) fn replace_file_in(
     dir: &OwnedFd,
     name: &OsStr,
     bytes: &[u8],
@@ -158,7 +158,7 @@ pub fn replace_file_in(
 }
 
 /// Whether `name` exists in `dir` (a link counts as itself, not its target).
-pub fn exists_in(dir: impl AsFd, name: &OsStr) -> bool {
+pub(crate) fn exists_in(dir: impl AsFd, name: &OsStr) -> bool {
     nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
 }
 
@@ -166,7 +166,7 @@ pub fn exists_in(dir: impl AsFd, name: &OsStr) -> bool {
 /// directory there is refused (a FIFO without blocking), and so is a file with
 /// more than one hard link (it could be another user's file linked in) or,
 /// when `owner` is given, one that `owner` does not own.
-pub fn open_regular_in(
+pub(crate) fn open_regular_in(
     dir: impl AsFd,
     name: &OsStr,
     owner: Option<FileOwner>,
@@ -206,13 +206,13 @@ pub fn open_regular_in(
 }
 
 /// Opens subdirectory `name` of `dir`; a link there is refused.
-pub fn open_dir_in(dir: impl AsFd, name: &OsStr) -> std::io::Result<OwnedFd> {
+pub(crate) fn open_dir_in(dir: impl AsFd, name: &OsStr) -> std::io::Result<OwnedFd> {
     nix::fcntl::openat(dir, name, DIR_FLAGS, Mode::empty()).map_err(io)
 }
 
 /// The kind of one directory entry, as `lstat` says (links are not followed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EntryKind {
+pub(crate) enum EntryKind {
     /// A directory.
     Dir,
     /// A regular file.
@@ -222,7 +222,7 @@ pub enum EntryKind {
 }
 
 /// The entries of directory `dir` (without `.` and `..`), with their kinds.
-pub fn list(dir: &OwnedFd) -> std::io::Result<Vec<(std::ffi::OsString, EntryKind)>> {
+pub(crate) fn list(dir: &OwnedFd) -> std::io::Result<Vec<(std::ffi::OsString, EntryKind)>> {
     use std::os::unix::ffi::OsStrExt;
     let mut listed = nix::dir::Dir::from_fd(dir.try_clone()?).map_err(io)?;
     let mut entries = Vec::new();

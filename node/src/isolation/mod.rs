@@ -19,8 +19,8 @@
 //! Not here: switching to the id (the worker module does, between fork and exec)
 //! and the cgroups that hold limits (`cgroup`; the registration reports both).
 
-pub mod fs;
-pub mod uids;
+pub(crate) mod fs;
+pub(crate) mod uids;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -32,12 +32,13 @@ use xp_runtime::protocol::{LimitEnforcement, NodeIsolation};
 
 use self::fs::{self as lane_fs, FileOwner};
 
-pub use uids::{UidLease, UidPool, UidRange, WorkerUids};
+pub use uids::WorkerUids;
+pub(crate) use uids::{UidLease, UidPool, UidRange};
 
 /// The data directory's entries a worker must reach by name (mode 0711: others
 /// may pass through, not list): work directories, cached driver binaries, the
 /// node's socket. Everything else in it is the node's alone (0700 or 0600).
-pub const PASSABLE: [&str; 3] = ["work", "bin", "run"];
+pub const PASSABLE_DIRS: [&str; 3] = ["work", "bin", "run"];
 /// Entries made private before anything writes there, so that nothing lands in
 /// them with the umask's mode first.
 const PRIVATE: [&str; 2] = ["objects", "logs"];
@@ -87,7 +88,7 @@ pub enum IsolationError {
 
 /// What this node enforces on its workers.
 #[derive(Debug, Clone)]
-pub struct Isolation {
+pub(crate) struct Isolation {
     uids: Option<Arc<UidPool>>,
     limits: LimitEnforcement,
 }
@@ -97,7 +98,7 @@ impl Isolation {
     /// get ids of their own, says so once, and records the limits in force.
     /// A range given explicitly that cannot be used is an error; the default
     /// falls back to the node's id with a warning.
-    pub fn start(
+    pub(crate) fn start(
         asked: WorkerUids,
         data_dir: &Path,
         limits: LimitEnforcement,
@@ -156,17 +157,17 @@ impl Isolation {
 
     /// Workers under the node's own id, with `limits` (the default before
     /// [`Isolation::start`] decides, and what it falls back to).
-    pub fn shared(limits: LimitEnforcement) -> Self {
+    pub(crate) fn shared(limits: LimitEnforcement) -> Self {
         Self { uids: None, limits }
     }
 
     /// The id pool, when workers get ids of their own.
-    pub fn uids(&self) -> Option<&Arc<UidPool>> {
+    pub(crate) fn uids(&self) -> Option<&Arc<UidPool>> {
         self.uids.as_ref()
     }
 
     /// What the node registers.
-    pub fn summary(&self) -> NodeIsolation {
+    pub(crate) fn summary(&self) -> NodeIsolation {
         NodeIsolation {
             worker_uids: self.uids.is_some(),
             limits: self.limits,
@@ -175,7 +176,11 @@ impl Isolation {
 }
 
 /// The worker's output directory (`XP_OUTPUT_DIR`) under its work directory.
-pub const OUTPUT_DIR: &str = "output";
+pub(crate) const OUTPUT_DIR: &str = "output";
+
+/// The directory under a worker's work directory that holds its pipeline
+/// inputs (`XP_INPUT_DIR`, filled by `checkpoint::inputs`).
+pub(crate) const INPUT_DIR: &str = "inputs";
 
 /// Makes worker `key`'s work directory `work/TRIAL/aN/rankN` under `data_dir`,
 /// with its `checkpoint` and `output` directories, all of `owner`, and an
@@ -183,7 +188,7 @@ pub const OUTPUT_DIR: &str = "output";
 /// directories are the node's (0711: a worker passes through to its own, lists
 /// nothing, and cannot swap its directory for a link). A directory left by an
 /// earlier run of the node for the same worker is removed first.
-pub fn make_work_dir(
+pub(crate) fn make_work_dir(
     data_dir: &Path,
     key: WorkerKey,
     owner: Option<FileOwner>,
@@ -208,19 +213,14 @@ pub fn make_work_dir(
     lane_fs::make_dir_in(&rank_dir, OUTPUT_DIR.as_ref(), 0o700, owner)?;
     // The node's, before anything of the worker runs: pipeline inputs are
     // written in it by descriptor (`checkpoint::inputs`).
-    lane_fs::make_dir_in(
-        &rank_dir,
-        crate::checkpoint::INPUT_DIR.as_ref(),
-        0o755,
-        None,
-    )?;
+    lane_fs::make_dir_in(&rank_dir, INPUT_DIR.as_ref(), 0o755, None)?;
     Ok(path)
 }
 
 /// Takes a work directory back from its worker's id (owner root, mode 0700, by
 /// descriptor: the directory itself cannot be swapped, as its parent is the
 /// node's), so a later holder of the id cannot enter it.
-pub fn take_back_dir(work_dir: &Path) -> std::io::Result<()> {
+pub(crate) fn take_back_dir(work_dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let dir = lane_fs::open_dir(work_dir)?;
     nix::unistd::fchown(
@@ -301,11 +301,11 @@ fn unreachable_ancestor(data_dir: &Path) -> Option<PathBuf> {
 }
 
 /// Lays out the node's data directory (already made 0700) for its workers. With
-/// workers under ids of their own it becomes 0711: [`PASSABLE`] entries 0711,
+/// workers under ids of their own it becomes 0711: [`PASSABLE_DIRS`] entries 0711,
 /// every other entry 0700 (directories) or 0600 (files), so a worker reaches its
 /// own work directory, the cached binaries and the socket by name and nothing
 /// else. Without, it stays 0700 and nothing in it is reachable by others anyway.
-pub fn prepare_data_dir(data_dir: &Path, isolated: bool) -> Result<(), IsolationError> {
+pub(crate) fn prepare_data_dir(data_dir: &Path, isolated: bool) -> Result<(), IsolationError> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let set_mode = |path: &Path, mode: u32| {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|source| {
@@ -319,7 +319,7 @@ pub fn prepare_data_dir(data_dir: &Path, isolated: bool) -> Result<(), Isolation
         path: path.to_owned(),
         source: std::io::Error::other("cannot create"),
     };
-    for name in PASSABLE.iter().chain(&PRIVATE) {
+    for name in PASSABLE_DIRS.iter().chain(&PRIVATE) {
         let dir = data_dir.join(name);
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -328,7 +328,7 @@ pub fn prepare_data_dir(data_dir: &Path, isolated: bool) -> Result<(), Isolation
             .map_err(|_| layout(&dir))?;
     }
     if !isolated {
-        for name in PASSABLE {
+        for name in PASSABLE_DIRS {
             set_mode(&data_dir.join(name), 0o700)?;
         }
         return set_mode(data_dir, 0o700);
@@ -345,7 +345,7 @@ pub fn prepare_data_dir(data_dir: &Path, isolated: bool) -> Result<(), Isolation
         let passable = entry
             .file_name()
             .to_str()
-            .is_some_and(|name| PASSABLE.contains(&name));
+            .is_some_and(|name| PASSABLE_DIRS.contains(&name));
         if passable && kind.is_dir() {
             set_mode(&path, 0o711)?;
         } else if kind.is_dir() {
@@ -358,13 +358,13 @@ pub fn prepare_data_dir(data_dir: &Path, isolated: bool) -> Result<(), Isolation
 }
 
 /// The shared scratch directories a worker may leave files in.
-pub const SCRATCH_DIRS: [&str; 3] = ["/tmp", "/var/tmp", "/dev/shm"];
+pub(crate) const SCRATCH_DIRS: [&str; 3] = ["/tmp", "/var/tmp", "/dev/shm"];
 
 /// Removes what `uid` owns at the top of each of `scratch_dirs` (files, links,
 /// whole directories; no link is followed), so the next worker given the id
 /// finds nothing of the last one there. Called once the id's worker is gone.
 /// Returns how many entries went.
-pub fn remove_leftovers(uid: u32, scratch_dirs: &[&Path]) -> usize {
+pub(crate) fn remove_leftovers(uid: u32, scratch_dirs: &[&Path]) -> usize {
     use std::os::unix::fs::MetadataExt;
     let mut removed = 0;
     for dir in scratch_dirs {
@@ -402,7 +402,7 @@ pub fn remove_leftovers(uid: u32, scratch_dirs: &[&Path]) -> usize {
 /// owns at the top of [`SCRATCH_DIRS`]. Blocking. Run as root when a fresh id is
 /// first given to an attempt (an earlier holder, say under a node that crashed,
 /// may have left some) and when the attempt's last rank is gone.
-pub fn scrub_uid(uid: u32) -> std::io::Result<()> {
+pub(crate) fn scrub_uid(uid: u32) -> std::io::Result<()> {
     use std::os::unix::process::CommandExt;
     let status = std::process::Command::new("/bin/sh")
         .args([
@@ -471,7 +471,7 @@ mod tests {
             .expect("chmod");
         prepare_data_dir(&data, true).expect("layout");
         assert_eq!(mode(&data), 0o711);
-        for name in PASSABLE {
+        for name in PASSABLE_DIRS {
             assert_eq!(mode(&data.join(name)), 0o711, "{name}");
         }
         for name in PRIVATE.iter().chain(&["stray"]) {

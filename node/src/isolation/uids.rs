@@ -41,13 +41,13 @@ use xp_runtime::ids::{TrialId, WorkerKey};
 /// `nobody` (65534), subordinate ids (`/etc/subuid`, usually from 100000) and
 /// nspawn containers (524288-1879048191), and below 2^31, which some tools
 /// mishandle as negative.
-pub const DEFAULT_RANGE: UidRange = UidRange {
+pub(crate) const DEFAULT_RANGE: UidRange = UidRange {
     start: 1_900_000_000,
     end: 1_900_009_999,
 };
 
 /// Where the machine-wide claims live.
-pub const LOCK_DIR: &str = "/run/xp-node/uids";
+pub(crate) const LOCK_DIR: &str = "/run/xp-node/uids";
 
 /// What a claim file holds while its id is free and was scrubbed when returned;
 /// empty (or anything else) means the id must be scrubbed before use.
@@ -176,7 +176,7 @@ impl std::str::FromStr for WorkerUids {
 
 /// The ranks of one trial attempt on a node, which share a user id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct AttemptKey {
+pub(crate) struct AttemptKey {
     /// The trial.
     pub trial: TrialId,
     /// Its attempt.
@@ -185,7 +185,7 @@ pub struct AttemptKey {
 
 impl AttemptKey {
     /// The attempt worker `key` belongs to.
-    pub fn of(key: WorkerKey) -> Self {
+    pub(crate) fn of(key: WorkerKey) -> Self {
         Self {
             trial: key.trial,
             attempt: key.attempt,
@@ -210,7 +210,7 @@ struct Holder {
 
 /// An id as [`UidTable::claim`] hands it out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Claimed {
+pub(crate) struct Claimed {
     /// The id.
     pub uid: u32,
     /// Whether the id was free (a fresh lease, to be scrubbed before use) rather
@@ -220,7 +220,7 @@ pub struct Claimed {
 
 /// What [`UidTable::leave`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Left {
+pub(crate) enum Left {
     /// Other ranks of the attempt still hold the id.
     Shared,
     /// That was the attempt's last rank: the id is now returning; no rank gets
@@ -234,7 +234,7 @@ pub enum Left {
 /// root. Ranks of one attempt share an id; no two attempts (of one trial or of
 /// two) hold the same id at once, nor does an attempt get an id still returning.
 #[derive(Debug)]
-pub struct UidTable {
+pub(crate) struct UidTable {
     range: UidRange,
     /// Where the next search starts.
     cursor: u32,
@@ -245,7 +245,7 @@ pub struct UidTable {
 
 impl UidTable {
     /// An empty table over `range`.
-    pub fn new(range: UidRange) -> Self {
+    pub(crate) fn new(range: UidRange) -> Self {
         Self {
             range,
             cursor: range.start,
@@ -258,7 +258,7 @@ impl UidTable {
     /// first id from the cursor round the range that nobody holds (nor is
     /// returning) and `usable` accepts (it may claim it elsewhere too); `None`
     /// when every id is taken.
-    pub fn claim(
+    pub(crate) fn claim(
         &mut self,
         key: WorkerKey,
         mut usable: impl FnMut(u32) -> bool,
@@ -300,7 +300,7 @@ impl UidTable {
     /// rank the id starts returning: held by nobody, handed to nobody (not even a
     /// late rank of the same attempt, which gets a fresh id) until
     /// [`UidTable::release`].
-    pub fn leave(&mut self, uid: u32, key: WorkerKey) -> Left {
+    pub(crate) fn leave(&mut self, uid: u32, key: WorkerKey) -> Left {
         let Some(holder) = self.held.get_mut(&uid) else {
             return Left::NotHeld;
         };
@@ -320,7 +320,7 @@ impl UidTable {
 
     /// Frees `uid` once it has returned (its last rank left); false, and nothing
     /// changes, while ranks still hold it.
-    pub fn release(&mut self, uid: u32) -> bool {
+    pub(crate) fn release(&mut self, uid: u32) -> bool {
         if self.held.get(&uid).is_some_and(|holder| holder.returning) {
             self.held.remove(&uid);
             true
@@ -329,23 +329,25 @@ impl UidTable {
         }
     }
 
+    #[cfg(test)]
     /// The attempt holding `uid` (also while it is returning) and how many of
     /// its ranks still do.
-    pub fn holder(&self, uid: u32) -> Option<(AttemptKey, usize)> {
+    pub(crate) fn holder(&self, uid: u32) -> Option<(AttemptKey, usize)> {
         self.held
             .get(&uid)
             .map(|holder| (holder.attempt, holder.ranks.len()))
     }
 
+    #[cfg(test)]
     /// How many ids are held (returning ones included).
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.held.len()
     }
 }
 
 /// Why no id could be had.
 #[derive(Debug, thiserror::Error)]
-pub enum UidClaimError {
+pub(crate) enum UidClaimError {
     /// Every id of the range is held (here, by another node, or by an account).
     #[error("every user id of the range {0} is in use; widen --worker-uids")]
     Exhausted(UidRange),
@@ -362,10 +364,10 @@ pub enum UidClaimError {
 /// Clears an id of its earlier holder: kills everything running as it and
 /// removes what it left in shared places. Blocking; run before a fresh id is
 /// first used and after its last rank is gone.
-pub type Scrub = Arc<dyn Fn(u32) -> std::io::Result<()> + Send + Sync>;
+pub(crate) type Scrub = Arc<dyn Fn(u32) -> std::io::Result<()> + Send + Sync>;
 
 /// The node's ids: its table, the machine-wide claims and the shares of them.
-pub struct UidPool {
+pub(crate) struct UidPool {
     range: UidRange,
     lock_dir: PathBuf,
     /// Ids that accounts in `/etc/passwd` use.
@@ -405,7 +407,7 @@ impl UidPool {
     /// A pool over `range` whose machine-wide claims live in `lock_dir` (made
     /// 0700 if missing), never handing out an id in `accounts`, clearing ids
     /// with `scrub`.
-    pub fn new(
+    pub(crate) fn new(
         range: UidRange,
         lock_dir: &Path,
         accounts: BTreeSet<u32>,
@@ -428,11 +430,6 @@ impl UidPool {
         })
     }
 
-    /// Its range.
-    pub fn range(&self) -> UidRange {
-        self.range
-    }
-
     fn state(&self) -> std::sync::MutexGuard<'_, PoolState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -440,7 +437,7 @@ impl UidPool {
     /// A share of the id of `key`'s attempt, claiming a fresh one (here and
     /// machine-wide) when no other rank of the attempt holds one. Await
     /// [`UidLease::ready`] before running anything as it.
-    pub fn claim(self: &Arc<Self>, key: WorkerKey) -> Result<UidLease, UidClaimError> {
+    pub(crate) fn claim(self: &Arc<Self>, key: WorkerKey) -> Result<UidLease, UidClaimError> {
         let mut state = self.state();
         let mut lock = None;
         let claimed = state
@@ -546,8 +543,9 @@ impl UidPool {
         self.state().table.release(shared.uid);
     }
 
+    #[cfg(test)]
     /// How many ids live attempts hold (and ids not yet returned).
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.state().table.held()
     }
 }
@@ -556,7 +554,7 @@ impl UidPool {
 /// (scrubbed, its machine-wide claim dropped) when the attempt's last share is
 /// given back ([`UidLease::give_back`], or dropped).
 #[derive(Debug)]
-pub struct UidLease {
+pub(crate) struct UidLease {
     key: WorkerKey,
     shared: Arc<SharedUid>,
     pool: Arc<UidPool>,
@@ -566,14 +564,14 @@ pub struct UidLease {
 
 impl UidLease {
     /// The user id, and the group id of the same number.
-    pub fn uid(&self) -> u32 {
+    pub(crate) fn uid(&self) -> u32 {
         self.shared.uid
     }
 
     /// Waits until the id is clear of any earlier holder: the first rank of a
     /// fresh lease scrubs it, the attempt's other ranks wait for that, so no rank
     /// starts before it and the scrub never kills a sibling.
-    pub async fn ready(&self) -> Result<(), UidClaimError> {
+    pub(crate) async fn ready(&self) -> Result<(), UidClaimError> {
         let uid = self.shared.uid;
         let scrub = self.pool.scrub.clone();
         self.shared
@@ -591,7 +589,7 @@ impl UidLease {
 
     /// Gives this rank's share back; the last rank of the attempt scrubs the id
     /// and returns it before this ends.
-    pub async fn give_back(mut self) {
+    pub(crate) async fn give_back(mut self) {
         self.left = true;
         if let Some(shared) = self.pool.leave(self.key, &self.shared) {
             let pool = self.pool.clone();
@@ -622,7 +620,7 @@ impl Drop for UidLease {
 }
 
 /// The user ids `/etc/passwd` gives accounts (empty when it cannot be read).
-pub fn account_uids(passwd: &str) -> BTreeSet<u32> {
+pub(crate) fn account_uids(passwd: &str) -> BTreeSet<u32> {
     passwd
         .lines()
         .filter_map(|line| line.split(':').nth(2)?.parse().ok())

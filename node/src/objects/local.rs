@@ -56,7 +56,7 @@ use crate::isolation::fs::{self as lane_fs, FileOwner};
 
 /// A worker on this node, as its secret identifies it.
 #[derive(Debug, Clone)]
-pub struct LocalWorker {
+pub(crate) struct LocalWorker {
     /// The worker.
     pub key: WorkerKey,
     /// Its work directory, where fetched objects are placed for it.
@@ -66,11 +66,11 @@ pub struct LocalWorker {
 }
 
 /// Who may use the channel: live workers by secret.
-pub type Workers = Arc<DashMap<[u8; 32], LocalWorker>>;
+pub(crate) type Workers = Arc<DashMap<[u8; 32], LocalWorker>>;
 
 /// What the channel needs of the node.
 #[derive(Clone)]
-pub struct LocalContext {
+pub(crate) struct LocalContext {
     /// The store.
     pub store: Arc<ObjectStore>,
     /// Fetches from other nodes.
@@ -87,7 +87,7 @@ pub struct LocalContext {
 
 /// Why the local channel could not start.
 #[derive(Debug, thiserror::Error)]
-pub enum LocalChannelError {
+pub(crate) enum LocalChannelError {
     /// The socket's directory could not be created.
     #[error("cannot create {path}")]
     CreateDir {
@@ -121,7 +121,7 @@ pub enum LocalChannelError {
 /// dropped. With `open_to_workers` (workers run under ids of their own) every
 /// user may connect, else only the node's: either way a request counts only with
 /// a live worker's secret.
-pub fn start(
+pub(crate) fn start(
     path: &Path,
     open_to_workers: bool,
     context: LocalContext,
@@ -288,7 +288,7 @@ async fn handle(context: &LocalContext, request: LocalRequest) -> LocalResponse 
 
 /// Why a worker's request left its lane.
 #[derive(Debug, thiserror::Error)]
-pub enum LaneError {
+pub(crate) enum LaneError {
     /// The path does not resolve (it does not exist, or a directory on the way
     /// cannot be searched).
     #[error("put refused: cannot resolve {}", path.display())]

@@ -34,13 +34,12 @@
 
 #![warn(missing_docs)]
 
-pub mod bench;
 mod disk;
 mod error;
 mod index;
-pub mod local;
+pub(crate) mod local;
 mod object_bytes;
-pub mod remote;
+pub(crate) mod remote;
 #[cfg(test)]
 mod tests;
 mod types;
@@ -49,13 +48,17 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-pub use xp_runtime::ids::ObjectId;
+pub(crate) use xp_runtime::ids::ObjectId;
 
 use disk::{DiskDir, MapOutcome, StreamOutcome};
-pub use error::{IoOperation, StoreError};
+pub(crate) use error::IoOperation;
+pub use error::StoreError;
 use index::{Index, Lookup, MemoryPlan};
-pub use object_bytes::ObjectBytes;
-pub use types::{ObjectChange, ObjectInfo, Owner, StoreLimits, StoreStats, Tier, object_id};
+pub(crate) use object_bytes::ObjectBytes;
+#[cfg(test)]
+use types::Tier;
+pub use types::{ObjectChange, Owner, StoreLimits};
+pub(crate) use types::{ObjectInfo, StoreStats, object_id};
 
 /// How many times [`ObjectStore::get`] looks again when the file it found bad
 /// was replaced meanwhile by a concurrent delete and re-put of the same object.

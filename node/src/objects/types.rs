@@ -18,7 +18,7 @@ const PARALLEL_HASH_BYTES: usize = 4 << 20;
 
 /// The id of `bytes`, as [`ObjectId::of`] computes it, using every core for large
 /// objects: verifying a large object is what bounds a local `get`.
-pub fn object_id(bytes: &[u8]) -> ObjectId {
+pub(crate) fn object_id(bytes: &[u8]) -> ObjectId {
     if bytes.len() < PARALLEL_HASH_BYTES {
         return ObjectId::of(bytes);
     }

@@ -20,7 +20,7 @@ const UNIFIED: &str = "/sys/fs/cgroup";
 
 /// This process's Slurm variables; a value longer than Slurm would write is cut
 /// (and then refused by `offer` as malformed), one not in UTF-8 is read lossily.
-pub fn read_env() -> SlurmEnv {
+pub(crate) fn read_env() -> SlurmEnv {
     let mut pairs = Vec::new();
     for name in VARIABLES {
         if let Some(value) = std::env::var_os(name) {
@@ -34,7 +34,7 @@ pub fn read_env() -> SlurmEnv {
 
 /// The limits of the cgroup this process runs in; all `None` where there is no
 /// cgroup file system or it cannot be read.
-pub fn read_cgroup_limits() -> CgroupLimits {
+pub(crate) fn read_cgroup_limits() -> CgroupLimits {
     let Some(own) = read_bounded(Path::new("/proc/self/cgroup")) else {
         return CgroupLimits::default();
     };

@@ -12,7 +12,8 @@
 //! malformed variable for it does not matter.
 //!
 //! [`offer`] is pure (environment and cgroup readings in, the offer out); `host`
-//! reads them from the process and the kernel.
+//! reads them from the process and the kernel, and [`detect_slurm`] puts the
+//! two together for the binary and says what it found.
 //!
 //! Not here: leaving when the job ends (SIGTERM drains the node: `agent`), or
 //! GPU models and memory (`gpu::granted` asks NVML about the granted ordinals).
@@ -28,21 +29,21 @@ mod tests;
 
 use std::collections::BTreeMap;
 
-pub use host::{read_cgroup_limits, read_env};
+pub(crate) use host::{read_cgroup_limits, read_env};
 
 /// Set inside every Slurm job (and job step): the job's id.
-pub const JOB_ID: &str = "SLURM_JOB_ID";
+pub(crate) const JOB_ID: &str = "SLURM_JOB_ID";
 /// The label a node inside a Slurm job adds to its registration: the job's id.
-pub const JOB_LABEL: &str = "slurm_job";
+pub const SLURM_JOB_LABEL: &str = "slurm_job";
 /// The most GPUs one allocation may list (far more than any machine has).
-pub const MAX_GRANTED_GPUS: usize = 256;
+pub(crate) const MAX_GRANTED_GPUS: usize = 256;
 /// The longest variable value read; Slurm's values are short lists and numbers.
-pub const MAX_VALUE_BYTES: usize = 4096;
+pub(crate) const MAX_VALUE_BYTES: usize = 4096;
 /// Bytes in Slurm's memory unit (`--mem` and `SLURM_MEM_PER_*` count mebibytes).
 const SLURM_MIB: u64 = 1024 * 1024;
 
 /// The variables [`offer`] reads, in the order they are looked at.
-pub const VARIABLES: [&str; 9] = [
+pub(crate) const VARIABLES: [&str; 9] = [
     JOB_ID,
     "SLURM_ARRAY_JOB_ID",
     "CUDA_VISIBLE_DEVICES",
@@ -56,13 +57,13 @@ pub const VARIABLES: [&str; 9] = [
 
 /// The Slurm-related environment of the node: each of [`VARIABLES`] that is set.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SlurmEnv {
+pub(crate) struct SlurmEnv {
     values: BTreeMap<&'static str, String>,
 }
 
 impl SlurmEnv {
     /// An environment holding `pairs` (names outside [`VARIABLES`] are ignored).
-    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+    pub(crate) fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let mut values = BTreeMap::new();
         for (name, value) in pairs {
             if let Some(known) = VARIABLES.iter().find(|known| **known == name) {
@@ -80,7 +81,7 @@ impl SlurmEnv {
 /// What the cgroup the node runs in allows (the tightest of it and its
 /// ancestors); each `None` where the machine sets no such limit or has no cgroup.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct CgroupLimits {
+pub(crate) struct CgroupLimits {
     /// CPUs in the cgroup's cpuset.
     pub cpuset_cpus: Option<u32>,
     /// Cores the CPU quota allows (quota over period).
@@ -91,7 +92,7 @@ pub struct CgroupLimits {
 
 /// Which resources were set by flags, and so are not detected.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Explicit {
+pub struct ExplicitFlags {
     /// `--gpus` was given.
     pub gpus: bool,
     /// `--cpus` was given.
@@ -147,10 +148,44 @@ pub enum SlurmError {
     },
 }
 
+/// Inside a Slurm job: what the allocation grants, for each resource no flag
+/// set (said in the log), read from this process's environment and cgroup;
+/// `None` outside a job. Warns when the node has no `checkpoint_backup`, since a
+/// checkpoint held only here leaves with the job.
+pub fn detect_slurm(
+    explicit: ExplicitFlags,
+    checkpoint_backup: bool,
+) -> Result<Option<SlurmOffer>, SlurmError> {
+    let env = read_env();
+    let cgroup = read_cgroup_limits();
+    let Some(offer) = offer(explicit, &env, &cgroup)? else {
+        return Ok(None);
+    };
+    let describe = |detected: Option<String>, flag: bool| match (detected, flag) {
+        (_, true) => "set by flag".to_owned(),
+        (Some(detected), false) => detected,
+        (None, false) => "no limit found; the machine's".to_owned(),
+    };
+    tracing::info!(
+        job = %offer.job_id,
+        array = offer.array_job_id.as_deref().unwrap_or("-"),
+        gpus = %describe(offer.gpus.as_ref().map(|gpus| format!("{:?} from {}", gpus.value, gpus.source)), explicit.gpus),
+        cpus = %describe(offer.cpus.as_ref().map(|cpus| format!("{} from {}", cpus.value, cpus.source)), explicit.cpus),
+        memory = %describe(offer.memory_bytes.as_ref().map(|memory| format!("{} from {}", bytesize::ByteSize::b(memory.value), memory.source)), explicit.memory),
+        "inside a Slurm job: offering what the allocation grants"
+    );
+    if !checkpoint_backup {
+        tracing::warn!(
+            "inside a Slurm job without --checkpoint-backup: a checkpoint held only by this node leaves with it when the job ends; pass a directory on the shared file system"
+        );
+    }
+    Ok(Some(offer))
+}
+
 /// The offer of a node whose environment is `env` and whose cgroup allows
 /// `cgroup`: `None` outside a Slurm job (no `SLURM_JOB_ID`).
-pub fn offer(
-    explicit: Explicit,
+pub(crate) fn offer(
+    explicit: ExplicitFlags,
     env: &SlurmEnv,
     cgroup: &CgroupLimits,
 ) -> Result<Option<SlurmOffer>, SlurmError> {
@@ -356,7 +391,7 @@ impl Reader<'_> {
 
 /// A cpuset list such as `0-3,8,10-11`: how many CPUs it names (`None` when
 /// malformed, so an unreadable cpuset limits nothing rather than everything).
-pub fn cpuset_count(list: &str) -> Option<u32> {
+pub(crate) fn cpuset_count(list: &str) -> Option<u32> {
     let mut count: u32 = 0;
     for part in list.trim().split(',').filter(|part| !part.is_empty()) {
         let (first, last) = match part.split_once('-') {
@@ -375,7 +410,7 @@ pub fn cpuset_count(list: &str) -> Option<u32> {
 }
 
 /// Cores a v2 `cpu.max` (`QUOTA PERIOD`, or `max PERIOD`) allows.
-pub fn v2_quota_cores(cpu_max: &str) -> Option<f64> {
+pub(crate) fn v2_quota_cores(cpu_max: &str) -> Option<f64> {
     let mut fields = cpu_max.split_whitespace();
     let quota: u64 = fields.next()?.parse().ok()?;
     let period: u64 = fields.next()?.parse().ok()?;
@@ -383,7 +418,7 @@ pub fn v2_quota_cores(cpu_max: &str) -> Option<f64> {
 }
 
 /// Cores a v1 `cpu.cfs_quota_us` over `cpu.cfs_period_us` allows (`-1`: no quota).
-pub fn v1_quota_cores(quota_us: &str, period_us: &str) -> Option<f64> {
+pub(crate) fn v1_quota_cores(quota_us: &str, period_us: &str) -> Option<f64> {
     let quota: u64 = quota_us.trim().parse().ok()?;
     let period: u64 = period_us.trim().parse().ok()?;
     quota_cores(quota, period)
@@ -395,7 +430,7 @@ fn quota_cores(quota: u64, period: u64) -> Option<f64> {
 
 /// A memory limit file (`memory.max` or v1 `memory.limit_in_bytes`): `None` for
 /// `max`, and for v1's "unlimited" (the largest page-aligned value, past 2^62).
-pub fn memory_limit(text: &str) -> Option<u64> {
+pub(crate) fn memory_limit(text: &str) -> Option<u64> {
     let bytes: u64 = text.trim().parse().ok()?;
     (bytes > 0 && bytes < 1 << 62).then_some(bytes)
 }

@@ -10,7 +10,7 @@ fn env(pairs: &[(&str, &str)]) -> SlurmEnv {
 }
 
 fn offer_of(pairs: &[(&str, &str)], cgroup: CgroupLimits) -> SlurmOffer {
-    offer(Explicit::default(), &env(pairs), &cgroup)
+    offer(ExplicitFlags::default(), &env(pairs), &cgroup)
         .expect("a valid environment")
         .expect("inside a job")
 }
@@ -21,12 +21,12 @@ fn outside_a_job_nothing_is_detected() {
     // them) change nothing.
     let outside = env(&[("SLURM_CPUS_ON_NODE", "4"), ("CUDA_VISIBLE_DEVICES", "0")]);
     assert_eq!(
-        offer(Explicit::default(), &outside, &CgroupLimits::default()),
+        offer(ExplicitFlags::default(), &outside, &CgroupLimits::default()),
         Ok(None)
     );
     assert_eq!(
         offer(
-            Explicit::default(),
+            ExplicitFlags::default(),
             &env(&[(JOB_ID, " ")]),
             &CgroupLimits::default()
         ),
@@ -181,7 +181,7 @@ fn flags_win_and_skip_their_variables() {
         ("SLURM_CPUS_ON_NODE", "many"),
         ("SLURM_MEM_PER_NODE", "lots"),
     ];
-    let explicit = Explicit {
+    let explicit = ExplicitFlags {
         gpus: true,
         cpus: true,
         memory: true,
@@ -200,9 +200,13 @@ fn malformed_values_are_refused_by_name() {
     let refused = |pairs: &[(&str, &str)]| {
         let mut all = vec![(JOB_ID, "11")];
         all.extend_from_slice(pairs);
-        offer(Explicit::default(), &env(&all), &CgroupLimits::default())
-            .expect_err("malformed")
-            .to_string()
+        offer(
+            ExplicitFlags::default(),
+            &env(&all),
+            &CgroupLimits::default(),
+        )
+        .expect_err("malformed")
+        .to_string()
     };
     let message = refused(&[("CUDA_VISIBLE_DEVICES", "GPU-5b1d2c3e")]);
     assert!(

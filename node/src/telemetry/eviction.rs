@@ -28,24 +28,15 @@ use std::path::Path;
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::WorkerKey;
 
+use crate::gpu::GpuMemory;
+
 /// The default share of a GPU's memory at which eviction starts, in
 /// thousandths: 95%, leaving room for the evicted worker's checkpoint.
-pub const DEFAULT_THRESHOLD_MILLI: u32 = 950;
-
-/// One GPU's memory as last sampled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GpuMemory {
-    /// The device index.
-    pub index: u32,
-    /// Bytes in use.
-    pub used_bytes: u64,
-    /// Bytes the device has; 0 when unknown (never evicts).
-    pub total_bytes: u64,
-}
+pub(crate) const DEFAULT_THRESHOLD_MILLI: u32 = 950;
 
 /// A live worker that may be evicted: it opted in to oversubscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Oversubscribed {
+pub(crate) struct Oversubscribed {
     /// The worker.
     pub key: WorkerKey,
     /// The device indices it uses.
@@ -56,7 +47,7 @@ pub struct Oversubscribed {
 
 /// One worker to evict, and the GPU memory that chose it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Eviction {
+pub(crate) struct Eviction {
     /// The worker.
     pub key: WorkerKey,
     /// The GPU over the threshold, as sampled.
@@ -65,7 +56,7 @@ pub struct Eviction {
 
 impl Eviction {
     /// The GPU's memory in use, in percent, for logs and reasons.
-    pub fn percent(&self) -> f64 {
+    pub(crate) fn percent(&self) -> f64 {
         if self.gpu.total_bytes == 0 {
             return 0.0;
         }
@@ -74,13 +65,13 @@ impl Eviction {
 }
 
 /// The largest `--gpu-memory-file` read; more is refused.
-pub const MAX_MEMORY_FILE_BYTES: u64 = 64 * 1024;
+pub(crate) const MAX_MEMORY_FILE_BYTES: u64 = 64 * 1024;
 /// The most GPUs a `--gpu-memory-file` may list.
-pub const MAX_MEMORY_FILE_GPUS: usize = 256;
+pub(crate) const MAX_MEMORY_FILE_GPUS: usize = 256;
 
 /// A `--gpu-memory-file` that cannot be used; no eviction follows from it.
 #[derive(Debug, thiserror::Error)]
-pub enum MemoryFileError {
+pub(crate) enum MemoryFileError {
     /// The file cannot be read.
     #[error("cannot read the GPU memory file")]
     Read(#[source] std::io::Error),
@@ -107,7 +98,7 @@ pub enum MemoryFileError {
 }
 
 /// Reads a `--gpu-memory-file` (bounded) and parses it.
-pub fn read_memory_file(path: &Path) -> Result<Vec<GpuMemory>, MemoryFileError> {
+pub(crate) fn read_memory_file(path: &Path) -> Result<Vec<GpuMemory>, MemoryFileError> {
     // Non-blocking, as `objects::local` opens lane files: opening a FIFO for
     // reading would block until a writer came. A regular file reads as usual.
     let file = std::fs::OpenOptions::new()
@@ -132,7 +123,7 @@ pub fn read_memory_file(path: &Path) -> Result<Vec<GpuMemory>, MemoryFileError> 
 /// Parses the lines of a `--gpu-memory-file`: `INDEX USED_BYTES TOTAL_BYTES`
 /// per GPU, each index once, used at most total; blank lines and `#`
 /// comments are skipped.
-pub fn parse_memory_file(text: &str) -> Result<Vec<GpuMemory>, MemoryFileError> {
+pub(crate) fn parse_memory_file(text: &str) -> Result<Vec<GpuMemory>, MemoryFileError> {
     let mut gpus: Vec<GpuMemory> = Vec::new();
     for (number, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or_default().trim();
@@ -181,7 +172,7 @@ pub fn parse_memory_file(text: &str) -> Result<Vec<GpuMemory>, MemoryFileError> 
 /// largest key, so the choice is the same on every run. A worker chosen for one
 /// GPU is not chosen again for another. A GPU with no such worker is left
 /// alone: workers that did not opt in are never evicted for memory.
-pub fn choose_evictions(
+pub(crate) fn choose_evictions(
     gpus: &[GpuMemory],
     workers: &[Oversubscribed],
     evicting: &BTreeSet<WorkerKey>,

@@ -25,8 +25,8 @@
 //! at most [`MAX_PROCESSES`] processes are read per worker, and what cannot be
 //! read or parsed leaves its field absent.
 
-pub mod eviction;
-pub mod proc;
+pub(crate) mod eviction;
+pub(crate) mod proc;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
@@ -43,51 +43,49 @@ use xp_runtime::protocol::{
     GpuSample, MAX_TELEMETRY_WORKERS, NodeTelemetry, StoreUsage, WorkerSample,
 };
 
-use self::eviction::{Eviction, GpuMemory, Oversubscribed};
-use crate::cgroup::Version;
-use crate::gpu::{GpuReading, GpuSampler};
+use self::eviction::{Eviction, Oversubscribed};
+use crate::cgroup::{CgroupFiles, Version};
+use crate::gpu::{GpuMemory, GpuReading, GpuSampler};
 use crate::objects::ObjectStore;
 
 /// How often a node samples by default.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 /// The shortest interval accepted (0 turns telemetry off).
-pub const MIN_INTERVAL: Duration = Duration::from_millis(200);
+pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(200);
 /// The longest interval accepted.
-pub const MAX_INTERVAL: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(3600);
 /// The most processes read for one worker in one sample.
-pub const MAX_PROCESSES: usize = 4096;
+pub(crate) const MAX_PROCESSES: usize = 4096;
 /// Samples waiting for the session; more are dropped.
-pub const QUEUE: usize = 2;
+pub(crate) const QUEUE: usize = 2;
+
+/// Why a `--telemetry-interval` is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TelemetryIntervalError {
+    /// Neither 0 (off) nor between [`MIN_INTERVAL`] and [`MAX_INTERVAL`].
+    #[error(
+        "the telemetry interval must be 0 (off) or between {} and {}",
+        humantime::format_duration(MIN_INTERVAL),
+        humantime::format_duration(MAX_INTERVAL)
+    )]
+    OutOfRange {
+        /// The interval asked for.
+        interval: Duration,
+    },
+}
 
 /// Checks `--telemetry-interval`: 0 (off) or between [`MIN_INTERVAL`] and [`MAX_INTERVAL`].
-pub fn check_interval(interval: Duration) -> Result<Duration, String> {
+pub fn check_interval(interval: Duration) -> Result<Duration, TelemetryIntervalError> {
     if interval.is_zero() || (MIN_INTERVAL..=MAX_INTERVAL).contains(&interval) {
         Ok(interval)
     } else {
-        Err(format!(
-            "the telemetry interval must be 0 (off) or between {} and {}",
-            humantime::format_duration(MIN_INTERVAL),
-            humantime::format_duration(MAX_INTERVAL)
-        ))
+        Err(TelemetryIntervalError::OutOfRange { interval })
     }
-}
-
-/// A worker's cgroup files, as telemetry reads them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CgroupFiles {
-    /// The hierarchy's version.
-    pub version: Version,
-    /// The directory holding its CPU accounting (v1: the `cpu` controller's).
-    pub cpu_dir: PathBuf,
-    /// The directory holding its memory accounting.
-    pub memory_dir: PathBuf,
-    /// A `cgroup.procs` that lists its processes.
-    pub procs: PathBuf,
 }
 
 /// Where to measure one worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub(crate) struct Target {
     /// Its process id, also its process group's.
     pub pid: u32,
     /// Its cgroup, where it has one.
@@ -103,11 +101,11 @@ pub struct Target {
 /// The live workers to sample, shared by the worker tasks (each adds itself
 /// once started and is removed when its [`TargetGuard`] drops) and the sampler.
 #[derive(Debug, Clone, Default)]
-pub struct Targets(Arc<Mutex<HashMap<WorkerKey, Target>>>);
+pub(crate) struct Targets(Arc<Mutex<HashMap<WorkerKey, Target>>>);
 
 impl Targets {
     /// Samples `key` at `target` until the guard drops.
-    pub fn register(&self, key: WorkerKey, target: Target) -> TargetGuard {
+    pub(crate) fn register(&self, key: WorkerKey, target: Target) -> TargetGuard {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -119,7 +117,7 @@ impl Targets {
     }
 
     /// The workers now, at most [`MAX_TELEMETRY_WORKERS`].
-    pub fn snapshot(&self) -> Vec<(WorkerKey, Target)> {
+    pub(crate) fn snapshot(&self) -> Vec<(WorkerKey, Target)> {
         let targets = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         targets
             .iter()
@@ -131,7 +129,7 @@ impl Targets {
 
 /// Keeps a worker sampled; dropping it stops that.
 #[derive(Debug)]
-pub struct TargetGuard {
+pub(crate) struct TargetGuard {
     targets: Targets,
     key: WorkerKey,
 }
@@ -253,7 +251,7 @@ fn clock_ticks() -> f64 {
 
 /// What a sample needs to remember: each worker's CPU seconds at its last
 /// sample, and NVML (or why there is none).
-pub struct Sampler {
+pub(crate) struct Sampler {
     last_cpu: HashMap<WorkerKey, (tokio::time::Instant, f64)>,
     gpu: Option<GpuSampler>,
     clock_ticks: f64,
@@ -283,7 +281,7 @@ impl std::fmt::Debug for Sampler {
 
 impl Sampler {
     /// A sampler; says once why GPU figures will be absent when NVML cannot load.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let gpu = match GpuSampler::new() {
             Ok(gpu) => Some(gpu),
             Err(error) => {
@@ -305,13 +303,14 @@ impl Sampler {
 
     /// Reads GPU memory for the eviction watch from `path` (`--gpu-memory-file`)
     /// instead of NVML.
-    pub fn with_memory_file(mut self, path: Option<PathBuf>) -> Self {
+    pub(crate) fn with_memory_file(mut self, path: Option<PathBuf>) -> Self {
         self.memory_file = path;
         self
     }
 
+    #[cfg(test)]
     /// Samples `targets` (blocking: it reads kernel files and calls NVML).
-    pub fn sample(
+    pub(crate) fn sample(
         &mut self,
         now: tokio::time::Instant,
         at: u64,
@@ -323,7 +322,7 @@ impl Sampler {
 
     /// Samples `targets` as [`Self::sample`] does, and says which oversubscribed
     /// workers to evict for GPU memory now.
-    pub fn sample_and_evict(
+    pub(crate) fn sample_and_evict(
         &mut self,
         now: tokio::time::Instant,
         at: u64,
@@ -478,7 +477,7 @@ fn process_gpu_memory(target: &Target, by_pid: &HashMap<u32, u64>) -> Option<u64
 /// Samples every `interval` until `shutdown`, queueing each sample for the
 /// session (dropped when the queue is full: no session is taking them) and
 /// handing each eviction the watch chooses to the agent on `evictions`.
-pub async fn run(
+pub(crate) async fn run(
     interval: Duration,
     targets: Targets,
     store: Arc<ObjectStore>,

@@ -4,11 +4,11 @@
 //! for anything it does not understand, never a panic.
 
 /// The most bytes read from one kernel file (they are a few hundred).
-pub const MAX_FILE_BYTES: u64 = 64 << 10;
+pub(crate) const MAX_FILE_BYTES: u64 = 64 << 10;
 
 /// What telemetry needs of `/proc/PID/stat`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcStat {
+pub(crate) struct ProcStat {
     /// The process group.
     pub pgrp: u32,
     /// CPU time in clock ticks: its own (user + system) and that of the
@@ -18,7 +18,7 @@ pub struct ProcStat {
 
 /// Parses `/proc/PID/stat`. The command name (field 2) may hold spaces and
 /// parentheses, so fields are counted from the last `)`.
-pub fn parse_stat(text: &str) -> Option<ProcStat> {
+pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
     let (_, rest) = text.rsplit_once(')')?;
     // After the name: state (3), ppid (4), pgrp (5), ..., utime (14),
     // stime (15), cutime (16), cstime (17).
@@ -35,7 +35,7 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
 }
 
 /// `VmRSS` of `/proc/PID/status`, in bytes (absent for kernel threads and zombies).
-pub fn parse_vm_rss(text: &str) -> Option<u64> {
+pub(crate) fn parse_vm_rss(text: &str) -> Option<u64> {
     text.lines().find_map(|line| {
         let rest = line.strip_prefix("VmRSS:")?;
         let mut parts = rest.split_whitespace();
@@ -45,12 +45,12 @@ pub fn parse_vm_rss(text: &str) -> Option<u64> {
 }
 
 /// A single number (`cpuacct.usage`, `memory.current`, `memory.usage_in_bytes`).
-pub fn parse_number(text: &str) -> Option<u64> {
+pub(crate) fn parse_number(text: &str) -> Option<u64> {
     text.trim().parse().ok()
 }
 
 /// The value of `key` in a flat keyed file (`cpu.stat`, `memory.stat`: `key value` lines).
-pub fn keyed(text: &str, key: &str) -> Option<u64> {
+pub(crate) fn keyed(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|line| {
         let mut parts = line.split_whitespace();
         (parts.next()? == key).then(|| parts.next()?.parse().ok())?
@@ -58,7 +58,7 @@ pub fn keyed(text: &str, key: &str) -> Option<u64> {
 }
 
 /// The process ids listed in a `cgroup.procs` file.
-pub fn parse_pids(text: &str) -> Vec<u32> {
+pub(crate) fn parse_pids(text: &str) -> Vec<u32> {
     text.lines()
         .filter_map(|line| line.trim().parse().ok())
         .collect()
@@ -66,7 +66,7 @@ pub fn parse_pids(text: &str) -> Vec<u32> {
 
 /// A cgroup's working set: its memory use less the page cache the kernel may
 /// drop at once (inactive file pages), as `docker stats` and the kubelet count it.
-pub fn working_set(usage: u64, stat: &str, v2: bool) -> u64 {
+pub(crate) fn working_set(usage: u64, stat: &str, v2: bool) -> u64 {
     let key = if v2 {
         "inactive_file"
     } else {

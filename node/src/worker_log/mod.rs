@@ -29,7 +29,6 @@
 //! file; the head is full before the first tail segment exists; a segment is
 //! created before the one it pushes out is deleted.
 
-pub mod bench;
 pub(crate) mod lines;
 mod reader;
 mod writer;
@@ -39,16 +38,30 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
+use xp_runtime::ids::WorkerKey;
+
 pub use reader::{LogRead, read};
-pub use writer::{LogSender, LogWriter, start};
+#[cfg(test)]
+use writer::LogWriter;
+pub(crate) use writer::{LogSender, start};
+
+/// Where worker `key`'s combined output is kept under the node's data
+/// directory: the head file of its log (`logs/TRIAL/aN/rankN.log`).
+pub fn log_path(data_dir: &Path, key: WorkerKey) -> PathBuf {
+    data_dir
+        .join("logs")
+        .join(key.trial.to_string())
+        .join(format!("a{}", key.attempt))
+        .join(format!("rank{}.log", key.rank))
+}
 
 /// The default cap of one worker's log: see [`LogCap`].
-pub const DEFAULT_LOG_CAP: u64 = 64 << 20;
+pub(crate) const DEFAULT_LOG_CAP: u64 = 64 << 20;
 /// The smallest cap: room for a marker line and some output on either side of it.
-pub const MIN_LOG_CAP: u64 = 4 << 10;
+pub(crate) const MIN_LOG_CAP: u64 = 4 << 10;
 /// How many segments the tail is kept in. The tail rolls one segment at a time,
 /// so it holds between three quarters and all of its half of the cap.
-pub const TAIL_SEGMENTS: usize = 4;
+pub(crate) const TAIL_SEGMENTS: usize = 4;
 
 /// The most bytes one worker's log keeps on disk: the first half of the cap
 /// holds the beginning of its output, the second half a rolling tail.
@@ -127,7 +140,7 @@ impl LogError {
 
 /// The marker that stands where `dropped` bytes were cut out of a log that keeps
 /// its first `head` and last `tail` bytes.
-pub fn marker_line(dropped: u64, head: u64, tail: u64) -> String {
+pub(crate) fn marker_line(dropped: u64, head: u64, tail: u64) -> String {
     format!("[xp: {dropped} bytes dropped here; the log keeps its first {head} and last {tail}]\n")
 }
 
@@ -159,7 +172,7 @@ fn segment_path(head_path: &Path, start: u64) -> PathBuf {
 }
 
 /// The file that holds the marker once anything was dropped.
-pub fn marker_path(head_path: &Path) -> PathBuf {
+pub(crate) fn marker_path(head_path: &Path) -> PathBuf {
     let mut name = head_path.as_os_str().to_owned();
     name.push(".dropped");
     PathBuf::from(name)
@@ -199,9 +212,10 @@ fn list_segments(head_path: &Path) -> Result<Vec<Segment>, LogError> {
     Ok(segments)
 }
 
+#[cfg(any(test, feature = "test-util"))]
 /// Every file of the log `head_path` that exists, with its length: what the
 /// log takes on disk.
-pub fn files_on_disk(head_path: &Path) -> Vec<(PathBuf, u64)> {
+pub(crate) fn files_on_disk(head_path: &Path) -> Vec<(PathBuf, u64)> {
     let mut files: Vec<(PathBuf, u64)> = [head_path.to_owned(), marker_path(head_path)]
         .into_iter()
         .filter_map(|path| {

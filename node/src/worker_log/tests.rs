@@ -360,7 +360,7 @@ async fn run_worker(
     };
     let argv = vec!["sh".to_owned(), "-c".to_owned(), script.to_owned()];
     let log_path = log_in(dir);
-    let (launch, command) = super::bench::solo_worker(dir, key, argv, log_path.clone(), store);
+    let (launch, command) = crate::test_util::solo_worker(dir, key, argv, log_path.clone(), store);
     let (reports_tx, mut reports_rx) = mpsc::unbounded_channel();
     let (_stop_tx, stop_rx) = oneshot::channel();
     supervise(
@@ -424,7 +424,7 @@ async fn a_worker_ending_on_its_own_while_the_node_drains_is_stopped_not_failed(
 async fn a_worker_printing_past_the_cap_keeps_head_tail_and_every_metric() {
     let dir = tempfile::tempdir().unwrap();
     let output_path = dir.path().join("output.txt");
-    let metric_lines = super::bench::generate(&output_path, 300_000).unwrap();
+    let metric_lines = crate::test_util::generate_output(&output_path, 300_000).unwrap();
     // A metric line too long to parse, then one more good one, then stderr.
     let long = format!("XP_METRIC {{\"x\": \"{}\"}}", "y".repeat(100_000));
     let script = format!(

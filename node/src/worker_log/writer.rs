@@ -29,7 +29,7 @@ const CHANNEL_CHUNKS: usize = 16;
 
 /// Writes one worker's output into its head file and rolling tail segments.
 #[derive(Debug)]
-pub struct LogWriter {
+pub(crate) struct LogWriter {
     head_path: PathBuf,
     cap: LogCap,
     /// The head file, open while it is not full and no tail exists.
@@ -46,7 +46,7 @@ pub struct LogWriter {
 impl LogWriter {
     /// Opens the log `head_path` under `cap`. A log already on disk (a worker
     /// launched again under the same key) is continued after its end.
-    pub fn open(head_path: &Path, cap: LogCap) -> Result<Self, LogError> {
+    pub(crate) fn open(head_path: &Path, cap: LogCap) -> Result<Self, LogError> {
         let tail: VecDeque<Segment> = list_segments(head_path)?.into();
         let head_len = match std::fs::metadata(head_path) {
             Ok(metadata) => metadata.len(),
@@ -71,7 +71,7 @@ impl LogWriter {
     }
 
     /// Appends `bytes`, dropping the oldest tail segment when the cap needs it.
-    pub fn write(&mut self, mut bytes: &[u8]) -> Result<(), LogError> {
+    pub(crate) fn write(&mut self, mut bytes: &[u8]) -> Result<(), LogError> {
         while !bytes.is_empty() {
             if self.tail.is_empty() && self.head_len < self.cap.head() {
                 let room = self.cap.head() - self.head_len;
@@ -110,12 +110,13 @@ impl LogWriter {
     }
 
     /// Closes the log, leaving the final marker when anything was dropped.
-    pub fn finish(self) -> Result<(), LogError> {
+    pub(crate) fn finish(self) -> Result<(), LogError> {
         self.leave_marker()
     }
 
+    #[cfg(test)]
     /// The stream offset of the next byte: how much output the log was given.
-    pub fn end(&self) -> u64 {
+    pub(crate) fn end(&self) -> u64 {
         self.end
     }
 
@@ -186,13 +187,13 @@ fn append(path: &Path) -> Result<File, LogError> {
 
 /// Hands output to a worker's log writer; cloned for each of its pumps.
 #[derive(Debug, Clone)]
-pub struct LogSender {
+pub(crate) struct LogSender {
     chunks: mpsc::Sender<Vec<u8>>,
 }
 
 impl LogSender {
     /// Queues `bytes` for the log, waiting while the writer is behind.
-    pub async fn write(&self, bytes: Vec<u8>) {
+    pub(crate) async fn write(&self, bytes: Vec<u8>) {
         if bytes.is_empty() {
             return;
         }
@@ -205,7 +206,10 @@ impl LogSender {
 /// writer on a thread of its own. The writer ends, and the handle resolves, once
 /// every [`LogSender`] is dropped and all they sent is written. A log that
 /// cannot be opened or written is reported once and its output discarded.
-pub async fn start(head_path: PathBuf, cap: LogCap) -> (LogSender, tokio::task::JoinHandle<()>) {
+pub(crate) async fn start(
+    head_path: PathBuf,
+    cap: LogCap,
+) -> (LogSender, tokio::task::JoinHandle<()>) {
     let (chunks, mut receiver) = mpsc::channel::<Vec<u8>>(CHANNEL_CHUNKS);
     let opened = {
         let head_path = head_path.clone();

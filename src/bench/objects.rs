@@ -10,21 +10,22 @@
 //! short-cuts one.
 //!
 //! Not a test: it asserts nothing about the figures, and is run only by
-//! `xp bench objects`, never by `cargo test`.
+//! `xp bench objects`, never by `cargo test`. It drives the node's object store
+//! through `xp_node`'s public API and its `test-util` checkpoint helpers.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
+use xp_node::{
+    CheckpointError, FetchError, ObjectChange, ObjectFetcher, ObjectServer, ObjectServerError,
+    ObjectStore, Owner, StoreError, StoreLimits, Wanted,
+};
 use xp_runtime::collective::CollectiveError;
 use xp_runtime::collective::bench::{memcpy_gbps, stopwatch, tcp_loopback_gbps};
 use xp_runtime::ids::NodeId;
 use xp_runtime::object_wire;
 use xp_runtime::protocol::ObjectSource;
-
-use super::remote::{FetchError, ObjectFetcher, ObjectServer, ObjectServerError, Wanted};
-use super::{ObjectStore, Owner, StoreError, StoreLimits};
-use crate::checkpoint::CheckpointError;
 
 /// Why the bench could not finish: the first operation that failed.
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +98,61 @@ fn open(dir: &Path, name: &str, memory_bytes: u64) -> Result<Arc<ObjectStore>, S
     ObjectStore::open(dir.join(name), limits).map(Arc::new)
 }
 
+/// The stores of one bench and the server between them: puts go to a memory
+/// store and a disk store, and a third store fetches from the disk store's server.
+struct Stores {
+    memory: Arc<ObjectStore>,
+    disk: Arc<ObjectStore>,
+    fetching: Arc<ObjectStore>,
+    server: ObjectServer,
+    source: ObjectSource,
+    fetcher: ObjectFetcher,
+    /// What the server reports (copies it found damaged), unread.
+    _changes: mpsc::UnboundedReceiver<ObjectChange>,
+}
+
+impl Stores {
+    /// Opens the stores under `dir`, the memory tiers large enough for `largest`.
+    fn open(dir: &Path, largest: u64) -> Result<Self, BenchError> {
+        let memory = open(dir, "memory", largest.saturating_mul(2).max(1 << 20))?;
+        let disk = open(dir, "disk", 0)?;
+        let fetching = open(dir, "fetching", largest.saturating_mul(2).max(1 << 20))?;
+        let (dropped, changes) = mpsc::unbounded_channel();
+        let digest = object_wire::token_digest(TOKEN);
+        let server = ObjectServer::start(
+            disk.clone(),
+            "127.0.0.1:0".parse().expect("a literal socket address"),
+            digest,
+            dropped,
+        )?;
+        let source = ObjectSource {
+            node: NodeId::random(),
+            host: "127.0.0.1".to_owned(),
+            endpoint: server.endpoint()?,
+        };
+        let fetcher = ObjectFetcher::new(digest)?;
+        Ok(Self {
+            memory,
+            disk,
+            fetching,
+            server,
+            source,
+            fetcher,
+            _changes: changes,
+        })
+    }
+}
+
+/// The best of [`RUNS`] for one size, in GB/s: a put to memory, a put to disk,
+/// a get from disk, and a fetch from the other store.
+#[derive(Debug, Default)]
+struct SizeFigures {
+    put_memory: f64,
+    put_disk: f64,
+    get_disk: f64,
+    remote: f64,
+}
+
 /// Runs every measurement for `sizes`, and a checkpoint of `checkpoint_bytes`,
 /// with stores under `dir`.
 pub async fn run(
@@ -109,23 +165,7 @@ pub async fn run(
         .await
         .map_err(BenchError::Loopback)?;
     let largest = sizes.iter().copied().max().unwrap_or(0);
-    let memory_store = open(dir, "memory", largest.saturating_mul(2).max(1 << 20))?;
-    let disk_store = open(dir, "disk", 0)?;
-    let fetching_store = open(dir, "fetching", largest.saturating_mul(2).max(1 << 20))?;
-    let (dropped, _dropped_rx) = mpsc::unbounded_channel();
-    let digest = object_wire::token_digest(TOKEN);
-    let server = ObjectServer::start(
-        disk_store.clone(),
-        "127.0.0.1:0".parse().expect("a literal socket address"),
-        digest,
-        dropped,
-    )?;
-    let source = ObjectSource {
-        node: NodeId::random(),
-        host: "127.0.0.1".to_owned(),
-        endpoint: server.endpoint()?,
-    };
-    let fetcher = ObjectFetcher::new(digest)?;
+    let stores = Stores::open(dir, largest)?;
     let local = |op, tier, size, gbps| Measurement {
         op,
         tier,
@@ -136,58 +176,22 @@ pub async fn run(
     };
     let mut out = Vec::new();
     for &size in sizes {
-        let (mut put_memory, mut put_disk, mut get_disk, mut remote) = (0f64, 0f64, 0f64, 0f64);
-        for run in 0..RUNS {
-            let bytes: Arc<[u8]> = content(size, run).into();
-            let started = stopwatch();
-            let id = memory_store.put(bytes.clone(), owner())?;
-            put_memory = put_memory.max(gbps(size, started.elapsed().as_secs_f64()));
-            memory_store.delete(id)?;
-
-            let started = stopwatch();
-            disk_store.put(bytes.clone(), owner())?;
-            put_disk = put_disk.max(gbps(size, started.elapsed().as_secs_f64()));
-            drop(bytes);
-
-            // Each get maps the file afresh and hashes it: no earlier map is held.
-            let started = stopwatch();
-            let got = disk_store.get(id)?;
-            get_disk = get_disk.max(gbps(size, started.elapsed().as_secs_f64()));
-            drop(got);
-
-            let started = stopwatch();
-            fetcher
-                .ensure(
-                    &fetching_store,
-                    Wanted {
-                        id,
-                        owner: owner(),
-                        pin: false,
-                        size: Some(size),
-                    },
-                    std::slice::from_ref(&source),
-                    None,
-                )
-                .await?;
-            remote = remote.max(gbps(size, started.elapsed().as_secs_f64()));
-            fetching_store.delete(id)?;
-            disk_store.delete(id)?;
-        }
-        out.push(local("put", "memory", size, put_memory));
-        out.push(local("put", "disk", size, put_disk));
-        out.push(local("get", "disk", size, get_disk));
+        let figures = measure_size(&stores, size).await?;
+        out.push(local("put", "memory", size, figures.put_memory));
+        out.push(local("put", "disk", size, figures.put_disk));
+        out.push(local("get", "disk", size, figures.get_disk));
         out.push(Measurement {
             op: "remote_get",
             tier: "disk",
             size_bytes: size,
-            gbps: remote,
+            gbps: figures.remote,
             reference_gbps: tcp,
             reference: "tcp_loopback",
         });
     }
-    server.close();
+    stores.server.close();
     if checkpoint_bytes > 0 {
-        let (save, restore) = checkpoint(dir, &disk_store, checkpoint_bytes)?;
+        let (save, restore) = checkpoint(dir, &stores.disk, checkpoint_bytes)?;
         out.push(local("checkpoint_save", "disk", checkpoint_bytes, save));
         out.push(local(
             "checkpoint_restore",
@@ -197,6 +201,55 @@ pub async fn run(
         ));
     }
     Ok(out)
+}
+
+/// Puts, gets and fetches an object of `size` bytes [`RUNS`] times; the best of each.
+async fn measure_size(stores: &Stores, size: u64) -> Result<SizeFigures, BenchError> {
+    let mut best = SizeFigures::default();
+    for run in 0..RUNS {
+        let bytes: Arc<[u8]> = content(size, run).into();
+        let started = stopwatch();
+        let id = stores.memory.put(bytes.clone(), owner())?;
+        best.put_memory = best
+            .put_memory
+            .max(gbps(size, started.elapsed().as_secs_f64()));
+        stores.memory.delete(id)?;
+
+        let started = stopwatch();
+        stores.disk.put(bytes.clone(), owner())?;
+        best.put_disk = best
+            .put_disk
+            .max(gbps(size, started.elapsed().as_secs_f64()));
+        drop(bytes);
+
+        // Each get maps the file afresh and hashes it: no earlier map is held.
+        let started = stopwatch();
+        let got = stores.disk.get(id)?;
+        best.get_disk = best
+            .get_disk
+            .max(gbps(size, started.elapsed().as_secs_f64()));
+        drop(got);
+
+        let started = stopwatch();
+        stores
+            .fetcher
+            .ensure(
+                &stores.fetching,
+                Wanted {
+                    id,
+                    owner: owner(),
+                    pin: false,
+                    size: Some(size),
+                },
+                std::slice::from_ref(&stores.source),
+                None,
+            )
+            .await?;
+        best.remote = best.remote.max(gbps(size, started.elapsed().as_secs_f64()));
+        stores.fetching.delete(id)?;
+        stores.disk.delete(id)?;
+    }
+    Ok(best)
 }
 
 /// Saves and restores a one-file checkpoint of `size` bytes; best of three each.
@@ -209,11 +262,11 @@ fn checkpoint(dir: &Path, store: &ObjectStore, size: u64) -> Result<(f64, f64), 
         std::fs::create_dir_all(&checkpoint_dir)?;
         std::fs::write(checkpoint_dir.join("state"), content(size, 100 + run))?;
         let started = stopwatch();
-        let files = crate::checkpoint::take(store, &checkpoint_dir, None, trial, run as u64)?;
+        let files = xp_node::take_checkpoint(store, &checkpoint_dir, trial, run as u64)?;
         save = save.max(gbps(size, started.elapsed().as_secs_f64()));
         let _ = std::fs::remove_dir_all(&restored_dir);
         let started = stopwatch();
-        crate::checkpoint::restore(store, &restored_dir, &files)?;
+        xp_node::restore_checkpoint(store, &restored_dir, &files)?;
         restore = restore.max(gbps(size, started.elapsed().as_secs_f64()));
         for file in files {
             store.delete(file.object)?;

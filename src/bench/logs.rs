@@ -3,33 +3,27 @@
 //! the same run.
 //!
 //! The same generated output (text lines with a metric line every
-//! [`METRIC_EVERY`] lines) is printed by `cat` three ways: as a worker under
-//! `worker::supervise` (pipes, pumps, metric parsing, the capped writer), as
-//! `cat FILE > OUT` (the kernel copying into a file: the ceiling), and as
-//! `cat FILE | cat > OUT` (one pipe hop and a plain copy: what any capture
-//! costs). Each is timed whole, from spawn to exit with everything written; best
-//! of three. The worker's metric reports are counted, and its log's files are
-//! summed to show the cap held.
+//! [`METRIC_EVERY`] lines) is printed by `cat` three ways: as a worker through
+//! the node's worker path (`xp_node::run_command_worker`: pipes, pumps, metric
+//! parsing, the capped writer), as `cat FILE > OUT` (the kernel copying into a
+//! file: the ceiling), and as `cat FILE | cat > OUT` (one pipe hop and a plain
+//! copy: what any capture costs). Each is timed whole, from spawn to exit with
+//! everything written; best of three. The worker's metric reports are counted,
+//! and its log's files are summed to show the cap held.
 //!
 //! Not a test: it asserts nothing about the figures, and is run only by
 //! `xp bench logs`, never by `cargo test`.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use xp_node::{LogCap, ObjectStore, StoreError, StoreLimits};
 use xp_runtime::collective::bench::stopwatch;
 use xp_runtime::ids::{ExperimentId, TrialId, WorkerKey};
-use xp_runtime::protocol::{Launch, Program, WorkerReport};
+use xp_runtime::protocol::WorkerReport;
 
-use super::{LogCap, files_on_disk};
-use crate::checkpoint::CheckpointSink;
-use crate::objects::{ObjectStore, StoreError, StoreLimits};
-use crate::worker::{WorkerCommand, supervise};
+pub use xp_node::METRIC_EVERY;
 
-/// One line in this many of the generated output is a metric line.
-pub const METRIC_EVERY: u64 = 100;
 /// How many times each way is run; the best counts.
 const RUNS: u32 = 3;
 
@@ -95,7 +89,7 @@ pub async fn run(dir: &Path, bytes: u64, cap: LogCap) -> Result<LogBench, LogBen
     let input = dir.join("output.txt");
     let metric_lines = {
         let input = input.clone();
-        tokio::task::spawn_blocking(move || generate(&input, bytes))
+        tokio::task::spawn_blocking(move || xp_node::generate_output(&input, bytes))
             .await
             .map_err(|error| io("generating the output", error.into()))?
             .map_err(|error| io("generating the output", error))?
@@ -134,93 +128,6 @@ pub async fn run(dir: &Path, bytes: u64, cap: LogCap) -> Result<LogBench, LogBen
     Ok(best)
 }
 
-/// Writes `bytes` of output lines to `path`; returns how many are metric lines.
-pub(crate) fn generate(path: &Path, bytes: u64) -> std::io::Result<u64> {
-    let mut file = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
-    let mut written = 0u64;
-    let mut metric_lines = 0u64;
-    let mut line_idx = 0u64;
-    let mut line = String::with_capacity(128);
-    while written < bytes {
-        line.clear();
-        if line_idx.is_multiple_of(METRIC_EVERY) {
-            metric_lines += 1;
-            line.push_str(&format!(
-                "XP_METRIC {{\"step\": {line_idx}, \"loss\": {}}}\n",
-                1.0 / (line_idx + 1) as f64
-            ));
-        } else {
-            line.push_str(&format!(
-                "step {line_idx:>9}: the quick brown fox jumps over the lazy dog, loss still falling\n"
-            ));
-        }
-        let room = usize::try_from(bytes - written).unwrap_or(usize::MAX);
-        if line.len() > room {
-            // The last, partial line is plain text.
-            line = "x".repeat(room);
-            if line_idx.is_multiple_of(METRIC_EVERY) {
-                metric_lines -= 1;
-            }
-        }
-        file.write_all(line.as_bytes())?;
-        written += line.len() as u64;
-        line_idx += 1;
-    }
-    file.flush()?;
-    Ok(metric_lines)
-}
-
-/// A one-rank command worker running `argv` with its log at `log_path` and its
-/// work directory under `dir`: what the bench and the log tests run through
-/// `worker::supervise`.
-pub(super) fn solo_worker(
-    dir: &Path,
-    key: WorkerKey,
-    argv: Vec<String>,
-    log_path: PathBuf,
-    store: Arc<ObjectStore>,
-) -> (Launch, WorkerCommand) {
-    let launch = Launch {
-        key,
-        world_size: 1,
-        local_rank: 0,
-        program: Program::Command { argv: argv.clone() },
-        config_json: "{}".to_owned(),
-        seed: 0,
-        gpu_indices: Vec::new(),
-        gpu_milli: 0,
-        master_addr: "127.0.0.1".to_owned(),
-        master_port: 29500,
-        collective_token: [0; 32],
-        transport: Default::default(),
-        resume: None,
-        cpu_milli: 0,
-        memory_bytes: 0,
-        inputs: Vec::new(),
-        collect_outputs: false,
-        oversubscription_milli: 1000,
-    };
-    let work_dir = dir.join("work");
-    let command = WorkerCommand {
-        program: PathBuf::from(&argv[0]),
-        args: argv[1..].to_vec(),
-        extra_env: Vec::new(),
-        log_path,
-        checkpoint: CheckpointSink::new(store.clone(), &work_dir, None),
-        output: crate::worker::OutputSink {
-            collect: false,
-            dir: work_dir.join(crate::isolation::OUTPUT_DIR),
-            store,
-            owner: None,
-            limits: crate::checkpoint::OutputLimits::default(),
-        },
-        input_dir: None,
-        work_dir,
-        uid: None,
-    };
-    (launch, command)
-}
-
 /// Runs `cat input` as a worker; returns its time, its metric reports and what
 /// its log kept on disk.
 async fn through_node(
@@ -240,20 +147,9 @@ async fn through_node(
     };
     let argv = vec!["cat".to_owned(), input.display().to_string()];
     let log_path = dir.join("rank0.log");
-    let (launch, command) = solo_worker(dir, key, argv, log_path.clone(), store.clone());
-    let (reports_tx, mut reports_rx) = mpsc::unbounded_channel();
-    let (_stop_tx, stop_rx) = oneshot::channel();
     let started = stopwatch();
-    supervise(
-        launch,
-        command,
-        cap,
-        reports_tx,
-        stop_rx,
-        crate::telemetry::Targets::default(),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await;
+    let mut reports_rx =
+        xp_node::run_command_worker(dir, key, argv, log_path.clone(), store.clone(), cap).await;
     let seconds = started.elapsed().as_secs_f64();
     let mut metrics = 0;
     while let Some(report) = reports_rx.recv().await {
@@ -272,7 +168,10 @@ async fn through_node(
             }
         }
     }
-    let kept = files_on_disk(&log_path).iter().map(|(_, len)| len).sum();
+    let kept = xp_node::log_files(&log_path)
+        .iter()
+        .map(|(_, len)| len)
+        .sum();
     Ok((seconds, metrics, kept))
 }
 
