@@ -262,20 +262,6 @@ pub fn report_json(report: &crate::report::UsageReport) -> Value {
         [only] if report.scope.starts_with("experiment") => Some(only),
         _ => None,
     };
-    let curve = |figures: &crate::report::ExperimentReturn| {
-        figures
-            .best_vs_gpu_hours
-            .iter()
-            .map(|point| {
-                json!({
-                    "gpu_hours": point.gpu_hours,
-                    "best": point.best,
-                    "trial": point.trial.to_string(),
-                    "value": point.value,
-                })
-            })
-            .collect::<Vec<_>>()
-    };
     let lambda_w = queueing
         .mean_time_in_system_s
         .map(|w| queueing.throughput_per_hour / 3600.0 * w);
@@ -311,33 +297,59 @@ pub fn report_json(report: &crate::report::UsageReport) -> Value {
         "mean_in_system": queueing.mean_in_system,
         "lambda_w": lambda_w,
         "littles_law_ratio": queueing.littles_law_ratio,
-        "best_vs_gpu_hours": only.map(curve),
+        "best_vs_gpu_hours": only.map(curve_json),
         "last_quarter_gain": only.and_then(|figures| figures.last_quarter_gain),
         "roi_percent": only.and_then(|figures| figures.roi_percent),
-        "returns": report.returns.iter().map(|figures| json!({
-            "experiment": figures.experiment.to_string(),
-            "metric": figures.metric,
-            "mode": if figures.maximize { "max" } else { "min" },
-            "gpu_hours": figures.gpu_hours,
-            "cost": figures.cost,
-            "best": figures.best,
-            "best_vs_gpu_hours": curve(figures),
-            "last_quarter_gain": figures.last_quarter_gain,
-            "value_per_unit": figures.value_per_unit,
-            "roi_percent": figures.roi_percent,
-        })).collect::<Vec<_>>(),
-        "amdahl": report.amdahl.iter().map(|fit| json!({
-            "name": fit.name,
-            "varied": fit.varied,
-            "serial_fraction": fit.serial_fraction,
-            "predicted_parallelism": fit.predicted_parallelism,
-            "predicted_speedup": fit.predicted_speedup,
-            "points": fit.points.iter().map(|point| json!({
-                "parallelism": point.parallelism,
-                "seconds": point.seconds,
-                "speedup": point.speedup,
-                "experiments": point.experiments.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
+        "returns": report.returns.iter().map(return_json).collect::<Vec<_>>(),
+        "amdahl": report.amdahl.iter().map(amdahl_json).collect::<Vec<_>>(),
+    })
+}
+
+/// An experiment's best value against the GPU-hours spent to reach it.
+fn curve_json(figures: &crate::report::ExperimentReturn) -> Vec<Value> {
+    figures
+        .best_vs_gpu_hours
+        .iter()
+        .map(|point| {
+            json!({
+                "gpu_hours": point.gpu_hours,
+                "best": point.best,
+                "trial": point.trial.to_string(),
+                "value": point.value,
+            })
+        })
+        .collect()
+}
+
+/// One experiment's return on its GPU-hours, for `returns`.
+fn return_json(figures: &crate::report::ExperimentReturn) -> Value {
+    json!({
+        "experiment": figures.experiment.to_string(),
+        "metric": figures.metric,
+        "mode": if figures.maximize { "max" } else { "min" },
+        "gpu_hours": figures.gpu_hours,
+        "cost": figures.cost,
+        "best": figures.best,
+        "best_vs_gpu_hours": curve_json(figures),
+        "last_quarter_gain": figures.last_quarter_gain,
+        "value_per_unit": figures.value_per_unit,
+        "roi_percent": figures.roi_percent,
+    })
+}
+
+/// One Amdahl fit and the points it was fitted to, for `amdahl`.
+fn amdahl_json(fit: &crate::report::AmdahlFit) -> Value {
+    json!({
+        "name": fit.name,
+        "varied": fit.varied,
+        "serial_fraction": fit.serial_fraction,
+        "predicted_parallelism": fit.predicted_parallelism,
+        "predicted_speedup": fit.predicted_speedup,
+        "points": fit.points.iter().map(|point| json!({
+            "parallelism": point.parallelism,
+            "seconds": point.seconds,
+            "speedup": point.speedup,
+            "experiments": point.experiments.iter().map(ToString::to_string).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })
 }

@@ -17,7 +17,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::quic;
 use super::ring::{Algorithm, Schedule};
-use super::{CollectiveConfig, CollectiveError, ReduceOp, TransportKind, local_ring_with};
+use super::{
+    CollectiveConfig, CollectiveError, Communicator, ReduceOp, TransportKind, local_ring_with,
+};
 use crate::transport::{self, SelfSignedIdentity};
 
 /// One all-reduce size measured on one ring.
@@ -126,78 +128,104 @@ pub async fn bench_allreduce_with(
     let mut communicators = local_ring_with(workers, kind, config.clone()).await?;
     let mut measurements = Vec::new();
     for &size_bytes in sizes {
-        let len = size_bytes / 4;
-        let iterations = iterations_for(size_bytes);
-        let warmup = (iterations / 10).clamp(2, 50);
-        let mut best: Option<(Duration, f64)> = None;
-        let mut buffers: Vec<Vec<f32>> = (0..workers).map(|_| vec![1.0f32; len]).collect();
-        for trial in 0..TRIALS {
-            let start = Arc::new(tokio::sync::Barrier::new(workers as usize));
-            let tasks: Vec<_> = communicators
-                .drain(..)
-                .zip(buffers.drain(..))
-                .map(|(mut communicator, mut buffer)| {
-                    let start = start.clone();
-                    let warmup = if trial == 0 { warmup } else { 1 };
-                    crate::task::spawn("bench-allreduce-rank", async move {
-                        // Sums of ones grow to infinity, never into slow subnormals.
-                        for _ in 0..warmup {
-                            communicator.all_reduce(&mut buffer, ReduceOp::Sum).await?;
-                        }
-                        start.wait().await;
-                        let cpu_at_start = process_cpu_seconds();
-                        let started = stopwatch();
-                        for _ in 0..iterations {
-                            communicator.all_reduce(&mut buffer, ReduceOp::Sum).await?;
-                        }
-                        let elapsed = started.elapsed();
-                        Ok::<_, CollectiveError>((communicator, buffer, elapsed, cpu_at_start))
-                    })
-                })
-                .collect();
-            let mut slowest = Duration::ZERO;
-            let mut cpu_at_start = f64::MAX;
-            for (rank, task) in tasks.into_iter().enumerate() {
-                let (communicator, buffer, elapsed, cpu) = task
-                    .await
-                    .map_err(|_| CollectiveError::Shutdown { rank: rank as u32 })??;
-                slowest = slowest.max(elapsed);
-                cpu_at_start = cpu_at_start.min(cpu);
-                communicators.push(communicator);
-                buffers.push(buffer);
-            }
-            let cpu_cores =
-                (process_cpu_seconds() - cpu_at_start).max(0.0) / slowest.as_secs_f64().max(1e-9);
-            if best.is_none_or(|(fastest, _)| slowest < fastest) {
-                best = Some((slowest, cpu_cores));
-            }
-        }
-        let (fastest, cpu_cores) = best.expect("at least one trial");
-        let time_s = fastest.as_secs_f64() / f64::from(iterations);
-        let algbw_gbps = gbps(size_bytes, time_s);
-        let factor = 2.0 * f64::from(workers - 1) / f64::from(workers);
-        let algorithm = Schedule::all_reduce(
-            0,
-            workers,
-            len,
-            4,
-            config.small_buffer_bytes,
-            &config.segmenting,
-        )
-        .algorithm;
-        measurements.push(AllReduceMeasurement {
-            size_bytes,
-            workers,
-            transport: kind,
-            algorithm,
-            iterations,
-            time_s,
-            algbw_gbps,
-            busbw_gbps: algbw_gbps * factor,
-            cpu_cores,
-        });
+        measurements.push(measure_size(&mut communicators, size_bytes, kind, &config).await?);
     }
     Ok(measurements)
+}
+
+/// One buffer size on the ring: [`TRIALS`] timed runs (the first after a longer
+/// warm-up), of which the fastest counts.
+async fn measure_size(
+    communicators: &mut Vec<Communicator>,
+    size_bytes: usize,
+    kind: TransportKind,
+    config: &CollectiveConfig,
+) -> Result<AllReduceMeasurement, CollectiveError> {
+    let workers = u32::try_from(communicators.len()).expect("a ring's size fits its ranks' type");
+    let len = size_bytes / 4;
+    let iterations = iterations_for(size_bytes);
+    let warmup = (iterations / 10).clamp(2, 50);
+    let mut best: Option<(Duration, f64)> = None;
+    let mut buffers: Vec<Vec<f32>> = (0..workers).map(|_| vec![1.0f32; len]).collect();
+    for trial in 0..TRIALS {
+        let warmup = if trial == 0 { warmup } else { 1 };
+        let (slowest, cpu_cores) =
+            timed_run(communicators, &mut buffers, warmup, iterations).await?;
+        if best.is_none_or(|(fastest, _)| slowest < fastest) {
+            best = Some((slowest, cpu_cores));
+        }
+    }
+    let (fastest, cpu_cores) = best.expect("at least one trial");
+    let time_s = fastest.as_secs_f64() / f64::from(iterations);
+    let algbw_gbps = gbps(size_bytes, time_s);
+    let factor = 2.0 * f64::from(workers - 1) / f64::from(workers);
+    let algorithm = Schedule::all_reduce(
+        0,
+        workers,
+        len,
+        4,
+        config.small_buffer_bytes,
+        &config.segmenting,
+    )
+    .algorithm;
+    Ok(AllReduceMeasurement {
+        size_bytes,
+        workers,
+        transport: kind,
+        algorithm,
+        iterations,
+        time_s,
+        algbw_gbps,
+        busbw_gbps: algbw_gbps * factor,
+        cpu_cores,
+    })
+}
+
+/// Every rank runs `warmup` all-reduces, then all start together on `iterations`
+/// timed ones; returns the slowest rank's time and the CPU cores the process
+/// used meanwhile. The communicators and buffers come back in rank order.
+async fn timed_run(
+    communicators: &mut Vec<Communicator>,
+    buffers: &mut Vec<Vec<f32>>,
+    warmup: u32,
+    iterations: u32,
+) -> Result<(Duration, f64), CollectiveError> {
+    let start = Arc::new(tokio::sync::Barrier::new(communicators.len()));
+    let tasks: Vec<_> = communicators
+        .drain(..)
+        .zip(buffers.drain(..))
+        .map(|(mut communicator, mut buffer)| {
+            let start = start.clone();
+            crate::task::spawn("bench-allreduce-rank", async move {
+                // Sums of ones grow to infinity, never into slow subnormals.
+                for _ in 0..warmup {
+                    communicator.all_reduce(&mut buffer, ReduceOp::Sum).await?;
+                }
+                start.wait().await;
+                let cpu_at_start = process_cpu_seconds();
+                let started = stopwatch();
+                for _ in 0..iterations {
+                    communicator.all_reduce(&mut buffer, ReduceOp::Sum).await?;
+                }
+                let elapsed = started.elapsed();
+                Ok::<_, CollectiveError>((communicator, buffer, elapsed, cpu_at_start))
+            })
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    let mut cpu_at_start = f64::MAX;
+    for (rank, task) in tasks.into_iter().enumerate() {
+        let (communicator, buffer, elapsed, cpu) = task
+            .await
+            .map_err(|_| CollectiveError::Shutdown { rank: rank as u32 })??;
+        slowest = slowest.max(elapsed);
+        cpu_at_start = cpu_at_start.min(cpu);
+        communicators.push(communicator);
+        buffers.push(buffer);
+    }
+    let cpu_cores =
+        (process_cpu_seconds() - cpu_at_start).max(0.0) / slowest.as_secs_f64().max(1e-9);
+    Ok((slowest, cpu_cores))
 }
 
 /// Measures every ceiling, moving `bytes` through each network path.
@@ -285,74 +313,90 @@ async fn quic_transfer(
     config: &CollectiveConfig,
     tuned: bool,
 ) -> Result<Transfer, CollectiveError> {
-    let setup = |source| CollectiveError::Listener { rank: 0, source };
-    let quic_error = |reason: String| CollectiveError::Quic { rank: 1, reason };
-    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let identity = SelfSignedIdentity::generate().map_err(setup)?;
-    let (server_transport, client_transport) = if tuned {
-        (
-            transport::bulk_transport_config(&config.quic, config.timeout, false),
-            transport::bulk_transport_config(&config.quic, config.timeout, true),
-        )
-    } else {
-        (Arc::default(), Arc::default())
-    };
-    let server_config = identity
-        .server_config(server_transport, quic::ALPN)
-        .map_err(setup)?;
-    let client_config =
-        transport::bulk_client_config(identity.sha256, client_transport, quic::ALPN)
-            .map_err(setup)?;
-    let control_plane = |error: transport::TransportError| CollectiveError::Quic {
-        rank: 0,
-        reason: error.to_string(),
-    };
-    let (server, client) = if tuned {
-        (
-            transport::bind_bulk_endpoint(loopback, Some(server_config)).map_err(setup)?,
-            transport::bind_bulk_endpoint(loopback, None).map_err(setup)?,
-        )
-    } else {
-        (
-            transport::bind_endpoint(loopback, Some(server_config)).map_err(control_plane)?,
-            transport::bind_endpoint(loopback, None).map_err(control_plane)?,
-        )
-    };
-    let server_addr = server
-        .local_addr()
-        .map_err(|source| CollectiveError::PeerIo { rank: 1, source })?;
-    let window = config.quic.same_host_window_bytes;
+    let pair = QuicPair::bind(config, tuned)?;
     let mut best = Transfer {
         gbps: 0.0,
         cpu_cores: 0.0,
     };
     for _ in 0..3 {
-        let accepting = server.clone();
-        let reader = crate::task::spawn("bench-quic-reader", async move {
-            let incoming = accepting.accept().await.ok_or("endpoint closed")?;
-            let connection = incoming.await.map_err(|_| "handshake failed")?;
-            if tuned {
-                connection.set_receive_window(
-                    quinn::VarInt::from_u64(window).unwrap_or(quinn::VarInt::MAX),
-                );
-            }
-            let (_send, mut recv) = connection.accept_bi().await.map_err(|_| "no stream")?;
-            let mut buffer = vec![0u8; CHUNK_BYTES];
-            let mut total = 0;
-            while total < bytes {
-                match recv.read(&mut buffer).await.map_err(|_| "read failed")? {
-                    Some(count) => total += count,
-                    None => break,
-                }
-            }
-            let finished = stopwatch();
-            connection.close(0u32.into(), b"done");
-            Ok::<_, &'static str>(finished)
-        });
-        let connection = client
+        let transfer = pair.transfer(bytes, config).await?;
+        if transfer.gbps > best.gbps {
+            best = transfer;
+        }
+    }
+    Ok(best)
+}
+
+/// A server and a client endpoint on 127.0.0.1, and how the client reaches the server.
+struct QuicPair {
+    server: quinn::Endpoint,
+    client: quinn::Endpoint,
+    client_config: quinn::ClientConfig,
+    server_addr: std::net::SocketAddr,
+    tuned: bool,
+}
+
+impl QuicPair {
+    /// Binds both endpoints: the collective's when `tuned`, else the control plane's.
+    fn bind(config: &CollectiveConfig, tuned: bool) -> Result<Self, CollectiveError> {
+        let setup = |source| CollectiveError::Listener { rank: 0, source };
+        let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let identity = SelfSignedIdentity::generate().map_err(setup)?;
+        let (server_transport, client_transport) = if tuned {
+            (
+                transport::bulk_transport_config(&config.quic, config.timeout, false),
+                transport::bulk_transport_config(&config.quic, config.timeout, true),
+            )
+        } else {
+            (Arc::default(), Arc::default())
+        };
+        let server_config = identity
+            .server_config(server_transport, quic::ALPN)
+            .map_err(setup)?;
+        let client_config =
+            transport::bulk_client_config(identity.sha256, client_transport, quic::ALPN)
+                .map_err(setup)?;
+        let control_plane = |error: transport::TransportError| CollectiveError::Quic {
+            rank: 0,
+            reason: error.to_string(),
+        };
+        let (server, client) = if tuned {
+            (
+                transport::bind_bulk_endpoint(loopback, Some(server_config)).map_err(setup)?,
+                transport::bind_bulk_endpoint(loopback, None).map_err(setup)?,
+            )
+        } else {
+            (
+                transport::bind_endpoint(loopback, Some(server_config)).map_err(control_plane)?,
+                transport::bind_endpoint(loopback, None).map_err(control_plane)?,
+            )
+        };
+        let server_addr = server
+            .local_addr()
+            .map_err(|source| CollectiveError::PeerIo { rank: 1, source })?;
+        Ok(Self {
+            server,
+            client,
+            client_config,
+            server_addr,
+            tuned,
+        })
+    }
+
+    /// Moves `bytes` from the client to the server over a new connection.
+    async fn transfer(
+        &self,
+        bytes: usize,
+        config: &CollectiveConfig,
+    ) -> Result<Transfer, CollectiveError> {
+        let quic_error = |reason: String| CollectiveError::Quic { rank: 1, reason };
+        let window = self.tuned.then_some(config.quic.same_host_window_bytes);
+        let reader = receive(self.server.clone(), bytes, window);
+        let connection = self
+            .client
             .connect_with(
-                client_config.clone(),
-                server_addr,
+                self.client_config.clone(),
+                self.server_addr,
                 transport::SELF_SIGNED_SERVER_NAME,
             )
             .map_err(|error| quic_error(error.to_string()))?
@@ -385,12 +429,38 @@ async fn quic_transfer(
             gbps: gbps(bytes, seconds),
             cpu_cores: (process_cpu_seconds() - cpu_at_start) / seconds.max(1e-9),
         };
-        if transfer.gbps > best.gbps {
-            best = transfer;
-        }
         connection.close(0u32.into(), b"done");
+        Ok(transfer)
     }
-    Ok(best)
+}
+
+/// Accepts one connection on `server` and reads `bytes` from its first stream
+/// (with a receive window of `window` bytes, when given); returns when it was done.
+fn receive(
+    server: quinn::Endpoint,
+    bytes: usize,
+    window: Option<u64>,
+) -> tokio::task::JoinHandle<Result<std::time::Instant, &'static str>> {
+    crate::task::spawn("bench-quic-reader", async move {
+        let incoming = server.accept().await.ok_or("endpoint closed")?;
+        let connection = incoming.await.map_err(|_| "handshake failed")?;
+        if let Some(window) = window {
+            connection
+                .set_receive_window(quinn::VarInt::from_u64(window).unwrap_or(quinn::VarInt::MAX));
+        }
+        let (_send, mut recv) = connection.accept_bi().await.map_err(|_| "no stream")?;
+        let mut buffer = vec![0u8; CHUNK_BYTES];
+        let mut total = 0;
+        while total < bytes {
+            match recv.read(&mut buffer).await.map_err(|_| "read failed")? {
+                Some(count) => total += count,
+                None => break,
+            }
+        }
+        let finished = stopwatch();
+        connection.close(0u32.into(), b"done");
+        Ok(finished)
+    })
 }
 
 /// A single-threaded copy of `bytes` between two buffers, best of five.

@@ -163,6 +163,41 @@ struct Pass<'a> {
     recv_action: &'a dyn Fn(usize) -> RecvAction,
 }
 
+/// One segment of one step of a pass.
+struct Wave {
+    step: usize,
+    segment: usize,
+    range: Range<usize>,
+}
+
+/// Each of `steps` blocks cut into segments, in wavefront order: segment k of
+/// step s in slot k + s * lag, older segments (higher steps) first within a slot.
+fn wavefront(
+    segmenting: &Segmenting,
+    elem_size: usize,
+    steps: usize,
+    block: &dyn Fn(usize) -> Range<usize>,
+) -> Vec<Wave> {
+    let lag = segmenting.lag_segments.max(1);
+    let mut waves = Vec::new();
+    for step in 0..steps {
+        for (segment, range) in segmenting
+            .split(block(step), elem_size)
+            .into_iter()
+            .enumerate()
+        {
+            waves.push(Wave {
+                step,
+                segment,
+                range,
+            });
+        }
+    }
+    // Stable, as the order within a slot and step must be the segments' own.
+    waves.sort_by_key(|wave| (wave.segment + wave.step * lag, std::cmp::Reverse(wave.step)));
+    waves
+}
+
 fn modulo(value: i64, world: u32) -> usize {
     usize::try_from(value.rem_euclid(i64::from(world))).expect("a remainder is non-negative")
 }
@@ -329,66 +364,33 @@ impl Schedule {
         // `lag` slots after receiving it, while it is still in cache, and several
         // segments are in flight at different steps. Both ends of a link list the same (step,
         // segment) pairs in the same order, so frame i means the same elements.
-        let lag = segmenting.lag_segments.max(1);
-        let mut send_keys = Vec::new();
-        let mut recv_keys = Vec::new();
-        for step in 0..pass.steps {
-            for (segment, range) in segmenting
-                .split((pass.send_block)(step), elem_size)
-                .into_iter()
-                .enumerate()
-            {
-                send_keys.push((
-                    segment + step * lag,
-                    std::cmp::Reverse(step),
-                    segment,
-                    range,
-                ));
-            }
-            for (segment, range) in segmenting
-                .split((pass.recv_block)(step), elem_size)
-                .into_iter()
-                .enumerate()
-            {
-                recv_keys.push((
-                    segment + step * lag,
-                    std::cmp::Reverse(step),
-                    segment,
-                    range,
-                ));
-            }
-        }
-        let by_slot =
-            |a: &(usize, std::cmp::Reverse<usize>, usize, Range<usize>),
-             b: &(usize, std::cmp::Reverse<usize>, usize, Range<usize>)| {
-                (a.0, a.1).cmp(&(b.0, b.1))
-            };
-        send_keys.sort_by(by_slot);
-        recv_keys.sort_by(by_slot);
-        let recv_position: std::collections::HashMap<(usize, usize), usize> = recv_keys
+        let send_waves = wavefront(segmenting, elem_size, pass.steps, pass.send_block);
+        let recv_waves = wavefront(segmenting, elem_size, pass.steps, pass.recv_block);
+        let recv_position: std::collections::HashMap<(usize, usize), usize> = recv_waves
             .iter()
             .enumerate()
-            .map(|(position, (_, std::cmp::Reverse(step), segment, _))| {
-                ((*step, *segment), position)
-            })
+            .map(|(position, wave)| ((wave.step, wave.segment), position))
             .collect();
-        let sends = send_keys
+        let sends = send_waves
             .into_iter()
-            .map(|(_, std::cmp::Reverse(step), segment, range)| {
+            .map(|wave| {
                 // Each send after the first step forwards what the previous step
                 // received in the same segment.
-                let after_recvs = match step {
+                let after_recvs = match wave.step {
                     0 => 0,
-                    _ => recv_position[&(step - 1, segment)] + 1,
+                    step => recv_position[&(step - 1, wave.segment)] + 1,
                 };
-                SendOp { range, after_recvs }
+                SendOp {
+                    range: wave.range,
+                    after_recvs,
+                }
             })
             .collect();
-        let recvs = recv_keys
+        let recvs = recv_waves
             .into_iter()
-            .map(|(_, std::cmp::Reverse(step), _, range)| RecvOp {
-                range,
-                action: (pass.recv_action)(step),
+            .map(|wave| RecvOp {
+                range: wave.range,
+                action: (pass.recv_action)(wave.step),
                 after_sends: 0,
             })
             .collect();

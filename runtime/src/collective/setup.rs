@@ -403,83 +403,30 @@ impl SetupContext {
         }
     }
 
+    /// Connects to the next rank over TCP and offers it a shared-memory ring
+    /// when `use_shm` (it may decline, and the link stays on TCP).
     async fn connect_tcp(
         &self,
         peer: &PeerInfo,
         use_shm: bool,
     ) -> Result<(FwdWriter, RevReader), CollectiveError> {
-        let connect_error = |source| CollectiveError::Connect {
-            rank: self.next,
-            addr: format!("{}:{}", peer.host, peer.port),
-            source,
-        };
-        let addr = resolve(&peer.host, peer.port)
-            .await
-            .map_err(connect_error)?;
-        let mut stream = loop {
-            match tokio::time::timeout(self.remaining(), TcpStream::connect(addr)).await {
-                Ok(Ok(stream)) => break stream,
-                Ok(Err(error)) if self.remaining() > CONNECT_RETRY => {
-                    debug!(rank = self.rank, next = self.next, %error, "next rank not reachable yet");
-                    tokio::time::sleep(CONNECT_RETRY).await;
-                }
-                Ok(Err(error)) => return Err(connect_error(error)),
-                Err(_) => {
-                    return Err(CollectiveError::PeerTimeout {
-                        rank: self.next,
-                        after: self.config.timeout,
-                    });
-                }
-            }
-        };
-        stream.set_nodelay(true).map_err(connect_error)?;
+        let connect_error = self.connect_error(peer);
+        let mut stream = self.dial_next(peer).await?;
         let ring = if use_shm {
-            let directory = shm::ring_directory();
-            match shm::create_ring(&directory, self.config.shm_ring_bytes) {
-                Ok((path, ring)) if path.as_os_str().len() <= MAX_PATH_BYTES => Some((path, ring)),
-                Ok((path, _)) => {
-                    let _ = std::fs::remove_file(&path);
-                    debug!(rank = self.rank, "shared-memory path too long: TCP instead");
-                    None
-                }
-                Err(error) => {
-                    debug!(rank = self.rank, %error, "cannot create a shared-memory ring: TCP instead");
-                    None
-                }
-            }
+            self.create_shm_ring()
         } else {
             None
         };
-        let exchange = async {
-            match &ring {
-                Some((path, _)) => {
-                    let path_bytes = path.as_os_str().as_encoded_bytes();
-                    let extra =
-                        u16::try_from(path_bytes.len()).expect("checked against MAX_PATH_BYTES");
-                    stream
-                        .write_all(&self.hello(LinkKind::Shm, 0, extra).encode())
-                        .await?;
-                    stream.write_all(path_bytes).await?;
-                }
-                None => {
-                    stream
-                        .write_all(&self.hello(LinkKind::Tcp, 0, 0).encode())
-                        .await?
-                }
-            }
-            let mut answer = [0u8; 1];
-            match stream.read_exact(&mut answer).await {
-                Ok(_) => Ok(Some(answer[0])),
-                Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
-                Err(error) => Err(error),
-            }
-        };
-        let answer = tokio::time::timeout(self.remaining(), exchange).await;
+        let introduced = tokio::time::timeout(
+            self.remaining(),
+            self.introduce(&mut stream, ring.as_ref().map(|(path, _)| path)),
+        )
+        .await;
         if let Some((path, _)) = &ring {
             // The reader has mapped it (or never will): the name is no longer needed.
             let _ = std::fs::remove_file(path);
         }
-        let answer = match answer {
+        let answer = match introduced {
             Err(_) => {
                 return Err(CollectiveError::PeerTimeout {
                     rank: self.next,
@@ -502,6 +449,93 @@ impl SetupContext {
             )),
             (None, _) => Err(CollectiveError::Refused { rank: self.next }),
             (Some(_), _) => Err(CollectiveError::Protocol { rank: self.next }),
+        }
+    }
+
+    /// The error for a failed connection to the next rank at `peer`.
+    fn connect_error(&self, peer: &PeerInfo) -> impl Fn(std::io::Error) -> CollectiveError {
+        let rank = self.next;
+        let addr = format!("{}:{}", peer.host, peer.port);
+        move |source| CollectiveError::Connect {
+            rank,
+            addr: addr.clone(),
+            source,
+        }
+    }
+
+    /// A TCP connection to the next rank, retried while it is not listening yet
+    /// and the deadline allows.
+    async fn dial_next(&self, peer: &PeerInfo) -> Result<TcpStream, CollectiveError> {
+        let connect_error = self.connect_error(peer);
+        let addr = resolve(&peer.host, peer.port)
+            .await
+            .map_err(&connect_error)?;
+        let stream = loop {
+            match tokio::time::timeout(self.remaining(), TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => break stream,
+                Ok(Err(error)) if self.remaining() > CONNECT_RETRY => {
+                    debug!(rank = self.rank, next = self.next, %error, "next rank not reachable yet");
+                    tokio::time::sleep(CONNECT_RETRY).await;
+                }
+                Ok(Err(error)) => return Err(connect_error(error)),
+                Err(_) => {
+                    return Err(CollectiveError::PeerTimeout {
+                        rank: self.next,
+                        after: self.config.timeout,
+                    });
+                }
+            }
+        };
+        stream.set_nodelay(true).map_err(&connect_error)?;
+        Ok(stream)
+    }
+
+    /// A new shared-memory ring to offer the next rank, or `None` (and TCP) when
+    /// one cannot be made or its path would not fit in a hello.
+    fn create_shm_ring(&self) -> Option<(PathBuf, shm::RingFile)> {
+        let directory = shm::ring_directory();
+        match shm::create_ring(&directory, self.config.shm_ring_bytes) {
+            Ok((path, ring)) if path.as_os_str().len() <= MAX_PATH_BYTES => Some((path, ring)),
+            Ok((path, _)) => {
+                let _ = std::fs::remove_file(&path);
+                debug!(rank = self.rank, "shared-memory path too long: TCP instead");
+                None
+            }
+            Err(error) => {
+                debug!(rank = self.rank, %error, "cannot create a shared-memory ring: TCP instead");
+                None
+            }
+        }
+    }
+
+    /// Sends the hello (with the ring's path, when offering one) and reads the
+    /// next rank's one-byte answer; `None` when it closed without answering.
+    async fn introduce(
+        &self,
+        stream: &mut TcpStream,
+        ring_path: Option<&PathBuf>,
+    ) -> std::io::Result<Option<u8>> {
+        match ring_path {
+            Some(path) => {
+                let path_bytes = path.as_os_str().as_encoded_bytes();
+                let extra =
+                    u16::try_from(path_bytes.len()).expect("checked against MAX_PATH_BYTES");
+                stream
+                    .write_all(&self.hello(LinkKind::Shm, 0, extra).encode())
+                    .await?;
+                stream.write_all(path_bytes).await?;
+            }
+            None => {
+                stream
+                    .write_all(&self.hello(LinkKind::Tcp, 0, 0).encode())
+                    .await?
+            }
+        }
+        let mut answer = [0u8; 1];
+        match stream.read_exact(&mut answer).await {
+            Ok(_) => Ok(Some(answer[0])),
+            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+            Err(error) => Err(error),
         }
     }
 

@@ -278,6 +278,15 @@ impl AlertRule {
 
     /// Checks the rule; `field` is its path, such as `alerts[0]`.
     pub fn validate(&self, field: &str) -> Result<(), SpecError> {
+        self.validate_names(field)?;
+        self.validate_fields_of_kind(field)?;
+        self.validate_numbers(field)?;
+        self.validate_duration(field)?;
+        self.validate_actions(field)
+    }
+
+    /// The rule's own name and the metric it watches.
+    fn validate_names(&self, field: &str) -> Result<(), SpecError> {
         if let Some(name) = &self.name {
             let ok = !name.is_empty()
                 && name.len() <= 64
@@ -296,6 +305,11 @@ impl AlertRule {
         {
             return Err(invalid(format!("{field}.metric"), "must be 1 to 128 bytes"));
         }
+        Ok(())
+    }
+
+    /// Only the fields the rule's kind takes, and the metric where it needs one.
+    fn validate_fields_of_kind(&self, field: &str) -> Result<(), SpecError> {
         let refuse_unless = |present: bool, name: &str, allowed: bool| {
             if present && !allowed {
                 Err(invalid(
@@ -333,6 +347,13 @@ impl AlertRule {
                 format!("a `{}` rule needs the metric it watches", kind.as_str()),
             ));
         }
+        Ok(())
+    }
+
+    /// Thresholds, factor, smoothing and step counts: finite and in range.
+    fn validate_numbers(&self, field: &str) -> Result<(), SpecError> {
+        let kind = self.kind;
+        use AlertKind::*;
         for (name, value) in [
             ("above", self.above),
             ("below", self.below),
@@ -388,7 +409,12 @@ impl AlertRule {
                 "GPU utilisation is a fraction: more than 0, at most 1",
             ));
         }
-        if kind == Stalled && self.for_duration.is_none() {
+        Ok(())
+    }
+
+    /// `for`: present where the kind needs it, a duration between 1s and 30 days.
+    fn validate_duration(&self, field: &str) -> Result<(), SpecError> {
+        if self.kind == AlertKind::Stalled && self.for_duration.is_none() {
             return Err(invalid(
                 format!("{field}.for"),
                 "a `stalled` rule needs how long a trial may stay silent, such as `10m`",
@@ -409,6 +435,11 @@ impl AlertRule {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// At most [`MAX_ALERT_ACTIONS`] actions, every webhook a URL we post to.
+    fn validate_actions(&self, field: &str) -> Result<(), SpecError> {
         if self.action.len() > MAX_ALERT_ACTIONS {
             return Err(invalid(
                 format!("{field}.action"),

@@ -321,52 +321,68 @@ impl From<SearchSpec> for SearchWire {
 /// Checks `metric`, `mode` and `reference`, and refuses what cannot serve several
 /// objectives (`gp`, early stopping, `value`), naming the field.
 pub(super) fn validate_objectives(search: &SearchSpec) -> Result<(), SpecError> {
+    let Some(first) = &search.metric else {
+        return validate_no_metric(search);
+    };
+    if search.extra_metrics.is_empty() {
+        return validate_one_metric(search, first);
+    }
+    let metrics = validate_metrics(search, first)?;
+    refuse_single_objective_options(search, metrics)
+}
+
+/// Without a metric: no other objective, direction or reference point.
+fn validate_no_metric(search: &SearchSpec) -> Result<(), SpecError> {
+    if !search.extra_metrics.is_empty() {
+        return Err(invalid("search.metric", "the first objective is missing"));
+    }
+    if !search.extra_modes.is_empty() {
+        return Err(invalid(
+            "search.mode",
+            "lists directions but search.metric names no metric",
+        ));
+    }
+    if search.reference.is_some() {
+        return Err(invalid(
+            "search.reference",
+            "only applies to a multi-objective search (`metric: [a, b]`)",
+        ));
+    }
+    Ok(())
+}
+
+/// One metric: a label, one direction, no reference point.
+fn validate_one_metric(search: &SearchSpec, first: &str) -> Result<(), SpecError> {
+    let modes = 1 + search.extra_modes.len();
+    check_label("search.metric", first)?;
+    if modes != 1 {
+        return Err(invalid(
+            "search.mode",
+            format!("gives {modes} directions for one metric; write `mode: min` or `mode: max`"),
+        ));
+    }
+    if search.reference.is_some() {
+        return Err(invalid(
+            "search.reference",
+            "only applies to a multi-objective search (`metric: [a, b]`)",
+        ));
+    }
+    Ok(())
+}
+
+/// Several metrics: at most [`MAX_OBJECTIVES`], each a distinct label, one
+/// direction each, and a finite reference value each; returns how many.
+fn validate_metrics(search: &SearchSpec, first: &str) -> Result<usize, SpecError> {
     let metrics = 1 + search.extra_metrics.len();
     let modes = 1 + search.extra_modes.len();
-    let Some(first) = &search.metric else {
-        if !search.extra_metrics.is_empty() {
-            return Err(invalid("search.metric", "the first objective is missing"));
-        }
-        if !search.extra_modes.is_empty() {
-            return Err(invalid(
-                "search.mode",
-                "lists directions but search.metric names no metric",
-            ));
-        }
-        if search.reference.is_some() {
-            return Err(invalid(
-                "search.reference",
-                "only applies to a multi-objective search (`metric: [a, b]`)",
-            ));
-        }
-        return Ok(());
-    };
-    if metrics == 1 {
-        check_label("search.metric", first)?;
-        if modes != 1 {
-            return Err(invalid(
-                "search.mode",
-                format!(
-                    "gives {modes} directions for one metric; write `mode: min` or `mode: max`"
-                ),
-            ));
-        }
-        if search.reference.is_some() {
-            return Err(invalid(
-                "search.reference",
-                "only applies to a multi-objective search (`metric: [a, b]`)",
-            ));
-        }
-        return Ok(());
-    }
     if metrics > MAX_OBJECTIVES {
         return Err(invalid(
             "search.metric",
             format!("names {metrics} metrics; a multi-objective search has 2 to {MAX_OBJECTIVES}"),
         ));
     }
-    let names: Vec<&String> = std::iter::once(first)
-        .chain(&search.extra_metrics)
+    let names: Vec<&str> = std::iter::once(first)
+        .chain(search.extra_metrics.iter().map(String::as_str))
         .collect();
     for (index, name) in names.iter().enumerate() {
         check_label(&format!("search.metric[{index}]"), name)?;
@@ -404,6 +420,12 @@ pub(super) fn validate_objectives(search: &SearchSpec) -> Result<(), SpecError> 
             ));
         }
     }
+    Ok(metrics)
+}
+
+/// Refuses what judges or prices one metric (early stopping, `value`), and the
+/// algorithms that search one, in a search of `metrics` objectives.
+fn refuse_single_objective_options(search: &SearchSpec, metrics: usize) -> Result<(), SpecError> {
     let one_metric = |field: &str, what: &str| {
         invalid(
             field,

@@ -273,6 +273,19 @@ impl PipelineSpec {
             self.queue.as_deref(),
             &self.priority,
         )?;
+        self.validate_stage_count()?;
+        for (name, stage) in &self.stages {
+            self.validate_stage(name, stage)?;
+        }
+        self.refuse_cycle()?;
+        for name in self.stages.keys() {
+            self.validate_stage_experiment(name)?;
+        }
+        Ok(())
+    }
+
+    /// One to [`MAX_STAGES`] stages.
+    fn validate_stage_count(&self) -> Result<(), SpecError> {
         if self.stages.is_empty() {
             return Err(invalid("stages", "a pipeline needs at least one stage"));
         }
@@ -285,55 +298,68 @@ impl PipelineSpec {
                 ),
             ));
         }
-        for (name, stage) in &self.stages {
-            if !is_stage_name(name) {
+        Ok(())
+    }
+
+    /// One stage on its own: its name, its `needs`, a command rather than an
+    /// entry, and its estimate.
+    fn validate_stage(&self, name: &str, stage: &StageSpec) -> Result<(), SpecError> {
+        if !is_stage_name(name) {
+            return Err(invalid(
+                format!("stages.{name}"),
+                format!(
+                    "a stage name is 1 to {MAX_STAGE_NAME} characters: a letter, then letters, digits, '_' or '-'"
+                ),
+            ));
+        }
+        self.validate_needs(name, stage)?;
+        if stage.trial.entry.is_some() {
+            return Err(invalid(
+                format!("stages.{name}.trial.entry"),
+                format!(
+                    "stage `{name}`: pipeline stages run commands; `entry` trainables are not supported in pipelines yet"
+                ),
+            ));
+        }
+        if let Some(estimate) = &stage.estimate
+            && stage.estimate_s().is_none()
+        {
+            return Err(invalid(
+                format!("stages.{name}.estimate"),
+                format!("`{estimate}` is not a duration such as 10m or 2h"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A stage's `needs`: other stages of this pipeline, each named once.
+    fn validate_needs(&self, name: &str, stage: &StageSpec) -> Result<(), SpecError> {
+        let mut seen = BTreeSet::new();
+        for need in &stage.needs {
+            if !self.stages.contains_key(need) {
                 return Err(invalid(
-                    format!("stages.{name}"),
-                    format!(
-                        "a stage name is 1 to {MAX_STAGE_NAME} characters: a letter, then letters, digits, '_' or '-'"
-                    ),
+                    format!("stages.{name}.needs"),
+                    format!("stage `{name}` needs `{need}`, which is not a stage of this pipeline"),
                 ));
             }
-            let mut seen = BTreeSet::new();
-            for need in &stage.needs {
-                if !self.stages.contains_key(need) {
-                    return Err(invalid(
-                        format!("stages.{name}.needs"),
-                        format!(
-                            "stage `{name}` needs `{need}`, which is not a stage of this pipeline"
-                        ),
-                    ));
-                }
-                if need == name {
-                    return Err(invalid(
-                        format!("stages.{name}.needs"),
-                        format!("stage `{name}` needs itself"),
-                    ));
-                }
-                if !seen.insert(need) {
-                    return Err(invalid(
-                        format!("stages.{name}.needs"),
-                        format!("stage `{name}` names `{need}` twice"),
-                    ));
-                }
-            }
-            if stage.trial.entry.is_some() {
+            if need == name {
                 return Err(invalid(
-                    format!("stages.{name}.trial.entry"),
-                    format!(
-                        "stage `{name}`: pipeline stages run commands; `entry` trainables are not supported in pipelines yet"
-                    ),
+                    format!("stages.{name}.needs"),
+                    format!("stage `{name}` needs itself"),
                 ));
             }
-            if let Some(estimate) = &stage.estimate
-                && stage.estimate_s().is_none()
-            {
+            if !seen.insert(need) {
                 return Err(invalid(
-                    format!("stages.{name}.estimate"),
-                    format!("`{estimate}` is not a duration such as 10m or 2h"),
+                    format!("stages.{name}.needs"),
+                    format!("stage `{name}` names `{need}` twice"),
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The `needs` must not loop.
+    fn refuse_cycle(&self) -> Result<(), SpecError> {
         if let Some(cycle) = self.cycle() {
             let mut shown = cycle.clone();
             shown.push(cycle[0].clone());
@@ -350,20 +376,23 @@ impl PipelineSpec {
                 ),
             ));
         }
-        for name in self.stages.keys() {
-            self.check_references(name)?;
-            // The stage's own experiment must be valid, references left in place
-            // (they are not placeholders of the per-trial rendering).
-            self.stage_template(name)
-                .validate()
-                .map_err(|error| match error {
-                    SpecError::Invalid { field, reason } => invalid(
-                        format!("stages.{name}.{field}"),
-                        format!("stage `{name}`: {reason}"),
-                    ),
-                    other => other,
-                })?;
-        }
+        Ok(())
+    }
+
+    /// A stage's references resolve, and its own experiment is valid.
+    fn validate_stage_experiment(&self, name: &str) -> Result<(), SpecError> {
+        self.check_references(name)?;
+        // The stage's own experiment must be valid, references left in place
+        // (they are not placeholders of the per-trial rendering).
+        self.stage_template(name)
+            .validate()
+            .map_err(|error| match error {
+                SpecError::Invalid { field, reason } => invalid(
+                    format!("stages.{name}.{field}"),
+                    format!("stage `{name}`: {reason}"),
+                ),
+                other => other,
+            })?;
         Ok(())
     }
 

@@ -502,7 +502,21 @@ impl<'de> Deserialize<'de> for SpaceSpec {
 }
 
 impl SearchSpec {
+    /// Checks every field, section by section; the first problem found is the
+    /// one reported.
     pub(super) fn validate(&self) -> Result<(), SpecError> {
+        let search_space = self.validate_space()?;
+        super::objectives::validate_objectives(self)?;
+        self.validate_value()?;
+        self.validate_early_stopping()?;
+        self.validate_bohb()?;
+        self.validate_algorithm_options()?;
+        self.validate_counts(&search_space)
+    }
+
+    /// Parameter names, each parameter's domain, and discrete domains for a grid;
+    /// returns the space they make.
+    fn validate_space(&self) -> Result<SearchSpace, SpecError> {
         for name in self.space.keys() {
             let field = format!("search.space.{name}");
             if name.is_empty() || !name.chars().all(|ch| ch.is_alphanumeric() || ch == '_') {
@@ -535,7 +549,11 @@ impl SearchSpec {
                 ));
             }
         }
-        super::objectives::validate_objectives(self)?;
+        Ok(search_space)
+    }
+
+    /// `value` prices units of the metric: it needs one, and a positive price.
+    fn validate_value(&self) -> Result<(), SpecError> {
         if let Some(value) = &self.value {
             if self.metric.is_none() {
                 return Err(invalid(
@@ -550,6 +568,11 @@ impl SearchSpec {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// `early_stopping` judges the metric: it needs one, and a valid rule.
+    fn validate_early_stopping(&self) -> Result<(), SpecError> {
         if let Some(early_stopping) = &self.early_stopping {
             if self.metric.is_none() {
                 return Err(invalid(
@@ -564,7 +587,11 @@ impl SearchSpec {
                 )
             })?;
         }
-        self.validate_bohb()?;
+        Ok(())
+    }
+
+    /// `tpe`, `acquisition` and `kappa` belong to their algorithm.
+    fn validate_algorithm_options(&self) -> Result<(), SpecError> {
         if self.algorithm != Algorithm::Tpe && self.tpe.is_some() {
             return Err(invalid("search.tpe", "only applies to `algorithm: tpe`"));
         }
@@ -590,6 +617,12 @@ impl SearchSpec {
                 return Err(invalid("search.kappa", "must be a finite number >= 0"));
             }
         }
+        Ok(())
+    }
+
+    /// How many trials: `trials` where the algorithm needs it, `parallel`,
+    /// `seeds`, and at most [`MAX_TRIALS`] in all.
+    fn validate_counts(&self, search_space: &SearchSpace) -> Result<(), SpecError> {
         match (self.algorithm, self.trials) {
             (Algorithm::Grid, Some(_)) => {
                 return Err(invalid(

@@ -461,56 +461,19 @@ impl SearchSpace {
     /// steps or log scales on non-integers, and conditions on unknown or real-valued
     /// parents, on values the parent never takes, or that form a cycle.
     pub fn from_spec(spec: &SpaceSpec) -> Result<Self, SpaceError> {
+        // 1. Each parameter's domain.
         let mut kinds = BTreeMap::new();
         for (name, param) in spec.iter() {
             let kind = resolve_kind(param).map_err(|reason| space_error(name, reason))?;
             kinds.insert(name.as_str(), kind);
         }
+        // 2. Each condition, against its parent's domain.
         for (name, param) in spec.iter() {
             for (parent, values) in &param.when {
-                let Some(parent_kind) = kinds.get(parent.as_str()) else {
-                    return Err(space_error(
-                        name,
-                        ParamError::UnknownParent {
-                            parent: parent.clone(),
-                        },
-                    ));
-                };
-                if parent == name {
-                    return Err(space_error(name, ParamError::ConditionCycle));
-                }
-                if matches!(parent_kind, ParamKind::Float { .. }) {
-                    return Err(space_error(
-                        name,
-                        ParamError::ParentNotDiscrete {
-                            parent: parent.clone(),
-                        },
-                    ));
-                }
-                if values.is_empty() {
-                    return Err(space_error(
-                        name,
-                        ParamError::EmptyCondition {
-                            parent: parent.clone(),
-                        },
-                    ));
-                }
-                let parent_param = Param {
-                    name: parent.clone(),
-                    kind: parent_kind.clone(),
-                    conditions: Vec::new(),
-                };
-                if let Some(value) = values.iter().find(|value| !parent_param.contains(value)) {
-                    return Err(space_error(
-                        name,
-                        ParamError::ValueOutsideParent {
-                            parent: parent.clone(),
-                            value: value.clone(),
-                        },
-                    ));
-                }
+                check_condition(name, parent, values, &kinds)?;
             }
         }
+        // 3. Parents before children, each condition read as its parent's levels.
         let order = dependency_order(spec)?;
         let position: BTreeMap<&str, usize> = order
             .iter()
@@ -519,31 +482,18 @@ impl SearchSpace {
             .collect();
         let mut params: Vec<Param> = Vec::with_capacity(order.len());
         for name in &order {
-            let param_spec = &spec[*name];
-            let mut conditions = Vec::new();
-            for (parent, values) in &param_spec.when {
-                let parent_idx = position[parent.as_str()];
-                let parent_param = &params[parent_idx];
-                let mut levels: Vec<i64> = match &parent_param.kind {
-                    ParamKind::Choice { values: choices } => choices
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, choice)| values.contains(choice))
-                        .map(|(index, _)| index as i64)
-                        .collect(),
-                    _ => values
-                        .iter()
-                        .filter_map(|value| parent_param.level_of_value(value))
-                        .collect(),
-                };
-                levels.sort_unstable();
-                levels.dedup();
-                conditions.push(Condition {
-                    parent: parent_idx,
-                    values: values.clone(),
-                    levels,
-                });
-            }
+            let conditions = spec[*name]
+                .when
+                .iter()
+                .map(|(parent, values)| {
+                    let parent_idx = position[parent.as_str()];
+                    Condition {
+                        parent: parent_idx,
+                        values: values.clone(),
+                        levels: levels_of(&params[parent_idx], values),
+                    }
+                })
+                .collect();
             params.push(Param {
                 name: (*name).to_owned(),
                 kind: kinds[*name].clone(),
@@ -786,6 +736,77 @@ impl TryFrom<&SpaceSpec> for SearchSpace {
     fn try_from(spec: &SpaceSpec) -> Result<Self, SpaceError> {
         Self::from_spec(spec)
     }
+}
+
+/// Checks that `name`'s condition on `parent` can hold: the parent exists, is
+/// another parameter, is discrete, and takes each of `values`.
+fn check_condition(
+    name: &str,
+    parent: &str,
+    values: &[ParamValue],
+    kinds: &BTreeMap<&str, ParamKind>,
+) -> Result<(), SpaceError> {
+    let Some(parent_kind) = kinds.get(parent) else {
+        return Err(space_error(
+            name,
+            ParamError::UnknownParent {
+                parent: parent.to_owned(),
+            },
+        ));
+    };
+    if parent == name {
+        return Err(space_error(name, ParamError::ConditionCycle));
+    }
+    if matches!(parent_kind, ParamKind::Float { .. }) {
+        return Err(space_error(
+            name,
+            ParamError::ParentNotDiscrete {
+                parent: parent.to_owned(),
+            },
+        ));
+    }
+    if values.is_empty() {
+        return Err(space_error(
+            name,
+            ParamError::EmptyCondition {
+                parent: parent.to_owned(),
+            },
+        ));
+    }
+    let parent_param = Param {
+        name: parent.to_owned(),
+        kind: parent_kind.clone(),
+        conditions: Vec::new(),
+    };
+    if let Some(value) = values.iter().find(|value| !parent_param.contains(value)) {
+        return Err(space_error(
+            name,
+            ParamError::ValueOutsideParent {
+                parent: parent.to_owned(),
+                value: value.clone(),
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// The levels of `parent` at which a condition on `values` holds, sorted.
+fn levels_of(parent_param: &Param, values: &[ParamValue]) -> Vec<i64> {
+    let mut levels: Vec<i64> = match &parent_param.kind {
+        ParamKind::Choice { values: choices } => choices
+            .iter()
+            .enumerate()
+            .filter(|(_, choice)| values.contains(choice))
+            .map(|(index, _)| index as i64)
+            .collect(),
+        _ => values
+            .iter()
+            .filter_map(|value| parent_param.level_of_value(value))
+            .collect(),
+    };
+    levels.sort_unstable();
+    levels.dedup();
+    levels
 }
 
 fn resolve_kind(param: &ParamSpec) -> Result<ParamKind, ParamError> {

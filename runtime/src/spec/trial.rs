@@ -454,8 +454,68 @@ pub fn parse_memory(text: &str) -> Result<u64, MemoryError> {
         })
 }
 
+/// A command's argv: a program, bounded, and placeholders that name an
+/// unconditional parameter of the search space or a builtin.
+fn validate_command(argv: &[String], search: &SearchSpec) -> Result<(), SpecError> {
+    if argv.is_empty() {
+        return Err(invalid("trial.command", "must name a program"));
+    }
+    if argv.len() > 1024 || argv.iter().any(|arg| arg.len() > 16 * 1024) {
+        return Err(invalid("trial.command", "is too long"));
+    }
+    for (arg_idx, arg) in argv.iter().enumerate() {
+        for name in placeholders(arg) {
+            if !search.space.contains_key(&name) && !BUILTIN_PLACEHOLDERS.contains(&name.as_str()) {
+                return Err(invalid(
+                    format!("trial.command[{arg_idx}]"),
+                    format!(
+                        "placeholder {{{name}}} names no parameter of search.space (builtins: seed, trial_id, rank)"
+                    ),
+                ));
+            }
+            if search
+                .space
+                .get(&name)
+                .is_some_and(ParamSpec::is_conditional)
+            {
+                return Err(invalid(
+                    format!("trial.command[{arg_idx}]"),
+                    format!(
+                        "placeholder {{{name}}} names a conditional parameter, which some trials lack; read it from XP_CONFIG instead"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl TrialSpec {
+    /// Checks every field, section by section; the first problem found is the
+    /// one reported.
     pub(super) fn validate(&self, search: &SearchSpec) -> Result<(), SpecError> {
+        self.validate_program(search)?;
+        self.validate_workers()?;
+        self.validate_gpu()?;
+        self.validate_time_limit()?;
+        self.validate_node_constraints()?;
+        if !(self.resources.cpu.is_finite()
+            && self.resources.cpu > 0.0
+            && self.resources.cpu <= 4096.0)
+        {
+            return Err(invalid(
+                "trial.resources.cpu",
+                "must be a number in (0, 4096]",
+            ));
+        }
+        if self.max_retries > 100 {
+            return Err(invalid("trial.max_retries", "must be at most 100"));
+        }
+        self.validate_leases()
+    }
+
+    /// What runs: a command or an entry, not both, and `program` only with `entry`.
+    fn validate_program(&self, search: &SearchSpec) -> Result<(), SpecError> {
         match (&self.command, &self.entry) {
             (Some(_), Some(_)) => {
                 return Err(invalid(
@@ -464,45 +524,17 @@ impl TrialSpec {
                 ));
             }
             (None, None) => return Err(invalid("trial", "needs a `command` or an `entry`")),
-            (Some(argv), None) => {
-                if argv.is_empty() {
-                    return Err(invalid("trial.command", "must name a program"));
-                }
-                if argv.len() > 1024 || argv.iter().any(|arg| arg.len() > 16 * 1024) {
-                    return Err(invalid("trial.command", "is too long"));
-                }
-                for (arg_idx, arg) in argv.iter().enumerate() {
-                    for name in placeholders(arg) {
-                        if !search.space.contains_key(&name)
-                            && !BUILTIN_PLACEHOLDERS.contains(&name.as_str())
-                        {
-                            return Err(invalid(
-                                format!("trial.command[{arg_idx}]"),
-                                format!(
-                                    "placeholder {{{name}}} names no parameter of search.space (builtins: seed, trial_id, rank)"
-                                ),
-                            ));
-                        }
-                        if search
-                            .space
-                            .get(&name)
-                            .is_some_and(ParamSpec::is_conditional)
-                        {
-                            return Err(invalid(
-                                format!("trial.command[{arg_idx}]"),
-                                format!(
-                                    "placeholder {{{name}}} names a conditional parameter, which some trials lack; read it from XP_CONFIG instead"
-                                ),
-                            ));
-                        }
-                    }
-                }
-            }
+            (Some(argv), None) => validate_command(argv, search)?,
             (None, Some(entry)) => check_label("trial.entry", entry)?,
         }
         if self.program.is_some() && self.entry.is_none() {
             return Err(invalid("trial.program", "is only meaningful with `entry`"));
         }
+        Ok(())
+    }
+
+    /// The gang's size, or its elastic range.
+    fn validate_workers(&self) -> Result<(), SpecError> {
         if self.workers.min == 0 || self.workers.max > MAX_WORKERS {
             return Err(invalid(
                 "trial.workers",
@@ -518,6 +550,11 @@ impl TrialSpec {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// GPUs per worker: whole, or one share of a GPU (which alone may be oversubscribed).
+    fn validate_gpu(&self) -> Result<(), SpecError> {
         let gpu = self.resources.gpu;
         if !(gpu.is_finite() && (0.0..=64.0).contains(&gpu)) {
             return Err(invalid("trial.resources.gpu", "must be between 0 and 64"));
@@ -542,6 +579,11 @@ impl TrialSpec {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// `time_limit`: a positive duration.
+    fn validate_time_limit(&self) -> Result<(), SpecError> {
         if let Some(limit) = &self.time_limit {
             match humantime::parse_duration(limit) {
                 Ok(limit) if !limit.is_zero() => {}
@@ -553,6 +595,11 @@ impl TrialSpec {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Which nodes may run it: GPU models and node labels, bounded.
+    fn validate_node_constraints(&self) -> Result<(), SpecError> {
         if self.gpu_models.len() > 64 || self.gpu_models.iter().any(|model| model.len() > 128) {
             return Err(invalid(
                 "trial.gpu_models",
@@ -570,18 +617,12 @@ impl TrialSpec {
                 "at most 64 labels; keys of 1-63 and values of at most 253 characters",
             ));
         }
-        if !(self.resources.cpu.is_finite()
-            && self.resources.cpu > 0.0
-            && self.resources.cpu <= 4096.0)
-        {
-            return Err(invalid(
-                "trial.resources.cpu",
-                "must be a number in (0, 4096]",
-            ));
-        }
-        if self.max_retries > 100 {
-            return Err(invalid("trial.max_retries", "must be at most 100"));
-        }
+        Ok(())
+    }
+
+    /// At most [`MAX_TRIAL_LEASES`] leases, each named plainly and at most
+    /// [`MAX_LEASE_UNITS`] units.
+    fn validate_leases(&self) -> Result<(), SpecError> {
         if self.resources.leases.len() > MAX_TRIAL_LEASES {
             return Err(invalid(
                 "trial.resources.leases",
