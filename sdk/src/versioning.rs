@@ -10,6 +10,15 @@ use std::process::Command;
 /// Why a version could not be computed.
 #[derive(Debug, thiserror::Error)]
 pub enum VersionError {
+    /// `git` could not be started.
+    #[error("cannot read the code version of {path}: cannot run git")]
+    GitSpawn {
+        /// The code directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// `git` failed on the code directory.
     #[error("cannot read the code version of {path}: {reason}")]
     Git {
@@ -35,9 +44,9 @@ fn git(dir: &Path, args: &[&str]) -> Result<Vec<u8>, VersionError> {
         .arg(dir)
         .args(args)
         .output()
-        .map_err(|error| VersionError::Git {
+        .map_err(|source| VersionError::GitSpawn {
             path: dir.to_owned(),
-            reason: format!("cannot run git: {error}"),
+            source,
         })?;
     if !output.status.success() {
         return Err(VersionError::Git {
