@@ -58,10 +58,10 @@ impl HeadCore {
                 && u64::from(resources.cpu_milli) >= cpu_milli
                 && resources.memory_bytes >= memory_bytes
         };
-        if self.nodes.is_empty() || self.nodes.values().any(holds) {
+        if self.membership.is_empty() || self.membership.nodes().any(holds) {
             return Ok(());
         }
-        let resources = || self.nodes.values().map(|node| &node.resources);
+        let resources = || self.membership.nodes().map(|node| &node.resources);
         Err(CoreError::NoNodeCanHold {
             gpu_milli,
             cpu_milli,

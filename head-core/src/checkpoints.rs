@@ -253,7 +253,7 @@ impl HeadCore {
 
     fn object_source(&self, node: NodeId) -> Option<ObjectSource> {
         let endpoint = self.objects.directory().endpoint(node)?;
-        let record = self.nodes.get(&node)?;
+        let record = self.membership.node(node)?;
         Some(ObjectSource {
             node,
             host: record.address.clone(),
@@ -278,8 +278,8 @@ impl HeadCore {
     }
 
     fn node_usable(&self, node: NodeId) -> bool {
-        self.nodes
-            .get(&node)
+        self.membership
+            .node(node)
             .is_some_and(|record| record.state != NodeState::Lost)
     }
 
@@ -333,8 +333,8 @@ impl HeadCore {
     pub fn store_targets(&mut self, session: &str) -> Vec<ObjectSource> {
         self.drivers.storing(session);
         let mut nodes: Vec<(usize, NodeId)> = self
-            .nodes
-            .values()
+            .membership
+            .nodes()
             .filter(|node| node.state == NodeState::Ready)
             .map(|node| (self.objects.directory().held_count(node.id), node.id))
             .collect();
@@ -378,8 +378,8 @@ impl HeadCore {
     /// on any of them.
     fn tell_live_nodes(&mut self, command: impl Fn() -> HeadCommand) {
         let nodes: Vec<NodeId> = self
-            .nodes
-            .values()
+            .membership
+            .nodes()
             .filter(|node| node.state != NodeState::Lost)
             .map(|node| node.id)
             .collect();

@@ -310,8 +310,8 @@ impl HeadCore {
             }
         }
         let nodes: Vec<Value> = self
-            .nodes
-            .values()
+            .membership
+            .nodes()
             .map(|node| {
                 let gpus: Vec<Value> = node
                     .resources
@@ -483,8 +483,8 @@ impl HeadCore {
             }
         }
         let capacity: f64 = self
-            .nodes
-            .values()
+            .membership
+            .nodes()
             .filter(|node| node.state == xp_runtime::protocol::NodeState::Ready)
             .map(|node| node.resources.gpus.len() as f64)
             .sum();

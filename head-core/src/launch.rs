@@ -136,7 +136,12 @@ impl HeadCore {
             );
             return;
         }
-        let master_host = self.nodes[&first.node].address.clone();
+        let master_host = self
+            .membership
+            .node(first.node)
+            .expect("a placed worker\'s node is known")
+            .address
+            .clone();
         let Some(master_port) = self.master_ports.reserve(&master_host) else {
             warn!(host = %master_host, "no free MASTER_PORT left on this host");
             self.requeue_unlaunched(now, trial_id, "no free MASTER_PORT on its first node");
@@ -213,7 +218,12 @@ impl HeadCore {
             .enumerate()
             .map(|(rank, slot)| {
                 // The pool numbers a node's GPUs 0..n; the node names them by device index.
-                let devices = &self.nodes[&slot.node].resources.gpus;
+                let devices = &self
+                    .membership
+                    .node(slot.node)
+                    .expect("a placed worker\'s node is known")
+                    .resources
+                    .gpus;
                 WorkerRecord {
                     rank: rank as u32,
                     node: slot.node,

@@ -120,7 +120,8 @@ pub struct HeadCore {
     experiments: BTreeMap<ExperimentId, ExperimentRecord>,
     specs: BTreeMap<ExperimentId, ExperimentSpec>,
     trials: BTreeMap<TrialId, TrialRecord>,
-    nodes: BTreeMap<NodeId, NodeRecord>,
+    /// The nodes, what each last said, and which a restarted head waits for.
+    membership: state::Membership,
     /// The scheduling policy core: the one owner of what every node has allocated.
     policy: PolicyCore,
     /// The policy text in force, when one was applied.
@@ -140,19 +141,11 @@ pub struct HeadCore {
     next_event_seq: u64,
     dirty_experiments: BTreeSet<ExperimentId>,
     dirty_trials: BTreeSet<TrialId>,
-    dirty_nodes: BTreeSet<NodeId>,
     /// Adaptive sweeps and early-stopping rules of the experiments that have them.
     sweep_state: SweepState,
     /// Which node holds which object, the copies to a second node under way,
     /// and how many kept checkpoints and outputs name each object.
     objects: state::ObjectBook,
-    /// When this core started: until the restart grace has passed, nodes may
-    /// still be coming back with the workers and objects they hold.
-    started_at: UnixMillis,
-    /// Nodes restored from the registry that have not registered with this head
-    /// yet: judged lost only after [`CoreConfig::restart_grace_ms`], and not
-    /// placed on until they register (a launch sent now would be dropped).
-    awaiting_return: BTreeSet<NodeId>,
     /// Connected driver sessions and what their objects are shared with.
     drivers: state::DriverSessions,
     /// Records to append, node commands and the `/metrics` tally, until the
@@ -180,7 +173,7 @@ impl std::fmt::Debug for HeadCore {
         f.debug_struct("HeadCore")
             .field("experiments", &self.experiments.len())
             .field("trials", &self.trials.len())
-            .field("nodes", &self.nodes.len())
+            .field("nodes", &self.membership.len())
             .field("sweeps", &self.sweep_state)
             .finish_non_exhaustive()
     }
@@ -195,7 +188,7 @@ impl HeadCore {
             experiments: BTreeMap::new(),
             specs: BTreeMap::new(),
             trials: BTreeMap::new(),
-            nodes: BTreeMap::new(),
+            membership: state::Membership::default(),
             policy: PolicyCore::new(PolicyConfig::default()),
             policy_record: None,
             dirty_policy: false,
@@ -207,11 +200,8 @@ impl HeadCore {
             next_event_seq: 1,
             dirty_experiments: BTreeSet::new(),
             dirty_trials: BTreeSet::new(),
-            dirty_nodes: BTreeSet::new(),
             sweep_state: SweepState::default(),
             objects: state::ObjectBook::default(),
-            started_at: now,
-            awaiting_return: BTreeSet::new(),
             drivers: state::DriverSessions::default(),
             outbox: state::Outbox::default(),
             pipelines: pipelines::Pipelines::default(),
@@ -264,15 +254,11 @@ impl HeadCore {
             }
         }
         core.pipelines = pipelines::Pipelines::restore(loaded.pipelines, loaded.next_pipeline_id);
-        for mut node in loaded.nodes {
-            node.last_seen = now;
+        core.membership = state::Membership::restore(loaded.nodes, now);
+        for node in core.membership.nodes() {
             // Schedulable until the running trials are adopted: the pool takes
             // allocations only on schedulable nodes.
-            core.policy.upsert_node(node_spec(&node));
-            if node.state != NodeState::Lost {
-                core.awaiting_return.insert(node.id);
-            }
-            core.nodes.insert(node.id, node);
+            core.policy.upsert_node(node_spec(node));
         }
         for event in loaded.events {
             core.next_event_seq = core.next_event_seq.max(event.seq + 1);
@@ -303,9 +289,9 @@ impl HeadCore {
             .unwrap_or_default();
         core.restore_approvals(approvals, now);
         // A node becomes schedulable again when it registers.
-        for node in core.nodes.values() {
+        for node in core.membership.nodes() {
             let schedulable =
-                node.state == NodeState::Ready && !core.awaiting_return.contains(&node.id);
+                node.state == NodeState::Ready && !core.membership.is_awaited(node.id);
             core.policy.set_node_schedulable(node.id, schedulable);
         }
         for trial in core.trials.values() {
@@ -343,11 +329,7 @@ impl HeadCore {
                 records.push(Record::Trial(trial.clone()));
             }
         }
-        for id in std::mem::take(&mut self.dirty_nodes) {
-            if let Some(node) = self.nodes.get(&id) {
-                records.push(Record::Node(node.clone()));
-            }
-        }
+        records.extend(self.membership.take_records());
         records.extend(self.pipelines.take_records());
         records.extend(self.outbox.take_records());
         if std::mem::take(&mut self.dirty_policy)
@@ -362,19 +344,13 @@ impl HeadCore {
     /// Loading and replaying the history can take seconds; none of it may come
     /// out of the time a node has to come back.
     pub fn begin_restart_grace(&mut self, now: UnixMillis) {
-        self.started_at = now;
-        for id in &self.awaiting_return {
-            if let Some(node) = self.nodes.get_mut(id) {
-                node.last_seen = now;
-            }
-        }
+        self.membership.begin_restart_grace(now);
     }
 
     /// Whether nodes may still be coming back to this head after its start.
     pub(crate) fn in_restart_grace(&self, now: UnixMillis) -> bool {
-        now < self
-            .started_at
-            .saturating_add(self.config.restart_grace_ms())
+        self.membership
+            .in_restart_grace(now, self.config.restart_grace_ms())
     }
 
     /// The next command for a node.
@@ -416,7 +392,10 @@ impl HeadCore {
             }
         }
         for (node_id, used) in &cpu {
-            let node = &self.nodes[node_id];
+            let node = self
+                .membership
+                .node(*node_id)
+                .expect("workers are on known nodes");
             assert!(
                 *used <= u64::from(node.resources.cpu_milli),
                 "node {node_id} CPU over-allocated"

@@ -187,11 +187,14 @@ pub fn snapshot<'a>(
 impl HeadCore {
     /// The snapshot of the core's state now (one pass over trials and workers).
     pub fn metrics_snapshot(&self) -> MetricsSnapshot {
-        let labels: BTreeMap<_, String> =
-            self.nodes.keys().map(|id| (*id, id.to_string())).collect();
+        let labels: BTreeMap<_, String> = self
+            .membership
+            .nodes()
+            .map(|node| (node.id, node.id.to_string()))
+            .collect();
         let nodes = self
-            .nodes
-            .values()
+            .membership
+            .nodes()
             .map(|node| {
                 (
                     node.id,
@@ -223,7 +226,7 @@ impl HeadCore {
             .flat_map(|trial| &trial.attempts)
             .flat_map(|attempt| &attempt.workers);
         let mut out = snapshot(trials, &self.queues(), &nodes, workers);
-        for node in self.nodes.values() {
+        for node in self.membership.nodes() {
             // A lost node's last figures no longer describe anything.
             if node.state == NodeState::Lost {
                 continue;

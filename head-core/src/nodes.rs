@@ -23,44 +23,17 @@ use xp_runtime::ids::{NodeId, WorkerKey};
 use xp_runtime::protocol::{HeadCommand, NodeMessage, NodeRegistration, NodeState};
 use xp_sched::NodeSpec;
 
-use super::report::MAX_UP_INTERVALS;
-use super::{HeadCore, NodeRecord, UpInterval};
+use super::{HeadCore, NodeRecord};
+use crate::state::SilenceLimits;
 
 impl HeadCore {
     /// A node (re)connected: record it, reconcile what it still runs, and schedule.
     pub fn handle_node_register(&mut self, now: UnixMillis, registration: NodeRegistration) {
         let node_id = registration.node_id;
-        let returning = self.nodes.contains_key(&node_id);
-        self.awaiting_return.remove(&node_id);
+        let returning = self.membership.register(now, &registration);
         info!(%node_id, name = %registration.name, gpus = registration.resources.gpus.len(), returning, "node registered");
-        // The intervals it was up: a node that registers again without having
-        // been judged lost (a reconnect) is still in its open interval.
-        let mut up = self
-            .nodes
-            .get(&node_id)
-            .map(|old| old.up.clone())
-            .unwrap_or_default();
-        if up.last().is_none_or(|last| last.to.is_some()) {
-            up.push(UpInterval {
-                from: now,
-                to: None,
-            });
-            if up.len() > MAX_UP_INTERVALS {
-                up.remove(0);
-            }
-        }
-        let record = NodeRecord {
-            id: node_id,
-            name: registration.name,
-            address: registration.advertise_host,
-            resources: registration.resources,
-            labels: registration.labels,
-            state: NodeState::Ready,
-            last_seen: now,
-            isolation: registration.isolation,
-            up,
-        };
-        self.policy.upsert_node(node_spec(&record));
+        let record = self.membership.node(node_id).expect("just registered");
+        self.policy.upsert_node(node_spec(record));
         self.objects.node_registered(
             node_id,
             registration.objects,
@@ -70,8 +43,6 @@ impl HeadCore {
         self.policy_stale = true;
         self.policy.set_node_schedulable(node_id, true);
         self.policy_stale = true;
-        self.nodes.insert(node_id, record);
-        self.dirty_nodes.insert(node_id);
         self.outbox.send(
             node_id,
             HeadCommand::Registered {
@@ -112,12 +83,11 @@ impl HeadCore {
 
     /// A message on a node's session.
     pub fn handle_node_message(&mut self, now: UnixMillis, node_id: NodeId, message: NodeMessage) {
-        let Some(node) = self.nodes.get_mut(&node_id) else {
+        let Some(state) = self.membership.heard_from(now, node_id) else {
             warn!(%node_id, "message from an unregistered node ignored");
             return;
         };
-        node.last_seen = now;
-        if node.state == NodeState::Lost {
+        if state == NodeState::Lost {
             // Its work was already rescheduled; make it register again so that what it
             // still runs is reconciled (killed) and it becomes schedulable again.
             self.outbox.send(
@@ -133,8 +103,7 @@ impl HeadCore {
             NodeMessage::Heartbeat | NodeMessage::Logs { .. } => {}
             NodeMessage::Draining => {
                 info!(%node_id, "node draining: nothing more is placed on it");
-                node.state = NodeState::Draining;
-                self.dirty_nodes.insert(node_id);
+                self.membership.set_draining(node_id);
                 self.policy.set_node_schedulable(node_id, false);
                 self.policy_stale = true;
             }
@@ -159,30 +128,15 @@ impl HeadCore {
         }
     }
 
-    /// The silence after which `node_id` is judged lost: the node timeout, or the
-    /// restart grace for a node that has not registered since the head started.
-    fn silence_limit_ms(&self, node_id: NodeId) -> u64 {
-        if self.awaiting_return.contains(&node_id) {
-            self.config.restart_grace_ms()
-        } else {
-            self.config.node_timeout_ms
-        }
-    }
-
     /// Marks nodes lost whose heartbeats stopped, and reschedules their work.
     pub fn handle_tick(&mut self, now: UnixMillis) {
-        let timed_out: Vec<NodeId> = self
-            .nodes
-            .values()
-            .filter(|node| {
-                node.state != NodeState::Lost
-                    && now.saturating_sub(node.last_seen) > self.silence_limit_ms(node.id)
-            })
-            .map(|node| node.id)
-            .collect();
-        for node_id in timed_out {
-            let timeout_ms = self.silence_limit_ms(node_id);
-            if self.awaiting_return.remove(&node_id) {
+        let limits = SilenceLimits {
+            node_timeout_ms: self.config.node_timeout_ms,
+            restart_grace_ms: self.config.restart_grace_ms(),
+        };
+        for silent in self.membership.take_silent(now, limits) {
+            let (node_id, timeout_ms) = (silent.node, silent.limit_ms);
+            if silent.never_returned {
                 warn!(%node_id, timeout_ms, "node lost: it did not come back after the head restarted");
             } else {
                 warn!(%node_id, timeout_ms, "node lost: no heartbeat within the timeout");
@@ -204,8 +158,8 @@ impl HeadCore {
     /// draining may only have lost its connection: the timeout judges it.
     pub fn handle_node_left(&mut self, now: UnixMillis, node_id: NodeId) {
         if self
-            .nodes
-            .get(&node_id)
+            .membership
+            .node(node_id)
             .is_none_or(|node| node.state != NodeState::Draining)
         {
             return;
@@ -218,14 +172,7 @@ impl HeadCore {
     /// Marks `node_id` lost (it was up until its last sign of life), takes it
     /// out of placement and requeues what still ran there.
     fn mark_lost(&mut self, now: UnixMillis, node_id: NodeId, why: &str) {
-        if let Some(node) = self.nodes.get_mut(&node_id) {
-            node.state = NodeState::Lost;
-            let last_seen = node.last_seen;
-            if let Some(open) = node.up.last_mut().filter(|last| last.to.is_none()) {
-                open.to = Some(last_seen.max(open.from));
-            }
-        }
-        self.dirty_nodes.insert(node_id);
+        self.membership.set_lost(node_id);
         self.policy.set_node_schedulable(node_id, false);
         self.policy_stale = true;
         for key in self.live_workers_on(node_id) {

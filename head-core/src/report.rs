@@ -321,7 +321,7 @@ impl HeadCore {
     ) -> AttemptSpan {
         let mut models: BTreeMap<String, f64> = BTreeMap::new();
         for worker in &attempt.workers {
-            let node = self.nodes.get(&worker.node);
+            let node = self.membership.node(worker.node);
             let share = f64::from(worker.gpu_milli) / GPU_MILLI as f64;
             for index in &worker.gpu_indices {
                 let model = node
@@ -338,7 +338,7 @@ impl HeadCore {
                 attempt
                     .workers
                     .iter()
-                    .filter_map(|worker| self.nodes.get(&worker.node))
+                    .filter_map(|worker| self.membership.node(worker.node))
                     .map(|node| node.last_seen)
                     .max()
                     .unwrap_or(attempt.placed_at)
@@ -381,7 +381,7 @@ impl HeadCore {
     /// Every node's GPUs over the intervals it was up; a node up now is up to `now`.
     fn node_up_times(&self, now: UnixMillis) -> Vec<NodeUp> {
         let mut up = Vec::new();
-        for node in self.nodes.values() {
+        for node in self.membership.nodes() {
             let gpus = node.resources.gpus.len() as f64;
             for interval in &node.up {
                 up.push(NodeUp {

@@ -427,8 +427,8 @@ impl HeadCore {
     /// A worker's holdings in the policy core's terms.
     fn worker_placement(&self, worker: &WorkerRecord) -> WorkerPlacement {
         let devices = self
-            .nodes
-            .get(&worker.node)
+            .membership
+            .node(worker.node)
             .map(|node| &node.resources.gpus[..])
             .unwrap_or_default();
         WorkerPlacement {

@@ -32,8 +32,8 @@ impl HeadCore {
     /// The nodes as `xp nodes` shows them.
     pub fn nodes_status(&self) -> Vec<NodeStatus> {
         let running = self.running_workers_by_node();
-        self.nodes
-            .values()
+        self.membership
+            .nodes()
             .map(|node| self.node_status(node, &running))
             .collect()
     }

@@ -442,8 +442,8 @@ impl HeadCore {
             .complete_holders(checkpoint, |node| self.node_usable(node));
         let origin = self.objects.replications().get(key).map(|job| job.origin);
         let candidates: Vec<NodeId> = self
-            .nodes
-            .values()
+            .membership
+            .nodes()
             .filter(|node| node.state == NodeState::Ready)
             .filter(|node| !holders.contains(&node.id) && Some(node.id) != origin)
             .filter(|node| self.objects.directory().endpoint(node.id).is_some())

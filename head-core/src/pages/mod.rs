@@ -496,12 +496,7 @@ impl HeadCore {
     pub fn nodes_page(&self, limit: usize, cursor: Option<NodeCursor>) -> Page<NodeStatus> {
         let limit = limit.clamp(1, MAX_LIMIT);
         let start = cursor.map_or(Bound::Unbounded, |NodeCursor(id)| Bound::Excluded(id));
-        let chosen: Vec<_> = self
-            .nodes
-            .range((start, Bound::Unbounded))
-            .map(|(_, node)| node)
-            .take(limit + 1)
-            .collect();
+        let chosen: Vec<_> = self.membership.nodes_from(start).take(limit + 1).collect();
         let more = chosen.len() > limit;
         let running = self.running_workers_by_node();
         let items: Vec<NodeStatus> = chosen
@@ -514,7 +509,7 @@ impl HeadCore {
                 .then(|| items.last().map(|node| NodeCursor(node.id).encode()))
                 .flatten(),
             items,
-            total: self.nodes.len() as u64,
+            total: self.membership.len() as u64,
         }
     }
 

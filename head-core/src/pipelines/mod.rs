@@ -878,8 +878,8 @@ impl HeadCore {
     fn outputs_live(&self, result: &StageResult) -> bool {
         result.outputs.iter().all(|file| {
             self.objects.directory().holders(file.object).any(|node| {
-                self.nodes
-                    .get(&node)
+                self.membership
+                    .node(node)
                     .is_some_and(|node| node.state != xp_runtime::protocol::NodeState::Lost)
             })
         })

@@ -2,9 +2,11 @@
 //! keeps its own invariants; `HeadCore`'s steps are sequences of calls on them.
 
 mod drivers;
+mod membership;
 mod objects;
 mod outbox;
 
 pub(crate) use self::drivers::DriverSessions;
+pub(crate) use self::membership::{Membership, SilenceLimits};
 pub(crate) use self::objects::ObjectBook;
 pub(crate) use self::outbox::Outbox;
