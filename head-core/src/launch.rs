@@ -139,7 +139,7 @@ impl HeadCore {
         let master_host = self
             .membership
             .node(first.node)
-            .expect("a placed worker\'s node is known")
+            .expect("the policy places only on known nodes")
             .address
             .clone();
         let Some(master_port) = self.master_ports.reserve(&master_host) else {
@@ -221,7 +221,7 @@ impl HeadCore {
                 let devices = &self
                     .membership
                     .node(slot.node)
-                    .expect("a placed worker\'s node is known")
+                    .expect("the policy places only on known nodes")
                     .resources
                     .gpus;
                 WorkerRecord {

@@ -1262,12 +1262,7 @@ fn check_restart_grace(registers_after_ms: Option<u64>, tick_after_ms: u64, expe
         core.handle_node_register(RESTARTED_AT + after, registration(node, 0, 2, vec![key]));
     }
     core.handle_tick(RESTARTED_AT + tick_after_ms);
-    let lost = core
-        .membership
-        .node(node)
-        .expect("a placed worker\'s node is known")
-        .state
-        == xp_runtime::protocol::NodeState::Lost;
+    let lost = core.membership.node(node).unwrap().state == xp_runtime::protocol::NodeState::Lost;
     assert_eq!(
         lost, expected_lost,
         "registered after {registers_after_ms:?} ms, tick after {tick_after_ms} ms"
@@ -1390,18 +1385,12 @@ fn the_restart_grace_starts_when_the_head_can_hear_its_nodes() {
     let grace = CONFIG.restart_grace_ms();
     core.handle_tick(RESTARTED_AT + grace + 1);
     assert_ne!(
-        core.membership
-            .node(node)
-            .expect("a placed worker\'s node is known")
-            .state,
+        core.membership.node(node).unwrap().state,
         xp_runtime::protocol::NodeState::Lost
     );
     core.handle_tick(ready_at + grace + 1);
     assert_eq!(
-        core.membership
-            .node(node)
-            .expect("a placed worker\'s node is known")
-            .state,
+        core.membership.node(node).unwrap().state,
         xp_runtime::protocol::NodeState::Lost
     );
     core.check_invariants();
@@ -1439,10 +1428,7 @@ fn a_draining_node_moves_its_trial_elsewhere_without_a_retry_and_leaves_at_once(
     assert!(launches(&commands(&mut core)).is_empty());
     core.handle_node_left(6, leaving);
     assert_eq!(
-        core.membership
-            .node(leaving)
-            .expect("a placed worker\'s node is known")
-            .state,
+        core.membership.node(leaving).unwrap().state,
         xp_runtime::protocol::NodeState::Lost
     );
     // A node that only lost its connection is left to the heartbeat timeout.
@@ -1450,10 +1436,7 @@ fn a_draining_node_moves_its_trial_elsewhere_without_a_retry_and_leaves_at_once(
     core.handle_node_register(7, registration(staying, 0, 1, Vec::new()));
     core.handle_node_left(8, staying);
     assert_eq!(
-        core.membership
-            .node(staying)
-            .expect("a placed worker\'s node is known")
-            .state,
+        core.membership.node(staying).unwrap().state,
         xp_runtime::protocol::NodeState::Ready
     );
     let relaunch = commands(&mut core)

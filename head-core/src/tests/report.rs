@@ -147,18 +147,10 @@ fn a_lost_node_offers_gpus_only_until_its_last_sign_of_life() {
     // Silent since its last report at 1 h + 1 s.
     core.handle_tick(HOUR + 20_000);
     assert_eq!(
-        core.membership
-            .node(node)
-            .expect("a placed worker\'s node is known")
-            .state,
+        core.membership.node(node).unwrap().state,
         xp_runtime::protocol::NodeState::Lost
     );
-    let up = core
-        .membership
-        .node(node)
-        .expect("a placed worker\'s node is known")
-        .up
-        .clone();
+    let up = core.membership.node(node).unwrap().up.clone();
     assert_eq!(up.len(), 1);
     assert_eq!((up[0].from, up[0].to), (0, Some(HOUR + 1_000)));
     let report = core
@@ -170,22 +162,8 @@ fn a_lost_node_offers_gpus_only_until_its_last_sign_of_life() {
     );
     // It comes back: a new interval opens.
     core.handle_node_register(3 * HOUR, registration(node, 2, 4, Vec::new()));
-    assert_eq!(
-        core.membership
-            .node(node)
-            .expect("a placed worker\'s node is known")
-            .up
-            .len(),
-        2
-    );
-    assert_eq!(
-        core.membership
-            .node(node)
-            .expect("a placed worker\'s node is known")
-            .up[1]
-            .to,
-        None
-    );
+    assert_eq!(core.membership.node(node).unwrap().up.len(), 2);
+    assert_eq!(core.membership.node(node).unwrap().up[1].to, None);
 }
 
 #[test]
