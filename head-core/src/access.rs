@@ -44,7 +44,8 @@ impl HeadCore {
     /// The team queue `name` belongs to: `Some(None)` for a queue open to every
     /// team, `None` when the policy has no such queue.
     pub fn queue_owner(&self, name: &str) -> Option<Option<String>> {
-        self.policy
+        self.placement
+            .policy()
             .config()
             .queue(name)
             .map(|queue| queue.team.clone())

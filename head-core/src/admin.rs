@@ -35,16 +35,15 @@ impl HeadCore {
         let (targets, what) = match &action {
             AdminAction::ApplyPolicy { yaml } => {
                 let config = PolicyConfig::from_yaml(yaml)?;
-                self.policy.set_config(config, now)?;
-                self.policy_stale = true;
-                self.policy_record = Some(PolicyRecord {
+                self.placement.policy_mut().set_config(config, now)?;
+                self.placement.mark_stale();
+                self.placement.set_record(PolicyRecord {
                     yaml: yaml.clone(),
                     applied_by: who.clone(),
                     why: why.clone(),
                     at: now,
                     approvals: self.approvals.clone(),
                 });
-                self.dirty_policy = true;
                 info!(%who, %why, "scheduling policy replaced");
                 self.schedule(now);
                 return Ok((0, format!("policy applied by {who}")));
@@ -75,7 +74,7 @@ impl HeadCore {
                 ));
             }
             AdminAction::Move { id, queue } => {
-                if self.policy.config().queue(queue).is_none() {
+                if self.placement.policy().config().queue(queue).is_none() {
                     return Err(CoreError::QueueNotFound {
                         queue: queue.clone(),
                     });
@@ -89,23 +88,24 @@ impl HeadCore {
             match &action {
                 AdminAction::Priority { value, .. } => {
                     trial.priority_override = Some(*value);
-                    self.policy.set_priority(trial_id, *value);
-                    self.policy_stale = true;
+                    self.placement.policy_mut().set_priority(trial_id, *value);
+                    self.placement.mark_stale();
                 }
                 AdminAction::Hold { .. } => {
                     trial.held = true;
-                    self.policy.hold(trial_id);
-                    self.policy_stale = true;
+                    self.placement.policy_mut().hold(trial_id);
+                    self.placement.mark_stale();
                 }
                 AdminAction::Release { .. } => {
                     trial.held = false;
-                    self.policy.release_hold(trial_id);
-                    self.policy_stale = true;
+                    self.placement.policy_mut().release_hold(trial_id);
+                    self.placement.mark_stale();
                 }
                 AdminAction::Move { queue, .. } => {
                     trial.queue_override = Some(queue.clone());
-                    self.policy_stale = true;
-                    if let Err(refusal) = self.policy.move_to_queue(trial_id, queue) {
+                    self.placement.mark_stale();
+                    if let Err(refusal) = self.placement.policy_mut().move_to_queue(trial_id, queue)
+                    {
                         debug!(%trial_id, %refusal, "queue change takes effect when it waits again");
                     }
                 }

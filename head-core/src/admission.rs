@@ -21,7 +21,7 @@ impl HeadCore {
     /// Refuses a submission while the team already has its limit of pending
     /// trials, with a hint of when to retry; the SDK backs off and retries.
     pub(super) fn admit(&self, spec: &ExperimentSpec) -> Result<(), CoreError> {
-        let admission = &self.policy.config().admission;
+        let admission = &self.placement.policy().config().admission;
         let pending = self
             .trials
             .values()

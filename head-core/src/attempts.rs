@@ -73,7 +73,7 @@ impl HeadCore {
         }
         worker.state = state;
         // The policy core frees the gang's resources once its last worker is gone.
-        self.unsettled.insert(key.trial);
+        self.placement.unsettle(key.trial);
     }
 
     /// Ends the attempt of `key` (if live) with `outcome`, freeing its port and
@@ -95,7 +95,7 @@ impl HeadCore {
             .filter(|worker| worker.state.holds_resources())
             .map(|worker| worker.node)
             .collect();
-        self.master_ports.release(&host, port);
+        self.placement.master_ports().release(&host, port);
         for node in live_nodes {
             self.kill_on(node, key.trial, key.attempt, outcome);
         }
@@ -301,7 +301,7 @@ impl HeadCore {
         if state.is_terminal() && !was_terminal {
             trial.finished_at = Some(now);
         }
-        self.unsettled.insert(trial_id);
+        self.placement.unsettle(trial_id);
         let attempt = trial.attempts.len() as u32;
         let config_json = trial.config_json.clone();
         self.dirty_trials.insert(trial_id);

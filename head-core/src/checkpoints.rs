@@ -120,9 +120,9 @@ impl HeadCore {
             .attempts
             .last()
             .is_some_and(|live| live.number == key.attempt && live.is_live());
-        if live && self.policy.note_checkpoint(key.trial, now) {
+        if live && self.placement.policy_mut().note_checkpoint(key.trial, now) {
             // A cheap victim now: a waiting trial may preempt it.
-            self.policy_stale = true;
+            self.placement.mark_stale();
         }
         info!(trial = %key.trial, step, files = count, bytes, "checkpoint recorded");
         self.push_event(

@@ -4,15 +4,12 @@
 //! address rank 0's node advertised when it registered (the local address of its
 //! route to the head unless it was given `--advertise`), never its host name.
 //!
-//! [`MasterPorts`] owns the `MASTER_PORT`s handed out per host. This module does not
-//! decide where a trial runs (the policy core did), and does not follow the attempt
-//! once launched (see `attempts` and `reports`).
+//! The ports come from the placement sub-state (`state::MasterPorts`). This
+//! module does not decide where a trial runs (the policy core did), and does not
+//! follow the attempt once launched (see `attempts` and `reports`).
 //!
-//! Invariants: a port is held by at most one live attempt per host, and is handed
-//! out again only after the attempt that held it ended; ports are handed out in
-//! rotation through 29500–29999, so a retry never reuses the port that an old rank
-//! 0, still being stopped, may hold. Every worker of one attempt gets the same
-//! collective token, derived from the head's rendezvous key and the attempt.
+//! Invariant: every worker of one attempt gets the same collective token,
+//! derived from the head's rendezvous key and the attempt.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,53 +21,6 @@ use xp_runtime::spec::{CollectiveTransport, ExperimentSpec, RenderError, render_
 use xp_sched::{GPU_MILLI, WorkerPlacement};
 
 use super::{AttemptRecord, HeadCore, TrialRecord, WorkerRecord, WorkerState};
-
-/// The first port handed out as `MASTER_PORT`, as torchrun does.
-const FIRST_MASTER_PORT: u16 = 29500;
-/// The last port handed out as `MASTER_PORT`.
-const LAST_MASTER_PORT: u16 = 29999;
-
-/// The `MASTER_PORT`s in use on each host, handed out in rotation.
-#[derive(Debug, Default)]
-pub(super) struct MasterPorts {
-    /// Ports held by live attempts, per host.
-    in_use: BTreeMap<String, BTreeSet<u16>>,
-    /// Where the next search starts, per host.
-    cursor: BTreeMap<String, u16>,
-}
-
-impl MasterPorts {
-    /// Records a port a live attempt already holds (found in the registry at
-    /// start); the rotation is not moved.
-    pub(super) fn mark_in_use(&mut self, host: &str, port: u16) {
-        self.in_use.entry(host.to_owned()).or_default().insert(port);
-    }
-
-    /// Takes the first free port on `host` at or after the one following the last
-    /// handed out, wrapping around the range; `None` when every port is taken.
-    pub(super) fn reserve(&mut self, host: &str) -> Option<u16> {
-        let used_ports = self.in_use.entry(host.to_owned()).or_default();
-        let cursor = self.cursor.get(host).copied().unwrap_or(FIRST_MASTER_PORT);
-        let port = (cursor..=LAST_MASTER_PORT)
-            .chain(FIRST_MASTER_PORT..cursor)
-            .find(|port| !used_ports.contains(port))?;
-        used_ports.insert(port);
-        let next = if port == LAST_MASTER_PORT {
-            FIRST_MASTER_PORT
-        } else {
-            port + 1
-        };
-        self.cursor.insert(host.to_owned(), next);
-        Some(port)
-    }
-
-    /// Gives a port back; the rotation goes on from where it was.
-    pub(super) fn release(&mut self, host: &str, port: u16) {
-        if let Some(ports) = self.in_use.get_mut(host) {
-            ports.remove(&port);
-        }
-    }
-}
 
 /// Why a trial cannot be handed to the policy core or launched: its spec and the
 /// head's state disagree. The trial fails with this as its reason.
@@ -115,8 +65,7 @@ impl HeadCore {
     /// `Queued` too, or the head would hold it `Preempting` with no attempt while
     /// the policy has it waiting, and settling would drop it.
     fn requeue_unlaunched(&mut self, now: UnixMillis, trial_id: TrialId, why: &str) {
-        self.policy.requeue(trial_id, now);
-        self.policy_stale = true;
+        self.placement.requeue(trial_id, now);
         if self.trials[&trial_id].state != TrialState::Queued {
             self.transition(now, trial_id, TrialState::Queued, why.to_owned());
         }
@@ -142,7 +91,7 @@ impl HeadCore {
             .expect("the policy places only on known nodes")
             .address
             .clone();
-        let Some(master_port) = self.master_ports.reserve(&master_host) else {
+        let Some(master_port) = self.placement.master_ports().reserve(&master_host) else {
             warn!(host = %master_host, "no free MASTER_PORT left on this host");
             self.requeue_unlaunched(now, trial_id, "no free MASTER_PORT on its first node");
             return;
@@ -160,7 +109,9 @@ impl HeadCore {
         ) {
             Ok(launches) => launches,
             Err(error) => {
-                self.master_ports.release(&master_host, master_port);
+                self.placement
+                    .master_ports()
+                    .release(&master_host, master_port);
                 self.transition(now, trial_id, TrialState::Failed, error.to_string());
                 return;
             }
@@ -324,7 +275,8 @@ impl HeadCore {
         if !spec.trial.resources.oversubscribe || share == 0 || share >= whole || charge >= share {
             return (charge, whole);
         }
-        let policy = u32::try_from(self.policy.config().oversubscription_milli()).unwrap_or(whole);
+        let policy = u32::try_from(self.placement.policy().config().oversubscription_milli())
+            .unwrap_or(whole);
         let charged = |factor: u32| {
             xp_sched::oversubscribed_charge(u64::from(share), u64::from(factor))
                 == u64::from(charge)
@@ -378,43 +330,5 @@ impl HeadCore {
             .map(|arg| render_arg(arg, lookup))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Program::Command { argv })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{FIRST_MASTER_PORT, LAST_MASTER_PORT, MasterPorts};
-
-    #[test]
-    fn ports_rotate_per_host_and_wrap_around_the_range() {
-        let mut ports = MasterPorts::default();
-        assert_eq!(ports.reserve("a"), Some(FIRST_MASTER_PORT));
-        assert_eq!(ports.reserve("a"), Some(FIRST_MASTER_PORT + 1));
-        assert_eq!(
-            ports.reserve("b"),
-            Some(FIRST_MASTER_PORT),
-            "hosts rotate apart"
-        );
-        ports.release("a", FIRST_MASTER_PORT);
-        assert_eq!(
-            ports.reserve("a"),
-            Some(FIRST_MASTER_PORT + 2),
-            "a released port is not handed out again at once"
-        );
-        let mut ports = MasterPorts::default();
-        ports.mark_in_use("a", FIRST_MASTER_PORT);
-        assert_eq!(ports.reserve("a"), Some(FIRST_MASTER_PORT + 1));
-    }
-
-    #[test]
-    fn a_host_runs_out_of_ports_only_when_all_are_held() {
-        let mut ports = MasterPorts::default();
-        let count = usize::from(LAST_MASTER_PORT - FIRST_MASTER_PORT) + 1;
-        for _ in 0..count {
-            assert!(ports.reserve("a").is_some());
-        }
-        assert_eq!(ports.reserve("a"), None);
-        ports.release("a", FIRST_MASTER_PORT + 7);
-        assert_eq!(ports.reserve("a"), Some(FIRST_MASTER_PORT + 7));
     }
 }

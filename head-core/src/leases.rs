@@ -21,7 +21,7 @@ use xp_runtime::protocol::{
 };
 use xp_runtime::spec::ExperimentSpec;
 use xp_sched::odds::{any_of_n_conflict, observed_wait_probability};
-use xp_sched::{ApprovalRequest, ApprovalVerdict, PreemptReason, WaitReason};
+use xp_sched::{ApprovalRequest, ApprovalVerdict, PreemptReason};
 
 use super::records::{ApprovalRecord, ApprovalState};
 use super::{CoreError, HeadCore};
@@ -34,7 +34,7 @@ impl HeadCore {
     /// Refuses a spec whose trials name a lease the policy does not declare,
     /// or more units than it has: such a trial could never start.
     pub(super) fn check_leases(&self, spec: &ExperimentSpec) -> Result<(), CoreError> {
-        let declared = &self.policy.config().leases;
+        let declared = &self.placement.policy().config().leases;
         for (name, units) in &spec.trial.resources.leases {
             let Some(capacity) = declared.get(name) else {
                 return Err(CoreError::UnknownLease {
@@ -77,7 +77,8 @@ impl HeadCore {
                 .collect()
         };
         let leases = self
-            .policy
+            .placement
+            .policy()
             .leases()
             .into_iter()
             .map(|lease| LeaseStatus {
@@ -91,7 +92,8 @@ impl HeadCore {
             })
             .collect();
         let approvals = self
-            .policy
+            .placement
+            .policy()
             .approval_requests()
             .into_iter()
             .filter(|request| shown(request.victim) || shown(request.claimant))
@@ -128,7 +130,8 @@ impl HeadCore {
             waiting_now: u64,
         }
         let mut counts: BTreeMap<String, Count> = self
-            .policy
+            .placement
+            .policy()
             .config()
             .leases
             .keys()
@@ -177,25 +180,7 @@ impl HeadCore {
     /// odds), and mirrors the core's pending approval requests into records,
     /// telling the trials involved of new and withdrawn ones.
     pub(super) fn after_decide(&mut self, now: UnixMillis) {
-        // Only trials not judged yet are looked at, so a pass costs what is
-        // new, not every waiting trial.
-        let mut judged = Vec::new();
-        for &trial_id in &self.first_pass {
-            if self.policy.placement(trial_id).is_some() {
-                judged.push((trial_id, false));
-                continue;
-            }
-            match self.policy.wait_reason(trial_id) {
-                Some(WaitReason::NotYetConsidered) => {}
-                // Held by an admin is not contention: judged when released.
-                Some(WaitReason::Held) => {}
-                Some(_) => judged.push((trial_id, true)),
-                // Gone from the policy (cancelled, failed): nothing to count.
-                None => judged.push((trial_id, false)),
-            }
-        }
-        for (trial_id, waited) in judged {
-            self.first_pass.remove(&trial_id);
+        for (trial_id, waited) in self.placement.judge_first_pass() {
             if waited && let Some(trial) = self.trials.get_mut(&trial_id) {
                 trial.waited = true;
                 self.dirty_trials.insert(trial_id);
@@ -207,7 +192,7 @@ impl HeadCore {
     /// Records new pending requests and withdraws records the core no longer
     /// holds pending.
     fn sync_approvals(&mut self, now: UnixMillis) {
-        let pending = self.policy.approval_requests();
+        let pending = self.placement.policy().approval_requests();
         let pending_ids: BTreeSet<u64> = pending.iter().map(|request| request.id).collect();
         let known: BTreeSet<u64> = self.approvals.iter().map(|record| record.id).collect();
         let mut changed = false;
@@ -267,7 +252,10 @@ impl HeadCore {
         who: &str,
         why: &str,
     ) -> Result<ApprovalRequest, CoreError> {
-        let decided = self.policy.decide_approval(request, verdict)?;
+        let decided = self
+            .placement
+            .policy_mut()
+            .decide_approval(request, verdict)?;
         let (state, word) = match verdict {
             ApprovalVerdict::Approve => (ApprovalState::Approved, "approved"),
             ApprovalVerdict::Deny => (ApprovalState::Denied, "denied"),
@@ -289,7 +277,7 @@ impl HeadCore {
         self.trial_note(now, decided.victim, &text);
         self.trial_note(now, decided.claimant, &text);
         self.persist_approvals();
-        self.policy_stale = true;
+        self.placement.mark_stale();
         info!(%who, %why, request, verdict = word, "preemption request decided");
         Ok(decided)
     }
@@ -303,7 +291,7 @@ impl HeadCore {
             .map(|record| record.id + 1)
             .max()
             .unwrap_or(1);
-        self.policy.set_next_approval_id(next);
+        self.placement.policy_mut().set_next_approval_id(next);
         self.approvals = records;
         let mut changed = false;
         for record in &mut self.approvals {
@@ -320,8 +308,11 @@ impl HeadCore {
                             .is_some_and(|trial| !trial.state.is_terminal())
                     };
                     if unfinished(record.victim) && unfinished(record.claimant) {
-                        self.policy
-                            .restore_denial(record.id, record.victim, record.claimant);
+                        self.placement.policy_mut().restore_denial(
+                            record.id,
+                            record.victim,
+                            record.claimant,
+                        );
                     }
                 }
                 ApprovalState::Approved | ApprovalState::Withdrawn => {}
@@ -369,9 +360,9 @@ impl HeadCore {
 
     /// Writes the approval records with the policy record.
     pub(super) fn persist_approvals(&mut self) {
-        if let Some(policy) = &mut self.policy_record {
-            policy.approvals = self.approvals.clone();
-            self.dirty_policy = true;
+        let approvals = self.approvals.clone();
+        if let Some(policy) = self.placement.record_mut() {
+            policy.approvals = approvals;
         }
     }
 

@@ -60,7 +60,7 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, NodeId, ObjectId, TrialId};
 use xp_runtime::protocol::{HeadCommand, NodeState, TrialEvent, TrialState};
 use xp_runtime::spec::ExperimentSpec;
-use xp_sched::{GPU_MILLI, PolicyConfig, PolicyCore};
+use xp_sched::{GPU_MILLI, PolicyConfig};
 
 pub use self::error::CoreError;
 pub use self::records::TelemetryRecord;
@@ -71,7 +71,6 @@ pub use self::records::{
 pub use self::records::{InputDir, PipelineRecord, StageRecord, StageResult};
 pub use self::report::ReportScope;
 
-use self::launch::MasterPorts;
 use self::nodes::node_spec;
 use self::sweeps::SweepState;
 
@@ -122,19 +121,8 @@ pub struct HeadCore {
     trials: BTreeMap<TrialId, TrialRecord>,
     /// The nodes, what each last said, and which a restarted head waits for.
     membership: state::Membership,
-    /// The scheduling policy core: the one owner of what every node has allocated.
-    policy: PolicyCore,
-    /// The policy text in force, when one was applied.
-    policy_record: Option<PolicyRecord>,
-    dirty_policy: bool,
-    /// Trials whose standing with the policy core may have changed since the last
-    /// scheduling pass (workers released, state changed).
-    unsettled: BTreeSet<TrialId>,
-    /// Something the policy core decides on changed since its last pass (or time
-    /// passed); a pass when nothing changed would find nothing new to do.
-    policy_stale: bool,
-    /// The `MASTER_PORT`s live attempts hold, per host, handed out in rotation.
-    master_ports: MasterPorts,
+    /// The policy core and what keeps it in step with the trials.
+    placement: state::Placement,
     events: BTreeMap<ExperimentId, Vec<TrialEvent>>,
     /// Succeeded trials that ran themselves, by trial identity: what new trials may reuse.
     succeeded_by_identity: BTreeMap<[u8; 32], TrialId>,
@@ -160,12 +148,6 @@ pub struct HeadCore {
     /// Preemption approval requests, pending and recently decided (persisted
     /// with the policy record; see `leases`).
     approvals: Vec<records::ApprovalRecord>,
-    /// Trials handed to the policy core whose first pass has not been judged
-    /// yet: whether they wait through it sets `TrialRecord::waited` (soft
-    /// state; a restart hands every queued trial over again).
-    first_pass: BTreeSet<TrialId>,
-    /// Policy decisions run so far (`metrics::decisions_made`).
-    decisions_made: u64,
 }
 
 impl std::fmt::Debug for HeadCore {
@@ -189,12 +171,7 @@ impl HeadCore {
             specs: BTreeMap::new(),
             trials: BTreeMap::new(),
             membership: state::Membership::default(),
-            policy: PolicyCore::new(PolicyConfig::default()),
-            policy_record: None,
-            dirty_policy: false,
-            unsettled: BTreeSet::new(),
-            policy_stale: true,
-            master_ports: MasterPorts::default(),
+            placement: state::Placement::default(),
             events: BTreeMap::new(),
             succeeded_by_identity: BTreeMap::new(),
             next_event_seq: 1,
@@ -208,15 +185,10 @@ impl HeadCore {
             telemetry: telemetry::TelemetryState::default(),
             alerts: alerts::AlertState::restore(loaded.alerts),
             approvals: Vec::new(),
-            first_pass: BTreeSet::new(),
-            decisions_made: 0,
         };
         if let Some(record) = loaded.policy {
             match PolicyConfig::from_yaml(&record.yaml) {
-                Ok(config) => {
-                    core.policy = PolicyCore::new(config);
-                    core.policy_record = Some(record);
-                }
+                Ok(config) => core.placement = state::Placement::new(config, Some(record)),
                 Err(error) => {
                     warn!(%error, "the stored policy no longer validates; using the default policy")
                 }
@@ -258,7 +230,7 @@ impl HeadCore {
         for node in core.membership.nodes() {
             // Schedulable until the running trials are adopted: the pool takes
             // allocations only on schedulable nodes.
-            core.policy.upsert_node(node_spec(node));
+            core.placement.policy_mut().upsert_node(node_spec(node));
         }
         for event in loaded.events {
             core.next_event_seq = core.next_event_seq.max(event.seq + 1);
@@ -283,8 +255,8 @@ impl HeadCore {
             core.adopt_running(now, trial_id);
         }
         let approvals = core
-            .policy_record
-            .as_ref()
+            .placement
+            .record()
             .map(|record| record.approvals.clone())
             .unwrap_or_default();
         core.restore_approvals(approvals, now);
@@ -292,11 +264,14 @@ impl HeadCore {
         for node in core.membership.nodes() {
             let schedulable =
                 node.state == NodeState::Ready && !core.membership.is_awaited(node.id);
-            core.policy.set_node_schedulable(node.id, schedulable);
+            core.placement
+                .policy_mut()
+                .set_node_schedulable(node.id, schedulable);
         }
         for trial in core.trials.values() {
             for attempt in trial.attempts.iter().filter(|attempt| attempt.is_live()) {
-                core.master_ports
+                core.placement
+                    .master_ports()
                     .mark_in_use(&attempt.master_host, attempt.master_port);
             }
         }
@@ -332,11 +307,7 @@ impl HeadCore {
         records.extend(self.membership.take_records());
         records.extend(self.pipelines.take_records());
         records.extend(self.outbox.take_records());
-        if std::mem::take(&mut self.dirty_policy)
-            && let Some(policy) = &self.policy_record
-        {
-            records.push(Record::Policy(policy.clone()));
-        }
+        records.extend(self.placement.take_changed_record().map(Record::Policy));
         records
     }
 
@@ -405,7 +376,7 @@ impl HeadCore {
                 "node {node_id} memory over-allocated"
             );
         }
-        if let Err(broken) = self.policy.check_invariants() {
+        if let Err(broken) = self.placement.policy().check_invariants() {
             panic!("scheduler invariant broken: {broken}");
         }
         // The object reference counts are a cache of what kept checkpoints and

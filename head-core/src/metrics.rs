@@ -206,7 +206,7 @@ impl HeadCore {
                 )
             })
             .collect();
-        let config = self.policy.config();
+        let config = self.placement.policy().config();
         let trials = self.trials.values().map(|trial| {
             let spec = self.specs.get(&trial.id.experiment);
             let queue = trial
@@ -242,7 +242,7 @@ impl HeadCore {
     /// its calls into the core and keeps, for `/metrics`, the wall time of
     /// those during which this grew (the core itself takes no clock).
     pub fn decisions_made(&self) -> u64 {
-        self.decisions_made
+        self.placement.decisions_made()
     }
 
     /// What happened since the last call.

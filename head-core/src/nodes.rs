@@ -33,16 +33,14 @@ impl HeadCore {
         let returning = self.membership.register(now, &registration);
         info!(%node_id, name = %registration.name, gpus = registration.resources.gpus.len(), returning, "node registered");
         let record = self.membership.node(node_id).expect("just registered");
-        self.policy.upsert_node(node_spec(record));
+        self.placement.policy_mut().upsert_node(node_spec(record));
         self.objects.node_registered(
             node_id,
             registration.objects,
             registration.held_objects.iter().map(|held| held.id),
         );
         self.reconcile_objects(node_id, &registration.held_objects);
-        self.policy_stale = true;
-        self.policy.set_node_schedulable(node_id, true);
-        self.policy_stale = true;
+        self.placement.set_schedulable(node_id, true);
         self.outbox.send(
             node_id,
             HeadCommand::Registered {
@@ -104,8 +102,7 @@ impl HeadCore {
             NodeMessage::Draining => {
                 info!(%node_id, "node draining: nothing more is placed on it");
                 self.membership.set_draining(node_id);
-                self.policy.set_node_schedulable(node_id, false);
-                self.policy_stale = true;
+                self.placement.set_schedulable(node_id, false);
             }
             NodeMessage::Report { report, .. } => {
                 self.handle_report(now, node_id, report);
@@ -147,7 +144,7 @@ impl HeadCore {
         self.tick_alerts(now);
         self.tend_replications(now);
         // Time alone changes decisions: aging, reservations, minimum run times.
-        self.policy_stale = true;
+        self.placement.mark_stale();
         self.schedule(now);
     }
 
@@ -173,8 +170,7 @@ impl HeadCore {
     /// out of placement and requeues what still ran there.
     fn mark_lost(&mut self, now: UnixMillis, node_id: NodeId, why: &str) {
         self.membership.set_lost(node_id);
-        self.policy.set_node_schedulable(node_id, false);
-        self.policy_stale = true;
+        self.placement.set_schedulable(node_id, false);
         for key in self.live_workers_on(node_id) {
             self.lose_worker(now, key, format!("node {node_id} {why}"));
         }

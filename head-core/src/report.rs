@@ -248,7 +248,7 @@ impl HeadCore {
     /// The policy's prices as the maths takes them.
     fn price_list(&self) -> PriceList {
         PriceList {
-            prices: self.policy.config().prices.clone(),
+            prices: self.placement.policy().config().prices.clone(),
         }
     }
 

@@ -49,23 +49,20 @@ impl HeadCore {
             .values()
             .filter(|trial| {
                 trial.state == TrialState::Queued
-                    && self.policy.wait_reason(trial.id).is_none()
-                    && self.policy.placement(trial.id).is_none()
+                    && self.placement.policy().wait_reason(trial.id).is_none()
+                    && self.placement.policy().placement(trial.id).is_none()
             })
             .map(|trial| trial.id)
             .collect();
         for trial_id in fresh {
             self.submit_to_policy(now, trial_id);
         }
-        let decisions = if std::mem::take(&mut self.policy_stale) {
-            // Counted so that the shell, which times its calls into the core,
-            // knows which of them ran a decision (`decisions_made`).
-            self.decisions_made += 1;
-            let decisions = self.policy.decide(now);
-            self.after_decide(now);
-            decisions
-        } else {
-            Vec::new()
+        let decisions = match self.placement.decide(now) {
+            Some(decisions) => {
+                self.after_decide(now);
+                decisions
+            }
+            None => Vec::new(),
         };
         for decision in decisions {
             match decision {
@@ -90,7 +87,7 @@ impl HeadCore {
 
     /// Settles every trial whose standing may have changed (see `settle_with_policy`).
     fn settle_all(&mut self, now: UnixMillis) {
-        for trial_id in std::mem::take(&mut self.unsettled) {
+        for trial_id in self.placement.take_unsettled() {
             self.settle_with_policy(now, trial_id);
         }
     }
@@ -107,25 +104,24 @@ impl HeadCore {
             .iter()
             .flat_map(|attempt| &attempt.workers)
             .any(|worker| worker.state.holds_resources());
-        if self.policy.placement(trial_id).is_some() {
+        if self.placement.policy().placement(trial_id).is_some() {
             if holds {
                 return;
             }
             match trial.state {
                 TrialState::Queued => {
-                    self.policy.requeue(trial_id, now);
-                    self.policy_stale = true;
+                    self.placement.requeue(trial_id, now);
                 }
                 state if state.is_terminal() => {
-                    self.policy
+                    self.placement
                         .finish(trial_id, now, state == TrialState::Succeeded);
-                    self.policy_stale = true;
                 }
                 _ => {}
             }
-        } else if self.policy.wait_reason(trial_id).is_some() && trial.state != TrialState::Queued {
-            self.policy.finish(trial_id, now, false);
-            self.policy_stale = true;
+        } else if self.placement.policy().wait_reason(trial_id).is_some()
+            && trial.state != TrialState::Queued
+        {
+            self.placement.finish(trial_id, now, false);
         }
     }
 
@@ -134,20 +130,22 @@ impl HeadCore {
         let spec = &self.specs[&trial.id.experiment];
         let priority = match (trial.priority_override, &spec.priority) {
             (Some(value), _) | (None, &Priority::Value(value)) => value,
-            (None, Priority::Class(class)) => {
-                self.policy.config().priority_value(class).ok_or_else(|| {
-                    LaunchError::UnknownPriorityClass {
-                        class: class.clone(),
-                        known: self
-                            .policy
-                            .config()
-                            .priority_classes
-                            .keys()
-                            .cloned()
-                            .collect(),
-                    }
-                })?
-            }
+            (None, Priority::Class(class)) => self
+                .placement
+                .policy()
+                .config()
+                .priority_value(class)
+                .ok_or_else(|| LaunchError::UnknownPriorityClass {
+                    class: class.clone(),
+                    known: self
+                        .placement
+                        .policy()
+                        .config()
+                        .priority_classes
+                        .keys()
+                        .cloned()
+                        .collect(),
+                })?,
         };
         Ok(TrialRequest {
             id: trial.id,
@@ -192,24 +190,31 @@ impl HeadCore {
         };
         let workers = self.specs[&trial_id.experiment].trial.workers;
         let (past_gpu_ms, past_run_ms) = past_service(trial);
-        match self.policy.submit(request, now) {
+        match self.placement.policy_mut().submit(request, now) {
             Ok(()) => {
                 // Runs the core did not see (before a restart, or attempts
                 // that ended before a retry) count toward attained service.
                 if past_run_ms > 0 {
-                    self.policy
-                        .add_past_service(trial_id, past_gpu_ms, past_run_ms);
+                    self.placement.policy_mut().add_past_service(
+                        trial_id,
+                        past_gpu_ms,
+                        past_run_ms,
+                    );
                 }
                 if workers.is_elastic() {
-                    self.policy
-                        .set_elastic(trial_id, workers.min, workers.max, now);
+                    self.placement.policy_mut().set_elastic(
+                        trial_id,
+                        workers.min,
+                        workers.max,
+                        now,
+                    );
                 }
-                self.policy_stale = true;
+                self.placement.mark_stale();
                 if !waited {
-                    self.first_pass.insert(trial_id);
+                    self.placement.await_first_pass(trial_id);
                 }
                 if held {
-                    self.policy.hold(trial_id);
+                    self.placement.policy_mut().hold(trial_id);
                 }
             }
             Err(Refusal::TooManyPending { .. } | Refusal::Duplicate(_)) => {}
@@ -319,15 +324,15 @@ impl HeadCore {
             return;
         };
         if let (Some(to), Some(why)) = (
-            self.policy.resizing(key.trial).map(<[_]>::len),
-            self.policy.resize_reason(key.trial),
-        ) && !self.policy.is_preempting(key.trial)
+            self.placement.policy().resizing(key.trial).map(<[_]>::len),
+            self.placement.policy().resize_reason(key.trial),
+        ) && !self.placement.policy().is_preempting(key.trial)
         {
             self.finish_attempt(now, key, &format!("resized: {from} to {to} workers, {why}"));
-            if let Some(workers) = self.policy.resized(key.trial, now) {
+            if let Some(workers) = self.placement.policy_mut().resized(key.trial, now) {
                 self.launch(now, key.trial, &workers);
             }
-            self.policy_stale = true;
+            self.placement.mark_stale();
             return;
         }
         self.finish_attempt(now, key, "preempted");
@@ -399,10 +404,18 @@ impl HeadCore {
                 if workers.is_elastic() {
                     request.gang.workers = u32::try_from(placements.len()).unwrap_or(u32::MAX);
                 }
-                match self.policy.adopt(request, placements, started_at) {
+                match self
+                    .placement
+                    .policy_mut()
+                    .adopt(request, placements, started_at)
+                {
                     Ok(()) if workers.is_elastic() => {
-                        self.policy
-                            .set_elastic(trial_id, workers.min, workers.max, now);
+                        self.placement.policy_mut().set_elastic(
+                            trial_id,
+                            workers.min,
+                            workers.max,
+                            now,
+                        );
                     }
                     Ok(()) => {}
                     Err(error) => {
@@ -414,12 +427,13 @@ impl HeadCore {
                 warn!(%trial_id, reason = %error, "cannot restore a running trial in the scheduler")
             }
         }
-        if self.policy.placement(trial_id).is_some() {
+        if self.placement.policy().placement(trial_id).is_some() {
             // What it received before, and what a preemption would lose now.
-            self.policy
+            self.placement
+                .policy_mut()
                 .add_past_service(trial_id, past_gpu_ms, past_run_ms);
             if let Some(at) = last_checkpoint {
-                self.policy.note_checkpoint(trial_id, at);
+                self.placement.policy_mut().note_checkpoint(trial_id, at);
             }
         }
     }

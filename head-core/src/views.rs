@@ -60,7 +60,12 @@ impl HeadCore {
         node: &NodeRecord,
         running: &BTreeMap<NodeId, u32>,
     ) -> NodeStatus {
-        let free = self.policy.pool().node_free(node.id).unwrap_or_default();
+        let free = self
+            .placement
+            .policy()
+            .pool()
+            .node_free(node.id)
+            .unwrap_or_default();
         NodeStatus {
             id: node.id,
             name: node.name.clone(),
@@ -69,7 +74,8 @@ impl HeadCore {
             capacity: node.resources.clone(),
             // Whole idle GPUs; shares of partly used ones do not add up to one.
             free_gpus: self
-                .policy
+                .placement
+                .policy()
                 .pool()
                 .node_gpu_used(node.id)
                 .map_or(0, |used| used.iter().filter(|milli| **milli == 0).count())
@@ -212,7 +218,7 @@ impl HeadCore {
             reason: trial.reason.clone(),
             reused_from: trial.reused_from,
             waiting: (trial.state == TrialState::Queued).then(|| {
-                self.policy.wait_reason(trial.id).map_or_else(
+                self.placement.policy().wait_reason(trial.id).map_or_else(
                     || "admission: its team is at its pending limit".to_owned(),
                     |reason| reason.to_string(),
                 )
@@ -224,7 +230,12 @@ impl HeadCore {
 
     /// Every queue's standing, for `xp queue`.
     pub fn queues(&self) -> Vec<QueueStatus> {
-        self.policy.queues().into_iter().map(queue_status).collect()
+        self.placement
+            .policy()
+            .queues()
+            .into_iter()
+            .map(queue_status)
+            .collect()
     }
 }
 

@@ -243,8 +243,8 @@ impl AlertCursor {
 impl HeadCore {
     /// The rules in force for an experiment.
     fn alert_rules(&mut self, experiment: ExperimentId) -> Arc<[AlertRule]> {
-        if self.alerts.defaults != self.policy.config().alerts {
-            self.alerts.defaults = self.policy.config().alerts.clone();
+        if self.alerts.defaults != self.placement.policy().config().alerts {
+            self.alerts.defaults = self.placement.policy().config().alerts.clone();
             self.alerts.rules.clear();
         }
         if let Some(rules) = self.alerts.rules.get(&experiment) {
@@ -255,7 +255,8 @@ impl HeadCore {
             .get(&experiment)
             .map(|spec| spec.alerts.as_slice())
             .unwrap_or_default();
-        let rules: Arc<[AlertRule]> = effective_rules(&self.policy.config().alerts, own).into();
+        let rules: Arc<[AlertRule]> =
+            effective_rules(&self.placement.policy().config().alerts, own).into();
         self.alerts.rules.insert(experiment, rules.clone());
         rules
     }
@@ -484,7 +485,7 @@ impl HeadCore {
 
     /// Where the policy lets alert webhooks be posted.
     pub fn webhook_policy(&self) -> &xp_sched::config::WebhookPolicy {
-        &self.policy.config().webhooks
+        &self.placement.policy().config().webhooks
     }
 
     /// How one webhook post of an alert went: the alert's delivery state is

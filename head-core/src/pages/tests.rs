@@ -613,7 +613,7 @@ fn queues_page_by_name_and_team() {
     let mut core = core();
     let policy = "queues:\n  - {name: q-b, team: b}\n  - {name: q-a, team: a}\n  - {name: q-open}\n  - {name: q-a2, team: a}\n";
     let config = xp_sched::PolicyConfig::from_yaml(policy).unwrap();
-    core.policy = xp_sched::PolicyCore::new(config);
+    core.placement = crate::state::Placement::new(config, None);
     let all = core.queues_page(MAX_LIMIT, None, &everyone);
     let names = |page: &Page<QueueStatus>| -> Vec<String> {
         page.items.iter().map(|queue| queue.name.clone()).collect()

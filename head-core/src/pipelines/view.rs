@@ -151,7 +151,8 @@ impl HeadCore {
             *counts.entry(trial.state.as_str()).or_default() += 1;
             if waits.is_none() && trial.state == TrialState::Queued {
                 waits = self
-                    .policy
+                    .placement
+                    .policy()
                     .wait_reason(trial.id)
                     .map(|reason| reason.to_string());
             }
@@ -280,7 +281,7 @@ impl HeadCore {
                     .map(|(id, _)| *id)
                     .collect();
                 for trial in waiting {
-                    self.policy.set_urgency(trial, urgency);
+                    self.placement.policy_mut().set_urgency(trial, urgency);
                 }
             }
         }

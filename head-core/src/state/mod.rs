@@ -2,11 +2,15 @@
 //! keeps its own invariants; `HeadCore`'s steps are sequences of calls on them.
 
 mod drivers;
+mod master_ports;
 mod membership;
 mod objects;
 mod outbox;
+mod placement;
 
 pub(crate) use self::drivers::DriverSessions;
+pub(crate) use self::master_ports::MasterPorts;
 pub(crate) use self::membership::{Membership, SilenceLimits};
 pub(crate) use self::objects::ObjectBook;
 pub(crate) use self::outbox::Outbox;
+pub(crate) use self::placement::Placement;

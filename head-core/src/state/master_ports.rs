@@ -1,0 +1,94 @@
+//! The `MASTER_PORT`s handed out per host: what a gang's rank 0 listens on
+//! for its rendezvous.
+//!
+//! Invariants: a port is held by at most one live attempt per host, and is
+//! handed out again only after the attempt that held it ended; ports are handed
+//! out in rotation through 29500–29999, so a retry never reuses the port that an
+//! old rank 0, still being stopped, may hold.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The first port handed out as `MASTER_PORT`, as torchrun does.
+const FIRST_MASTER_PORT: u16 = 29500;
+/// The last port handed out as `MASTER_PORT`.
+const LAST_MASTER_PORT: u16 = 29999;
+
+/// The `MASTER_PORT`s in use on each host, handed out in rotation.
+#[derive(Debug, Default)]
+pub(crate) struct MasterPorts {
+    /// Ports held by live attempts, per host.
+    in_use: BTreeMap<String, BTreeSet<u16>>,
+    /// Where the next search starts, per host.
+    cursor: BTreeMap<String, u16>,
+}
+
+impl MasterPorts {
+    /// Records a port a live attempt already holds (found in the registry at
+    /// start); the rotation is not moved.
+    pub(crate) fn mark_in_use(&mut self, host: &str, port: u16) {
+        self.in_use.entry(host.to_owned()).or_default().insert(port);
+    }
+
+    /// Takes the first free port on `host` at or after the one following the last
+    /// handed out, wrapping around the range; `None` when every port is taken.
+    pub(crate) fn reserve(&mut self, host: &str) -> Option<u16> {
+        let used_ports = self.in_use.entry(host.to_owned()).or_default();
+        let cursor = self.cursor.get(host).copied().unwrap_or(FIRST_MASTER_PORT);
+        let port = (cursor..=LAST_MASTER_PORT)
+            .chain(FIRST_MASTER_PORT..cursor)
+            .find(|port| !used_ports.contains(port))?;
+        used_ports.insert(port);
+        let next = if port == LAST_MASTER_PORT {
+            FIRST_MASTER_PORT
+        } else {
+            port + 1
+        };
+        self.cursor.insert(host.to_owned(), next);
+        Some(port)
+    }
+
+    /// Gives a port back; the rotation goes on from where it was.
+    pub(crate) fn release(&mut self, host: &str, port: u16) {
+        if let Some(ports) = self.in_use.get_mut(host) {
+            ports.remove(&port);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FIRST_MASTER_PORT, LAST_MASTER_PORT, MasterPorts};
+
+    #[test]
+    fn ports_rotate_per_host_and_wrap_around_the_range() {
+        let mut ports = MasterPorts::default();
+        assert_eq!(ports.reserve("a"), Some(FIRST_MASTER_PORT));
+        assert_eq!(ports.reserve("a"), Some(FIRST_MASTER_PORT + 1));
+        assert_eq!(
+            ports.reserve("b"),
+            Some(FIRST_MASTER_PORT),
+            "hosts rotate apart"
+        );
+        ports.release("a", FIRST_MASTER_PORT);
+        assert_eq!(
+            ports.reserve("a"),
+            Some(FIRST_MASTER_PORT + 2),
+            "a released port is not handed out again at once"
+        );
+        let mut ports = MasterPorts::default();
+        ports.mark_in_use("a", FIRST_MASTER_PORT);
+        assert_eq!(ports.reserve("a"), Some(FIRST_MASTER_PORT + 1));
+    }
+
+    #[test]
+    fn a_host_runs_out_of_ports_only_when_all_are_held() {
+        let mut ports = MasterPorts::default();
+        let count = usize::from(LAST_MASTER_PORT - FIRST_MASTER_PORT) + 1;
+        for _ in 0..count {
+            assert!(ports.reserve("a").is_some());
+        }
+        assert_eq!(ports.reserve("a"), None);
+        ports.release("a", FIRST_MASTER_PORT + 7);
+        assert_eq!(ports.reserve("a"), Some(FIRST_MASTER_PORT + 7));
+    }
+}
