@@ -477,7 +477,19 @@ impl GpSearcher {
     }
 
     fn ask_model(&mut self) -> Config {
-        let dims = self.space.len();
+        // 1. The model of the objective, sure about the pending points.
+        let model = self.fit_model();
+        // 2. Candidates over the cube, scored by the acquisition.
+        let mut points = self.candidates(&model.y, &model.theta);
+        let mut scores = self.score(&model.posterior, model.best, &model.pending, &points);
+        // 3. The best few, refined and scored again.
+        self.refine_best(&model, &mut points, &mut scores);
+        // 4. The best that is neither observed nor pending.
+        self.best_unknown(&points, &scores)
+    }
+
+    /// Fits (or reuses) the Gaussian process on the observations so far.
+    fn fit_model(&mut self) -> Model {
         let width = self.features.width();
         let objectives: Vec<f64> = self
             .history
@@ -513,14 +525,25 @@ impl GpSearcher {
         }
         x.extend_from_slice(&pending);
         let posterior = Posterior::new(x, &y_train, self.layout(), &theta);
+        Model {
+            y,
+            best,
+            theta,
+            pending,
+            posterior,
+        }
+    }
 
-        // Candidates: a scrambled Sobol set (even cover, fresh scramble per ask)
-        // over the cube or the trust region, boxes around the incumbent, and
-        // Gaussian perturbations of the best observations.
+    /// The candidate points (in the unit cube, one after the other): a scrambled
+    /// Sobol set (even cover, fresh scramble per ask) over the cube or the trust
+    /// region, boxes around the incumbent, and Gaussian perturbations of the best
+    /// observations.
+    fn candidates(&mut self, y: &[f64], theta: &[f64]) -> Vec<f64> {
+        let dims = self.space.len();
         let mut ranked: Vec<usize> = (0..y.len()).collect();
         ranked.sort_by(|left, right| y[*left].total_cmp(&y[*right]));
         let incumbent = unit_point(&self.space, &self.history.observed()[ranked[0]].config);
-        let weights = self.box_weights(&theta);
+        let weights = self.box_weights(theta);
         let sobol_seed = self.rng.random::<u64>();
         let mut points: Vec<f64> = Vec::with_capacity(
             (self.options.n_candidates + self.options.n_incumbent_candidates) * dims,
@@ -557,10 +580,21 @@ impl GpSearcher {
                 points.extend(perturbed);
             }
         }
-        let mut scores = self.score(&posterior, best, &pending, &points);
+        points
+    }
 
-        // The best few candidates, improved by gradient ascent over the real
-        // parameters when asked for, else by random local search.
+    /// Appends to `points` and `scores` the best few candidates, improved by
+    /// gradient ascent over the real parameters when asked for, else by random
+    /// local search.
+    fn refine_best(&mut self, model: &Model, points: &mut Vec<f64>, scores: &mut Vec<f64>) {
+        let dims = self.space.len();
+        let Model {
+            best,
+            pending,
+            posterior,
+            ..
+        } = model;
+        let best = *best;
         let mut order: Vec<usize> = (0..scores.len()).collect();
         order.sort_by(|left, right| scores[*right].total_cmp(&scores[*left]));
         let starts: Vec<Vec<f64>> = order
@@ -576,20 +610,24 @@ impl GpSearcher {
                 .take(self.options.n_refine)
                 .map(|idx| scores[*idx])
                 .collect();
-            self.local_search(&posterior, best, &pending, starts, start_scores)
+            self.local_search(posterior, best, pending, starts, start_scores)
         } else {
             starts
                 .into_iter()
-                .map(|start| self.polish(&posterior, best, &continuous, start))
+                .map(|start| self.polish(posterior, best, &continuous, start))
                 .collect()
         };
         for point in refined {
-            let score = self.score(&posterior, best, &pending, &point)[0];
+            let score = self.score(posterior, best, pending, &point)[0];
             points.extend(point);
             scores.push(score);
         }
+    }
 
-        // The best candidate that is neither observed nor pending.
+    /// The best-scored candidate whose configuration is neither observed nor
+    /// pending; the best one when all are.
+    fn best_unknown(&self, points: &[f64], scores: &[f64]) -> Config {
+        let dims = self.space.len();
         let mut order: Vec<usize> = (0..scores.len()).collect();
         order.sort_by(|left, right| {
             scores[*right]
@@ -606,6 +644,20 @@ impl GpSearcher {
         }
         first.expect("there is at least one candidate")
     }
+}
+
+/// The model one ask works with.
+struct Model {
+    /// The observed objectives, warped and standardised.
+    y: Vec<f64>,
+    /// The smallest of `y`.
+    best: f64,
+    /// The kernel's hyperparameters.
+    theta: Vec<f64>,
+    /// The pending points, in the unit cube, one after the other.
+    pending: Vec<f64>,
+    /// The posterior over observed and (believed) pending points.
+    posterior: Posterior,
 }
 
 /// The sides of the boxes drawn around the incumbent, relative to the cube's.

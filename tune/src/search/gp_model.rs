@@ -237,101 +237,53 @@ pub(crate) fn minimise(
     max_iterations: usize,
 ) -> Option<(Vec<f64>, f64)> {
     const MEMORY: usize = 6;
-    let project = |x: &mut [f64]| {
-        for idx in 0..x.len() {
-            x[idx] = x[idx].clamp(lower[idx], upper[idx]);
-        }
-    };
-    let mask = |x: &[f64], direction: &mut [f64]| {
-        for idx in 0..x.len() {
-            if (x[idx] <= lower[idx] && direction[idx] < 0.0)
-                || (x[idx] >= upper[idx] && direction[idx] > 0.0)
-            {
-                direction[idx] = 0.0;
-            }
-        }
-    };
+    let bounds = Bounds { lower, upper };
     let mut x = start;
-    project(&mut x);
+    bounds.project(&mut x);
     let (mut fx, mut g) = f(&x)?;
-    let mut memory: VecDeque<(Vec<f64>, Vec<f64>, f64)> = VecDeque::with_capacity(MEMORY);
+    let mut memory: VecDeque<Curvature> = VecDeque::with_capacity(MEMORY);
     for _ in 0..max_iterations {
-        let mut q = g.clone();
-        let mut alphas = Vec::with_capacity(memory.len());
-        for (s, yv, rho) in memory.iter().rev() {
-            let a = rho * dot(s, &q);
-            for idx in 0..q.len() {
-                q[idx] -= a * yv[idx];
-            }
-            alphas.push(a);
-        }
-        if let Some((s, yv, _)) = memory.back() {
-            let gamma = dot(s, yv) / dot(yv, yv);
-            q.iter_mut().for_each(|value| *value *= gamma);
-        }
-        for ((s, yv, rho), a) in memory.iter().zip(alphas.iter().rev()) {
-            let b = rho * dot(yv, &q);
-            for idx in 0..q.len() {
-                q[idx] += s[idx] * (a - b);
-            }
-        }
-        let mut direction: Vec<f64> = q.iter().map(|value| -value).collect();
-        mask(&x, &mut direction);
+        // 1. A descent direction inside the bounds, or stop.
+        let mut direction: Vec<f64> = lbfgs_step(&memory, &g).iter().map(|value| -value).collect();
+        bounds.mask(&x, &mut direction);
         let mut slope = dot(&g, &direction);
         if slope >= -1e-12 {
             memory.clear();
             direction = g.iter().map(|value| -value).collect();
-            mask(&x, &mut direction);
+            bounds.mask(&x, &mut direction);
             slope = dot(&g, &direction);
             if slope >= -1e-12 {
                 break;
             }
         }
-        let mut step = if memory.is_empty() {
+        // 2. A step along it that decreases enough, or stop.
+        let step = if memory.is_empty() {
             (1.0 / dot(&direction, &direction).sqrt()).min(1.0)
         } else {
             1.0
         };
-        let mut accepted = None;
-        for _ in 0..30 {
-            let mut candidate: Vec<f64> = x
-                .iter()
-                .zip(&direction)
-                .map(|(value, d)| value + step * d)
-                .collect();
-            project(&mut candidate);
-            let moved: Vec<f64> = candidate
-                .iter()
-                .zip(&x)
-                .map(|(c, value)| c - value)
-                .collect();
-            if let Some((f_candidate, g_candidate)) = f(&candidate)
-                && f_candidate <= fx + 1e-4 * dot(&g, &moved)
-            {
-                accepted = Some((candidate, f_candidate, g_candidate, moved));
-                break;
-            }
-            step *= 0.5;
-        }
-        let Some((candidate, f_candidate, g_candidate, moved)) = accepted else {
+        let Some(accepted) = backtrack(&f, &bounds, &x, fx, &g, &direction, step) else {
             break;
         };
-        let yv: Vec<f64> = g_candidate
+        // 3. The curvature it showed, remembered when positive.
+        let yv: Vec<f64> = accepted
+            .gradient
             .iter()
             .zip(&g)
             .map(|(new, old)| new - old)
             .collect();
-        let sy = dot(&moved, &yv);
+        let sy = dot(&accepted.moved, &yv);
         if sy > 1e-10 {
             if memory.len() == MEMORY {
                 memory.pop_front();
             }
-            memory.push_back((moved, yv, 1.0 / sy));
+            memory.push_back((accepted.moved, yv, 1.0 / sy));
         }
-        let improvement = fx - f_candidate;
-        x = candidate;
-        fx = f_candidate;
-        g = g_candidate;
+        // 4. Moved; stop once the gain or the projected gradient is negligible.
+        let improvement = fx - accepted.value;
+        x = accepted.point;
+        fx = accepted.value;
+        g = accepted.gradient;
         let projected_gradient: f64 = (0..x.len())
             .map(|idx| {
                 let moved = (x[idx] - g[idx]).clamp(lower[idx], upper[idx]) - x[idx];
@@ -343,6 +295,107 @@ pub(crate) fn minimise(
         }
     }
     Some((x, fx))
+}
+
+/// One remembered step of L-BFGS: the move `s`, the gradient's change `y`, and
+/// `1 / (s . y)`.
+type Curvature = (Vec<f64>, Vec<f64>, f64);
+
+/// The box [`minimise`] searches in.
+struct Bounds<'a> {
+    lower: &'a [f64],
+    upper: &'a [f64],
+}
+
+impl Bounds<'_> {
+    /// Clamps `x` into the box.
+    fn project(&self, x: &mut [f64]) {
+        for ((value, lower), upper) in x.iter_mut().zip(self.lower).zip(self.upper) {
+            *value = value.clamp(*lower, *upper);
+        }
+    }
+
+    /// Zeroes the parts of `direction` that push `x` further into an active bound.
+    fn mask(&self, x: &[f64], direction: &mut [f64]) {
+        for idx in 0..x.len() {
+            if (x[idx] <= self.lower[idx] && direction[idx] < 0.0)
+                || (x[idx] >= self.upper[idx] && direction[idx] > 0.0)
+            {
+                direction[idx] = 0.0;
+            }
+        }
+    }
+}
+
+/// The L-BFGS two-loop recursion: `memory`'s inverse-Hessian estimate times `g`.
+fn lbfgs_step(memory: &VecDeque<Curvature>, g: &[f64]) -> Vec<f64> {
+    let mut q = g.to_vec();
+    let mut alphas = Vec::with_capacity(memory.len());
+    for (s, yv, rho) in memory.iter().rev() {
+        let a = rho * dot(s, &q);
+        for idx in 0..q.len() {
+            q[idx] -= a * yv[idx];
+        }
+        alphas.push(a);
+    }
+    if let Some((s, yv, _)) = memory.back() {
+        let gamma = dot(s, yv) / dot(yv, yv);
+        q.iter_mut().for_each(|value| *value *= gamma);
+    }
+    for ((s, yv, rho), a) in memory.iter().zip(alphas.iter().rev()) {
+        let b = rho * dot(yv, &q);
+        for idx in 0..q.len() {
+            q[idx] += s[idx] * (a - b);
+        }
+    }
+    q
+}
+
+/// A step [`backtrack`] accepted.
+struct Accepted {
+    point: Vec<f64>,
+    value: f64,
+    gradient: Vec<f64>,
+    /// `point - x`, after projection.
+    moved: Vec<f64>,
+}
+
+/// Armijo backtracking from `x` along `direction`, starting at `step` and
+/// halving up to 30 times, each trial point projected into the box.
+fn backtrack(
+    f: &impl Fn(&[f64]) -> Option<(f64, Vec<f64>)>,
+    bounds: &Bounds<'_>,
+    x: &[f64],
+    fx: f64,
+    g: &[f64],
+    direction: &[f64],
+    mut step: f64,
+) -> Option<Accepted> {
+    for _ in 0..30 {
+        let mut candidate: Vec<f64> = x
+            .iter()
+            .zip(direction)
+            .map(|(value, d)| value + step * d)
+            .collect();
+        bounds.project(&mut candidate);
+        let moved: Vec<f64> = candidate
+            .iter()
+            .zip(x)
+            .map(|(c, value)| c - value)
+            .collect();
+        if let Some((f_candidate, g_candidate)) = f(&candidate)
+            && f_candidate <= fx + 1e-4 * dot(g, &moved)
+        {
+            return Some(Accepted {
+                point: candidate,
+                value: f_candidate,
+                gradient: g_candidate,
+                moved,
+            });
+        }
+        step *= 0.5;
+    }
+    None
 }
 
 /// The posterior of a fitted process given its training data, ready to predict.
