@@ -42,7 +42,7 @@ impl HeadCore {
                     applied_by: who.clone(),
                     why: why.clone(),
                     at: now,
-                    approvals: self.approvals.clone(),
+                    approvals: self.approvals.records().to_vec(),
                 });
                 info!(%who, %why, "scheduling policy replaced");
                 self.schedule(now);

@@ -11,7 +11,7 @@
 //! restart the core asks afresh under new ids, and the old records are
 //! marked withdrawn).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use tracing::info;
 use xp_runtime::clock::UnixMillis;
@@ -25,10 +25,7 @@ use xp_sched::{ApprovalRequest, ApprovalVerdict, PreemptReason};
 
 use super::records::{ApprovalRecord, ApprovalState};
 use super::{CoreError, HeadCore};
-
-/// The most resolved approval records kept (the newest); pending ones and
-/// standing denials are always kept. Decisions stay in the trials' events and the audit trail.
-pub(super) const MAX_DECIDED_APPROVALS: usize = 1000;
+use crate::state::{Approvals, Involved};
 
 impl HeadCore {
     /// Refuses a spec whose trials name a lease the policy does not declare,
@@ -190,53 +187,34 @@ impl HeadCore {
     }
 
     /// Records new pending requests and withdraws records the core no longer
-    /// holds pending.
+    /// holds pending, telling the trials involved.
     fn sync_approvals(&mut self, now: UnixMillis) {
         let pending = self.placement.policy().approval_requests();
-        let pending_ids: BTreeSet<u64> = pending.iter().map(|request| request.id).collect();
-        let known: BTreeSet<u64> = self.approvals.iter().map(|record| record.id).collect();
-        let mut changed = false;
-        for request in pending
-            .iter()
-            .filter(|request| !known.contains(&request.id))
-        {
+        let (added, withdrawn) = self
+            .approvals
+            .sync(now, &pending, |request| reason_text(&request.reason));
+        for request in &added {
             let why = reason_text(&request.reason);
             info!(request = request.id, victim = %request.victim, claimant = %request.claimant, "preemption awaits approval");
-            self.approvals.push(ApprovalRecord {
-                id: request.id,
-                victim: request.victim,
-                claimant: request.claimant,
-                why: why.clone(),
-                at: request.at,
-                state: ApprovalState::Pending,
-                decided_by: None,
-                decided_why: None,
-                decided_at: None,
-            });
             let text = format!(
                 "preemption of {} for {} awaits an admin's approval (request {}): {why}",
                 request.victim, request.claimant, request.id
             );
             self.trial_note(now, request.victim, &text);
             self.trial_note(now, request.claimant, &text);
-            changed = true;
         }
-        let mut withdrawn = Vec::new();
-        for record in &mut self.approvals {
-            if record.state == ApprovalState::Pending && !pending_ids.contains(&record.id) {
-                record.state = ApprovalState::Withdrawn;
-                record.decided_at = Some(now);
-                withdrawn.push((record.id, record.victim, record.claimant));
-            }
-        }
-        for (id, victim, claimant) in withdrawn {
+        for Involved {
+            id,
+            victim,
+            claimant,
+        } in &withdrawn
+        {
             let text =
                 format!("preemption request {id} withdrawn: {victim} or {claimant} left its place");
-            self.trial_note(now, victim, &text);
-            self.trial_note(now, claimant, &text);
-            changed = true;
+            self.trial_note(now, *victim, &text);
+            self.trial_note(now, *claimant, &text);
         }
-        if changed {
+        if !added.is_empty() || !withdrawn.is_empty() {
             self.trim_approvals();
             self.persist_approvals();
         }
@@ -260,16 +238,7 @@ impl HeadCore {
             ApprovalVerdict::Approve => (ApprovalState::Approved, "approved"),
             ApprovalVerdict::Deny => (ApprovalState::Denied, "denied"),
         };
-        if let Some(record) = self
-            .approvals
-            .iter_mut()
-            .find(|record| record.id == request)
-        {
-            record.state = state;
-            record.decided_by = Some(who.to_owned());
-            record.decided_why = Some(why.to_owned());
-            record.decided_at = Some(now);
-        }
+        self.approvals.decide(now, request, state, who, why);
         let text = format!(
             "admin {who}: {word} preemption request {request} of {} for {} ({why})",
             decided.victim, decided.claimant
@@ -286,81 +255,47 @@ impl HeadCore {
     /// are withdrawn (the core asks again under new ids), denials still
     /// standing hold, and new ids follow the largest one used.
     pub(super) fn restore_approvals(&mut self, records: Vec<ApprovalRecord>, now: UnixMillis) {
-        let next = records
-            .iter()
-            .map(|record| record.id + 1)
-            .max()
-            .unwrap_or(1);
+        let (approvals, changed) = Approvals::restore(records, now);
+        self.approvals = approvals;
+        let next = self.approvals.next_id();
         self.placement.policy_mut().set_next_approval_id(next);
-        self.approvals = records;
-        let mut changed = false;
-        for record in &mut self.approvals {
-            match record.state {
-                ApprovalState::Pending => {
-                    record.state = ApprovalState::Withdrawn;
-                    record.decided_at = Some(now);
-                    changed = true;
-                }
-                ApprovalState::Denied => {
-                    let unfinished = |trial: TrialId| {
-                        self.trials
-                            .get(&trial)
-                            .is_some_and(|trial| !trial.state.is_terminal())
-                    };
-                    if unfinished(record.victim) && unfinished(record.claimant) {
-                        self.placement.policy_mut().restore_denial(
-                            record.id,
-                            record.victim,
-                            record.claimant,
-                        );
-                    }
-                }
-                ApprovalState::Approved | ApprovalState::Withdrawn => {}
-            }
+        let unfinished = |trial: TrialId| {
+            self.trials
+                .get(&trial)
+                .is_some_and(|trial| !trial.state.is_terminal())
+        };
+        let standing: Vec<(u64, TrialId, TrialId)> = self
+            .approvals
+            .records()
+            .iter()
+            .filter(|record| record.state == ApprovalState::Denied)
+            .filter(|record| unfinished(record.victim) && unfinished(record.claimant))
+            .map(|record| (record.id, record.victim, record.claimant))
+            .collect();
+        for (id, victim, claimant) in standing {
+            self.placement
+                .policy_mut()
+                .restore_denial(id, victim, claimant);
         }
         if changed {
             self.persist_approvals();
         }
     }
 
-    /// Keeps every standing record (pending, or a denial whose victim and
-    /// claimant are both still unfinished: the policy core holds it, and a
-    /// restart restores it from here) and the newest resolved ones, dropping
-    /// the oldest resolved first. Standing denials need no count bound: each
-    /// names two live trials and ends with either.
+    /// Drops the oldest resolved approval records past the bound
+    /// (`Approvals::trim`); a denial stands while both its trials are unfinished.
     pub(super) fn trim_approvals(&mut self) {
-        let unfinished = |trial: &TrialId| {
-            self.trials
-                .get(trial)
+        let trials = &self.trials;
+        self.approvals.trim(|trial| {
+            trials
+                .get(&trial)
                 .is_some_and(|trial| !trial.state.is_terminal())
-        };
-        let standing: Vec<bool> = self
-            .approvals
-            .iter()
-            .map(|record| match record.state {
-                ApprovalState::Pending => true,
-                ApprovalState::Denied => unfinished(&record.victim) && unfinished(&record.claimant),
-                ApprovalState::Approved | ApprovalState::Withdrawn => false,
-            })
-            .collect();
-        let resolved = standing.iter().filter(|standing| !**standing).count();
-        let mut excess = resolved.saturating_sub(MAX_DECIDED_APPROVALS);
-        // Records are kept in the order they were asked, so this drops the
-        // oldest resolved ones.
-        let mut standing = standing.into_iter();
-        self.approvals.retain(|_| {
-            let standing = standing.next().unwrap_or(true);
-            if excess > 0 && !standing {
-                excess -= 1;
-                return false;
-            }
-            true
         });
     }
 
     /// Writes the approval records with the policy record.
     pub(super) fn persist_approvals(&mut self) {
-        let approvals = self.approvals.clone();
+        let approvals = self.approvals.records().to_vec();
         if let Some(policy) = self.placement.record_mut() {
             policy.approvals = approvals;
         }

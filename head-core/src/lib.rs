@@ -147,7 +147,7 @@ pub struct HeadCore {
     alerts: alerts::AlertState,
     /// Preemption approval requests, pending and recently decided (persisted
     /// with the policy record; see `leases`).
-    approvals: Vec<records::ApprovalRecord>,
+    approvals: state::Approvals,
 }
 
 impl std::fmt::Debug for HeadCore {
@@ -184,7 +184,7 @@ impl HeadCore {
             pipelines: pipelines::Pipelines::default(),
             telemetry: telemetry::TelemetryState::default(),
             alerts: alerts::AlertState::restore(loaded.alerts),
-            approvals: Vec::new(),
+            approvals: state::Approvals::default(),
         };
         if let Some(record) = loaded.policy {
             match PolicyConfig::from_yaml(&record.yaml) {

@@ -1,6 +1,7 @@
 //! The core's sub-states: each owns its fields (private to its module) and
 //! keeps its own invariants; `HeadCore`'s steps are sequences of calls on them.
 
+mod approvals;
 mod drivers;
 mod master_ports;
 mod membership;
@@ -8,6 +9,9 @@ mod objects;
 mod outbox;
 mod placement;
 
+#[cfg(test)]
+pub(crate) use self::approvals::MAX_DECIDED_APPROVALS;
+pub(crate) use self::approvals::{Approvals, Involved};
 pub(crate) use self::drivers::DriverSessions;
 pub(crate) use self::master_ports::MasterPorts;
 pub(crate) use self::membership::{Membership, SilenceLimits};

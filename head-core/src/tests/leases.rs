@@ -9,6 +9,7 @@ use xp_runtime::protocol::{AdminAction, AdminRequest};
 
 use super::*;
 use crate::records::{ApprovalRecord, ApprovalState};
+use crate::state::{Approvals, MAX_DECIDED_APPROVALS};
 
 const POLICY: &str = "leases: {ps: 1}\npriority_classes: {low: 0, high: 100}\npreemption: {grace_period: 1s, min_run_time: 0s}\nqueues: [{name: guarded, team: g, preemption: {approval: manual}}, {name: default}]\n";
 
@@ -123,8 +124,11 @@ fn a_pending_approval_is_reported_decided_and_evented() {
             .any(|event| event.contains("admin alice: approved preemption request")),
         "{events:?}"
     );
-    assert_eq!(core.approvals[0].state, ApprovalState::Approved);
-    assert_eq!(core.approvals[0].decided_by.as_deref(), Some("alice"));
+    assert_eq!(core.approvals.records()[0].state, ApprovalState::Approved);
+    assert_eq!(
+        core.approvals.records()[0].decided_by.as_deref(),
+        Some("alice")
+    );
 }
 
 #[test]
@@ -134,7 +138,10 @@ fn a_restart_keeps_denials_and_asks_pending_requests_again() {
     admin(&mut core, 4, AdminAction::Deny { request }).unwrap();
     assert_eq!(core.trials[&victim].state, TrialState::Running);
     let restarted = HeadCore::restore(CONFIG, loaded_from(core.take_records()), 10);
-    assert_eq!(restarted.approvals[0].state, ApprovalState::Denied);
+    assert_eq!(
+        restarted.approvals.records()[0].state,
+        ApprovalState::Denied
+    );
     let mut restarted = restarted;
     restarted.handle_node_register(10, registration(node_id(1), 0, 4, vec![key]));
     assert_eq!(restarted.trials[&victim].state, TrialState::Running);
@@ -147,7 +154,10 @@ fn a_restart_keeps_denials_and_asks_pending_requests_again() {
     let (mut core, _, _, key) = contended();
     let before = core.lease_report(&|_| true).approvals[0].id;
     let mut restarted = HeadCore::restore(CONFIG, loaded_from(core.take_records()), 10);
-    assert_eq!(restarted.approvals[0].state, ApprovalState::Withdrawn);
+    assert_eq!(
+        restarted.approvals.records()[0].state,
+        ApprovalState::Withdrawn
+    );
     restarted.handle_node_register(10, registration(node_id(1), 0, 4, vec![key]));
     let again = restarted.lease_report(&|_| true).approvals;
     assert_eq!(again.len(), 1, "{again:?}");
@@ -207,27 +217,25 @@ fn a_standing_denial_outlives_the_bound_on_resolved_records() {
         decided_why: None,
         decided_at: Some(5),
     };
-    core.approvals
-        .insert(0, resolved(request - 1, ApprovalState::Denied, gone));
-    for index in 0..super::super::leases::MAX_DECIDED_APPROVALS as u64 {
-        core.approvals.push(resolved(
+    let mut records = core.approvals.records().to_vec();
+    records.insert(0, resolved(request - 1, ApprovalState::Denied, gone));
+    for index in 0..MAX_DECIDED_APPROVALS as u64 {
+        records.push(resolved(
             request + 1 + index,
             ApprovalState::Withdrawn,
             victim,
         ));
     }
+    core.approvals = Approvals::from_records(records);
     core.trim_approvals();
     core.persist_approvals();
+    let kept = core.approvals.records();
     assert!(
-        core.approvals
-            .iter()
+        kept.iter()
             .any(|record| record.id == request && record.state == ApprovalState::Denied)
     );
-    assert!(!core.approvals.iter().any(|record| record.id == request - 1));
-    assert_eq!(
-        core.approvals.len(),
-        super::super::leases::MAX_DECIDED_APPROVALS + 1
-    );
+    assert!(!kept.iter().any(|record| record.id == request - 1));
+    assert_eq!(kept.len(), MAX_DECIDED_APPROVALS + 1);
 
     // After a restart the denial still stands: nobody is asked again.
     let mut restarted = HeadCore::restore(CONFIG, loaded_from(core.take_records()), 10);
