@@ -49,6 +49,7 @@ use super::quota::QuotaBlock;
 use super::resource_vec::{ResourceVec, covers, gang_demand, minus, placement_total, plus};
 use super::trial::Standing;
 use crate::config::Approval;
+use crate::place::Strategy;
 use crate::{Decision, GangShape, ResizeReason, WaitReason, WorkerPlacement};
 
 /// The most placement searches the growth step makes in one pass.
@@ -369,6 +370,7 @@ impl PolicyCore {
         if self.elastic.is_empty() {
             return false;
         }
+        // 1. A shrink for `id` is already in flight: it waits for that one.
         if self.elastic.values().any(|elastic| {
             elastic
                 .resize
@@ -378,7 +380,7 @@ impl PolicyCore {
             self.set_reason(id, WaitReason::WaitingForPreemption);
             return true;
         }
-        // The same bounds as a preemption search, which this one goes before.
+        // 2. The same bounds as a preemption search, which this one goes before.
         if !self.config.preemption.enabled
             || pass.preemption_attempts >= MAX_PREEMPTION_ATTEMPTS_PER_PASS
             || !self.ever_fits(id)
@@ -388,15 +390,41 @@ impl PolicyCore {
         let Some(trial) = self.trials.get(&id) else {
             return false;
         };
-        let priority = trial.request.priority;
-        let demand = trial.demand;
-        let waited_ms = pass.now.saturating_sub(trial.waiting_since);
-        let gang = trial.request.gang.clone();
-        let strategy = self.strategy(id);
-        let cutoff = pass
-            .now
-            .saturating_sub(self.config.preemption.min_run_time_ms);
-        let cohort = self.queue_info[queue].cohort;
+        let search = ShrinkSearch {
+            queue,
+            block,
+            priority: trial.request.priority,
+            demand: trial.demand,
+            waited_ms: pass.now.saturating_sub(trial.waiting_since),
+            gang: trial.request.gang.clone(),
+            strategy: self.strategy(id),
+            cutoff: pass
+                .now
+                .saturating_sub(self.config.preemption.min_run_time_ms),
+        };
+        // 3. The elastic trials that may give up workers, in the order they are asked.
+        let candidates = self.shrink_candidates(&search, pass);
+        if candidates.is_empty() {
+            return false;
+        }
+        pass.preemption_attempts += 1;
+        // 4. How many workers each gives up, until `id` fits.
+        let Some(chosen) = self.plan_shrinks(&search, candidates, pass) else {
+            return false;
+        };
+        // 5. The resizes, which `id` waits for.
+        self.decide_shrinks(id, chosen, decisions);
+        self.set_reason(id, WaitReason::WaitingForPreemption);
+        true
+    }
+
+    /// The elastic trials a shrink may take workers from, lowest priority
+    /// first, then the most recently resized: placed above their minimum, no
+    /// resize or preemption in flight, preemptible and of lower priority, run
+    /// long enough, in a queue that can relieve the block and whose
+    /// preemptions need no approval, and worth what a restart loses.
+    fn shrink_candidates(&self, search: &ShrinkSearch, pass: &Pass) -> Vec<TrialId> {
+        let cohort = self.queue_info[search.queue].cohort;
         let mut candidates: Vec<(i64, std::cmp::Reverse<UnixMillis>, TrialId)> = self
             .elastic
             .iter()
@@ -406,8 +434,8 @@ impl PolicyCore {
                 let Standing::Placed(placed) = &entry.standing else {
                     return None;
                 };
-                let in_scope = match block {
-                    Some(QuotaBlock::Own(_)) => entry.queue == queue,
+                let in_scope = match search.block {
+                    Some(QuotaBlock::Own(_)) => entry.queue == search.queue,
                     Some(QuotaBlock::Pool(_)) => {
                         cohort.is_some() && self.queue_info[entry.queue].cohort == cohort
                     }
@@ -420,13 +448,13 @@ impl PolicyCore {
                 (in_scope
                     && !manual
                     && entry.request.preemptible
-                    && entry.request.priority < priority
+                    && entry.request.priority < search.priority
                     && entry.request.gang.workers > elastic.min
                     && placed.preempt_deadline.is_none()
                     && placed.started_pass != self.pass
-                    && placed.started_at <= cutoff
+                    && placed.started_at <= search.cutoff
                     && placed.lost_nodes.is_empty()
-                    && self.worth_its_loss(waited_ms, pass.now, entry))
+                    && self.worth_its_loss(search.waited_ms, pass.now, entry))
                 .then_some((
                     entry.request.priority,
                     std::cmp::Reverse(elastic.sized_at),
@@ -434,75 +462,111 @@ impl PolicyCore {
                 ))
             })
             .collect();
-        if candidates.is_empty() {
-            return false;
-        }
         candidates.sort_unstable();
-        pass.preemption_attempts += 1;
-        let mut view = self.future_view(pass);
-        let mut total = pass.free;
-        let mut freed: Vec<Vec<WorkerPlacement>> = Vec::new();
+        candidates
+            .into_iter()
+            .map(|(_, _, victim)| victim)
+            .collect()
+    }
+
+    /// The size each candidate shrinks to, in order, until the claimant fits;
+    /// `None` when even the candidates at their minimums do not make it fit
+    /// (or the placement checks ran out first). Each candidate drops the
+    /// fewest highest ranks that let the claimant fit, trying the largest drop
+    /// first so that a candidate that cannot help costs one check.
+    fn plan_shrinks(
+        &self,
+        search: &ShrinkSearch,
+        candidates: Vec<TrialId>,
+        pass: &Pass,
+    ) -> Option<Vec<(TrialId, u32)>> {
+        let mut freed = Freed {
+            view: self.future_view(pass),
+            total: pass.free,
+            workers: Vec::new(),
+            checks: 0,
+        };
         let mut chosen: Vec<(TrialId, u32)> = Vec::new();
-        let mut checks = 0;
         let mut suffices = false;
-        for (_, _, victim) in candidates {
-            let entry = &self.trials[&victim];
+        for id in candidates {
+            let entry = &self.trials[&id];
             let Standing::Placed(placed) = &entry.standing else {
                 continue;
             };
-            let size = entry.request.gang.workers;
-            let min = self.elastic[&victim].min;
-            let per_worker = gang_demand(&GangShape {
-                workers: 1,
-                leases: BTreeMap::new(),
-                ..entry.request.gang.clone()
-            });
-            // Dropping the fewest highest ranks that lets `id` fit, trying the
-            // largest drop first so a candidate that cannot help costs one check.
-            let fits = |drop: u32, checks: &mut usize| -> bool {
-                let tail = &placed.workers[(size - drop) as usize..];
-                let mut quota_view = view.clone();
-                let mut dropped = ResourceVec::default();
-                for _ in 0..drop {
-                    dropped = plus(dropped, per_worker);
-                }
-                quota_view[entry.queue] = minus(quota_view[entry.queue], dropped);
-                if !covers(plus(total, placement_total(tail)), demand)
-                    || self.quota_block(queue, &demand, &quota_view).is_some()
-                    || *checks >= MAX_PLACEMENT_CHECKS
-                {
-                    return false;
-                }
-                *checks += 1;
-                let mut all: Vec<&[WorkerPlacement]> = freed.iter().map(Vec::as_slice).collect();
-                all.push(tail);
-                self.pool
-                    .find_with_freed(&gang, strategy, &all)
-                    .is_some_and(|plan| self.plan_conflict(pass, &plan, &all).is_none())
+            let victim = Victim {
+                queue: entry.queue,
+                size: entry.request.gang.workers,
+                workers: &placed.workers,
+                per_worker: gang_demand(&GangShape {
+                    workers: 1,
+                    leases: BTreeMap::new(),
+                    ..entry.request.gang.clone()
+                }),
             };
-            let most = size - min;
-            let drop = if fits(most, &mut checks) {
+            let most = victim.size - self.elastic[&id].min;
+            let drop = if self.fits_after_drop(search, &victim, most, &mut freed, pass) {
                 suffices = true;
                 (1..most)
-                    .find(|&drop| fits(drop, &mut checks))
+                    .find(|&drop| self.fits_after_drop(search, &victim, drop, &mut freed, pass))
                     .unwrap_or(most)
             } else {
                 most
             };
-            let tail = placed.workers[(size - drop) as usize..].to_vec();
-            total = plus(total, placement_total(&tail));
+            let tail = victim.tail(drop).to_vec();
+            freed.total = plus(freed.total, placement_total(&tail));
             for _ in 0..drop {
-                view[entry.queue] = minus(view[entry.queue], per_worker);
+                freed.view[victim.queue] = minus(freed.view[victim.queue], victim.per_worker);
             }
-            freed.push(tail);
-            chosen.push((victim, size - drop));
-            if suffices || checks >= MAX_PLACEMENT_CHECKS {
+            freed.workers.push(tail);
+            chosen.push((id, victim.size - drop));
+            if suffices || freed.checks >= MAX_PLACEMENT_CHECKS {
                 break;
             }
         }
-        if !suffices {
+        suffices.then_some(chosen)
+    }
+
+    /// Whether the claimant fits once `victim` drops its `drop` highest ranks
+    /// on top of what is `freed` already: room in total, quota, then (counted
+    /// in `freed.checks`) a placement that avoids nodes planned for others.
+    fn fits_after_drop(
+        &self,
+        search: &ShrinkSearch,
+        victim: &Victim<'_>,
+        drop: u32,
+        freed: &mut Freed,
+        pass: &Pass,
+    ) -> bool {
+        let tail = victim.tail(drop);
+        let mut quota_view = freed.view.clone();
+        let mut dropped = ResourceVec::default();
+        for _ in 0..drop {
+            dropped = plus(dropped, victim.per_worker);
+        }
+        quota_view[victim.queue] = minus(quota_view[victim.queue], dropped);
+        if !covers(plus(freed.total, placement_total(tail)), search.demand)
+            || self
+                .quota_block(search.queue, &search.demand, &quota_view)
+                .is_some()
+            || freed.checks >= MAX_PLACEMENT_CHECKS
+        {
             return false;
         }
+        freed.checks += 1;
+        let mut all: Vec<&[WorkerPlacement]> = freed.workers.iter().map(Vec::as_slice).collect();
+        all.push(tail);
+        self.pool
+            .find_with_freed(&search.gang, search.strategy, &all)
+            .is_some_and(|plan| self.plan_conflict(pass, &plan, &all).is_none())
+    }
+
+    /// Asks each chosen trial to shrink to its size, for `id`.
+    fn decide_shrinks(
+        &mut self,
+        id: TrialId,
+        chosen: Vec<(TrialId, u32)>,
+        decisions: &mut Vec<Decision>,
+    ) {
         let grace_ms = self.config.preemption.grace_period_ms;
         for (victim, size) in chosen {
             let Some(Standing::Placed(placed)) = self.trials.get(&victim).map(|t| &t.standing)
@@ -525,8 +589,6 @@ impl PolicyCore {
                 grace_ms,
             });
         }
-        self.set_reason(id, WaitReason::WaitingForPreemption);
-        true
     }
 
     /// The elastic table's own invariants (see the module's list).
@@ -573,6 +635,57 @@ impl PolicyCore {
         }
         Ok(())
     }
+}
+
+/// What one shrink search looks for: room for the claimant.
+struct ShrinkSearch {
+    /// The claimant's queue.
+    queue: usize,
+    /// The quota constraint that stopped it; `None` when nodes did.
+    block: Option<QuotaBlock>,
+    /// Its priority: victims have less.
+    priority: i64,
+    /// What it asks for.
+    demand: ResourceVec,
+    /// How long it has waited (see `worth_its_loss`).
+    waited_ms: u64,
+    /// Its gang, to place.
+    gang: GangShape,
+    /// Its placement strategy.
+    strategy: Strategy,
+    /// Victims must have started at or before this.
+    cutoff: UnixMillis,
+}
+
+/// An elastic trial a shrink search takes workers from.
+struct Victim<'a> {
+    /// Its queue.
+    queue: usize,
+    /// Its gang's size.
+    size: u32,
+    /// Its workers, rank order.
+    workers: &'a [WorkerPlacement],
+    /// What one of its workers asks for.
+    per_worker: ResourceVec,
+}
+
+impl Victim<'_> {
+    /// Its `drop` highest ranks.
+    fn tail(&self, drop: u32) -> &[WorkerPlacement] {
+        &self.workers[(self.size - drop) as usize..]
+    }
+}
+
+/// What the victims chosen so far free.
+struct Freed {
+    /// Usage plus reservations per queue, less the dropped workers.
+    view: Vec<ResourceVec>,
+    /// Free room plus the dropped workers' resources.
+    total: ResourceVec,
+    /// The dropped workers, a list per victim.
+    workers: Vec<Vec<WorkerPlacement>>,
+    /// Placement searches made so far.
+    checks: usize,
 }
 
 /// A broken invariant of the elastic table (see the module's list).

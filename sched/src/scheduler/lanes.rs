@@ -90,60 +90,71 @@ struct LaneEntry {
     set: WaitingSet,
 }
 
+/// The lanes of one pass and how far each may go.
+struct Walk {
+    lanes: Vec<Lane>,
+    /// Lanes that may still start trials.
+    active: Vec<bool>,
+    /// Per lane, the highest effective priority of a trial that skipped
+    /// ahead for lack of room: work of lower priority does not start in
+    /// the room it waits for (it would only be preempted for it).
+    skip_floor: Vec<Option<i64>>,
+}
+
+impl Walk {
+    /// Stops `lane`'s queues for the pass, their trials keeping `reason`.
+    fn stop_lane(
+        &mut self,
+        core: &mut PolicyCore,
+        lane: usize,
+        pass: &mut Pass,
+        reason: &WaitReason,
+    ) {
+        core.stop_queues(&self.lanes[lane].queues, pass, reason);
+        self.active[lane] = false;
+    }
+}
+
+/// The trial a walk is visiting, and its lane.
+#[derive(Debug, Clone, Copy)]
+struct Visit {
+    lane: usize,
+    id: TrialId,
+    queue: usize,
+}
+
 impl PolicyCore {
     /// Step 2 of a pass: visits waiting trials lane by lane, starting what can
     /// start and asking for preemption or a backfill reservation for what
     /// cannot, until every lane is done or stopped.
     pub(super) fn run_lanes(&mut self, pass: &mut Pass, decisions: &mut Vec<Decision>) {
         let n_queues = self.queue_info.len();
-        let mut lanes: Vec<Lane> = match self.config.order {
+        let lanes: Vec<Lane> = match self.config.order {
             Order::Fair => (0..n_queues)
                 .map(|queue| self.lane(vec![queue], pass.now))
                 .collect(),
             Order::Fifo | Order::Priority => vec![self.lane((0..n_queues).collect(), pass.now)],
         };
-        let mut active = vec![true; lanes.len()];
-        // Per lane, the highest effective priority of a trial that skipped
-        // ahead for lack of room: work of lower priority does not start in
-        // the room it waits for (it would only be preempted for it).
-        let mut skip_floor: Vec<Option<i64>> = vec![None; lanes.len()];
-        let strict = self.config.head_of_line == HeadOfLine::Strict;
-        let backfill = self.config.backfill;
-        while let Some(lane) = self.pick_lane(&lanes, &active, pass.capacity) {
-            if pass.examined >= MAX_EXAMINED_PER_PASS {
-                for lane in &lanes {
-                    self.stop_queues(&lane.queues, pass, &WaitReason::BehindHigherPriority);
-                }
+        let mut walk = Walk {
+            active: vec![true; lanes.len()],
+            skip_floor: vec![None; lanes.len()],
+            lanes,
+        };
+        while let Some(lane) = self.pick_lane(&walk.lanes, &walk.active, pass.capacity) {
+            // 1. The whole pass ends once its budget is spent or nothing can backfill.
+            if self.pass_ends_early(&walk.lanes, pass) {
                 break;
             }
-            // Under a reservation a trial can only start by backfilling; when no
-            // trial can (the reservation is due, or nothing waiting fits the free
-            // room), the rest of the pass would refuse every trial one by one.
-            if let Some((limit, holder)) = pass.backfill_limit
-                && (limit <= pass.now || pass.nothing_fits())
-            {
-                let reason = WaitReason::ReservedFor { trial: holder };
-                for lane in &lanes {
-                    self.stop_queues(&lane.queues, pass, &reason);
-                }
-                break;
-            }
-            let Some((id, queue)) = self.pop(&mut lanes[lane], pass) else {
-                active[lane] = false;
+            // 2. The lane's next trial, unless it is below one that skipped ahead.
+            let Some((id, queue)) = self.pop(&mut walk.lanes[lane], pass) else {
+                walk.active[lane] = false;
                 continue;
             };
-            if let Some(floor) = skip_floor[lane]
-                && self
-                    .trials
-                    .get(&id)
-                    .is_some_and(|trial| self.effective_priority(&trial.request, pass.now) < floor)
-            {
-                self.set_reason(id, WaitReason::BehindHigherPriority);
-                let queues = lanes[lane].queues.clone();
-                self.stop_queues(&queues, pass, &WaitReason::BehindHigherPriority);
-                active[lane] = false;
+            let visit = Visit { lane, id, queue };
+            if self.below_skip_floor(&mut walk, visit, pass) {
                 continue;
             }
+            // 3. The visit, and what its outcome asks of the lane.
             let outcome = self.evaluate(id, queue, pass, decisions);
             // Starts are not limited: the budget bounds the work spent on trials
             // that stay waiting.
@@ -153,16 +164,7 @@ impl PolicyCore {
             match outcome {
                 Outcome::Started | Outcome::Passed | Outcome::NeverFits => {}
                 Outcome::OverQuota(block) => {
-                    if self.try_preempt(id, queue, Some(block), pass, decisions) {
-                        continue;
-                    }
-                    if strict || backfill {
-                        // Only this queue: its own quota holds it, not the nodes.
-                        self.stop_queues(&[queue], pass, &WaitReason::BehindHigherPriority);
-                        if self.config.order == Order::Fair {
-                            active[lane] = false;
-                        }
-                    }
+                    self.after_over_quota(&mut walk, visit, block, pass, decisions);
                 }
                 Outcome::NoLease => {
                     // A lease, not the nodes, holds it: the lane goes on, and
@@ -175,38 +177,110 @@ impl PolicyCore {
                         pass.lease_blocked.insert(lease);
                     }
                 }
-                Outcome::NoRoom => {
-                    if self.try_preempt(id, queue, None, pass, decisions) {
-                        continue;
-                    }
-                    let nothing_fits = pass.nothing_fits();
-                    if !nothing_fits && self.skips_ahead(id, pass.now) {
-                        // Least attained service: smaller work of its priority
-                        // behind it that fits now goes ahead until it has
-                        // waited long enough to hold the line.
-                        let effective = self.trials.get(&id).map_or(i64::MIN, |trial| {
-                            self.effective_priority(&trial.request, pass.now)
-                        });
-                        skip_floor[lane] =
-                            Some(skip_floor[lane].map_or(effective, |floor| floor.max(effective)));
-                        continue;
-                    }
-                    if backfill {
-                        self.reserve_for_backfill(id, queue, nothing_fits, pass);
-                    } else if strict {
-                        let queues = lanes[lane].queues.clone();
-                        self.stop_queues(&queues, pass, &WaitReason::BehindHigherPriority);
-                        active[lane] = false;
-                        continue;
-                    }
-                    if nothing_fits {
-                        // Nothing behind it could start either.
-                        let queues = lanes[lane].queues.clone();
-                        self.stop_queues(&queues, pass, &WaitReason::GangDoesNotFit);
-                        active[lane] = false;
-                    }
-                }
+                Outcome::NoRoom => self.after_no_room(&mut walk, visit, pass, decisions),
             }
+        }
+    }
+
+    /// Whether the rest of the pass is skipped, every lane's trials keeping the
+    /// reason why: the pass looked at its most trials, or under a reservation
+    /// no trial can start (by backfilling) any more.
+    fn pass_ends_early(&mut self, lanes: &[Lane], pass: &mut Pass) -> bool {
+        if pass.examined >= MAX_EXAMINED_PER_PASS {
+            for lane in lanes {
+                self.stop_queues(&lane.queues, pass, &WaitReason::BehindHigherPriority);
+            }
+            return true;
+        }
+        // Under a reservation a trial can only start by backfilling; when no
+        // trial can (the reservation is due, or nothing waiting fits the free
+        // room), the rest of the pass would refuse every trial one by one.
+        if let Some((limit, holder)) = pass.backfill_limit
+            && (limit <= pass.now || pass.nothing_fits())
+        {
+            let reason = WaitReason::ReservedFor { trial: holder };
+            for lane in lanes {
+                self.stop_queues(&lane.queues, pass, &reason);
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Whether the visited trial's priority is below that of a trial that
+    /// skipped ahead in its lane, which then stops: it would start in the
+    /// room the other waits for.
+    fn below_skip_floor(&mut self, walk: &mut Walk, visit: Visit, pass: &mut Pass) -> bool {
+        let Some(floor) = walk.skip_floor[visit.lane] else {
+            return false;
+        };
+        let below = self
+            .trials
+            .get(&visit.id)
+            .is_some_and(|trial| self.effective_priority(&trial.request, pass.now) < floor);
+        if below {
+            self.set_reason(visit.id, WaitReason::BehindHigherPriority);
+            walk.stop_lane(self, visit.lane, pass, &WaitReason::BehindHigherPriority);
+        }
+        below
+    }
+
+    /// Its queue's quota holds the visited trial: preempt for it, or (under
+    /// strict head of line or backfill) stop its queue.
+    fn after_over_quota(
+        &mut self,
+        walk: &mut Walk,
+        visit: Visit,
+        block: QuotaBlock,
+        pass: &mut Pass,
+        decisions: &mut Vec<Decision>,
+    ) {
+        if self.try_preempt(visit.id, visit.queue, Some(block), pass, decisions) {
+            return;
+        }
+        if self.config.head_of_line == HeadOfLine::Strict || self.config.backfill {
+            // Only this queue: its own quota holds it, not the nodes.
+            self.stop_queues(&[visit.queue], pass, &WaitReason::BehindHigherPriority);
+            if self.config.order == Order::Fair {
+                walk.active[visit.lane] = false;
+            }
+        }
+    }
+
+    /// No room for the visited trial: preempt for it, let smaller work skip
+    /// ahead of it, reserve room for it under backfill, or stop its lane.
+    fn after_no_room(
+        &mut self,
+        walk: &mut Walk,
+        visit: Visit,
+        pass: &mut Pass,
+        decisions: &mut Vec<Decision>,
+    ) {
+        let Visit { lane, id, queue } = visit;
+        if self.try_preempt(id, queue, None, pass, decisions) {
+            return;
+        }
+        let nothing_fits = pass.nothing_fits();
+        if !nothing_fits && self.skips_ahead(id, pass.now) {
+            // Least attained service: smaller work of its priority
+            // behind it that fits now goes ahead until it has
+            // waited long enough to hold the line.
+            let effective = self.trials.get(&id).map_or(i64::MIN, |trial| {
+                self.effective_priority(&trial.request, pass.now)
+            });
+            walk.skip_floor[lane] =
+                Some(walk.skip_floor[lane].map_or(effective, |floor| floor.max(effective)));
+            return;
+        }
+        if self.config.backfill {
+            self.reserve_for_backfill(id, queue, nothing_fits, pass);
+        } else if self.config.head_of_line == HeadOfLine::Strict {
+            walk.stop_lane(self, lane, pass, &WaitReason::BehindHigherPriority);
+            return;
+        }
+        if nothing_fits {
+            // Nothing behind it could start either.
+            walk.stop_lane(self, lane, pass, &WaitReason::GangDoesNotFit);
         }
     }
 

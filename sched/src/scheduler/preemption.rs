@@ -126,52 +126,15 @@ impl PolicyCore {
         pass: &mut Pass,
         decisions: &mut Vec<Decision>,
     ) -> bool {
-        // Elastic trials shrink before anything is preempted outright.
+        // 1. Elastic trials shrink before anything is preempted outright.
         if self.try_shrink(id, queue, block, pass, decisions) {
             return true;
         }
-        if !self.config.preemption.enabled
-            || pass.preemption_attempts >= MAX_PREEMPTION_ATTEMPTS_PER_PASS
-            || !self.ever_fits(id)
-        {
-            return false;
-        }
-        let Some(trial) = self.trials.get(&id) else {
+        // 2. Whether a search may run now, and what it looks for.
+        let Some((search, can_reclaim)) = self.start_victim_search(id, queue, block, pass) else {
             return false;
         };
-        let priority = trial.request.priority;
-        let demand = trial.demand;
-        let waited_ms = pass.now.saturating_sub(trial.waiting_since);
-        let cohort = self.queue_info[queue].cohort;
-        // Reclaim needs the preemptor's queue to stay within its nominal quota.
-        let can_reclaim = cohort.is_some() && self.stays_within_nominal(queue, demand, pass);
-        let lower_exists = self
-            .index
-            .victims
-            .first()
-            .is_some_and(|(lowest, _, _)| *lowest < priority);
-        let level = self.service_level_to_claim(trial, queue);
-        if !can_reclaim && !lower_exists && level.is_none() {
-            return false;
-        }
-        // Trials started after `cutoff` have not run their minimum yet; before the
-        // minimum has passed since time zero, no trial has.
-        let Some(cutoff) = pass.now.checked_sub(self.config.preemption.min_run_time_ms) else {
-            return false;
-        };
-        pass.preemption_attempts += 1;
-        let search = VictimSearch {
-            preemptor: id,
-            queue,
-            priority,
-            demand,
-            block,
-            cohort,
-            cutoff,
-            level,
-            now: pass.now,
-            waited_ms,
-        };
+        // 3. The fewest victims that let it start, and where it would go.
         let mut candidates = self.victim_candidates(&search, can_reclaim, pass);
         if let Some(lease) = self.lease_shortage(id, None) {
             // Short of a lease: its holders first (in their order), so that the
@@ -196,6 +159,7 @@ impl PolicyCore {
         ) else {
             return false;
         };
+        // 4. An admin's approval where a victim's queue needs one; else they stop.
         let reasons: Vec<(TrialId, PreemptReason)> = chosen
             .iter()
             .map(|&(victim, reclaim)| (victim, self.preempt_reason(&search, victim, reclaim)))
@@ -210,6 +174,60 @@ impl PolicyCore {
         }
         self.stop_victims(&search, &chosen, plan, pass, decisions);
         true
+    }
+
+    /// The search for victims for `id`, and whether it may reclaim lent quota;
+    /// `None` when no search may run: preemption is off, this pass has made its
+    /// searches, `id` could never fit, nothing could be stopped for it, or no
+    /// trial has run its minimum yet. Counts the search in the pass.
+    fn start_victim_search(
+        &mut self,
+        id: TrialId,
+        queue: usize,
+        block: Option<QuotaBlock>,
+        pass: &mut Pass,
+    ) -> Option<(VictimSearch, bool)> {
+        if !self.config.preemption.enabled
+            || pass.preemption_attempts >= MAX_PREEMPTION_ATTEMPTS_PER_PASS
+            || !self.ever_fits(id)
+        {
+            return None;
+        }
+        let trial = self.trials.get(&id)?;
+        let priority = trial.request.priority;
+        let demand = trial.demand;
+        let waited_ms = pass.now.saturating_sub(trial.waiting_since);
+        let cohort = self.queue_info[queue].cohort;
+        // Reclaim needs the preemptor's queue to stay within its nominal quota.
+        let can_reclaim = cohort.is_some() && self.stays_within_nominal(queue, demand, pass);
+        let lower_exists = self
+            .index
+            .victims
+            .first()
+            .is_some_and(|(lowest, _, _)| *lowest < priority);
+        let level = self.service_level_to_claim(trial, queue);
+        if !can_reclaim && !lower_exists && level.is_none() {
+            return None;
+        }
+        // Trials started after `cutoff` have not run their minimum yet; before the
+        // minimum has passed since time zero, no trial has.
+        let cutoff = pass
+            .now
+            .checked_sub(self.config.preemption.min_run_time_ms)?;
+        pass.preemption_attempts += 1;
+        let search = VictimSearch {
+            preemptor: id,
+            queue,
+            priority,
+            demand,
+            block,
+            cohort,
+            cutoff,
+            level,
+            now: pass.now,
+            waited_ms,
+        };
+        Some((search, can_reclaim))
     }
 
     /// Why the search stops a victim: a reclaim, higher priority, or less
@@ -602,10 +620,26 @@ impl PolicyCore {
             )
             .is_some()
         };
-        // The cheap checks (quota, room in total) first, growing the prefix.
+        // The cheap checks (quota, room in total) first, growing the prefix;
+        // then placement checks, and the victims it can do without spared.
+        let first = self.cheap_prefix(id, queue, trial.demand, candidates, future, pass)?;
+        let size = smallest_sufficient_prefix(candidates, first, &suffices)?;
+        Some(spare_unneeded(candidates[..size].to_vec(), &suffices))
+    }
+
+    /// The length of the shortest prefix of `candidates` whose stopping gives
+    /// `id` (asking `demand` in `queue`) room in total, quota and leases.
+    fn cheap_prefix(
+        &self,
+        id: TrialId,
+        queue: usize,
+        demand: ResourceVec,
+        candidates: &[(TrialId, bool)],
+        future: &[ResourceVec],
+        pass: &Pass,
+    ) -> Option<usize> {
         let mut view = future.to_vec();
         let mut total = pass.free;
-        let mut first = None;
         for (count, (victim, _)) in candidates.iter().enumerate() {
             let Some(victim_trial) = self.trials.get(victim) else {
                 continue;
@@ -614,59 +648,14 @@ impl PolicyCore {
             if let Standing::Placed(placed) = &victim_trial.standing {
                 total = plus(total, placement_total(&placed.workers));
             }
-            if covers(total, trial.demand)
-                && self.quota_block(queue, &trial.demand, &view).is_none()
+            if covers(total, demand)
+                && self.quota_block(queue, &demand, &view).is_none()
                 && self.leases_fit_with_freed(id, &prefix_ids(&candidates[..=count]))
             {
-                first = Some(count + 1);
-                break;
+                return Some(count + 1);
             }
         }
-        let first = first?;
-        // Then placement checks at growing prefixes, and a bisection.
-        let mut checks = 0;
-        let mut failed = first - 1;
-        let mut size = first;
-        let mut step = 1;
-        let found = loop {
-            if checks >= MAX_PLACEMENT_CHECKS {
-                return None;
-            }
-            checks += 1;
-            if suffices(&candidates[..size]) {
-                break size;
-            }
-            if size == candidates.len() {
-                return None;
-            }
-            failed = size;
-            size = (size + step).min(candidates.len());
-            step *= 2;
-        };
-        let (mut low, mut high) = (failed, found);
-        while high - low > 1 && checks < MAX_PLACEMENT_CHECKS {
-            let middle = low + (high - low) / 2;
-            checks += 1;
-            if suffices(&candidates[..middle]) {
-                high = middle;
-            } else {
-                low = middle;
-            }
-        }
-        let mut chosen = candidates[..high].to_vec();
-        // Spare the least preferred victims the trial can do without.
-        let mut prune_checks = 0;
-        let mut position = chosen.len().saturating_sub(1);
-        while position > 0 && prune_checks < MAX_PRUNE_CHECKS {
-            position -= 1;
-            prune_checks += 1;
-            let mut without = chosen.clone();
-            without.remove(position);
-            if suffices(&without) {
-                chosen = without;
-            }
-        }
-        Some(chosen)
+        None
     }
 
     /// Where the trial would go if `victims` stopped, when that is enough for
@@ -760,4 +749,64 @@ fn ran_long_enough(
             .map(|(priority, _, _)| *priority);
     }
     found
+}
+/// The length of the shortest prefix of `candidates`, from `first` on, that
+/// `suffices`: prefixes growing by doubling steps, then a bisection between
+/// the last that failed and the first that sufficed, within
+/// [`MAX_PLACEMENT_CHECKS`] checks in all.
+fn smallest_sufficient_prefix(
+    candidates: &[(TrialId, bool)],
+    first: usize,
+    suffices: &impl Fn(&[(TrialId, bool)]) -> bool,
+) -> Option<usize> {
+    let mut checks = 0;
+    let mut failed = first - 1;
+    let mut size = first;
+    let mut step = 1;
+    let found = loop {
+        if checks >= MAX_PLACEMENT_CHECKS {
+            return None;
+        }
+        checks += 1;
+        if suffices(&candidates[..size]) {
+            break size;
+        }
+        if size == candidates.len() {
+            return None;
+        }
+        failed = size;
+        size = (size + step).min(candidates.len());
+        step *= 2;
+    };
+    let (mut low, mut high) = (failed, found);
+    while high - low > 1 && checks < MAX_PLACEMENT_CHECKS {
+        let middle = low + (high - low) / 2;
+        checks += 1;
+        if suffices(&candidates[..middle]) {
+            high = middle;
+        } else {
+            low = middle;
+        }
+    }
+    Some(high)
+}
+
+/// `chosen` without the least preferred victims the trial can do without,
+/// trying at most [`MAX_PRUNE_CHECKS`] of them from the end.
+fn spare_unneeded(
+    mut chosen: Vec<(TrialId, bool)>,
+    suffices: &impl Fn(&[(TrialId, bool)]) -> bool,
+) -> Vec<(TrialId, bool)> {
+    let mut prune_checks = 0;
+    let mut position = chosen.len().saturating_sub(1);
+    while position > 0 && prune_checks < MAX_PRUNE_CHECKS {
+        position -= 1;
+        prune_checks += 1;
+        let mut without = chosen.clone();
+        without.remove(position);
+        if suffices(&without) {
+            chosen = without;
+        }
+    }
+    chosen
 }

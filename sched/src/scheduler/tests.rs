@@ -1079,19 +1079,7 @@ fn default_preset_queue_report() {
 
 #[derive(Debug, Clone)]
 enum Event {
-    Submit {
-        team: usize,
-        queue: Option<usize>,
-        gpu_milli: u64,
-        workers: u32,
-        cpu_milli: u64,
-        priority: i64,
-        preemptible: bool,
-        time_limit_ms: Option<u64>,
-        experiment: u64,
-        rack: Option<u8>,
-        urgency: u32,
-    },
+    Submit(Submission),
     Decide,
     Finish {
         pick: usize,
@@ -1129,35 +1117,59 @@ enum Event {
         pick: usize,
         urgency: u32,
     },
-    /// A trial asking for units of lease `l{lease}`.
-    SubmitLeased {
-        team: usize,
-        gpu_milli: u64,
-        lease: usize,
-        units: u64,
-        priority: i64,
-        preemptible: bool,
-    },
+    /// A trial asking for units of a lease.
+    SubmitLeased(LeasedSubmission),
     /// An admin's verdict on a pending approval request.
     Verdict {
         pick: usize,
         approve: bool,
     },
-    /// An elastic trial of `min..=min + extra` workers.
-    SubmitElastic {
-        team: usize,
-        gpu_milli: u64,
-        min: u32,
-        extra: u32,
-        priority: i64,
-        preemptible: bool,
-    },
+    /// An elastic trial.
+    SubmitElastic(ElasticSubmission),
     /// Every resize in flight is reported done.
     FinishResizes,
     /// A placed trial reports a checkpoint now.
     Checkpoint {
         pick: usize,
     },
+}
+
+/// A trial of a random shape.
+#[derive(Debug, Clone)]
+struct Submission {
+    team: usize,
+    queue: Option<usize>,
+    gpu_milli: u64,
+    workers: u32,
+    cpu_milli: u64,
+    priority: i64,
+    preemptible: bool,
+    time_limit_ms: Option<u64>,
+    experiment: u64,
+    rack: Option<u8>,
+    urgency: u32,
+}
+
+/// A trial asking for `units` of lease `l{lease}`.
+#[derive(Debug, Clone)]
+struct LeasedSubmission {
+    team: usize,
+    gpu_milli: u64,
+    lease: usize,
+    units: u64,
+    priority: i64,
+    preemptible: bool,
+}
+
+/// An elastic trial of `min..=min + extra` workers.
+#[derive(Debug, Clone)]
+struct ElasticSubmission {
+    team: usize,
+    gpu_milli: u64,
+    min: u32,
+    extra: u32,
+    priority: i64,
+    preemptible: bool,
 }
 
 const TEAMS: [&str; 3] = ["t0", "t1", "t2"];
@@ -1383,7 +1395,7 @@ fn event_strategy() -> impl PropStrategy<Value = Event> {
                 rack,
                 urgency,
             )| {
-                Event::Submit {
+                Event::Submit(Submission {
                     team,
                     queue,
                     gpu_milli,
@@ -1395,7 +1407,7 @@ fn event_strategy() -> impl PropStrategy<Value = Event> {
                     experiment,
                     rack,
                     urgency,
-                }
+                })
             },
         );
     prop_oneof![
@@ -1416,15 +1428,15 @@ fn event_strategy() -> impl PropStrategy<Value = Event> {
         1 => (any::<usize>(), 0..3_u32).prop_map(|(pick, urgency)| Event::SetUrgency { pick, urgency }),
         3 => (0..TEAMS.len(), prop_oneof![Just(0_u64), Just(500), Just(1000)], 0..2_usize, 1..4_u64,
               prop_oneof![Just(0_i64), Just(100), Just(1000)], prop::bool::weighted(0.8))
-            .prop_map(|(team, gpu_milli, lease, units, priority, preemptible)| Event::SubmitLeased {
+            .prop_map(|(team, gpu_milli, lease, units, priority, preemptible)| Event::SubmitLeased(LeasedSubmission {
                 team, gpu_milli, lease, units, priority, preemptible,
-            }),
+            })),
         2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, approve)| Event::Verdict { pick, approve }),
         3 => (0..TEAMS.len(), prop_oneof![Just(500_u64), Just(1000), Just(2000)], 1..3_u32, 1..4_u32,
               prop_oneof![Just(0_i64), Just(100), Just(1000)], prop::bool::weighted(0.8))
-            .prop_map(|(team, gpu_milli, min, extra, priority, preemptible)| Event::SubmitElastic {
+            .prop_map(|(team, gpu_milli, min, extra, priority, preemptible)| Event::SubmitElastic(ElasticSubmission {
                 team, gpu_milli, min, extra, priority, preemptible,
-            }),
+            })),
         2 => Just(Event::FinishResizes),
         2 => any::<usize>().prop_map(|pick| Event::Checkpoint { pick }),
     ]
@@ -1458,72 +1470,13 @@ fn check_decisions(
     for decision in decisions {
         match decision {
             Decision::Place { trial, workers } => {
-                let entry = &core.trials[trial];
-                if workers.len() != entry.request.gang.workers as usize {
-                    return Err(format!("{trial} placed with {} workers", workers.len()));
-                }
-                if !waiting_before.contains(trial) {
-                    return Err(format!("{trial} placed but was not waiting"));
-                }
+                check_place(core, trial, workers, waiting_before)?;
             }
             Decision::Preempt { trial, reason, .. } => {
-                let Some(&(victim_priority, preemptible, victim_queue)) = placed_before.get(trial)
-                else {
+                let Some(&victim) = placed_before.get(trial) else {
                     return Err(format!("{trial} preempted but was not running"));
                 };
-                if !preemptible {
-                    return Err(format!("{trial} is not preemptible"));
-                }
-                match reason {
-                    PreemptReason::HigherPriority { by, priority } => {
-                        if core.trials[by].request.priority != *priority
-                            || victim_priority >= *priority
-                        {
-                            return Err(format!(
-                                "{trial} ({victim_priority}) preempted by {by} ({priority})"
-                            ));
-                        }
-                    }
-                    PreemptReason::LessService {
-                        by,
-                        level,
-                        victim_level,
-                    } => {
-                        let claimant = &core.trials[by];
-                        let service = core.attained_service(*trial, now).unwrap();
-                        let loss = match &core.trials[trial].standing {
-                            Standing::Placed(placed) => placed.loss_ms(now),
-                            _ => return Err(format!("{trial} preempted but not placed")),
-                        };
-                        if core.config.attained_service.is_none()
-                            || core.config.order == Order::Fifo
-                            || claimant.queue != victim_queue
-                            || claimant.request.priority != victim_priority
-                            || claimant.level != *level
-                            || service.level != *victim_level
-                            || victim_level <= level
-                            || core
-                                .config
-                                .preemption
-                                .max_loss_ms
-                                .is_some_and(|limit| loss > limit)
-                        {
-                            return Err(format!(
-                                "{trial} (level {victim_level}, loses {loss} ms) preempted for service by {by} (level {level})"
-                            ));
-                        }
-                    }
-                    PreemptReason::Reclaim { queue, by } => {
-                        if !borrowing_before[victim_queue] {
-                            return Err(format!(
-                                "{trial} reclaimed but its queue was not borrowing"
-                            ));
-                        }
-                        if core.queue_info[core.trials[by].queue].name != *queue {
-                            return Err(format!("reclaim names queue {queue}"));
-                        }
-                    }
-                }
+                check_preempt(core, now, trial, victim, reason, borrowing_before)?;
             }
             Decision::Resize {
                 trial,
@@ -1535,33 +1488,149 @@ fn check_decisions(
                 let Some(&(victim_priority, preemptible, _)) = placed_before.get(trial) else {
                     return Err(format!("{trial} resized but was not running"));
                 };
-                let Some((min, max)) = core.elastic_range(*trial) else {
-                    return Err(format!("{trial} resized but is not elastic"));
-                };
                 let size = workers.len() as u32;
-                if size < min || size > max || size == *from {
-                    return Err(format!(
-                        "{trial} resized {from} -> {size} outside {min}..={max}"
-                    ));
-                }
-                match reason {
-                    ResizeReason::Grow => {
-                        if size < *from {
-                            return Err(format!("{trial} shrank to grow"));
-                        }
-                        if core.waiting_trials().next().is_some() {
-                            return Err(format!("{trial} grew while trials wait"));
-                        }
-                    }
-                    ResizeReason::Shrink { by } => {
-                        if size > *from || !preemptible {
-                            return Err(format!("{trial} shrunk {from} -> {size} for {by}"));
-                        }
-                        if core.trials[by].request.priority <= victim_priority {
-                            return Err(format!("{trial} ({victim_priority}) shrunk for {by}"));
-                        }
-                    }
-                }
+                check_resize(
+                    core,
+                    trial,
+                    (*from, size),
+                    reason,
+                    (victim_priority, preemptible),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A placed trial was waiting and got its whole gang.
+fn check_place(
+    core: &PolicyCore,
+    trial: &TrialId,
+    workers: &[WorkerPlacement],
+    waiting_before: &HashSet<TrialId>,
+) -> Result<(), String> {
+    let entry = &core.trials[trial];
+    if workers.len() != entry.request.gang.workers as usize {
+        return Err(format!("{trial} placed with {} workers", workers.len()));
+    }
+    if !waiting_before.contains(trial) {
+        return Err(format!("{trial} placed but was not waiting"));
+    }
+    Ok(())
+}
+
+/// A preempted trial was preemptible and its reason holds; `victim` is its
+/// (priority, preemptible, queue) before the pass.
+fn check_preempt(
+    core: &PolicyCore,
+    now: UnixMillis,
+    trial: &TrialId,
+    victim: (i64, bool, usize),
+    reason: &PreemptReason,
+    borrowing_before: &[bool],
+) -> Result<(), String> {
+    let (victim_priority, preemptible, victim_queue) = victim;
+    if !preemptible {
+        return Err(format!("{trial} is not preemptible"));
+    }
+    match reason {
+        PreemptReason::HigherPriority { by, priority } => {
+            if core.trials[by].request.priority != *priority || victim_priority >= *priority {
+                return Err(format!(
+                    "{trial} ({victim_priority}) preempted by {by} ({priority})"
+                ));
+            }
+        }
+        PreemptReason::LessService {
+            by,
+            level,
+            victim_level,
+        } => check_less_service(core, now, trial, victim, (by, *level, *victim_level))?,
+        PreemptReason::Reclaim { queue, by } => {
+            if !borrowing_before[victim_queue] {
+                return Err(format!("{trial} reclaimed but its queue was not borrowing"));
+            }
+            if core.queue_info[core.trials[by].queue].name != *queue {
+                return Err(format!("reclaim names queue {queue}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A preemption for less service: the policy measures service, the claimant
+/// shares the victim's queue and priority at a lower level, and the victim
+/// loses no more than `max_loss`. `claim` is (claimant, its level, the
+/// victim's level).
+fn check_less_service(
+    core: &PolicyCore,
+    now: UnixMillis,
+    trial: &TrialId,
+    victim: (i64, bool, usize),
+    claim: (&TrialId, u8, u8),
+) -> Result<(), String> {
+    let (victim_priority, _, victim_queue) = victim;
+    let (by, level, victim_level) = claim;
+    let claimant = &core.trials[by];
+    let service = core.attained_service(*trial, now).unwrap();
+    let loss = match &core.trials[trial].standing {
+        Standing::Placed(placed) => placed.loss_ms(now),
+        _ => return Err(format!("{trial} preempted but not placed")),
+    };
+    if core.config.attained_service.is_none()
+        || core.config.order == Order::Fifo
+        || claimant.queue != victim_queue
+        || claimant.request.priority != victim_priority
+        || claimant.level != level
+        || service.level != victim_level
+        || victim_level <= level
+        || core
+            .config
+            .preemption
+            .max_loss_ms
+            .is_some_and(|limit| loss > limit)
+    {
+        return Err(format!(
+            "{trial} (level {victim_level}, loses {loss} ms) preempted for service by {by} (level {level})"
+        ));
+    }
+    Ok(())
+}
+
+/// A resize stays within the elastic range and moves the gang's size the way
+/// its reason says; `sizes` is (from, to), `victim` (priority, preemptible).
+fn check_resize(
+    core: &PolicyCore,
+    trial: &TrialId,
+    sizes: (u32, u32),
+    reason: &ResizeReason,
+    victim: (i64, bool),
+) -> Result<(), String> {
+    let (from, size) = sizes;
+    let (victim_priority, preemptible) = victim;
+    let Some((min, max)) = core.elastic_range(*trial) else {
+        return Err(format!("{trial} resized but is not elastic"));
+    };
+    if size < min || size > max || size == from {
+        return Err(format!(
+            "{trial} resized {from} -> {size} outside {min}..={max}"
+        ));
+    }
+    match reason {
+        ResizeReason::Grow => {
+            if size < from {
+                return Err(format!("{trial} shrank to grow"));
+            }
+            if core.waiting_trials().next().is_some() {
+                return Err(format!("{trial} grew while trials wait"));
+            }
+        }
+        ResizeReason::Shrink { by } => {
+            if size > from || !preemptible {
+                return Err(format!("{trial} shrunk {from} -> {size} for {by}"));
+            }
+            if core.trials[by].request.priority <= victim_priority {
+                return Err(format!("{trial} ({victim_priority}) shrunk for {by}"));
             }
         }
     }
@@ -1614,207 +1683,238 @@ impl Replay {
     fn apply(&mut self, event: Event) -> Result<(), String> {
         let now = self.now;
         match event {
-            Event::Submit {
-                team,
-                queue,
-                gpu_milli,
-                workers,
-                cpu_milli,
-                priority,
-                preemptible,
-                time_limit_ms,
-                experiment,
-                rack,
-                urgency,
-            } => {
-                let trial = trial_of(experiment, self.submitted.len() as u32);
-                let mut request = TrialRequest {
-                    id: trial,
-                    team: TEAMS[team].to_owned(),
-                    queue: queue.map(|queue| format!("q{queue}")),
-                    priority,
-                    preemptible,
-                    time_limit_ms,
-                    submitted_at: now,
-                    urgency,
-                    ..req(0, 0)
-                };
-                request.gang.workers = workers;
-                request.gang.per_worker = Amount {
-                    gpu_milli,
-                    cpu_milli,
-                    memory_bytes: GIB,
-                };
-                if let Some(rack) = rack {
-                    request
-                        .gang
-                        .node_labels
-                        .insert("rack".to_owned(), format!("r{rack}"));
-                }
-                // Half the trials opt in to oversubscription (only fractions
-                // are charged less; whole GPUs opting in must change nothing).
-                request.gang.oversubscribe = cpu_milli % 2 == 0;
-                self.asked_shares
-                    .insert(trial, (gpu_milli, request.gang.oversubscribe));
-                if self.core.submit(request, now).is_ok() {
-                    self.submitted.push(trial);
-                }
-            }
+            Event::Submit(submission) => self.submit(submission),
             Event::Decide => self.decide_and_check()?,
             Event::Finish { pick, completed } => {
-                if let Some(trial) = self.pick(pick) {
-                    self.core.finish(trial, now, completed);
-                }
+                self.on_pick(pick, |core, trial| core.finish(trial, now, completed));
             }
-            Event::RequeuePreempted => {
-                let stopping: Vec<TrialId> = self
-                    .submitted
-                    .iter()
-                    .copied()
-                    .filter(|trial| self.core.is_preempting(*trial))
-                    .collect();
-                for trial in stopping {
-                    self.core.requeue(trial, now);
-                }
-            }
-            Event::Requeue { pick } => {
-                if let Some(trial) = self.pick(pick) {
-                    self.core.requeue(trial, now);
-                }
-            }
+            Event::RequeuePreempted => self.requeue_preempted(),
+            Event::Requeue { pick } => self.on_pick(pick, |core, trial| core.requeue(trial, now)),
             Event::AddNode { gpus, rack } => self.add_node(gpus, rack),
-            Event::RemoveNode { pick } => {
-                if !self.node_ids.is_empty() {
-                    let node = self.node_ids.remove(pick % self.node_ids.len());
-                    for trial in self.core.remove_node(node) {
-                        self.core.requeue(trial, now);
-                    }
-                }
-            }
+            Event::RemoveNode { pick } => self.remove_node(pick),
             Event::SetSchedulable { pick, schedulable } => {
-                if !self.node_ids.is_empty() {
-                    let node = self.node_ids[pick % self.node_ids.len()];
-                    self.core.set_node_schedulable(node, schedulable);
-                }
+                self.set_schedulable(pick, schedulable);
             }
             Event::Advance { ms } => self.now += ms,
-            Event::Hold { pick } => {
-                if let Some(trial) = self.pick(pick) {
-                    self.core.hold(trial);
-                }
-            }
+            Event::Hold { pick } => self.on_pick(pick, |core, trial| core.hold(trial)),
             Event::ReleaseHold { pick } => {
-                if let Some(trial) = self.pick(pick) {
-                    self.core.release_hold(trial);
-                }
+                self.on_pick(pick, |core, trial| core.release_hold(trial));
             }
             Event::SetPriority { pick, priority } => {
-                if let Some(trial) = self.pick(pick) {
-                    self.core.set_priority(trial, priority);
-                }
+                self.on_pick(pick, |core, trial| core.set_priority(trial, priority));
             }
             Event::SetUrgency { pick, urgency } => {
-                if let Some(trial) = self.pick(pick) {
-                    self.core.set_urgency(trial, urgency);
-                }
+                self.on_pick(pick, |core, trial| core.set_urgency(trial, urgency));
             }
-            Event::SubmitLeased {
-                team,
-                gpu_milli,
-                lease,
-                units,
-                priority,
-                preemptible,
-            } => {
-                let trial = trial_of(9, self.submitted.len() as u32);
-                let mut request = TrialRequest {
-                    id: trial,
-                    team: TEAMS[team].to_owned(),
-                    priority,
-                    preemptible,
-                    submitted_at: now,
-                    ..req(0, 0)
-                };
-                request.gang.per_worker.gpu_milli = gpu_milli;
-                request.gang.leases = BTreeMap::from([(format!("l{lease}"), units)]);
-                let fits_lease = units <= random_leases()[&format!("l{lease}")];
-                match self.core.submit(request, now) {
-                    Ok(()) => self.submitted.push(trial),
-                    Err(Refusal::Lease { .. }) if !fits_lease => {}
-                    Err(Refusal::TooManyPending { .. } | Refusal::UnknownQueue { .. }) => {}
-                    Err(refusal) => return Err(format!("leased trial refused: {refusal}")),
-                }
+            Event::SubmitLeased(submission) => self.submit_leased(submission)?,
+            Event::SubmitElastic(submission) => self.submit_elastic(submission)?,
+            Event::Checkpoint { pick } => self.check_checkpoint(pick)?,
+            Event::FinishResizes => self.finish_resizes()?,
+            Event::Verdict { pick, approve } => self.verdict(pick, approve)?,
+        }
+        Ok(())
+    }
+
+    /// Does `action` to the submitted trial `pick` names, if any was submitted.
+    fn on_pick<T>(&mut self, pick: usize, action: impl FnOnce(&mut PolicyCore, TrialId) -> T) {
+        if let Some(trial) = self.pick(pick) {
+            action(&mut self.core, trial);
+        }
+    }
+
+    fn submit(&mut self, submission: Submission) {
+        let Submission {
+            team,
+            queue,
+            gpu_milli,
+            workers,
+            cpu_milli,
+            priority,
+            preemptible,
+            time_limit_ms,
+            experiment,
+            rack,
+            urgency,
+        } = submission;
+        let now = self.now;
+        let trial = trial_of(experiment, self.submitted.len() as u32);
+        let mut request = TrialRequest {
+            id: trial,
+            team: TEAMS[team].to_owned(),
+            queue: queue.map(|queue| format!("q{queue}")),
+            priority,
+            preemptible,
+            time_limit_ms,
+            submitted_at: now,
+            urgency,
+            ..req(0, 0)
+        };
+        request.gang.workers = workers;
+        request.gang.per_worker = Amount {
+            gpu_milli,
+            cpu_milli,
+            memory_bytes: GIB,
+        };
+        if let Some(rack) = rack {
+            request
+                .gang
+                .node_labels
+                .insert("rack".to_owned(), format!("r{rack}"));
+        }
+        // Half the trials opt in to oversubscription (only fractions
+        // are charged less; whole GPUs opting in must change nothing).
+        request.gang.oversubscribe = cpu_milli % 2 == 0;
+        self.asked_shares
+            .insert(trial, (gpu_milli, request.gang.oversubscribe));
+        if self.core.submit(request, now).is_ok() {
+            self.submitted.push(trial);
+        }
+    }
+
+    /// Requeues every trial that is being preempted.
+    fn requeue_preempted(&mut self) {
+        let stopping: Vec<TrialId> = self
+            .submitted
+            .iter()
+            .copied()
+            .filter(|trial| self.core.is_preempting(*trial))
+            .collect();
+        for trial in stopping {
+            self.core.requeue(trial, self.now);
+        }
+    }
+
+    /// Removes the node `pick` names, requeueing what ran there.
+    fn remove_node(&mut self, pick: usize) {
+        if !self.node_ids.is_empty() {
+            let node = self.node_ids.remove(pick % self.node_ids.len());
+            for trial in self.core.remove_node(node) {
+                self.core.requeue(trial, self.now);
             }
-            Event::SubmitElastic {
-                team,
-                gpu_milli,
-                min,
-                extra,
-                priority,
-                preemptible,
-            } => {
-                let trial = trial_of(11, self.submitted.len() as u32);
-                let mut request = TrialRequest {
-                    id: trial,
-                    team: TEAMS[team].to_owned(),
-                    priority,
-                    preemptible,
-                    submitted_at: now,
-                    ..req(0, 0)
-                };
-                request.gang.workers = min + extra;
-                request.gang.per_worker.gpu_milli = gpu_milli;
-                if self.core.submit(request, now).is_ok() {
-                    if !self.core.set_elastic(trial, min, min + extra, now) {
-                        return Err(format!("{trial} could not be made elastic"));
-                    }
-                    self.submitted.push(trial);
-                }
+        }
+    }
+
+    fn set_schedulable(&mut self, pick: usize, schedulable: bool) {
+        if !self.node_ids.is_empty() {
+            let node = self.node_ids[pick % self.node_ids.len()];
+            self.core.set_node_schedulable(node, schedulable);
+        }
+    }
+
+    /// Submits a leased trial, which only a lease it cannot fit, a full team or
+    /// an unknown queue may refuse.
+    fn submit_leased(&mut self, submission: LeasedSubmission) -> Result<(), String> {
+        let LeasedSubmission {
+            team,
+            gpu_milli,
+            lease,
+            units,
+            priority,
+            preemptible,
+        } = submission;
+        let now = self.now;
+        let trial = trial_of(9, self.submitted.len() as u32);
+        let mut request = TrialRequest {
+            id: trial,
+            team: TEAMS[team].to_owned(),
+            priority,
+            preemptible,
+            submitted_at: now,
+            ..req(0, 0)
+        };
+        request.gang.per_worker.gpu_milli = gpu_milli;
+        request.gang.leases = BTreeMap::from([(format!("l{lease}"), units)]);
+        let fits_lease = units <= random_leases()[&format!("l{lease}")];
+        match self.core.submit(request, now) {
+            Ok(()) => self.submitted.push(trial),
+            Err(Refusal::Lease { .. }) if !fits_lease => {}
+            Err(Refusal::TooManyPending { .. } | Refusal::UnknownQueue { .. }) => {}
+            Err(refusal) => return Err(format!("leased trial refused: {refusal}")),
+        }
+        Ok(())
+    }
+
+    /// Submits an elastic trial, which must then take its range.
+    fn submit_elastic(&mut self, submission: ElasticSubmission) -> Result<(), String> {
+        let ElasticSubmission {
+            team,
+            gpu_milli,
+            min,
+            extra,
+            priority,
+            preemptible,
+        } = submission;
+        let now = self.now;
+        let trial = trial_of(11, self.submitted.len() as u32);
+        let mut request = TrialRequest {
+            id: trial,
+            team: TEAMS[team].to_owned(),
+            priority,
+            preemptible,
+            submitted_at: now,
+            ..req(0, 0)
+        };
+        request.gang.workers = min + extra;
+        request.gang.per_worker.gpu_milli = gpu_milli;
+        if self.core.submit(request, now).is_ok() {
+            if !self.core.set_elastic(trial, min, min + extra, now) {
+                return Err(format!("{trial} could not be made elastic"));
             }
-            Event::Checkpoint { pick } => {
-                if let Some(trial) = self.pick(pick) {
-                    let placed = self.core.placement(trial).is_some();
-                    if self.core.note_checkpoint(trial, now) != placed {
-                        return Err(format!("{trial}'s checkpoint taken as placed: {}", !placed));
-                    }
-                }
+            self.submitted.push(trial);
+        }
+        Ok(())
+    }
+
+    /// A checkpoint of the trial `pick` names counts exactly when it is placed.
+    fn check_checkpoint(&mut self, pick: usize) -> Result<(), String> {
+        if let Some(trial) = self.pick(pick) {
+            let placed = self.core.placement(trial).is_some();
+            if self.core.note_checkpoint(trial, self.now) != placed {
+                return Err(format!("{trial}'s checkpoint taken as placed: {}", !placed));
             }
-            Event::FinishResizes => {
-                let resizing: Vec<TrialId> = self
-                    .submitted
-                    .iter()
-                    .copied()
-                    .filter(|trial| self.core.resizing(*trial).is_some())
-                    .collect();
-                for trial in resizing {
-                    let target = self.core.resizing(trial).map(<[_]>::to_vec);
-                    let done = self.core.resized(trial, now);
-                    if !self.core.is_preempting(trial) && done != target {
-                        return Err(format!("{trial} resized to {done:?}, not {target:?}"));
-                    }
-                    if let Some(workers) = done
-                        && self.core.placement(trial) != Some(&workers[..])
-                    {
-                        return Err(format!("{trial} does not hold its new gang"));
-                    }
-                }
+        }
+        Ok(())
+    }
+
+    /// Reports every resize in flight done; each trial then holds the gang it
+    /// was resized to (unless it is being preempted meanwhile).
+    fn finish_resizes(&mut self) -> Result<(), String> {
+        let resizing: Vec<TrialId> = self
+            .submitted
+            .iter()
+            .copied()
+            .filter(|trial| self.core.resizing(*trial).is_some())
+            .collect();
+        for trial in resizing {
+            let target = self.core.resizing(trial).map(<[_]>::to_vec);
+            let done = self.core.resized(trial, self.now);
+            if !self.core.is_preempting(trial) && done != target {
+                return Err(format!("{trial} resized to {done:?}, not {target:?}"));
             }
-            Event::Verdict { pick, approve } => {
-                let pending = self.core.approval_requests();
-                if !pending.is_empty() {
-                    let request = &pending[pick % pending.len()];
-                    let verdict = if approve {
-                        ApprovalVerdict::Approve
-                    } else {
-                        ApprovalVerdict::Deny
-                    };
-                    self.core
-                        .decide_approval(request.id, verdict)
-                        .map_err(|error| error.to_string())?;
-                    if approve {
-                        self.approved.insert((request.victim, request.claimant));
-                    }
-                }
+            if let Some(workers) = done
+                && self.core.placement(trial) != Some(&workers[..])
+            {
+                return Err(format!("{trial} does not hold its new gang"));
+            }
+        }
+        Ok(())
+    }
+
+    /// An admin's verdict on the pending approval request `pick` names.
+    fn verdict(&mut self, pick: usize, approve: bool) -> Result<(), String> {
+        let pending = self.core.approval_requests();
+        if !pending.is_empty() {
+            let request = &pending[pick % pending.len()];
+            let verdict = if approve {
+                ApprovalVerdict::Approve
+            } else {
+                ApprovalVerdict::Deny
+            };
+            self.core
+                .decide_approval(request.id, verdict)
+                .map_err(|error| error.to_string())?;
+            if approve {
+                self.approved.insert((request.victim, request.claimant));
             }
         }
         Ok(())
@@ -2071,62 +2171,14 @@ proptest! {
         ),
         stream in prop::collection::vec((prop_oneof![Just(500_u64), Just(1000)], 0..TEAMS.len()), 200),
     ) {
-        let mut config = config;
-        // One queue and one class: only the levels, promotion and the
-        // reserve keep a trial from starving here (aging is off).
-        config.queues = vec![QueueConfig::open("default")];
-        config.aging = None;
-        config.attained_service = Some(AttainedServiceConfig { promote_after, ..las });
-        // Preemption for service needs a minimum run (the presets have five
-        // minutes): with none, newcomers time-slice the cluster so finely
-        // that a gang waiting for a whole node may never see it free.
-        config.preemption.min_run_time_ms = config.preemption.min_run_time_ms.max(MINUTE);
-        if !config.backfill {
-            // `head_of_line: skip` without backfill lets big gangs starve by design.
-            config.head_of_line = HeadOfLine::Strict;
-        }
-        let mut core = PolicyCore::new(config);
+        let mut core = PolicyCore::new(least_attained_service_only(config, las, promote_after));
         for (n, (gpus, rack)) in nodes.into_iter().enumerate() {
             core.upsert_node(rack_node(n as u128 + 1, gpus, rack));
         }
-        let mut pending = Vec::new();
-        for (index, (gpu_milli, workers, team, submitted_at)) in trials.into_iter().enumerate() {
-            let mut request = TrialRequest {
-                team: TEAMS[team].to_owned(),
-                submitted_at,
-                ..req(index as u32, 0)
-            };
-            request.gang.workers = workers;
-            request.gang.per_worker.gpu_milli = gpu_milli;
-            let fits = core.pool().could_ever_fit(&request.gang);
-            core.submit(request, submitted_at).unwrap();
-            if fits {
-                pending.push(id(index as u32));
-            }
-        }
+        let mut pending = submit_fitting(&mut core, trials);
         let mut now = 1000;
         for (round, (gpu_milli, team)) in stream.into_iter().enumerate() {
-            let decisions = core.decide(now);
-            core.check_invariants().unwrap();
-            // Placed once is enough: preemption for service may then
-            // time-slice it with newcomers, as least attained service means to.
-            let started = placed(&decisions);
-            pending.retain(|trial| !started.contains(trial));
-            for (victim, _, _) in preempted(&decisions) {
-                core.requeue(victim, now);
-            }
-            let oldest = core
-                .trials
-                .iter()
-                .filter_map(|(id, trial)| match &trial.standing {
-                    Standing::Placed(placed) if placed.preempt_deadline.is_none() => Some((placed.started_at, *id)),
-                    _ => None,
-                })
-                .min();
-            if let Some((_, oldest)) = oldest {
-                core.finish(oldest, now, true);
-            }
-            pending.retain(|trial| core.trials.contains_key(trial));
+            starvation_round(&mut core, now, &mut pending);
             if pending.is_empty() {
                 break;
             }
@@ -2146,6 +2198,81 @@ proptest! {
             pending.iter().map(|trial| (*trial, core.wait_reason(*trial))).collect::<Vec<_>>()
         );
     }
+}
+
+/// `config` with one queue and one class, under least attained service
+/// promoting after `promote_after`: only the levels, promotion and the reserve
+/// keep a trial from starving then (aging is off).
+fn least_attained_service_only(
+    mut config: PolicyConfig,
+    las: AttainedServiceConfig,
+    promote_after: u32,
+) -> PolicyConfig {
+    config.queues = vec![QueueConfig::open("default")];
+    config.aging = None;
+    config.attained_service = Some(AttainedServiceConfig {
+        promote_after,
+        ..las
+    });
+    // Preemption for service needs a minimum run (the presets have five
+    // minutes): with none, newcomers time-slice the cluster so finely
+    // that a gang waiting for a whole node may never see it free.
+    config.preemption.min_run_time_ms = config.preemption.min_run_time_ms.max(MINUTE);
+    if !config.backfill {
+        // `head_of_line: skip` without backfill lets big gangs starve by design.
+        config.head_of_line = HeadOfLine::Strict;
+    }
+    config
+}
+
+/// Submits `trials` (GPU share, workers, team, submission time) as trials 0,
+/// 1, ... and returns those that could ever fit the nodes.
+fn submit_fitting(core: &mut PolicyCore, trials: Vec<(u64, u32, usize, u64)>) -> Vec<TrialId> {
+    let mut fitting = Vec::new();
+    for (index, (gpu_milli, workers, team, submitted_at)) in trials.into_iter().enumerate() {
+        let mut request = TrialRequest {
+            team: TEAMS[team].to_owned(),
+            submitted_at,
+            ..req(index as u32, 0)
+        };
+        request.gang.workers = workers;
+        request.gang.per_worker.gpu_milli = gpu_milli;
+        let fits = core.pool().could_ever_fit(&request.gang);
+        core.submit(request, submitted_at).unwrap();
+        if fits {
+            fitting.push(id(index as u32));
+        }
+    }
+    fitting
+}
+
+/// One round of the starvation test: a pass (invariants checked), its
+/// preemptions requeued, and the oldest running trial finished; what started
+/// or is gone leaves `pending`.
+fn starvation_round(core: &mut PolicyCore, now: UnixMillis, pending: &mut Vec<TrialId>) {
+    let decisions = core.decide(now);
+    core.check_invariants().unwrap();
+    // Placed once is enough: preemption for service may then
+    // time-slice it with newcomers, as least attained service means to.
+    let started = placed(&decisions);
+    pending.retain(|trial| !started.contains(trial));
+    for (victim, _, _) in preempted(&decisions) {
+        core.requeue(victim, now);
+    }
+    let oldest = core
+        .trials
+        .iter()
+        .filter_map(|(id, trial)| match &trial.standing {
+            Standing::Placed(placed) if placed.preempt_deadline.is_none() => {
+                Some((placed.started_at, *id))
+            }
+            _ => None,
+        })
+        .min();
+    if let Some((_, oldest)) = oldest {
+        core.finish(oldest, now, true);
+    }
+    pending.retain(|trial| core.trials.contains_key(trial));
 }
 
 /// A running oversubscribed trial taken back after a head restart asks for
