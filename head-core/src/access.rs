@@ -13,8 +13,8 @@ use crate::auth::{Principal, Role, Visibility};
 impl HeadCore {
     /// The team owning experiment `id`.
     pub fn team_of_experiment(&self, id: ExperimentId) -> Result<String, CoreError> {
-        self.specs
-            .get(&id)
+        self.book
+            .get_spec(id)
             .map(|spec| spec.team.clone())
             .ok_or(CoreError::ExperimentNotFound { experiment_id: id })
     }
@@ -26,7 +26,7 @@ impl HeadCore {
 
     /// The team owning trial `id`.
     pub fn team_of_trial(&self, id: TrialId) -> Result<String, CoreError> {
-        if !self.trials.contains_key(&id) {
+        if !self.book.contains_trial(id) {
             return Err(CoreError::TrialNotFound { trial_id: id });
         }
         self.team_of_experiment(id.experiment)
@@ -152,13 +152,13 @@ impl HeadCore {
         visible: &Visibility,
     ) -> Result<ExperimentId, CoreError> {
         if let Ok(id) = text.parse::<ExperimentId>()
-            && self.specs.contains_key(&id)
+            && self.book.contains_experiment(id)
         {
             return Ok(id);
         }
         let matches: Vec<ExperimentId> = self
-            .specs
-            .iter()
+            .book
+            .specs()
             .filter(|(id, spec)| visible.shows(&spec.team) && id.to_string().starts_with(text))
             .map(|(id, _)| *id)
             .collect();

@@ -13,7 +13,7 @@ use xp_runtime::ids::TrialId;
 use xp_runtime::protocol::{AdminAction, AdminRequest};
 use xp_sched::{ApprovalVerdict, PolicyConfig};
 
-use super::{CoreError, HeadCore, PolicyRecord, trial_range};
+use super::{CoreError, HeadCore, PolicyRecord};
 
 /// The longest `who` an admin action may carry.
 const MAX_WHO_BYTES: usize = 128;
@@ -84,7 +84,7 @@ impl HeadCore {
         };
         for trial_id in &targets {
             let trial_id = *trial_id;
-            let trial = self.trials.get_mut(&trial_id).expect("targets exist");
+            let trial = self.book.trial_mut(trial_id).expect("targets exist");
             match &action {
                 AdminAction::Priority { value, .. } => {
                     trial.priority_override = Some(*value);
@@ -114,7 +114,6 @@ impl HeadCore {
                 | AdminAction::Deny { .. } => unreachable!("returned above"),
             }
             let (state, attempt) = (trial.state, trial.attempts.len() as u32);
-            self.dirty_trials.insert(trial_id);
             self.push_event(
                 now,
                 trial_id,
@@ -134,20 +133,17 @@ impl HeadCore {
     /// The unfinished trials an admin names: one trial id, or an experiment.
     fn admin_targets(&self, id: &str) -> Result<Vec<TrialId>, CoreError> {
         let ids: Vec<TrialId> = if let Ok(trial_id) = id.parse::<TrialId>() {
-            if !self.trials.contains_key(&trial_id) {
+            if !self.book.contains_trial(trial_id) {
                 return Err(CoreError::TrialNotFound { trial_id });
             }
             vec![trial_id]
         } else {
             let experiment = self.resolve_experiment(id)?;
-            self.trials
-                .range(trial_range(experiment))
-                .map(|(id, _)| *id)
-                .collect()
+            self.book.trials_of(experiment).map(|(id, _)| *id).collect()
         };
         Ok(ids
             .into_iter()
-            .filter(|id| !self.trials[id].state.is_terminal())
+            .filter(|id| !self.book.trial(*id).state.is_terminal())
             .collect())
     }
 }

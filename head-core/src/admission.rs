@@ -15,7 +15,7 @@ use xp_runtime::spec::ExperimentSpec;
 use xp_sched::GPU_MILLI;
 
 use super::records::NodeRecord;
-use super::{CoreError, HeadCore, trial_range};
+use super::{CoreError, HeadCore};
 
 impl HeadCore {
     /// Refuses a submission while the team already has its limit of pending
@@ -23,12 +23,12 @@ impl HeadCore {
     pub(super) fn admit(&self, spec: &ExperimentSpec) -> Result<(), CoreError> {
         let admission = &self.placement.policy().config().admission;
         let pending = self
-            .trials
-            .values()
+            .book
+            .trials()
             .filter(|trial| matches!(trial.state, TrialState::Pending | TrialState::Queued))
             .filter(|trial| {
-                self.specs
-                    .get(&trial.id.experiment)
+                self.book
+                    .get_spec(trial.id.experiment)
                     .is_some_and(|other| other.team == spec.team)
             })
             .count() as u64;
@@ -78,21 +78,23 @@ impl HeadCore {
     /// Moves pending trials of each experiment into the queue while fewer than its
     /// `parallel` limit are queued, placed or running.
     pub(super) fn admit_pending(&mut self, now: UnixMillis) {
-        let experiment_ids: Vec<ExperimentId> = self.experiments.keys().copied().collect();
+        let experiment_ids: Vec<ExperimentId> = self.book.experiment_ids().collect();
         for experiment_id in experiment_ids {
-            let limit = self.specs[&experiment_id]
+            let limit = self
+                .book
+                .spec(experiment_id)
                 .search
                 .parallel
                 .map_or(usize::MAX, |limit| limit as usize);
             let (active, pending): (Vec<_>, Vec<_>) = self
-                .trials
-                .range(trial_range(experiment_id))
+                .book
+                .trials_of(experiment_id)
                 .filter(|(_, trial)| !trial.state.is_terminal())
                 .map(|(id, trial)| (*id, trial.state))
                 .partition(|(_, state)| *state != TrialState::Pending);
             let room = limit.saturating_sub(active.len());
             for (trial_id, _) in pending.into_iter().take(room) {
-                if let Some(trial) = self.trials.get_mut(&trial_id) {
+                if let Some(trial) = self.book.trial_mut(trial_id) {
                     trial.queued_at = now;
                 }
                 self.transition(

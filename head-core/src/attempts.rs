@@ -18,9 +18,9 @@ use std::collections::BTreeSet;
 use tracing::info;
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, TrialId, WorkerKey};
-use xp_runtime::protocol::{HeadCommand, TrialEvent, TrialState};
+use xp_runtime::protocol::{HeadCommand, TrialState};
 
-use super::{AttemptRecord, HeadCore, Record, WorkerRecord, WorkerState};
+use super::{AttemptRecord, HeadCore, Record, TrialRecord, WorkerRecord, WorkerState};
 
 /// How often a trial may be requeued for reasons not its own (lost nodes, refused
 /// launches) before it fails, so that a trial that kills its nodes cannot loop.
@@ -32,8 +32,8 @@ impl HeadCore {
     /// A worker and its attempt, if the head knows them.
     pub(super) fn worker(&self, key: WorkerKey) -> Option<(&AttemptRecord, &WorkerRecord)> {
         let attempt = self
-            .trials
-            .get(&key.trial)?
+            .book
+            .get_trial(key.trial)?
             .attempts
             .iter()
             .find(|attempt| attempt.number == key.attempt)?;
@@ -43,9 +43,8 @@ impl HeadCore {
 
     /// An attempt to change; its trial is marked for persisting.
     pub(super) fn attempt_mut(&mut self, key: WorkerKey) -> Option<&mut AttemptRecord> {
-        self.dirty_trials.insert(key.trial);
-        self.trials
-            .get_mut(&key.trial)?
+        self.book
+            .trial_mut(key.trial)?
             .attempts
             .iter_mut()
             .find(|attempt| attempt.number == key.attempt)
@@ -103,7 +102,9 @@ impl HeadCore {
 
     /// Ends the trial's live attempt, if it has one, with `outcome`.
     pub(super) fn end_live_attempt(&mut self, now: UnixMillis, trial_id: TrialId, outcome: &str) {
-        let live = self.trials[&trial_id]
+        let live = self
+            .book
+            .trial(trial_id)
             .attempts
             .last()
             .filter(|attempt| attempt.is_live())
@@ -137,10 +138,10 @@ impl HeadCore {
         reason: String,
     ) {
         self.finish_attempt(now, key, &format!("{kind}: {reason}"));
-        let max_retries = self.specs[&key.trial.experiment].trial.max_retries;
+        let max_retries = self.book.spec(key.trial.experiment).trial.max_retries;
         let trial = self
-            .trials
-            .get_mut(&key.trial)
+            .book
+            .trial_mut(key.trial)
             .expect("failing attempt has a trial");
         trial.failures += 1;
         *self
@@ -200,8 +201,8 @@ impl HeadCore {
         reason: &str,
     ) {
         let trial = self
-            .trials
-            .get_mut(&trial_id)
+            .book
+            .trial_mut(trial_id)
             .expect("a requeued trial exists");
         if trial.state.is_terminal() {
             return;
@@ -230,14 +231,14 @@ impl HeadCore {
     /// `max_retries`. Their workers get SIGTERM, the usual grace, then SIGKILL.
     pub(super) fn enforce_time_limits(&mut self, now: UnixMillis) {
         let mut overdue = Vec::new();
-        for trial in self.trials.values() {
+        for trial in self.book.trials() {
             if trial.state != TrialState::Running {
                 continue;
             }
             let Some(attempt) = trial.attempts.last().filter(|attempt| attempt.is_live()) else {
                 continue;
             };
-            let trial_spec = &self.specs[&trial.id.experiment].trial;
+            let trial_spec = &self.book.spec(trial.id.experiment).trial;
             let (Some(running_at), Some(limit_ms)) =
                 (attempt.running_at, trial_spec.time_limit_ms())
             else {
@@ -286,12 +287,13 @@ impl HeadCore {
         state: TrialState,
         reason: String,
     ) {
-        let Some(trial) = self.trials.get_mut(&trial_id) else {
-            return;
+        let unchanged = |trial: &TrialRecord| {
+            trial.state == state && trial.reason.as_deref() == Some(reason.as_str())
         };
-        if trial.state == state && trial.reason.as_deref() == Some(reason.as_str()) {
+        if self.book.get_trial(trial_id).is_none_or(unchanged) {
             return;
         }
+        let trial = self.book.trial_mut(trial_id).expect("checked above");
         let was_terminal = trial.state.is_terminal();
         if trial.state != state {
             self.outbox.tally().transition(state);
@@ -304,12 +306,9 @@ impl HeadCore {
         self.placement.unsettle(trial_id);
         let attempt = trial.attempts.len() as u32;
         let config_json = trial.config_json.clone();
-        self.dirty_trials.insert(trial_id);
         if state == TrialState::Succeeded {
             let identity = self.trial_identity(trial_id.experiment, &config_json);
-            self.succeeded_by_identity
-                .entry(identity)
-                .or_insert(trial_id);
+            self.book.remember_success(identity, trial_id);
         }
         if state.is_terminal() && !was_terminal {
             self.sweep_state.trial_finished(trial_id);
@@ -329,19 +328,7 @@ impl HeadCore {
         attempt: u32,
         reason: String,
     ) {
-        let event = TrialEvent {
-            seq: self.next_event_seq,
-            at: now,
-            trial,
-            state,
-            attempt,
-            reason,
-        };
-        self.next_event_seq += 1;
-        self.events
-            .entry(trial.experiment)
-            .or_default()
-            .push(event.clone());
+        let event = self.book.push_event(now, trial, state, attempt, reason);
         self.outbox.record(Record::Event(event));
     }
 }

@@ -27,7 +27,7 @@ use xp_runtime::protocol::{
 };
 
 use self::retention::{CheckpointRecord, retain};
-use super::{CoreError, HeadCore, trial_range};
+use super::{CoreError, HeadCore};
 
 /// The most files a checkpoint may name (a node refuses more when it takes one).
 const MAX_CHECKPOINT_FILES: usize = 10_000;
@@ -59,14 +59,14 @@ impl HeadCore {
         for file in &files {
             self.objects.node_holds(node_id, file.object);
         }
-        let spec = &self.specs[&key.trial.experiment];
+        let spec = &self.book.spec(key.trial.experiment);
         let retention = spec.checkpoints.unwrap_or_default();
         let ranked = spec
             .search
             .metric
             .clone()
             .map(|metric| (metric, spec.search.mode));
-        let Some(trial) = self.trials.get_mut(&key.trial) else {
+        let Some(trial) = self.book.trial_mut(key.trial) else {
             return;
         };
         let metric = ranked
@@ -108,7 +108,6 @@ impl HeadCore {
         trial.checkpoints = kept;
         let attempt = trial.attempts.len() as u32;
         let state = trial.state;
-        self.dirty_trials.insert(key.trial);
         // Reference counts: what is kept now, instead of what was kept before.
         let released = self
             .objects
@@ -116,7 +115,9 @@ impl HeadCore {
         self.drop_everywhere(key.trial, released);
         // A preemption of the live run now loses only the work since; the
         // policy weighs that when it chooses victims.
-        let live = self.trials[&key.trial]
+        let live = self
+            .book
+            .trial(key.trial)
             .attempts
             .last()
             .is_some_and(|live| live.number == key.attempt && live.is_live());
@@ -134,7 +135,9 @@ impl HeadCore {
                 "checkpoint at step {step} stored on node {node_id} ({count} files, {bytes} bytes)"
             ),
         );
-        let still_kept = self.trials[&key.trial]
+        let still_kept = self
+            .book
+            .trial(key.trial)
             .checkpoints
             .iter()
             .any(|checkpoint| checkpoint.step == step && checkpoint.attempt == key.attempt);
@@ -181,7 +184,7 @@ impl HeadCore {
         }
         let held_ids: BTreeSet<ObjectId> = held.iter().map(|object| object.id).collect();
         let mut named: BTreeMap<ObjectId, BTreeSet<TrialId>> = BTreeMap::new();
-        for trial in self.trials.values() {
+        for trial in self.book.trials() {
             // A trial's output files stay pinned like its kept checkpoints:
             // pipelines hand them to later stages and reuse them.
             for file in trial
@@ -196,8 +199,8 @@ impl HeadCore {
             }
         }
         let trial_live = |trial: &TrialId| {
-            self.trials
-                .get(trial)
+            self.book
+                .get_trial(*trial)
                 .is_some_and(|record| !record.state.is_terminal())
         };
         let mut pins: BTreeMap<TrialId, Vec<ObjectId>> = BTreeMap::new();
@@ -286,7 +289,7 @@ impl HeadCore {
     /// The newest checkpoint of `trial` whose objects some live node still holds,
     /// with the nodes to fetch it from (those holding all of it first).
     pub(super) fn resume_point(&self, trial: TrialId) -> Option<ResumeFrom> {
-        let record = self.trials.get(&trial)?;
+        let record = self.book.get_trial(trial)?;
         let checkpoint = record.checkpoints.iter().rev().find(|checkpoint| {
             checkpoint.backup.is_some()
                 || self
@@ -396,8 +399,8 @@ impl HeadCore {
             return false;
         }
         let Some(newest) = self
-            .trials
-            .get(&trial)
+            .book
+            .get_trial(trial)
             .and_then(|record| record.checkpoints.last())
         else {
             return false;
@@ -413,8 +416,8 @@ impl HeadCore {
     pub fn checkpoints(&self, experiment: &str) -> Result<Vec<CheckpointStatus>, CoreError> {
         let id: ExperimentId = self.resolve_experiment(experiment)?;
         Ok(self
-            .trials
-            .range(trial_range(id))
+            .book
+            .trials_of(id)
             .flat_map(|(_, trial)| {
                 trial.checkpoints.iter().map(|checkpoint| {
                     let replicas = self

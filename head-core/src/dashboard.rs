@@ -19,9 +19,9 @@ use xp_runtime::protocol::TrialState;
 use xp_runtime::spec::Mode;
 use xp_runtime::views::{checkpoint_json, trial_json};
 
+use super::HeadCore;
 use super::pages::PageError;
 use super::records::{AttemptRecord, TrialRecord};
-use super::{HeadCore, trial_range};
 
 /// The most events one trial's detail carries (the newest).
 pub const MAX_TRIAL_EVENTS: usize = 200;
@@ -46,9 +46,9 @@ impl HeadCore {
         experiment_id: ExperimentId,
         visible_team: &dyn Fn(&str) -> bool,
     ) -> Result<(), PageError> {
-        match self.specs.get(&experiment_id) {
+        match self.book.get_spec(experiment_id) {
             Some(spec)
-                if self.experiments.contains_key(&experiment_id) && visible_team(&spec.team) =>
+                if self.book.contains_experiment(experiment_id) && visible_team(&spec.team) =>
             {
                 Ok(())
             }
@@ -67,16 +67,14 @@ impl HeadCore {
         self.dashboard_visible(trial_id.experiment, visible_team)
             .map_err(|_| PageError::TrialNotFound { trial_id })?;
         let trial = self
-            .trials
-            .get(&trial_id)
+            .book
+            .get_trial(trial_id)
             .ok_or(PageError::TrialNotFound { trial_id })?;
-        let spec = &self.specs[&trial_id.experiment];
+        let spec = &self.book.spec(trial_id.experiment);
         let mut detail = trial_json(&self.trial_status(trial));
         let events: Vec<Value> = self
-            .events
-            .get(&trial_id.experiment)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
+            .book
+            .events_of(trial_id.experiment)
             .iter()
             .rev()
             .filter(|event| event.trial == trial_id)
@@ -136,7 +134,7 @@ impl HeadCore {
         visible_team: &dyn Fn(&str) -> bool,
     ) -> Result<(String, Vec<TrialId>), PageError> {
         self.dashboard_visible(experiment_id, visible_team)?;
-        let spec = &self.specs[&experiment_id];
+        let spec = &self.book.spec(experiment_id);
         let metric = metric
             .or(spec.search.metric.as_deref())
             .ok_or(PageError::NoMetric { experiment_id })?
@@ -145,7 +143,7 @@ impl HeadCore {
         if let Some(named) = named {
             let chosen = named
                 .iter()
-                .filter(|id| id.experiment == experiment_id && self.trials.contains_key(id))
+                .filter(|id| id.experiment == experiment_id && self.book.contains_trial(**id))
                 .take(max_series)
                 .copied()
                 .collect();
@@ -157,8 +155,8 @@ impl HeadCore {
             1.0
         };
         let mut ranked: Vec<(f64, u32)> = self
-            .trials
-            .range(trial_range(experiment_id))
+            .book
+            .trials_of(experiment_id)
             .map(|(id, trial)| {
                 let value = trial
                     .metrics
@@ -187,8 +185,8 @@ impl HeadCore {
 
     /// A trial's configuration as JSON text, for labelling its curve.
     pub fn trial_config_json(&self, trial_id: TrialId) -> Option<&str> {
-        self.trials
-            .get(&trial_id)
+        self.book
+            .get_trial(trial_id)
             .map(|trial| trial.config_json.as_str())
     }
 
@@ -204,7 +202,7 @@ impl HeadCore {
         visible_team: &dyn Fn(&str) -> bool,
     ) -> Result<Value, PageError> {
         self.dashboard_visible(experiment_id, visible_team)?;
-        let spec = &self.specs[&experiment_id];
+        let spec = &self.book.spec(experiment_id);
         let metric = metric
             .or(spec.search.metric.as_deref())
             .ok_or(PageError::NoMetric { experiment_id })?;
@@ -213,7 +211,7 @@ impl HeadCore {
         // shown are summarised and turned into JSON: with 10,000 trials that
         // is most of the work saved.
         let mut groups: HashMap<String, Group> = HashMap::new();
-        for (_, trial) in self.trials.range(trial_range(experiment_id)) {
+        for (_, trial) in self.book.trials_of(experiment_id) {
             let mut config: serde_json::Map<String, Value> =
                 serde_json::from_str(&trial.config_json).unwrap_or_default();
             config.remove("seed");
@@ -287,13 +285,13 @@ impl HeadCore {
     /// caller may not see are counted in `busy_milli` but not named.
     pub fn gpu_slots(&self, visible_team: &dyn Fn(&str) -> bool) -> Value {
         let mut holders: BTreeMap<(xp_runtime::ids::NodeId, u32), Vec<Value>> = BTreeMap::new();
-        for trial in self.trials.values() {
+        for trial in self.book.trials() {
             let Some(attempt) = trial.attempts.last().filter(|attempt| attempt.is_live()) else {
                 continue;
             };
             let shown = self
-                .specs
-                .get(&trial.id.experiment)
+                .book
+                .get_spec(trial.id.experiment)
                 .is_some_and(|spec| visible_team(&spec.team));
             for worker in attempt
                 .workers
@@ -350,12 +348,12 @@ impl HeadCore {
     /// `limit`, each with its queue and why it waits; `total` counts them all.
     pub fn waiting_trials(&self, limit: usize, visible_team: &dyn Fn(&str) -> bool) -> Value {
         let mut queued: Vec<&TrialRecord> = self
-            .trials
-            .values()
+            .book
+            .trials()
             .filter(|trial| trial.state == TrialState::Queued)
             .filter(|trial| {
-                self.specs
-                    .get(&trial.id.experiment)
+                self.book
+                    .get_spec(trial.id.experiment)
                     .is_some_and(|spec| visible_team(&spec.team))
             })
             .collect();
@@ -374,7 +372,7 @@ impl HeadCore {
                 let queue = trial
                     .queue_override
                     .clone()
-                    .or_else(|| self.specs[&trial.id.experiment].queue.clone());
+                    .or_else(|| self.book.spec(trial.id.experiment).queue.clone());
                 json!({
                     "trial": trial.id.to_string(),
                     "experiment": trial.id.experiment.to_string(),
@@ -411,10 +409,10 @@ impl HeadCore {
     ) -> Value {
         let buckets = buckets.clamp(1, MAX_HISTORY_BUCKETS);
         let visible: Vec<(ExperimentId, &str, UnixMillis)> = self
-            .experiments
-            .values()
+            .book
+            .experiments()
             .filter_map(|experiment| {
-                let spec = self.specs.get(&experiment.id)?;
+                let spec = self.book.get_spec(experiment.id)?;
                 visible_team(&spec.team).then_some((
                     experiment.id,
                     spec.team.as_str(),
@@ -456,7 +454,7 @@ impl HeadCore {
             weight * (to - from) as f64
         };
         for (experiment, team, _) in &visible {
-            for (_, trial) in self.trials.range(trial_range(*experiment)) {
+            for (_, trial) in self.book.trials_of(*experiment) {
                 for attempt in &trial.attempts {
                     let gpus = attempt_gpus(attempt);
                     if gpus > 0.0 {

@@ -12,12 +12,12 @@ use xp_runtime::protocol::{FrontStatus, FrontTrial, ObjectiveStatus, TrialState}
 use xp_runtime::spec::Mode;
 use xp_tune::search::front::{FrontSummary, summarize_front};
 
-use super::{HeadCore, trial_range};
+use super::HeadCore;
 
 impl HeadCore {
     /// The objectives of a multi-objective experiment; empty for one metric.
     pub(super) fn objectives_status(&self, id: ExperimentId) -> Vec<ObjectiveStatus> {
-        let search = &self.specs[&id].search;
+        let search = &self.book.spec(id).search;
         if !search.is_multi_objective() {
             return Vec::new();
         }
@@ -34,7 +34,7 @@ impl HeadCore {
     /// The front of a multi-objective experiment's succeeded trials; `None` for
     /// one metric.
     fn front_summary(&self, id: ExperimentId) -> Option<FrontSummary<TrialId>> {
-        let search = &self.specs[&id].search;
+        let search = &self.book.spec(id).search;
         if !search.is_multi_objective() {
             return None;
         }
@@ -44,8 +44,8 @@ impl HeadCore {
             .map(|objective| objective.mode == Mode::Max)
             .collect();
         let candidates: Vec<(TrialId, Vec<Option<f64>>)> = self
-            .trials
-            .range(trial_range(id))
+            .book
+            .trials_of(id)
             .filter(|(_, trial)| trial.state == TrialState::Succeeded)
             .map(|(trial_id, trial)| {
                 let values = objectives

@@ -66,7 +66,7 @@ impl HeadCore {
     /// the policy has it waiting, and settling would drop it.
     fn requeue_unlaunched(&mut self, now: UnixMillis, trial_id: TrialId, why: &str) {
         self.placement.requeue(trial_id, now);
-        if self.trials[&trial_id].state != TrialState::Queued {
+        if self.book.trial(trial_id).state != TrialState::Queued {
             self.transition(now, trial_id, TrialState::Queued, why.to_owned());
         }
     }
@@ -96,7 +96,7 @@ impl HeadCore {
             self.requeue_unlaunched(now, trial_id, "no free MASTER_PORT on its first node");
             return;
         };
-        let number = self.trials[&trial_id].attempts.len() as u32 + 1;
+        let number = self.book.trial(trial_id).attempts.len() as u32 + 1;
         let workers = self.worker_records(slots);
         let resume = self.resume_point(trial_id);
         let launches = match self.worker_launches(
@@ -120,7 +120,7 @@ impl HeadCore {
             .iter()
             .map(|worker| worker.node.to_string())
             .collect();
-        let trial = self.trials.get_mut(&trial_id).expect("trial exists");
+        let trial = self.book.trial_mut(trial_id).expect("trial exists");
         let resumed_checkpoint_at = resume.as_ref().and_then(|resume| {
             trial
                 .checkpoints
@@ -210,7 +210,7 @@ impl HeadCore {
         master_port: u16,
         resume: Option<&ResumeFrom>,
     ) -> Result<Vec<(NodeId, Launch)>, LaunchError> {
-        let spec = &self.specs[&trial_id.experiment];
+        let spec = &self.book.spec(trial_id.experiment);
         // A gang on one machine talks through shared memory whatever the spec says.
         let one_machine = workers.iter().all(|worker| worker.node == workers[0].node);
         let gang_transport = if one_machine {
@@ -223,7 +223,7 @@ impl HeadCore {
             format!("{trial_id}/{number}").as_bytes(),
         )
         .as_bytes();
-        let trial = &self.trials[&trial_id];
+        let trial = &self.book.trial(trial_id);
         let mut launches = Vec::with_capacity(workers.len());
         let mut local_ranks: BTreeMap<NodeId, u32> = BTreeMap::new();
         for worker in workers {
@@ -293,8 +293,8 @@ impl HeadCore {
     /// the command with its placeholders filled from the trial's config.
     fn program_for(&self, trial: &TrialRecord, rank: u32) -> Result<Program, LaunchError> {
         let experiment_id = trial.id.experiment;
-        let experiment = &self.experiments[&experiment_id];
-        let spec = &self.specs[&experiment_id];
+        let experiment = &self.book.experiment(experiment_id);
+        let spec = &self.book.spec(experiment_id);
         if let Some(entry) = &spec.trial.entry {
             let binary = experiment
                 .program

@@ -58,8 +58,8 @@ impl HeadCore {
     /// whose work contends.
     pub fn lease_report(&self, visible_team: &dyn Fn(&str) -> bool) -> LeaseReport {
         let shown = |trial: TrialId| {
-            self.specs
-                .get(&trial.experiment)
+            self.book
+                .get_spec(trial.experiment)
                 .is_some_and(|spec| visible_team(&spec.team))
         };
         let claims = |claims: Vec<xp_sched::LeaseHolder>| -> Vec<LeaseClaim> {
@@ -135,13 +135,13 @@ impl HeadCore {
             .map(|name| (format!("lease {name}"), Count::default()))
             .collect();
         let mut resources: BTreeMap<_, Vec<String>> = BTreeMap::new();
-        for trial in self.trials.values() {
+        for trial in self.book.trials() {
             if trial.reused_from.is_some() {
                 continue;
             }
             let keys = resources.entry(trial.id.experiment).or_insert_with(|| {
-                self.specs
-                    .get(&trial.id.experiment)
+                self.book
+                    .get_spec(trial.id.experiment)
                     .map(contended_resources)
                     .unwrap_or_default()
             });
@@ -178,9 +178,8 @@ impl HeadCore {
     /// telling the trials involved of new and withdrawn ones.
     pub(super) fn after_decide(&mut self, now: UnixMillis) {
         for (trial_id, waited) in self.placement.judge_first_pass() {
-            if waited && let Some(trial) = self.trials.get_mut(&trial_id) {
+            if waited && let Some(trial) = self.book.trial_mut(trial_id) {
                 trial.waited = true;
-                self.dirty_trials.insert(trial_id);
             }
         }
         self.sync_approvals(now);
@@ -260,8 +259,8 @@ impl HeadCore {
         let next = self.approvals.next_id();
         self.placement.policy_mut().set_next_approval_id(next);
         let unfinished = |trial: TrialId| {
-            self.trials
-                .get(&trial)
+            self.book
+                .get_trial(trial)
                 .is_some_and(|trial| !trial.state.is_terminal())
         };
         let standing: Vec<(u64, TrialId, TrialId)> = self
@@ -285,10 +284,9 @@ impl HeadCore {
     /// Drops the oldest resolved approval records past the bound
     /// (`Approvals::trim`); a denial stands while both its trials are unfinished.
     pub(super) fn trim_approvals(&mut self) {
-        let trials = &self.trials;
+        let book = &self.book;
         self.approvals.trim(|trial| {
-            trials
-                .get(&trial)
+            book.get_trial(trial)
                 .is_some_and(|trial| !trial.state.is_terminal())
         });
     }
@@ -303,7 +301,7 @@ impl HeadCore {
 
     /// An event on a trial in its current state.
     fn trial_note(&mut self, now: UnixMillis, trial_id: TrialId, text: &str) {
-        let Some(trial) = self.trials.get(&trial_id) else {
+        let Some(trial) = self.book.get_trial(trial_id) else {
             return;
         };
         let (state, attempt) = (trial.state, trial.attempts.len() as u32);

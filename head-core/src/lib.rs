@@ -57,8 +57,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tracing::warn;
 use xp_runtime::clock::UnixMillis;
-use xp_runtime::ids::{ExperimentId, NodeId, ObjectId, TrialId};
-use xp_runtime::protocol::{HeadCommand, NodeState, TrialEvent, TrialState};
+use xp_runtime::ids::{NodeId, ObjectId, TrialId};
+use xp_runtime::protocol::{HeadCommand, NodeState, TrialState};
 use xp_runtime::spec::ExperimentSpec;
 use xp_sched::{GPU_MILLI, PolicyConfig};
 
@@ -116,19 +116,12 @@ impl CoreConfig {
 /// The head's whole state.
 pub struct HeadCore {
     config: CoreConfig,
-    experiments: BTreeMap<ExperimentId, ExperimentRecord>,
-    specs: BTreeMap<ExperimentId, ExperimentSpec>,
-    trials: BTreeMap<TrialId, TrialRecord>,
+    /// Experiments, their specs, trials with their attempts, and events.
+    book: state::Book,
     /// The nodes, what each last said, and which a restarted head waits for.
     membership: state::Membership,
     /// The policy core and what keeps it in step with the trials.
     placement: state::Placement,
-    events: BTreeMap<ExperimentId, Vec<TrialEvent>>,
-    /// Succeeded trials that ran themselves, by trial identity: what new trials may reuse.
-    succeeded_by_identity: BTreeMap<[u8; 32], TrialId>,
-    next_event_seq: u64,
-    dirty_experiments: BTreeSet<ExperimentId>,
-    dirty_trials: BTreeSet<TrialId>,
     /// Adaptive sweeps and early-stopping rules of the experiments that have them.
     sweep_state: SweepState,
     /// Which node holds which object, the copies to a second node under way,
@@ -153,8 +146,8 @@ pub struct HeadCore {
 impl std::fmt::Debug for HeadCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HeadCore")
-            .field("experiments", &self.experiments.len())
-            .field("trials", &self.trials.len())
+            .field("experiments", &self.book.experiment_count())
+            .field("trials", &self.book.trial_count())
             .field("nodes", &self.membership.len())
             .field("sweeps", &self.sweep_state)
             .finish_non_exhaustive()
@@ -167,16 +160,9 @@ impl HeadCore {
     pub fn restore(config: CoreConfig, loaded: LoadedState, now: UnixMillis) -> Self {
         let mut core = Self {
             config,
-            experiments: BTreeMap::new(),
-            specs: BTreeMap::new(),
-            trials: BTreeMap::new(),
+            book: state::Book::default(),
             membership: state::Membership::default(),
             placement: state::Placement::default(),
-            events: BTreeMap::new(),
-            succeeded_by_identity: BTreeMap::new(),
-            next_event_seq: 1,
-            dirty_experiments: BTreeSet::new(),
-            dirty_trials: BTreeSet::new(),
             sweep_state: SweepState::default(),
             objects: state::ObjectBook::default(),
             drivers: state::DriverSessions::default(),
@@ -199,8 +185,7 @@ impl HeadCore {
                 Ok(spec) => {
                     core.sweep_state
                         .restore(experiment.id, &spec, &experiment.sweep_log);
-                    core.specs.insert(experiment.id, spec);
-                    core.experiments.insert(experiment.id, experiment);
+                    core.book.restore_experiment(experiment, spec);
                 }
                 Err(error) => {
                     warn!(experiment_id = %experiment.id, %error, "stored experiment spec no longer validates; skipped")
@@ -208,12 +193,10 @@ impl HeadCore {
             }
         }
         for trial in loaded.trials {
-            if core.experiments.contains_key(&trial.id.experiment) {
+            if core.book.contains_experiment(trial.id.experiment) {
                 if trial.state == TrialState::Succeeded && trial.reused_from.is_none() {
                     let identity = core.trial_identity(trial.id.experiment, &trial.config_json);
-                    core.succeeded_by_identity
-                        .entry(identity)
-                        .or_insert(trial.id);
+                    core.book.remember_success(identity, trial.id);
                 }
                 core.objects.keep(
                     trial
@@ -222,7 +205,7 @@ impl HeadCore {
                         .flat_map(|checkpoint| checkpoint.objects()),
                 );
                 core.objects.keep(records::output_objects(&trial.outputs));
-                core.trials.insert(trial.id, trial);
+                core.book.restore_trial(trial);
             }
         }
         core.pipelines = pipelines::Pipelines::restore(loaded.pipelines, loaded.next_pipeline_id);
@@ -233,15 +216,11 @@ impl HeadCore {
             core.placement.policy_mut().upsert_node(node_spec(node));
         }
         for event in loaded.events {
-            core.next_event_seq = core.next_event_seq.max(event.seq + 1);
-            core.events
-                .entry(event.trial.experiment)
-                .or_default()
-                .push(event);
+            core.book.restore_event(event);
         }
         let adopted: BTreeSet<TrialId> = core
-            .trials
-            .values()
+            .book
+            .trials()
             .filter(|trial| {
                 trial
                     .attempts
@@ -268,7 +247,7 @@ impl HeadCore {
                 .policy_mut()
                 .set_node_schedulable(node.id, schedulable);
         }
-        for trial in core.trials.values() {
+        for trial in core.book.trials() {
             for attempt in trial.attempts.iter().filter(|attempt| attempt.is_live()) {
                 core.placement
                     .master_ports()
@@ -293,17 +272,7 @@ impl HeadCore {
 
     /// Records to persist, in order; the caller stores them before acknowledging anything.
     pub fn take_records(&mut self) -> Vec<Record> {
-        let mut records = Vec::new();
-        for id in std::mem::take(&mut self.dirty_experiments) {
-            if let Some(experiment) = self.experiments.get(&id) {
-                records.push(Record::Experiment(experiment.clone()));
-            }
-        }
-        for id in std::mem::take(&mut self.dirty_trials) {
-            if let Some(trial) = self.trials.get(&id) {
-                records.push(Record::Trial(trial.clone()));
-            }
-        }
+        let mut records = self.book.take_records();
         records.extend(self.membership.take_records());
         records.extend(self.pipelines.take_records());
         records.extend(self.outbox.take_records());
@@ -331,7 +300,7 @@ impl HeadCore {
 
     /// The sequence number of the newest event.
     pub fn last_event_seq(&self) -> u64 {
-        self.next_event_seq - 1
+        self.book.last_event_seq()
     }
 
     /// Panics if an invariant of the module documentation is broken.
@@ -339,7 +308,7 @@ impl HeadCore {
         let mut gpus: BTreeMap<(NodeId, u32), u32> = BTreeMap::new();
         let mut cpu: BTreeMap<NodeId, u64> = BTreeMap::new();
         let mut memory: BTreeMap<NodeId, u64> = BTreeMap::new();
-        for trial in self.trials.values() {
+        for trial in self.book.trials() {
             let live = trial
                 .attempts
                 .iter()
@@ -382,7 +351,7 @@ impl HeadCore {
         // The object reference counts are a cache of what kept checkpoints and
         // outputs name.
         let mut recount: HashMap<ObjectId, u32> = HashMap::new();
-        for trial in self.trials.values() {
+        for trial in self.book.trials() {
             for checkpoint in &trial.checkpoints {
                 for id in checkpoint.objects() {
                     *recount.entry(id).or_default() += 1;
@@ -397,17 +366,6 @@ impl HeadCore {
             self.objects.references(),
             "object reference counts drifted"
         );
-    }
-}
-
-/// Every trial id an experiment can have, for range queries over `trials`.
-fn trial_range(experiment: ExperimentId) -> std::ops::RangeInclusive<TrialId> {
-    TrialId {
-        experiment,
-        index: 0,
-    }..=TrialId {
-        experiment,
-        index: u32::MAX,
     }
 }
 

@@ -207,8 +207,8 @@ impl HeadCore {
             })
             .collect();
         let config = self.placement.policy().config();
-        let trials = self.trials.values().map(|trial| {
-            let spec = self.specs.get(&trial.id.experiment);
+        let trials = self.book.trials().map(|trial| {
+            let spec = self.book.get_spec(trial.id.experiment);
             let queue = trial
                 .queue_override
                 .as_deref()
@@ -221,8 +221,8 @@ impl HeadCore {
             (queue, trial.state)
         });
         let workers = self
-            .trials
-            .values()
+            .book
+            .trials()
             .flat_map(|trial| &trial.attempts)
             .flat_map(|attempt| &attempt.workers);
         let mut out = snapshot(trials, &self.queues(), &nodes, workers);

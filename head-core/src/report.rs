@@ -31,7 +31,7 @@ use xp_tune::report::{
     TrialSpan, Window,
 };
 
-use super::{AttemptRecord, CoreError, HeadCore, TrialRecord, trial_range};
+use super::{AttemptRecord, CoreError, HeadCore, TrialRecord};
 use crate::auth::Visibility;
 
 /// What a report covers.
@@ -73,7 +73,7 @@ impl HeadCore {
             (Some(text), None) => {
                 // A full id resolves whatever its team: judge the team here too.
                 let id = self.visible_experiment_named(text, visible)?;
-                if !visible.shows(&self.specs[&id].team) {
+                if !visible.shows(&self.book.spec(id).team) {
                     return Err(CoreError::ReportForbidden {
                         scope: format!("experiment {id} of another team"),
                     });
@@ -100,12 +100,12 @@ impl HeadCore {
         match scope {
             ReportScope::Experiment(id) => vec![*id],
             ReportScope::Team(team) => self
-                .specs
-                .iter()
+                .book
+                .specs()
                 .filter(|(_, spec)| &spec.team == team)
                 .map(|(id, _)| *id)
                 .collect(),
-            ReportScope::Cluster => self.experiments.keys().copied().collect(),
+            ReportScope::Cluster => self.book.experiment_ids().collect(),
         }
     }
 
@@ -114,7 +114,7 @@ impl HeadCore {
     pub fn report_gpu_trials(&self, scope: &ReportScope) -> Vec<TrialId> {
         let mut trials = Vec::new();
         for id in self.scope_experiments(scope) {
-            for (trial_id, trial) in self.trials.range(trial_range(id)) {
+            for (trial_id, trial) in self.book.trials_of(id) {
                 let held_gpus = trial
                     .attempts
                     .iter()
@@ -135,7 +135,7 @@ impl HeadCore {
     pub fn busy_spans(&self, telemetry: &[(TrialId, Vec<WorkerTelemetry>)]) -> Vec<BusySpan> {
         let mut spans = Vec::new();
         for (trial_id, workers) in telemetry {
-            let Some(trial) = self.trials.get(trial_id) else {
+            let Some(trial) = self.book.get_trial(*trial_id) else {
                 continue;
             };
             for worker in workers {
@@ -182,7 +182,7 @@ impl HeadCore {
         since_ms: Option<u64>,
     ) -> Result<UsageReport, CoreError> {
         if let ReportScope::Experiment(id) = scope
-            && !self.experiments.contains_key(id)
+            && !self.book.contains_experiment(*id)
         {
             return Err(CoreError::ExperimentNotFound { experiment_id: *id });
         }
@@ -206,7 +206,7 @@ impl HeadCore {
         let returns = per_experiment
             .iter()
             .filter_map(|(id, (experiment_trials, experiment_attempts))| {
-                let spec = &self.specs[id];
+                let spec = &self.book.spec(*id);
                 let metric = spec.search.metric.as_deref()?;
                 Some(maths::experiment_return(
                     *id,
@@ -278,11 +278,11 @@ impl HeadCore {
         id: ExperimentId,
         now: UnixMillis,
     ) -> (Vec<TrialSpan>, Vec<AttemptSpan>) {
-        let submitted_at = self.experiments[&id].submitted_at;
-        let metric = self.specs[&id].search.metric.as_deref();
+        let submitted_at = self.book.experiment(id).submitted_at;
+        let metric = self.book.spec(id).search.metric.as_deref();
         let mut trials = Vec::new();
         let mut attempts = Vec::new();
-        for (_, trial) in self.trials.range(trial_range(id)) {
+        for (_, trial) in self.book.trials_of(id) {
             for attempt in &trial.attempts {
                 attempts.push(self.attempt_span(trial, attempt, Some(now)));
             }
@@ -404,9 +404,9 @@ impl HeadCore {
     ) -> Vec<xp_runtime::report::AmdahlFit> {
         let candidates: Vec<ExperimentId> = match scope {
             ReportScope::Experiment(id) => {
-                let team = &self.specs[id].team;
-                self.specs
-                    .iter()
+                let team = &self.book.spec(*id).team;
+                self.book
+                    .specs()
                     .filter(|(_, spec)| &spec.team == team)
                     .map(|(id, _)| *id)
                     .collect()
@@ -415,7 +415,7 @@ impl HeadCore {
         };
         let mut groups: BTreeMap<(String, String, String), Vec<ExperimentId>> = BTreeMap::new();
         for id in candidates {
-            let spec = &self.specs[&id];
+            let spec = &self.book.spec(id);
             groups
                 .entry((spec.team.clone(), spec.name.clone(), work_key(spec)))
                 .or_default()
@@ -453,11 +453,11 @@ impl HeadCore {
     /// How long a finished experiment's work took (first placement to last
     /// finish) and at what parallelism (trials at once × workers per trial).
     fn measure(&self, id: ExperimentId) -> Option<(Measurement, u32, u32)> {
-        let spec = &self.specs[&id];
+        let spec = &self.book.spec(id);
         let mut first_start: Option<UnixMillis> = None;
         let mut last_finish: Option<UnixMillis> = None;
         let mut count = 0u32;
-        for (_, trial) in self.trials.range(trial_range(id)) {
+        for (_, trial) in self.book.trials_of(id) {
             if !trial.state.is_terminal()
                 || trial.reused_from.is_some()
                 || trial.state == TrialState::Cancelled

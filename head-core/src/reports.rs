@@ -113,8 +113,8 @@ impl HeadCore {
                 ..
             } => {
                 let opted_in = self
-                    .specs
-                    .get(&reporter.key.trial.experiment)
+                    .book
+                    .get_spec(reporter.key.trial.experiment)
                     .is_some_and(|spec| spec.trial.resources.oversubscribe);
                 if opted_in {
                     self.worker_evicted(now, reporter, gpu, used_bytes, total_bytes);
@@ -167,7 +167,7 @@ impl HeadCore {
                 TrialState::Running,
                 format!("all workers of attempt {} running", key.attempt),
             );
-        } else if self.trials[&key.trial].state == TrialState::Placed {
+        } else if self.book.trial(key.trial).state == TrialState::Placed {
             self.transition(
                 now,
                 key.trial,
@@ -203,15 +203,14 @@ impl HeadCore {
         for file in &files {
             self.objects.node_holds(node_id, file.object);
         }
-        let Some(trial) = self.trials.get_mut(&key.trial) else {
+        let Some(trial) = self.book.trial_mut(key.trial) else {
             return;
         };
-        // Outputs hold their objects like kept checkpoints do (`object_refs`),
+        // Outputs hold their objects like kept checkpoints do (the object book),
         // so retiring a checkpoint with the same bytes never deletes an output.
         let before = super::records::output_objects(&trial.outputs);
         trial.outputs = files;
         let after = super::records::output_objects(&trial.outputs);
-        self.dirty_trials.insert(key.trial);
         let released = self.objects.rekeep(before, after);
         self.drop_everywhere(key.trial, released);
     }
@@ -235,7 +234,7 @@ impl HeadCore {
                 signal: None,
             },
         );
-        if attempt_live && self.trials[&key.trial].state == TrialState::Preempting {
+        if attempt_live && self.book.trial(key.trial).state == TrialState::Preempting {
             self.preempted_worker_gone(now, key);
         } else if attempt_live {
             self.fail_attempt(
@@ -268,7 +267,7 @@ impl HeadCore {
         if !attempt_live {
             return;
         }
-        if code != Some(0) && self.trials[&key.trial].state == TrialState::Preempting {
+        if code != Some(0) && self.book.trial(key.trial).state == TrialState::Preempting {
             self.preempted_worker_gone(now, key);
             return;
         }
@@ -290,7 +289,7 @@ impl HeadCore {
                     TrialState::Succeeded,
                     "all workers exited with status 0".to_owned(),
                 );
-            } else if self.trials[&key.trial].state == TrialState::Preempting {
+            } else if self.book.trial(key.trial).state == TrialState::Preempting {
                 // A rank that left with 0 while its gang stops (its peers told it
                 // to) is gone like the others; the last one gone ends the attempt.
                 self.preempted_worker_gone(now, key);
@@ -328,7 +327,7 @@ impl HeadCore {
         if !attempt_live {
             return;
         }
-        if self.trials[&key.trial].state == TrialState::Preempting {
+        if self.book.trial(key.trial).state == TrialState::Preempting {
             self.preempted_worker_gone(now, key);
             return;
         }
@@ -375,7 +374,7 @@ impl HeadCore {
         if !state.holds_resources() {
             return;
         }
-        if attempt_live && self.trials[&key.trial].state == TrialState::Preempting {
+        if attempt_live && self.book.trial(key.trial).state == TrialState::Preempting {
             self.release_worker(
                 key,
                 WorkerState::Exited {
@@ -435,7 +434,7 @@ impl HeadCore {
         if !attempt_live {
             return;
         }
-        if self.trials[&key.trial].state == TrialState::Preempting {
+        if self.book.trial(key.trial).state == TrialState::Preempting {
             self.preempted_worker_gone(now, key);
             return;
         }
@@ -474,14 +473,13 @@ impl HeadCore {
         let values: BTreeMap<String, f64> = values.into_iter().collect();
         // Only the live attempt speaks for the trial; a lost attempt's late
         // reports stay in the history but do not overwrite the result.
-        let speaks_for_trial = attempt_live && !self.trials[&key.trial].state.is_terminal();
+        let speaks_for_trial = attempt_live && !self.book.trial(key.trial).state.is_terminal();
         // Alerts judge what speaks for the trial: rank 0 of the live attempt.
         let mut alerted = None;
         if key.rank == 0 && speaks_for_trial {
             self.summarise_metrics(key, step, &values);
             alerted = self.judge_alerts(now, key, step, &values);
         }
-        self.dirty_trials.insert(key.trial);
         let judged = self.judge_early_stopping(key, step, &values);
         self.outbox.record(Record::Metric(MetricRecord {
             key,
@@ -507,8 +505,8 @@ impl HeadCore {
         values: &BTreeMap<String, f64>,
     ) {
         let trial = self
-            .trials
-            .get_mut(&key.trial)
+            .book
+            .trial_mut(key.trial)
             .expect("worker lookup found the trial");
         let room = MAX_METRIC_NAMES.saturating_sub(trial.metrics.len());
         let mut new_names = 0;

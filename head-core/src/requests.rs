@@ -22,7 +22,7 @@ use xp_runtime::spec::ExperimentSpec;
 use xp_tune::search::plan_trials;
 
 use super::error::MAX_VERSION_BYTES;
-use super::{CoreError, ExperimentRecord, HeadCore, TrialRecord, trial_range};
+use super::{CoreError, ExperimentRecord, HeadCore, TrialRecord};
 use crate::sweep::Sweep;
 
 impl HeadCore {
@@ -74,14 +74,14 @@ impl HeadCore {
             &request.data_version,
         );
         let latest = self
-            .experiments
-            .values()
+            .book
+            .experiments()
             .filter(|experiment| experiment.content_hash == content_hash)
             .max_by_key(|experiment| experiment.id.run);
         if let Some(latest) = latest {
             let state = self.experiment_state(latest.id);
             if !request.rerun && state != ExperimentState::Cancelled {
-                let trials = self.trials.range(trial_range(latest.id)).count() as u32;
+                let trials = self.book.trials_of(latest.id).count() as u32;
                 info!(experiment_id = %latest.id, state = state.as_str(), "identical experiment submitted; reusing it");
                 return Ok((latest.id, state != ExperimentState::Running, trials));
             }
@@ -107,22 +107,20 @@ impl HeadCore {
             rerun: request.rerun,
             sweep_log: Vec::new(),
         };
-        self.experiments.insert(id, record);
-        self.dirty_experiments.insert(id);
-        self.specs.insert(id, spec);
+        self.book.add_experiment(record, spec);
         for (index, plan) in plans.iter().enumerate() {
             self.create_trial(now, id, index as u32, plan.config_json(), plan.seed);
         }
         if adaptive {
             self.fill_sweep(now, id);
         }
-        let trials = self.trials.range(trial_range(id)).count() as u32;
+        let trials = self.book.trials_of(id).count() as u32;
         let planned = if adaptive {
-            self.specs[&id].trial_count() as u32
+            self.book.spec(id).trial_count() as u32
         } else {
             trials
         };
-        info!(experiment_id = %id, name = %self.specs[&id].name, trials = planned, "experiment submitted");
+        info!(experiment_id = %id, name = %self.book.spec(id).name, trials = planned, "experiment submitted");
         Ok((id, false, planned))
     }
 
@@ -138,10 +136,10 @@ impl HeadCore {
     ) {
         let trial_id = TrialId { experiment, index };
         let identity = self.trial_identity(experiment, &config_json);
-        let source = (!self.experiments[&experiment].rerun)
-            .then(|| self.succeeded_by_identity.get(&identity).copied())
+        let source = (!self.book.experiment(experiment).rerun)
+            .then(|| self.book.reusable(&identity))
             .flatten()
-            .and_then(|source| self.trials.get(&source));
+            .and_then(|source| self.book.get_trial(source));
         let mut record = TrialRecord {
             id: trial_id,
             config_json,
@@ -185,16 +183,15 @@ impl HeadCore {
         if state.is_terminal() {
             self.sweep_state.trial_finished(trial_id);
         }
-        self.trials.insert(trial_id, record);
+        self.book.add_trial(record);
         self.push_event(now, trial_id, state, 0, reason);
-        self.dirty_trials.insert(trial_id);
     }
 
     /// What makes two trials the same work: the trial template, the config, the
     /// code (and binary) and the data.
     pub(super) fn trial_identity(&self, experiment: ExperimentId, config_json: &str) -> [u8; 32] {
-        let record = &self.experiments[&experiment];
-        let mut template = self.specs[&experiment].trial.clone();
+        let record = &self.book.experiment(experiment);
+        let mut template = self.book.spec(experiment).trial.clone();
         template.program = None;
         let template = serde_json::to_string(&template).expect("a trial spec serialises");
         let code = match record.program {
@@ -217,24 +214,20 @@ impl HeadCore {
     /// Cancels an experiment (by id or unique prefix) or one trial.
     pub fn handle_cancel(&mut self, now: UnixMillis, id_text: &str) -> Result<u32, CoreError> {
         let targets: Vec<TrialId> = if let Ok(trial_id) = id_text.parse::<TrialId>() {
-            if !self.trials.contains_key(&trial_id) {
+            if !self.book.contains_trial(trial_id) {
                 return Err(CoreError::TrialNotFound { trial_id });
             }
             vec![trial_id]
         } else {
             let experiment = self.resolve_experiment(id_text)?;
-            if let Some(record) = self.experiments.get_mut(&experiment) {
+            if let Some(record) = self.book.experiment_mut(experiment) {
                 record.cancelled = true;
-                self.dirty_experiments.insert(experiment);
             }
-            self.trials
-                .range(trial_range(experiment))
-                .map(|(id, _)| *id)
-                .collect()
+            self.book.trials_of(experiment).map(|(id, _)| *id).collect()
         };
         let mut cancelled = 0;
         for trial_id in targets {
-            if self.trials[&trial_id].state.is_terminal() {
+            if self.book.trial(trial_id).state.is_terminal() {
                 continue;
             }
             self.end_live_attempt(now, trial_id, "cancelled by user");

@@ -45,8 +45,8 @@ impl HeadCore {
         self.admit_pending(now);
         self.settle_all(now);
         let fresh: Vec<TrialId> = self
-            .trials
-            .values()
+            .book
+            .trials()
             .filter(|trial| {
                 trial.state == TrialState::Queued
                     && self.placement.policy().wait_reason(trial.id).is_none()
@@ -96,7 +96,7 @@ impl HeadCore {
     /// go of their resources is requeued (when it waits again) or forgotten (when it
     /// ended); a trial that ended while waiting leaves the queue.
     fn settle_with_policy(&mut self, now: UnixMillis, trial_id: TrialId) {
-        let Some(trial) = self.trials.get(&trial_id) else {
+        let Some(trial) = self.book.get_trial(trial_id) else {
             return;
         };
         let holds = trial
@@ -127,7 +127,7 @@ impl HeadCore {
 
     /// What the policy core needs to know of a trial.
     fn trial_request(&self, trial: &TrialRecord) -> Result<TrialRequest, LaunchError> {
-        let spec = &self.specs[&trial.id.experiment];
+        let spec = &self.book.spec(trial.id.experiment);
         let priority = match (trial.priority_override, &spec.priority) {
             (Some(value), _) | (None, &Priority::Value(value)) => value,
             (None, Priority::Class(class)) => self
@@ -178,7 +178,7 @@ impl HeadCore {
     /// Hands a queued trial to the policy core; a refusal other than "too many
     /// pending" (which clears as the team's queue drains) fails the trial.
     fn submit_to_policy(&mut self, now: UnixMillis, trial_id: TrialId) {
-        let trial = &self.trials[&trial_id];
+        let trial = &self.book.trial(trial_id);
         let held = trial.held;
         let waited = trial.waited;
         let request = match self.trial_request(trial) {
@@ -188,7 +188,7 @@ impl HeadCore {
                 return;
             }
         };
-        let workers = self.specs[&trial_id.experiment].trial.workers;
+        let workers = self.book.spec(trial_id.experiment).trial.workers;
         let (past_gpu_ms, past_run_ms) = past_service(trial);
         match self.placement.policy_mut().submit(request, now) {
             Ok(()) => {
@@ -239,8 +239,8 @@ impl HeadCore {
         grace_ms: u64,
     ) {
         let Some(attempt) = self
-            .trials
-            .get(&trial_id)
+            .book
+            .get_trial(trial_id)
             .and_then(|trial| trial.attempts.last().filter(|attempt| attempt.is_live()))
         else {
             return;
@@ -281,7 +281,7 @@ impl HeadCore {
         reason: &PreemptReason,
         grace_ms: u64,
     ) {
-        let Some(trial) = self.trials.get_mut(&trial_id) else {
+        let Some(trial) = self.book.trial_mut(trial_id) else {
             return;
         };
         if !matches!(
@@ -357,7 +357,7 @@ impl HeadCore {
         reason: &ResizeReason,
         grace_ms: u64,
     ) {
-        let Some(trial) = self.trials.get(&trial_id) else {
+        let Some(trial) = self.book.get_trial(trial_id) else {
             return;
         };
         if !matches!(
@@ -373,7 +373,7 @@ impl HeadCore {
     /// Takes a trial that the registry shows running (after a head restart) back
     /// into the policy core's books, where its workers are.
     pub(super) fn adopt_running(&mut self, now: UnixMillis, trial_id: TrialId) {
-        let trial = &self.trials[&trial_id];
+        let trial = &self.book.trial(trial_id);
         let Some(attempt) = trial.attempts.iter().rev().find(|attempt| {
             attempt
                 .workers
@@ -400,7 +400,7 @@ impl HeadCore {
         match self.trial_request(trial) {
             Ok(mut request) => {
                 // An elastic trial runs at the size it was given.
-                let workers = self.specs[&trial_id.experiment].trial.workers;
+                let workers = self.book.spec(trial_id.experiment).trial.workers;
                 if workers.is_elastic() {
                     request.gang.workers = u32::try_from(placements.len()).unwrap_or(u32::MAX);
                 }

@@ -23,7 +23,8 @@ use xp_runtime::spec::{ExperimentSpec, Mode};
 use xp_tune::search::{SearchAlgorithm, Suggestion, TrialPlan};
 use xp_tune::stopping::{StoppingRule, Verdict, make_bohb_rule, make_rule};
 
-use super::{HeadCore, MetricRecord, TrialRecord, trial_range};
+use super::{HeadCore, MetricRecord};
+use crate::state::Book;
 use crate::sweep::{DEFAULT_ADAPTIVE_PARALLEL, Sweep, SweepError, SweepOp};
 
 /// The adaptive sweeps and stopping rules of the experiments that have them.
@@ -137,8 +138,7 @@ impl SweepState {
     fn settle_finished(
         &mut self,
         finished: &[TrialId],
-        specs: &BTreeMap<ExperimentId, ExperimentSpec>,
-        trials: &BTreeMap<TrialId, TrialRecord>,
+        book: &Book,
     ) -> (Vec<(ExperimentId, SweepOp)>, BTreeSet<ExperimentId>) {
         let mut ops = Vec::new();
         let mut touched = BTreeSet::new();
@@ -155,7 +155,7 @@ impl SweepState {
                 continue;
             };
             let replicate = |index: &u32| {
-                trials.get(&TrialId {
+                book.get_trial(TrialId {
                     experiment,
                     index: *index,
                 })
@@ -166,7 +166,7 @@ impl SweepState {
             if !all_done {
                 continue;
             }
-            let spec = &specs[&experiment];
+            let spec = book.spec(experiment);
             if spec.search.is_multi_objective() {
                 // Each objective is its replicates' mean; a suggestion none of
                 // whose replicates reported one of them is forgotten.
@@ -278,15 +278,10 @@ impl SweepState {
 
     /// Feeds stored rank-0 metric reports to the stopping rules (their decisions
     /// were already taken and are ignored), then tells them which trials ended.
-    fn replay_metrics(
-        &mut self,
-        records: &[MetricRecord],
-        specs: &BTreeMap<ExperimentId, ExperimentSpec>,
-        trials: &BTreeMap<TrialId, TrialRecord>,
-    ) {
+    fn replay_metrics(&mut self, records: &[MetricRecord], book: &Book) {
         for record in records.iter().filter(|record| record.key.rank == 0) {
             let experiment = record.key.trial.experiment;
-            let spec = &specs[&experiment];
+            let spec = book.spec(experiment);
             let (Some(metric), Some(step)) = (spec.search.metric.as_ref(), record.step) else {
                 continue;
             };
@@ -299,7 +294,7 @@ impl SweepState {
             }
         }
         for (experiment, rule) in &mut self.rules {
-            for (id, trial) in trials.range(trial_range(*experiment)) {
+            for (id, trial) in book.trials_of(*experiment) {
                 if trial.state.is_terminal() {
                     rule.finished(u64::from(id.index));
                 }
@@ -312,9 +307,7 @@ impl HeadCore {
     /// Finished trials leave their stopping rule, settle their suggestion once every
     /// replicate is done, and adaptive sweeps ask for more configurations.
     pub(super) fn advance_sweeps(&mut self, now: UnixMillis, finished: &[TrialId]) {
-        let (ops, touched) = self
-            .sweep_state
-            .settle_finished(finished, &self.specs, &self.trials);
+        let (ops, touched) = self.sweep_state.settle_finished(finished, &self.book);
         for (experiment, op) in ops {
             self.log_sweep(experiment, op);
         }
@@ -327,18 +320,18 @@ impl HeadCore {
     /// and `parallel` allow, and creates their trials.
     pub(super) fn fill_sweep(&mut self, now: UnixMillis, experiment: ExperimentId) {
         if self
-            .experiments
-            .get(&experiment)
+            .book
+            .get_experiment(experiment)
             .is_none_or(|record| record.cancelled)
         {
             return;
         }
-        let spec = &self.specs[&experiment];
+        let spec = &self.book.spec(experiment);
         let replicates = spec.search.seeds;
         let limit = spec.search.parallel.unwrap_or(DEFAULT_ADAPTIVE_PARALLEL);
         let base_seed = spec.search.seed;
         loop {
-            let first_trial = self.trials.range(trial_range(experiment)).count() as u32;
+            let first_trial = self.book.trials_of(experiment).count() as u32;
             let Some((suggestion, op)) =
                 self.sweep_state
                     .ask(experiment, first_trial, replicates, limit)
@@ -376,23 +369,23 @@ impl HeadCore {
     /// Says in a new pending trial's reason and event log how its configuration
     /// was chosen (a reused trial keeps its reason).
     fn note_provenance(&mut self, now: UnixMillis, trial_id: TrialId, provenance: &str) {
-        let Some(trial) = self.trials.get_mut(&trial_id) else {
-            return;
-        };
-        if trial.state != TrialState::Pending {
+        if self
+            .book
+            .get_trial(trial_id)
+            .is_none_or(|trial| trial.state != TrialState::Pending)
+        {
             return;
         }
         let reason = format!("submitted; {provenance}");
+        let trial = self.book.trial_mut(trial_id).expect("checked above");
         trial.reason = Some(reason.clone());
-        self.dirty_trials.insert(trial_id);
         self.push_event(now, trial_id, TrialState::Pending, 0, reason);
     }
 
     /// Appends to the experiment's persisted sweep log.
     fn log_sweep(&mut self, experiment: ExperimentId, op: SweepOp) {
-        if let Some(record) = self.experiments.get_mut(&experiment) {
+        if let Some(record) = self.book.experiment_mut(experiment) {
             record.sweep_log.push(op);
-            self.dirty_experiments.insert(experiment);
         }
     }
 
@@ -404,7 +397,7 @@ impl HeadCore {
         values: &BTreeMap<String, f64>,
     ) -> Option<String> {
         let experiment = key.trial.experiment;
-        let spec = &self.specs[&experiment];
+        let spec = &self.book.spec(experiment);
         let step = step?;
         let value = *values.get(spec.search.metric.as_ref()?)?;
         if key.rank != 0 || !value.is_finite() {
@@ -414,7 +407,7 @@ impl HeadCore {
         let live = self
             .worker(key)
             .is_some_and(|(attempt, _)| attempt.is_live());
-        if !live || self.trials[&key.trial].state.is_terminal() {
+        if !live || self.book.trial(key.trial).state.is_terminal() {
             return None;
         }
         if let Some(op) = self
@@ -433,19 +426,14 @@ impl HeadCore {
         self.sweep_state
             .ruled_experiments()
             .filter(|experiment| self.experiment_state(*experiment) == ExperimentState::Running)
-            .flat_map(|experiment| {
-                self.trials
-                    .range(trial_range(experiment))
-                    .map(|(id, _)| *id)
-            })
+            .flat_map(|experiment| self.book.trials_of(experiment).map(|(id, _)| *id))
             .collect()
     }
 
     /// Feeds stored metric reports to the stopping rules (decisions were already
     /// taken and are ignored), then tells them which trials have ended.
     pub fn replay_metrics(&mut self, records: &[MetricRecord]) {
-        self.sweep_state
-            .replay_metrics(records, &self.specs, &self.trials);
+        self.sweep_state.replay_metrics(records, &self.book);
     }
 }
 

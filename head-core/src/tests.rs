@@ -108,7 +108,7 @@ fn report(core: &mut HeadCore, now: u64, node: NodeId, report: WorkerReport) {
 }
 
 fn trial_state(core: &HeadCore, experiment: ExperimentId, index: u32) -> TrialState {
-    core.trials[&TrialId { experiment, index }].state
+    core.book.trial(TrialId { experiment, index }).state
 }
 
 const ONE: &str = "name: one\ntrial: {command: [echo, '{x}'], max_retries: 1}\nsearch: {algorithm: grid, space: {x: {choice: [1]}}}\n";
@@ -134,7 +134,7 @@ fn a_trial_runs_reports_and_succeeds() {
     report(&mut core, 3, node, metric(1));
     report(&mut core, 3, node, metric(2));
     report(&mut core, 3, node, metric(1));
-    let trial = &core.trials[&key.trial];
+    let trial = &core.book.trial(key.trial);
     assert_eq!(
         trial.metrics["loss"], 2.0,
         "a resent older report does not overwrite a newer one"
@@ -190,7 +190,7 @@ fn failures_are_retried_up_to_max_retries_and_lost_nodes_do_not_count() {
     core.handle_node_register(1, registration(b, 0, 1, Vec::new()));
     core.handle_node_message(19_999, b, NodeMessage::Heartbeat);
     core.handle_tick(20_000);
-    assert_eq!(core.trials[&key.trial].failures, 1);
+    assert_eq!(core.book.trial(key.trial).failures, 1);
     let key = launches(&commands(&mut core))
         .into_iter()
         .find(|(node, _)| *node == b)
@@ -209,7 +209,8 @@ fn failures_are_retried_up_to_max_retries_and_lost_nodes_do_not_count() {
     );
     assert_eq!(trial_state(&core, experiment, 0), TrialState::Failed);
     assert!(
-        core.trials[&key.trial]
+        core.book
+            .trial(key.trial)
             .reason
             .as_deref()
             .unwrap()
@@ -301,10 +302,10 @@ fn finished_trials_are_reused_by_a_different_experiment_unless_rerun() {
     assert_eq!(launched.len(), 1, "only the new configuration runs");
     assert_eq!(launched[0].1.trial.index, 2);
     for index in 0..2 {
-        let trial = &core.trials[&TrialId {
+        let trial = &core.book.trial(TrialId {
             experiment: second,
             index,
-        }];
+        });
         assert_eq!(trial.state, TrialState::Succeeded);
         assert_eq!(
             trial.reused_from,
@@ -317,10 +318,11 @@ fn finished_trials_are_reused_by_a_different_experiment_unless_rerun() {
     }
     let rerun = submit(&mut core, 3, &grid("1, 2, 3"), true);
     assert!((0..3).all(|index| {
-        core.trials[&TrialId {
-            experiment: rerun,
-            index,
-        }]
+        core.book
+            .trial(TrialId {
+                experiment: rerun,
+                index,
+            })
             .reused_from
             .is_none()
     }));
@@ -362,7 +364,7 @@ fn a_returning_node_that_forgot_its_workers_gets_them_rescheduled() {
     let relaunched = launches(&commands(&mut core));
     assert_eq!(relaunched.len(), 1);
     assert_eq!(relaunched[0].1.attempt, 2);
-    assert_eq!(core.trials[&key.trial].failures, 0);
+    assert_eq!(core.book.trial(key.trial).failures, 0);
     assert_eq!(trial_state(&core, experiment, 0), TrialState::Placed);
 }
 
@@ -509,7 +511,7 @@ fn finish_all(
     let launched = launches(&commands(core));
     for (_, key) in &launched {
         let config: serde_json::Value =
-            serde_json::from_str(&core.trials[&key.trial].config_json).unwrap();
+            serde_json::from_str(&core.book.trial(key.trial).config_json).unwrap();
         report(core, now, node, WorkerReport::Started { key: *key, pid: 1 });
         report(
             core,
@@ -598,8 +600,8 @@ fn an_adaptive_sweep_asks_as_trials_finish_and_survives_a_restart() {
     let next_configs = |core: &HeadCore| -> Vec<String> {
         (0..7)
             .filter_map(|index| {
-                core.trials
-                    .get(&TrialId { experiment, index })
+                core.book
+                    .get_trial(TrialId { experiment, index })
                     .map(|trial| trial.config_json.clone())
             })
             .collect()
@@ -674,10 +676,12 @@ fn early_stopping_stops_a_bad_trial_and_frees_its_slot() {
         "the worst trial is stopped: {stopped:?}"
     );
     assert!(!stopped.contains(&0), "the best trial runs on");
-    let reason = core.trials[&TrialId {
-        experiment,
-        index: 3,
-    }]
+    let reason = core
+        .book
+        .trial(TrialId {
+            experiment,
+            index: 3,
+        })
         .reason
         .clone()
         .unwrap();
@@ -760,10 +764,10 @@ fn a_lost_node_that_speaks_again_is_asked_to_register_and_old_reports_do_not_ove
             values: vec![("loss".to_owned(), 9.0)],
         },
     );
-    let trial = &core.trials[&TrialId {
+    let trial = &core.book.trial(TrialId {
         experiment,
         index: 0,
-    }];
+    });
     assert_eq!(trial.state, TrialState::Succeeded);
     assert_eq!(trial.metrics["loss"], 0.1);
     assert_eq!(trial.last_step, Some(5));
@@ -782,10 +786,11 @@ fn a_sweep_whose_suggestions_are_all_reused_keeps_asking() {
     // The same start-up suggestions with a bigger budget: the first two are reused.
     let bigger = submit(&mut core, 2, &ADAPTIVE.replace("name: a", "name: b"), false);
     assert_eq!(
-        core.trials[&TrialId {
-            experiment: bigger,
-            index: 0
-        }]
+        core.book
+            .trial(TrialId {
+                experiment: bigger,
+                index: 0
+            })
             .reused_from
             .map(|id| id.index),
         Some(0)
@@ -795,7 +800,7 @@ fn a_sweep_whose_suggestions_are_all_reused_keeps_asking() {
         ran += finish_all(&mut core, now, node, loss);
     }
     assert_eq!(ran, 5, "the other five configurations still run");
-    assert_eq!(core.trials.range(super::trial_range(bigger)).count(), 7);
+    assert_eq!(core.book.trials_of(bigger).count(), 7);
 }
 
 #[test]
@@ -1000,7 +1005,7 @@ fn a_preempted_trial_is_stopped_with_grace_requeued_without_a_retry_and_runs_aga
             signal: Some(15),
         },
     );
-    let trial = &core.trials[&low_key.trial];
+    let trial = &core.book.trial(low_key.trial);
     assert_eq!(trial.state, TrialState::Queued);
     assert_eq!(trial.failures, 0);
     assert_eq!(trial.preemptions, 1);
@@ -1139,7 +1144,7 @@ fn checkpoints_are_replicated_retained_and_resumed_from() {
     assert_eq!((resume.step, resume.attempt), (30, 1));
     assert_eq!(resume.files[0].object, last);
     assert!(!resume.sources.is_empty());
-    let trial = &core.trials[&key.trial];
+    let trial = &core.book.trial(key.trial);
     assert_eq!(trial.attempts[1].resumed_from, Some((30, 1)));
     // A malformed manifest (an escaping file name) is ignored.
     let mut bad = checkpoint_report(WorkerKey { attempt: 2, ..key }, 40, b"x");
@@ -1147,7 +1152,7 @@ fn checkpoints_are_replicated_retained_and_resumed_from() {
         files[0].name = "../escape".to_owned();
     }
     report(&mut core, 70, relaunch.0, bad);
-    assert_eq!(core.trials[&key.trial].checkpoints.len(), 2);
+    assert_eq!(core.book.trial(key.trial).checkpoints.len(), 2);
     core.check_invariants();
 }
 
@@ -1267,7 +1272,7 @@ fn check_restart_grace(registers_after_ms: Option<u64>, tick_after_ms: u64, expe
         lost, expected_lost,
         "registered after {registers_after_ms:?} ms, tick after {tick_after_ms} ms"
     );
-    let attempts = &core.trials[&key.trial].attempts;
+    let attempts = &core.book.trial(key.trial).attempts;
     assert_eq!(attempts[0].is_live(), !expected_lost);
     core.check_invariants();
 }
@@ -1332,7 +1337,7 @@ fn a_restarted_head_adopts_an_exit_its_node_buffered_while_it_was_down() {
     let placed = launches(&after);
     assert_eq!(placed.len(), 1, "only the later experiment's trial starts");
     assert_eq!(placed[0].1.trial.experiment, later);
-    let trial = &core.trials[&key.trial];
+    let trial = &core.book.trial(key.trial);
     assert_eq!(trial.state, TrialState::Succeeded);
     assert_eq!(trial.attempts.len(), 1, "the trial was not run again");
     assert_eq!(trial.metrics["loss"], 0.5);

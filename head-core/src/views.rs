@@ -14,14 +14,14 @@ use xp_runtime::protocol::{
 use xp_runtime::spec::Mode;
 use xp_sched::{Amount, GPU_MILLI, QueueUsage};
 
-use super::{CoreError, HeadCore, NodeRecord, TrialRecord, trial_range};
+use super::{CoreError, HeadCore, NodeRecord, TrialRecord};
 
 impl HeadCore {
     /// Experiments matching `filter` (an id or unique prefix), or all.
     pub fn status(&self, filter: Option<&str>) -> Result<Vec<ExperimentStatus>, CoreError> {
         let ids: Vec<ExperimentId> = match filter {
             Some(text) => vec![self.resolve_experiment(text)?],
-            None => self.experiments.keys().copied().collect(),
+            None => self.book.experiment_ids().collect(),
         };
         Ok(ids
             .into_iter()
@@ -43,8 +43,8 @@ impl HeadCore {
     pub(super) fn running_workers_by_node(&self) -> BTreeMap<NodeId, u32> {
         let mut running: BTreeMap<NodeId, u32> = BTreeMap::new();
         for worker in self
-            .trials
-            .values()
+            .book
+            .trials()
             .flat_map(|trial| &trial.attempts)
             .flat_map(|attempt| &attempt.workers)
             .filter(|worker| worker.state.holds_resources())
@@ -96,8 +96,8 @@ impl HeadCore {
         request: &LogRequest,
     ) -> Result<(NodeId, WorkerKey, bool), CoreError> {
         let trial = self
-            .trials
-            .get(&request.trial)
+            .book
+            .get_trial(request.trial)
             .ok_or(CoreError::TrialNotFound {
                 trial_id: request.trial,
             })?;
@@ -135,16 +135,12 @@ impl HeadCore {
         experiment: ExperimentId,
         after: u64,
     ) -> Result<Vec<TrialEvent>, CoreError> {
-        if !self.experiments.contains_key(&experiment) {
+        if !self.book.contains_experiment(experiment) {
             return Err(CoreError::ExperimentNotFound {
                 experiment_id: experiment,
             });
         }
-        let events = self
-            .events
-            .get(&experiment)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
+        let events = self.book.events_of(experiment);
         let start = events.partition_point(|event| event.seq <= after);
         Ok(events[start..].iter().take(1000).cloned().collect())
     }
@@ -152,11 +148,11 @@ impl HeadCore {
     /// Cancelled, running while any trial is unfinished, else succeeded when one
     /// trial succeeded.
     pub(super) fn experiment_state(&self, id: ExperimentId) -> ExperimentState {
-        if self.experiments[&id].cancelled {
+        if self.book.experiment(id).cancelled {
             return ExperimentState::Cancelled;
         }
         let mut any_succeeded = false;
-        for (_, trial) in self.trials.range(trial_range(id)) {
+        for (_, trial) in self.book.trials_of(id) {
             if !trial.state.is_terminal() {
                 return ExperimentState::Running;
             }
@@ -171,8 +167,8 @@ impl HeadCore {
 
     /// An experiment and its trials as `xp status` shows them.
     fn experiment_status(&self, id: ExperimentId) -> ExperimentStatus {
-        let experiment = &self.experiments[&id];
-        let spec = &self.specs[&id];
+        let experiment = &self.book.experiment(id);
+        let spec = &self.book.spec(id);
         ExperimentStatus {
             id,
             name: spec.name.clone(),
@@ -184,8 +180,8 @@ impl HeadCore {
             code_version: experiment.code_version.clone(),
             data_version: experiment.data_version.clone(),
             trials: self
-                .trials
-                .range(trial_range(id))
+                .book
+                .trials_of(id)
                 .map(|(_, trial)| self.trial_status(trial))
                 .collect(),
             objectives: self.objectives_status(id),

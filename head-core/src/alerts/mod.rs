@@ -27,7 +27,7 @@ use xp_runtime::spec::{AlertAction, AlertCondition, AlertRule, effective_rules};
 
 use self::watch::{TrialWatch, Verdict};
 use super::pages::{Page, PageError};
-use super::{AlertRecord, CoreError, HeadCore, Record, trial_range};
+use super::{AlertRecord, CoreError, HeadCore, Record};
 
 /// The most alerts kept per trial.
 pub const MAX_ALERTS_PER_TRIAL: u32 = 100;
@@ -251,8 +251,8 @@ impl HeadCore {
             return rules.clone();
         }
         let own = self
-            .specs
-            .get(&experiment)
+            .book
+            .get_spec(experiment)
             .map(|spec| spec.alerts.as_slice())
             .unwrap_or_default();
         let rules: Arc<[AlertRule]> =
@@ -292,8 +292,8 @@ impl HeadCore {
             .watches
             .keys()
             .filter(|trial| {
-                self.trials
-                    .get(trial)
+                self.book
+                    .get_trial(**trial)
                     .is_none_or(|record| record.state.is_terminal())
             })
             .copied()
@@ -303,9 +303,8 @@ impl HeadCore {
             self.alerts.gpu_utilisation.remove(&trial);
         }
         let experiments: Vec<ExperimentId> = self
-            .experiments
-            .keys()
-            .copied()
+            .book
+            .experiment_ids()
             .filter(|experiment| {
                 self.experiment_state(*experiment) == xp_runtime::protocol::ExperimentState::Running
             })
@@ -322,8 +321,8 @@ impl HeadCore {
                 continue;
             }
             let running: Vec<(TrialId, Option<UnixMillis>, bool)> = self
-                .trials
-                .range(trial_range(experiment))
+                .book
+                .trials_of(experiment)
                 .filter(|(_, trial)| trial.state == TrialState::Running)
                 .map(|(id, trial)| {
                     let live = trial
@@ -363,8 +362,8 @@ impl HeadCore {
     /// Ends the trial's live attempt and stops it with `reason`.
     fn stop_for_alert(&mut self, now: UnixMillis, trial: TrialId, reason: String) {
         if self
-            .trials
-            .get(&trial)
+            .book
+            .get_trial(trial)
             .is_none_or(|record| record.state.is_terminal())
         {
             return;
@@ -427,8 +426,8 @@ impl HeadCore {
                     let text = format!("alert `{}`: {}", record.rule, record.message);
                     info!(trial_id = %trial, alert = id, rule = %record.rule, message = %record.message, "alert raised");
                     let (state, attempt) = self
-                        .trials
-                        .get(&trial)
+                        .book
+                        .get_trial(trial)
                         .map(|trial| (trial.state, trial.attempts.len() as u32))
                         .unwrap_or((TrialState::Running, 0));
                     self.push_event(now, trial, state, attempt, text.clone());
@@ -475,7 +474,7 @@ impl HeadCore {
                 .alerts
                 .alerts
                 .get(&delivery.alert)
-                .and_then(|record| self.specs.get(&record.trial.experiment))
+                .and_then(|record| self.book.get_spec(record.trial.experiment))
             {
                 delivery.team.clone_from(&spec.team);
             }
@@ -562,8 +561,8 @@ impl HeadCore {
                 let of = record.trial.experiment;
                 experiment.is_none_or(|wanted| wanted == of)
                     && self
-                        .specs
-                        .get(&of)
+                        .book
+                        .get_spec(of)
                         .is_some_and(|spec| visible_team(&spec.team))
             })
             .take(MAX_ALERTS_LISTED)
@@ -581,8 +580,8 @@ impl HeadCore {
     ) -> Result<Page<AlertStatus>, PageError> {
         if let Some(experiment_id) = experiment {
             let visible = self
-                .specs
-                .get(&experiment_id)
+                .book
+                .get_spec(experiment_id)
                 .is_some_and(|spec| visible_team(&spec.team));
             if !visible {
                 return Err(PageError::ExperimentNotFound { experiment_id });
@@ -593,8 +592,8 @@ impl HeadCore {
             let of = record.trial.experiment;
             experiment.is_none_or(|wanted| wanted == of)
                 && self
-                    .specs
-                    .get(&of)
+                    .book
+                    .get_spec(of)
                     .is_some_and(|spec| visible_team(&spec.team))
         };
         let total = self.alerts.alerts.values().filter(wanted).count() as u64;

@@ -287,8 +287,8 @@ impl HeadCore {
         let error = truncate_reason(error);
         let failed: BTreeSet<ObjectId> = objects.iter().copied().collect();
         let keys: Vec<CheckpointKey> = self
-            .trials
-            .get(&trial)
+            .book
+            .get_trial(trial)
             .map(|record| {
                 record
                     .checkpoints
@@ -425,8 +425,8 @@ impl HeadCore {
 
     /// The checkpoint `key` if the trial still keeps it.
     fn kept_checkpoint(&self, key: CheckpointKey) -> Option<&CheckpointRecord> {
-        self.trials
-            .get(&key.trial)?
+        self.book
+            .get_trial(key.trial)?
             .checkpoints
             .iter()
             .find(|checkpoint| checkpoint.attempt == key.attempt && checkpoint.step == key.step)
@@ -505,7 +505,7 @@ impl HeadCore {
     }
 
     fn push_trial_event(&mut self, now: UnixMillis, trial: TrialId, reason: String) {
-        let Some(record) = self.trials.get(&trial) else {
+        let Some(record) = self.book.get_trial(trial) else {
             return;
         };
         let (state, attempt) = (record.state, record.attempts.len() as u32);
@@ -666,7 +666,13 @@ mod tests {
     }
 
     fn fail(core: &mut HeadCore, now: u64, at: NodeId, object: ObjectId) {
-        let trial = core.trials.keys().next().copied().expect("a trial");
+        let trial = core
+            .book
+            .trials()
+            .map(|trial| &trial.id)
+            .next()
+            .copied()
+            .expect("a trial");
         core.handle_node_message(
             now,
             at,

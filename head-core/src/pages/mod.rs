@@ -31,7 +31,7 @@ use xp_runtime::ids::{ExperimentId, TrialId};
 use xp_runtime::protocol::{ExperimentState, NodeStatus, QueueStatus, TrialState, TrialStatus};
 use xp_runtime::spec::Mode;
 
-use super::{HeadCore, TrialRecord, trial_range};
+use super::{HeadCore, TrialRecord};
 
 mod cursor;
 #[cfg(test)]
@@ -339,9 +339,9 @@ impl HeadCore {
         let limit = limit.clamp(1, MAX_LIMIT);
         let after = cursor.map(|cursor| cursor.key());
         let mut total = 0;
-        let visible = self.experiments.values().filter(|experiment| {
-            self.specs
-                .get(&experiment.id)
+        let visible = self.book.experiments().filter(|experiment| {
+            self.book
+                .get_spec(experiment.id)
                 .is_some_and(|spec| visible_team(&spec.team))
         });
         let candidates = visible.filter_map(|experiment| {
@@ -388,7 +388,7 @@ impl HeadCore {
     ) -> Result<(), PageError> {
         self.check_visible(trial_id.experiment, visible_team)
             .ok()
-            .filter(|()| self.trials.contains_key(&trial_id))
+            .filter(|()| self.book.contains_trial(trial_id))
             .ok_or(PageError::TrialNotFound { trial_id })
     }
 
@@ -404,7 +404,7 @@ impl HeadCore {
         let sort = query.sort;
         let metric = if sort.by_metric() {
             let named = query.metric.as_deref();
-            let own = self.specs[&experiment_id].search.metric.as_deref();
+            let own = self.book.spec(experiment_id).search.metric.as_deref();
             Some(named.or(own).ok_or(PageError::NoMetric { experiment_id })?)
         } else {
             None
@@ -412,11 +412,7 @@ impl HeadCore {
         let value_of =
             |trial: &TrialRecord| metric.and_then(|name| trial.metrics.get(name).copied());
         let wanted = |trial: &&TrialRecord| query.states.contains(trial.state);
-        let all = || {
-            self.trials
-                .range(trial_range(experiment_id))
-                .map(|(_, trial)| trial)
-        };
+        let all = || self.book.trials_of(experiment_id).map(|(_, trial)| trial);
         let total = all().filter(wanted).count() as u64;
         let cursor_key = query.cursor.map(|cursor| cursor.key());
         // The page plus one more trial, which says whether there is a next page.
@@ -427,9 +423,8 @@ impl HeadCore {
                     None => Bound::Included(trial_id(experiment_id, 0)),
                 };
                 let end = Bound::Included(trial_id(experiment_id, u32::MAX));
-                self.trials
-                    .range((start, end))
-                    .map(|(_, trial)| trial)
+                self.book
+                    .trials_between(start, end)
                     .filter(wanted)
                     .take(limit + 1)
                     .collect()
@@ -440,10 +435,9 @@ impl HeadCore {
                     Some(cursor) => Bound::Excluded(trial_id(experiment_id, cursor.index)),
                     None => Bound::Included(trial_id(experiment_id, u32::MAX)),
                 };
-                self.trials
-                    .range((start, end))
+                self.book
+                    .trials_between(start, end)
                     .rev()
-                    .map(|(_, trial)| trial)
                     .filter(wanted)
                     .take(limit + 1)
                     .collect()
@@ -557,9 +551,9 @@ impl HeadCore {
         experiment_id: ExperimentId,
         visible_team: &dyn Fn(&str) -> bool,
     ) -> Result<(), PageError> {
-        match self.specs.get(&experiment_id) {
+        match self.book.get_spec(experiment_id) {
             Some(spec)
-                if self.experiments.contains_key(&experiment_id) && visible_team(&spec.team) =>
+                if self.book.contains_experiment(experiment_id) && visible_team(&spec.team) =>
             {
                 Ok(())
             }
@@ -569,14 +563,14 @@ impl HeadCore {
 
     /// An experiment's summary, from one pass over its trials.
     fn experiment_summary(&self, id: ExperimentId) -> ExperimentSummary {
-        let experiment = &self.experiments[&id];
-        let spec = &self.specs[&id];
+        let experiment = &self.book.experiment(id);
+        let spec = &self.book.spec(id);
         let maximize = spec.search.mode == Mode::Max;
         let mut counts = StateCounts::default();
         let mut trials = 0;
         let mut best: Option<BestTrial> = None;
         let (mut gpu_hours, mut cost) = (0.0, None::<f64>);
-        for (_, trial) in self.trials.range(trial_range(id)) {
+        for (_, trial) in self.book.trials_of(id) {
             trials += 1;
             counts.add(trial.state);
             let (trial_hours, trial_cost) = self.trial_usage(trial);

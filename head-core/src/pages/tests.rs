@@ -50,7 +50,7 @@ fn id(experiment: ExperimentId, index: u32) -> TrialId {
 
 /// Sets a trial's state and, when given, its last `loss`.
 fn set(core: &mut HeadCore, trial: TrialId, state: TrialState, loss: Option<f64>) {
-    let record = core.trials.get_mut(&trial).unwrap();
+    let record = core.book.trial_mut(trial).unwrap();
     record.state = state;
     if let Some(loss) = loss {
         record.metrics.insert("loss".to_owned(), loss);
@@ -176,8 +176,8 @@ fn a_named_metric_is_sorted_by_and_a_missing_one_is_an_error() {
     let mut core = core();
     let experiment = submit(&mut core, 1, "grid", "a", 4, false);
     for (index, accuracy) in [(0, 0.5), (1, 0.9), (2, 0.7)] {
-        core.trials
-            .get_mut(&id(experiment, index))
+        core.book
+            .trial_mut(id(experiment, index))
             .unwrap()
             .metrics
             .insert("accuracy".to_owned(), accuracy);
@@ -252,9 +252,9 @@ fn an_id_cursor_survives_trials_added_meanwhile() {
     let cursor = TrialCursor::decode(first.next_cursor.as_ref().unwrap(), TrialSort::Id).unwrap();
     // An adaptive search adds trials at the end while a client pages.
     for index in 20..25 {
-        let mut added = core.trials[&id(experiment, 0)].clone();
+        let mut added = core.book.trial(id(experiment, 0)).clone();
         added.id = id(experiment, index);
-        core.trials.insert(added.id, added);
+        core.book.restore_trial(added);
     }
     let mut rest = query(TrialSort::Id, 8);
     rest.cursor = Some(cursor);
@@ -309,10 +309,10 @@ fn a_metric_cursor_continues_strictly_after_its_key() {
         TrialCursor::decode(first.next_cursor.as_ref().unwrap(), TrialSort::Metric).unwrap();
     // A new trial that sorts before the cursor is not shown later; one after it is.
     for (index, loss) in [(20, 0.5), (21, 3.5)] {
-        let mut added = core.trials[&id(experiment, 0)].clone();
+        let mut added = core.book.trial(id(experiment, 0)).clone();
         added.id = id(experiment, index);
         added.metrics.insert("loss".to_owned(), loss);
-        core.trials.insert(added.id, added);
+        core.book.restore_trial(added);
     }
     let mut rest = query(TrialSort::Metric, 6);
     rest.cursor = Some(cursor);
@@ -342,8 +342,8 @@ fn limits_are_clamped_and_the_byte_budget_ends_a_page_early() {
     // still returns every trial once.
     for index in 0..1200 {
         let config = format!("{{\"pad\": \"{}\"}}", "x".repeat(50_000 + index as usize));
-        core.trials
-            .get_mut(&id(experiment, index))
+        core.book
+            .trial_mut(id(experiment, index))
             .unwrap()
             .config_json = config;
     }
@@ -558,7 +558,7 @@ fn a_summary_counts_states_and_picks_the_best_as_status_does() {
         set(&mut core, id(minimize, index), TrialState::Failed, None);
     }
     check_state(&core, ExperimentState::Failed);
-    core.experiments.get_mut(&minimize).unwrap().cancelled = true;
+    core.book.experiment_mut(minimize).unwrap().cancelled = true;
     check_state(&core, ExperimentState::Cancelled);
 }
 

@@ -39,7 +39,7 @@ use xp_runtime::spec::{Mode, PipelineSpec, RefKind, StageSpec, input_dir_name, i
 
 use super::error::MAX_VERSION_BYTES;
 use super::records::{InputDir, PipelineRecord, StageRecord, StageResult};
-use super::{CoreError, HeadCore, Record, trial_range};
+use super::{CoreError, HeadCore, Record};
 
 /// The most rounds one scheduling pass settles pipelines for; each round
 /// finishes at least one stage, so this bounds a pass, never a pipeline.
@@ -390,7 +390,7 @@ impl HeadCore {
         self.pipelines.mark(id);
         info!(pipeline = id, stages = cancelled, "pipeline cancelled");
         for experiment in experiments {
-            if self.experiments.contains_key(&experiment) {
+            if self.book.contains_experiment(experiment) {
                 self.handle_cancel(now, &experiment.to_string())?;
             }
         }
@@ -504,7 +504,7 @@ impl HeadCore {
         name: &str,
         experiment: Option<ExperimentId>,
     ) {
-        let Some(experiment) = experiment.filter(|exp| self.experiments.contains_key(exp)) else {
+        let Some(experiment) = experiment.filter(|exp| self.book.contains_experiment(*exp)) else {
             let stage = self.pipelines.stage_mut(id, name);
             stage.state = StageState::Failed;
             stage.reason = "its experiment is gone".to_owned();
@@ -527,8 +527,8 @@ impl HeadCore {
             },
             ExperimentState::Failed => {
                 let why = self
-                    .trials
-                    .range(trial_range(experiment))
+                    .book
+                    .trials_of(experiment)
                     .map(|(_, trial)| trial)
                     .find(|trial| trial.state == TrialState::Failed)
                     .and_then(|trial| trial.reason.clone())
@@ -795,16 +795,16 @@ impl HeadCore {
     /// metric (for several metrics, the front's trial that adds the most
     /// hypervolume; the first succeeded trial without one).
     fn stage_result(&self, experiment: ExperimentId) -> Option<StageResult> {
-        let spec = &self.specs[&experiment];
+        let spec = &self.book.spec(experiment);
         let succeeded: Vec<_> = self
-            .trials
-            .range(trial_range(experiment))
+            .book
+            .trials_of(experiment)
             .map(|(_, trial)| trial)
             .filter(|trial| trial.state == TrialState::Succeeded)
             .collect();
         let front_top = self
             .front_top(experiment)
-            .and_then(|top| self.trials.get(&top));
+            .and_then(|top| self.book.get_trial(top));
         let by_metric = front_top.or_else(|| {
             spec.search.metric.as_ref().and_then(|metric| {
                 let scored = succeeded

@@ -147,7 +147,7 @@ impl HeadCore {
     fn running_detail(&self, experiment: xp_runtime::ids::ExperimentId) -> String {
         let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
         let mut waits = None;
-        for (_, trial) in self.trials.range(super::trial_range(experiment)) {
+        for (_, trial) in self.book.trials_of(experiment) {
             *counts.entry(trial.state.as_str()).or_default() += 1;
             if waits.is_none() && trial.state == TrialState::Queued {
                 waits = self
@@ -275,8 +275,8 @@ impl HeadCore {
                 let urgency = u32::from(critical.contains(experiment));
                 // Waiting, held or running: the scheduler keeps it for each.
                 let waiting: Vec<_> = self
-                    .trials
-                    .range(super::trial_range(*experiment))
+                    .book
+                    .trials_of(*experiment)
                     .filter(|(_, trial)| !trial.state.is_terminal())
                     .map(|(id, _)| *id)
                     .collect();

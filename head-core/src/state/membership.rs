@@ -145,7 +145,7 @@ impl Membership {
             labels: registration.labels.clone(),
             state: NodeState::Ready,
             last_seen: now,
-            isolation: registration.isolation.clone(),
+            isolation: registration.isolation,
             up,
         };
         self.nodes.insert(id, record);

@@ -2,6 +2,7 @@
 //! keeps its own invariants; `HeadCore`'s steps are sequences of calls on them.
 
 mod approvals;
+mod book;
 mod drivers;
 mod master_ports;
 mod membership;
@@ -12,6 +13,7 @@ mod placement;
 #[cfg(test)]
 pub(crate) use self::approvals::MAX_DECIDED_APPROVALS;
 pub(crate) use self::approvals::{Approvals, Involved};
+pub(crate) use self::book::Book;
 pub(crate) use self::drivers::DriverSessions;
 pub(crate) use self::master_ports::MasterPorts;
 pub(crate) use self::membership::{Membership, SilenceLimits};

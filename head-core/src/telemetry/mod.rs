@@ -164,10 +164,9 @@ impl HeadCore {
         if self.telemetry.series.len() < MAX_CACHED_SERIES {
             return;
         }
-        let trials = &self.trials;
+        let book = &self.book;
         self.telemetry.series.retain(|(trial, _), _| {
-            trials
-                .get(trial)
+            book.get_trial(*trial)
                 .is_some_and(|trial| trial.attempts.iter().any(|attempt| attempt.is_live()))
         });
         if self.telemetry.series.len() >= MAX_CACHED_SERIES {

@@ -56,11 +56,11 @@ fn a_nan_raises_the_builtin_alert_once_and_is_recorded_as_nan() {
     assert_eq!(alerts[0].rule, "nonfinite");
     assert_eq!(alerts[0].delivery, DeliveryState::NotRequested);
     assert!(alerts[0].value.unwrap().is_nan());
-    assert!(core.trials[&key.trial].metrics["loss"].is_nan());
+    assert!(core.book.trial(key.trial).metrics["loss"].is_nan());
     // The event says so, and the trial keeps running (the built-in rule only records).
     assert!(records.iter().any(|record| matches!(record,
         Record::Event(event) if event.reason == "alert `nonfinite`: loss is NaN at step 1")));
-    assert_eq!(core.trials[&key.trial].state, TrialState::Running);
+    assert_eq!(core.book.trial(key.trial).state, TrialState::Running);
     // The stored trial record reads back with its NaN.
     let stored = records
         .iter()
@@ -104,7 +104,7 @@ fn a_stop_rule_stops_the_trial_with_its_reason_and_queues_the_webhook() {
         node,
         metric(key, 2, &[("loss", f64::INFINITY), ("acc", f64::NAN)]),
     );
-    let trial = &core.trials[&key.trial];
+    let trial = &core.book.trial(key.trial);
     assert_eq!(trial.state, TrialState::Stopped);
     let reason = trial.reason.clone().unwrap();
     assert_eq!(reason, "alert `nan-loss`: loss is Infinity at step 2");
@@ -206,10 +206,10 @@ fn a_silent_running_trial_is_stalled_on_the_tick() {
         core.handle_tick(now);
     };
     heartbeat(&mut core, 5_000);
-    assert_eq!(core.trials[&key.trial].state, TrialState::Running);
+    assert_eq!(core.book.trial(key.trial).state, TrialState::Running);
     heartbeat(&mut core, 13_000);
-    assert_eq!(core.trials[&key.trial].state, TrialState::Stopped);
-    let reason = core.trials[&key.trial].reason.clone().unwrap();
+    assert_eq!(core.book.trial(key.trial).state, TrialState::Stopped);
+    let reason = core.book.trial(key.trial).reason.clone().unwrap();
     assert!(
         reason.starts_with("alert `stalled`: no metric report for 12s"),
         "{reason}"

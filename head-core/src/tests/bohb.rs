@@ -32,7 +32,7 @@ fn bohb_stops_trials_at_their_brackets_rungs_and_learns_from_them() {
         assert_eq!(launched.len(), 1, "parallel 1");
         let key = launched[0].1;
         let config: serde_json::Value =
-            serde_json::from_str(&core.trials[&key.trial].config_json).unwrap();
+            serde_json::from_str(&core.book.trial(key.trial).config_json).unwrap();
         let x = config["x"].as_f64().unwrap();
         report(&mut core, now, node, WorkerReport::Started { key, pid: 1 });
         let mut stopped_at = None;
@@ -95,10 +95,12 @@ fn bohb_stops_trials_at_their_brackets_rungs_and_learns_from_them() {
         }
         assert_eq!(stop_steps[index], expected, "trial {index}: {stop_steps:?}");
         observed += budgets.iter().filter(|budget| **budget <= expected).count();
-        let reason = core.trials[&TrialId {
-            experiment,
-            index: index as u32,
-        }]
+        let reason = core
+            .book
+            .trial(TrialId {
+                experiment,
+                index: index as u32,
+            })
             .reason
             .clone()
             .unwrap();
@@ -112,7 +114,7 @@ fn bohb_stops_trials_at_their_brackets_rungs_and_learns_from_them() {
     // Every trial's event log says how its configuration was chosen: at random
     // until a budget holds 4 results (one parameter: 2 good, 2 rest), then mostly
     // by the model, whose budget never goes down.
-    let events = &core.events[&experiment];
+    let events = core.book.events_of(experiment);
     let provenance: Vec<String> = (0..17)
         .map(|index| {
             events
@@ -153,7 +155,7 @@ fn bohb_stops_trials_at_their_brackets_rungs_and_learns_from_them() {
         .filter(|op| matches!(op, SweepOp::Observed { .. }))
         .count();
     assert_eq!(observations, observed);
-    let search = &core.specs[&experiment].search;
+    let search = &core.book.spec(experiment).search;
     let (_, divergences) = Sweep::replay(search, &log).unwrap();
     assert!(divergences.is_empty(), "{divergences:?}");
     // Suggestion ids replay whatever the configurations, so the configurations

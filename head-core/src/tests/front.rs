@@ -21,7 +21,7 @@ fn finish_with(
     let mut done = Vec::new();
     for (_, key) in &launched {
         let config: serde_json::Value =
-            serde_json::from_str(&core.trials[&key.trial].config_json).unwrap();
+            serde_json::from_str(&core.book.trial(key.trial).config_json).unwrap();
         let x = config["x"].as_f64().unwrap();
         report(core, now, node, WorkerReport::Started { key: *key, pid: 1 });
         let (a, b) = values_of(x);
@@ -77,7 +77,7 @@ fn a_motpe_sweep_is_told_every_objective_and_replays() {
     }
     assert_eq!(original.len(), 4, "the budget of 6 configurations");
     assert_eq!(original, replayed);
-    let log = &core.experiments[&experiment].sweep_log;
+    let log = &core.book.experiment(experiment).sweep_log;
     let told: Vec<&Vec<f64>> = log
         .iter()
         .filter_map(|op| match op {

@@ -89,7 +89,7 @@ fn a_pending_approval_is_reported_decided_and_evented() {
         (report.approvals[0].victim, report.approvals[0].claimant),
         (victim, claimant)
     );
-    assert_eq!(core.trials[&victim].state, TrialState::Running);
+    assert_eq!(core.book.trial(victim).state, TrialState::Running);
     let odds = report
         .odds
         .iter()
@@ -107,8 +107,10 @@ fn a_pending_approval_is_reported_decided_and_evented() {
         command,
         HeadCommand::Kill { trial, .. } if *trial == victim
     )));
-    assert_eq!(core.trials[&victim].state, TrialState::Preempting);
-    let events: Vec<String> = core.events[&victim.experiment]
+    assert_eq!(core.book.trial(victim).state, TrialState::Preempting);
+    let events: Vec<String> = core
+        .book
+        .events_of(victim.experiment)
         .iter()
         .map(|event| event.reason.clone())
         .collect();
@@ -136,7 +138,7 @@ fn a_restart_keeps_denials_and_asks_pending_requests_again() {
     let (mut core, victim, claimant, key) = contended();
     let request = core.lease_report(&|_| true).approvals[0].id;
     admin(&mut core, 4, AdminAction::Deny { request }).unwrap();
-    assert_eq!(core.trials[&victim].state, TrialState::Running);
+    assert_eq!(core.book.trial(victim).state, TrialState::Running);
     let restarted = HeadCore::restore(CONFIG, loaded_from(core.take_records()), 10);
     assert_eq!(
         restarted.approvals.records()[0].state,
@@ -144,7 +146,7 @@ fn a_restart_keeps_denials_and_asks_pending_requests_again() {
     );
     let mut restarted = restarted;
     restarted.handle_node_register(10, registration(node_id(1), 0, 4, vec![key]));
-    assert_eq!(restarted.trials[&victim].state, TrialState::Running);
+    assert_eq!(restarted.book.trial(victim).state, TrialState::Running);
     assert!(
         restarted.lease_report(&|_| true).approvals.is_empty(),
         "a denied pair is not asked again after a restart"
@@ -240,7 +242,7 @@ fn a_standing_denial_outlives_the_bound_on_resolved_records() {
     // After a restart the denial still stands: nobody is asked again.
     let mut restarted = HeadCore::restore(CONFIG, loaded_from(core.take_records()), 10);
     restarted.handle_node_register(10, registration(node_id(1), 0, 4, vec![key]));
-    assert_eq!(restarted.trials[&victim].state, TrialState::Running);
+    assert_eq!(restarted.book.trial(victim).state, TrialState::Running);
     assert!(
         restarted.lease_report(&|_| true).approvals.is_empty(),
         "a denied pair is not asked again after a restart"

@@ -15,13 +15,13 @@ fn running() -> (HeadCore, NodeId, WorkerKey) {
     let placed = launches(&commands(&mut core));
     let key = placed[0].1;
     report(&mut core, 2, node, WorkerReport::Started { key, pid: 7 });
-    assert_eq!(core.trials[&key.trial].state, TrialState::Running);
+    assert_eq!(core.book.trial(key.trial).state, TrialState::Running);
     (core, node, key)
 }
 
 /// The attempt of `key` failed and the trial is to be retried (queued or placed again).
 fn check_retried(core: &HeadCore, key: WorkerKey) {
-    let trial = &core.trials[&key.trial];
+    let trial = &core.book.trial(key.trial);
     assert_eq!(trial.failures, 1);
     assert!(
         matches!(trial.state, TrialState::Queued | TrialState::Placed),
@@ -31,7 +31,7 @@ fn check_retried(core: &HeadCore, key: WorkerKey) {
 }
 
 fn outcome(core: &HeadCore, key: WorkerKey) -> String {
-    core.trials[&key.trial].attempts[key.attempt as usize - 1]
+    core.book.trial(key.trial).attempts[key.attempt as usize - 1]
         .outcome
         .clone()
         .unwrap_or_default()
@@ -57,7 +57,7 @@ fn an_attempt_past_its_time_limit_is_stopped_and_retried() {
     let (mut core, node, key) = running();
     core.handle_node_message(2 + 30_000, node, NodeMessage::Heartbeat);
     core.handle_tick(2 + 30_000);
-    assert_eq!(core.trials[&key.trial].state, TrialState::Running);
+    assert_eq!(core.book.trial(key.trial).state, TrialState::Running);
     assert!(
         commands(&mut core)
             .iter()
@@ -110,7 +110,7 @@ fn a_worker_killed_for_memory_ends_oom_killed_and_is_retried_then_fails() {
         WorkerReport::Started { key: retry, pid: 8 },
     );
     report(&mut core, 5, node, oom(retry));
-    let trial = &core.trials[&key.trial];
+    let trial = &core.book.trial(key.trial);
     assert_eq!(trial.state, TrialState::Failed);
     let reason = trial.reason.clone().unwrap_or_default();
     assert!(

@@ -69,7 +69,7 @@ fn opted_in_fractions_share_beyond_the_gpu_and_an_eviction_requeues_without_a_re
             total_bytes: 100 << 30,
         },
     );
-    let trial = &core.trials[&evicted.trial];
+    let trial = &core.book.trial(evicted.trial);
     // Requeued, and placed again in the same step: its charge is free again.
     assert_eq!(trial.state, xp_runtime::protocol::TrialState::Placed);
     assert_eq!(trial.failures, 0, "an eviction uses no retry");
@@ -123,7 +123,7 @@ fn opted_in_fractions_share_beyond_the_gpu_and_an_eviction_requeues_without_a_re
         },
     );
     assert_eq!(core.outbox.tally().gpu_memory_evictions, 1);
-    let plain_trial = &core.trials[&plain[0].key.trial];
+    let plain_trial = &core.book.trial(plain[0].key.trial);
     let outcome = plain_trial.attempts[0].outcome.clone().unwrap_or_default();
     assert!(!outcome.starts_with("evicted: "), "{outcome}");
     core.check_invariants();
@@ -162,7 +162,7 @@ fn a_launch_tells_the_node_the_charge_the_policy_core_counts_after_a_policy_chan
     let launch = &placed[0];
     assert_eq!(launch.gpu_milli, 500);
     // Whatever factor the core charged, the node's slot table charges the same.
-    let held = core.trials[&launch.key.trial].attempts[0].workers[0].gpu_milli;
+    let held = core.book.trial(launch.key.trial).attempts[0].workers[0].gpu_milli;
     // Charged at submission, under 1.5: 500 / 1.5 rounded up.
     assert_eq!(held, 334);
     assert_eq!(

@@ -287,7 +287,7 @@ fn work_before_the_resumed_checkpoint_is_not_lost() {
     );
     exited(&mut core, HOUR, node, key, 1);
     let (_, retry) = launches(&commands(&mut core))[0];
-    let attempt = &core.trials[&retry.trial].attempts[1];
+    let attempt = &core.book.trial(retry.trial).attempts[1];
     assert_eq!(attempt.resumed_from, Some((5, 1)));
     assert_eq!(attempt.resumed_checkpoint_at, Some(HOUR / 2));
     // While the retry runs, the report counts it up to now.

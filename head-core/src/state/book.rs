@@ -1,0 +1,409 @@
+//! The experiments and trials book: every experiment with its parsed spec,
+//! every trial with its attempts, each experiment's trial events, and the
+//! succeeded trials new ones may reuse.
+//!
+//! Not here: what a trial's state may change to and what follows a change
+//! (`attempts`); the book stores, numbers and remembers what changed.
+//!
+//! Invariants: every experiment has its spec and every trial its experiment
+//! (the panicking lookups `experiment`, `spec` and `trial` rely on it);
+//! events are numbered from 1 without gaps, in the order they happened; every
+//! experiment or trial handed out for change (`experiment_mut`, `trial_mut`,
+//! `add_*`) is handed out once for persisting (`take_records`), and nothing
+//! restored is (`restore_*`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::{ExperimentId, TrialId};
+use xp_runtime::protocol::{TrialEvent, TrialState};
+use xp_runtime::spec::ExperimentSpec;
+
+use crate::{ExperimentRecord, Record, TrialRecord};
+
+/// Experiments, trials and their events.
+#[derive(Debug)]
+pub(crate) struct Book {
+    experiments: BTreeMap<ExperimentId, ExperimentRecord>,
+    specs: BTreeMap<ExperimentId, ExperimentSpec>,
+    trials: BTreeMap<TrialId, TrialRecord>,
+    events: BTreeMap<ExperimentId, Vec<TrialEvent>>,
+    next_event_seq: u64,
+    /// Succeeded trials that ran themselves, by trial identity: what new
+    /// trials may reuse.
+    reusable: BTreeMap<[u8; 32], TrialId>,
+    dirty_experiments: BTreeSet<ExperimentId>,
+    dirty_trials: BTreeSet<TrialId>,
+}
+
+impl Default for Book {
+    fn default() -> Self {
+        Self {
+            experiments: BTreeMap::new(),
+            specs: BTreeMap::new(),
+            trials: BTreeMap::new(),
+            events: BTreeMap::new(),
+            next_event_seq: 1,
+            reusable: BTreeMap::new(),
+            dirty_experiments: BTreeSet::new(),
+            dirty_trials: BTreeSet::new(),
+        }
+    }
+}
+
+/// Every trial id an experiment can have, for range queries over trials.
+fn trial_range(experiment: ExperimentId) -> std::ops::RangeInclusive<TrialId> {
+    TrialId {
+        experiment,
+        index: 0,
+    }..=TrialId {
+        experiment,
+        index: u32::MAX,
+    }
+}
+
+impl Book {
+    /// Takes back a stored experiment and its spec, not to be persisted again.
+    pub(crate) fn restore_experiment(&mut self, record: ExperimentRecord, spec: ExperimentSpec) {
+        self.specs.insert(record.id, spec);
+        self.experiments.insert(record.id, record);
+    }
+
+    /// Takes back a stored trial, not to be persisted again.
+    pub(crate) fn restore_trial(&mut self, record: TrialRecord) {
+        self.trials.insert(record.id, record);
+    }
+
+    /// Takes back a stored event; numbering goes on after the largest.
+    pub(crate) fn restore_event(&mut self, event: TrialEvent) {
+        self.next_event_seq = self.next_event_seq.max(event.seq + 1);
+        self.events
+            .entry(event.trial.experiment)
+            .or_default()
+            .push(event);
+    }
+
+    /// A new experiment with its spec.
+    pub(crate) fn add_experiment(&mut self, record: ExperimentRecord, spec: ExperimentSpec) {
+        self.dirty_experiments.insert(record.id);
+        self.restore_experiment(record, spec);
+    }
+
+    /// A new trial.
+    pub(crate) fn add_trial(&mut self, record: TrialRecord) {
+        self.dirty_trials.insert(record.id);
+        self.trials.insert(record.id, record);
+    }
+
+    /// An experiment the book holds (see the invariants).
+    pub(crate) fn experiment(&self, id: ExperimentId) -> &ExperimentRecord {
+        self.experiments
+            .get(&id)
+            .expect("an experiment named by a trial or a lookup is in the book")
+    }
+
+    /// An experiment, if the book holds it.
+    pub(crate) fn get_experiment(&self, id: ExperimentId) -> Option<&ExperimentRecord> {
+        self.experiments.get(&id)
+    }
+
+    /// An experiment to change; it is persisted.
+    pub(crate) fn experiment_mut(&mut self, id: ExperimentId) -> Option<&mut ExperimentRecord> {
+        let record = self.experiments.get_mut(&id)?;
+        self.dirty_experiments.insert(id);
+        Some(record)
+    }
+
+    /// Whether the book holds the experiment.
+    pub(crate) fn contains_experiment(&self, id: ExperimentId) -> bool {
+        self.experiments.contains_key(&id)
+    }
+
+    /// Every experiment, by id.
+    pub(crate) fn experiments(&self) -> impl DoubleEndedIterator<Item = &ExperimentRecord> {
+        self.experiments.values()
+    }
+
+    /// Every experiment's id, in order.
+    pub(crate) fn experiment_ids(&self) -> impl DoubleEndedIterator<Item = ExperimentId> + '_ {
+        self.experiments.keys().copied()
+    }
+
+    /// How many experiments the book holds.
+    pub(crate) fn experiment_count(&self) -> usize {
+        self.experiments.len()
+    }
+
+    /// The spec of an experiment the book holds.
+    pub(crate) fn spec(&self, experiment: ExperimentId) -> &ExperimentSpec {
+        self.specs
+            .get(&experiment)
+            .expect("every experiment in the book has its spec")
+    }
+
+    /// Every experiment's spec, by id.
+    pub(crate) fn specs(&self) -> impl Iterator<Item = (&ExperimentId, &ExperimentSpec)> {
+        self.specs.iter()
+    }
+
+    /// The spec of an experiment, if the book holds it.
+    pub(crate) fn get_spec(&self, experiment: ExperimentId) -> Option<&ExperimentSpec> {
+        self.specs.get(&experiment)
+    }
+
+    /// A trial the book holds (see the invariants).
+    pub(crate) fn trial(&self, id: TrialId) -> &TrialRecord {
+        self.trials
+            .get(&id)
+            .expect("a trial named by an attempt, a report or a lookup is in the book")
+    }
+
+    /// A trial, if the book holds it.
+    pub(crate) fn get_trial(&self, id: TrialId) -> Option<&TrialRecord> {
+        self.trials.get(&id)
+    }
+
+    /// A trial to change; it is persisted.
+    pub(crate) fn trial_mut(&mut self, id: TrialId) -> Option<&mut TrialRecord> {
+        let record = self.trials.get_mut(&id)?;
+        self.dirty_trials.insert(id);
+        Some(record)
+    }
+
+    /// Whether the book holds the trial.
+    pub(crate) fn contains_trial(&self, id: TrialId) -> bool {
+        self.trials.contains_key(&id)
+    }
+
+    /// Every trial, by id.
+    pub(crate) fn trials(&self) -> impl DoubleEndedIterator<Item = &TrialRecord> {
+        self.trials.values()
+    }
+
+    /// The trials of one experiment by index, each with its id.
+    pub(crate) fn trials_of(
+        &self,
+        experiment: ExperimentId,
+    ) -> impl DoubleEndedIterator<Item = (&TrialId, &TrialRecord)> {
+        self.trials.range(trial_range(experiment))
+    }
+
+    /// The trials between two bounds, by id (a page's listing).
+    pub(crate) fn trials_between(
+        &self,
+        start: Bound<TrialId>,
+        end: Bound<TrialId>,
+    ) -> impl DoubleEndedIterator<Item = &TrialRecord> {
+        self.trials.range((start, end)).map(|(_, trial)| trial)
+    }
+
+    /// How many trials the book holds.
+    pub(crate) fn trial_count(&self) -> usize {
+        self.trials.len()
+    }
+
+    /// Numbers and keeps an event; returns it, for persisting.
+    pub(crate) fn push_event(
+        &mut self,
+        at: UnixMillis,
+        trial: TrialId,
+        state: TrialState,
+        attempt: u32,
+        reason: String,
+    ) -> TrialEvent {
+        let event = TrialEvent {
+            seq: self.next_event_seq,
+            at,
+            trial,
+            state,
+            attempt,
+            reason,
+        };
+        self.next_event_seq += 1;
+        self.events
+            .entry(trial.experiment)
+            .or_default()
+            .push(event.clone());
+        event
+    }
+
+    /// An experiment's events, oldest first.
+    pub(crate) fn events_of(&self, experiment: ExperimentId) -> &[TrialEvent] {
+        self.events.get(&experiment).map_or(&[], Vec::as_slice)
+    }
+
+    /// The number of the newest event (0 before the first).
+    pub(crate) fn last_event_seq(&self) -> u64 {
+        self.next_event_seq - 1
+    }
+
+    /// A succeeded trial that ran itself with `identity`, whose result a new
+    /// trial may reuse.
+    pub(crate) fn reusable(&self, identity: &[u8; 32]) -> Option<TrialId> {
+        self.reusable.get(identity).copied()
+    }
+
+    /// `trial` succeeded by running with `identity`; the first one stays the source.
+    pub(crate) fn remember_success(&mut self, identity: [u8; 32], trial: TrialId) {
+        self.reusable.entry(identity).or_insert(trial);
+    }
+
+    /// The experiments and trials changed since the last call, as records to
+    /// persist (experiments first).
+    pub(crate) fn take_records(&mut self) -> Vec<Record> {
+        let experiments = std::mem::take(&mut self.dirty_experiments)
+            .into_iter()
+            .filter_map(|id| self.experiments.get(&id).cloned().map(Record::Experiment));
+        let trials = std::mem::take(&mut self.dirty_trials)
+            .into_iter()
+            .filter_map(|id| self.trials.get(&id).cloned().map(Record::Trial));
+        experiments.chain(trials).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn experiment(seed: u8) -> (ExperimentRecord, ExperimentSpec) {
+        let id = ExperimentId::from_content_hash(&[seed; 32], 1);
+        let spec = ExperimentSpec::from_yaml("name: a\ntrial: {command: [echo]}\n").unwrap();
+        let record = ExperimentRecord {
+            id,
+            content_hash: [seed; 32],
+            spec_json: spec.to_canonical_json(),
+            program: None,
+            code_version: String::new(),
+            data_version: String::new(),
+            submitted_at: 0,
+            cancelled: false,
+            rerun: false,
+            sweep_log: Vec::new(),
+        };
+        (record, spec)
+    }
+
+    fn trial(experiment: ExperimentId, index: u32) -> TrialRecord {
+        TrialRecord {
+            id: TrialId { experiment, index },
+            config_json: "{}".to_owned(),
+            seed: 0,
+            state: TrialState::Pending,
+            attempts: Vec::new(),
+            failures: 0,
+            metrics: BTreeMap::new(),
+            last_step: None,
+            reason: None,
+            queued_at: 0,
+            reused_from: None,
+            requeues: 0,
+            preemptions: 0,
+            held: false,
+            priority_override: None,
+            queue_override: None,
+            checkpoints: Vec::new(),
+            created_at: None,
+            finished_at: None,
+            outputs: Vec::new(),
+            waited: false,
+        }
+    }
+
+    fn kinds(records: &[Record]) -> Vec<&'static str> {
+        records
+            .iter()
+            .map(|record| match record {
+                Record::Experiment(_) => "experiment",
+                Record::Trial(_) => "trial",
+                _ => "other",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn what_changed_is_persisted_once_and_what_was_restored_is_not() {
+        let mut book = Book::default();
+        let (stored, spec) = experiment(1);
+        let id = stored.id;
+        book.restore_experiment(stored, spec.clone());
+        book.restore_trial(trial(id, 0));
+        assert!(
+            book.take_records().is_empty(),
+            "restored records are stored already"
+        );
+        let (new, new_spec) = experiment(2);
+        book.add_experiment(new, new_spec);
+        book.add_trial(trial(id, 1));
+        book.trial_mut(TrialId {
+            experiment: id,
+            index: 0,
+        })
+        .unwrap()
+        .held = true;
+        assert_eq!(
+            kinds(&book.take_records()),
+            ["experiment", "trial", "trial"]
+        );
+        assert!(book.take_records().is_empty());
+        assert_eq!(book.spec(id).name, spec.name);
+        assert_eq!(book.trials_of(id).count(), 2);
+        assert!(
+            book.trial_mut(TrialId {
+                experiment: id,
+                index: 9
+            })
+            .is_none()
+        );
+        assert!(
+            book.take_records().is_empty(),
+            "an unknown trial marks nothing"
+        );
+    }
+
+    #[test]
+    fn events_are_numbered_after_the_restored_ones_and_kept_per_experiment() {
+        let mut book = Book::default();
+        let (record, spec) = experiment(1);
+        let id = record.id;
+        book.restore_experiment(record, spec);
+        let trial_id = TrialId {
+            experiment: id,
+            index: 0,
+        };
+        assert_eq!(book.last_event_seq(), 0);
+        let mut old = book.push_event(1, trial_id, TrialState::Queued, 0, "a".to_owned());
+        old.seq = 41;
+        let mut restarted = Book::default();
+        restarted.restore_event(old);
+        let next = restarted.push_event(2, trial_id, TrialState::Running, 1, "b".to_owned());
+        assert_eq!(next.seq, 42);
+        assert_eq!(restarted.last_event_seq(), 42);
+        assert_eq!(restarted.events_of(id).len(), 2);
+        assert!(
+            restarted
+                .events_of(ExperimentId::from_content_hash(&[9; 32], 1))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn the_first_success_of_an_identity_is_the_one_reused() {
+        let mut book = Book::default();
+        let (record, _) = experiment(1);
+        let first = TrialId {
+            experiment: record.id,
+            index: 0,
+        };
+        let second = TrialId {
+            experiment: record.id,
+            index: 1,
+        };
+        assert_eq!(book.reusable(&[7; 32]), None);
+        book.remember_success([7; 32], first);
+        book.remember_success([7; 32], second);
+        assert_eq!(book.reusable(&[7; 32]), Some(first));
+    }
+}
