@@ -98,13 +98,14 @@
 //!   (GPUs × unsaved run; after a day, whatever it loses): until then it waits
 //!   for work to end or checkpoint.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::place::Strategy;
 
 mod text;
+mod validate;
 use self::text::{duration_text, memory_text, optional_duration_text, thousandths};
 
 /// The largest policy document accepted, so a stray file cannot exhaust memory.
@@ -491,36 +492,6 @@ impl AttainedServiceConfig {
             .map(|hours| (hours * 3_600_000.0).round().min(u64::MAX as f64) as u64)
             .collect()
     }
-
-    /// Checks the edges: finite, positive, strictly increasing, few.
-    fn validate(&self) -> Result<(), PolicyError> {
-        let field = "attained_service.thresholds_gpu_hours";
-        if self.thresholds_gpu_hours.len() > MAX_LAS_THRESHOLDS {
-            return Err(invalid(
-                field,
-                format!("at most {MAX_LAS_THRESHOLDS} thresholds"),
-            ));
-        }
-        let mut previous = 0.0;
-        for hours in &self.thresholds_gpu_hours {
-            if !(hours.is_finite() && *hours > previous && *hours <= 1e9) {
-                return Err(invalid(
-                    field,
-                    format!(
-                        "{hours} is not a GPU-hour count above the one before it (and at most 1e9)"
-                    ),
-                ));
-            }
-            previous = *hours;
-        }
-        if self.delay_per_gpu_ms > MAX_DELAY_PER_GPU_MS {
-            return Err(invalid(
-                "attained_service.delay_per_gpu",
-                "at most 7 days".to_owned(),
-            ));
-        }
-        Ok(())
-    }
 }
 
 /// The longest `delay_per_gpu` accepted: beyond it a gang's place would
@@ -687,13 +658,6 @@ pub enum PolicyError {
     },
 }
 
-fn invalid(field: impl Into<String>, reason: impl Into<String>) -> PolicyError {
-    PolicyError::Invalid {
-        field: field.into(),
-        reason: reason.into(),
-    }
-}
-
 impl Default for PolicyConfig {
     /// The `default` preset.
     fn default() -> Self {
@@ -821,169 +785,6 @@ impl PolicyConfig {
                     .find(|queue| queue.name == "default" && queue.team.is_none())
             })
             .or_else(|| self.queues.iter().find(|queue| queue.team.is_none()))
-    }
-
-    /// Checks every value, naming the first offending queue and field.
-    pub fn validate(&self) -> Result<(), PolicyError> {
-        if !(self.oversubscription.is_finite()
-            && (1.0..=MAX_OVERSUBSCRIPTION).contains(&self.oversubscription))
-        {
-            return Err(invalid(
-                "oversubscription",
-                format!("must be a number from 1 to {MAX_OVERSUBSCRIPTION}"),
-            ));
-        }
-        for (model, price) in &self.prices {
-            if model.trim().is_empty() || model.len() > 128 {
-                return Err(invalid("prices", "a GPU model name is 1 to 128 characters"));
-            }
-            if !(price.is_finite() && *price >= 0.0) {
-                return Err(invalid(
-                    format!("prices.{model}"),
-                    "must be a finite number >= 0 (currency units per GPU-hour)",
-                ));
-            }
-        }
-        if self.webhooks.allow.len() > MAX_WEBHOOK_ALLOW {
-            return Err(invalid(
-                "webhooks.allow",
-                format!("at most {MAX_WEBHOOK_ALLOW} networks"),
-            ));
-        }
-        xp_runtime::spec::validate_alert_rules(&self.alerts, "alerts").map_err(
-            |error| match error {
-                xp_runtime::spec::SpecError::Invalid { field, reason } => invalid(field, reason),
-                other => invalid("alerts", other.to_string()),
-            },
-        )?;
-        if self.queues.is_empty() {
-            return Err(invalid(
-                "queues",
-                "declare at least one queue, or leave `queues` out for one open queue",
-            ));
-        }
-        let mut names = BTreeSet::new();
-        for (index, queue) in self.queues.iter().enumerate() {
-            if queue.name.trim().is_empty() {
-                return Err(invalid(
-                    format!("queues[{index}].name"),
-                    "must not be empty",
-                ));
-            }
-            let at = |field: &str| format!("queues[{}].{field}", queue.name);
-            if !names.insert(queue.name.as_str()) {
-                return Err(invalid(at("name"), "another queue has this name"));
-            }
-            if queue
-                .team
-                .as_deref()
-                .is_some_and(|team| team.trim().is_empty())
-            {
-                return Err(invalid(
-                    at("team"),
-                    "must not be empty; leave it out for an open queue",
-                ));
-            }
-            if queue
-                .cohort
-                .as_deref()
-                .is_some_and(|cohort| cohort.trim().is_empty())
-            {
-                return Err(invalid(at("cohort"), "must not be empty"));
-            }
-            if !(queue.weight.is_finite() && queue.weight > 0.0) {
-                return Err(invalid(
-                    at("weight"),
-                    format!("{} is not a positive number", queue.weight),
-                ));
-            }
-            let quota = queue.quota.as_array();
-            for (limits, what) in [
-                (&queue.borrowing_limit, "borrowing_limit"),
-                (&queue.lending_limit, "lending_limit"),
-            ] {
-                for (resource, limit) in limits.as_array().into_iter().enumerate() {
-                    let Some(limit) = limit else { continue };
-                    let field = at(&format!("{what}.{}", RESOURCE_NAMES[resource]));
-                    if queue.cohort.is_none() {
-                        return Err(invalid(field, "only a queue in a cohort borrows or lends"));
-                    }
-                    let Some(nominal) = quota[resource] else {
-                        return Err(invalid(
-                            field,
-                            "the quota of this resource is unlimited, so there is nothing to limit",
-                        ));
-                    };
-                    if what == "lending_limit" && limit > nominal {
-                        return Err(invalid(
-                            field,
-                            format!("{limit} is more than the quota {nominal}"),
-                        ));
-                    }
-                }
-            }
-        }
-        self.validate_leases()?;
-        for name in self.priority_classes.keys() {
-            if name.trim().is_empty() {
-                return Err(invalid(
-                    "priority_classes",
-                    "a class name must not be empty",
-                ));
-            }
-        }
-        if let Some(las) = &self.attained_service {
-            las.validate()?;
-        }
-        if self.admission.max_pending_per_team == 0 {
-            return Err(invalid(
-                "admission.max_pending_per_team",
-                "must be at least 1",
-            ));
-        }
-        Ok(())
-    }
-
-    /// Checks the declared leases and every queue's lease quota.
-    fn validate_leases(&self) -> Result<(), PolicyError> {
-        if self.leases.len() > MAX_LEASES {
-            return Err(invalid(
-                "leases",
-                format!("{} leases, more than {MAX_LEASES}", self.leases.len()),
-            ));
-        }
-        for (name, capacity) in &self.leases {
-            check_lease_name(name).map_err(|error| invalid("leases", error.to_string()))?;
-            if *capacity == 0 || *capacity > MAX_LEASE_UNITS {
-                return Err(invalid(
-                    format!("leases.{name}"),
-                    format!("capacity {capacity} is not between 1 and {MAX_LEASE_UNITS}"),
-                ));
-            }
-        }
-        for queue in &self.queues {
-            let at = |field: &str| format!("queues[{}].{field}", queue.name);
-            for (limits, what) in [
-                (&queue.borrowing_limit, "borrowing_limit"),
-                (&queue.lending_limit, "lending_limit"),
-            ] {
-                if !limits.leases.is_empty() {
-                    return Err(invalid(
-                        at(&format!("{what}.leases")),
-                        "leases are not lent or borrowed; a lease quota is a hard cap",
-                    ));
-                }
-            }
-            for name in queue.quota.leases.keys() {
-                if !self.leases.contains_key(name) {
-                    return Err(invalid(
-                        at(&format!("quota.leases.{name}")),
-                        format!("the policy declares no lease {name:?} under `leases`"),
-                    ));
-                }
-            }
-        }
-        Ok(())
     }
 }
 

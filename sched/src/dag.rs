@@ -186,32 +186,75 @@ pub fn critical_path(nodes: &[DagNode]) -> Result<CriticalPath, DagError> {
         .enumerate()
         .map(|(index, node)| remaining_of(index, node))
         .collect::<Result<Vec<f64>, DagError>>()?;
-    let count = nodes.len();
 
     // Earliest finish: a node finishes its remaining time after its last need.
-    let mut earliest_finish = vec![0.0f64; count];
-    for &node in &order {
+    let earliest_finish = earliest_finishes(&order, &needs, &remaining);
+    let remaining_s = earliest_finish.iter().copied().fold(0.0, f64::max);
+    // Latest finish that does not delay the whole.
+    let latest_finish = latest_finishes(&order, &needs, &remaining, remaining_s);
+    // Additions in a different order round differently; a slack this close to
+    // zero is zero.
+    let tolerance = 1e-9 * remaining_s.max(1.0);
+    let (slack_s, on_critical) = slacks(nodes, &earliest_finish, &latest_finish, tolerance);
+    let path = longest_path(
+        nodes,
+        &Timing {
+            needs: &needs,
+            remaining: &remaining,
+            earliest_finish: &earliest_finish,
+            remaining_s,
+            tolerance,
+        },
+    );
+    Ok(CriticalPath {
+        path,
+        remaining_s,
+        slack_s,
+        on_critical,
+    })
+}
+
+/// Each node's earliest finish: its remaining time after its last need's.
+fn earliest_finishes(order: &[usize], needs: &[Vec<usize>], remaining: &[f64]) -> Vec<f64> {
+    let mut earliest_finish = vec![0.0f64; needs.len()];
+    for &node in order {
         let start = needs[node]
             .iter()
             .map(|&need| earliest_finish[need])
             .fold(0.0, f64::max);
         earliest_finish[node] = start + remaining[node];
     }
-    let remaining_s = earliest_finish.iter().copied().fold(0.0, f64::max);
+    earliest_finish
+}
 
-    // Latest finish that does not delay the whole: the earliest latest start of
-    // its dependents, or the finish itself for a node nothing needs.
-    let mut latest_finish = vec![remaining_s; count];
+/// Each node's latest finish that does not delay the whole (`remaining_s`):
+/// the earliest latest start of its dependents, or the finish itself for a
+/// node nothing needs.
+fn latest_finishes(
+    order: &[usize],
+    needs: &[Vec<usize>],
+    remaining: &[f64],
+    remaining_s: f64,
+) -> Vec<f64> {
+    let mut latest_finish = vec![remaining_s; needs.len()];
     for &node in order.iter().rev() {
         let latest_start = latest_finish[node] - remaining[node];
         for &need in &needs[node] {
             latest_finish[need] = latest_finish[need].min(latest_start);
         }
     }
+    latest_finish
+}
 
-    // Additions in a different order round differently; a slack this close to
-    // zero is zero.
-    let tolerance = 1e-9 * remaining_s.max(1.0);
+/// Each unfinished node's slack, and whether it is on a critical path (its
+/// slack within `tolerance` of zero, when it counts as zero).
+fn slacks(
+    nodes: &[DagNode],
+    earliest_finish: &[f64],
+    latest_finish: &[f64],
+    tolerance: f64,
+) -> (Vec<f64>, Vec<bool>) {
+    let count = nodes.len();
     let mut slack_s = vec![0.0f64; count];
     let mut on_critical = vec![false; count];
     for node in 0..count {
@@ -225,11 +268,30 @@ pub fn critical_path(nodes: &[DagNode]) -> Result<CriticalPath, DagError> {
             slack_s[node] = slack;
         }
     }
+    (slack_s, on_critical)
+}
 
-    // One longest path, walked back from the node that finishes last through,
-    // at each step, the need that finishes exactly when the node can start.
+/// What [`longest_path`] walks back through.
+struct Timing<'a> {
+    needs: &'a [Vec<usize>],
+    remaining: &'a [f64],
+    earliest_finish: &'a [f64],
+    remaining_s: f64,
+    tolerance: f64,
+}
+
+/// One longest path, walked back from the node that finishes last through,
+/// at each step, the need that finishes exactly when the node can start.
+fn longest_path(nodes: &[DagNode], timing: &Timing<'_>) -> Vec<usize> {
+    let Timing {
+        needs,
+        remaining,
+        earliest_finish,
+        remaining_s,
+        tolerance,
+    } = *timing;
     let mut path = Vec::new();
-    let last = (0..count)
+    let last = (0..nodes.len())
         .filter(|&node| nodes[node].state != NodeProgress::Done)
         .filter(|&node| earliest_finish[node] >= remaining_s - tolerance)
         .min();
@@ -256,13 +318,7 @@ pub fn critical_path(nodes: &[DagNode]) -> Result<CriticalPath, DagError> {
         }
         path.reverse();
     }
-
-    Ok(CriticalPath {
-        path,
-        remaining_s,
-        slack_s,
-        on_critical,
-    })
+    path
 }
 
 /// Estimates a duration in seconds: the median of the history (durations of

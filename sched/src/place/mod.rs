@@ -205,6 +205,14 @@ pub struct NodePool {
     task_mix: Option<TaskMix>,
 }
 
+/// What an allocation asks of one node: thousandths per GPU index, CPU and memory.
+#[derive(Default)]
+struct NodeRequest {
+    gpus: BTreeMap<u32, u64>,
+    cpu_milli: u64,
+    memory_bytes: u64,
+}
+
 impl NodePool {
     /// An empty pool.
     pub fn new() -> Self {
@@ -333,13 +341,29 @@ impl NodePool {
     /// be known and schedulable and every share in range, and the request as a
     /// whole (workers sharing a GPU or node add up) must fit what is free.
     pub fn allocate(&mut self, workers: &[WorkerPlacement]) -> Result<(), PlaceError> {
-        #[derive(Default)]
-        struct Request {
-            gpus: BTreeMap<u32, u64>,
-            cpu_milli: u64,
-            memory_bytes: u64,
+        let requests = self.requests_by_node(workers)?;
+        self.check_room(&requests)?;
+        for (idx, request) in requests {
+            self.update_usage(idx, |usage| {
+                for (index, milli) in &request.gpus {
+                    // Checked above: the sum stays within one GPU.
+                    usage.gpu_used[*index as usize] += *milli as u32;
+                }
+                usage.cpu_milli += request.cpu_milli;
+                usage.memory_bytes += request.memory_bytes;
+            });
         }
-        let mut requests: BTreeMap<usize, Request> = BTreeMap::new();
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// What `workers` ask of each node (by index), summed; refused when a node
+    /// is unknown or not schedulable, or a share is out of range.
+    fn requests_by_node(
+        &self,
+        workers: &[WorkerPlacement],
+    ) -> Result<BTreeMap<usize, NodeRequest>, PlaceError> {
+        let mut requests: BTreeMap<usize, NodeRequest> = BTreeMap::new();
         for worker in workers {
             let node = worker.node;
             let idx = *self
@@ -371,7 +395,13 @@ impl NodePool {
             request.cpu_milli = request.cpu_milli.saturating_add(worker.cpu_milli);
             request.memory_bytes = request.memory_bytes.saturating_add(worker.memory_bytes);
         }
-        for (idx, request) in &requests {
+        Ok(requests)
+    }
+
+    /// Whether each node has the room `requests` ask of it: every GPU, CPU and
+    /// memory.
+    fn check_room(&self, requests: &BTreeMap<usize, NodeRequest>) -> Result<(), PlaceError> {
+        for (idx, request) in requests {
             let view = self.nodes[*idx].view();
             let node = view.spec.id;
             for (index, requested) in &request.gpus {
@@ -401,17 +431,6 @@ impl NodePool {
                 });
             }
         }
-        for (idx, request) in requests {
-            self.update_usage(idx, |usage| {
-                for (index, milli) in &request.gpus {
-                    // Checked above: the sum stays within one GPU.
-                    usage.gpu_used[*index as usize] += *milli as u32;
-                }
-                usage.cpu_milli += request.cpu_milli;
-                usage.memory_bytes += request.memory_bytes;
-            });
-        }
-        self.generation += 1;
         Ok(())
     }
 

@@ -37,7 +37,7 @@ use xp_runtime::seeded::SplitMix64;
 use super::index::{Narrowing, SharedKey};
 use super::node::{Demand, GpuNeed, NodeView, Usage, add_amount, matches_constraints, sub_amount};
 use super::{NodePool, Strategy, TaskMix, WHOLE_GPU};
-use crate::{GangShape, WorkerPlacement};
+use crate::{Amount, GangShape, WorkerPlacement};
 
 /// The node a single-node search picked and, when the strategy chose it, the
 /// GPU of a single fractional worker (else workers go where
@@ -132,6 +132,127 @@ fn skip_scan_slice(entries: &[SharedKey], min_room: u32, min_cpu: u64) -> Shared
     )
 }
 
+/// The pool's counts as a search sees them: with the overlay's nodes as the
+/// overlay leaves them.
+struct Counts {
+    /// Schedulable nodes by whole free GPUs.
+    bucket_sizes: Vec<u64>,
+    /// Partly used GPUs.
+    shared_count: u64,
+    /// Fractional workers of the demand's share that partly used GPUs hold.
+    shared_slots: u64,
+    /// Free amounts in total.
+    free: Amount,
+    /// Schedulable overlay nodes, keyed like `by_free_whole`, sorted.
+    overlay_buckets: Vec<Vec<(u64, usize)>>,
+    /// Partly used GPUs of schedulable overlay nodes, sorted.
+    overlay_shared: Vec<SharedKey>,
+}
+
+impl Counts {
+    /// The pool's counts, each overlay node's taken out as it is and put back
+    /// as the overlay leaves it.
+    fn with_overlay(pool: &NodePool, demand: &Demand, overlay: &BTreeMap<usize, Usage>) -> Self {
+        // Fractional workers that partly used GPUs hold, exactly.
+        let partial_slots = |view: NodeView<'_>| -> u64 {
+            match demand.gpu {
+                GpuNeed::Fraction(share) => view
+                    .partly_used()
+                    .map(|(_, room)| u64::from(room / share))
+                    .sum(),
+                GpuNeed::None | GpuNeed::Whole(_) => 0,
+            }
+        };
+        let mut counts = Self {
+            bucket_sizes: pool
+                .by_free_whole
+                .iter()
+                .map(|set| set.len() as u64)
+                .collect(),
+            shared_count: pool.shared.len() as u64,
+            shared_slots: match demand.gpu {
+                GpuNeed::Fraction(share) => pool
+                    .shared_by_room
+                    .iter()
+                    .enumerate()
+                    .skip(share as usize)
+                    .map(|(room, count)| count * (room as u64 / u64::from(share)))
+                    .sum(),
+                GpuNeed::None | GpuNeed::Whole(_) => 0,
+            },
+            free: pool.free_total,
+            overlay_buckets: Vec::new(),
+            overlay_shared: Vec::new(),
+        };
+        for (idx, usage) in overlay {
+            let node = &pool.nodes[*idx];
+            if !node.schedulable {
+                continue;
+            }
+            let before = node.view();
+            let after = NodeView { usage, ..before };
+            counts.bucket_sizes[before.usage.free_whole as usize] -= 1;
+            counts.shared_count -= before.partly_used().count() as u64;
+            counts.shared_slots -= partial_slots(before);
+            sub_amount(&mut counts.free, before.free());
+            let bucket = after.usage.free_whole as usize;
+            if counts.bucket_sizes.len() <= bucket {
+                counts.bucket_sizes.resize(bucket + 1, 0);
+            }
+            counts.bucket_sizes[bucket] += 1;
+            counts.shared_count += after.partly_used().count() as u64;
+            counts.shared_slots += partial_slots(after);
+            add_amount(&mut counts.free, after.free());
+            if counts.overlay_buckets.len() <= bucket {
+                counts.overlay_buckets.resize_with(bucket + 1, Vec::new);
+            }
+            counts.overlay_buckets[bucket].push((after.free_cpu(), *idx));
+            counts.overlay_shared.extend(
+                after
+                    .partly_used()
+                    .map(|(gpu, room)| (room, after.free_cpu(), *idx, gpu)),
+            );
+        }
+        for bucket in &mut counts.overlay_buckets {
+            bucket.sort_unstable();
+        }
+        counts.overlay_shared.sort_unstable();
+        counts
+    }
+
+    /// Whether the totals could hold the gang: the free amounts, and the
+    /// workers the free GPUs hold counted GPU by GPU (O(G), or O(1000) for
+    /// fractions).
+    fn could_hold(&self, gang: &GangShape, demand: &Demand) -> bool {
+        let workers = demand.workers;
+        let per_worker = gang.per_worker;
+        if self.free.cpu_milli < per_worker.cpu_milli.saturating_mul(workers)
+            || self.free.memory_bytes < per_worker.memory_bytes.saturating_mul(workers)
+            || self.free.gpu_milli < per_worker.gpu_milli.saturating_mul(workers)
+        {
+            return false;
+        }
+        let gpu_slots: u64 = match demand.gpu {
+            GpuNeed::None => u64::MAX,
+            GpuNeed::Whole(gpus) => self
+                .bucket_sizes
+                .iter()
+                .enumerate()
+                .map(|(bucket, size)| size.saturating_mul(bucket as u64 / u64::from(gpus)))
+                .fold(0, u64::saturating_add),
+            GpuNeed::Fraction(share) => self
+                .bucket_sizes
+                .iter()
+                .enumerate()
+                .map(|(bucket, size)| {
+                    size.saturating_mul(bucket as u64 * u64::from(WHOLE_GPU / share))
+                })
+                .fold(self.shared_slots, u64::saturating_add),
+        };
+        gpu_slots >= workers
+    }
+}
+
 /// One search: the pool as seen with the what-if usage of touched nodes, and, for
 /// a gang whose labels or models select few nodes, a private index of those.
 pub(super) struct Search<'a> {
@@ -219,98 +340,17 @@ impl<'a> Search<'a> {
         if matches!(narrowing, Narrowing::Nothing) {
             return None;
         }
-        let mut bucket_sizes: Vec<u64> = pool
-            .by_free_whole
-            .iter()
-            .map(|set| set.len() as u64)
-            .collect();
-        let mut shared_count = pool.shared.len() as u64;
-        // Fractional workers that partly used GPUs hold, exactly.
-        let partial_slots = |view: NodeView<'_>| -> u64 {
-            match demand.gpu {
-                GpuNeed::Fraction(share) => view
-                    .partly_used()
-                    .map(|(_, room)| u64::from(room / share))
-                    .sum(),
-                GpuNeed::None | GpuNeed::Whole(_) => 0,
-            }
-        };
-        let mut shared_slots: u64 = match demand.gpu {
-            GpuNeed::Fraction(share) => pool
-                .shared_by_room
-                .iter()
-                .enumerate()
-                .skip(share as usize)
-                .map(|(room, count)| count * (room as u64 / u64::from(share)))
-                .sum(),
-            GpuNeed::None | GpuNeed::Whole(_) => 0,
-        };
-        let mut free = pool.free_total;
-        let mut overlay_buckets: Vec<Vec<(u64, usize)>> = Vec::new();
-        let mut overlay_shared = Vec::new();
-        for (idx, usage) in overlay {
-            let node = &pool.nodes[*idx];
-            if !node.schedulable {
-                continue;
-            }
-            let before = node.view();
-            let after = NodeView { usage, ..before };
-            bucket_sizes[before.usage.free_whole as usize] -= 1;
-            shared_count -= before.partly_used().count() as u64;
-            shared_slots -= partial_slots(before);
-            sub_amount(&mut free, before.free());
-            let bucket = after.usage.free_whole as usize;
-            if bucket_sizes.len() <= bucket {
-                bucket_sizes.resize(bucket + 1, 0);
-            }
-            bucket_sizes[bucket] += 1;
-            shared_count += after.partly_used().count() as u64;
-            shared_slots += partial_slots(after);
-            add_amount(&mut free, after.free());
-            if overlay_buckets.len() <= bucket {
-                overlay_buckets.resize_with(bucket + 1, Vec::new);
-            }
-            overlay_buckets[bucket].push((after.free_cpu(), *idx));
-            overlay_shared.extend(
-                after
-                    .partly_used()
-                    .map(|(gpu, room)| (room, after.free_cpu(), *idx, gpu)),
-            );
-        }
-        for bucket in &mut overlay_buckets {
-            bucket.sort_unstable();
-        }
-        overlay_shared.sort_unstable();
-
-        // Refuse what the totals cannot hold: the free amounts, and the workers
-        // the free GPUs hold counted GPU by GPU (O(G), or O(1000) for fractions).
-        let workers = demand.workers;
-        let per_worker = gang.per_worker;
-        if free.cpu_milli < per_worker.cpu_milli.saturating_mul(workers)
-            || free.memory_bytes < per_worker.memory_bytes.saturating_mul(workers)
-            || free.gpu_milli < per_worker.gpu_milli.saturating_mul(workers)
-        {
+        let counts = Counts::with_overlay(pool, &demand, overlay);
+        if !counts.could_hold(gang, &demand) {
             return None;
         }
-        let gpu_slots: u64 = match demand.gpu {
-            GpuNeed::None => u64::MAX,
-            GpuNeed::Whole(gpus) => bucket_sizes
-                .iter()
-                .enumerate()
-                .map(|(bucket, size)| size.saturating_mul(bucket as u64 / u64::from(gpus)))
-                .fold(0, u64::saturating_add),
-            GpuNeed::Fraction(share) => bucket_sizes
-                .iter()
-                .enumerate()
-                .map(|(bucket, size)| {
-                    size.saturating_mul(bucket as u64 * u64::from(WHOLE_GPU / share))
-                })
-                .fold(shared_slots, u64::saturating_add),
-        };
-        if gpu_slots < workers {
-            return None;
-        }
-
+        let Counts {
+            bucket_sizes,
+            shared_count,
+            overlay_buckets,
+            overlay_shared,
+            ..
+        } = counts;
         let mut search = Self {
             pool,
             gang,

@@ -824,33 +824,51 @@ fn check_placement(
     };
     prop_assert!(pool.could_ever_fit(gang));
     prop_assert_eq!(found.len(), gang.workers as usize);
-    let fit_of = |id: NodeId| {
-        fits.iter()
-            .find(|(node, _, _)| *node == id)
-            .map(|(_, rack, fit)| (rack.clone(), *fit))
-    };
-    let used = nodes_used(found);
-    for node in &used {
+    for node in &nodes_used(found) {
         let on_node = found.iter().filter(|worker| worker.node == *node).count() as u64;
-        let (_, fit) = fit_of(*node).expect("placed on a usable node with room");
+        let (_, fit) = fit_of(&fits, *node).expect("placed on a usable node with room");
         prop_assert!(on_node <= fit);
     }
     for worker in found {
         let shares: u64 = worker.gpus.iter().map(|share| u64::from(share.milli)).sum();
         prop_assert_eq!(shares, gang.per_worker.gpu_milli);
     }
+    check_layout(gang, strategy, found, &fits)?;
+    check_single_worker_choice(pool, gang, strategy, found, &fits)
+}
+
+/// A node's rack and how many workers it holds, from the brute-force count.
+fn fit_of(fits: &[(NodeId, Option<String>, u64)], id: NodeId) -> Option<(Option<String>, u64)> {
+    fits.iter()
+        .find(|(node, _, _)| *node == id)
+        .map(|(_, rack, fit)| (rack.clone(), *fit))
+}
+
+/// How a gang is laid out: one worker per node (in one rack when possible)
+/// when spread, else one node, else one rack, when one holds it, on the fewest
+/// nodes for bin-packing.
+fn check_layout(
+    gang: &GangShape,
+    strategy: Strategy,
+    found: &[WorkerPlacement],
+    fits: &[(NodeId, Option<String>, u64)],
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    let workers = u64::from(gang.workers);
+    let used = nodes_used(found);
     let spread = !matches!(strategy, Strategy::Random { .. })
         && (gang.spread || strategy == Strategy::Spread);
     let one_node_holds_all = fits.iter().any(|(_, _, fit)| *fit >= workers);
     let mut racks: BTreeMap<Option<String>, Vec<u64>> = BTreeMap::new();
-    for (_, rack, fit) in &fits {
+    for (_, rack, fit) in fits {
         racks.entry(rack.clone()).or_default().push(*fit);
     }
     let rack_holds_all = racks
         .iter()
         .any(|(rack, fits)| rack.is_some() && fits.iter().sum::<u64>() >= workers);
-    let placed_racks: BTreeSet<Option<String>> =
-        used.iter().map(|node| fit_of(*node).unwrap().0).collect();
+    let placed_racks: BTreeSet<Option<String>> = used
+        .iter()
+        .map(|node| fit_of(fits, *node).unwrap().0)
+        .collect();
     if spread && workers > 1 {
         if fits.len() as u64 >= workers {
             prop_assert_eq!(
@@ -881,6 +899,21 @@ fn check_placement(
         let all: Vec<u64> = fits.iter().map(|(_, _, fit)| *fit).collect();
         prop_assert_eq!(used.len(), fewest(&all, workers), "the fewest nodes");
     }
+    Ok(())
+}
+
+/// Where a single worker goes: bin-packing takes the fullest node that holds
+/// it (and a partly used GPU before a free one), spread the emptiest.
+fn check_single_worker_choice(
+    pool: &NodePool,
+    gang: &GangShape,
+    strategy: Strategy,
+    found: &[WorkerPlacement],
+    fits: &[(NodeId, Option<String>, u64)],
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    let workers = u64::from(gang.workers);
+    let spread = !matches!(strategy, Strategy::Random { .. })
+        && (gang.spread || strategy == Strategy::Spread);
     if workers == 1 && gang.per_worker.gpu_milli >= 1000 {
         let free_whole = |id: NodeId| pool.nodes[pool.index_of[&id]].usage.free_whole;
         let chosen = free_whole(found[0].node);
@@ -1267,41 +1300,12 @@ fn fgd_takes_the_least_growth_of_every_fitting_node() {
     // Random pools and asks: FGD's choice has the least growth of all the
     // fitting nodes and GPUs, computed by hand from the mix.
     let mut rng = xp_runtime::seeded::SplitMix64::new(15);
-    let shares = [0, 100, 250, 300, 500, 600, 750, 1000, 2000, 4000];
     for round in 0..200 {
-        let nodes: Vec<NodeSpec> = (0..1 + rng.below(12))
-            .map(|seed| NodeSpec {
-                gpu_model: Some(MODELS[rng.index(2)].to_owned()),
-                cpu_milli: (4 + rng.below(60)) * 1000,
-                memory_bytes: (8 + rng.below(120)) * GIB,
-                ..spec(seed as u8 + 1, [2, 4, 8][rng.index(3)], "r1")
-            })
-            .collect();
-        let mut pool = pool_of(nodes);
-        let draw_gang = |rng: &mut xp_runtime::seeded::SplitMix64| {
-            let mut shape = gang(1, shares[rng.index(shares.len())]);
-            shape.per_worker.cpu_milli = (1 + rng.below(16)) * 1000;
-            shape.per_worker.memory_bytes = (1 + rng.below(32)) * GIB;
-            if rng.below(4) == 0 && shape.per_worker.gpu_milli > 0 {
-                shape.gpu_models = vec![MODELS[0].to_owned()];
-            }
-            shape
-        };
-        let workload: Vec<GangShape> = (0..20).map(|_| draw_gang(&mut rng)).collect();
-        let models: Vec<Vec<String>> = workload
-            .iter()
-            .map(|shape| shape.gpu_models.clone())
-            .collect();
-        let mix = TaskMix::from_workers(
-            workload
-                .iter()
-                .zip(&models)
-                .map(|(shape, models)| (shape.per_worker, &models[..], 1)),
-        )
-        .unwrap();
+        let mut pool = random_fgd_pool(&mut rng);
+        let mix = random_fgd_mix(&mut rng);
         pool.set_task_mix(Some(mix.clone()));
         for _ in 0..30 {
-            let shape = draw_gang(&mut rng);
+            let shape = draw_fgd_gang(&mut rng);
             let found = pool.find(&shape, Strategy::FragmentationAware);
             let fitting: Vec<usize> = brute_force_fits(&pool, &shape)
                 .iter()
@@ -1309,28 +1313,7 @@ fn fgd_takes_the_least_growth_of_every_fitting_node() {
                 .collect();
             assert_eq!(found.is_some(), !fitting.is_empty(), "round {round}");
             let Some(found) = found else { continue };
-            let least = fitting
-                .iter()
-                .flat_map(|idx| {
-                    let share = shape.per_worker.gpu_milli;
-                    let gpus: Vec<Option<u32>> = if (1..1000).contains(&share) {
-                        pool.nodes[*idx]
-                            .usage
-                            .gpu_used
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, used)| u64::from(1000 - **used) >= share)
-                            .map(|(gpu, _)| Some(gpu as u32))
-                            .collect()
-                    } else {
-                        vec![None]
-                    };
-                    gpus.into_iter()
-                        .map(|gpu| growth_by_hand(&pool, &mix, *idx, &shape, gpu))
-                        .collect::<Vec<_>>()
-                })
-                .min()
-                .unwrap();
+            let least = least_growth_by_hand(&pool, &mix, &shape, &fitting);
             let chosen_idx = pool.index_of[&found[0].node];
             let chosen_gpu = if (1..1000).contains(&shape.per_worker.gpu_milli) {
                 Some(found[0].gpus[0].index)
@@ -1346,4 +1329,77 @@ fn fgd_takes_the_least_growth_of_every_fitting_node() {
         }
         pool.check_indexes();
     }
+}
+
+/// One to twelve nodes of two models, 2, 4 or 8 GPUs, random CPU and memory.
+fn random_fgd_pool(rng: &mut xp_runtime::seeded::SplitMix64) -> NodePool {
+    let nodes: Vec<NodeSpec> = (0..1 + rng.below(12))
+        .map(|seed| NodeSpec {
+            gpu_model: Some(MODELS[rng.index(2)].to_owned()),
+            cpu_milli: (4 + rng.below(60)) * 1000,
+            memory_bytes: (8 + rng.below(120)) * GIB,
+            ..spec(seed as u8 + 1, [2, 4, 8][rng.index(3)], "r1")
+        })
+        .collect();
+    pool_of(nodes)
+}
+
+/// One worker of a random GPU share, CPU and memory, sometimes bound to a model.
+fn draw_fgd_gang(rng: &mut xp_runtime::seeded::SplitMix64) -> GangShape {
+    let shares = [0, 100, 250, 300, 500, 600, 750, 1000, 2000, 4000];
+    let mut shape = gang(1, shares[rng.index(shares.len())]);
+    shape.per_worker.cpu_milli = (1 + rng.below(16)) * 1000;
+    shape.per_worker.memory_bytes = (1 + rng.below(32)) * GIB;
+    if rng.below(4) == 0 && shape.per_worker.gpu_milli > 0 {
+        shape.gpu_models = vec![MODELS[0].to_owned()];
+    }
+    shape
+}
+
+/// The mix of a workload of twenty random gangs.
+fn random_fgd_mix(rng: &mut xp_runtime::seeded::SplitMix64) -> TaskMix {
+    let workload: Vec<GangShape> = (0..20).map(|_| draw_fgd_gang(rng)).collect();
+    let models: Vec<Vec<String>> = workload
+        .iter()
+        .map(|shape| shape.gpu_models.clone())
+        .collect();
+    TaskMix::from_workers(
+        workload
+            .iter()
+            .zip(&models)
+            .map(|(shape, models)| (shape.per_worker, &models[..], 1)),
+    )
+    .unwrap()
+}
+
+/// The least growth of fragmentation over the `fitting` nodes, and for a
+/// fraction of a GPU over each of their GPUs with room.
+fn least_growth_by_hand(
+    pool: &NodePool,
+    mix: &TaskMix,
+    shape: &GangShape,
+    fitting: &[usize],
+) -> i64 {
+    fitting
+        .iter()
+        .flat_map(|idx| {
+            let share = shape.per_worker.gpu_milli;
+            let gpus: Vec<Option<u32>> = if (1..1000).contains(&share) {
+                pool.nodes[*idx]
+                    .usage
+                    .gpu_used
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, used)| u64::from(1000 - **used) >= share)
+                    .map(|(gpu, _)| Some(gpu as u32))
+                    .collect()
+            } else {
+                vec![None]
+            };
+            gpus.into_iter()
+                .map(|gpu| growth_by_hand(pool, mix, *idx, shape, gpu))
+                .collect::<Vec<_>>()
+        })
+        .min()
+        .unwrap()
 }

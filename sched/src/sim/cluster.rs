@@ -262,17 +262,7 @@ pub fn parse_cluster_csv(text: &str) -> Result<ClusterSpec, ClusterError> {
         .headers()
         .map_err(|source| ClusterError::Csv { line: 1, source })?
         .clone();
-    let names: Vec<&str> = header.iter().collect();
-    let base = ["node_id", "gpus", "gpu_model", "cpu_milli", "mem_mib"];
-    let has_rack = match names.as_slice() {
-        [a, b, c, d, e] if [*a, *b, *c, *d, *e] == base => false,
-        [a, b, c, d, e, "rack"] if [*a, *b, *c, *d, *e] == base => true,
-        _ => {
-            return Err(ClusterError::Header {
-                header: names.join(","),
-            });
-        }
-    };
+    let has_rack = has_rack_column(&header)?;
     let mut cluster = ClusterSpec {
         nodes: Vec::new(),
         names: Vec::new(),
@@ -295,60 +285,100 @@ pub fn parse_cluster_csv(text: &str) -> Result<ClusterSpec, ClusterError> {
                 count: MAX_NODES + 1,
             });
         }
-        let field = |column: &'static str, value: &str, reason: String| ClusterError::Field {
-            line,
-            column,
-            value: value.chars().take(64).collect(),
-            reason,
-        };
-        let name = &record[0];
-        if name.is_empty() || name.len() > 256 {
-            return Err(field("node_id", name, "must be 1 to 256 bytes".to_owned()));
-        }
-        let number = |column: &'static str, value: &str| -> Result<u64, ClusterError> {
-            value
-                .parse::<u64>()
-                .map_err(|_| field(column, value, "not a whole number at least 0".to_owned()))
-        };
-        let gpus = number("gpus", &record[1])?;
-        let gpus = u32::try_from(gpus).unwrap_or(u32::MAX);
-        let cpu_milli = number("cpu_milli", &record[3])?;
-        let mem_mib = number("mem_mib", &record[4])?;
-        if let Err((column, reason)) = check_resources(gpus, cpu_milli, mem_mib) {
-            let value = match column {
-                "gpus" => &record[1],
-                "cpu_milli" => &record[3],
-                _ => &record[4],
-            };
-            return Err(field(column, value, reason));
-        }
-        let gpu_model = match &record[2] {
-            "" => None,
-            model => Some(model.to_owned()),
-        };
-        let mut labels = BTreeMap::new();
-        if has_rack && !record[5].is_empty() {
-            labels.insert("rack".to_owned(), record[5].to_owned());
-        }
-        if seen.insert(name.to_owned(), ()).is_some() {
-            return Err(ClusterError::DuplicateNode {
-                name: name.to_owned(),
-            });
+        let row = parse_node_row(&record, line, has_rack)?;
+        if seen.insert(row.name.clone(), ()).is_some() {
+            return Err(ClusterError::DuplicateNode { name: row.name });
         }
         cluster.nodes.push(node_spec(
             cluster.nodes.len(),
-            gpus,
-            gpu_model,
-            cpu_milli,
-            mem_mib,
-            labels,
+            row.gpus,
+            row.gpu_model,
+            row.cpu_milli,
+            row.mem_mib,
+            row.labels,
         ));
-        cluster.names.push(name.to_owned());
+        cluster.names.push(row.name);
     }
     if cluster.nodes.is_empty() {
         return Err(ClusterError::NodeCount { count: 0 });
     }
     Ok(cluster)
+}
+
+/// Whether a cluster CSV's header, which must be exactly
+/// `node_id,gpus,gpu_model,cpu_milli,mem_mib`, ends with `rack`.
+fn has_rack_column(header: &csv::StringRecord) -> Result<bool, ClusterError> {
+    let names: Vec<&str> = header.iter().collect();
+    let base = ["node_id", "gpus", "gpu_model", "cpu_milli", "mem_mib"];
+    match names.as_slice() {
+        [a, b, c, d, e] if [*a, *b, *c, *d, *e] == base => Ok(false),
+        [a, b, c, d, e, "rack"] if [*a, *b, *c, *d, *e] == base => Ok(true),
+        _ => Err(ClusterError::Header {
+            header: names.join(","),
+        }),
+    }
+}
+
+/// One node of a cluster CSV.
+struct NodeRow {
+    name: String,
+    gpus: u32,
+    gpu_model: Option<String>,
+    cpu_milli: u64,
+    mem_mib: u64,
+    labels: BTreeMap<String, String>,
+}
+
+/// Reads the node on `line`: a name of 1 to 256 bytes, whole numbers within
+/// the node limits, and a rack label when the file has the column.
+fn parse_node_row(
+    record: &csv::StringRecord,
+    line: u64,
+    has_rack: bool,
+) -> Result<NodeRow, ClusterError> {
+    let field = |column: &'static str, value: &str, reason: String| ClusterError::Field {
+        line,
+        column,
+        value: value.chars().take(64).collect(),
+        reason,
+    };
+    let name = &record[0];
+    if name.is_empty() || name.len() > 256 {
+        return Err(field("node_id", name, "must be 1 to 256 bytes".to_owned()));
+    }
+    let number = |column: &'static str, value: &str| -> Result<u64, ClusterError> {
+        value
+            .parse::<u64>()
+            .map_err(|_| field(column, value, "not a whole number at least 0".to_owned()))
+    };
+    let gpus = number("gpus", &record[1])?;
+    let gpus = u32::try_from(gpus).unwrap_or(u32::MAX);
+    let cpu_milli = number("cpu_milli", &record[3])?;
+    let mem_mib = number("mem_mib", &record[4])?;
+    if let Err((column, reason)) = check_resources(gpus, cpu_milli, mem_mib) {
+        let value = match column {
+            "gpus" => &record[1],
+            "cpu_milli" => &record[3],
+            _ => &record[4],
+        };
+        return Err(field(column, value, reason));
+    }
+    let gpu_model = match &record[2] {
+        "" => None,
+        model => Some(model.to_owned()),
+    };
+    let mut labels = BTreeMap::new();
+    if has_rack && !record[5].is_empty() {
+        labels.insert("rack".to_owned(), record[5].to_owned());
+    }
+    Ok(NodeRow {
+        name: name.to_owned(),
+        gpus,
+        gpu_model,
+        cpu_milli,
+        mem_mib,
+        labels,
+    })
 }
 
 #[cfg(test)]

@@ -48,7 +48,7 @@ use xp_runtime::ids::{ExperimentId, NodeId, TrialId};
 
 use super::cluster::ClusterSpec;
 use super::pipeline::{Booster, CriticalPathBoost, Pipelines, progress_of};
-use super::report::{LittlesLaw, SimReport, Summary, Tally, TeamReport, gpu_hours_of, jain_index};
+use super::report::SimReport;
 use super::trace::{JobPriority, Trace, TraceJob};
 use crate::{
     Amount, Decision, GPU_MILLI, GangShape, PolicyConfig, PolicyCore, Refusal, TrialRequest,
@@ -354,53 +354,9 @@ fn simulate_with(
     for node in &cluster.nodes {
         core.upsert_node(node.clone());
     }
-    let mut rack_names: HashMap<&str, u32> = HashMap::new();
-    let mut racks = HashMap::with_capacity(cluster.nodes.len());
-    for node in &cluster.nodes {
-        let rack = match node.labels.get("rack") {
-            Some(name) => {
-                let next = u32::try_from(rack_names.len()).expect("fewer racks than nodes");
-                *rack_names.entry(name.as_str()).or_insert(next)
-            }
-            None => u32::MAX,
-        };
-        racks.insert(node.id, rack);
-    }
-    let job_count = trace.jobs.len();
-    let mut dependent_counts = vec![0u32; job_count + 1];
-    for job in &trace.jobs {
-        for &dep in &job.deps {
-            dependent_counts[dep as usize + 1] += 1;
-        }
-    }
-    for index in 1..=job_count {
-        dependent_counts[index] += dependent_counts[index - 1];
-    }
-    let dependent_offsets = dependent_counts;
-    let mut fill = dependent_offsets.clone();
-    let mut dependents =
-        vec![0u32; *dependent_offsets.last().expect("one more offset than jobs") as usize];
-    for (index, job) in trace.jobs.iter().enumerate() {
-        for &dep in &job.deps {
-            dependents[fill[dep as usize] as usize] = index as u32;
-            fill[dep as usize] += 1;
-        }
-    }
-    let runs = trace
-        .jobs
-        .iter()
-        .map(|job| JobRun {
-            phase: Phase::Pending,
-            epoch: 0,
-            arrival_ms: 0,
-            first_start_ms: None,
-            start_ms: 0,
-            remaining_ms: job.duration_ms,
-            end_ms: 0,
-            unmet_deps: job.deps.len() as u32,
-            size: job.num_workers,
-        })
-        .collect();
+    let racks = rack_numbers(cluster);
+    let (dependent_offsets, dependents) = dependents_of(trace);
+    let runs = trace.jobs.iter().map(JobRun::pending).collect();
     let teams = trace.teams.len();
     let sim = Sim {
         trace,
@@ -453,6 +409,67 @@ fn simulate_with(
     sim.run()
 }
 
+impl JobRun {
+    /// A job not yet submitted: all its duration ahead, all its dependencies unmet.
+    fn pending(job: &TraceJob) -> Self {
+        Self {
+            phase: Phase::Pending,
+            epoch: 0,
+            arrival_ms: 0,
+            first_start_ms: None,
+            start_ms: 0,
+            remaining_ms: job.duration_ms,
+            end_ms: 0,
+            unmet_deps: job.deps.len() as u32,
+            size: job.num_workers,
+        }
+    }
+}
+
+/// Each node's rack as a number (racks numbered as first seen), or
+/// `u32::MAX` for a node without a `rack` label.
+fn rack_numbers(cluster: &ClusterSpec) -> HashMap<NodeId, u32> {
+    let mut rack_names: HashMap<&str, u32> = HashMap::new();
+    let mut racks = HashMap::with_capacity(cluster.nodes.len());
+    for node in &cluster.nodes {
+        let rack = match node.labels.get("rack") {
+            Some(name) => {
+                let next = u32::try_from(rack_names.len()).expect("fewer racks than nodes");
+                *rack_names.entry(name.as_str()).or_insert(next)
+            }
+            None => u32::MAX,
+        };
+        racks.insert(node.id, rack);
+    }
+    racks
+}
+
+/// Each job's dependents, in compressed rows: job `i`'s are
+/// `dependents[offsets[i]..offsets[i + 1]]`, in trace order.
+fn dependents_of(trace: &Trace) -> (Vec<u32>, Vec<u32>) {
+    let job_count = trace.jobs.len();
+    let mut dependent_counts = vec![0u32; job_count + 1];
+    for job in &trace.jobs {
+        for &dep in &job.deps {
+            dependent_counts[dep as usize + 1] += 1;
+        }
+    }
+    for index in 1..=job_count {
+        dependent_counts[index] += dependent_counts[index - 1];
+    }
+    let dependent_offsets = dependent_counts;
+    let mut fill = dependent_offsets.clone();
+    let mut dependents =
+        vec![0u32; *dependent_offsets.last().expect("one more offset than jobs") as usize];
+    for (index, job) in trace.jobs.iter().enumerate() {
+        for &dep in &job.deps {
+            dependents[fill[dep as usize] as usize] = index as u32;
+            fill[dep as usize] += 1;
+        }
+    }
+    (dependent_offsets, dependents)
+}
+
 impl Sim<'_> {
     fn push(&mut self, at: u64, kind: EventKind, target: u32, epoch: u32) {
         self.seq += 1;
@@ -487,11 +504,7 @@ impl Sim<'_> {
     }
 
     fn run(mut self) -> Result<SimReport, SimError> {
-        // Jobs without dependencies arrive in submission order, ties in trace order.
-        let mut arrivals: Vec<u32> = (0..self.trace.jobs.len() as u32)
-            .filter(|&index| self.trace.jobs[index as usize].deps.is_empty())
-            .collect();
-        arrivals.sort_by_key(|&index| self.trace.jobs[index as usize].submit_ms);
+        let arrivals = self.arrival_order();
         let first_arrival_ms = self
             .trace
             .jobs
@@ -505,6 +518,7 @@ impl Sim<'_> {
         let mut now = first_arrival_ms;
         let mut stopped_by_until = false;
         loop {
+            // 1. The next time: the next event's or the next arrival's.
             let heap_next = self.events.peek().map(|Reverse(event)| event.at);
             let list_next = arrivals
                 .get(next_arrival)
@@ -527,24 +541,8 @@ impl Sim<'_> {
             now = next;
             self.advance(now);
             self.changed = false;
-            while let Some(&Reverse(event)) = self.events.peek() {
-                if event.at != now {
-                    break;
-                }
-                self.events.pop();
-                self.events_done += 1;
-                match event.kind {
-                    EventKind::End => self.handle_end(event, now),
-                    EventKind::Stop => self.handle_stop(event, now),
-                    EventKind::Resize => self.handle_resize(event, now),
-                    EventKind::Wake => self.handle_wake(event),
-                    EventKind::Submit => self.submit(event.target, now),
-                    EventKind::Retry => self.handle_retry(event.target as usize, now),
-                    EventKind::Checkpoint => {
-                        self.handle_checkpoint(event.target, event.epoch, now);
-                    }
-                }
-            }
+            // 2. Its events, then its arrivals, then one decision if they changed anything.
+            self.handle_events_at(now);
             while let Some(&index) = arrivals.get(next_arrival) {
                 if self.trace.jobs[index as usize].submit_ms != now {
                     break;
@@ -557,7 +555,7 @@ impl Sim<'_> {
                 self.decide(now)?;
             }
         }
-        // Jobs still running (never-finishing ones) hold their GPUs up to the horizon.
+        // 3. Jobs still running (never-finishing ones) hold their GPUs up to the horizon.
         let still_running = self.runs.iter().any(|run| {
             matches!(
                 run.phase,
@@ -570,6 +568,37 @@ impl Sim<'_> {
         };
         self.advance(end_ms);
         Ok(self.report(first_arrival_ms, end_ms))
+    }
+
+    /// The jobs without dependencies, in submission order, ties in trace order.
+    fn arrival_order(&self) -> Vec<u32> {
+        let mut arrivals: Vec<u32> = (0..self.trace.jobs.len() as u32)
+            .filter(|&index| self.trace.jobs[index as usize].deps.is_empty())
+            .collect();
+        arrivals.sort_by_key(|&index| self.trace.jobs[index as usize].submit_ms);
+        arrivals
+    }
+
+    /// Applies every event due at `now`, in the heap's order.
+    fn handle_events_at(&mut self, now: u64) {
+        while let Some(&Reverse(event)) = self.events.peek() {
+            if event.at != now {
+                break;
+            }
+            self.events.pop();
+            self.events_done += 1;
+            match event.kind {
+                EventKind::End => self.handle_end(event, now),
+                EventKind::Stop => self.handle_stop(event, now),
+                EventKind::Resize => self.handle_resize(event, now),
+                EventKind::Wake => self.handle_wake(event),
+                EventKind::Submit => self.submit(event.target, now),
+                EventKind::Retry => self.handle_retry(event.target as usize, now),
+                EventKind::Checkpoint => {
+                    self.handle_checkpoint(event.target, event.epoch, now);
+                }
+            }
+        }
     }
 
     /// Moves the Little's-law integral on to `now`.
@@ -861,109 +890,5 @@ impl Sim<'_> {
             self.multi_gpu_one_rack += u64::from(one_rack);
         }
         Ok(())
-    }
-
-    fn report(mut self, first_arrival_ms: u64, end_ms: u64) -> SimReport {
-        let Tally {
-            outcomes,
-            mut jct,
-            mut queue_delay,
-            never_started,
-            time_in_system_ms,
-            departed,
-            arrived,
-            team_jobs,
-            team_completed,
-            team_jct_sum,
-            wait_reasons,
-        } = self.tally_runs(end_ms);
-        let span_ms = end_ms.saturating_sub(first_arrival_ms);
-        let span = seconds(span_ms);
-        let total_gpu_milli_ms: u128 = self.team_gpu_milli_ms.iter().sum();
-        let total_gpu_hours = gpu_hours_of(total_gpu_milli_ms);
-        let team_reports: Vec<TeamReport> = (0..self.trace.teams.len())
-            .map(|team| {
-                let gpu_hours = gpu_hours_of(self.team_gpu_milli_ms[team]);
-                TeamReport {
-                    name: self.trace.teams[team].clone(),
-                    jobs: team_jobs[team],
-                    completed: team_completed[team],
-                    gpu_hours,
-                    share: if total_gpu_hours > 0.0 {
-                        gpu_hours / total_gpu_hours
-                    } else {
-                        0.0
-                    },
-                    jct_mean: (team_completed[team] > 0)
-                        .then(|| team_jct_sum[team] / team_completed[team] as f64),
-                }
-            })
-            .collect();
-        let shares: Vec<f64> = team_reports.iter().map(|team| team.gpu_hours).collect();
-        let offered = self.capacity_gpu_milli as f64 * span_ms as f64;
-        let last_end_ms = self
-            .runs
-            .iter()
-            .filter(|run| matches!(run.phase, Phase::Completed | Phase::Killed))
-            .map(|run| run.end_ms)
-            .max();
-        let littles_law = LittlesLaw {
-            l: if span_ms > 0 {
-                self.area_job_ms as f64 / span_ms as f64
-            } else {
-                0.0
-            },
-            lambda: if span_ms > 0 {
-                arrived as f64 / span
-            } else {
-                0.0
-            },
-            w: if departed > 0 {
-                time_in_system_ms as f64 / departed as f64 / 1000.0
-            } else {
-                0.0
-            },
-        };
-        let ratio = |part: u64, whole: u64| (whole > 0).then(|| part as f64 / whole as f64);
-        SimReport {
-            jobs: self.runs.len() as u64,
-            outcomes,
-            never_started,
-            jct: Summary::of(&mut jct),
-            queue_delay: Summary::of(&mut queue_delay),
-            makespan: last_end_ms
-                .map_or(0.0, |last| seconds(last.saturating_sub(first_arrival_ms))),
-            span,
-            gpu_utilization: if offered > 0.0 {
-                (total_gpu_milli_ms as f64 / offered).min(1.0)
-            } else {
-                0.0
-            },
-            gpu_utilization_arrivals: (first_arrival_ms < self.last_arrival_ms).then(|| {
-                let window_ms = self.last_arrival_ms - first_arrival_ms;
-                self.busy_window_milli_ms as f64
-                    / (self.capacity_gpu_milli as f64 * window_ms as f64)
-            }),
-            gpu_hours: total_gpu_hours,
-            jain_fairness: jain_index(&shares),
-            teams: team_reports,
-            preemptions: self.preemptions,
-            preempt_decisions: self.preempt_decisions,
-            resizes: self.resizes,
-            gpu_seconds_lost: self.lost_gpu_milli_ms as f64 / (GPU_MILLI as f64 * 1000.0),
-            multi_gpu_placements: self.multi_gpu,
-            multi_gpu_one_node: ratio(self.multi_gpu_one_node, self.multi_gpu),
-            multi_gpu_one_rack: ratio(self.multi_gpu_one_rack, self.multi_gpu),
-            littles_law,
-            submit_retries: self.submit_retries,
-            wait_reasons,
-            decide_calls: self.decide_calls,
-            placements: self.placements,
-            events: self.events_done,
-            pipelines: self.pipelines.report(self.trace, |job| {
-                let run = &self.runs[job as usize];
-                (run.phase == Phase::Completed).then_some(run.end_ms)
-            }),
-        }
     }
 }

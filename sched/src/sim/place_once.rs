@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use super::gpu_memory::GpuMemoryModel;
 use crate::place::{NodePool, Strategy, TaskMix};
-use crate::{GPU_MILLI, WorkerPlacement, oversubscribed_charge};
+use crate::{GPU_MILLI, GangShape, WorkerPlacement, oversubscribed_charge};
 use xp_runtime::seeded::SplitMix64;
 
 /// The largest load accepted, in multiples of the cluster's GPUs.
@@ -189,53 +189,23 @@ pub fn place_once(
     cluster: &ClusterSpec,
     options: &PlaceOnceOptions,
 ) -> Result<PlaceOnceReport, PlaceOnceError> {
-    if !(options.load.is_finite() && options.load > 0.0 && options.load <= MAX_LOAD) {
-        return Err(PlaceOnceError::Load { load: options.load });
-    }
-    if !trace.jobs.iter().any(|job| job.total_gpu_milli() > 0) {
-        return Err(PlaceOnceError::NoGpuJobs);
-    }
-    let jobs: Vec<&TraceJob> = trace
-        .jobs
-        .iter()
-        .filter(|job| {
-            job.total_gpu_milli() > 0 || job.cpu_milli_per_worker > 0 || job.mem_mib_per_worker > 0
-        })
-        .collect();
-    if jobs.is_empty() {
-        return Err(PlaceOnceError::NoGpuJobs);
-    }
+    // 1. The jobs to draw from, and the cluster they go to.
+    let jobs = drawable_jobs(trace, options)?;
     let capacity_milli = cluster.total_gpus() * GPU_MILLI;
     if capacity_milli == 0 {
         return Err(PlaceOnceError::NoGpus);
     }
-    let mut pool = NodePool::new();
-    for node in &cluster.nodes {
-        pool.upsert_node(node.clone());
-    }
-    // The workload's mix is known up front here, as in the FGD paper's replay:
-    // the asks as placed, so an opted-in share counts at its charge.
-    pool.set_task_mix(TaskMix::from_workers(jobs.iter().map(|job| {
-        let mut gang = gang_of(job);
-        if gang.oversubscribe {
-            gang.per_worker.gpu_milli =
-                oversubscribed_charge(gang.per_worker.gpu_milli, options.oversubscription_milli);
-        }
-        (gang.per_worker, &job.gpu_types[..], u64::from(gang.workers))
-    })));
-    // Separate streams: the jobs drawn must not depend on the strategy.
+    let mut packing = Packing::new(cluster, &jobs, options);
+    // 2. Draws, each placed once, until the load is reached. Separate streams:
+    // the jobs drawn must not depend on the strategy.
     let mut draws = SplitMix64::new(options.seed);
     let mut placement_seeds = SplitMix64::new(options.seed ^ 0x7069_6163_656f_6e63);
     let capacity = capacity_milli as f64;
     let target = options.load * capacity;
     let mut arrived_milli: u64 = 0;
-    let mut allocated_milli: u64 = 0;
     let mut attempted = KindCounts::default();
     let mut failed = KindCounts::default();
     let mut alloc_ratio = Vec::new();
-    let mut memory = GpuMemoryModel::default();
-    let mut placed_jobs: HashMap<u64, (Vec<WorkerPlacement>, u64)> = HashMap::new();
-    let mut evictions = 0;
     let mut arrivals: u64 = 0;
     let mut checkpoints = CHECKPOINT_LOADS
         .iter()
@@ -253,54 +223,132 @@ pub fn place_once(
             },
             other => other,
         };
-        let mut gang = gang_of(job);
-        // The policy core's one oversubscription hook, as `PolicyCore::submit`.
-        if gang.oversubscribe {
-            gang.per_worker.gpu_milli =
-                oversubscribed_charge(gang.per_worker.gpu_milli, options.oversubscription_milli);
-        }
         arrivals += 1;
-        let placed = pool
-            .find(&gang, strategy)
-            .filter(|workers| pool.allocate(workers).is_ok());
-        match placed {
-            Some(workers) => {
-                allocated_milli += job.total_gpu_milli();
-                let evicted = memory.place(
-                    arrivals,
-                    &workers,
-                    job.gpu_mem_peak_milli,
-                    job.gpu_milli_per_worker,
-                    gang.oversubscribe,
-                );
-                placed_jobs.insert(arrivals, (workers, job.total_gpu_milli()));
-                for number in evicted {
-                    if let Some((workers, milli)) = placed_jobs.remove(&number) {
-                        pool.release(&workers);
-                        allocated_milli -= milli;
-                        evictions += 1;
-                    }
-                }
-            }
-            None => failed.add(kind),
+        if !packing.place(arrivals, job, strategy) {
+            failed.add(kind);
         }
+        // 3. The allocation ratio as the load passes each level.
         while let Some(&load) = checkpoints.peek() {
             if (arrived_milli as f64) < load * capacity {
                 break;
             }
-            alloc_ratio.push((load, allocated_milli as f64 / capacity));
+            alloc_ratio.push((load, packing.allocated_milli as f64 / capacity));
             checkpoints.next();
         }
     }
-    alloc_ratio.push((options.load, allocated_milli as f64 / capacity));
+    alloc_ratio.push((options.load, packing.allocated_milli as f64 / capacity));
     Ok(PlaceOnceReport {
         alloc_ratio,
         final_load: arrived_milli as f64 / capacity,
-        idle_gpu_fragmentation: pool.idle_gpu_fragmentation(),
+        idle_gpu_fragmentation: packing.pool.idle_gpu_fragmentation(),
         attempted,
         failed,
-        evictions,
+        evictions: packing.evictions,
     })
+}
+
+/// The trace's jobs that ask for anything, refused when the load is out of
+/// range or no job asks for a GPU.
+fn drawable_jobs<'t>(
+    trace: &'t Trace,
+    options: &PlaceOnceOptions,
+) -> Result<Vec<&'t TraceJob>, PlaceOnceError> {
+    if !(options.load.is_finite() && options.load > 0.0 && options.load <= MAX_LOAD) {
+        return Err(PlaceOnceError::Load { load: options.load });
+    }
+    if !trace.jobs.iter().any(|job| job.total_gpu_milli() > 0) {
+        return Err(PlaceOnceError::NoGpuJobs);
+    }
+    let jobs: Vec<&TraceJob> = trace
+        .jobs
+        .iter()
+        .filter(|job| {
+            job.total_gpu_milli() > 0 || job.cpu_milli_per_worker > 0 || job.mem_mib_per_worker > 0
+        })
+        .collect();
+    if jobs.is_empty() {
+        return Err(PlaceOnceError::NoGpuJobs);
+    }
+    Ok(jobs)
+}
+
+/// `job`'s gang as the policy core would place it: an opted-in share at its
+/// charge (the core's one oversubscription hook, as `PolicyCore::submit`).
+fn charged_gang(job: &TraceJob, oversubscription_milli: u64) -> GangShape {
+    let mut gang = gang_of(job);
+    if gang.oversubscribe {
+        gang.per_worker.gpu_milli =
+            oversubscribed_charge(gang.per_worker.gpu_milli, oversubscription_milli);
+    }
+    gang
+}
+
+/// The cluster as jobs are placed on it, and what placing them did.
+struct Packing {
+    pool: NodePool,
+    oversubscription_milli: u64,
+    /// GPU thousandths the placed jobs ask for.
+    allocated_milli: u64,
+    /// GPU memory peaks, for evictions of oversubscribed jobs.
+    memory: GpuMemoryModel,
+    /// Placed jobs by arrival number: their workers and GPU thousandths.
+    placed_jobs: HashMap<u64, (Vec<WorkerPlacement>, u64)>,
+    evictions: u64,
+}
+
+impl Packing {
+    /// The cluster's nodes, empty, knowing the workload's mix up front as in
+    /// the FGD paper's replay: the asks as placed, so an opted-in share
+    /// counts at its charge.
+    fn new(cluster: &ClusterSpec, jobs: &[&TraceJob], options: &PlaceOnceOptions) -> Self {
+        let mut pool = NodePool::new();
+        for node in &cluster.nodes {
+            pool.upsert_node(node.clone());
+        }
+        pool.set_task_mix(TaskMix::from_workers(jobs.iter().map(|job| {
+            let gang = charged_gang(job, options.oversubscription_milli);
+            (gang.per_worker, &job.gpu_types[..], u64::from(gang.workers))
+        })));
+        Self {
+            pool,
+            oversubscription_milli: options.oversubscription_milli,
+            allocated_milli: 0,
+            memory: GpuMemoryModel::default(),
+            placed_jobs: HashMap::new(),
+            evictions: 0,
+        }
+    }
+
+    /// Places arrival `arrival` of `job` if it fits, evicting what its memory
+    /// peak pushes out; whether it was placed.
+    fn place(&mut self, arrival: u64, job: &TraceJob, strategy: Strategy) -> bool {
+        let gang = charged_gang(job, self.oversubscription_milli);
+        let placed = self
+            .pool
+            .find(&gang, strategy)
+            .filter(|workers| self.pool.allocate(workers).is_ok());
+        let Some(workers) = placed else {
+            return false;
+        };
+        self.allocated_milli += job.total_gpu_milli();
+        let evicted = self.memory.place(
+            arrival,
+            &workers,
+            job.gpu_mem_peak_milli,
+            job.gpu_milli_per_worker,
+            gang.oversubscribe,
+        );
+        self.placed_jobs
+            .insert(arrival, (workers, job.total_gpu_milli()));
+        for number in evicted {
+            if let Some((workers, milli)) = self.placed_jobs.remove(&number) {
+                self.pool.release(&workers);
+                self.allocated_milli -= milli;
+                self.evictions += 1;
+            }
+        }
+        true
+    }
 }
 
 #[cfg(test)]

@@ -446,44 +446,16 @@ pub fn parse_trace(text: &str) -> Result<Trace, TraceError> {
         .comment(None)
         .flexible(false)
         .from_reader(text.as_bytes());
+    // 1. The header: which column is where.
     let header = reader
         .headers()
         .map_err(|source| TraceError::Csv { line: 1, source })?
         .clone();
-    let mut index = HashMap::new();
-    for (position, name) in header.iter().enumerate() {
-        let Some(&known) = REQUIRED
-            .iter()
-            .chain(OPTIONAL.iter())
-            .find(|known| **known == name)
-        else {
-            return Err(TraceError::UnknownColumn {
-                column: name.to_owned(),
-                known: REQUIRED
-                    .iter()
-                    .chain(OPTIONAL.iter())
-                    .copied()
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
-        };
-        if index.insert(known, position).is_some() {
-            return Err(TraceError::DuplicateColumn {
-                column: name.to_owned(),
-            });
-        }
-    }
-    for column in REQUIRED {
-        if !index.contains_key(column) {
-            return Err(TraceError::MissingColumn { column });
-        }
-    }
-    let columns = Columns { index };
-
+    let columns = Columns::from_header(&header)?;
+    // 2. The rows, their dependencies kept by name.
     let mut trace = Trace::default();
     let mut team_index: HashMap<String, u32> = HashMap::new();
     let mut job_index: HashMap<String, u32> = HashMap::new();
-    // Dependencies by name, resolved once every id is known.
     let mut pending_deps: Vec<(u32, Vec<String>)> = Vec::new();
     let mut record = csv::StringRecord::new();
     loop {
@@ -499,47 +471,133 @@ pub fn parse_trace(text: &str) -> Result<Trace, TraceError> {
         if trace.jobs.len() >= MAX_ROWS {
             return Err(TraceError::TooManyRows { max: MAX_ROWS });
         }
-        let line = record.position().map_or(0, csv::Position::line);
-        let job = parse_row(&columns, &record, line, &mut trace.teams, &mut team_index)?;
+        let row = Row {
+            columns: &columns,
+            record: &record,
+            line: record.position().map_or(0, csv::Position::line),
+        };
+        let job = parse_row(&row, &mut trace.teams, &mut team_index)?;
         let job_number = u32::try_from(trace.jobs.len()).expect("MAX_ROWS fits in u32");
         if let Some(&first) = job_index.get(&job.job_id) {
             return Err(TraceError::DuplicateJob {
-                line,
+                line: row.line,
                 job_id: job.job_id,
                 first_line: trace.jobs[first as usize].line,
             });
         }
         job_index.insert(job.job_id.clone(), job_number);
-        let deps = columns.get(&record, "deps");
+        let deps = parse_deps(&row, &job.job_id)?;
         if !deps.is_empty() {
-            let mut names = Vec::new();
-            for dep in deps.split(';') {
-                let dep = dep.trim();
-                if dep.is_empty() {
-                    return Err(field_error(
-                        line,
-                        "deps",
-                        deps,
-                        "an empty job id between `;`",
-                    ));
-                }
-                if dep == job.job_id {
-                    return Err(field_error(
-                        line,
-                        "deps",
-                        deps,
-                        "a job cannot depend on itself",
-                    ));
-                }
-                names.push(dep.to_owned());
-            }
-            pending_deps.push((job_number, names));
+            pending_deps.push((job_number, deps));
         }
         trace.jobs.push(job);
     }
     if trace.jobs.is_empty() {
         return Err(TraceError::Empty);
     }
+    // 3. Dependencies by index, once every id is known.
+    resolve_deps(&mut trace, &job_index, pending_deps)?;
+    Ok(trace)
+}
+
+impl Columns {
+    /// Where each known column is; unknown, repeated or missing required
+    /// columns are errors.
+    fn from_header(header: &csv::StringRecord) -> Result<Self, TraceError> {
+        let mut index = HashMap::new();
+        for (position, name) in header.iter().enumerate() {
+            let Some(&known) = REQUIRED
+                .iter()
+                .chain(OPTIONAL.iter())
+                .find(|known| **known == name)
+            else {
+                return Err(TraceError::UnknownColumn {
+                    column: name.to_owned(),
+                    known: REQUIRED
+                        .iter()
+                        .chain(OPTIONAL.iter())
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            };
+            if index.insert(known, position).is_some() {
+                return Err(TraceError::DuplicateColumn {
+                    column: name.to_owned(),
+                });
+            }
+        }
+        for column in REQUIRED {
+            if !index.contains_key(column) {
+                return Err(TraceError::MissingColumn { column });
+            }
+        }
+        Ok(Self { index })
+    }
+}
+
+/// One data row and its line, for the parsers of its fields.
+struct Row<'a> {
+    columns: &'a Columns,
+    record: &'a csv::StringRecord,
+    line: u64,
+}
+
+impl<'a> Row<'a> {
+    /// The text of `column`; empty when the trace lacks the column.
+    fn get(&self, column: &'static str) -> &'a str {
+        self.columns.get(self.record, column)
+    }
+
+    /// `column` read by `parse`, or `None` when it is empty.
+    fn optional<T>(
+        &self,
+        column: &'static str,
+        parse: impl FnOnce(u64, &'static str, &'a str) -> Result<T, TraceError>,
+    ) -> Result<Option<T>, TraceError> {
+        match self.get(column) {
+            "" => Ok(None),
+            value => parse(self.line, column, value).map(Some),
+        }
+    }
+}
+
+/// The job ids of the row's `deps` column, neither empty nor its own `job_id`.
+fn parse_deps(row: &Row<'_>, job_id: &str) -> Result<Vec<String>, TraceError> {
+    let deps = row.get("deps");
+    let mut names = Vec::new();
+    if deps.is_empty() {
+        return Ok(names);
+    }
+    for dep in deps.split(';') {
+        let dep = dep.trim();
+        if dep.is_empty() {
+            return Err(field_error(
+                row.line,
+                "deps",
+                deps,
+                "an empty job id between `;`",
+            ));
+        }
+        if dep == job_id {
+            return Err(field_error(
+                row.line,
+                "deps",
+                deps,
+                "a job cannot depend on itself",
+            ));
+        }
+        names.push(dep.to_owned());
+    }
+    Ok(names)
+}
+
+/// Sets each job's dependencies, named in `pending_deps`, by index.
+fn resolve_deps(
+    trace: &mut Trace,
+    job_index: &HashMap<String, u32>,
+    pending_deps: Vec<(u32, Vec<String>)>,
+) -> Result<(), TraceError> {
     for (job_number, names) in pending_deps {
         let mut deps = Vec::with_capacity(names.len());
         for name in names {
@@ -557,134 +615,61 @@ pub fn parse_trace(text: &str) -> Result<Trace, TraceError> {
         }
         trace.jobs[job_number as usize].deps = deps;
     }
-    Ok(trace)
+    Ok(())
 }
 
+/// One job from its row; its team is interned in `teams`.
 fn parse_row(
-    columns: &Columns,
-    record: &csv::StringRecord,
-    line: u64,
+    row: &Row<'_>,
     teams: &mut Vec<String>,
     team_index: &mut HashMap<String, u32>,
 ) -> Result<TraceJob, TraceError> {
-    let job_id = columns.get(record, "job_id");
+    let line = row.line;
+    let job_id = row.get("job_id");
     check_name(line, "job_id", job_id)?;
     if job_id.contains(';') {
         return Err(field_error(line, "job_id", job_id, "must not contain `;`"));
     }
-    let submit = columns.get(record, "submit_s");
-    let submit_ms = parse_seconds(line, "submit_s", submit)?;
-    let duration = columns.get(record, "duration_s");
-    let duration_ms = if duration.is_empty() {
-        None
-    } else {
-        Some(parse_seconds(line, "duration_s", duration)?)
-    };
-    let workers = columns.get(record, "num_workers");
-    let num_workers = parse_bounded(line, "num_workers", workers, u64::from(MAX_WORKERS))?;
-    if num_workers == 0 {
-        return Err(field_error(
-            line,
-            "num_workers",
-            workers,
-            "must be at least 1",
-        ));
-    }
-    let gpu_milli_per_worker = parse_gpus(line, columns.get(record, "gpus_per_worker"))?;
-    let cpu = columns.get(record, "cpu_milli_per_worker");
-    let cpu_milli_per_worker = if cpu.is_empty() {
-        0
-    } else {
-        parse_bounded(line, "cpu_milli_per_worker", cpu, MAX_CPU_MILLI)?
-    };
-    let mem = columns.get(record, "mem_mib_per_worker");
-    let mem_mib_per_worker = if mem.is_empty() {
-        0
-    } else {
-        parse_bounded(line, "mem_mib_per_worker", mem, MAX_MEM_MIB)?
-    };
-    let types = columns.get(record, "gpu_types");
-    let mut gpu_types = Vec::new();
-    if !types.is_empty() {
-        for model in types.split('|') {
-            let model = model.trim();
-            check_name(line, "gpu_types", model)?;
-            gpu_types.push(model.to_owned());
-        }
-    }
-    let priority = parse_priority(line, columns.get(record, "priority"))?;
-    let team_name = match columns.get(record, "team") {
-        "" => DEFAULT_TEAM,
-        name => name,
-    };
-    check_name(line, "team", team_name)?;
-    let team = match team_index.get(team_name) {
-        Some(&team) => team,
-        None => {
-            let team = u32::try_from(teams.len()).expect("at most MAX_ROWS teams");
-            teams.push(team_name.to_owned());
-            team_index.insert(team_name.to_owned(), team);
-            team
-        }
-    };
-    let preemptible = parse_bool(
-        line,
-        "preemptible",
-        columns.get(record, "preemptible"),
-        true,
-    )?;
-    let oversubscribe = parse_bool(
-        line,
-        "oversubscribe",
-        columns.get(record, "oversubscribe"),
-        false,
-    )?;
+    let submit_ms = parse_seconds(line, "submit_s", row.get("submit_s"))?;
+    let duration_ms = row.optional("duration_s", parse_seconds)?;
+    let num_workers = parse_num_workers(line, row.get("num_workers"))?;
+    let gpu_milli_per_worker = parse_gpus(line, row.get("gpus_per_worker"))?;
+    let cpu_milli_per_worker = row
+        .optional("cpu_milli_per_worker", |line, column, value| {
+            parse_bounded(line, column, value, MAX_CPU_MILLI)
+        })?
+        .unwrap_or(0);
+    let mem_mib_per_worker = row
+        .optional("mem_mib_per_worker", |line, column, value| {
+            parse_bounded(line, column, value, MAX_MEM_MIB)
+        })?
+        .unwrap_or(0);
+    let gpu_types = row
+        .optional("gpu_types", parse_gpu_types)?
+        .unwrap_or_default();
+    let priority = parse_priority(line, row.get("priority"))?;
+    let team = intern_team(line, row.get("team"), teams, team_index)?;
+    let preemptible = parse_bool(line, "preemptible", row.get("preemptible"), true)?;
+    let oversubscribe = parse_bool(line, "oversubscribe", row.get("oversubscribe"), false)?;
     if oversubscribe && !(1..GPU_MILLI).contains(&gpu_milli_per_worker) {
         return Err(field_error(
             line,
             "oversubscribe",
-            columns.get(record, "oversubscribe"),
+            row.get("oversubscribe"),
             "only workers with a fraction of one GPU may oversubscribe it",
         ));
     }
-    let peak = columns.get(record, "gpu_mem_peak");
-    let gpu_mem_peak_milli = if peak.is_empty() {
-        None
-    } else {
-        Some(parse_memory_fraction(line, peak)?)
-    };
-    let peak_at = columns.get(record, "gpu_mem_peak_at_s");
-    let gpu_mem_peak_at_ms = if peak_at.is_empty() {
-        None
-    } else {
-        Some(parse_seconds(line, "gpu_mem_peak_at_s", peak_at)?)
-    };
-    let elastic = parse_elastic(line, columns, record, num_workers)?;
-    let limit = columns.get(record, "time_limit_s");
-    let time_limit_ms = if limit.is_empty() {
-        None
-    } else {
-        Some(parse_positive_seconds(line, "time_limit_s", limit)?)
-    };
-    let interval = columns.get(record, "ckpt_interval_s");
-    let ckpt_interval_ms = if interval.is_empty() {
-        None
-    } else {
-        Some(parse_positive_seconds(line, "ckpt_interval_s", interval)?)
-    };
-    let estimate = columns.get(record, "estimate_s");
-    let estimate_ms = if estimate.is_empty() {
-        None
-    } else {
-        Some(parse_seconds(line, "estimate_s", estimate)?)
-    };
-    let kind = match columns.get(record, "kind") {
-        "" => None,
-        kind => {
-            check_name(line, "kind", kind)?;
-            Some(kind.to_owned())
-        }
-    };
+    let gpu_mem_peak_milli = row.optional("gpu_mem_peak", |line, _, value| {
+        parse_memory_fraction(line, value)
+    })?;
+    let gpu_mem_peak_at_ms = row.optional("gpu_mem_peak_at_s", parse_seconds)?;
+    let elastic = parse_elastic(line, row.columns, row.record, num_workers)?;
+    let time_limit_ms = row.optional("time_limit_s", parse_positive_seconds)?;
+    let ckpt_interval_ms = row.optional("ckpt_interval_s", parse_positive_seconds)?;
+    let estimate_ms = row.optional("estimate_s", parse_seconds)?;
+    let kind = row.optional("kind", |line, column, kind| {
+        check_name(line, column, kind).map(|()| kind.to_owned())
+    })?;
     Ok(TraceJob {
         job_id: job_id.to_owned(),
         submit_ms,
@@ -708,6 +693,57 @@ fn parse_row(
         oversubscribe,
         elastic,
     })
+}
+
+/// A gang's size: 1 to [`MAX_WORKERS`].
+fn parse_num_workers(line: u64, workers: &str) -> Result<u64, TraceError> {
+    let num_workers = parse_bounded(line, "num_workers", workers, u64::from(MAX_WORKERS))?;
+    if num_workers == 0 {
+        return Err(field_error(
+            line,
+            "num_workers",
+            workers,
+            "must be at least 1",
+        ));
+    }
+    Ok(num_workers)
+}
+
+/// GPU models separated by `|`, each a name.
+fn parse_gpu_types(
+    line: u64,
+    column: &'static str,
+    types: &str,
+) -> Result<Vec<String>, TraceError> {
+    types
+        .split('|')
+        .map(|model| {
+            let model = model.trim();
+            check_name(line, column, model).map(|()| model.to_owned())
+        })
+        .collect()
+}
+
+/// The index of team `name` (the default team when empty) in `teams`, added
+/// on first sight.
+fn intern_team(
+    line: u64,
+    name: &str,
+    teams: &mut Vec<String>,
+    team_index: &mut HashMap<String, u32>,
+) -> Result<u32, TraceError> {
+    let team_name = match name {
+        "" => DEFAULT_TEAM,
+        name => name,
+    };
+    check_name(line, "team", team_name)?;
+    if let Some(&team) = team_index.get(team_name) {
+        return Ok(team);
+    }
+    let team = u32::try_from(teams.len()).expect("at most MAX_ROWS teams");
+    teams.push(team_name.to_owned());
+    team_index.insert(team_name.to_owned(), team);
+    Ok(team)
 }
 
 fn seconds_text(millis: u64) -> String {

@@ -109,7 +109,7 @@ fn optional_columns_parse() {
 }
 
 #[test]
-fn bad_rows_name_line_and_column() {
+fn bad_values_of_required_columns_name_line_and_column() {
     check_error(
         &format!("{HEADER}\na,0,1,1,1\nb,x,1,1,1\n"),
         "line 3, column `submit_s`",
@@ -146,6 +146,10 @@ fn bad_rows_name_line_and_column() {
         &format!("{HEADER}\n,0,1,1,1\n"),
         "column `job_id`: must not be empty",
     );
+}
+
+#[test]
+fn bad_rows_ids_and_dependencies_name_the_line() {
     check_error(&format!("{HEADER}\na,0,1,1\n"), "line 2");
     check_error(
         &format!("{HEADER}\na,0,1,1,1\na,0,1,1,1\n"),
@@ -159,6 +163,11 @@ fn bad_rows_name_line_and_column() {
         &format!("{HEADER},deps\na,0,1,1,1,a\n"),
         "cannot depend on itself",
     );
+    check_error(&format!("{HEADER}\n"), "no jobs");
+}
+
+#[test]
+fn bad_optional_columns_and_headers_are_named() {
     check_error(
         &format!("{HEADER},preemptible\na,0,1,1,1,maybe\n"),
         "column `preemptible`",
@@ -191,7 +200,6 @@ fn bad_rows_name_line_and_column() {
         &format!("{HEADER},team,team\na,0,1,1,1,x,y\n"),
         "appears twice",
     );
-    check_error(&format!("{HEADER}\n"), "no jobs");
     check_error(
         &format!("{HEADER},estimate_s\na,0,1,1,1,-3\n"),
         "line 2, column `estimate_s`",
