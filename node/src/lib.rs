@@ -18,6 +18,7 @@ mod cgroup;
 mod checkpoint;
 mod gpu;
 mod isolation;
+mod node_core;
 mod objects;
 mod outbox;
 mod reconnect;
@@ -30,9 +31,10 @@ mod test_util;
 mod worker;
 mod worker_log;
 
-pub use agent::{AgentError, DEFAULT_DRAIN_TIMEOUT, DrainTimeoutError, check_drain_timeout};
+pub use agent::AgentError;
 pub use checkpoint::{CheckpointError, OutputLimits};
 pub use isolation::{IsolationError, PASSABLE_DIRS, WorkerUids};
+pub use node_core::{DEFAULT_DRAIN_TIMEOUT, DrainTimeoutError, check_drain_timeout};
 pub use objects::remote::{FetchError, ObjectFetcher, ObjectServer, ObjectServerError, Wanted};
 pub use objects::{ObjectChange, ObjectStore, Owner, StoreError, StoreLimits};
 pub use slurm::{Detected, ExplicitFlags, SLURM_JOB_LABEL, SlurmError, SlurmOffer, detect_slurm};
@@ -180,13 +182,18 @@ pub async fn run(config: NodeConfig, shutdown: CancellationToken) -> Result<(), 
     tracing::info!(%node_id, gpus = identity.resources.gpus.len(), cpus, memory_bytes, isolation = %isolation.summary().label(), "node starting");
     let objects = start_objects(&config, &identity.advertise_host, node_id, isolated)?;
     let server = objects.1;
-    let result = agent::Agent::new(config.join, identity, config.data_dir, objects.0)
-        .with_log_cap(config.log_cap)
-        .with_output_limits(config.output_limits)
-        .with_isolation(isolation)
-        .with_telemetry(config.telemetry_interval)
-        .with_drain_timeout(config.drain_timeout)
-        .with_gpu_memory_file(config.gpu_memory_file)
+    let agent_config = agent::AgentConfig {
+        join: config.join,
+        identity,
+        data_dir: config.data_dir,
+        log_cap: config.log_cap,
+        output_limits: config.output_limits,
+        isolation,
+        telemetry_interval: config.telemetry_interval,
+        drain_timeout: config.drain_timeout,
+        gpu_memory_file: config.gpu_memory_file,
+    };
+    let result = agent::Agent::new(agent_config, objects.0)
         .run(shutdown)
         .await;
     server.close();

@@ -15,6 +15,19 @@ use xp_runtime::protocol::WorkerReport;
 /// The most unacknowledged reports kept.
 pub(crate) const MAX_UNACKED: usize = 100_000;
 
+/// Whether `report` is a worker's last: the worker is gone once it is made.
+pub(crate) fn is_final(report: &WorkerReport) -> bool {
+    matches!(
+        report,
+        WorkerReport::Exited { .. }
+            | WorkerReport::LaunchFailed { .. }
+            | WorkerReport::Stopped { .. }
+            | WorkerReport::Refused { .. }
+            | WorkerReport::OomKilled { .. }
+            | WorkerReport::Evicted { .. }
+    )
+}
+
 /// Numbered reports not yet acknowledged.
 #[derive(Debug)]
 pub(crate) struct Outbox {
@@ -67,17 +80,7 @@ impl Outbox {
     pub(crate) fn unacked_final(&self) -> BTreeSet<WorkerKey> {
         self.unacked
             .values()
-            .filter(|report| {
-                matches!(
-                    report,
-                    WorkerReport::Exited { .. }
-                        | WorkerReport::LaunchFailed { .. }
-                        | WorkerReport::Stopped { .. }
-                        | WorkerReport::Refused { .. }
-                        | WorkerReport::OomKilled { .. }
-                        | WorkerReport::Evicted { .. }
-                )
-            })
+            .filter(|report| is_final(report))
             .map(WorkerReport::key)
             .collect()
     }
