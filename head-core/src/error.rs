@@ -160,6 +160,34 @@ pub enum CoreError {
     /// An approval decision on a request that is not pending.
     #[error(transparent)]
     Approval(#[from] xp_sched::ApprovalError),
+    /// The asker may not do what the request does (`crate::auth::authorize`).
+    #[error(transparent)]
+    Refused(#[from] crate::auth::Refusal),
+    /// A user credential that no longer names its user: revoked or replaced.
+    #[error("the credential of user {name} was revoked or replaced; ask an admin for a new one")]
+    UnknownUser {
+        /// The name the connection was made with (cut for the audit trail).
+        name: String,
+    },
+    /// A name the request gives is too long to resolve, log or audit.
+    #[error(transparent)]
+    NameTooLong(#[from] crate::auth::access::NameTooLong),
+    /// A submitted spec is larger than the head reads.
+    #[error(
+        "the spec is {len} bytes; at most {} are accepted",
+        xp_runtime::spec::MAX_SPEC_BYTES
+    )]
+    SpecTooLarge {
+        /// Its length.
+        len: usize,
+    },
+    /// A submitted spec is not JSON (its team cannot be set).
+    #[error("the spec is not JSON: {source}")]
+    SpecNotJson {
+        /// What the JSON reader said.
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 impl CoreError {
@@ -187,8 +215,13 @@ impl From<CoreError> for RemoteError {
             | CoreError::AmbiguousExperiment { .. }
             | CoreError::AdminUnattributed
             | CoreError::ReportScopeConflict
+            | CoreError::NameTooLong(_)
+            | CoreError::SpecTooLarge { .. }
+            | CoreError::SpecNotJson { .. }
             | CoreError::InvalidPolicy(_) => ErrorCode::BadRequest,
-            CoreError::ReportForbidden { .. } => ErrorCode::Forbidden,
+            CoreError::ReportForbidden { .. }
+            | CoreError::Refused(_)
+            | CoreError::UnknownUser { .. } => ErrorCode::Forbidden,
             CoreError::TrialNotFound { .. }
             | CoreError::ExperimentNotFound { .. }
             | CoreError::NoExperimentMatches { .. }

@@ -26,8 +26,6 @@
 //! - the object reference counts equal what the kept checkpoints name;
 //! - the policy core's own invariants hold.
 
-mod access;
-mod admin;
 mod admission;
 pub mod alerts;
 mod attempts;
@@ -45,9 +43,10 @@ pub mod pipelines;
 mod records;
 mod report;
 mod reports;
-mod requests;
+pub mod requests;
 mod scheduling;
 mod state;
+mod submission;
 pub mod sweep;
 mod sweeps;
 pub mod telemetry;

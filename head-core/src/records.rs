@@ -398,6 +398,18 @@ pub struct MetricRecord {
     pub at: UnixMillis,
 }
 
+impl From<MetricRecord> for xp_runtime::protocol::MetricPoint {
+    fn from(record: MetricRecord) -> Self {
+        Self {
+            attempt: record.key.attempt,
+            rank: record.key.rank,
+            step: record.step,
+            values: record.values.into_iter().collect(),
+            at: record.at,
+        }
+    }
+}
+
 /// Something the registry must store before the change is acknowledged.
 #[derive(Debug, Clone)]
 pub enum Record {

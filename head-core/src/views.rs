@@ -17,18 +17,6 @@ use xp_sched::{Amount, GPU_MILLI, QueueUsage};
 use super::{CoreError, HeadCore, NodeRecord, TrialRecord};
 
 impl HeadCore {
-    /// Experiments matching `filter` (an id or unique prefix), or all.
-    pub fn status(&self, filter: Option<&str>) -> Result<Vec<ExperimentStatus>, CoreError> {
-        let ids: Vec<ExperimentId> = match filter {
-            Some(text) => vec![self.resolve_experiment(text)?],
-            None => self.book.experiment_ids().collect(),
-        };
-        Ok(ids
-            .into_iter()
-            .map(|id| self.experiment_status(id))
-            .collect())
-    }
-
     /// The nodes as `xp nodes` shows them.
     pub fn nodes_status(&self) -> Vec<NodeStatus> {
         let running = self.running_workers_by_node();
@@ -166,7 +154,7 @@ impl HeadCore {
     }
 
     /// An experiment and its trials as `xp status` shows them.
-    fn experiment_status(&self, id: ExperimentId) -> ExperimentStatus {
+    pub(crate) fn experiment_status(&self, id: ExperimentId) -> ExperimentStatus {
         let experiment = &self.book.experiment(id);
         let spec = &self.book.spec(id);
         ExperimentStatus {

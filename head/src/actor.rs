@@ -34,16 +34,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::DashMap;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 use xp_runtime::clock::{Clock, UnixMillis};
-use xp_runtime::ids::{ExperimentId, NodeId, TrialId, WorkerKey};
+use xp_runtime::ids::{ExperimentId, NodeId, TrialId};
 use xp_runtime::protocol::{
-    AdminRequest, ErrorCode, HeadCommand, LogChunk, LogRequest, MetricPoint, NodeMessage,
-    NodeRegistration, NodeStatus, QueueStatus, RemoteError, Response, SubmitRequest, TrialEvent,
-    TrialStatus,
+    ErrorCode, HeadCommand, MetricPoint, NodeMessage, NodeRegistration, NodeStatus, QueueStatus,
+    RemoteError, Response, TrialStatus,
 };
 
 use xp_head_core::pages::{
@@ -52,19 +50,22 @@ use xp_head_core::pages::{
 };
 use xp_runtime::join::JoinString;
 
-use xp_head_core::auth::requests::Authorized;
-use xp_head_core::auth::requests::{Access, Caller};
-use xp_head_core::auth::users::{self, UserAnswer, UserCommand, Users};
-use xp_head_core::metrics::MetricsSnapshot;
-use xp_head_core::{HeadCore, LoadedState};
 use crate::health::{Health, LOG_INTERVAL_MS, LogThrottle, Outage};
 use crate::metrics::HeadMetrics;
 use crate::registry::{Registry, RegistryError};
+use crate::sessions::{Sessions, send_to_node};
+use xp_head_core::auth::access::{Access, Authorized, Caller};
+use xp_head_core::auth::users::{self, UserAnswer, UserCommand, Users};
+use xp_head_core::metrics::MetricsSnapshot;
+use xp_head_core::requests;
+use xp_head_core::{HeadCore, LoadedState};
 
 mod alerts;
 mod auth;
+mod client;
 
 pub use self::alerts::AlertMsg;
+pub use self::client::{Answer, Asked};
 mod batch;
 mod report;
 
@@ -74,30 +75,33 @@ const TICK: Duration = Duration::from_millis(250);
 /// A reply port carrying a wire-ready result.
 pub type Reply<T> = RpcReplyPort<Result<T, RemoteError>>;
 
-/// What a connected node's session offers the rest of the head.
-#[derive(Debug, Clone)]
-pub struct NodeSessionHandle {
-    /// Distinguishes this session from a later one of the same node.
-    pub session_id: u64,
-    /// Commands to write on the node's session stream.
-    pub commands: mpsc::UnboundedSender<HeadCommand>,
-    /// Log reads waiting for the node's answer, by request id.
-    pub pending_logs: Arc<DashMap<u64, oneshot::Sender<Result<LogChunk, RemoteError>>>>,
-}
+/// How long a call to the actor may take before the caller gives up.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Connected node sessions, shared by the server tasks and the actor.
-pub type Sessions = Arc<DashMap<NodeId, NodeSessionHandle>>;
+/// Calls the head actor and flattens the two error layers.
+pub async fn call<T: Send + 'static>(
+    head: &ActorRef<HeadMsg>,
+    build: impl FnOnce(Reply<T>) -> HeadMsg,
+) -> Result<T, RemoteError> {
+    match head.call(build, Some(CALL_TIMEOUT)).await {
+        Ok(ractor::rpc::CallResult::Success(result)) => result,
+        Ok(_) => Err(RemoteError::new(
+            ErrorCode::Unavailable,
+            "the head is busy or shutting down; try again",
+        )),
+        Err(error) => Err(RemoteError::new(
+            ErrorCode::Unavailable,
+            format!("the head is shutting down: {error}"),
+        )),
+    }
+}
 
 /// The head actor's messages.
 #[derive(Debug)]
 pub enum HeadMsg {
-    /// A client submits an experiment.
-    Submit(SubmitRequest, Reply<Response>),
-    /// A client asks for experiments.
-    Status(Option<String>, Reply<Response>),
-    /// A client submits, cancels or retries a pipeline.
-    PipelineChange(xp_head_core::pipelines::PipelineChange, Reply<Response>),
-    /// A client or the HTTP API reads one pipeline or lists them.
+    /// A client's request, to authorize and serve (see `requests`).
+    Request(Asked),
+    /// The HTTP API reads one pipeline or lists them.
     Pipelines {
         /// One pipeline; every one the caller sees when absent.
         pipeline: Option<u64>,
@@ -106,39 +110,15 @@ pub enum HeadMsg {
         /// The pipelines.
         reply: Reply<Vec<xp_runtime::protocol::PipelineStatus>>,
     },
-    /// A client cancels an experiment or a trial.
-    Cancel(String, Reply<Response>),
-    /// A client lists nodes.
-    Nodes(Reply<Response>),
-    /// A client asks where a worker's log lives.
-    LocateWorker(LogRequest, Reply<(NodeId, WorkerKey, bool)>),
-    /// A client asks for events.
-    Events(ExperimentId, u64, Reply<Vec<TrialEvent>>),
-    /// A client asks for a trial's metric history.
-    Metrics(TrialId, Reply<Vec<MetricPoint>>),
-    /// A client lists the scheduling queues.
-    Queues(Reply<Response>),
-    /// A client lists the leases, pending approvals and conflict odds.
+    /// The HTTP API lists the leases, pending approvals and conflict odds.
     Leases {
         /// The teams whose trials the caller sees.
         visibility: Visibility,
         /// The report.
         reply: Reply<Response>,
     },
-    /// A client lists an experiment's checkpoints.
-    Checkpoints(String, Reply<Response>),
-    /// A driver asks where to store objects.
-    StoreTargets(String, Reply<Response>),
     /// A driver that stored objects went away.
     DriverGone(String),
-    /// A driver session submitted an experiment: its objects are shared with its trials.
-    DriverSubmitted(ExperimentId, String),
-    /// A node asks which of these driver sessions share objects with an experiment.
-    SharingDrivers(ExperimentId, Vec<String>, Reply<Response>),
-    /// A node asks which nodes hold an object.
-    Locate(xp_runtime::ids::ObjectId, Reply<Response>),
-    /// An admin arbitrates.
-    Admin(AdminRequest, Reply<Response>),
     /// A node registered on a new session (its session id).
     NodeRegistered(NodeRegistration, u64, Reply<()>),
     /// Messages that arrived on a node's session (its session id), in order;
@@ -217,9 +197,7 @@ pub enum HeadMsg {
     Authorize(Caller, Access, Reply<Authorized>),
     /// A command on the user table, from the head machine's socket.
     Users(UserCommand, Reply<UserAnswer>),
-    /// The newest audit entries.
-    Audit(u32, Reply<Response>),
-    /// `xp report` and `GET /api/report`, for a caller who sees `visible`.
+    /// `GET /api/report`, for a caller who sees `visible`.
     Report {
         /// The scope and window.
         request: xp_runtime::protocol::ReportRequest,
@@ -265,21 +243,16 @@ impl HeadMsg {
     fn joins_batch(&self) -> bool {
         matches!(
             self,
-            Self::Submit(..)
-                | Self::Cancel(..)
-                | Self::Admin(..)
-                | Self::NodeRegistered(..)
-                | Self::FromNode(..)
-                | Self::Flush
+            Self::Request(Asked { request, .. }) if requests::changes(request)
+        ) || matches!(
+            self,
+            Self::NodeRegistered(..) | Self::FromNode(..) | Self::Flush
         )
     }
 }
 
 /// An answer waiting for its batch's commit: called with the commit's outcome.
 type Pending = Box<dyn FnOnce(Result<(), RemoteError>) + Send>;
-
-/// The most audit entries one request returns.
-pub const MAX_AUDIT_ENTRIES: u32 = 10_000;
 
 /// The head actor (behaviour only; the state is [`HeadState`]).
 #[derive(Debug)]
@@ -407,13 +380,7 @@ impl HeadState {
                 .registry
                 .metrics_page(trial, after, limit, pages::MAX_PAGE_BYTES)
         })
-        .map_err(|error| match error {
-            RegistryError::Closed => RemoteError::new(
-                ErrorCode::StorageUnavailable,
-                "the head cannot read metric history now: its database is closed after a failed write; retry later",
-            ),
-            error => RemoteError::new(ErrorCode::Internal, error.to_string()),
-        })?;
+        .map_err(|error| client::stored_read_error(error, "metric history"))?;
         let next_cursor = page
             .more
             .then(|| {
@@ -426,13 +393,7 @@ impl HeadState {
             items: page
                 .records
                 .into_iter()
-                .map(|(_, record)| MetricPoint {
-                    attempt: record.key.attempt,
-                    rank: record.key.rank,
-                    step: record.step,
-                    values: record.values.into_iter().collect(),
-                    at: record.at,
-                })
+                .map(|(_, record)| MetricPoint::from(record))
                 .collect(),
             next_cursor,
             total: page.total,
@@ -565,20 +526,6 @@ pub fn replay_metrics(core: &mut HeadCore, registry: &Registry) -> Result<(), Re
     Ok(())
 }
 
-fn send_to_node(sessions: &Sessions, node_id: NodeId, command: HeadCommand) {
-    let sender = sessions
-        .get(&node_id)
-        .map(|session| session.commands.clone());
-    match sender {
-        Some(sender) => {
-            let _ = sender.send(command);
-        }
-        None => {
-            warn!(%node_id, ?command, "node not connected; command dropped (reconciled when it returns)")
-        }
-    }
-}
-
 impl Actor for HeadActor {
     type Msg = HeadMsg;
     type State = HeadState;
@@ -640,25 +587,7 @@ impl Actor for HeadActor {
             } => {
                 let _ = reply.send(state.telemetry(trial, &visibility));
             }
-            HeadMsg::Submit(request, reply) => state.change(now, myself, reply, |core| {
-                core.handle_submit(now, &request)
-                    .map(|(experiment, reused, trials)| Response::Submitted {
-                        experiment,
-                        reused,
-                        trials,
-                    })
-            }),
-            HeadMsg::Cancel(id, reply) => state.change(now, myself, reply, |core| {
-                core.handle_cancel(now, &id)
-                    .map(|trials| Response::Cancelled { trials })
-            }),
-            HeadMsg::Admin(request, reply) => state.change(now, myself, reply, |core| {
-                core.handle_admin(now, request)
-                    .map(|(trials, message)| Response::Admin { trials, message })
-            }),
-            HeadMsg::PipelineChange(change, reply) => state.change(now, myself, reply, |core| {
-                core.handle_pipeline_change(now, change)
-            }),
+            HeadMsg::Request(asked) => state.serve_request(now, myself, asked),
             HeadMsg::Pipelines {
                 pipeline,
                 visibility,
@@ -670,21 +599,6 @@ impl Actor for HeadActor {
                     .pipelines_status(now, pipeline, &|team| visibility.allows(team))
                     .map_err(RemoteError::from);
                 let _ = reply.send(result);
-            }
-            HeadMsg::Status(filter, reply) => {
-                let result = state
-                    .args
-                    .core
-                    .status(filter.as_deref())
-                    .map(Response::Status)
-                    .map_err(RemoteError::from);
-                let _ = reply.send(result);
-            }
-            HeadMsg::Nodes(reply) => {
-                let _ = reply.send(Ok(Response::Nodes(state.args.core.nodes_status())));
-            }
-            HeadMsg::Queues(reply) => {
-                let _ = reply.send(Ok(Response::Queues(state.args.core.queues())));
             }
             HeadMsg::Leases { visibility, reply } => {
                 let report = state
@@ -774,74 +688,10 @@ impl Actor for HeadActor {
                     .queues_page(limit, cursor.as_ref(), &|team| visibility.allows(team));
                 let _ = reply.send(Ok(page));
             }
-            HeadMsg::StoreTargets(session, reply) => {
-                let nodes = state.args.core.store_targets(&session);
-                let _ = reply.send(Ok(Response::StoreTargets { session, nodes }));
-            }
             HeadMsg::DriverGone(session) => {
                 // Soft state and commands only: nothing to store, so also during an outage.
                 state.args.core.release_driver_objects(&session);
                 let _ = state.flush(now);
-            }
-            HeadMsg::DriverSubmitted(experiment, session) => {
-                // Soft state, like the driver's objects: nothing to store.
-                state
-                    .args
-                    .core
-                    .record_driver_experiment(&session, experiment);
-            }
-            HeadMsg::SharingDrivers(experiment, sessions, reply) => {
-                let sharing = state.args.core.sharing_drivers(experiment, sessions);
-                let _ = reply.send(Ok(Response::Drivers(sharing)));
-            }
-            HeadMsg::Locate(object, reply) => {
-                let _ = reply.send(Ok(Response::Located(state.args.core.locate(object))));
-            }
-            HeadMsg::Checkpoints(experiment, reply) => {
-                let result = state
-                    .args
-                    .core
-                    .checkpoints(&experiment)
-                    .map(Response::Checkpoints)
-                    .map_err(RemoteError::from);
-                let _ = reply.send(result);
-            }
-            HeadMsg::LocateWorker(request, reply) => {
-                let result = state.args.core.locate_worker(&request);
-                let _ = reply.send(result.map_err(RemoteError::from));
-            }
-            HeadMsg::Events(experiment, after, reply) => {
-                let result = state.args.core.events_after(experiment, after);
-                let _ = reply.send(result.map_err(RemoteError::from));
-            }
-            HeadMsg::Metrics(trial, reply) => {
-                // Only a trial the core knows (the one authorization judged)
-                // is read from the registry: the core keeps every trial.
-                if let Err(error) = state.args.core.team_of_trial(trial) {
-                    let _ = reply.send(Err(error.into()));
-                    return Ok(());
-                }
-                let result = tokio::task::block_in_place(|| state.args.registry.metrics_of(trial))
-                    .map(|records| {
-                        records
-                            .into_iter()
-                            .map(|record| MetricPoint {
-                                attempt: record.key.attempt,
-                                rank: record.key.rank,
-                                step: record.step,
-                                values: record.values.into_iter().collect(),
-                                at: record.at,
-                            })
-                            .collect()
-                    })
-                    .map_err(|error| match error {
-                        RegistryError::Closed => RemoteError::new(
-                            ErrorCode::StorageUnavailable,
-                            "the head cannot read metric history now: its database is closed after a failed write; retry later",
-                        ),
-                        error => RemoteError::new(ErrorCode::Internal, error.to_string()),
-                    });
-                let _ = reply.send(result);
             }
             HeadMsg::NodeRegistered(registration, session_id, reply) => {
                 let node_id = registration.node_id;
@@ -889,19 +739,6 @@ impl Actor for HeadActor {
             }
             HeadMsg::Users(command, reply) => {
                 let _ = reply.send(state.user_command(now, command));
-            }
-            HeadMsg::Audit(limit, reply) => {
-                let limit = limit.clamp(1, MAX_AUDIT_ENTRIES) as usize;
-                let result = tokio::task::block_in_place(|| state.args.registry.audit(limit))
-                    .map(Response::Audit)
-                    .map_err(|error| match error {
-                        RegistryError::Closed => RemoteError::new(
-                            ErrorCode::StorageUnavailable,
-                            "the head cannot read its audit trail now: its database is closed after a failed write; retry later",
-                        ),
-                        error => RemoteError::new(ErrorCode::Internal, error.to_string()),
-                    });
-                let _ = reply.send(result);
             }
             HeadMsg::Report {
                 request,

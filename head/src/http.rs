@@ -59,15 +59,16 @@ use xp_runtime::ids::{ExperimentId, TrialId};
 use xp_runtime::protocol::{ErrorCode, MetricPoint, RemoteError};
 use xp_runtime::views::{node_json, trial_json};
 
+use crate::actor::call;
 use crate::actor::{HeadMsg, Reply};
+use crate::health::HealthWatch;
+use crate::metrics::{Api, HeadMetrics, OPENMETRICS_TEXT, PROMETHEUS_TEXT};
+use crate::sessions::Sessions;
 use xp_head_core::pages::{
     CursorError, DEFAULT_LIMIT, ExperimentCursor, ExperimentSummary, MAX_LIMIT, MetricCursor,
     NodeCursor, Page, PageError, QueueCursor, StateSet, TrialCursor, TrialQuery, TrialSort,
     Visibility,
 };
-use crate::health::HealthWatch;
-use crate::metrics::{Api, HeadMetrics, OPENMETRICS_TEXT, PROMETHEUS_TEXT};
-use crate::server::call;
 
 mod alerts;
 pub(crate) mod auth;
@@ -89,8 +90,8 @@ pub(crate) struct HttpState {
     pub(crate) head: ActorRef<HeadMsg>,
     health: HealthWatch,
     metrics: Arc<HeadMetrics>,
-    /// The QUIC server's context, through which log reads reach the nodes.
-    pub(crate) server: Arc<crate::server::ServerContext>,
+    /// The nodes' sessions, through which log reads reach the nodes.
+    pub(crate) sessions: Sessions,
 }
 
 /// The router.
@@ -98,13 +99,13 @@ pub fn router(
     head: ActorRef<HeadMsg>,
     health: HealthWatch,
     counters: Arc<HeadMetrics>,
-    server: Arc<crate::server::ServerContext>,
+    sessions: Sessions,
 ) -> axum::Router {
     let state = HttpState {
         head,
         health,
         metrics: counters,
-        server,
+        sessions,
     };
     let api = axum::Router::new()
         .route("/metrics", get(prometheus))

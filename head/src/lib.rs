@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod offline;
 pub mod registry;
 pub mod server;
+pub mod sessions;
 pub mod webhooks;
 
 use std::net::SocketAddr;
@@ -31,9 +32,9 @@ use xp_runtime::join::JoinString;
 use xp_runtime::tls::ClusterIdentity;
 
 use crate::actor::{HeadActor, HeadArgs, HeadMsg};
-use xp_head_core::HeadCore;
 use crate::registry::Registry;
 use crate::server::ServerContext;
+use xp_head_core::HeadCore;
 
 pub use crate::offline::{OfflineError, OfflineHead, offline_status};
 pub use xp_head_core::CoreConfig;
@@ -270,7 +271,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
                 .local_addr()
                 .map_err(io_error("cannot read the HTTP address".to_owned()))?,
         );
-        let router = http::router(actor.clone(), health_rx, metrics, context);
+        let router = http::router(actor.clone(), health_rx, metrics, context.sessions.clone());
         let http_shutdown = shutdown.clone();
         tasks.push(xp_runtime::task::spawn("http-server", async move {
             let served = axum::serve(listener, router)
@@ -314,7 +315,9 @@ fn create_first_admin(
         .cloned()
         .map(xp_head_core::Record::User)
         .collect();
-    records.push(xp_head_core::Record::Audit(auth::local::audit_entry(now, &command)));
+    records.push(xp_head_core::Record::Audit(auth::local::audit_entry(
+        now, &command,
+    )));
     registry.commit(records)?;
     users.apply(plan.records);
     info!(
@@ -368,7 +371,7 @@ impl RunningHead {
         &self,
         command: UserCommand,
     ) -> Result<UserAnswer, xp_runtime::protocol::RemoteError> {
-        server::call(&self.actor, |reply| HeadMsg::Users(command, reply)).await
+        actor::call(&self.actor, |reply| HeadMsg::Users(command, reply)).await
     }
 
     /// Stops serving, lets in-flight work finish, and stops the actor; every
@@ -419,7 +422,8 @@ mod tests {
             attempt: 1,
             reason: "from an older head".to_owned(),
         };
-        old.commit(vec![xp_head_core::Record::Event(event)]).unwrap();
+        old.commit(vec![xp_head_core::Record::Event(event)])
+            .unwrap();
         drop(old);
 
         let head = start(config(&data_dir)).await.unwrap();
@@ -432,10 +436,7 @@ mod tests {
             (admin.host.as_str(), admin.port),
             (head.join.host.as_str(), head.join.port)
         );
-        let listed = head
-            .user_command(UserCommand::List)
-            .await
-            .unwrap();
+        let listed = head.user_command(UserCommand::List).await.unwrap();
         let UserAnswer::List { users } = listed else {
             panic!("a list");
         };

@@ -12,8 +12,8 @@ use xp_runtime::clock::{Clock, SystemClock};
 use xp_runtime::ids::{NodeId, WorkerKey};
 use xp_runtime::protocol::{ExperimentStatus, LogRequest};
 
-use xp_head_core::{CoreConfig, CoreError, HeadCore};
 use crate::registry::{Registry, RegistryError};
+use xp_head_core::{CoreConfig, CoreError, HeadCore};
 
 /// Why a stopped head's data could not be read.
 #[derive(Debug, thiserror::Error)]

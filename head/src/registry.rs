@@ -819,7 +819,10 @@ pub(crate) mod tests {
         drop(registry);
         let mut again = Registry::open(&path).unwrap();
         again.load().unwrap();
-        assert_eq!(again.users().unwrap(), [user(xp_head_core::auth::Role::Member)]);
+        assert_eq!(
+            again.users().unwrap(),
+            [user(xp_head_core::auth::Role::Member)]
+        );
         again.commit(vec![entry("four")]).unwrap();
         let trail = again.audit(3).unwrap();
         let seqs: Vec<(u64, &str)> = trail

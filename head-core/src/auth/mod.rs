@@ -20,8 +20,11 @@
 //! driver binaries, locates objects and asks which drivers share objects, and
 //! nothing a user does.
 
-pub mod requests;
+pub mod access;
+mod resolve;
 pub mod users;
+
+pub use self::resolve::{AuditNote, Resolved, Verdict};
 
 use serde::{Deserialize, Serialize};
 

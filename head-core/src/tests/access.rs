@@ -6,7 +6,7 @@
 use xp_runtime::protocol::{ErrorCode, RemoteError};
 
 use super::*;
-use crate::auth::requests::Scope;
+use crate::auth::access::Scope;
 use crate::auth::{self, Action, Principal, Role, Target};
 
 fn user(team: &str, role: Role) -> Principal {

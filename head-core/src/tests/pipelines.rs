@@ -317,8 +317,9 @@ fn a_stage_whose_need_finished_while_the_head_was_down_is_released_on_load() {
 
 #[test]
 fn pipeline_requests_are_authorized_against_the_pipelines_team() {
-    use crate::auth::requests::{Scope, access_of};
+    use crate::auth::access::Scope;
     use crate::auth::{self, Principal, Role, Target};
+    use crate::requests::access as access_of;
     use xp_runtime::protocol::Request;
 
     let (mut core, _node) = cluster();

@@ -1,6 +1,7 @@
 //! The actor's side of alerts: handing the webhook posts of stored alerts to
 //! the delivery queue (and counting what was raised), recording how each
-//! delivery ended, and answering `xp alerts` and `GET /api/alerts`.
+//! delivery ended, and answering `GET /api/alerts` (`xp alerts` is a request,
+//! `xp_head_core::requests`).
 //!
 //! Invariant: a webhook is queued only after its alert is stored, like every
 //! other output of the core; a full queue drops an oldest delivery, which is
@@ -8,7 +9,7 @@
 
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::ExperimentId;
-use xp_runtime::protocol::{AlertStatus, RemoteError, Response};
+use xp_runtime::protocol::AlertStatus;
 
 use super::{HeadState, Reply};
 use xp_head_core::alerts::{AlertCursor, DeliveryOutcome, WebhookDelivery};
@@ -73,19 +74,6 @@ impl HeadState {
         let _ = self.flush(now);
     }
 
-    /// `xp alerts`: one experiment's alerts, or every visible one's.
-    pub(super) fn alerts_list(
-        &self,
-        experiment: Option<&str>,
-        visibility: &xp_head_core::auth::Visibility,
-    ) -> Result<Response, RemoteError> {
-        self.args
-            .core
-            .alerts_list(experiment, &|team| visibility.shows(team))
-            .map(Response::Alerts)
-            .map_err(RemoteError::from)
-    }
-
     /// `GET /api/alerts`: a page of alerts, newest first.
     pub(super) fn alerts_page(
         &self,
@@ -103,15 +91,6 @@ impl HeadState {
 /// The actor's alert messages, answered by [`HeadState::handle_alert_message`].
 #[derive(Debug)]
 pub enum AlertMsg {
-    /// `xp alerts [EXP]`, with what the caller may see.
-    List {
-        /// The experiment named, if any.
-        experiment: Option<String>,
-        /// Which teams' alerts the caller sees.
-        visibility: xp_head_core::auth::Visibility,
-        /// The answer.
-        reply: Reply<Response>,
-    },
     /// `GET /api/alerts`.
     Page {
         /// The experiment, if one.
@@ -133,13 +112,6 @@ impl HeadState {
     /// Handles one alert message.
     pub(super) fn handle_alert_message(&mut self, now: UnixMillis, message: AlertMsg) {
         match message {
-            AlertMsg::List {
-                experiment,
-                visibility,
-                reply,
-            } => {
-                let _ = reply.send(self.alerts_list(experiment.as_deref(), &visibility));
-            }
             AlertMsg::Page {
                 experiment,
                 limit,

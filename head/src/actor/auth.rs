@@ -8,105 +8,49 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::protocol::{AuditEntry, ErrorCode, RemoteError};
 
 use super::HeadState;
-use xp_head_core::auth::requests::{
-    Access, Authorized, Caller, MAX_AUDIT_TEXT_BYTES, is_audited, truncated,
-};
-use xp_head_core::auth::users::{self, UserAnswer, UserCommand};
-use xp_head_core::auth::{self, Principal, Target};
 use xp_head_core::Record;
+use xp_head_core::auth::access::{Access, Authorized, Caller};
+use xp_head_core::auth::users::{self, UserAnswer, UserCommand};
+use xp_head_core::auth::{AuditNote, Principal, Verdict};
 
 impl HeadState {
-    /// Resolves `caller` to who they are now and decides `access`; a refusal
-    /// (and an allowed action that changes others' work or the cluster) is
-    /// written to the audit trail with the authenticated user.
+    /// Resolves `caller` to who they are now and decides `access`
+    /// (`HeadCore::authorize`); what the decision says to audit is written to
+    /// the audit trail with the authenticated user, and a refusal counted.
     pub(super) fn authorize(
         &mut self,
         now: UnixMillis,
         caller: &Caller,
         access: &Access,
     ) -> Result<Authorized, RemoteError> {
-        let principal = match caller {
-            Caller::Node => Principal::Node,
+        let verdict = match caller {
+            Caller::Node => self.args.core.authorize(Principal::Node, access),
             Caller::User { name, secret_hash } => {
                 match self.args.users.principal(name, secret_hash) {
-                    Some(principal) => principal,
-                    None => {
-                        // The name came from the client: cut what is kept of it.
-                        let name = truncated(name, MAX_AUDIT_TEXT_BYTES);
-                        let message = format!(
-                            "the credential of user {name} was revoked or replaced; ask an admin for a new one"
-                        );
-                        self.args
-                            .metrics
-                            .refused(access.action.describe(), "unknown");
-                        self.audit(now, name, access.describe(), false, message.clone());
-                        return Err(RemoteError::new(ErrorCode::Forbidden, message));
-                    }
+                    Some(principal) => self.args.core.authorize(principal, access),
+                    None => Verdict::unknown_user(name, access),
                 }
             }
         };
-        // A name a non-admin gives must resolve among what they see: one that
-        // does not is not found (not judged as their own team's work, which let
-        // them act on another team's trial before it existed).
-        let resolved = self
-            .args
-            .core
-            .resolve_scope(&principal, &access.scope)
-            .map_err(RemoteError::from)?;
-        let experiment = resolved.experiment;
-        let (team, queue_owner) = (resolved.team, resolved.queue_owner);
-        let target = match (&team, &queue_owner) {
-            (None, _) => Target::Cluster,
-            (Some(team), None) => Target::Team(team),
-            (Some(team), Some(owner)) => Target::Queue {
-                team,
-                queue_owner: owner.as_deref(),
-            },
-        };
-        match auth::authorize(&principal, access.action, target) {
-            Ok(()) => {
-                if is_audited(access.action) {
-                    let detail = match &team {
-                        Some(team) => format!("allowed on work of team {team}"),
-                        None => "allowed".to_owned(),
-                    };
-                    self.audit(now, principal.name(), access.describe(), true, detail);
-                }
-                Ok(Authorized {
-                    principal,
-                    experiment,
-                })
-            }
-            Err(refusal) => {
-                let message = refusal.to_string();
-                info!(who = principal.name(), action = %access.describe(), %message, "request refused");
-                let role = match &principal {
-                    Principal::Node => "node",
-                    Principal::User { role, .. } => role.as_str(),
-                };
-                self.args.metrics.refused(access.action.describe(), role);
-                self.audit(
-                    now,
-                    principal.name(),
-                    access.describe(),
-                    false,
-                    message.clone(),
-                );
-                Err(RemoteError::new(ErrorCode::Forbidden, message))
-            }
+        if let Some(role) = verdict.refused_as {
+            self.args.metrics.refused(access.action.describe(), role);
         }
+        if let Some(note) = verdict.audit {
+            self.audit(now, note);
+        }
+        verdict.outcome.map_err(RemoteError::from)
     }
 
     /// Stores one audit entry. During an outage it cannot be stored: it is
     /// logged instead (the refusal itself is still answered).
-    fn audit(&mut self, now: UnixMillis, who: &str, action: String, allowed: bool, detail: String) {
+    fn audit(&mut self, now: UnixMillis, note: AuditNote) {
         let entry = AuditEntry {
             seq: 0,
             at: now,
-            who: who.to_owned(),
-            action,
-            allowed,
-            detail,
+            who: note.who,
+            action: note.action,
+            allowed: note.allowed,
+            detail: note.detail,
         };
         if self.outage.is_some() {
             warn!(
@@ -141,7 +85,9 @@ impl HeadState {
             .map_err(|error| RemoteError::new(ErrorCode::BadRequest, error.to_string()))?;
         if !plan.records.is_empty() {
             let mut records: Vec<Record> = plan.records.iter().cloned().map(Record::User).collect();
-            records.push(Record::Audit(crate::auth::local::audit_entry(now, &command)));
+            records.push(Record::Audit(crate::auth::local::audit_entry(
+                now, &command,
+            )));
             let committed = tokio::task::block_in_place(|| self.args.registry.commit(records));
             if let Err(commit_error) = committed {
                 return Err(self.commit_failed(now, commit_error));

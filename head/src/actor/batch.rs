@@ -11,7 +11,6 @@ use xp_runtime::protocol::{ErrorCode, NodeMessage, NodeTelemetry, RemoteError, T
 use super::{HeadMsg, HeadState, Pending, Reply};
 use xp_head_core::HeadCore;
 use xp_head_core::pages::{PageError, Visibility};
-use crate::registry::RegistryError;
 
 impl HeadState {
     /// Commits everything applied since the last commit (and sends what it
@@ -202,14 +201,6 @@ impl HeadState {
         {
             return Ok(Err(error));
         }
-        let workers = tokio::task::block_in_place(|| self.args.registry.telemetry_of(trial))
-            .map_err(|error| match error {
-                RegistryError::Closed => RemoteError::new(
-                    ErrorCode::StorageUnavailable,
-                    "the head cannot read telemetry now: its database is closed after a failed write; retry later",
-                ),
-                error => RemoteError::new(ErrorCode::Internal, error.to_string()),
-            })?;
-        Ok(Ok(TrialTelemetry { trial, workers }))
+        self.telemetry_of(trial).map(Ok)
     }
 }

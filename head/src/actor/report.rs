@@ -21,8 +21,8 @@ use xp_runtime::report::UsageReport;
 use xp_tune::report::{Window, busy_gpu_hours, utilization};
 
 use super::HeadState;
-use xp_head_core::auth::Visibility;
 use xp_head_core::ReportScope;
+use xp_head_core::auth::Visibility;
 
 /// Beyond this many GPU trials in scope, busy GPU-time is not read (one
 /// registry range per trial): the report says `null` rather than stall the

@@ -3,12 +3,55 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use xp_runtime::protocol::{ExperimentStatus, NodeResources};
+use dashmap::DashMap;
+use tokio::sync::mpsc;
+use xp_head_core::CoreConfig;
+use xp_head_core::auth::Role;
+use xp_head_core::auth::users::{UserRecord, secret_hash};
+use xp_runtime::ids::WorkerKey;
+use xp_runtime::protocol::{ExperimentStatus, NodeResources, Request, SubmitRequest};
 
 use super::*;
-use xp_head_core::CoreConfig;
 use crate::registry::tests::Tmpfs;
-use crate::server::call;
+use crate::sessions::NodeSessionHandle;
+
+/// The secret of the tests' admin.
+const ADMIN_SECRET: &str = "the admin's secret";
+
+/// A user table holding the tests' admin.
+fn admin_users() -> Users {
+    Users::from_records(vec![UserRecord {
+        name: "root".to_owned(),
+        team: "ops".to_owned(),
+        role: Role::Admin,
+        secret_hash: hex::encode(secret_hash(ADMIN_SECRET)),
+        created_at: 0,
+        revoked_at: None,
+    }])
+}
+
+/// `request` as the tests' admin asks it, answered as a response.
+async fn ask(actor: &ActorRef<HeadMsg>, request: Request) -> Result<Response, RemoteError> {
+    let access = requests::access(&request);
+    let caller = Caller::User {
+        name: "root".to_owned(),
+        secret_hash: secret_hash(ADMIN_SECRET),
+    };
+    let answer = call(actor, |reply| {
+        HeadMsg::Request(Asked {
+            caller,
+            access,
+            session: None,
+            request,
+            reply,
+        })
+    })
+    .await?;
+    match answer {
+        Answer::Response(response) => Ok(response),
+        Answer::Connection(work) => panic!("unexpected work for the connection: {work:?}"),
+    }
+}
 
 /// A clock the test moves by hand.
 #[derive(Debug, Default)]
@@ -63,7 +106,7 @@ fn submission(name: &str, trials: u32) -> SubmitRequest {
 }
 
 async fn status(actor: &ActorRef<HeadMsg>) -> Vec<ExperimentStatus> {
-    match call(actor, |reply| HeadMsg::Status(None, reply)).await {
+    match ask(actor, Request::Status { experiment: None }).await {
         Ok(Response::Status(list)) => list,
         other => panic!("unexpected status answer: {other:?}"),
     }
@@ -125,7 +168,7 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
             event_seq,
             health,
             clock: clock.clone(),
-            users: Users::default(),
+            users: admin_users(),
             users_changed: watch::channel(0).0,
             join: format!("xp://127.0.0.1:1?token=t&ca={}", "00".repeat(32))
                 .parse()
@@ -138,22 +181,16 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
     .await
     .unwrap();
     let mut received = connect(&actor, &sessions).await;
-    call(&actor, |reply| {
-        HeadMsg::Submit(submission("first", 2), reply)
-    })
-    .await
-    .unwrap();
+    ask(&actor, Request::Submit(submission("first", 2)))
+        .await
+        .unwrap();
 
     // Fill the disk, then submit until the database must grow and cannot.
     let filler = tmpfs.fill();
     let mut stored = vec!["first".to_owned()];
     let refusal = loop {
         let name = format!("more-{}", stored.len());
-        match call(&actor, |reply| {
-            HeadMsg::Submit(submission(&name, 40), reply)
-        })
-        .await
-        {
+        match ask(&actor, Request::Submit(submission(&name, 40))).await {
             Ok(_) => stored.push(name),
             Err(refusal) => break refusal,
         }
@@ -177,7 +214,13 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
     drain(&mut received);
 
     // During the outage changes are refused, and node reports neither applied nor acknowledged.
-    let refused = call(&actor, |reply| HeadMsg::Cancel("first".to_owned(), reply)).await;
+    let refused = ask(
+        &actor,
+        Request::Cancel {
+            id: "first".to_owned(),
+        },
+    )
+    .await;
     assert_eq!(refused.unwrap_err().code, ErrorCode::StorageUnavailable);
     call(&actor, |reply| {
         HeadMsg::FromNode(node(), SESSION, vec![NodeMessage::Heartbeat], reply)
@@ -187,7 +230,7 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
     let sent = drain(&mut received);
     assert!(sent.is_empty(), "{sent:?}");
     // Reads still answer.
-    call(&actor, HeadMsg::Nodes).await.unwrap();
+    ask(&actor, Request::Nodes).await.unwrap();
 
     // Room again: at the next probe the database re-opens and the node is asked to register.
     std::fs::remove_file(filler).unwrap();
@@ -215,11 +258,9 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
     .await;
     assert_eq!(stale.unwrap_err().code, ErrorCode::Unavailable);
     let _received = connect(&actor, &sessions).await;
-    call(&actor, |reply| {
-        HeadMsg::Submit(submission("after", 1), reply)
-    })
-    .await
-    .unwrap();
+    ask(&actor, Request::Submit(submission("after", 1)))
+        .await
+        .unwrap();
     stored.push("after".to_owned());
     stored.sort();
     assert_eq!(names(&status(&actor).await), stored);
@@ -282,7 +323,7 @@ async fn a_batch_whose_commit_fails_acknowledges_none_of_it_and_comes_again_once
             event_seq: watch::channel(0).0,
             health,
             clock: clock.clone(),
-            users: Users::default(),
+            users: admin_users(),
             users_changed: watch::channel(0).0,
             join: format!("xp://127.0.0.1:1?token=t&ca={}", "00".repeat(32))
                 .parse()
@@ -295,11 +336,9 @@ async fn a_batch_whose_commit_fails_acknowledges_none_of_it_and_comes_again_once
     .await
     .unwrap();
     let mut received = connect(&actor, &sessions).await;
-    call(&actor, |reply| {
-        HeadMsg::Submit(submission("batch", 1), reply)
-    })
-    .await
-    .unwrap();
+    ask(&actor, Request::Submit(submission("batch", 1)))
+        .await
+        .unwrap();
     let key = drain(&mut received)
         .into_iter()
         .find_map(|command| match command {
@@ -352,14 +391,13 @@ async fn a_batch_whose_commit_fails_acknowledges_none_of_it_and_comes_again_once
     .expect("healthy again within the deadline")
     .unwrap();
     let trial = key.trial;
-    let history = |points: Vec<MetricPoint>| -> Vec<u64> {
+    let history = |answer: Response| -> Vec<u64> {
+        let Response::Metrics(points) = answer else {
+            panic!("unexpected answer: {answer:?}")
+        };
         points.iter().filter_map(|point| point.step).collect()
     };
-    let stored = history(
-        call(&actor, |reply| HeadMsg::Metrics(trial, reply))
-            .await
-            .unwrap(),
-    );
+    let stored = history(ask(&actor, Request::Metrics { trial }).await.unwrap());
     assert!(
         stored.iter().all(|step| *step < failed_from),
         "nothing of the failed batch (from {failed_from}) is stored"
@@ -375,10 +413,6 @@ async fn a_batch_whose_commit_fails_acknowledges_none_of_it_and_comes_again_once
     .await
     .unwrap();
     assert_eq!(acked(&drain(&mut received)), Some(failed_from + batch - 1));
-    let stored = history(
-        call(&actor, |reply| HeadMsg::Metrics(trial, reply))
-            .await
-            .unwrap(),
-    );
+    let stored = history(ask(&actor, Request::Metrics { trial }).await.unwrap());
     assert_eq!(stored, (2..failed_from + batch).collect::<Vec<_>>());
 }

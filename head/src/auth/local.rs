@@ -10,9 +10,9 @@ use xp_runtime::join::JoinString;
 use xp_runtime::protocol::AuditEntry;
 
 use super::socket::{self, SocketError};
-use xp_head_core::auth::users::{self, UserAnswer, UserCommand, UserError, Users};
-use xp_head_core::Record;
 use crate::registry::{Registry, RegistryError};
+use xp_head_core::Record;
+use xp_head_core::auth::users::{self, UserAnswer, UserCommand, UserError, Users};
 
 /// The file in the data directory holding the node join string (0600): what
 /// credentials made while the head is stopped take their address from.
@@ -151,7 +151,10 @@ fn placeholder_join() -> JoinString {
 mod tests {
     #[test]
     fn secrets_are_fresh() {
-        let (one, two) = (super::fresh_secret().unwrap(), super::fresh_secret().unwrap());
+        let (one, two) = (
+            super::fresh_secret().unwrap(),
+            super::fresh_secret().unwrap(),
+        );
         assert_ne!(one, two);
         assert_eq!(one.len(), 64);
     }

@@ -20,8 +20,8 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use xp_head_core::auth::users::{UserAnswer, UserCommand};
 use crate::actor::HeadMsg;
+use xp_head_core::auth::users::{UserAnswer, UserCommand};
 
 /// The socket's file name in the data directory.
 pub const SOCKET_NAME: &str = "admin.sock";
@@ -125,7 +125,7 @@ async fn answer_one(stream: UnixStream, head: &ActorRef<HeadMsg>) -> Result<(), 
     let line = read_line(read).await?;
     let reply = match serde_json::from_str::<UserCommand>(&line) {
         Ok(command) => {
-            match crate::server::call(head, |reply| HeadMsg::Users(command, reply)).await {
+            match crate::actor::call(head, |reply| HeadMsg::Users(command, reply)).await {
                 Ok(answer) => Reply::Ok(answer),
                 Err(error) => Reply::Error(error.message),
             }

@@ -38,13 +38,17 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, TrialId};
 use xp_runtime::protocol::LogRequest;
 
-use crate::actor::HeadMsg;
-use xp_head_core::HeadCore;
-use xp_head_core::dashboard::MAX_CURVE_SERIES;
-use xp_head_core::pages::{PageError, Visibility};
+use xp_head_core::requests::{self, ConnectionWork};
+use xp_runtime::protocol::{ErrorCode, RemoteError, Request};
+
+use crate::actor::{Answer, Asked, HeadMsg, call};
 use crate::http::auth::Authenticated;
 use crate::http::{ApiError, Caller, HttpState, Params, ask, experiment_id, trial_id};
 use crate::registry::Registry;
+use crate::sessions::relay_logs;
+use xp_head_core::HeadCore;
+use xp_head_core::dashboard::MAX_CURVE_SERIES;
+use xp_head_core::pages::{PageError, Visibility};
 
 /// The default and largest piece of a log one request reads.
 const DEFAULT_LOG_BYTES: u32 = 64 << 10;
@@ -349,6 +353,7 @@ fn metric_name(params: &Params) -> Result<Option<String>, ApiError> {
 async fn logs(
     State(state): State<HttpState>,
     Caller(visibility): Caller,
+    Extension(authenticated): Extension<Authenticated>,
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -369,7 +374,7 @@ async fn logs(
         offset,
         max_bytes,
     };
-    let chunk = crate::server::read_logs(&state.server, request)
+    let chunk = read_logs(&state, &authenticated, request)
         .await
         .map_err(ApiError::from)?;
     Ok(Json(json!({
@@ -378,6 +383,36 @@ async fn logs(
         "complete": chunk.complete,
     }))
     .into_response())
+}
+
+/// A log read as `xp logs` makes it: the actor authorizes it and says which
+/// node holds the log, and the read is relayed to that node.
+async fn read_logs(
+    state: &HttpState,
+    authenticated: &Authenticated,
+    request: LogRequest,
+) -> Result<xp_runtime::protocol::LogChunk, RemoteError> {
+    let request = Request::ReadLogs(request);
+    let access = requests::access(&request);
+    let answer = call(&state.head, |reply| {
+        HeadMsg::Request(Asked {
+            caller: authenticated.caller.clone(),
+            access,
+            session: None,
+            request,
+            reply,
+        })
+    })
+    .await?;
+    match answer {
+        Answer::Connection(ConnectionWork::RelayLogs {
+            node, key, request, ..
+        }) => relay_logs(&state.sessions, node, key, &request).await,
+        other => Err(RemoteError::new(
+            ErrorCode::Internal,
+            format!("a log read was answered without its node: {other:?}"),
+        )),
+    }
 }
 
 async fn curves(

@@ -24,10 +24,10 @@ use xp_runtime::protocol::{ErrorCode, RemoteError};
 
 use super::HttpState;
 use crate::actor::HeadMsg;
-use xp_head_core::auth::requests::{Access, Caller, Scope};
+use crate::actor::call;
+use xp_head_core::auth::access::{Access, Caller, Scope};
 use xp_head_core::auth::{Action, Principal, users};
 use xp_head_core::pages::Visibility;
-use crate::server::call;
 
 /// The session cookie's name.
 pub(super) const COOKIE: &str = "xp_session";
@@ -41,6 +41,8 @@ pub(super) const MAX_FORM_BYTES: usize = 4096;
 /// The authenticated user, in the request's extensions for the handlers.
 #[derive(Clone)]
 pub(crate) struct Authenticated {
+    /// Who, as the connection presented them (for requests the actor judges).
+    pub(crate) caller: Caller,
     /// Who.
     pub(crate) principal: Principal,
     /// Which teams' experiments they see.
@@ -119,14 +121,16 @@ async fn authenticate(
         action: Action::ListExperiments,
         scope: Scope::Cluster,
     };
+    let caller = Caller::User { name, secret_hash };
     let principal = call(&state.head, |reply| {
-        HeadMsg::Authorize(Caller::User { name, secret_hash }, access, reply)
+        HeadMsg::Authorize(caller.clone(), access, reply)
     })
     .await
     .map_err(Unauthorized)?
     .principal;
     let shown = principal.visible_team();
     Ok(Authenticated {
+        caller,
         principal,
         visibility: Visibility::new(move |team| shown.shows(team)),
     })

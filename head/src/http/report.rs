@@ -28,12 +28,14 @@ pub(super) async fn report(
     let name = |parameter: &'static str| -> Result<Option<String>, ApiError> {
         match params.get(parameter) {
             None => Ok(None),
-            Some(text) if text.is_empty() || text.len() > xp_head_core::auth::requests::MAX_NAME_BYTES => {
+            Some(text)
+                if text.is_empty() || text.len() > xp_head_core::auth::access::MAX_NAME_BYTES =>
+            {
                 Err(ApiError::parameter(
                     parameter,
                     format!(
                         "must be 1 to {} bytes",
-                        xp_head_core::auth::requests::MAX_NAME_BYTES
+                        xp_head_core::auth::access::MAX_NAME_BYTES
                     ),
                 ))
             }

@@ -39,8 +39,8 @@ use self::address::{FilteringResolver, Refused, Unresolved};
 use self::queue::{Next, host_of};
 pub use self::queue::{QUEUE_CAPACITY, WebhookQueue};
 use crate::actor::HeadMsg;
-use xp_head_core::alerts::{DeliveryOutcome, WebhookDelivery};
 use crate::metrics::HeadMetrics;
+use xp_head_core::alerts::{DeliveryOutcome, WebhookDelivery};
 
 /// Attempts per delivery before it is given up.
 pub const MAX_ATTEMPTS: u32 = 5;

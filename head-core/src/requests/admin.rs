@@ -1,26 +1,79 @@
-//! Admin arbitration: applying a scheduling policy, setting the priority,
-//! hold, release or queue of unfinished trials, and approving or denying
-//! preemptions that wait for a person (see `leases`).
+//! `xp admin` (`Request::Admin`): apply a scheduling policy; set the priority,
+//! hold, release or queue of unfinished trials; approve or deny a preemption
+//! that waits for a person.
 //!
-//! Every action names who takes it and why, and every trial it touches gets an
-//! event saying so; the policy text is persisted with its author. Admin actions
-//! never place work themselves: they change the policy core's inputs and let
-//! `schedule` decide.
+//! Access: a member holds and releases their team's work, a team admin also
+//! sets priorities and moves it between their team's queues, and only an
+//! admin applies policies or decides preemptions. The action is recorded as
+//! the authenticated user, never as the name the client gives.
 
 use tracing::{debug, info};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::TrialId;
-use xp_runtime::protocol::{AdminAction, AdminRequest};
+use xp_runtime::protocol::{AdminAction, AdminRequest, Response};
 use xp_sched::{ApprovalVerdict, PolicyConfig};
 
-use super::{CoreError, HeadCore, PolicyRecord};
+use crate::auth::Action;
+use crate::auth::access::{Access, Authorized, Scope};
+use crate::{CoreError, HeadCore, PolicyRecord};
 
 /// The longest `who` an admin action may carry.
 const MAX_WHO_BYTES: usize = 128;
 /// The longest `why` an admin action may carry.
 const MAX_WHY_BYTES: usize = 4096;
 
+/// What an admin action does and names.
+pub(super) fn access(admin: &AdminRequest) -> Access {
+    let named = |id: &String| Scope::Named(id.clone());
+    match &admin.action {
+        AdminAction::ApplyPolicy { .. } => Access::new(Action::ApplyPolicy, Scope::Cluster),
+        AdminAction::Priority { id, .. } => Access::new(Action::Priority, named(id)),
+        AdminAction::Hold { id } => Access::new(Action::Hold, named(id)),
+        AdminAction::Release { id } => Access::new(Action::Release, named(id)),
+        AdminAction::Move { id, queue } => Access::new(
+            Action::Move,
+            Scope::Move {
+                named: id.clone(),
+                queue: queue.clone(),
+            },
+        ),
+        AdminAction::Approve { request } | AdminAction::Deny { request } => Access::new(
+            Action::ArbitratePreemption,
+            Scope::PreemptionRequest {
+                request: *request,
+                verdict: if matches!(admin.action, AdminAction::Approve { .. }) {
+                    "approve"
+                } else {
+                    "deny"
+                },
+                why: admin.why.clone(),
+            },
+        ),
+    }
+}
+
 impl HeadCore {
+    /// Carries out the action as the asker, on what authorization resolved.
+    pub(super) fn apply_admin(
+        &mut self,
+        now: UnixMillis,
+        asker: &Authorized,
+        mut admin: AdminRequest,
+    ) -> Result<Response, CoreError> {
+        admin.who = asker.principal.name().to_owned();
+        match &mut admin.action {
+            AdminAction::Priority { id, .. }
+            | AdminAction::Hold { id }
+            | AdminAction::Release { id }
+            | AdminAction::Move { id, .. } => *id = asker.pinned(id),
+            AdminAction::ApplyPolicy { .. }
+            | AdminAction::Approve { .. }
+            | AdminAction::Deny { .. } => {}
+        }
+        let (trials, message) = self.handle_admin(now, admin)?;
+        Ok(Response::Admin { trials, message })
+    }
+
     /// Carries out an admin's action; every touched trial gets an event naming who
     /// and why.
     pub fn handle_admin(

@@ -1,8 +1,9 @@
-//! Client requests that change the registry: submitting an experiment (with result
-//! reuse across identical trials) and cancelling an experiment or a trial.
+//! Submitting an experiment: expanding it into trials (with result reuse
+//! across identical trials), for `xp submit` (`requests::submit`) and for
+//! pipeline stages; and naming an experiment by id or prefix.
 //!
-//! Read-only answers live in `views`, admin actions in `admin`. Nothing here
-//! places work: a request changes state and then lets `schedule` run.
+//! Nothing here places work: a submission changes state and then lets
+//! `schedule` run.
 //!
 //! Invariants: an experiment's id is a content hash of its spec (without the local
 //! program path), code (and binary) and data versions plus a run number, so an
@@ -26,19 +27,9 @@ use super::{CoreError, ExperimentRecord, HeadCore, TrialRecord};
 use crate::sweep::Sweep;
 
 impl HeadCore {
-    /// Creates an experiment and its trials, or returns an identical one.
-    pub fn handle_submit(
-        &mut self,
-        now: UnixMillis,
-        request: &SubmitRequest,
-    ) -> Result<(ExperimentId, bool, u32), CoreError> {
-        let submitted = self.submit_experiment(now, request)?;
-        self.schedule(now);
-        Ok(submitted)
-    }
-
-    /// [`HeadCore::handle_submit`] without the scheduling pass, for pipelines,
-    /// which submit stages from inside one.
+    /// Creates an experiment and its trials, or finds an identical one, without
+    /// the scheduling pass (`handle_submit` runs one; pipelines submit stages
+    /// from inside one).
     pub(super) fn submit_experiment(
         &mut self,
         now: UnixMillis,
@@ -209,38 +200,6 @@ impl HeadCore {
             hasher.update(part.as_bytes());
         }
         *hasher.finalize().as_bytes()
-    }
-
-    /// Cancels an experiment (by id or unique prefix) or one trial.
-    pub fn handle_cancel(&mut self, now: UnixMillis, id_text: &str) -> Result<u32, CoreError> {
-        let targets: Vec<TrialId> = if let Ok(trial_id) = id_text.parse::<TrialId>() {
-            if !self.book.contains_trial(trial_id) {
-                return Err(CoreError::TrialNotFound { trial_id });
-            }
-            vec![trial_id]
-        } else {
-            let experiment = self.resolve_experiment(id_text)?;
-            if let Some(record) = self.book.experiment_mut(experiment) {
-                record.cancelled = true;
-            }
-            self.book.trials_of(experiment).map(|(id, _)| *id).collect()
-        };
-        let mut cancelled = 0;
-        for trial_id in targets {
-            if self.book.trial(trial_id).state.is_terminal() {
-                continue;
-            }
-            self.end_live_attempt(now, trial_id, "cancelled by user");
-            self.transition(
-                now,
-                trial_id,
-                TrialState::Cancelled,
-                "cancelled by user".to_owned(),
-            );
-            cancelled += 1;
-        }
-        self.schedule(now);
-        Ok(cancelled)
     }
 
     /// The experiment an id or a unique prefix of one names, whoever owns it.

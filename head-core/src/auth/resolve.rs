@@ -1,14 +1,15 @@
-//! What authorization needs to know about a request's target: which team owns
-//! an experiment or trial, and which team a queue belongs to.
-//!
-//! Read-only lookups for the actor, which resolves a request's target here and
-//! then asks `crate::auth::authorize`; nothing here decides who may do what.
+//! What authorization needs to know about a request's target (which team owns
+//! an experiment or trial, which team a queue belongs to), and the decision
+//! itself over the core's state: [`HeadCore::authorize`] resolves what an
+//! [`Access`] names and asks [`super::authorize`].
 
 use xp_runtime::ids::{ExperimentId, TrialId};
 
-use super::{CoreError, HeadCore};
-use crate::auth::requests::Scope;
-use crate::auth::{Principal, Role, Visibility};
+use tracing::info;
+
+use super::access::{Access, Authorized, MAX_AUDIT_TEXT_BYTES, Scope, is_audited, truncated};
+use super::{Principal, Role, Target, Visibility};
+use crate::{CoreError, HeadCore};
 
 impl HeadCore {
     /// The team owning experiment `id`.
@@ -49,6 +50,52 @@ impl HeadCore {
             .config()
             .queue(name)
             .map(|queue| queue.team.clone())
+    }
+}
+
+/// What the audit trail keeps of one authorization.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditNote {
+    /// Who asked (the authenticated user, never the client's text).
+    pub who: String,
+    /// What they asked, in words (`Access::describe`).
+    pub action: String,
+    /// Whether it was allowed.
+    pub allowed: bool,
+    /// On whose work, or why it was refused.
+    pub detail: String,
+}
+
+/// One request's authorization: whether it goes ahead, what the audit trail
+/// keeps of it (a refusal, and an allowed action that changes others' work or
+/// the cluster), and for a refusal the asker's role, as `/metrics` counts it.
+#[derive(Debug)]
+pub struct Verdict {
+    /// Who asks and what their names resolved to, or why not.
+    pub outcome: Result<Authorized, CoreError>,
+    /// What the audit trail keeps, if anything.
+    pub audit: Option<AuditNote>,
+    /// The refused asker's role (`node`, `viewer`, ..., `unknown`).
+    pub refused_as: Option<&'static str>,
+}
+
+impl Verdict {
+    /// A user credential that no longer names its user (revoked or replaced):
+    /// refused and audited under the name the connection was made with.
+    pub fn unknown_user(name: &str, access: &Access) -> Self {
+        // The name came from the client: cut what is kept of it.
+        let name = truncated(name, MAX_AUDIT_TEXT_BYTES).to_owned();
+        let error = CoreError::UnknownUser { name: name.clone() };
+        Self {
+            audit: Some(AuditNote {
+                who: name,
+                action: access.describe(),
+                allowed: false,
+                detail: error.to_string(),
+            }),
+            outcome: Err(error),
+            refused_as: Some("unknown"),
+        }
     }
 }
 
@@ -142,11 +189,71 @@ impl HeadCore {
         })
     }
 
+    /// Whether `principal` may do what `access` says. A name a non-admin gives
+    /// must resolve among what they see: one that does not is not found (not
+    /// judged as their own team's work, which let them act on another team's
+    /// trial before it existed).
+    pub fn authorize(&self, principal: Principal, access: &Access) -> Verdict {
+        let resolved = match self.resolve_scope(&principal, &access.scope) {
+            Ok(resolved) => resolved,
+            Err(error) => {
+                return Verdict {
+                    outcome: Err(error),
+                    audit: None,
+                    refused_as: None,
+                };
+            }
+        };
+        let target = match (&resolved.team, &resolved.queue_owner) {
+            (None, _) => Target::Cluster,
+            (Some(team), None) => Target::Team(team),
+            (Some(team), Some(owner)) => Target::Queue {
+                team,
+                queue_owner: owner.as_deref(),
+            },
+        };
+        let note = |allowed: bool, detail: String| AuditNote {
+            who: principal.name().to_owned(),
+            action: access.describe(),
+            allowed,
+            detail,
+        };
+        match super::authorize(&principal, access.action, target) {
+            Ok(()) => Verdict {
+                audit: is_audited(access.action).then(|| {
+                    note(
+                        true,
+                        resolved.team.as_ref().map_or_else(
+                            || "allowed".to_owned(),
+                            |team| format!("allowed on work of team {team}"),
+                        ),
+                    )
+                }),
+                outcome: Ok(Authorized {
+                    principal,
+                    experiment: resolved.experiment,
+                }),
+                refused_as: None,
+            },
+            Err(refusal) => {
+                info!(who = principal.name(), action = %access.describe(), message = %refusal, "request refused");
+                Verdict {
+                    audit: Some(note(false, refusal.to_string())),
+                    refused_as: Some(match &principal {
+                        Principal::Node => "node",
+                        Principal::User { role, .. } => role.as_str(),
+                    }),
+                    outcome: Err(refusal.into()),
+                }
+            }
+        }
+    }
+
     /// The experiment `text` names among those `visible` shows: a full id
     /// names its experiment whoever owns it; a prefix matches only visible
     /// experiments, so that neither "not found" nor "ambiguous" tells of
     /// another team's work.
-    pub(super) fn visible_experiment_named(
+    pub(crate) fn visible_experiment_named(
         &self,
         text: &str,
         visible: &Visibility,

@@ -1,0 +1,151 @@
+//! The actor's side of a client request: authorize it against the user
+//! table and the core, serve it through the core's request table
+//! (`xp_head_core::requests`), read what it needs of the stored history, and
+//! answer once a change is stored.
+//!
+//! Not here: the request's rules (its file in `xp_head_core::requests`) and
+//! the work that needs the connection or a node (the server's).
+
+use ractor::ActorRef;
+use tracing::error;
+use xp_head_core::auth::access::{Access, Caller};
+use xp_head_core::requests::{self, ConnectionWork, Served, StoredRead};
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::TrialId;
+use xp_runtime::protocol::{
+    ErrorCode, MetricPoint, RemoteError, Request, Response, TrialTelemetry,
+};
+
+use super::{HeadMsg, HeadState, Reply};
+use crate::registry::RegistryError;
+
+/// A client's request as the server hands it to the actor.
+#[derive(Debug)]
+pub struct Asked {
+    /// Who the connection authenticated as.
+    pub caller: Caller,
+    /// What the request does and names (`requests::access`).
+    pub access: Access,
+    /// The connection's driver session, when the request names one.
+    pub session: Option<String>,
+    /// The request.
+    pub request: Request,
+    /// Where the answer goes.
+    pub reply: Reply<Answer>,
+}
+
+/// What the actor answers a request with.
+#[derive(Debug)]
+pub enum Answer {
+    /// The response.
+    Response(Response),
+    /// Work the server does on the connection or with a node.
+    Connection(ConnectionWork),
+}
+
+impl HeadState {
+    /// Authorizes and serves one request. A change is answered with its batch,
+    /// once stored; a read at once.
+    pub(super) fn serve_request(
+        &mut self,
+        now: UnixMillis,
+        myself: &ActorRef<HeadMsg>,
+        asked: Asked,
+    ) {
+        let Asked {
+            caller,
+            access,
+            session,
+            request,
+            reply,
+        } = asked;
+        if let Err(refusal) = requests::admit(&request, &access) {
+            let _ = reply.send(Err(refusal.into()));
+            return;
+        }
+        let asker = match self.authorize(now, &caller, &access) {
+            Ok(asker) => asker,
+            Err(refusal) => {
+                let _ = reply.send(Err(refusal));
+                return;
+            }
+        };
+        if requests::changes(&request) {
+            self.change(now, myself, reply, |core| {
+                let served = core.serve(now, &asker, session.as_deref(), request);
+                served.map_err(RemoteError::from).and_then(change_answer)
+            });
+            return;
+        }
+        let served = self.core_call(|core| core.serve(now, &asker, session.as_deref(), request));
+        let answer = match served {
+            Ok(Served::Answer(response)) => Ok(Answer::Response(response)),
+            Ok(Served::Stored(read)) => self.read_stored(now, read).map(Answer::Response),
+            Ok(Served::Connection(work)) => Ok(Answer::Connection(work)),
+            Err(error) => Err(error.into()),
+        };
+        let _ = reply.send(answer);
+    }
+
+    /// A read of the stored history a request needs.
+    fn read_stored(&mut self, now: UnixMillis, read: StoredRead) -> Result<Response, RemoteError> {
+        match read {
+            StoredRead::MetricHistory(trial) => self.metric_history(trial).map(Response::Metrics),
+            StoredRead::Telemetry(trial) => self.telemetry_of(trial).map(Response::Telemetry),
+            StoredRead::Audit { limit } => self.audit_trail(limit).map(Response::Audit),
+            StoredRead::Report { request, visible } => self.report_cached(now, &request, &visible),
+        }
+    }
+
+    /// A trial's whole metric history.
+    fn metric_history(&self, trial: TrialId) -> Result<Vec<MetricPoint>, RemoteError> {
+        let records = tokio::task::block_in_place(|| self.args.registry.metrics_of(trial))
+            .map_err(|error| stored_read_error(error, "metric history"))?;
+        Ok(records.into_iter().map(MetricPoint::from).collect())
+    }
+
+    /// A trial's stored telemetry series, per rank.
+    pub(super) fn telemetry_of(&self, trial: TrialId) -> Result<TrialTelemetry, RemoteError> {
+        let workers = tokio::task::block_in_place(|| self.args.registry.telemetry_of(trial))
+            .map_err(|error| stored_read_error(error, "telemetry"))?;
+        Ok(TrialTelemetry { trial, workers })
+    }
+
+    /// The newest `limit` entries of the audit trail.
+    fn audit_trail(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<xp_runtime::protocol::AuditEntry>, RemoteError> {
+        tokio::task::block_in_place(|| self.args.registry.audit(limit as usize))
+            .map_err(|error| stored_read_error(error, "its audit trail"))
+    }
+}
+
+/// The answer to a change: the core answers changes itself, so work for the
+/// shell here is a bug, answered as one rather than panicking the actor.
+fn change_answer(served: Served) -> Result<Answer, RemoteError> {
+    match served {
+        Served::Answer(response) => Ok(Answer::Response(response)),
+        other => {
+            error!(?other, "a change asked the shell for work; refused");
+            Err(RemoteError::new(
+                ErrorCode::Internal,
+                "the head could not serve this change",
+            ))
+        }
+    }
+}
+
+/// The answer to a read of the database that failed: retryable while the
+/// database is closed after a failed write.
+pub(super) fn stored_read_error(error: RegistryError, what: &str) -> RemoteError {
+    match error {
+        RegistryError::Closed => RemoteError::new(
+            ErrorCode::StorageUnavailable,
+            format!(
+                "the head cannot read {what} now: its database is closed after a failed write; retry later"
+            ),
+        ),
+        error => RemoteError::new(ErrorCode::Internal, error.to_string()),
+    }
+}

@@ -1,0 +1,165 @@
+//! A node's session with the head: its registration, then its messages read
+//! and handed to the actor in batches (one commit each), and the head's
+//! commands written back, until the stream ends or the actor refuses.
+//!
+//! Node loss is judged by the core from missed heartbeats, not by this stream.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use dashmap::DashMap;
+use quinn::{Connection, RecvStream, SendStream};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, error, info, info_span, warn};
+use xp_runtime::frame;
+use xp_runtime::ids::NodeId;
+use xp_runtime::protocol::{ErrorCode, HeadCommand, Message, NodeMessage, RemoteError};
+use xp_runtime::transport::{self, CLOSE_PROTOCOL_ERROR};
+
+use super::ServerContext;
+use crate::actor::{HeadMsg, call};
+use crate::sessions::{LogWaiter, NodeSessionHandle};
+
+pub(super) async fn run_node_session(
+    connection: &Connection,
+    mut send: SendStream,
+    mut recv: RecvStream,
+    context: &Arc<ServerContext>,
+) {
+    let registration = match frame::read_message(&mut recv).await {
+        Ok(Some(Message::FromNode(NodeMessage::Register(registration)))) => registration,
+        Ok(other) => {
+            warn!(?other, "node session refused: expected a registration");
+            transport::send_error(
+                &mut send,
+                RemoteError::new(ErrorCode::BadRequest, "a node must register first"),
+            )
+            .await;
+            return;
+        }
+        Err(error) => {
+            warn!(%error, "node session refused: bad frame");
+            transport::send_error(&mut send, error.to_remote()).await;
+            return;
+        }
+    };
+    let node_id: NodeId = registration.node_id;
+    let span = info_span!("node_session", %node_id);
+    async {
+        let session_id = context.counter.fetch_add(1, Ordering::Relaxed);
+        let (commands_tx, mut commands_rx) = mpsc::unbounded_channel::<HeadCommand>();
+        let pending_logs = Arc::new(DashMap::new());
+        context.sessions.insert(
+            node_id,
+            NodeSessionHandle {
+                session_id,
+                commands: commands_tx,
+                pending_logs: pending_logs.clone(),
+            },
+        );
+        if let Err(error) = call(&context.head, |reply| {
+            HeadMsg::NodeRegistered(registration, session_id, reply)
+        })
+        .await
+        {
+            warn!(%error, "node registration refused");
+            transport::send_error(&mut send, error).await;
+            context
+                .sessions
+                .remove_if(&node_id, |_, session| session.session_id == session_id);
+            return;
+        }
+        let writer = xp_runtime::task::spawn("node-session-writer", async move {
+            while let Some(command) = commands_rx.recv().await {
+                if let Err(error) = frame::write_message(&mut send, &Message::ToNode(command)).await
+                {
+                    error!(%node_id, %error, "node session write failed");
+                    break;
+                }
+            }
+        });
+        // The reader goes on reading while the actor stores the last batch, so
+        // that what the node sent meanwhile goes to the actor as one batch (one
+        // commit). Its queue is bounded: a node that reports faster than the
+        // head stores is slowed by QUIC flow control.
+        let (batch_tx, mut batch_rx) = mpsc::channel::<NodeMessage>(context.commit_batch.max(1));
+        let reader = read_node_messages(connection.clone(), recv, pending_logs, batch_tx, context.shutdown.clone());
+        let forward = async {
+            while let Some(first) = batch_rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < context.commit_batch.max(1) {
+                    match batch_rx.try_recv() {
+                        Ok(message) => batch.push(message),
+                        Err(_) => break,
+                    }
+                }
+                // During a storage outage the actor accepts messages without applying
+                // or acknowledging them; it refuses those of a session it ended or replaced.
+                if let Err(error) = call(&context.head, |reply| HeadMsg::FromNode(node_id, session_id, batch, reply)).await {
+                    warn!(%error, "node reports not processed; the node resends them after reconnecting");
+                    break;
+                }
+            }
+        };
+        // Either ending ends the session: the reader at the stream's end, the
+        // forwarder when the actor refuses. What the reader read before the
+        // stream's end still goes to the actor first (a node leaving sends
+        // `Draining` and then ends its stream at once).
+        tokio::pin!(forward);
+        tokio::select! {
+            () = reader => (&mut forward).await,
+            () = &mut forward => {}
+        }
+        writer.abort();
+        info!("node session closed");
+        let _ = context
+            .head
+            .cast(HeadMsg::NodeDisconnected(node_id, session_id));
+    }
+    .instrument(span)
+    .await;
+}
+
+/// Reads a node's session stream until it ends: log answers go to their
+/// waiters, everything else to the batch queue.
+async fn read_node_messages(
+    connection: Connection,
+    mut recv: RecvStream,
+    pending_logs: Arc<DashMap<u64, LogWaiter>>,
+    batches: mpsc::Sender<NodeMessage>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let message = tokio::select! {
+            () = shutdown.cancelled() => break,
+            message = frame::read_message(&mut recv) => message,
+        };
+        match message {
+            Ok(Some(Message::FromNode(NodeMessage::Logs { request_id, result }))) => {
+                if let Some((_, waiter)) = pending_logs.remove(&request_id) {
+                    let _ = waiter.send(result);
+                }
+            }
+            Ok(Some(Message::FromNode(message))) => {
+                if batches.send(message).await.is_err() {
+                    break;
+                }
+            }
+            Ok(Some(other)) => {
+                warn!(?other, "unexpected message on a node session; closing it");
+                connection.close(
+                    CLOSE_PROTOCOL_ERROR.into(),
+                    b"unexpected message on node session",
+                );
+                break;
+            }
+            Ok(None) => break,
+            Err(error) => {
+                // Node loss is judged by missed heartbeats, not by this stream.
+                info!(%error, "node session stream ended");
+                break;
+            }
+        }
+    }
+}
