@@ -30,6 +30,7 @@ mod admission;
 pub mod alerts;
 mod attempts;
 pub mod auth;
+mod authorize;
 pub mod checkpoints;
 pub mod dashboard;
 mod error;
@@ -61,6 +62,7 @@ use xp_runtime::protocol::{HeadCommand, NodeState, TrialState};
 use xp_runtime::spec::ExperimentSpec;
 use xp_sched::{GPU_MILLI, PolicyConfig};
 
+pub use self::authorize::{AuditNote, Resolved, Verdict};
 pub use self::error::CoreError;
 pub use self::records::TelemetryRecord;
 pub use self::records::{

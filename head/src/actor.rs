@@ -63,9 +63,12 @@ use xp_head_core::{HeadCore, LoadedState};
 mod alerts;
 mod auth;
 mod client;
+mod dashboard;
 
 pub use self::alerts::AlertMsg;
+pub(crate) use self::auth::fresh_secret;
 pub use self::client::{Answer, Asked};
+pub use self::dashboard::DashboardQuery;
 mod batch;
 mod report;
 
@@ -209,10 +212,10 @@ pub enum HeadMsg {
     /// `/metrics` asks for the state its gauges show.
     MetricsSnapshot(Reply<MetricsSnapshot>),
     /// The web dashboard asks for what the API's pages do not hold
-    /// (`crate::dashboard::api`).
+    /// (`http::dashboard::api`), answered from `dashboard`.
     Dashboard {
         /// What.
-        query: crate::dashboard::api::DashboardQuery,
+        query: DashboardQuery,
         /// Which teams the caller may see.
         visibility: Visibility,
         /// The answer, as the dashboard's JSON.
@@ -659,7 +662,7 @@ impl Actor for HeadActor {
                 let now = state.args.clock.now();
                 // Curves read a bounded sample of the metric history from redb.
                 let answer = tokio::task::block_in_place(|| {
-                    crate::dashboard::api::answer(
+                    dashboard::answer(
                         &state.args.core,
                         &state.args.registry,
                         now,

@@ -1,7 +1,7 @@
 //! The head's HTTP API: read-only JSON pages of experiments, trials, metric
 //! histories, nodes and queues, `/metrics` for Prometheus, and `/healthz`;
 //! it also serves the web dashboard's pages, assets and endpoints
-//! (`crate::dashboard`), under the same credential check and limits.
+//! (`dashboard`), under the same credential check and limits.
 //!
 //! Routes (every list is paged, see below):
 //! - `GET /api/experiments?limit=&cursor=`: experiment summaries, newest first
@@ -72,6 +72,7 @@ use xp_head_core::pages::{
 
 mod alerts;
 pub(crate) mod auth;
+pub(crate) mod dashboard;
 mod report;
 
 /// Requests the API serves at once; more wait for a turn. Each holds at most one
@@ -120,7 +121,7 @@ pub fn router(
         .route("/api/pipelines/{id}", get(pipeline))
         .route("/api/alerts", get(alerts::alerts))
         .route("/api/report", get(report::report))
-        .merge(crate::dashboard::api::routes())
+        .merge(dashboard::api::routes())
         // Every API route needs a user's credential (see `auth`).
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -145,8 +146,8 @@ pub fn router(
         // the refusal of bodies.
         .merge(auth::routes())
         // The dashboard's pages and assets, each behind the credential check.
-        .merge(crate::dashboard::routes(state.clone()))
-        .layer(middleware::from_fn(crate::dashboard::security_headers))
+        .merge(dashboard::routes(state.clone()))
+        .layer(middleware::from_fn(dashboard::security_headers))
         .with_state(state)
 }
 

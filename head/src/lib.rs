@@ -6,9 +6,7 @@
 //! or trial processes: it decides and records, nodes execute.
 
 pub mod actor;
-pub mod auth;
 pub mod blobs;
-pub mod dashboard;
 pub mod health;
 pub mod http;
 pub mod metrics;
@@ -16,6 +14,7 @@ pub mod offline;
 pub mod registry;
 pub mod server;
 pub mod sessions;
+pub mod users;
 pub mod webhooks;
 
 use std::net::SocketAddr;
@@ -92,7 +91,7 @@ pub enum HeadError {
     Actor(String),
     /// The head machine's user socket could not be set up.
     #[error(transparent)]
-    Socket(#[from] auth::socket::SocketError),
+    Socket(#[from] users::socket::SocketError),
     /// The first admin could not be created.
     #[error("cannot create the first admin: {0}")]
     FirstAdmin(#[from] xp_head_core::auth::users::UserError),
@@ -104,6 +103,13 @@ pub enum HeadError {
         /// What is wrong with it.
         message: String,
     },
+}
+
+/// Hands each webhook delivery's outcome to the actor, which stores it.
+fn delivery_outcomes(actor: ActorRef<HeadMsg>) -> webhooks::Outcomes {
+    Arc::new(move |alert, outcome| {
+        let _ = actor.cast(HeadMsg::Alert(actor::AlertMsg::Delivered(alert, outcome)));
+    })
 }
 
 /// A running head.
@@ -186,7 +192,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
     // The node join string, for `xp-head user add` while the head is stopped
     // (its address) and for the operator (0600, like the token it holds).
     xp_runtime::tls::write_private_file(
-        &config.data_dir.join(auth::local::NODE_JOIN_FILE),
+        &config.data_dir.join(users::local::NODE_JOIN_FILE),
         format!("{join}\n").as_bytes(),
     )?;
     let mut users = xp_head_core::auth::users::Users::from_records(registry.users()?);
@@ -243,22 +249,22 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         metrics: metrics.clone(),
         commit_batch: config.commit_batch.max(1),
     });
-    let socket_path = auth::socket::socket_path(&config.data_dir);
-    let listener = auth::socket::bind(&socket_path)?;
+    let socket_path = users::socket::socket_path(&config.data_dir);
+    let listener = users::socket::bind(&socket_path)?;
     let mut tasks = vec![
         xp_runtime::task::spawn("quic-server", server::serve(endpoint, context.clone())),
         xp_runtime::task::spawn(
             "alert-webhooks",
             webhooks::run(
                 webhook_queue,
-                actor.clone(),
+                delivery_outcomes(actor.clone()),
                 metrics.clone(),
                 shutdown.clone(),
             ),
         ),
         xp_runtime::task::spawn(
             "user-socket",
-            auth::socket::serve(listener, socket_path, actor.clone(), shutdown.clone()),
+            users::socket::serve(listener, socket_path, actor.clone(), shutdown.clone()),
         ),
     ];
     let mut http_addr = None;
@@ -308,16 +314,14 @@ fn create_first_admin(
         role: Role::Admin,
         replace: false,
     };
-    let plan = users.plan(now, &command, auth::local::fresh_secret)?;
+    let plan = users.plan(now, &command, actor::fresh_secret)?;
     let mut records: Vec<xp_head_core::Record> = plan
         .records
         .iter()
         .cloned()
         .map(xp_head_core::Record::User)
         .collect();
-    records.push(xp_head_core::Record::Audit(auth::local::audit_entry(
-        now, &command,
-    )));
+    records.push(xp_head_core::Record::Audit(command.audit_entry(now)));
     registry.commit(records)?;
     users.apply(plan.records);
     info!(

@@ -21,10 +21,7 @@
 //! nothing a user does.
 
 pub mod access;
-mod resolve;
 pub mod users;
-
-pub use self::resolve::{AuditNote, Resolved, Verdict};
 
 use serde::{Deserialize, Serialize};
 

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use xp_runtime::clock::UnixMillis;
+use xp_runtime::protocol::AuditEntry;
 
 use super::{Principal, Role};
 
@@ -29,6 +30,9 @@ pub const FIRST_ADMIN: &str = "admin";
 
 /// Its team.
 pub const FIRST_ADMIN_TEAM: &str = "admin";
+
+/// Who the audit trail names for commands run on the head machine.
+pub const HEAD_MACHINE: &str = "xp-head user (on the head machine)";
 
 /// One user, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,6 +113,19 @@ pub enum UserCommand {
 }
 
 impl UserCommand {
+    /// The audit entry of this command run on the head machine (through its
+    /// socket or on a stopped head's database).
+    pub fn audit_entry(&self, now: UnixMillis) -> AuditEntry {
+        AuditEntry {
+            seq: 0,
+            at: now,
+            who: HEAD_MACHINE.to_owned(),
+            action: self.describe(),
+            allowed: true,
+            detail: "run by the operating-system user of the head's data directory".to_owned(),
+        }
+    }
+
     /// In words, for the audit trail.
     pub fn describe(&self) -> String {
         match self {

@@ -1,6 +1,6 @@
 //! The actor's side of authorization and the user table: resolving a
 //! request's caller and target against the current state and asking
-//! `crate::auth::authorize`, writing the audit trail, and running user
+//! `xp_head_core::auth::authorize`, writing the audit trail, and running user
 //! commands (planned, stored, then applied).
 
 use tracing::{info, warn};
@@ -9,9 +9,18 @@ use xp_runtime::protocol::{AuditEntry, ErrorCode, RemoteError};
 
 use super::HeadState;
 use xp_head_core::Record;
+use xp_head_core::auth::Principal;
 use xp_head_core::auth::access::{Access, Authorized, Caller};
-use xp_head_core::auth::users::{self, UserAnswer, UserCommand};
-use xp_head_core::auth::{AuditNote, Principal, Verdict};
+use xp_head_core::auth::users::{self, UserAnswer, UserCommand, UserError};
+use xp_head_core::{AuditNote, Verdict};
+
+/// A fresh user secret: 256 random bits in hex (the shape of the cluster
+/// token), drawn here at the edge; the user table in the core only plans with it.
+pub(crate) fn fresh_secret() -> Result<String, UserError> {
+    xp_runtime::tls::random_secret()
+        .map(hex::encode)
+        .ok_or(UserError::NoEntropy)
+}
 
 impl HeadState {
     /// Resolves `caller` to who they are now and decides `access`
@@ -81,13 +90,11 @@ impl HeadState {
         let plan = self
             .args
             .users
-            .plan(now, &command, crate::auth::local::fresh_secret)
+            .plan(now, &command, fresh_secret)
             .map_err(|error| RemoteError::new(ErrorCode::BadRequest, error.to_string()))?;
         if !plan.records.is_empty() {
             let mut records: Vec<Record> = plan.records.iter().cloned().map(Record::User).collect();
-            records.push(Record::Audit(crate::auth::local::audit_entry(
-                now, &command,
-            )));
+            records.push(Record::Audit(command.audit_entry(now)));
             let committed = tokio::task::block_in_place(|| self.args.registry.commit(records));
             if let Err(commit_error) = committed {
                 return Err(self.commit_failed(now, commit_error));
@@ -99,5 +106,18 @@ impl HeadState {
             info!(command = %command.describe(), "user table changed");
         }
         Ok(users::answer(plan.answer, &self.args.join))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn secrets_are_fresh() {
+        let (one, two) = (
+            super::fresh_secret().unwrap(),
+            super::fresh_secret().unwrap(),
+        );
+        assert_ne!(one, two);
+        assert_eq!(one.len(), 64);
     }
 }

@@ -161,7 +161,7 @@ pub(crate) async fn require_user(
 }
 
 /// The login routes, outside the API's limits (the login form has a small
-/// body); `/` is the dashboard (`crate::dashboard`).
+/// body); `/` is the dashboard (`super::dashboard`).
 pub(super) fn routes() -> axum::Router<HttpState> {
     axum::Router::new()
         .route("/login", axum::routing::get(login_page).post(login_form))

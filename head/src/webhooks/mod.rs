@@ -27,7 +27,6 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::ActorRef;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -38,7 +37,6 @@ use xp_runtime::seeded::{SplitMix64, mix_seed};
 use self::address::{FilteringResolver, Refused, Unresolved};
 use self::queue::{Next, host_of};
 pub use self::queue::{QUEUE_CAPACITY, WebhookQueue};
-use crate::actor::HeadMsg;
 use crate::metrics::HeadMetrics;
 use xp_head_core::alerts::{DeliveryOutcome, WebhookDelivery};
 
@@ -64,10 +62,14 @@ pub fn backoff_ms(failed: u32, jitter: f64) -> u64 {
     half + (half as f64 * jitter.clamp(0.0, 1.0)) as u64
 }
 
-/// Posts queued deliveries until `shutdown`; each outcome goes to `head`.
+/// Where a delivery's outcome goes: the actor, which stores it as the alert's
+/// delivery state (`AlertMsg::Delivered`).
+pub type Outcomes = Arc<dyn Fn(u64, DeliveryOutcome) + Send + Sync>;
+
+/// Posts queued deliveries until `shutdown`; each outcome goes to `outcomes`.
 pub async fn run(
     queue: Arc<WebhookQueue>,
-    head: ActorRef<HeadMsg>,
+    outcomes: Outcomes,
     metrics: Arc<HeadMetrics>,
     shutdown: CancellationToken,
 ) {
@@ -94,7 +96,7 @@ pub async fn run(
                 Next::HostFailing(delivery) => {
                     drop(turn);
                     report(
-                        &head,
+                        &outcomes,
                         &metrics,
                         delivery.alert,
                         DeliveryOutcome::HostFailing,
@@ -103,9 +105,9 @@ pub async fn run(
                 }
                 Next::Post(delivery) => delivery,
             };
-            let (client, head, metrics, shutdown, queue) = (
+            let (client, outcomes, metrics, shutdown, queue) = (
                 client.clone(),
-                head.clone(),
+                outcomes.clone(),
                 metrics.clone(),
                 shutdown.clone(),
                 queue.clone(),
@@ -119,7 +121,7 @@ pub async fn run(
                     drop(turn);
                     queue.arrived.notify_one();
                     if let Some(outcome) = outcome {
-                        report(&head, &metrics, delivery.alert, outcome);
+                        report(&outcomes, &metrics, delivery.alert, outcome);
                     }
                 }
                 .instrument(span),
@@ -147,16 +149,14 @@ fn build_client(queue: &WebhookQueue) -> reqwest::Result<reqwest::Client> {
         .build()
 }
 
-/// Counts an outcome and tells the actor.
-fn report(head: &ActorRef<HeadMsg>, metrics: &HeadMetrics, alert: u64, outcome: DeliveryOutcome) {
+/// Counts an outcome and hands it on.
+fn report(outcomes: &Outcomes, metrics: &HeadMetrics, alert: u64, outcome: DeliveryOutcome) {
     metrics.webhook_delivery(match outcome {
         DeliveryOutcome::Delivered { .. } => "delivered",
         DeliveryOutcome::Failed { .. } => "failed",
         DeliveryOutcome::Dropped | DeliveryOutcome::HostFailing => "dropped",
     });
-    let _ = head.cast(HeadMsg::Alert(crate::actor::AlertMsg::Delivered(
-        alert, outcome,
-    )));
+    outcomes(alert, outcome);
 }
 
 /// Posts one delivery with retries; `None` when shut down before it ended.

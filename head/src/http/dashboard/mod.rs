@@ -37,15 +37,15 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 
-use crate::http::HttpState;
-use crate::http::auth::authenticate_request;
+use super::HttpState;
+use super::auth::authenticate_request;
 
-pub mod api;
+pub(crate) mod api;
 
 /// The policy every answer carries. `style-src 'unsafe-inline'`: plotly.js
 /// sets `style` attributes on the elements it draws, which a stricter policy
 /// refuses; scripts stay limited to the head's own files.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; font-src 'self' data:; \
      connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
@@ -125,7 +125,7 @@ pub(crate) fn routes(state: HttpState) -> axum::Router<HttpState> {
         .route(&PLOTLY.path, get(plotly_js))
         .route_layer(middleware::from_fn_with_state(
             state,
-            crate::http::auth::require_user,
+            super::auth::require_user,
         ));
     pages.merge(assets)
 }

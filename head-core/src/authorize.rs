@@ -1,14 +1,14 @@
 //! What authorization needs to know about a request's target (which team owns
 //! an experiment or trial, which team a queue belongs to), and the decision
 //! itself over the core's state: [`HeadCore::authorize`] resolves what an
-//! [`Access`] names and asks [`super::authorize`].
+//! [`Access`] names and asks [`crate::auth::authorize`].
 
 use xp_runtime::ids::{ExperimentId, TrialId};
 
 use tracing::info;
 
-use super::access::{Access, Authorized, MAX_AUDIT_TEXT_BYTES, Scope, is_audited, truncated};
-use super::{Principal, Role, Target, Visibility};
+use crate::auth::access::{Access, Authorized, MAX_AUDIT_TEXT_BYTES, Scope, is_audited, truncated};
+use crate::auth::{Principal, Role, Target, Visibility};
 use crate::{CoreError, HeadCore};
 
 impl HeadCore {
@@ -218,7 +218,7 @@ impl HeadCore {
             allowed,
             detail,
         };
-        match super::authorize(&principal, access.action, target) {
+        match crate::auth::authorize(&principal, access.action, target) {
             Ok(()) => Verdict {
                 audit: is_audited(access.action).then(|| {
                     note(

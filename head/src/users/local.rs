@@ -7,7 +7,6 @@ use std::path::Path;
 
 use xp_runtime::clock::{Clock, SystemClock};
 use xp_runtime::join::JoinString;
-use xp_runtime::protocol::AuditEntry;
 
 use super::socket::{self, SocketError};
 use crate::registry::{Registry, RegistryError};
@@ -17,17 +16,6 @@ use xp_head_core::auth::users::{self, UserAnswer, UserCommand, UserError, Users}
 /// The file in the data directory holding the node join string (0600): what
 /// credentials made while the head is stopped take their address from.
 pub const NODE_JOIN_FILE: &str = "node.join";
-
-/// A fresh user secret: 256 random bits in hex (the shape of the cluster
-/// token), drawn here at the edge; the user table in the core only plans with it.
-pub fn fresh_secret() -> Result<String, UserError> {
-    xp_runtime::tls::random_secret()
-        .map(hex::encode)
-        .ok_or(UserError::NoEntropy)
-}
-
-/// Who the audit trail names for commands run on the head machine.
-pub const HEAD_MACHINE: &str = "xp-head user (on the head machine)";
 
 /// Why a user command failed.
 #[derive(Debug, thiserror::Error)]
@@ -103,10 +91,10 @@ pub fn run_offline(data_dir: &Path, command: &UserCommand) -> Result<UserAnswer,
     let mut registry = Registry::open(&path).map_err(registry_error)?;
     let mut table = Users::from_records(registry.users().map_err(registry_error)?);
     let now = SystemClock.now();
-    let plan = table.plan(now, command, fresh_secret)?;
+    let plan = table.plan(now, command, crate::actor::fresh_secret)?;
     if !plan.records.is_empty() {
         let mut records: Vec<Record> = plan.records.iter().cloned().map(Record::User).collect();
-        records.push(Record::Audit(audit_entry(now, command)));
+        records.push(Record::Audit(command.audit_entry(now)));
         registry.commit(records).map_err(registry_error)?;
         table.apply(plan.records);
     }
@@ -117,18 +105,6 @@ pub fn run_offline(data_dir: &Path, command: &UserCommand) -> Result<UserAnswer,
         _ => placeholder_join(),
     };
     Ok(users::answer(plan.answer, &join))
-}
-
-/// The audit entry of a user command run on the head machine.
-pub fn audit_entry(now: u64, command: &UserCommand) -> AuditEntry {
-    AuditEntry {
-        seq: 0,
-        at: now,
-        who: HEAD_MACHINE.to_owned(),
-        action: command.describe(),
-        allowed: true,
-        detail: "run by the operating-system user of the head's data directory".to_owned(),
-    }
 }
 
 fn read_node_join(path: &Path) -> Result<JoinString, LocalUserError> {
@@ -144,18 +120,5 @@ fn placeholder_join() -> JoinString {
         port: 0,
         token: String::new(),
         ca_sha256: [0; 32],
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn secrets_are_fresh() {
-        let (one, two) = (
-            super::fresh_secret().unwrap(),
-            super::fresh_secret().unwrap(),
-        );
-        assert_ne!(one, two);
-        assert_eq!(one.len(), 64);
     }
 }

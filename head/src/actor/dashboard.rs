@@ -1,0 +1,170 @@
+//! The actor's side of the dashboard's endpoints beyond the API's pages
+//! (`http::dashboard::api`): each [`DashboardQuery`] answered from the core
+//! and, for learning curves, a bounded sample of the stored metric history.
+//!
+//! Each answer is bounded by its query's limits, so none grows with the size
+//! of an experiment (see `xp_head_core::dashboard`).
+
+use serde_json::{Value, json};
+use xp_head_core::HeadCore;
+use xp_head_core::pages::{PageError, Visibility};
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::{ExperimentId, TrialId};
+
+use crate::registry::Registry;
+
+/// Reports read from the registry per point drawn: more than one, so that
+/// reports of other ranks or other metrics interleaved in the history still
+/// leave enough of rank 0's to fill the curve.
+const RECORDS_PER_POINT: usize = 4;
+/// The most reports one curves request decodes, over all its series: the
+/// actor reads them, so this bounds how long it is kept from other work
+/// (about 100 ms of decoding on this machine).
+const MAX_RECORDS_PER_REQUEST: usize = 100_000;
+/// What the dashboard asks the head actor, answered by [`answer`] inside it.
+#[derive(Debug)]
+pub enum DashboardQuery {
+    /// A trial's detail.
+    Trial(TrialId),
+    /// Whether a trial exists and is visible (before its log is read).
+    TrialVisible(TrialId),
+    /// Learning curves.
+    Curves {
+        /// The experiment.
+        experiment: ExperimentId,
+        /// The trials named, or the best.
+        trials: Option<Vec<TrialId>>,
+        /// The metric, or the experiment's.
+        metric: Option<String>,
+        /// How many series when none are named.
+        series: usize,
+        /// Points per series.
+        points: usize,
+        /// The EMA smoothing (0: none).
+        smoothing: f64,
+    },
+    /// Replicate statistics.
+    Replicates {
+        /// The experiment.
+        experiment: ExperimentId,
+        /// The metric, or the experiment's.
+        metric: Option<String>,
+    },
+    /// The cluster's history.
+    Cluster {
+        /// From when; the earliest submission when `None`.
+        since: Option<UnixMillis>,
+        /// How many buckets.
+        buckets: usize,
+    },
+    /// GPUs and their holders.
+    Gpus,
+    /// Queued trials and why they wait.
+    Waiting {
+        /// At most this many.
+        limit: usize,
+    },
+}
+
+/// Answers `query` from the core and, for curves, the registry's metric
+/// history (a bounded sample of it per trial).
+pub(super) fn answer(
+    core: &HeadCore,
+    registry: &Registry,
+    now: UnixMillis,
+    query: DashboardQuery,
+    visibility: &Visibility,
+) -> Result<Value, PageError> {
+    let visible = |team: &str| visibility.allows(team);
+    match query {
+        DashboardQuery::Trial(trial) => core.trial_detail(trial, now, &visible),
+        DashboardQuery::TrialVisible(trial) => core
+            .check_trial_visible(trial, &visible)
+            .map(|()| Value::Null),
+        DashboardQuery::Curves {
+            experiment,
+            trials,
+            metric,
+            series,
+            points,
+            smoothing,
+        } => {
+            let (metric, chosen) = core.curve_trials(
+                experiment,
+                trials.as_deref(),
+                metric.as_deref(),
+                series,
+                &visible,
+            )?;
+            let budget = (MAX_RECORDS_PER_REQUEST / chosen.len().max(1))
+                .min(points.saturating_mul(RECORDS_PER_POINT));
+            let series: Vec<Value> = chosen
+                .into_iter()
+                .map(|trial| curve(core, registry, trial, &metric, points, budget, smoothing))
+                .collect();
+            Ok(json!({
+                "metric": metric,
+                "points": points,
+                "smoothing": smoothing,
+                "series": series,
+            }))
+        }
+        DashboardQuery::Replicates { experiment, metric } => {
+            core.replicates(experiment, metric.as_deref(), &visible)
+        }
+        DashboardQuery::Cluster { since, buckets } => {
+            Ok(core.cluster_history(now, since, buckets, &visible))
+        }
+        DashboardQuery::Gpus => Ok(core.gpu_slots(&visible)),
+        DashboardQuery::Waiting { limit } => Ok(core.waiting_trials(limit, &visible)),
+    }
+}
+
+/// One trial's curve of `metric`: rank 0's reports among about `records`
+/// read evenly over its history, at most `points` of them, and with
+/// `smoothing` above 0 their EMA (`xp_tune::stats::ema`, taken over every
+/// report read before the curve is thinned).
+fn curve(
+    core: &HeadCore,
+    registry: &Registry,
+    trial: TrialId,
+    metric: &str,
+    points: usize,
+    records: usize,
+    smoothing: f64,
+) -> Value {
+    let (mut steps, mut values) = (Vec::new(), Vec::new());
+    let mut error = None;
+    match registry.metric_samples(trial, records) {
+        Ok(records) => {
+            for (position, record) in records
+                .iter()
+                .filter(|record| record.key.rank == 0)
+                .enumerate()
+            {
+                if let Some(value) = record.values.get(metric).filter(|value| value.is_finite()) {
+                    steps.push(record.step.unwrap_or(position as u64));
+                    values.push(*value);
+                }
+            }
+        }
+        Err(failure) => error = Some(failure.to_string()),
+    }
+    let keep = xp_tune::stats::evenly_spaced(steps.len(), points);
+    let smoothed = (smoothing > 0.0).then(|| {
+        let smoothed = xp_tune::stats::ema(&values, smoothing);
+        keep.iter()
+            .map(|&index| smoothed[index])
+            .collect::<Vec<_>>()
+    });
+    json!({
+        "trial": trial.to_string(),
+        "config": core
+            .trial_config_json(trial)
+            .and_then(|config| serde_json::from_str::<Value>(config).ok()),
+        "steps": keep.iter().map(|&index| steps[index]).collect::<Vec<_>>(),
+        "values": keep.iter().map(|&index| values[index]).collect::<Vec<_>>(),
+        "smoothed": smoothed,
+        "error": error,
+    })
+}
