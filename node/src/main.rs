@@ -28,108 +28,112 @@ enum Command {
     /// cluster secret, so it is never an argument (every local user sees
     /// arguments in `ps`): give it in a file (`--join-file`), in the `XP_JOIN`
     /// environment variable, or as `-` to read one line from standard input.
-    Join {
-        /// Only `-`: read the join string from standard input.
-        #[arg(value_name = "-")]
-        join: Option<String>,
-        /// A file holding the join string printed by `xp-head start`; only its
-        /// owner may read it (`chmod 600`).
-        #[arg(long, value_name = "FILE")]
-        join_file: Option<PathBuf>,
-        /// Where logs and cached binaries are kept.
-        #[arg(long)]
-        data_dir: PathBuf,
-        /// Declare N GPU slots (machines without NVML); NVML decides when absent,
-        /// and inside a Slurm job the GPUs the job was granted.
-        #[arg(long)]
-        gpus: Option<u32>,
-        /// CPU cores to offer; all when absent (inside a Slurm job, the job's).
-        #[arg(long)]
-        cpus: Option<f64>,
-        /// Memory to offer, such as 16GiB; all when absent (inside a Slurm job,
-        /// the job's).
-        #[arg(long, value_parser = xp_runtime::spec::parse_memory)]
-        memory: Option<u64>,
-        /// A label KEY=VALUE, repeatable.
-        #[arg(long = "label", value_parser = parse_label)]
-        labels: Vec<(String, String)>,
-        /// The host or address other nodes and their workers reach this one at.
-        /// When absent, the local address of the route to the head (never the
-        /// host name, which may resolve to a loopback address).
-        #[arg(long)]
-        advertise: Option<String>,
-        /// Memory the object store may use before spilling to disk, such as 1GiB.
-        #[arg(long, value_parser = xp_runtime::spec::parse_memory, default_value = "1GiB")]
-        object_memory: u64,
-        /// Disk the object store may use under the data directory, such as 100GiB.
-        #[arg(long, value_parser = xp_runtime::spec::parse_memory, default_value = "256GiB")]
-        object_disk: u64,
-        /// The UDP port other nodes fetch objects from; 0 picks a free one.
-        #[arg(long, default_value_t = 0)]
-        object_port: u16,
-        /// A durable directory (such as a shared file system mounted at the same
-        /// path on every node) that each checkpoint is also written to, so that
-        /// losing every node holding it loses nothing.
-        #[arg(long)]
-        checkpoint_backup: Option<PathBuf>,
-        /// The most disk each worker's log keeps, such as 64MiB: the first half of
-        /// its output and a rolling tail, with a marker saying what was dropped
-        /// between. 64MiB holds about half a million lines of 128 bytes, far more
-        /// than a training run usually prints, so ordinary logs are never cut,
-        /// while a worker printing in a loop cannot fill the disk: 16 workers stay
-        /// within 1GiB per round of attempts, and `xp logs` reads a whole log in
-        /// seconds.
-        #[arg(long, value_parser = xp_runtime::spec::parse_memory, default_value = "64MiB")]
-        log_cap: u64,
-        /// User ids for workers, START-END, or `none`. On a node running as root
-        /// the ranks of each live trial attempt run under an id of this range
-        /// that no other live attempt has (group id the same number), shared by
-        /// those ranks only, with their work directories owned by it, so workers
-        /// of different trials cannot read each other's memory, environment or
-        /// files. The ids must belong to no account or other program: the node
-        /// kills whatever runs under an id before handing it out and after its
-        /// last worker ends. The default, 1900000000-1900009999, lies where systemd
-        /// assigns nothing (above users, dynamic service users, `nobody`,
-        /// subordinate ids in /etc/subuid and nspawn containers; below 2^31, which
-        /// some tools take for negative), and nodes on one machine share it
-        /// without clashing (each id is claimed in /run/xp-node/uids). `none`, or
-        /// a node not running as root, runs workers under the node's own id,
-        /// where they can read each other; the node warns at start and `xp nodes`
-        /// shows it. The directories above --data-dir must let other users pass
-        /// (`chmod o+x`) and the node must be able to switch to the ids (a user
-        /// namespace must map them): otherwise the default falls back to `none`
-        /// with a warning, and an explicit range is an error.
-        #[arg(long, value_name = "START-END|none")]
-        worker_uids: Option<xp_node::WorkerUids>,
-        /// The most files rank 0 of a trial may leave in `XP_OUTPUT_DIR`; past
-        /// it the attempt fails saying so.
-        #[arg(long, default_value_t = 1000)]
-        output_max_files: usize,
-        /// The most bytes (such as 1GiB) rank 0 of a trial may leave in
-        /// `XP_OUTPUT_DIR`; past it the attempt fails saying so.
-        #[arg(long, default_value = "1GiB")]
-        output_max_bytes: bytesize::ByteSize,
-        /// How often each live worker's CPU and memory and each GPU (through
-        /// NVML, where present) are sampled and sent to the head; 0 turns
-        /// telemetry off (between 200ms and 1h otherwise).
-        #[arg(long, default_value = "5s", value_parser = parse_telemetry_interval)]
-        telemetry_interval: std::time::Duration,
-        /// The most time from SIGTERM to exit (2s to 10m). On SIGTERM the node
-        /// tells the head it is leaving (nothing more is placed on it) and stops
-        /// its workers with SIGTERM, giving them three quarters of this to
-        /// checkpoint before SIGKILL, then waits until the head has stored their
-        /// ends; their trials resume elsewhere without using a retry. Keep it under
-        /// Slurm's KillWait (30s by default), after which Slurm kills the node.
-        #[arg(long, default_value = "20s", value_parser = parse_drain_timeout)]
-        drain_timeout: std::time::Duration,
-        /// Read each GPU's memory for the eviction watch of oversubscribed
-        /// workers from this file instead of NVML: one line per GPU,
-        /// `INDEX USED_BYTES TOTAL_BYTES`, reread on every telemetry sample (for
-        /// machines without NVML, stand-in GPUs and tests). A file that cannot be
-        /// read or parsed is reported in the log and evicts nobody.
-        #[arg(long, value_name = "FILE")]
-        gpu_memory_file: Option<PathBuf>,
-    },
+    Join(JoinArgs),
+}
+
+/// The arguments of `xp-node join`.
+#[derive(clap::Args, Debug)]
+struct JoinArgs {
+    /// Only `-`: read the join string from standard input.
+    #[arg(value_name = "-")]
+    join: Option<String>,
+    /// A file holding the join string printed by `xp-head start`; only its
+    /// owner may read it (`chmod 600`).
+    #[arg(long, value_name = "FILE")]
+    join_file: Option<PathBuf>,
+    /// Where logs and cached binaries are kept.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Declare N GPU slots (machines without NVML); NVML decides when absent,
+    /// and inside a Slurm job the GPUs the job was granted.
+    #[arg(long)]
+    gpus: Option<u32>,
+    /// CPU cores to offer; all when absent (inside a Slurm job, the job's).
+    #[arg(long)]
+    cpus: Option<f64>,
+    /// Memory to offer, such as 16GiB; all when absent (inside a Slurm job,
+    /// the job's).
+    #[arg(long, value_parser = xp_runtime::spec::parse_memory)]
+    memory: Option<u64>,
+    /// A label KEY=VALUE, repeatable.
+    #[arg(long = "label", value_parser = parse_label)]
+    labels: Vec<(String, String)>,
+    /// The host or address other nodes and their workers reach this one at.
+    /// When absent, the local address of the route to the head (never the
+    /// host name, which may resolve to a loopback address).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// Memory the object store may use before spilling to disk, such as 1GiB.
+    #[arg(long, value_parser = xp_runtime::spec::parse_memory, default_value = "1GiB")]
+    object_memory: u64,
+    /// Disk the object store may use under the data directory, such as 100GiB.
+    #[arg(long, value_parser = xp_runtime::spec::parse_memory, default_value = "256GiB")]
+    object_disk: u64,
+    /// The UDP port other nodes fetch objects from; 0 picks a free one.
+    #[arg(long, default_value_t = 0)]
+    object_port: u16,
+    /// A durable directory (such as a shared file system mounted at the same
+    /// path on every node) that each checkpoint is also written to, so that
+    /// losing every node holding it loses nothing.
+    #[arg(long)]
+    checkpoint_backup: Option<PathBuf>,
+    /// The most disk each worker's log keeps, such as 64MiB: the first half of
+    /// its output and a rolling tail, with a marker saying what was dropped
+    /// between. 64MiB holds about half a million lines of 128 bytes, far more
+    /// than a training run usually prints, so ordinary logs are never cut,
+    /// while a worker printing in a loop cannot fill the disk: 16 workers stay
+    /// within 1GiB per round of attempts, and `xp logs` reads a whole log in
+    /// seconds.
+    #[arg(long, value_parser = xp_runtime::spec::parse_memory, default_value = "64MiB")]
+    log_cap: u64,
+    /// User ids for workers, START-END, or `none`. On a node running as root
+    /// the ranks of each live trial attempt run under an id of this range
+    /// that no other live attempt has (group id the same number), shared by
+    /// those ranks only, with their work directories owned by it, so workers
+    /// of different trials cannot read each other's memory, environment or
+    /// files. The ids must belong to no account or other program: the node
+    /// kills whatever runs under an id before handing it out and after its
+    /// last worker ends. The default, 1900000000-1900009999, lies where systemd
+    /// assigns nothing (above users, dynamic service users, `nobody`,
+    /// subordinate ids in /etc/subuid and nspawn containers; below 2^31, which
+    /// some tools take for negative), and nodes on one machine share it
+    /// without clashing (each id is claimed in /run/xp-node/uids). `none`, or
+    /// a node not running as root, runs workers under the node's own id,
+    /// where they can read each other; the node warns at start and `xp nodes`
+    /// shows it. The directories above --data-dir must let other users pass
+    /// (`chmod o+x`) and the node must be able to switch to the ids (a user
+    /// namespace must map them): otherwise the default falls back to `none`
+    /// with a warning, and an explicit range is an error.
+    #[arg(long, value_name = "START-END|none")]
+    worker_uids: Option<xp_node::WorkerUids>,
+    /// The most files rank 0 of a trial may leave in `XP_OUTPUT_DIR`; past
+    /// it the attempt fails saying so.
+    #[arg(long, default_value_t = 1000)]
+    output_max_files: usize,
+    /// The most bytes (such as 1GiB) rank 0 of a trial may leave in
+    /// `XP_OUTPUT_DIR`; past it the attempt fails saying so.
+    #[arg(long, default_value = "1GiB")]
+    output_max_bytes: bytesize::ByteSize,
+    /// How often each live worker's CPU and memory and each GPU (through
+    /// NVML, where present) are sampled and sent to the head; 0 turns
+    /// telemetry off (between 200ms and 1h otherwise).
+    #[arg(long, default_value = "5s", value_parser = parse_telemetry_interval)]
+    telemetry_interval: std::time::Duration,
+    /// The most time from SIGTERM to exit (2s to 10m). On SIGTERM the node
+    /// tells the head it is leaving (nothing more is placed on it) and stops
+    /// its workers with SIGTERM, giving them three quarters of this to
+    /// checkpoint before SIGKILL, then waits until the head has stored their
+    /// ends; their trials resume elsewhere without using a retry. Keep it under
+    /// Slurm's KillWait (30s by default), after which Slurm kills the node.
+    #[arg(long, default_value = "20s", value_parser = parse_drain_timeout)]
+    drain_timeout: std::time::Duration,
+    /// Read each GPU's memory for the eviction watch of oversubscribed
+    /// workers from this file instead of NVML: one line per GPU,
+    /// `INDEX USED_BYTES TOTAL_BYTES`, reread on every telemetry sample (for
+    /// machines without NVML, stand-in GPUs and tests). A file that cannot be
+    /// read or parsed is reported in the log and evicts nobody.
+    #[arg(long, value_name = "FILE")]
+    gpu_memory_file: Option<PathBuf>,
 }
 
 fn parse_telemetry_interval(text: &str) -> anyhow::Result<std::time::Duration> {
@@ -197,53 +201,47 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let Command::Join {
-        join,
-        join_file,
-        data_dir,
-        gpus,
-        cpus,
-        memory,
-        labels,
-        advertise,
-        object_memory,
-        object_disk,
-        object_port,
-        checkpoint_backup,
-        log_cap,
-        worker_uids,
-        telemetry_interval,
-        output_max_files,
-        output_max_bytes,
-        drain_timeout,
-        gpu_memory_file,
-    } = Cli::parse().command;
-    let join = read_join(join.as_deref(), join_file.as_deref())?;
-    if let Some(cpus) = cpus {
+    let Command::Join(args) = Cli::parse().command;
+    let config = node_config(args)?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?
+        .block_on(run(config))
+}
+
+/// The node's configuration from `xp-node join`'s arguments; inside a Slurm
+/// job, what the allocation grants for each resource no flag sets, and the
+/// job's id as a label.
+fn node_config(args: JoinArgs) -> anyhow::Result<xp_node::NodeConfig> {
+    let join = read_join(args.join.as_deref(), args.join_file.as_deref())?;
+    if let Some(cpus) = args.cpus {
         anyhow::ensure!(
             cpus.is_finite() && cpus > 0.0,
             "--cpus must be a positive number"
         );
     }
     let explicit = xp_node::ExplicitFlags {
-        gpus: gpus.is_some(),
-        cpus: cpus.is_some(),
-        memory: memory.is_some(),
+        gpus: args.gpus.is_some(),
+        cpus: args.cpus.is_some(),
+        memory: args.memory.is_some(),
     };
-    let slurm = xp_node::detect_slurm(explicit, checkpoint_backup.is_some())?;
-    let mut labels = labels.into_iter().collect::<BTreeMap<_, _>>();
+    let slurm = xp_node::detect_slurm(explicit, args.checkpoint_backup.is_some())?;
+    let mut labels = args.labels.into_iter().collect::<BTreeMap<_, _>>();
     if let Some(offer) = &slurm {
         // A label the operator set wins.
         labels
             .entry(xp_node::SLURM_JOB_LABEL.to_owned())
             .or_insert_with(|| offer.job_id.clone());
     }
-    let config = xp_node::NodeConfig {
+    Ok(xp_node::NodeConfig {
         join,
-        data_dir,
-        gpus,
-        cpus: cpus.or_else(|| slurm.as_ref()?.cpus.as_ref().map(|cpus| cpus.value)),
-        memory_bytes: memory.or_else(|| {
+        data_dir: args.data_dir,
+        gpus: args.gpus,
+        cpus: args
+            .cpus
+            .or_else(|| slurm.as_ref()?.cpus.as_ref().map(|cpus| cpus.value)),
+        memory_bytes: args.memory.or_else(|| {
             slurm
                 .as_ref()?
                 .memory_bytes
@@ -251,30 +249,25 @@ fn main() -> anyhow::Result<()> {
                 .map(|memory| memory.value)
         }),
         labels,
-        advertise_host: advertise,
+        advertise_host: args.advertise,
         object_limits: xp_node::StoreLimits {
-            memory_bytes: object_memory,
-            disk_bytes: object_disk,
+            memory_bytes: args.object_memory,
+            disk_bytes: args.object_disk,
             ..xp_node::StoreLimits::default()
         },
-        object_port,
-        checkpoint_backup,
-        log_cap: xp_node::LogCap::new(log_cap).context("--log-cap")?,
-        worker_uids: worker_uids.unwrap_or_default(),
+        object_port: args.object_port,
+        checkpoint_backup: args.checkpoint_backup,
+        log_cap: xp_node::LogCap::new(args.log_cap).context("--log-cap")?,
+        worker_uids: args.worker_uids.unwrap_or_default(),
         output_limits: xp_node::OutputLimits {
-            max_files: output_max_files,
-            max_bytes: output_max_bytes.as_u64(),
+            max_files: args.output_max_files,
+            max_bytes: args.output_max_bytes.as_u64(),
         },
-        telemetry_interval,
+        telemetry_interval: args.telemetry_interval,
         granted_gpus: slurm.and_then(|offer| offer.gpus.map(|gpus| gpus.value)),
-        drain_timeout,
-        gpu_memory_file,
-    };
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the tokio runtime")?
-        .block_on(run(config))
+        drain_timeout: args.drain_timeout,
+        gpu_memory_file: args.gpu_memory_file,
+    })
 }
 
 /// Runs the node until SIGTERM or Ctrl-C.

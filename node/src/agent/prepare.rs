@@ -11,15 +11,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tracing::{info, warn};
-use xp_runtime::ids::BlobHash;
+use xp_runtime::ids::{BlobHash, WorkerKey};
 use xp_runtime::protocol::{Launch, Program};
 use xp_runtime::transport::HeadConnection;
 
 use crate::checkpoint::{self, CheckpointSink, CheckpointSources};
-use crate::isolation::UidPool;
 use crate::isolation::fs::FileOwner;
+use crate::isolation::{UidLease, UidPool};
 use crate::worker::{self, WorkerCommand};
-
 use crate::worker_log::log_path;
 
 /// Why a worker could not be prepared.
@@ -44,6 +43,11 @@ pub(super) struct LaunchObjects {
     pub(super) output_limits: checkpoint::OutputLimits,
 }
 
+/// Prepares `launch`'s worker, in order: its share of a user id (waiting until
+/// a fresh id is scrubbed), its work directory, its checkpoint sink, its
+/// environment (the node's address, the gang's interfaces, the checkpoint it
+/// resumes from), its pipeline inputs, its pass to the local object channel,
+/// and its program.
 pub(super) async fn resolve_command(
     data_dir: &Path,
     advertise_host: &str,
@@ -52,33 +56,9 @@ pub(super) async fn resolve_command(
     objects: &LaunchObjects,
 ) -> Result<WorkerCommand, PrepareError> {
     let key = launch.key;
-    let log_path = log_path(data_dir, key);
-    // Not the trial's fault when the ids are used up: the head places it again.
-    // The attempt's ranks on this node share one id; each waits until a fresh id
-    // is cleared of its earlier holder before anything runs as it.
-    let uid = match &objects.uids {
-        Some(pool) => {
-            let lease = pool
-                .claim(key)
-                .map_err(|error| PrepareError::Refused(error.to_string()))?;
-            lease
-                .ready()
-                .await
-                .map_err(|error| PrepareError::Refused(error.to_string()))?;
-            Some(lease)
-        }
-        None => None,
-    };
+    let uid = claim_uid(objects, key).await?;
     let owner = uid.as_ref().map(|lease| FileOwner::of_uid(lease.uid()));
-    let work_dir = {
-        let data_dir = data_dir.to_owned();
-        tokio::task::spawn_blocking(move || crate::isolation::make_work_dir(&data_dir, key, owner))
-            .await
-            .map_err(|error| PrepareError::Refused(error.to_string()))?
-            .map_err(|error| {
-                PrepareError::Refused(format!("cannot make the work directory: {error}"))
-            })?
-    };
+    let work_dir = make_work_dir(data_dir, key, owner).await?;
     // Should preparing fail from here on, the directory goes back to the node
     // with the id: a later holder of the id must not find this one's files.
     let mut given = GivenWorkDir {
@@ -106,15 +86,70 @@ pub(super) async fn resolve_command(
         .fill_inputs(launch, &work_dir)
         .await
         .map_err(PrepareError::Invalid)?;
-    let input_dir = (!inputs.is_empty()).then(|| work_dir.join(crate::isolation::INPUT_DIR));
-    let output = worker::OutputSink {
-        dir: work_dir.join(crate::isolation::OUTPUT_DIR),
-        store: objects.checkpoints.store.clone(),
-        owner,
-        limits: objects.output_limits,
-        collect: launch.collect_outputs,
+    node_env.extend(local_channel_pass(objects, key, &work_dir, owner)?);
+    let program = resolve_program(data_dir, connection, launch, &inputs).await?;
+    node_env.extend(program.env);
+    given.path = None;
+    Ok(WorkerCommand {
+        program: program.path,
+        args: program.args,
+        extra_env: node_env,
+        log_path: log_path(data_dir, key),
+        input_dir: (!inputs.is_empty()).then(|| work_dir.join(crate::isolation::INPUT_DIR)),
+        output: worker::OutputSink {
+            dir: work_dir.join(crate::isolation::OUTPUT_DIR),
+            store: objects.checkpoints.store.clone(),
+            owner,
+            limits: objects.output_limits,
+            collect: launch.collect_outputs,
+        },
+        work_dir,
+        checkpoint,
+        uid,
+    })
+}
+
+/// A share of the user id `key`'s attempt runs as, when workers get ids of
+/// their own, once a fresh id is cleared of its earlier holder. Not the trial's
+/// fault when the ids are used up: the head places it again.
+async fn claim_uid(
+    objects: &LaunchObjects,
+    key: WorkerKey,
+) -> Result<Option<UidLease>, PrepareError> {
+    let Some(pool) = &objects.uids else {
+        return Ok(None);
     };
-    // The worker's pass to the local object channel.
+    let lease = pool
+        .claim(key)
+        .map_err(|error| PrepareError::Refused(error.to_string()))?;
+    lease
+        .ready()
+        .await
+        .map_err(|error| PrepareError::Refused(error.to_string()))?;
+    Ok(Some(lease))
+}
+
+/// Makes `key`'s work directory under `data_dir`, owned by `owner`.
+async fn make_work_dir(
+    data_dir: &Path,
+    key: WorkerKey,
+    owner: Option<FileOwner>,
+) -> Result<PathBuf, PrepareError> {
+    let data_dir = data_dir.to_owned();
+    tokio::task::spawn_blocking(move || crate::isolation::make_work_dir(&data_dir, key, owner))
+        .await
+        .map_err(|error| PrepareError::Refused(error.to_string()))?
+        .map_err(|error| PrepareError::Refused(format!("cannot make the work directory: {error}")))
+}
+
+/// The worker's pass to the local object channel: a fresh secret, registered
+/// for `key`, and the variables that hand it and the socket to the worker.
+fn local_channel_pass(
+    objects: &LaunchObjects,
+    key: WorkerKey,
+    work_dir: &Path,
+    owner: Option<FileOwner>,
+) -> Result<[(String, String); 2], PrepareError> {
     let secret = xp_runtime::tls::random_secret().ok_or_else(|| {
         PrepareError::Refused("the system has no entropy for a worker secret".to_owned())
     })?;
@@ -122,59 +157,61 @@ pub(super) async fn resolve_command(
         secret,
         crate::objects::local::LocalWorker {
             key,
-            work_dir: work_dir.clone(),
+            work_dir: work_dir.to_owned(),
             owner,
         },
     );
-    node_env.push((
-        "XP_NODE_SOCKET".to_owned(),
-        objects.socket.display().to_string(),
-    ));
-    node_env.push(("XP_WORKER_SECRET".to_owned(), hex::encode(secret)));
-    let command = match &launch.program {
+    Ok([
+        (
+            "XP_NODE_SOCKET".to_owned(),
+            objects.socket.display().to_string(),
+        ),
+        ("XP_WORKER_SECRET".to_owned(), hex::encode(secret)),
+    ])
+}
+
+/// What a worker executes.
+struct ResolvedProgram {
+    path: PathBuf,
+    args: Vec<String>,
+    /// Variables it needs beyond the node's (`XP_ENTRY` for a Rust trainable).
+    env: Vec<(String, String)>,
+}
+
+/// The program of `launch`: a command, its input markers replaced by the
+/// directories in `inputs`, or a driver binary fetched from the head once and
+/// cached, with the entry it runs.
+async fn resolve_program(
+    data_dir: &Path,
+    connection: &HeadConnection,
+    launch: &Launch,
+    inputs: &[(String, PathBuf)],
+) -> Result<ResolvedProgram, PrepareError> {
+    match &launch.program {
         Program::Command { argv } => {
             let (program, args) = argv
                 .split_first()
                 .ok_or_else(|| PrepareError::Invalid("empty command".to_owned()))?;
-            Ok(WorkerCommand {
-                program: checkpoint::replace_markers(program, &inputs).into(),
+            Ok(ResolvedProgram {
+                path: checkpoint::replace_markers(program, inputs).into(),
                 args: args
                     .iter()
-                    .map(|arg| checkpoint::replace_markers(arg, &inputs))
+                    .map(|arg| checkpoint::replace_markers(arg, inputs))
                     .collect(),
-                extra_env: node_env,
-                log_path,
-                work_dir,
-                checkpoint,
-                uid,
-                output,
-                input_dir,
+                env: Vec::new(),
             })
         }
         Program::Entry { binary, entry } => {
-            let program = cached_binary(data_dir, connection, *binary)
+            let path = cached_binary(data_dir, connection, *binary)
                 .await
                 .map_err(PrepareError::Refused)?;
-            Ok(WorkerCommand {
-                program,
+            Ok(ResolvedProgram {
+                path,
                 args: Vec::new(),
-                extra_env: node_env
-                    .into_iter()
-                    .chain([("XP_ENTRY".to_owned(), entry.clone())])
-                    .collect(),
-                log_path,
-                work_dir,
-                checkpoint,
-                uid,
-                output,
-                input_dir,
+                env: vec![("XP_ENTRY".to_owned(), entry.clone())],
             })
         }
-    };
-    if command.is_ok() {
-        given.path = None;
     }
-    command
 }
 
 /// A work directory given to a worker's id that is taken back when dropped

@@ -55,4 +55,4 @@ pub use take::OutputLimits;
 #[cfg(any(test, feature = "test-util"))]
 pub(crate) use take::take;
 pub(crate) use take::take_outputs;
-pub(crate) use watch::{CheckpointSink, CheckpointWatch, DRAIN_GRACE};
+pub(crate) use watch::{CheckpointSink, CheckpointWatch, DRAIN_GRACE, InFlight};

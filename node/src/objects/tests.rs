@@ -595,136 +595,189 @@ struct ModelObject {
     pinned: bool,
 }
 
-fn run_ops(ops: Vec<Op>) {
-    let dir = tempfile::tempdir().unwrap();
-    let store_limits = limits(PROP_MEMORY_BYTES, PROP_DISK_BYTES);
-    let pool: Vec<Vec<u8>> = POOL_SIZES
-        .iter()
-        .enumerate()
-        .map(|(content_idx, size)| content(content_idx as u8, *size))
-        .collect();
-    let ids: Vec<ObjectId> = pool.iter().map(|bytes| ObjectId::of(bytes)).collect();
-    let mut store = Some(must_open(dir.path(), store_limits));
-    let mut model: BTreeMap<usize, ModelObject> = BTreeMap::new();
-    for op in ops {
-        let current = store.as_ref().unwrap();
+/// A store under random operations, beside the model of what it must hold.
+struct ModelRun {
+    dir: tempfile::TempDir,
+    store_limits: StoreLimits,
+    /// The contents operations pick from, and their ids.
+    pool: Vec<Vec<u8>>,
+    ids: Vec<ObjectId>,
+    /// The store; empty only while it is reopened.
+    store: Option<ObjectStore>,
+    model: BTreeMap<usize, ModelObject>,
+}
+
+impl ModelRun {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store_limits = limits(PROP_MEMORY_BYTES, PROP_DISK_BYTES);
+        let pool: Vec<Vec<u8>> = POOL_SIZES
+            .iter()
+            .enumerate()
+            .map(|(content_idx, size)| content(content_idx as u8, *size))
+            .collect();
+        let ids = pool.iter().map(|bytes| ObjectId::of(bytes)).collect();
+        let store = Some(must_open(dir.path(), store_limits));
+        Self {
+            dir,
+            store_limits,
+            pool,
+            ids,
+            store,
+            model: BTreeMap::new(),
+        }
+    }
+
+    fn store(&self) -> &ObjectStore {
+        self.store
+            .as_ref()
+            .expect("the store is open between operations")
+    }
+
+    /// Applies `op` to the store and the model, and checks they agree.
+    fn apply(&mut self, op: Op) {
         match op {
             Op::Put {
                 content_idx,
                 owner_idx,
-            }
-            | Op::PutReader {
+            } => self.put(content_idx, owner_idx, false),
+            Op::PutReader {
                 content_idx,
                 owner_idx,
-            } => {
-                let before = current.stat();
-                let result = if matches!(op, Op::Put { .. }) {
-                    current.put(pool[content_idx].clone(), trial(owner_idx))
-                } else {
-                    current.put_reader(pool[content_idx].as_slice(), trial(owner_idx))
-                };
-                match result {
-                    Ok(id) => {
-                        assert_eq!(id, ids[content_idx]);
-                        model
-                            .entry(content_idx)
-                            .or_default()
-                            .owners
-                            .insert(owner_idx);
-                    }
-                    Err(StoreError::Full { .. }) => {
-                        assert!(
-                            !model.contains_key(&content_idx),
-                            "existing content is never refused"
-                        );
-                        assert_eq!(current.stat(), before, "a refused put changes nothing");
-                    }
-                    Err(error) => panic!("{op:?}: {error}"),
-                }
-            }
-            Op::Get { content_idx } => match current.get(ids[content_idx]) {
-                Ok(object_bytes) => {
-                    assert!(model.contains_key(&content_idx));
-                    assert_eq!(&*object_bytes, pool[content_idx].as_slice());
-                }
-                Err(StoreError::NotFound { .. }) => assert!(!model.contains_key(&content_idx)),
-                Err(error) => panic!("{op:?}: {error}"),
-            },
-            Op::Delete { content_idx } => {
-                let existed = current.delete(ids[content_idx]).unwrap();
-                assert_eq!(existed, model.remove(&content_idx).is_some());
-            }
-            Op::Release { owner_idx } => {
-                let mut expected = Vec::new();
-                for (content_idx, object) in &mut model {
-                    if object.owners.remove(&owner_idx)
-                        && object.owners.is_empty()
-                        && !object.pinned
-                    {
-                        expected.push(ids[*content_idx]);
-                    }
-                }
-                for id in &expected {
-                    let content_idx = ids.iter().position(|pool_id| pool_id == id).unwrap();
-                    model.remove(&content_idx);
-                }
-                let mut collected = current.release_owner(&trial(owner_idx)).unwrap();
-                collected.sort();
-                expected.sort();
-                assert_eq!(collected, expected);
-            }
-            Op::Pin { content_idx } => {
-                let result = current.pin(ids[content_idx]);
-                match model.get_mut(&content_idx) {
-                    Some(object) => {
-                        result.unwrap();
-                        object.pinned = true;
-                    }
-                    None => assert!(matches!(result, Err(StoreError::NotFound { .. }))),
-                }
-            }
-            Op::Unpin { content_idx } => {
-                let result = current.unpin(ids[content_idx]);
-                match model.get_mut(&content_idx) {
-                    Some(object) => {
-                        object.pinned = false;
-                        let expect_collected = object.owners.is_empty();
-                        assert_eq!(result.unwrap(), expect_collected);
-                        if expect_collected {
-                            model.remove(&content_idx);
-                        }
-                    }
-                    None => assert!(matches!(result, Err(StoreError::NotFound { .. }))),
-                }
-            }
-            Op::Reopen => {
-                let disk_ids: BTreeSet<ObjectId> = ids
-                    .iter()
-                    .copied()
-                    .filter(|id| {
-                        current
-                            .info(*id)
-                            .is_some_and(|info| info.tier == Tier::Disk)
-                    })
-                    .collect();
-                drop(store.take());
-                store = Some(must_open(dir.path(), store_limits));
-                // Only disk objects survive, without owners or pins.
-                model.retain(|content_idx, _| disk_ids.contains(&ids[*content_idx]));
-                for object in model.values_mut() {
-                    *object = ModelObject::default();
-                }
-            }
+            } => self.put(content_idx, owner_idx, true),
+            Op::Get { content_idx } => self.get(content_idx),
+            Op::Delete { content_idx } => self.delete(content_idx),
+            Op::Release { owner_idx } => self.release(owner_idx),
+            Op::Pin { content_idx } => self.pin(content_idx),
+            Op::Unpin { content_idx } => self.unpin(content_idx),
+            Op::Reopen => self.reopen(),
         }
-        let current = store.as_ref().unwrap();
-        check_consistent(current);
-        for (content_idx, id) in ids.iter().enumerate() {
+        check_consistent(self.store());
+        for (content_idx, id) in self.ids.iter().enumerate() {
             assert_eq!(
-                current.contains(*id),
-                model.contains_key(&content_idx),
+                self.store().contains(*id),
+                self.model.contains_key(&content_idx),
                 "{id}"
             );
         }
+    }
+
+    fn put(&mut self, content_idx: usize, owner_idx: u32, from_reader: bool) {
+        let before = self.store().stat();
+        let result = if from_reader {
+            self.store()
+                .put_reader(self.pool[content_idx].as_slice(), trial(owner_idx))
+        } else {
+            self.store()
+                .put(self.pool[content_idx].clone(), trial(owner_idx))
+        };
+        match result {
+            Ok(id) => {
+                assert_eq!(id, self.ids[content_idx]);
+                self.model
+                    .entry(content_idx)
+                    .or_default()
+                    .owners
+                    .insert(owner_idx);
+            }
+            Err(StoreError::Full { .. }) => {
+                assert!(
+                    !self.model.contains_key(&content_idx),
+                    "existing content is never refused"
+                );
+                assert_eq!(self.store().stat(), before, "a refused put changes nothing");
+            }
+            Err(error) => panic!("put of {content_idx}: {error}"),
+        }
+    }
+
+    fn get(&mut self, content_idx: usize) {
+        match self.store().get(self.ids[content_idx]) {
+            Ok(object_bytes) => {
+                assert!(self.model.contains_key(&content_idx));
+                assert_eq!(&*object_bytes, self.pool[content_idx].as_slice());
+            }
+            Err(StoreError::NotFound { .. }) => assert!(!self.model.contains_key(&content_idx)),
+            Err(error) => panic!("get of {content_idx}: {error}"),
+        }
+    }
+
+    fn delete(&mut self, content_idx: usize) {
+        let existed = self.store().delete(self.ids[content_idx]).unwrap();
+        assert_eq!(existed, self.model.remove(&content_idx).is_some());
+    }
+
+    fn release(&mut self, owner_idx: u32) {
+        let mut expected = Vec::new();
+        for (content_idx, object) in &mut self.model {
+            if object.owners.remove(&owner_idx) && object.owners.is_empty() && !object.pinned {
+                expected.push(self.ids[*content_idx]);
+            }
+        }
+        for id in &expected {
+            let content_idx = self.ids.iter().position(|pool_id| pool_id == id).unwrap();
+            self.model.remove(&content_idx);
+        }
+        let mut collected = self.store().release_owner(&trial(owner_idx)).unwrap();
+        collected.sort();
+        expected.sort();
+        assert_eq!(collected, expected);
+    }
+
+    fn pin(&mut self, content_idx: usize) {
+        let result = self.store().pin(self.ids[content_idx]);
+        match self.model.get_mut(&content_idx) {
+            Some(object) => {
+                result.unwrap();
+                object.pinned = true;
+            }
+            None => assert!(matches!(result, Err(StoreError::NotFound { .. }))),
+        }
+    }
+
+    fn unpin(&mut self, content_idx: usize) {
+        let result = self.store().unpin(self.ids[content_idx]);
+        match self.model.get_mut(&content_idx) {
+            Some(object) => {
+                object.pinned = false;
+                let expect_collected = object.owners.is_empty();
+                assert_eq!(result.unwrap(), expect_collected);
+                if expect_collected {
+                    self.model.remove(&content_idx);
+                }
+            }
+            None => assert!(matches!(result, Err(StoreError::NotFound { .. }))),
+        }
+    }
+
+    fn reopen(&mut self) {
+        let disk_ids: BTreeSet<ObjectId> = self
+            .ids
+            .iter()
+            .copied()
+            .filter(|id| {
+                self.store()
+                    .info(*id)
+                    .is_some_and(|info| info.tier == Tier::Disk)
+            })
+            .collect();
+        // The old store closes before the new one opens the directory.
+        drop(self.store.take());
+        self.store = Some(must_open(self.dir.path(), self.store_limits));
+        // Only disk objects survive, without owners or pins.
+        let ids = &self.ids;
+        self.model
+            .retain(|content_idx, _| disk_ids.contains(&ids[*content_idx]));
+        for object in self.model.values_mut() {
+            *object = ModelObject::default();
+        }
+    }
+}
+
+fn run_ops(ops: Vec<Op>) {
+    let mut run = ModelRun::new();
+    for op in ops {
+        run.apply(op);
     }
 }
 

@@ -1,0 +1,208 @@
+//! Starting a worker's process: its directories, its environment, and what
+//! the child does between fork and exec (enter its cgroup, drop to its user
+//! id, arm its death signal).
+//!
+//! Not here: what to run (the agent prepares it: `agent::prepare`) and
+//! watching the process once started (`worker`).
+//!
+//! Invariant: nothing between fork and exec allocates; it only makes
+//! async-signal-safe system calls on data made before the fork.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use tracing::debug;
+use xp_runtime::protocol::Launch;
+
+use super::{WorkerCommand, worker_env};
+use crate::isolation::UidLease;
+
+/// Why a worker process could not be started.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SpawnError {
+    /// A directory the worker needs could not be created.
+    #[error("cannot create {path}")]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program could not be executed.
+    #[error("cannot start {program}")]
+    Start {
+        /// The program.
+        program: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Starts the worker's process. With `procs_files` the child moves itself into
+/// its cgroup before it execs, so nothing it runs or starts is ever outside it
+/// (moving it after the spawn would race with its first fork); with a user id of
+/// its own it then drops root for it.
+pub(super) async fn spawn(
+    launch: &Launch,
+    command: &WorkerCommand,
+    procs_files: Vec<std::ffi::CString>,
+) -> Result<tokio::process::Child, SpawnError> {
+    make_dirs(command).await?;
+    let mut process = process_command(launch, command);
+    let uid = command.uid.as_ref().map(UidLease::uid);
+    arm_before_exec(&mut process, procs_files, uid);
+    spawn_retrying(&mut process, &command.program).await
+}
+
+/// Makes the directories the worker writes to, where they are missing.
+async fn make_dirs(command: &WorkerCommand) -> Result<(), SpawnError> {
+    let create_dir = |path: &Path| {
+        let path = path.to_owned();
+        move |source| SpawnError::CreateDir { path, source }
+    };
+    if let Some(parent) = command.log_path.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(create_dir(parent))?;
+    }
+    // The agent made them for the worker's id; these only cover a missing one
+    // (when the node runs workers as itself).
+    for dir in [
+        &command.work_dir,
+        &command.checkpoint.dir,
+        &command.output.dir,
+    ] {
+        if !tokio::fs::try_exists(dir).await.unwrap_or(false) {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(create_dir(dir))?;
+        }
+    }
+    Ok(())
+}
+
+/// The worker's program with its arguments, its environment (the contract of
+/// [`worker_env`], the agent's extra variables, its directories) and its
+/// pipes, in a process group of its own.
+fn process_command(launch: &Launch, command: &WorkerCommand) -> tokio::process::Command {
+    let mut process = tokio::process::Command::new(&command.program);
+    process
+        .args(&command.args)
+        // A credential in the node's own environment (a user's `XP_CLUSTER`, which
+        // `sbatch` and `srun` pass on) must never reach trial code.
+        .env_remove("XP_CLUSTER")
+        .envs(worker_env(launch))
+        .envs(command.extra_env.iter().cloned())
+        .env("XP_WORK_DIR", &command.work_dir)
+        .env("XP_CHECKPOINT_DIR", &command.checkpoint.dir)
+        .env("XP_OUTPUT_DIR", &command.output.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    if let Some(inputs) = &command.input_dir {
+        process.env("XP_INPUT_DIR", inputs);
+    }
+    if command.uid.is_some() {
+        // An id made for the worker has no home of its own; the node's is not its.
+        process.env("HOME", &command.work_dir);
+    }
+    process
+}
+
+/// What the child does between fork and exec: enter its cgroup (`procs_files`),
+/// drop to `uid` where it has one, and arm its death signal.
+fn arm_before_exec(
+    process: &mut tokio::process::Command,
+    procs_files: Vec<std::ffi::CString>,
+    uid: Option<u32>,
+) {
+    let node_pid = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec the closure only calls open(2), write(2),
+    // close(2), setgroups(2), setgid(2), setuid(2), prctl(2) and
+    // getppid(2), which are async-signal-safe, on data made before the fork; the
+    // child has one thread, so setuid needs no cross-thread broadcast. Nothing in
+    // it allocates (errors are raw errno values), as the forked child of a
+    // multi-threaded process may not.
+    unsafe {
+        process.pre_exec(move || {
+            // Entering the cgroup needs root: first.
+            crate::cgroup::enter(&procs_files)?;
+            if let Some(uid) = uid {
+                drop_to(uid)?;
+            }
+            // After the switch, which clears it.
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            if libc::getppid() != node_pid {
+                // The node died before the death signal was armed. No
+                // allocation here (this is between fork and exec): a plain errno.
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Spawns `process`. A driver binary another task has just written may still be
+/// open for writing in a child some other thread forked meanwhile (the
+/// descriptor lives until that child execs), and exec then fails with ETXTBSY:
+/// a few short retries outlast that window.
+async fn spawn_retrying(
+    process: &mut tokio::process::Command,
+    program: &Path,
+) -> Result<tokio::process::Child, SpawnError> {
+    let mut busy_retries = 0;
+    loop {
+        match process.spawn() {
+            Ok(child) => return Ok(child),
+            Err(source)
+                if source.raw_os_error() == Some(libc::ETXTBSY)
+                    && busy_retries < SPAWN_BUSY_RETRIES =>
+            {
+                busy_retries += 1;
+                debug!(program = %program.display(), busy_retries, "the program is still open for writing somewhere; retrying");
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(busy_retries))).await;
+            }
+            Err(source) => {
+                return Err(SpawnError::Start {
+                    program: program.to_owned(),
+                    source,
+                });
+            }
+        }
+    }
+}
+
+/// How many times a spawn that fails with ETXTBSY is tried again (about a
+/// second in all).
+const SPAWN_BUSY_RETRIES: u32 = 10;
+
+/// Drops every privilege for user and group id `uid`: no supplementary groups,
+/// then the group, then the user (the other way round, the group could no longer
+/// be changed), and no new privileges from then on. Called between fork and exec. It kills nothing: sibling ranks of
+/// the attempt may already run as `uid`, and what an earlier holder left was
+/// killed before the id was handed out (`UidLease::ready`).
+fn drop_to(uid: u32) -> std::io::Result<()> {
+    let check = |result: libc::c_int| {
+        if result == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    // SAFETY: plain system calls on integers; setgroups reads no memory for 0 groups.
+    unsafe {
+        check(libc::setgroups(0, std::ptr::null()))?;
+        check(libc::setgid(uid))?;
+        check(libc::setuid(uid))?;
+        // So that nothing the worker runs regains privileges through a setuid
+        // or file-capability binary (sudo in a trial is not a feature).
+        check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+    }
+    Ok(())
+}
