@@ -42,8 +42,6 @@ mod nodes;
 pub mod pages;
 pub mod pipelines;
 mod records;
-mod report;
-mod reports;
 pub mod requests;
 mod scheduling;
 mod state;
@@ -51,7 +49,9 @@ mod submission;
 pub mod sweep;
 mod sweeps;
 pub mod telemetry;
+mod usage;
 mod views;
+mod worker_reports;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -70,7 +70,7 @@ pub use self::records::{
     PolicyRecord, Record, TrialRecord, UpInterval, WorkerRecord, WorkerState,
 };
 pub use self::records::{InputDir, PipelineRecord, StageRecord, StageResult};
-pub use self::report::ReportScope;
+pub use self::usage::ReportScope;
 
 use self::nodes::node_spec;
 use self::sweeps::SweepState;

@@ -369,7 +369,7 @@ pub struct NodeRecord {
     #[serde(default)]
     pub isolation: NodeIsolation,
     /// The intervals it was up, oldest first (at most
-    /// `report::MAX_UP_INTERVALS`): from a registration to the last sign of
+    /// `usage::MAX_UP_INTERVALS`): from a registration to the last sign of
     /// life before it was judged lost, the last one open while it is up.
     #[serde(default)]
     pub up: Vec<UpInterval>,

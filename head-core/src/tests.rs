@@ -23,8 +23,8 @@ mod limits;
 mod metrics;
 mod oversubscription;
 mod pipelines;
-mod report;
 mod telemetry;
+mod usage;
 
 const CONFIG: CoreConfig = CoreConfig {
     node_timeout_ms: 10_000,

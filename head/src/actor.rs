@@ -44,9 +44,10 @@ use xp_runtime::protocol::{
     RemoteError, Response, TrialStatus,
 };
 
+use xp_head_core::auth::Visibility;
 use xp_head_core::pages::{
     self, ExperimentCursor, ExperimentSummary, MetricCursor, NodeCursor, Page, PageError,
-    QueueCursor, TrialQuery, Visibility,
+    QueueCursor, TrialQuery,
 };
 use xp_runtime::join::JoinString;
 
@@ -205,7 +206,7 @@ pub enum HeadMsg {
         /// The scope and window.
         request: xp_runtime::protocol::ReportRequest,
         /// The teams the caller sees.
-        visible: xp_head_core::auth::Visibility,
+        visible: Visibility,
         /// The report.
         reply: Reply<Response>,
     },
@@ -372,7 +373,7 @@ impl HeadState {
         if let Err(error) = self
             .args
             .core
-            .check_trial_visible(trial, &|team| visibility.allows(team))
+            .check_trial_visible(trial, &|team| visibility.shows(team))
         {
             return Ok(Err(error));
         }
@@ -599,15 +600,12 @@ impl Actor for HeadActor {
                 let result = state
                     .args
                     .core
-                    .pipelines_status(now, pipeline, &|team| visibility.allows(team))
+                    .pipelines_status(now, pipeline, &|team| visibility.shows(team))
                     .map_err(RemoteError::from);
                 let _ = reply.send(result);
             }
             HeadMsg::Leases { visibility, reply } => {
-                let report = state
-                    .args
-                    .core
-                    .lease_report(&|team| visibility.allows(team));
+                let report = state.args.core.lease_report(&|team| visibility.shows(team));
                 let _ = reply.send(Ok(Response::Leases(report)));
             }
             HeadMsg::ExperimentsPage {
@@ -619,7 +617,7 @@ impl Actor for HeadActor {
                 let page = state
                     .args
                     .core
-                    .experiments_page(limit, cursor, &|team| visibility.allows(team));
+                    .experiments_page(limit, cursor, &|team| visibility.shows(team));
                 let _ = reply.send(Ok(page));
             }
             HeadMsg::ExperimentSummary {
@@ -630,7 +628,7 @@ impl Actor for HeadActor {
                 let summary = state
                     .args
                     .core
-                    .experiment_summary_of(experiment, &|team| visibility.allows(team));
+                    .experiment_summary_of(experiment, &|team| visibility.shows(team));
                 let _ = reply.send(Ok(summary));
             }
             HeadMsg::TrialsPage {
@@ -642,7 +640,7 @@ impl Actor for HeadActor {
                 let page = state
                     .args
                     .core
-                    .trials_page(experiment, &query, &|team| visibility.allows(team));
+                    .trials_page(experiment, &query, &|team| visibility.shows(team));
                 let _ = reply.send(Ok(page));
             }
             HeadMsg::MetricsPage {
@@ -688,7 +686,7 @@ impl Actor for HeadActor {
                 let page = state
                     .args
                     .core
-                    .queues_page(limit, cursor.as_ref(), &|team| visibility.allows(team));
+                    .queues_page(limit, cursor.as_ref(), &|team| visibility.shows(team));
                 let _ = reply.send(Ok(page));
             }
             HeadMsg::DriverGone(session) => {

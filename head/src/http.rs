@@ -64,10 +64,10 @@ use crate::actor::{HeadMsg, Reply};
 use crate::health::HealthWatch;
 use crate::metrics::{Api, HeadMetrics, OPENMETRICS_TEXT, PROMETHEUS_TEXT};
 use crate::sessions::Sessions;
+use xp_head_core::auth::Visibility;
 use xp_head_core::pages::{
     CursorError, DEFAULT_LIMIT, ExperimentCursor, ExperimentSummary, MAX_LIMIT, MetricCursor,
     NodeCursor, Page, PageError, QueueCursor, StateSet, TrialCursor, TrialQuery, TrialSort,
-    Visibility,
 };
 
 mod alerts;

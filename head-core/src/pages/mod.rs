@@ -24,7 +24,6 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::ops::Bound;
-use std::sync::Arc;
 
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, TrialId};
@@ -50,36 +49,6 @@ pub const MAX_LIMIT: usize = 1000;
 /// `MAX_LIMIT` trials with large configurations or many metric names would
 /// otherwise make one answer as large as the records allow.
 pub const MAX_PAGE_BYTES: usize = 4 << 20;
-
-/// Which teams' experiments a caller may see, carried in the actor's messages.
-///
-/// The HTTP API builds it from the authenticated user (`http::auth`); the page
-/// functions take the plain `&dyn Fn(&str) -> bool` this wraps.
-#[derive(Clone)]
-pub struct Visibility(Arc<dyn Fn(&str) -> bool + Send + Sync>);
-
-impl Visibility {
-    /// Every team's experiments.
-    pub fn everyone() -> Self {
-        Self(Arc::new(|_| true))
-    }
-
-    /// The teams for which `allows` answers true.
-    pub fn new(allows: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
-        Self(Arc::new(allows))
-    }
-
-    /// Whether experiments of `team` are visible.
-    pub fn allows(&self, team: &str) -> bool {
-        (self.0)(team)
-    }
-}
-
-impl std::fmt::Debug for Visibility {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Visibility(..)")
-    }
-}
 
 /// One page of a listing.
 #[derive(Debug, Clone, PartialEq)]

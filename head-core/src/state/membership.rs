@@ -18,7 +18,7 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::NodeId;
 use xp_runtime::protocol::{NodeRegistration, NodeState};
 
-use crate::report::MAX_UP_INTERVALS;
+use crate::usage::MAX_UP_INTERVALS;
 use crate::{NodeRecord, Record, UpInterval};
 
 /// How long a node may be silent before it is judged lost.

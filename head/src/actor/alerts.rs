@@ -13,7 +13,8 @@ use xp_runtime::protocol::AlertStatus;
 
 use super::{HeadState, Reply};
 use xp_head_core::alerts::{AlertCursor, DeliveryOutcome, WebhookDelivery};
-use xp_head_core::pages::{Page, PageError, Visibility};
+use xp_head_core::auth::Visibility;
+use xp_head_core::pages::{Page, PageError};
 
 /// What the core raised in one change, taken before its commit and acted on
 /// only once it succeeded.
@@ -84,7 +85,7 @@ impl HeadState {
     ) -> Result<Page<AlertStatus>, PageError> {
         self.args
             .core
-            .alerts_page(experiment, limit, cursor, &|team| visibility.allows(team))
+            .alerts_page(experiment, limit, cursor, &|team| visibility.shows(team))
     }
 }
 

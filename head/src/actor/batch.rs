@@ -10,7 +10,8 @@ use xp_runtime::protocol::{ErrorCode, NodeMessage, NodeTelemetry, RemoteError, T
 
 use super::{HeadMsg, HeadState, Pending, Reply};
 use xp_head_core::HeadCore;
-use xp_head_core::pages::{PageError, Visibility};
+use xp_head_core::auth::Visibility;
+use xp_head_core::pages::PageError;
 
 impl HeadState {
     /// Commits everything applied since the last commit (and sends what it
@@ -197,7 +198,7 @@ impl HeadState {
         if let Err(error) = self
             .args
             .core
-            .check_trial_visible(trial, &|team| visibility.allows(team))
+            .check_trial_visible(trial, &|team| visibility.shows(team))
         {
             return Ok(Err(error));
         }

@@ -7,7 +7,8 @@
 
 use serde_json::{Value, json};
 use xp_head_core::HeadCore;
-use xp_head_core::pages::{PageError, Visibility};
+use xp_head_core::auth::Visibility;
+use xp_head_core::pages::PageError;
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, TrialId};
 
@@ -75,7 +76,7 @@ pub(super) fn answer(
     query: DashboardQuery,
     visibility: &Visibility,
 ) -> Result<Value, PageError> {
-    let visible = |team: &str| visibility.allows(team);
+    let visible = |team: &str| visibility.shows(team);
     match query {
         DashboardQuery::Trial(trial) => core.trial_detail(trial, now, &visible),
         DashboardQuery::TrialVisible(trial) => core

@@ -25,9 +25,9 @@ use xp_runtime::protocol::{ErrorCode, RemoteError};
 use super::HttpState;
 use crate::actor::HeadMsg;
 use crate::actor::call;
+use xp_head_core::auth::Visibility;
 use xp_head_core::auth::access::{Access, Caller, Scope};
 use xp_head_core::auth::{Action, Principal, users};
-use xp_head_core::pages::Visibility;
 
 /// The session cookie's name.
 pub(super) const COOKIE: &str = "xp_session";
@@ -132,7 +132,7 @@ async fn authenticate(
     Ok(Authenticated {
         caller,
         principal,
-        visibility: Visibility::new(move |team| shown.shows(team)),
+        visibility: shown,
     })
 }
 

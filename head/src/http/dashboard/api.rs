@@ -44,8 +44,8 @@ use super::super::auth::Authenticated;
 use super::super::{ApiError, Caller, HttpState, Params, ask, experiment_id, trial_id};
 use crate::actor::{Answer, Asked, DashboardQuery, HeadMsg, call};
 use crate::sessions::relay_logs;
+use xp_head_core::auth::Visibility;
 use xp_head_core::dashboard::MAX_CURVE_SERIES;
-use xp_head_core::pages::Visibility;
 
 /// The default and largest piece of a log one request reads.
 const DEFAULT_LOG_BYTES: u32 = 64 << 10;
