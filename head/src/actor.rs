@@ -66,10 +66,10 @@ mod auth;
 mod client;
 mod dashboard;
 
-pub use self::alerts::AlertMsg;
+pub(crate) use self::alerts::AlertMsg;
 pub(crate) use self::auth::fresh_secret;
-pub use self::client::{Answer, Asked};
-pub use self::dashboard::DashboardQuery;
+pub(crate) use self::client::{Answer, Asked};
+pub(crate) use self::dashboard::DashboardQuery;
 mod batch;
 mod report;
 
@@ -77,13 +77,13 @@ mod report;
 const TICK: Duration = Duration::from_millis(250);
 
 /// A reply port carrying a wire-ready result.
-pub type Reply<T> = RpcReplyPort<Result<T, RemoteError>>;
+pub(crate) type Reply<T> = RpcReplyPort<Result<T, RemoteError>>;
 
 /// How long a call to the actor may take before the caller gives up.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Calls the head actor and flattens the two error layers.
-pub async fn call<T: Send + 'static>(
+pub(crate) async fn call<T: Send + 'static>(
     head: &ActorRef<HeadMsg>,
     build: impl FnOnce(Reply<T>) -> HeadMsg,
 ) -> Result<T, RemoteError> {
@@ -102,7 +102,7 @@ pub async fn call<T: Send + 'static>(
 
 /// The head actor's messages.
 #[derive(Debug)]
-pub enum HeadMsg {
+pub(crate) enum HeadMsg {
     /// A client's request, to authorize and serve (see `requests`).
     Request(Asked),
     /// The HTTP API reads one pipeline or lists them.
@@ -260,10 +260,10 @@ type Pending = Box<dyn FnOnce(Result<(), RemoteError>) + Send>;
 
 /// The head actor (behaviour only; the state is [`HeadState`]).
 #[derive(Debug)]
-pub struct HeadActor;
+pub(crate) struct HeadActor;
 
 /// What the head actor starts from.
-pub struct HeadArgs {
+pub(crate) struct HeadArgs {
     /// The core, restored from the registry.
     pub core: HeadCore,
     /// The registry.
@@ -292,7 +292,7 @@ pub struct HeadArgs {
 }
 
 /// The head actor's state.
-pub struct HeadState {
+pub(crate) struct HeadState {
     args: HeadArgs,
     acks: BTreeMap<NodeId, u64>,
     /// Set while the database is closed after a failed write.
@@ -521,7 +521,10 @@ impl HeadState {
 }
 
 /// Feeds `core`'s stopping rules the metric history of its unfinished trials.
-pub fn replay_metrics(core: &mut HeadCore, registry: &Registry) -> Result<(), RegistryError> {
+pub(crate) fn replay_metrics(
+    core: &mut HeadCore,
+    registry: &Registry,
+) -> Result<(), RegistryError> {
     let mut history = Vec::new();
     for trial in core.trials_needing_metric_replay() {
         history.extend(registry.metrics_of(trial)?);

@@ -11,7 +11,7 @@ use xp_runtime::transport::{BLOB_CHUNK_BYTES, MAX_BLOB_BYTES};
 
 /// Why a blob could not be stored.
 #[derive(Debug, thiserror::Error)]
-pub enum BlobError {
+pub(crate) enum BlobError {
     /// The announced length is over the limit.
     #[error("blob of {len} bytes exceeds the limit of {MAX_BLOB_BYTES}")]
     TooLarge {
@@ -43,13 +43,13 @@ static UPLOAD_SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::Atomic
 
 /// The blob directory.
 #[derive(Debug, Clone)]
-pub struct BlobStore {
+pub(crate) struct BlobStore {
     dir: PathBuf,
 }
 
 impl BlobStore {
     /// A store in `dir`, created if needed.
-    pub fn open(dir: &Path) -> Result<Self, std::io::Error> {
+    pub(crate) fn open(dir: &Path) -> Result<Self, std::io::Error> {
         std::fs::create_dir_all(dir)?;
         Ok(Self {
             dir: dir.to_owned(),
@@ -57,12 +57,12 @@ impl BlobStore {
     }
 
     /// The path of `hash`, whether or not it exists.
-    pub fn path(&self, hash: BlobHash) -> PathBuf {
+    pub(crate) fn path(&self, hash: BlobHash) -> PathBuf {
         self.dir.join(hash.to_string())
     }
 
     /// Receives `len` bytes from `reader` and stores them as `hash` after verifying it.
-    pub async fn receive(
+    pub(crate) async fn receive(
         &self,
         hash: BlobHash,
         len: u64,

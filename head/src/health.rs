@@ -15,14 +15,14 @@ use xp_runtime::protocol::{ErrorCode, RemoteError};
 use crate::registry::RegistryError;
 
 /// How often the actor probes for room to re-open its database during an outage.
-pub const PROBE_INTERVAL_MS: u64 = 1_000;
+pub(crate) const PROBE_INTERVAL_MS: u64 = 1_000;
 
 /// The least time between two log lines about the same ongoing failure.
-pub const LOG_INTERVAL_MS: u64 = 10_000;
+pub(crate) const LOG_INTERVAL_MS: u64 = 10_000;
 
 /// Whether the head can do its work.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Health {
+pub(crate) enum Health {
     /// It stores and acknowledges changes.
     Healthy,
     /// It cannot store changes: it refuses new work and serves reads from what it stored.
@@ -36,7 +36,7 @@ pub enum Health {
 
 impl Health {
     /// What is wrong, or `None` when healthy.
-    pub fn problem(&self) -> Option<String> {
+    pub(crate) fn problem(&self) -> Option<String> {
         match self {
             Self::Healthy => None,
             Self::CannotStore { reason, .. } => {
@@ -47,11 +47,11 @@ impl Health {
 }
 
 /// The receiving end of the head's health, for the HTTP server.
-pub type HealthWatch = watch::Receiver<Health>;
+pub(crate) type HealthWatch = watch::Receiver<Health>;
 
 /// A repeating condition, logged at most once per interval.
 #[derive(Debug, Clone)]
-pub struct LogThrottle {
+pub(crate) struct LogThrottle {
     interval_ms: u64,
     last: Option<UnixMillis>,
     suppressed: u64,
@@ -59,7 +59,7 @@ pub struct LogThrottle {
 
 impl LogThrottle {
     /// A throttle that admits one line per `interval_ms`.
-    pub const fn new(interval_ms: u64) -> Self {
+    pub(crate) const fn new(interval_ms: u64) -> Self {
         Self {
             interval_ms,
             last: None,
@@ -69,7 +69,7 @@ impl LogThrottle {
 
     /// Counts one occurrence at `now`: `Some(left_out)` when it should be logged,
     /// with how many occurrences were left out since the last line.
-    pub fn admit(&mut self, now: UnixMillis) -> Option<u64> {
+    pub(crate) fn admit(&mut self, now: UnixMillis) -> Option<u64> {
         let due = self
             .last
             .is_none_or(|last| now >= last.saturating_add(self.interval_ms));
@@ -85,7 +85,7 @@ impl LogThrottle {
 
 /// A storage outage: the database is closed after a failed write.
 #[derive(Debug)]
-pub struct Outage {
+pub(crate) struct Outage {
     /// When it began.
     pub since: UnixMillis,
     /// Whether the last failure was a full disk (or an exhausted quota).
@@ -106,7 +106,7 @@ pub struct Outage {
 
 impl Outage {
     /// An outage that began at `now` with `error`.
-    pub fn new(now: UnixMillis, error: &RegistryError) -> Self {
+    pub(crate) fn new(now: UnixMillis, error: &RegistryError) -> Self {
         let mut log = LogThrottle::new(LOG_INTERVAL_MS);
         // The first line is the caller's, logged as the outage begins.
         log.admit(now);
@@ -123,7 +123,7 @@ impl Outage {
     }
 
     /// Why nothing can be stored, in words.
-    pub fn reason(&self) -> String {
+    pub(crate) fn reason(&self) -> String {
         if self.disk_full {
             format!("its disk is full ({})", self.cause)
         } else {
@@ -132,7 +132,7 @@ impl Outage {
     }
 
     /// The answer to a request that would change something.
-    pub fn refusal(&self) -> RemoteError {
+    pub(crate) fn refusal(&self) -> RemoteError {
         RemoteError::new(
             ErrorCode::StorageUnavailable,
             format!(
@@ -143,7 +143,7 @@ impl Outage {
     }
 
     /// The health to publish while it lasts.
-    pub fn health(&self) -> Health {
+    pub(crate) fn health(&self) -> Health {
         Health::CannotStore {
             reason: self.reason(),
             since: self.since,
@@ -151,12 +151,12 @@ impl Outage {
     }
 
     /// Whether a probe for room is due at `now`.
-    pub fn probe_due(&self, now: UnixMillis) -> bool {
+    pub(crate) fn probe_due(&self, now: UnixMillis) -> bool {
         now >= self.next_probe
     }
 
     /// Records a failed probe at `now`.
-    pub fn probe_failed(&mut self, now: UnixMillis, error: &RegistryError) {
+    pub(crate) fn probe_failed(&mut self, now: UnixMillis, error: &RegistryError) {
         self.probes += 1;
         self.disk_full = error.is_disk_full();
         self.cause = error.to_string();

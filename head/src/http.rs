@@ -77,11 +77,11 @@ mod report;
 
 /// Requests the API serves at once; more wait for a turn. Each holds at most one
 /// page while it is built and written, so this bounds the API's memory.
-pub const MAX_CONCURRENT_REQUESTS: usize = 8;
+pub(crate) const MAX_CONCURRENT_REQUESTS: usize = 8;
 /// The longest a request may wait for its turn and be served.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest query string the API reads.
-pub const MAX_QUERY_BYTES: usize = 4096;
+pub(crate) const MAX_QUERY_BYTES: usize = 4096;
 /// The longest metric name a trial listing may sort by.
 const MAX_METRIC_NAME_BYTES: usize = 256;
 
@@ -96,7 +96,7 @@ pub(crate) struct HttpState {
 }
 
 /// The router.
-pub fn router(
+pub(crate) fn router(
     head: ActorRef<HeadMsg>,
     health: HealthWatch,
     counters: Arc<HeadMetrics>,

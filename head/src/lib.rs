@@ -5,17 +5,17 @@
 //! binary and the embedded local cluster both use it. The head never touches GPUs
 //! or trial processes: it decides and records, nodes execute.
 
-pub mod actor;
-pub mod blobs;
-pub mod health;
-pub mod http;
-pub mod metrics;
-pub mod offline;
-pub mod registry;
-pub mod server;
-pub mod sessions;
-pub mod users;
-pub mod webhooks;
+mod actor;
+mod blobs;
+mod health;
+mod http;
+mod metrics;
+mod offline;
+mod registry;
+mod server;
+mod sessions;
+mod users;
+mod webhooks;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -36,6 +36,9 @@ use crate::server::ServerContext;
 use xp_head_core::HeadCore;
 
 pub use crate::offline::{OfflineError, OfflineHead, offline_status};
+pub use crate::registry::RegistryError;
+pub use crate::users::local::{LocalUserError, run as run_user_command};
+pub use crate::users::socket::SocketError;
 pub use xp_head_core::CoreConfig;
 pub use xp_head_core::auth::Role;
 pub use xp_head_core::auth::users::{UserAnswer, UserCommand};
@@ -73,7 +76,7 @@ pub enum HeadError {
     Tls(#[from] xp_runtime::tls::TlsError),
     /// The database could not be opened.
     #[error(transparent)]
-    Registry(#[from] registry::RegistryError),
+    Registry(#[from] RegistryError),
     /// The QUIC endpoint could not be set up.
     #[error(transparent)]
     Transport(#[from] xp_runtime::transport::TransportError),
@@ -91,7 +94,7 @@ pub enum HeadError {
     Actor(String),
     /// The head machine's user socket could not be set up.
     #[error(transparent)]
-    Socket(#[from] users::socket::SocketError),
+    Socket(#[from] SocketError),
     /// The first admin could not be created.
     #[error("cannot create the first admin: {0}")]
     FirstAdmin(#[from] xp_head_core::auth::users::UserError),

@@ -162,7 +162,7 @@ async fn user_command(data_dir: &std::path::Path, command: UserCli) -> anyhow::R
         UserCli::Role { name, role } => UserCommand::Role { name, role },
         UserCli::Revoke { name } => UserCommand::Revoke { name },
     };
-    let answer = xp_head::users::local::run(data_dir, &command)
+    let answer = xp_head::run_user_command(data_dir, &command)
         .await
         .with_context(|| format!("xp-head user on {}", data_dir.display()))?;
     let text = match answer {

@@ -36,9 +36,10 @@ use xp_runtime::protocol::TrialState;
 use xp_head_core::metrics::{MetricsSnapshot, Tally};
 
 /// The content type of the Prometheus text format.
-pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The content type of OpenMetrics text.
-pub const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const OPENMETRICS_TEXT: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// A trial's end.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -124,7 +125,7 @@ struct StateLabels {
 
 /// Which API served a request.
 #[derive(Debug, Clone, Copy)]
-pub enum Api {
+pub(crate) enum Api {
     /// The QUIC control plane (CLI, SDK).
     Quic,
     /// The HTTP API.
@@ -142,7 +143,7 @@ impl Api {
 
 /// The head's counters and histogram, and the registry they are in.
 #[derive(Debug)]
-pub struct HeadMetrics {
+pub(crate) struct HeadMetrics {
     registry: Registry,
     decision_seconds: Histogram,
     trial_starts: Counter,
@@ -168,7 +169,7 @@ impl Default for HeadMetrics {
 
 impl HeadMetrics {
     /// Every metric registered, at zero.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut registry = Registry::with_prefix("xp");
         // 10 µs to about 2.6 s: a pass over a few trials takes microseconds,
         // one over 100,000 waiting trials tens of milliseconds.
@@ -280,7 +281,7 @@ impl HeadMetrics {
     }
 
     /// Counts what the core tallied, once it is stored.
-    pub fn observe(&self, tally: &Tally) {
+    pub(crate) fn observe(&self, tally: &Tally) {
         for state in &tally.transitions {
             match state {
                 TrialState::Placed => {
@@ -313,19 +314,19 @@ impl HeadMetrics {
     }
 
     /// Keeps the wall time of one call into the core that ran a policy decision.
-    pub fn decision_took(&self, took: std::time::Duration) {
+    pub(crate) fn decision_took(&self, took: std::time::Duration) {
         self.decision_seconds.observe(took.as_secs_f64());
     }
 
     /// Counts an alert raised and one action it took.
-    pub fn alert_raised(&self, kind: &'static str, action: &'static str) {
+    pub(crate) fn alert_raised(&self, kind: &'static str, action: &'static str) {
         self.alerts_raised
             .get_or_create(&AlertLabels { kind, action })
             .inc();
     }
 
     /// Counts a webhook delivery that ended with `outcome`.
-    pub fn webhook_delivery(&self, outcome: &'static str) {
+    pub(crate) fn webhook_delivery(&self, outcome: &'static str) {
         self.webhook_deliveries
             .get_or_create(&DeliveryLabels { outcome })
             .inc();
@@ -333,7 +334,7 @@ impl HeadMetrics {
 
     /// Counts an authorization refusal; `role` is the caller's role, `node`,
     /// or `unknown` (a revoked credential).
-    pub fn refused(&self, action: &'static str, role: &'static str) {
+    pub(crate) fn refused(&self, action: &'static str, role: &'static str) {
         self.refusals
             .get_or_create(&RefusalLabels { action, role })
             .inc();
@@ -341,7 +342,7 @@ impl HeadMetrics {
 
     /// Counts a request served; `error` is its error code when it failed.
     /// `kind` must come from a bounded set (a request kind, a route).
-    pub fn request(&self, api: Api, kind: &str, error: Option<&str>) {
+    pub(crate) fn request(&self, api: Api, kind: &str, error: Option<&str>) {
         self.requests
             .get_or_create(&RequestLabels {
                 api: api.as_str(),
@@ -361,7 +362,7 @@ impl HeadMetrics {
 
     /// The whole exposition: the counters and `snapshot`'s gauges, as
     /// OpenMetrics when `openmetrics`, else as Prometheus text.
-    pub fn render(&self, snapshot: &MetricsSnapshot, openmetrics: bool) -> String {
+    pub(crate) fn render(&self, snapshot: &MetricsSnapshot, openmetrics: bool) -> String {
         let mut out = String::new();
         // Writing into a String fails only if an encoder does, which for these
         // metric types it does not; a failure would show as a short page.

@@ -56,7 +56,7 @@ const ALERTS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("alerts");
 /// How much room a probe must find before the database is opened again after a
 /// failed write: enough for the database to grow a little, so that a disk with a
 /// few bytes free does not make the head flap between failing and re-opening.
-pub const PROBE_BYTES: usize = 1 << 20;
+pub(crate) const PROBE_BYTES: usize = 1 << 20;
 
 /// The probe file's name in the database's directory.
 const PROBE_FILE: &str = ".xp-space-probe";
@@ -205,7 +205,7 @@ impl Committed {
 
 /// The head's database.
 #[derive(Debug)]
-pub struct Registry {
+pub(crate) struct Registry {
     path: PathBuf,
     /// `None` after a failed write, until [`Registry::reopen`] succeeds.
     database: Option<Database>,
@@ -216,7 +216,7 @@ pub struct Registry {
 
 impl Registry {
     /// Opens (or creates) the database at `path`.
-    pub fn open(path: &Path) -> Result<Self, RegistryError> {
+    pub(crate) fn open(path: &Path) -> Result<Self, RegistryError> {
         let (database, (next_metric_seq, next_audit_seq)) = open_database(path)?;
         Ok(Self {
             path: path.to_owned(),
@@ -228,19 +228,19 @@ impl Registry {
     }
 
     /// Whether the database is open (it is closed after a failed write).
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.database.is_some()
     }
 
     /// Everything committed so far, as [`Registry::load`] returned it plus every
     /// commit since; answered from memory, so also while the database is closed.
-    pub fn committed(&self) -> LoadedState {
+    pub(crate) fn committed(&self) -> LoadedState {
         self.committed.to_loaded()
     }
 
     /// Opens the database again after a failed write, once a probe shows that
     /// its directory has room ([`PROBE_BYTES`]), and loads it.
-    pub fn reopen(&mut self) -> Result<LoadedState, RegistryError> {
+    pub(crate) fn reopen(&mut self) -> Result<LoadedState, RegistryError> {
         if let Some(database) = self.database.take()
             && let Err(error) = database.close()
         {
@@ -270,7 +270,7 @@ impl Registry {
 
     /// Closes the database (after a failed read or write); [`Registry::reopen`]
     /// opens it again.
-    pub fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         if let Some(database) = self.database.take()
             && let Err(error) = database.close()
         {
@@ -338,7 +338,7 @@ fn open_database(path: &Path) -> Result<(Database, (u64, u64)), RegistryError> {
 impl Registry {
     /// Loads every experiment, trial, node and event, and keeps a copy as the
     /// committed state.
-    pub fn load(&mut self) -> Result<LoadedState, RegistryError> {
+    pub(crate) fn load(&mut self) -> Result<LoadedState, RegistryError> {
         let loaded = self.read_all()?;
         self.committed = Committed::from_loaded(&loaded);
         Ok(loaded)
@@ -351,7 +351,7 @@ impl Registry {
     /// Everything stored in the database at `path`, read without writing to it
     /// (for `xp status --data-dir` while no head runs). A database still open in
     /// a running head, or left needing repair by a head that was killed, is refused.
-    pub fn load_read_only(path: &Path) -> Result<LoadedState, RegistryError> {
+    pub(crate) fn load_read_only(path: &Path) -> Result<LoadedState, RegistryError> {
         let database = redb::ReadOnlyDatabase::open(path).map_err(db_error)?;
         read_all(&database)
     }
@@ -425,7 +425,7 @@ impl Registry {
     /// [`RegistryError::Closed`] until [`Registry::reopen`] succeeds. A record
     /// that cannot be encoded fails the commit and leaves the database open.
     /// Either way nothing of `records` is stored.
-    pub fn commit(&mut self, records: Vec<Record>) -> Result<(), RegistryError> {
+    pub(crate) fn commit(&mut self, records: Vec<Record>) -> Result<(), RegistryError> {
         if records.is_empty() {
             return Ok(());
         }
@@ -560,7 +560,7 @@ impl Registry {
     }
 
     /// Every user.
-    pub fn users(&self) -> Result<Vec<UserRecord>, RegistryError> {
+    pub(crate) fn users(&self) -> Result<Vec<UserRecord>, RegistryError> {
         let txn = self.database()?.begin_read().map_err(db_error)?;
         let table = txn.open_table(USERS).map_err(db_error)?;
         let mut out = Vec::new();
@@ -575,7 +575,7 @@ impl Registry {
     }
 
     /// The newest `limit` audit entries, oldest first.
-    pub fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, RegistryError> {
+    pub(crate) fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, RegistryError> {
         let txn = self.database()?.begin_read().map_err(db_error)?;
         let table = txn.open_table(AUDIT).map_err(db_error)?;
         let mut out = Vec::new();
@@ -591,7 +591,7 @@ impl Registry {
     }
 
     /// Every metric report of one trial, oldest first (for curves and tests).
-    pub fn metrics_of(&self, trial: TrialId) -> Result<Vec<MetricRecord>, RegistryError> {
+    pub(crate) fn metrics_of(&self, trial: TrialId) -> Result<Vec<MetricRecord>, RegistryError> {
         let txn = self.database()?.begin_read().map_err(db_error)?;
         let table = txn.open_table(METRICS).map_err(db_error)?;
         let trial = trial.to_string();
@@ -612,7 +612,7 @@ impl Registry {
     /// reaches `max_bytes` (one report is returned even if larger), and how many
     /// the trial has in all. A page holds only its own reports, however long
     /// the history is.
-    pub fn metrics_page(
+    pub(crate) fn metrics_page(
         &self,
         trial: TrialId,
         after: Option<u64>,
@@ -662,7 +662,7 @@ impl Registry {
 
 /// One page of a trial's metric history: [`Registry::metrics_page`].
 #[derive(Debug, Default)]
-pub struct MetricsPage {
+pub(crate) struct MetricsPage {
     /// The reports with their sequence numbers, oldest first.
     pub records: Vec<(u64, MetricRecord)>,
     /// How many reports the trial has.

@@ -25,7 +25,7 @@ pub(crate) type LogWaiter = oneshot::Sender<Result<LogChunk, RemoteError>>;
 
 /// What a connected node's session offers the rest of the head.
 #[derive(Debug, Clone)]
-pub struct NodeSessionHandle {
+pub(crate) struct NodeSessionHandle {
     /// Distinguishes this session from a later one of the same node.
     pub session_id: u64,
     /// Commands to write on the node's session stream.
@@ -35,7 +35,7 @@ pub struct NodeSessionHandle {
 }
 
 /// Connected node sessions.
-pub type Sessions = Arc<DashMap<NodeId, NodeSessionHandle>>;
+pub(crate) type Sessions = Arc<DashMap<NodeId, NodeSessionHandle>>;
 
 /// Sends `command` to `node_id`'s session; a node not connected gets it
 /// reconciled when it registers again.

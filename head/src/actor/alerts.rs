@@ -91,7 +91,7 @@ impl HeadState {
 
 /// The actor's alert messages, answered by [`HeadState::handle_alert_message`].
 #[derive(Debug)]
-pub enum AlertMsg {
+pub(crate) enum AlertMsg {
     /// `GET /api/alerts`.
     Page {
         /// The experiment, if one.

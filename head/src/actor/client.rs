@@ -21,7 +21,7 @@ use crate::registry::RegistryError;
 
 /// A client's request as the server hands it to the actor.
 #[derive(Debug)]
-pub struct Asked {
+pub(crate) struct Asked {
     /// Who the connection authenticated as.
     pub caller: Caller,
     /// What the request does and names (`requests::access`).
@@ -36,7 +36,7 @@ pub struct Asked {
 
 /// What the actor answers a request with.
 #[derive(Debug)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// The response.
     Response(Response),
     /// Work the server does on the connection or with a node.

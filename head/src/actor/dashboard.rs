@@ -24,7 +24,7 @@ const RECORDS_PER_POINT: usize = 4;
 const MAX_RECORDS_PER_REQUEST: usize = 100_000;
 /// What the dashboard asks the head actor, answered by [`answer`] inside it.
 #[derive(Debug)]
-pub enum DashboardQuery {
+pub(crate) enum DashboardQuery {
     /// A trial's detail.
     Trial(TrialId),
     /// Whether a trial exists and is visible (before its log is read).

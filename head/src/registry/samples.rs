@@ -14,7 +14,7 @@ impl Registry {
     /// over its whole history (every report when it has no more) and always
     /// the newest, oldest first: what a learning curve needs of a history of
     /// any length, for the cost of walking its keys and decoding only those.
-    pub fn metric_samples(
+    pub(crate) fn metric_samples(
         &self,
         trial: TrialId,
         max_records: usize,

@@ -11,7 +11,10 @@ use super::{Registry, RegistryError, TELEMETRY, db_error};
 
 impl Registry {
     /// One trial's telemetry, per rank, each series oldest window first.
-    pub fn telemetry_of(&self, trial: TrialId) -> Result<Vec<WorkerTelemetry>, RegistryError> {
+    pub(crate) fn telemetry_of(
+        &self,
+        trial: TrialId,
+    ) -> Result<Vec<WorkerTelemetry>, RegistryError> {
         let txn = self.database()?.begin_read().map_err(db_error)?;
         let table = txn.open_table(TELEMETRY).map_err(db_error)?;
         let trial = trial.to_string();
@@ -39,7 +42,7 @@ impl Registry {
     }
 
     /// One worker's telemetry series, oldest window first (empty when none is stored).
-    pub fn telemetry_series(
+    pub(crate) fn telemetry_series(
         &self,
         trial: TrialId,
         rank: u32,

@@ -39,7 +39,7 @@ use crate::sessions::Sessions;
 const MAX_HELLO_BYTES: usize = 16 << 10;
 
 /// What every connection handler shares.
-pub struct ServerContext {
+pub(crate) struct ServerContext {
     /// The cluster's trust material.
     pub identity: ClusterIdentity,
     /// The head actor.
@@ -63,7 +63,7 @@ pub struct ServerContext {
 }
 
 /// Accepts connections until shutdown.
-pub async fn serve(endpoint: quinn::Endpoint, context: Arc<ServerContext>) {
+pub(crate) async fn serve(endpoint: quinn::Endpoint, context: Arc<ServerContext>) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {

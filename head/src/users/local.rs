@@ -15,7 +15,7 @@ use xp_head_core::auth::users::{self, UserAnswer, UserCommand, UserError, Users}
 
 /// The file in the data directory holding the node join string (0600): what
 /// credentials made while the head is stopped take their address from.
-pub const NODE_JOIN_FILE: &str = "node.join";
+pub(crate) const NODE_JOIN_FILE: &str = "node.join";
 
 /// Why a user command failed.
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +74,10 @@ pub async fn run(data_dir: &Path, command: &UserCommand) -> Result<UserAnswer, L
 }
 
 /// Runs `command` on a stopped head's database.
-pub fn run_offline(data_dir: &Path, command: &UserCommand) -> Result<UserAnswer, LocalUserError> {
+pub(crate) fn run_offline(
+    data_dir: &Path,
+    command: &UserCommand,
+) -> Result<UserAnswer, LocalUserError> {
     let path = data_dir.join("head.redb");
     let registry_error = |source| LocalUserError::Registry {
         path: path.display().to_string(),

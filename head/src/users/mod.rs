@@ -3,5 +3,5 @@
 //! stopped head's database. The user table itself and every authorization
 //! decision are pure and live in `xp_head_core::auth`.
 
-pub mod local;
-pub mod socket;
+pub(crate) mod local;
+pub(crate) mod socket;

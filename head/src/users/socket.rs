@@ -24,16 +24,16 @@ use crate::actor::HeadMsg;
 use xp_head_core::auth::users::{UserAnswer, UserCommand};
 
 /// The socket's file name in the data directory.
-pub const SOCKET_NAME: &str = "admin.sock";
+pub(crate) const SOCKET_NAME: &str = "admin.sock";
 
 /// The longest command or answer line.
-pub const MAX_COMMAND_BYTES: u64 = 64 << 10;
+pub(crate) const MAX_COMMAND_BYTES: u64 = 64 << 10;
 
 /// How long one exchange may take.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The socket of the head whose data directory is `data_dir`.
-pub fn socket_path(data_dir: &Path) -> PathBuf {
+pub(crate) fn socket_path(data_dir: &Path) -> PathBuf {
     data_dir.join(SOCKET_NAME)
 }
 
@@ -76,7 +76,7 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> SocketError 
 /// Binds the socket at `path` (replacing a stale one a killed head left: the
 /// caller holds the database, so no other head uses this directory), private
 /// to this user.
-pub fn bind(path: &Path) -> Result<UnixListener, SocketError> {
+pub(crate) fn bind(path: &Path) -> Result<UnixListener, SocketError> {
     match std::fs::remove_file(path) {
         Ok(()) => debug!(path = %path.display(), "stale user socket removed"),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
@@ -93,7 +93,7 @@ pub fn bind(path: &Path) -> Result<UnixListener, SocketError> {
 
 /// Answers commands until `shutdown`, one connection at a time (they are rare
 /// and quick), then removes the socket file.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: UnixListener,
     path: PathBuf,
     head: ActorRef<HeadMsg>,
@@ -136,7 +136,7 @@ async fn answer_one(stream: UnixStream, head: &ActorRef<HeadMsg>) -> Result<(), 
 }
 
 /// Sends `command` to the head listening at `path` and returns its answer.
-pub async fn request(path: &Path, command: &UserCommand) -> Result<UserAnswer, SocketError> {
+pub(crate) async fn request(path: &Path, command: &UserCommand) -> Result<UserAnswer, SocketError> {
     let exchange = async {
         let stream = UnixStream::connect(path)
             .await

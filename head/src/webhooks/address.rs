@@ -20,28 +20,28 @@ use xp_sched::config::WebhookPolicy;
 
 /// The allowance in force, from the policy's `webhooks`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AddressRule {
+pub(crate) struct AddressRule {
     policy: WebhookPolicy,
 }
 
 /// A webhook's address was refused by the rule; the class says why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("address not allowed ({0}); the policy's `webhooks` can allow it")]
-pub struct Refused(pub &'static str);
+pub(crate) struct Refused(pub &'static str);
 
 /// A webhook's host name did not resolve.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot resolve the host")]
-pub struct Unresolved;
+pub(crate) struct Unresolved;
 
 impl AddressRule {
     /// The rule a policy sets.
-    pub fn new(policy: WebhookPolicy) -> Self {
+    pub(crate) fn new(policy: WebhookPolicy) -> Self {
         Self { policy }
     }
 
     /// Whether a webhook may connect to `ip`.
-    pub fn check(&self, ip: IpAddr) -> Result<(), Refused> {
+    pub(crate) fn check(&self, ip: IpAddr) -> Result<(), Refused> {
         let Some(class) = non_public(ip) else {
             return Ok(());
         };
@@ -74,7 +74,7 @@ fn canonical(ip: IpAddr) -> IpAddr {
 
 /// The class of a non-public address (`loopback`, `private`, ...); `None`
 /// for a public one.
-pub fn non_public(ip: IpAddr) -> Option<&'static str> {
+pub(crate) fn non_public(ip: IpAddr) -> Option<&'static str> {
     match canonical(ip) {
         IpAddr::V4(v4) => non_public_v4(v4),
         IpAddr::V6(v6) => non_public_v6(v6),
@@ -125,13 +125,13 @@ fn non_public_v6(ip: Ipv6Addr) -> Option<&'static str> {
 /// addresses the rule allows; with none left, the connection fails with
 /// [`Refused`] before any is opened.
 #[derive(Debug, Clone)]
-pub struct FilteringResolver {
+pub(crate) struct FilteringResolver {
     rule: Arc<RwLock<AddressRule>>,
 }
 
 impl FilteringResolver {
     /// A resolver judging by the rule in `rule` when each name is resolved.
-    pub fn new(rule: Arc<RwLock<AddressRule>>) -> Self {
+    pub(crate) fn new(rule: Arc<RwLock<AddressRule>>) -> Self {
         Self { rule }
     }
 }

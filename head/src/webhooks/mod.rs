@@ -19,8 +19,8 @@
 //! The URL often holds a secret token: it is never logged nor stored; errors
 //! are stored coarse ("timed out", "connection refused", "HTTP 500").
 
-pub mod address;
-pub mod queue;
+pub(crate) mod address;
+pub(crate) mod queue;
 #[cfg(test)]
 mod tests;
 
@@ -36,26 +36,26 @@ use xp_runtime::seeded::{SplitMix64, mix_seed};
 
 use self::address::{FilteringResolver, Refused, Unresolved};
 use self::queue::{Next, host_of};
-pub use self::queue::{QUEUE_CAPACITY, WebhookQueue};
+pub(crate) use self::queue::{QUEUE_CAPACITY, WebhookQueue};
 use crate::metrics::HeadMetrics;
 use xp_head_core::alerts::{DeliveryOutcome, WebhookDelivery};
 
 /// Attempts per delivery before it is given up.
-pub const MAX_ATTEMPTS: u32 = 5;
+pub(crate) const MAX_ATTEMPTS: u32 = 5;
 /// The delay after the first failed attempt, before jitter.
-pub const BASE_DELAY_MS: u64 = 500;
+pub(crate) const BASE_DELAY_MS: u64 = 500;
 /// The longest delay between attempts, before jitter.
-pub const MAX_DELAY_MS: u64 = 30_000;
+pub(crate) const MAX_DELAY_MS: u64 = 30_000;
 /// The longest one request may take, connection included.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Deliveries posted at once, so one slow receiver does not hold up the others.
-pub const CONCURRENCY: usize = 8;
+pub(crate) const CONCURRENCY: usize = 8;
 
 /// The delay before attempt `failed + 1`, after `failed` failed attempts:
 /// `BASE_DELAY_MS` doubled per failure, capped at `MAX_DELAY_MS`, of which the
 /// upper half is scaled by `jitter` (in [0, 1)), so that deliveries that failed
 /// together do not come back together ("equal jitter").
-pub fn backoff_ms(failed: u32, jitter: f64) -> u64 {
+pub(crate) fn backoff_ms(failed: u32, jitter: f64) -> u64 {
     let doubled = BASE_DELAY_MS.saturating_mul(1u64 << failed.saturating_sub(1).min(32));
     let delay = doubled.min(MAX_DELAY_MS);
     let half = delay / 2;
@@ -64,10 +64,10 @@ pub fn backoff_ms(failed: u32, jitter: f64) -> u64 {
 
 /// Where a delivery's outcome goes: the actor, which stores it as the alert's
 /// delivery state (`AlertMsg::Delivered`).
-pub type Outcomes = Arc<dyn Fn(u64, DeliveryOutcome) + Send + Sync>;
+pub(crate) type Outcomes = Arc<dyn Fn(u64, DeliveryOutcome) + Send + Sync>;
 
 /// Posts queued deliveries until `shutdown`; each outcome goes to `outcomes`.
-pub async fn run(
+pub(crate) async fn run(
     queue: Arc<WebhookQueue>,
     outcomes: Outcomes,
     metrics: Arc<HeadMetrics>,

@@ -25,23 +25,23 @@ use super::address::AddressRule;
 use xp_head_core::alerts::WebhookDelivery;
 
 /// The most deliveries waiting, all teams together.
-pub const QUEUE_CAPACITY: usize = 1024;
+pub(crate) const QUEUE_CAPACITY: usize = 1024;
 /// The most deliveries of one team waiting.
-pub const PER_TEAM_CAPACITY: usize = 256;
+pub(crate) const PER_TEAM_CAPACITY: usize = 256;
 /// Deliveries of one team posted at once.
-pub const TEAM_IN_FLIGHT: u32 = 4;
+pub(crate) const TEAM_IN_FLIGHT: u32 = 4;
 /// Deliveries to one host posted at once.
-pub const HOST_IN_FLIGHT: u32 = 2;
+pub(crate) const HOST_IN_FLIGHT: u32 = 2;
 /// Failed attempts in a row that open a host's breaker.
-pub const BREAKER_FAILURES: u32 = 5;
+pub(crate) const BREAKER_FAILURES: u32 = 5;
 /// How long an open breaker skips its host.
-pub const BREAKER_COOL_DOWN_MS: u64 = 60_000;
+pub(crate) const BREAKER_COOL_DOWN_MS: u64 = 60_000;
 /// The most hosts whose failures are remembered (the idle ones go first).
 const MAX_HOSTS: usize = 4096;
 
 /// What to do with the next delivery.
 #[derive(Debug, PartialEq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Post it (then call [`Dispatch::finished`]).
     Post(WebhookDelivery),
     /// Its host's breaker is open: end it as `dropped: host failing`.
@@ -57,7 +57,7 @@ struct Host {
 
 /// The waiting deliveries and what is in flight (see the module's invariants).
 #[derive(Debug)]
-pub struct Dispatch {
+pub(crate) struct Dispatch {
     teams: BTreeMap<String, VecDeque<WebhookDelivery>>,
     waiting: usize,
     capacity: usize,
@@ -71,7 +71,7 @@ pub struct Dispatch {
 /// The host (and port) a delivery goes to: what the breaker and the per-host
 /// bound are kept by. An unparsable URL (refused when declared) is its own
 /// host.
-pub fn host_of(url: &str) -> String {
+pub(crate) fn host_of(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(url) => format!(
             "{}:{}",
@@ -85,7 +85,7 @@ pub fn host_of(url: &str) -> String {
 impl Dispatch {
     /// An empty dispatch holding at most `capacity` deliveries, `per_team` of
     /// one team (each at least one).
-    pub fn new(capacity: usize, per_team: usize) -> Self {
+    pub(crate) fn new(capacity: usize, per_team: usize) -> Self {
         Self {
             teams: BTreeMap::new(),
             waiting: 0,
@@ -98,7 +98,7 @@ impl Dispatch {
     }
 
     /// Queues a delivery; returns the one dropped to make room, if any.
-    pub fn push(&mut self, delivery: WebhookDelivery) -> Option<WebhookDelivery> {
+    pub(crate) fn push(&mut self, delivery: WebhookDelivery) -> Option<WebhookDelivery> {
         let own = self.teams.get(&delivery.team).map_or(0, VecDeque::len);
         let victim = if own >= self.per_team {
             Some(delivery.team.clone())
@@ -131,7 +131,7 @@ impl Dispatch {
     }
 
     /// Whether `host`'s breaker is open at `now`.
-    pub fn host_failing(&self, host: &str, now: u64) -> bool {
+    pub(crate) fn host_failing(&self, host: &str, now: u64) -> bool {
         self.hosts
             .get(host)
             .and_then(|state| state.open_until)
@@ -141,7 +141,7 @@ impl Dispatch {
     /// The next delivery to act on at `now`, round robin over teams: the
     /// first waiting one of the next team that may post, whose host may take
     /// another post or is failing. `None` when nothing may go now.
-    pub fn next(&mut self, now: u64) -> Option<Next> {
+    pub(crate) fn next(&mut self, now: u64) -> Option<Next> {
         let order: Vec<String> = {
             let after = self.last_team.as_deref().unwrap_or("");
             let (later, earlier): (Vec<&String>, Vec<&String>) = self
@@ -184,7 +184,7 @@ impl Dispatch {
 
     /// Notes one attempt to `host` at `now`: a success closes its breaker, a
     /// failure counts towards opening it.
-    pub fn attempt_ended(&mut self, host: &str, succeeded: bool, now: u64) {
+    pub(crate) fn attempt_ended(&mut self, host: &str, succeeded: bool, now: u64) {
         let state = self.host_mut(host);
         if succeeded {
             state.failures = 0;
@@ -198,7 +198,7 @@ impl Dispatch {
     }
 
     /// A posted delivery of `team` to `host` ended: its slots are free.
-    pub fn finished(&mut self, team: &str, host: &str) {
+    pub(crate) fn finished(&mut self, team: &str, host: &str) {
         if let Some(count) = self.team_in_flight.get_mut(team) {
             *count = count.saturating_sub(1);
             if *count == 0 {
@@ -223,20 +223,16 @@ impl Dispatch {
     }
 
     /// How many deliveries wait.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.waiting
-    }
-
-    /// Whether none waits.
-    pub fn is_empty(&self) -> bool {
-        self.waiting == 0
     }
 }
 
 /// The dispatch shared by the actor and the delivery task, with the address
 /// rule in force.
 #[derive(Debug)]
-pub struct WebhookQueue {
+pub(crate) struct WebhookQueue {
     dispatch: Mutex<Dispatch>,
     rule: Arc<RwLock<AddressRule>>,
     /// Woken by a push and by a post ending (a slot freed).
@@ -245,7 +241,7 @@ pub struct WebhookQueue {
 
 impl WebhookQueue {
     /// An empty queue holding at most `capacity` deliveries (see [`Dispatch::new`]).
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self {
             dispatch: Mutex::new(Dispatch::new(capacity, PER_TEAM_CAPACITY.min(capacity))),
             rule: Arc::new(RwLock::new(AddressRule::default())),
@@ -260,14 +256,14 @@ impl WebhookQueue {
 
     /// Queues a delivery; returns the one dropped to make room, if any.
     /// Never blocks beyond a short lock.
-    pub fn push(&self, delivery: WebhookDelivery) -> Option<WebhookDelivery> {
+    pub(crate) fn push(&self, delivery: WebhookDelivery) -> Option<WebhookDelivery> {
         let dropped = self.with(|dispatch| dispatch.push(delivery));
         self.arrived.notify_one();
         dropped
     }
 
     /// Sets the address rule from the policy (a no-op when unchanged).
-    pub fn set_policy(&self, policy: &xp_sched::config::WebhookPolicy) {
+    pub(crate) fn set_policy(&self, policy: &xp_sched::config::WebhookPolicy) {
         let rule = AddressRule::new(policy.clone());
         let unchanged = *self.rule.read().expect("no holder of this lock panics") == rule;
         if !unchanged {
@@ -278,15 +274,5 @@ impl WebhookQueue {
     /// The address rule, shared with the resolver.
     pub(super) fn rule(&self) -> Arc<RwLock<AddressRule>> {
         self.rule.clone()
-    }
-
-    /// How many deliveries wait.
-    pub fn len(&self) -> usize {
-        self.with(|dispatch| dispatch.len())
-    }
-
-    /// Whether none waits.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
