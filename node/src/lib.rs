@@ -8,10 +8,28 @@
 //! `main.rs`), and any placement decision (the head makes them all; the node
 //! executes them and reports facts).
 //!
+//! The modules, each importing only those below it (no two import each other):
+//!
+//! - `agent`: the async shell; one loop performs `node_core`'s actions (the
+//!   session with the head, worker tasks, the head's orders on the object store).
+//! - `node_core`: what the agent decides (sessions, back-off, launches, stops,
+//!   evictions, reports, the drain), sans-io; with `outbox` (numbered reports
+//!   until acknowledged), `reconnect` (the back-off) and `slots` (GPU shares).
+//! - `worker`: one worker process, from spawn to its final report.
+//! - `checkpoint`: a checkpoint's route on a node (take, back up, restore,
+//!   pipeline inputs); `worker_log`: each worker's capped log.
+//! - `telemetry`: samples workers and GPUs, and the eviction watch.
+//! - `objects`: the node's object store, its server and fetcher, and the
+//!   workers' local channel.
+//! - `isolation`: user ids and directories that keep workers apart; `cgroup`:
+//!   per-worker limits; `gpu`: NVML; `route`: which address reaches a peer;
+//!   `slurm`: what a Slurm job grants.
+//!
 //! The modules are private; what other crates use is re-exported below: the
 //! node's configuration and errors, the object store with its server and
 //! fetcher (for benches and tools), reading a worker's log from a data
-//! directory, and, with feature `test-util`, helpers for tests and benches.
+//! directory, and, with feature `test-util`, helpers for tests and benches
+//! (`test_util`).
 
 mod agent;
 mod cgroup;
@@ -36,7 +54,10 @@ pub use checkpoint::{CheckpointError, OutputLimits};
 pub use isolation::{IsolationError, PASSABLE_DIRS, WorkerUids};
 pub use node_core::{DEFAULT_DRAIN_TIMEOUT, DrainTimeoutError, check_drain_timeout};
 pub use objects::remote::{FetchError, ObjectFetcher, ObjectServer, ObjectServerError, Wanted};
-pub use objects::{ObjectChange, ObjectStore, Owner, StoreError, StoreLimits};
+pub use objects::{
+    IoOperation, ObjectBytes, ObjectChange, ObjectInfo, ObjectStore, Owner, StoreError,
+    StoreLimits, StoreStats, Tier,
+};
 pub use slurm::{Detected, ExplicitFlags, SLURM_JOB_LABEL, SlurmError, SlurmOffer, detect_slurm};
 pub use telemetry::{
     DEFAULT_INTERVAL as DEFAULT_TELEMETRY_INTERVAL, TelemetryIntervalError,

@@ -1,14 +1,16 @@
 //! How long a node waits between attempts to reach the head.
 //!
 //! Sans-io: [`Backoff`] hands out delays and is told when a session took hold;
-//! the agent does the sleeping. The ceiling doubles from [`FIRST_BACKOFF`] up to
+//! the node's core (`node_core`) sets its timer by them and the agent does the
+//! sleeping. The ceiling doubles from [`FIRST_BACKOFF`] up to
 //! [`NODE_RECONNECT_MAX_BACKOFF`], and each delay is drawn in the upper half of
 //! the ceiling from a generator seeded by the node's id, so that nodes that lost
 //! the head together do not knock in step, and a run is reproducible per node.
 //!
-//! Not here: when to wait. A session that registered and then broke is followed
-//! by an immediate attempt (the head may be back already); only failed attempts,
-//! and sessions the head ended before registering the node, wait.
+//! Not here: when to wait (`node_core`'s session). A session that registered
+//! and then broke is followed by an immediate attempt (the head may be back
+//! already); only failed attempts, and sessions the head ended before
+//! registering the node, wait.
 //!
 //! Invariant: every delay is at least half of [`FIRST_BACKOFF`] and at most
 //! [`NODE_RECONNECT_MAX_BACKOFF`], which `runtime::transport::NODE_RETURN_BOUND`

@@ -88,7 +88,8 @@ impl std::fmt::Display for UidRange {
 /// What `--worker-uids` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WorkerUids {
-    /// Not given: [`DEFAULT_RANGE`] when the node runs as root, else none.
+    /// Not given: the default range, 1900000000-1900009999, when the node runs
+    /// as root, else none.
     #[default]
     Auto,
     /// `none`: workers run under the node's own user id.

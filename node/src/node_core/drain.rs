@@ -28,8 +28,8 @@ pub(crate) const MIN_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// The longest a drained node waits for the head to close the connection.
 pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(2);
 
-/// Checks a `--drain-timeout`: between [`MIN_DRAIN_TIMEOUT`] and the longest
-/// grace a worker may have.
+/// Checks a `--drain-timeout`: between 2 s (a second for workers to checkpoint,
+/// a second for the head) and 10 min, the longest grace a worker may have.
 pub fn check_drain_timeout(timeout: Duration) -> Result<Duration, DrainTimeoutError> {
     if (MIN_DRAIN_TIMEOUT..=MAX_KILL_GRACE).contains(&timeout) {
         Ok(timeout)
@@ -41,7 +41,7 @@ pub fn check_drain_timeout(timeout: Duration) -> Result<Duration, DrainTimeoutEr
 /// Why a `--drain-timeout` is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DrainTimeoutError {
-    /// Outside [`MIN_DRAIN_TIMEOUT`] to the longest grace a worker may have.
+    /// Outside 2 s to 10 min.
     #[error(
         "the drain timeout must be between {} and {}",
         humantime::format_duration(MIN_DRAIN_TIMEOUT),

@@ -51,14 +51,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub(crate) use xp_runtime::ids::ObjectId;
 
 use disk::{DiskDir, MapOutcome, StreamOutcome};
-pub(crate) use error::IoOperation;
-pub use error::StoreError;
+pub use error::{IoOperation, StoreError};
 use index::{Index, Lookup, MemoryPlan};
-pub(crate) use object_bytes::ObjectBytes;
-#[cfg(test)]
-use types::Tier;
-pub use types::{ObjectChange, Owner, StoreLimits};
-pub(crate) use types::{ObjectInfo, StoreStats, object_id};
+pub use object_bytes::ObjectBytes;
+pub(crate) use types::object_id;
+pub use types::{ObjectChange, ObjectInfo, Owner, StoreLimits, StoreStats, Tier};
 
 /// How many times [`ObjectStore::get`] looks again when the file it found bad
 /// was replaced meanwhile by a concurrent delete and re-put of the same object.

@@ -15,8 +15,9 @@
 //! reads them from the process and the kernel, and [`detect_slurm`] puts the
 //! two together for the binary and says what it found.
 //!
-//! Not here: leaving when the job ends (SIGTERM drains the node: `agent`), or
-//! GPU models and memory (`gpu::granted` asks NVML about the granted ordinals).
+//! Not here: leaving when the job ends (SIGTERM drains the node: `node_core`'s
+//! drain), or GPU models and memory (`gpu::granted` asks NVML about the granted
+//! ordinals).
 //!
 //! Invariant: inside a job, nothing is offered beyond what one of the job's
 //! grants or limits allows; a malformed value is an error naming the variable,

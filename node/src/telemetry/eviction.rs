@@ -11,7 +11,8 @@
 //! Pure: samples in, decisions out, so that it is tested without a GPU. The
 //! telemetry sampler calls it on every sample (`Sampler::sample_and_evict`)
 //! with the live workers whose launch said they oversubscribe, and hands its
-//! choices to the agent, which stops them as [`Eviction`]s.
+//! choices to the agent as [`Eviction`]s; the node's core (`node_core`) stops
+//! each through its checkpoint unless it is already stopping.
 //!
 //! GPU memory comes from NVML, or, on machines without it (tests, stand-in
 //! GPUs), from a file named by `--gpu-memory-file`: one line per GPU,

@@ -62,7 +62,7 @@ pub(crate) const QUEUE: usize = 2;
 /// Why a `--telemetry-interval` is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TelemetryIntervalError {
-    /// Neither 0 (off) nor between [`MIN_INTERVAL`] and [`MAX_INTERVAL`].
+    /// Neither 0 (off) nor between 200 ms and 1 h.
     #[error(
         "the telemetry interval must be 0 (off) or between {} and {}",
         humantime::format_duration(MIN_INTERVAL),
@@ -74,7 +74,7 @@ pub enum TelemetryIntervalError {
     },
 }
 
-/// Checks `--telemetry-interval`: 0 (off) or between [`MIN_INTERVAL`] and [`MAX_INTERVAL`].
+/// Checks `--telemetry-interval`: 0 (off) or between 200 ms and 1 h.
 pub fn check_interval(interval: Duration) -> Result<Duration, TelemetryIntervalError> {
     if interval.is_zero() || (MIN_INTERVAL..=MAX_INTERVAL).contains(&interval) {
         Ok(interval)

@@ -71,7 +71,7 @@ pub struct LogCap {
 }
 
 impl LogCap {
-    /// A cap of `bytes`, at least [`MIN_LOG_CAP`].
+    /// A cap of `bytes`, at least 4 KiB.
     pub fn new(bytes: u64) -> Result<Self, LogError> {
         if bytes < MIN_LOG_CAP {
             return Err(LogError::CapTooSmall { bytes });
@@ -106,7 +106,7 @@ impl Default for LogCap {
 /// Why a log could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
-    /// The cap asked for is below [`MIN_LOG_CAP`].
+    /// The cap asked for is below 4 KiB, the minimum.
     #[error("a log cap of {bytes} bytes is below the minimum of {MIN_LOG_CAP}")]
     CapTooSmall {
         /// The cap asked for.
