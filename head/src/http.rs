@@ -60,7 +60,7 @@ use xp_runtime::protocol::{ErrorCode, MetricPoint, RemoteError};
 use xp_runtime::views::{node_json, trial_json};
 
 use crate::actor::call;
-use crate::actor::{HeadMsg, Reply};
+use crate::actor::{HeadMsg, Read, Reply};
 use crate::health::HealthWatch;
 use crate::metrics::{Api, HeadMetrics, OPENMETRICS_TEXT, PROMETHEUS_TEXT};
 use crate::sessions::Sessions;
@@ -172,7 +172,10 @@ async fn prometheus(
     State(state): State<HttpState>,
     headers: axum::http::HeaderMap,
 ) -> Result<Response, ApiError> {
-    let snapshot = call(&state.head, HeadMsg::MetricsSnapshot).await?;
+    let snapshot = call(&state.head, |reply| {
+        HeadMsg::Read(Read::MetricsSnapshot(reply))
+    })
+    .await?;
     let openmetrics = headers
         .get(header::ACCEPT)
         .and_then(|accept| accept.to_str().ok())
@@ -520,11 +523,13 @@ async fn experiments(
     let params = Params::new(query, &["limit", "cursor"])?;
     let limit = params.limit()?;
     let cursor = params.cursor(ExperimentCursor::decode)?;
-    let page = ask(&head, |reply| HeadMsg::ExperimentsPage {
-        limit,
-        cursor,
-        visibility,
-        reply,
+    let page = ask(&head, |reply| {
+        HeadMsg::Read(Read::ExperimentsPage {
+            limit,
+            cursor,
+            visibility,
+            reply,
+        })
     })
     .await?;
     Ok(page_json(&page, limit, summary_json))
@@ -538,10 +543,12 @@ async fn experiment(
 ) -> Result<Response, ApiError> {
     Params::new(query, &[])?;
     let experiment = experiment_id(path)?;
-    let summary = ask(&head, |reply| HeadMsg::ExperimentSummary {
-        experiment,
-        visibility,
-        reply,
+    let summary = ask(&head, |reply| {
+        HeadMsg::Read(Read::ExperimentSummary {
+            experiment,
+            visibility,
+            reply,
+        })
     })
     .await??;
     Ok(Json(summary_json(&summary)).into_response())
@@ -553,10 +560,12 @@ async fn pipelines(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     Params::new(query, &[])?;
-    let list = ask(&head, |reply| HeadMsg::Pipelines {
-        pipeline: None,
-        visibility,
-        reply,
+    let list = ask(&head, |reply| {
+        HeadMsg::Read(Read::Pipelines {
+            pipeline: None,
+            visibility,
+            reply,
+        })
     })
     .await?;
     let items: Vec<Value> = list.iter().map(|status| status.to_json()).collect();
@@ -576,10 +585,12 @@ async fn pipeline(
         .unwrap_or(&text)
         .parse()
         .map_err(|_| ApiError::parameter("id", format!("`{text}` is not a pipeline id")))?;
-    let list = ask(&head, |reply| HeadMsg::Pipelines {
-        pipeline: Some(id),
-        visibility,
-        reply,
+    let list = ask(&head, |reply| {
+        HeadMsg::Read(Read::Pipelines {
+            pipeline: Some(id),
+            visibility,
+            reply,
+        })
     })
     .await?;
     let status = list.into_iter().next().ok_or_else(|| {
@@ -637,11 +648,13 @@ async fn trials(
         states,
         metric,
     };
-    let page = ask(&head, |reply| HeadMsg::TrialsPage {
-        experiment,
-        query,
-        visibility,
-        reply,
+    let page = ask(&head, |reply| {
+        HeadMsg::Read(Read::TrialsPage {
+            experiment,
+            query,
+            visibility,
+            reply,
+        })
     })
     .await??;
     Ok(page_json(&page, limit, trial_json))
@@ -657,12 +670,14 @@ async fn metrics(
     let trial = trial_id(path)?;
     let limit = params.limit()?;
     let cursor = params.cursor(MetricCursor::decode)?;
-    let page = ask(&head, |reply| HeadMsg::MetricsPage {
-        trial,
-        limit,
-        cursor,
-        visibility,
-        reply,
+    let page = ask(&head, |reply| {
+        HeadMsg::Read(Read::MetricsPage {
+            trial,
+            limit,
+            cursor,
+            visibility,
+            reply,
+        })
     })
     .await??;
     Ok(page_json(&page, limit, metric_point_json))
@@ -678,10 +693,12 @@ async fn telemetry(
 ) -> Result<Response, ApiError> {
     Params::new(query, &[])?;
     let trial = trial_id(path)?;
-    let telemetry = ask(&head, |reply| HeadMsg::Telemetry {
-        trial,
-        visibility,
-        reply,
+    let telemetry = ask(&head, |reply| {
+        HeadMsg::Read(Read::Telemetry {
+            trial,
+            visibility,
+            reply,
+        })
     })
     .await??;
     Ok(Json(xp_runtime::views::telemetry_json(&telemetry)).into_response())
@@ -694,10 +711,12 @@ async fn nodes(
     let params = Params::new(query, &["limit", "cursor"])?;
     let limit = params.limit()?;
     let cursor = params.cursor(NodeCursor::decode)?;
-    let page = ask(&head, |reply| HeadMsg::NodesPage {
-        limit,
-        cursor,
-        reply,
+    let page = ask(&head, |reply| {
+        HeadMsg::Read(Read::NodesPage {
+            limit,
+            cursor,
+            reply,
+        })
     })
     .await?;
     Ok(page_json(&page, limit, node_json))
@@ -711,11 +730,13 @@ async fn queues(
     let params = Params::new(query, &["limit", "cursor"])?;
     let limit = params.limit()?;
     let cursor = params.cursor(QueueCursor::decode)?;
-    let page = ask(&head, |reply| HeadMsg::QueuesPage {
-        limit,
-        cursor,
-        visibility,
-        reply,
+    let page = ask(&head, |reply| {
+        HeadMsg::Read(Read::QueuesPage {
+            limit,
+            cursor,
+            visibility,
+            reply,
+        })
     })
     .await?;
     Ok(page_json(&page, limit, |queue| {

@@ -50,6 +50,21 @@ impl HeadState {
         verdict.outcome.map_err(RemoteError::from)
     }
 
+    /// The user holding the secret whose hash is `hash`, or why none does.
+    pub(super) fn identify(&self, hash: &[u8; 32]) -> Result<String, RemoteError> {
+        match self.args.users.identify(hash) {
+            Ok(user) => Ok(user.name.clone()),
+            Err(users::Unknown::Revoked) => Err(RemoteError::new(
+                ErrorCode::BadToken,
+                "this credential was revoked; ask an admin for a new one (`xp-head user add --replace`)",
+            )),
+            Err(users::Unknown::NoSuchSecret) => Err(RemoteError::new(
+                ErrorCode::BadToken,
+                "wrong token: the credential's token is not known to this cluster",
+            )),
+        }
+    }
+
     /// Stores one audit entry. During an outage it cannot be stored: it is
     /// logged instead (the refusal itself is still answered).
     fn audit(&mut self, now: UnixMillis, note: AuditNote) {

@@ -5,13 +5,11 @@
 use ractor::ActorRef;
 use tracing::debug;
 use xp_runtime::clock::UnixMillis;
-use xp_runtime::ids::{NodeId, TrialId};
-use xp_runtime::protocol::{ErrorCode, NodeMessage, NodeTelemetry, RemoteError, TrialTelemetry};
+use xp_runtime::ids::NodeId;
+use xp_runtime::protocol::{ErrorCode, NodeMessage, NodeRegistration, NodeTelemetry, RemoteError};
 
 use super::{HeadMsg, HeadState, Pending, Reply};
 use xp_head_core::HeadCore;
-use xp_head_core::auth::Visibility;
-use xp_head_core::pages::PageError;
 
 impl HeadState {
     /// Commits everything applied since the last commit (and sends what it
@@ -75,6 +73,35 @@ impl HeadState {
             self.args.metrics.decision_took(started.elapsed());
         }
         result
+    }
+
+    /// A node registered on a new session.
+    pub(super) fn node_registered(
+        &mut self,
+        now: UnixMillis,
+        myself: &ActorRef<HeadMsg>,
+        registration: NodeRegistration,
+        session_id: u64,
+        reply: Reply<()>,
+    ) {
+        let node_id = registration.node_id;
+        let apply =
+            |state: &mut Self| state.core_call(|core| core.handle_node_register(now, registration));
+        self.handle_node(now, myself, node_id, session_id, 1, apply, reply);
+    }
+
+    /// A node's session ended: when it was the node's current one and the node
+    /// was draining, the node has left.
+    pub(super) fn node_disconnected(&mut self, now: UnixMillis, node_id: NodeId, session_id: u64) {
+        let current = self
+            .args
+            .sessions
+            .remove_if(&node_id, |_, session| session.session_id == session_id)
+            .is_some();
+        if current && self.outage.is_none() {
+            self.core_call(|core| core.handle_node_left(now, node_id));
+            let _ = self.flush(now);
+        }
     }
 
     /// Handles a node's registration or messages; deferred during an outage.
@@ -187,21 +214,5 @@ impl HeadState {
                 let _ = reply.send(Ok(()));
             }),
         );
-    }
-
-    /// A trial's telemetry from the registry; the trial must be one the caller may see.
-    pub(super) fn telemetry(
-        &self,
-        trial: TrialId,
-        visibility: &Visibility,
-    ) -> Result<Result<TrialTelemetry, PageError>, RemoteError> {
-        if let Err(error) = self
-            .args
-            .core
-            .check_trial_visible(trial, &|team| visibility.shows(team))
-        {
-            return Ok(Err(error));
-        }
-        self.telemetry_of(trial).map(Ok)
     }
 }

@@ -9,7 +9,7 @@ use xp_head_core::CoreConfig;
 use xp_head_core::auth::Role;
 use xp_head_core::auth::users::{UserRecord, secret_hash};
 use xp_runtime::ids::WorkerKey;
-use xp_runtime::protocol::{ExperimentStatus, NodeResources, Request, SubmitRequest};
+use xp_runtime::protocol::{ExperimentStatus, NodeResources, Request, Response, SubmitRequest};
 
 use super::*;
 use crate::registry::tests::Tmpfs;

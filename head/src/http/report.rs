@@ -14,7 +14,7 @@ use xp_runtime::views::report_json;
 
 use super::auth::Authenticated;
 use super::{ApiError, HttpState, Params, ask};
-use crate::actor::HeadMsg;
+use crate::actor::{HeadMsg, Read};
 
 /// The longest window `since` may name: ten years.
 const MAX_SINCE_MS: u64 = 10 * 366 * 24 * 3_600_000;
@@ -57,10 +57,12 @@ pub(super) async fn report(
         since_ms,
     };
     let visible = authenticated.principal.visible_team();
-    let answer = ask(&head, |reply| HeadMsg::Report {
-        request,
-        visible,
-        reply,
+    let answer = ask(&head, |reply| {
+        HeadMsg::Read(Read::Report {
+            request,
+            visible,
+            reply,
+        })
     })
     .await?;
     match answer {

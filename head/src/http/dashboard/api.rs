@@ -42,7 +42,7 @@ use xp_runtime::protocol::{ErrorCode, RemoteError, Request};
 
 use super::super::auth::Authenticated;
 use super::super::{ApiError, Caller, HttpState, Params, ask, experiment_id, trial_id};
-use crate::actor::{Answer, Asked, DashboardQuery, HeadMsg, call};
+use crate::actor::{Answer, Asked, DashboardQuery, HeadMsg, Read, call};
 use crate::sessions::relay_logs;
 use xp_head_core::auth::Visibility;
 use xp_head_core::dashboard::MAX_CURVE_SERIES;
@@ -83,10 +83,12 @@ async fn dashboard(
     visibility: Visibility,
     query: DashboardQuery,
 ) -> Result<Value, ApiError> {
-    Ok(ask(&state.head, |reply| HeadMsg::Dashboard {
-        query,
-        visibility,
-        reply,
+    Ok(ask(&state.head, |reply| {
+        HeadMsg::Read(Read::Dashboard {
+            query,
+            visibility,
+            reply,
+        })
     })
     .await??)
 }
@@ -134,7 +136,10 @@ async fn leases(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     Params::new(query, &[])?;
-    let answer = ask(&state.head, |reply| HeadMsg::Leases { visibility, reply }).await?;
+    let answer = ask(&state.head, |reply| {
+        HeadMsg::Read(Read::Leases { visibility, reply })
+    })
+    .await?;
     let xp_runtime::protocol::Response::Leases(report) = answer else {
         return Err(ApiError::new(
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,

@@ -38,17 +38,9 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 use xp_runtime::clock::{Clock, UnixMillis};
-use xp_runtime::ids::{ExperimentId, NodeId, TrialId};
-use xp_runtime::protocol::{
-    ErrorCode, HeadCommand, MetricPoint, NodeMessage, NodeRegistration, NodeStatus, QueueStatus,
-    RemoteError, Response, TrialStatus,
-};
+use xp_runtime::ids::NodeId;
+use xp_runtime::protocol::{ErrorCode, HeadCommand, NodeMessage, NodeRegistration, RemoteError};
 
-use xp_head_core::auth::Visibility;
-use xp_head_core::pages::{
-    self, ExperimentCursor, ExperimentSummary, MetricCursor, NodeCursor, Page, PageError,
-    QueueCursor, TrialQuery,
-};
 use xp_runtime::join::JoinString;
 
 use crate::health::{Health, LOG_INTERVAL_MS, LogThrottle, Outage};
@@ -56,8 +48,7 @@ use crate::metrics::HeadMetrics;
 use crate::registry::{Registry, RegistryError};
 use crate::sessions::{Sessions, send_to_node};
 use xp_head_core::auth::access::{Access, Authorized, Caller};
-use xp_head_core::auth::users::{self, UserAnswer, UserCommand, Users};
-use xp_head_core::metrics::MetricsSnapshot;
+use xp_head_core::auth::users::{UserAnswer, UserCommand, Users};
 use xp_head_core::requests;
 use xp_head_core::{HeadCore, LoadedState};
 
@@ -65,11 +56,13 @@ mod alerts;
 mod auth;
 mod client;
 mod dashboard;
+mod reads;
 
 pub(crate) use self::alerts::AlertMsg;
 pub(crate) use self::auth::fresh_secret;
 pub(crate) use self::client::{Answer, Asked};
 pub(crate) use self::dashboard::DashboardQuery;
+pub(crate) use self::reads::Read;
 mod batch;
 mod report;
 
@@ -105,22 +98,6 @@ pub(crate) async fn call<T: Send + 'static>(
 pub(crate) enum HeadMsg {
     /// A client's request, to authorize and serve (see `requests`).
     Request(Asked),
-    /// The HTTP API reads one pipeline or lists them.
-    Pipelines {
-        /// One pipeline; every one the caller sees when absent.
-        pipeline: Option<u64>,
-        /// Which teams' pipelines the caller sees.
-        visibility: Visibility,
-        /// The pipelines.
-        reply: Reply<Vec<xp_runtime::protocol::PipelineStatus>>,
-    },
-    /// The HTTP API lists the leases, pending approvals and conflict odds.
-    Leases {
-        /// The teams whose trials the caller sees.
-        visibility: Visibility,
-        /// The report.
-        reply: Reply<Response>,
-    },
     /// A driver that stored objects went away.
     DriverGone(String),
     /// A node registered on a new session (its session id).
@@ -130,70 +107,6 @@ pub(crate) enum HeadMsg {
     FromNode(NodeId, u64, Vec<NodeMessage>, Reply<()>),
     /// A node's session ended.
     NodeDisconnected(NodeId, u64),
-    /// The HTTP API asks for a page of experiment summaries, newest first.
-    ExperimentsPage {
-        /// Items wanted.
-        limit: usize,
-        /// Where the listing continues.
-        cursor: Option<ExperimentCursor>,
-        /// Which teams the caller may see.
-        visibility: Visibility,
-        /// The page.
-        reply: Reply<Page<ExperimentSummary>>,
-    },
-    /// The HTTP API asks for one experiment's summary.
-    ExperimentSummary {
-        /// The experiment.
-        experiment: ExperimentId,
-        /// Which teams the caller may see.
-        visibility: Visibility,
-        /// The summary.
-        reply: Reply<Result<ExperimentSummary, PageError>>,
-    },
-    /// The HTTP API asks for a page of an experiment's trials.
-    TrialsPage {
-        /// The experiment.
-        experiment: ExperimentId,
-        /// Which trials, in what order, from where.
-        query: TrialQuery,
-        /// Which teams the caller may see.
-        visibility: Visibility,
-        /// The page.
-        reply: Reply<Result<Page<TrialStatus>, PageError>>,
-    },
-    /// The HTTP API asks for a page of a trial's metric history.
-    MetricsPage {
-        /// The trial.
-        trial: TrialId,
-        /// Items wanted.
-        limit: usize,
-        /// Where the listing continues.
-        cursor: Option<MetricCursor>,
-        /// Which teams the caller may see.
-        visibility: Visibility,
-        /// The page.
-        reply: Reply<Result<Page<MetricPoint>, PageError>>,
-    },
-    /// The HTTP API asks for a page of nodes.
-    NodesPage {
-        /// Items wanted.
-        limit: usize,
-        /// Where the listing continues.
-        cursor: Option<NodeCursor>,
-        /// The page.
-        reply: Reply<Page<NodeStatus>>,
-    },
-    /// The HTTP API asks for a page of queues.
-    QueuesPage {
-        /// Items wanted.
-        limit: usize,
-        /// Where the listing continues.
-        cursor: Option<QueueCursor>,
-        /// Which teams the caller may see.
-        visibility: Visibility,
-        /// The page.
-        reply: Reply<Page<QueueStatus>>,
-    },
     /// Which user holds the secret with this hash (at a connection's hello).
     Identify([u8; 32], Reply<String>),
     /// May this caller make this request? Answers who they are now (refusals
@@ -201,37 +114,6 @@ pub(crate) enum HeadMsg {
     Authorize(Caller, Access, Reply<Authorized>),
     /// A command on the user table, from the head machine's socket.
     Users(UserCommand, Reply<UserAnswer>),
-    /// `GET /api/report`, for a caller who sees `visible`.
-    Report {
-        /// The scope and window.
-        request: xp_runtime::protocol::ReportRequest,
-        /// The teams the caller sees.
-        visible: Visibility,
-        /// The report.
-        reply: Reply<Response>,
-    },
-    /// `/metrics` asks for the state its gauges show.
-    MetricsSnapshot(Reply<MetricsSnapshot>),
-    /// The web dashboard asks for what the API's pages do not hold
-    /// (`http::dashboard::api`), answered from `dashboard`.
-    Dashboard {
-        /// What.
-        query: DashboardQuery,
-        /// Which teams the caller may see.
-        visibility: Visibility,
-        /// The answer, as the dashboard's JSON.
-        reply: Reply<Result<serde_json::Value, PageError>>,
-    },
-    /// A trial's telemetry, per rank (QUIC callers are authorized before and
-    /// see every team).
-    Telemetry {
-        /// The trial.
-        trial: TrialId,
-        /// Which teams the caller may see.
-        visibility: Visibility,
-        /// The series.
-        reply: Reply<Result<xp_runtime::protocol::TrialTelemetry, PageError>>,
-    },
     /// Commit the changes applied since the last commit (sent by the actor to
     /// itself with the first of them).
     Flush,
@@ -239,6 +121,8 @@ pub(crate) enum HeadMsg {
     Tick,
     /// Alerts: listings and webhook outcomes (`alerts`).
     Alert(AlertMsg),
+    /// The HTTP API reads (`reads`).
+    Read(Read),
 }
 
 impl HeadMsg {
@@ -308,6 +192,32 @@ pub(crate) struct HeadState {
 }
 
 impl HeadState {
+    /// The `Flush` the actor sent itself arrived: what waits is committed.
+    fn flushed(&mut self, now: UnixMillis) {
+        self.flush_scheduled = false;
+        if !self.pending.is_empty() {
+            self.commit_batch(now);
+        }
+    }
+
+    /// Time passed: the core judges it, or, during an outage, the database is
+    /// probed for room.
+    fn tick(&mut self, now: UnixMillis) {
+        if self.outage.is_some() {
+            self.try_recover(now);
+        } else {
+            self.core_call(|core| core.handle_tick(now));
+            let _ = self.flush(now);
+        }
+    }
+
+    /// A driver session that stored objects ended. Soft state and commands
+    /// only: nothing to store, so also during an outage.
+    fn driver_gone(&mut self, now: UnixMillis, session: &str) {
+        self.args.core.release_driver_objects(session);
+        let _ = self.flush(now);
+    }
+
     /// Commits what the core produced, then sends commands and acknowledgements.
     fn flush(&mut self, now: UnixMillis) -> Result<(), RemoteError> {
         let records = self.args.core.take_records();
@@ -359,49 +269,6 @@ impl HeadState {
                 "the head still cannot store anything: changes refused, node reports deferred"
             );
         }
-    }
-
-    /// A page of a trial's metric history, read from the registry; the trial
-    /// must be one the caller may see.
-    fn metrics_page(
-        &self,
-        trial: TrialId,
-        limit: usize,
-        cursor: Option<MetricCursor>,
-        visibility: &Visibility,
-    ) -> Result<Result<Page<MetricPoint>, PageError>, RemoteError> {
-        if let Err(error) = self
-            .args
-            .core
-            .check_trial_visible(trial, &|team| visibility.shows(team))
-        {
-            return Ok(Err(error));
-        }
-        let limit = limit.clamp(1, pages::MAX_LIMIT);
-        let after = cursor.map(|MetricCursor(seq)| seq);
-        let page = tokio::task::block_in_place(|| {
-            self.args
-                .registry
-                .metrics_page(trial, after, limit, pages::MAX_PAGE_BYTES)
-        })
-        .map_err(|error| client::stored_read_error(error, "metric history"))?;
-        let next_cursor = page
-            .more
-            .then(|| {
-                page.records
-                    .last()
-                    .map(|(seq, _)| MetricCursor(*seq).encode())
-            })
-            .flatten();
-        Ok(Ok(Page {
-            items: page
-                .records
-                .into_iter()
-                .map(|(_, record)| MetricPoint::from(record))
-                .collect(),
-            next_cursor,
-            total: page.total,
-        }))
     }
 
     /// Whether `session_id` is the node's current session: messages from an
@@ -581,188 +448,26 @@ impl Actor for HeadActor {
         }
         let myself = &myself;
         match message {
-            HeadMsg::Flush => {
-                state.flush_scheduled = false;
-                if !state.pending.is_empty() {
-                    state.commit_batch(now);
-                }
-            }
-            HeadMsg::Telemetry {
-                trial,
-                visibility,
-                reply,
-            } => {
-                let _ = reply.send(state.telemetry(trial, &visibility));
-            }
             HeadMsg::Request(asked) => state.serve_request(now, myself, asked),
-            HeadMsg::Pipelines {
-                pipeline,
-                visibility,
-                reply,
-            } => {
-                let result = state
-                    .args
-                    .core
-                    .pipelines_status(now, pipeline, &|team| visibility.shows(team))
-                    .map_err(RemoteError::from);
-                let _ = reply.send(result);
-            }
-            HeadMsg::Leases { visibility, reply } => {
-                let report = state.args.core.lease_report(&|team| visibility.shows(team));
-                let _ = reply.send(Ok(Response::Leases(report)));
-            }
-            HeadMsg::ExperimentsPage {
-                limit,
-                cursor,
-                visibility,
-                reply,
-            } => {
-                let page = state
-                    .args
-                    .core
-                    .experiments_page(limit, cursor, &|team| visibility.shows(team));
-                let _ = reply.send(Ok(page));
-            }
-            HeadMsg::ExperimentSummary {
-                experiment,
-                visibility,
-                reply,
-            } => {
-                let summary = state
-                    .args
-                    .core
-                    .experiment_summary_of(experiment, &|team| visibility.shows(team));
-                let _ = reply.send(Ok(summary));
-            }
-            HeadMsg::TrialsPage {
-                experiment,
-                query,
-                visibility,
-                reply,
-            } => {
-                let page = state
-                    .args
-                    .core
-                    .trials_page(experiment, &query, &|team| visibility.shows(team));
-                let _ = reply.send(Ok(page));
-            }
-            HeadMsg::MetricsPage {
-                trial,
-                limit,
-                cursor,
-                visibility,
-                reply,
-            } => {
-                let _ = reply.send(state.metrics_page(trial, limit, cursor, &visibility));
-            }
-            HeadMsg::Dashboard {
-                query,
-                visibility,
-                reply,
-            } => {
-                let now = state.args.clock.now();
-                // Curves read a bounded sample of the metric history from redb.
-                let answer = tokio::task::block_in_place(|| {
-                    dashboard::answer(
-                        &state.args.core,
-                        &state.args.registry,
-                        now,
-                        query,
-                        &visibility,
-                    )
-                });
-                let _ = reply.send(Ok(answer));
-            }
-            HeadMsg::NodesPage {
-                limit,
-                cursor,
-                reply,
-            } => {
-                let _ = reply.send(Ok(state.args.core.nodes_page(limit, cursor)));
-            }
-            HeadMsg::QueuesPage {
-                limit,
-                cursor,
-                visibility,
-                reply,
-            } => {
-                let page = state
-                    .args
-                    .core
-                    .queues_page(limit, cursor.as_ref(), &|team| visibility.shows(team));
-                let _ = reply.send(Ok(page));
-            }
-            HeadMsg::DriverGone(session) => {
-                // Soft state and commands only: nothing to store, so also during an outage.
-                state.args.core.release_driver_objects(&session);
-                let _ = state.flush(now);
-            }
+            HeadMsg::Read(read) => state.answer_read(now, read),
+            HeadMsg::Flush => state.flushed(now),
+            HeadMsg::Tick => state.tick(now),
+            HeadMsg::DriverGone(session) => state.driver_gone(now, &session),
             HeadMsg::NodeRegistered(registration, session_id, reply) => {
-                let node_id = registration.node_id;
-                state.handle_node(
-                    now,
-                    myself,
-                    node_id,
-                    session_id,
-                    1,
-                    |state| state.core_call(|core| core.handle_node_register(now, registration)),
-                    reply,
-                );
+                state.node_registered(now, myself, registration, session_id, reply)
             }
             HeadMsg::FromNode(node_id, session_id, messages, reply) => {
-                state.handle_node_messages(now, myself, node_id, session_id, messages, reply);
+                state.handle_node_messages(now, myself, node_id, session_id, messages, reply)
             }
             HeadMsg::NodeDisconnected(node_id, session_id) => {
-                let current = state
-                    .args
-                    .sessions
-                    .remove_if(&node_id, |_, session| session.session_id == session_id)
-                    .is_some();
-                // The end of the node's current session: a draining node has left.
-                if current && state.outage.is_none() {
-                    state.core_call(|core| core.handle_node_left(now, node_id));
-                    let _ = state.flush(now);
-                }
+                state.node_disconnected(now, node_id, session_id)
             }
-            HeadMsg::Identify(hash, reply) => {
-                let result = match state.args.users.identify(&hash) {
-                    Ok(user) => Ok(user.name.clone()),
-                    Err(users::Unknown::Revoked) => Err(RemoteError::new(
-                        ErrorCode::BadToken,
-                        "this credential was revoked; ask an admin for a new one (`xp-head user add --replace`)",
-                    )),
-                    Err(users::Unknown::NoSuchSecret) => Err(RemoteError::new(
-                        ErrorCode::BadToken,
-                        "wrong token: the credential's token is not known to this cluster",
-                    )),
-                };
-                let _ = reply.send(result);
-            }
+            HeadMsg::Identify(hash, reply) => drop(reply.send(state.identify(&hash))),
             HeadMsg::Authorize(caller, access, reply) => {
-                let _ = reply.send(state.authorize(now, &caller, &access));
+                drop(reply.send(state.authorize(now, &caller, &access)))
             }
-            HeadMsg::Users(command, reply) => {
-                let _ = reply.send(state.user_command(now, command));
-            }
-            HeadMsg::Report {
-                request,
-                visible,
-                reply,
-            } => {
-                let _ = reply.send(state.report_cached(now, &request, &visible));
-            }
-            HeadMsg::MetricsSnapshot(reply) => {
-                let _ = reply.send(Ok(state.args.core.metrics_snapshot()));
-            }
+            HeadMsg::Users(command, reply) => drop(reply.send(state.user_command(now, command))),
             HeadMsg::Alert(message) => state.handle_alert_message(now, message),
-            HeadMsg::Tick => {
-                if state.outage.is_some() {
-                    state.try_recover(now);
-                } else {
-                    state.core_call(|core| core.handle_tick(now));
-                    let _ = state.flush(now);
-                }
-            }
         }
         Ok(())
     }

@@ -1,0 +1,300 @@
+//! What the HTTP API reads from the actor: the pages, the dashboard's
+//! queries, telemetry, pipelines, leases, reports and `/metrics`' snapshot,
+//! each answered at once from the core (and, for history, the database),
+//! filtered to what the caller's [`Visibility`] shows.
+//!
+//! Not here: what QUIC clients ask (`client`, through the core's request
+//! table); these reads have no wire request of their own.
+
+use xp_head_core::auth::Visibility;
+use xp_head_core::metrics::MetricsSnapshot;
+use xp_head_core::pages::{
+    self, ExperimentCursor, ExperimentSummary, MetricCursor, NodeCursor, Page, PageError,
+    QueueCursor, TrialQuery,
+};
+use xp_runtime::clock::UnixMillis;
+use xp_runtime::ids::{ExperimentId, TrialId};
+use xp_runtime::protocol::{
+    MetricPoint, NodeStatus, QueueStatus, RemoteError, Response, TrialStatus, TrialTelemetry,
+};
+
+use super::{DashboardQuery, HeadState, Reply, client, dashboard};
+
+/// One read of the HTTP API, with where its answer goes.
+#[derive(Debug)]
+pub(crate) enum Read {
+    /// The HTTP API reads one pipeline or lists them.
+    Pipelines {
+        /// One pipeline; every one the caller sees when absent.
+        pipeline: Option<u64>,
+        /// Which teams' pipelines the caller sees.
+        visibility: Visibility,
+        /// The pipelines.
+        reply: Reply<Vec<xp_runtime::protocol::PipelineStatus>>,
+    },
+    /// The HTTP API lists the leases, pending approvals and conflict odds.
+    Leases {
+        /// The teams whose trials the caller sees.
+        visibility: Visibility,
+        /// The report.
+        reply: Reply<Response>,
+    },
+    /// The HTTP API asks for a page of experiment summaries, newest first.
+    ExperimentsPage {
+        /// Items wanted.
+        limit: usize,
+        /// Where the listing continues.
+        cursor: Option<ExperimentCursor>,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The page.
+        reply: Reply<Page<ExperimentSummary>>,
+    },
+    /// The HTTP API asks for one experiment's summary.
+    ExperimentSummary {
+        /// The experiment.
+        experiment: ExperimentId,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The summary.
+        reply: Reply<Result<ExperimentSummary, PageError>>,
+    },
+    /// The HTTP API asks for a page of an experiment's trials.
+    TrialsPage {
+        /// The experiment.
+        experiment: ExperimentId,
+        /// Which trials, in what order, from where.
+        query: TrialQuery,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The page.
+        reply: Reply<Result<Page<TrialStatus>, PageError>>,
+    },
+    /// The HTTP API asks for a page of a trial's metric history.
+    MetricsPage {
+        /// The trial.
+        trial: TrialId,
+        /// Items wanted.
+        limit: usize,
+        /// Where the listing continues.
+        cursor: Option<MetricCursor>,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The page.
+        reply: Reply<Result<Page<MetricPoint>, PageError>>,
+    },
+    /// The HTTP API asks for a page of nodes.
+    NodesPage {
+        /// Items wanted.
+        limit: usize,
+        /// Where the listing continues.
+        cursor: Option<NodeCursor>,
+        /// The page.
+        reply: Reply<Page<NodeStatus>>,
+    },
+    /// The HTTP API asks for a page of queues.
+    QueuesPage {
+        /// Items wanted.
+        limit: usize,
+        /// Where the listing continues.
+        cursor: Option<QueueCursor>,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The page.
+        reply: Reply<Page<QueueStatus>>,
+    },
+    /// `GET /api/report`, for a caller who sees `visible`.
+    Report {
+        /// The scope and window.
+        request: xp_runtime::protocol::ReportRequest,
+        /// The teams the caller sees.
+        visible: Visibility,
+        /// The report.
+        reply: Reply<Response>,
+    },
+    /// `/metrics` asks for the state its gauges show.
+    MetricsSnapshot(Reply<MetricsSnapshot>),
+    /// The web dashboard asks for what the API's pages do not hold
+    /// (`http::dashboard::api`), answered from `dashboard`.
+    Dashboard {
+        /// What.
+        query: DashboardQuery,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The answer, as the dashboard's JSON.
+        reply: Reply<Result<serde_json::Value, PageError>>,
+    },
+    /// A trial's telemetry, per rank (QUIC callers are authorized before and
+    /// see every team).
+    Telemetry {
+        /// The trial.
+        trial: TrialId,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The series.
+        reply: Reply<Result<TrialTelemetry, PageError>>,
+    },
+}
+
+/// Sends an answer; a caller that gave up is no one's concern.
+fn answer<T>(reply: Reply<T>, result: Result<T, RemoteError>) {
+    let _ = reply.send(result);
+}
+
+impl HeadState {
+    /// Answers one read.
+    pub(super) fn answer_read(&mut self, now: UnixMillis, read: Read) {
+        let core = &self.args.core;
+        match read {
+            Read::Pipelines {
+                pipeline,
+                visibility,
+                reply,
+            } => answer(
+                reply,
+                core.pipelines_status(now, pipeline, &|team| visibility.shows(team))
+                    .map_err(RemoteError::from),
+            ),
+            Read::Leases { visibility, reply } => answer(
+                reply,
+                Ok(Response::Leases(
+                    core.lease_report(&|team| visibility.shows(team)),
+                )),
+            ),
+            Read::ExperimentsPage {
+                limit,
+                cursor,
+                visibility,
+                reply,
+            } => answer(
+                reply,
+                Ok(core.experiments_page(limit, cursor, &|team| visibility.shows(team))),
+            ),
+            Read::ExperimentSummary {
+                experiment,
+                visibility,
+                reply,
+            } => answer(
+                reply,
+                Ok(core.experiment_summary_of(experiment, &|team| visibility.shows(team))),
+            ),
+            Read::TrialsPage {
+                experiment,
+                query,
+                visibility,
+                reply,
+            } => answer(
+                reply,
+                Ok(core.trials_page(experiment, &query, &|team| visibility.shows(team))),
+            ),
+            Read::MetricsPage {
+                trial,
+                limit,
+                cursor,
+                visibility,
+                reply,
+            } => answer(reply, self.metrics_page(trial, limit, cursor, &visibility)),
+            Read::NodesPage {
+                limit,
+                cursor,
+                reply,
+            } => answer(reply, Ok(core.nodes_page(limit, cursor))),
+            Read::QueuesPage {
+                limit,
+                cursor,
+                visibility,
+                reply,
+            } => answer(
+                reply,
+                Ok(core.queues_page(limit, cursor.as_ref(), &|team| visibility.shows(team))),
+            ),
+            Read::Report {
+                request,
+                visible,
+                reply,
+            } => answer(reply, self.report_cached(now, &request, &visible)),
+            Read::MetricsSnapshot(reply) => answer(reply, Ok(core.metrics_snapshot())),
+            Read::Dashboard {
+                query,
+                visibility,
+                reply,
+            } => answer(reply, Ok(self.dashboard(now, query, &visibility))),
+            Read::Telemetry {
+                trial,
+                visibility,
+                reply,
+            } => answer(reply, self.telemetry(trial, &visibility)),
+        }
+    }
+
+    /// A dashboard query; curves read a bounded sample of the metric history.
+    fn dashboard(
+        &self,
+        now: UnixMillis,
+        query: DashboardQuery,
+        visibility: &Visibility,
+    ) -> Result<serde_json::Value, PageError> {
+        tokio::task::block_in_place(|| {
+            dashboard::answer(&self.args.core, &self.args.registry, now, query, visibility)
+        })
+    }
+
+    /// A trial's telemetry from the registry; the trial must be one the caller may see.
+    fn telemetry(
+        &self,
+        trial: TrialId,
+        visibility: &Visibility,
+    ) -> Result<Result<TrialTelemetry, PageError>, RemoteError> {
+        if let Err(error) = self
+            .args
+            .core
+            .check_trial_visible(trial, &|team| visibility.shows(team))
+        {
+            return Ok(Err(error));
+        }
+        self.telemetry_of(trial).map(Ok)
+    }
+
+    /// A page of a trial's metric history, read from the registry; the trial
+    /// must be one the caller may see.
+    fn metrics_page(
+        &self,
+        trial: TrialId,
+        limit: usize,
+        cursor: Option<MetricCursor>,
+        visibility: &Visibility,
+    ) -> Result<Result<Page<MetricPoint>, PageError>, RemoteError> {
+        if let Err(error) = self
+            .args
+            .core
+            .check_trial_visible(trial, &|team| visibility.shows(team))
+        {
+            return Ok(Err(error));
+        }
+        let limit = limit.clamp(1, pages::MAX_LIMIT);
+        let after = cursor.map(|MetricCursor(seq)| seq);
+        let page = tokio::task::block_in_place(|| {
+            self.args
+                .registry
+                .metrics_page(trial, after, limit, pages::MAX_PAGE_BYTES)
+        })
+        .map_err(|error| client::stored_read_error(error, "metric history"))?;
+        let next_cursor = page
+            .more
+            .then(|| {
+                page.records
+                    .last()
+                    .map(|(seq, _)| MetricCursor(*seq).encode())
+            })
+            .flatten();
+        Ok(Ok(Page {
+            items: page
+                .records
+                .into_iter()
+                .map(|(_, record)| MetricPoint::from(record))
+                .collect(),
+            next_cursor,
+            total: page.total,
+        }))
+    }
+}
