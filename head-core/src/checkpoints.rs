@@ -32,8 +32,74 @@ use super::{CoreError, HeadCore};
 /// The most files a checkpoint may name (a node refuses more when it takes one).
 const MAX_CHECKPOINT_FILES: usize = 10_000;
 
+/// What filing a checkpoint changed.
+#[derive(Debug, PartialEq, Eq)]
+struct Filed {
+    /// It was not known before (a report resent after a reconnect is).
+    new: bool,
+    /// It is among the checkpoints kept.
+    kept: bool,
+    /// The objects the kept checkpoints named before, one name per checkpoint.
+    before: Vec<ObjectId>,
+    /// The objects they name now.
+    after: Vec<ObjectId>,
+}
+
+/// Whether a reported checkpoint may be recorded: rank 0's, with a
+/// well-formed manifest (some files, not too many, safe names).
+fn is_recordable(key: WorkerKey, files: &[CheckpointFile]) -> bool {
+    if key.rank != 0 {
+        warn!(worker = %key, "checkpoint from a rank other than 0 ignored");
+        return false;
+    }
+    let well_formed = !files.is_empty()
+        && files.len() <= MAX_CHECKPOINT_FILES
+        && files
+            .iter()
+            .all(|file| xp_runtime::protocol::is_safe_checkpoint_name(&file.name));
+    if !well_formed {
+        warn!(worker = %key, "malformed checkpoint manifest ignored");
+    }
+    well_formed
+}
+
+/// `record` filed among a trial's `checkpoints` under `retention`: a repeated
+/// report (resent after a reconnect) replaces, never duplicates; age is
+/// (attempt, step), not arrival, since a resent report may come after newer
+/// ones. Returns what is kept and what changed.
+fn filed(
+    mut checkpoints: Vec<CheckpointRecord>,
+    record: CheckpointRecord,
+    retention: xp_runtime::spec::CheckpointRetention,
+    mode: Option<xp_runtime::spec::Mode>,
+) -> (Vec<CheckpointRecord>, Filed) {
+    let names = |kept: &[CheckpointRecord]| -> Vec<ObjectId> {
+        kept.iter().flat_map(CheckpointRecord::objects).collect()
+    };
+    let before = names(&checkpoints);
+    let held = checkpoints.len();
+    let (attempt, step) = (record.attempt, record.step);
+    checkpoints.retain(|old| !(old.attempt == attempt && old.step == step));
+    let new = checkpoints.len() == held;
+    checkpoints.push(record);
+    checkpoints.sort_by_key(|checkpoint| (checkpoint.attempt, checkpoint.step));
+    let (kept, _dropped) = retain(checkpoints, retention, mode);
+    let filed = Filed {
+        new,
+        kept: kept
+            .iter()
+            .any(|checkpoint| checkpoint.attempt == attempt && checkpoint.step == step),
+        before,
+        after: names(&kept),
+    };
+    (kept, filed)
+}
+
 impl HeadCore {
-    /// A node stored a checkpoint of one of its workers.
+    /// A node stored a checkpoint of one of its workers: it is kept under the
+    /// experiment's retention, the objects it no longer keeps are dropped, the
+    /// policy hears of it (a preemption now loses less), and a copy goes to a
+    /// second node.
     pub(super) fn record_checkpoint(
         &mut self,
         now: UnixMillis,
@@ -43,32 +109,68 @@ impl HeadCore {
         files: Vec<CheckpointFile>,
         backup: Option<String>,
     ) {
-        if key.rank != 0 {
-            warn!(worker = %key, "checkpoint from a rank other than 0 ignored");
-            return;
-        }
-        if files.is_empty()
-            || files.len() > MAX_CHECKPOINT_FILES
-            || !files
-                .iter()
-                .all(|file| xp_runtime::protocol::is_safe_checkpoint_name(&file.name))
-        {
-            warn!(worker = %key, "malformed checkpoint manifest ignored");
+        if !is_recordable(key, &files) {
             return;
         }
         for file in &files {
             self.objects.node_holds(node_id, file.object);
         }
-        let spec = &self.book.spec(key.trial.experiment);
+        // Sizes are what a node reported: the sum saturates rather than overflow.
+        let bytes = files
+            .iter()
+            .fold(0u64, |total, file| total.saturating_add(file.size));
+        let count = files.len();
+        let Some(filed) = self.file_checkpoint(now, key, step, files, backup) else {
+            return;
+        };
+        if filed.new {
+            self.outbox.tally().checkpoints += 1;
+            let tally = self.outbox.tally();
+            tally.checkpoint_bytes = tally.checkpoint_bytes.saturating_add(bytes);
+        }
+        let released = self.objects.rekeep(filed.before, filed.after);
+        self.drop_everywhere(key.trial, released);
+        self.note_checkpoint_to_policy(now, key);
+        info!(trial = %key.trial, step, files = count, bytes, "checkpoint recorded");
+        let trial = self.book.trial(key.trial);
+        let (state, attempt) = (trial.state, trial.attempts.len() as u32);
+        self.push_event(
+            now,
+            key.trial,
+            state,
+            attempt,
+            format!(
+                "checkpoint at step {step} stored on node {node_id} ({count} files, {bytes} bytes)"
+            ),
+        );
+        if filed.kept {
+            let checkpoint = replication::CheckpointKey {
+                trial: key.trial,
+                attempt: key.attempt,
+                step,
+            };
+            self.replicate(checkpoint, node_id);
+        }
+    }
+
+    /// Files the checkpoint among the trial's under the experiment's retention;
+    /// `None` for an unknown trial.
+    fn file_checkpoint(
+        &mut self,
+        now: UnixMillis,
+        key: WorkerKey,
+        step: u64,
+        files: Vec<CheckpointFile>,
+        backup: Option<String>,
+    ) -> Option<Filed> {
+        let spec = self.book.spec(key.trial.experiment);
         let retention = spec.checkpoints.unwrap_or_default();
         let ranked = spec
             .search
             .metric
             .clone()
             .map(|metric| (metric, spec.search.mode));
-        let Some(trial) = self.book.trial_mut(key.trial) else {
-            return;
-        };
+        let trial = self.book.trial_mut(key.trial)?;
         let metric = ranked
             .as_ref()
             .and_then(|(name, _)| trial.metrics.get(name).copied())
@@ -82,39 +184,21 @@ impl HeadCore {
             metric,
             backup,
         };
-        let bytes = record.bytes();
-        let count = record.files.len();
-        // A repeated report (resent after a reconnect) replaces, never duplicates.
-        let mut checkpoints = std::mem::take(&mut trial.checkpoints);
-        let before: Vec<BTreeSet<ObjectId>> =
-            checkpoints.iter().map(CheckpointRecord::objects).collect();
-        let held = checkpoints.len();
-        checkpoints.retain(|old| !(old.attempt == record.attempt && old.step == record.step));
-        if checkpoints.len() == held {
+        let checkpoints = std::mem::take(&mut trial.checkpoints);
+        let (kept, filed) = filed(checkpoints, record, retention, ranked.map(|(_, mode)| mode));
+        if filed.new {
             // A new checkpoint is progress: the bound on requeues is for a trial
             // that kills its nodes without getting anywhere, not for one drained
             // at every Slurm job's end and resumed from its checkpoint each time.
             trial.requeues = 0;
-            self.outbox.tally().checkpoints += 1;
-            self.outbox.tally().checkpoint_bytes =
-                self.outbox.tally().checkpoint_bytes.saturating_add(bytes);
         }
-        checkpoints.push(record);
-        // Age is (attempt, step), not arrival: a report resent after a reconnect
-        // may arrive after newer ones.
-        checkpoints.sort_by_key(|checkpoint| (checkpoint.attempt, checkpoint.step));
-        let (kept, _dropped) = retain(checkpoints, retention, ranked.map(|(_, mode)| mode));
-        let after: Vec<BTreeSet<ObjectId>> = kept.iter().map(CheckpointRecord::objects).collect();
         trial.checkpoints = kept;
-        let attempt = trial.attempts.len() as u32;
-        let state = trial.state;
-        // Reference counts: what is kept now, instead of what was kept before.
-        let released = self
-            .objects
-            .rekeep(before.into_iter().flatten(), after.into_iter().flatten());
-        self.drop_everywhere(key.trial, released);
-        // A preemption of the live run now loses only the work since; the
-        // policy weighs that when it chooses victims.
+        Some(filed)
+    }
+
+    /// A checkpoint of the live run: a preemption now loses only the work
+    /// since, which the policy weighs when it chooses victims.
+    fn note_checkpoint_to_policy(&mut self, now: UnixMillis, key: WorkerKey) {
         let live = self
             .book
             .trial(key.trial)
@@ -124,30 +208,6 @@ impl HeadCore {
         if live && self.placement.policy_mut().note_checkpoint(key.trial, now) {
             // A cheap victim now: a waiting trial may preempt it.
             self.placement.mark_stale();
-        }
-        info!(trial = %key.trial, step, files = count, bytes, "checkpoint recorded");
-        self.push_event(
-            now,
-            key.trial,
-            state,
-            attempt,
-            format!(
-                "checkpoint at step {step} stored on node {node_id} ({count} files, {bytes} bytes)"
-            ),
-        );
-        let still_kept = self
-            .book
-            .trial(key.trial)
-            .checkpoints
-            .iter()
-            .any(|checkpoint| checkpoint.step == step && checkpoint.attempt == key.attempt);
-        if still_kept {
-            let checkpoint = replication::CheckpointKey {
-                trial: key.trial,
-                attempt: key.attempt,
-                step,
-            };
-            self.replicate(checkpoint, node_id);
         }
     }
 
@@ -453,9 +513,50 @@ impl HeadCore {
 
 #[cfg(test)]
 mod tests {
-    use xp_runtime::ids::ExperimentId;
+    use xp_runtime::ids::{ExperimentId, ObjectId};
+    use xp_runtime::protocol::CheckpointFile;
+    use xp_runtime::spec::CheckpointRetention;
 
+    use super::{CheckpointRecord, filed};
     use crate::{CoreConfig, HeadCore, LoadedState};
+
+    fn checkpoint(attempt: u32, step: u64, object: u8) -> CheckpointRecord {
+        CheckpointRecord {
+            attempt,
+            step,
+            files: vec![CheckpointFile {
+                name: "model.bin".to_owned(),
+                object: ObjectId([object; 32]),
+                size: 1,
+            }],
+            at: 0,
+            metric: None,
+            backup: None,
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_is_filed_by_age_once_and_retention_keeps_the_newest() {
+        let keep_two = CheckpointRetention {
+            keep_last: 2,
+            keep_best: 0,
+        };
+        let (kept, first) = filed(Vec::new(), checkpoint(1, 10, 1), keep_two, None);
+        assert!(first.new && first.kept);
+        assert_eq!((first.before.len(), first.after.len()), (0, 1));
+        let (kept, second) = filed(kept, checkpoint(1, 20, 2), keep_two, None);
+        assert!(second.new && second.kept);
+        // The report of step 10 again, after a reconnect: replaced, not added.
+        let (kept, resent) = filed(kept, checkpoint(1, 10, 1), keep_two, None);
+        assert!(!resent.new && resent.kept);
+        assert_eq!(kept.len(), 2);
+        // An older checkpoint arriving late is filed by age and retained out.
+        let (kept, late) = filed(kept, checkpoint(1, 5, 3), keep_two, None);
+        assert!(late.new && !late.kept);
+        let steps: Vec<u64> = kept.iter().map(|checkpoint| checkpoint.step).collect();
+        assert_eq!(steps, [10, 20]);
+        assert_eq!(late.before, late.after, "what is kept did not change");
+    }
 
     #[test]
     fn a_driver_shares_its_objects_with_what_it_submitted_while_connected() {

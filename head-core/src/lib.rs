@@ -114,6 +114,21 @@ impl CoreConfig {
     }
 }
 
+/// The placement under the stored policy, or the default one when none was
+/// applied or the stored one no longer validates.
+fn restored_placement(policy: Option<PolicyRecord>) -> state::Placement {
+    let Some(record) = policy else {
+        return state::Placement::default();
+    };
+    match PolicyConfig::from_yaml(&record.yaml) {
+        Ok(config) => state::Placement::new(config, Some(record)),
+        Err(error) => {
+            warn!(%error, "the stored policy no longer validates; using the default policy");
+            state::Placement::default()
+        }
+    }
+}
+
 /// The head's whole state.
 pub struct HeadCore {
     config: CoreConfig,
@@ -159,88 +174,53 @@ impl HeadCore {
     /// A core over previously persisted state; the nodes it knew get the restart
     /// grace ([`CoreConfig::restart_grace_ms`]) from `now` to register again.
     pub fn restore(config: CoreConfig, loaded: LoadedState, now: UnixMillis) -> Self {
+        let LoadedState {
+            experiments,
+            trials,
+            nodes,
+            events,
+            policy,
+            pipelines,
+            next_pipeline_id,
+            alerts,
+        } = loaded;
         let mut core = Self {
             config,
             book: state::Book::default(),
-            membership: state::Membership::default(),
-            placement: state::Placement::default(),
+            membership: state::Membership::restore(nodes, now),
+            placement: restored_placement(policy),
             sweep_state: SweepState::default(),
             objects: state::ObjectBook::default(),
             drivers: state::DriverSessions::default(),
             outbox: state::Outbox::default(),
-            pipelines: pipelines::Pipelines::default(),
+            pipelines: pipelines::Pipelines::restore(pipelines, next_pipeline_id),
             telemetry: telemetry::TelemetryState::default(),
-            alerts: alerts::AlertState::restore(loaded.alerts),
+            alerts: alerts::AlertState::restore(alerts),
             approvals: state::Approvals::default(),
         };
-        if let Some(record) = loaded.policy {
-            match PolicyConfig::from_yaml(&record.yaml) {
-                Ok(config) => core.placement = state::Placement::new(config, Some(record)),
-                Err(error) => {
-                    warn!(%error, "the stored policy no longer validates; using the default policy")
-                }
-            }
-        }
-        for experiment in loaded.experiments {
-            match ExperimentSpec::from_json(&experiment.spec_json) {
-                Ok(spec) => {
-                    core.sweep_state
-                        .restore(experiment.id, &spec, &experiment.sweep_log);
-                    core.book.restore_experiment(experiment, spec);
-                }
-                Err(error) => {
-                    warn!(experiment_id = %experiment.id, %error, "stored experiment spec no longer validates; skipped")
-                }
-            }
-        }
-        for trial in loaded.trials {
-            if core.book.contains_experiment(trial.id.experiment) {
-                if trial.state == TrialState::Succeeded && trial.reused_from.is_none() {
-                    let identity = core.trial_identity(trial.id.experiment, &trial.config_json);
-                    core.book.remember_success(identity, trial.id);
-                }
-                core.objects.keep(
-                    trial
-                        .checkpoints
-                        .iter()
-                        .flat_map(|checkpoint| checkpoint.objects()),
-                );
-                core.objects.keep(records::output_objects(&trial.outputs));
-                core.book.restore_trial(trial);
-            }
-        }
-        core.pipelines = pipelines::Pipelines::restore(loaded.pipelines, loaded.next_pipeline_id);
-        core.membership = state::Membership::restore(loaded.nodes, now);
-        for node in core.membership.nodes() {
-            // Schedulable until the running trials are adopted: the pool takes
-            // allocations only on schedulable nodes.
-            core.placement.policy_mut().upsert_node(node_spec(node));
-        }
-        for event in loaded.events {
+        // 1. The record: experiments with their sweeps, trials with what they
+        //    keep, events.
+        core.restore_experiments(experiments);
+        core.restore_trials(trials);
+        for event in events {
             core.book.restore_event(event);
         }
-        let adopted: BTreeSet<TrialId> = core
-            .book
-            .trials()
-            .filter(|trial| {
-                trial
-                    .attempts
-                    .iter()
-                    .flat_map(|attempt| &attempt.workers)
-                    .any(|worker| worker.state.holds_resources())
-            })
-            .map(|trial| trial.id)
-            .collect();
-        for trial_id in adopted {
-            core.adopt_running(now, trial_id);
+        // 2. The policy's books: every node, schedulable until the running
+        //    trials are adopted (the pool takes allocations only on
+        //    schedulable nodes), then the running trials where their workers
+        //    are, and the approvals asked under the stored policy.
+        for node in core.membership.nodes() {
+            core.placement.policy_mut().upsert_node(node_spec(node));
         }
+        core.adopt_all_running(now);
         let approvals = core
             .placement
             .record()
             .map(|record| record.approvals.clone())
             .unwrap_or_default();
         core.restore_approvals(approvals, now);
-        // A node becomes schedulable again when it registers.
+        // 3. A node becomes schedulable again when it registers; the ports of
+        //    live attempts stay taken.
         for node in core.membership.nodes() {
             let schedulable =
                 node.state == NodeState::Ready && !core.membership.is_awaited(node.id);
@@ -256,6 +236,64 @@ impl HeadCore {
             }
         }
         core
+    }
+
+    /// Takes back stored experiments whose specs still validate, with their
+    /// adaptive sweeps replayed from their logs.
+    fn restore_experiments(&mut self, experiments: Vec<ExperimentRecord>) {
+        for experiment in experiments {
+            match ExperimentSpec::from_json(&experiment.spec_json) {
+                Ok(spec) => {
+                    self.sweep_state
+                        .restore(experiment.id, &spec, &experiment.sweep_log);
+                    self.book.restore_experiment(experiment, spec);
+                }
+                Err(error) => {
+                    warn!(experiment_id = %experiment.id, %error, "stored experiment spec no longer validates; skipped")
+                }
+            }
+        }
+    }
+
+    /// Takes back the stored trials of known experiments, with the successes
+    /// new trials may reuse and the objects their checkpoints and outputs keep.
+    fn restore_trials(&mut self, trials: Vec<TrialRecord>) {
+        for trial in trials {
+            if !self.book.contains_experiment(trial.id.experiment) {
+                continue;
+            }
+            if trial.state == TrialState::Succeeded && trial.reused_from.is_none() {
+                let identity = self.trial_identity(trial.id.experiment, &trial.config_json);
+                self.book.remember_success(identity, trial.id);
+            }
+            self.objects.keep(
+                trial
+                    .checkpoints
+                    .iter()
+                    .flat_map(|checkpoint| checkpoint.objects()),
+            );
+            self.objects.keep(records::output_objects(&trial.outputs));
+            self.book.restore_trial(trial);
+        }
+    }
+
+    /// Adopts every trial the record shows holding resources.
+    fn adopt_all_running(&mut self, now: UnixMillis) {
+        let running: BTreeSet<TrialId> = self
+            .book
+            .trials()
+            .filter(|trial| {
+                trial
+                    .attempts
+                    .iter()
+                    .flat_map(|attempt| &attempt.workers)
+                    .any(|worker| worker.state.holds_resources())
+            })
+            .map(|trial| trial.id)
+            .collect();
+        for trial_id in running {
+            self.adopt_running(now, trial_id);
+        }
     }
 
     /// A core rebuilt from what the registry holds (`loaded`), for when a change
