@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
-use xp_runtime::ids::TrialId;
+use xp_runtime::ids::{ExperimentId, TrialId};
 use xp_runtime::protocol::{ExperimentStatus, ObjectiveStatus, TrialState};
 use xp_tune::search::front::summarize_front;
 use xp_tune::stats::{Summary, WelchTest, summarize, welch_t_test};
@@ -15,8 +15,11 @@ use xp_tune::stats::{Summary, WelchTest, summarize, welch_t_test};
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CompareError {
     /// The spec names no metric to compare by.
-    #[error("experiment {0} declares no search.metric to compare by")]
-    NoMetric(String),
+    #[error("experiment {experiment} declares no search.metric to compare by")]
+    NoMetric {
+        /// The experiment compared.
+        experiment: ExperimentId,
+    },
 }
 
 /// One configuration's replicates.
@@ -47,10 +50,9 @@ pub struct Comparison {
 
 /// Groups succeeded trials by configuration (ignoring the seed) and compares them.
 pub fn compare(status: &ExperimentStatus, alpha: f64) -> Result<Comparison, CompareError> {
-    let metric = status
-        .metric
-        .clone()
-        .ok_or_else(|| CompareError::NoMetric(status.id.to_string()))?;
+    let metric = status.metric.clone().ok_or(CompareError::NoMetric {
+        experiment: status.id,
+    })?;
     let mut groups: BTreeMap<String, (Value, Vec<TrialId>, Vec<f64>)> = BTreeMap::new();
     for trial in &status.trials {
         let mut config: serde_json::Map<String, Value> =
@@ -446,7 +448,7 @@ mod tests {
         no_metric.metric = None;
         assert!(matches!(
             compare(&no_metric, 0.05),
-            Err(CompareError::NoMetric(_))
+            Err(CompareError::NoMetric { .. })
         ));
     }
 }

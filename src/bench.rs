@@ -3,7 +3,7 @@
 //! Runs no-op command trials on an embedded cluster and reads the head's own event
 //! timestamps, so the figures measure the runtime, not the client.
 //!
-//! [`commit_comparison`] holds the head's group commit against one commit per
+//! [`bench_commits`] holds the head's group commit against one commit per
 //! change in the same run: many trials print a metric line every few
 //! milliseconds, on a head that stores each change alone (`--commit-batch 1`)
 //! and on one that stores what arrives together in one transaction.
@@ -11,8 +11,8 @@
 //! The node's own benches sit beside it: `objects` (`xp bench objects`) and
 //! `logs` (`xp bench logs`), through `xp_node`'s API and `test-util` helpers.
 
-pub mod logs;
-pub mod objects;
+pub(crate) mod logs;
+pub(crate) mod objects;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -65,7 +65,7 @@ impl TrialsBench {
 }
 
 /// Runs `trials` no-op trials on an embedded cluster with `slots` one-core slots.
-pub async fn trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError> {
+pub async fn bench_trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError> {
     let cluster = Cluster::local_with(LocalOptions {
         cpus: Some(f64::from(slots)),
         gpus: Some(0),
@@ -193,7 +193,7 @@ impl CommitBench {
 /// group commit; reports per second are from submission to the last trial's
 /// end, as the head's events say (a trial ends only once its node's exit
 /// report, behind its metrics, is stored).
-pub async fn commit_comparison(
+pub async fn bench_commits(
     reporters: u32,
     reports_each: u32,
     every_ms: u32,

@@ -20,6 +20,7 @@ use xp_runtime::metric_line::{MAX_METRIC_LINE, parse_metric_line, read_bounded_l
 use xp_runtime::spec::Config;
 use xp_tune::search::Searcher;
 use xp_tune::search::front::{DEFAULT_REFERENCE_RULE, FrontSummary, summarize_front};
+use xp_tune::search::pareto::ParetoError;
 use xp_tune::stopping::{StoppingRule, Verdict};
 
 /// Why a tuning run stopped early.
@@ -34,9 +35,20 @@ pub enum TuneError {
         #[source]
         source: std::io::Error,
     },
-    /// Bad options.
-    #[error("{0}")]
-    Options(String),
+    /// No command follows `--`.
+    #[error("no command given after --")]
+    NoCommand,
+    /// The budget or the parallelism is zero.
+    #[error("--budget and --parallel must be positive")]
+    NotPositive,
+    /// An early-stopping rule was given to a multi-objective run.
+    #[error(
+        "--early-stopping judges one objective; a multi-objective run (--metric A,B) takes none"
+    )]
+    StoppingWithObjectives,
+    /// The hypervolume's reference point does not fit the objectives.
+    #[error("--reference")]
+    Reference(#[source] ParetoError),
 }
 
 /// How to run one tuning job.
@@ -164,18 +176,13 @@ pub async fn tune(mut job: TuneJob, mut emit: impl FnMut(Value)) -> Result<TuneS
         .command
         .split_first()
         .map(|(program, args)| (program.clone(), args.to_vec()))
-        .ok_or_else(|| TuneError::Options("no command given after --".to_owned()))?;
+        .ok_or(TuneError::NoCommand)?;
     if job.parallel == 0 || job.budget == 0 {
-        return Err(TuneError::Options(
-            "--budget and --parallel must be positive".to_owned(),
-        ));
+        return Err(TuneError::NotPositive);
     }
     let multi = !job.objectives.is_empty();
     if multi && job.rule.is_some() {
-        return Err(TuneError::Options(
-            "--early-stopping judges one objective; a multi-objective run (--metric A,B) takes none"
-                .to_owned(),
-        ));
+        return Err(TuneError::StoppingWithObjectives);
     }
     let names: std::sync::Arc<Vec<String>> = std::sync::Arc::new(
         job.objectives
@@ -393,7 +400,7 @@ fn finish_multi(
         .map(|(key, values)| (*key, values.clone()))
         .collect();
     front.summary = summarize_front(&candidates, maximize, job.reference.as_deref())
-        .map_err(|error| TuneError::Options(format!("--reference: {error}")))?;
+        .map_err(TuneError::Reference)?;
     let values: serde_json::Map<String, Value> = metrics
         .iter()
         .zip(&named)

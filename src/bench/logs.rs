@@ -3,7 +3,7 @@
 //! the same run.
 //!
 //! The same generated output (text lines with a metric line every
-//! [`METRIC_EVERY`] lines) is printed by `cat` three ways: as a worker through
+//! [`xp_node::METRIC_EVERY`] lines) is printed by `cat` three ways: as a worker through
 //! the node's worker path (`xp_node::run_command_worker`: pipes, pumps, metric
 //! parsing, the capped writer), as `cat FILE > OUT` (the kernel copying into a
 //! file: the ceiling), and as `cat FILE | cat > OUT` (one pipe hop and a plain
@@ -21,8 +21,6 @@ use xp_node::{LogCap, ObjectStore, StoreError, StoreLimits};
 use xp_runtime::collective::bench::stopwatch;
 use xp_runtime::ids::{ExperimentId, TrialId, WorkerKey};
 use xp_runtime::protocol::WorkerReport;
-
-pub use xp_node::METRIC_EVERY;
 
 /// How many times each way is run; the best counts.
 const RUNS: u32 = 3;
@@ -85,7 +83,7 @@ impl LogBench {
 }
 
 /// Runs the bench in `dir` with `bytes` of output and the log cap `cap`.
-pub async fn run(dir: &Path, bytes: u64, cap: LogCap) -> Result<LogBench, LogBenchError> {
+pub async fn bench_logs(dir: &Path, bytes: u64, cap: LogCap) -> Result<LogBench, LogBenchError> {
     let input = dir.join("output.txt");
     let metric_lines = {
         let input = input.clone();

@@ -29,7 +29,7 @@ use xp_runtime::protocol::ObjectSource;
 
 /// Why the bench could not finish: the first operation that failed.
 #[derive(Debug, thiserror::Error)]
-pub enum BenchError {
+pub enum ObjectBenchError {
     /// The loopback TCP reference could not be measured.
     #[error("loopback TCP")]
     Loopback(#[source] CollectiveError),
@@ -52,7 +52,7 @@ pub enum BenchError {
 
 /// One measured figure.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Measurement {
+pub struct ObjectMeasurement {
     /// `put`, `get`, `remote_get`, `checkpoint_save` or `checkpoint_restore`.
     pub op: &'static str,
     /// Where the object lived: `memory` or `disk` (for puts and gets).
@@ -113,7 +113,7 @@ struct Stores {
 
 impl Stores {
     /// Opens the stores under `dir`, the memory tiers large enough for `largest`.
-    fn open(dir: &Path, largest: u64) -> Result<Self, BenchError> {
+    fn open(dir: &Path, largest: u64) -> Result<Self, ObjectBenchError> {
         let memory = open(dir, "memory", largest.saturating_mul(2).max(1 << 20))?;
         let disk = open(dir, "disk", 0)?;
         let fetching = open(dir, "fetching", largest.saturating_mul(2).max(1 << 20))?;
@@ -155,18 +155,18 @@ struct SizeFigures {
 
 /// Runs every measurement for `sizes`, and a checkpoint of `checkpoint_bytes`,
 /// with stores under `dir`.
-pub async fn run(
+pub async fn bench_objects(
     dir: &Path,
     sizes: &[u64],
     checkpoint_bytes: u64,
-) -> Result<Vec<Measurement>, BenchError> {
+) -> Result<Vec<ObjectMeasurement>, ObjectBenchError> {
     let memcpy = memcpy_gbps(64 << 20);
     let tcp = tcp_loopback_gbps(256 << 20)
         .await
-        .map_err(BenchError::Loopback)?;
+        .map_err(ObjectBenchError::Loopback)?;
     let largest = sizes.iter().copied().max().unwrap_or(0);
     let stores = Stores::open(dir, largest)?;
-    let local = |op, tier, size, gbps| Measurement {
+    let local = |op, tier, size, gbps| ObjectMeasurement {
         op,
         tier,
         size_bytes: size,
@@ -180,7 +180,7 @@ pub async fn run(
         out.push(local("put", "memory", size, figures.put_memory));
         out.push(local("put", "disk", size, figures.put_disk));
         out.push(local("get", "disk", size, figures.get_disk));
-        out.push(Measurement {
+        out.push(ObjectMeasurement {
             op: "remote_get",
             tier: "disk",
             size_bytes: size,
@@ -204,7 +204,7 @@ pub async fn run(
 }
 
 /// Puts, gets and fetches an object of `size` bytes [`RUNS`] times; the best of each.
-async fn measure_size(stores: &Stores, size: u64) -> Result<SizeFigures, BenchError> {
+async fn measure_size(stores: &Stores, size: u64) -> Result<SizeFigures, ObjectBenchError> {
     let mut best = SizeFigures::default();
     for run in 0..RUNS {
         let bytes: Arc<[u8]> = content(size, run).into();
@@ -253,7 +253,7 @@ async fn measure_size(stores: &Stores, size: u64) -> Result<SizeFigures, BenchEr
 }
 
 /// Saves and restores a one-file checkpoint of `size` bytes; best of three each.
-fn checkpoint(dir: &Path, store: &ObjectStore, size: u64) -> Result<(f64, f64), BenchError> {
+fn checkpoint(dir: &Path, store: &ObjectStore, size: u64) -> Result<(f64, f64), ObjectBenchError> {
     let trial = "3f2a9c0d11b2e4f7-t0".parse().expect("a literal trial id");
     let checkpoint_dir = dir.join("work").join("checkpoint");
     let restored_dir = dir.join("restored");

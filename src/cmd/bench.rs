@@ -212,7 +212,7 @@ async fn objects(
         None => tempfile::tempdir(),
     }
     .context("cannot create a scratch directory")?;
-    let measurements = xp::bench::objects::run(scratch.path(), &sizes, checkpoint_bytes)
+    let measurements = xp::bench_objects(scratch.path(), &sizes, checkpoint_bytes)
         .await
         .map_err(|error| anyhow::anyhow!(error))
         .context("the objects bench failed")?;
@@ -269,7 +269,7 @@ async fn logs(size: u64, log_cap: u64, dir: Option<PathBuf>, json: bool) -> anyh
         None => tempfile::tempdir(),
     }
     .context("cannot create a scratch directory")?;
-    let result = xp::bench::logs::run(scratch.path(), size, cap)
+    let result = xp::bench_logs(scratch.path(), size, cap)
         .await
         .map_err(|error| anyhow::anyhow!(xp_runtime::error_chain::error_chain(&error)))
         .context("the logs bench failed")?;
@@ -297,7 +297,7 @@ async fn logs(size: u64, log_cap: u64, dir: Option<PathBuf>, json: bool) -> anyh
   cat FILE > OUT:              {:>8.1} MB/s ({:.2} s); the node reaches {:.0}%
   cat FILE | cat > OUT:        {:>8.1} MB/s ({:.2} s); the node reaches {:.0}%",
             result.bytes,
-            xp::bench::logs::METRIC_EVERY,
+            xp_node::METRIC_EVERY,
             node,
             result.node_seconds,
             result.metrics_reported,
@@ -325,7 +325,7 @@ async fn commit_comparison(
         reports > 0 && reporters <= 1024 && reports <= 100_000,
         "--reports must be positive, --reporters at most 1024 and --reports at most 100000"
     );
-    let result = xp::bench::commit_comparison(reporters, reports, every_ms)
+    let result = xp::bench_commits(reporters, reports, every_ms)
         .await
         .context("the commit comparison failed")?;
     if json {
@@ -349,7 +349,7 @@ async fn no_op_trials(trials: u32, slots: u32, json: bool) -> anyhow::Result<()>
         trials > 0 && slots > 0,
         "--trials and --slots must be positive"
     );
-    let result = xp::bench::trials(trials, slots)
+    let result = xp::bench_trials(trials, slots)
         .await
         .context("the trials bench failed")?;
     if json {

@@ -38,11 +38,11 @@ pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
         }
     };
     let status = list.pop().context("no such experiment")?;
-    if let Some(front) = xp::analysis::compare_front(&status) {
+    if let Some(front) = xp::compare_front(&status) {
         print_front(&status, &front, json);
         return Ok(());
     }
-    let comparison = xp::analysis::compare(&status, alpha)?;
+    let comparison = xp::compare(&status, alpha)?;
     if json {
         for (rank, config) in comparison.configs.iter().enumerate() {
             outln!("{}", config.to_json(rank + 1));
@@ -95,7 +95,7 @@ pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
 /// Pareto front of them first (by hypervolume contribution), with the hypervolume.
 fn print_front(
     status: &xp_runtime::protocol::ExperimentStatus,
-    front: &xp::analysis::FrontComparison,
+    front: &xp::FrontComparison,
     json: bool,
 ) {
     if json {

@@ -126,7 +126,7 @@ pub(crate) async fn run(args: TuneArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let job = xp::tune::TuneJob {
+    let job = xp::TuneJob {
         searcher: xp_tune::search::make_searcher(algorithm, &search_space, seed),
         rule,
         budget,
@@ -136,7 +136,7 @@ pub(crate) async fn run(args: TuneArgs) -> anyhow::Result<()> {
         objectives,
         reference,
     };
-    let summary = xp::tune::tune(job, |line| outln!("{line}")).await?;
+    let summary = xp::tune(job, |line| outln!("{line}")).await?;
     outln!("{}", summary.to_json());
     Ok(())
 }
