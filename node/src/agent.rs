@@ -141,14 +141,23 @@ type Connecting = Pin<
 
 /// What the agent's loop waits for; each goes to the core.
 enum Event {
+    /// SIGTERM or Ctrl-C.
     Shutdown,
+    /// The core's timeout is due.
     Timeout,
+    /// The connection attempt ended.
     Connected(Result<(HeadConnection, SendStream, RecvStream), TransportError>),
+    /// A command from the head; `None` when the session broke.
     Command(Option<HeadCommand>),
+    /// A worker task reported.
     Report(WorkerReport),
+    /// The object store added or dropped an object.
     ObjectChange(ObjectChange),
+    /// Another task has a message for the head (a failed replication).
     ForHead(NodeMessage),
+    /// A telemetry sample; `None` once the sampler ended.
     Telemetry(Option<NodeTelemetry>),
+    /// The eviction watch chose a worker.
     Eviction(Eviction),
 }
 
