@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 use xp_runtime::ids::{ExperimentId, NodeId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
-    HeadCommand, NodeMessage, NodeRegistration, NodeResources, SubmitRequest, TrialState,
-    WorkerReport,
+    AdminAction, AdminRequest, HeadCommand, NodeMessage, NodeRegistration, NodeResources,
+    SubmitRequest, TrialState, WorkerReport,
 };
 
 use super::{CoreConfig, CoreError, HeadCore, LoadedState};
@@ -109,6 +109,52 @@ fn report(core: &mut HeadCore, now: u64, node: NodeId, report: WorkerReport) {
 
 fn trial_state(core: &HeadCore, experiment: ExperimentId, index: u32) -> TrialState {
     core.book.trial(TrialId { experiment, index }).state
+}
+
+/// A core with one node of `gpus` GPUs and `cpus` CPUs, registered at 0.
+fn cluster(gpus: u32, cpus: u32) -> (HeadCore, NodeId) {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, gpus, cpus, Vec::new()));
+    (core, node)
+}
+
+/// Reports that `key`'s worker on `node` exited with `code`.
+fn exited(core: &mut HeadCore, now: u64, node: NodeId, key: WorkerKey, code: i32) {
+    report(
+        core,
+        now,
+        node,
+        WorkerReport::Exited {
+            key,
+            code: Some(code),
+            signal: None,
+        },
+    );
+}
+
+/// `action` as alice, an admin, asks it.
+fn admin(core: &mut HeadCore, now: u64, action: AdminAction) -> Result<(u32, String), CoreError> {
+    core.handle_admin(
+        now,
+        AdminRequest {
+            action,
+            who: "alice".to_owned(),
+            why: "testing".to_owned(),
+        },
+    )
+}
+
+/// Applies the policy `yaml` as an admin; panics if it is refused.
+fn must_apply_policy(core: &mut HeadCore, now: u64, yaml: &str) {
+    admin(
+        core,
+        now,
+        AdminAction::ApplyPolicy {
+            yaml: yaml.to_owned(),
+        },
+    )
+    .unwrap();
 }
 
 const ONE: &str = "name: one\ntrial: {command: [echo, '{x}'], max_retries: 1}\nsearch: {algorithm: grid, space: {x: {choice: [1]}}}\n";
@@ -376,6 +422,212 @@ struct FakeNode {
     silent: bool,
 }
 
+/// The simulated cluster of the property test: the core, its fake nodes (node
+/// `i + 1` registered with `shapes[i]`, as `(gpus, cpus)`), the experiments
+/// submitted so far and the time.
+struct Simulation {
+    core: HeadCore,
+    nodes: BTreeMap<NodeId, FakeNode>,
+    shapes: Vec<(u32, u32)>,
+    experiments: u32,
+    now: u64,
+}
+
+impl Simulation {
+    /// A core with one fake node per shape, all registered at 0.
+    fn new(shapes: Vec<(u32, u32)>) -> Self {
+        let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+        let mut nodes = BTreeMap::new();
+        for (idx, (gpus, cpus)) in shapes.iter().enumerate() {
+            let id = node_id(idx as u8 + 1);
+            core.handle_node_register(0, registration(id, *gpus, *cpus, Vec::new()));
+            nodes.insert(id, FakeNode::default());
+        }
+        Self {
+            core,
+            nodes,
+            shapes,
+            experiments: 0,
+            now: 0,
+        }
+    }
+
+    /// Submits an experiment whose shape `pick` chooses, and checks that only
+    /// a GPU worker on a cluster without GPUs is refused.
+    fn check_submission(&mut self, pick: u16) -> Result<(), TestCaseError> {
+        self.experiments += 1;
+        let experiments = self.experiments;
+        let workers = u32::from(pick % 3) + 1;
+        let gpu = u32::from(pick / 3 % 2);
+        let yaml = format!(
+            "name: e{experiments}\ntrial: {{command: [echo], workers: {workers}, resources: {{gpu: {gpu}, cpu: 1}}, max_retries: 1}}\nsearch: {{trials: {}}}\n",
+            pick % 4 + 1
+        );
+        // A GPU worker on a cluster without GPUs is refused at once
+        // (it would wait forever); everything else is accepted.
+        let any_gpu = self.shapes.iter().any(|(gpus, _)| *gpus > 0);
+        match try_submit(&mut self.core, self.now, &yaml, true) {
+            Ok(_) => prop_assert!(gpu == 0 || any_gpu),
+            Err(CoreError::NoNodeCanHold { .. }) => prop_assert!(gpu == 1 && !any_gpu),
+            Err(other) => panic!("unexpected refusal: {other}"),
+        }
+        Ok(())
+    }
+
+    /// Starts the launched, not yet started worker that `pick` chooses, if any.
+    fn start_one(&mut self, pick: u16) {
+        let all: Vec<(NodeId, WorkerKey)> = self
+            .nodes
+            .iter()
+            .flat_map(|(id, node)| {
+                node.launched
+                    .keys()
+                    .filter(|key| !node.started.contains(key))
+                    .map(move |key| (*id, *key))
+            })
+            .collect();
+        if let Some((id, key)) = all.get(usize::from(pick) % all.len().max(1)).copied() {
+            self.nodes.get_mut(&id).unwrap().started.insert(key);
+            report(
+                &mut self.core,
+                self.now,
+                id,
+                WorkerReport::Started { key, pid: 1 },
+            );
+        }
+    }
+
+    /// Ends the started worker that `pick` chooses, if any: it fails when
+    /// `pick` is a multiple of 5.
+    fn exit_one(&mut self, pick: u16) {
+        let all: Vec<(NodeId, WorkerKey)> = self
+            .nodes
+            .iter()
+            .flat_map(|(id, node)| node.started.iter().map(move |key| (*id, *key)))
+            .collect();
+        if let Some((id, key)) = all.get(usize::from(pick) % all.len().max(1)).copied() {
+            let node = self.nodes.get_mut(&id).unwrap();
+            node.started.remove(&key);
+            node.launched.remove(&key);
+            let code = if pick % 5 == 0 { 1 } else { 0 };
+            exited(&mut self.core, self.now, id, key, code);
+        }
+    }
+
+    /// Silences the node that `pick` chooses, long enough for it to be lost, or
+    /// brings it back empty if it was silent.
+    fn silence_or_return(&mut self, pick: u16) {
+        let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        let id = ids[usize::from(pick) % ids.len()];
+        let node = self.nodes.get_mut(&id).unwrap();
+        if node.silent {
+            node.silent = false;
+            node.launched.clear();
+            node.started.clear();
+            let (gpus, cpus) = self.shapes[usize::from(id.0.as_bytes()[0]) - 1];
+            self.core
+                .handle_node_register(self.now, registration(id, gpus, cpus, Vec::new()));
+        } else {
+            node.silent = true;
+        }
+    }
+
+    /// Cancels the experiment that `pick` chooses, one time in three.
+    fn maybe_cancel(&mut self, pick: u16) {
+        let statuses = self.core.status(None).unwrap();
+        // Submissions no node could hold were refused: there may be none.
+        if !statuses.is_empty() && pick % 3 == 0 {
+            let victim = &statuses[usize::from(pick) % statuses.len()];
+            self.core
+                .handle_cancel(self.now, &victim.id.to_string())
+                .unwrap();
+        }
+    }
+
+    /// Heartbeats from every node that is not silent, then a tick, past the
+    /// node timeout when `lose`.
+    fn heartbeat_and_tick(&mut self, lose: bool) {
+        for (id, node) in &self.nodes {
+            if !node.silent {
+                self.core
+                    .handle_node_message(self.now, *id, NodeMessage::Heartbeat);
+            }
+        }
+        self.core.handle_tick(self.now + 10_001 * u64::from(lose));
+    }
+
+    /// Carries out the core's commands on the fake nodes, checking that no GPU
+    /// is given while another worker holds it and that every attempt is
+    /// launched whole.
+    fn check_commands(&mut self) -> Result<(), TestCaseError> {
+        let now = self.now;
+        let mut placed_per_attempt: BTreeMap<(TrialId, u32), (u32, u32)> = BTreeMap::new();
+        for (id, command) in commands(&mut self.core) {
+            let node = self.nodes.get_mut(&id).unwrap();
+            match command {
+                HeadCommand::Launch(launch) => {
+                    for gpu in &launch.gpu_indices {
+                        let holder = node.launched.iter().find(|(_, gpus)| gpus.contains(gpu));
+                        prop_assert!(
+                            holder.is_none(),
+                            "GPU {gpu} of {id} given to {} while {:?} holds it",
+                            launch.key,
+                            holder
+                        );
+                    }
+                    node.launched.insert(launch.key, launch.gpu_indices.clone());
+                    let entry = placed_per_attempt
+                        .entry((launch.key.trial, launch.key.attempt))
+                        .or_insert((0, launch.world_size));
+                    entry.0 += 1;
+                }
+                HeadCommand::Kill { trial, attempt, .. } => {
+                    let killed: Vec<WorkerKey> = node
+                        .launched
+                        .keys()
+                        .filter(|key| key.trial == trial && key.attempt == attempt)
+                        .copied()
+                        .collect();
+                    for key in killed {
+                        node.launched.remove(&key);
+                        node.started.remove(&key);
+                        if !node.silent {
+                            let reason = "killed".to_owned();
+                            report(
+                                &mut self.core,
+                                now,
+                                id,
+                                WorkerReport::Stopped { key, reason },
+                            );
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for ((trial, attempt), (launched, world)) in placed_per_attempt {
+            prop_assert_eq!(
+                launched,
+                world,
+                "attempt {} of {} launched partially",
+                attempt,
+                trial
+            );
+        }
+        Ok(())
+    }
+
+    /// Records on the fake nodes the launches the core commands.
+    fn take_launches(&mut self) {
+        for (id, command) in commands(&mut self.core) {
+            if let HeadCommand::Launch(launch) = command {
+                let node = self.nodes.get_mut(&id).unwrap();
+                node.launched.insert(launch.key, launch.gpu_indices.clone());
+            }
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -384,119 +636,23 @@ proptest! {
         shapes in proptest::collection::vec((0u32..4, 1u32..5), 1..4),
         actions in proptest::collection::vec((0u8..8, any::<u16>()), 1..150),
     ) {
-        let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
-        let mut nodes: BTreeMap<NodeId, FakeNode> = BTreeMap::new();
-        let mut now = 0u64;
-        for (idx, (gpus, cpus)) in shapes.iter().enumerate() {
-            let id = node_id(idx as u8 + 1);
-            core.handle_node_register(now, registration(id, *gpus, *cpus, Vec::new()));
-            nodes.insert(id, FakeNode::default());
-        }
-        let mut experiments = 0u32;
+        let mut simulation = Simulation::new(shapes);
         for (selector, pick) in actions {
-            now += 100;
+            simulation.now += 100;
             match selector {
-                0 | 1 => {
-                    experiments += 1;
-                    let workers = u32::from(pick % 3) + 1;
-                    let gpu = u32::from(pick / 3 % 2);
-                    let yaml = format!(
-                        "name: e{experiments}\ntrial: {{command: [echo], workers: {workers}, resources: {{gpu: {gpu}, cpu: 1}}, max_retries: 1}}\nsearch: {{trials: {}}}\n",
-                        pick % 4 + 1
-                    );
-                    // A GPU worker on a cluster without GPUs is refused at once
-                    // (it would wait forever); everything else is accepted.
-                    let any_gpu = shapes.iter().any(|(gpus, _)| *gpus > 0);
-                    match try_submit(&mut core, now, &yaml, true) {
-                        Ok(_) => prop_assert!(gpu == 0 || any_gpu),
-                        Err(CoreError::NoNodeCanHold { .. }) => prop_assert!(gpu == 1 && !any_gpu),
-                        Err(other) => panic!("unexpected refusal: {other}"),
-                    }
-                }
-                2 | 3 => {
-                    let all: Vec<(NodeId, WorkerKey)> = nodes.iter().flat_map(|(id, node)| node.launched.keys().filter(|key| !node.started.contains(key)).map(move |key| (*id, *key))).collect();
-                    if let Some((id, key)) = all.get(usize::from(pick) % all.len().max(1)).copied() {
-                        nodes.get_mut(&id).unwrap().started.insert(key);
-                        report(&mut core, now, id, WorkerReport::Started { key, pid: 1 });
-                    }
-                }
-                4 | 5 => {
-                    let all: Vec<(NodeId, WorkerKey)> = nodes.iter().flat_map(|(id, node)| node.started.iter().map(move |key| (*id, *key))).collect();
-                    if let Some((id, key)) = all.get(usize::from(pick) % all.len().max(1)).copied() {
-                        let node = nodes.get_mut(&id).unwrap();
-                        node.started.remove(&key);
-                        node.launched.remove(&key);
-                        let code = if pick % 5 == 0 { 1 } else { 0 };
-                        report(&mut core, now, id, WorkerReport::Exited { key, code: Some(code), signal: None });
-                    }
-                }
-                6 => {
-                    // A node goes silent long enough to be lost, and later comes back empty.
-                    let ids: Vec<NodeId> = nodes.keys().copied().collect();
-                    let id = ids[usize::from(pick) % ids.len()];
-                    let node = nodes.get_mut(&id).unwrap();
-                    if node.silent {
-                        node.silent = false;
-                        node.launched.clear();
-                        node.started.clear();
-                        let (gpus, cpus) = shapes[usize::from(id.0.as_bytes()[0]) - 1];
-                        core.handle_node_register(now, registration(id, gpus, cpus, Vec::new()));
-                    } else {
-                        node.silent = true;
-                    }
-                }
-                _ => {
-                    let statuses = core.status(None).unwrap();
-                    // Submissions no node could hold were refused: there may be none.
-                    if !statuses.is_empty() && pick % 3 == 0 {
-                        let victim = &statuses[usize::from(pick) % statuses.len()];
-                        core.handle_cancel(now, &victim.id.to_string()).unwrap();
-                    }
-                }
+                0 | 1 => simulation.check_submission(pick)?,
+                2 | 3 => simulation.start_one(pick),
+                4 | 5 => simulation.exit_one(pick),
+                // A node goes silent long enough to be lost, and later comes back empty.
+                6 => simulation.silence_or_return(pick),
+                _ => simulation.maybe_cancel(pick),
             }
-            for (id, node) in &nodes {
-                if !node.silent {
-                    core.handle_node_message(now, *id, NodeMessage::Heartbeat);
-                }
-            }
-            core.handle_tick(now + 10_001 * u64::from(selector == 6));
-            let mut placed_per_attempt: BTreeMap<(TrialId, u32), (u32, u32)> = BTreeMap::new();
-            for (id, command) in commands(&mut core) {
-                let node = nodes.get_mut(&id).unwrap();
-                match command {
-                    HeadCommand::Launch(launch) => {
-                        for gpu in &launch.gpu_indices {
-                            let holder = node.launched.iter().find(|(_, gpus)| gpus.contains(gpu));
-                            prop_assert!(holder.is_none(), "GPU {gpu} of {id} given to {} while {:?} holds it", launch.key, holder);
-                        }
-                        node.launched.insert(launch.key, launch.gpu_indices.clone());
-                        let entry = placed_per_attempt.entry((launch.key.trial, launch.key.attempt)).or_insert((0, launch.world_size));
-                        entry.0 += 1;
-                    }
-                    HeadCommand::Kill { trial, attempt, .. } => {
-                        let killed: Vec<WorkerKey> = node.launched.keys().filter(|key| key.trial == trial && key.attempt == attempt).copied().collect();
-                        for key in killed {
-                            node.launched.remove(&key);
-                            node.started.remove(&key);
-                            if !node.silent {
-                                report(&mut core, now, id, WorkerReport::Stopped { key, reason: "killed".to_owned() });
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            for ((trial, attempt), (launched, world)) in placed_per_attempt {
-                prop_assert_eq!(launched, world, "attempt {} of {} launched partially", attempt, trial);
-            }
-            core.check_invariants();
+            simulation.heartbeat_and_tick(selector == 6);
+            simulation.check_commands()?;
+            simulation.core.check_invariants();
             // Kills answered above can free slots and place more; drain those too.
-            for (id, command) in commands(&mut core) {
-                if let HeadCommand::Launch(launch) = command {
-                    nodes.get_mut(&id).unwrap().launched.insert(launch.key, launch.gpu_indices.clone());
-                }
-            }
-            core.check_invariants();
+            simulation.take_launches();
+            simulation.core.check_invariants();
         }
     }
 }
@@ -833,69 +989,27 @@ fn master_ports_rotate_so_a_retry_never_reuses_a_stopping_rank_zero_port() {
 
 const TWO_GPU_TRIALS: &str = "name: two\nteam: a\ntrial: {command: [sleep, '{s}'], resources: {gpu: 1}}\nsearch: {algorithm: grid, space: {s: {choice: [1, 2]}}}\n";
 
-#[test]
-fn admin_holds_and_reprioritises_and_a_restart_adopts_running_trials() {
-    use xp_runtime::protocol::{AdminAction, AdminRequest, ErrorCode};
-
-    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
-    let policy =
-        "queues: [{name: qa, team: a}]\nadmission: {max_pending_per_team: 2, retry_after: 7s}\n";
-    let admin = |action| AdminRequest {
-        action,
-        who: "alice".to_owned(),
-        why: "testing".to_owned(),
-    };
-    core.handle_admin(
-        0,
-        admin(AdminAction::ApplyPolicy {
-            yaml: policy.to_owned(),
-        }),
-    )
-    .unwrap();
-    let experiment = submit(&mut core, 1, TWO_GPU_TRIALS, false);
-    // No node yet: both trials wait, and the team is at its pending limit.
+/// Checks that the trials of `experiment` all wait and that the team, at its
+/// pending limit, is refused another experiment with the policy's retry time.
+fn check_team_at_its_pending_limit(core: &mut HeadCore, experiment: ExperimentId) {
     let status = core.status(Some(&experiment.to_string())).unwrap();
     assert!(
         status[0].trials.iter().all(|trial| trial.waiting.is_some()),
         "{status:?}"
     );
-    let spec = xp_runtime::spec::ExperimentSpec::from_yaml(&TWO_GPU_TRIALS.replace("two", "three"))
-        .unwrap();
-    let refused = core
-        .handle_submit(
-            2,
-            &SubmitRequest {
-                spec_json: spec.to_canonical_json(),
-                program: None,
-                code_version: "none".to_owned(),
-                data_version: "none".to_owned(),
-                rerun: false,
-            },
-        )
-        .unwrap_err();
+    let three = TWO_GPU_TRIALS.replace("two", "three");
+    let refused = try_submit(core, 2, &three, false).unwrap_err();
     let refused = xp_runtime::protocol::RemoteError::from(refused);
-    assert_eq!(refused.code, ErrorCode::TooManyPending);
+    assert_eq!(
+        refused.code,
+        xp_runtime::protocol::ErrorCode::TooManyPending
+    );
     assert_eq!(refused.retry_after_ms, Some(7_000));
+}
 
-    // Hold trial 0: only trial 1 starts when a node with one GPU arrives.
-    let held = TrialId {
-        experiment,
-        index: 0,
-    };
-    let (touched, _) = core
-        .handle_admin(
-            3,
-            admin(AdminAction::Hold {
-                id: held.to_string(),
-            }),
-        )
-        .unwrap();
-    assert_eq!(touched, 1);
-    let node = node_id(1);
-    core.handle_node_register(4, registration(node, 1, 4, Vec::new()));
-    let placed = launches(&commands(&mut core));
-    assert_eq!(placed.len(), 1);
-    assert_eq!(placed[0].1.trial.index, 1);
+/// Checks that trial 0 of `experiment` waits for alice's hold and that its
+/// events say so.
+fn check_held_by_alice(core: &HeadCore, experiment: ExperimentId) {
     let status = core.status(Some(&experiment.to_string())).unwrap();
     assert_eq!(
         status[0].trials[0].waiting.as_deref(),
@@ -908,6 +1022,32 @@ fn admin_holds_and_reprioritises_and_a_restart_adopts_running_trials() {
             .any(|event| event.reason == "admin alice: held (testing)"),
         "{events:?}"
     );
+}
+
+#[test]
+fn admin_holds_and_reprioritises_and_a_restart_adopts_running_trials() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let policy =
+        "queues: [{name: qa, team: a}]\nadmission: {max_pending_per_team: 2, retry_after: 7s}\n";
+    must_apply_policy(&mut core, 0, policy);
+    let experiment = submit(&mut core, 1, TWO_GPU_TRIALS, false);
+    // No node yet: both trials wait, and the team is at its pending limit.
+    check_team_at_its_pending_limit(&mut core, experiment);
+
+    // Hold trial 0: only trial 1 starts when a node with one GPU arrives.
+    let held = TrialId {
+        experiment,
+        index: 0,
+    };
+    let id = held.to_string();
+    let (touched, _) = admin(&mut core, 3, AdminAction::Hold { id }).unwrap();
+    assert_eq!(touched, 1);
+    let node = node_id(1);
+    core.handle_node_register(4, registration(node, 1, 4, Vec::new()));
+    let placed = launches(&commands(&mut core));
+    assert_eq!(placed.len(), 1);
+    assert_eq!(placed[0].1.trial.index, 1);
+    check_held_by_alice(&core, experiment);
     core.check_invariants();
 
     // After a restart the running trial still holds its GPU: the released trial
@@ -915,14 +1055,8 @@ fn admin_holds_and_reprioritises_and_a_restart_adopts_running_trials() {
     let mut records = core.take_records();
     records.retain(|record| !matches!(record, Record::Metric(_)));
     let mut restarted = HeadCore::restore(CONFIG, loaded_from(records), 10);
-    restarted
-        .handle_admin(
-            11,
-            admin(AdminAction::Release {
-                id: held.to_string(),
-            }),
-        )
-        .unwrap();
+    let id = held.to_string();
+    admin(&mut restarted, 11, AdminAction::Release { id }).unwrap();
     restarted.handle_node_register(12, registration(node, 1, 4, vec![placed[0].1]));
     assert!(launches(&commands(&mut restarted)).is_empty());
     restarted.check_invariants();
@@ -930,53 +1064,45 @@ fn admin_holds_and_reprioritises_and_a_restart_adopts_running_trials() {
     assert_eq!(status[0].trials[0].state, TrialState::Queued);
 }
 
-#[test]
-fn a_preempted_trial_is_stopped_with_grace_requeued_without_a_retry_and_runs_again() {
-    use xp_runtime::protocol::{AdminAction, AdminRequest};
+/// Two priority classes, and 30 s for preempted work to stop.
+const PREEMPTING: &str =
+    "priority_classes: {low: 0, high: 100}\npreemption: {grace_period: 30s, min_run_time: 0s}\n";
 
+const LOW: &str = "name: low\npriority: low\ntrial: {command: [sleep, '9'], resources: {gpu: 1}, max_retries: 0}\n";
+
+const HIGH: &str =
+    "name: high\npriority: high\ntrial: {command: [sleep, '1'], resources: {gpu: 1}}\n";
+
+/// A core under [`PREEMPTING`] with one node of one GPU and the trial of
+/// [`LOW`] running on it since 2: the core, the node, the experiment and the
+/// worker.
+fn low_running() -> (HeadCore, NodeId, ExperimentId, WorkerKey) {
     let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
-    let policy = "priority_classes: {low: 0, high: 100}\npreemption: {grace_period: 30s, min_run_time: 0s}\n";
-    core.handle_admin(
-        0,
-        AdminRequest {
-            action: AdminAction::ApplyPolicy {
-                yaml: policy.to_owned(),
-            },
-            who: "alice".to_owned(),
-            why: "testing".to_owned(),
-        },
-    )
-    .unwrap();
+    must_apply_policy(&mut core, 0, PREEMPTING);
     let node = node_id(1);
     core.handle_node_register(0, registration(node, 1, 4, Vec::new()));
-    let low = submit(
-        &mut core,
-        1,
-        "name: low\npriority: low\ntrial: {command: [sleep, '9'], resources: {gpu: 1}, max_retries: 0}\n",
-        false,
-    );
+    let low = submit(&mut core, 1, LOW, false);
     let placed = launches(&commands(&mut core));
     assert_eq!(placed.len(), 1);
     let low_key = placed[0].1;
-    report(
-        &mut core,
-        2,
-        node,
-        WorkerReport::Started {
-            key: low_key,
-            pid: 7,
-        },
-    );
+    let started = WorkerReport::Started {
+        key: low_key,
+        pid: 7,
+    };
+    report(&mut core, 2, node, started);
     assert_eq!(trial_state(&core, low, 0), TrialState::Running);
+    (core, node, low, low_key)
+}
 
-    // A high-priority trial arrives: the low one is asked to stop with the grace.
-    let high = submit(
-        &mut core,
-        3,
-        "name: high\npriority: high\ntrial: {command: [sleep, '1'], resources: {gpu: 1}}\n",
-        false,
-    );
-    let sent = commands(&mut core);
+/// Checks the commands after `high` arrived: the low trial's worker is asked
+/// to stop with the grace, nothing is launched, and `high` says what it waits for.
+fn check_asked_to_stop_with_the_grace(
+    core: &mut HeadCore,
+    low: ExperimentId,
+    low_key: WorkerKey,
+    high: ExperimentId,
+) {
+    let sent = commands(core);
     assert!(
         sent.iter().any(|(_, command)| matches!(
             command,
@@ -985,31 +1111,41 @@ fn a_preempted_trial_is_stopped_with_grace_requeued_without_a_retry_and_runs_aga
         "{sent:?}"
     );
     assert!(launches(&sent).is_empty(), "the GPU is still held");
-    assert_eq!(trial_state(&core, low, 0), TrialState::Preempting);
+    assert_eq!(trial_state(core, low, 0), TrialState::Preempting);
     let status = core.status(Some(&high.to_string())).unwrap();
     assert_eq!(
         status[0].trials[0].waiting.as_deref(),
         Some("waiting for preempted work to stop")
     );
-    core.check_invariants();
+}
 
-    // It stops within its grace (killed by SIGTERM): requeued, no retry used, and
-    // the high trial takes the GPU.
-    report(
-        &mut core,
-        4,
-        node,
-        WorkerReport::Exited {
-            key: low_key,
-            code: None,
-            signal: Some(15),
-        },
-    );
-    let trial = &core.book.trial(low_key.trial);
+/// Checks that the trial of `key` is queued again as preempted, no retry used.
+fn check_requeued_without_a_retry(core: &HeadCore, key: WorkerKey) {
+    let trial = &core.book.trial(key.trial);
     assert_eq!(trial.state, TrialState::Queued);
     assert_eq!(trial.failures, 0);
     assert_eq!(trial.preemptions, 1);
     assert_eq!(trial.attempts[0].outcome.as_deref(), Some("preempted"));
+}
+
+#[test]
+fn a_preempted_trial_is_stopped_with_grace_requeued_without_a_retry_and_runs_again() {
+    let (mut core, node, low, low_key) = low_running();
+
+    // A high-priority trial arrives: the low one is asked to stop with the grace.
+    let high = submit(&mut core, 3, HIGH, false);
+    check_asked_to_stop_with_the_grace(&mut core, low, low_key, high);
+    core.check_invariants();
+
+    // It stops within its grace (killed by SIGTERM): requeued, no retry used, and
+    // the high trial takes the GPU.
+    let terminated = WorkerReport::Exited {
+        key: low_key,
+        code: None,
+        signal: Some(15),
+    };
+    report(&mut core, 4, node, terminated);
+    check_requeued_without_a_retry(&core, low_key);
     let placed = launches(&commands(&mut core));
     assert_eq!(placed.len(), 1);
     assert_eq!(placed[0].1.trial.experiment, high);
@@ -1017,25 +1153,12 @@ fn a_preempted_trial_is_stopped_with_grace_requeued_without_a_retry_and_runs_aga
 
     // When the high trial is done, the low one runs again (attempt 2).
     let high_key = placed[0].1;
-    report(
-        &mut core,
-        5,
-        node,
-        WorkerReport::Started {
-            key: high_key,
-            pid: 8,
-        },
-    );
-    report(
-        &mut core,
-        6,
-        node,
-        WorkerReport::Exited {
-            key: high_key,
-            code: Some(0),
-            signal: None,
-        },
-    );
+    let started = WorkerReport::Started {
+        key: high_key,
+        pid: 8,
+    };
+    report(&mut core, 5, node, started);
+    exited(&mut core, 6, node, high_key, 0);
     let placed = launches(&commands(&mut core));
     assert_eq!(placed.len(), 1);
     assert_eq!(placed[0].1.trial, low_key.trial);
@@ -1057,27 +1180,19 @@ fn checkpoint_report(key: WorkerKey, step: u64, bytes: &[u8]) -> WorkerReport {
     }
 }
 
-#[test]
-fn checkpoints_are_replicated_retained_and_resumed_from() {
-    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
-    let (a, b) = (node_id(1), node_id(2));
-    core.handle_node_register(0, registration(a, 0, 1, Vec::new()));
-    core.handle_node_register(0, registration(b, 0, 1, Vec::new()));
-    let yaml = "name: ck\ntrial: {command: [train], max_retries: 2, resources: {cpu: 1}}\ncheckpoints: {keep_last: 2, keep_best: 0}\n";
-    let experiment = submit(&mut core, 1, yaml, false);
-    let placed = launches(&commands(&mut core));
-    let (node, key) = placed[0];
-    let other = if node == a { b } else { a };
-    report(&mut core, 2, node, WorkerReport::Started { key, pid: 1 });
-    for step in [10u64, 20, 30] {
-        report(
-            &mut core,
-            3 + step,
-            node,
-            checkpoint_report(key, step, &step.to_le_bytes()),
-        );
-    }
-    let sent = commands(&mut core);
+/// One trial that keeps its last two checkpoints and may be retried twice.
+const CHECKPOINTED: &str = "name: ck\ntrial: {command: [train], max_retries: 2, resources: {cpu: 1}}\ncheckpoints: {keep_last: 2, keep_best: 0}\n";
+
+/// Checks the commands after the checkpoints of steps 10, 20 and 30 were
+/// taken on `node`: each goes to `other`, step 10 is dropped, and the last
+/// two are kept.
+fn check_replicated_and_retained(
+    core: &mut HeadCore,
+    experiment: ExperimentId,
+    node: NodeId,
+    other: NodeId,
+) {
+    let sent = commands(core);
     let replications: Vec<_> = sent
         .iter()
         .filter_map(|(to, command)| match command {
@@ -1113,27 +1228,16 @@ fn checkpoints_are_replicated_retained_and_resumed_from() {
             .collect::<Vec<_>>(),
         [20, 30]
     );
-    // The replica of step 30 arrives; then the trial's node dies.
-    let last = xp_runtime::ids::ObjectId::of(&30u64.to_le_bytes());
-    core.handle_node_message(
-        50,
-        other,
-        NodeMessage::Objects {
-            added: vec![last],
-            dropped: Vec::new(),
-        },
-    );
-    report(
-        &mut core,
-        60,
-        node,
-        WorkerReport::Exited {
-            key,
-            code: Some(1),
-            signal: None,
-        },
-    );
-    let relaunch = commands(&mut core)
+}
+
+/// Checks that the failed trial of `key` is launched again, resuming from its
+/// step 30 in the replica `last`; returns the node it runs on.
+fn check_resumed_from_the_replica(
+    core: &mut HeadCore,
+    key: WorkerKey,
+    last: xp_runtime::ids::ObjectId,
+) -> NodeId {
+    let relaunch = commands(core)
         .into_iter()
         .find_map(|(to, command)| match command {
             HeadCommand::Launch(launch) => Some((to, launch)),
@@ -1146,58 +1250,99 @@ fn checkpoints_are_replicated_retained_and_resumed_from() {
     assert!(!resume.sources.is_empty());
     let trial = &core.book.trial(key.trial);
     assert_eq!(trial.attempts[1].resumed_from, Some((30, 1)));
+    relaunch.0
+}
+
+#[test]
+fn checkpoints_are_replicated_retained_and_resumed_from() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let (a, b) = (node_id(1), node_id(2));
+    core.handle_node_register(0, registration(a, 0, 1, Vec::new()));
+    core.handle_node_register(0, registration(b, 0, 1, Vec::new()));
+    let experiment = submit(&mut core, 1, CHECKPOINTED, false);
+    let placed = launches(&commands(&mut core));
+    let (node, key) = placed[0];
+    let other = if node == a { b } else { a };
+    report(&mut core, 2, node, WorkerReport::Started { key, pid: 1 });
+    for step in [10u64, 20, 30] {
+        let checkpoint = checkpoint_report(key, step, &step.to_le_bytes());
+        report(&mut core, 3 + step, node, checkpoint);
+    }
+    check_replicated_and_retained(&mut core, experiment, node, other);
+    // The replica of step 30 arrives; then the trial's node dies.
+    let last = xp_runtime::ids::ObjectId::of(&30u64.to_le_bytes());
+    let added = NodeMessage::Objects {
+        added: vec![last],
+        dropped: Vec::new(),
+    };
+    core.handle_node_message(50, other, added);
+    exited(&mut core, 60, node, key, 1);
+    let relaunched_on = check_resumed_from_the_replica(&mut core, key, last);
     // A malformed manifest (an escaping file name) is ignored.
     let mut bad = checkpoint_report(WorkerKey { attempt: 2, ..key }, 40, b"x");
     if let WorkerReport::Checkpoint { files, .. } = &mut bad {
         files[0].name = "../escape".to_owned();
     }
-    report(&mut core, 70, relaunch.0, bad);
+    report(&mut core, 70, relaunched_on, bad);
     assert_eq!(core.book.trial(key.trial).checkpoints.len(), 2);
     core.check_invariants();
 }
 
+/// Checks what the head asks of `node` when it registers again at 5, restarted
+/// and holding `kept` and `orphan` unpinned: `kept` is pinned again and
+/// `orphan`, which nothing claims, dropped.
+fn check_repinned_on_return(
+    core: &mut HeadCore,
+    node: NodeId,
+    kept: xp_runtime::ids::ObjectId,
+    orphan: xp_runtime::ids::ObjectId,
+) {
+    let forgotten = |id| xp_runtime::protocol::HeldObject {
+        id,
+        pinned: false,
+        trials: Vec::new(),
+        drivers: Vec::new(),
+    };
+    let mut returning = registration(node, 0, 1, Vec::new());
+    returning.held_objects = vec![forgotten(kept), forgotten(orphan)];
+    core.handle_node_register(5, returning);
+    let sent = commands(core);
+    let pins: Vec<_> = sent
+        .iter()
+        .filter_map(|(_, command)| match command {
+            HeadCommand::Pin { objects, .. } => Some(objects.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pins, vec![vec![kept]]);
+    let drops: Vec<_> = sent
+        .iter()
+        .filter_map(|(_, command)| match command {
+            HeadCommand::DropObjects { trial, objects } => Some((*trial, objects.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(drops, vec![(None, vec![orphan])]);
+}
+
 #[test]
 fn late_checkpoint_reports_count_by_attempt_and_step_and_returning_nodes_repin() {
-    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
-    let node = node_id(1);
-    core.handle_node_register(0, registration(node, 0, 1, Vec::new()));
-    let yaml = "name: ck\ntrial: {command: [train], max_retries: 2, resources: {cpu: 1}}\ncheckpoints: {keep_last: 2, keep_best: 0}\n";
-    let experiment = submit(&mut core, 1, yaml, false);
+    let (mut core, node) = cluster(0, 1);
+    let experiment = submit(&mut core, 1, CHECKPOINTED, false);
     let (_, key) = launches(&commands(&mut core))[0];
     report(&mut core, 2, node, WorkerReport::Started { key, pid: 1 });
-    report(
-        &mut core,
-        2,
-        node,
-        WorkerReport::Exited {
-            key,
-            code: Some(1),
-            signal: None,
-        },
-    );
+    exited(&mut core, 2, node, key, 1);
     let (_, second) = launches(&commands(&mut core))[0];
     assert_eq!(second.attempt, 2);
-    report(
-        &mut core,
-        2,
-        node,
-        WorkerReport::Started {
-            key: second,
-            pid: 2,
-        },
-    );
-    report(
-        &mut core,
-        2,
-        node,
-        checkpoint_report(second, 200, b"two hundred"),
-    );
-    report(
-        &mut core,
-        3,
-        node,
-        checkpoint_report(second, 210, b"two hundred ten"),
-    );
+    let started = WorkerReport::Started {
+        key: second,
+        pid: 2,
+    };
+    report(&mut core, 2, node, started);
+    let two_hundred = checkpoint_report(second, 200, b"two hundred");
+    report(&mut core, 2, node, two_hundred);
+    let two_hundred_ten = checkpoint_report(second, 210, b"two hundred ten");
+    report(&mut core, 3, node, two_hundred_ten);
     // A report of attempt 1 resent late is older, whatever its arrival.
     report(&mut core, 4, node, checkpoint_report(key, 80, b"eighty"));
     let kept: Vec<(u32, u64)> = core
@@ -1210,34 +1355,9 @@ fn late_checkpoint_reports_count_by_attempt_and_step_and_returning_nodes_repin()
     // The node comes back restarted: it forgot its pins and claims. The head pins
     // the kept checkpoint's object again and drops what nothing claims.
     let _ = commands(&mut core);
-    let forgotten = |id| xp_runtime::protocol::HeldObject {
-        id,
-        pinned: false,
-        trials: Vec::new(),
-        drivers: Vec::new(),
-    };
     let kept_id = xp_runtime::ids::ObjectId::of(b"two hundred ten");
     let orphan = xp_runtime::ids::ObjectId::of(b"unrelated");
-    let mut returning = registration(node, 0, 1, Vec::new());
-    returning.held_objects = vec![forgotten(kept_id), forgotten(orphan)];
-    core.handle_node_register(5, returning);
-    let sent = commands(&mut core);
-    let pins: Vec<_> = sent
-        .iter()
-        .filter_map(|(_, command)| match command {
-            HeadCommand::Pin { objects, .. } => Some(objects.clone()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(pins, vec![vec![kept_id]]);
-    let drops: Vec<_> = sent
-        .iter()
-        .filter_map(|(_, command)| match command {
-            HeadCommand::DropObjects { trial, objects } => Some((*trial, objects.clone())),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(drops, vec![(None, vec![orphan])]);
+    check_repinned_on_return(&mut core, node, kept_id, orphan);
 }
 
 /// When the restarted head of the restart tests started.

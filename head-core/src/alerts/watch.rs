@@ -102,98 +102,26 @@ impl TrialWatch {
                 .or_default();
             let judgement = match rule.condition() {
                 AlertCondition::Nonfinite { metric } => {
-                    let bad: Vec<(&String, f64)> = values
-                        .iter()
-                        .filter(|(name, value)| {
-                            !value.is_finite()
-                                && metric.as_ref().is_none_or(|wanted| wanted == *name)
-                        })
-                        .map(|(name, value)| (name, *value))
-                        .collect();
-                    let watched = metric.as_ref().is_none_or(|name| values.contains_key(name));
-                    match bad.first() {
-                        Some((name, value)) => {
-                            // At most a few names, so a message stays short
-                            // whatever a line carries.
-                            let mut listed: Vec<String> = bad
-                                .iter()
-                                .take(MAX_LISTED)
-                                .map(|(name, value)| format!("{name} is {}", shown(*value)))
-                                .collect();
-                            if bad.len() > MAX_LISTED {
-                                listed.push(format!("{} more", bad.len() - MAX_LISTED));
-                            }
-                            Judgement::Holds(Firing {
-                                rule: index,
-                                metric: Some((*name).clone()),
-                                value: Some(*value),
-                                message: format!("{}{}", listed.join(", "), at_step(step)),
-                            })
-                        }
-                        None if watched => Judgement::Clear,
-                        None => Judgement::Silent,
-                    }
+                    judge_nonfinite(index, metric.as_deref(), step, values)
                 }
                 AlertCondition::Threshold {
                     metric,
                     above,
                     below,
-                } => match values.get(&metric) {
-                    // A non-finite value is the `nonfinite` rule's; it says nothing here.
-                    Some(value) if value.is_finite() => {
-                        let past = above
-                            .filter(|above| value > above)
-                            .map(|above| format!("above {above}"))
-                            .or_else(|| {
-                                below
-                                    .filter(|below| value < below)
-                                    .map(|below| format!("below {below}"))
-                            });
-                        match past {
-                            Some(bound) => Judgement::Holds(Firing {
-                                rule: index,
-                                metric: Some(metric.clone()),
-                                value: Some(*value),
-                                message: format!("{metric} is {value}{}, {bound}", at_step(step)),
-                            }),
-                            None => Judgement::Clear,
-                        }
-                    }
-                    _ => Judgement::Silent,
-                },
+                } => judge_threshold(index, &metric, (above, below), step, values),
                 AlertCondition::Divergence {
                     metric,
                     factor,
                     smoothing,
                     min_steps,
-                } => match values.get(&metric) {
-                    Some(value) if value.is_finite() => {
-                        let ema = watch
-                            .ema
-                            .map_or(*value, |ema| smoothing * ema + (1.0 - smoothing) * value);
-                        watch.ema = Some(ema);
-                        let smoothed_min = watch.smoothed_min.map_or(ema, |min| min.min(ema));
-                        watch.smoothed_min = Some(smoothed_min);
-                        watch.seen += 1;
-                        // `factor` x the minimum for a positive minimum; for a
-                        // negative one the same distance above it.
-                        let limit = smoothed_min + (factor - 1.0) * smoothed_min.abs();
-                        if watch.seen >= min_steps && ema > limit {
-                            Judgement::Holds(Firing {
-                                rule: index,
-                                metric: Some(metric.clone()),
-                                value: Some(*value),
-                                message: format!(
-                                    "{metric} diverges{}: its EMA {ema:.6} is past {factor} x its smoothed minimum {smoothed_min:.6}",
-                                    at_step(step)
-                                ),
-                            })
-                        } else {
-                            Judgement::Clear
-                        }
-                    }
-                    _ => Judgement::Silent,
-                },
+                } => {
+                    let shape = Divergence {
+                        factor,
+                        smoothing,
+                        min_steps,
+                    };
+                    judge_divergence(watch, index, &metric, shape, step, values)
+                }
                 AlertCondition::Stalled { .. } => Judgement::Clear,
                 AlertCondition::GpuUnderused { .. } => Judgement::Silent,
             };
@@ -283,6 +211,125 @@ impl TrialWatch {
         }
         verdicts
     }
+}
+
+/// A divergence rule's shape: how far past its smoothed minimum the EMA of
+/// a metric may go, how smooth, and after how many reports it is judged.
+#[derive(Debug, Clone, Copy)]
+struct Divergence {
+    factor: f64,
+    smoothing: f64,
+    min_steps: u64,
+}
+
+/// `nonfinite`: a watched metric (any, when the rule names none) is NaN or
+/// infinite. A rule naming a metric the report lacks says nothing.
+fn judge_nonfinite(
+    rule: usize,
+    metric: Option<&str>,
+    step: Option<u64>,
+    values: &BTreeMap<String, f64>,
+) -> Judgement {
+    let bad: Vec<(&String, f64)> = values
+        .iter()
+        .filter(|(name, value)| !value.is_finite() && metric.is_none_or(|wanted| wanted == *name))
+        .map(|(name, value)| (name, *value))
+        .collect();
+    let watched = metric.is_none_or(|name| values.contains_key(name));
+    let Some((name, value)) = bad.first() else {
+        return if watched {
+            Judgement::Clear
+        } else {
+            Judgement::Silent
+        };
+    };
+    // At most a few names, so a message stays short whatever a line carries.
+    let mut listed: Vec<String> = bad
+        .iter()
+        .take(MAX_LISTED)
+        .map(|(name, value)| format!("{name} is {}", shown(*value)))
+        .collect();
+    if bad.len() > MAX_LISTED {
+        listed.push(format!("{} more", bad.len() - MAX_LISTED));
+    }
+    Judgement::Holds(Firing {
+        rule,
+        metric: Some((*name).clone()),
+        value: Some(*value),
+        message: format!("{}{}", listed.join(", "), at_step(step)),
+    })
+}
+
+/// `threshold`: the metric is above or below its bound. A non-finite value
+/// is the `nonfinite` rule's; it says nothing here.
+fn judge_threshold(
+    rule: usize,
+    metric: &str,
+    (above, below): (Option<f64>, Option<f64>),
+    step: Option<u64>,
+    values: &BTreeMap<String, f64>,
+) -> Judgement {
+    let Some(value) = values.get(metric).filter(|value| value.is_finite()) else {
+        return Judgement::Silent;
+    };
+    let past = above
+        .filter(|above| value > above)
+        .map(|above| format!("above {above}"))
+        .or_else(|| {
+            below
+                .filter(|below| value < below)
+                .map(|below| format!("below {below}"))
+        });
+    match past {
+        Some(bound) => Judgement::Holds(Firing {
+            rule,
+            metric: Some(metric.to_owned()),
+            value: Some(*value),
+            message: format!("{metric} is {value}{}, {bound}", at_step(step)),
+        }),
+        None => Judgement::Clear,
+    }
+}
+
+/// `divergence`: the metric's EMA is `factor` x its smoothed minimum (for a
+/// negative minimum, the same distance above it), once `min_steps` reports
+/// were seen; `watch` keeps the EMA and the minimum between reports.
+fn judge_divergence(
+    watch: &mut RuleWatch,
+    rule: usize,
+    metric: &str,
+    shape: Divergence,
+    step: Option<u64>,
+    values: &BTreeMap<String, f64>,
+) -> Judgement {
+    let Some(value) = values.get(metric).filter(|value| value.is_finite()) else {
+        return Judgement::Silent;
+    };
+    let Divergence {
+        factor,
+        smoothing,
+        min_steps,
+    } = shape;
+    let ema = watch
+        .ema
+        .map_or(*value, |ema| smoothing * ema + (1.0 - smoothing) * value);
+    watch.ema = Some(ema);
+    let smoothed_min = watch.smoothed_min.map_or(ema, |min| min.min(ema));
+    watch.smoothed_min = Some(smoothed_min);
+    watch.seen += 1;
+    let limit = smoothed_min + (factor - 1.0) * smoothed_min.abs();
+    if watch.seen < min_steps || ema <= limit {
+        return Judgement::Clear;
+    }
+    Judgement::Holds(Firing {
+        rule,
+        metric: Some(metric.to_owned()),
+        value: Some(*value),
+        message: format!(
+            "{metric} diverges{}: its EMA {ema:.6} is past {factor} x its smoothed minimum {smoothed_min:.6}",
+            at_step(step)
+        ),
+    })
 }
 
 /// Raises on the first judgement that holds, clears on the first that does not.

@@ -22,6 +22,31 @@ const MAX_WHO_BYTES: usize = 128;
 /// The longest `why` an admin action may carry.
 const MAX_WHY_BYTES: usize = 4096;
 
+/// What an admin action does to each trial it names.
+#[derive(Debug)]
+enum TrialChange {
+    /// A base priority replacing the experiment's.
+    Priority(i64),
+    /// Out of the queue until released.
+    Hold,
+    /// Back into the queue.
+    Release,
+    /// Into another queue.
+    Move(String),
+}
+
+impl TrialChange {
+    /// In words, for events and answers.
+    fn describe(&self) -> String {
+        match self {
+            Self::Priority(value) => format!("priority set to {value}"),
+            Self::Hold => "held".to_owned(),
+            Self::Release => "released".to_owned(),
+            Self::Move(queue) => format!("moved to queue {queue}"),
+        }
+    }
+}
+
 /// What an admin action does and names.
 pub(super) fn access(admin: &AdminRequest) -> Access {
     let named = |id: &String| Scope::Named(id.clone());
@@ -85,87 +110,90 @@ impl HeadCore {
         if who.trim().is_empty() || who.len() > MAX_WHO_BYTES || why.len() > MAX_WHY_BYTES {
             return Err(CoreError::AdminUnattributed);
         }
-        let (targets, what) = match &action {
-            AdminAction::ApplyPolicy { yaml } => {
-                let config = PolicyConfig::from_yaml(yaml)?;
-                self.placement.policy_mut().set_config(config, now)?;
-                self.placement.mark_stale();
-                self.placement.set_record(PolicyRecord {
-                    yaml: yaml.clone(),
-                    applied_by: who.clone(),
-                    why: why.clone(),
-                    at: now,
-                    approvals: self.approvals.records().to_vec(),
-                });
-                info!(%who, %why, "scheduling policy replaced");
-                self.schedule(now);
-                return Ok((0, format!("policy applied by {who}")));
+        let (id, change) = match action {
+            AdminAction::ApplyPolicy { yaml } => return self.apply_policy(now, yaml, &who, &why),
+            AdminAction::Approve { request } => {
+                return self.decide_preemption(now, request, ApprovalVerdict::Approve, &who, &why);
             }
-            AdminAction::Priority { id, value } => {
-                (self.admin_targets(id)?, format!("priority set to {value}"))
+            AdminAction::Deny { request } => {
+                return self.decide_preemption(now, request, ApprovalVerdict::Deny, &who, &why);
             }
-            AdminAction::Hold { id } => (self.admin_targets(id)?, "held".to_owned()),
-            AdminAction::Release { id } => (self.admin_targets(id)?, "released".to_owned()),
-            AdminAction::Approve { request } | AdminAction::Deny { request } => {
-                let verdict = if matches!(action, AdminAction::Approve { .. }) {
-                    ApprovalVerdict::Approve
-                } else {
-                    ApprovalVerdict::Deny
-                };
-                let decided = self.arbitrate(now, *request, verdict, &who, &why)?;
-                self.schedule(now);
-                let word = match verdict {
-                    ApprovalVerdict::Approve => "approved",
-                    ApprovalVerdict::Deny => "denied",
-                };
-                return Ok((
-                    2,
-                    format!(
-                        "preemption request {request} of {} for {} {word} by {who}",
-                        decided.victim, decided.claimant
-                    ),
-                ));
-            }
-            AdminAction::Move { id, queue } => {
-                if self.placement.policy().config().queue(queue).is_none() {
-                    return Err(CoreError::QueueNotFound {
-                        queue: queue.clone(),
-                    });
-                }
-                (self.admin_targets(id)?, format!("moved to queue {queue}"))
-            }
+            AdminAction::Priority { id, value } => (id, TrialChange::Priority(value)),
+            AdminAction::Hold { id } => (id, TrialChange::Hold),
+            AdminAction::Release { id } => (id, TrialChange::Release),
+            AdminAction::Move { id, queue } => (id, TrialChange::Move(queue)),
         };
-        for trial_id in &targets {
-            let trial_id = *trial_id;
-            let trial = self.book.trial_mut(trial_id).expect("targets exist");
-            match &action {
-                AdminAction::Priority { value, .. } => {
-                    trial.priority_override = Some(*value);
-                    self.placement.policy_mut().set_priority(trial_id, *value);
-                    self.placement.mark_stale();
-                }
-                AdminAction::Hold { .. } => {
-                    trial.held = true;
-                    self.placement.policy_mut().hold(trial_id);
-                    self.placement.mark_stale();
-                }
-                AdminAction::Release { .. } => {
-                    trial.held = false;
-                    self.placement.policy_mut().release_hold(trial_id);
-                    self.placement.mark_stale();
-                }
-                AdminAction::Move { queue, .. } => {
-                    trial.queue_override = Some(queue.clone());
-                    self.placement.mark_stale();
-                    if let Err(refusal) = self.placement.policy_mut().move_to_queue(trial_id, queue)
-                    {
-                        debug!(%trial_id, %refusal, "queue change takes effect when it waits again");
-                    }
-                }
-                AdminAction::ApplyPolicy { .. }
-                | AdminAction::Approve { .. }
-                | AdminAction::Deny { .. } => unreachable!("returned above"),
-            }
+        self.change_trials(now, &id, &change, &who, &why)
+    }
+
+    /// Puts a new scheduling policy in force, recorded with its author.
+    fn apply_policy(
+        &mut self,
+        now: UnixMillis,
+        yaml: String,
+        who: &str,
+        why: &str,
+    ) -> Result<(u32, String), CoreError> {
+        let config = PolicyConfig::from_yaml(&yaml)?;
+        self.placement.policy_mut().set_config(config, now)?;
+        self.placement.mark_stale();
+        self.placement.set_record(PolicyRecord {
+            yaml,
+            applied_by: who.to_owned(),
+            why: why.to_owned(),
+            at: now,
+            approvals: self.approvals.records().to_vec(),
+        });
+        info!(%who, %why, "scheduling policy replaced");
+        self.schedule(now);
+        Ok((0, format!("policy applied by {who}")))
+    }
+
+    /// Approves or denies a preemption waiting for a person.
+    fn decide_preemption(
+        &mut self,
+        now: UnixMillis,
+        request: u64,
+        verdict: ApprovalVerdict,
+        who: &str,
+        why: &str,
+    ) -> Result<(u32, String), CoreError> {
+        let decided = self.arbitrate(now, request, verdict, who, why)?;
+        self.schedule(now);
+        let word = match verdict {
+            ApprovalVerdict::Approve => "approved",
+            ApprovalVerdict::Deny => "denied",
+        };
+        Ok((
+            2,
+            format!(
+                "preemption request {request} of {} for {} {word} by {who}",
+                decided.victim, decided.claimant
+            ),
+        ))
+    }
+
+    /// Changes every unfinished trial `id` names, each with an event.
+    fn change_trials(
+        &mut self,
+        now: UnixMillis,
+        id: &str,
+        change: &TrialChange,
+        who: &str,
+        why: &str,
+    ) -> Result<(u32, String), CoreError> {
+        if let TrialChange::Move(queue) = change
+            && self.placement.policy().config().queue(queue).is_none()
+        {
+            return Err(CoreError::QueueNotFound {
+                queue: queue.clone(),
+            });
+        }
+        let targets = self.admin_targets(id)?;
+        let what = change.describe();
+        for &trial_id in &targets {
+            self.change_trial(trial_id, change);
+            let trial = self.book.trial(trial_id);
             let (state, attempt) = (trial.state, trial.attempts.len() as u32);
             self.push_event(
                 now,
@@ -181,6 +209,37 @@ impl HeadCore {
             targets.len() as u32,
             format!("{} trials {what}", targets.len()),
         ))
+    }
+
+    /// One trial's record and its standing with the policy core changed.
+    fn change_trial(&mut self, trial_id: TrialId, change: &TrialChange) {
+        let trial = self.book.trial_mut(trial_id).expect("targets exist");
+        match change {
+            TrialChange::Priority(value) => trial.priority_override = Some(*value),
+            TrialChange::Hold => trial.held = true,
+            TrialChange::Release => trial.held = false,
+            TrialChange::Move(queue) => trial.queue_override = Some(queue.clone()),
+        }
+        self.placement.mark_stale();
+        let policy = self.placement.policy_mut();
+        // Whether the policy core held the trial does not matter: its record
+        // holds the change, and the trial is handed over with it when it waits.
+        match change {
+            TrialChange::Priority(value) => {
+                policy.set_priority(trial_id, *value);
+            }
+            TrialChange::Hold => {
+                policy.hold(trial_id);
+            }
+            TrialChange::Release => {
+                policy.release_hold(trial_id);
+            }
+            TrialChange::Move(queue) => {
+                if let Err(refusal) = policy.move_to_queue(trial_id, queue) {
+                    debug!(%trial_id, %refusal, "queue change takes effect when it waits again");
+                }
+            }
+        }
     }
 
     /// The unfinished trials an admin names: one trial id, or an experiment.

@@ -5,8 +5,6 @@
 //! the bound on resolved records), and the report showing only visible teams'
 //! trials.
 
-use xp_runtime::protocol::{AdminAction, AdminRequest};
-
 use super::*;
 use crate::records::{ApprovalRecord, ApprovalState};
 use crate::state::{Approvals, MAX_DECIDED_APPROVALS};
@@ -15,17 +13,6 @@ const POLICY: &str = "leases: {ps: 1}\npriority_classes: {low: 0, high: 100}\npr
 
 const VICTIM: &str = "name: victim\nteam: g\npriority: low\ntrial: {command: [sleep, '600'], resources: {leases: {ps: 1}}}\n";
 const CLAIMANT: &str = "name: claimant\nteam: b\npriority: high\ntrial: {command: [sleep, '1'], resources: {leases: {ps: 1}}}\n";
-
-fn admin(core: &mut HeadCore, now: u64, action: AdminAction) -> Result<(u32, String), CoreError> {
-    core.handle_admin(
-        now,
-        AdminRequest {
-            action,
-            who: "alice".to_owned(),
-            why: "testing".to_owned(),
-        },
-    )
-}
 
 /// A core under [`POLICY`] with one CPU node, the victim running on it and
 /// the claimant waiting for an approval.

@@ -108,16 +108,9 @@ fn run_launched(core: &mut HeadCore, now: u64, node: NodeId) -> Vec<Vec<String>>
     argvs
 }
 
-fn cluster() -> (HeadCore, NodeId) {
-    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
-    let node = node_id(1);
-    core.handle_node_register(0, registration(node, 0, 16, Vec::new()));
-    (core, node)
-}
-
 #[test]
 fn stages_start_when_their_needs_succeed_with_inputs_resolved() {
-    let (mut core, node) = cluster();
+    let (mut core, node) = cluster(0, 16);
     let (id, reused) = submit_pipeline(&mut core, 1, THREE);
     assert_eq!(reused, 0);
     assert_eq!(
@@ -177,7 +170,7 @@ fn stages_start_when_their_needs_succeed_with_inputs_resolved() {
 
 #[test]
 fn a_resubmission_reuses_unchanged_stages_and_reruns_the_changed_one() {
-    let (mut core, node) = cluster();
+    let (mut core, node) = cluster(0, 16);
     let (first, _) = submit_pipeline(&mut core, 1, THREE);
     for now in 2..5 {
         run_launched(&mut core, now, node);
@@ -219,7 +212,7 @@ const BRANCHES: &str = "name: branches\nstages:\n  a:\n    trial: {command: [ech
 
 #[test]
 fn a_failed_stage_cancels_its_descendants_only_and_retry_reruns_just_them() {
-    let (mut core, node) = cluster();
+    let (mut core, node) = cluster(0, 16);
     let (id, _) = submit_pipeline(&mut core, 1, BRANCHES);
     run_launched(&mut core, 2, node);
     run_launched(&mut core, 3, node);
@@ -250,7 +243,7 @@ fn a_failed_stage_cancels_its_descendants_only_and_retry_reruns_just_them() {
 
 #[test]
 fn cancel_stops_running_and_waiting_stages() {
-    let (mut core, _node) = cluster();
+    let (mut core, _node) = cluster(0, 16);
     let (id, _) = submit_pipeline(&mut core, 1, THREE);
     let _ = commands(&mut core);
     assert_eq!(core.cancel_pipeline(2, id).unwrap(), 3);
@@ -271,7 +264,7 @@ fn cancel_stops_running_and_waiting_stages() {
 
 #[test]
 fn stages_on_the_critical_path_get_urgency() {
-    let (mut core, _node) = cluster();
+    let (mut core, _node) = cluster(0, 16);
     let yaml = "name: wide\nstages:\n  long:\n    trial: {command: [echo, l]}\n    estimate: 1h\n  short:\n    trial: {command: [echo, s]}\n    estimate: 1m\n  last:\n    needs: [long, short]\n    trial: {command: [echo, x]}\n    estimate: 1m\n";
     let (id, _) = submit_pipeline(&mut core, 1, yaml);
     let status = &core.pipelines_status(1, Some(id), &|_| true).unwrap()[0];
@@ -297,7 +290,7 @@ fn stages_on_the_critical_path_get_urgency() {
 
 #[test]
 fn a_stage_whose_need_finished_while_the_head_was_down_is_released_on_load() {
-    let (mut core, node) = cluster();
+    let (mut core, node) = cluster(0, 16);
     let (id, _) = submit_pipeline(&mut core, 1, THREE);
     let mut stored = core.take_records();
     // Prepare finishes; the pipeline's record of it is lost with the head, as if
@@ -322,7 +315,7 @@ fn pipeline_requests_are_authorized_against_the_pipelines_team() {
     use crate::requests::access as access_of;
     use xp_runtime::protocol::Request;
 
-    let (mut core, _node) = cluster();
+    let (mut core, _node) = cluster(0, 16);
     let (id, _) = submit_pipeline(&mut core, 1, THREE);
     let user = |team: &str, role| Principal::User {
         name: format!("{team}-{role}"),
@@ -367,7 +360,7 @@ fn pipeline_requests_are_authorized_against_the_pipelines_team() {
 
 #[test]
 fn a_reference_to_something_the_upstream_did_not_produce_fails_the_stage_saying_so() {
-    let (mut core, node) = cluster();
+    let (mut core, node) = cluster(0, 16);
     let yaml = "name: refs\nstages:\n  a:\n    trial: {command: [echo, a]}\n  b:\n    needs: [a]\n    trial: {command: [ls, '{a.checkpoint}']}\n  c:\n    needs: [a]\n    trial: {command: [echo, '{a.best.metrics.loss}']}\n";
     let (id, _) = submit_pipeline(&mut core, 1, yaml);
     run_launched(&mut core, 2, node);
@@ -455,7 +448,7 @@ fn reloaded_pipelines(records: Vec<Record>, next_pipeline_id: u64) -> LoadedStat
 
 #[test]
 fn a_nan_metric_survives_storage_and_no_pipeline_id_is_given_twice() {
-    let (mut core, node) = cluster();
+    let (mut core, node) = cluster(0, 16);
     let (id, _) = submit_pipeline(&mut core, 1, ONE);
     succeed_launched(&mut core, 2, node, &[("loss", f64::NAN), ("acc", 0.5)]);
     assert_eq!(state_of(&core, id, "a"), StageState::Succeeded);
@@ -474,7 +467,7 @@ fn a_nan_metric_survives_storage_and_no_pipeline_id_is_given_twice() {
 
 #[test]
 fn a_team_never_reuses_another_teams_stage() {
-    let (mut core, node) = cluster();
+    let (mut core, node) = cluster(0, 16);
     let (first, _) = submit_pipeline(&mut core, 1, ONE);
     succeed_launched(&mut core, 2, node, &[]);
     assert_eq!(state_of(&core, first, "a"), StageState::Succeeded);
@@ -527,7 +520,7 @@ fn a_stage_refused_for_too_many_pending_trials_waits_and_starts_later() {
 
 #[test]
 fn a_one_stage_pipeline_gets_no_urgency_and_the_path_moves_as_stages_finish() {
-    let (mut core, node) = cluster();
+    let (mut core, node) = cluster(0, 16);
     let (lone, _) = submit_pipeline(&mut core, 1, ONE);
     let experiment_of = |core: &HeadCore, id: u64, name: &str| {
         core.pipelines_status(1, Some(id), &|_| true).unwrap()[0]
@@ -579,7 +572,7 @@ fn a_one_stage_pipeline_gets_no_urgency_and_the_path_moves_as_stages_finish() {
 
 #[test]
 fn a_parameter_value_that_spells_a_marker_is_not_one() {
-    let (mut core, node) = cluster();
+    let (mut core, node) = cluster(0, 16);
     let yaml = "name: forge\nstages:\n  a:\n    trial: {command: [echo, a]}\n  b:\n    needs: [a]\n    trial: {command: [cat, '{a.outputs}/n.txt', '{v}']}\n    search: {algorithm: grid, space: {v: {choice: ['{xp-input:a.outputs}']}}}\n";
     let (id, _) = submit_pipeline(&mut core, 1, yaml);
     run_launched(&mut core, 2, node);
@@ -603,7 +596,7 @@ fn a_parameter_value_that_spells_a_marker_is_not_one() {
 
 #[test]
 fn retry_reruns_a_stage_whose_outputs_went_with_a_lost_node() {
-    let (mut core, node) = cluster();
+    let (mut core, node) = cluster(0, 16);
     let yaml = "name: lost\nstages:\n  a:\n    trial: {command: [echo, a]}\n  b:\n    needs: [a]\n    trial: {command: [cat, '{a.outputs}/n.txt']}\n";
     let (id, _) = submit_pipeline(&mut core, 1, yaml);
     run_launched(&mut core, 2, node);
@@ -624,7 +617,7 @@ fn retry_reruns_a_stage_whose_outputs_went_with_a_lost_node() {
 
 #[test]
 fn many_upstream_files_are_shown_briefly_and_too_many_fail_the_stage_saying_so() {
-    let (mut core, node) = cluster();
+    let (mut core, node) = cluster(0, 16);
     let yaml = "name: many\nstages:\n  a:\n    trial: {command: [echo, a]}\n  b:\n    needs: [a]\n    trial: {command: [ls, '{a.outputs}']}\n";
     let run_a = |core: &mut HeadCore, now: u64, count: usize| {
         let key = commands(core)

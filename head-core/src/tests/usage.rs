@@ -13,19 +13,6 @@ const HOUR: u64 = 3_600_000;
 
 const SWEEP: &str = "name: two\nteam: vision\ntrial: {command: [sleep, '{x}'], resources: {gpu: 1}, max_retries: 1}\nsearch: {algorithm: grid, space: {x: {choice: [1, 2]}}, metric: acc, mode: max, value: {per_unit: 10}}\n";
 
-fn exited(core: &mut HeadCore, now: u64, node: NodeId, key: WorkerKey, code: i32) {
-    report(
-        core,
-        now,
-        node,
-        WorkerReport::Exited {
-            key,
-            code: Some(code),
-            signal: None,
-        },
-    );
-}
-
 /// Trial 0 runs 1 s to 1 h + 1 s and succeeds with acc 0.5; trial 1 fails at
 /// half an hour (no checkpoint: all lost), runs again at once and succeeds
 /// with acc 0.75 at 1 h + 1 s.
