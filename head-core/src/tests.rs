@@ -509,7 +509,7 @@ impl Simulation {
             let node = self.nodes.get_mut(&id).unwrap();
             node.started.remove(&key);
             node.launched.remove(&key);
-            let code = if pick % 5 == 0 { 1 } else { 0 };
+            let code = if pick.is_multiple_of(5) { 1 } else { 0 };
             exited(&mut self.core, self.now, id, key, code);
         }
     }
@@ -536,7 +536,7 @@ impl Simulation {
     fn maybe_cancel(&mut self, pick: u16) {
         let statuses = self.core.status(None).unwrap();
         // Submissions no node could hold were refused: there may be none.
-        if !statuses.is_empty() && pick % 3 == 0 {
+        if !statuses.is_empty() && pick.is_multiple_of(3) {
             let victim = &statuses[usize::from(pick) % statuses.len()];
             self.core
                 .handle_cancel(self.now, &victim.id.to_string())
