@@ -40,6 +40,40 @@ const GPU_MILLI: f64 = 1000.0;
 const HOUR_MS: f64 = 3_600_000.0;
 
 impl HeadCore {
+    /// An experiment's trials grouped as `xp compare` groups them: by
+    /// configuration without its seed, each group with the finite values of
+    /// `metric` its succeeded trials reached.
+    fn replicate_groups(
+        &self,
+        experiment_id: ExperimentId,
+        metric: &str,
+    ) -> HashMap<String, Group> {
+        let mut groups: HashMap<String, Group> = HashMap::new();
+        for (_, trial) in self.book.trials_of(experiment_id) {
+            let mut config: serde_json::Map<String, Value> =
+                serde_json::from_str(&trial.config_json).unwrap_or_default();
+            config.remove("seed");
+            let group = groups
+                .entry(Value::Object(config).to_string())
+                .or_insert_with(|| Group {
+                    values: Vec::new(),
+                    trials: 0,
+                    first: trial.id.index,
+                });
+            group.trials += 1;
+            if trial.state == TrialState::Succeeded
+                && let Some(value) = trial
+                    .metrics
+                    .get(metric)
+                    .copied()
+                    .filter(|value| value.is_finite())
+            {
+                group.values.push(value);
+            }
+        }
+        groups
+    }
+
     /// Whether the experiment exists and the caller may see it.
     fn dashboard_visible(
         &self,
@@ -206,55 +240,10 @@ impl HeadCore {
         let metric = metric
             .or(spec.search.metric.as_deref())
             .ok_or(PageError::NoMetric { experiment_id })?;
-        // Grouped as `xp compare` groups them: by configuration without its
-        // seed, counting succeeded trials with a finite value. Only the groups
-        // shown are summarised and turned into JSON: with 10,000 trials that
-        // is most of the work saved.
-        let mut groups: HashMap<String, Group> = HashMap::new();
-        for (_, trial) in self.book.trials_of(experiment_id) {
-            let mut config: serde_json::Map<String, Value> =
-                serde_json::from_str(&trial.config_json).unwrap_or_default();
-            config.remove("seed");
-            let group = groups
-                .entry(Value::Object(config).to_string())
-                .or_insert_with(|| Group {
-                    values: Vec::new(),
-                    trials: 0,
-                    first: trial.id.index,
-                });
-            group.trials += 1;
-            if trial.state == TrialState::Succeeded
-                && let Some(value) = trial
-                    .metrics
-                    .get(metric)
-                    .copied()
-                    .filter(|value| value.is_finite())
-            {
-                group.values.push(value);
-            }
-        }
+        let groups = self.replicate_groups(experiment_id, metric);
         let total_groups = groups.len();
         let maximize = spec.search.mode == Mode::Max;
-        let sort_key = |group: &Group| {
-            if group.values.is_empty() {
-                return f64::INFINITY;
-            }
-            let mean = group.values.iter().sum::<f64>() / group.values.len() as f64;
-            if maximize { -mean } else { mean }
-        };
-        let mut ranked: Vec<(f64, u32, String, Group)> = groups
-            .into_iter()
-            .map(|(config, group)| (sort_key(&group), group.first, config, group))
-            .collect();
-        let order = |a: &(f64, u32, String, Group), b: &(f64, u32, String, Group)| {
-            a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
-        };
-        let keep = MAX_REPLICATE_GROUPS.min(ranked.len());
-        if keep > 0 && keep < ranked.len() {
-            ranked.select_nth_unstable_by(keep - 1, order);
-        }
-        ranked.truncate(keep);
-        ranked.sort_by(order);
+        let ranked = best_groups(groups, maximize);
         let finite = |value: f64| value.is_finite().then_some(value);
         let rows: Vec<Value> = ranked
             .into_iter()
@@ -407,7 +396,6 @@ impl HeadCore {
         buckets: usize,
         visible_team: &dyn Fn(&str) -> bool,
     ) -> Value {
-        let buckets = buckets.clamp(1, MAX_HISTORY_BUCKETS);
         let visible: Vec<(ExperimentId, &str, UnixMillis)> = self
             .book
             .experiments()
@@ -424,59 +412,12 @@ impl HeadCore {
             .or_else(|| visible.iter().map(|(_, _, at)| *at).min())
             .unwrap_or(now)
             .min(now);
-        let span = now.saturating_sub(start).max(1);
-        // Buckets of at least a second: a young cluster's history is a few
-        // buckets, not spikes in slivers of milliseconds.
-        let width = span.div_ceil(buckets as u64).max(MIN_BUCKET_MS);
-        let buckets = span.div_ceil(width).clamp(1, buckets as u64) as usize;
-        let mut allocated_ms = vec![0.0_f64; buckets];
-        let mut in_system_ms = vec![0.0_f64; buckets];
-        let mut finished = vec![0_u64; buckets];
-        let mut time_in_system_ms = vec![0.0_f64; buckets];
+        let mut timeline = Timeline::new(start, now, buckets);
         let mut by_team: BTreeMap<&str, f64> = BTreeMap::new();
-        let bucket_of = |at: UnixMillis| -> Option<usize> {
-            (at >= start && at <= now)
-                .then(|| ((at - start) / width).min(buckets as u64 - 1) as usize)
-        };
-        // Adds `weight` per millisecond of [from, to) to `series`, clipped to the window.
-        let spread = |series: &mut [f64], from: UnixMillis, to: UnixMillis, weight: f64| {
-            let (from, to) = (from.max(start), to.min(now));
-            if to <= from {
-                return 0.0;
-            }
-            let mut at = from;
-            while at < to {
-                let bucket = ((at - start) / width).min(buckets as u64 - 1);
-                let bucket_end = (start + (bucket + 1) * width).min(to).max(at + 1);
-                series[bucket as usize] += weight * (bucket_end - at) as f64;
-                at = bucket_end;
-            }
-            weight * (to - from) as f64
-        };
         for (experiment, team, _) in &visible {
             for (_, trial) in self.book.trials_of(*experiment) {
-                for attempt in &trial.attempts {
-                    let gpus = attempt_gpus(attempt);
-                    if gpus > 0.0 {
-                        let end = attempt.ended_at.unwrap_or(now);
-                        let gpu_ms = spread(&mut allocated_ms, attempt.placed_at, end, gpus);
-                        *by_team.entry(team).or_default() += gpu_ms / HOUR_MS;
-                    }
-                }
-                let Some(arrival) = arrival_of(trial) else {
-                    continue;
-                };
-                let departure = trial
-                    .state
-                    .is_terminal()
-                    .then(|| departure_of(trial))
-                    .flatten();
-                spread(&mut in_system_ms, arrival, departure.unwrap_or(now), 1.0);
-                if let Some(departure) = departure
-                    && let Some(bucket) = bucket_of(departure)
-                {
-                    finished[bucket] += 1;
-                    time_in_system_ms[bucket] += departure.saturating_sub(arrival) as f64;
+                for gpu_ms in timeline.add_trial(trial) {
+                    *by_team.entry(team).or_default() += gpu_ms / HOUR_MS;
                 }
             }
         }
@@ -486,29 +427,12 @@ impl HeadCore {
             .filter(|node| node.state == xp_runtime::protocol::NodeState::Ready)
             .map(|node| node.resources.gpus.len() as f64)
             .sum();
-        let rows: Vec<Value> = (0..buckets)
-            .map(|bucket| {
-                let from = start + bucket as u64 * width;
-                let length = (from + width).min(now).saturating_sub(from).max(1) as f64;
-                let allocated = allocated_ms[bucket] / length;
-                json!({
-                    "start_ms": from,
-                    "allocated_gpus": allocated,
-                    "utilization": (capacity > 0.0).then(|| allocated / capacity),
-                    "finished": finished[bucket],
-                    "throughput_per_hour": finished[bucket] as f64 * HOUR_MS / length,
-                    "mean_time_in_system_s": (finished[bucket] > 0)
-                        .then(|| time_in_system_ms[bucket] / finished[bucket] as f64 / 1000.0),
-                    "in_system": in_system_ms[bucket] / length,
-                })
-            })
-            .collect();
         json!({
             "since_ms": start,
             "until_ms": now,
-            "bucket_ms": width,
+            "bucket_ms": timeline.width,
             "capacity_gpus": capacity,
-            "buckets": rows,
+            "buckets": timeline.rows(capacity),
             "gpu_hours_by_team": by_team,
         })
     }
@@ -565,4 +489,153 @@ fn departure_of(trial: &TrialRecord) -> Option<UnixMillis> {
         Some(attempt) => attempt.ended_at,
         None => Some(trial.queued_at),
     }
+}
+
+/// The cluster's history in buckets of equal width from `start` to `now`:
+/// GPUs allocated, trials in the system, and those that left with their time
+/// in it.
+struct Timeline {
+    start: UnixMillis,
+    now: UnixMillis,
+    width: u64,
+    allocated_ms: Vec<f64>,
+    in_system_ms: Vec<f64>,
+    finished: Vec<u64>,
+    time_in_system_ms: Vec<f64>,
+}
+
+impl Timeline {
+    /// At most `buckets` (within `MAX_HISTORY_BUCKETS`) of at least a second:
+    /// a young cluster's history is a few buckets, not spikes in slivers of
+    /// milliseconds.
+    fn new(start: UnixMillis, now: UnixMillis, buckets: usize) -> Self {
+        let buckets = buckets.clamp(1, MAX_HISTORY_BUCKETS);
+        let span = now.saturating_sub(start).max(1);
+        let width = span.div_ceil(buckets as u64).max(MIN_BUCKET_MS);
+        let buckets = span.div_ceil(width).clamp(1, buckets as u64) as usize;
+        Self {
+            start,
+            now,
+            width,
+            allocated_ms: vec![0.0; buckets],
+            in_system_ms: vec![0.0; buckets],
+            finished: vec![0; buckets],
+            time_in_system_ms: vec![0.0; buckets],
+        }
+    }
+
+    fn buckets(&self) -> usize {
+        self.finished.len()
+    }
+
+    /// The bucket holding `at`, if it is in the window.
+    fn bucket_of(&self, at: UnixMillis) -> Option<usize> {
+        (at >= self.start && at <= self.now)
+            .then(|| ((at - self.start) / self.width).min(self.buckets() as u64 - 1) as usize)
+    }
+
+    /// Adds `weight` per millisecond of [from, to) to `series`, clipped to the
+    /// window; returns the weight added.
+    fn spread(&self, series: &mut [f64], from: UnixMillis, to: UnixMillis, weight: f64) -> f64 {
+        let (from, to) = (from.max(self.start), to.min(self.now));
+        if to <= from {
+            return 0.0;
+        }
+        let last = self.buckets() as u64 - 1;
+        let mut at = from;
+        while at < to {
+            let bucket = ((at - self.start) / self.width).min(last);
+            let bucket_end = (self.start + (bucket + 1) * self.width).min(to).max(at + 1);
+            series[bucket as usize] += weight * (bucket_end - at) as f64;
+            at = bucket_end;
+        }
+        weight * (to - from) as f64
+    }
+
+    /// Adds one trial: its attempts' GPUs, its time in the system and its
+    /// departure; returns the GPU-milliseconds each attempt that held GPUs
+    /// held in the window.
+    fn add_trial(&mut self, trial: &TrialRecord) -> Vec<f64> {
+        let mut gpu_ms = Vec::new();
+        let mut allocated = std::mem::take(&mut self.allocated_ms);
+        for attempt in &trial.attempts {
+            let gpus = attempt_gpus(attempt);
+            if gpus > 0.0 {
+                let end = attempt.ended_at.unwrap_or(self.now);
+                gpu_ms.push(self.spread(&mut allocated, attempt.placed_at, end, gpus));
+            }
+        }
+        self.allocated_ms = allocated;
+        let Some(arrival) = arrival_of(trial) else {
+            return gpu_ms;
+        };
+        let departure = trial
+            .state
+            .is_terminal()
+            .then(|| departure_of(trial))
+            .flatten();
+        let mut in_system = std::mem::take(&mut self.in_system_ms);
+        self.spread(&mut in_system, arrival, departure.unwrap_or(self.now), 1.0);
+        self.in_system_ms = in_system;
+        if let Some(departure) = departure
+            && let Some(bucket) = self.bucket_of(departure)
+        {
+            self.finished[bucket] += 1;
+            self.time_in_system_ms[bucket] += departure.saturating_sub(arrival) as f64;
+        }
+        gpu_ms
+    }
+
+    /// One row per bucket, utilisation against `capacity` GPUs.
+    fn rows(&self, capacity: f64) -> Vec<Value> {
+        (0..self.buckets())
+            .map(|bucket| {
+                let from = self.start + bucket as u64 * self.width;
+                let length = (from + self.width)
+                    .min(self.now)
+                    .saturating_sub(from)
+                    .max(1) as f64;
+                let allocated = self.allocated_ms[bucket] / length;
+                let finished = self.finished[bucket];
+                json!({
+                    "start_ms": from,
+                    "allocated_gpus": allocated,
+                    "utilization": (capacity > 0.0).then(|| allocated / capacity),
+                    "finished": finished,
+                    "throughput_per_hour": finished as f64 * HOUR_MS / length,
+                    "mean_time_in_system_s": (finished > 0)
+                        .then(|| self.time_in_system_ms[bucket] / finished as f64 / 1000.0),
+                    "in_system": self.in_system_ms[bucket] / length,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The best `MAX_REPLICATE_GROUPS` groups by mean (groups without a value
+/// last, ties by first trial), best first. Only the groups shown are
+/// summarised and turned into JSON: with 10,000 trials that is most of the
+/// work saved.
+fn best_groups(groups: HashMap<String, Group>, maximize: bool) -> Vec<(f64, u32, String, Group)> {
+    let sort_key = |group: &Group| {
+        if group.values.is_empty() {
+            return f64::INFINITY;
+        }
+        let mean = group.values.iter().sum::<f64>() / group.values.len() as f64;
+        if maximize { -mean } else { mean }
+    };
+    let mut ranked: Vec<(f64, u32, String, Group)> = groups
+        .into_iter()
+        .map(|(config, group)| (sort_key(&group), group.first, config, group))
+        .collect();
+    let order = |a: &(f64, u32, String, Group), b: &(f64, u32, String, Group)| {
+        a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+    };
+    let keep = MAX_REPLICATE_GROUPS.min(ranked.len());
+    if keep > 0 && keep < ranked.len() {
+        ranked.select_nth_unstable_by(keep - 1, order);
+    }
+    ranked.truncate(keep);
+    ranked.sort_by(order);
+    ranked
 }

@@ -59,27 +59,25 @@ fn run(
     );
 }
 
-#[test]
-fn the_dashboard_views_follow_a_known_schedule() {
-    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
-    let node = node_id(1);
-    core.handle_node_register(0, registration(node, 2, 8, Vec::new()));
+/// A core with one node of two GPUs running the first two trials of
+/// [`SWEEP`], started at 0: the core, the node, the experiment and the two
+/// launches.
+fn two_trials_started() -> (HeadCore, NodeId, ExperimentId, Vec<(NodeId, WorkerKey)>) {
+    let (mut core, node) = cluster(2, 8);
     let experiment = submit(&mut core, 0, SWEEP, false);
-    let loss_of = |key: WorkerKey| f64::from(key.trial.index) + 1.0;
-
-    // Two trials at a time, each for one hour, back to back: t0 and t1 from
-    // 0 to 1 h, t2 and t3 from 1 h to 2 h, t4 and t5 from 2 h to 3 h.
     let first = launches(&commands(&mut core));
     assert_eq!(first.len(), 2);
     for (_, key) in &first {
-        report(
-            &mut core,
-            0,
-            node,
-            WorkerReport::Started { key: *key, pid: 7 },
-        );
+        let started = WorkerReport::Started { key: *key, pid: 7 };
+        report(&mut core, 0, node, started);
     }
-    // While they run: both GPUs are held, and four trials wait.
+    (core, node, experiment, first)
+}
+
+/// Checks the views while the first two trials run: both GPUs are held (by
+/// trials of `experiment`, named only to those who see them), and four trials
+/// wait.
+fn check_the_views_while_two_run(core: &HeadCore, experiment: ExperimentId) {
     let slots = core.gpu_slots(&everyone);
     let gpus = slots["nodes"][0]["gpus"].as_array().unwrap();
     assert_eq!(gpus.len(), 2);
@@ -96,27 +94,26 @@ fn the_dashboard_views_follow_a_known_schedule() {
     assert_eq!(waiting["items"].as_array().unwrap().len(), 2);
     assert!(waiting["items"][0]["waiting"].is_string(), "{waiting}");
     assert_eq!(core.waiting_trials(10, &nobody)["total"], 0);
+}
 
+/// Runs the trials two at a time, each for one hour, back to back, the first
+/// two (`first`, already started) from 0 to 1 h; trial `i` reports loss `i + 1`.
+fn must_run_the_schedule(core: &mut HeadCore, node: NodeId, first: Vec<(NodeId, WorkerKey)>) {
+    let loss_of = |key: WorkerKey| f64::from(key.trial.index) + 1.0;
     let mut batch = first;
     for hour in 0..3 {
         let (start, end) = (hour * HOUR, (hour + 1) * HOUR);
         for (_, key) in &batch {
             // The first batch's starts were reported above.
-            run(
-                &mut core,
-                node,
-                *key,
-                hour == 0,
-                (start, end),
-                loss_of(*key),
-            );
+            run(core, node, *key, hour == 0, (start, end), loss_of(*key));
         }
-        batch = launches(&commands(&mut core));
+        batch = launches(&commands(core));
     }
     assert!(batch.is_empty());
-    let now = 3 * HOUR;
+}
 
-    // Each trial held one GPU for an hour.
+/// Checks trial 0's detail at `now`: it held one GPU for an hour.
+fn check_trial_detail(core: &HeadCore, experiment: ExperimentId, now: u64) {
     let trial = TrialId {
         experiment,
         index: 0,
@@ -131,9 +128,12 @@ fn the_dashboard_views_follow_a_known_schedule() {
     assert_eq!(detail["metric"], "loss");
     assert!(!detail["events"].as_array().unwrap().is_empty(), "{detail}");
     assert!(core.trial_detail(trial, now, &nobody).is_err());
+}
 
-    // Replicates: three configurations of two finished trials each, best
-    // (lowest loss) first; seeds split a configuration into trials of one config.
+/// Checks the replicates: three configurations of two finished trials each,
+/// best (lowest loss) first; seeds split a configuration into trials of one
+/// config.
+fn check_replicates(core: &HeadCore, experiment: ExperimentId) {
     let replicates = core.replicates(experiment, None, &everyone).unwrap();
     assert_eq!(replicates["total_groups"], 3, "{replicates}");
     let groups = replicates["groups"].as_array().unwrap();
@@ -144,19 +144,12 @@ fn the_dashboard_views_follow_a_known_schedule() {
         .collect();
     assert!(means.windows(2).all(|pair| pair[0] <= pair[1]), "{means:?}");
     assert!(groups[0]["ci95_low"].as_f64().unwrap() <= means[0]);
+}
 
-    // The best curves first: the lowest losses belong to the lowest indices.
-    let (metric, chosen) = core
-        .curve_trials(experiment, None, None, 2, &everyone)
-        .unwrap();
-    assert_eq!(metric, "loss");
-    assert_eq!(
-        chosen.iter().map(|id| id.index).collect::<Vec<_>>(),
-        vec![0, 1]
-    );
-
-    // The cluster over three one-hour buckets: two GPUs of two all the time,
-    // two trials finished per hour, each in the system from 0 to its end.
+/// Checks the cluster at `now` over three one-hour buckets: two GPUs of two
+/// all the time, two trials finished per hour, each in the system from 0 to
+/// its end; and that nobody else sees the team's GPU-hours.
+fn check_cluster_history(core: &HeadCore, now: u64) {
     let history = core.cluster_history(now, Some(0), 3, &everyone);
     let hours = history["gpu_hours_by_team"]["vision"].as_f64().unwrap();
     assert!((hours - 6.0).abs() < 1e-9, "{history}");
@@ -188,4 +181,27 @@ fn the_dashboard_views_follow_a_known_schedule() {
     assert_eq!(finished, 6, "{history}");
     let hidden = core.cluster_history(now, Some(0), 3, &nobody);
     assert_eq!(hidden["gpu_hours_by_team"], serde_json::json!({}));
+}
+
+#[test]
+fn the_dashboard_views_follow_a_known_schedule() {
+    // Two trials at a time, each for one hour, back to back: t0 and t1 from
+    // 0 to 1 h, t2 and t3 from 1 h to 2 h, t4 and t5 from 2 h to 3 h.
+    let (mut core, node, experiment, first) = two_trials_started();
+    check_the_views_while_two_run(&core, experiment);
+    must_run_the_schedule(&mut core, node, first);
+    let now = 3 * HOUR;
+    check_trial_detail(&core, experiment, now);
+    check_replicates(&core, experiment);
+
+    // The best curves first: the lowest losses belong to the lowest indices.
+    let (metric, chosen) = core
+        .curve_trials(experiment, None, None, 2, &everyone)
+        .unwrap();
+    assert_eq!(metric, "loss");
+    assert_eq!(
+        chosen.iter().map(|id| id.index).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+    check_cluster_history(&core, now);
 }
