@@ -120,17 +120,7 @@ impl HeadCore {
             .iter()
             .map(|worker| worker.node.to_string())
             .collect();
-        let trial = self.book.trial_mut(trial_id).expect("trial exists");
-        let resumed_checkpoint_at = resume.as_ref().and_then(|resume| {
-            trial
-                .checkpoints
-                .iter()
-                .find(|checkpoint| {
-                    checkpoint.attempt == resume.attempt && checkpoint.step == resume.step
-                })
-                .map(|checkpoint| checkpoint.at)
-        });
-        trial.attempts.push(AttemptRecord {
+        let attempt = AttemptRecord {
             number,
             workers,
             master_host,
@@ -140,8 +130,9 @@ impl HeadCore {
             ended_at: None,
             outcome: None,
             resumed_from: resume.as_ref().map(|resume| (resume.step, resume.attempt)),
-            resumed_checkpoint_at,
-        });
+            resumed_checkpoint_at: None,
+        };
+        self.record_attempt(trial_id, attempt);
         for (node, launch) in launches {
             self.outbox
                 .send(node, HeadCommand::Launch(Box::new(launch)));
@@ -159,6 +150,20 @@ impl HeadCore {
             TrialState::Placed,
             format!("attempt {number} placed on {}{resuming}", nodes.join(",")),
         );
+    }
+
+    /// Adds a new attempt to its trial, with when the checkpoint it resumes
+    /// from was taken.
+    fn record_attempt(&mut self, trial_id: TrialId, mut attempt: AttemptRecord) {
+        let trial = self.book.trial_mut(trial_id).expect("trial exists");
+        attempt.resumed_checkpoint_at = attempt.resumed_from.and_then(|(step, number)| {
+            trial
+                .checkpoints
+                .iter()
+                .find(|checkpoint| checkpoint.attempt == number && checkpoint.step == step)
+                .map(|checkpoint| checkpoint.at)
+        });
+        trial.attempts.push(attempt);
     }
 
     /// The workers of a new attempt, one per placement in rank order, holding what

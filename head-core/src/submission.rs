@@ -26,6 +26,42 @@ use super::error::MAX_VERSION_BYTES;
 use super::{CoreError, ExperimentRecord, HeadCore, TrialRecord};
 use crate::sweep::Sweep;
 
+/// Refuses a submission whose program does not fit its trials (`entry`
+/// trials need the driver binary, command trials take none) or whose versions
+/// are too long to keep.
+fn check_submission(spec: &ExperimentSpec, request: &SubmitRequest) -> Result<(), CoreError> {
+    if spec.trial.entry.is_some() && request.program.is_none() {
+        return Err(CoreError::EntryWithoutBinary);
+    }
+    if let Some(program) = request.program
+        && spec.trial.entry.is_none()
+    {
+        return Err(CoreError::BinaryForCommandTrial { program });
+    }
+    if request.code_version.len() > MAX_VERSION_BYTES
+        || request.data_version.len() > MAX_VERSION_BYTES
+    {
+        return Err(CoreError::VersionTooLong);
+    }
+    Ok(())
+}
+
+/// The experiment's identity: its config without the local program path, the
+/// code version (with the binary's hash for `entry` trials) and the data version.
+fn content_hash(spec: &ExperimentSpec, request: &SubmitRequest) -> [u8; 32] {
+    let mut identity_spec = spec.clone();
+    identity_spec.trial.program = None;
+    let code_identity = match request.program {
+        Some(program) => format!("{}|binary:{program}", request.code_version),
+        None => request.code_version.clone(),
+    };
+    experiment_content_hash(
+        &identity_spec.to_canonical_json(),
+        &code_identity,
+        &request.data_version,
+    )
+}
+
 impl HeadCore {
     /// Creates an experiment and its trials, or finds an identical one, without
     /// the scheduling pass (`handle_submit` runs one; pipelines submit stages
@@ -36,34 +72,11 @@ impl HeadCore {
         request: &SubmitRequest,
     ) -> Result<(ExperimentId, bool, u32), CoreError> {
         let spec = ExperimentSpec::from_json(&request.spec_json)?;
-        if spec.trial.entry.is_some() && request.program.is_none() {
-            return Err(CoreError::EntryWithoutBinary);
-        }
-        if let Some(program) = request.program
-            && spec.trial.entry.is_none()
-        {
-            return Err(CoreError::BinaryForCommandTrial { program });
-        }
-        if request.code_version.len() > MAX_VERSION_BYTES
-            || request.data_version.len() > MAX_VERSION_BYTES
-        {
-            return Err(CoreError::VersionTooLong);
-        }
+        check_submission(&spec, request)?;
         self.admit(&spec)?;
         self.check_capacity(&spec)?;
         self.check_leases(&spec)?;
-        // Identity: the config without the local program path, and the binary's hash as code.
-        let mut identity_spec = spec.clone();
-        identity_spec.trial.program = None;
-        let code_identity = match request.program {
-            Some(program) => format!("{}|binary:{program}", request.code_version),
-            None => request.code_version.clone(),
-        };
-        let content_hash = experiment_content_hash(
-            &identity_spec.to_canonical_json(),
-            &code_identity,
-            &request.data_version,
-        );
+        let content_hash = content_hash(&spec, request);
         let latest = self
             .book
             .experiments()
@@ -79,12 +92,6 @@ impl HeadCore {
         }
         let run = latest.map_or(1, |experiment| experiment.id.run + 1);
         let id = ExperimentId::from_content_hash(&content_hash, run);
-        let adaptive = Sweep::is_adaptive(&spec.search);
-        let plans = if adaptive {
-            Vec::new()
-        } else {
-            plan_trials(&spec.search)
-        };
         self.sweep_state.start(id, &spec)?;
         let record = ExperimentRecord {
             id,
@@ -99,20 +106,23 @@ impl HeadCore {
             sweep_log: Vec::new(),
         };
         self.book.add_experiment(record, spec);
-        for (index, plan) in plans.iter().enumerate() {
-            self.create_trial(now, id, index as u32, plan.config_json(), plan.seed);
-        }
-        if adaptive {
-            self.fill_sweep(now, id);
-        }
-        let trials = self.book.trials_of(id).count() as u32;
-        let planned = if adaptive {
-            self.book.spec(id).trial_count() as u32
-        } else {
-            trials
-        };
+        let planned = self.create_trials(now, id);
         info!(experiment_id = %id, name = %self.book.spec(id).name, trials = planned, "experiment submitted");
         Ok((id, false, planned))
+    }
+
+    /// Creates a new experiment's first trials: every planned one, or an
+    /// adaptive sweep's first suggestions. Returns how many trials it plans.
+    fn create_trials(&mut self, now: UnixMillis, id: ExperimentId) -> u32 {
+        let search = &self.book.spec(id).search;
+        if Sweep::is_adaptive(search) {
+            self.fill_sweep(now, id);
+            return self.book.spec(id).trial_count() as u32;
+        }
+        for (index, plan) in plan_trials(search).iter().enumerate() {
+            self.create_trial(now, id, index as u32, plan.config_json(), plan.seed);
+        }
+        self.book.trials_of(id).count() as u32
     }
 
     /// Creates trial `index` of `experiment`, or, unless the experiment asked to

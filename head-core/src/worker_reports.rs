@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use tracing::{debug, warn};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, WorkerKey};
-use xp_runtime::protocol::{TrialState, WorkerReport};
+use xp_runtime::protocol::{CheckpointFile, TrialState, WorkerReport};
 
 use super::{HeadCore, MetricRecord, Record, WorkerState};
 
@@ -64,16 +64,7 @@ impl HeadCore {
                 backup,
                 take_ms,
                 ..
-            } => {
-                let counted = self.outbox.tally().checkpoints;
-                self.record_checkpoint(now, key, node_id, step, files, backup);
-                if self.outbox.tally().checkpoints > counted {
-                    // A new checkpoint (not a resent report): its take is timed once.
-                    self.outbox
-                        .tally()
-                        .checkpoint_take(std::time::Duration::from_millis(take_ms));
-                }
-            }
+            } => self.worker_checkpoint(now, reporter, step, files, backup, take_ms),
             WorkerReport::Started { pid, .. } => self.worker_started(now, reporter, pid),
             WorkerReport::LaunchFailed { error, .. } => {
                 self.worker_launch_failed(now, reporter, &error);
@@ -111,25 +102,27 @@ impl HeadCore {
                 used_bytes,
                 total_bytes,
                 ..
-            } => {
-                let opted_in = self
-                    .book
-                    .get_spec(reporter.key.trial.experiment)
-                    .is_some_and(|spec| spec.trial.resources.oversubscribe);
-                if opted_in {
-                    self.worker_evicted(now, reporter, gpu, used_bytes, total_bytes);
-                } else {
-                    // Only opted-in workers are ever evicted: a node saying
-                    // otherwise is wrong, and its worker is treated as stopped
-                    // (no free requeue, no eviction counted).
-                    warn!(worker = %reporter.key, node = %reporter.node_id, "a node reports an eviction for GPU memory of a worker that did not opt in to oversubscription; taken as stopped");
-                    self.worker_stopped(
-                        now,
-                        reporter,
-                        "stopped by its node (reported as an eviction, but it did not opt in to oversubscription)",
-                    );
-                }
-            }
+            } => self.worker_evicted(now, reporter, gpu, used_bytes, total_bytes),
+        }
+    }
+
+    /// A checkpoint the worker's node stored; a new one's take is timed once
+    /// (a report resent after a reconnect is not).
+    fn worker_checkpoint(
+        &mut self,
+        now: UnixMillis,
+        reporter: Reporter,
+        step: u64,
+        files: Vec<CheckpointFile>,
+        backup: Option<String>,
+        take_ms: u64,
+    ) {
+        let counted = self.outbox.tally().checkpoints;
+        self.record_checkpoint(now, reporter.key, reporter.node_id, step, files, backup);
+        if self.outbox.tally().checkpoints > counted {
+            self.outbox
+                .tally()
+                .checkpoint_take(std::time::Duration::from_millis(take_ms));
         }
     }
 
@@ -183,7 +176,7 @@ impl HeadCore {
         &mut self,
         now: UnixMillis,
         reporter: Reporter,
-        files: Vec<xp_runtime::protocol::CheckpointFile>,
+        files: Vec<CheckpointFile>,
         error: Option<String>,
     ) {
         let Reporter {
@@ -401,12 +394,39 @@ impl HeadCore {
         }
     }
 
+    /// The node stopped a worker through its checkpoint for GPU memory. Only
+    /// opted-in workers are ever evicted: a node saying otherwise is wrong, and
+    /// its worker is treated as stopped (no free requeue, no eviction counted).
+    fn worker_evicted(
+        &mut self,
+        now: UnixMillis,
+        reporter: Reporter,
+        gpu: u32,
+        used_bytes: u64,
+        total_bytes: u64,
+    ) {
+        let opted_in = self
+            .book
+            .get_spec(reporter.key.trial.experiment)
+            .is_some_and(|spec| spec.trial.resources.oversubscribe);
+        if opted_in {
+            self.opted_in_worker_evicted(now, reporter, gpu, used_bytes, total_bytes);
+        } else {
+            warn!(worker = %reporter.key, node = %reporter.node_id, "a node reports an eviction for GPU memory of a worker that did not opt in to oversubscription; taken as stopped");
+            self.worker_stopped(
+                now,
+                reporter,
+                "stopped by its node (reported as an eviction, but it did not opt in to oversubscription)",
+            );
+        }
+    }
+
     /// The node evicted an oversubscribed worker through its checkpoint because
     /// GPU `gpu` ran short of memory: the attempt ends `evicted: ...` (its other
     /// ranks are stopped) and the trial is requeued without using a retry, to
     /// resume from its last checkpoint. During a preemption the worker is simply
     /// gone, as a stopped one would be.
-    fn worker_evicted(
+    fn opted_in_worker_evicted(
         &mut self,
         now: UnixMillis,
         reporter: Reporter,
