@@ -19,11 +19,11 @@ use tracing::warn;
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, TrialId, WorkerKey};
 use xp_runtime::protocol::{ExperimentState, TrialState};
-use xp_runtime::spec::{ExperimentSpec, Mode};
+use xp_runtime::spec::{ExperimentSpec, Mode, SearchSpec};
 use xp_tune::search::{SearchAlgorithm, Suggestion, TrialPlan};
 use xp_tune::stopping::{StoppingRule, Verdict, make_bohb_rule, make_rule};
 
-use super::{HeadCore, MetricRecord};
+use super::{HeadCore, MetricRecord, TrialRecord};
 use crate::state::Book;
 use crate::sweep::{DEFAULT_ADAPTIVE_PARALLEL, Sweep, SweepError, SweepOp};
 
@@ -154,65 +154,27 @@ impl SweepState {
             let Some((suggestion, replicates)) = sweep.open_suggestion_of(trial_id.index) else {
                 continue;
             };
-            let replicate = |index: &u32| {
-                book.get_trial(TrialId {
-                    experiment,
-                    index: *index,
-                })
-            };
-            let all_done = replicates
+            // Settled once every replicate has ended.
+            let Some(records) = replicates
                 .iter()
-                .all(|index| replicate(index).is_some_and(|trial| trial.state.is_terminal()));
-            if !all_done {
-                continue;
-            }
-            let spec = book.spec(experiment);
-            if spec.search.is_multi_objective() {
-                // Each objective is its replicates' mean; a suggestion none of
-                // whose replicates reported one of them is forgotten.
-                let objectives: Option<Vec<f64>> = spec
-                    .search
-                    .objectives()
-                    .iter()
-                    .map(|objective| {
-                        let values: Vec<f64> = replicates
-                            .iter()
-                            .filter_map(|index| {
-                                replicate(index)
-                                    .expect("every replicate was found above")
-                                    .metrics
-                                    .get(objective.metric)
-                                    .copied()
-                            })
-                            .filter(|value| value.is_finite())
-                            .collect();
-                        finite_mean(&values).map(|mean| objective_sign(objective.mode) * mean)
+                .map(|index| {
+                    book.get_trial(TrialId {
+                        experiment,
+                        index: *index,
                     })
-                    .collect();
-                ops.push((experiment, sweep.settle_objectives(suggestion, objectives)));
-                continue;
-            }
-            let sign = objective_sign(spec.search.mode);
-            let values: Vec<f64> = spec
-                .search
-                .metric
-                .as_ref()
-                .map(|metric| {
-                    replicates
-                        .iter()
-                        .filter_map(|index| {
-                            replicate(index)
-                                .expect("every replicate was found above")
-                                .metrics
-                                .get(metric)
-                                .copied()
-                        })
-                        .filter(|value| value.is_finite())
-                        .collect()
+                    .filter(|trial| trial.state.is_terminal())
                 })
-                .unwrap_or_default();
-            let objective = finite_mean(&values).map(|mean| sign * mean);
-            ops.push((experiment, sweep.settle(suggestion, objective)));
+                .collect::<Option<Vec<&TrialRecord>>>()
+            else {
+                continue;
+            };
+            let search = &book.spec(experiment).search;
+            let op = if search.is_multi_objective() {
+                sweep.settle_objectives(suggestion, replicate_objectives(search, &records))
+            } else {
+                sweep.settle(suggestion, replicate_objective(search, &records))
+            };
+            ops.push((experiment, op));
         }
         (ops, touched)
     }
@@ -435,6 +397,40 @@ impl HeadCore {
     pub fn replay_metrics(&mut self, records: &[MetricRecord]) {
         self.sweep_state.replay_metrics(records, &self.book);
     }
+}
+
+/// The finite values of `metric` the replicates reported.
+fn finite_values(metric: &str, replicates: &[&TrialRecord]) -> Vec<f64> {
+    replicates
+        .iter()
+        .filter_map(|trial| trial.metrics.get(metric).copied())
+        .filter(|value| value.is_finite())
+        .collect()
+}
+
+/// A single-objective suggestion's result: the mean of its replicates'
+/// finite values of the metric, signed so that lower is better.
+fn replicate_objective(search: &SearchSpec, replicates: &[&TrialRecord]) -> Option<f64> {
+    let values = search
+        .metric
+        .as_ref()
+        .map(|metric| finite_values(metric, replicates))
+        .unwrap_or_default();
+    finite_mean(&values).map(|mean| objective_sign(search.mode) * mean)
+}
+
+/// A multi-objective suggestion's results: each objective its replicates'
+/// mean, signed; `None` (the suggestion is forgotten) when none of them
+/// reported one of the objectives.
+fn replicate_objectives(search: &SearchSpec, replicates: &[&TrialRecord]) -> Option<Vec<f64>> {
+    search
+        .objectives()
+        .iter()
+        .map(|objective| {
+            finite_mean(&finite_values(objective.metric, replicates))
+                .map(|mean| objective_sign(objective.mode) * mean)
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use xp_runtime::metric_value::value_json;
 use xp_runtime::protocol::{AlertStatus, DeliveryState, MAX_ALERTS_LISTED, TrialState};
 use xp_runtime::spec::{AlertAction, AlertCondition, AlertRule, effective_rules};
 
-use self::watch::{TrialWatch, Verdict};
+use self::watch::{Firing, TrialWatch, Verdict};
 use super::pages::{Page, PageError};
 use super::{AlertRecord, CoreError, HeadCore, Record};
 
@@ -385,82 +385,108 @@ impl HeadCore {
         for verdict in verdicts {
             match verdict {
                 Verdict::Clear(index) => {
-                    let name = rules[index].effective_name();
-                    let active = self.alerts.alerts.values_mut().rev().find(|record| {
-                        record.trial == trial && record.rule == name && record.cleared_at.is_none()
-                    });
-                    if let Some(record) = active {
-                        record.cleared_at = Some(now);
-                        self.outbox.record(Record::Alert(record.clone()));
-                    }
+                    self.clear_alert(now, trial, rules[index].effective_name())
                 }
                 Verdict::Raise(firing) => {
                     let rule = &rules[firing.rule];
-                    let count = self.alerts.per_trial.entry(trial).or_default();
-                    if *count >= MAX_ALERTS_PER_TRIAL {
-                        warn!(trial_id = %trial, rule = rule.effective_name(), "alert not kept: the trial has {MAX_ALERTS_PER_TRIAL} already");
-                        continue;
-                    }
-                    *count += 1;
-                    let id = self.alerts.next_id;
-                    self.alerts.next_id += 1;
-                    let webhooks: Vec<String> = webhooks_of(&rule.action).collect();
-                    let record = AlertRecord {
-                        id,
-                        trial,
-                        rule: rule.effective_name().to_owned(),
-                        kind: rule.kind,
-                        metric: firing.metric,
-                        value: firing.value,
-                        step,
-                        at: now,
-                        message: firing.message,
-                        actions: rule.action.clone(),
-                        delivery: if webhooks.is_empty() {
-                            DeliveryState::NotRequested
-                        } else {
-                            DeliveryState::Pending { attempts: 0 }
-                        },
-                        cleared_at: None,
-                    };
-                    let text = format!("alert `{}`: {}", record.rule, record.message);
-                    info!(trial_id = %trial, alert = id, rule = %record.rule, message = %record.message, "alert raised");
-                    let (state, attempt) = self
-                        .book
-                        .get_trial(trial)
-                        .map(|trial| (trial.state, trial.attempts.len() as u32))
-                        .unwrap_or((TrialState::Running, 0));
-                    self.push_event(now, trial, state, attempt, text.clone());
-                    let kind = rule.kind.as_str();
-                    self.alerts.raised.push((kind, "event"));
-                    if rule.stops() {
-                        self.alerts.raised.push((kind, "stop"));
+                    if let Some(text) = self.raise_alert(now, trial, rule, firing, step) {
                         stop.get_or_insert(text);
                     }
-                    if !webhooks.is_empty() {
-                        self.alerts.raised.push((kind, "webhook"));
-                        self.alerts.outstanding.insert(
-                            id,
-                            Outstanding {
-                                remaining: webhooks.len() as u32,
-                                ..Outstanding::default()
-                            },
-                        );
-                        for url in webhooks {
-                            self.alerts.deliveries.push(WebhookDelivery {
-                                alert: id,
-                                url,
-                                body: webhook_body(&record),
-                                team: String::new(),
-                            });
-                        }
-                    }
-                    self.outbox.record(Record::Alert(record.clone()));
-                    self.alerts.alerts.insert(id, record);
                 }
             }
         }
         stop
+    }
+
+    /// The trial's active alert of rule `name`, if any, has cleared.
+    fn clear_alert(&mut self, now: UnixMillis, trial: TrialId, name: &str) {
+        let active = self.alerts.alerts.values_mut().rev().find(|record| {
+            record.trial == trial && record.rule == name && record.cleared_at.is_none()
+        });
+        if let Some(record) = active {
+            record.cleared_at = Some(now);
+            self.outbox.record(Record::Alert(record.clone()));
+        }
+    }
+
+    /// Raises an alert of `rule` on `trial` (at most `MAX_ALERTS_PER_TRIAL`
+    /// per trial): stored, an event on the trial, its webhooks queued. Returns
+    /// the event's text when the rule stops the trial.
+    fn raise_alert(
+        &mut self,
+        now: UnixMillis,
+        trial: TrialId,
+        rule: &AlertRule,
+        firing: Firing,
+        step: Option<u64>,
+    ) -> Option<String> {
+        let count = self.alerts.per_trial.entry(trial).or_default();
+        if *count >= MAX_ALERTS_PER_TRIAL {
+            warn!(trial_id = %trial, rule = rule.effective_name(), "alert not kept: the trial has {MAX_ALERTS_PER_TRIAL} already");
+            return None;
+        }
+        *count += 1;
+        let id = self.alerts.next_id;
+        self.alerts.next_id += 1;
+        let webhooks: Vec<String> = webhooks_of(&rule.action).collect();
+        let record = AlertRecord {
+            id,
+            trial,
+            rule: rule.effective_name().to_owned(),
+            kind: rule.kind,
+            metric: firing.metric,
+            value: firing.value,
+            step,
+            at: now,
+            message: firing.message,
+            actions: rule.action.clone(),
+            delivery: if webhooks.is_empty() {
+                DeliveryState::NotRequested
+            } else {
+                DeliveryState::Pending { attempts: 0 }
+            },
+            cleared_at: None,
+        };
+        let text = format!("alert `{}`: {}", record.rule, record.message);
+        info!(trial_id = %trial, alert = id, rule = %record.rule, message = %record.message, "alert raised");
+        let (state, attempt) = self
+            .book
+            .get_trial(trial)
+            .map(|trial| (trial.state, trial.attempts.len() as u32))
+            .unwrap_or((TrialState::Running, 0));
+        self.push_event(now, trial, state, attempt, text.clone());
+        let kind = rule.kind.as_str();
+        self.alerts.raised.push((kind, "event"));
+        let stop = rule.stops().then(|| {
+            self.alerts.raised.push((kind, "stop"));
+            text
+        });
+        if !webhooks.is_empty() {
+            self.alerts.raised.push((kind, "webhook"));
+            self.queue_webhooks(&record, webhooks);
+        }
+        self.outbox.record(Record::Alert(record.clone()));
+        self.alerts.alerts.insert(id, record);
+        stop
+    }
+
+    /// Queues one delivery per webhook of a raised alert.
+    fn queue_webhooks(&mut self, record: &AlertRecord, webhooks: Vec<String>) {
+        self.alerts.outstanding.insert(
+            record.id,
+            Outstanding {
+                remaining: webhooks.len() as u32,
+                ..Outstanding::default()
+            },
+        );
+        for url in webhooks {
+            self.alerts.deliveries.push(WebhookDelivery {
+                alert: record.id,
+                url,
+                body: webhook_body(record),
+                team: String::new(),
+            });
+        }
     }
 
     /// The webhook posts of alerts raised since the last call; the caller hands

@@ -381,49 +381,13 @@ impl HeadCore {
         let value_of =
             |trial: &TrialRecord| metric.and_then(|name| trial.metrics.get(name).copied());
         let wanted = |trial: &&TrialRecord| query.states.contains(trial.state);
-        let all = || self.book.trials_of(experiment_id).map(|(_, trial)| trial);
-        let total = all().filter(wanted).count() as u64;
-        let cursor_key = query.cursor.map(|cursor| cursor.key());
+        let total = self
+            .book
+            .trials_of(experiment_id)
+            .filter(|(_, trial)| wanted(trial))
+            .count() as u64;
         // The page plus one more trial, which says whether there is a next page.
-        let chosen: Vec<&TrialRecord> = match sort {
-            TrialSort::Id => {
-                let start = match query.cursor {
-                    Some(cursor) => Bound::Excluded(trial_id(experiment_id, cursor.index)),
-                    None => Bound::Included(trial_id(experiment_id, 0)),
-                };
-                let end = Bound::Included(trial_id(experiment_id, u32::MAX));
-                self.book
-                    .trials_between(start, end)
-                    .filter(wanted)
-                    .take(limit + 1)
-                    .collect()
-            }
-            TrialSort::IdDesc => {
-                let start = Bound::Included(trial_id(experiment_id, 0));
-                let end = match query.cursor {
-                    Some(cursor) => Bound::Excluded(trial_id(experiment_id, cursor.index)),
-                    None => Bound::Included(trial_id(experiment_id, u32::MAX)),
-                };
-                self.book
-                    .trials_between(start, end)
-                    .rev()
-                    .filter(wanted)
-                    .take(limit + 1)
-                    .collect()
-            }
-            TrialSort::Metric | TrialSort::MetricDesc => {
-                let candidates = all().filter(wanted).filter_map(|trial| {
-                    let key = SortKey::new(sort, trial.id.index, value_of(trial));
-                    cursor_key
-                        .is_none_or(|after| key > after)
-                        .then_some((key, trial))
-                });
-                smallest(limit + 1, candidates)
-                    .into_iter()
-                    .map(|(_, trial)| trial)
-                    .collect()
-            }
-        };
+        let chosen = self.chosen_trials(experiment_id, query, limit + 1, &value_of);
         let mut more = chosen.len() > limit;
         let mut items = Vec::with_capacity(chosen.len().min(limit));
         let mut bytes = 0;
@@ -453,6 +417,59 @@ impl HeadCore {
             next_cursor,
             total,
         })
+    }
+
+    /// The first `count` wanted trials after the query's cursor, in its
+    /// order: by id it walks only the range it needs; by metric it keeps the
+    /// `count` smallest keys of one pass.
+    fn chosen_trials<'a>(
+        &'a self,
+        experiment_id: ExperimentId,
+        query: &TrialQuery,
+        count: usize,
+        value_of: &dyn Fn(&TrialRecord) -> Option<f64>,
+    ) -> Vec<&'a TrialRecord> {
+        let wanted = |trial: &&TrialRecord| query.states.contains(trial.state);
+        let after = |index| Bound::Excluded(trial_id(experiment_id, index));
+        let first = Bound::Included(trial_id(experiment_id, 0));
+        let last = Bound::Included(trial_id(experiment_id, u32::MAX));
+        match query.sort {
+            TrialSort::Id => {
+                let start = query.cursor.map_or(first, |cursor| after(cursor.index));
+                self.book
+                    .trials_between(start, last)
+                    .filter(wanted)
+                    .take(count)
+                    .collect()
+            }
+            TrialSort::IdDesc => {
+                let end = query.cursor.map_or(last, |cursor| after(cursor.index));
+                self.book
+                    .trials_between(first, end)
+                    .rev()
+                    .filter(wanted)
+                    .take(count)
+                    .collect()
+            }
+            TrialSort::Metric | TrialSort::MetricDesc => {
+                let cursor_key = query.cursor.map(|cursor| cursor.key());
+                let candidates = self
+                    .book
+                    .trials_of(experiment_id)
+                    .map(|(_, trial)| trial)
+                    .filter(wanted)
+                    .filter_map(|trial| {
+                        let key = SortKey::new(query.sort, trial.id.index, value_of(trial));
+                        cursor_key
+                            .is_none_or(|after| key > after)
+                            .then_some((key, trial))
+                    });
+                smallest(count, candidates)
+                    .into_iter()
+                    .map(|(_, trial)| trial)
+                    .collect()
+            }
+        }
     }
 
     /// A page of the nodes, by id.
