@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use xp_head_core::CoreConfig;
 use xp_head_core::auth::Role;
 use xp_head_core::auth::users::{UserRecord, secret_hash};
-use xp_runtime::ids::WorkerKey;
+use xp_runtime::ids::{TrialId, WorkerKey};
 use xp_runtime::protocol::{ExperimentStatus, NodeResources, Request, Response, SubmitRequest};
 
 use super::*;
@@ -144,19 +144,33 @@ fn drain(received: &mut mpsc::UnboundedReceiver<HeadCommand>) -> Vec<HeadCommand
     std::iter::from_fn(|| received.try_recv().ok()).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// A head actor over a registry in a small tmpfs, serving the tests' admin, on
+/// a clock the test moves.
+struct OnTmpfs {
+    /// The registry's database file.
+    path: std::path::PathBuf,
+    actor: ActorRef<HeadMsg>,
+    actor_task: tokio::task::JoinHandle<()>,
+    sessions: Sessions,
+    health: watch::Receiver<Health>,
+    clock: Arc<ManualClock>,
+    /// Last, so that it is unmounted after the rest is dropped.
+    tmpfs: Tmpfs,
+}
+
+/// Spawns the head actor over a fresh registry in an 8 MiB tmpfs, or says why
+/// the test is skipped and returns `None` where no tmpfs can be mounted.
 #[expect(clippy::print_stderr, reason = "say why the test is skipped")]
-async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself() {
+async fn must_spawn_on_tmpfs() -> Option<OnTmpfs> {
     let Some(tmpfs) = Tmpfs::mount("8m") else {
         eprintln!("skipped: cannot mount a tmpfs here (needs root)");
-        return;
+        return None;
     };
     let path = tmpfs.path.join("head.redb");
     let mut registry = Registry::open(&path).unwrap();
     let clock = Arc::new(ManualClock::default());
     let core = HeadCore::restore(CoreConfig::default(), registry.load().unwrap(), 0);
     let sessions: Sessions = Arc::new(DashMap::new());
-    let (event_seq, _event_seq_rx) = watch::channel(0);
     let (health, health_rx) = watch::channel(Health::Healthy);
     let (actor, actor_task) = Actor::spawn(
         None,
@@ -165,7 +179,7 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
             core,
             registry,
             sessions: sessions.clone(),
-            event_seq,
+            event_seq: watch::channel(0).0,
             health,
             clock: clock.clone(),
             users: admin_users(),
@@ -180,17 +194,51 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
     )
     .await
     .unwrap();
-    let mut received = connect(&actor, &sessions).await;
-    ask(&actor, Request::Submit(submission("first", 2)))
-        .await
-        .unwrap();
+    Some(OnTmpfs {
+        path,
+        actor,
+        actor_task,
+        sessions,
+        health: health_rx,
+        clock,
+        tmpfs,
+    })
+}
 
-    // Fill the disk, then submit until the database must grow and cannot.
-    let filler = tmpfs.fill();
+/// `messages` from the test's node on the session [`SESSION`].
+async fn from_node(
+    actor: &ActorRef<HeadMsg>,
+    messages: Vec<NodeMessage>,
+) -> Result<(), RemoteError> {
+    call(actor, |reply| {
+        HeadMsg::FromNode(node(), SESSION, messages, reply)
+    })
+    .await
+}
+
+/// Makes room again by removing `filler`, moves the clock to the next probe,
+/// and waits until the head says it is healthy again.
+async fn must_recover(head: &OnTmpfs, filler: std::path::PathBuf) {
+    std::fs::remove_file(filler).unwrap();
+    head.clock.0.store(10_000, Ordering::SeqCst);
+    let mut healthy = head.health.clone();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        healthy.wait_for(|health| *health == Health::Healthy),
+    )
+    .await
+    .expect("healthy again within the deadline")
+    .unwrap();
+}
+
+/// Submits experiments to the head on its full disk until one is refused;
+/// returns the refusal and the names of those stored (sorted), `first`
+/// included.
+async fn must_submit_until_refused(actor: &ActorRef<HeadMsg>) -> (RemoteError, Vec<String>) {
     let mut stored = vec!["first".to_owned()];
     let refusal = loop {
         let name = format!("more-{}", stored.len());
-        match ask(&actor, Request::Submit(submission(&name, 40))).await {
+        match ask(actor, Request::Submit(submission(&name, 40))).await {
             Ok(_) => stored.push(name),
             Err(refusal) => break refusal,
         }
@@ -200,6 +248,11 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
         );
     };
     stored.sort();
+    (refusal, stored)
+}
+
+/// Checks that `refusal` says the disk is full and the head is unhealthy.
+fn check_refused_for_a_full_disk(refusal: &RemoteError, health: &watch::Receiver<Health>) {
     assert_eq!(refusal.code, ErrorCode::StorageUnavailable, "{refusal:?}");
     assert!(
         refusal
@@ -208,65 +261,87 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
         "{}",
         refusal.message
     );
-    assert!(health_rx.borrow().problem().is_some());
-    // What is shown is what is stored: the refused submission is not there.
-    assert_eq!(names(&status(&actor).await), stored);
-    drain(&mut received);
+    assert!(health.borrow().problem().is_some());
+}
 
-    // During the outage changes are refused, and node reports neither applied nor acknowledged.
-    let refused = ask(
-        &actor,
-        Request::Cancel {
-            id: "first".to_owned(),
-        },
-    )
-    .await;
+/// Checks the head in an outage: changes are refused, node reports neither
+/// applied nor acknowledged, and reads still answer.
+async fn check_the_outage(
+    actor: &ActorRef<HeadMsg>,
+    received: &mut mpsc::UnboundedReceiver<HeadCommand>,
+) {
+    let cancel = Request::Cancel {
+        id: "first".to_owned(),
+    };
+    let refused = ask(actor, cancel).await;
     assert_eq!(refused.unwrap_err().code, ErrorCode::StorageUnavailable);
-    call(&actor, |reply| {
-        HeadMsg::FromNode(node(), SESSION, vec![NodeMessage::Heartbeat], reply)
-    })
-    .await
-    .unwrap();
-    let sent = drain(&mut received);
+    from_node(actor, vec![NodeMessage::Heartbeat])
+        .await
+        .unwrap();
+    let sent = drain(received);
     assert!(sent.is_empty(), "{sent:?}");
     // Reads still answer.
-    ask(&actor, Request::Nodes).await.unwrap();
+    ask(actor, Request::Nodes).await.unwrap();
+}
 
-    // Room again: at the next probe the database re-opens and the node is asked to register.
-    std::fs::remove_file(filler).unwrap();
-    clock.0.store(10_000, Ordering::SeqCst);
-    let mut healthy = health_rx.clone();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        healthy.wait_for(|health| *health == Health::Healthy),
-    )
-    .await
-    .expect("healthy again within the deadline")
-    .unwrap();
-    let asked: Vec<HeadCommand> = drain(&mut received);
+/// Checks that the recovered head asked the node to register again, dropped
+/// its session, and refuses what comes on the old one.
+async fn check_asked_to_register_again(
+    head: &OnTmpfs,
+    received: &mut mpsc::UnboundedReceiver<HeadCommand>,
+) {
+    let asked: Vec<HeadCommand> = drain(received);
     assert!(
         asked
             .iter()
             .any(|command| matches!(command, HeadCommand::Reconnect { .. })),
         "{asked:?}"
     );
-    assert!(sessions.is_empty());
-    // The old session's messages are refused; a new session registers and work goes on.
-    let stale = call(&actor, |reply| {
-        HeadMsg::FromNode(node(), SESSION, vec![NodeMessage::Heartbeat], reply)
-    })
-    .await;
+    assert!(head.sessions.is_empty());
+    // The old session's messages are refused.
+    let stale = from_node(&head.actor, vec![NodeMessage::Heartbeat]).await;
     assert_eq!(stale.unwrap_err().code, ErrorCode::Unavailable);
-    let _received = connect(&actor, &sessions).await;
-    ask(&actor, Request::Submit(submission("after", 1)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself() {
+    let Some(head) = must_spawn_on_tmpfs().await else {
+        return;
+    };
+    let actor = &head.actor;
+    let mut received = connect(actor, &head.sessions).await;
+    ask(actor, Request::Submit(submission("first", 2)))
+        .await
+        .unwrap();
+
+    // Fill the disk, then submit until the database must grow and cannot.
+    let filler = head.tmpfs.fill();
+    let (refusal, mut stored) = must_submit_until_refused(actor).await;
+    check_refused_for_a_full_disk(&refusal, &head.health);
+    // What is shown is what is stored: the refused submission is not there.
+    assert_eq!(names(&status(actor).await), stored);
+    drain(&mut received);
+
+    // During the outage changes are refused, and node reports neither applied nor acknowledged.
+    check_the_outage(actor, &mut received).await;
+
+    // Room again: at the next probe the database re-opens and the node is asked to register.
+    must_recover(&head, filler).await;
+    check_asked_to_register_again(&head, &mut received).await;
+    // A new session registers and work goes on.
+    let _received = connect(actor, &head.sessions).await;
+    ask(actor, Request::Submit(submission("after", 1)))
         .await
         .unwrap();
     stored.push("after".to_owned());
     stored.sort();
-    assert_eq!(names(&status(&actor).await), stored);
+    assert_eq!(names(&status(actor).await), stored);
 
     // A restart shows the same.
     actor.stop(None);
+    let OnTmpfs {
+        path, actor_task, ..
+    } = head;
     actor_task.await.unwrap();
     let mut registry = Registry::open(&path).unwrap();
     let restored = HeadCore::restore(CoreConfig::default(), registry.load().unwrap(), 0);
@@ -300,46 +375,16 @@ fn metric_batch(key: WorkerKey, seq: u64, count: u64) -> Vec<NodeMessage> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[expect(clippy::print_stderr, reason = "say why the test is skipped")]
-async fn a_batch_whose_commit_fails_acknowledges_none_of_it_and_comes_again_once() {
-    let Some(tmpfs) = Tmpfs::mount("8m") else {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
-        return;
-    };
-    let path = tmpfs.path.join("head.redb");
-    let mut registry = Registry::open(&path).unwrap();
-    let clock = Arc::new(ManualClock::default());
-    let core = HeadCore::restore(CoreConfig::default(), registry.load().unwrap(), 0);
-    let sessions: Sessions = Arc::new(DashMap::new());
-    let (health, health_rx) = watch::channel(Health::Healthy);
-    let (actor, _actor_task) = Actor::spawn(
-        None,
-        HeadActor,
-        HeadArgs {
-            core,
-            registry,
-            sessions: sessions.clone(),
-            event_seq: watch::channel(0).0,
-            health,
-            clock: clock.clone(),
-            users: admin_users(),
-            users_changed: watch::channel(0).0,
-            join: format!("xp://127.0.0.1:1?token=t&ca={}", "00".repeat(32))
-                .parse()
-                .unwrap(),
-            metrics: Arc::new(HeadMetrics::new()),
-            webhooks: Arc::new(crate::webhooks::WebhookQueue::new(16)),
-            commit_batch: crate::DEFAULT_COMMIT_BATCH,
-        },
-    )
-    .await
-    .unwrap();
-    let mut received = connect(&actor, &sessions).await;
-    ask(&actor, Request::Submit(submission("batch", 1)))
+/// Submits one trial and reports from the node that its worker started (report
+/// 1); returns the worker once that is acknowledged.
+async fn must_start_a_trial(
+    actor: &ActorRef<HeadMsg>,
+    received: &mut mpsc::UnboundedReceiver<HeadCommand>,
+) -> WorkerKey {
+    ask(actor, Request::Submit(submission("batch", 1)))
         .await
         .unwrap();
-    let key = drain(&mut received)
+    let key = drain(received)
         .into_iter()
         .find_map(|command| match command {
             HeadCommand::Launch(launch) => Some(launch.key),
@@ -350,54 +395,63 @@ async fn a_batch_whose_commit_fails_acknowledges_none_of_it_and_comes_again_once
         seq: 1,
         report: xp_runtime::protocol::WorkerReport::Started { key, pid: 9 },
     }];
-    call(&actor, |reply| {
-        HeadMsg::FromNode(node(), SESSION, started, reply)
-    })
-    .await
-    .unwrap();
-    assert_eq!(acked(&drain(&mut received)), Some(1));
+    from_node(actor, started).await.unwrap();
+    assert_eq!(acked(&drain(received)), Some(1));
+    key
+}
 
-    // Batches of 40 reports, each stored by one commit, until the disk is full.
-    let filler = tmpfs.fill();
-    let batch = 40;
+/// Sends batches of `batch` metric reports of `key`, numbered from 2, each
+/// acknowledged whole up to its last, until one is not (its commit failed);
+/// returns that batch's first number.
+async fn must_send_batches_until_one_fails(
+    actor: &ActorRef<HeadMsg>,
+    received: &mut mpsc::UnboundedReceiver<HeadCommand>,
+    key: WorkerKey,
+    batch: u64,
+) -> u64 {
     let mut seq = 2;
-    let failed_from = loop {
-        let messages = metric_batch(key, seq, batch);
-        call(&actor, |reply| {
-            HeadMsg::FromNode(node(), SESSION, messages, reply)
-        })
-        .await
-        .unwrap();
-        let sent = drain(&mut received);
+    loop {
+        from_node(actor, metric_batch(key, seq, batch))
+            .await
+            .unwrap();
+        let sent = drain(received);
         match acked(&sent) {
             // The whole batch in one commit: acknowledged up to its last.
             Some(upto) => assert_eq!(upto, seq + batch - 1, "{sent:?}"),
-            None => break seq,
+            None => return seq,
         }
         seq += batch;
         assert!(seq < 10_000, "batches kept being stored on a full disk");
+    }
+}
+
+/// The steps of the metric history the head stores of `trial`.
+async fn stored_steps(actor: &ActorRef<HeadMsg>, trial: TrialId) -> Vec<u64> {
+    let answer = ask(actor, Request::Metrics { trial }).await.unwrap();
+    let Response::Metrics(points) = answer else {
+        panic!("unexpected answer: {answer:?}")
     };
-    assert!(health_rx.borrow().problem().is_some());
+    points.iter().filter_map(|point| point.step).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_commit_fails_acknowledges_none_of_it_and_comes_again_once() {
+    let Some(head) = must_spawn_on_tmpfs().await else {
+        return;
+    };
+    let actor = &head.actor;
+    let mut received = connect(actor, &head.sessions).await;
+    let key = must_start_a_trial(actor, &mut received).await;
+
+    // Batches of 40 reports, each stored by one commit, until the disk is full.
+    let filler = head.tmpfs.fill();
+    let batch = 40;
+    let failed_from = must_send_batches_until_one_fails(actor, &mut received, key, batch).await;
+    assert!(head.health.borrow().problem().is_some());
 
     // Room again: the head recovers and asks the node to register again.
-    std::fs::remove_file(filler).unwrap();
-    clock.0.store(10_000, Ordering::SeqCst);
-    let mut healthy = health_rx.clone();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        healthy.wait_for(|health| *health == Health::Healthy),
-    )
-    .await
-    .expect("healthy again within the deadline")
-    .unwrap();
-    let trial = key.trial;
-    let history = |answer: Response| -> Vec<u64> {
-        let Response::Metrics(points) = answer else {
-            panic!("unexpected answer: {answer:?}")
-        };
-        points.iter().filter_map(|point| point.step).collect()
-    };
-    let stored = history(ask(&actor, Request::Metrics { trial }).await.unwrap());
+    must_recover(&head, filler).await;
+    let stored = stored_steps(actor, key.trial).await;
     assert!(
         stored.iter().all(|step| *step < failed_from),
         "nothing of the failed batch (from {failed_from}) is stored"
@@ -405,14 +459,11 @@ async fn a_batch_whose_commit_fails_acknowledges_none_of_it_and_comes_again_once
     assert_eq!(stored.len() as u64, failed_from - 2);
 
     // The node resends what was not acknowledged, on a new session: stored once.
-    let mut received = connect(&actor, &sessions).await;
-    let messages = metric_batch(key, failed_from, batch);
-    call(&actor, |reply| {
-        HeadMsg::FromNode(node(), SESSION, messages, reply)
-    })
-    .await
-    .unwrap();
+    let mut received = connect(actor, &head.sessions).await;
+    from_node(actor, metric_batch(key, failed_from, batch))
+        .await
+        .unwrap();
     assert_eq!(acked(&drain(&mut received)), Some(failed_from + batch - 1));
-    let stored = history(ask(&actor, Request::Metrics { trial }).await.unwrap());
+    let stored = stored_steps(actor, key.trial).await;
     assert_eq!(stored, (2..failed_from + batch).collect::<Vec<_>>());
 }
