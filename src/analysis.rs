@@ -55,13 +55,10 @@ pub fn compare(status: &ExperimentStatus, alpha: f64) -> Result<Comparison, Comp
     })?;
     let mut groups: BTreeMap<String, (Value, Vec<TrialId>, Vec<f64>)> = BTreeMap::new();
     for trial in &status.trials {
-        let mut config: serde_json::Map<String, Value> =
-            serde_json::from_str(&trial.config_json).unwrap_or_default();
-        config.remove("seed");
-        let key = Value::Object(config.clone()).to_string();
+        let (key, config) = config_without_seed(&trial.config_json);
         let group = groups
             .entry(key)
-            .or_insert_with(|| (Value::Object(config), Vec::new(), Vec::new()));
+            .or_insert_with(|| (config, Vec::new(), Vec::new()));
         if trial.state == TrialState::Succeeded
             && let Some(value) = trial
                 .metrics
@@ -180,6 +177,46 @@ pub struct FrontComparison {
 pub fn compare_front(status: &ExperimentStatus) -> Option<FrontComparison> {
     let front = status.front.as_ref()?;
     let objectives = status.objectives.clone();
+    let mut configs = config_objectives(status, &objectives);
+    let candidates: Vec<(usize, Vec<Option<f64>>)> = configs
+        .iter()
+        .enumerate()
+        .map(|(idx, config)| {
+            let means = config
+                .summaries
+                .iter()
+                .map(|summary| summary.as_ref().map(|summary| summary.mean))
+                .collect();
+            (idx, means)
+        })
+        .collect();
+    let maximize: Vec<bool> = objectives
+        .iter()
+        .map(|objective| objective.maximize)
+        .collect();
+    let declared = front
+        .reference_declared
+        .then_some(front.reference.as_slice());
+    let summary = summarize_front(&candidates, &maximize, declared).ok()?;
+    for point in &summary.front {
+        configs[point.key].contribution = Some(point.contribution);
+    }
+    let order: Vec<usize> = summary.front.iter().map(|point| point.key).collect();
+    Some(FrontComparison {
+        objectives,
+        reference: summary.reference,
+        reference_declared: summary.reference_declared,
+        hypervolume: summary.hypervolume,
+        configs: front_first(configs, order),
+    })
+}
+
+/// Every configuration's replicates (its succeeded trials) summarised per
+/// objective, in the order of their parameters; none on the front yet.
+fn config_objectives(
+    status: &ExperimentStatus,
+    objectives: &[ObjectiveStatus],
+) -> Vec<ConfigObjectives> {
     /// One configuration's replicates: its trials with every objective, and
     /// each objective's finite values.
     struct Group {
@@ -189,12 +226,9 @@ pub fn compare_front(status: &ExperimentStatus) -> Option<FrontComparison> {
     }
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     for trial in &status.trials {
-        let mut config: serde_json::Map<String, Value> =
-            serde_json::from_str(&trial.config_json).unwrap_or_default();
-        config.remove("seed");
-        let key = Value::Object(config.clone()).to_string();
+        let (key, config) = config_without_seed(&trial.config_json);
         let group = groups.entry(key).or_insert_with(|| Group {
-            config: Value::Object(config),
+            config,
             trials: Vec::new(),
             columns: vec![Vec::new(); objectives.len()],
         });
@@ -218,7 +252,7 @@ pub fn compare_front(status: &ExperimentStatus) -> Option<FrontComparison> {
             column.extend(value);
         }
     }
-    let mut configs: Vec<ConfigObjectives> = groups
+    groups
         .into_values()
         .map(|group| ConfigObjectives {
             config: group.config,
@@ -230,44 +264,28 @@ pub fn compare_front(status: &ExperimentStatus) -> Option<FrontComparison> {
                 .collect(),
             contribution: None,
         })
-        .collect();
-    let candidates: Vec<(usize, Vec<Option<f64>>)> = configs
-        .iter()
-        .enumerate()
-        .map(|(idx, config)| {
-            let means = config
-                .summaries
-                .iter()
-                .map(|summary| summary.as_ref().map(|summary| summary.mean))
-                .collect();
-            (idx, means)
-        })
-        .collect();
-    let maximize: Vec<bool> = objectives
-        .iter()
-        .map(|objective| objective.maximize)
-        .collect();
-    let declared = front
-        .reference_declared
-        .then_some(front.reference.as_slice());
-    let summary = summarize_front(&candidates, &maximize, declared).ok()?;
-    let mut order: Vec<usize> = summary.front.iter().map(|point| point.key).collect();
-    for point in &summary.front {
-        configs[point.key].contribution = Some(point.contribution);
-    }
-    order.extend((0..configs.len()).filter(|idx| configs[*idx].contribution.is_none()));
+        .collect()
+}
+
+/// The configurations at the indexes of `front` first, in that order, then
+/// the rest in their order.
+fn front_first(configs: Vec<ConfigObjectives>, mut front: Vec<usize>) -> Vec<ConfigObjectives> {
+    front.extend((0..configs.len()).filter(|idx| configs[*idx].contribution.is_none()));
     let mut slots: Vec<Option<ConfigObjectives>> = configs.into_iter().map(Some).collect();
-    let configs = order
+    front
         .into_iter()
         .filter_map(|idx| slots[idx].take())
-        .collect();
-    Some(FrontComparison {
-        objectives,
-        reference: summary.reference,
-        reference_declared: summary.reference_declared,
-        hypervolume: summary.hypervolume,
-        configs,
-    })
+        .collect()
+}
+
+/// A trial's parameters without the seed, and the key that groups its seed
+/// replicates (the same parameters).
+fn config_without_seed(config_json: &str) -> (String, Value) {
+    let mut config: serde_json::Map<String, Value> =
+        serde_json::from_str(config_json).unwrap_or_default();
+    config.remove("seed");
+    let config = Value::Object(config);
+    (config.to_string(), config)
 }
 
 impl FrontComparison {

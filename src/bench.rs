@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::json;
-use xp_runtime::protocol::TrialState;
+use xp_runtime::protocol::{TrialEvent, TrialState};
 use xp_runtime::spec::{ExperimentSpec, Resources, SearchSpec, TrialSpec};
 use xp_sdk::SubmitOptions;
 use xp_tune::stats::quantile;
@@ -72,31 +72,7 @@ pub async fn bench_trials(trials: u32, slots: u32) -> Result<TrialsBench, Cluste
         ..LocalOptions::default()
     })
     .await?;
-    let spec = ExperimentSpec {
-        name: "bench-trials".to_owned(),
-        team: "bench".to_owned(),
-        priority: Default::default(),
-        queue: None,
-        checkpoints: None,
-        alerts: Vec::new(),
-        code: None,
-        data: Vec::new(),
-        trial: TrialSpec {
-            command: Some(vec!["true".to_owned()]),
-            resources: Resources {
-                gpu: 0.0,
-                cpu: 1.0,
-                memory: Default::default(),
-                leases: Default::default(),
-                oversubscribe: false,
-            },
-            ..TrialSpec::default()
-        },
-        search: SearchSpec {
-            trials: Some(trials),
-            ..SearchSpec::default()
-        },
-    };
+    let spec = bench_spec("bench-trials".to_owned(), vec!["true".to_owned()], trials);
     let submitted = cluster
         .submit(
             &spec,
@@ -111,28 +87,9 @@ pub async fn bench_trials(trials: u32, slots: u32) -> Result<TrialsBench, Cluste
         .wait(submitted.experiment, |event| events.push(event.clone()))
         .await?;
     let submitted_at = status.submitted_at;
-    let mut placed_at = BTreeMap::new();
-    let mut submit_to_running = Vec::new();
-    let mut placed_to_running = Vec::new();
-    let mut last_done = submitted_at;
-    for event in &events {
-        match event.state {
-            TrialState::Placed => {
-                placed_at.insert(event.trial, event.at);
-            }
-            TrialState::Running => {
-                submit_to_running.push(event.at.saturating_sub(submitted_at) as f64);
-                if let Some(placed) = placed_at.get(&event.trial) {
-                    placed_to_running.push(event.at.saturating_sub(*placed) as f64);
-                }
-            }
-            TrialState::Succeeded | TrialState::Failed => last_done = last_done.max(event.at),
-            _ => {}
-        }
-    }
-    submit_to_running.sort_by(f64::total_cmp);
-    placed_to_running.sort_by(f64::total_cmp);
-    let seconds = Duration::from_millis(last_done.saturating_sub(submitted_at)).as_secs_f64();
+    let latencies = Latencies::of(&events, submitted_at);
+    let seconds =
+        Duration::from_millis(latencies.last_done.saturating_sub(submitted_at)).as_secs_f64();
     let finished = status
         .trials
         .iter()
@@ -145,16 +102,89 @@ pub async fn bench_trials(trials: u32, slots: u32) -> Result<TrialsBench, Cluste
         slots,
         seconds,
         trials_per_second: f64::from(finished) / seconds.max(1e-9),
-        submit_to_running_ms: (
-            quantile(&submit_to_running, 0.5).unwrap_or(f64::NAN),
-            quantile(&submit_to_running, 0.99).unwrap_or(f64::NAN),
-        ),
-        placed_to_running_ms: (
-            quantile(&placed_to_running, 0.5).unwrap_or(f64::NAN),
-            quantile(&placed_to_running, 0.99).unwrap_or(f64::NAN),
-        ),
+        submit_to_running_ms: median_and_p99(&latencies.submit_to_running),
+        placed_to_running_ms: median_and_p99(&latencies.placed_to_running),
         direct_spawns_per_second,
     })
+}
+
+/// What the head's events say of a bench's trials.
+struct Latencies {
+    /// Milliseconds from submission to each worker running, sorted.
+    submit_to_running: Vec<f64>,
+    /// Milliseconds from placement to each worker running, sorted.
+    placed_to_running: Vec<f64>,
+    /// When the last trial succeeded or failed (the submission's time when none did).
+    last_done: u64,
+}
+
+impl Latencies {
+    fn of(events: &[TrialEvent], submitted_at: u64) -> Self {
+        let mut placed_at = BTreeMap::new();
+        let mut submit_to_running = Vec::new();
+        let mut placed_to_running = Vec::new();
+        let mut last_done = submitted_at;
+        for event in events {
+            match event.state {
+                TrialState::Placed => {
+                    placed_at.insert(event.trial, event.at);
+                }
+                TrialState::Running => {
+                    submit_to_running.push(event.at.saturating_sub(submitted_at) as f64);
+                    if let Some(placed) = placed_at.get(&event.trial) {
+                        placed_to_running.push(event.at.saturating_sub(*placed) as f64);
+                    }
+                }
+                TrialState::Succeeded | TrialState::Failed => last_done = last_done.max(event.at),
+                _ => {}
+            }
+        }
+        submit_to_running.sort_by(f64::total_cmp);
+        placed_to_running.sort_by(f64::total_cmp);
+        Self {
+            submit_to_running,
+            placed_to_running,
+            last_done,
+        }
+    }
+}
+
+/// The median and the 99th percentile of sorted `values` (NaN when empty).
+fn median_and_p99(values: &[f64]) -> (f64, f64) {
+    (
+        quantile(values, 0.5).unwrap_or(f64::NAN),
+        quantile(values, 0.99).unwrap_or(f64::NAN),
+    )
+}
+
+/// A bench experiment: `trials` trials of `command`, one CPU core and no GPU
+/// each, in team `bench`.
+fn bench_spec(name: String, command: Vec<String>, trials: u32) -> ExperimentSpec {
+    ExperimentSpec {
+        name,
+        team: "bench".to_owned(),
+        priority: Default::default(),
+        queue: None,
+        checkpoints: None,
+        alerts: Vec::new(),
+        code: None,
+        data: Vec::new(),
+        trial: TrialSpec {
+            command: Some(command),
+            resources: Resources {
+                gpu: 0.0,
+                cpu: 1.0,
+                memory: Default::default(),
+                leases: Default::default(),
+                oversubscribe: false,
+            },
+            ..TrialSpec::default()
+        },
+        search: SearchSpec {
+            trials: Some(trials),
+            ..SearchSpec::default()
+        },
+    }
 }
 
 /// Metric reports per second stored by a head committing each change alone,
@@ -240,31 +270,11 @@ async fn metric_reports(
     let script = format!(
         "i=0; while [ $i -lt {reports_each} ]; do echo \"XP_METRIC {{\\\"step\\\": $i, \\\"loss\\\": 0.5}}\"; i=$((i+1));{pause} done"
     );
-    let spec = ExperimentSpec {
-        name: format!("bench-commit-{commit_batch}"),
-        team: "bench".to_owned(),
-        priority: Default::default(),
-        queue: None,
-        checkpoints: None,
-        alerts: Vec::new(),
-        code: None,
-        data: Vec::new(),
-        trial: TrialSpec {
-            command: Some(vec!["sh".to_owned(), "-c".to_owned(), script]),
-            resources: Resources {
-                gpu: 0.0,
-                cpu: 1.0,
-                memory: Default::default(),
-                leases: Default::default(),
-                oversubscribe: false,
-            },
-            ..TrialSpec::default()
-        },
-        search: SearchSpec {
-            trials: Some(reporters),
-            ..SearchSpec::default()
-        },
-    };
+    let spec = bench_spec(
+        format!("bench-commit-{commit_batch}"),
+        vec!["sh".to_owned(), "-c".to_owned(), script],
+        reporters,
+    );
     let submitted = cluster
         .submit(
             &spec,

@@ -75,96 +75,111 @@ pub(crate) async fn run(command: PipelineCommand) -> anyhow::Result<()> {
             file,
             wait,
             cluster,
-        } => {
-            let spec = read_pipeline(&file)?;
-            let client = connect(&cluster).await?;
-            let base = match file.parent() {
-                Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
-                _ => PathBuf::from("."),
-            };
-            let submitted = client
-                .submit_pipeline(&spec, &base)
-                .await
-                .context("submission refused")?;
-            outln!(
-                "pipeline {} submitted: {} stage(s), {} reused",
-                submitted.pipeline,
-                submitted.stages,
-                submitted.reused
-            );
-            let result = if wait {
-                follow(&client, submitted.pipeline).await
-            } else {
-                Ok(())
-            };
-            client.close().await;
-            result
-        }
-        PipelineCommand::Status { id, json, cluster } => {
-            let id = parse_id(&id)?;
-            let client = connect(&cluster).await?;
-            let status = client.pipeline_status(id).await;
-            client.close().await;
-            let status = status?;
-            if json {
-                outln!("{}", serde_json::to_string_pretty(&status.to_json())?);
-            } else {
-                print_status(&status, now_ms());
-            }
-            Ok(())
-        }
-        PipelineCommand::Cancel { id, cluster } => {
-            let id = parse_id(&id)?;
-            let client = connect(&cluster).await?;
-            let stages = client.cancel_pipeline(id).await;
-            client.close().await;
-            outln!("cancelled {} stage(s) of pipeline {id}", stages?);
-            Ok(())
-        }
-        PipelineCommand::Retry { id, cluster } => {
-            let id = parse_id(&id)?;
-            let client = connect(&cluster).await?;
-            let stages = client.retry_pipeline(id).await;
-            client.close().await;
-            outln!("retrying {} stage(s) of pipeline {id}", stages?);
-            Ok(())
-        }
-        PipelineCommand::List { json, cluster } => {
-            let client = connect(&cluster).await?;
-            let list = client.pipelines().await;
-            client.close().await;
-            let list = list?;
-            if json {
-                let list: Vec<serde_json::Value> =
-                    list.iter().map(PipelineStatus::to_json).collect();
-                outln!("{}", serde_json::to_string_pretty(&list)?);
-                return Ok(());
-            }
-            outln!(
-                "{:<6} {:<28} {:<12} {:<10} STAGES",
-                "ID",
-                "NAME",
-                "TEAM",
-                "STATE"
-            );
-            for pipeline in &list {
-                let done = pipeline
-                    .stages
-                    .iter()
-                    .filter(|stage| stage.state.has_result())
-                    .count();
-                outln!(
-                    "{:<6} {:<28} {:<12} {:<10} {done}/{} done",
-                    pipeline.id,
-                    pipeline.name,
-                    pipeline.team,
-                    pipeline.state,
-                    pipeline.stages.len()
-                );
-            }
-            Ok(())
-        }
+        } => submit(&file, wait, &cluster).await,
+        PipelineCommand::Status { id, json, cluster } => status(&id, json, &cluster).await,
+        PipelineCommand::Cancel { id, cluster } => cancel(&id, &cluster).await,
+        PipelineCommand::Retry { id, cluster } => retry(&id, &cluster).await,
+        PipelineCommand::List { json, cluster } => list(json, &cluster).await,
     }
+}
+
+/// `xp pipeline submit`: submits the file's pipeline, its relative paths
+/// resolved from the file's directory, and with `--wait` follows it.
+async fn submit(file: &Path, wait: bool, cluster: &ClusterArg) -> anyhow::Result<()> {
+    let spec = read_pipeline(file)?;
+    let client = connect(cluster).await?;
+    let base = match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let submitted = client
+        .submit_pipeline(&spec, &base)
+        .await
+        .context("submission refused")?;
+    outln!(
+        "pipeline {} submitted: {} stage(s), {} reused",
+        submitted.pipeline,
+        submitted.stages,
+        submitted.reused
+    );
+    let result = if wait {
+        follow(&client, submitted.pipeline).await
+    } else {
+        Ok(())
+    };
+    client.close().await;
+    result
+}
+
+/// `xp pipeline status`: one pipeline and its stages.
+async fn status(id: &str, json: bool, cluster: &ClusterArg) -> anyhow::Result<()> {
+    let id = parse_id(id)?;
+    let client = connect(cluster).await?;
+    let status = client.pipeline_status(id).await;
+    client.close().await;
+    let status = status?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&status.to_json())?);
+    } else {
+        print_status(&status, now_ms());
+    }
+    Ok(())
+}
+
+/// `xp pipeline cancel`.
+async fn cancel(id: &str, cluster: &ClusterArg) -> anyhow::Result<()> {
+    let id = parse_id(id)?;
+    let client = connect(cluster).await?;
+    let stages = client.cancel_pipeline(id).await;
+    client.close().await;
+    outln!("cancelled {} stage(s) of pipeline {id}", stages?);
+    Ok(())
+}
+
+/// `xp pipeline retry`.
+async fn retry(id: &str, cluster: &ClusterArg) -> anyhow::Result<()> {
+    let id = parse_id(id)?;
+    let client = connect(cluster).await?;
+    let stages = client.retry_pipeline(id).await;
+    client.close().await;
+    outln!("retrying {} stage(s) of pipeline {id}", stages?);
+    Ok(())
+}
+
+/// `xp pipeline list`: every pipeline the user may see, one line each.
+async fn list(json: bool, cluster: &ClusterArg) -> anyhow::Result<()> {
+    let client = connect(cluster).await?;
+    let list = client.pipelines().await;
+    client.close().await;
+    let list = list?;
+    if json {
+        let list: Vec<serde_json::Value> = list.iter().map(PipelineStatus::to_json).collect();
+        outln!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(());
+    }
+    outln!(
+        "{:<6} {:<28} {:<12} {:<10} STAGES",
+        "ID",
+        "NAME",
+        "TEAM",
+        "STATE"
+    );
+    for pipeline in &list {
+        let done = pipeline
+            .stages
+            .iter()
+            .filter(|stage| stage.state.has_result())
+            .count();
+        outln!(
+            "{:<6} {:<28} {:<12} {:<10} {done}/{} done",
+            pipeline.id,
+            pipeline.name,
+            pipeline.team,
+            pipeline.state,
+            pipeline.stages.len()
+        );
+    }
+    Ok(())
 }
 
 /// Reads and checks the pipeline file `file`.

@@ -56,11 +56,23 @@ pub(crate) async fn run(args: ReportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A value with `digits` decimals, or `-`.
 fn optional(value: Option<f64>, digits: usize) -> String {
     value.map_or_else(|| "-".to_owned(), |value| format!("{value:.digits$}"))
 }
 
+/// The report as text: its scope and window, then [`print_spending`],
+/// [`print_queueing`], [`print_returns`] and [`print_amdahl`].
 fn print_text(report: &UsageReport) {
+    print_spending(report);
+    print_queueing(report);
+    print_returns(report);
+    print_amdahl(report);
+}
+
+/// The scope and its window, the GPU-hours used and lost, what they cost (by
+/// GPU model) and how much of what was available they were.
+fn print_spending(report: &UsageReport) {
     let window_s = report.window_end.saturating_sub(report.window_start) / 1000;
     outln!(
         "{} over {}",
@@ -111,6 +123,10 @@ fn print_text(report: &UsageReport) {
             .map(|busy| format!(", busy {:.1}% (telemetry)", busy * 100.0))
             .unwrap_or_default()
     );
+}
+
+/// Throughput, time in the system and the number in it: Little's law.
+fn print_queueing(report: &UsageReport) {
     let queueing = &report.queueing;
     outln!(
         "throughput λ   {:.3} trials/hour ({} finished, {} arrived)",
@@ -127,6 +143,11 @@ fn print_text(report: &UsageReport) {
         "Little's law   L / (λW) = {} (1 when every trial arrives and leaves inside the window)",
         optional(queueing.littles_law_ratio, 3)
     );
+}
+
+/// Per experiment: its best value as GPU-hours were spent, and what the last
+/// quarter of them bought.
+fn print_returns(report: &UsageReport) {
     for figures in &report.returns {
         outln!();
         outln!(
@@ -154,6 +175,10 @@ fn print_text(report: &UsageReport) {
                 .unwrap_or_default()
         );
     }
+}
+
+/// Amdahl's law fitted to runs at several parallelism settings.
+fn print_amdahl(report: &UsageReport) {
     for fit in &report.amdahl {
         outln!();
         outln!(

@@ -1,8 +1,11 @@
 //! `xp tune`: optimise any black-box command on this machine: `xp tune --space S.yaml -- CMD ARGS...`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use xp_runtime::spec::{RuleKind, SearchSpace, StoppingConfig};
+use xp_tune::search::{Acquisition, DEFAULT_KAPPA, SearchAlgorithm};
+use xp_tune::stopping::StoppingRule;
 
 /// Optimise any black-box command on this machine: `xp tune --space S.yaml -- CMD ARGS...`.
 #[derive(clap::Args, Debug)]
@@ -63,16 +66,49 @@ pub(crate) async fn run(args: TuneArgs) -> anyhow::Result<()> {
         grace_period,
         command,
     } = args;
-    let text = std::fs::read_to_string(&space)
+    let search_space = read_space(&space)?;
+    let objectives = tune_objectives(&metric, &mode, reference.as_deref())?;
+    let algorithm = search_algorithm(&algo, objectives.len())?;
+    anyhow::ensure!(
+        objectives.is_empty() || early_stopping.is_none(),
+        "--early-stopping judges one objective; a multi-objective run (--metric) takes none"
+    );
+    let rule = early_stopping
+        .as_deref()
+        .map(|name| stopping_rule(name, max_t, grace_period))
+        .transpose()?;
+    let job = xp::TuneJob {
+        searcher: xp_tune::search::make_searcher(algorithm, &search_space, seed),
+        rule,
+        budget,
+        parallel,
+        maximize: mode.first().is_some_and(|mode| mode == "max"),
+        command,
+        objectives,
+        reference,
+    };
+    let summary = xp::tune(job, |line| outln!("{line}")).await?;
+    outln!("{}", summary.to_json());
+    Ok(())
+}
+
+/// The search space in the YAML file `space`.
+fn read_space(space: &Path) -> anyhow::Result<SearchSpace> {
+    let text = std::fs::read_to_string(space)
         .with_context(|| format!("cannot read {}", space.display()))?;
     let space_spec: xp_runtime::spec::SpaceSpec =
         serde_saphyr::from_str(&text).map_err(|error| {
             anyhow::anyhow!("{} is not a valid search space: {error}", space.display())
         })?;
-    let search_space = xp_runtime::spec::SearchSpace::from_spec(&space_spec)
-        .with_context(|| format!("{} is not a valid search space", space.display()))?;
-    use xp_tune::search::{Acquisition, DEFAULT_KAPPA, SearchAlgorithm};
-    let algorithm = match algo.as_str() {
+    SearchSpace::from_spec(&space_spec)
+        .with_context(|| format!("{} is not a valid search space", space.display()))
+}
+
+/// The algorithm `--algo` names, for `objectives` objectives (0 for a single
+/// one): a multi-objective run's TPE is the multi-objective TPE, and the
+/// model-based searchers of one objective refuse it.
+fn search_algorithm(algo: &str, objectives: usize) -> anyhow::Result<SearchAlgorithm> {
+    let algorithm = match algo {
         "gp-ucb" => SearchAlgorithm::Gp {
             acquisition: Acquisition::Ucb {
                 kappa: DEFAULT_KAPPA,
@@ -87,13 +123,10 @@ pub(crate) async fn run(args: TuneArgs) -> anyhow::Result<()> {
         "grid" => SearchAlgorithm::Grid,
         _ => SearchAlgorithm::Random,
     };
-    let objectives = tune_objectives(&metric, &mode, reference.as_deref())?;
-    let algorithm = match (algorithm, objectives.is_empty()) {
+    Ok(match (algorithm, objectives == 0) {
         (algorithm, true) => algorithm,
         (SearchAlgorithm::Tpe | SearchAlgorithm::MultivariateTpe, false) => {
-            SearchAlgorithm::MultiObjectiveTpe {
-                objectives: objectives.len(),
-            }
+            SearchAlgorithm::MultiObjectiveTpe { objectives }
         }
         (
             algorithm @ (SearchAlgorithm::Random | SearchAlgorithm::Sobol | SearchAlgorithm::Grid),
@@ -102,43 +135,30 @@ pub(crate) async fn run(args: TuneArgs) -> anyhow::Result<()> {
         (_, false) => anyhow::bail!(
             "--algo {algo} searches one objective; a multi-objective run (--metric) uses tpe, random, sobol or grid"
         ),
+    })
+}
+
+/// The early-stopping rule `--early-stopping` names, with `--max-t` and
+/// `--grace-period`.
+fn stopping_rule(
+    name: &str,
+    max_t: u64,
+    grace_period: u64,
+) -> anyhow::Result<Box<dyn StoppingRule>> {
+    let kind = match name {
+        "median" => RuleKind::Median,
+        "asha" => RuleKind::Asha,
+        _ => RuleKind::Hyperband,
     };
-    anyhow::ensure!(
-        objectives.is_empty() || early_stopping.is_none(),
-        "--early-stopping judges one objective; a multi-objective run (--metric) takes none"
-    );
-    let rule = match early_stopping.as_deref() {
-        Some(name) => {
-            let kind = match name {
-                "median" => xp_runtime::spec::RuleKind::Median,
-                "asha" => xp_runtime::spec::RuleKind::Asha,
-                _ => xp_runtime::spec::RuleKind::Hyperband,
-            };
-            let config = xp_runtime::spec::StoppingConfig {
-                max_t,
-                grace_period,
-                ..xp_runtime::spec::StoppingConfig::new(kind)
-            };
-            config
-                .validate()
-                .context("invalid early-stopping options")?;
-            Some(xp_tune::stopping::make_rule(&config))
-        }
-        None => None,
+    let config = StoppingConfig {
+        max_t,
+        grace_period,
+        ..StoppingConfig::new(kind)
     };
-    let job = xp::TuneJob {
-        searcher: xp_tune::search::make_searcher(algorithm, &search_space, seed),
-        rule,
-        budget,
-        parallel,
-        maximize: mode.first().is_some_and(|mode| mode == "max"),
-        command,
-        objectives,
-        reference,
-    };
-    let summary = xp::tune(job, |line| outln!("{line}")).await?;
-    outln!("{}", summary.to_json());
-    Ok(())
+    config
+        .validate()
+        .context("invalid early-stopping options")?;
+    Ok(xp_tune::stopping::make_rule(&config))
 }
 
 /// The objectives of `--metric` with their `--mode`s: none for a single
