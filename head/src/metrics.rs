@@ -30,7 +30,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::{Metric, Registry, Unit};
 use xp_runtime::protocol::TrialState;
 
 use xp_head_core::metrics::{MetricsSnapshot, Tally};
@@ -141,29 +141,188 @@ impl Api {
     }
 }
 
-/// The head's counters and histogram, and the registry they are in.
+/// The head's counters and histograms, and the registry they are in.
 #[derive(Debug)]
 pub(crate) struct HeadMetrics {
     registry: Registry,
     decision_seconds: Histogram,
-    trial_starts: Counter,
-    trial_finishes: Family<OutcomeLabels, Counter>,
-    trial_preemptions: Counter,
-    gpu_memory_evictions: Counter,
-    attempt_failures: Family<KindLabels, Counter>,
-    checkpoints: Counter,
-    checkpoint_bytes: Counter,
-    checkpoint_take_seconds: Histogram,
-    refusals: Family<RefusalLabels, Counter>,
-    requests: Family<RequestLabels, Counter>,
-    errors: Family<ErrorLabels, Counter>,
-    alerts_raised: Family<AlertLabels, Counter>,
-    webhook_deliveries: Family<DeliveryLabels, Counter>,
+    trials: TrialCounters,
+    checkpoints: CheckpointCounters,
+    requests: RequestCounters,
+    alerts: AlertCounters,
 }
 
 impl Default for HeadMetrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Registers `metric` (with its unit, if any) and returns a handle to it.
+fn register<M: Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    metric: M,
+) -> M {
+    match unit {
+        Some(unit) => registry.register_with_unit(name, help, unit, metric.clone()),
+        None => registry.register(name, help, metric.clone()),
+    }
+    metric
+}
+
+/// What happened to trials and their attempts.
+#[derive(Debug)]
+struct TrialCounters {
+    starts: Counter,
+    finishes: Family<OutcomeLabels, Counter>,
+    preemptions: Counter,
+    gpu_memory_evictions: Counter,
+    attempt_failures: Family<KindLabels, Counter>,
+}
+
+impl TrialCounters {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            starts: register(
+                registry,
+                "trial_starts",
+                "Trial attempts placed and launched",
+                None,
+                Counter::default(),
+            ),
+            finishes: register(
+                registry,
+                "trial_finishes",
+                "Trials that ended, by outcome (succeeded, failed, cancelled, stopped)",
+                None,
+                Family::default(),
+            ),
+            preemptions: register(
+                registry,
+                "trial_preemptions",
+                "Running trials asked to checkpoint and stop for other work",
+                None,
+                Counter::default(),
+            ),
+            gpu_memory_evictions: register(
+                registry,
+                "gpu_memory_evictions",
+                "Oversubscribed workers their nodes stopped through their checkpoints because a GPU ran short of memory; requeued without using a retry",
+                None,
+                Counter::default(),
+            ),
+            attempt_failures: register(
+                registry,
+                "attempt_failures",
+                "Trial attempts that failed through the trial's fault, by kind (failed, oom-killed, time-limit); retried under max_retries",
+                None,
+                Family::default(),
+            ),
+        }
+    }
+}
+
+/// Checkpoints recorded, their bytes and how long nodes took to store them.
+#[derive(Debug)]
+struct CheckpointCounters {
+    count: Counter,
+    bytes: Counter,
+    take_seconds: Histogram,
+}
+
+impl CheckpointCounters {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            count: register(
+                registry,
+                "checkpoints",
+                "Checkpoints recorded (a report a node resends is counted once)",
+                None,
+                Counter::default(),
+            ),
+            bytes: register(
+                registry,
+                "checkpoint",
+                "Bytes of the checkpoints recorded",
+                Some(Unit::Bytes),
+                Counter::default(),
+            ),
+            // 1 ms to about 4.4 min: a small state file to many gigabytes.
+            take_seconds: register(
+                registry,
+                "checkpoint_take",
+                "Wall time a node took to store a checkpoint (renaming it aside, hashing and storing its files, the backup)",
+                Some(Unit::Seconds),
+                Histogram::new(exponential_buckets(1e-3, 4.0, 10)),
+            ),
+        }
+    }
+}
+
+/// Requests served, refused by authorization, and answered with an error.
+#[derive(Debug)]
+struct RequestCounters {
+    refusals: Family<RefusalLabels, Counter>,
+    served: Family<RequestLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+}
+
+impl RequestCounters {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            refusals: register(
+                registry,
+                "authorization_refusals",
+                "Requests refused by authorization, by action and the caller's role",
+                None,
+                Family::default(),
+            ),
+            served: register(
+                registry,
+                "api_requests",
+                "Requests served, by API (quic, http) and kind",
+                None,
+                Family::default(),
+            ),
+            errors: register(
+                registry,
+                "api_errors",
+                "Requests answered with an error, by API, kind and error code",
+                None,
+                Family::default(),
+            ),
+        }
+    }
+}
+
+/// Alerts raised and their webhook deliveries.
+#[derive(Debug)]
+struct AlertCounters {
+    raised: Family<AlertLabels, Counter>,
+    webhook_deliveries: Family<DeliveryLabels, Counter>,
+}
+
+impl AlertCounters {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            raised: register(
+                registry,
+                "alerts_raised",
+                "Alerts raised on trials, by rule kind and action (every alert counts once under action event; stop and webhook count those that also did that)",
+                None,
+                Family::default(),
+            ),
+            webhook_deliveries: register(
+                registry,
+                "alert_webhook_deliveries",
+                "Alert webhook deliveries that ended, by outcome (delivered, failed after its retries, dropped from the full queue)",
+                None,
+                Family::default(),
+            ),
+        }
     }
 }
 
@@ -173,110 +332,20 @@ impl HeadMetrics {
         let mut registry = Registry::with_prefix("xp");
         // 10 µs to about 2.6 s: a pass over a few trials takes microseconds,
         // one over 100,000 waiting trials tens of milliseconds.
-        let decision_seconds = Histogram::new(exponential_buckets(1e-5, 4.0, 10));
-        registry.register_with_unit(
+        let decision_seconds = register(
+            &mut registry,
             "scheduling_decision",
             "Wall time of one call into the head's core that ran a scheduling decision",
-            Unit::Seconds,
-            decision_seconds.clone(),
-        );
-        let trial_starts = Counter::default();
-        registry.register(
-            "trial_starts",
-            "Trial attempts placed and launched",
-            trial_starts.clone(),
-        );
-        let trial_finishes = Family::default();
-        registry.register(
-            "trial_finishes",
-            "Trials that ended, by outcome (succeeded, failed, cancelled, stopped)",
-            trial_finishes.clone(),
-        );
-        let trial_preemptions = Counter::default();
-        registry.register(
-            "trial_preemptions",
-            "Running trials asked to checkpoint and stop for other work",
-            trial_preemptions.clone(),
-        );
-        let gpu_memory_evictions = Counter::default();
-        registry.register(
-            "gpu_memory_evictions",
-            "Oversubscribed workers their nodes stopped through their checkpoints because a GPU ran short of memory; requeued without using a retry",
-            gpu_memory_evictions.clone(),
-        );
-        let attempt_failures = Family::default();
-        registry.register(
-            "attempt_failures",
-            "Trial attempts that failed through the trial's fault, by kind (failed, oom-killed, time-limit); retried under max_retries",
-            attempt_failures.clone(),
-        );
-        let checkpoints = Counter::default();
-        registry.register(
-            "checkpoints",
-            "Checkpoints recorded (a report a node resends is counted once)",
-            checkpoints.clone(),
-        );
-        let checkpoint_bytes = Counter::default();
-        registry.register_with_unit(
-            "checkpoint",
-            "Bytes of the checkpoints recorded",
-            Unit::Bytes,
-            checkpoint_bytes.clone(),
-        );
-        // 1 ms to about 4.4 min: a small state file to many gigabytes.
-        let checkpoint_take_seconds = Histogram::new(exponential_buckets(1e-3, 4.0, 10));
-        registry.register_with_unit(
-            "checkpoint_take",
-            "Wall time a node took to store a checkpoint (renaming it aside, hashing and storing its files, the backup)",
-            Unit::Seconds,
-            checkpoint_take_seconds.clone(),
-        );
-        let refusals = Family::default();
-        registry.register(
-            "authorization_refusals",
-            "Requests refused by authorization, by action and the caller's role",
-            refusals.clone(),
-        );
-        let requests = Family::default();
-        registry.register(
-            "api_requests",
-            "Requests served, by API (quic, http) and kind",
-            requests.clone(),
-        );
-        let errors = Family::default();
-        registry.register(
-            "api_errors",
-            "Requests answered with an error, by API, kind and error code",
-            errors.clone(),
-        );
-        let alerts_raised = Family::default();
-        registry.register(
-            "alerts_raised",
-            "Alerts raised on trials, by rule kind and action (every alert counts once under action event; stop and webhook count those that also did that)",
-            alerts_raised.clone(),
-        );
-        let webhook_deliveries = Family::default();
-        registry.register(
-            "alert_webhook_deliveries",
-            "Alert webhook deliveries that ended, by outcome (delivered, failed after its retries, dropped from the full queue)",
-            webhook_deliveries.clone(),
+            Some(Unit::Seconds),
+            Histogram::new(exponential_buckets(1e-5, 4.0, 10)),
         );
         Self {
-            alerts_raised,
-            webhook_deliveries,
-            registry,
             decision_seconds,
-            trial_starts,
-            trial_finishes,
-            trial_preemptions,
-            gpu_memory_evictions,
-            attempt_failures,
-            checkpoints,
-            checkpoint_bytes,
-            checkpoint_take_seconds,
-            refusals,
-            requests,
-            errors,
+            trials: TrialCounters::register(&mut registry),
+            checkpoints: CheckpointCounters::register(&mut registry),
+            requests: RequestCounters::register(&mut registry),
+            alerts: AlertCounters::register(&mut registry),
+            registry,
         }
     }
 
@@ -285,13 +354,14 @@ impl HeadMetrics {
         for state in &tally.transitions {
             match state {
                 TrialState::Placed => {
-                    self.trial_starts.inc();
+                    self.trials.starts.inc();
                 }
                 TrialState::Preempting => {
-                    self.trial_preemptions.inc();
+                    self.trials.preemptions.inc();
                 }
                 state if state.is_terminal() => {
-                    self.trial_finishes
+                    self.trials
+                        .finishes
                         .get_or_create(&OutcomeLabels {
                             outcome: state.as_str(),
                         })
@@ -301,15 +371,18 @@ impl HeadMetrics {
             }
         }
         for (kind, count) in &tally.attempt_failures {
-            self.attempt_failures
+            self.trials
+                .attempt_failures
                 .get_or_create(&KindLabels { kind: kind.clone() })
                 .inc_by(*count);
         }
-        self.gpu_memory_evictions.inc_by(tally.gpu_memory_evictions);
-        self.checkpoints.inc_by(tally.checkpoints);
-        self.checkpoint_bytes.inc_by(tally.checkpoint_bytes);
+        self.trials
+            .gpu_memory_evictions
+            .inc_by(tally.gpu_memory_evictions);
+        self.checkpoints.count.inc_by(tally.checkpoints);
+        self.checkpoints.bytes.inc_by(tally.checkpoint_bytes);
         for took in &tally.checkpoint_takes {
-            self.checkpoint_take_seconds.observe(took.as_secs_f64());
+            self.checkpoints.take_seconds.observe(took.as_secs_f64());
         }
     }
 
@@ -320,14 +393,16 @@ impl HeadMetrics {
 
     /// Counts an alert raised and one action it took.
     pub(crate) fn alert_raised(&self, kind: &'static str, action: &'static str) {
-        self.alerts_raised
+        self.alerts
+            .raised
             .get_or_create(&AlertLabels { kind, action })
             .inc();
     }
 
     /// Counts a webhook delivery that ended with `outcome`.
     pub(crate) fn webhook_delivery(&self, outcome: &'static str) {
-        self.webhook_deliveries
+        self.alerts
+            .webhook_deliveries
             .get_or_create(&DeliveryLabels { outcome })
             .inc();
     }
@@ -335,7 +410,8 @@ impl HeadMetrics {
     /// Counts an authorization refusal; `role` is the caller's role, `node`,
     /// or `unknown` (a revoked credential).
     pub(crate) fn refused(&self, action: &'static str, role: &'static str) {
-        self.refusals
+        self.requests
+            .refusals
             .get_or_create(&RefusalLabels { action, role })
             .inc();
     }
@@ -344,13 +420,15 @@ impl HeadMetrics {
     /// `kind` must come from a bounded set (a request kind, a route).
     pub(crate) fn request(&self, api: Api, kind: &str, error: Option<&str>) {
         self.requests
+            .served
             .get_or_create(&RequestLabels {
                 api: api.as_str(),
                 kind: kind.to_owned(),
             })
             .inc();
         if let Some(code) = error {
-            self.errors
+            self.requests
+                .errors
                 .get_or_create(&ErrorLabels {
                     api: api.as_str(),
                     kind: kind.to_owned(),
@@ -380,6 +458,16 @@ impl HeadMetrics {
 /// A registry of `snapshot`'s gauges, built for one scrape.
 fn gauges(snapshot: &MetricsSnapshot) -> Registry {
     let mut registry = Registry::with_prefix("xp");
+    register_trial_gauges(&mut registry, snapshot);
+    register_gpu_gauges(&mut registry, snapshot);
+    register_node_gauges(&mut registry, snapshot);
+    register_gpu_telemetry(&mut registry, snapshot);
+    register_store_gauges(&mut registry, snapshot);
+    registry
+}
+
+/// Trials by queue and state, and those waiting per queue.
+fn register_trial_gauges(registry: &mut Registry, snapshot: &MetricsSnapshot) {
     let trials = Family::<QueueStateLabels, Gauge>::default();
     for ((queue, state), count) in &snapshot.trials {
         trials
@@ -403,6 +491,10 @@ fn gauges(snapshot: &MetricsSnapshot) -> Registry {
         "Trials waiting to be placed, per queue",
         pending,
     );
+}
+
+/// GPUs offered and allocated by node and model.
+fn register_gpu_gauges(registry: &mut Registry, snapshot: &MetricsSnapshot) {
     let total = Family::<GpuLabels, Gauge>::default();
     let allocated = Family::<GpuLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
     for ((node, model), count) in &snapshot.gpus {
@@ -419,13 +511,11 @@ fn gauges(snapshot: &MetricsSnapshot) -> Registry {
         "GPUs assigned to live workers, by node and model (fractional shares count as their fraction)",
         allocated,
     );
-    let nodes = Family::<StateLabels, Gauge>::default();
-    for (state, count) in &snapshot.nodes {
-        nodes
-            .get_or_create(&StateLabels { state })
-            .set(gauge_value(*count));
-    }
-    registry.register("nodes", "Nodes by state", nodes);
+}
+
+/// GPUs in use by node and model, and each GPU's figures, from the latest
+/// telemetry.
+fn register_gpu_telemetry(registry: &mut Registry, snapshot: &MetricsSnapshot) {
     let in_use = Family::<GpuLabels, Gauge>::default();
     for ((node, model), count) in &snapshot.gpus_in_use {
         in_use
@@ -440,6 +530,11 @@ fn gauges(snapshot: &MetricsSnapshot) -> Registry {
         "GPUs busier than 5% in their node's latest telemetry, by node and model",
         in_use,
     );
+    register_gpu_figures(registry, snapshot);
+}
+
+/// Each GPU's utilisation and memory in its node's latest telemetry.
+fn register_gpu_figures(registry: &mut Registry, snapshot: &MetricsSnapshot) {
     let util = Family::<GpuIndexLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
     let memory = Family::<GpuIndexLabels, Gauge>::default();
     for ((node, index), (percent, bytes)) in &snapshot.gpu_figures {
@@ -462,6 +557,21 @@ fn gauges(snapshot: &MetricsSnapshot) -> Registry {
         Unit::Bytes,
         memory,
     );
+}
+
+/// Nodes by state.
+fn register_node_gauges(registry: &mut Registry, snapshot: &MetricsSnapshot) {
+    let nodes = Family::<StateLabels, Gauge>::default();
+    for (state, count) in &snapshot.nodes {
+        nodes
+            .get_or_create(&StateLabels { state })
+            .set(gauge_value(*count));
+    }
+    registry.register("nodes", "Nodes by state", nodes);
+}
+
+/// The bytes in each node's object store, by tier.
+fn register_store_gauges(registry: &mut Registry, snapshot: &MetricsSnapshot) {
     let store = Family::<TierLabels, Gauge>::default();
     for ((node, tier), bytes) in &snapshot.store_bytes {
         store
@@ -477,7 +587,6 @@ fn gauges(snapshot: &MetricsSnapshot) -> Registry {
         Unit::Bytes,
         store,
     );
-    registry
 }
 
 fn gauge_value(count: u64) -> i64 {
