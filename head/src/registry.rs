@@ -25,7 +25,8 @@ use xp_runtime::protocol::TrialEvent;
 
 use xp_head_core::auth::users::UserRecord;
 use xp_head_core::{
-    ExperimentRecord, LoadedState, MetricRecord, NodeRecord, PolicyRecord, Record, TrialRecord,
+    ExperimentRecord, LoadedState, MetricRecord, NodeRecord, PolicyRecord, Record, TelemetryRecord,
+    TrialRecord,
 };
 use xp_runtime::protocol::AuditEntry;
 
@@ -451,112 +452,23 @@ impl Registry {
     /// audit sequence numbers.
     fn write(&self, records: &[Record]) -> Result<(u64, u64), RegistryError> {
         let txn = self.database()?.begin_write().map_err(db_error)?;
-        let mut next_metric_seq = self.next_metric_seq;
-        let mut next_audit_seq = self.next_audit_seq;
+        let mut sequences = Sequences {
+            metric: self.next_metric_seq,
+            audit: self.next_audit_seq,
+        };
         {
-            let mut users = txn.open_table(USERS).map_err(db_error)?;
-            let mut audit = txn.open_table(AUDIT).map_err(db_error)?;
-            let mut experiments = txn.open_table(EXPERIMENTS).map_err(db_error)?;
-            let mut trials = txn.open_table(TRIALS).map_err(db_error)?;
-            let mut nodes = txn.open_table(NODES).map_err(db_error)?;
-            let mut events = txn.open_table(EVENTS).map_err(db_error)?;
-            let mut metrics = txn.open_table(METRICS).map_err(db_error)?;
-            let mut policy = txn.open_table(POLICY).map_err(db_error)?;
-            let mut telemetry = txn.open_table(TELEMETRY).map_err(db_error)?;
-            let mut pipelines = txn.open_table(PIPELINES).map_err(db_error)?;
-            let mut alerts = txn.open_table(ALERTS).map_err(db_error)?;
+            let mut tables = WriteTables::open(&txn)?;
             for record in records {
-                match record {
-                    Record::Experiment(experiment) => {
-                        let bytes = encode("experiment", experiment)?;
-                        experiments
-                            .insert(experiment.id.to_string().as_str(), bytes.as_slice())
-                            .map_err(db_error)?;
-                    }
-                    Record::Trial(trial) => {
-                        let bytes = encode("trial", trial)?;
-                        trials
-                            .insert(trial.id.to_string().as_str(), bytes.as_slice())
-                            .map_err(db_error)?;
-                    }
-                    Record::Node(node) => {
-                        let bytes = encode("node", node)?;
-                        nodes
-                            .insert(node.id.to_string().as_str(), bytes.as_slice())
-                            .map_err(db_error)?;
-                    }
-                    Record::Event(event) => {
-                        let bytes = encode("event", event)?;
-                        events
-                            .insert(event.seq, bytes.as_slice())
-                            .map_err(db_error)?;
-                    }
-                    Record::Metric(metric) => {
-                        let bytes = encode("metric", metric)?;
-                        let trial = metric.key.trial.to_string();
-                        metrics
-                            .insert((trial.as_str(), next_metric_seq), bytes.as_slice())
-                            .map_err(db_error)?;
-                        next_metric_seq += 1;
-                    }
-                    Record::Policy(record) => {
-                        let bytes = encode("policy", record)?;
-                        policy
-                            .insert("current", bytes.as_slice())
-                            .map_err(db_error)?;
-                    }
-                    Record::User(user) => {
-                        let bytes = encode("user", user)?;
-                        users
-                            .insert(user.name.as_str(), bytes.as_slice())
-                            .map_err(db_error)?;
-                    }
-                    Record::Pipeline(pipeline) => {
-                        let bytes = encode("pipeline", pipeline)?;
-                        pipelines
-                            .insert(pipeline.id, bytes.as_slice())
-                            .map_err(db_error)?;
-                    }
-                    Record::Alert(alert) => {
-                        let bytes = encode("alert", alert)?;
-                        alerts
-                            .insert(alert.id, bytes.as_slice())
-                            .map_err(db_error)?;
-                    }
-                    Record::Audit(entry) => {
-                        let numbered = AuditEntry {
-                            seq: next_audit_seq,
-                            ..entry.clone()
-                        };
-                        let bytes = encode("audit", &numbered)?;
-                        audit
-                            .insert(next_audit_seq, bytes.as_slice())
-                            .map_err(db_error)?;
-                        next_audit_seq += 1;
-                    }
-                    Record::Telemetry(window) => {
-                        let trial = window.trial.to_string();
-                        let key = (trial.as_str(), window.rank, window.slot);
-                        match &window.window {
-                            Some(stored) => {
-                                let bytes = encode("telemetry", stored)?;
-                                telemetry.insert(key, bytes.as_slice()).map_err(db_error)?;
-                            }
-                            None => {
-                                telemetry.remove(key).map_err(db_error)?;
-                            }
-                        }
-                    }
-                }
+                tables.write(record, &mut sequences)?;
             }
             let mut meta = txn.open_table(META).map_err(db_error)?;
-            meta.insert("next_metric_seq", next_metric_seq)
+            meta.insert("next_metric_seq", sequences.metric)
                 .map_err(db_error)?;
-            meta.insert("next_audit_seq", next_audit_seq)
+            meta.insert("next_audit_seq", sequences.audit)
                 .map_err(db_error)?;
         }
         txn.commit().map_err(db_error)?;
-        Ok((next_metric_seq, next_audit_seq))
+        Ok((sequences.metric, sequences.audit))
     }
 
     /// Every user.
@@ -671,322 +583,132 @@ pub(crate) struct MetricsPage {
     pub more: bool,
 }
 
+/// The next numbers of the numbered records (metric reports, audit entries).
+struct Sequences {
+    metric: u64,
+    audit: u64,
+}
+
+/// The tables one commit writes records to, open in its transaction.
+struct WriteTables<'txn> {
+    users: redb::Table<'txn, &'static str, &'static [u8]>,
+    audit: redb::Table<'txn, u64, &'static [u8]>,
+    experiments: redb::Table<'txn, &'static str, &'static [u8]>,
+    trials: redb::Table<'txn, &'static str, &'static [u8]>,
+    nodes: redb::Table<'txn, &'static str, &'static [u8]>,
+    events: redb::Table<'txn, u64, &'static [u8]>,
+    metrics: redb::Table<'txn, (&'static str, u64), &'static [u8]>,
+    policy: redb::Table<'txn, &'static str, &'static [u8]>,
+    telemetry: redb::Table<'txn, (&'static str, u32, u32), &'static [u8]>,
+    pipelines: redb::Table<'txn, u64, &'static [u8]>,
+    alerts: redb::Table<'txn, u64, &'static [u8]>,
+}
+
+impl<'txn> WriteTables<'txn> {
+    fn open(txn: &'txn redb::WriteTransaction) -> Result<Self, RegistryError> {
+        Ok(Self {
+            users: txn.open_table(USERS).map_err(db_error)?,
+            audit: txn.open_table(AUDIT).map_err(db_error)?,
+            experiments: txn.open_table(EXPERIMENTS).map_err(db_error)?,
+            trials: txn.open_table(TRIALS).map_err(db_error)?,
+            nodes: txn.open_table(NODES).map_err(db_error)?,
+            events: txn.open_table(EVENTS).map_err(db_error)?,
+            metrics: txn.open_table(METRICS).map_err(db_error)?,
+            policy: txn.open_table(POLICY).map_err(db_error)?,
+            telemetry: txn.open_table(TELEMETRY).map_err(db_error)?,
+            pipelines: txn.open_table(PIPELINES).map_err(db_error)?,
+            alerts: txn.open_table(ALERTS).map_err(db_error)?,
+        })
+    }
+
+    /// Stores one record (inserted or replaced by its key; numbered ones
+    /// take the next number).
+    fn write(&mut self, record: &Record, sequences: &mut Sequences) -> Result<(), RegistryError> {
+        match record {
+            Record::Experiment(experiment) => put(
+                &mut self.experiments,
+                experiment.id.to_string().as_str(),
+                "experiment",
+                experiment,
+            ),
+            Record::Trial(trial) => put(
+                &mut self.trials,
+                trial.id.to_string().as_str(),
+                "trial",
+                trial,
+            ),
+            Record::Node(node) => put(&mut self.nodes, node.id.to_string().as_str(), "node", node),
+            Record::Event(event) => put(&mut self.events, event.seq, "event", event),
+            Record::Metric(metric) => self.write_metric(metric, sequences),
+            Record::Policy(record) => put(&mut self.policy, "current", "policy", record),
+            Record::User(user) => put(&mut self.users, user.name.as_str(), "user", user),
+            Record::Pipeline(pipeline) => {
+                put(&mut self.pipelines, pipeline.id, "pipeline", pipeline)
+            }
+            Record::Alert(alert) => put(&mut self.alerts, alert.id, "alert", alert),
+            Record::Audit(entry) => self.write_audit(entry, sequences),
+            Record::Telemetry(window) => self.write_telemetry(window),
+        }
+    }
+
+    /// A metric report, under its trial and the next metric number.
+    fn write_metric(
+        &mut self,
+        metric: &MetricRecord,
+        sequences: &mut Sequences,
+    ) -> Result<(), RegistryError> {
+        let trial = metric.key.trial.to_string();
+        put(
+            &mut self.metrics,
+            (trial.as_str(), sequences.metric),
+            "metric",
+            metric,
+        )?;
+        sequences.metric += 1;
+        Ok(())
+    }
+
+    /// An audit entry, numbered.
+    fn write_audit(
+        &mut self,
+        entry: &AuditEntry,
+        sequences: &mut Sequences,
+    ) -> Result<(), RegistryError> {
+        let numbered = AuditEntry {
+            seq: sequences.audit,
+            ..entry.clone()
+        };
+        put(&mut self.audit, sequences.audit, "audit", &numbered)?;
+        sequences.audit += 1;
+        Ok(())
+    }
+
+    /// A telemetry window stored, or removed when it is empty.
+    fn write_telemetry(&mut self, window: &TelemetryRecord) -> Result<(), RegistryError> {
+        let trial = window.trial.to_string();
+        let key = (trial.as_str(), window.rank, window.slot);
+        match &window.window {
+            Some(stored) => put(&mut self.telemetry, key, "telemetry", stored),
+            None => self.telemetry.remove(key).map(drop).map_err(db_error),
+        }
+    }
+}
+
+/// Encodes `value` as a record of `kind` and stores it under `key`.
+fn put<'k, K: redb::Key + 'static>(
+    table: &mut redb::Table<'_, K, &'static [u8]>,
+    key: impl std::borrow::Borrow<K::SelfType<'k>>,
+    kind: &'static str,
+    value: &impl serde::Serialize,
+) -> Result<(), RegistryError> {
+    let bytes = encode(kind, value)?;
+    table.insert(key, bytes.as_slice()).map_err(db_error)?;
+    Ok(())
+}
+
 fn encode<T: serde::Serialize>(kind: &'static str, value: &T) -> Result<Vec<u8>, RegistryError> {
     serde_json::to_vec(value).map_err(|source| RegistryError::Encode { kind, source })
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use std::process::Command;
-
-    use xp_runtime::ids::ExperimentId;
-    use xp_runtime::protocol::TrialState;
-
-    use super::*;
-
-    /// An event whose reason pads it to about `bytes`, so the database must grow.
-    fn event(seq: u64, bytes: usize) -> Record {
-        Record::Event(TrialEvent {
-            seq,
-            at: seq,
-            trial: TrialId {
-                experiment: ExperimentId { digest: 7, run: 1 },
-                index: 0,
-            },
-            state: TrialState::Running,
-            attempt: 1,
-            reason: "x".repeat(bytes),
-        })
-    }
-
-    fn event_seqs(loaded: &LoadedState) -> Vec<u64> {
-        loaded.events.iter().map(|event| event.seq).collect()
-    }
-
-    /// A small tmpfs, unmounted on drop (also used by the actor's tests).
-    pub(crate) struct Tmpfs {
-        pub(crate) path: PathBuf,
-        _dir: tempfile::TempDir,
-    }
-
-    impl Tmpfs {
-        /// Mounts one, or `None` where that is not allowed (not root).
-        pub(crate) fn mount(size: &str) -> Option<Self> {
-            let dir = tempfile::tempdir().expect("a temporary directory");
-            let path = dir.path().join("mnt");
-            std::fs::create_dir(&path).expect("a mount point");
-            let mounted = Command::new("mount")
-                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-                .arg(&path)
-                .output()
-                .is_ok_and(|output| output.status.success());
-            mounted.then_some(Self { path, _dir: dir })
-        }
-
-        /// Fills it with a filler file until the disk is full; returns the file's path.
-        pub(crate) fn fill(&self) -> PathBuf {
-            let path = self.path.join("filler");
-            let mut file = std::fs::File::create(&path).expect("the filler file");
-            let chunk = vec![1u8; 64 << 10];
-            loop {
-                if let Err(error) = file.write_all(&chunk).and_then(|()| file.sync_all()) {
-                    assert_eq!(error.kind(), std::io::ErrorKind::StorageFull, "{error}");
-                    break;
-                }
-            }
-            // Fill the last partial page too.
-            while file.write_all(&[1u8]).is_ok() {}
-            path
-        }
-    }
-
-    impl Drop for Tmpfs {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
-        }
-    }
-
-    #[test]
-    fn committed_is_what_a_fresh_load_returns() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("head.redb");
-        let mut registry = Registry::open(&path).unwrap();
-        registry.load().unwrap();
-        registry.commit(vec![event(1, 10), event(2, 10)]).unwrap();
-        registry.commit(vec![event(3, 10)]).unwrap();
-        assert_eq!(event_seqs(&registry.committed()), [1, 2, 3]);
-        drop(registry);
-        let mut again = Registry::open(&path).unwrap();
-        assert_eq!(event_seqs(&again.load().unwrap()), [1, 2, 3]);
-        assert_eq!(event_seqs(&again.committed()), [1, 2, 3]);
-    }
-
-    #[test]
-    fn an_unreadable_pipeline_record_still_holds_its_id() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("head.redb");
-        {
-            let database = Database::create(&path).unwrap();
-            let txn = database.begin_write().unwrap();
-            txn.open_table(PIPELINES)
-                .unwrap()
-                .insert(7, b"{not json".as_slice())
-                .unwrap();
-            txn.commit().unwrap();
-        }
-        let loaded = Registry::open(&path).unwrap().load().unwrap();
-        assert!(loaded.pipelines.is_empty());
-        assert_eq!(loaded.next_pipeline_id, 8);
-    }
-
-    #[test]
-    fn users_and_the_audit_trail_are_stored_and_numbered() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("head.redb");
-        let user = |role| UserRecord {
-            name: "ana".to_owned(),
-            team: "vision".to_owned(),
-            role,
-            secret_hash: "00".repeat(32),
-            created_at: 1,
-            revoked_at: None,
-        };
-        let entry = |action: &str| {
-            Record::Audit(AuditEntry {
-                seq: 0,
-                at: 2,
-                who: "ana".to_owned(),
-                action: action.to_owned(),
-                allowed: false,
-                detail: "needs role admin".to_owned(),
-            })
-        };
-        let mut registry = Registry::open(&path).unwrap();
-        registry.load().unwrap();
-        registry
-            .commit(vec![
-                Record::User(user(xp_head_core::auth::Role::Viewer)),
-                entry("one"),
-            ])
-            .unwrap();
-        registry
-            .commit(vec![
-                Record::User(user(xp_head_core::auth::Role::Member)),
-                entry("two"),
-                entry("three"),
-            ])
-            .unwrap();
-        drop(registry);
-        let mut again = Registry::open(&path).unwrap();
-        again.load().unwrap();
-        assert_eq!(
-            again.users().unwrap(),
-            [user(xp_head_core::auth::Role::Member)]
-        );
-        again.commit(vec![entry("four")]).unwrap();
-        let trail = again.audit(3).unwrap();
-        let seqs: Vec<(u64, &str)> = trail
-            .iter()
-            .map(|entry| (entry.seq, entry.action.as_str()))
-            .collect();
-        assert_eq!(seqs, [(2, "two"), (3, "three"), (4, "four")]);
-    }
-
-    #[test]
-    fn a_read_only_load_is_refused_while_open_and_reads_what_was_committed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("head.redb");
-        let mut registry = Registry::open(&path).unwrap();
-        registry.load().unwrap();
-        registry.commit(vec![event(1, 10), event(2, 10)]).unwrap();
-        assert!(
-            Registry::load_read_only(&path).is_err(),
-            "a running head holds it"
-        );
-        drop(registry);
-        assert_eq!(
-            event_seqs(&Registry::load_read_only(&path).unwrap()),
-            [1, 2]
-        );
-        // Reading wrote nothing: the database opens for writing as before.
-        assert_eq!(
-            event_seqs(&Registry::open(&path).unwrap().load().unwrap()),
-            [1, 2]
-        );
-    }
-
-    #[test]
-    fn a_closed_registry_refuses_commits_and_reads_but_answers_committed() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut registry = Registry::open(&dir.path().join("head.redb")).unwrap();
-        registry.load().unwrap();
-        registry.commit(vec![event(1, 10)]).unwrap();
-        registry.close();
-        assert!(!registry.is_open());
-        assert!(matches!(
-            registry.commit(vec![event(2, 10)]),
-            Err(RegistryError::Closed)
-        ));
-        assert!(matches!(
-            registry.metrics_of(TrialId {
-                experiment: ExperimentId { digest: 7, run: 1 },
-                index: 0,
-            }),
-            Err(RegistryError::Closed)
-        ));
-        assert_eq!(event_seqs(&registry.committed()), [1]);
-        let loaded = registry.reopen().unwrap();
-        assert!(registry.is_open());
-        assert_eq!(event_seqs(&loaded), [1]);
-        registry.commit(vec![event(2, 10)]).unwrap();
-        assert_eq!(event_seqs(&registry.committed()), [1, 2]);
-    }
-
-    #[test]
-    #[expect(clippy::print_stderr, reason = "say why the test is skipped")]
-    fn a_full_disk_closes_the_database_and_it_reopens_once_there_is_room() {
-        let Some(tmpfs) = Tmpfs::mount("8m") else {
-            eprintln!("skipped: cannot mount a tmpfs here (needs root)");
-            return;
-        };
-        let mut registry = Registry::open(&tmpfs.path.join("head.redb")).unwrap();
-        registry.load().unwrap();
-        registry.commit(vec![event(1, 100)]).unwrap();
-        let filler = tmpfs.fill();
-
-        // Commit until the database must grow and cannot.
-        let mut seq = 2;
-        let failure = loop {
-            match registry.commit(vec![event(seq, 16 << 10)]) {
-                Ok(()) => seq += 1,
-                Err(error) => break error,
-            }
-            assert!(seq < 10_000, "commits kept succeeding on a full disk");
-        };
-        assert!(failure.is_disk_full(), "{failure}");
-        assert!(!registry.is_open());
-        let stored: Vec<u64> = (1..seq).collect();
-        assert_eq!(event_seqs(&registry.committed()), stored);
-        assert!(matches!(
-            registry.commit(vec![event(seq, 10)]),
-            Err(RegistryError::Closed)
-        ));
-
-        // Still full: the probe finds no room and the database stays closed.
-        let refused = registry.reopen().unwrap_err();
-        assert!(refused.is_disk_full(), "{refused}");
-        assert!(!registry.is_open());
-
-        // Room again: it re-opens with exactly what was committed, and takes more.
-        std::fs::remove_file(filler).unwrap();
-        let loaded = registry.reopen().unwrap();
-        assert_eq!(event_seqs(&loaded), stored);
-        registry.commit(vec![event(seq, 100)]).unwrap();
-        drop(registry);
-        let mut again = Registry::open(&tmpfs.path.join("head.redb")).unwrap();
-        let mut expected = stored;
-        expected.push(seq);
-        assert_eq!(event_seqs(&again.load().unwrap()), expected);
-    }
-
-    #[test]
-    fn metric_pages_hold_each_report_of_their_trial_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut registry = Registry::open(&dir.path().join("head.redb")).unwrap();
-        registry.load().unwrap();
-        let trial = |index| TrialId {
-            experiment: ExperimentId { digest: 7, run: 1 },
-            index,
-        };
-        let metric = |index, step: u64| {
-            Record::Metric(MetricRecord {
-                key: xp_runtime::ids::WorkerKey {
-                    trial: trial(index),
-                    attempt: 1,
-                    rank: 0,
-                },
-                step: Some(step),
-                values: [("loss".to_owned(), step as f64)].into(),
-                at: step,
-            })
-        };
-        // Trial 1's reports interleaved with trial 10's, whose id shares its prefix.
-        for step in 0..250 {
-            registry
-                .commit(vec![metric(1, step), metric(10, step)])
-                .unwrap();
-        }
-        let walk = |limit, max_bytes| {
-            let mut steps = Vec::new();
-            let mut after = None;
-            loop {
-                let page = registry
-                    .metrics_page(trial(1), after, limit, max_bytes)
-                    .unwrap();
-                assert_eq!(page.total, 250);
-                assert!(!page.records.is_empty() && page.records.len() <= limit);
-                steps.extend(page.records.iter().map(|(_, record)| record.step.unwrap()));
-                if !page.more {
-                    return steps;
-                }
-                after = page.records.last().map(|(seq, _)| *seq);
-            }
-        };
-        let all: Vec<u64> = (0..250).collect();
-        assert_eq!(walk(100, usize::MAX), all);
-        assert_eq!(walk(1, usize::MAX), all);
-        // A byte budget smaller than one report still moves one at a time.
-        assert_eq!(walk(1000, 1), all);
-        let empty = registry
-            .metrics_page(trial(2), None, 100, usize::MAX)
-            .unwrap();
-        assert_eq!(
-            (empty.records.len(), empty.total, empty.more),
-            (0, 0, false)
-        );
-        let past_the_end = registry
-            .metrics_page(trial(1), Some(u64::MAX), 100, usize::MAX)
-            .unwrap();
-        assert_eq!((past_the_end.records.len(), past_the_end.total), (0, 250));
-    }
-}
+pub(crate) mod tests;

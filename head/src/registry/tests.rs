@@ -1,0 +1,315 @@
+//! Tests of the registry over real redb files: what a fresh load returns, users
+//! and the audit trail, read-only loads, a full disk on a tmpfs, metric pages.
+
+use std::process::Command;
+
+use xp_runtime::ids::ExperimentId;
+use xp_runtime::protocol::TrialState;
+
+use super::*;
+
+/// An event whose reason pads it to about `bytes`, so the database must grow.
+fn event(seq: u64, bytes: usize) -> Record {
+    Record::Event(TrialEvent {
+        seq,
+        at: seq,
+        trial: TrialId {
+            experiment: ExperimentId { digest: 7, run: 1 },
+            index: 0,
+        },
+        state: TrialState::Running,
+        attempt: 1,
+        reason: "x".repeat(bytes),
+    })
+}
+
+fn event_seqs(loaded: &LoadedState) -> Vec<u64> {
+    loaded.events.iter().map(|event| event.seq).collect()
+}
+
+/// A small tmpfs, unmounted on drop (also used by the actor's tests).
+pub(crate) struct Tmpfs {
+    pub(crate) path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// Mounts one, or `None` where that is not allowed (not root).
+    pub(crate) fn mount(size: &str) -> Option<Self> {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("mnt");
+        std::fs::create_dir(&path).expect("a mount point");
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&path)
+            .output()
+            .is_ok_and(|output| output.status.success());
+        mounted.then_some(Self { path, _dir: dir })
+    }
+
+    /// Fills it with a filler file until the disk is full; returns the file's path.
+    pub(crate) fn fill(&self) -> PathBuf {
+        let path = self.path.join("filler");
+        let mut file = std::fs::File::create(&path).expect("the filler file");
+        let chunk = vec![1u8; 64 << 10];
+        loop {
+            if let Err(error) = file.write_all(&chunk).and_then(|()| file.sync_all()) {
+                assert_eq!(error.kind(), std::io::ErrorKind::StorageFull, "{error}");
+                break;
+            }
+        }
+        // Fill the last partial page too.
+        while file.write_all(&[1u8]).is_ok() {}
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}
+
+#[test]
+fn committed_is_what_a_fresh_load_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("head.redb");
+    let mut registry = Registry::open(&path).unwrap();
+    registry.load().unwrap();
+    registry.commit(vec![event(1, 10), event(2, 10)]).unwrap();
+    registry.commit(vec![event(3, 10)]).unwrap();
+    assert_eq!(event_seqs(&registry.committed()), [1, 2, 3]);
+    drop(registry);
+    let mut again = Registry::open(&path).unwrap();
+    assert_eq!(event_seqs(&again.load().unwrap()), [1, 2, 3]);
+    assert_eq!(event_seqs(&again.committed()), [1, 2, 3]);
+}
+
+#[test]
+fn an_unreadable_pipeline_record_still_holds_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("head.redb");
+    {
+        let database = Database::create(&path).unwrap();
+        let txn = database.begin_write().unwrap();
+        txn.open_table(PIPELINES)
+            .unwrap()
+            .insert(7, b"{not json".as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let loaded = Registry::open(&path).unwrap().load().unwrap();
+    assert!(loaded.pipelines.is_empty());
+    assert_eq!(loaded.next_pipeline_id, 8);
+}
+
+#[test]
+fn users_and_the_audit_trail_are_stored_and_numbered() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("head.redb");
+    let user = |role| UserRecord {
+        name: "ana".to_owned(),
+        team: "vision".to_owned(),
+        role,
+        secret_hash: "00".repeat(32),
+        created_at: 1,
+        revoked_at: None,
+    };
+    let entry = |action: &str| {
+        Record::Audit(AuditEntry {
+            seq: 0,
+            at: 2,
+            who: "ana".to_owned(),
+            action: action.to_owned(),
+            allowed: false,
+            detail: "needs role admin".to_owned(),
+        })
+    };
+    let mut registry = Registry::open(&path).unwrap();
+    registry.load().unwrap();
+    registry
+        .commit(vec![
+            Record::User(user(xp_head_core::auth::Role::Viewer)),
+            entry("one"),
+        ])
+        .unwrap();
+    registry
+        .commit(vec![
+            Record::User(user(xp_head_core::auth::Role::Member)),
+            entry("two"),
+            entry("three"),
+        ])
+        .unwrap();
+    drop(registry);
+    let mut again = Registry::open(&path).unwrap();
+    again.load().unwrap();
+    assert_eq!(
+        again.users().unwrap(),
+        [user(xp_head_core::auth::Role::Member)]
+    );
+    again.commit(vec![entry("four")]).unwrap();
+    let trail = again.audit(3).unwrap();
+    let seqs: Vec<(u64, &str)> = trail
+        .iter()
+        .map(|entry| (entry.seq, entry.action.as_str()))
+        .collect();
+    assert_eq!(seqs, [(2, "two"), (3, "three"), (4, "four")]);
+}
+
+#[test]
+fn a_read_only_load_is_refused_while_open_and_reads_what_was_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("head.redb");
+    let mut registry = Registry::open(&path).unwrap();
+    registry.load().unwrap();
+    registry.commit(vec![event(1, 10), event(2, 10)]).unwrap();
+    assert!(
+        Registry::load_read_only(&path).is_err(),
+        "a running head holds it"
+    );
+    drop(registry);
+    assert_eq!(
+        event_seqs(&Registry::load_read_only(&path).unwrap()),
+        [1, 2]
+    );
+    // Reading wrote nothing: the database opens for writing as before.
+    assert_eq!(
+        event_seqs(&Registry::open(&path).unwrap().load().unwrap()),
+        [1, 2]
+    );
+}
+
+#[test]
+fn a_closed_registry_refuses_commits_and_reads_but_answers_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut registry = Registry::open(&dir.path().join("head.redb")).unwrap();
+    registry.load().unwrap();
+    registry.commit(vec![event(1, 10)]).unwrap();
+    registry.close();
+    assert!(!registry.is_open());
+    assert!(matches!(
+        registry.commit(vec![event(2, 10)]),
+        Err(RegistryError::Closed)
+    ));
+    assert!(matches!(
+        registry.metrics_of(TrialId {
+            experiment: ExperimentId { digest: 7, run: 1 },
+            index: 0,
+        }),
+        Err(RegistryError::Closed)
+    ));
+    assert_eq!(event_seqs(&registry.committed()), [1]);
+    let loaded = registry.reopen().unwrap();
+    assert!(registry.is_open());
+    assert_eq!(event_seqs(&loaded), [1]);
+    registry.commit(vec![event(2, 10)]).unwrap();
+    assert_eq!(event_seqs(&registry.committed()), [1, 2]);
+}
+
+#[test]
+#[expect(clippy::print_stderr, reason = "say why the test is skipped")]
+fn a_full_disk_closes_the_database_and_it_reopens_once_there_is_room() {
+    let Some(tmpfs) = Tmpfs::mount("8m") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let mut registry = Registry::open(&tmpfs.path.join("head.redb")).unwrap();
+    registry.load().unwrap();
+    registry.commit(vec![event(1, 100)]).unwrap();
+    let filler = tmpfs.fill();
+
+    // Commit until the database must grow and cannot.
+    let mut seq = 2;
+    let failure = loop {
+        match registry.commit(vec![event(seq, 16 << 10)]) {
+            Ok(()) => seq += 1,
+            Err(error) => break error,
+        }
+        assert!(seq < 10_000, "commits kept succeeding on a full disk");
+    };
+    assert!(failure.is_disk_full(), "{failure}");
+    assert!(!registry.is_open());
+    let stored: Vec<u64> = (1..seq).collect();
+    assert_eq!(event_seqs(&registry.committed()), stored);
+    assert!(matches!(
+        registry.commit(vec![event(seq, 10)]),
+        Err(RegistryError::Closed)
+    ));
+
+    // Still full: the probe finds no room and the database stays closed.
+    let refused = registry.reopen().unwrap_err();
+    assert!(refused.is_disk_full(), "{refused}");
+    assert!(!registry.is_open());
+
+    // Room again: it re-opens with exactly what was committed, and takes more.
+    std::fs::remove_file(filler).unwrap();
+    let loaded = registry.reopen().unwrap();
+    assert_eq!(event_seqs(&loaded), stored);
+    registry.commit(vec![event(seq, 100)]).unwrap();
+    drop(registry);
+    let mut again = Registry::open(&tmpfs.path.join("head.redb")).unwrap();
+    let mut expected = stored;
+    expected.push(seq);
+    assert_eq!(event_seqs(&again.load().unwrap()), expected);
+}
+
+#[test]
+fn metric_pages_hold_each_report_of_their_trial_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut registry = Registry::open(&dir.path().join("head.redb")).unwrap();
+    registry.load().unwrap();
+    let trial = |index| TrialId {
+        experiment: ExperimentId { digest: 7, run: 1 },
+        index,
+    };
+    let metric = |index, step: u64| {
+        Record::Metric(MetricRecord {
+            key: xp_runtime::ids::WorkerKey {
+                trial: trial(index),
+                attempt: 1,
+                rank: 0,
+            },
+            step: Some(step),
+            values: [("loss".to_owned(), step as f64)].into(),
+            at: step,
+        })
+    };
+    // Trial 1's reports interleaved with trial 10's, whose id shares its prefix.
+    for step in 0..250 {
+        registry
+            .commit(vec![metric(1, step), metric(10, step)])
+            .unwrap();
+    }
+    let walk = |limit, max_bytes| {
+        let mut steps = Vec::new();
+        let mut after = None;
+        loop {
+            let page = registry
+                .metrics_page(trial(1), after, limit, max_bytes)
+                .unwrap();
+            assert_eq!(page.total, 250);
+            assert!(!page.records.is_empty() && page.records.len() <= limit);
+            steps.extend(page.records.iter().map(|(_, record)| record.step.unwrap()));
+            if !page.more {
+                return steps;
+            }
+            after = page.records.last().map(|(seq, _)| *seq);
+        }
+    };
+    let all: Vec<u64> = (0..250).collect();
+    assert_eq!(walk(100, usize::MAX), all);
+    assert_eq!(walk(1, usize::MAX), all);
+    // A byte budget smaller than one report still moves one at a time.
+    assert_eq!(walk(1000, 1), all);
+    let empty = registry
+        .metrics_page(trial(2), None, 100, usize::MAX)
+        .unwrap();
+    assert_eq!(
+        (empty.records.len(), empty.total, empty.more),
+        (0, 0, false)
+    );
+    let past_the_end = registry
+        .metrics_page(trial(1), Some(u64::MAX), 100, usize::MAX)
+        .unwrap();
+    assert_eq!((past_the_end.records.len(), past_the_end.total), (0, 250));
+}
