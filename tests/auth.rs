@@ -96,6 +96,29 @@ fn submit_spec(spec: &xp_runtime::spec::ExperimentSpec) -> Request {
     })
 }
 
+/// The users of the roles test: a viewer and a member of team alpha, a member
+/// of team beta.
+struct Users {
+    viewer: String,
+    alpha: String,
+    beta: String,
+}
+
+impl Users {
+    /// Every user credential of the test and the admin's and node's, with
+    /// `more` (a replaced credential).
+    fn secrets<'a>(&'a self, cluster: &'a TestCluster, more: &[&'a str]) -> Vec<&'a str> {
+        let mut all = vec![
+            self.viewer.as_str(),
+            self.alpha.as_str(),
+            self.beta.as_str(),
+        ];
+        all.extend_from_slice(more);
+        all.extend([cluster.join.as_str(), cluster.node_join.as_str()]);
+        all
+    }
+}
+
 #[test]
 fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
     let mut cluster = TestCluster::start("10s");
@@ -103,91 +126,142 @@ fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
     cluster.wait_for_nodes(1);
     let ticking = cluster.write_file("ticking.yaml", TICKING);
     let ticking = ticking.to_str().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let users = must_add_users(&cluster);
 
-    let viewer = add_user(&cluster, "vera", "alpha", "viewer");
-    let alpha = add_user(&cluster, "alma", "alpha", "member");
-    let beta = add_user(&cluster, "bert", "beta", "member");
-    let listed = xp_head_user(&cluster, &["list"]);
+    check_viewer_reads_but_cannot_submit(&users.viewer, ticking);
+    let beta_experiment = must_submit_into_own_team(&users.beta, ticking);
+    check_other_team_is_out_of_reach(&runtime, &users.alpha, &beta_experiment);
+    check_member_and_team_admin_rights(&cluster, &users.alpha, ticking);
+    check_admin_acts_as_itself(&cluster, &runtime, &beta_experiment);
+    check_audit_trail(&cluster, &users.beta);
+    cluster.must_xp(&["cancel", &beta_experiment]);
+    check_credentials_of_the_wrong_kind(&cluster, &runtime, &users.beta, ticking);
+
+    // Revocation: an open connection's next request fails, a follow ends.
+    let running = must(
+        &["submit"],
+        xp_as(&users.beta, &["submit", ticking, "--rerun"]),
+    )
+    .trim()
+    .to_owned();
+    let trial = must_wait_running_trial(&cluster, &running);
+    let mut follower = must_follow_logs(&users.beta, &trial);
+    check_no_secret_in_command_lines(&users.secrets(&cluster, &[]));
+    check_revocation_closes_the_connection(&cluster, &runtime, &users.beta, &running);
+    check_revoked_follow_ends(&mut follower);
+    let again = check_replaced_credential_works_again(&cluster, &users.beta);
+    check_no_secret_in_logs(&cluster, &users.secrets(&cluster, &[again.as_str()]));
+    cluster.must_xp(&["cancel", &running]);
+}
+
+/// Adds the three users, checks `user list` shows them without secrets and
+/// that a name cannot be added twice.
+fn must_add_users(cluster: &TestCluster) -> Users {
+    let users = Users {
+        viewer: add_user(cluster, "vera", "alpha", "viewer"),
+        alpha: add_user(cluster, "alma", "alpha", "member"),
+        beta: add_user(cluster, "bert", "beta", "member"),
+    };
+    let listed = xp_head_user(cluster, &["list"]);
     for name in ["admin", "vera", "alma", "bert"] {
         assert!(listed.contains(name), "{listed}");
     }
     assert!(!listed.contains("token="), "{listed}");
-    let taken = xp_head_user_output(&cluster, &["add", "alma", "--team", "alpha"]);
+    let taken = xp_head_user_output(cluster, &["add", "alma", "--team", "alpha"]);
     refused("adding a name twice", &taken, &["exists already"]);
+    users
+}
 
-    // A viewer reads but cannot submit; the refusal names the role that would allow it.
-    must(&["nodes"], xp_as(&viewer, &["nodes"]));
+/// A viewer reads but cannot submit; the refusal names the role that would allow it.
+fn check_viewer_reads_but_cannot_submit(viewer: &str, ticking: &str) {
+    must(&["nodes"], xp_as(viewer, &["nodes"]));
     refused(
         "a viewer's submission",
-        &xp_as(&viewer, &["submit", ticking]),
+        &xp_as(viewer, &["submit", ticking]),
         &["vera", "may not submit", "needs role member"],
     );
+}
 
-    // A member's spec that names no team goes into their team.
-    let beta_experiment = must(&["submit"], xp_as(&beta, &["submit", ticking]))
+/// A member's spec that names no team goes into their team; the experiment.
+fn must_submit_into_own_team(beta: &str, ticking: &str) -> String {
+    let beta_experiment = must(&["submit"], xp_as(beta, &["submit", ticking]))
         .trim()
         .to_owned();
     let status: serde_json::Value = serde_json::from_str(
         must(
             &["status"],
-            xp_as(&beta, &["status", &beta_experiment, "--json"]),
+            xp_as(beta, &["status", &beta_experiment, "--json"]),
         )
         .trim(),
     )
     .unwrap();
     assert_eq!(status["team"], "beta", "{status:#}");
+    beta_experiment
+}
 
-    // Team alpha's member cannot touch team beta's work, nor even read it.
+/// Team alpha's member cannot touch team beta's work, nor even read or list it.
+fn check_other_team_is_out_of_reach(
+    runtime: &tokio::runtime::Runtime,
+    alpha: &str,
+    beta_experiment: &str,
+) {
     for (what, args) in [
-        ("cancel", vec!["cancel", beta_experiment.as_str()]),
-        ("hold", vec!["admin", "hold", beta_experiment.as_str()]),
-        (
-            "priority",
-            vec!["admin", "priority", beta_experiment.as_str(), "9"],
-        ),
-        ("status", vec!["status", beta_experiment.as_str()]),
+        ("cancel", vec!["cancel", beta_experiment]),
+        ("hold", vec!["admin", "hold", beta_experiment]),
+        ("priority", vec!["admin", "priority", beta_experiment, "9"]),
+        ("status", vec!["status", beta_experiment]),
     ] {
         refused(
             &format!("alpha's {what} of beta's experiment"),
-            &xp_as(&alpha, &args),
+            &xp_as(alpha, &args),
             &["alma", "only an admin may act on another team's work"],
         );
     }
     // Nor list it: alpha's list has none of beta's experiments.
-    let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let client = Client::connect(&alpha).await.unwrap();
+        let client = Client::connect(alpha).await.unwrap();
         assert!(client.status(None).await.unwrap().is_empty());
         client.close().await;
     });
-    // A member may not reprioritise even its own team's work: a team admin may.
-    let own = must(&["submit"], xp_as(&alpha, &["submit", ticking]))
+}
+
+/// A member may hold and release its own team's work but not reprioritise it:
+/// a team admin may.
+fn check_member_and_team_admin_rights(cluster: &TestCluster, alpha: &str, ticking: &str) {
+    let own = must(&["submit"], xp_as(alpha, &["submit", ticking]))
         .trim()
         .to_owned();
     refused(
         "a member's priority",
-        &xp_as(&alpha, &["admin", "priority", &own, "3"]),
+        &xp_as(alpha, &["admin", "priority", &own, "3"]),
         &["needs role team-admin"],
     );
-    must(&["hold"], xp_as(&alpha, &["admin", "hold", &own]));
-    must(&["release"], xp_as(&alpha, &["admin", "release", &own]));
-    xp_head_user(&cluster, &["role", "alma", "team-admin"]);
+    must(&["hold"], xp_as(alpha, &["admin", "hold", &own]));
+    must(&["release"], xp_as(alpha, &["admin", "release", &own]));
+    xp_head_user(cluster, &["role", "alma", "team-admin"]);
     must(
         &["priority"],
-        xp_as(&alpha, &["admin", "priority", &own, "3"]),
+        xp_as(alpha, &["admin", "priority", &own, "3"]),
     );
-    must(&["cancel"], xp_as(&alpha, &["cancel", &own]));
+    must(&["cancel"], xp_as(alpha, &["cancel", &own]));
+}
 
-    // The admin can, and is recorded as who they are, whatever $USER says.
+/// The admin can act on another team's work, and is recorded as who they are,
+/// whatever $USER says: the trial events name the authenticated admin.
+fn check_admin_acts_as_itself(
+    cluster: &TestCluster,
+    runtime: &tokio::runtime::Runtime,
+    beta_experiment: &str,
+) {
     let held = Command::new(env!("CARGO_BIN_EXE_xp"))
-        .args(["admin", "--why", "test", "hold", &beta_experiment])
+        .args(["admin", "--why", "test", "hold", beta_experiment])
         .env("XP_CLUSTER", &cluster.join)
         .env("USER", "mallory")
         .output()
         .unwrap();
     must(&["admin hold"], held);
-    cluster.must_xp(&["admin", "priority", &beta_experiment, "7"]);
-    // The trial events name the authenticated admin, not the $USER it claimed.
+    cluster.must_xp(&["admin", "priority", beta_experiment, "7"]);
     let reasons: Vec<String> = runtime.block_on(async {
         let client = Client::connect(&cluster.join).await.unwrap();
         let experiment = beta_experiment.parse().unwrap();
@@ -205,7 +279,12 @@ fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
         reasons.iter().all(|reason| !reason.contains("mallory")),
         "{reasons:#?}"
     );
-    let entries = audit(&cluster);
+}
+
+/// The audit trail holds alma's refusals, the admin's hold (under its own
+/// name), the user commands; only an admin reads it.
+fn check_audit_trail(cluster: &TestCluster, beta: &str) {
+    let entries = audit(cluster);
     let refusals: Vec<&serde_json::Value> = entries
         .iter()
         .filter(|entry| entry["allowed"] == false && entry["who"] == "alma")
@@ -230,15 +309,21 @@ fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
             .any(|entry| entry["action"].as_str().unwrap().contains("user add vera")),
         "{entries:#?}"
     );
-    // Only an admin reads the audit trail.
     refused(
         "a member's audit read",
-        &xp_as(&beta, &["audit"]),
+        &xp_as(beta, &["audit"]),
         &["needs role admin"],
     );
-    cluster.must_xp(&["cancel", &beta_experiment]);
+}
 
-    // A node credential cannot act as a user, nor a user credential as a node.
+/// A node credential cannot act as a user (through `xp`, or on a node's own
+/// connection), nor a user credential register a node.
+fn check_credentials_of_the_wrong_kind(
+    cluster: &TestCluster,
+    runtime: &tokio::runtime::Runtime,
+    beta: &str,
+    ticking: &str,
+) {
     refused(
         "the node credential as a client",
         &xp_as(&cluster.node_join, &["submit", ticking]),
@@ -267,7 +352,7 @@ fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
     let as_node = Command::new(binary("xp-node"))
         .args(["join", "--data-dir"])
         .arg(cluster.dir.path().join("node-as-user"))
-        .env("XP_JOIN", &beta)
+        .env("XP_JOIN", beta)
         .env("XP_LOG", "info")
         .output()
         .unwrap();
@@ -281,24 +366,27 @@ fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
         1,
         "no second node registered"
     );
+}
 
-    // Revocation: an open connection's next request fails, a follow ends.
-    let running = must(&["submit"], xp_as(&beta, &["submit", ticking, "--rerun"]))
-        .trim()
-        .to_owned();
-    let trial = wait_until("beta's trial to run", Duration::from_secs(60), || {
-        let status = cluster.status(&running);
+/// Waits until the experiment's first trial runs; its id.
+fn must_wait_running_trial(cluster: &TestCluster, experiment: &str) -> String {
+    wait_until("beta's trial to run", Duration::from_secs(60), || {
+        let status = cluster.status(experiment);
         let trial = trials(&status).first()?.clone();
         (trial["state"] == "running").then(|| trial["id"].as_str().unwrap().to_owned())
-    });
+    })
+}
+
+/// Starts `xp logs TRIAL --follow` as the holder of `credential`, and waits
+/// until it prints: it is following.
+fn must_follow_logs(credential: &str, trial: &str) -> std::process::Child {
     let mut follower = Command::new(env!("CARGO_BIN_EXE_xp"))
-        .args(["logs", &trial, "--follow"])
-        .env("XP_CLUSTER", &beta)
+        .args(["logs", trial, "--follow"])
+        .env("XP_CLUSTER", credential)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The follower prints: it is following.
     let mut follower_out = follower.stdout.take().unwrap();
     let (first_sender, first) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -310,19 +398,33 @@ fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
         let _ = std::io::copy(&mut follower_out, &mut std::io::sink());
     });
     assert_eq!(&first.recv().unwrap().unwrap(), b"tick");
-    // Secrets travel in the environment, never in a command line.
+    follower
+}
+
+/// Secrets travel in the environment, never in a command line.
+fn check_no_secret_in_command_lines(credentials: &[&str]) {
     for pid in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(cmdline) = std::fs::read(pid.path().join("cmdline")) else {
             continue;
         };
         let cmdline = String::from_utf8_lossy(&cmdline).into_owned();
-        for credential in [&viewer, &alpha, &beta, &cluster.join, &cluster.node_join] {
+        for credential in credentials {
             let secret: JoinString = credential.parse().unwrap();
             assert!(!cmdline.contains(&secret.token), "a secret in {cmdline:?}");
         }
     }
+}
+
+/// Revokes bert while a wait of his is in flight: the head closes the
+/// connection with the reason, and the next request fails.
+fn check_revocation_closes_the_connection(
+    cluster: &TestCluster,
+    runtime: &tokio::runtime::Runtime,
+    beta: &str,
+    running: &str,
+) {
     runtime.block_on(async {
-        let client = Client::connect(&beta).await.unwrap();
+        let client = Client::connect(beta).await.unwrap();
         assert_eq!(client.status(None).await.unwrap().len(), 2);
         // A wait in flight (no event ever follows u64::MAX, so only its 30 s
         // cap would end it) is ended by the head closing the connection, with
@@ -334,7 +436,7 @@ fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
                 // Gives the wait time to reach the head; were it late, the
                 // connection would be closed by then all the same.
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                xp_head_user(&cluster, &["revoke", "bert"])
+                xp_head_user(cluster, &["revoke", "bert"])
             }
         );
         let closed = error_text(&waited.expect_err("the wait outlived the revocation"));
@@ -345,6 +447,10 @@ fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
         let error = wait_for_refusal(&client).await;
         assert!(error.contains("revoked"), "{error}");
     });
+}
+
+/// The revoked user's `xp logs --follow` ends with a failure that says so.
+fn check_revoked_follow_ends(follower: &mut std::process::Child) {
     let ended = wait_until("the follow to end", Duration::from_secs(30), || {
         follower.try_wait().unwrap()
     });
@@ -352,23 +458,30 @@ fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
     let mut follower_err = String::new();
     std::io::Read::read_to_string(&mut follower.stderr.take().unwrap(), &mut follower_err).unwrap();
     assert!(follower_err.contains("revoked"), "{follower_err}");
+}
+
+/// The revoked credential is refused; a replaced one works again while the
+/// revoked one stays out. The new credential.
+fn check_replaced_credential_works_again(cluster: &TestCluster, beta: &str) -> String {
     refused(
         "a revoked credential",
-        &xp_as(&beta, &["nodes"]),
+        &xp_as(beta, &["nodes"]),
         &["revoked"],
     );
-    // A replaced credential works again; the revoked one stays out.
-    let again = xp_head_user(&cluster, &["add", "bert", "--team", "beta", "--replace"]);
+    let again = xp_head_user(cluster, &["add", "bert", "--team", "beta", "--replace"]);
     must(&["nodes"], xp_as(again.trim(), &["nodes"]));
     refused(
         "the old credential",
-        &xp_as(&beta, &["nodes"]),
+        &xp_as(beta, &["nodes"]),
         &["wrong token"],
     );
+    again.trim().to_owned()
+}
 
-    // No log line holds a secret: neither the head's and nodes' logs
-    // (stderr) nor what they printed on stdout (the head's after its
-    // credentials), all of which the harness keeps.
+/// No log line holds a secret: neither the head's and nodes' logs (stderr)
+/// nor what they printed on stdout (the head's after its credentials), all of
+/// which the harness keeps.
+fn check_no_secret_in_logs(cluster: &TestCluster, credentials: &[&str]) {
     let mut kept = 0;
     for entry in std::fs::read_dir(cluster.dir.path()).unwrap().flatten() {
         if entry
@@ -378,14 +491,7 @@ fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
         {
             kept += 1;
             let text = std::fs::read_to_string(entry.path()).unwrap();
-            for credential in [
-                &viewer,
-                &alpha,
-                &beta,
-                again.trim(),
-                &cluster.join,
-                &cluster.node_join,
-            ] {
+            for credential in credentials {
                 let secret: JoinString = credential.parse().unwrap();
                 assert!(
                     !text.contains(&secret.token),
@@ -397,7 +503,6 @@ fn roles_teams_revocation_and_credentials_of_the_wrong_kind() {
     }
     // The head's and each node's stderr and stdout.
     assert!(kept >= 4, "only {kept} captures kept");
-    cluster.must_xp(&["cancel", &running]);
 }
 
 /// Polls with `client` until a request fails (the revocation reached the
@@ -472,11 +577,32 @@ fn the_http_api_needs_a_credential_and_shows_each_user_their_team() {
     )
     .trim()
     .to_owned();
-    let secret = |credential: &str| credential.parse::<JoinString>().unwrap().token;
-    let bearer = |credential: &str| format!("Bearer {}", secret(credential));
+    check_no_credential_no_answer(&http_addr, &beta_experiment);
+    check_each_user_sees_their_team(&http_addr, &cluster, &alpha, &beta, &beta_experiment);
+    let cookie = check_login_sets_a_cookie(&http_addr, &alpha);
+    check_login_form(&http_addr, &beta);
+    // A revoked user's cookie stops working at once.
+    xp_head_user(&cluster, &["revoke", "alma"]);
+    let (status, _, body) = http(&http_addr, "GET", "/api/nodes", &[("Cookie", &cookie)], "");
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("revoked"), "{body}");
+    let (status, head, _) = http(&http_addr, "GET", "/", &[("Cookie", &cookie)], "");
+    assert_eq!((status, head.contains("location: /login")), (303, true));
+}
 
-    // No credential: 401 everywhere but /healthz; a wrong one too.
-    let (status, head, body) = http(&http_addr, "GET", "/api/experiments", &[], "");
+/// The secret of a credential.
+fn secret(credential: &str) -> String {
+    credential.parse::<JoinString>().unwrap().token
+}
+
+/// The `Authorization` header value of a credential.
+fn bearer(credential: &str) -> String {
+    format!("Bearer {}", secret(credential))
+}
+
+/// No credential: 401 everywhere but /healthz; a wrong one too.
+fn check_no_credential_no_answer(http_addr: &str, beta_experiment: &str) {
+    let (status, head, body) = http(http_addr, "GET", "/api/experiments", &[], "");
     assert_eq!(status, 401, "{body}");
     assert!(head.contains("www-authenticate: bearer"), "{head}");
     assert!(body.contains("log in at /login"), "{body}");
@@ -485,11 +611,11 @@ fn the_http_api_needs_a_credential_and_shows_each_user_their_team() {
         "/api/queues",
         &format!("/api/experiments/{beta_experiment}"),
     ] {
-        assert_eq!(http(&http_addr, "GET", path, &[], "").0, 401, "{path}");
+        assert_eq!(http(http_addr, "GET", path, &[], "").0, 401, "{path}");
     }
     let wrong = format!("Bearer {}", "00".repeat(32));
     let (status, _, body) = http(
-        &http_addr,
+        http_addr,
         "GET",
         "/api/nodes",
         &[("Authorization", &wrong)],
@@ -497,46 +623,57 @@ fn the_http_api_needs_a_credential_and_shows_each_user_their_team() {
     );
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("wrong token"), "{body}");
+}
 
-    // Each user sees their team's experiments; the admin sees all.
+/// Each user sees their team's experiments; the admin sees all.
+fn check_each_user_sees_their_team(
+    http_addr: &str,
+    cluster: &TestCluster,
+    alpha: &str,
+    beta: &str,
+    beta_experiment: &str,
+) {
     let (status, _, body) = http(
-        &http_addr,
+        http_addr,
         "GET",
         "/api/experiments",
-        &[("Authorization", &bearer(&beta))],
+        &[("Authorization", &bearer(beta))],
         "",
     );
     assert_eq!(status, 200, "{body}");
-    assert_eq!(listed_ids(&body), [beta_experiment.as_str()]);
+    assert_eq!(listed_ids(&body), [beta_experiment]);
     let (status, _, body) = http(
-        &http_addr,
+        http_addr,
         "GET",
         "/api/experiments",
-        &[("Authorization", &bearer(&alpha))],
+        &[("Authorization", &bearer(alpha))],
         "",
     );
     assert_eq!(status, 200, "{body}");
     assert!(listed_ids(&body).is_empty(), "{body}");
     let (status, _, _) = http(
-        &http_addr,
+        http_addr,
         "GET",
         &format!("/api/experiments/{beta_experiment}"),
-        &[("Authorization", &bearer(&alpha))],
+        &[("Authorization", &bearer(alpha))],
         "",
     );
     assert_eq!(status, 404, "another team's experiment is not shown");
     let (status, _, body) = http(
-        &http_addr,
+        http_addr,
         "GET",
         "/api/experiments",
         &[("Authorization", &bearer(&cluster.join))],
         "",
     );
     assert_eq!(status, 200);
-    assert_eq!(listed_ids(&body), [beta_experiment.as_str()]);
+    assert_eq!(listed_ids(&body), [beta_experiment]);
+}
 
-    // The login page, `/login?token=` and the form set an HttpOnly, SameSite=Strict cookie.
-    let (status, head, body) = http(&http_addr, "GET", "/login", &[], "");
+/// The login page, and `/login?token=` setting an HttpOnly, SameSite=Strict
+/// cookie that the dashboard and the API accept; the cookie.
+fn check_login_sets_a_cookie(http_addr: &str, alpha: &str) -> String {
+    let (status, head, body) = http(http_addr, "GET", "/login", &[], "");
     assert_eq!(status, 200);
     assert!(head.contains("cache-control: no-store\r\n"), "{head}");
     assert!(
@@ -544,9 +681,9 @@ fn the_http_api_needs_a_credential_and_shows_each_user_their_team() {
         "{body}"
     );
     let (status, head, _) = http(
-        &http_addr,
+        http_addr,
         "GET",
-        &format!("/login?token={}", secret(&alpha)),
+        &format!("/login?token={}", secret(alpha)),
         &[],
         "",
     );
@@ -564,20 +701,25 @@ fn the_http_api_needs_a_credential_and_shows_each_user_their_team() {
             && head.contains("max-age=604800"),
         "{head}"
     );
-    let cookie = format!("xp_session={}", secret(&alpha));
+    let cookie = format!("xp_session={}", secret(alpha));
     // The dashboard's page, and who it says is logged in.
-    let (status, _, body) = http(&http_addr, "GET", "/", &[("Cookie", &cookie)], "");
+    let (status, _, body) = http(http_addr, "GET", "/", &[("Cookie", &cookie)], "");
     assert_eq!(status, 200, "{body}");
-    let (status, _, body) = http(&http_addr, "GET", "/api/whoami", &[("Cookie", &cookie)], "");
+    let (status, _, body) = http(http_addr, "GET", "/api/whoami", &[("Cookie", &cookie)], "");
     assert_eq!(status, 200);
     assert!(body.contains("user alma (viewer of team alpha)"), "{body}");
     assert_eq!(
-        http(&http_addr, "GET", "/api/nodes", &[("Cookie", &cookie)], "").0,
+        http(http_addr, "GET", "/api/nodes", &[("Cookie", &cookie)], "").0,
         200
     );
-    let form = format!("token={}", secret(&beta));
+    cookie
+}
+
+/// The login form sets the cookie of a right token and refuses a wrong one.
+fn check_login_form(http_addr: &str, beta: &str) {
+    let form = format!("token={}", secret(beta));
     let (status, head, _) = http(
-        &http_addr,
+        http_addr,
         "POST",
         "/login",
         &[("Content-Type", "application/x-www-form-urlencoded")],
@@ -585,11 +727,11 @@ fn the_http_api_needs_a_credential_and_shows_each_user_their_team() {
     );
     assert_eq!(status, 303, "{head}");
     assert!(
-        head.contains(&format!("set-cookie: xp_session={}", secret(&beta))),
+        head.contains(&format!("set-cookie: xp_session={}", secret(beta))),
         "{head}"
     );
     let (status, _, body) = http(
-        &http_addr,
+        http_addr,
         "POST",
         "/login",
         &[("Content-Type", "application/x-www-form-urlencoded")],
@@ -597,12 +739,4 @@ fn the_http_api_needs_a_credential_and_shows_each_user_their_team() {
     );
     assert_eq!(status, 401);
     assert!(body.contains("wrong token"), "{body}");
-
-    // A revoked user's cookie stops working at once.
-    xp_head_user(&cluster, &["revoke", "alma"]);
-    let (status, _, body) = http(&http_addr, "GET", "/api/nodes", &[("Cookie", &cookie)], "");
-    assert_eq!(status, 401, "{body}");
-    assert!(body.contains("revoked"), "{body}");
-    let (status, head, _) = http(&http_addr, "GET", "/", &[("Cookie", &cookie)], "");
-    assert_eq!((status, head.contains("location: /login")), (303, true));
 }
