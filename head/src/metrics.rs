@@ -636,8 +636,8 @@ mod tests {
             .and_then(|value| value.parse().ok())
     }
 
-    #[test]
-    fn counts_events_and_renders_both_formats() {
+    /// Metrics that saw a known tally, decision, refusal and two requests.
+    fn observed() -> HeadMetrics {
         let metrics = HeadMetrics::new();
         metrics.observe(&Tally {
             transitions: vec![
@@ -659,7 +659,12 @@ mod tests {
         metrics.refused("cancel", "viewer");
         metrics.request(Api::Http, "/api/nodes", None);
         metrics.request(Api::Quic, "submit", Some("Forbidden"));
-        let snapshot = MetricsSnapshot {
+        metrics
+    }
+
+    /// A known state for the gauges.
+    fn snapshot() -> MetricsSnapshot {
+        MetricsSnapshot {
             trials: BTreeMap::from([(("default".to_owned(), "succeeded"), 2)]),
             pending: BTreeMap::from([("default".to_owned(), 3)]),
             gpus: BTreeMap::from([(
@@ -673,74 +678,48 @@ mod tests {
             gpus_in_use: BTreeMap::from([(("n1".to_owned(), "H100".to_owned()), 2)]),
             gpu_figures: BTreeMap::from([(("n1".to_owned(), 3), (50.0, 1 << 30))]),
             store_bytes: BTreeMap::from([(("n1".to_owned(), "disk"), 4096)]),
-        };
+        }
+    }
 
+    #[test]
+    fn counts_events_and_renders_both_formats() {
+        let metrics = observed();
+        let snapshot = snapshot();
         let text = metrics.render(&snapshot, false);
-        assert_eq!(sample(&text, "xp_trial_starts_total"), Some(2.0));
-        assert_eq!(sample(&text, "xp_trial_preemptions_total"), Some(1.0));
-        assert_eq!(sample(&text, "xp_gpu_memory_evictions_total"), Some(3.0));
-        assert_eq!(
-            sample(&text, "xp_trial_finishes_total{outcome=\"succeeded\"}"),
-            Some(2.0)
-        );
-        assert_eq!(
-            sample(&text, "xp_trial_finishes_total{outcome=\"failed\"}"),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                "xp_authorization_refusals_total{action=\"cancel\",role=\"viewer\"}"
+        let expected = [
+            ("xp_trial_starts_total", 2.0),
+            ("xp_trial_preemptions_total", 1.0),
+            ("xp_gpu_memory_evictions_total", 3.0),
+            ("xp_trial_finishes_total{outcome=\"succeeded\"}", 2.0),
+            ("xp_trial_finishes_total{outcome=\"failed\"}", 1.0),
+            (
+                "xp_authorization_refusals_total{action=\"cancel\",role=\"viewer\"}",
+                1.0,
             ),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                "xp_api_errors_total{api=\"quic\",kind=\"submit\",code=\"Forbidden\"}"
+            (
+                "xp_api_errors_total{api=\"quic\",kind=\"submit\",code=\"Forbidden\"}",
+                1.0,
             ),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(&text, "xp_scheduling_decision_seconds_count"),
-            Some(1.0)
-        );
-        assert_eq!(sample(&text, "xp_checkpoints_total"), Some(2.0));
-        assert_eq!(
-            sample(&text, "xp_attempt_failures_total{kind=\"oom-killed\"}"),
-            Some(2.0)
-        );
-        assert_eq!(sample(&text, "xp_checkpoint_bytes_total"), Some(30.0));
-        assert_eq!(sample(&text, "xp_checkpoint_take_seconds_count"), Some(1.0));
-        assert_eq!(
-            sample(&text, "xp_gpus_in_use{node=\"n1\",model=\"H100\"}"),
-            Some(2.0)
-        );
-        assert_eq!(
-            sample(&text, "xp_gpu_utilization_ratios{node=\"n1\",gpu=\"3\"}"),
-            Some(0.5)
-        );
-        assert_eq!(
-            sample(&text, "xp_gpu_memory_used_bytes{node=\"n1\",gpu=\"3\"}"),
-            Some(f64::from(1u32 << 30))
-        );
-        assert_eq!(
-            sample(&text, "xp_object_store_bytes{node=\"n1\",tier=\"disk\"}"),
-            Some(4096.0)
-        );
-        assert_eq!(
-            sample(&text, "xp_trials{queue=\"default\",state=\"succeeded\"}"),
-            Some(2.0)
-        );
-        assert_eq!(
-            sample(&text, "xp_queue_pending{queue=\"default\"}"),
-            Some(3.0)
-        );
-        assert_eq!(
-            sample(&text, "xp_gpus_allocated{node=\"n1\",model=\"H100\"}"),
-            Some(2.5)
-        );
-        assert_eq!(sample(&text, "xp_nodes{state=\"ready\"}"), Some(1.0));
+            ("xp_scheduling_decision_seconds_count", 1.0),
+            ("xp_checkpoints_total", 2.0),
+            ("xp_attempt_failures_total{kind=\"oom-killed\"}", 2.0),
+            ("xp_checkpoint_bytes_total", 30.0),
+            ("xp_checkpoint_take_seconds_count", 1.0),
+            ("xp_gpus_in_use{node=\"n1\",model=\"H100\"}", 2.0),
+            ("xp_gpu_utilization_ratios{node=\"n1\",gpu=\"3\"}", 0.5),
+            (
+                "xp_gpu_memory_used_bytes{node=\"n1\",gpu=\"3\"}",
+                f64::from(1u32 << 30),
+            ),
+            ("xp_object_store_bytes{node=\"n1\",tier=\"disk\"}", 4096.0),
+            ("xp_trials{queue=\"default\",state=\"succeeded\"}", 2.0),
+            ("xp_queue_pending{queue=\"default\"}", 3.0),
+            ("xp_gpus_allocated{node=\"n1\",model=\"H100\"}", 2.5),
+            ("xp_nodes{state=\"ready\"}", 1.0),
+        ];
+        for (name, value) in expected {
+            assert_eq!(sample(&text, name), Some(value), "{name}");
+        }
         // Prometheus text: counter families are named as their samples are.
         assert!(text.contains("# TYPE xp_trial_starts_total counter\n"));
         assert!(text.contains("# HELP xp_trial_starts_total "));

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use quinn::{Connection, SendStream};
+use quinn::{Connection, RecvStream, SendStream};
 use ractor::ActorRef;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -25,7 +25,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use xp_head_core::auth::access::Caller;
 use xp_head_core::auth::users;
 use xp_runtime::frame::{self, FrameError};
-use xp_runtime::protocol::{ErrorCode, Message, PeerRole, RemoteError, Welcome};
+use xp_runtime::protocol::{ErrorCode, Hello, Message, PeerRole, RemoteError, Welcome};
 use xp_runtime::tls::ClusterIdentity;
 use xp_runtime::transport::{
     self, CLOSE_BAD_TOKEN, CLOSE_PROTOCOL_ERROR, CLOSE_REVOKED, HANDSHAKE_TIMEOUT,
@@ -93,48 +93,8 @@ async fn handle_connection(incoming: quinn::Incoming, context: Arc<ServerContext
             return;
         }
     };
-    let first = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
-        let (send, mut recv) = connection
-            .accept_bi()
-            .await
-            .map_err(|error| FrameError::Io(std::io::Error::other(error)))?;
-        // Nothing but a small hello is read before the token is checked.
-        let hello = frame::read_hello(&mut recv, MAX_HELLO_BYTES).await;
-        Ok::<_, FrameError>((send, recv, hello))
-    })
-    .await;
-    let (mut send, recv, hello) = match first {
-        Ok(Ok(first)) => first,
-        Ok(Err(error)) => {
-            warn!(%error, "connection refused: bad first frame");
-            connection.close(CLOSE_PROTOCOL_ERROR.into(), error.to_string().as_bytes());
-            return;
-        }
-        Err(_) => {
-            warn!("connection refused: no hello in time");
-            connection.close(CLOSE_PROTOCOL_ERROR.into(), b"no hello in time");
-            return;
-        }
-    };
-    let hello = match hello {
-        Ok(Some(hello)) => hello,
-        Ok(None) => return,
-        Err(FrameError::NotHello) => {
-            warn!("connection refused: first message is not a hello");
-            refuse(
-                &connection,
-                &mut send,
-                RemoteError::new(ErrorCode::BadRequest, "the first message must be a hello"),
-                CLOSE_PROTOCOL_ERROR,
-            )
-            .await;
-            return;
-        }
-        Err(error) => {
-            warn!(%error, "connection refused: bad first frame");
-            connection.close(CLOSE_PROTOCOL_ERROR.into(), error.to_string().as_bytes());
-            return;
-        }
+    let Some((mut send, recv, hello)) = read_hello(&connection).await else {
+        return;
     };
     // The agent is the client's text: cut what is logged of it.
     let agent = xp_head_core::auth::access::truncated(
@@ -172,12 +132,57 @@ async fn handle_connection(incoming: quinn::Incoming, context: Arc<ServerContext
     }
 }
 
+/// The connection's first stream and its hello, read within the handshake
+/// timeout and before anything else (nothing but a small hello is read
+/// before the token is checked); `None` when the connection was refused.
+async fn read_hello(connection: &Connection) -> Option<(SendStream, RecvStream, Hello)> {
+    let first = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+        let (send, mut recv) = connection
+            .accept_bi()
+            .await
+            .map_err(|error| FrameError::Io(std::io::Error::other(error)))?;
+        let hello = frame::read_hello(&mut recv, MAX_HELLO_BYTES).await;
+        Ok::<_, FrameError>((send, recv, hello))
+    })
+    .await;
+    let (mut send, recv, hello) = match first {
+        Ok(Ok(first)) => first,
+        Ok(Err(error)) => {
+            warn!(%error, "connection refused: bad first frame");
+            connection.close(CLOSE_PROTOCOL_ERROR.into(), error.to_string().as_bytes());
+            return None;
+        }
+        Err(_) => {
+            warn!("connection refused: no hello in time");
+            connection.close(CLOSE_PROTOCOL_ERROR.into(), b"no hello in time");
+            return None;
+        }
+    };
+    match hello {
+        Ok(Some(hello)) => Some((send, recv, hello)),
+        Ok(None) => None,
+        Err(FrameError::NotHello) => {
+            warn!("connection refused: first message is not a hello");
+            refuse(
+                connection,
+                &mut send,
+                RemoteError::new(ErrorCode::BadRequest, "the first message must be a hello"),
+                CLOSE_PROTOCOL_ERROR,
+            )
+            .await;
+            None
+        }
+        Err(error) => {
+            warn!(%error, "connection refused: bad first frame");
+            connection.close(CLOSE_PROTOCOL_ERROR.into(), error.to_string().as_bytes());
+            None
+        }
+    }
+}
+
 /// Who a hello's credential names, or why it is refused: a node must present
 /// the node credential and a client a user's, and each mistake is named.
-async fn authenticate(
-    context: &ServerContext,
-    hello: &xp_runtime::protocol::Hello,
-) -> Result<Caller, RemoteError> {
+async fn authenticate(context: &ServerContext, hello: &Hello) -> Result<Caller, RemoteError> {
     let is_node_credential = context.identity.token_matches(&hello.token);
     let secret_hash = users::secret_hash(&hello.token);
     match hello.role {

@@ -14,7 +14,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 use xp_runtime::frame;
 use xp_runtime::ids::NodeId;
-use xp_runtime::protocol::{ErrorCode, HeadCommand, Message, NodeMessage, RemoteError};
+use xp_runtime::protocol::{
+    ErrorCode, HeadCommand, Message, NodeMessage, NodeRegistration, RemoteError,
+};
 use xp_runtime::transport::{self, CLOSE_PROTOCOL_ERROR};
 
 use super::ServerContext;
@@ -27,28 +29,14 @@ pub(super) async fn run_node_session(
     mut recv: RecvStream,
     context: &Arc<ServerContext>,
 ) {
-    let registration = match frame::read_message(&mut recv).await {
-        Ok(Some(Message::FromNode(NodeMessage::Register(registration)))) => registration,
-        Ok(other) => {
-            warn!(?other, "node session refused: expected a registration");
-            transport::send_error(
-                &mut send,
-                RemoteError::new(ErrorCode::BadRequest, "a node must register first"),
-            )
-            .await;
-            return;
-        }
-        Err(error) => {
-            warn!(%error, "node session refused: bad frame");
-            transport::send_error(&mut send, error.to_remote()).await;
-            return;
-        }
+    let Some(registration) = read_registration(&mut send, &mut recv).await else {
+        return;
     };
     let node_id: NodeId = registration.node_id;
     let span = info_span!("node_session", %node_id);
     async {
         let session_id = context.counter.fetch_add(1, Ordering::Relaxed);
-        let (commands_tx, mut commands_rx) = mpsc::unbounded_channel::<HeadCommand>();
+        let (commands_tx, commands_rx) = mpsc::unbounded_channel::<HeadCommand>();
         let pending_logs = Arc::new(DashMap::new());
         context.sessions.insert(
             node_id,
@@ -70,38 +58,23 @@ pub(super) async fn run_node_session(
                 .remove_if(&node_id, |_, session| session.session_id == session_id);
             return;
         }
-        let writer = xp_runtime::task::spawn("node-session-writer", async move {
-            while let Some(command) = commands_rx.recv().await {
-                if let Err(error) = frame::write_message(&mut send, &Message::ToNode(command)).await
-                {
-                    error!(%node_id, %error, "node session write failed");
-                    break;
-                }
-            }
-        });
+        let writer = xp_runtime::task::spawn(
+            "node-session-writer",
+            write_commands(node_id, send, commands_rx),
+        );
         // The reader goes on reading while the actor stores the last batch, so
         // that what the node sent meanwhile goes to the actor as one batch (one
         // commit). Its queue is bounded: a node that reports faster than the
         // head stores is slowed by QUIC flow control.
-        let (batch_tx, mut batch_rx) = mpsc::channel::<NodeMessage>(context.commit_batch.max(1));
-        let reader = read_node_messages(connection.clone(), recv, pending_logs, batch_tx, context.shutdown.clone());
-        let forward = async {
-            while let Some(first) = batch_rx.recv().await {
-                let mut batch = vec![first];
-                while batch.len() < context.commit_batch.max(1) {
-                    match batch_rx.try_recv() {
-                        Ok(message) => batch.push(message),
-                        Err(_) => break,
-                    }
-                }
-                // During a storage outage the actor accepts messages without applying
-                // or acknowledging them; it refuses those of a session it ended or replaced.
-                if let Err(error) = call(&context.head, |reply| HeadMsg::FromNode(node_id, session_id, batch, reply)).await {
-                    warn!(%error, "node reports not processed; the node resends them after reconnecting");
-                    break;
-                }
-            }
-        };
+        let (batch_tx, batch_rx) = mpsc::channel::<NodeMessage>(context.commit_batch.max(1));
+        let reader = read_node_messages(
+            connection.clone(),
+            recv,
+            pending_logs,
+            batch_tx,
+            context.shutdown.clone(),
+        );
+        let forward = forward_batches(context, node_id, session_id, batch_rx);
         // Either ending ends the session: the reader at the stream's end, the
         // forwarder when the actor refuses. What the reader read before the
         // stream's end still goes to the actor first (a node leaving sends
@@ -119,6 +92,74 @@ pub(super) async fn run_node_session(
     }
     .instrument(span)
     .await;
+}
+
+/// The registration a node session must open with; `None` (answered) when
+/// it opens with anything else.
+async fn read_registration(
+    send: &mut SendStream,
+    recv: &mut RecvStream,
+) -> Option<NodeRegistration> {
+    match frame::read_message(recv).await {
+        Ok(Some(Message::FromNode(NodeMessage::Register(registration)))) => Some(registration),
+        Ok(other) => {
+            warn!(?other, "node session refused: expected a registration");
+            transport::send_error(
+                send,
+                RemoteError::new(ErrorCode::BadRequest, "a node must register first"),
+            )
+            .await;
+            None
+        }
+        Err(error) => {
+            warn!(%error, "node session refused: bad frame");
+            transport::send_error(send, error.to_remote()).await;
+            None
+        }
+    }
+}
+
+/// Writes the head's commands on the node's session stream until it fails.
+async fn write_commands(
+    node_id: NodeId,
+    mut send: SendStream,
+    mut commands: mpsc::UnboundedReceiver<HeadCommand>,
+) {
+    while let Some(command) = commands.recv().await {
+        if let Err(error) = frame::write_message(&mut send, &Message::ToNode(command)).await {
+            error!(%node_id, %error, "node session write failed");
+            break;
+        }
+    }
+}
+
+/// Hands the actor what the node sent, as many messages at once as wait (up
+/// to the commit batch), until the actor refuses. During a storage outage the
+/// actor accepts messages without applying or acknowledging them; it refuses
+/// those of a session it ended or replaced.
+async fn forward_batches(
+    context: &ServerContext,
+    node_id: NodeId,
+    session_id: u64,
+    mut batches: mpsc::Receiver<NodeMessage>,
+) {
+    while let Some(first) = batches.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < context.commit_batch.max(1) {
+            match batches.try_recv() {
+                Ok(message) => batch.push(message),
+                Err(_) => break,
+            }
+        }
+        let forwarded = call(&context.head, |reply| {
+            HeadMsg::FromNode(node_id, session_id, batch, reply)
+        })
+        .await;
+        if let Err(error) = forwarded {
+            warn!(%error, "node reports not processed; the node resends them after reconnecting");
+            break;
+        }
+    }
 }
 
 /// Reads a node's session stream until it ends: log answers go to their
