@@ -267,100 +267,127 @@ struct Running {
     ticks_per_step: u64,
 }
 
-/// Runs `method` on `curves` until the trials have reported `total_steps` steps.
-fn simulate(method: &str, curves: &Curves, seed: u64, args: &Args) -> Outcome {
-    let dim = curves.problem.dim;
-    let space = space(dim);
+/// The searcher and the stopping rule of `method`, seeded from `seed`.
+fn searcher_and_rule(
+    method: &str,
+    space: SearchSpace,
+    seed: u64,
+    args: &Args,
+) -> (Box<dyn Searcher>, Box<dyn StoppingRule>) {
     let schedule =
         HyperbandSchedule::new(1, args.max_t, ETA).expect("--max-t was checked against η");
     let searcher_seed = mix_seed(seed, 11);
-    let (mut searcher, mut rule): (Box<dyn Searcher>, Box<dyn StoppingRule>) = match method {
-        "asha" => (
-            Box::new(RandomSearcher::new(space, searcher_seed)),
-            make_rule(&StoppingConfig {
-                grace_period: 1,
-                reduction_factor: ETA,
-                max_t: args.max_t,
-                ..StoppingConfig::new(RuleKind::Asha)
-            }),
-        ),
-        "hyperband" => (
-            Box::new(RandomSearcher::new(space, searcher_seed)),
-            make_bohb_rule(schedule),
-        ),
-        "asha-bohb" => (
-            Box::new(BohbSearcher::new(
-                space,
-                schedule,
-                searcher_seed,
-                BohbOptions::default(),
-            )),
-            make_rule(&StoppingConfig {
-                grace_period: 1,
-                reduction_factor: ETA,
-                max_t: args.max_t,
-                ..StoppingConfig::new(RuleKind::Asha)
-            }),
-        ),
-        _ => (
-            Box::new(BohbSearcher::new(
-                space,
-                schedule,
-                searcher_seed,
-                BohbOptions::default(),
-            )),
-            make_bohb_rule(schedule),
-        ),
+    let asha = || {
+        make_rule(&StoppingConfig {
+            grace_period: 1,
+            reduction_factor: ETA,
+            max_t: args.max_t,
+            ..StoppingConfig::new(RuleKind::Asha)
+        })
     };
-    let total_steps = args.trainings * args.max_t;
-    let mut running: Vec<Running> = Vec::new();
-    // Min-heap of (time of the next report, trial).
-    let mut events: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
-    let start = |now: u64,
-                 searcher: &mut dyn Searcher,
-                 running: &mut Vec<Running>,
-                 events: &mut BinaryHeap<Reverse<(u64, u64)>>| {
-        let suggestion = searcher.ask().expect("random and BOHB never run out");
-        let trial = running.len() as u64;
-        let ticks_per_step = 80 + splitmix64(mix_seed(seed, trial)) % 41;
-        running.push(Running {
+    let random =
+        |space| -> Box<dyn Searcher> { Box::new(RandomSearcher::new(space, searcher_seed)) };
+    let bohb = |space| -> Box<dyn Searcher> {
+        Box::new(BohbSearcher::new(
+            space,
+            schedule,
+            searcher_seed,
+            BohbOptions::default(),
+        ))
+    };
+    match method {
+        "asha" => (random(space), asha()),
+        "hyperband" => (random(space), make_bohb_rule(schedule)),
+        "asha-bohb" => (bohb(space), asha()),
+        _ => (bohb(space), make_bohb_rule(schedule)),
+    }
+}
+
+/// One simulated run: the searcher, the rule, the trials started so far and
+/// the clock's next reports.
+struct Run<'a> {
+    curves: &'a Curves,
+    seed: u64,
+    max_t: u64,
+    searcher: Box<dyn Searcher>,
+    rule: Box<dyn StoppingRule>,
+    running: Vec<Running>,
+    /// Min-heap of (time of the next report, trial).
+    events: BinaryHeap<Reverse<(u64, u64)>>,
+}
+
+impl Run<'_> {
+    /// Starts a new trial at `now` on the next suggestion.
+    fn start(&mut self, now: u64) {
+        let suggestion = self.searcher.ask().expect("random and BOHB never run out");
+        let trial = self.running.len() as u64;
+        let ticks_per_step = 80 + splitmix64(mix_seed(self.seed, trial)) % 41;
+        self.running.push(Running {
             suggestion: suggestion.id,
-            x: point_of(&suggestion.config, dim),
+            x: point_of(&suggestion.config, self.curves.problem.dim),
             step: 0,
             ticks_per_step,
         });
-        events.push(Reverse((now + ticks_per_step, trial)));
+        self.events.push(Reverse((now + ticks_per_step, trial)));
+    }
+
+    /// `trial` reports its next step at `now`; a trial that stops (or reaches
+    /// `max_t`) gives its worker to a new one. Returns the step and its value.
+    fn report(&mut self, now: u64, trial: u64) -> (u64, f64) {
+        let index = trial as usize;
+        self.running[index].step += 1;
+        let step = self.running[index].step;
+        let noise_seed = mix_seed(mix_seed(self.seed, 0x5EED), trial);
+        let value = self
+            .curves
+            .observe(&self.running[index].x, step, noise_seed);
+        self.searcher
+            .observe(self.running[index].suggestion, step, value);
+        let stopped = self.rule.report(trial, step, value).is_stop() || step >= self.max_t;
+        if stopped {
+            self.rule.finished(trial);
+            self.searcher.tell(self.running[index].suggestion, value);
+            self.start(now);
+        } else {
+            self.events
+                .push(Reverse((now + self.running[index].ticks_per_step, trial)));
+        }
+        (step, value)
+    }
+}
+
+/// Runs `method` on `curves` until the trials have reported `total_steps` steps.
+fn simulate(method: &str, curves: &Curves, seed: u64, args: &Args) -> Outcome {
+    let (searcher, rule) = searcher_and_rule(method, space(curves.problem.dim), seed, args);
+    let mut run = Run {
+        curves,
+        seed,
+        max_t: args.max_t,
+        searcher,
+        rule,
+        running: Vec::new(),
+        events: BinaryHeap::new(),
     };
     for _ in 0..args.workers {
-        start(0, searcher.as_mut(), &mut running, &mut events);
+        run.start(0);
     }
+    let total_steps = args.trainings * args.max_t;
     let mut steps = 0;
     // Per trial that reported: its largest step and the value there.
     let mut last: Vec<Option<(u64, f64)>> = Vec::new();
     while steps < total_steps {
-        let Some(Reverse((now, trial))) = events.pop() else {
+        let Some(Reverse((now, trial))) = run.events.pop() else {
             break;
         };
-        let index = trial as usize;
-        running[index].step += 1;
-        let step = running[index].step;
         steps += 1;
-        let noise_seed = mix_seed(mix_seed(seed, 0x5EED), trial);
-        let value = curves.observe(&running[index].x, step, noise_seed);
+        let reached = run.report(now, trial);
+        let index = trial as usize;
         if last.len() <= index {
             last.resize(index + 1, None);
         }
-        last[index] = Some((step, value));
-        searcher.observe(running[index].suggestion, step, value);
-        let stopped = rule.report(trial, step, value).is_stop() || step >= args.max_t;
-        if stopped {
-            rule.finished(trial);
-            searcher.tell(running[index].suggestion, value);
-            start(now, searcher.as_mut(), &mut running, &mut events);
-        } else {
-            events.push(Reverse((now + running[index].ticks_per_step, trial)));
-        }
+        last[index] = Some(reached);
     }
+    // The chosen trial went furthest, and of those reported the lowest value.
     let (chosen, _) = last
         .iter()
         .enumerate()
@@ -372,10 +399,23 @@ fn simulate(method: &str, curves: &Curves, seed: u64, args: &Args) -> Outcome {
         })
         .expect("some trial reported");
     Outcome {
-        regret: curves.final_value(&running[chosen].x),
-        configs: running.len() as u64,
+        regret: curves.final_value(&run.running[chosen].x),
+        configs: run.running.len() as u64,
         steps,
     }
+}
+
+/// Every method on one dimension's problems.
+struct DimResult {
+    /// The problems' mean early/final rank correlation.
+    correlation: f64,
+    /// `medians[method][problem]`: the median regret over seeds.
+    medians: Vec<Vec<f64>>,
+    /// Per method, configurations tried and steps run, over all runs.
+    configs: Vec<u64>,
+    steps: Vec<u64>,
+    /// How many runs each method made.
+    runs: f64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -390,74 +430,99 @@ fn main() -> anyhow::Result<()> {
         .collect();
     anyhow::ensure!(!families.is_empty(), "--families matches no family");
     if !args.json {
-        println!(
-            "{} seeds, {} × {} steps per run, {} workers, η {ETA}\n",
-            args.seeds, args.trainings, args.max_t, args.workers
-        );
-        println!(
-            "| d | early/final rank corr. | method | mean of median regret | median regret | beats asha | configs per run | steps per run |"
-        );
-        println!("|---|---|---|---|---|---|---|---|");
+        print_header(&args);
     }
     for dim in &args.dims {
-        let problems: Vec<Curves> = families
-            .iter()
-            .map(|family| Curves::new(Problem::new(*family, *dim, 0), args.max_t))
-            .collect();
-        let correlation =
-            problems.iter().map(early_rank_correlation).sum::<f64>() / problems.len() as f64;
-        // medians[method][problem]
-        let mut medians = vec![Vec::new(); METHODS.len()];
-        let mut configs = vec![0_u64; METHODS.len()];
-        let mut steps = vec![0_u64; METHODS.len()];
-        for curves in &problems {
-            for (method_idx, method) in METHODS.iter().enumerate() {
-                let mut regrets: Vec<f64> = (0..args.seeds)
-                    .map(|seed| {
-                        let outcome = simulate(method, curves, seed, &args);
-                        configs[method_idx] += outcome.configs;
-                        steps[method_idx] += outcome.steps;
-                        outcome.regret
-                    })
-                    .collect();
-                regrets.sort_by(f64::total_cmp);
-                let median = quantile(&regrets, 0.5).expect("at least one seed");
-                if args.json {
-                    println!(
-                        "{}",
-                        serde_json::json!({
-                            "problem": curves.problem.name(),
-                            "method": method,
-                            "median_regret": median,
-                            "regrets": regrets,
-                        })
-                    );
-                }
-                medians[method_idx].push(median);
-            }
-        }
-        if args.json {
-            continue;
-        }
-        let runs = (problems.len() as u64 * args.seeds) as f64;
-        for (method_idx, method) in METHODS.iter().enumerate() {
-            let values = &medians[method_idx];
-            let mean = values.iter().sum::<f64>() / values.len() as f64;
-            let mut sorted = values.clone();
-            sorted.sort_by(f64::total_cmp);
-            let wins = values
-                .iter()
-                .zip(&medians[0])
-                .filter(|(mine, asha)| mine < asha)
-                .count();
-            println!(
-                "| {dim} | {correlation:.2} | {method} | {mean:.3} | {:.3} | {wins}/{} | {:.0} | {:.0} |",
-                quantile(&sorted, 0.5).expect("at least one problem"),
-                values.len(),
-                configs[method_idx] as f64 / runs,
-                steps[method_idx] as f64 / runs,
-            );
+        let result = measure_dim(*dim, &families, &args);
+        if !args.json {
+            print_rows(*dim, &result);
         }
     }
     Ok(())
+}
+
+/// Runs every method on every family's problem in `dim` dimensions; with
+/// `--json`, prints a line per problem and method.
+fn measure_dim(dim: usize, families: &[Family], args: &Args) -> DimResult {
+    let problems: Vec<Curves> = families
+        .iter()
+        .map(|family| Curves::new(Problem::new(*family, dim, 0), args.max_t))
+        .collect();
+    let correlation =
+        problems.iter().map(early_rank_correlation).sum::<f64>() / problems.len() as f64;
+    let mut result = DimResult {
+        correlation,
+        medians: vec![Vec::new(); METHODS.len()],
+        configs: vec![0_u64; METHODS.len()],
+        steps: vec![0_u64; METHODS.len()],
+        runs: (problems.len() as u64 * args.seeds) as f64,
+    };
+    for curves in &problems {
+        for (method_idx, method) in METHODS.iter().enumerate() {
+            let mut regrets: Vec<f64> = (0..args.seeds)
+                .map(|seed| {
+                    let outcome = simulate(method, curves, seed, args);
+                    result.configs[method_idx] += outcome.configs;
+                    result.steps[method_idx] += outcome.steps;
+                    outcome.regret
+                })
+                .collect();
+            regrets.sort_by(f64::total_cmp);
+            let median = quantile(&regrets, 0.5).expect("at least one seed");
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "problem": curves.problem.name(),
+                        "method": method,
+                        "median_regret": median,
+                        "regrets": regrets,
+                    })
+                );
+            }
+            result.medians[method_idx].push(median);
+        }
+    }
+    result
+}
+
+/// The table's heading.
+fn print_header(args: &Args) {
+    println!(
+        "{} seeds, {} × {} steps per run, {} workers, η {ETA}\n",
+        args.seeds, args.trainings, args.max_t, args.workers
+    );
+    println!(
+        "| d | early/final rank corr. | method | mean of median regret | median regret | beats asha | configs per run | steps per run |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+}
+
+/// One dimension's rows, a row per method.
+fn print_rows(dim: usize, result: &DimResult) {
+    let DimResult {
+        correlation,
+        medians,
+        configs,
+        steps,
+        runs,
+    } = result;
+    for (method_idx, method) in METHODS.iter().enumerate() {
+        let values = &medians[method_idx];
+        let mean = values.iter().sum::<f64>() / values.len() as f64;
+        let mut sorted = values.clone();
+        sorted.sort_by(f64::total_cmp);
+        let wins = values
+            .iter()
+            .zip(&medians[0])
+            .filter(|(mine, asha)| mine < asha)
+            .count();
+        println!(
+            "| {dim} | {correlation:.2} | {method} | {mean:.3} | {:.3} | {wins}/{} | {:.0} | {:.0} |",
+            quantile(&sorted, 0.5).expect("at least one problem"),
+            values.len(),
+            configs[method_idx] as f64 / runs,
+            steps[method_idx] as f64 / runs,
+        );
+    }
 }

@@ -180,8 +180,29 @@ struct MethodResult {
     wins_or_ties: usize,
 }
 
+/// One rule under test: its name, its settings in words, and its configuration
+/// (none for running every trial to `max_t`).
+type Method = (&'static str, String, Option<StoppingConfig>);
+
 fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
+    let methods = methods(&args)?;
+    let seeds: Vec<u64> = (args.first_seed..args.first_seed + args.seeds).collect();
+    let full: Vec<Outcome> = seeds.iter().map(|&seed| simulate(seed, None)).collect();
+    let results: Vec<MethodResult> = methods
+        .into_iter()
+        .map(|method| measure(method, &seeds, &full))
+        .collect();
+    if args.json {
+        print_json(&results, seeds.len());
+    } else {
+        print_table(&results, seeds.len());
+    }
+    Ok(())
+}
+
+/// Full runs, then ASHA, Hyperband and the median rule with the settings of `args`.
+fn methods(args: &Args) -> anyhow::Result<[Method; 4]> {
     let asha = StoppingConfig {
         grace_period: args.asha_grace_period,
         reduction_factor: args.reduction_factor,
@@ -204,12 +225,12 @@ fn main() -> anyhow::Result<()> {
             .validate()
             .with_context(|| format!("invalid settings {config:?}"))?;
     }
-    let methods: [(&'static str, String, Option<&StoppingConfig>); 4] = [
+    Ok([
         ("full", "every trial to max_t".to_owned(), None),
         (
             "asha",
             format!("grace {}, η {}", asha.grace_period, asha.reduction_factor),
-            Some(&asha),
+            Some(asha),
         ),
         (
             "hyperband",
@@ -217,7 +238,7 @@ fn main() -> anyhow::Result<()> {
                 "grace {}, η {}, {} brackets",
                 hyperband.grace_period, hyperband.reduction_factor, hyperband.brackets
             ),
-            Some(&hyperband),
+            Some(hyperband),
         ),
         (
             "median",
@@ -225,67 +246,70 @@ fn main() -> anyhow::Result<()> {
                 "grace {}, min_samples {}",
                 median.grace_period, median.min_samples
             ),
-            Some(&median),
+            Some(median),
         ),
-    ];
-    let seeds: Vec<u64> = (args.first_seed..args.first_seed + args.seeds).collect();
-    let full: Vec<Outcome> = seeds.iter().map(|&seed| simulate(seed, None)).collect();
-    let mut results = Vec::new();
-    for (method, settings, config) in methods {
-        let outcomes: Vec<Outcome> = match config {
-            None => full.clone(),
-            Some(config) => seeds
-                .iter()
-                .map(|&seed| simulate(seed, Some(make_rule(config))))
-                .collect(),
-        };
-        let total_steps: u64 = outcomes.iter().map(|outcome| outcome.steps).sum();
-        let total_makespan: u64 = outcomes.iter().map(|outcome| outcome.makespan).sum();
-        let full_makespan: u64 = full.iter().map(|outcome| outcome.makespan).sum();
-        results.push(MethodResult {
-            method,
-            settings,
-            regrets: outcomes.iter().map(|outcome| outcome.regret).collect(),
-            steps_fraction: total_steps as f64 / (seeds.len() as u64 * N_CONFIGS * MAX_T) as f64,
-            makespan_fraction: total_makespan as f64 / full_makespan as f64,
-            wins_or_ties: outcomes
-                .iter()
-                .zip(&full)
-                .filter(|(outcome, full)| outcome.regret <= full.regret)
-                .count(),
+    ])
+}
+
+/// One method over every seed, held against the full runs `full`.
+fn measure((method, settings, config): Method, seeds: &[u64], full: &[Outcome]) -> MethodResult {
+    let outcomes: Vec<Outcome> = match config {
+        None => full.to_vec(),
+        Some(config) => seeds
+            .iter()
+            .map(|&seed| simulate(seed, Some(make_rule(&config))))
+            .collect(),
+    };
+    let total_steps: u64 = outcomes.iter().map(|outcome| outcome.steps).sum();
+    let total_makespan: u64 = outcomes.iter().map(|outcome| outcome.makespan).sum();
+    let full_makespan: u64 = full.iter().map(|outcome| outcome.makespan).sum();
+    MethodResult {
+        method,
+        settings,
+        regrets: outcomes.iter().map(|outcome| outcome.regret).collect(),
+        steps_fraction: total_steps as f64 / (seeds.len() as u64 * N_CONFIGS * MAX_T) as f64,
+        makespan_fraction: total_makespan as f64 / full_makespan as f64,
+        wins_or_ties: outcomes
+            .iter()
+            .zip(full)
+            .filter(|(outcome, full)| outcome.regret <= full.regret)
+            .count(),
+    }
+}
+
+/// `--json`: one line per method.
+fn print_json(results: &[MethodResult], seeds: usize) {
+    for result in results {
+        let line = serde_json::json!({
+            "bench": "early_stopping",
+            "method": result.method,
+            "settings": result.settings,
+            "seeds": seeds,
+            "configs": N_CONFIGS,
+            "max_t": MAX_T,
+            "workers": WORKERS,
+            "regret_median": quantile(&result.regrets, 0.5),
+            "regret_q25": quantile(&result.regrets, 0.25),
+            "regret_q75": quantile(&result.regrets, 0.75),
+            "regret_mean": result.regrets.iter().sum::<f64>() / result.regrets.len() as f64,
+            "steps_fraction": result.steps_fraction,
+            "makespan_fraction": result.makespan_fraction,
+            "seeds_regret_at_most_full": result.wins_or_ties,
         });
+        println!("{line}");
     }
-    if args.json {
-        for result in &results {
-            let line = serde_json::json!({
-                "bench": "early_stopping",
-                "method": result.method,
-                "settings": result.settings,
-                "seeds": seeds.len(),
-                "configs": N_CONFIGS,
-                "max_t": MAX_T,
-                "workers": WORKERS,
-                "regret_median": quantile(&result.regrets, 0.5),
-                "regret_q25": quantile(&result.regrets, 0.25),
-                "regret_q75": quantile(&result.regrets, 0.75),
-                "regret_mean": result.regrets.iter().sum::<f64>() / result.regrets.len() as f64,
-                "steps_fraction": result.steps_fraction,
-                "makespan_fraction": result.makespan_fraction,
-                "seeds_regret_at_most_full": result.wins_or_ties,
-            });
-            println!("{line}");
-        }
-        return Ok(());
-    }
+}
+
+/// The table: a row per method.
+fn print_table(results: &[MethodResult], seeds: usize) {
     println!(
-        "{} seeds × {N_CONFIGS} configurations, max_t {MAX_T}, {WORKERS} workers; regret of the chosen configuration's noise-free value at max_t\n",
-        seeds.len()
+        "{seeds} seeds × {N_CONFIGS} configurations, max_t {MAX_T}, {WORKERS} workers; regret of the chosen configuration's noise-free value at max_t\n"
     );
     println!(
         "| method | settings | regret median | regret IQR | regret mean | steps / full | time / full | seeds with regret ≤ full |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    for result in &results {
+    for result in results {
         let quartile = |q: f64| quantile(&result.regrets, q).unwrap_or(f64::NAN);
         println!(
             "| {} | {} | {:.4} | [{:.4}, {:.4}] | {:.4} | {:.3} | {:.3} | {}/{} |",
@@ -298,8 +322,7 @@ fn main() -> anyhow::Result<()> {
             result.steps_fraction,
             result.makespan_fraction,
             result.wins_or_ties,
-            seeds.len()
+            seeds
         );
     }
-    Ok(())
 }

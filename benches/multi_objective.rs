@@ -174,16 +174,18 @@ fn parse_args() -> anyhow::Result<Args> {
     Ok(args)
 }
 
+/// The searchers compared, by name; random search first, MOTPE last.
+const METHODS: [(&str, SearchAlgorithm); 3] = [
+    ("random", SearchAlgorithm::Random),
+    ("sobol", SearchAlgorithm::Sobol),
+    (
+        "motpe",
+        SearchAlgorithm::MultiObjectiveTpe { objectives: 2 },
+    ),
+];
+
 fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
-    let methods = [
-        ("random", SearchAlgorithm::Random),
-        ("sobol", SearchAlgorithm::Sobol),
-        (
-            "motpe",
-            SearchAlgorithm::MultiObjectiveTpe { objectives: 2 },
-        ),
-    ];
     if !args.json {
         println!(
             "hypervolume gap to the true front (reference {REFERENCE:?}), median and mean over {} seeds; smaller is better",
@@ -197,71 +199,92 @@ fn main() -> anyhow::Result<()> {
     let mut wins_total = 0;
     let mut runs_total = 0;
     for problem in [Zdt::One, Zdt::Two, Zdt::Three] {
-        let best = problem.true_hypervolume();
         for &dims in &args.dims {
-            let mut builder = SearchSpace::builder();
-            for axis in 0..dims {
-                builder = builder.uniform(format!("x{axis}"), 0.0, 1.0);
-            }
-            let space = builder.build().context("a box of uniform parameters")?;
-            // Per method, per seed, the hypervolume at each budget.
-            let results: Vec<Vec<Vec<f64>>> = methods
-                .iter()
-                .map(|(_, algorithm)| {
-                    (0..args.seeds)
-                        .map(|seed| run(*algorithm, problem, &space, dims, seed, &args.budgets))
-                        .collect()
-                })
-                .collect();
-            for (budget_idx, budget) in args.budgets.iter().enumerate() {
-                for ((name, _), per_seed) in methods.iter().zip(&results) {
-                    let gaps: Vec<f64> = per_seed
-                        .iter()
-                        .map(|volumes| best - volumes[budget_idx])
-                        .collect();
-                    let median = quantile(&gaps, 0.5).unwrap_or(f64::NAN);
-                    let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
-                    if args.json {
-                        println!(
-                            "{}",
-                            serde_json::json!({
-                                "problem": problem.name(), "dims": dims, "evaluations": budget,
-                                "method": name, "median_gap": median, "mean_gap": mean,
-                                "true_hypervolume": best, "gaps": gaps,
-                            })
-                        );
-                    } else {
-                        println!(
-                            "{:<7} {:>4} {:>7} {:<8} {:>12.4} {:>12.4}",
-                            problem.name(),
-                            dims,
-                            budget,
-                            name,
-                            median,
-                            mean
-                        );
-                    }
-                }
-            }
-            let last = args.budgets.len() - 1;
-            let wins = (0..args.seeds as usize)
-                .filter(|seed| results[2][*seed][last] > results[0][*seed][last])
-                .count();
-            wins_total += wins;
+            wins_total += measure(problem, dims, &args)?;
             runs_total += args.seeds as usize;
-            if !args.json {
-                println!(
-                    "{:<7} {:>4}: motpe beat random on {wins} of {} seeds at {} evaluations",
-                    problem.name(),
-                    dims,
-                    args.seeds,
-                    args.budgets[last]
-                );
-            }
         }
     }
     if !args.json {
         println!("motpe beat random on {wins_total} of {runs_total} runs in all");
     }
     Ok(())
+}
+
+/// Every method on `problem` in `dims` dimensions over every seed: prints the
+/// gaps at each budget, and returns on how many seeds MOTPE beat random search
+/// at the largest budget.
+fn measure(problem: Zdt, dims: usize, args: &Args) -> anyhow::Result<usize> {
+    let mut builder = SearchSpace::builder();
+    for axis in 0..dims {
+        builder = builder.uniform(format!("x{axis}"), 0.0, 1.0);
+    }
+    let space = builder.build().context("a box of uniform parameters")?;
+    // Per method, per seed, the hypervolume at each budget.
+    let results: Vec<Vec<Vec<f64>>> = METHODS
+        .iter()
+        .map(|(_, algorithm)| {
+            (0..args.seeds)
+                .map(|seed| run(*algorithm, problem, &space, dims, seed, &args.budgets))
+                .collect()
+        })
+        .collect();
+    let best = problem.true_hypervolume();
+    for (budget_idx, budget) in args.budgets.iter().enumerate() {
+        for ((name, _), per_seed) in METHODS.iter().zip(&results) {
+            let gaps: Vec<f64> = per_seed
+                .iter()
+                .map(|volumes| best - volumes[budget_idx])
+                .collect();
+            print_gaps(problem, dims, *budget, name, best, &gaps, args.json);
+        }
+    }
+    let last = args.budgets.len() - 1;
+    let wins = (0..args.seeds as usize)
+        .filter(|seed| results[2][*seed][last] > results[0][*seed][last])
+        .count();
+    if !args.json {
+        println!(
+            "{:<7} {:>4}: motpe beat random on {wins} of {} seeds at {} evaluations",
+            problem.name(),
+            dims,
+            args.seeds,
+            args.budgets[last]
+        );
+    }
+    Ok(wins)
+}
+
+/// One method's gaps to the true front's hypervolume `best` at one budget, one
+/// per seed: a JSON line, or a row.
+fn print_gaps(
+    problem: Zdt,
+    dims: usize,
+    budget: usize,
+    name: &str,
+    best: f64,
+    gaps: &[f64],
+    json: bool,
+) {
+    let median = quantile(gaps, 0.5).unwrap_or(f64::NAN);
+    let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "problem": problem.name(), "dims": dims, "evaluations": budget,
+                "method": name, "median_gap": median, "mean_gap": mean,
+                "true_hypervolume": best, "gaps": gaps,
+            })
+        );
+    } else {
+        println!(
+            "{:<7} {:>4} {:>7} {:<8} {:>12.4} {:>12.4}",
+            problem.name(),
+            dims,
+            budget,
+            name,
+            median,
+            mean
+        );
+    }
 }

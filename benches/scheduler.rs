@@ -107,7 +107,159 @@ fn request(index: u64, rng: &mut SplitMix64, now: u64) -> TrialRequest {
     }
 }
 
-#[expect(clippy::print_stdout, reason = "a bench prints its result")]
+/// The policy core under churn, and what the bench keeps beside it.
+struct Churn {
+    core: PolicyCore,
+    rng: SplitMix64,
+    clock_ms: u64,
+    next_trial: u64,
+    running: Vec<TrialId>,
+}
+
+/// What the timed rounds measured.
+struct Rounds {
+    /// Each decide's wall time in seconds, sorted.
+    latencies: Vec<f64>,
+    decide_time: Duration,
+    places: u64,
+    preempts: u64,
+}
+
+impl Churn {
+    /// The cluster of [`NODES`] nodes with [`WAITING`] trials submitted; also
+    /// the waiting trials' sort keys for the reference.
+    fn set_up(config: PolicyConfig) -> (Self, Vec<(i64, u64, TrialId)>) {
+        let mut churn = Self {
+            core: PolicyCore::new(config),
+            rng: SplitMix64::new(42),
+            clock_ms: 1_000_000,
+            next_trial: 0,
+            running: Vec::new(),
+        };
+        for index in 0..NODES {
+            churn.core.upsert_node(node(index));
+        }
+        let mut waiting_priorities = Vec::with_capacity(WAITING);
+        for _ in 0..WAITING {
+            let request = request(churn.next_trial, &mut churn.rng, churn.clock_ms);
+            waiting_priorities.push((request.priority, request.submitted_at, request.id));
+            churn
+                .core
+                .submit(request, churn.clock_ms)
+                .expect("admission is unlimited");
+            churn.next_trial += 1;
+        }
+        (churn, waiting_priorities)
+    }
+
+    /// Submits `count` new trials now.
+    fn submit_new(&mut self, count: usize) {
+        for _ in 0..count {
+            let request = request(self.next_trial, &mut self.rng, self.clock_ms);
+            self.core
+                .submit(request, self.clock_ms)
+                .expect("admission is unlimited");
+            self.next_trial += 1;
+        }
+    }
+
+    /// The first decide, which fills the empty cluster, then the backlog
+    /// topped up to [`WAITING`] again; its placements and seconds.
+    fn fill(&mut self) -> (usize, f64) {
+        let fill_started = now();
+        let decisions = self.core.decide(self.clock_ms);
+        let fill_s = fill_started.elapsed().as_secs_f64();
+        let mut fill_places = 0;
+        for decision in decisions {
+            match decision {
+                Decision::Place { trial, .. } => {
+                    self.running.push(trial);
+                    fill_places += 1;
+                }
+                Decision::Preempt { trial, .. } => {
+                    self.core.requeue(trial, self.clock_ms);
+                }
+                // No elastic trials here; a resize would restart at once.
+                Decision::Resize { trial, .. } => {
+                    self.core.resized(trial, self.clock_ms);
+                }
+            }
+        }
+        self.submit_new(fill_places);
+        (fill_places, fill_s)
+    }
+
+    /// Up to `rounds` churn rounds, stopping after [`TIME_BUDGET`] of decide time.
+    fn run_rounds(&mut self, rounds: usize) -> Rounds {
+        let mut measured = Rounds {
+            latencies: Vec::with_capacity(rounds),
+            decide_time: Duration::ZERO,
+            places: 0,
+            preempts: 0,
+        };
+        for _ in 0..rounds {
+            if measured.decide_time > TIME_BUDGET {
+                break;
+            }
+            self.round(&mut measured);
+        }
+        measured.latencies.sort_unstable_by(f64::total_cmp);
+        measured
+    }
+
+    /// One round: ten seconds on, [`FINISH_PER_ROUND`] running trials finish,
+    /// as many new ones arrive, and one timed decide is applied.
+    fn round(&mut self, measured: &mut Rounds) {
+        self.clock_ms += 10_000;
+        let mut finished = 0;
+        while finished < FINISH_PER_ROUND && !self.running.is_empty() {
+            let victim = self
+                .running
+                .swap_remove(self.rng.below(self.running.len() as u64) as usize);
+            self.core.finish(victim, self.clock_ms, true);
+            finished += 1;
+        }
+        self.submit_new(finished);
+        let started = now();
+        let decisions = self.core.decide(self.clock_ms);
+        let elapsed = started.elapsed();
+        measured.decide_time += elapsed;
+        measured.latencies.push(elapsed.as_secs_f64());
+        for decision in decisions {
+            match decision {
+                Decision::Place { trial, .. } => {
+                    self.running.push(trial);
+                    measured.places += 1;
+                }
+                Decision::Preempt { trial, .. } => {
+                    // The victim stops at once and goes back to its queue.
+                    self.core.requeue(trial, self.clock_ms);
+                    self.running.retain(|&id| id != trial);
+                    measured.preempts += 1;
+                }
+                Decision::Resize { trial, .. } => {
+                    self.core.resized(trial, self.clock_ms);
+                }
+            }
+        }
+    }
+}
+
+/// The reference: the median time of sorting the waiting trials by priority,
+/// then submission, over 20 sorts.
+fn reference_sort_p50(waiting_priorities: &[(i64, u64, TrialId)]) -> f64 {
+    let mut sort_times = Vec::new();
+    for _ in 0..20 {
+        let mut order = waiting_priorities.to_vec();
+        let started = now();
+        order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        sort_times.push(started.elapsed().as_secs_f64());
+        std::hint::black_box(&order);
+    }
+    sort_times.sort_unstable_by(f64::total_cmp);
+    quantile(&sort_times, 0.5).unwrap_or(f64::NAN)
+}
+
 fn main() {
     let policy = std::env::var("XP_BENCH_POLICY").unwrap_or_else(|_| "default".to_owned());
     let rounds: usize = std::env::var("XP_BENCH_ROUNDS")
@@ -117,114 +269,28 @@ fn main() {
     let mut config = PolicyConfig::preset(&policy).expect("XP_BENCH_POLICY names a preset");
     // The bench keeps 100,000 trials waiting; admission control is not what it measures.
     config.admission.max_pending_per_team = u64::MAX;
-    let mut rng = SplitMix64::new(42);
     let setup_started = now();
-    let mut core = PolicyCore::new(config);
-    for index in 0..NODES {
-        core.upsert_node(node(index));
-    }
-    let mut clock_ms: u64 = 1_000_000;
-    let mut next_trial: u64 = 0;
-    let mut waiting_priorities = Vec::with_capacity(WAITING);
-    for _ in 0..WAITING {
-        let request = request(next_trial, &mut rng, clock_ms);
-        waiting_priorities.push((request.priority, request.submitted_at, request.id));
-        core.submit(request, clock_ms)
-            .expect("admission is unlimited");
-        next_trial += 1;
-    }
+    let (mut churn, waiting_priorities) = Churn::set_up(config);
     let setup_s = setup_started.elapsed().as_secs_f64();
+    let fill = churn.fill();
+    let measured = churn.run_rounds(rounds);
+    let sort_p50 = reference_sort_p50(&waiting_priorities);
+    report(&policy, setup_s, fill, &measured, sort_p50);
+}
 
-    // The first decide fills the empty cluster.
-    let mut running: Vec<TrialId> = Vec::new();
-    let fill_started = now();
-    let decisions = core.decide(clock_ms);
-    let fill_s = fill_started.elapsed().as_secs_f64();
-    let mut fill_places = 0;
-    for decision in decisions {
-        match decision {
-            Decision::Place { trial, .. } => {
-                running.push(trial);
-                fill_places += 1;
-            }
-            Decision::Preempt { trial, .. } => {
-                core.requeue(trial, clock_ms);
-            }
-            // No elastic trials here; a resize would restart at once.
-            Decision::Resize { trial, .. } => {
-                core.resized(trial, clock_ms);
-            }
-        }
-    }
-    // Top the backlog up to WAITING again.
-    for _ in 0..fill_places {
-        let request = request(next_trial, &mut rng, clock_ms);
-        core.submit(request, clock_ms)
-            .expect("admission is unlimited");
-        next_trial += 1;
-    }
-
-    let mut latencies = Vec::with_capacity(rounds);
-    let mut decide_time = Duration::ZERO;
-    let mut places: u64 = 0;
-    let mut preempts: u64 = 0;
-    for _ in 0..rounds {
-        if decide_time > TIME_BUDGET {
-            break;
-        }
-        clock_ms += 10_000;
-        let mut finished = 0;
-        while finished < FINISH_PER_ROUND && !running.is_empty() {
-            let victim = running.swap_remove(rng.below(running.len() as u64) as usize);
-            core.finish(victim, clock_ms, true);
-            finished += 1;
-        }
-        for _ in 0..finished {
-            let request = request(next_trial, &mut rng, clock_ms);
-            core.submit(request, clock_ms)
-                .expect("admission is unlimited");
-            next_trial += 1;
-        }
-        let started = now();
-        let decisions = core.decide(clock_ms);
-        let elapsed = started.elapsed();
-        decide_time += elapsed;
-        latencies.push(elapsed.as_secs_f64());
-        for decision in decisions {
-            match decision {
-                Decision::Place { trial, .. } => {
-                    running.push(trial);
-                    places += 1;
-                }
-                Decision::Preempt { trial, .. } => {
-                    // The victim stops at once and goes back to its queue.
-                    core.requeue(trial, clock_ms);
-                    running.retain(|&id| id != trial);
-                    preempts += 1;
-                }
-                Decision::Resize { trial, .. } => {
-                    core.resized(trial, clock_ms);
-                }
-            }
-        }
-    }
-    latencies.sort_unstable_by(f64::total_cmp);
-
-    // The reference: sort the 100,000 waiting trials by priority, then submission.
-    let mut sort_times = Vec::new();
-    for _ in 0..20 {
-        let mut order = waiting_priorities.clone();
-        let started = now();
-        order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-        sort_times.push(started.elapsed().as_secs_f64());
-        std::hint::black_box(&order);
-    }
-    sort_times.sort_unstable_by(f64::total_cmp);
-    let sort_p50 = quantile(&sort_times, 0.5).unwrap_or(f64::NAN);
-
-    let p50 = quantile(&latencies, 0.5).unwrap_or(f64::NAN);
-    let p99 = quantile(&latencies, 0.99).unwrap_or(f64::NAN);
-    let places_per_second = places as f64 / decide_time.as_secs_f64();
+/// Prints the JSON line and the sentence.
+#[expect(clippy::print_stdout, reason = "a bench prints its result")]
+fn report(
+    policy: &str,
+    setup_s: f64,
+    (fill_places, fill_s): (usize, f64),
+    measured: &Rounds,
+    sort_p50: f64,
+) {
+    let latencies = &measured.latencies;
+    let p50 = quantile(latencies, 0.5).unwrap_or(f64::NAN);
+    let p99 = quantile(latencies, 0.99).unwrap_or(f64::NAN);
+    let places_per_second = measured.places as f64 / measured.decide_time.as_secs_f64();
     println!(
         "{}",
         serde_json::json!({
@@ -238,8 +304,8 @@ fn main() {
             "fill_places": fill_places,
             "rounds": latencies.len(),
             "finished_per_round": FINISH_PER_ROUND,
-            "places": places,
-            "preempts": preempts,
+            "places": measured.places,
+            "preempts": measured.preempts,
             "places_per_second": places_per_second,
             "decide_p50_ms": p50 * 1000.0,
             "decide_p99_ms": p99 * 1000.0,

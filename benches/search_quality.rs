@@ -244,9 +244,21 @@ fn main() -> anyhow::Result<()> {
         "no problem or no method selected (families: {})",
         Family::ALL.map(Family::name).join(", ")
     );
+    let cells = run_cells(&args, &problems, &methods)?;
+    if args.json {
+        print_json(&args, &problems, &methods, &cells);
+    } else {
+        print_table(&args, &problems, &methods, &cells);
+    }
+    Ok(())
+}
 
-    // Work items are (problem, method) pairs, taken by `threads` workers in turn;
-    // each result depends only on its item, so the table does not depend on threads.
+/// Every (problem, method) cell, sorted by problem then method; the first
+/// failure when one fails.
+///
+/// Work items are (problem, method) pairs, taken by `threads` workers in turn;
+/// each result depends only on its item, so the table does not depend on threads.
+fn run_cells(args: &Args, problems: &[Problem], methods: &[Method]) -> anyhow::Result<Vec<Cell>> {
     let items: Vec<(usize, usize)> = (0..problems.len())
         .flat_map(|problem| (0..methods.len()).map(move |method| (problem, method)))
         .collect();
@@ -266,29 +278,7 @@ fn main() -> anyhow::Result<()> {
                     let Some(&(problem_idx, method_idx)) = items.get(index) else {
                         return;
                     };
-                    let problem = &problems[problem_idx];
-                    let method = &methods[method_idx];
-                    let run = || -> anyhow::Result<Cell> {
-                        let space = space_of(problem.dim)?;
-                        let per_seed = (0..args.seeds)
-                            .map(|seed| {
-                                regrets(problem, (method.make)(&space, seed), args.parallel)
-                            })
-                            .collect::<anyhow::Result<Vec<Vec<f64>>>>()
-                            .with_context(|| format!("{} on {}", method.name, problem.name()))?;
-                        let medians = (0..BUDGETS.len())
-                            .map(|budget| {
-                                let at: Vec<f64> = per_seed.iter().map(|r| r[budget]).collect();
-                                quantile(&at, 0.5).unwrap_or(f64::NAN)
-                            })
-                            .collect();
-                        Ok(Cell {
-                            problem: problem_idx,
-                            method: method_idx,
-                            medians,
-                        })
-                    };
-                    match run() {
+                    match run_cell(args, problems, methods, problem_idx, method_idx) {
                         Ok(cell) => cells
                             .lock()
                             .unwrap_or_else(|poison| poison.into_inner())
@@ -314,31 +304,67 @@ fn main() -> anyhow::Result<()> {
         .into_inner()
         .unwrap_or_else(|poison| poison.into_inner());
     cells.sort_by_key(|cell| (cell.problem, cell.method));
-    let log_regret = |regret: f64| regret.max(REGRET_FLOOR).log10();
+    Ok(cells)
+}
 
-    if args.json {
-        for cell in &cells {
-            let problem = &problems[cell.problem];
-            for (budget, median) in BUDGETS.iter().zip(&cell.medians) {
-                let line = serde_json::json!({
-                    "bench": "search_quality",
-                    "problem": problem.name(),
-                    "family": problem.family.name(),
-                    "dim": problem.dim,
-                    "instance": problem.instance,
-                    "method": methods[cell.method].name,
-                    "budget": budget,
-                    "seeds": args.seeds,
-                    "parallel": args.parallel,
-                    "regret_median": median,
-                    "log10_regret_median": log_regret(*median),
-                });
-                println!("{line}");
-            }
+/// One method on one problem over every seed: the median regret at each budget.
+fn run_cell(
+    args: &Args,
+    problems: &[Problem],
+    methods: &[Method],
+    problem_idx: usize,
+    method_idx: usize,
+) -> anyhow::Result<Cell> {
+    let problem = &problems[problem_idx];
+    let method = &methods[method_idx];
+    let space = space_of(problem.dim)?;
+    let per_seed = (0..args.seeds)
+        .map(|seed| regrets(problem, (method.make)(&space, seed), args.parallel))
+        .collect::<anyhow::Result<Vec<Vec<f64>>>>()
+        .with_context(|| format!("{} on {}", method.name, problem.name()))?;
+    let medians = (0..BUDGETS.len())
+        .map(|budget| {
+            let at: Vec<f64> = per_seed.iter().map(|r| r[budget]).collect();
+            quantile(&at, 0.5).unwrap_or(f64::NAN)
+        })
+        .collect();
+    Ok(Cell {
+        problem: problem_idx,
+        method: method_idx,
+        medians,
+    })
+}
+
+/// log10 of a regret, floored at [`REGRET_FLOOR`].
+fn log_regret(regret: f64) -> f64 {
+    regret.max(REGRET_FLOOR).log10()
+}
+
+/// `--json`: one line per problem, method and budget.
+fn print_json(args: &Args, problems: &[Problem], methods: &[Method], cells: &[Cell]) {
+    for cell in cells {
+        let problem = &problems[cell.problem];
+        for (budget, median) in BUDGETS.iter().zip(&cell.medians) {
+            let line = serde_json::json!({
+                "bench": "search_quality",
+                "problem": problem.name(),
+                "family": problem.family.name(),
+                "dim": problem.dim,
+                "instance": problem.instance,
+                "method": methods[cell.method].name,
+                "budget": budget,
+                "seeds": args.seeds,
+                "parallel": args.parallel,
+                "regret_median": median,
+                "log10_regret_median": log_regret(*median),
+            });
+            println!("{line}");
         }
-        return Ok(());
     }
+}
 
+/// The table: a row per dimension and budget, a column per method.
+fn print_table(args: &Args, problems: &[Problem], methods: &[Method], cells: &[Cell]) {
     println!(
         "Mean over problems of log10 median simple regret ({} families × {} instance(s), {} seed(s) each; lower is better); in brackets, problems where the method's median regret is below random search's. {} evaluation(s) in flight.\n",
         problems.len() / args.dims.len().max(1) / args.instances.max(1) as usize,
@@ -347,7 +373,7 @@ fn main() -> anyhow::Result<()> {
         args.parallel
     );
     print!("| d | evaluations |");
-    for method in &methods {
+    for method in methods {
         print!(" {} |", method.name);
     }
     println!();
@@ -361,29 +387,43 @@ fn main() -> anyhow::Result<()> {
                     .iter()
                     .filter(|cell| problems[cell.problem].dim == dim && cell.method == method_idx)
                     .collect();
-                let mean = mine
-                    .iter()
-                    .map(|cell| log_regret(cell.medians[budget_idx]))
-                    .sum::<f64>()
-                    / mine.len().max(1) as f64;
-                let wins = random.filter(|random| *random != method_idx).map(|random| {
-                    mine.iter()
-                        .filter(|cell| {
-                            cells.iter().any(|other| {
-                                other.problem == cell.problem
-                                    && other.method == random
-                                    && cell.medians[budget_idx] < other.medians[budget_idx]
-                            })
-                        })
-                        .count()
-                });
-                match wins {
-                    Some(wins) => print!(" {mean:.2} ({wins}/{}) |", mine.len()),
-                    None => print!(" {mean:.2} |"),
-                }
+                print!(
+                    "{}",
+                    table_entry(cells, &mine, budget_idx, method_idx, random)
+                );
             }
             println!();
         }
     }
-    Ok(())
+}
+
+/// One method's entry in a row: the mean log regret of its cells `mine` at a
+/// budget, and in brackets on how many of their problems it beat random search.
+fn table_entry(
+    cells: &[Cell],
+    mine: &[&Cell],
+    budget_idx: usize,
+    method_idx: usize,
+    random: Option<usize>,
+) -> String {
+    let mean = mine
+        .iter()
+        .map(|cell| log_regret(cell.medians[budget_idx]))
+        .sum::<f64>()
+        / mine.len().max(1) as f64;
+    let wins = random.filter(|random| *random != method_idx).map(|random| {
+        mine.iter()
+            .filter(|cell| {
+                cells.iter().any(|other| {
+                    other.problem == cell.problem
+                        && other.method == random
+                        && cell.medians[budget_idx] < other.medians[budget_idx]
+                })
+            })
+            .count()
+    });
+    match wins {
+        Some(wins) => format!(" {mean:.2} ({wins}/{}) |", mine.len()),
+        None => format!(" {mean:.2} |"),
+    }
 }
