@@ -1,17 +1,25 @@
 //! Tidy checks over the source tree: every Rust file opens with a `//!` module
-//! comment saying what it is for, no source file outside tests grows past 1,000
-//! lines, and unit tests follow one layout (an inline `mod tests`, or a
-//! `tests.rs` in the module's folder; never a test module by `#[path]`).
+//! comment saying what it is for; no function is longer than a reader holds
+//! in mind (a dispatch `match` whose arms are one call each aside); no source
+//! file outside tests grows past 1,000 lines; unit tests follow one layout (an
+//! inline `mod tests`, or a `tests.rs` in the module's folder; never a test
+//! module by `#[path]`); no two top-level modules of a crate import each
+//! other, directly or round a cycle; and the head's core links nothing that
+//! does I/O.
 
+mod source_map;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The source folders of every package in the workspace.
-const SOURCE_DIRS: [&str; 11] = [
+const SOURCE_DIRS: [&str; 12] = [
     "src",
     "python/src",
     "runtime/src",
     "sched/src",
     "tune/src",
+    "head-core/src",
     "head/src",
     "node/src",
     "sdk/src",
@@ -20,8 +28,25 @@ const SOURCE_DIRS: [&str; 11] = [
     "benches",
 ];
 
+/// The source roots of the workspace's crates, whose top-level modules may
+/// not import each other in a cycle.
+const CRATE_ROOTS: [&str; 9] = [
+    "src",
+    "python/src",
+    "runtime/src",
+    "sched/src",
+    "tune/src",
+    "head-core/src",
+    "head/src",
+    "node/src",
+    "sdk/src",
+];
+
 /// The longest a source file other than tests may be.
 const MAX_SOURCE_LINES: usize = 1000;
+
+/// The longest a function may be, from `fn` to its closing brace.
+const MAX_FUNCTION_LINES: usize = 80;
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -109,5 +134,100 @@ fn unit_tests_follow_one_layout() {
     assert!(
         strays.is_empty(),
         "unit tests go inline or in the module folder's tests.rs, without #[path]: {strays:?}"
+    );
+}
+
+#[test]
+fn no_function_is_longer_than_a_reader_holds_in_mind() {
+    let mut long = Vec::new();
+    for (relative, text) in workspace_files() {
+        for function in source_map::functions(&source_map::code_only(&text)) {
+            if function.lines > MAX_FUNCTION_LINES && !source_map::is_dispatch_match(&function.body)
+            {
+                long.push(format!(
+                    "{relative}:{} {} ({} lines)",
+                    function.line, function.name, function.lines
+                ));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "split these into named steps (at most {MAX_FUNCTION_LINES} lines, or one match whose arms are one call each): {long:#?}"
+    );
+}
+
+#[test]
+fn no_two_top_modules_of_a_crate_import_each_other() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut loops = Vec::new();
+    for crate_root in CRATE_ROOTS {
+        let src = root.join(crate_root);
+        let modules = source_map::top_modules(&src);
+        assert!(!modules.is_empty(), "no modules found in {crate_root}");
+        let tops: BTreeSet<String> = modules.keys().cloned().collect();
+        let lib = ["lib.rs", "main.rs"]
+            .iter()
+            .filter_map(|name| std::fs::read_to_string(src.join(name)).ok())
+            .collect::<String>();
+        let exports = source_map::root_exports(&lib, &tops);
+        let edges: BTreeMap<String, BTreeSet<String>> = modules
+            .iter()
+            .map(|(module, files)| {
+                let imports = files
+                    .iter()
+                    .flat_map(|(relative, text)| {
+                        source_map::references(module, relative, text, &tops, &exports)
+                    })
+                    .collect();
+                (module.clone(), imports)
+            })
+            .collect();
+        loops.extend(
+            source_map::cycles(&edges)
+                .into_iter()
+                .map(|cycle| format!("{crate_root}: {}", cycle.join(", "))),
+        );
+    }
+    assert!(
+        loops.is_empty(),
+        "these top-level modules import each other round a cycle; move what they share to the module that owns it: {loops:#?}"
+    );
+}
+
+#[test]
+fn the_head_core_links_nothing_that_does_io() {
+    let tree = std::process::Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "-p",
+            "xp-head-core",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--offline",
+            "--locked",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs");
+    assert!(
+        tree.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&tree.stderr)
+    );
+    let linked: BTreeSet<String> = String::from_utf8_lossy(&tree.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+        .collect();
+    assert!(linked.contains("xp-head-core"), "{linked:?}");
+    let impure: Vec<&str> = ["tokio", "ractor", "redb", "axum", "quinn", "reqwest", "mio"]
+        .into_iter()
+        .filter(|name| linked.contains(*name))
+        .collect();
+    assert!(
+        impure.is_empty(),
+        "xp-head-core links {impure:?}: the core takes time as an argument and does no I/O"
     );
 }
