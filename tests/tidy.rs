@@ -231,3 +231,50 @@ fn the_head_core_links_nothing_that_does_io() {
         "xp-head-core links {impure:?}: the core takes time as an argument and does no I/O"
     );
 }
+
+/// The checks themselves: what the scanner sees of a small piece of code.
+#[test]
+fn the_scanner_sees_functions_dispatches_and_cycles() {
+    let code = source_map::code_only(
+        "fn a() {\n    let s = \"}\"; // }\n    let c = '}';\n}\nfn b(x: u8) -> u8 { match x { 0 => one(), _ => { two(); } } }\n",
+    );
+    let functions = source_map::functions(&code);
+    let names: Vec<(&str, usize, usize)> = functions
+        .iter()
+        .map(|function| (function.name.as_str(), function.line, function.lines))
+        .collect();
+    assert_eq!(names, [("a", 1, 4), ("b", 5, 1)]);
+    assert!(!source_map::is_dispatch_match(&functions[0].body));
+    assert!(source_map::is_dispatch_match(&functions[1].body));
+    assert!(!source_map::is_dispatch_match(
+        " match x { 0 => { one(); two(); } _ => three() } "
+    ));
+    assert!(!source_map::is_dispatch_match(
+        " step(); match x { _ => one() } "
+    ));
+    let edges: BTreeMap<String, BTreeSet<String>> = [
+        ("actor", vec!["core"]),
+        ("server", vec!["actor"]),
+        ("core", vec!["server"]),
+        ("leaf", vec![]),
+    ]
+    .into_iter()
+    .map(|(module, imports)| {
+        (
+            module.to_owned(),
+            imports.into_iter().map(str::to_owned).collect(),
+        )
+    })
+    .collect();
+    assert_eq!(source_map::cycles(&edges), [["actor", "core", "server"]]);
+    let tops: BTreeSet<String> = ["actor", "core"].map(str::to_owned).into();
+    let exports = source_map::root_exports("pub use self::core::{HeadCore, Record};", &tops);
+    let named = source_map::references(
+        "actor",
+        "actor/mod.rs",
+        "use crate::HeadCore;\nuse super::core::x; // crate::server\n#[cfg(test)]\nmod tests {\n    use crate::actor;\n}\n",
+        &tops,
+        &exports,
+    );
+    assert_eq!(named, BTreeSet::from(["core".to_owned()]));
+}
