@@ -621,15 +621,8 @@ async fn trials(
     let cursor = params.cursor(|text| TrialCursor::decode(text, sort))?;
     let states = match params.get("state") {
         None => StateSet::ALL,
-        Some(text) => StateSet::parse(text).map_err(|name| {
-            ApiError::parameter(
-                "state",
-                format!(
-                    "`{}` is not a trial state",
-                    name.chars().take(64).collect::<String>()
-                ),
-            )
-        })?,
+        Some(text) => StateSet::parse(text)
+            .map_err(|unknown| ApiError::parameter("state", unknown.to_string()))?,
     };
     let metric = match params.get("metric") {
         None => None,

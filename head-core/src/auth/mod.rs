@@ -61,16 +61,24 @@ impl std::fmt::Display for Role {
 }
 
 impl std::str::FromStr for Role {
-    type Err = String;
+    type Err = UnknownRole;
 
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, UnknownRole> {
         Self::ALL
             .into_iter()
             .find(|role| role.as_str() == text)
-            .ok_or_else(|| {
-                format!("unknown role {text:?}: one of viewer, member, team-admin, admin")
+            .ok_or_else(|| UnknownRole {
+                name: text.to_owned(),
             })
     }
+}
+
+/// A role name that is not one of the roles.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown role {name:?}: one of viewer, member, team-admin, admin")]
+pub struct UnknownRole {
+    /// The name given.
+    pub name: String,
 }
 
 /// Who asks, as the head authenticated them.

@@ -158,5 +158,11 @@ fn roles_parse_and_print() {
     for role in Role::ALL {
         assert_eq!(role.as_str().parse::<Role>().unwrap(), role);
     }
-    assert!("owner".parse::<Role>().unwrap_err().contains("team-admin"));
+    assert!(
+        "owner"
+            .parse::<Role>()
+            .unwrap_err()
+            .to_string()
+            .contains("team-admin")
+    );
 }

@@ -119,19 +119,29 @@ fn state_slot(state: TrialState) -> usize {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateSet(u16);
 
+/// A name in a state filter that is not a trial state.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{}` is not a trial state", .name.chars().take(64).collect::<String>())]
+pub struct UnknownState {
+    /// The name given.
+    pub name: String,
+}
+
 impl StateSet {
     /// Every state.
     pub const ALL: Self = Self((1 << STATES.len()) - 1);
 
     /// The states named in `text`, separated by commas (`running,queued`); the
-    /// error is the first name that is not a state.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    /// error names the first name that is not a state.
+    pub fn parse(text: &str) -> Result<Self, UnknownState> {
         let mut bits = 0;
         for name in text.split(',') {
             let state = STATES
                 .iter()
                 .find(|state| state.as_str() == name)
-                .ok_or_else(|| name.to_owned())?;
+                .ok_or_else(|| UnknownState {
+                    name: name.to_owned(),
+                })?;
             bits |= 1 << state_slot(*state);
         }
         Ok(Self(bits))

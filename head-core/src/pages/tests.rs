@@ -232,8 +232,13 @@ fn the_state_filter_counts_and_lists_only_its_states() {
         let expected: Vec<u32> = (0..30).filter(|index| index % 3 != 1).collect();
         assert_eq!(sorted, expected, "{sort:?}: each once");
     }
-    assert_eq!(StateSet::parse("running,nope"), Err("nope".to_owned()));
-    assert_eq!(StateSet::parse(""), Err(String::new()));
+    let unknown = |name: &str| {
+        Err(UnknownState {
+            name: name.to_owned(),
+        })
+    };
+    assert_eq!(StateSet::parse("running,nope"), unknown("nope"));
+    assert_eq!(StateSet::parse(""), unknown(""));
     for state in STATES {
         assert_eq!(
             StateSet::parse(state.as_str()).map(|set| set.contains(state)),
