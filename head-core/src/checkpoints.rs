@@ -14,8 +14,8 @@
 //! object, the kept checkpoints (of all trials) that name it, and an object is
 //! dropped everywhere when its count reaches zero.
 
-pub mod replication;
-pub mod retention;
+pub(crate) mod replication;
+pub(crate) mod retention;
 
 use std::collections::{BTreeMap, BTreeSet};
 

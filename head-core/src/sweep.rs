@@ -16,7 +16,7 @@ use xp_tune::search::{SearchAlgorithm, Searcher, Suggestion, make_searcher};
 
 /// How many configurations an adaptive sweep evaluates at once when `parallel` is
 /// not given: enough to use a few slots, few enough that the model learns.
-pub const DEFAULT_ADAPTIVE_PARALLEL: u32 = 4;
+pub(crate) const DEFAULT_ADAPTIVE_PARALLEL: u32 = 4;
 
 /// Why an adaptive sweep cannot be built.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +29,7 @@ pub enum SweepError {
 /// A replayed ask that did not return the suggestion the log recorded: another
 /// searcher version proposes differently. The recorded trials stand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Divergence {
+pub(crate) struct Divergence {
     /// The suggestion the log recorded.
     pub recorded: u64,
     /// What the replayed ask returned, if anything.
@@ -91,7 +91,7 @@ pub enum SweepOp {
 }
 
 /// The live state of one adaptive sweep.
-pub struct Sweep {
+pub(crate) struct Sweep {
     searcher: Box<dyn Searcher>,
     /// Configurations to evaluate in all.
     budget: u32,
@@ -115,12 +115,12 @@ impl std::fmt::Debug for Sweep {
 
 impl Sweep {
     /// Whether `search` is driven by ask/tell rather than planned up front.
-    pub fn is_adaptive(search: &SearchSpec) -> bool {
+    pub(crate) fn is_adaptive(search: &SearchSpec) -> bool {
         search.algorithm.is_adaptive()
     }
 
     /// A fresh sweep for a validated `search`.
-    pub fn new(search: &SearchSpec) -> Result<Self, SweepError> {
+    pub(crate) fn new(search: &SearchSpec) -> Result<Self, SweepError> {
         let space = SearchSpace::from_spec(&search.space)?;
         Ok(Self {
             searcher: make_searcher(SearchAlgorithm::from_spec(search), &space, search.seed),
@@ -133,7 +133,7 @@ impl Sweep {
 
     /// Rebuilds a sweep by replaying its log. A divergence (another searcher
     /// version proposing differently) is reported, and the recorded trials stand.
-    pub fn replay(
+    pub(crate) fn replay(
         search: &SearchSpec,
         log: &[SweepOp],
     ) -> Result<(Self, Vec<Divergence>), SweepError> {
@@ -195,7 +195,7 @@ impl Sweep {
     }
 
     /// The next configuration, if the budget and `limit` configurations in flight allow.
-    pub fn ask(
+    pub(crate) fn ask(
         &mut self,
         first_trial: u32,
         replicates: u32,
@@ -215,7 +215,7 @@ impl Sweep {
     }
 
     /// The suggestion trial `index` belongs to, with all its replicates, if it is still open.
-    pub fn open_suggestion_of(&self, index: u32) -> Option<(u64, &[u32])> {
+    pub(crate) fn open_suggestion_of(&self, index: u32) -> Option<(u64, &[u32])> {
         let suggestion = *self.suggestion_of.get(&index)?;
         self.open
             .get(&suggestion)
@@ -224,7 +224,11 @@ impl Sweep {
 
     /// Tells (or forgets, without objectives) an open suggestion of a
     /// multi-objective search.
-    pub fn settle_objectives(&mut self, suggestion: u64, objectives: Option<Vec<f64>>) -> SweepOp {
+    pub(crate) fn settle_objectives(
+        &mut self,
+        suggestion: u64,
+        objectives: Option<Vec<f64>>,
+    ) -> SweepOp {
         self.open.remove(&suggestion);
         match objectives {
             Some(objectives) => {
@@ -244,7 +248,7 @@ impl Sweep {
     /// Hands an intermediate result of trial `index` to its open suggestion's
     /// searcher; the log entry to persist when the searcher recorded it. Non-finite
     /// objectives are not handed on: the log is JSON, which has no NaN.
-    pub fn observe(&mut self, index: u32, step: u64, objective: f64) -> Option<SweepOp> {
+    pub(crate) fn observe(&mut self, index: u32, step: u64, objective: f64) -> Option<SweepOp> {
         if !objective.is_finite() {
             return None;
         }
@@ -262,12 +266,12 @@ impl Sweep {
     }
 
     /// How the searcher chose `suggestion`, for its trials' event logs.
-    pub fn provenance(&self, suggestion: u64) -> Option<String> {
+    pub(crate) fn provenance(&self, suggestion: u64) -> Option<String> {
         self.searcher.provenance(suggestion)
     }
 
     /// Tells (or forgets, without an objective) an open suggestion.
-    pub fn settle(&mut self, suggestion: u64, objective: Option<f64>) -> SweepOp {
+    pub(crate) fn settle(&mut self, suggestion: u64, objective: Option<f64>) -> SweepOp {
         self.open.remove(&suggestion);
         match objective {
             Some(objective) => {

@@ -25,7 +25,7 @@ use super::retention::CheckpointRecord;
 use crate::HeadCore;
 
 /// How many times a copy is tried before it is given up on.
-pub const MAX_TRIES: u32 = 5;
+pub(crate) const MAX_TRIES: u32 = 5;
 /// The wait after the first failed try; it doubles after each further one.
 const FIRST_BACKOFF_MS: u64 = 1_000;
 /// The longest wait between two tries.
@@ -33,7 +33,7 @@ const MAX_BACKOFF_MS: u64 = 30_000;
 
 /// One checkpoint of one trial.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct CheckpointKey {
+pub(crate) struct CheckpointKey {
     /// The trial.
     pub trial: TrialId,
     /// The attempt that wrote it.
@@ -44,7 +44,7 @@ pub struct CheckpointKey {
 
 /// Where one checkpoint's copy stands.
 #[derive(Debug, Clone, PartialEq)]
-pub enum CopyState {
+pub(crate) enum CopyState {
     /// Asked of `target`: waiting for it to hold every object, or to report failure.
     InFlight {
         /// The node making the copy.
@@ -68,7 +68,7 @@ pub enum CopyState {
 
 /// One checkpoint's copy.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Replication {
+pub(crate) struct Replication {
     /// The node that stored the checkpoint.
     pub origin: NodeId,
     /// Tries made so far (0 while waiting for a first target).
@@ -79,7 +79,7 @@ pub struct Replication {
 
 /// What a failed try led to.
 #[derive(Debug, Clone, PartialEq)]
-pub enum FailureOutcome {
+pub(crate) enum FailureOutcome {
     /// Tried again at `retry_at`.
     Retrying {
         /// When.
@@ -91,14 +91,14 @@ pub enum FailureOutcome {
 
 /// Every checkpoint copy not (yet) made.
 #[derive(Debug, Default)]
-pub struct Replications {
+pub(crate) struct Replications {
     jobs: BTreeMap<CheckpointKey, Replication>,
 }
 
 impl Replications {
     /// A copy of `key`, stored on `origin`, is wanted; `target` makes it, or none
     /// is there yet.
-    pub fn start(&mut self, key: CheckpointKey, origin: NodeId, target: Option<NodeId>) {
+    pub(crate) fn start(&mut self, key: CheckpointKey, origin: NodeId, target: Option<NodeId>) {
         let (tries, state) = match target {
             Some(target) => (1, CopyState::InFlight { target }),
             None => (0, CopyState::NoTarget),
@@ -114,12 +114,12 @@ impl Replications {
     }
 
     /// Whether the copy of `key` is followed already.
-    pub fn contains(&self, key: CheckpointKey) -> bool {
+    pub(crate) fn contains(&self, key: CheckpointKey) -> bool {
         self.jobs.contains_key(&key)
     }
 
     /// Another try of `key`, by `target`.
-    pub fn retry(&mut self, key: CheckpointKey, target: NodeId) {
+    pub(crate) fn retry(&mut self, key: CheckpointKey, target: NodeId) {
         if let Some(job) = self.jobs.get_mut(&key) {
             job.tries += 1;
             job.state = CopyState::InFlight { target };
@@ -127,7 +127,7 @@ impl Replications {
     }
 
     /// The try in flight for `key` failed at `now`; `None` when none was in flight.
-    pub fn fail(
+    pub(crate) fn fail(
         &mut self,
         now: UnixMillis,
         key: CheckpointKey,
@@ -147,31 +147,31 @@ impl Replications {
     }
 
     /// No node to copy `key` to for now: tried again when one comes.
-    pub fn await_target(&mut self, key: CheckpointKey) {
+    pub(crate) fn await_target(&mut self, key: CheckpointKey) {
         if let Some(job) = self.jobs.get_mut(&key) {
             job.state = CopyState::NoTarget;
         }
     }
 
     /// Stops trying to copy `key`, for good.
-    pub fn give_up(&mut self, key: CheckpointKey, error: String) {
+    pub(crate) fn give_up(&mut self, key: CheckpointKey, error: String) {
         if let Some(job) = self.jobs.get_mut(&key) {
             job.state = CopyState::GaveUp { error };
         }
     }
 
     /// Forgets `key` (copied, or no longer kept).
-    pub fn forget(&mut self, key: CheckpointKey) -> Option<Replication> {
+    pub(crate) fn forget(&mut self, key: CheckpointKey) -> Option<Replication> {
         self.jobs.remove(&key)
     }
 
     /// Where the copy of `key` stands, if one is wanted.
-    pub fn get(&self, key: CheckpointKey) -> Option<&Replication> {
+    pub(crate) fn get(&self, key: CheckpointKey) -> Option<&Replication> {
         self.jobs.get(&key)
     }
 
     /// Every copy not yet made.
-    pub fn keys(&self) -> Vec<CheckpointKey> {
+    pub(crate) fn keys(&self) -> Vec<CheckpointKey> {
         self.jobs.keys().copied().collect()
     }
 }

@@ -49,7 +49,7 @@ impl CheckpointRecord {
 /// Splits `checkpoints` (oldest first) into those to keep and those to delete:
 /// the newest `keep_last`, plus the best `keep_best` by `metric` under `mode`
 /// among those that recorded one (none without a metric). Keeps the input order.
-pub fn retain(
+pub(crate) fn retain(
     checkpoints: Vec<CheckpointRecord>,
     retention: CheckpointRetention,
     ranked: Option<Mode>,
@@ -98,7 +98,7 @@ pub fn retain(
 
 /// Which node holds which object, and where each node serves them.
 #[derive(Debug, Default)]
-pub struct ObjectDirectory {
+pub(crate) struct ObjectDirectory {
     holders: HashMap<ObjectId, BTreeSet<NodeId>>,
     held: BTreeMap<NodeId, BTreeSet<ObjectId>>,
     endpoints: BTreeMap<NodeId, ObjectEndpoint>,
@@ -106,7 +106,7 @@ pub struct ObjectDirectory {
 
 impl ObjectDirectory {
     /// A node registered: it serves at `endpoint` and holds exactly `held`.
-    pub fn register(
+    pub(crate) fn register(
         &mut self,
         node: NodeId,
         endpoint: Option<ObjectEndpoint>,
@@ -138,13 +138,13 @@ impl ObjectDirectory {
     }
 
     /// `node` now holds `id`.
-    pub fn add(&mut self, node: NodeId, id: ObjectId) {
+    pub(crate) fn add(&mut self, node: NodeId, id: ObjectId) {
         self.holders.entry(id).or_default().insert(node);
         self.held.entry(node).or_default().insert(id);
     }
 
     /// `node` no longer holds `id`.
-    pub fn drop_object(&mut self, node: NodeId, id: ObjectId) {
+    pub(crate) fn drop_object(&mut self, node: NodeId, id: ObjectId) {
         if let Some(holders) = self.holders.get_mut(&id) {
             holders.remove(&node);
             if holders.is_empty() {
@@ -157,27 +157,27 @@ impl ObjectDirectory {
     }
 
     /// The nodes holding `id`.
-    pub fn holders(&self, id: ObjectId) -> impl Iterator<Item = NodeId> + '_ {
+    pub(crate) fn holders(&self, id: ObjectId) -> impl Iterator<Item = NodeId> + '_ {
         self.holders.get(&id).into_iter().flatten().copied()
     }
 
     /// Whether `node` holds `id`.
-    pub fn holds(&self, node: NodeId, id: ObjectId) -> bool {
+    pub(crate) fn holds(&self, node: NodeId, id: ObjectId) -> bool {
         self.held.get(&node).is_some_and(|held| held.contains(&id))
     }
 
     /// How many objects `node` holds.
-    pub fn held_count(&self, node: NodeId) -> usize {
+    pub(crate) fn held_count(&self, node: NodeId) -> usize {
         self.held.get(&node).map_or(0, BTreeSet::len)
     }
 
     /// Where `node` serves objects.
-    pub fn endpoint(&self, node: NodeId) -> Option<ObjectEndpoint> {
+    pub(crate) fn endpoint(&self, node: NodeId) -> Option<ObjectEndpoint> {
         self.endpoints.get(&node).copied()
     }
 
     /// The nodes, among those `usable`, that hold every object of `checkpoint`.
-    pub fn complete_holders(
+    pub(crate) fn complete_holders(
         &self,
         checkpoint: &CheckpointRecord,
         usable: impl Fn(NodeId) -> bool,
@@ -193,7 +193,7 @@ impl ObjectDirectory {
     }
 
     /// Whether every object of `checkpoint` is held by some node among `usable`.
-    pub fn is_available(
+    pub(crate) fn is_available(
         &self,
         checkpoint: &CheckpointRecord,
         usable: impl Fn(NodeId) -> bool,

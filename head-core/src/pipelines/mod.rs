@@ -132,7 +132,7 @@ impl Pipeline {
 
 /// Every pipeline, and what the scheduler needs to know of them.
 #[derive(Debug, Default)]
-pub struct Pipelines {
+pub(crate) struct Pipelines {
     by_id: BTreeMap<u64, Pipeline>,
     /// The stage each submitted experiment belongs to.
     stage_of: BTreeMap<ExperimentId, (u64, String)>,
@@ -262,7 +262,7 @@ impl Pipelines {
     }
 
     /// The team owning pipeline `id`.
-    pub fn team_of(&self, id: u64) -> Result<String, CoreError> {
+    pub(crate) fn team_of(&self, id: u64) -> Result<String, CoreError> {
         self.by_id
             .get(&id)
             .map(|pipeline| pipeline.spec.team.clone())

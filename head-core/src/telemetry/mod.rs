@@ -14,7 +14,7 @@
 //! registry by the actor first ([`HeadCore::telemetry_series_needed`],
 //! [`HeadCore::restore_telemetry_series`]), since the core does no I/O.
 
-pub mod series;
+pub(crate) mod series;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -31,10 +31,10 @@ use super::{HeadCore, Record, TelemetryRecord};
 
 /// The most series the core holds at once; beyond it, those of trials with no
 /// live attempt go (they are read back from the registry if they report again).
-pub const MAX_CACHED_SERIES: usize = 20_000;
+pub(crate) const MAX_CACHED_SERIES: usize = 20_000;
 
 /// GPU utilisation (percent) above which a GPU counts as in use.
-pub const IN_USE_UTIL: f64 = 5.0;
+pub(crate) const IN_USE_UTIL: f64 = 5.0;
 
 /// The largest plausible figures; a value past them is dropped as garbage.
 const MAX_CORES: f64 = 1e5;
@@ -54,14 +54,14 @@ pub struct NodeFigures {
 
 /// What the core keeps of telemetry.
 #[derive(Debug, Default)]
-pub struct TelemetryState {
+pub(crate) struct TelemetryState {
     nodes: HashMap<NodeId, NodeFigures>,
     series: HashMap<(TrialId, u32), Series>,
 }
 
 impl TelemetryState {
     /// The soft part (node figures) for a rebuilt core; series are read back.
-    pub fn soft_copy(&self) -> Self {
+    pub(crate) fn soft_copy(&self) -> Self {
         Self {
             nodes: self.nodes.clone(),
             series: HashMap::new(),
@@ -69,7 +69,7 @@ impl TelemetryState {
     }
 
     /// A node's latest figures, if it sent any.
-    pub fn node(&self, node: NodeId) -> Option<&NodeFigures> {
+    pub(crate) fn node(&self, node: NodeId) -> Option<&NodeFigures> {
         self.nodes.get(&node)
     }
 }

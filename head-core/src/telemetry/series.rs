@@ -18,7 +18,7 @@ use xp_runtime::protocol::{FieldStats, MAX_SERIES_POINTS, TelemetryWindow};
 
 /// One sample's values, each absent when it was not measured.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Values {
+pub(crate) struct Values {
     /// CPU cores.
     pub cpu_cores: Option<f64>,
     /// Resident bytes.
@@ -33,7 +33,7 @@ pub struct Values {
 
 /// Which stored windows a push changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// Only this window (updated or appended).
     Slot(usize),
     /// Every window from 0 to `len` was rewritten (a merge); windows from `len`
@@ -48,7 +48,7 @@ pub enum Change {
 
 /// A bounded, downsampled series of one worker's samples.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Series {
+pub(crate) struct Series {
     windows: Vec<TelemetryWindow>,
     per_window: u64,
 }
@@ -73,7 +73,7 @@ fn window_of(at: UnixMillis, values: Values) -> TelemetryWindow {
 }
 
 /// Two consecutive windows as one.
-pub fn merge(a: &TelemetryWindow, b: &TelemetryWindow) -> TelemetryWindow {
+pub(crate) fn merge(a: &TelemetryWindow, b: &TelemetryWindow) -> TelemetryWindow {
     TelemetryWindow {
         start_ms: a.start_ms.min(b.start_ms),
         end_ms: a.end_ms.max(b.end_ms),
@@ -88,7 +88,7 @@ pub fn merge(a: &TelemetryWindow, b: &TelemetryWindow) -> TelemetryWindow {
 
 impl Series {
     /// An empty series.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             windows: Vec::new(),
             per_window: 1,
@@ -97,7 +97,7 @@ impl Series {
 
     /// The series whose stored windows these are (oldest first); more than
     /// [`MAX_SERIES_POINTS`] (a store written otherwise) merge down first.
-    pub fn from_windows(mut windows: Vec<TelemetryWindow>) -> Self {
+    pub(crate) fn from_windows(mut windows: Vec<TelemetryWindow>) -> Self {
         while windows.len() > MAX_SERIES_POINTS {
             windows = windows
                 .chunks(2)
@@ -121,12 +121,12 @@ impl Series {
     }
 
     /// The windows, oldest first.
-    pub fn windows(&self) -> &[TelemetryWindow] {
+    pub(crate) fn windows(&self) -> &[TelemetryWindow] {
         &self.windows
     }
 
     /// Adds a sample taken at `at`; says which windows changed.
-    pub fn push(&mut self, at: UnixMillis, values: Values) -> Change {
+    pub(crate) fn push(&mut self, at: UnixMillis, values: Values) -> Change {
         let new = window_of(at, values);
         let per_window = self.per_window;
         if let Some(last) = self.windows.last_mut()
