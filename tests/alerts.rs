@@ -169,8 +169,22 @@ fn nan_alerts_stop_post_retry_and_policy_defaults_fire() {
     cluster.wait_for_nodes(1);
 
     // (1) A NaN loss, as Python's json.dumps prints it, stops the trial and is posted.
+    let (nan, trial_id) = check_nan_loss_stops_its_trial(&cluster, &receiver);
+    check_nan_alert_posted_and_recorded(&cluster, &receiver, &nan, &trial_id);
+    // (2) A receiver that fails twice gets the third attempt.
+    check_flaky_receiver_gets_the_third_attempt(&cluster, &receiver);
+    check_dead_receiver_is_given_up(&cluster);
+    // (3) The policy's threshold rule fires on an experiment that declares none.
+    let plain = check_policy_threshold_fires(&cluster);
+    check_every_alert_newest_first(&cluster, &plain);
+    check_http_pages_and_counts_alerts(&http, &admin.token, &nan);
+}
+
+/// An experiment whose loss becomes NaN is stopped by its `nan-loss` rule, and
+/// its status and metrics say so; the experiment and its trial.
+fn check_nan_loss_stops_its_trial(cluster: &TestCluster, receiver: &Receiver) -> (String, String) {
     let nan = submit(
-        &cluster,
+        cluster,
         "nan.yaml",
         &format!(
             "name: nan-stop\ntrial:\n  command: [sh, -c, 'echo \"XP_METRIC {{\\\"step\\\": 1, \\\"loss\\\": 0.5}}\"; echo \"XP_METRIC {{\\\"step\\\": 2, \\\"loss\\\": NaN}}\"; sleep 120']\n  resources: {{cpu: 1}}\nsearch: {{metric: loss}}\nalerts:\n  - name: nan-loss\n    kind: nonfinite\n    metric: loss\n    action: [stop, {{webhook: \"{}\"}}]\n",
@@ -196,6 +210,17 @@ fn nan_alerts_stop_post_retry_and_policy_defaults_fire() {
     assert!(text.contains("loss=NaN"), "{text}");
     assert!(text.contains("stopped: alert `nan-loss`"), "{text}");
 
+    (nan, trial_id)
+}
+
+/// The `nan-loss` alert is posted to the webhook with its fields, and recorded
+/// as delivered beside the built-in rule's.
+fn check_nan_alert_posted_and_recorded(
+    cluster: &TestCluster,
+    receiver: &Receiver,
+    nan: &str,
+    trial_id: &str,
+) {
     let posted = wait_until("the webhook POST", Duration::from_secs(60), || {
         receiver.requests_to("/hook").first().cloned()
     });
@@ -217,7 +242,7 @@ fn nan_alerts_stop_post_retry_and_policy_defaults_fire() {
         "the delivery to be recorded",
         Duration::from_secs(60),
         || {
-            let listed = alerts(&cluster, &nan);
+            let listed = alerts(cluster, nan);
             listed
                 .iter()
                 .any(|alert| alert["rule"] == "nan-loss" && alert["delivery"] == "delivered")
@@ -239,10 +264,12 @@ fn nan_alerts_stop_post_retry_and_policy_defaults_fire() {
         listed.iter().any(|alert| alert["rule"] == "nonfinite"),
         "{listed:?}"
     );
+}
 
-    // (2) A receiver that fails twice gets the third attempt.
+/// A receiver that fails twice gets the third attempt, and the table says so.
+fn check_flaky_receiver_gets_the_third_attempt(cluster: &TestCluster, receiver: &Receiver) {
     let flaky = submit(
-        &cluster,
+        cluster,
         "flaky.yaml",
         &format!(
             "name: flaky\ntrial:\n  command: [sh, -c, 'echo \"XP_METRIC {{\\\"loss\\\": \\\"inf\\\"}}\"']\n  resources: {{cpu: 1}}\nalerts:\n  - kind: nonfinite\n    action: {{webhook: \"{}\"}}\n",
@@ -255,7 +282,7 @@ fn nan_alerts_stop_post_retry_and_policy_defaults_fire() {
         "an event and a webhook do not stop it: {status}"
     );
     let delivered = wait_until("the retried delivery", Duration::from_secs(60), || {
-        alerts(&cluster, &flaky)
+        alerts(cluster, &flaky)
             .into_iter()
             .find(|alert| alert["delivery"] == "delivered")
     });
@@ -264,11 +291,13 @@ fn nan_alerts_stop_post_retry_and_policy_defaults_fire() {
     assert_eq!(receiver.requests_to("/flaky").len(), 3);
     let table = cluster.must_xp(&["alerts", &flaky]);
     assert!(table.contains("delivered (3 tries)"), "{table}");
+}
 
-    // A receiver that never answers is given up on after every attempt, and says why.
+/// A receiver that never answers is given up on after every attempt, and says why.
+fn check_dead_receiver_is_given_up(cluster: &TestCluster) {
     let closed = format!("http://127.0.0.1:{}/gone", free_tcp_port());
     let dead = submit(
-        &cluster,
+        cluster,
         "dead.yaml",
         &format!(
             "name: dead\ntrial:\n  command: [sh, -c, 'echo \"XP_METRIC {{\\\"loss\\\": null}}\"']\n  resources: {{cpu: 1}}\nalerts:\n  - kind: nonfinite\n    action: {{webhook: \"{closed}\"}}\n",
@@ -278,7 +307,7 @@ fn nan_alerts_stop_post_retry_and_policy_defaults_fire() {
         "the delivery to be given up",
         Duration::from_secs(120),
         || {
-            alerts(&cluster, &dead)
+            alerts(cluster, &dead)
                 .into_iter()
                 .find(|alert| alert["delivery"] == "failed")
         },
@@ -287,16 +316,18 @@ fn nan_alerts_stop_post_retry_and_policy_defaults_fire() {
     // A few words, never the URL (it may hold a secret token).
     assert_eq!(failed["delivery_error"], "connection refused", "{failed}");
     assert_eq!(failed["value"], "NaN", "a null is a NaN: {failed}");
+}
 
-    // (3) The policy's threshold rule fires on an experiment that declares none.
+/// The policy's threshold rule fires on an experiment that declares none; the experiment.
+fn check_policy_threshold_fires(cluster: &TestCluster) -> String {
     let plain = submit(
-        &cluster,
+        cluster,
         "plain.yaml",
         "name: plain\ntrial:\n  command: [sh, -c, 'echo \"XP_METRIC {\\\"step\\\": 5, \\\"grad_norm\\\": 5000}\"']\n  resources: {cpu: 1}\n",
     );
     let status = cluster.wait_finished(&plain, Duration::from_secs(120));
     assert_eq!(status["trials"][0]["state"], "succeeded", "{status}");
-    let listed = alerts(&cluster, &plain);
+    let listed = alerts(cluster, &plain);
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["rule"], "grad-explodes");
     assert_eq!(listed[0]["kind"], "threshold");
@@ -304,7 +335,11 @@ fn nan_alerts_stop_post_retry_and_policy_defaults_fire() {
     assert_eq!(listed[0]["step"], 5);
     assert_eq!(listed[0]["actions"], serde_json::json!(["event"]));
 
-    // Every experiment's alerts, newest first, without naming one.
+    plain
+}
+
+/// Every experiment's alerts, newest first, without naming one.
+fn check_every_alert_newest_first(cluster: &TestCluster, plain: &str) {
     let all: Vec<Value> = cluster
         .must_xp(&["alerts", "--json"])
         .lines()
@@ -312,14 +347,16 @@ fn nan_alerts_stop_post_retry_and_policy_defaults_fire() {
         .collect();
     assert!(all.len() >= 5, "{all:?}");
     assert_eq!(all[0]["experiment"], plain);
+}
 
-    // The HTTP API pages them, and /metrics counts them.
+/// The HTTP API pages the alerts (and needs a credential), and /metrics counts them.
+fn check_http_pages_and_counts_alerts(http: &str, token: &str, nan: &str) {
     wait_until("the HTTP API", Duration::from_secs(30), || {
-        http_get(&http, "/healthz").filter(|(status, _)| *status == 200)
+        http_get(http, "/healthz").filter(|(status, _)| *status == 200)
     });
-    let bearer = format!("Bearer {}", admin.token);
+    let bearer = format!("Bearer {}", token);
     let (code, _, body) = http_exchange(
-        &http,
+        http,
         "GET",
         &format!("/api/alerts?experiment={nan}&limit=1"),
         &[("Authorization", &bearer)],
@@ -334,7 +371,7 @@ fn nan_alerts_stop_post_retry_and_policy_defaults_fire() {
         .expect("a second page")
         .to_owned();
     let (code, _, body) = http_exchange(
-        &http,
+        http,
         "GET",
         &format!("/api/alerts?experiment={nan}&limit=1&cursor={cursor}"),
         &[("Authorization", &bearer)],
@@ -345,17 +382,17 @@ fn nan_alerts_stop_post_retry_and_policy_defaults_fire() {
     assert_ne!(second["items"][0]["id"], page["items"][0]["id"]);
     assert!(second["next_cursor"].is_null(), "{second}");
     let (code, _, _) = http_exchange(
-        &http,
+        http,
         "GET",
         "/api/alerts?experiment=nope",
         &[("Authorization", &bearer)],
         "",
     );
     assert_eq!(code, 400);
-    let (code, _) = http_get(&http, "/api/alerts").unwrap();
+    let (code, _) = http_get(http, "/api/alerts").unwrap();
     assert_eq!(code, 401, "a credential is needed");
     let (code, _, metrics) =
-        http_exchange(&http, "GET", "/metrics", &[("Authorization", &bearer)], "");
+        http_exchange(http, "GET", "/metrics", &[("Authorization", &bearer)], "");
     assert_eq!(code, 200);
     for series in [
         "xp_alerts_raised_total{kind=\"nonfinite\",action=\"stop\"} 1",

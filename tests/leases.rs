@@ -115,20 +115,7 @@ fn a_mutex_lease_serialises_its_holders_while_others_run_beside() {
     let mut cluster = TestCluster::start_with_policy("10s", Some(POLICY));
     cluster.start_node("n1", 0, 4);
     cluster.wait_for_nodes(1);
-
-    // A lease the policy does not declare is refused at submission, by name.
-    let path = cluster.write_file(
-        "undeclared.yaml",
-        "name: undeclared\ntrial:\n  command: ['true']\n  resources: {leases: {matlab-licence: 1}}\n",
-    );
-    let refused = cluster.xp(&["submit", path.to_str().expect("a UTF-8 path")]);
-    assert!(
-        !refused.status.success(),
-        "an undeclared lease was accepted"
-    );
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("matlab-licence"), "{stderr}");
-
+    check_undeclared_lease_refused(&cluster);
     // Each trial reports its own start and end, by its own clock.
     let mutex = submit(
         &cluster,
@@ -140,14 +127,36 @@ fn a_mutex_lease_serialises_its_holders_while_others_run_beside() {
         "free",
         "name: free\ntrial:\n  command: [sleep, '4']\n  resources: {cpu: 0.5}\n",
     );
+    check_one_holds_one_waits_one_runs_beside(&cluster, &mutex, &free);
+    check_holders_never_overlap(&cluster, &mutex, &free);
+    check_odds_of_waiting(&cluster);
+}
+
+/// A lease the policy does not declare is refused at submission, by name.
+fn check_undeclared_lease_refused(cluster: &TestCluster) {
+    let path = cluster.write_file(
+        "undeclared.yaml",
+        "name: undeclared\ntrial:\n  command: ['true']\n  resources: {leases: {matlab-licence: 1}}\n",
+    );
+    let refused = cluster.xp(&["submit", path.to_str().expect("a UTF-8 path")]);
+    assert!(
+        !refused.status.success(),
+        "an undeclared lease was accepted"
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("matlab-licence"), "{stderr}");
+}
+
+/// One holder of the lease runs, the other waits for it (and says so), and the
+/// free trial runs beside them.
+fn check_one_holds_one_waits_one_runs_beside(cluster: &TestCluster, mutex: &str, free: &str) {
     wait_until(
         "one lease holder, one waiter and the free trial beside them",
         Duration::from_secs(60),
         || {
-            let mut holders = states(&cluster, &mutex);
+            let mut holders = states(cluster, mutex);
             holders.sort();
-            (holders == ["queued", "running"] && states(&cluster, &free) == ["running"])
-                .then_some(())
+            (holders == ["queued", "running"] && states(cluster, free) == ["running"]).then_some(())
         },
     );
     let leases: Vec<Value> = cluster
@@ -163,7 +172,7 @@ fn a_mutex_lease_serialises_its_holders_while_others_run_beside() {
     assert_eq!(ps["held"], 1, "{ps:#}");
     assert_eq!(ps["holders"].as_array().expect("holders").len(), 1);
     assert_eq!(ps["waiters"].as_array().expect("waiters").len(), 1);
-    let waiting = trials(&cluster.status(&mutex))
+    let waiting = trials(&cluster.status(mutex))
         .iter()
         .find(|trial| trial["state"] == "queued")
         .cloned()
@@ -174,8 +183,12 @@ fn a_mutex_lease_serialises_its_holders_while_others_run_beside() {
             .is_some_and(|reason| reason.contains("waiting for lease ps")),
         "{waiting:#}"
     );
+}
 
-    let done = cluster.wait_finished(&mutex, Duration::from_secs(90));
+/// Both holders succeed, one after the other, by their own clocks; the free
+/// trial succeeds too.
+fn check_holders_never_overlap(cluster: &TestCluster, mutex: &str, free: &str) {
+    let done = cluster.wait_finished(mutex, Duration::from_secs(90));
     assert_eq!(done["state"], "succeeded", "{done:#}");
     let mut spans: Vec<(f64, f64)> = trials(&done)
         .iter()
@@ -192,11 +205,13 @@ fn a_mutex_lease_serialises_its_holders_while_others_run_beside() {
         spans[0].1 <= spans[1].0,
         "the two holders of a lease of capacity 1 overlapped: {spans:?}"
     );
-    let free_done = cluster.wait_finished(&free, Duration::from_secs(60));
+    let free_done = cluster.wait_finished(free, Duration::from_secs(60));
     assert_eq!(free_done["state"], "succeeded", "{free_done:#}");
+}
 
-    // The history now says how often a request for `ps` waited: one of two.
-    let report = lease_report(&cluster);
+/// The history now says how often a request for `ps` waited: one of two.
+fn check_odds_of_waiting(cluster: &TestCluster) {
+    let report = lease_report(cluster);
     let odds = report["odds"]
         .as_array()
         .expect("odds")
@@ -207,6 +222,16 @@ fn a_mutex_lease_serialises_its_holders_while_others_run_beside() {
     assert_eq!(odds["requests"], 2, "{odds:#}");
     assert_eq!(odds["waited"], 1, "{odds:#}");
     assert_eq!(odds["p"], 0.5, "{odds:#}");
+}
+
+/// What the approval test's trials are: the low-priority lease holder and the
+/// first high-priority claimant, and the approval request between them.
+struct Contention {
+    victim: String,
+    victim_trial: String,
+    first: String,
+    first_trial: String,
+    request: u64,
 }
 
 #[test]
@@ -221,20 +246,33 @@ fn a_manual_approval_preemption_waits_for_an_admin() {
     cluster.start_node("n1", 0, 4);
     cluster.wait_for_nodes(1);
     let team_admin = add_user(&cluster, "tara", "g", "team-admin");
+    let contention = check_preemption_waits_for_approval(&cluster);
+    // A viewer of another team sees how contended the lease is, not whose
+    // trials contend nor the request; the victim's team sees its request.
+    let outsider = add_user(&cluster, "olga", "c", "viewer");
+    check_outsider_sees_only_contention(&http, &outsider, &contention);
+    check_victims_team_sees_its_request(&http, &team_admin, &contention);
+    check_team_admin_cannot_approve(&cluster, &team_admin, contention.request);
+    check_denial_leaves_the_victim(&cluster, contention.request);
+    let (second, approved) = check_another_claimant_asks_again(&cluster, &contention);
+    check_approval_preempts_the_victim(&cluster, &contention, &second, approved);
+    check_first_claimant_asks_again_and_runs(&cluster, &contention);
+}
 
+/// The victim runs holding the lease; a high-priority claimant of it waits
+/// for an admin's approval of the preemption.
+fn check_preemption_waits_for_approval(cluster: &TestCluster) -> Contention {
     let victim = submit(
-        &cluster,
+        cluster,
         "victim",
         "name: victim\nteam: g\npriority: low\ntrial:\n  command: [sleep, '600']\n  resources: {cpu: 0.5, leases: {ps: 1}}\n",
     );
     wait_until("the victim to run", Duration::from_secs(60), || {
-        (states(&cluster, &victim) == ["running"]).then_some(())
+        (states(cluster, &victim) == ["running"]).then_some(())
     });
     let victim_trial = format!("{victim}-t0");
-
-    // A high-priority claimant needs the lease: the preemption waits.
     let first = submit(
-        &cluster,
+        cluster,
         "first",
         "name: first\nteam: b\npriority: high\ntrial:\n  command: [sleep, '1']\n  resources: {cpu: 0.5, leases: {ps: 1}}\n",
     );
@@ -242,27 +280,61 @@ fn a_manual_approval_preemption_waits_for_an_admin() {
     let (request, _, _) = wait_until(
         "a pending approval for the first claimant",
         Duration::from_secs(60),
-        || approvals(&cluster).into_iter().next(),
+        || approvals(cluster).into_iter().next(),
     );
     assert_eq!(
-        approvals(&cluster),
+        approvals(cluster),
         [(request, victim_trial.clone(), first_trial.clone())]
     );
-    assert_eq!(states(&cluster, &victim), ["running"]);
-    assert_eq!(states(&cluster, &first), ["queued"]);
+    assert_eq!(states(cluster, &victim), ["running"]);
+    assert_eq!(states(cluster, &first), ["queued"]);
     let text = cluster.must_xp(&["queue"]);
     assert!(text.contains("waiting for approval"), "{text}");
+    Contention {
+        victim,
+        victim_trial,
+        first,
+        first_trial,
+        request,
+    }
+}
 
-    // A viewer of another team sees how contended the lease is, not whose
-    // trials contend nor the request; the victim's team sees its request.
-    let outsider = add_user(&cluster, "olga", "c", "viewer");
-    let report = lease_report_as(&outsider);
-    assert_eq!(report["approvals"], Value::Array(Vec::new()), "{report:#}");
-    let ps = report["leases"]
+/// `/api/leases` as the user with `credential`: the report the dashboard's
+/// queues page reads, as filtered for them.
+fn leases_api(http: &str, credential: &str) -> Value {
+    let join: xp_runtime::join::JoinString = credential.parse().expect("a credential");
+    let bearer = format!("Bearer {}", join.token);
+    let (status, headers, body) = http_exchange(
+        http,
+        "GET",
+        "/api/leases",
+        &[("Authorization", &bearer)],
+        "",
+    );
+    assert_eq!(status, 200, "{headers}{body}");
+    serde_json::from_str(&body).expect("JSON")
+}
+
+/// The lease `ps` of a lease report.
+fn lease_ps(report: &Value) -> Value {
+    report["leases"]
         .as_array()
         .and_then(|leases| leases.iter().find(|lease| lease["name"] == "ps"))
         .cloned()
-        .expect("the ps lease");
+        .expect("the ps lease")
+}
+
+/// Another team's viewer sees counts of holders and waiters, neither trials
+/// nor the request, through `xp queue`, `xp leases` and the API.
+fn check_outsider_sees_only_contention(http: &str, outsider: &str, contention: &Contention) {
+    let Contention {
+        victim_trial,
+        first_trial,
+        ..
+    } = contention;
+    let report = lease_report_as(outsider);
+    assert_eq!(report["approvals"], Value::Array(Vec::new()), "{report:#}");
+    let ps = lease_ps(&report);
     assert_eq!(
         (&ps["held"], &ps["holding"], &ps["waiting"]),
         (&Value::from(1), &Value::from(1), &Value::from(1)),
@@ -270,62 +342,55 @@ fn a_manual_approval_preemption_waits_for_an_admin() {
     );
     assert_eq!(ps["holders"], Value::Array(Vec::new()), "{ps:#}");
     assert_eq!(ps["waiters"], Value::Array(Vec::new()), "{ps:#}");
-    let text = xp_as(&outsider, &["leases"]);
+    let text = xp_as(outsider, &["leases"]);
     assert!(
-        !text.contains(&victim_trial) && !text.contains(&first_trial),
+        !text.contains(victim_trial) && !text.contains(first_trial),
         "{text}"
     );
     assert!(text.contains("1 of other teams"), "{text}");
-    let owner = lease_report_as(&team_admin);
+    let seen = leases_api(http, outsider);
+    assert_eq!(seen["approvals"], Value::Array(Vec::new()), "{seen:#}");
+    assert!(!seen.to_string().contains(victim_trial), "{seen:#}");
+}
+
+/// The victim's team admin sees the request and the holder, through `xp
+/// queue` and the API.
+fn check_victims_team_sees_its_request(http: &str, team_admin: &str, contention: &Contention) {
+    let owner = lease_report_as(team_admin);
     assert_eq!(
         owner["approvals"][0]["victim"],
-        victim_trial.as_str(),
+        contention.victim_trial.as_str(),
         "{owner:#}"
     );
-    // The dashboard's queues page reads the same report, as filtered.
-    let api = |credential: &str| -> Value {
-        let join: xp_runtime::join::JoinString = credential.parse().expect("a credential");
-        let bearer = format!("Bearer {}", join.token);
-        let (status, headers, body) = http_exchange(
-            &http,
-            "GET",
-            "/api/leases",
-            &[("Authorization", &bearer)],
-            "",
-        );
-        assert_eq!(status, 200, "{headers}{body}");
-        serde_json::from_str(&body).expect("JSON")
-    };
-    let seen = api(&outsider);
-    assert_eq!(seen["approvals"], Value::Array(Vec::new()), "{seen:#}");
-    assert!(!seen.to_string().contains(&victim_trial), "{seen:#}");
-    let seen = api(&team_admin);
-    assert_eq!(seen["approvals"][0]["id"], request, "{seen:#}");
+    let seen = leases_api(http, team_admin);
+    assert_eq!(seen["approvals"][0]["id"], contention.request, "{seen:#}");
     assert_eq!(
         seen["approvals"][0]["victim"],
-        victim_trial.as_str(),
+        contention.victim_trial.as_str(),
         "{seen:#}"
     );
     assert_eq!(
         seen["approvals"][0]["claimant"],
-        first_trial.as_str(),
+        contention.first_trial.as_str(),
         "{seen:#}"
     );
-    let ps = seen["leases"]
-        .as_array()
-        .and_then(|leases| leases.iter().find(|lease| lease["name"] == "ps"))
-        .cloned()
-        .expect("the ps lease");
+    let ps = lease_ps(&seen);
     assert_eq!(
         (&ps["holding"], &ps["waiting"]),
         (&Value::from(1), &Value::from(1))
     );
-    assert_eq!(ps["holders"][0]["trial"], victim_trial.as_str(), "{ps:#}");
+    assert_eq!(
+        ps["holders"][0]["trial"],
+        contention.victim_trial.as_str(),
+        "{ps:#}"
+    );
+}
 
-    // A team admin is no admin: refused, and the refusal is audited.
+/// A team admin is no admin: refused, and the refusal is audited.
+fn check_team_admin_cannot_approve(cluster: &TestCluster, team_admin: &str, request: u64) {
     let output = Command::new(env!("CARGO_BIN_EXE_xp"))
         .args(["admin", "approve", &request.to_string(), "--why", "mine"])
-        .env("XP_CLUSTER", &team_admin)
+        .env("XP_CLUSTER", team_admin)
         .output()
         .expect("xp runs");
     assert!(!output.status.success(), "a team admin approved");
@@ -343,8 +408,11 @@ fn a_manual_approval_preemption_waits_for_an_admin() {
         }),
         "{audit}"
     );
+}
 
-    // A denial leaves the victim running, and is not asked again for it.
+/// A denial leaves the victim running, is audited with its reason, and is
+/// not asked again for it.
+fn check_denial_leaves_the_victim(cluster: &TestCluster, request: u64) {
     cluster.must_xp(&[
         "admin",
         "deny",
@@ -352,7 +420,7 @@ fn a_manual_approval_preemption_waits_for_an_admin() {
         "--why",
         "the victim is nearly done",
     ]);
-    assert!(approvals(&cluster).is_empty());
+    assert!(approvals(cluster).is_empty());
     let audit = cluster.must_xp(&["audit", "--json"]);
     assert!(
         audit.contains(&format!(
@@ -360,9 +428,16 @@ fn a_manual_approval_preemption_waits_for_an_admin() {
         )),
         "{audit}"
     );
-    // Another claimant is a new situation: it asks again, under a new id.
+}
+
+/// Another claimant is a new situation: it asks again, under a new id, and
+/// the denied pair is not asked again. The claimant's experiment and the request.
+fn check_another_claimant_asks_again(
+    cluster: &TestCluster,
+    contention: &Contention,
+) -> (String, u64) {
     let second = submit(
-        &cluster,
+        cluster,
         "second",
         "name: second\nteam: b\npriority: high\ntrial:\n  command: [sleep, '1']\n  resources: {cpu: 0.5, leases: {ps: 1}}\n",
     );
@@ -370,18 +445,27 @@ fn a_manual_approval_preemption_waits_for_an_admin() {
     let (approved, _, claimant) = wait_until(
         "a pending approval for the second claimant",
         Duration::from_secs(60),
-        || approvals(&cluster).into_iter().next(),
+        || approvals(cluster).into_iter().next(),
     );
     assert_eq!(claimant, second_trial);
-    assert_ne!(approved, request);
+    assert_ne!(approved, contention.request);
     assert_eq!(
-        approvals(&cluster).len(),
+        approvals(cluster).len(),
         1,
         "the denied pair was asked again"
     );
-    assert_eq!(states(&cluster, &victim), ["running"]);
+    assert_eq!(states(cluster, &contention.victim), ["running"]);
+    (second, approved)
+}
 
-    // An approval lets it go ahead: the victim is preempted, the claimant runs.
+/// An approval lets it go ahead: the victim is preempted, the claimant runs,
+/// and the approval is audited with its reason.
+fn check_approval_preempts_the_victim(
+    cluster: &TestCluster,
+    contention: &Contention,
+    second: &str,
+    approved: u64,
+) {
     cluster.must_xp(&[
         "admin",
         "approve",
@@ -389,9 +473,9 @@ fn a_manual_approval_preemption_waits_for_an_admin() {
         "--why",
         "the deadline is today",
     ]);
-    let second_done = cluster.wait_finished(&second, Duration::from_secs(90));
+    let second_done = cluster.wait_finished(second, Duration::from_secs(90));
     assert_eq!(second_done["state"], "succeeded", "{second_done:#}");
-    let victim_status = cluster.status(&victim);
+    let victim_status = cluster.status(&contention.victim);
     let attempts = trials(&victim_status)[0]["attempts"]
         .as_array()
         .cloned()
@@ -414,19 +498,25 @@ fn a_manual_approval_preemption_waits_for_an_admin() {
         }),
         "{audit}"
     );
-    // The victim stopped, so its denial for the first claimant went with it:
-    // back in its place (its queue is first by fair share), it is asked for again.
+}
+
+/// The victim stopped, so its denial for the first claimant went with it:
+/// back in its place (its queue is first by fair share), it is asked for
+/// again; once the victim is cancelled, the first claimant runs.
+fn check_first_claimant_asks_again_and_runs(cluster: &TestCluster, contention: &Contention) {
     wait_until(
         "the first claimant to ask again",
         Duration::from_secs(60),
         || {
-            approvals(&cluster)
+            approvals(cluster)
                 .into_iter()
-                .find(|(_, victim, claimant)| *victim == victim_trial && *claimant == first_trial)
+                .find(|(_, victim, claimant)| {
+                    *victim == contention.victim_trial && *claimant == contention.first_trial
+                })
         },
     );
-    cluster.must_xp(&["cancel", &victim]);
-    let first_done = cluster.wait_finished(&first, Duration::from_secs(90));
+    cluster.must_xp(&["cancel", &contention.victim]);
+    let first_done = cluster.wait_finished(&contention.first, Duration::from_secs(90));
     assert_eq!(first_done["state"], "succeeded", "{first_done:#}");
-    assert!(approvals(&cluster).is_empty());
+    assert!(approvals(cluster).is_empty());
 }

@@ -63,7 +63,6 @@ impl Drop for Killed {
 }
 
 #[test]
-#[expect(clippy::print_stderr, reason = "say why a part is skipped")]
 fn prometheus_scrapes_the_head_with_a_credential() {
     let http = format!("127.0.0.1:{}", free_tcp_port());
     let mut cluster = TestCluster::start_prepared("10s", &["--http", http.as_str()], |_| {});
@@ -76,7 +75,22 @@ fn prometheus_scrapes_the_head_with_a_credential() {
     cluster.start_node_with("n1", 2, 4, &["--telemetry-interval", "1s"]);
     cluster.wait_for_nodes(1);
     let node = cluster.node_id("n1");
+    let experiment = must_run_checkpointed_sweep(&cluster);
+    let on_node = format!("node=\"{node}\"");
+    check_checkpoints_and_store(&http, &secret, &on_node);
+    must_refuse_a_viewers_cancel(&cluster, &experiment);
+    // (1) A credential is required, like on every route but /healthz.
+    let text = check_metrics_need_a_credential(&http, &secret);
+    check_sweep_in_metrics(&text, &on_node, &experiment);
+    // (2) promtool accepts the exposition.
+    check_promtool_accepts(&text);
+    // (3) A real Prometheus scrapes the head and answers a query.
+    check_prometheus_scrapes(&http, &secret);
+}
 
+/// Three trials, each on one of the node's two declared GPUs, each storing a
+/// checkpoint, run to their end; the experiment.
+fn must_run_checkpointed_sweep(cluster: &TestCluster) -> String {
     // Three trials, each on one of the node's two declared GPUs, each storing a checkpoint.
     let spec = cluster.write_file(
         "sweep.yaml",
@@ -87,16 +101,19 @@ fn prometheus_scrapes_the_head_with_a_credential() {
         .trim()
         .to_owned();
     cluster.wait_finished(&experiment, Duration::from_secs(120));
-    let on_node = format!("node=\"{node}\"");
-    // The checkpoints as counted by the head, and the store that holds them as
-    // the node's telemetry reports it.
+    experiment
+}
+
+/// The checkpoints as counted by the head, and the store that holds them as
+/// the node's telemetry reports it (by tier); no GPU seen in use without NVML.
+fn check_checkpoints_and_store(http: &str, secret: &str, on_node: &str) {
     let text = wait_until(
         "checkpoints and the object store in /metrics",
         Duration::from_secs(60),
         || {
-            let (status, text) = get_with(&http, "/metrics", &secret);
-            let stored = sum_of(&text, "xp_object_store_bytes", &[&on_node])
-                .is_some_and(|bytes| bytes > 0.0);
+            let (status, text) = get_with(http, "/metrics", secret);
+            let stored =
+                sum_of(&text, "xp_object_store_bytes", &[on_node]).is_some_and(|bytes| bytes > 0.0);
             let takes = sum_of(&text, "xp_checkpoint_take_seconds_count", &[]);
             (status == 200 && stored && takes == Some(3.0)).then_some(text)
         },
@@ -109,10 +126,10 @@ fn prometheus_scrapes_the_head_with_a_credential() {
         sum_of(
             &text,
             "xp_object_store_bytes",
-            &[&on_node, "tier=\"memory\""]
+            &[on_node, "tier=\"memory\""]
         )
         .is_some()
-            && sum_of(&text, "xp_object_store_bytes", &[&on_node, "tier=\"disk\""]).is_some(),
+            && sum_of(&text, "xp_object_store_bytes", &[on_node, "tier=\"disk\""]).is_some(),
         "{text}"
     );
     if !Path::new("/dev/nvidia0").exists() {
@@ -124,8 +141,10 @@ fn prometheus_scrapes_the_head_with_a_credential() {
             "{text}"
         );
     }
+}
 
-    // A viewer's cancel is refused by authorization, and counted.
+/// A viewer's cancel is refused by authorization (and so counted).
+fn must_refuse_a_viewers_cancel(cluster: &TestCluster, experiment: &str) {
     let added = Command::new(common::binary("xp-head"))
         .args([
             "user", "add", "vera", "--team", "default", "--role", "viewer",
@@ -142,59 +161,66 @@ fn prometheus_scrapes_the_head_with_a_credential() {
     );
     let viewer = String::from_utf8(added.stdout).expect("a credential");
     let cancel = Command::new(env!("CARGO_BIN_EXE_xp"))
-        .args(["cancel", &experiment])
+        .args(["cancel", experiment])
         .env("XP_CLUSTER", viewer.trim())
         .output()
         .expect("xp runs");
     assert!(!cancel.status.success(), "a viewer's cancel was allowed");
+}
 
-    // (1) A credential is required, like on every route but /healthz.
-    let (status, _) = http_get(&http, "/metrics").expect("the HTTP API answers");
+/// `/metrics` refused without a credential and with a wrong one, served with
+/// the admin's; its text.
+fn check_metrics_need_a_credential(http: &str, secret: &str) -> String {
+    let (status, _) = http_get(http, "/metrics").expect("the HTTP API answers");
     assert_eq!(status, 401, "/metrics without a credential");
-    let (status, text) = get_with(&http, "/metrics", "not-a-secret");
+    let (status, text) = get_with(http, "/metrics", "not-a-secret");
     assert_eq!(status, 401, "/metrics with a wrong credential: {text}");
-    let (status, text) = get_with(&http, "/metrics", &secret);
+    let (status, text) = get_with(http, "/metrics", secret);
     assert_eq!(status, 200, "/metrics: {text}");
 
-    // The sweep as the metrics show it.
+    text
+}
+
+/// The sweep as the metrics show it: trials, starts, finishes, decisions,
+/// GPUs, nodes, refusals; and no id as a label.
+fn check_sweep_in_metrics(text: &str, on_node: &str, experiment: &str) {
     assert_eq!(
-        sum_of(&text, "xp_trials", &["state=\"succeeded\""]),
+        sum_of(text, "xp_trials", &["state=\"succeeded\""]),
         Some(3.0),
         "{text}"
     );
     assert_eq!(
-        sum_of(&text, "xp_trial_finishes_total", &["outcome=\"succeeded\""]),
+        sum_of(text, "xp_trial_finishes_total", &["outcome=\"succeeded\""]),
         Some(3.0),
         "{text}"
     );
     assert!(
-        sum_of(&text, "xp_trial_starts_total", &[]).is_some_and(|starts| starts >= 3.0),
+        sum_of(text, "xp_trial_starts_total", &[]).is_some_and(|starts| starts >= 3.0),
         "{text}"
     );
     assert!(
-        sum_of(&text, "xp_scheduling_decision_seconds_count", &[])
-            .is_some_and(|count| count >= 1.0),
+        sum_of(text, "xp_scheduling_decision_seconds_count", &[]).is_some_and(|count| count >= 1.0),
         "{text}"
     );
     assert_eq!(
-        sum_of(&text, "xp_gpus", &[&on_node, "model=\"declared\""]),
+        sum_of(text, "xp_gpus", &[on_node, "model=\"declared\""]),
         Some(2.0),
         "{text}"
     );
     assert_eq!(
-        sum_of(&text, "xp_gpus_allocated", &[&on_node]),
+        sum_of(text, "xp_gpus_allocated", &[on_node]),
         Some(0.0),
         "{text}"
     );
     assert_eq!(
-        sum_of(&text, "xp_nodes", &["state=\"ready\""]),
+        sum_of(text, "xp_nodes", &["state=\"ready\""]),
         Some(1.0),
         "{text}"
     );
     // The two refused scrapes, and the submission over QUIC.
     assert_eq!(
         sum_of(
-            &text,
+            text,
             "xp_api_errors_total",
             &["api=\"http\"", "kind=\"/metrics\"", "code=\"401\""]
         ),
@@ -203,7 +229,7 @@ fn prometheus_scrapes_the_head_with_a_credential() {
     );
     assert_eq!(
         sum_of(
-            &text,
+            text,
             "xp_api_requests_total",
             &["api=\"quic\"", "kind=\"submit\""]
         ),
@@ -212,7 +238,7 @@ fn prometheus_scrapes_the_head_with_a_credential() {
     );
     assert_eq!(
         sum_of(
-            &text,
+            text,
             "xp_authorization_refusals_total",
             &["action=\"cancel\"", "role=\"viewer\""]
         ),
@@ -220,9 +246,12 @@ fn prometheus_scrapes_the_head_with_a_credential() {
         "{text}"
     );
     // No trial or experiment id is a label.
-    assert!(!text.contains(&experiment), "{text}");
+    assert!(!text.contains(experiment), "{text}");
+}
 
-    // (2) promtool accepts the exposition.
+/// `promtool check metrics` accepts the exposition, where promtool is installed.
+#[expect(clippy::print_stderr, reason = "say why a part is skipped")]
+fn check_promtool_accepts(text: &str) {
     if installed("promtool") {
         let mut promtool = Command::new("promtool")
             .args(["check", "metrics"])
@@ -249,8 +278,12 @@ fn prometheus_scrapes_the_head_with_a_credential() {
             "skipping promtool check metrics: promtool is not installed (apt-get install prometheus)"
         );
     }
+}
 
-    // (3) A real Prometheus scrapes the head and answers a query.
+/// A real Prometheus scraping the head with the bearer credential answers a
+/// query with the sweep's succeeded trials, where prometheus is installed.
+#[expect(clippy::print_stderr, reason = "say why a part is skipped")]
+fn check_prometheus_scrapes(http: &str, secret: &str) {
     if !installed("prometheus") {
         eprintln!(
             "skipping the Prometheus scrape: prometheus is not installed (apt-get install prometheus)"
@@ -259,7 +292,7 @@ fn prometheus_scrapes_the_head_with_a_credential() {
     }
     let dir = tempfile::tempdir().expect("a temporary directory");
     let credentials = dir.path().join("secret");
-    std::fs::write(&credentials, &secret).expect("write the credentials file");
+    std::fs::write(&credentials, secret).expect("write the credentials file");
     let config = dir.path().join("prometheus.yml");
     std::fs::write(
         &config,
