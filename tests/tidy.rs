@@ -4,8 +4,8 @@
 //! file outside tests grows past 1,000 lines; unit tests follow one layout (an
 //! inline `mod tests`, or a `tests.rs` in the module's folder; never a test
 //! module by `#[path]`); no two top-level modules of a crate import each
-//! other, directly or round a cycle; and the head's core links nothing that
-//! does I/O.
+//! other, directly or round a cycle; and the pure cores (the head's, the
+//! policy, the tuning maths) link nothing that does I/O.
 
 mod source_map;
 
@@ -195,41 +195,47 @@ fn no_two_top_modules_of_a_crate_import_each_other() {
     );
 }
 
+/// The crates that must stay pure: their normal dependencies, as `cargo
+/// tree` resolves them for each alone, include nothing that does I/O.
+const PURE_CRATES: [&str; 3] = ["xp-head-core", "xp-sched", "xp-tune"];
+
 #[test]
-fn the_head_core_links_nothing_that_does_io() {
-    let tree = std::process::Command::new(env!("CARGO"))
-        .args([
-            "tree",
-            "-p",
-            "xp-head-core",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-            "--offline",
-            "--locked",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo runs");
-    assert!(
-        tree.status.success(),
-        "cargo tree failed: {}",
-        String::from_utf8_lossy(&tree.stderr)
-    );
-    let linked: BTreeSet<String> = String::from_utf8_lossy(&tree.stdout)
-        .lines()
-        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
-        .collect();
-    assert!(linked.contains("xp-head-core"), "{linked:?}");
-    let impure: Vec<&str> = ["tokio", "ractor", "redb", "axum", "quinn", "reqwest", "mio"]
-        .into_iter()
-        .filter(|name| linked.contains(*name))
-        .collect();
-    assert!(
-        impure.is_empty(),
-        "xp-head-core links {impure:?}: the core takes time as an argument and does no I/O"
-    );
+fn the_pure_cores_link_nothing_that_does_io() {
+    for package in PURE_CRATES {
+        let tree = std::process::Command::new(env!("CARGO"))
+            .args([
+                "tree",
+                "-p",
+                package,
+                "-e",
+                "normal",
+                "--prefix",
+                "none",
+                "--offline",
+                "--locked",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("cargo runs");
+        assert!(
+            tree.status.success(),
+            "cargo tree failed: {}",
+            String::from_utf8_lossy(&tree.stderr)
+        );
+        let linked: BTreeSet<String> = String::from_utf8_lossy(&tree.stdout)
+            .lines()
+            .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+            .collect();
+        assert!(linked.contains(package), "{linked:?}");
+        let impure: Vec<&str> = ["tokio", "ractor", "redb", "axum", "quinn", "reqwest", "mio"]
+            .into_iter()
+            .filter(|name| linked.contains(*name))
+            .collect();
+        assert!(
+            impure.is_empty(),
+            "{package} links {impure:?}: a core takes time as an argument and does no I/O"
+        );
+    }
 }
 
 /// The checks themselves: what the scanner sees of a small piece of code.
