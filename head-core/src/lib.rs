@@ -1,21 +1,28 @@
-//! The head's state machine: experiments, trials, attempts, nodes and slots.
+//! The head's decisions, pure: experiments, trials, attempts, nodes, placement,
+//! authorization and every client request, with no I/O (this crate links no
+//! async runtime, database or network; `tests/tidy.rs` checks it).
 //!
-//! Sans-io: inputs arrive through `handle_*` methods with the time as an argument;
-//! outputs leave through [`HeadCore::take_records`] (what must be persisted before
-//! anyone is told) and [`HeadCore::poll_command`] (what to send to which node).
-//! The actor in `actor.rs` owns one `HeadCore` and performs those outputs; this
-//! module never reads the clock, touches the disk or speaks to a socket.
+//! Sans-io: inputs arrive through `handle_*` methods and [`HeadCore::serve`]
+//! with the time as an argument; outputs leave through
+//! [`HeadCore::take_records`] (what must be persisted before anyone is told)
+//! and [`HeadCore::poll_command`] (what to send to which node). The head's
+//! actor (`xp-head`) owns one `HeadCore` and performs those outputs.
 //!
-//! This file holds the [`HeadCore`] struct, its restore from persisted records, its
-//! outputs and its invariant check. The rest lives in one file per concern:
-//! `access` (the teams that own a request's target, for authorization), `records` (the persisted types), `error` ([`CoreError`], the one conversion to the
-//! wire error), `requests` (submit and cancel), `views` (status answers), `admin`
-//! (admin arbitration), `admission` (pending limits), `nodes` (membership and
-//! heartbeats), `reports` (worker reports), `scheduling` (keeping the policy core in
-//! step), `launch` (attempts and [`MasterPorts`](launch::MasterPorts)), `attempts`
-//! (the attempt and worker lifecycle), `sweeps` (adaptive sweeps and early
-//! stopping), `checkpoints` (manifests, objects and resume points) and `pages`
-//! (the HTTP API's bounded pages).
+//! The map:
+//! - `state/`: the sub-states, each owning its fields: the experiments and
+//!   trials book, node membership, placement (the policy core and its books),
+//!   the object book, driver sessions, approvals and the outbox; `sweeps`,
+//!   `pipelines`, `telemetry` and `alerts` are sub-states with their steps.
+//! - `requests/`: one file per client request, its access rule and its apply
+//!   or read; `auth/` (roles, principals, the decision, the user table) and
+//!   `authorize` (the decision over the core's state).
+//! - The steps, written once as calls on sub-states: `submission`,
+//!   `admission`, `scheduling`, `launch`, `attempts`, `nodes`,
+//!   `worker_reports`, `checkpoints`, `leases`.
+//! - What is read: `views` (status), `pages` (the HTTP API's bounded pages),
+//!   `dashboard`, `usage` (`xp report`), `front`, `metrics`.
+//! - `records` (the persisted types) and `error` ([`CoreError`], the one
+//!   conversion to the wire error).
 //!
 //! Invariants (checked by `check_invariants` in tests after every step):
 //! - a GPU index of a node is held by at most one live worker, or by fractional
