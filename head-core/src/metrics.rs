@@ -79,7 +79,7 @@ pub struct MetricsSnapshot {
     pub gpus: BTreeMap<(String, String), GpuCount>,
     /// Nodes by state name.
     pub nodes: BTreeMap<&'static str, u64>,
-    /// GPUs busier than [`super::telemetry::IN_USE_UTIL`] in the latest
+    /// GPUs busier than `telemetry::IN_USE_UTIL` in the latest
     /// telemetry, by (node, model).
     pub gpus_in_use: BTreeMap<(String, String), u64>,
     /// Each GPU's latest utilisation (percent) and memory in use (bytes), by

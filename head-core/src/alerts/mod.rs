@@ -1,6 +1,6 @@
 //! Alerts in the core: the rules in force for each experiment (its own, the
 //! policy's defaults, the built-in `nonfinite`), judging rank 0's metric reports
-//! and, on the tick, silence and GPU underuse ([`watch`], pure), and turning
+//! and, on the tick, silence and GPU underuse (`watch`, pure), and turning
 //! what they decide into alerts: an [`AlertRecord`] and a trial event each, the
 //! trial stopped (state `stopped`, the alert as its reason) when the rule says
 //! `stop`, and one [`WebhookDelivery`] per webhook for the actor to hand to the
