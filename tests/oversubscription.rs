@@ -136,7 +136,22 @@ fn the_youngest_oversubscribed_trial_is_evicted_through_its_checkpoint_and_resum
     );
     cluster.wait_for_nodes(1);
 
-    // Opting in on whole GPUs is refused before anything is submitted.
+    check_whole_gpus_cannot_opt_in(&cluster);
+    let (counters, plain) = must_promise_more_than_the_gpu(&cluster);
+    // Memory reaches 97%: the youngest opted-in trial (over2) is evicted.
+    let youngest = &counters[2];
+    check_youngest_is_evicted(&cluster, &memory_file, youngest);
+    // Everything ends; only the evicted trial ran twice, resuming exactly
+    // where its stop-time checkpoint left it, with no retry to spend.
+    check_all_end_the_evicted_resumed(&cluster, &counters, &plain);
+    // The eviction is in `xp status`, the trial's events, the node's log and /metrics.
+    check_eviction_is_shown(&cluster, &http, youngest);
+    // At 99% a trial that did not opt in runs to its end.
+    check_plain_trial_runs_at_99_percent(&cluster, &memory_file);
+}
+
+/// Opting in on whole GPUs is refused before anything is submitted.
+fn check_whole_gpus_cannot_opt_in(cluster: &TestCluster) {
     let whole = cluster.write_file(
         "whole.yaml",
         "name: whole\ntrial:\n  command: [sleep, '1']\n  resources: {gpu: 2, oversubscribe: true}\n",
@@ -149,9 +164,13 @@ fn the_youngest_oversubscribed_trial_is_evicted_through_its_checkpoint_and_resum
             && stderr.contains("needs a fraction of one GPU (0 < gpu < 1)"),
         "{stderr}"
     );
+}
 
-    // Three opted-in trials, started one after another so the youngest is
-    // known: 0.45 / 1.5 = 0.3 of the GPU each, so all three fit.
+/// Three opted-in trials, started one after another so the youngest is
+/// known, and a plain one: all four run at once, more than the whole GPU
+/// promised. The three counters' experiments and the plain one.
+fn must_promise_more_than_the_gpu(cluster: &TestCluster) -> (Vec<String>, String) {
+    // 0.45 / 1.5 = 0.3 of the GPU each, so all three fit.
     let mut counters = Vec::new();
     for index in 0..3 {
         let path = cluster.write_file(&format!("over{index}.yaml"), &counter_spec(index));
@@ -159,7 +178,7 @@ fn the_youngest_oversubscribed_trial_is_evicted_through_its_checkpoint_and_resum
             "examples/trainables",
             &["submit", "--spec", path.to_str().expect("UTF-8")],
         );
-        wait_running(&cluster, &experiment);
+        wait_running(cluster, &experiment);
         counters.push(experiment);
     }
     // A trial that did not opt in starts last: the youngest of all, yet never
@@ -172,39 +191,45 @@ fn the_youngest_oversubscribed_trial_is_evicted_through_its_checkpoint_and_resum
         .must_xp(&["submit", plain_path.to_str().expect("UTF-8")])
         .trim()
         .to_owned();
-    wait_running(&cluster, &plain);
+    wait_running(cluster, &plain);
     for experiment in &counters {
-        wait_for_checkpoint(&cluster, experiment, EVERY);
+        wait_for_checkpoint(cluster, experiment, EVERY);
     }
     // All four run at once: more than the whole GPU is promised.
     for experiment in counters.iter().chain([&plain]) {
-        let trial = trial_of(&cluster, experiment);
+        let trial = trial_of(cluster, experiment);
         assert_eq!(trial["state"], "running", "{experiment}: {trial:#}");
         assert_eq!(trial["attempts"].as_array().map(Vec::len), Some(1));
     }
 
-    // Memory reaches 97%: the youngest opted-in trial (over2) is evicted.
-    set_gpu_memory(&memory_file, 97);
-    let youngest = &counters[2];
+    (counters, plain)
+}
+
+/// With the GPU's memory at 97%, the youngest opted-in trial is evicted (and
+/// its memory given back), saying why.
+fn check_youngest_is_evicted(cluster: &TestCluster, memory_file: &Path, youngest: &str) {
+    set_gpu_memory(memory_file, 97);
     let outcome = wait_until(
         "the youngest oversubscribed trial to be evicted",
         Duration::from_secs(60),
         || {
-            trial_of(&cluster, youngest)["attempts"][0]["outcome"]
+            trial_of(cluster, youngest)["attempts"][0]["outcome"]
                 .as_str()
                 .map(str::to_owned)
         },
     );
     // The evicted worker's memory is given back.
-    set_gpu_memory(&memory_file, 50);
+    set_gpu_memory(memory_file, 50);
     assert!(
         outcome.starts_with("evicted: ")
             && outcome.contains("for GPU memory: GPU 0 had 97.0% in use"),
         "{outcome}"
     );
+}
 
-    // Everything ends; only the evicted trial ran twice, resuming exactly
-    // where its stop-time checkpoint left it, with no retry to spend.
+/// Every trial succeeds with the final value of an uninterrupted run; only the
+/// evicted one ran twice, resuming from the checkpoint saved on eviction.
+fn check_all_end_the_evicted_resumed(cluster: &TestCluster, counters: &[String], plain: &str) {
     for (index, experiment) in counters.iter().enumerate() {
         let status = cluster.wait_finished(experiment, Duration::from_secs(120));
         assert_eq!(status["state"], "succeeded", "{status:#}");
@@ -226,27 +251,29 @@ fn the_youngest_oversubscribed_trial_is_evicted_through_its_checkpoint_and_resum
             .as_u64()
             .unwrap_or_else(|| panic!("attempt 2 resumed from a checkpoint: {status:#}"));
         assert_eq!(attempts[1]["resumed_from"]["attempt"], 1);
-        let reached = last_step_of_first_attempt(&cluster, trial["id"].as_str().expect("id"));
+        let reached = last_step_of_first_attempt(cluster, trial["id"].as_str().expect("id"));
         assert_eq!(
             resumed, reached,
             "the checkpoint saved on eviction is the one resumed from"
         );
         assert!((EVERY..STEPS).contains(&resumed), "{resumed}");
     }
-    let plain_done = cluster.wait_finished(&plain, Duration::from_secs(60));
+    let plain_done = cluster.wait_finished(plain, Duration::from_secs(60));
     assert_eq!(plain_done["state"], "succeeded", "{plain_done:#}");
     assert_eq!(
         trials(&plain_done)[0]["attempts"].as_array().map(Vec::len),
         Some(1)
     );
+}
 
-    // The eviction is in `xp status`, the trial's events and the node's log.
+/// The eviction in `xp status`, the trial's events, the node's log and /metrics.
+fn check_eviction_is_shown(cluster: &TestCluster, http: &str, youngest: &str) {
     let text = cluster.must_xp(&["status", youngest]);
     assert!(
         text.contains("evicted: ") && text.contains("for GPU memory"),
         "{text}"
     );
-    let reasons = event_reasons(&cluster, youngest);
+    let reasons = event_reasons(cluster, youngest);
     assert!(
         reasons
             .iter()
@@ -263,7 +290,7 @@ fn the_youngest_oversubscribed_trial_is_evicted_through_its_checkpoint_and_resum
     let admin: xp_runtime::join::JoinString = cluster.join.parse().expect("a credential");
     let bearer = format!("Bearer {}", admin.token);
     let (status, _, metrics) =
-        http_exchange(&http, "GET", "/metrics", &[("Authorization", &bearer)], "");
+        http_exchange(http, "GET", "/metrics", &[("Authorization", &bearer)], "");
     assert_eq!(status, 200, "{metrics}");
     assert!(
         metrics
@@ -272,9 +299,11 @@ fn the_youngest_oversubscribed_trial_is_evicted_through_its_checkpoint_and_resum
                 && line.split_whitespace().nth(1) == Some("1")),
         "{metrics}"
     );
+}
 
-    // At 99% a trial that did not opt in runs to its end.
-    set_gpu_memory(&memory_file, 99);
+/// At 99% a trial that did not opt in runs to its end in one attempt.
+fn check_plain_trial_runs_at_99_percent(cluster: &TestCluster, memory_file: &Path) {
+    set_gpu_memory(memory_file, 99);
     let plain_again = cluster.write_file(
         "plain-again.yaml",
         "name: plain-again\nteam: tests\ntrial:\n  command: [sleep, '2']\n  resources: {gpu: 0.5}\n  max_retries: 0\n",

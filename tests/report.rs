@@ -94,7 +94,39 @@ fn report_figures_equal_a_hand_computation_from_the_recorded_schedule() {
     cluster.wait_for_nodes(1);
 
     let experiment = submit(&cluster, "known", SWEEP);
-    let status = cluster.wait_finished(&experiment, Duration::from_secs(180));
+    let schedule = must_run_known_sweep(&cluster, &experiment);
+    let figures = report(&cluster, &experiment);
+    check_usage_and_queueing(&figures, &schedule);
+    check_best_vs_gpu_hours(&figures, &schedule);
+    // The experiment's and trials' views carry their GPU-hours and cost.
+    check_views_carry_gpu_hours(&cluster, &experiment, &schedule);
+    // The dashboard's route answers the same object.
+    check_http_report(&cluster, &http, &experiment, &figures, schedule.gpu_hours);
+    // The readable form says the same things in words.
+    let text = cluster.must_xp(&["report", "--experiment", &experiment]);
+    assert!(text.contains("Little's law"), "{text}");
+    assert!(
+        text.contains(&format!("{:.3} used", schedule.gpu_hours)),
+        "{text}"
+    );
+    // A failed attempt that is retried: its GPU-hours are lost to the failure.
+    let used = check_failed_attempt_is_lost(&cluster);
+    // The whole cluster: both experiments, for an admin.
+    check_cluster_report(&cluster, schedule.gpu_hours + used);
+}
+
+/// The known sweep's recorded schedule: when it was submitted, each trial's
+/// one attempt as (placed, ended), and the GPU-hours they held.
+struct Schedule {
+    status: Value,
+    submitted: u64,
+    spans: Vec<(u64, u64)>,
+    gpu_hours: f64,
+}
+
+/// Runs the known sweep to its end; each trial ran one attempt.
+fn must_run_known_sweep(cluster: &TestCluster, experiment: &str) -> Schedule {
+    let status = cluster.wait_finished(experiment, Duration::from_secs(180));
     assert_eq!(status["state"], "succeeded", "{status:#}");
     let submitted = ms(&status["submitted_at_ms"]);
     let times = attempt_times(&status);
@@ -103,13 +135,29 @@ fn report_figures_equal_a_hand_computation_from_the_recorded_schedule() {
         "{status:#}"
     );
     let spans: Vec<(u64, u64)> = times.iter().map(|attempts| attempts[0]).collect();
-
-    // By hand: one GPU per attempt, from placement to end; every trial arrives
-    // at submission and leaves when its only attempt ends.
+    // By hand: one GPU per attempt, from placement to end.
     let gpu_hours: f64 = spans
         .iter()
         .map(|(placed, ended)| (ended - placed) as f64 / MS_PER_HOUR)
         .sum();
+    Schedule {
+        status,
+        submitted,
+        spans,
+        gpu_hours,
+    }
+}
+
+/// GPU-hours, cost, the window, utilisation and Little's law, by hand: every
+/// trial arrives at submission and leaves when its only attempt ends.
+fn check_usage_and_queueing(figures: &Value, schedule: &Schedule) {
+    let Schedule {
+        submitted,
+        spans,
+        gpu_hours,
+        ..
+    } = schedule;
+    let (submitted, gpu_hours) = (*submitted, *gpu_hours);
     let last_finish = spans.iter().map(|(_, ended)| *ended).max().expect("trials");
     let window_ms = (last_finish - submitted) as f64;
     let in_system_ms: f64 = spans
@@ -119,8 +167,6 @@ fn report_figures_equal_a_hand_computation_from_the_recorded_schedule() {
     let lambda_per_hour = 4.0 / (window_ms / MS_PER_HOUR);
     let w_s = in_system_ms / 4.0 / 1000.0;
     let l = in_system_ms / window_ms;
-
-    let figures = report(&cluster, &experiment);
     close("gpu_hours", &figures["gpu_hours"], gpu_hours);
     close("gpu_hours_lost", &figures["gpu_hours_lost"], 0.0);
     close("cost", &figures["cost"], PRICE * gpu_hours);
@@ -150,12 +196,22 @@ fn report_figures_equal_a_hand_computation_from_the_recorded_schedule() {
     close("mean_in_system", &figures["mean_in_system"], l);
     close("littles_law_ratio", &figures["littles_law_ratio"], 1.0);
     close("lambda_w", &figures["lambda_w"], l);
+}
 
-    // The best-so-far curve: at each finish, the GPU-hours spent by then.
+/// The best-so-far curve: at each finish, the GPU-hours spent by then, sent as
+/// a step line; and what the last quarter of the GPU-hours bought.
+fn check_best_vs_gpu_hours(figures: &Value, schedule: &Schedule) {
+    let Schedule {
+        status,
+        spans,
+        gpu_hours,
+        ..
+    } = schedule;
+    let gpu_hours = *gpu_hours;
     // In finish order, ties by trial index (the order `xp status` lists them).
-    let mut finishes: Vec<(u64, usize, f64)> = trials(&status)
+    let mut finishes: Vec<(u64, usize, f64)> = trials(status)
         .iter()
-        .zip(&spans)
+        .zip(spans)
         .enumerate()
         .map(|(index, (trial, (_, ended)))| {
             (
@@ -213,23 +269,38 @@ fn report_figures_equal_a_hand_computation_from_the_recorded_schedule() {
         None => assert!(figures["last_quarter_gain"].is_null(), "{figures:#}"),
     }
     assert_eq!(figures["amdahl"], Value::Array(Vec::new()));
+}
 
-    // The experiment's and trials' views carry their GPU-hours and cost.
-    let status = cluster.status(&experiment);
-    for (trial, (placed, ended)) in trials(&status).iter().zip(&spans) {
+/// The experiment's and its trials' views carry their GPU-hours and cost.
+fn check_views_carry_gpu_hours(cluster: &TestCluster, experiment: &str, schedule: &Schedule) {
+    let status = cluster.status(experiment);
+    for (trial, (placed, ended)) in trials(&status).iter().zip(&schedule.spans) {
         let hours = (ended - placed) as f64 / MS_PER_HOUR;
         close("trial gpu_hours", &trial["gpu_hours"], hours);
         close("trial cost", &trial["cost"], PRICE * hours);
     }
-    close("experiment gpu_hours", &status["gpu_hours"], gpu_hours);
+    close(
+        "experiment gpu_hours",
+        &status["gpu_hours"],
+        schedule.gpu_hours,
+    );
+}
 
-    // The dashboard's route answers the same object.
+/// `/api/report` answers the same figures as `xp report`, an experiment's
+/// summary its GPU-hours and cost, and a bad `since` is refused.
+fn check_http_report(
+    cluster: &TestCluster,
+    http: &str,
+    experiment: &str,
+    figures: &Value,
+    gpu_hours: f64,
+) {
     let admin: xp_runtime::join::JoinString = cluster.join.parse().expect("a credential");
     let bearer = format!("Bearer {}", admin.token);
     let over_http = wait_until("the HTTP API", Duration::from_secs(30), || {
-        std::net::TcpStream::connect(&http).ok()?;
+        std::net::TcpStream::connect(http).ok()?;
         let (code, _, body) = http_exchange(
-            &http,
+            http,
             "GET",
             &format!("/api/report?experiment={experiment}"),
             &[("Authorization", &bearer)],
@@ -237,9 +308,9 @@ fn report_figures_equal_a_hand_computation_from_the_recorded_schedule() {
         );
         (code == 200).then(|| serde_json::from_str::<Value>(&body).expect("JSON"))
     });
-    assert_eq!(over_http, figures);
+    assert_eq!(&over_http, figures);
     let (code, _, body) = http_exchange(
-        &http,
+        http,
         "GET",
         &format!("/api/experiments/{experiment}"),
         &[("Authorization", &bearer)],
@@ -250,21 +321,19 @@ fn report_figures_equal_a_hand_computation_from_the_recorded_schedule() {
     close("summary gpu_hours", &summary["gpu_hours"], gpu_hours);
     close("summary cost", &summary["cost"], PRICE * gpu_hours);
     let (code, _, body) = http_exchange(
-        &http,
+        http,
         "GET",
         "/api/report?since=soon",
         &[("Authorization", &bearer)],
         b"",
     );
     assert_eq!(code, 400, "{body}");
+}
 
-    // The readable form says the same things in words.
-    let text = cluster.must_xp(&["report", "--experiment", &experiment]);
-    assert!(text.contains("Little's law"), "{text}");
-    assert!(text.contains(&format!("{gpu_hours:.3} used")), "{text}");
-
-    // A failed attempt that is retried: its GPU-hours are lost to the failure.
-    let flaky = submit(&cluster, "flaky", FLAKY);
+/// A failed attempt that is retried: its GPU-hours are lost to the failure.
+/// The GPU-hours both attempts used.
+fn check_failed_attempt_is_lost(cluster: &TestCluster) -> f64 {
+    let flaky = submit(cluster, "flaky", FLAKY);
     let status = cluster.wait_finished(&flaky, Duration::from_secs(120));
     assert_eq!(status["state"], "succeeded", "{status:#}");
     let attempts = &attempt_times(&status)[0];
@@ -274,7 +343,7 @@ fn report_figures_equal_a_hand_computation_from_the_recorded_schedule() {
         .iter()
         .map(|(placed, ended)| (ended - placed) as f64 / MS_PER_HOUR)
         .sum();
-    let figures = report(&cluster, &flaky);
+    let figures = report(cluster, &flaky);
     close("flaky gpu_hours", &figures["gpu_hours"], used);
     close("flaky gpu_hours_lost", &figures["gpu_hours_lost"], lost);
     close(
@@ -288,14 +357,17 @@ fn report_figures_equal_a_hand_computation_from_the_recorded_schedule() {
         0.0,
     );
     close("cost_lost", &figures["cost_lost"], PRICE * lost);
+    used
+}
 
-    // The whole cluster: both experiments, for an admin.
+/// The whole cluster's report, for an admin: both experiments.
+fn check_cluster_report(cluster: &TestCluster, gpu_hours: f64) {
     let text = cluster.must_xp(&["report", "--json"]);
     let cluster_figures: Value = serde_json::from_str(text.trim()).expect("JSON");
     close(
         "cluster gpu_hours",
         &cluster_figures["gpu_hours"],
-        gpu_hours + used,
+        gpu_hours,
     );
     assert_eq!(cluster_figures["scope"], "cluster");
     assert!(cluster_figures["best_vs_gpu_hours"].is_null());
