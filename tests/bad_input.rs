@@ -76,8 +76,41 @@ fn bad_input_is_refused_clearly_and_the_cluster_keeps_working() {
     let mut cluster = TestCluster::start("10s");
     cluster.start_node("a", 0, 2);
     cluster.wait_for_nodes(1);
-
     // A wrong token and a wrong CA hash are named as such, and the process exits non-zero.
+    check_wrong_credentials_named(&cluster);
+    // Random datagrams on the QUIC port.
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for seed in 0..300u64 {
+        let _ = socket.send_to(
+            &noise(seed, (seed as usize * 37) % 1400 + 1),
+            ("127.0.0.1", cluster.port),
+        );
+    }
+
+    // Oversized, foreign-version and garbage frames on an authenticated stream.
+    let join: JoinString = cluster.join.parse().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(check_bad_frames_refused(&join));
+    runtime.block_on(check_garbage_hello_closes(&join));
+    // Malformed YAML and unknown fields name the place.
+    check_bad_specs_name_the_place(&cluster);
+    // After all that, the cluster still runs work.
+    let good = cluster.write_file(
+        "good.yaml",
+        "name: still-fine\ntrial:\n  command: [sh, -c, 'echo \"XP_METRIC {\\\"ok\\\": 1}\"']\n",
+    );
+    let experiment = cluster
+        .must_xp(&["submit", good.to_str().unwrap()])
+        .trim()
+        .to_owned();
+    let status = cluster.wait_finished(&experiment, Duration::from_secs(60));
+    assert_eq!(status["state"], "succeeded", "{status:#}");
+    assert_eq!(status["trials"][0]["metrics"]["ok"], 1.0);
+}
+
+/// A wrong token, a wrong CA hash and a string that is no join string are
+/// each named, for `xp` and `xp-node`, which exit non-zero.
+fn check_wrong_credentials_named(cluster: &TestCluster) {
     let wrong_token = with_query(&cluster.join, "token", &"00".repeat(32));
     let output = Command::new(env!("CARGO_BIN_EXE_xp"))
         .args(["nodes", "--cluster", &wrong_token])
@@ -122,60 +155,54 @@ fn bad_input_is_refused_clearly_and_the_cluster_keeps_working() {
         "{}",
         stderr_of(&output)
     );
+}
 
-    // Random datagrams on the QUIC port.
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    for seed in 0..300u64 {
-        let _ = socket.send_to(
-            &noise(seed, (seed as usize * 37) % 1400 + 1),
-            ("127.0.0.1", cluster.port),
-        );
-    }
+/// Oversized, foreign-version and garbage frames on an authenticated stream
+/// are each refused with their error code.
+async fn check_bad_frames_refused(join: &JoinString) {
+    let mut oversized = ((frame::MAX_FRAME_BYTES + 1) as u32).to_be_bytes().to_vec();
+    oversized.extend_from_slice(&noise(1, 64));
+    check_refused_with(
+        answer_to_raw_bytes(join, &oversized).await,
+        ErrorCode::FrameTooLarge,
+    );
 
-    // Oversized, foreign-version and garbage frames on an authenticated stream.
-    let join: JoinString = cluster.join.parse().unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let mut oversized = ((frame::MAX_FRAME_BYTES + 1) as u32).to_be_bytes().to_vec();
-        oversized.extend_from_slice(&noise(1, 64));
-        check_refused_with(
-            answer_to_raw_bytes(&join, &oversized).await,
-            ErrorCode::FrameTooLarge,
-        );
+    let mut foreign =
+        frame::encode(&Message::Request(xp_runtime::protocol::Request::Nodes)).unwrap();
+    foreign[4..6].copy_from_slice(&(PROTOCOL_VERSION + 1).to_be_bytes());
+    check_refused_with(
+        answer_to_raw_bytes(join, &foreign).await,
+        ErrorCode::UnsupportedVersion,
+    );
 
-        let mut foreign =
-            frame::encode(&Message::Request(xp_runtime::protocol::Request::Nodes)).unwrap();
-        foreign[4..6].copy_from_slice(&(PROTOCOL_VERSION + 1).to_be_bytes());
-        check_refused_with(
-            answer_to_raw_bytes(&join, &foreign).await,
-            ErrorCode::UnsupportedVersion,
-        );
+    let mut garbage = 66u32.to_be_bytes().to_vec();
+    garbage.extend_from_slice(&PROTOCOL_VERSION.to_be_bytes());
+    garbage.extend_from_slice(&noise(2, 64));
+    check_refused_with(
+        answer_to_raw_bytes(join, &garbage).await,
+        ErrorCode::MalformedFrame,
+    );
+}
 
-        let mut garbage = 66u32.to_be_bytes().to_vec();
-        garbage.extend_from_slice(&PROTOCOL_VERSION.to_be_bytes());
-        garbage.extend_from_slice(&noise(2, 64));
-        check_refused_with(
-            answer_to_raw_bytes(&join, &garbage).await,
-            ErrorCode::MalformedFrame,
-        );
+/// Garbage instead of a hello: the connection is closed with a reason.
+async fn check_garbage_hello_closes(join: &JoinString) {
+    let (_endpoint, connection) = xp_runtime::transport::connect_unauthenticated(join)
+        .await
+        .unwrap();
+    let (mut send, _recv) = connection.open_bi().await.unwrap();
+    send.write_all(&noise(3, 200)).await.unwrap();
+    let _ = send.finish();
+    let closed = tokio::time::timeout(Duration::from_secs(15), connection.closed())
+        .await
+        .unwrap();
+    assert!(
+        matches!(closed, quinn::ConnectionError::ApplicationClosed(_)),
+        "{closed:?}"
+    );
+}
 
-        // Garbage instead of a hello: the connection is closed with a reason.
-        let (_endpoint, connection) = xp_runtime::transport::connect_unauthenticated(&join)
-            .await
-            .unwrap();
-        let (mut send, _recv) = connection.open_bi().await.unwrap();
-        send.write_all(&noise(3, 200)).await.unwrap();
-        let _ = send.finish();
-        let closed = tokio::time::timeout(Duration::from_secs(15), connection.closed())
-            .await
-            .unwrap();
-        assert!(
-            matches!(closed, quinn::ConnectionError::ApplicationClosed(_)),
-            "{closed:?}"
-        );
-    });
-
-    // Malformed YAML and unknown fields name the place.
+/// Malformed YAML, unknown fields and bad values are refused, naming the place.
+fn check_bad_specs_name_the_place(cluster: &TestCluster) {
     let broken = cluster.write_file("broken.yaml", "name: x\ntrial: [unclosed\n");
     let output = cluster.xp(&["submit", broken.to_str().unwrap()]);
     assert!(!output.status.success());
@@ -205,19 +232,6 @@ fn bad_input_is_refused_clearly_and_the_cluster_keeps_working() {
         "{}",
         stderr_of(&output)
     );
-
-    // After all that, the cluster still runs work.
-    let good = cluster.write_file(
-        "good.yaml",
-        "name: still-fine\ntrial:\n  command: [sh, -c, 'echo \"XP_METRIC {\\\"ok\\\": 1}\"']\n",
-    );
-    let experiment = cluster
-        .must_xp(&["submit", good.to_str().unwrap()])
-        .trim()
-        .to_owned();
-    let status = cluster.wait_finished(&experiment, Duration::from_secs(60));
-    assert_eq!(status["state"], "succeeded", "{status:#}");
-    assert_eq!(status["trials"][0]["metrics"]["ok"], 1.0);
 }
 
 #[test]

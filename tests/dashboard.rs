@@ -62,10 +62,6 @@ fn screenshot_dir() -> PathBuf {
 }
 
 #[test]
-#[expect(
-    clippy::print_stderr,
-    reason = "say why the browser part is skipped and where the screenshots are"
-)]
 fn the_dashboard_shows_every_page_in_a_real_browser() {
     let http = format!("127.0.0.1:{}", free_tcp_port());
     let mut cluster = TestCluster::start_prepared("10s", &["--http", http.as_str()], |_| {});
@@ -77,8 +73,21 @@ fn the_dashboard_shows_every_page_in_a_real_browser() {
     cluster.start_node("n1", 2, 4);
     cluster.wait_for_nodes(1);
 
-    // Three trials on the node's two declared GPUs, each reporting five steps
-    // of `loss`; the `tag` parameter is HTML.
+    let experiment = must_run_dashboard_sweep(&cluster);
+    let trial = format!("{experiment}-t0");
+    // Without the browser: pages and assets need a credential and carry the
+    // security headers; the page names its scripts, which are served.
+    let bearer = format!("Bearer {secret}");
+    let auth = [("Authorization", bearer.as_str())];
+    check_pages_need_a_credential_and_carry_headers(&http, &auth, &experiment);
+    // The dashboard's own endpoints answer.
+    check_curves_endpoint(&http, &auth, &experiment);
+    check_every_page_in_a_browser(&http, &secret, &experiment, &trial);
+}
+
+/// Three trials on the node's two declared GPUs, each reporting five steps of
+/// `loss`; the `tag` parameter is HTML. Run to their end; the experiment.
+fn must_run_dashboard_sweep(cluster: &TestCluster) -> String {
     let spec = cluster.write_file(
         "sweep.yaml",
         &format!(
@@ -90,27 +99,27 @@ fn the_dashboard_shows_every_page_in_a_real_browser() {
         .trim()
         .to_owned();
     cluster.wait_finished(&experiment, Duration::from_secs(120));
-    let trial = format!("{experiment}-t0");
+    experiment
+}
 
-    // Without the browser: pages and assets need a credential and carry the
-    // security headers; the page names its scripts, which are served.
-    let (status, headers, _) = http_exchange(&http, "GET", "/", &[], "");
+/// A page without a credential goes to the login, an asset is refused; with
+/// one, a page carries the security headers and names plotly.js, which the
+/// head serves.
+fn check_pages_need_a_credential_and_carry_headers(
+    http: &str,
+    auth: &[(&str, &str)],
+    experiment: &str,
+) {
+    let (status, headers, _) = http_exchange(http, "GET", "/", &[], "");
     assert_eq!(
         status, 303,
         "a page without a credential goes to the login: {headers}"
     );
     assert!(headers.contains("location: /login"), "{headers}");
-    let (status, _, _) = http_exchange(&http, "GET", "/assets/app.js", &[], "");
+    let (status, _, _) = http_exchange(http, "GET", "/assets/app.js", &[], "");
     assert_eq!(status, 401, "an asset without a credential");
-    let bearer = format!("Bearer {secret}");
-    let auth = [("Authorization", bearer.as_str())];
-    let (status, headers, shell) = http_exchange(
-        &http,
-        "GET",
-        &format!("/experiments/{experiment}"),
-        &auth,
-        "",
-    );
+    let (status, headers, shell) =
+        http_exchange(http, "GET", &format!("/experiments/{experiment}"), auth, "");
     assert_eq!(status, 200, "{headers}");
     for header in [
         "content-security-policy: default-src 'none'; script-src 'self';",
@@ -128,7 +137,7 @@ fn the_dashboard_shows_every_page_in_a_real_browser() {
         .find(|piece| piece.starts_with("/assets/plotly-"))
         .expect("the page names plotly.js")
         .to_owned();
-    let (status, headers, body) = http_exchange(&http, "GET", &plotly, &auth, "");
+    let (status, headers, body) = http_exchange(http, "GET", &plotly, auth, "");
     assert_eq!(status, 200, "{headers}");
     assert!(
         headers.contains("content-type: text/javascript"),
@@ -139,12 +148,15 @@ fn the_dashboard_shows_every_page_in_a_real_browser() {
         body.contains("plotly.js v"),
         "plotly.js is served from the head"
     );
-    // The dashboard's own endpoints answer.
+}
+
+/// The learning curves endpoint answers one series per trial, by step.
+fn check_curves_endpoint(http: &str, auth: &[(&str, &str)], experiment: &str) {
     let (status, _, body) = http_exchange(
-        &http,
+        http,
         "GET",
         &format!("/api/experiments/{experiment}/curves?series=50"),
-        &auth,
+        auth,
         "",
     );
     assert_eq!(status, 200, "{body}");
@@ -155,7 +167,15 @@ fn the_dashboard_shows_every_page_in_a_real_browser() {
         json!([1, 2, 3, 4, 5]),
         "{body}"
     );
+}
 
+/// Visits every page in headless Chromium through ChromeDriver, where both
+/// are installed, keeping a screenshot of each.
+#[expect(
+    clippy::print_stderr,
+    reason = "say why the browser part is skipped and where the screenshots are"
+)]
+fn check_every_page_in_a_browser(http: &str, secret: &str, experiment: &str, trial: &str) {
     let (Some(chromium), Some(chromedriver)) = (find("chromium"), find("chromedriver")) else {
         eprintln!("skipped the browser: Debian's chromium and chromium-driver are not installed");
         return;
@@ -184,7 +204,7 @@ fn the_dashboard_shows_every_page_in_a_real_browser() {
         base: format!("http://{http}"),
         shots: shots.clone(),
     };
-    runtime.block_on(browser.visit_every_page(&secret, &experiment, &trial));
+    runtime.block_on(browser.visit_every_page(secret, experiment, trial));
     drop(driver);
     eprintln!("dashboard screenshots: {}", shots.display());
 }
@@ -200,6 +220,32 @@ struct Browser {
 
 impl Browser {
     async fn visit_every_page(&self, secret: &str, experiment: &str, trial: &str) {
+        let client = self.connect().await;
+        let session = client
+            .session_id()
+            .await
+            .expect("the session id")
+            .expect("a session");
+        // Logging in sets the cookie and lands on the experiments page.
+        client
+            .goto(&format!("{}/login?token={secret}", self.base))
+            .await
+            .expect("open the login");
+        let page = Page {
+            client: &client,
+            session: &session,
+            browser: self,
+        };
+        page.check_experiments(experiment).await;
+        page.check_experiment(experiment).await;
+        page.check_trial(trial).await;
+        page.check_queues_nodes_and_cluster().await;
+        client.close().await.expect("close the browser");
+    }
+
+    /// A ChromeDriver session of headless Chromium; ChromeDriver takes a
+    /// moment to listen, so this tries until a deadline.
+    async fn connect(&self) -> fantoccini::Client {
         let mut capabilities = serde_json::Map::new();
         capabilities.insert(
             "goog:chromeOptions".to_owned(),
@@ -217,7 +263,7 @@ impl Browser {
         capabilities.insert("goog:loggingPrefs".to_owned(), json!({"browser": "ALL"}));
         // ChromeDriver takes a moment to listen: try until a deadline.
         let deadline = Instant::now() + Duration::from_secs(60);
-        let client = loop {
+        loop {
             let connected = fantoccini::ClientBuilder::new(
                 hyper_util::client::legacy::connect::HttpConnector::new(),
             )
@@ -231,78 +277,75 @@ impl Browser {
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
-        };
-        let session = client
-            .session_id()
-            .await
-            .expect("the session id")
-            .expect("a session");
+        }
+    }
+}
 
-        // Logging in sets the cookie and lands on the experiments page.
-        client
-            .goto(&format!("{}/login?token={secret}", self.base))
-            .await
-            .expect("open the login");
-        let page = Page {
-            client: &client,
-            session: &session,
-            browser: self,
-        };
-        page.wait_for(
+impl Page<'_> {
+    /// The experiments page lists the experiment.
+    async fn check_experiments(&self, experiment: &str) {
+        self.wait_for(
             "the experiment on the experiments page",
             "return (document.getElementById('experiments') || {}).textContent || ''",
             |text| text.as_str().is_some_and(|text| text.contains(experiment)),
         )
         .await;
-        page.done("experiments").await;
+        self.done("experiments").await;
+    }
 
-        page.open(&format!("/experiments/{experiment}")).await;
-        page.wait_for(
+    /// The experiment's page: its id, its trials, their curves, the search
+    /// plot, and the configuration's HTML shown as text.
+    async fn check_experiment(&self, experiment: &str) {
+        self.open(&format!("/experiments/{experiment}")).await;
+        self.wait_for(
             "the experiment's id",
             "return document.getElementById('experiment-id').textContent",
             |text| text.as_str() == Some(experiment),
         )
         .await;
-        page.wait_for(
+        self.wait_for(
             "its three trials in the table",
             "return document.querySelectorAll('#trials tbody tr').length",
             |rows| rows.as_u64() == Some(3),
         )
         .await;
-        page.wait_for(
-            "one learning curve per trial",
-            "const gd = document.getElementById('curves'); return gd && gd.data ? gd.data.length : -1",
-            |series| series.as_i64() == Some(3),
-        )
-        .await;
-        page.wait_for(
-            "a parameter against the metric, one point per trial",
-            "const gd = document.getElementById('search'); return gd && gd.data ? gd.data[0].y.length : -1",
-            |points| points.as_i64() == Some(3),
-        )
-        .await;
-        page.wait_for(
+        self.wait_for(
+        "one learning curve per trial",
+        "const gd = document.getElementById('curves'); return gd && gd.data ? gd.data.length : -1",
+        |series| series.as_i64() == Some(3),
+    )
+    .await;
+        self.wait_for(
+        "a parameter against the metric, one point per trial",
+        "const gd = document.getElementById('search'); return gd && gd.data ? gd.data[0].y.length : -1",
+        |points| points.as_i64() == Some(3),
+    )
+    .await;
+        self.wait_for(
             "the configuration's HTML shown as text",
             "return document.getElementById('trials').textContent",
             |text| text.as_str().is_some_and(|text| text.contains(HOSTILE)),
         )
         .await;
-        page.wait_for(
-            "the configuration's HTML as text in the curves' legend",
-            "return [...document.querySelectorAll('#curves .legendtext')].map((e) => e.textContent).join('|')",
-            |text| text.as_str().is_some_and(|text| text.contains("<img src=x")),
-        )
-        .await;
-        page.done("experiment").await;
+        self.wait_for(
+        "the configuration's HTML as text in the curves' legend",
+        "return [...document.querySelectorAll('#curves .legendtext')].map((e) => e.textContent).join('|')",
+        |text| text.as_str().is_some_and(|text| text.contains("<img src=x")),
+    )
+    .await;
+        self.done("experiment").await;
+    }
 
-        page.open(&format!("/trials/{trial}")).await;
-        page.wait_for(
+    /// The trial's page: its id, its followed log and its loss curve.
+    async fn check_trial(&self, trial: &str) {
+        self.open(&format!("/trials/{trial}")).await;
+        self.wait_for(
             "the trial's id",
             "return document.getElementById('trial-id').textContent",
             |text| text.as_str() == Some(trial),
         )
         .await;
-        page.wait_for(
+        self.wait_for(
             "its log, followed",
             "return document.getElementById('log').textContent",
             |text| {
@@ -311,48 +354,49 @@ impl Browser {
             },
         )
         .await;
-        page.wait_for(
-            "its loss curve",
-            "const gd = document.querySelector('#trial-curves .js-plotly-plot'); return gd && gd.data ? gd.data[0].x.length : -1",
-            |points| points.as_i64() == Some(5),
-        )
-        .await;
-        page.done("trial").await;
+        self.wait_for(
+        "its loss curve",
+        "const gd = document.querySelector('#trial-curves .js-plotly-plot'); return gd && gd.data ? gd.data[0].x.length : -1",
+        |points| points.as_i64() == Some(5),
+    )
+    .await;
+        self.done("trial").await;
+    }
 
-        page.open("/queues").await;
-        page.wait_for(
-            "the default queue",
-            "return document.querySelector('main table') ? document.querySelector('main table').textContent : ''",
-            |text| text.as_str().is_some_and(|text| text.contains("default")),
-        )
-        .await;
-        page.done("queues").await;
+    /// The queues, nodes and cluster pages.
+    async fn check_queues_nodes_and_cluster(&self) {
+        self.open("/queues").await;
+        self.wait_for(
+        "the default queue",
+        "return document.querySelector('main table') ? document.querySelector('main table').textContent : ''",
+        |text| text.as_str().is_some_and(|text| text.contains("default")),
+    )
+    .await;
+        self.done("queues").await;
 
-        page.open("/nodes").await;
-        page.wait_for(
+        self.open("/nodes").await;
+        self.wait_for(
             "the node and its GPU slots",
             "return document.querySelectorAll('.slot').length",
             |slots| slots.as_u64() == Some(2),
         )
         .await;
-        page.done("nodes").await;
+        self.done("nodes").await;
 
-        page.open("/cluster").await;
-        page.wait_for(
-            "the utilisation chart",
-            "const gd = document.getElementById('utilization'); return gd && gd.data ? gd.data.length : -1",
-            |series| series.as_i64() == Some(2),
-        )
-        .await;
-        page.wait_for(
-            "GPU-hours of the default team",
-            "const gd = document.getElementById('gpu-hours-by-team'); return gd && gd.data ? gd.data[0].x : []",
-            |teams| teams.as_array().is_some_and(|teams| teams.contains(&json!("default"))),
-        )
-        .await;
-        page.done("cluster").await;
-
-        client.close().await.expect("close the browser");
+        self.open("/cluster").await;
+        self.wait_for(
+        "the utilisation chart",
+        "const gd = document.getElementById('utilization'); return gd && gd.data ? gd.data.length : -1",
+        |series| series.as_i64() == Some(2),
+    )
+    .await;
+        self.wait_for(
+        "GPU-hours of the default team",
+        "const gd = document.getElementById('gpu-hours-by-team'); return gd && gd.data ? gd.data[0].x : []",
+        |teams| teams.as_array().is_some_and(|teams| teams.contains(&json!("default"))),
+    )
+    .await;
+        self.done("cluster").await;
     }
 }
 

@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::{TestCluster, trials, wait_until};
@@ -138,14 +139,41 @@ fn an_elastic_trial_grows_shrinks_and_ends_as_if_never_resized() {
     let mut cluster = TestCluster::start_with_policy("10s", Some(POLICY));
     cluster.start_node("n1", 4, 8);
     cluster.wait_for_nodes(1);
-
     // One trial holds two of the four slots until the flag appears (one
     // trial, so both slots free at once and the growth is one step, 2 to 4).
+    let (blockers, flag) = must_block_two_slots(&cluster);
+    let elastic = must_submit_elastic(&cluster);
+    // It starts with the two free slots.
+    let before_growth = wait_running_at(&cluster, &elastic, 1, 2, 0, 10);
+
+    // The blockers end: nobody waits, so it grows into the idle slots.
+    std::fs::write(&flag, "go").expect("the flag");
+    let blockers_done = cluster.wait_finished(&blockers, Duration::from_secs(60));
+    assert_eq!(blockers_done["state"], "succeeded", "{blockers_done:#}");
+    let grown = wait_running_at(&cluster, &elastic, 2, 4, before_growth, 40);
+
+    // A higher-priority trial wants two GPUs: the elastic trial shrinks to its
+    // minimum instead of being preempted.
+    let done = check_shrinks_for_a_higher_priority(&cluster, &elastic);
+    let trial = &trials(&done)[0];
+    check_resizes_resumed_and_never_preempted(&done, before_growth.min(grown));
+    // The same parameters as one process that never resized.
+    check_same_as_never_resized(trial);
+    // `xp status TRIAL` shows each size and why it changed.
+    let trial_id = trial["id"].as_str().expect("an id");
+    let text = cluster.must_xp(&["status", trial_id]);
+    assert!(text.contains("(4 workers)"), "{text}");
+    assert!(text.contains("resized: 4 to 2 workers"), "{text}");
+}
+
+/// A trial holding two of the four GPU slots until its flag file appears:
+/// the experiment and the flag's path.
+fn must_block_two_slots(cluster: &TestCluster) -> (String, PathBuf) {
     let flag = cluster
         .write_file("blockers.txt", "blockers wait for blockers.go\n")
         .with_extension("go");
     let blockers = submit(
-        &cluster,
+        cluster,
         "blockers",
         &format!(
             "name: blockers\ntrial:\n  command: [sh, -c, 'while [ ! -e {} ]; do sleep 0.1; done']\n  resources: {{gpu: 2}}\n",
@@ -158,38 +186,42 @@ fn an_elastic_trial_grows_shrinks_and_ends_as_if_never_resized() {
             .all(|trial| trial["state"] == "running")
             .then_some(())
     });
+    (blockers, flag)
+}
 
+/// Submits the elastic trial (2 to 4 workers) through the trainables driver;
+/// the experiment.
+fn must_submit_elastic(cluster: &TestCluster) -> String {
     let spec = format!(
         "name: elastic\nteam: tests\ntrial:\n  entry: elastic_sgd\n  workers: {{min: 2, max: 4}}\n  resources: {{cpu: 1, gpu: 1}}\nsearch:\n  algorithm: grid\n  space:\n    steps: {{choice: [{STEPS}]}}\n    every: {{choice: [20]}}\n    batch: {{choice: [{BATCH}]}}\n    step_ms: {{choice: [50]}}\n    data_seed: {{choice: [{DATA_SEED}]}}\n"
     );
     let path = cluster.write_file("elastic.yaml", &spec);
-    let elastic = cluster.run_driver(
+    cluster.run_driver(
         "examples/trainables",
         &["submit", "--spec", path.to_str().expect("a UTF-8 path")],
-    );
+    )
+}
 
-    // It starts with the two free slots.
-    let before_growth = wait_running_at(&cluster, &elastic, 1, 2, 0, 10);
-
-    // The blockers end: nobody waits, so it grows into the idle slots.
-    std::fs::write(&flag, "go").expect("the flag");
-    let blockers_done = cluster.wait_finished(&blockers, Duration::from_secs(60));
-    assert_eq!(blockers_done["state"], "succeeded", "{blockers_done:#}");
-    let grown = wait_running_at(&cluster, &elastic, 2, 4, before_growth, 40);
-
-    // A higher-priority trial wants two GPUs: the elastic trial shrinks to its
-    // minimum instead of being preempted.
+/// The higher-priority trial runs while the elastic one shrinks; both
+/// succeed. The elastic experiment's final status.
+fn check_shrinks_for_a_higher_priority(cluster: &TestCluster, elastic: &str) -> Value {
     let high = submit(
-        &cluster,
+        cluster,
         "high",
         "name: high\npriority: high\ntrial:\n  command: [sleep, '1']\n  resources: {gpu: 2}\n",
     );
     let high_done = cluster.wait_finished(&high, Duration::from_secs(120));
     assert_eq!(high_done["state"], "succeeded", "{high_done:#}");
-    let done = cluster.wait_finished(&elastic, Duration::from_secs(180));
+    let done = cluster.wait_finished(elastic, Duration::from_secs(180));
     assert_eq!(done["state"], "succeeded", "{done:#}");
+    done
+}
 
-    let trial = &trials(&done)[0];
+/// The attempts' sizes (2, 4, 2) and outcomes (resized, then succeeded);
+/// each restart resumed from the checkpoint taken as the gang stopped, at or
+/// after `first_resumable` (a resize repeats no step); no preemption.
+fn check_resizes_resumed_and_never_preempted(done: &Value, first_resumable: u64) {
+    let trial = &trials(done)[0];
     let attempts = trial["attempts"].as_array().expect("attempts");
     let sizes: Vec<usize> = attempts
         .iter()
@@ -222,7 +254,7 @@ fn an_elastic_trial_grows_shrinks_and_ends_as_if_never_resized() {
     // from the start: a resize repeats no step.
     for attempt in &attempts[1..] {
         let resumed = attempt["resumed_from"]["step"].as_u64().expect("resumed");
-        assert!(resumed >= before_growth.min(grown), "{attempt:#}");
+        assert!(resumed >= first_resumable, "{attempt:#}");
     }
     // No retry was used and no attempt was a preemption.
     assert!(
@@ -231,11 +263,13 @@ fn an_elastic_trial_grows_shrinks_and_ends_as_if_never_resized() {
             .all(|attempt| attempt["outcome"] != "preempted"),
         "{done:#}"
     );
+}
 
-    // The same parameters as one process that never resized. The trainable's
-    // sums are exact, so the runs agree bit for bit; the values travel as JSON
-    // (metric line, then `xp status --json`), whose float parsing is
-    // best-effort to the last bit, so they are compared to 1e-12.
+/// The trial's final parameters equal one process's that never resized. The
+/// trainable's sums are exact, so the runs agree bit for bit; the values
+/// travel as JSON (metric line, then `xp status --json`), whose float parsing
+/// is best-effort to the last bit, so they are compared to 1e-12.
+fn check_same_as_never_resized(trial: &Value) {
     let expected = never_resized(STEPS);
     for (name, expected) in ["w0", "w1", "w2", "w3", "b"].iter().zip(expected) {
         let got = trial["metrics"][name].as_f64().expect("a final parameter");
@@ -253,10 +287,4 @@ fn an_elastic_trial_grows_shrinks_and_ends_as_if_never_resized() {
             .any(|(all, short)| (all - short).abs() > 1e-9),
         "{expected:?} vs {one_short:?}"
     );
-
-    // `xp status TRIAL` shows each size and why it changed.
-    let trial_id = trial["id"].as_str().expect("an id");
-    let text = cluster.must_xp(&["status", trial_id]);
-    assert!(text.contains("(4 workers)"), "{text}");
-    assert!(text.contains("resized: 4 to 2 workers"), "{text}");
 }

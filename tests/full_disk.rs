@@ -162,10 +162,8 @@ fn head_log(cluster: &TestCluster) -> String {
 }
 
 #[test]
-#[expect(clippy::print_stderr, reason = "say why the test is skipped")]
 fn a_full_disk_is_survived_without_a_restart() {
-    if let Err(reason) = Tmpfs::can_mount() {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root): {reason}");
+    if !can_mount_or_say_why() {
         return;
     }
     let http = format!("127.0.0.1:{}", free_tcp_port());
@@ -187,6 +185,37 @@ fn a_full_disk_is_survived_without_a_restart() {
         &experiment_yaml("long", &script, &[1, 2, 3, 4]),
     );
     let short_yaml = cluster.write_file("short.yaml", &experiment_yaml("short", &script, &[11]));
+    let long = must_run_reporting_trials(&cluster, &long_yaml);
+    // Fill the disk while the trials report: the head must notice and refuse work.
+    let filler = tmpfs.fill();
+    check_full_disk_refuses_work(&cluster, &http, &short_yaml);
+    // Reads still answer, and nothing changes while nothing can be stored.
+    let during = check_nothing_changes_while_full(&cluster, &http, &long);
+    // Room again: the head re-opens its database by itself and carries on.
+    std::fs::remove_file(&filler).expect("delete the filler");
+    let short = check_head_carries_on(&cluster, &http, &long, &short_yaml, &during);
+    // The error was logged with back-off, not in a loop.
+    check_storage_error_logged_with_backoff(&cluster);
+    // A restart shows the same: everything shown was stored.
+    check_restart_shows_the_same(&mut cluster, &long, &short);
+    drop(tmpfs);
+}
+
+/// Whether a tmpfs can be mounted here; says why the test is skipped when not.
+#[expect(clippy::print_stderr, reason = "say why the test is skipped")]
+fn can_mount_or_say_why() -> bool {
+    match Tmpfs::can_mount() {
+        Ok(()) => true,
+        Err(reason) => {
+            eprintln!("skipped: cannot mount a tmpfs here (needs root): {reason}");
+            false
+        }
+    }
+}
+
+/// Submits the long experiment and waits until every trial runs and reports;
+/// the experiment.
+fn must_run_reporting_trials(cluster: &TestCluster, long_yaml: &Path) -> String {
     let long = cluster
         .must_xp(&["submit", long_yaml.to_str().expect("UTF-8")])
         .trim()
@@ -198,13 +227,16 @@ fn a_full_disk_is_survived_without_a_restart() {
             .all(|trial| trial["state"] == "running" && trial["last_step"].as_u64() >= Some(5))
             .then_some(())
     });
+    long
+}
 
-    // Fill the disk while the trials report: the head must notice and refuse work.
-    let filler = tmpfs.fill();
+/// On a full disk the head reports itself unhealthy and refuses a submission,
+/// saying why.
+fn check_full_disk_refuses_work(cluster: &TestCluster, http: &str, short_yaml: &Path) {
     let (_, problem) = wait_until(
         "the head to report itself unhealthy",
         Duration::from_secs(90),
-        || healthz(&http).filter(|(code, _)| *code != 200),
+        || healthz(http).filter(|(code, _)| *code != 200),
     );
     assert!(problem.contains("disk is full"), "{problem}");
     let refused = cluster.xp(&["submit", short_yaml.to_str().expect("UTF-8")]);
@@ -218,9 +250,17 @@ fn a_full_disk_is_survived_without_a_restart() {
             && refusal.contains("retry later"),
         "{refusal}"
     );
-    // Reads still answer, and nothing changes while nothing can be stored: not
-    // even the trial whose worker exits meanwhile (its exit is not stored yet).
-    let status = cluster.status(&long);
+}
+
+/// Reads still answer, and nothing changes while nothing can be stored: not
+/// even the trial whose worker exits meanwhile (its exit is not stored yet).
+/// What was shown.
+fn check_nothing_changes_while_full(
+    cluster: &TestCluster,
+    http: &str,
+    long: &str,
+) -> BTreeMap<String, (String, usize, Value)> {
+    let status = cluster.status(long);
     let during = shown(&status);
     let ending = trials(&status)
         .iter()
@@ -229,7 +269,7 @@ fn a_full_disk_is_survived_without_a_restart() {
         .expect("the short trial")
         .to_owned();
     cluster.must_xp(&["nodes"]);
-    assert!(!cluster.xp(&["cancel", &long]).status.success());
+    assert!(!cluster.xp(&["cancel", long]).status.success());
     wait_until(
         "the short trial's worker to exit",
         Duration::from_secs(60),
@@ -240,27 +280,37 @@ fn a_full_disk_is_survived_without_a_restart() {
                 .then_some(())
         },
     );
-    assert_eq!(shown(&cluster.status(&long)), during);
-    assert!(healthz(&http).is_some_and(|(code, _)| code != 200));
+    assert_eq!(shown(&cluster.status(long)), during);
+    assert!(healthz(http).is_some_and(|(code, _)| code != 200));
+    during
+}
 
-    // Room again: the head re-opens its database by itself and carries on.
-    std::fs::remove_file(&filler).expect("delete the filler");
+/// With room again the head is healthy by itself, takes the short
+/// experiment, and every trial runs once; what was shown during the outage
+/// was stored. The short experiment.
+fn check_head_carries_on(
+    cluster: &TestCluster,
+    http: &str,
+    long: &str,
+    short_yaml: &Path,
+    during: &BTreeMap<String, (String, usize, Value)>,
+) -> String {
     wait_until(
         "the head to be healthy again",
         Duration::from_secs(60),
-        || healthz(&http).filter(|(code, _)| *code == 200),
+        || healthz(http).filter(|(code, _)| *code == 200),
     );
     let short = cluster
         .must_xp(&["submit", short_yaml.to_str().expect("UTF-8")])
         .trim()
         .to_owned();
-    cluster.wait_finished(&long, Duration::from_secs(240));
+    cluster.wait_finished(long, Duration::from_secs(240));
     cluster.wait_finished(&short, Duration::from_secs(120));
-    check_ran_once(&cluster, &long);
-    check_ran_once(&cluster, &short);
+    check_ran_once(cluster, long);
+    check_ran_once(cluster, &short);
     // What was shown during the outage was stored: nothing went back.
-    let after = shown(&cluster.status(&long));
-    for (trial, (state, attempts, _)) in &during {
+    let after = shown(&cluster.status(long));
+    for (trial, (state, attempts, _)) in during {
         assert!(
             *attempts <= 1,
             "{trial} had {attempts} attempts during the outage"
@@ -269,9 +319,13 @@ fn a_full_disk_is_survived_without_a_restart() {
             assert_eq!(after[trial].0, "succeeded", "{trial}");
         }
     }
+    short
+}
 
-    // The error was logged with back-off, not in a loop.
-    let log = head_log(&cluster);
+/// The storage error was logged with back-off, not in a loop, and the
+/// recovery too.
+fn check_storage_error_logged_with_backoff(cluster: &TestCluster) {
+    let log = head_log(cluster);
     let storage_lines = log
         .lines()
         .filter(|line| line.contains("cannot store anything"))
@@ -281,21 +335,16 @@ fn a_full_disk_is_survived_without_a_restart() {
         "{storage_lines} log lines about the storage failure"
     );
     assert!(log.contains("the head can store again"), "{log}");
+}
 
-    // A restart shows the same: everything shown was stored.
-    let before_restart = (
-        shown(&cluster.status(&long)),
-        shown(&cluster.status(&short)),
-    );
+/// After a restart of the head, everything shown before is shown again.
+fn check_restart_shows_the_same(cluster: &mut TestCluster, long: &str, short: &str) {
+    let before_restart = (shown(&cluster.status(long)), shown(&cluster.status(short)));
     cluster.kill_head();
     cluster.restart_head();
     cluster.wait_for_nodes(1);
     assert_eq!(
-        (
-            shown(&cluster.status(&long)),
-            shown(&cluster.status(&short))
-        ),
+        (shown(&cluster.status(long)), shown(&cluster.status(short))),
         before_restart
     );
-    drop(tmpfs);
 }

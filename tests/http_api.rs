@@ -122,7 +122,18 @@ fn start(head_args: &[&str]) -> (TestCluster, Api) {
 #[test]
 fn a_large_experiment_pages_through_every_trial_once() {
     let (cluster, api) = start(&[]);
-    // 20 x 15 = 300 trials; with no node they all wait.
+    let experiment = must_submit_300_waiting_trials(&cluster);
+    check_trials_page_once_in_order(&cluster, &api, &experiment);
+    // Summaries, not trials.
+    check_summaries_carry_no_trials(&api, &experiment);
+    // Bad parameters are 400s that name the parameter.
+    check_bad_parameters_named(&api, &experiment);
+    // What does not exist is a 404; a body is refused unread.
+    check_missing_and_oversized(&api, &experiment);
+}
+
+/// 20 x 15 = 300 trials; with no node they all wait. The experiment.
+fn must_submit_300_waiting_trials(cluster: &TestCluster) -> String {
     let xs: Vec<String> = (0..20).map(|x| x.to_string()).collect();
     let ys: Vec<String> = (0..15).map(|y| y.to_string()).collect();
     let spec = cluster.write_file(
@@ -137,13 +148,18 @@ fn a_large_experiment_pages_through_every_trial_once() {
         .must_xp(&["submit", spec.to_str().unwrap()])
         .trim()
         .to_owned();
+    experiment
+}
+
+/// Every trial once, in order, whatever the page size; newest first; by
+/// metric; filtered by state. The trials are in `xp status --json`'s shape.
+fn check_trials_page_once_in_order(cluster: &TestCluster, api: &Api, experiment: &str) {
     let trials_path = format!("/api/experiments/{experiment}/trials?sort=id");
     let expected: Vec<String> = (0..300)
         .map(|index| format!("{experiment}-t{index}"))
         .collect();
-
     for limit in [37, 300, 1000] {
-        let (items, total) = walk(&api, &trials_path, limit);
+        let (items, total) = walk(api, &trials_path, limit);
         assert_eq!(total, 300);
         assert_eq!(
             ids(&items),
@@ -152,12 +168,12 @@ fn a_large_experiment_pages_through_every_trial_once() {
         );
     }
     // The trials are in `xp status --json`'s shape.
-    let status = cluster.status(&experiment);
-    let (first, _) = walk(&api, &trials_path, 1000);
+    let status = cluster.status(experiment);
+    let (first, _) = walk(api, &trials_path, 1000);
     assert_eq!(first[0], common::trials(&status)[0]);
 
     let (newest_first, _) = walk(
-        &api,
+        api,
         &format!("/api/experiments/{experiment}/trials?sort=-id"),
         64,
     );
@@ -166,32 +182,35 @@ fn a_large_experiment_pages_through_every_trial_once() {
     assert_eq!(ids(&newest_first), reversed);
     // Metric order with no metric reported yet: all last, by index.
     let (by_metric, _) = walk(
-        &api,
+        api,
         &format!("/api/experiments/{experiment}/trials?sort=-metric"),
         100,
     );
     assert_eq!(ids(&by_metric), expected);
     // Waiting trials are queued or pending; a filter on other states is empty.
     let (waiting, waiting_total) = walk(
-        &api,
+        api,
         &format!("/api/experiments/{experiment}/trials?state=queued,pending"),
         99,
     );
     assert_eq!(waiting.len(), 300);
     assert_eq!(waiting_total, 300);
     let (running, running_total) = walk(
-        &api,
+        api,
         &format!("/api/experiments/{experiment}/trials?state=running"),
         10,
     );
     assert_eq!((running.len(), running_total), (0, 0));
+}
 
-    // Summaries, not trials.
-    let listing = must_get(&api, "/api/experiments?limit=10");
+/// The experiments listing holds summaries with counts, not trials; an
+/// experiment, its metrics, the nodes and the queues answer.
+fn check_summaries_carry_no_trials(api: &Api, experiment: &str) {
+    let listing = must_get(api, "/api/experiments?limit=10");
     assert_eq!(listing["total"], 1);
     assert_eq!(listing["next_cursor"], Value::Null);
     let summary = &listing["items"][0];
-    assert_eq!(summary["id"], experiment.as_str());
+    assert_eq!(summary["id"], experiment);
     assert_eq!(summary["trial_count"], 300);
     assert!(
         summary.get("trials").is_none(),
@@ -206,52 +225,54 @@ fn a_large_experiment_pages_through_every_trial_once() {
     assert_eq!(counted, 300);
     assert_eq!(summary["best"], Value::Null);
     assert_eq!(
-        must_get(&api, &format!("/api/experiments/{experiment}")),
+        must_get(api, &format!("/api/experiments/{experiment}")),
         *summary
     );
-    let metrics = must_get(&api, &format!("/api/trials/{experiment}-t0/metrics"));
+    let metrics = must_get(api, &format!("/api/trials/{experiment}-t0/metrics"));
     assert_eq!(
         (metrics["total"].clone(), metrics["items"].clone()),
         (0.into(), Value::Array(Vec::new()))
     );
-    let nodes = must_get(&api, "/api/nodes");
+    let nodes = must_get(api, "/api/nodes");
     assert_eq!(nodes["total"], 0);
-    let queues = must_get(&api, "/api/queues?limit=1");
+    let queues = must_get(api, "/api/queues?limit=1");
     assert!(
         queues["items"]
             .as_array()
             .is_some_and(|items| items.len() == 1)
     );
+}
 
-    // Bad parameters are 400s that name the parameter.
+/// Bad parameters are 400s that name the parameter.
+fn check_bad_parameters_named(api: &Api, experiment: &str) {
     let trials = format!("/api/experiments/{experiment}/trials");
-    check_bad(&api, &format!("{trials}?limit=0"), "limit");
-    check_bad(&api, &format!("{trials}?limit=100000"), "limit");
-    check_bad(&api, &format!("{trials}?limit=-1"), "limit");
-    check_bad(&api, &format!("{trials}?limit=ten"), "limit");
-    check_bad(&api, "/api/experiments?limit=0", "limit");
-    check_bad(&api, "/api/experiments?limit=100000", "limit");
-    check_bad(&api, &format!("{trials}?cursor=garbage"), "cursor");
-    check_bad(&api, "/api/experiments?cursor=garbage", "cursor");
-    check_bad(&api, "/api/nodes?cursor=garbage", "cursor");
+    check_bad(api, &format!("{trials}?limit=0"), "limit");
+    check_bad(api, &format!("{trials}?limit=100000"), "limit");
+    check_bad(api, &format!("{trials}?limit=-1"), "limit");
+    check_bad(api, &format!("{trials}?limit=ten"), "limit");
+    check_bad(api, "/api/experiments?limit=0", "limit");
+    check_bad(api, "/api/experiments?limit=100000", "limit");
+    check_bad(api, &format!("{trials}?cursor=garbage"), "cursor");
+    check_bad(api, "/api/experiments?cursor=garbage", "cursor");
+    check_bad(api, "/api/nodes?cursor=garbage", "cursor");
     check_bad(
-        &api,
+        api,
         &format!("/api/trials/{experiment}-t0/metrics?cursor=garbage"),
         "cursor",
     );
-    let second_page = must_get(&api, &format!("{trials}?sort=id&limit=5"));
+    let second_page = must_get(api, &format!("{trials}?sort=id&limit=5"));
     let id_cursor = encode(second_page["next_cursor"].as_str().expect("a cursor"));
     check_bad(
-        &api,
+        api,
         &format!("{trials}?sort=metric&cursor={id_cursor}"),
         "cursor",
     );
-    check_bad(&api, &format!("{trials}?sort=loss"), "sort");
-    check_bad(&api, &format!("{trials}?state=asleep"), "state");
-    check_bad(&api, &format!("{trials}?limit=5&limit=6"), "limit");
-    check_bad(&api, "/api/experiments/not-an-id", "id");
-    check_bad(&api, "/api/trials/nonsense/metrics", "id");
-    let (status, body) = get(&api, &format!("{trials}?page=2"));
+    check_bad(api, &format!("{trials}?sort=loss"), "sort");
+    check_bad(api, &format!("{trials}?state=asleep"), "state");
+    check_bad(api, &format!("{trials}?limit=5&limit=6"), "limit");
+    check_bad(api, "/api/experiments/not-an-id", "id");
+    check_bad(api, "/api/trials/nonsense/metrics", "id");
+    let (status, body) = get(api, &format!("{trials}?page=2"));
     assert_eq!(status, 400, "an unknown parameter: {body}");
     assert!(
         body["error"]
@@ -259,21 +280,23 @@ fn a_large_experiment_pages_through_every_trial_once() {
             .is_some_and(|error| error.contains("page")),
         "{body}"
     );
+}
 
-    // What does not exist is a 404; a body is refused unread.
+/// What does not exist is a 404; a body is refused unread (413), a long query too (414).
+fn check_missing_and_oversized(api: &Api, experiment: &str) {
     let unknown = "0123456789abcdef";
-    assert_eq!(get(&api, &format!("/api/experiments/{unknown}")).0, 404);
+    assert_eq!(get(api, &format!("/api/experiments/{unknown}")).0, 404);
     assert_eq!(
-        get(&api, &format!("/api/experiments/{unknown}/trials")).0,
+        get(api, &format!("/api/experiments/{unknown}/trials")).0,
         404
     );
     assert_eq!(
-        get(&api, &format!("/api/trials/{experiment}-t300/metrics")).0,
+        get(api, &format!("/api/trials/{experiment}-t300/metrics")).0,
         404
     );
-    assert_eq!(request(&api, "GET", "/api/nodes", &[b'x'; 1000]).0, 413);
+    assert_eq!(request(api, "GET", "/api/nodes", &[b'x'; 1000]).0, 413);
     let long_query = format!("/api/nodes?cursor={}", "x".repeat(5000));
-    assert_eq!(get(&api, &long_query).0, 414);
+    assert_eq!(get(api, &long_query).0, 414);
 }
 
 #[test]

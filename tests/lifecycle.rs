@@ -25,22 +25,33 @@ fn cancel_reuse_spawn_trial_results_and_graceful_node_shutdown() {
     let mut cluster = TestCluster::start("10s");
     cluster.start_node("a", 1, 2);
     cluster.wait_for_nodes(1);
-
     // Cancel: the running worker is killed and its GPU is free again.
+    check_cancel_frees_the_slot(&cluster);
+    // Reuse: an identical finished experiment answers with its id; --rerun makes a new run.
+    check_identical_submission_reused(&cluster);
+    // The SDK: spawn one trial with fixed parameters, then read the results table.
+    check_sdk_spawns_a_trial_and_reads_results(&cluster);
+    // SIGTERM: the node stops its worker (and the worker's children) and exits cleanly.
+    check_sigterm_stops_workers(&mut cluster);
+}
+
+/// Cancelling a running experiment kills its worker and frees its GPU; every
+/// trial is cancelled.
+fn check_cancel_frees_the_slot(cluster: &TestCluster) {
     let sleepy = cluster.write_file("sleepy.yaml", "name: sleepy\ntrial:\n  command: [sleep, '{s}']\n  resources: {gpu: 1}\nsearch:\n  algorithm: grid\n  space: {s: {choice: [30, 31]}}\n");
     let experiment = cluster
         .must_xp(&["submit", sleepy.to_str().unwrap()])
         .trim()
         .to_owned();
     wait_until("a running trial", Duration::from_secs(30), || {
-        (free_gpus_and_workers(&cluster) == (0, 1)).then_some(())
+        (free_gpus_and_workers(cluster) == (0, 1)).then_some(())
     });
     assert_eq!(
         cluster.must_xp(&["cancel", &experiment]).trim(),
         "cancelled 2 trial(s)"
     );
     wait_until("the slot to be freed", Duration::from_secs(30), || {
-        (free_gpus_and_workers(&cluster) == (1, 0)).then_some(())
+        (free_gpus_and_workers(cluster) == (1, 0)).then_some(())
     });
     let status = cluster.status(&experiment);
     assert_eq!(status["state"], "cancelled");
@@ -50,8 +61,10 @@ fn cancel_reuse_spawn_trial_results_and_graceful_node_shutdown() {
             .all(|trial| trial["state"] == "cancelled"),
         "{status:#}"
     );
+}
 
-    // Reuse: an identical finished experiment answers with its id; --rerun makes a new run.
+/// An identical finished experiment answers with its id; `--rerun` makes a new run.
+fn check_identical_submission_reused(cluster: &TestCluster) {
     let quick = cluster.write_file(
         "quick.yaml",
         "name: quick\ntrial:\n  command: [sh, -c, 'echo \"XP_METRIC {\\\"v\\\": 1}\"']\n",
@@ -69,8 +82,10 @@ fn cancel_reuse_spawn_trial_results_and_graceful_node_shutdown() {
         .trim()
         .to_owned();
     assert_eq!(rerun, format!("{first}.2"));
+}
 
-    // The SDK: spawn one trial with fixed parameters, then read the results table.
+/// The SDK spawns one trial with fixed parameters and reads the results table.
+fn check_sdk_spawns_a_trial_and_reads_results(cluster: &TestCluster) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let client = Client::connect(&cluster.join).await.unwrap();
@@ -99,8 +114,11 @@ fn cancel_reuse_spawn_trial_results_and_graceful_node_shutdown() {
         assert_eq!(rows[0].config["a"], 5);
         client.close().await;
     });
+}
 
-    // SIGTERM: the node stops its worker (and the worker's children) and exits cleanly.
+/// On SIGTERM the node stops its worker (and the worker's children), exits
+/// cleanly, and the head hears the worker's end.
+fn check_sigterm_stops_workers(cluster: &mut TestCluster) {
     let pid_file = cluster.dir.path().join("worker.pid");
     let long = cluster.write_file(
         "long.yaml",

@@ -85,18 +85,21 @@ fn xp_run_runs_a_sweep_locally_and_leaves_its_records_readable() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     std::fs::write(dir.path().join("sweep.yaml"), SWEEP).expect("the sweep is written");
     let data_dir = dir.path().join("state");
-    let data_dir_arg = data_dir.to_str().expect("a UTF-8 path");
+    let data_dir = data_dir.to_str().expect("a UTF-8 path");
+    let rows = check_run_prints_table_and_progress(dir.path(), data_dir);
+    // `xp run` has exited: the records are read from the data directory alone.
+    let (experiment, best_trial) = check_status_from_data_dir(dir.path(), data_dir, &rows);
+    check_logs_from_data_dir(dir.path(), data_dir, &best_trial);
+    // `xp compare` reads the same records: one configuration per trial, best first.
+    check_compare_from_data_dir(dir.path(), data_dir, &experiment);
+}
 
+/// `xp run` prints the results table (every trial succeeded, the best is i =
+/// 3) and plain progress and event lines; the table's rows.
+fn check_run_prints_table_and_progress(dir: &Path, data_dir: &str) -> BTreeMap<String, f64> {
     let run = xp(
-        dir.path(),
-        &[
-            "run",
-            "sweep.yaml",
-            "--data-dir",
-            data_dir_arg,
-            "--gpus",
-            "0",
-        ],
+        dir,
+        &["run", "sweep.yaml", "--data-dir", data_dir, "--gpus", "0"],
     );
     let stdout = String::from_utf8(run.stdout).expect("UTF-8 output");
     let stderr = String::from_utf8(run.stderr).expect("UTF-8 output");
@@ -124,12 +127,17 @@ fn xp_run_runs_a_sweep_locally_and_leaves_its_records_readable() {
             "an event line for {trial}:\n{stderr}"
         );
     }
+    rows
+}
 
-    // `xp run` has exited: the records are read from the data directory alone.
-    let status = xp(
-        dir.path(),
-        &["status", "--data-dir", data_dir_arg, "--json"],
-    );
+/// `xp status --data-dir` shows the experiment succeeded with the same trials
+/// and losses as the run's table; the experiment and the best trial (i = 3).
+fn check_status_from_data_dir(
+    dir: &Path,
+    data_dir: &str,
+    rows: &BTreeMap<String, f64>,
+) -> (String, String) {
+    let status = xp(dir, &["status", "--data-dir", data_dir, "--json"]);
     let experiments: Vec<Value> = String::from_utf8(status.stdout)
         .expect("UTF-8 output")
         .lines()
@@ -152,32 +160,29 @@ fn xp_run_runs_a_sweep_locally_and_leaves_its_records_readable() {
         stored.insert(id, loss);
     }
     assert_eq!(
-        stored, rows,
+        &stored, rows,
         "the same trials and metrics as the run's table"
     );
 
-    let best_trial = best_trial.expect("the trial with i = 3");
-    let logs = xp(
-        dir.path(),
-        &["logs", "--data-dir", data_dir_arg, &best_trial],
-    );
+    let experiment = experiments[0]["id"].as_str().expect("an id").to_owned();
+    (experiment, best_trial.expect("the trial with i = 3"))
+}
+
+/// `xp logs --data-dir` prints the best trial's output.
+fn check_logs_from_data_dir(dir: &Path, data_dir: &str, best_trial: &str) {
+    let logs = xp(dir, &["logs", "--data-dir", data_dir, best_trial]);
     let logs = String::from_utf8(logs.stdout).expect("UTF-8 output");
     assert!(
         logs.contains("hello from 3") && logs.contains("XP_METRIC"),
         "the trial's output:\n{logs}"
     );
+}
 
-    // `xp compare` reads the same records: one configuration per trial, best first.
-    let experiment_id = experiments[0]["id"].as_str().expect("an id");
+/// `xp compare --data-dir` lists one configuration per trial, best first.
+fn check_compare_from_data_dir(dir: &Path, data_dir: &str, experiment: &str) {
     let compare = xp(
-        dir.path(),
-        &[
-            "compare",
-            "--data-dir",
-            data_dir_arg,
-            experiment_id,
-            "--json",
-        ],
+        dir,
+        &["compare", "--data-dir", data_dir, experiment, "--json"],
     );
     let configs: Vec<Value> = String::from_utf8(compare.stdout)
         .expect("UTF-8 output")

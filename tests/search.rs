@@ -175,7 +175,27 @@ fn a_multi_objective_sweep_reports_its_pareto_front() {
         .must_xp(&["submit", spec.to_str().unwrap()])
         .trim()
         .to_owned();
-    let status = cluster.wait_finished(&experiment, Duration::from_secs(120));
+    let expected = check_grid_front(&cluster, &experiment);
+    // The table says the same, and `xp compare` reports the front of configurations.
+    check_front_in_status_and_compare(&cluster, &experiment, expected);
+    // An adaptive multi-objective sweep (MOTPE) runs its budget and reports a front
+    // with the default reference point.
+    check_tpe_front(&cluster, &script);
+    // A spec the front cannot serve is refused naming the field.
+    let bad = cluster.write_file(
+        "front-gp.yaml",
+        "name: bad\ntrial: {command: [true]}\nsearch:\n  algorithm: gp\n  space: {x: {uniform: [0, 1]}}\n  metric: [a, b]\n  mode: [max, min]\n  trials: 2\n",
+    );
+    let refused = cluster.xp(&["submit", bad.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("search.algorithm"), "{stderr}");
+}
+
+/// The grid's front: its members and their values, its hypervolume by hand,
+/// and each member's contribution, largest first. The hypervolume.
+fn check_grid_front(cluster: &TestCluster, experiment: &str) -> f64 {
+    let status = cluster.wait_finished(experiment, Duration::from_secs(120));
     assert_eq!(trials(&status).len(), 6, "{status:#}");
     assert_eq!(status["metric"], "a", "{status:#}");
     assert_eq!(
@@ -218,15 +238,19 @@ fn a_multi_objective_sweep_reports_its_pareto_front() {
         .collect();
     assert!(contributions.iter().all(|value| *value > 0.0));
     assert!(contributions.windows(2).all(|pair| pair[0] >= pair[1]));
+    expected
+}
 
-    // The table says the same, and `xp compare` reports the front of configurations.
-    let table = cluster.must_xp(&["status", &experiment]);
+/// `xp status` says how many trials are on the front and that the reference
+/// was declared; `xp compare --json` reports the front first.
+fn check_front_in_status_and_compare(cluster: &TestCluster, experiment: &str, expected: f64) {
+    let table = cluster.must_xp(&["status", experiment]);
     assert!(
         table.contains("Pareto front: 4 of 5 evaluated trials"),
         "{table}"
     );
     assert!(table.contains("(declared)"), "{table}");
-    let compare = cluster.must_xp(&["compare", &experiment, "--json"]);
+    let compare = cluster.must_xp(&["compare", experiment, "--json"]);
     let lines: Vec<serde_json::Value> = compare
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
@@ -234,9 +258,11 @@ fn a_multi_objective_sweep_reports_its_pareto_front() {
     assert_eq!(lines[0]["front"]["size"], 4, "{compare}");
     assert!((lines[0]["front"]["hypervolume"].as_f64().unwrap() - expected).abs() < 1e-9);
     assert_eq!(lines.len(), 1 + 6, "{compare}");
+}
 
-    // An adaptive multi-objective sweep (MOTPE) runs its budget and reports a front
-    // with the default reference point.
+/// A MOTPE sweep runs its budget and reports a front on the script's line,
+/// with the default reference point.
+fn check_tpe_front(cluster: &TestCluster, script: &std::path::Path) {
     let tpe = cluster.write_file(
         "front-tpe.yaml",
         &format!(
@@ -261,16 +287,6 @@ fn a_multi_objective_sweep_reports_its_pareto_front() {
         assert!((b - 10.0 * a).abs() < 1e-4, "{member:#}");
     }
     assert!(front["hypervolume"].as_f64().unwrap() > 0.0, "{front:#}");
-
-    // A spec the front cannot serve is refused naming the field.
-    let bad = cluster.write_file(
-        "front-gp.yaml",
-        "name: bad\ntrial: {command: [true]}\nsearch:\n  algorithm: gp\n  space: {x: {uniform: [0, 1]}}\n  metric: [a, b]\n  mode: [max, min]\n  trials: 2\n",
-    );
-    let refused = cluster.xp(&["submit", bad.to_str().unwrap()]);
-    assert!(!refused.status.success());
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("search.algorithm"), "{stderr}");
 }
 
 #[test]

@@ -79,51 +79,18 @@ fn manifest() -> Vec<CheckpointFile> {
 /// Valid messages of every direction, with the nested vectors, strings and maps
 /// whose length prefixes a hostile peer would inflate.
 fn messages() -> Vec<Message> {
-    let spec_json = r#"{"name":"sweep","team":"vision","trial":{"command":["python","train.py","--lr","{lr}"]},"search":{"algorithm":"grid","space":{"lr":{"values":[0.1,0.01]}}}}"#;
     vec![
         Message::Hello(Hello {
             token: "f00dcafe".repeat(8),
             role: PeerRole::Node,
             agent: "xp-node 0.1".to_owned(),
         }),
-        Message::Request(Request::Submit(SubmitRequest {
-            spec_json: spec_json.to_owned(),
-            program: Some(BlobHash([4; 32])),
-            code_version: "git:0123abcd+dirty:ffee".to_owned(),
-            data_version: "blake3:99aa".to_owned(),
-            rerun: false,
-        })),
+        submit(),
         Message::Request(Request::SharingDrivers {
             experiment: trial(0).experiment,
             sessions: vec!["driver-a".to_owned(), "driver-b".to_owned()],
         }),
-        Message::FromNode(NodeMessage::Register(NodeRegistration {
-            node_id: node_id(),
-            name: "gpu-7".to_owned(),
-            advertise_host: "10.0.0.7".to_owned(),
-            resources: NodeResources {
-                gpus: vec![
-                    GpuInfo {
-                        index: 0,
-                        model: "H100".to_owned(),
-                        memory_bytes: 80 << 30,
-                    };
-                    2
-                ],
-                cpu_milli: 64_000,
-                memory_bytes: 512 << 30,
-            },
-            labels: BTreeMap::from([("rack".to_owned(), "r1".to_owned())]),
-            running: vec![key(0), key(1)],
-            objects: Some(source(4200).endpoint),
-            held_objects: vec![HeldObject {
-                id: ObjectId([1; 32]),
-                pinned: true,
-                trials: vec![trial(1), trial(2)],
-                drivers: vec!["driver-a".to_owned()],
-            }],
-            isolation: Default::default(),
-        })),
+        register(),
         Message::FromNode(NodeMessage::Report {
             seq: 41,
             report: WorkerReport::Checkpoint {
@@ -143,39 +110,7 @@ fn messages() -> Vec<Message> {
                 values: vec![("loss".to_owned(), 0.25), ("acc".to_owned(), 0.9)],
             },
         }),
-        Message::ToNode(HeadCommand::Launch(Box::new(Launch {
-            key: key(1),
-            world_size: 2,
-            local_rank: 1,
-            program: Program::Command {
-                argv: vec!["python".to_owned(), "train.py".to_owned()],
-            },
-            config_json: r#"{"lr":0.1,"seed":7}"#.to_owned(),
-            seed: 7,
-            gpu_indices: vec![0, 1],
-            gpu_milli: 1000,
-            master_addr: "10.0.0.7".to_owned(),
-            master_port: 29_500,
-            collective_token: [5; 32],
-            transport: CollectiveTransport::Quic,
-            resume: Some(ResumeFrom {
-                step: 1200,
-                attempt: 1,
-                files: manifest(),
-                sources: vec![source(4200), source(4201)],
-                backup: None,
-            }),
-            cpu_milli: 4000,
-            memory_bytes: 16 << 30,
-            inputs: vec![xp_runtime::protocol::LaunchInput {
-                name: "prepare.outputs".to_owned(),
-                marker: "{xp-input:prepare.outputs:0123456789abcdef}".to_owned(),
-                files: manifest(),
-                sources: vec![source(4200)],
-            }],
-            collect_outputs: true,
-            oversubscription_milli: 1500,
-        }))),
+        launch(),
         Message::FromNode(NodeMessage::Report {
             seq: 43,
             report: WorkerReport::Outputs {
@@ -207,29 +142,7 @@ fn messages() -> Vec<Message> {
             objects: vec![(ObjectId([2; 32]), 4096), (ObjectId([3; 32]), 1 << 20)],
             sources: vec![source(4200)],
         }),
-        Message::FromNode(NodeMessage::Telemetry(
-            xp_runtime::protocol::NodeTelemetry {
-                at: 1_700_000_000_000,
-                workers: vec![xp_runtime::protocol::WorkerSample {
-                    key: key(0),
-                    cpu_cores: Some(1.5),
-                    rss_bytes: Some(200 << 20),
-                    gpu_util: Some(87.0),
-                    gpu_mem_bytes: None,
-                    gpu_power_w: Some(250.0),
-                }],
-                gpus: vec![xp_runtime::protocol::GpuSample {
-                    index: 0,
-                    util: 87.0,
-                    memory_used_bytes: 5 << 30,
-                    power_w: Some(250.0),
-                }],
-                store: xp_runtime::protocol::StoreUsage {
-                    memory_bytes: 1 << 20,
-                    disk_bytes: 4 << 20,
-                },
-            },
-        )),
+        telemetry(),
         Message::Request(Request::Telemetry { trial: trial(3) }),
         Message::Request(Request::Report(xp_runtime::protocol::ReportRequest {
             experiment: Some("0123abcd".to_owned()),
@@ -239,6 +152,113 @@ fn messages() -> Vec<Message> {
         Message::Response(xp_runtime::protocol::Response::Report(Box::new(report()))),
         Message::Error(RemoteError::new(ErrorCode::BadRequest, "no such trial")),
     ]
+}
+
+/// A submission with a spec, a program and versions.
+fn submit() -> Message {
+    let spec_json = r#"{"name":"sweep","team":"vision","trial":{"command":["python","train.py","--lr","{lr}"]},"search":{"algorithm":"grid","space":{"lr":{"values":[0.1,0.01]}}}}"#;
+    Message::Request(Request::Submit(SubmitRequest {
+        spec_json: spec_json.to_owned(),
+        program: Some(BlobHash([4; 32])),
+        code_version: "git:0123abcd+dirty:ffee".to_owned(),
+        data_version: "blake3:99aa".to_owned(),
+        rerun: false,
+    }))
+}
+
+/// A node's registration, with its GPUs, labels, running workers and held objects.
+fn register() -> Message {
+    Message::FromNode(NodeMessage::Register(NodeRegistration {
+        node_id: node_id(),
+        name: "gpu-7".to_owned(),
+        advertise_host: "10.0.0.7".to_owned(),
+        resources: NodeResources {
+            gpus: vec![
+                GpuInfo {
+                    index: 0,
+                    model: "H100".to_owned(),
+                    memory_bytes: 80 << 30,
+                };
+                2
+            ],
+            cpu_milli: 64_000,
+            memory_bytes: 512 << 30,
+        },
+        labels: BTreeMap::from([("rack".to_owned(), "r1".to_owned())]),
+        running: vec![key(0), key(1)],
+        objects: Some(source(4200).endpoint),
+        held_objects: vec![HeldObject {
+            id: ObjectId([1; 32]),
+            pinned: true,
+            trials: vec![trial(1), trial(2)],
+            drivers: vec!["driver-a".to_owned()],
+        }],
+        isolation: Default::default(),
+    }))
+}
+
+/// A launch of a resumed worker with its inputs.
+fn launch() -> Message {
+    Message::ToNode(HeadCommand::Launch(Box::new(Launch {
+        key: key(1),
+        world_size: 2,
+        local_rank: 1,
+        program: Program::Command {
+            argv: vec!["python".to_owned(), "train.py".to_owned()],
+        },
+        config_json: r#"{"lr":0.1,"seed":7}"#.to_owned(),
+        seed: 7,
+        gpu_indices: vec![0, 1],
+        gpu_milli: 1000,
+        master_addr: "10.0.0.7".to_owned(),
+        master_port: 29_500,
+        collective_token: [5; 32],
+        transport: CollectiveTransport::Quic,
+        resume: Some(ResumeFrom {
+            step: 1200,
+            attempt: 1,
+            files: manifest(),
+            sources: vec![source(4200), source(4201)],
+            backup: None,
+        }),
+        cpu_milli: 4000,
+        memory_bytes: 16 << 30,
+        inputs: vec![xp_runtime::protocol::LaunchInput {
+            name: "prepare.outputs".to_owned(),
+            marker: "{xp-input:prepare.outputs:0123456789abcdef}".to_owned(),
+            files: manifest(),
+            sources: vec![source(4200)],
+        }],
+        collect_outputs: true,
+        oversubscription_milli: 1500,
+    })))
+}
+
+/// A node's telemetry: a worker's and a GPU's samples and its store's usage.
+fn telemetry() -> Message {
+    Message::FromNode(NodeMessage::Telemetry(
+        xp_runtime::protocol::NodeTelemetry {
+            at: 1_700_000_000_000,
+            workers: vec![xp_runtime::protocol::WorkerSample {
+                key: key(0),
+                cpu_cores: Some(1.5),
+                rss_bytes: Some(200 << 20),
+                gpu_util: Some(87.0),
+                gpu_mem_bytes: None,
+                gpu_power_w: Some(250.0),
+            }],
+            gpus: vec![xp_runtime::protocol::GpuSample {
+                index: 0,
+                util: 87.0,
+                memory_used_bytes: 5 << 30,
+                power_w: Some(250.0),
+            }],
+            store: xp_runtime::protocol::StoreUsage {
+                memory_bytes: 1 << 20,
+                disk_bytes: 4 << 20,
+            },
+        },
+    ))
 }
 
 /// A report with every nested sequence filled: models, a curve, an Amdahl fit.
