@@ -209,7 +209,6 @@ fn check_nan_loss_stops_its_trial(cluster: &TestCluster, receiver: &Receiver) ->
     let text = cluster.must_xp(&["status", &nan]);
     assert!(text.contains("loss=NaN"), "{text}");
     assert!(text.contains("stopped: alert `nan-loss`"), "{text}");
-
     (nan, trial_id)
 }
 
@@ -334,7 +333,6 @@ fn check_policy_threshold_fires(cluster: &TestCluster) -> String {
     assert_eq!(listed[0]["value"], 5000.0);
     assert_eq!(listed[0]["step"], 5);
     assert_eq!(listed[0]["actions"], serde_json::json!(["event"]));
-
     plain
 }
 

@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{TestCluster, trials, wait_until};
@@ -70,10 +70,28 @@ fn check_restart_adopts_everything(after_nodes_noticed: bool) {
     cluster.start_node("a", 0, 3);
     cluster.start_node("b", 0, 3);
     cluster.wait_for_nodes(2);
+    let shared = must_make_shared_files(&cluster);
+    let experiment = must_submit_gated_trials(&cluster, &shared);
+    // Every trial runs (the head has recorded its start) before the head dies.
+    wait_until("six running trials", Duration::from_secs(120), || {
+        let status = cluster.status(&experiment);
+        let running = trials(&status)
+            .iter()
+            .filter(|trial| trial["state"] == "running")
+            .count();
+        (running == 6 && lines_of(&shared.join("runs")).len() == 6).then_some(())
+    });
+    cluster.kill_head();
+    must_restart_through_the_gates(&mut cluster, &shared, after_nodes_noticed);
+    check_every_trial_ran_once(&cluster, &experiment, &shared);
+}
+
+/// The directory the trials share, with the two files they append to.
+/// Workers of a root node run under ids of their own, and all append to the
+/// same two files: made here, writable by every user.
+fn must_make_shared_files(cluster: &TestCluster) -> PathBuf {
     let shared = cluster.dir.path().join("shared");
     std::fs::create_dir(&shared).expect("the shared directory");
-    // Workers of a root node run under ids of their own, and all append to the
-    // same two files: made here, writable by every user.
     for (path, mode) in [
         (shared.clone(), 0o1777),
         (shared.join("runs"), 0o666),
@@ -85,6 +103,11 @@ fn check_restart_adopts_everything(after_nodes_noticed: bool) {
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(mode))
             .expect("writable by every worker");
     }
+    shared
+}
+
+/// Submits the six gated trials; the experiment.
+fn must_submit_gated_trials(cluster: &TestCluster, shared: &Path) -> String {
     let script = cluster.write_file("trial.sh", TRIAL_SCRIPT);
     let spec = cluster.write_file(
         "restart.yaml",
@@ -94,24 +117,22 @@ fn check_restart_adopts_everything(after_nodes_noticed: bool) {
             shared.display()
         ),
     );
-    let experiment = cluster
+    cluster
         .must_xp(&["submit", spec.to_str().unwrap()])
         .trim()
-        .to_owned();
+        .to_owned()
+}
 
-    // Every trial runs (the head has recorded its start) before the head dies.
-    wait_until("six running trials", Duration::from_secs(120), || {
-        let status = cluster.status(&experiment);
-        let running = trials(&status)
-            .iter()
-            .filter(|trial| trial["state"] == "running")
-            .count();
-        (running == 6 && lines_of(&shared.join("runs")).len() == 6).then_some(())
-    });
-    cluster.kill_head();
-
+/// With the head down, trials 1 and 2 end; the head starts again (with
+/// `after_nodes_noticed`, once both nodes failed to reach it), trials 3 and 4
+/// end while the nodes come back, 5 and 6 on the new sessions.
+fn must_restart_through_the_gates(
+    cluster: &mut TestCluster,
+    shared: &Path,
+    after_nodes_noticed: bool,
+) {
     // Trials 1 and 2 end while no head is there to hear it.
-    open_gate(&shared, "outage");
+    open_gate(shared, "outage");
     wait_until(
         "two trials to end while the head is down",
         Duration::from_secs(60),
@@ -122,24 +143,28 @@ fn check_restart_adopts_everything(after_nodes_noticed: bool) {
             wait_until(
                 &format!("node {name} to fail to reach the head"),
                 Duration::from_secs(120),
-                || (node_logged(&cluster, name, "cannot reach the head") >= 1).then_some(()),
+                || (node_logged(cluster, name, "cannot reach the head") >= 1).then_some(()),
             );
         }
     }
     cluster.restart_head();
     // Trials 3 and 4 end while the nodes are still coming back.
-    open_gate(&shared, "restarted");
+    open_gate(shared, "restarted");
     for name in ["a", "b"] {
         wait_until(
             &format!("node {name} to reconnect"),
             Duration::from_secs(120),
-            || (node_logged(&cluster, name, "connected to the head") >= 2).then_some(()),
+            || (node_logged(cluster, name, "connected to the head") >= 2).then_some(()),
         );
     }
     // Trials 5 and 6 end on the new sessions.
-    open_gate(&shared, "returned");
+    open_gate(shared, "returned");
+}
 
-    let status = cluster.wait_finished(&experiment, Duration::from_secs(180));
+/// Every trial succeeded in one attempt with its last metrics, and started
+/// and ended exactly once.
+fn check_every_trial_ran_once(cluster: &TestCluster, experiment: &str, shared: &Path) {
+    let status = cluster.wait_finished(experiment, Duration::from_secs(180));
     assert_eq!(status["state"], "succeeded", "{status:#}");
     assert_eq!(trials(&status).len(), 6, "{status:#}");
     for trial in trials(&status) {

@@ -14,7 +14,7 @@
 mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{TestCluster, trials};
@@ -116,6 +116,30 @@ fn workers_of_different_trials_cannot_read_each_other_nor_the_node() {
         return;
     }
     let mut cluster = TestCluster::start("10s");
+    let node_dir = must_start_node_with_a_join_file(&mut cluster);
+    // Where the two trials meet: any user may write there.
+    let exchange = cluster.dir.path().join("exchange");
+    let secret = "a-secret-only-the-keeper-knows";
+    let (keeper, prober) = must_submit_keeper_and_prober(&cluster, &exchange, &node_dir, secret);
+    check_prober_was_refused_everything(&cluster, &keeper, &prober);
+    // The keeper's directory went back to the node when the keeper ended, and
+    // its file is still there, untouched by the prober.
+    let keeper_dir = std::fs::read_to_string(exchange.join("keeper")).expect("keeper's note");
+    let keeper_dir = Path::new(keeper_dir.split_whitespace().nth(1).expect("a directory"));
+    let metadata = std::fs::metadata(keeper_dir).expect("work dir");
+    assert_eq!(metadata.uid(), 0, "taken back from the worker's id");
+    assert_eq!(metadata.permissions().mode() & 0o777, 0o700);
+    assert_eq!(
+        std::fs::read_to_string(keeper_dir.join("secret")).expect("secret"),
+        format!("{secret}\n")
+    );
+
+    check_nodes_show_isolation(&cluster);
+}
+
+/// Starts node `a`, which reads its join string from a file in its own
+/// (private) data directory; that directory.
+fn must_start_node_with_a_join_file(cluster: &mut TestCluster) -> PathBuf {
     let node_dir = cluster.node_dir("a");
     // The node reads its join string from a file in its own data directory.
     std::fs::create_dir(&node_dir).expect("node dir");
@@ -126,11 +150,19 @@ fn workers_of_different_trials_cannot_read_each_other_nor_the_node() {
     let join_arg = join_file.display().to_string();
     cluster.start_node_with("a", 0, 2, &["--join-file", &join_arg]);
     cluster.wait_for_nodes(1);
+    node_dir
+}
 
-    // Where the two trials meet: any user may write there.
-    let exchange = cluster.dir.path().join("exchange");
-    std::fs::create_dir(&exchange).expect("exchange");
-    std::fs::set_permissions(&exchange, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+/// Writes the keeper's and the prober's scripts into the world-writable
+/// `exchange` and submits both; their experiments.
+fn must_submit_keeper_and_prober(
+    cluster: &TestCluster,
+    exchange: &Path,
+    node_dir: &Path,
+    secret: &str,
+) -> (String, String) {
+    std::fs::create_dir(exchange).expect("exchange");
+    std::fs::set_permissions(exchange, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
     let keeper_script = exchange.join("keeper.sh");
     let prober_script = exchange.join("prober.sh");
     for (path, text) in [(&keeper_script, KEEPER), (&prober_script, PROBER)] {
@@ -139,22 +171,26 @@ fn workers_of_different_trials_cannot_read_each_other_nor_the_node() {
     }
     let exchange_env = exchange.display().to_string();
     let node_env = node_dir.display().to_string();
-    let secret = "a-secret-only-the-keeper-knows";
     let keeper = submit(
-        &cluster,
+        cluster,
         "keeper",
         &keeper_script,
         &[("EXCHANGE", &exchange_env), ("ISOLATION_SECRET", secret)],
     );
     let prober = submit(
-        &cluster,
+        cluster,
         "prober",
         &prober_script,
         &[("EXCHANGE", &exchange_env), ("NODE_DIR", &node_env)],
     );
+    (keeper, prober)
+}
 
-    let keeper_status = cluster.wait_finished(&keeper, Duration::from_secs(180));
-    let prober_status = cluster.wait_finished(&prober, Duration::from_secs(180));
+/// Both trials succeeded under ids of their own (not root, no new
+/// privileges), and every read the prober tried was refused.
+fn check_prober_was_refused_everything(cluster: &TestCluster, keeper: &str, prober: &str) {
+    let keeper_status = cluster.wait_finished(keeper, Duration::from_secs(180));
+    let prober_status = cluster.wait_finished(prober, Duration::from_secs(180));
     let keeper_trial = &trials(&keeper_status)[0];
     let prober_trial = &trials(&prober_status)[0];
     assert_eq!(keeper_trial["state"], "succeeded", "{keeper_status:#}");
@@ -182,19 +218,11 @@ fn workers_of_different_trials_cannot_read_each_other_nor_the_node() {
             "reading {probe} is refused with permission denied (1; 0: it was read, 2: another error, in the prober's log): {prober_status:#}"
         );
     }
+}
 
-    // The keeper's directory went back to the node when the keeper ended, and
-    // its file is still there, untouched by the prober.
-    let keeper_dir = std::fs::read_to_string(exchange.join("keeper")).expect("keeper's note");
-    let keeper_dir = Path::new(keeper_dir.split_whitespace().nth(1).expect("a directory"));
-    let metadata = std::fs::metadata(keeper_dir).expect("work dir");
-    assert_eq!(metadata.uid(), 0, "taken back from the worker's id");
-    assert_eq!(metadata.permissions().mode() & 0o777, 0o700);
-    assert_eq!(
-        std::fs::read_to_string(keeper_dir.join("secret")).expect("secret"),
-        format!("{secret}\n")
-    );
-
+/// `xp nodes` shows the node runs workers under ids of their own, and its
+/// isolation and limits.
+fn check_nodes_show_isolation(cluster: &TestCluster) {
     let nodes = cluster.must_xp(&["nodes", "--json"]);
     let node: Value = serde_json::from_str(nodes.lines().next().expect("a node")).expect("JSON");
     assert_eq!(node["worker_uids"], true, "{node:#}");

@@ -108,6 +108,28 @@ fn a_trial_printing_past_the_cap_keeps_head_marker_tail_and_every_metric() {
         output.len() as u64 > 3 * CAP,
         "the output is well past the cap"
     );
+    let (experiment, trial) = must_start_printing_trial(&cluster, &script_path);
+    // Follow while it prints.
+    check_follow_sees_the_kept_output(&cluster, &experiment, &trial, &output);
+    // Every metric line arrived.
+    let metrics = cluster.must_xp(&["metrics", &trial, "--name", "i", "--json"]);
+    let metrics: serde_json::Value = serde_json::from_str(metrics.trim()).expect("JSON");
+    let values = metrics["values"].as_array().expect("values");
+    assert_eq!(values.len(), (LINES / METRIC_EVERY) as usize, "{metrics}");
+    assert_eq!(
+        values.last().and_then(serde_json::Value::as_f64),
+        Some(f64::from(LINES - METRIC_EVERY))
+    );
+
+    // `xp logs`: exactly the head, one marker, and the tail.
+    let marker = check_logs_keep_head_marker_tail(&cluster, &trial, &output);
+    // On disk: the head, the tail segments and the marker file, within the cap.
+    check_log_files_within_the_cap(&cluster, &trial, marker);
+}
+
+/// Submits the printing trial and waits until it has started; the experiment
+/// and the trial.
+fn must_start_printing_trial(cluster: &TestCluster, script_path: &Path) -> (String, String) {
     let spec = cluster.write_file(
         "logs.yaml",
         &format!(
@@ -130,9 +152,19 @@ fn a_trial_printing_past_the_cap_keeps_head_marker_tail_and_every_metric() {
         );
         started.then(|| trial["id"].as_str().expect("id").to_owned())
     });
-    // Follow while it prints.
+    (experiment, trial)
+}
+
+/// `xp logs --follow` while the trial prints ends with it, having printed
+/// what the cap keeps.
+fn check_follow_sees_the_kept_output(
+    cluster: &TestCluster,
+    experiment: &str,
+    trial: &str,
+    output: &[u8],
+) {
     let mut follower = Command::new(env!("CARGO_BIN_EXE_xp"))
-        .args(["logs", &trial, "--follow"])
+        .args(["logs", trial, "--follow"])
         .env("XP_CLUSTER", &cluster.join)
         .stdout(Stdio::piped())
         .spawn()
@@ -145,7 +177,7 @@ fn a_trial_printing_past_the_cap_keeps_head_marker_tail_and_every_metric() {
             .expect("read the follower");
         printed
     });
-    let done = cluster.wait_finished(&experiment, Duration::from_secs(120));
+    let done = cluster.wait_finished(experiment, Duration::from_secs(120));
     assert_eq!(done["state"], "succeeded", "{done:#}");
     let status = wait_until(
         "xp logs --follow to end with the trial",
@@ -153,22 +185,18 @@ fn a_trial_printing_past_the_cap_keeps_head_marker_tail_and_every_metric() {
         || follower.try_wait().expect("poll the follower"),
     );
     assert!(status.success(), "xp logs --follow failed");
-    check_against_output(&followed.join().expect("the follower's reader"), &output);
+    check_against_output(&followed.join().expect("the follower's reader"), output);
+}
 
-    // Every metric line arrived.
-    let metrics = cluster.must_xp(&["metrics", &trial, "--name", "i", "--json"]);
-    let metrics: serde_json::Value = serde_json::from_str(metrics.trim()).expect("JSON");
-    let values = metrics["values"].as_array().expect("values");
-    assert_eq!(values.len(), (LINES / METRIC_EVERY) as usize, "{metrics}");
-    assert_eq!(
-        values.last().and_then(serde_json::Value::as_f64),
-        Some(f64::from(LINES - METRIC_EVERY))
-    );
-
-    // `xp logs`: exactly the head, one marker, and the tail.
-    let printed = cluster.xp(&["logs", &trial]);
+/// `xp logs` prints exactly the head, one marker, and the tail; the marker.
+fn check_logs_keep_head_marker_tail(
+    cluster: &TestCluster,
+    trial: &str,
+    output: &[u8],
+) -> (u64, u64, u64) {
+    let printed = cluster.xp(&["logs", trial]);
     assert!(printed.status.success());
-    let markers = check_against_output(&printed.stdout, &output);
+    let markers = check_against_output(&printed.stdout, output);
     assert_eq!(markers.len(), 1, "{markers:?}");
     let (dropped, head, tail) = markers[0];
     assert_eq!(head, CAP / 2);
@@ -181,8 +209,13 @@ fn a_trial_printing_past_the_cap_keeps_head_marker_tail_and_every_metric() {
         LINES - 1
     )));
 
-    // On disk: the head, the tail segments and the marker file, within the cap.
-    let files = log_files(&cluster.node_dir("a"), &trial);
+    markers[0]
+}
+
+/// The log's files (the head, the tail segments and the marker file) stay
+/// within the cap, and the marker file says what `xp logs` says.
+fn check_log_files_within_the_cap(cluster: &TestCluster, trial: &str, marker: (u64, u64, u64)) {
+    let files = log_files(&cluster.node_dir("a"), trial);
     let on_disk: u64 = files
         .iter()
         .map(|file| std::fs::metadata(file).expect("a log file").len())
@@ -194,7 +227,7 @@ fn a_trial_printing_past_the_cap_keeps_head_marker_tail_and_every_metric() {
         .expect("a marker file");
     assert_eq!(
         parse_marker(&std::fs::read_to_string(marker_file).expect("the marker")),
-        markers[0],
+        marker,
         "the marker on disk says what `xp logs` says"
     );
 }

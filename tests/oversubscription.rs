@@ -201,7 +201,6 @@ fn must_promise_more_than_the_gpu(cluster: &TestCluster) -> (Vec<String>, String
         assert_eq!(trial["state"], "running", "{experiment}: {trial:#}");
         assert_eq!(trial["attempts"].as_array().map(Vec::len), Some(1));
     }
-
     (counters, plain)
 }
 
