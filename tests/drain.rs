@@ -63,7 +63,18 @@ fn a_terminated_node_drains_its_trial_to_a_later_node_without_a_retry() {
     cluster.start_node_with("a", 1, 2, &node_args);
     cluster.wait_for_nodes(1);
     let node_a = cluster.node_id("a");
-    // No retry allowed: a drain must not use one.
+    let experiment = must_run_counter_past_a_checkpoint(&cluster);
+    check_drain_requeues_without_a_retry(&mut cluster, &experiment, &node_a);
+    // A later node (the next Slurm job) with the same backup finishes it.
+    cluster.start_node_with("b", 1, 2, &node_args);
+    check_later_node_resumes_from_the_drain(&cluster, &experiment, &node_a);
+    // An idle node leaves at once too, and the head hears it leave.
+    check_idle_node_leaves_at_once(&mut cluster);
+}
+
+/// Submits the counter (no retry allowed: a drain must not use one) and waits
+/// until it has checkpointed at step 10; the experiment.
+fn must_run_counter_past_a_checkpoint(cluster: &TestCluster) -> String {
     let yaml = format!(
         "name: drain\nteam: tests\ntrial:\n  entry: counter\n  resources: {{cpu: 1, gpu: 1}}\n  max_retries: 0\nsearch:\n  algorithm: grid\n  space:\n    steps: {{choice: [{STEPS}]}}\n    every: {{choice: [{EVERY}]}}\n    step_ms: {{choice: [100]}}\n    start: {{choice: [{START}]}}\n"
     );
@@ -76,7 +87,13 @@ fn a_terminated_node_drains_its_trial_to_a_later_node_without_a_retry() {
         let status = cluster.status(&experiment);
         (trials(&status)[0]["last_step"].as_u64()? >= 10).then_some(())
     });
+    experiment
+}
 
+/// SIGTERM: node `a` drains (exits cleanly once the head stored its worker's
+/// end), the head marks it lost at once, and the trial is queued again with
+/// its one attempt.
+fn check_drain_requeues_without_a_retry(cluster: &mut TestCluster, experiment: &str, node_a: &str) {
     let exit = cluster.terminate_node("a");
     assert!(
         exit.success(),
@@ -90,9 +107,9 @@ fn a_terminated_node_drains_its_trial_to_a_later_node_without_a_retry() {
     wait_until(
         "the head to mark the drained node lost",
         Duration::from_secs(30),
-        || (node_state(&cluster, &node_a)? == "lost").then_some(()),
+        || (node_state(cluster, node_a)? == "lost").then_some(()),
     );
-    let status = cluster.status(&experiment);
+    let status = cluster.status(experiment);
     let trial = &trials(&status)[0];
     assert_eq!(trial["state"], "queued", "requeued, not failed: {status:#}");
     assert_eq!(
@@ -100,15 +117,17 @@ fn a_terminated_node_drains_its_trial_to_a_later_node_without_a_retry() {
         Some(1),
         "{status:#}"
     );
+}
 
-    // A later node (the next Slurm job) with the same backup finishes it.
-    cluster.start_node_with("b", 1, 2, &node_args);
-    let status = cluster.wait_finished(&experiment, Duration::from_secs(120));
+/// Node `b` finishes the trial from the checkpoint taken at the drain, read
+/// from the backup, ending exactly as an uninterrupted run.
+fn check_later_node_resumes_from_the_drain(cluster: &TestCluster, experiment: &str, node_a: &str) {
+    let status = cluster.wait_finished(experiment, Duration::from_secs(120));
     assert_eq!(status["state"], "succeeded", "{status:#}");
     let trial = &trials(&status)[0];
     let attempts = trial["attempts"].as_array().expect("attempts");
     assert_eq!(attempts.len(), 2, "{status:#}");
-    assert_eq!(attempts[0]["nodes"][0], node_a.as_str(), "{status:#}");
+    assert_eq!(attempts[0]["nodes"][0], node_a, "{status:#}");
     assert_eq!(
         attempts[1]["nodes"][0],
         cluster.node_id("b").as_str(),
@@ -117,7 +136,7 @@ fn a_terminated_node_drains_its_trial_to_a_later_node_without_a_retry() {
     let resumed = attempts[1]["resumed_from"]["step"]
         .as_u64()
         .unwrap_or_else(|| panic!("attempt 2 resumed from a checkpoint: {status:#}"));
-    let reached = last_step_of_first_attempt(&cluster, trial["id"].as_str().expect("id"));
+    let reached = last_step_of_first_attempt(cluster, trial["id"].as_str().expect("id"));
     assert_eq!(
         resumed, reached,
         "the checkpoint taken at the drain is the one resumed from: nothing is redone"
@@ -133,13 +152,16 @@ fn a_terminated_node_drains_its_trial_to_a_later_node_without_a_retry() {
             .contains("checkpoint object restored from the backup"),
         "node b read the checkpoint from the backup, as its only other holder left"
     );
-    // An idle node leaves at once too, and the head hears it leave.
+}
+
+/// An idle node's SIGTERM: it exits cleanly at once, and the head hears it leave.
+fn check_idle_node_leaves_at_once(cluster: &mut TestCluster) {
     let node_b = cluster.node_id("b");
     let exit = cluster.terminate_node("b");
     assert!(exit.success(), "the idle node exits cleanly: {exit:?}");
     wait_until(
         "the head to mark the idle node lost",
         Duration::from_secs(30),
-        || (node_state(&cluster, &node_b)? == "lost").then_some(()),
+        || (node_state(cluster, &node_b)? == "lost").then_some(()),
     );
 }

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use anyhow::Context;
 use common::{TestCluster, free_tcp_port, http_get, trials, wait_until};
 use serde_json::Value;
 
@@ -34,24 +35,26 @@ struct Tmpfs {
 
 impl Tmpfs {
     /// Mounts a tmpfs of `size` at `path` (created), or says why it cannot.
-    fn mount(path: &Path, size: &str) -> Result<Self, String> {
-        std::fs::create_dir_all(path).map_err(|error| error.to_string())?;
+    fn mount(path: &Path, size: &str) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(path)?;
         let output = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(path)
             .output()
-            .map_err(|error| format!("cannot run mount: {error}"))?;
-        if !output.status.success() {
-            return Err(String::from_utf8_lossy(&output.stderr).trim().to_owned());
-        }
+            .context("cannot run mount")?;
+        anyhow::ensure!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
         Ok(Self {
             path: path.to_owned(),
         })
     }
 
     /// Whether this process may mount a tmpfs at all.
-    fn can_mount() -> Result<(), String> {
-        let dir = tempfile::tempdir().map_err(|error| error.to_string())?;
+    fn can_mount() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
         Self::mount(&dir.path().join("probe"), "1m").map(drop)
     }
 
@@ -207,7 +210,7 @@ fn can_mount_or_say_why() -> bool {
     match Tmpfs::can_mount() {
         Ok(()) => true,
         Err(reason) => {
-            eprintln!("skipped: cannot mount a tmpfs here (needs root): {reason}");
+            eprintln!("skipped: cannot mount a tmpfs here (needs root): {reason:#}");
             false
         }
     }

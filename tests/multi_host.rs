@@ -298,7 +298,20 @@ fn a_checkpoint_that_cannot_be_replicated_is_retried_shown_and_reported() {
         "examples/trainables",
         &["submit", "--spec", path.to_str().expect("UTF-8")],
     );
-    let checkpoints = || checkpoints_of(&cluster.must_xp(&["checkpoints", &experiment, "--json"]));
+    let given_up = check_copy_retried_then_given_up(&cluster, &experiment);
+    let step = given_up["step"].as_u64().expect("a step");
+    check_events_report_each_try(&cluster, &experiment, step);
+    let status = cluster.wait_finished(&experiment, Duration::from_secs(120));
+    assert_eq!(
+        status["state"], "succeeded",
+        "an unreplicated checkpoint does not fail the trial: {status:#}"
+    );
+}
+
+/// The checkpoint's copy is tried again, then given up on after 5 tries: so
+/// say `xp checkpoints` (JSON and table) and node b's log. The checkpoint.
+fn check_copy_retried_then_given_up(cluster: &TestCluster, experiment: &str) -> Value {
+    let checkpoints = || checkpoints_of(&cluster.must_xp(&["checkpoints", experiment, "--json"]));
     wait_until(
         "a checkpoint whose copy is tried again",
         Duration::from_secs(120),
@@ -327,10 +340,15 @@ fn a_checkpoint_that_cannot_be_replicated_is_retried_shown_and_reported() {
         serde_json::json!([cluster.node_id("a")]),
         "{given_up:#}"
     );
-    let table = cluster.must_xp(&["checkpoints", &experiment]);
+    let table = cluster.must_xp(&["checkpoints", experiment]);
     assert!(table.contains("UNREPLICATED: copy given up"), "{table}");
     assert!(cluster.node_log("b").contains("replication failed"));
+    given_up
+}
 
+/// The experiment's events report each failed try of the checkpoint at
+/// `step` but the last, and that it was given up on.
+fn check_events_report_each_try(cluster: &TestCluster, experiment: &str, step: u64) {
     let reasons: Vec<String> = tokio::runtime::Runtime::new()
         .expect("a runtime")
         .block_on(async {
@@ -343,7 +361,6 @@ fn a_checkpoint_that_cannot_be_replicated_is_retried_shown_and_reported() {
             client.close().await;
             events.into_iter().map(|event| event.reason).collect()
         });
-    let step = given_up["step"].as_u64().expect("a step");
     for expected in [
         format!("checkpoint at step {step} not replicated (try 1 of 5)"),
         format!("checkpoint at step {step} is not replicated: given up after 5 tries"),
@@ -363,10 +380,5 @@ fn a_checkpoint_that_cannot_be_replicated_is_retried_shown_and_reported() {
         retries.len(),
         4,
         "one event per failed try before the last: {reasons:#?}"
-    );
-    let status = cluster.wait_finished(&experiment, Duration::from_secs(120));
-    assert_eq!(
-        status["state"], "succeeded",
-        "an unreplicated checkpoint does not fail the trial: {status:#}"
     );
 }

@@ -38,59 +38,11 @@ fn pipelines_are_generated_simulated_and_reported_with_and_without_the_boost() {
         "nodes: [{count: 2, gpus: 8, cpu_milli: 128000, mem_mib: 1048576}]\n",
     )
     .unwrap();
-    must_xp(&[
-        "sim",
-        "generate",
-        "--pipelines",
-        "10",
-        "--rate",
-        "3",
-        "--teams",
-        "2",
-        "--seed",
-        "4",
-        "--out",
-        &trace,
-    ]);
-    let header = std::fs::read_to_string(&trace).unwrap();
-    assert!(
-        header
-            .lines()
-            .next()
-            .unwrap()
-            .contains(",deps,estimate_s,kind"),
-        "{}",
-        header.lines().next().unwrap()
-    );
-    let mut makespans = Vec::new();
-    for boost in [None, Some("critical"), Some("rank")] {
-        let mut args = vec![
-            "sim",
-            "--trace",
-            &trace,
-            "--cluster",
-            &cluster,
-            "--policy",
-            "fair",
-            "--check-invariants",
-            "--json",
-        ];
-        if let Some(boost) = boost {
-            args.extend(["--critical-path-boost", boost]);
-        }
-        let report: serde_json::Value = serde_json::from_str(&must_xp(&args)).unwrap();
-        let pipelines = &report["pipelines"];
-        assert_eq!(pipelines["count"], 10, "{boost:?}: {report}");
-        assert_eq!(pipelines["completed"], 10, "{boost:?}: {report}");
-        assert_eq!(report["completed"], report["jobs"], "{boost:?}");
-        let mean = pipelines["makespan_mean"].as_f64().unwrap();
-        let total = pipelines["makespan_total"].as_f64().unwrap();
-        assert!(
-            (mean * 10.0 - total).abs() < 1e-6 * total,
-            "{boost:?}: {report}"
-        );
-        makespans.push(total);
-    }
+    must_generate_pipelines(&trace);
+    let makespans: Vec<f64> = [None, Some("critical"), Some("rank")]
+        .into_iter()
+        .map(|boost| check_every_pipeline_completes(&trace, &cluster, boost))
+        .collect();
     // The text report has the pipelines line; a bare flag means `critical`.
     let text = must_xp(&[
         "sim",
@@ -111,6 +63,67 @@ fn pipelines_are_generated_simulated_and_reported_with_and_without_the_boost() {
         line.contains(&format!("total {:.1} s", makespans[1])),
         "{line} against {makespans:?}"
     );
+}
+
+/// `xp sim generate --pipelines` writes ten pipelines with their dependency,
+/// estimate and kind columns.
+fn must_generate_pipelines(trace: &str) {
+    must_xp(&[
+        "sim",
+        "generate",
+        "--pipelines",
+        "10",
+        "--rate",
+        "3",
+        "--teams",
+        "2",
+        "--seed",
+        "4",
+        "--out",
+        trace,
+    ]);
+    let header = std::fs::read_to_string(trace).unwrap();
+    assert!(
+        header
+            .lines()
+            .next()
+            .unwrap()
+            .contains(",deps,estimate_s,kind"),
+        "{}",
+        header.lines().next().unwrap()
+    );
+}
+
+/// `xp sim --json` with the critical-path boost `boost` (or none): every
+/// pipeline completes and is reported, the mean makespan is a tenth of the
+/// total. The total makespan.
+fn check_every_pipeline_completes(trace: &str, cluster: &str, boost: Option<&str>) -> f64 {
+    let mut args = vec![
+        "sim",
+        "--trace",
+        trace,
+        "--cluster",
+        cluster,
+        "--policy",
+        "fair",
+        "--check-invariants",
+        "--json",
+    ];
+    if let Some(boost) = boost {
+        args.extend(["--critical-path-boost", boost]);
+    }
+    let report: serde_json::Value = serde_json::from_str(&must_xp(&args)).unwrap();
+    let pipelines = &report["pipelines"];
+    assert_eq!(pipelines["count"], 10, "{boost:?}: {report}");
+    assert_eq!(pipelines["completed"], 10, "{boost:?}: {report}");
+    assert_eq!(report["completed"], report["jobs"], "{boost:?}");
+    let mean = pipelines["makespan_mean"].as_f64().unwrap();
+    let total = pipelines["makespan_total"].as_f64().unwrap();
+    assert!(
+        (mean * 10.0 - total).abs() < 1e-6 * total,
+        "{boost:?}: {report}"
+    );
+    total
 }
 
 #[test]

@@ -40,49 +40,12 @@ fn a_busy_trial_shows_its_cpu_and_memory() {
     cluster.start_node_with("n1", 0, 2, &["--telemetry-interval", "1s"]);
     cluster.wait_for_nodes(1);
 
-    // tail keeps the last 200 MB of a stream that never ends, and the shell spins.
-    let spec = cluster.write_file(
-        "busy.yaml",
-        "name: busy\ntrial:\n  command: [sh, -c, '{ head -c 200000000 /dev/zero; sleep 100000; } | tail -c 200000000 > /dev/null & while :; do :; done']\n  resources: {cpu: 1}\nsearch:\n  algorithm: grid\n  space: {x: {choice: [1]}}\n",
-    );
-    let experiment = cluster
-        .must_xp(&["submit", spec.to_str().unwrap()])
-        .trim()
-        .to_owned();
+    let experiment = must_submit_busy_trial(&cluster);
     let trial = format!("{experiment}-t0");
-    let path = format!("/api/trials/{trial}/telemetry");
-    let points = wait_until(
-        "telemetry showing > 0.5 cores and > 150 MB",
-        Duration::from_secs(240),
-        || {
-            let (status, telemetry) = get_json(&http, &path, &secret);
-            assert_eq!(status, 200, "{telemetry}");
-            assert_eq!(telemetry["trial"], trial.as_str(), "{telemetry}");
-            let points = rank0_points(&telemetry);
-            let busy = points
-                .iter()
-                .any(|point| point["cpu_cores"].as_f64().is_some_and(|cores| cores > 0.5));
-            let resident = points.iter().any(|point| {
-                point["rss_bytes"]
-                    .as_u64()
-                    .is_some_and(|bytes| bytes > 150_000_000)
-            });
-            (busy && resident).then_some(points)
-        },
-    );
-    for point in &points {
-        assert!(point["t_ms"].as_u64().is_some(), "{point}");
-        assert!(point["samples"].as_u64().is_some_and(|n| n >= 1), "{point}");
-        for field in ["gpu_util", "gpu_mem_bytes", "gpu_power_w"] {
-            assert!(
-                point.get(field).is_none(),
-                "a worker without GPUs has no {field}: {point}"
-            );
-        }
-    }
-
+    check_api_shows_cpu_and_memory(&http, &secret, &trial);
     // Without a credential, refused; an unknown trial, not found.
-    let (status, _) = http_get(&http, &path).expect("the HTTP API answers");
+    let (status, _) =
+        http_get(&http, &format!("/api/trials/{trial}/telemetry")).expect("the HTTP API answers");
     assert_eq!(status, 401);
     let (status, _) = get_json(
         &http,
@@ -111,5 +74,54 @@ fn a_busy_trial_shows_its_cpu_and_memory() {
     assert!(said <= 1, "said {said} times:\n{log}");
     if !std::path::Path::new("/dev/nvidia0").exists() {
         assert_eq!(said, 1, "{log}");
+    }
+}
+
+/// A trial whose `tail` keeps the last 200 MB of a stream that never ends,
+/// while its shell spins; the experiment.
+fn must_submit_busy_trial(cluster: &TestCluster) -> String {
+    let spec = cluster.write_file(
+        "busy.yaml",
+        "name: busy\ntrial:\n  command: [sh, -c, '{ head -c 200000000 /dev/zero; sleep 100000; } | tail -c 200000000 > /dev/null & while :; do :; done']\n  resources: {cpu: 1}\nsearch:\n  algorithm: grid\n  space: {x: {choice: [1]}}\n",
+    );
+    cluster
+        .must_xp(&["submit", spec.to_str().unwrap()])
+        .trim()
+        .to_owned()
+}
+
+/// Within a generous deadline the trial's telemetry shows rank 0 using more
+/// than half a core and more than 150 MB; every point has its time and
+/// sample count, and no GPU field.
+fn check_api_shows_cpu_and_memory(http: &str, secret: &str, trial: &str) {
+    let path = format!("/api/trials/{trial}/telemetry");
+    let points = wait_until(
+        "telemetry showing > 0.5 cores and > 150 MB",
+        Duration::from_secs(240),
+        || {
+            let (status, telemetry) = get_json(http, &path, secret);
+            assert_eq!(status, 200, "{telemetry}");
+            assert_eq!(telemetry["trial"], trial, "{telemetry}");
+            let points = rank0_points(&telemetry);
+            let busy = points
+                .iter()
+                .any(|point| point["cpu_cores"].as_f64().is_some_and(|cores| cores > 0.5));
+            let resident = points.iter().any(|point| {
+                point["rss_bytes"]
+                    .as_u64()
+                    .is_some_and(|bytes| bytes > 150_000_000)
+            });
+            (busy && resident).then_some(points)
+        },
+    );
+    for point in &points {
+        assert!(point["t_ms"].as_u64().is_some(), "{point}");
+        assert!(point["samples"].as_u64().is_some_and(|n| n >= 1), "{point}");
+        for field in ["gpu_util", "gpu_mem_bytes", "gpu_power_w"] {
+            assert!(
+                point.get(field).is_none(),
+                "a worker without GPUs has no {field}: {point}"
+            );
+        }
     }
 }

@@ -103,58 +103,9 @@ fn top_shows_the_cluster_and_restores_the_terminal() {
     cluster.start_node("a", 2, 2);
     cluster.wait_for_nodes(1);
     let node_id = cluster.node_id("a");
-    let spec = cluster.write_file("top.yaml", SPEC);
-    let experiment = cluster
-        .must_xp(&["submit", spec.to_str().expect("a UTF-8 path")])
-        .trim()
-        .to_owned();
-    let trial = wait_until("the trial to run", Duration::from_secs(60), || {
-        let status = cluster.status(&experiment);
-        let trial = trials(&status).first()?.clone();
-        let reported = trial["metrics"]["loss"].as_f64().is_some();
-        (trial["state"] == "running" && reported)
-            .then(|| trial["id"].as_str().expect("an id").to_owned())
-    });
-
-    let tmux = Tmux {
-        socket: cluster.dir.path().join("tmux.sock"),
-    };
-    let command = pane_command(Path::new(env!("CARGO_BIN_EXE_xp")));
-    // The server inherits XP_CLUSTER; `-e` puts it in the session too.
-    let output = Command::new("tmux")
-        .arg("-S")
-        .arg(&tmux.socket)
-        .args(["new-session", "-d", "-s", "top", "-x", "160", "-y", "48"])
-        .args(["-e", &format!("XP_CLUSTER={}", cluster.join)])
-        .arg(&command)
-        .env("XP_CLUSTER", &cluster.join)
-        .env("TERM", "xterm-256color")
-        .output()
-        .expect("tmux starts");
-    assert!(
-        output.status.success(),
-        "tmux new-session failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-
-    // The node (by the id prefix in the trial's row), the trial and its metric.
-    let pane = tmux.wait_for(
-        "xp top to show the node and the running trial",
-        &["Nodes (1)", &node_id[..8], &trial, "running", "loss=0.2500"],
-    );
-    assert!(pane.contains("Queues"), "{pane}");
-    assert_eq!(
-        tmux.must(&["display-message", "-p", "-t", "top", "#{alternate_on}"])
-            .trim(),
-        "1"
-    );
-
-    // Enter opens the selected (only) trial's log tail; Esc goes back.
-    tmux.must(&["send-keys", "-t", "top", "Enter"]);
-    tmux.wait_for("the log tail", &["Log of", "hello-from-the-trial"]);
-    tmux.must(&["send-keys", "-t", "top", "Escape"]);
-    tmux.wait_for("the tables again", &["Nodes (1)", "loss=0.2500"]);
-
+    let trial = must_run_reporting_trial(&cluster);
+    let tmux = must_start_top_in_tmux(&cluster);
+    check_top_shows_the_trial_and_its_log(&tmux, &node_id, &trial);
     // `q` quits and leaves the terminal as it was.
     tmux.must(&["send-keys", "-t", "top", "q"]);
     let pane = tmux.wait_for("xp top to exit", &["top exited with", "terminal: "]);
@@ -175,4 +126,67 @@ fn top_shows_the_cluster_and_restores_the_terminal() {
         "#{alternate_on} #{cursor_flag}",
     ]);
     assert_eq!(flags.trim(), "0 1", "alternate screen and cursor flags");
+}
+
+/// Submits the trial and waits until it runs and has reported its loss; the trial.
+fn must_run_reporting_trial(cluster: &TestCluster) -> String {
+    let spec = cluster.write_file("top.yaml", SPEC);
+    let experiment = cluster
+        .must_xp(&["submit", spec.to_str().expect("a UTF-8 path")])
+        .trim()
+        .to_owned();
+    wait_until("the trial to run", Duration::from_secs(60), || {
+        let status = cluster.status(&experiment);
+        let trial = trials(&status).first()?.clone();
+        let reported = trial["metrics"]["loss"].as_f64().is_some();
+        (trial["state"] == "running" && reported)
+            .then(|| trial["id"].as_str().expect("an id").to_owned())
+    })
+}
+
+/// Starts `xp top` in a detached tmux session of 160 x 48.
+fn must_start_top_in_tmux(cluster: &TestCluster) -> Tmux {
+    let tmux = Tmux {
+        socket: cluster.dir.path().join("tmux.sock"),
+    };
+    let command = pane_command(Path::new(env!("CARGO_BIN_EXE_xp")));
+    // The server inherits XP_CLUSTER; `-e` puts it in the session too.
+    let output = Command::new("tmux")
+        .arg("-S")
+        .arg(&tmux.socket)
+        .args(["new-session", "-d", "-s", "top", "-x", "160", "-y", "48"])
+        .args(["-e", &format!("XP_CLUSTER={}", cluster.join)])
+        .arg(&command)
+        .env("XP_CLUSTER", &cluster.join)
+        .env("TERM", "xterm-256color")
+        .output()
+        .expect("tmux starts");
+    assert!(
+        output.status.success(),
+        "tmux new-session failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    tmux
+}
+
+/// The node (by the id prefix in the trial's row), the trial and its metric
+/// on the alternate screen; Enter opens the selected (only) trial's log tail,
+/// Esc goes back.
+fn check_top_shows_the_trial_and_its_log(tmux: &Tmux, node_id: &str, trial: &str) {
+    let pane = tmux.wait_for(
+        "xp top to show the node and the running trial",
+        &["Nodes (1)", &node_id[..8], trial, "running", "loss=0.2500"],
+    );
+    assert!(pane.contains("Queues"), "{pane}");
+    assert_eq!(
+        tmux.must(&["display-message", "-p", "-t", "top", "#{alternate_on}"])
+            .trim(),
+        "1"
+    );
+
+    // Enter opens the selected (only) trial's log tail; Esc goes back.
+    tmux.must(&["send-keys", "-t", "top", "Enter"]);
+    tmux.wait_for("the log tail", &["Log of", "hello-from-the-trial"]);
+    tmux.must(&["send-keys", "-t", "top", "Escape"]);
+    tmux.wait_for("the tables again", &["Nodes (1)", "loss=0.2500"]);
 }

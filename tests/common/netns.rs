@@ -17,6 +17,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use anyhow::Context;
 use serde_json::Value;
 
 use super::{
@@ -31,20 +32,18 @@ pub(crate) const HEAD_IP: &str = "10.77.0.1";
 static CLUSTERS: AtomicU32 = AtomicU32::new(0);
 
 /// Runs `ip` with `args`; the error says what failed.
-fn ip(args: &[&str]) -> Result<(), String> {
+fn ip(args: &[&str]) -> anyhow::Result<()> {
     let output = Command::new("ip")
         .args(args)
         .output()
-        .map_err(|error| format!("cannot run ip: {error}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
+        .context("cannot run ip")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+    Ok(())
 }
 
 /// One simulated machine.
@@ -107,7 +106,7 @@ impl NetnsCluster {
         };
         if let Err(reason) = cluster.make_network(&prefix, nodes) {
             // Dropping the cluster deletes what was made.
-            skip(&format!("cannot make network namespaces: {reason}"));
+            skip(&format!("cannot make network namespaces: {reason:#}"));
             return None;
         }
         cluster.start_head(node_timeout);
@@ -116,7 +115,7 @@ impl NetnsCluster {
 
     /// The namespaces, the bridge in the head's, one veth pair per node and the
     /// machines' `/etc/hosts`.
-    fn make_network(&mut self, prefix: &str, nodes: &[&str]) -> Result<(), String> {
+    fn make_network(&mut self, prefix: &str, nodes: &[&str]) -> anyhow::Result<()> {
         let head_namespace = format!("{prefix}-head");
         self.add_host("head", &head_namespace, HEAD_IP)?;
         let head = head_namespace.as_str();
@@ -157,7 +156,7 @@ impl NetnsCluster {
     }
 
     /// A namespace with loopback up, and the machine's host name and hosts file.
-    fn add_host(&mut self, name: &str, namespace: &str, address: &str) -> Result<(), String> {
+    fn add_host(&mut self, name: &str, namespace: &str, address: &str) -> anyhow::Result<()> {
         ip(&["netns", "add", namespace])?;
         self.namespaces.push(namespace.to_owned());
         ip(&["-n", namespace, "link", "set", "lo", "up"])?;
@@ -168,7 +167,7 @@ impl NetnsCluster {
             &hosts_file,
             format!("127.0.0.1 localhost\n127.0.1.1 {hostname}\n"),
         )
-        .map_err(|error| format!("cannot write {}: {error}", hosts_file.display()))?;
+        .with_context(|| format!("cannot write {}", hosts_file.display()))?;
         self.hosts.insert(
             name.to_owned(),
             Host {
@@ -423,7 +422,7 @@ impl Drop for NetnsCluster {
             if let Err(error) = ip(&["netns", "del", &namespace]) {
                 let _ = writeln!(
                     std::io::stderr(),
-                    "cannot delete network namespace {namespace}: {error}"
+                    "cannot delete network namespace {namespace}: {error:#}"
                 );
             }
         }
