@@ -99,28 +99,9 @@ pub(crate) fn train_sharded(
         world >= 1 && rank < world,
         "rank {rank} is not below the world size {world}"
     );
-    let data = load_embedded().context("loading the embedded digits data set")?;
-    let device = Device::Cpu;
-
-    // Deterministic split: shuffle all indices, the first 20% validate.
-    let mut order: Vec<usize> = (0..data.len()).collect();
-    stream_rng(cfg.seed, STREAM_SPLIT).shuffle(&mut order);
-    let val_len = data.len() * VALIDATION_PERCENT / 100;
-    let (val_idx, train_idx) = order.split_at(val_len);
-    let train_set = data
-        .to_tensors(train_idx, &device)
-        .context("building the training tensors")?;
-    let val_set = data
-        .to_tensors(val_idx, &device)
-        .context("building the validation tensors")?;
-
-    let mut init_rng = stream_rng(cfg.seed, STREAM_INIT);
-    let model = Mlp::new(cfg.hidden, &mut init_rng, &device).context("initialising the model")?;
-    let mut optimizer =
-        SgdMomentum::new(&model, cfg.learning_rate, cfg.weight_decay).context("creating SGD")?;
-
+    let mut run = TrainingRun::prepare(cfg, rank, world)?;
     let mut shuffle_rng = stream_rng(cfg.seed, STREAM_SHUFFLE);
-    let mut batch_order: Vec<u32> = (0..train_set.len)
+    let mut batch_order: Vec<u32> = (0..run.train_set.len)
         .map(|i| u32::try_from(i).context("training split too large"))
         .collect::<Result<_>>()?;
     let mut last = None;
@@ -128,74 +109,14 @@ pub(crate) fn train_sharded(
         shuffle_rng.shuffle(&mut batch_order);
         let mut loss_sum = 0.0_f64;
         for batch in batch_order.chunks(cfg.batch_size) {
-            // This rank's contiguous shard of the global batch; an empty shard (a last
-            // batch smaller than the world) contributes a zero gradient.
-            let (start, end) = (batch.len() * rank / world, batch.len() * (rank + 1) / world);
-            let empty_shard = start == end;
-            let chunk = if empty_shard {
-                &batch[..1]
-            } else {
-                &batch[start..end]
-            };
-            let ids = Tensor::from_slice(chunk, chunk.len(), &device)
-                .context("building a batch index tensor")?;
-            let x = train_set
-                .x
-                .index_select(&ids, 0)
-                .context("selecting batch images")?;
-            let y = train_set
-                .y
-                .index_select(&ids, 0)
-                .context("selecting batch labels")?;
-            let logits = model.forward(&x).context("forward pass")?;
-            let shard_loss = cross_entropy(&logits, &y).context("computing the batch loss")?;
-            // The shard's share of the batch mean: summed over ranks, the batch's gradient.
-            #[allow(clippy::cast_precision_loss)]
-            let share = if empty_shard {
-                0.0
-            } else {
-                chunk.len() as f64 / batch.len() as f64
-            };
-            let loss = shard_loss
-                .affine(share, 0.0)
-                .context("weighting the shard loss")?;
-            let mut grads = loss.backward().context("backward pass")?;
-            let batch_loss = if world > 1 {
-                let mut flat = Vec::new();
-                for param in model.params() {
-                    let grad = grads
-                        .get(param.as_tensor())
-                        .context("a parameter has no gradient")?;
-                    flat.extend(
-                        grad.flatten_all()?
-                            .to_vec1::<f32>()
-                            .context("reading a gradient")?,
-                    );
-                }
-                flat.push(loss.to_scalar::<f32>().context("reading the shard loss")?);
-                sum_across_ranks(&mut flat).context("summing gradients across ranks")?;
-                let mut offset = 0;
-                for param in model.params() {
-                    let shape = param.as_tensor().shape().clone();
-                    let len = shape.elem_count();
-                    let summed = Tensor::from_slice(&flat[offset..offset + len], shape, &device)?;
-                    grads.insert(param.as_tensor(), summed);
-                    offset += len;
-                }
-                f64::from(flat[offset])
-            } else {
-                f64::from(loss.to_scalar::<f32>().context("reading the batch loss")?)
-            };
-            optimizer
-                .step(&model, &grads)
-                .context("applying the SGD update")?;
+            let batch_loss = run.train_batch(batch, sum_across_ranks)?;
             // `batch.len()` is at most a few thousand, exactly representable.
             #[allow(clippy::cast_precision_loss)]
             let weight = batch.len() as f64;
             loss_sum += batch_loss * weight;
         }
         #[allow(clippy::cast_precision_loss)]
-        let train_loss = loss_sum / train_set.len as f64;
+        let train_loss = loss_sum / run.train_set.len as f64;
         if !train_loss.is_finite() {
             bail!(
                 "training diverged in epoch {epoch}: train loss is {train_loss} \
@@ -203,7 +124,7 @@ pub(crate) fn train_sharded(
                 cfg.learning_rate
             );
         }
-        let (val_loss, val_accuracy) = evaluate(&model, &val_set)
+        let (val_loss, val_accuracy) = evaluate(&run.model, &run.val_set)
             .with_context(|| format!("evaluating after epoch {epoch}"))?;
         let report = EpochReport {
             epoch,
@@ -215,6 +136,138 @@ pub(crate) fn train_sharded(
         last = Some(report);
     }
     last.context("no epoch ran (epochs must be >= 1)")
+}
+
+/// One rank's training: the two splits as tensors, the model and its
+/// optimiser, and which shard of each global batch is this rank's.
+struct TrainingRun {
+    device: Device,
+    train_set: Split,
+    val_set: Split,
+    model: Mlp,
+    optimizer: SgdMomentum,
+    rank: usize,
+    world: usize,
+}
+
+impl TrainingRun {
+    /// Loads the embedded data, splits it (the first 20% of a seeded shuffle
+    /// validate) and initialises the model and SGD.
+    fn prepare(cfg: &DigitsConfig, rank: usize, world: usize) -> Result<Self> {
+        let data = load_embedded().context("loading the embedded digits data set")?;
+        let device = Device::Cpu;
+        let mut order: Vec<usize> = (0..data.len()).collect();
+        stream_rng(cfg.seed, STREAM_SPLIT).shuffle(&mut order);
+        let val_len = data.len() * VALIDATION_PERCENT / 100;
+        let (val_idx, train_idx) = order.split_at(val_len);
+        let train_set = data
+            .to_tensors(train_idx, &device)
+            .context("building the training tensors")?;
+        let val_set = data
+            .to_tensors(val_idx, &device)
+            .context("building the validation tensors")?;
+        let mut init_rng = stream_rng(cfg.seed, STREAM_INIT);
+        let model =
+            Mlp::new(cfg.hidden, &mut init_rng, &device).context("initialising the model")?;
+        let optimizer = SgdMomentum::new(&model, cfg.learning_rate, cfg.weight_decay)
+            .context("creating SGD")?;
+        Ok(Self {
+            device,
+            train_set,
+            val_set,
+            model,
+            optimizer,
+            rank,
+            world,
+        })
+    }
+
+    /// One optimisation step on a global batch (training-set indexes): this
+    /// rank's shard's gradient, summed over the ranks, then the SGD update.
+    /// Returns the batch's mean loss.
+    fn train_batch(
+        &mut self,
+        batch: &[u32],
+        sum_across_ranks: &mut dyn FnMut(&mut [f32]) -> Result<()>,
+    ) -> Result<f64> {
+        let (rank, world) = (self.rank, self.world);
+        // This rank's contiguous shard of the global batch; an empty shard (a last
+        // batch smaller than the world) contributes a zero gradient.
+        let (start, end) = (batch.len() * rank / world, batch.len() * (rank + 1) / world);
+        let empty_shard = start == end;
+        let chunk = if empty_shard {
+            &batch[..1]
+        } else {
+            &batch[start..end]
+        };
+        let ids = Tensor::from_slice(chunk, chunk.len(), &self.device)
+            .context("building a batch index tensor")?;
+        let x = self
+            .train_set
+            .x
+            .index_select(&ids, 0)
+            .context("selecting batch images")?;
+        let y = self
+            .train_set
+            .y
+            .index_select(&ids, 0)
+            .context("selecting batch labels")?;
+        let logits = self.model.forward(&x).context("forward pass")?;
+        let shard_loss = cross_entropy(&logits, &y).context("computing the batch loss")?;
+        // The shard's share of the batch mean: summed over ranks, the batch's gradient.
+        #[allow(clippy::cast_precision_loss)]
+        let share = if empty_shard {
+            0.0
+        } else {
+            chunk.len() as f64 / batch.len() as f64
+        };
+        let loss = shard_loss
+            .affine(share, 0.0)
+            .context("weighting the shard loss")?;
+        let mut grads = loss.backward().context("backward pass")?;
+        let batch_loss = if world > 1 {
+            self.sum_gradients(&mut grads, &loss, sum_across_ranks)?
+        } else {
+            f64::from(loss.to_scalar::<f32>().context("reading the batch loss")?)
+        };
+        self.optimizer
+            .step(&self.model, &grads)
+            .context("applying the SGD update")?;
+        Ok(batch_loss)
+    }
+
+    /// Replaces this rank's gradients in `grads` by their sum over the ranks
+    /// (flattened, with the shard loss appended, through `sum_across_ranks`);
+    /// returns the summed loss.
+    fn sum_gradients(
+        &self,
+        grads: &mut candle_core::backprop::GradStore,
+        loss: &Tensor,
+        sum_across_ranks: &mut dyn FnMut(&mut [f32]) -> Result<()>,
+    ) -> Result<f64> {
+        let mut flat = Vec::new();
+        for param in self.model.params() {
+            let grad = grads
+                .get(param.as_tensor())
+                .context("a parameter has no gradient")?;
+            flat.extend(
+                grad.flatten_all()?
+                    .to_vec1::<f32>()
+                    .context("reading a gradient")?,
+            );
+        }
+        flat.push(loss.to_scalar::<f32>().context("reading the shard loss")?);
+        sum_across_ranks(&mut flat).context("summing gradients across ranks")?;
+        let mut offset = 0;
+        for param in self.model.params() {
+            let shape = param.as_tensor().shape().clone();
+            let len = shape.elem_count();
+            let summed = Tensor::from_slice(&flat[offset..offset + len], shape, &self.device)?;
+            grads.insert(param.as_tensor(), summed);
+            offset += len;
+        }
+        Ok(f64::from(flat[offset]))
+    }
 }
 
 fn validate(cfg: &DigitsConfig) -> Result<()> {
