@@ -7,7 +7,7 @@
 //!
 //! Beside it sit the engines of the commands that need no cluster of their own,
 //! for the `xp` binary: [`compare`] and [`compare_front`] (`xp compare`),
-//! [`tune`] (`xp tune`), and the runtime's measurements ([`bench_trials`],
+//! [`tune()`] (`xp tune`), and the runtime's measurements ([`bench_trials`],
 //! [`bench_commits`], [`bench_logs`], [`bench_objects`]: `xp bench`).
 //! Modules are private; what is public is the list below.
 

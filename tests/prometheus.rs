@@ -177,7 +177,6 @@ fn check_metrics_need_a_credential(http: &str, secret: &str) -> String {
     assert_eq!(status, 401, "/metrics with a wrong credential: {text}");
     let (status, text) = get_with(http, "/metrics", secret);
     assert_eq!(status, 200, "/metrics: {text}");
-
     text
 }
 
