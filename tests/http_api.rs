@@ -144,11 +144,10 @@ fn must_submit_300_waiting_trials(cluster: &TestCluster) -> String {
             ys.join(", ")
         ),
     );
-    let experiment = cluster
+    cluster
         .must_xp(&["submit", spec.to_str().unwrap()])
         .trim()
-        .to_owned();
-    experiment
+        .to_owned()
 }
 
 /// Every trial once, in order, whatever the page size; newest first; by
