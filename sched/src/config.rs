@@ -22,7 +22,7 @@
 //! order: fair                  # fifo | priority
 //! backfill: true
 //! head_of_line: strict         # skip
-//! admission: {max_pending_per_team: 10000, retry_after: 5s}
+//! admission: {max_pending_per_team: 10000, retry_after: 5s, max_submission_bytes: 16MiB, max_team_bytes: 64MiB, max_blobs_per_user: 16, max_blob_bytes_per_user: 2GiB}
 //! leases: {matlab-licence: 2, feature-store: 8, param-server-7: 1}
 //! prices: {default: 1.0, H100: 3.2}  # per GPU-hour by model, for `xp report`
 //! webhooks: {allow: [10.1.2.0/24]}   # or allow_private: true; else public addresses only
@@ -106,7 +106,7 @@ use super::place::Strategy;
 
 mod text;
 mod validate;
-use self::text::{duration_text, memory_text, optional_duration_text, thousandths};
+use self::text::{bytes_text, duration_text, memory_text, optional_duration_text, thousandths};
 
 /// The largest policy document accepted, so a stray file cannot exhaust memory.
 pub const MAX_POLICY_BYTES: usize = 1 << 20;
@@ -586,11 +586,19 @@ pub enum HeadOfLine {
     Skip,
 }
 
-/// Backpressure on submissions.
+/// Backpressure on submissions, and what one submission and one user may
+/// make the head hold.
+///
+/// A submission's expanded size is its trials times the bytes of each
+/// trial's rendered configuration and command (the head's estimate, exact for
+/// a grid and an upper bound for sampled searches); the head holds every
+/// trial's configuration for as long as it keeps the experiment, so these
+/// bound its memory and database per submission and per team.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdmissionConfig {
-    /// The most waiting (or held) trials a team may have.
+    /// The most waiting (or held) trials a team may have, the submission
+    /// being admitted included.
     #[serde(default = "default_max_pending")]
     pub max_pending_per_team: u64,
     /// The retry hint given with a refusal.
@@ -600,6 +608,19 @@ pub struct AdmissionConfig {
         with = "duration_text"
     )]
     pub retry_after_ms: u64,
+    /// The largest expanded size of one submission (`16MiB`).
+    #[serde(default = "default_max_submission_bytes", with = "bytes_text")]
+    pub max_submission_bytes: u64,
+    /// The largest expanded size of a team's unfinished trials, the
+    /// submission being admitted included (`64MiB`).
+    #[serde(default = "default_max_team_bytes", with = "bytes_text")]
+    pub max_team_bytes: u64,
+    /// The most driver binaries one user keeps on the head at once.
+    #[serde(default = "default_max_blobs_per_user")]
+    pub max_blobs_per_user: u64,
+    /// The most bytes of driver binaries one user keeps on the head (`2GiB`).
+    #[serde(default = "default_max_blob_bytes_per_user", with = "bytes_text")]
+    pub max_blob_bytes_per_user: u64,
 }
 
 fn default_max_pending() -> u64 {
@@ -610,11 +631,31 @@ fn default_retry_ms() -> u64 {
     5_000
 }
 
+fn default_max_submission_bytes() -> u64 {
+    16 << 20
+}
+
+fn default_max_team_bytes() -> u64 {
+    64 << 20
+}
+
+fn default_max_blobs_per_user() -> u64 {
+    16
+}
+
+fn default_max_blob_bytes_per_user() -> u64 {
+    2 << 30
+}
+
 impl Default for AdmissionConfig {
     fn default() -> Self {
         Self {
             max_pending_per_team: default_max_pending(),
             retry_after_ms: default_retry_ms(),
+            max_submission_bytes: default_max_submission_bytes(),
+            max_team_bytes: default_max_team_bytes(),
+            max_blobs_per_user: default_max_blobs_per_user(),
+            max_blob_bytes_per_user: default_max_blob_bytes_per_user(),
         }
     }
 }

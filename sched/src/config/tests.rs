@@ -126,6 +126,34 @@ fn validation_names_queue_and_field() {
         "admission: {max_pending_per_team: 0}\n",
         "admission.max_pending_per_team",
     );
+    check_error(
+        "admission: {max_submission_bytes: 0}\n",
+        "admission.max_submission_bytes",
+    );
+    check_error(
+        "admission: {max_blobs_per_user: 0}\n",
+        "admission.max_blobs_per_user",
+    );
+    check_error(
+        "admission: {max_submission_bytes: 2GiB, max_team_bytes: 1GiB}\n",
+        "admission.max_submission_bytes",
+    );
+}
+
+#[test]
+fn admission_sizes_read_as_byte_sizes_and_default_when_absent() {
+    let config = PolicyConfig::from_yaml(
+        "admission: {max_submission_bytes: 1MiB, max_team_bytes: 4194304, max_blob_bytes_per_user: 1GiB}\n",
+    )
+    .unwrap();
+    assert_eq!(config.admission.max_submission_bytes, 1 << 20);
+    assert_eq!(config.admission.max_team_bytes, 4 << 20);
+    assert_eq!(config.admission.max_blob_bytes_per_user, 1 << 30);
+    assert_eq!(config.admission.max_blobs_per_user, 16);
+    let defaults = PolicyConfig::from_yaml("{}\n").unwrap().admission;
+    assert_eq!(defaults.max_submission_bytes, 16 << 20);
+    assert_eq!(defaults.max_team_bytes, 64 << 20);
+    assert_eq!(defaults.max_pending_per_team, 10_000);
 }
 
 #[test]

@@ -79,6 +79,20 @@ pub(super) mod memory_text {
     }
 }
 
+/// Byte counts in YAML as `16MiB` or a plain integer; written as an integer.
+pub(super) mod bytes_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use xp_runtime::spec::MemoryBytes;
+
+    pub(crate) fn serialize<S: Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(*value)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+        Ok(MemoryBytes::deserialize(deserializer)?.0)
+    }
+}
+
 /// Durations in YAML as `60s`, `5m`, `1h 30m`; milliseconds inside.
 pub(super) mod duration_text {
     use serde::{Deserialize, Deserializer, Serializer};

@@ -43,10 +43,29 @@ impl PolicyConfig {
         if let Some(las) = &self.attained_service {
             las.validate()?;
         }
-        if self.admission.max_pending_per_team == 0 {
+        self.validate_admission()
+    }
+
+    /// `admission`: every limit at least 1, and a submission allowed what a
+    /// team is (a larger submission could never be admitted).
+    fn validate_admission(&self) -> Result<(), PolicyError> {
+        let admission = &self.admission;
+        let limits = [
+            ("max_pending_per_team", admission.max_pending_per_team),
+            ("max_submission_bytes", admission.max_submission_bytes),
+            ("max_team_bytes", admission.max_team_bytes),
+            ("max_blobs_per_user", admission.max_blobs_per_user),
+            ("max_blob_bytes_per_user", admission.max_blob_bytes_per_user),
+        ];
+        for (name, value) in limits {
+            if value == 0 {
+                return Err(invalid(format!("admission.{name}"), "must be at least 1"));
+            }
+        }
+        if admission.max_submission_bytes > admission.max_team_bytes {
             return Err(invalid(
-                "admission.max_pending_per_team",
-                "must be at least 1",
+                "admission.max_submission_bytes",
+                "must be at most admission.max_team_bytes",
             ));
         }
         Ok(())
