@@ -38,13 +38,63 @@ pub enum CoreError {
     /// The code or data version is too long to keep.
     #[error("code or data version is longer than {} bytes", MAX_VERSION_BYTES)]
     VersionTooLong,
-    /// The team already has its limit of pending trials; the caller should retry.
-    #[error("team {team} has {pending} pending trials, its limit is {limit}; retry later")]
+    /// The team's pending trials and the submission's would pass its limit;
+    /// the caller should retry once some have started.
+    #[error(
+        "team {team} has {pending} pending trials and this submission adds {adding}, over its limit of {limit} (admission.max_pending_per_team); retry later"
+    )]
     TooManyPending {
         /// The submitting team.
         team: String,
         /// Its pending trials now.
         pending: u64,
+        /// The trials the submission creates at once.
+        adding: u64,
+        /// The policy's limit.
+        limit: u64,
+        /// When to try again.
+        retry_after_ms: u64,
+    },
+    /// The submission alone creates more trials at once than its team may
+    /// have pending: it can never be admitted as it is.
+    #[error(
+        "this submission creates {trials} trials at once, more than team {team} may have pending ({limit}, admission.max_pending_per_team); split it into smaller experiments"
+    )]
+    OverPendingLimit {
+        /// The submitting team.
+        team: String,
+        /// The trials the submission creates at once.
+        trials: u64,
+        /// The policy's limit.
+        limit: u64,
+    },
+    /// The submission's expanded size (its trials times the bytes of their
+    /// rendered configs and commands) is over the policy's limit.
+    #[error(
+        "this submission expands to {bytes} bytes ({trials} trials of {per_trial} bytes of rendered config and command each), over the limit of {limit} bytes (admission.max_submission_bytes); use fewer trials or smaller values"
+    )]
+    SubmissionTooLarge {
+        /// The estimated expanded size.
+        bytes: u64,
+        /// Its trials.
+        trials: u64,
+        /// The bytes of one trial's rendered config and command.
+        per_trial: u64,
+        /// The policy's limit.
+        limit: u64,
+    },
+    /// The team's unfinished trials and the submission would pass the team's
+    /// expanded-size limit; the caller should retry once some have finished.
+    #[error(
+        "team {team}'s unfinished trials expand to {held} bytes and this submission to {adding}, over the team's limit of {limit} bytes (admission.max_team_bytes); retry once some finish"
+    )]
+    TeamTooLarge {
+        /// The submitting team.
+        team: String,
+        /// The expanded size of its unfinished trials now.
+        held: u64,
+        /// The submission's expanded size.
+        adding: u64,
         /// The policy's limit.
         limit: u64,
         /// When to try again.
@@ -193,7 +243,10 @@ pub enum CoreError {
 impl CoreError {
     /// Whether the refusal is for now only (the same request may succeed later).
     pub fn is_temporary(&self) -> bool {
-        matches!(self, Self::TooManyPending { .. })
+        matches!(
+            self,
+            Self::TooManyPending { .. } | Self::TeamTooLarge { .. }
+        )
     }
 }
 
@@ -201,7 +254,8 @@ impl From<CoreError> for RemoteError {
     fn from(error: CoreError) -> Self {
         let message = error.to_string();
         let code = match &error {
-            CoreError::TooManyPending { retry_after_ms, .. } => {
+            CoreError::TooManyPending { retry_after_ms, .. }
+            | CoreError::TeamTooLarge { retry_after_ms, .. } => {
                 return Self::retry_later(message, *retry_after_ms);
             }
             CoreError::Approval(_) => ErrorCode::NotFound,
@@ -217,6 +271,8 @@ impl From<CoreError> for RemoteError {
             | CoreError::ReportScopeConflict
             | CoreError::NameTooLong(_)
             | CoreError::SpecTooLarge { .. }
+            | CoreError::SubmissionTooLarge { .. }
+            | CoreError::OverPendingLimit { .. }
             | CoreError::SpecNotJson { .. }
             | CoreError::InvalidPolicy(_) => ErrorCode::BadRequest,
             CoreError::ReportForbidden { .. }
@@ -326,14 +382,15 @@ mod tests {
         let remote = RemoteError::from(CoreError::TooManyPending {
             team: "a".to_owned(),
             pending: 3,
-            limit: 2,
+            adding: 2,
+            limit: 4,
             retry_after_ms: 7_000,
         });
         assert_eq!(remote.code, ErrorCode::TooManyPending);
         assert_eq!(remote.retry_after_ms, Some(7_000));
         assert_eq!(
             remote.message,
-            "team a has 3 pending trials, its limit is 2; retry later"
+            "team a has 3 pending trials and this submission adds 2, over its limit of 4 (admission.max_pending_per_team); retry later"
         );
     }
 }
