@@ -231,6 +231,16 @@ pub enum CoreError {
         /// Its length.
         len: usize,
     },
+    /// An unpaged status answer would not fit one frame.
+    #[error(
+        "the status asked for is about {bytes} bytes, more than one answer holds ({limit}); ask with a client that pages (`xp status` of protocol 8 or later)"
+    )]
+    StatusTooLarge {
+        /// Its estimated size.
+        bytes: u64,
+        /// The frame limit.
+        limit: u64,
+    },
     /// A submitted spec is not JSON (its team cannot be set).
     #[error("the spec is not JSON: {source}")]
     SpecNotJson {
@@ -272,6 +282,7 @@ impl From<CoreError> for RemoteError {
             | CoreError::NameTooLong(_)
             | CoreError::SpecTooLarge { .. }
             | CoreError::SubmissionTooLarge { .. }
+            | CoreError::StatusTooLarge { .. }
             | CoreError::OverPendingLimit { .. }
             | CoreError::SpecNotJson { .. }
             | CoreError::InvalidPolicy(_) => ErrorCode::BadRequest,

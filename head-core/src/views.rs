@@ -155,6 +155,23 @@ impl HeadCore {
 
     /// An experiment and its trials as `xp status` shows them.
     pub(crate) fn experiment_status(&self, id: ExperimentId) -> ExperimentStatus {
+        let mut status = self.experiment_status_without_trials(id, true);
+        status.trials = self
+            .book
+            .trials_of(id)
+            .map(|(_, trial)| self.trial_status(trial))
+            .collect();
+        status
+    }
+
+    /// An experiment as `xp status` shows it, without its trials, and with its
+    /// Pareto front only when `with_front` (a page that continues an
+    /// experiment leaves it out).
+    pub(crate) fn experiment_status_without_trials(
+        &self,
+        id: ExperimentId,
+        with_front: bool,
+    ) -> ExperimentStatus {
         let experiment = &self.book.experiment(id);
         let spec = &self.book.spec(id);
         ExperimentStatus {
@@ -167,13 +184,9 @@ impl HeadCore {
             submitted_at: experiment.submitted_at,
             code_version: experiment.code_version.clone(),
             data_version: experiment.data_version.clone(),
-            trials: self
-                .book
-                .trials_of(id)
-                .map(|(_, trial)| self.trial_status(trial))
-                .collect(),
+            trials: Vec::new(),
             objectives: self.objectives_status(id),
-            front: self.front_status(id),
+            front: with_front.then(|| self.front_status(id)).flatten(),
         }
     }
 

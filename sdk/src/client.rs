@@ -11,7 +11,8 @@ use xp_runtime::object_wire::{ObjectClient, ObjectClientError};
 use xp_runtime::protocol::{
     AdminAction, AdminRequest, AuditEntry, CheckpointStatus, ErrorCode, ExperimentState,
     ExperimentStatus, LogChunk, LogRequest, MetricPoint, NodeStatus, PeerRole, QueueStatus,
-    Request, Response, SubmitRequest, TrialEvent, TrialState,
+    Request, Response, StatusCursor, StatusPage, StatusQuery, SubmitRequest, TrialEvent,
+    TrialState,
 };
 use xp_runtime::spec::{Algorithm, Domain, ExperimentSpec, ParamValue, SearchSpec, TrialSpec};
 use xp_runtime::transport::{self, HeadConnection, QuicSetupError, TransportError};
@@ -392,13 +393,39 @@ impl Client {
         Ok(hash)
     }
 
-    /// Experiments (one, by id or unique prefix, or all) with their trials.
+    /// Experiments (one, by id or unique prefix, or all) with their trials,
+    /// gathered from the head's pages (each a bounded answer), in id order.
     pub async fn status(
         &self,
         experiment: Option<&str>,
     ) -> Result<Vec<ExperimentStatus>, SdkError> {
-        expect_response!(self.request(Request::Status { experiment: experiment.map(str::to_owned) }).await?,
-            Response::Status(list) => list)
+        let mut whole = Vec::new();
+        let mut from = None;
+        loop {
+            let page = self.status_page(experiment, from).await?;
+            from = page.next;
+            page.merge_into(&mut whole);
+            if from.is_none() {
+                return Ok(whole);
+            }
+        }
+    }
+
+    /// One page of [`Client::status`], from `from` (the previous page's
+    /// `next`; the beginning when `None`): experiments in id order, the first
+    /// continuing the previous page's last when the cursor fell inside it
+    /// (see [`StatusPage::merge_into`]).
+    pub async fn status_page(
+        &self,
+        experiment: Option<&str>,
+        from: Option<StatusCursor>,
+    ) -> Result<StatusPage, SdkError> {
+        let query = StatusQuery {
+            experiment: experiment.map(str::to_owned),
+            from,
+        };
+        expect_response!(self.request(Request::StatusPage(query)).await?,
+            Response::StatusPage(page) => page)
     }
 
     /// One experiment.

@@ -34,26 +34,31 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let experiment = trial
         .map(|trial| trial.experiment.to_string())
         .or(experiment);
-    let (list, telemetry) = match source.source()? {
-        Source::DataDir(data_dir) => (offline::status(&data_dir, experiment.as_deref())?, None),
-        Source::Cluster(cluster) => {
-            let client = connect(&cluster).await?;
-            let list = client.status(experiment.as_deref()).await?;
-            let telemetry = match trial {
-                Some(trial) => Some(client.telemetry(trial).await?),
-                None => None,
-            };
-            client.close().await;
-            (list, telemetry)
-        }
-    };
-    for status in &list {
+    let print = |status: &ExperimentStatus| {
         if json {
             outln!("{}", experiment_json(status));
         } else {
             print_status_table(status);
         }
-    }
+    };
+    let telemetry = match source.source()? {
+        Source::DataDir(data_dir) => {
+            offline::status(&data_dir, experiment.as_deref())?
+                .iter()
+                .for_each(print);
+            None
+        }
+        Source::Cluster(cluster) => {
+            let client = connect(&cluster).await?;
+            print_pages(&client, experiment.as_deref(), print).await?;
+            let telemetry = match trial {
+                Some(trial) => Some(client.telemetry(trial).await?),
+                None => None,
+            };
+            client.close().await;
+            telemetry
+        }
+    };
     if let Some(telemetry) = telemetry {
         if json {
             outln!("{}", telemetry_json(&telemetry));
@@ -62,6 +67,28 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Follows the head's status pages, printing each experiment once all its
+/// trials have come: one experiment at a time is held, however many there are.
+async fn print_pages(
+    client: &xp::Client,
+    experiment: Option<&str>,
+    print: impl Fn(&ExperimentStatus),
+) -> anyhow::Result<()> {
+    let mut held: Vec<ExperimentStatus> = Vec::new();
+    let mut from = None;
+    loop {
+        let page = client.status_page(experiment, from).await?;
+        from = page.next;
+        page.merge_into(&mut held);
+        // The last experiment may continue on the next page.
+        let complete = held.len() - usize::from(from.is_some() && !held.is_empty());
+        held.drain(..complete).for_each(|status| print(&status));
+        if from.is_none() {
+            return Ok(());
+        }
+    }
 }
 
 /// Each rank's latest telemetry window, one line each.

@@ -150,8 +150,71 @@ fn messages() -> Vec<Message> {
             since_ms: Some(3_600_000),
         })),
         Message::Response(xp_runtime::protocol::Response::Report(Box::new(report()))),
+        status_query(),
+        status_page(),
         Message::Error(RemoteError::new(ErrorCode::BadRequest, "no such trial")),
     ]
+}
+
+/// A request for a status page, from a cursor.
+fn status_query() -> Message {
+    Message::Request(Request::StatusPage(xp_runtime::protocol::StatusQuery {
+        experiment: Some("0123abcd".to_owned()),
+        from: Some(xp_runtime::protocol::StatusCursor {
+            experiment: trial(0).experiment,
+            trial: 5_000,
+        }),
+    }))
+}
+
+/// A status page: one experiment continuing from trial 3, and where the next
+/// page starts.
+fn status_page() -> Message {
+    use xp_runtime::protocol::{
+        AttemptStatus, ExperimentState, ExperimentStatus, StatusCursor, StatusPage, TrialState,
+        TrialStatus,
+    };
+    let trial_status = |index: u32| TrialStatus {
+        id: trial(index),
+        state: TrialState::Succeeded,
+        config_json: r#"{"lr":0.1,"seed":0}"#.to_owned(),
+        attempts: vec![AttemptStatus {
+            number: 1,
+            nodes: vec![node_id()],
+            placed_at: 1_700_000_000_000,
+            running_at: Some(1_700_000_000_500),
+            ended_at: Some(1_700_000_060_000),
+            outcome: Some("exited 0".to_owned()),
+            resumed_from: None,
+        }],
+        metrics: BTreeMap::from([("loss".to_owned(), 0.25)]),
+        last_step: Some(100),
+        reason: None,
+        reused_from: None,
+        waiting: None,
+        gpu_hours: 0.5,
+        cost: None,
+    };
+    Message::Response(xp_runtime::protocol::Response::StatusPage(StatusPage {
+        experiments: vec![ExperimentStatus {
+            id: trial(0).experiment,
+            name: "sweep".to_owned(),
+            team: "vision".to_owned(),
+            state: ExperimentState::Running,
+            metric: Some("loss".to_owned()),
+            maximize: false,
+            submitted_at: 1_700_000_000_000,
+            code_version: "git:0123abcd".to_owned(),
+            data_version: "none".to_owned(),
+            trials: vec![trial_status(3), trial_status(4)],
+            objectives: Vec::new(),
+            front: None,
+        }],
+        next: Some(StatusCursor {
+            experiment: trial(0).experiment,
+            trial: 5,
+        }),
+    }))
 }
 
 /// A submission with a spec, a program and versions.

@@ -290,8 +290,9 @@ fn smallest<K: Ord, T>(keep: usize, items: impl Iterator<Item = (K, T)>) -> Vec<
         .collect()
 }
 
-/// A rough upper estimate of a trial's size as JSON, for [`MAX_PAGE_BYTES`].
-fn estimated_bytes(trial: &TrialStatus) -> usize {
+/// A rough upper estimate of a trial's size as JSON, for [`MAX_PAGE_BYTES`]
+/// (and so also of its size in a frame, where nothing is escaped).
+pub(crate) fn estimated_bytes(trial: &TrialStatus) -> usize {
     let attempts: usize = trial
         .attempts
         .iter()

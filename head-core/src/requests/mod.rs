@@ -146,6 +146,7 @@ pub fn access(request: &Request) -> Access {
         Request::Alerts { experiment } => alerts::access(experiment.as_deref()),
         Request::Report(report) => report::access(report),
         Request::Leases => leases::access(),
+        Request::StatusPage(query) => status::access(query.experiment.as_deref()),
     }
 }
 
@@ -234,6 +235,7 @@ impl HeadCore {
             Request::Alerts { experiment } => answer(self.read_alerts(asker, experiment)?),
             Request::Report(report) => Served::Stored(report::read(asker, report)),
             Request::Leases => answer(self.read_leases(asker)),
+            Request::StatusPage(query) => answer(self.read_status_page(asker, query)?),
         })
     }
 }

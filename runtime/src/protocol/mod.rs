@@ -47,8 +47,8 @@ pub use requests::{
 pub use status::{
     ApprovalStatus, AttemptStatus, CheckpointStatus, ConflictOdds, ExperimentState,
     ExperimentStatus, FrontStatus, FrontTrial, LeaseClaim, LeaseReport, LeaseStatus, MetricPoint,
-    NodeState, NodeStatus, ObjectiveStatus, QueueStatus, ResourceAmounts, TrialEvent, TrialState,
-    TrialStatus,
+    NodeState, NodeStatus, ObjectiveStatus, QueueStatus, ResourceAmounts, StatusCursor, StatusPage,
+    StatusQuery, TrialEvent, TrialState, TrialStatus,
 };
 pub use telemetry::{
     FieldStats, GpuSample, MAX_SERIES_POINTS, MAX_TELEMETRY_GPUS, MAX_TELEMETRY_WORKERS,
@@ -75,7 +75,9 @@ use serde::{Deserialize, Serialize};
 /// `Response::Report`, `TrialStatus::gpu_hours` and `cost`). 6: multi-objective
 /// searches (`ExperimentStatus::objectives` and `front`). 7: oversubscribed
 /// fractional GPUs (`Launch::oversubscription_milli`, `WorkerReport::Evicted`).
-pub const PROTOCOL_VERSION: u16 = 7;
+/// 8: `xp status` in bounded pages (`Request::StatusPage`,
+/// `Response::StatusPage`).
+pub const PROTOCOL_VERSION: u16 = 8;
 
 /// Everything that crosses a connection.
 #[derive(Debug, Clone, Serialize, Deserialize)]

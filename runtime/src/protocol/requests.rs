@@ -148,6 +148,11 @@ pub enum Request {
     /// leases and GPU models (any user, like [`Request::Queues`]). Answered by
     /// [`Response::Leases`].
     Leases,
+    /// One page of `xp status`: experiments in id order, with as many of their
+    /// trials as one bounded answer holds (since version 8; the head still
+    /// answers [`Request::Status`] while the answer fits one frame).
+    /// Answered by [`Response::StatusPage`].
+    StatusPage(super::StatusQuery),
 }
 
 /// The scope and window of a [`Request::Report`].
@@ -346,6 +351,8 @@ pub enum Response {
     /// Leases, pending approvals and conflict odds (answering
     /// [`Request::Leases`]).
     Leases(super::LeaseReport),
+    /// One page of `xp status` (answering [`Request::StatusPage`]).
+    StatusPage(super::StatusPage),
 }
 
 /// One entry of the head's audit trail: an admin action or a refusal.

@@ -195,6 +195,58 @@ pub struct ExperimentStatus {
     pub front: Option<FrontStatus>,
 }
 
+/// What one page of `xp status` asks for ([`super::Request::StatusPage`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusQuery {
+    /// An experiment id or a unique prefix of one; every experiment the asker
+    /// sees when absent.
+    pub experiment: Option<String>,
+    /// Where the page starts: the previous page's `next`; the beginning when
+    /// absent.
+    pub from: Option<StatusCursor>,
+}
+
+/// Where a paged status continues: an experiment, and the index of its first
+/// trial not yet sent. Experiments come in id order and trials in index
+/// order, so trials or experiments added meanwhile never repeat or shift one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusCursor {
+    /// The experiment the next page starts in.
+    pub experiment: ExperimentId,
+    /// Its first trial index the next page holds.
+    pub trial: u32,
+}
+
+/// One page of `xp status` ([`super::Response::StatusPage`]): each page is a
+/// bounded answer, and a client follows `next` until it is `None`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StatusPage {
+    /// Experiments in id order. The first continues the previous page's last
+    /// one when the cursor fell inside it: it then holds only the trials from
+    /// the cursor on, and no front (an experiment's `objectives` and `front`
+    /// come with its first trials). Append the trials of an experiment that
+    /// continues to what came before.
+    pub experiments: Vec<ExperimentStatus>,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<StatusCursor>,
+}
+
+impl StatusPage {
+    /// Adds this page to `whole` (the experiments of the pages before, in
+    /// order): an experiment that continues gets the page's trials appended.
+    pub fn merge_into(self, whole: &mut Vec<ExperimentStatus>) {
+        for experiment in self.experiments {
+            match whole.last_mut() {
+                Some(last) if last.id == experiment.id => {
+                    last.trials.extend(experiment.trials);
+                    last.state = experiment.state;
+                }
+                _ => whole.push(experiment),
+            }
+        }
+    }
+}
+
 /// One objective of a multi-objective search.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ObjectiveStatus {
@@ -458,4 +510,67 @@ pub struct ConflictOdds {
     pub waiting_now: u64,
     /// The chance that at least one of those conflicts: `1 − (1 − p)^n`.
     pub any_conflict: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn experiment(id: u8, trials: std::ops::Range<u32>) -> ExperimentStatus {
+        let id = ExperimentId::from_content_hash(&[id; 32], 1);
+        ExperimentStatus {
+            id,
+            name: "e".to_owned(),
+            team: "t".to_owned(),
+            state: ExperimentState::Running,
+            metric: None,
+            maximize: false,
+            submitted_at: 0,
+            code_version: String::new(),
+            data_version: String::new(),
+            trials: trials
+                .map(|index| TrialStatus {
+                    id: TrialId {
+                        experiment: id,
+                        index,
+                    },
+                    state: TrialState::Pending,
+                    config_json: "{}".to_owned(),
+                    attempts: Vec::new(),
+                    metrics: BTreeMap::new(),
+                    last_step: None,
+                    reason: None,
+                    reused_from: None,
+                    waiting: None,
+                    gpu_hours: 0.0,
+                    cost: None,
+                })
+                .collect(),
+            objectives: Vec::new(),
+            front: None,
+        }
+    }
+
+    #[test]
+    fn pages_merge_an_experiment_that_continues_into_one() {
+        let mut whole = Vec::new();
+        let page = |experiments| StatusPage {
+            experiments,
+            next: None,
+        };
+        page(vec![experiment(1, 0..3), experiment(2, 0..2)]).merge_into(&mut whole);
+        page(vec![experiment(2, 2..5)]).merge_into(&mut whole);
+        page(vec![experiment(2, 5..6), experiment(3, 0..1)]).merge_into(&mut whole);
+        let shown: Vec<Vec<u32>> = whole
+            .iter()
+            .map(|experiment| {
+                experiment
+                    .trials
+                    .iter()
+                    .map(|trial| trial.id.index)
+                    .collect()
+            })
+            .collect();
+        assert_eq!(shown, vec![vec![0, 1, 2], vec![0, 1, 2, 3, 4, 5], vec![0]]);
+    }
 }
