@@ -9,8 +9,8 @@
 //! program path), code (and binary) and data versions plus a run number, so an
 //! identical submission finds its newest run and reuses it unless asked to rerun
 //! or that run was cancelled; a trial reuses a finished result only when its trial
-//! identity (template, config, code, data) matches a trial that succeeded by
-//! running, and its experiment did not ask to rerun.
+//! identity (team, template, config, code, data) matches a trial that succeeded
+//! by running, and its experiment did not ask to rerun: never another team's.
 
 use std::collections::BTreeMap;
 
@@ -188,19 +188,27 @@ impl HeadCore {
         self.push_event(now, trial_id, state, 0, reason);
     }
 
-    /// What makes two trials the same work: the trial template, the config, the
-    /// code (and binary) and the data.
+    /// What makes two trials the same work: the team, the trial template, the
+    /// config, the code (and binary) and the data.
+    ///
+    /// A team reuses only its own results: code and data versions are what the
+    /// client claims, so another team's trial must never stand in for them
+    /// (nor show its id and metrics). The identity is never stored: the
+    /// reusable successes are rebuilt from the stored experiments, which keep
+    /// their team, and experiment ids (`content_hash`) do not involve it.
     pub(super) fn trial_identity(&self, experiment: ExperimentId, config_json: &str) -> [u8; 32] {
         let record = &self.book.experiment(experiment);
-        let mut template = self.book.spec(experiment).trial.clone();
+        let spec = self.book.spec(experiment);
+        let mut template = spec.trial.clone();
         template.program = None;
         let template = serde_json::to_string(&template).expect("a trial spec serialises");
         let code = match record.program {
             Some(program) => format!("{}|binary:{program}", record.code_version),
             None => record.code_version.clone(),
         };
-        let mut hasher = blake3::Hasher::new_derive_key("xp trial identity v1");
+        let mut hasher = blake3::Hasher::new_derive_key("xp trial identity v2");
         for part in [
+            spec.team.as_str(),
             template.as_str(),
             config_json,
             code.as_str(),

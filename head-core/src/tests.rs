@@ -23,6 +23,7 @@ mod limits;
 mod metrics;
 mod oversubscription;
 mod pipelines;
+mod reuse;
 mod telemetry;
 mod usage;
 
