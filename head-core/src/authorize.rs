@@ -113,64 +113,53 @@ pub struct Resolved {
 
 impl HeadCore {
     /// Resolves what `scope` names for `principal`. For a user who is not an
-    /// admin, a name must resolve: an experiment prefix matches only
-    /// experiments of teams they see (a full id matches any, so the refusal
-    /// can name the role), and anything unresolved is not found, never judged
-    /// as their own team's work. Admins and nodes keep the lenient reading:
-    /// an unresolved name is judged as `principal`'s own team's work, and the
-    /// request then fails as not found by itself.
+    /// admin, a name must resolve among what they see: an experiment prefix
+    /// matches only experiments of teams they see, and an exact id of another
+    /// team's experiment, trial or pipeline is not found with the very error
+    /// an unknown id gets (neither its team nor that it exists is told, and
+    /// the audit trail and the refusal count are left alone, as for an
+    /// unknown id); nothing unresolved is ever judged as their own team's
+    /// work. Admins and nodes keep the lenient reading: an unresolved name is
+    /// judged as `principal`'s own team's work, and the request then fails as
+    /// not found by itself.
     pub fn resolve_scope(
         &self,
         principal: &Principal,
         scope: &Scope,
     ) -> Result<Resolved, CoreError> {
-        let strict = matches!(principal, Principal::User { role, .. } if *role != Role::Admin);
-        let visible = principal.visible_team();
-        let own_team = match principal {
-            Principal::User { team, .. } => team.clone(),
-            Principal::Node => String::new(),
-        };
-        let lenient = |found: Result<String, CoreError>| found.unwrap_or_else(|_| own_team.clone());
-        let named_experiment = |text: &str| -> Result<(String, Option<ExperimentId>), CoreError> {
-            if strict {
-                let id = self.visible_experiment_named(text, &visible)?;
-                Ok((self.team_of_experiment(id)?, Some(id)))
-            } else {
-                Ok((lenient(self.team_of_experiment_named(text)), None))
-            }
-        };
-        let named = |text: &str| match text.parse::<TrialId>() {
-            Ok(trial) if strict => Ok((self.team_of_trial(trial)?, None)),
-            Ok(trial) => Ok((lenient(self.team_of_trial(trial)), None)),
-            Err(_) => named_experiment(text),
-        };
-        let team = |found: Result<String, CoreError>| {
-            if strict { found } else { Ok(lenient(found)) }
-        };
+        let names = Names::new(self, principal);
         let (team, queue_owner, experiment) = match scope {
             Scope::Cluster | Scope::PreemptionRequest { .. } => (None, None, None),
-            Scope::Experiment(id) => (Some(team(self.team_of_experiment(*id))?), None, None),
+            Scope::Experiment(id) => {
+                let unknown = CoreError::ExperimentNotFound { experiment_id: *id };
+                let team = names.team(self.team_of_experiment(*id), unknown)?;
+                (Some(team), None, None)
+            }
             Scope::ExperimentNamed(text) => {
-                let (team, experiment) = named_experiment(text)?;
+                let (team, experiment) = names.experiment(text)?;
                 (Some(team), None, experiment)
             }
-            Scope::Trial(id) => (Some(team(self.team_of_trial(*id))?), None, None),
+            Scope::Trial(id) => (Some(names.trial(*id)?), None, None),
             Scope::Named(text) => {
-                let (team, experiment) = named(text)?;
+                let (team, experiment) = names.named(text)?;
                 (Some(team), None, experiment)
             }
             Scope::Team(team) => (Some(team.clone()), None, None),
-            Scope::Pipeline(id) => (Some(team(self.pipelines.team_of(*id))?), None, None),
+            Scope::Pipeline(id) => {
+                let unknown = CoreError::PipelineNotFound { pipeline: *id };
+                let team = names.team(self.pipelines.team_of(*id), unknown)?;
+                (Some(team), None, None)
+            }
             Scope::Submit { team } => (
                 Some(crate::auth::submit_team(principal, team).to_owned()),
                 None,
                 None,
             ),
             Scope::Move { named: text, queue } => {
-                let (team, experiment) = named(text)?;
+                let (team, experiment) = names.named(text)?;
                 let owner = match self.queue_owner(queue) {
                     Some(owner) => owner,
-                    None if strict => {
+                    None if names.strict => {
                         return Err(CoreError::QueueNotFound {
                             queue: queue.clone(),
                         });
@@ -249,17 +238,20 @@ impl HeadCore {
         }
     }
 
-    /// The experiment `text` names among those `visible` shows: a full id
-    /// names its experiment whoever owns it; a prefix matches only visible
-    /// experiments, so that neither "not found" nor "ambiguous" tells of
-    /// another team's work.
+    /// The experiment `text` names among those `visible` shows, by full id or
+    /// prefix: another team's experiment is not there, so that neither "not
+    /// found" nor "ambiguous" tells of another team's work, and its exact id
+    /// answers as an unknown one does.
     pub(crate) fn visible_experiment_named(
         &self,
         text: &str,
         visible: &Visibility,
     ) -> Result<ExperimentId, CoreError> {
         if let Ok(id) = text.parse::<ExperimentId>()
-            && self.book.contains_experiment(id)
+            && self
+                .book
+                .get_spec(id)
+                .is_some_and(|spec| visible.shows(&spec.team))
         {
             return Ok(id);
         }
@@ -278,6 +270,73 @@ impl HeadCore {
                 prefix: text.to_owned(),
                 matches: matches.len(),
             }),
+        }
+    }
+}
+
+/// How the names in one asker's request resolve (`HeadCore::resolve_scope`).
+struct Names<'a> {
+    core: &'a HeadCore,
+    /// A user who is not an admin: names resolve only among what they see.
+    strict: bool,
+    visible: Visibility,
+    /// Whose work an unresolved name is judged as, for a lenient asker.
+    own_team: String,
+}
+
+impl<'a> Names<'a> {
+    fn new(core: &'a HeadCore, principal: &Principal) -> Self {
+        Self {
+            core,
+            strict: matches!(principal, Principal::User { role, .. } if *role != Role::Admin),
+            visible: principal.visible_team(),
+            own_team: match principal {
+                Principal::User { team, .. } => team.clone(),
+                Principal::Node => String::new(),
+            },
+        }
+    }
+
+    /// The team `found` names: for a strict asker another team's work is
+    /// `unknown`, the error an id nobody holds gets; for a lenient one an
+    /// unresolved name is their own team's.
+    fn team(
+        &self,
+        found: Result<String, CoreError>,
+        unknown: CoreError,
+    ) -> Result<String, CoreError> {
+        if self.strict {
+            found.and_then(|team| self.visible.shows(&team).then_some(team).ok_or(unknown))
+        } else {
+            Ok(found.unwrap_or_else(|_| self.own_team.clone()))
+        }
+    }
+
+    /// The team of trial `trial_id`.
+    fn trial(&self, trial_id: TrialId) -> Result<String, CoreError> {
+        self.team(
+            self.core.team_of_trial(trial_id),
+            CoreError::TrialNotFound { trial_id },
+        )
+    }
+
+    /// The team of the experiment `text` names, and for a strict asker the
+    /// experiment itself.
+    fn experiment(&self, text: &str) -> Result<(String, Option<ExperimentId>), CoreError> {
+        if self.strict {
+            let id = self.core.visible_experiment_named(text, &self.visible)?;
+            Ok((self.core.team_of_experiment(id)?, Some(id)))
+        } else {
+            let found = self.core.team_of_experiment_named(text);
+            Ok((found.unwrap_or_else(|_| self.own_team.clone()), None))
+        }
+    }
+
+    /// The team of what `text` names: a trial id, else an experiment.
+    fn named(&self, text: &str) -> Result<(String, Option<ExperimentId>), CoreError> {
+        match text.parse::<TrialId>() {
+            Ok(trial) => Ok((self.trial(trial)?, None)),
+            Err(_) => self.experiment(text),
         }
     }
 }

@@ -70,15 +70,9 @@ impl HeadCore {
     ) -> Result<ReportScope, CoreError> {
         Ok(match (&request.experiment, &request.team) {
             (Some(_), Some(_)) => return Err(CoreError::ReportScopeConflict),
+            // Another team's experiment, even by its full id, is not found.
             (Some(text), None) => {
-                // A full id resolves whatever its team: judge the team here too.
-                let id = self.visible_experiment_named(text, visible)?;
-                if !visible.shows(&self.book.spec(id).team) {
-                    return Err(CoreError::ReportForbidden {
-                        scope: format!("experiment {id} of another team"),
-                    });
-                }
-                ReportScope::Experiment(id)
+                ReportScope::Experiment(self.visible_experiment_named(text, visible)?)
             }
             (None, Some(team)) if visible.shows(team) => ReportScope::Team(team.clone()),
             (None, Some(team)) => {

@@ -1,12 +1,12 @@
 //! Tests of how a request's target is resolved for authorization: a name a
 //! non-admin gives that does not resolve among what they see is not found,
-//! never judged as their own team's work, and prefixes match only experiments
-//! of teams they see.
+//! never judged as their own team's work, another team's exact id answers as
+//! an unknown one, and prefixes match only experiments of teams they see.
 
 use xp_runtime::protocol::{ErrorCode, RemoteError};
 
 use super::*;
-use crate::auth::access::Scope;
+use crate::auth::access::{Access, Scope};
 use crate::auth::{self, Action, Principal, Role, Target};
 
 fn user(team: &str, role: Role) -> Principal {
@@ -47,63 +47,110 @@ fn judge(
     Ok(resolved.experiment)
 }
 
+/// How a request names an experiment's work, given the experiment.
+type Naming = fn(ExperimentId) -> Scope;
+
+/// Trial 0 of `experiment`.
+fn trial_zero(experiment: ExperimentId) -> TrialId {
+    TrialId {
+        experiment,
+        index: 0,
+    }
+}
+
+/// Every way a request names an exact id, with an action that takes it.
+const EXACT_NAMINGS: [(Action, Naming); 7] = [
+    (Action::Cancel, |id| Scope::Named(id.to_string())),
+    (Action::Hold, |id| Scope::Named(trial_zero(id).to_string())),
+    (Action::ReadExperiment, |id| {
+        Scope::ExperimentNamed(id.to_string())
+    }),
+    (Action::ReadExperiment, Scope::Experiment),
+    (Action::ReadExperiment, |id| Scope::Trial(trial_zero(id))),
+    (Action::Move, |id| Scope::Move {
+        named: id.to_string(),
+        queue: "default".to_owned(),
+    }),
+    (Action::Cancel, |id| Scope::Named(format!("{id}-t7"))),
+];
+
+/// What `principal` gets for `naming` of `id` with `action`, with `id`
+/// written as `ID`, so that answers about different ids compare.
+fn answer_shape(
+    core: &HeadCore,
+    principal: &Principal,
+    (action, naming): (Action, Naming),
+    id: ExperimentId,
+) -> (ErrorCode, String) {
+    let error = judge(core, principal, action, naming(id)).unwrap_err();
+    (error.code, error.message.replace(&id.to_string(), "ID"))
+}
+
+/// A member of alpha gets for each exact id of `theirs` (beta's) what they
+/// get for the same id of `unknown`, which nobody holds: not found, naming
+/// neither the team nor a role.
+fn check_exact_ids_answer_as_unknown(core: &HeadCore, theirs: ExperimentId, unknown: ExperimentId) {
+    let member = user("alpha", Role::Member);
+    for naming in EXACT_NAMINGS {
+        let existing = answer_shape(core, &member, naming, theirs);
+        assert_eq!(existing.0, ErrorCode::NotFound, "{existing:?}");
+        assert_eq!(existing, answer_shape(core, &member, naming, unknown));
+        assert!(
+            !existing.1.contains("beta") && !existing.1.contains("may not"),
+            "{existing:?}"
+        );
+    }
+    // Neither audited nor counted as a refusal, as an unknown id is not.
+    let access = Access {
+        action: Action::Cancel,
+        scope: Scope::Named(theirs.to_string()),
+    };
+    let verdict = core.authorize(member, &access);
+    assert!(
+        matches!(verdict.outcome, Err(CoreError::NoExperimentMatches { .. })),
+        "{verdict:?}"
+    );
+    assert!(
+        verdict.audit.is_none() && verdict.refused_as.is_none(),
+        "{verdict:?}"
+    );
+}
+
+/// Beta's own members find it, an admin acts on it (and on a trial of it
+/// that does not exist yet, failing later by itself), and a node's request is
+/// judged as a node's, known id or not.
+fn check_owners_admins_and_nodes_as_before(
+    core: &HeadCore,
+    theirs: ExperimentId,
+    unknown: ExperimentId,
+) {
+    let named = |id: ExperimentId| Scope::Named(id.to_string());
+    let viewer = user("beta", Role::Viewer);
+    assert_eq!(
+        judge(core, &viewer, Action::ReadExperiment, named(theirs)),
+        Ok(Some(theirs))
+    );
+    let admin = user("ops", Role::Admin);
+    assert_eq!(judge(core, &admin, Action::Cancel, named(theirs)), Ok(None));
+    let later = Scope::Named(format!("{theirs}-t7"));
+    assert_eq!(judge(core, &admin, Action::Cancel, later), Ok(None));
+    for id in [theirs, unknown] {
+        let scope = Scope::Experiment(id);
+        let node = judge(core, &Principal::Node, Action::ReadExperiment, scope).unwrap_err();
+        assert_eq!(node.code, ErrorCode::Forbidden, "{node:?}");
+        assert!(node.message.contains("node credential"), "{node:?}");
+    }
+}
+
 #[test]
-fn a_trial_of_another_team_is_not_found_before_it_exists_and_refused_once_it_does() {
+fn another_teams_exact_ids_answer_as_unknown_ones() {
     let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
     let theirs = experiment(&mut core, "sweep", "beta");
-    let member = user("alpha", Role::Member);
-    let later = TrialId {
-        experiment: theirs,
-        index: 7,
-    };
-    let early = judge(
-        &core,
-        &member,
-        Action::Cancel,
-        Scope::Named(later.to_string()),
-    )
-    .unwrap_err();
-    assert_eq!(early.code, ErrorCode::NotFound, "{early:?}");
-    assert!(early.message.contains(&later.to_string()), "{early:?}");
-    // Reading its metrics goes the same way (the registry is never asked).
-    let read = judge(&core, &member, Action::ReadExperiment, Scope::Trial(later)).unwrap_err();
-    assert_eq!(read.code, ErrorCode::NotFound, "{read:?}");
-
-    let existing = TrialId {
-        experiment: theirs,
-        index: 0,
-    };
-    let refused = judge(
-        &core,
-        &member,
-        Action::Cancel,
-        Scope::Named(existing.to_string()),
-    )
-    .unwrap_err();
-    assert_eq!(refused.code, ErrorCode::Forbidden, "{refused:?}");
-    assert!(refused.message.contains("only an admin"), "{refused:?}");
-    // Their experiment by its full id: refused naming the role, as work they know of.
-    let full = judge(
-        &core,
-        &member,
-        Action::Cancel,
-        Scope::Named(theirs.to_string()),
-    )
-    .unwrap_err();
-    assert_eq!(full.code, ErrorCode::Forbidden, "{full:?}");
-
-    // An admin's request is judged as before: allowed, and the core then
-    // says what is missing.
-    let admin = user("ops", Role::Admin);
-    assert_eq!(
-        judge(
-            &core,
-            &admin,
-            Action::Cancel,
-            Scope::Named(later.to_string())
-        ),
-        Ok(None)
-    );
+    // An id of the same shape that nobody here holds.
+    let mut elsewhere = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let unknown = experiment(&mut elsewhere, "x", "beta");
+    check_exact_ids_answer_as_unknown(&core, theirs, unknown);
+    check_owners_admins_and_nodes_as_before(&core, theirs, unknown);
 }
 
 #[test]

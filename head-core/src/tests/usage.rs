@@ -164,9 +164,10 @@ fn the_scope_is_judged_against_what_the_caller_sees() {
     let nlp = Visibility::Team("nlp".to_owned());
     let vision = Visibility::Team("vision".to_owned());
     let id = Some(experiment.to_string());
+    // Another team's experiment by its full id: not found, as an unknown id.
     assert!(matches!(
         core.report_for(2 * HOUR, &request(id.clone(), None), &nlp),
-        Err(CoreError::ReportForbidden { .. })
+        Err(CoreError::NoExperimentMatches { .. })
     ));
     let prefix = Some(experiment.to_string()[..8].to_owned());
     assert!(matches!(
