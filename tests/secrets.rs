@@ -1,8 +1,9 @@
 //! The cluster secret stays secret: no process started for a cluster carries the
 //! token in its command line (where `ps` shows it to every local user), no log
 //! line holds it (not even after a peer sends a second hello), the head's and the
-//! node's data directories are private to their user, and `xp-node join` refuses
-//! a join string given as an argument.
+//! node's data directories are private to their user, `xp-node join` refuses
+//! a join string given as an argument, and the head prints the node credential
+//! at its first start only.
 
 mod common;
 
@@ -290,6 +291,83 @@ fn xp_node_takes_the_join_string_from_a_private_file_only() {
     assert!(from_argument.status.success());
     let stderr = String::from_utf8_lossy(&from_argument.stderr);
     assert_eq!(stderr.matches("`ps`").count(), 1, "{stderr}");
+}
+
+/// Starts `xp-head` on `data_dir` and returns it with what it printed, up to
+/// its `node:` or `head:` line.
+fn start_head_printing(data_dir: &Path) -> (KillOnDrop, Vec<String>) {
+    use std::io::BufRead;
+    let mut head = Command::new(binary("xp-head"))
+        .args(["start", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(head.stdout.take().unwrap());
+    let mut printed = Vec::new();
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        let last = line.starts_with("node: ") || line.starts_with("head: ");
+        printed.push(line);
+        if last {
+            break;
+        }
+    }
+    (KillOnDrop(head), printed)
+}
+
+/// `xp-head node-credential --data-dir DIR`'s output.
+fn node_credential(data_dir: &Path) -> std::process::Output {
+    Command::new(binary("xp-head"))
+        .args(["node-credential", "--data-dir"])
+        .arg(data_dir)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_node_credential_is_printed_at_the_first_start_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("head");
+    let missing = node_credential(&data_dir);
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("start the head once"), "{stderr}");
+
+    let (first, printed) = start_head_printing(&data_dir);
+    drop(first);
+    let node_line = printed
+        .iter()
+        .find_map(|line| line.strip_prefix("node: "))
+        .unwrap_or_else(|| panic!("the first start prints the node credential: {printed:?}"));
+    let node_join: JoinString = node_line.parse().unwrap();
+
+    // A later start prints its address and where the credential is, no secret.
+    let (again, printed) = start_head_printing(&data_dir);
+    let head_line = printed.last().unwrap();
+    assert!(head_line.starts_with("head: 127.0.0.1:"), "{printed:?}");
+    assert!(head_line.contains("xp-head node-credential"), "{printed:?}");
+    assert!(
+        printed.iter().all(|line| !line.contains(&node_join.token)),
+        "a restart printed the node credential: {printed:?}"
+    );
+    // On the head machine it is shown again, with the address of this start.
+    let shown = node_credential(&data_dir);
+    assert!(shown.status.success(), "{shown:?}");
+    let shown: JoinString = String::from_utf8(shown.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(shown.token, node_join.token);
+    let address = head_line["head: ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap();
+    let port = address.rsplit(':').next().unwrap();
+    assert_eq!(shown.port.to_string(), port, "{head_line}");
+    drop(again);
 }
 
 /// A process killed and reaped when the test ends, passed or failed.

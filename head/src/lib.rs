@@ -32,7 +32,7 @@ use crate::actor::HeadMsg;
 pub use crate::offline::{OfflineError, OfflineHead, offline_status};
 pub use crate::registry::RegistryError;
 pub use crate::start::start;
-pub use crate::users::local::{LocalUserError, run as run_user_command};
+pub use crate::users::local::{LocalUserError, node_credential, run as run_user_command};
 pub use crate::users::socket::SocketError;
 pub use xp_head_core::CoreConfig;
 pub use xp_head_core::auth::Role;
@@ -107,6 +107,10 @@ pub enum HeadError {
 pub struct RunningHead {
     /// The node credential: the join string nodes use.
     pub join: JoinString,
+    /// Whether this is the first start on its data directory: the only one
+    /// that prints the node credential (`xp-head node-credential` shows it
+    /// again).
+    pub first_start: bool,
     /// The first admin's credential, when this start created it (a new data
     /// directory, or one from a version without users); only its hash is kept,
     /// so later starts cannot show it again.

@@ -21,7 +21,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Start the head and print the join string.
+    /// Start the head. Its first start on a data directory prints the first
+    /// admin's credential (`admin:`) and the node credential (`node:`); later
+    /// starts print the address only (`head:`).
     Start {
         /// UDP address for QUIC; port 0 picks a free port.
         #[arg(long, default_value = "0.0.0.0:7700")]
@@ -49,6 +51,13 @@ enum Command {
         /// backfill, default). Without it the head keeps the policy it last applied.
         #[arg(long)]
         policy: Option<String>,
+    },
+    /// Print the node credential (what nodes join with), on the head machine:
+    /// the first start printed it, and it is kept in the data directory.
+    NodeCredential {
+        /// The head's data directory.
+        #[arg(long)]
+        data_dir: PathBuf,
     },
     /// Manage the cluster's users, on the head machine: through the running
     /// head, or on a stopped head's database.
@@ -128,12 +137,13 @@ async fn main() -> anyhow::Result<()> {
                     data_dir.display()
                 )
             })?;
-            print_addresses(&head);
+            print_addresses(&head, &data_dir);
             wait_for_signal().await?;
             tracing::info!("shutting down");
             head.shutdown().await;
             Ok(())
         }
+        Command::NodeCredential { data_dir } => print_node_credential(&data_dir),
         Command::User { data_dir, command } => {
             let data_dir =
                 data_dir.context("--data-dir DIR is required: the head's data directory")?;
@@ -199,19 +209,31 @@ async fn user_command(data_dir: &std::path::Path, command: UserCli) -> anyhow::R
         .context("cannot write to stdout")
 }
 
-/// Prints the node credential, the first admin's credential when this start
-/// made it (only its hash is kept, so it is shown once), and the HTTP address.
-/// A closed stdout (`xp-head start | head -1`) must not stop a running head: the
-/// lines are best effort, and the node join string is also in the data
-/// directory (`node.join`).
-fn print_addresses(head: &xp_head::RunningHead) {
+/// Prints the first admin's credential when this start made it (only its
+/// hash is kept, so it is shown once), the node credential on the first start
+/// only (later starts print `head: HOST:PORT` instead: a start's output often
+/// ends up in a log, and `xp-head node-credential` shows it again), and the
+/// HTTP address. A closed stdout (`xp-head start | head -1`) must not stop a
+/// running head: the lines are best effort, and the node join string is also
+/// in the data directory (`node.join`).
+fn print_addresses(head: &xp_head::RunningHead, data_dir: &std::path::Path) {
     use std::io::Write;
-    // The admin line comes first: a reader waiting for `node:` has both by then.
+    // The admin line comes first: a reader waiting for `node:` or `head:` has
+    // both by then.
     let mut text = String::new();
     if let Some(admin) = &head.admin {
         text.push_str(&format!("admin: {admin}\n"));
     }
-    text.push_str(&format!("node: {}\n", head.join));
+    if head.first_start {
+        text.push_str(&format!("node: {}\n", head.join));
+    } else {
+        text.push_str(&format!(
+            "head: {}:{} (the node credential was printed at the first start; `xp-head node-credential --data-dir {}` prints it again)\n",
+            head.join.host,
+            head.join.port,
+            data_dir.display()
+        ));
+    }
     if let Some(http) = head.http_addr {
         text.push_str(&format!("http://{http}\n"));
     }
@@ -222,6 +244,22 @@ fn print_addresses(head: &xp_head::RunningHead) {
     {
         tracing::warn!(%error, "cannot print the join string to stdout");
     }
+}
+
+/// `xp-head node-credential`: the node join string kept in the data directory.
+fn print_node_credential(data_dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::Write;
+    let join = xp_head::node_credential(data_dir).with_context(|| {
+        format!(
+            "no node credential in {}: start the head once on this data directory",
+            data_dir.display()
+        )
+    })?;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(format!("{join}\n").as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("cannot write to stdout")
 }
 
 fn hostname() -> String {

@@ -47,7 +47,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
     let bound = endpoint
         .local_addr()
         .map_err(io_error("cannot read the bound address"))?;
-    let join = node_join(&config, &identity, bound)?;
+    let (join, first_start) = node_join(&config, &identity, bound)?;
     let (users, admin) = load_users(&mut registry, &join, clock.now())?;
     let (shells, published) = Shells::new(core.last_event_seq());
     let (actor, actor_task) = Actor::spawn(
@@ -95,6 +95,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
     info!(listen = %bound, http = ?http_addr, "head started");
     Ok(RunningHead {
         join,
+        first_start,
         admin,
         http_addr,
         shutdown,
@@ -172,12 +173,14 @@ fn restore_core(
 
 /// The node join string of the bound endpoint, also written to the data
 /// directory (0600, like the token it holds) for `xp-head user add` while
-/// the head is stopped and for the operator.
+/// the head is stopped and for `xp-head node-credential`; and whether this is
+/// the first start on the data directory (no join string was written before),
+/// the only one that prints it.
 fn node_join(
     config: &HeadConfig,
     identity: &ClusterIdentity,
     bound: SocketAddr,
-) -> Result<JoinString, HeadError> {
+) -> Result<(JoinString, bool), HeadError> {
     let join = JoinString {
         host: config
             .advertise_host
@@ -187,11 +190,10 @@ fn node_join(
         token: identity.token.clone(),
         ca_sha256: identity.ca_sha256(),
     };
-    xp_runtime::tls::write_private_file(
-        &config.data_dir.join(users::local::NODE_JOIN_FILE),
-        format!("{join}\n").as_bytes(),
-    )?;
-    Ok(join)
+    let path = config.data_dir.join(users::local::NODE_JOIN_FILE);
+    let first_start = std::fs::symlink_metadata(&path).is_err();
+    xp_runtime::tls::write_private_file(&path, format!("{join}\n").as_bytes())?;
+    Ok((join, first_start))
 }
 
 /// What the actor publishes to the servers around it.

@@ -71,17 +71,20 @@ pub(crate) fn wait_until<T>(
     }
 }
 
-/// What a head prints on start: the first admin's credential (only on its
-/// first start, before the node line) and the node credential.
+/// What a head prints on start: the first admin's credential (when this
+/// start created it) and, on its first start only, the node credential
+/// (later starts print `head: HOST:PORT ...` instead).
 pub(crate) struct HeadCredentials {
     /// `admin: xp://...`, when this start created the first admin.
     pub(crate) admin: Option<String>,
-    /// `node: xp://...`.
-    pub(crate) node: String,
+    /// `node: xp://...`, on the first start.
+    pub(crate) node: Option<String>,
+    /// The port the head listens on.
+    pub(crate) port: u16,
 }
 
-/// Reads the head's credential lines from its stdout, up to the `node:` line;
-/// `None` when stdout ends first.
+/// Reads the head's credential lines from its stdout, up to the `node:` or
+/// `head:` line; `None` when stdout ends first.
 pub(crate) fn read_head_credentials(
     lines: &mut impl Iterator<Item = std::io::Result<String>>,
 ) -> Option<HeadCredentials> {
@@ -91,9 +94,27 @@ pub(crate) fn read_head_credentials(
         if let Some(credential) = line.strip_prefix("admin: ") {
             admin = Some(credential.to_owned());
         } else if let Some(credential) = line.strip_prefix("node: ") {
+            let join: xp_runtime::join::JoinString = credential.parse().expect("a join string");
             return Some(HeadCredentials {
                 admin,
-                node: credential.to_owned(),
+                node: Some(credential.to_owned()),
+                port: join.port,
+            });
+        } else if let Some(address) = line.strip_prefix("head: ") {
+            assert!(
+                !address.contains("token"),
+                "a restart printed a secret: {line}"
+            );
+            let port = address
+                .split_whitespace()
+                .next()
+                .and_then(|address| address.rsplit(':').next())
+                .and_then(|port| port.parse().ok())
+                .expect("a port in the head line");
+            return Some(HeadCredentials {
+                admin,
+                node: None,
+                port,
             });
         }
     }
@@ -186,22 +207,18 @@ impl TestCluster {
                 }
             }
         });
-        self.port = credentials
-            .node
-            .split(':')
-            .nth(2)
-            .and_then(|rest| rest.split('?').next())
-            .and_then(|port| port.parse().ok())
-            .expect("a port in the join string");
-        // The admin credential is printed on the first start only; a restart keeps it.
+        self.port = credentials.port;
+        // Both credentials are printed on the first start only; a restart keeps them.
         if let Some(admin) = credentials.admin {
             self.join = admin;
         }
+        if let Some(node) = credentials.node {
+            self.node_join = node;
+        }
         assert!(
-            !self.join.is_empty(),
-            "the head printed no admin credential"
+            !self.join.is_empty() && !self.node_join.is_empty(),
+            "the head printed no admin or node credential"
         );
-        self.node_join = credentials.node;
         self.head = Some(child);
     }
 

@@ -249,7 +249,8 @@ impl NetnsCluster {
         self.head = Some(child);
         let Some(super::HeadCredentials {
             admin: Some(admin),
-            node,
+            node: Some(node),
+            ..
         }) = credentials
         else {
             self.dump_logs();

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use xp_runtime::clock::{Clock, SystemClock};
-use xp_runtime::join::JoinString;
+use xp_runtime::join::{JoinFileError, JoinString};
 
 use super::socket::{self, SocketError};
 use crate::registry::{Registry, RegistryError};
@@ -16,6 +16,13 @@ use xp_head_core::auth::users::{self, UserAnswer, UserCommand, UserError, Users}
 /// The file in the data directory holding the node join string (0600): what
 /// credentials made while the head is stopped take their address from.
 pub(crate) const NODE_JOIN_FILE: &str = "node.join";
+
+/// The node credential of the head whose data directory is `data_dir`, as its
+/// first start printed it (`xp-head node-credential`): read from the join
+/// file, which only the head's user may read.
+pub fn node_credential(data_dir: &Path) -> Result<JoinString, JoinFileError> {
+    xp_runtime::join::read_join_file(&data_dir.join(NODE_JOIN_FILE))
+}
 
 /// Why a user command failed.
 #[derive(Debug, thiserror::Error)]
