@@ -12,14 +12,14 @@ async fn main() -> std::process::ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // A log line that cannot be written (stderr a closed pipe) is dropped:
+        // reporting that on stderr would panic.
+        .log_internal_errors(false)
         .init();
     match cmd::run(cmd::Cli::parse()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            #[expect(clippy::print_stderr, reason = "the CLI's error output")]
-            {
-                eprintln!("error: {error:#}");
-            }
+            cmd::eprintln_note(&format!("error: {error:#}"));
             std::process::ExitCode::FAILURE
         }
     }

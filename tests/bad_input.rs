@@ -324,3 +324,57 @@ fn commands_stop_quietly_when_their_reader_goes_away() {
         );
     }
 }
+
+/// Runs `xp ARGS` (without a cluster) with its stderr a pipe whose reader is
+/// already gone, and with `closed_stdout` its stdout too; its exit status.
+fn xp_with_closed_stderr(args: &[&str], closed_stdout: bool) -> std::process::ExitStatus {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_xp"));
+    command
+        .args(args)
+        .env_remove("XP_CLUSTER")
+        .env("XP_LOG", "debug")
+        .stderr(writer);
+    if closed_stdout {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        command.stdout(writer);
+    } else {
+        command.stdout(std::process::Stdio::null());
+    }
+    command.status().unwrap()
+}
+
+#[test]
+fn commands_exit_with_their_own_status_when_stderr_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.csv");
+    let trace = trace.to_str().unwrap();
+    // (arguments, whether stdout is closed too, the exit status expected):
+    // an error (no cluster named), a note on stderr, output and a note.
+    for (args, closed_stdout, code) in [
+        (vec!["status"], false, 1),
+        (vec!["status"], true, 1),
+        (vec!["logs", "not-a-trial"], false, 1),
+        (
+            vec![
+                "sim", "generate", "--jobs", "5", "--rate", "1", "--out", trace,
+            ],
+            false,
+            0,
+        ),
+        (
+            vec!["sim", "generate", "--jobs", "50", "--rate", "10"],
+            true,
+            0,
+        ),
+    ] {
+        let status = xp_with_closed_stderr(&args, closed_stdout);
+        assert_eq!(
+            status.code(),
+            Some(code),
+            "xp {args:?} with a closed stderr (stdout closed: {closed_stdout}): {status:?}"
+        );
+    }
+}

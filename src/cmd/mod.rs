@@ -1,7 +1,10 @@
 //! The `xp` commands, one file each: their arguments and what they do.
 //!
 //! Every command writes its output through [`outln!`], so a reader that goes away
-//! (`xp status | head -1`) ends the command quietly instead of a panic.
+//! (`xp status | head -1`) ends the command quietly instead of a panic, and its
+//! notes and errors through [`eprintln_note`], which never panics either: `xp`
+//! exits with its own status (0, or 1 on an error) whatever its stdout and
+//! stderr are, closed pipes included, never 101.
 
 use std::io::Write;
 
@@ -192,10 +195,11 @@ async fn connect(cluster: &ClusterArg) -> anyhow::Result<Client> {
         .context("cannot connect to the cluster")
 }
 
-#[expect(
-    clippy::print_stderr,
-    reason = "progress notes go to stderr so stdout stays parseable"
-)]
+/// Writes a note (progress, a warning, the final error) to stderr, so stdout
+/// stays parseable. Best effort: where stderr cannot be written (a closed
+/// pipe) the note is lost, but the command goes on and exits with its own
+/// status; `eprintln!` would panic.
 pub(crate) fn eprintln_note(note: &str) {
-    eprintln!("{note}");
+    let mut stderr = std::io::stderr().lock();
+    let _ = writeln!(stderr, "{note}").and_then(|()| stderr.flush());
 }

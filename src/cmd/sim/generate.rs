@@ -131,14 +131,17 @@ fn generate_trace(args: &GenerateArgs, rate: f64) -> anyhow::Result<Trace> {
     })
 }
 
-#[expect(clippy::print_stderr, reason = "the CLI's user-facing notes")]
 fn write_trace(trace: &Trace, out: Option<&Path>) -> anyhow::Result<()> {
     let text = trace.to_csv();
     match out {
         Some(path) => {
             std::fs::write(path, text)
                 .with_context(|| format!("cannot write {}", path.display()))?;
-            eprintln!("wrote {} jobs to {}", trace.jobs.len(), path.display());
+            crate::cmd::eprintln_note(&format!(
+                "wrote {} jobs to {}",
+                trace.jobs.len(),
+                path.display()
+            ));
         }
         None => crate::cmd::write_output(format_args!("{text}")),
     }

@@ -14,12 +14,11 @@ fn optional(value: Option<f64>, unit: &str) -> String {
 }
 
 /// Prints a simulation's report: one JSON object, or text in four parts.
-#[expect(clippy::print_stderr, reason = "the CLI's user-facing notes")]
 pub(super) fn print_report(report: &SimReport, json: bool, started: Instant) {
     let wall_s = started.elapsed().as_secs_f64();
     if json {
         outln!("{}", report.to_json());
-        eprintln!("simulated in {wall_s:.3} s of wall time");
+        crate::cmd::eprintln_note(&format!("simulated in {wall_s:.3} s of wall time"));
         return;
     }
     print_outcomes(report);
@@ -153,7 +152,6 @@ fn print_diagnostics(report: &SimReport, wall_s: f64) {
 }
 
 /// Prints a packing measurement's report: one JSON object, or text.
-#[expect(clippy::print_stderr, reason = "the CLI's user-facing notes")]
 pub(super) fn print_place_once(
     report: &PlaceOnceReport,
     placement: &PlacementKind,
@@ -165,7 +163,7 @@ pub(super) fn print_place_once(
         let mut value = report.to_json();
         value["placement"] = serde_json::json!(format!("{placement:?}"));
         outln!("{value}");
-        eprintln!("measured in {wall_s:.3} s of wall time");
+        crate::cmd::eprintln_note(&format!("measured in {wall_s:.3} s of wall time"));
         return;
     }
     outln!("placement        {placement:?}");
