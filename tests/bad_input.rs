@@ -378,3 +378,63 @@ fn commands_exit_with_their_own_status_when_stderr_is_closed() {
         );
     }
 }
+
+/// A metric name a trial chose: terminal escapes (clear the screen, set the
+/// window title, ring) and a newline that would forge a line of its own.
+const HOSTILE_METRIC: &str = "\u{1b}[2J\u{1b}]0;pwned\u{7}m\nfake line";
+
+/// What `xp ARGS` printed on stdout holds no control character but newlines,
+/// shows the hostile name's escapes, and forges no line.
+fn check_printed_escaped(cluster: &TestCluster, args: &[&str]) {
+    let stdout = cluster.must_xp(args);
+    assert!(
+        !stdout.chars().any(|ch| ch.is_control() && ch != '\n'),
+        "xp {args:?} printed a control character: {stdout:?}"
+    );
+    assert!(
+        stdout.contains("\\u001b[2J\\u001b]0;pwned\\u0007m"),
+        "xp {args:?}: {stdout:?}"
+    );
+    assert!(
+        !stdout.lines().any(|line| line.starts_with("fake line")),
+        "xp {args:?} printed a forged line: {stdout:?}"
+    );
+}
+
+#[test]
+fn user_text_reaches_the_terminal_escaped() {
+    let mut cluster = TestCluster::start("10s");
+    cluster.start_node("a", 0, 2);
+    cluster.wait_for_nodes(1);
+    let metric_line = serde_json::json!({ HOSTILE_METRIC: 1.0 }).to_string();
+    let script = cluster.write_file(
+        "hostile.sh",
+        &format!("printf '%s\\n' 'XP_METRIC {metric_line}'\n"),
+    );
+    let spec = cluster.write_file(
+        "hostile.yaml",
+        &format!(
+            "name: hostile\ntrial: {{command: [sh, '{}']}}\n",
+            script.display()
+        ),
+    );
+    let experiment = cluster
+        .must_xp(&["submit", spec.to_str().unwrap()])
+        .trim()
+        .to_owned();
+    let status = cluster.wait_finished(&experiment, Duration::from_secs(60));
+    // JSON keeps the name exactly as the trial wrote it.
+    assert_eq!(
+        status["trials"][0]["metrics"][HOSTILE_METRIC], 1.0,
+        "{status:#}"
+    );
+    let trial = status["trials"][0]["id"].as_str().unwrap().to_owned();
+    for args in [
+        vec!["status"],
+        vec!["status", experiment.as_str()],
+        vec!["status", "--json"],
+        vec!["metrics", trial.as_str()],
+    ] {
+        check_printed_escaped(&cluster, &args);
+    }
+}

@@ -142,11 +142,14 @@ async fn allreduce(
         .context("running the all-reduce")?;
     if !json {
         outln!(
-            "ceilings: QUIC p2p {:.2} GB/s ({:.2} CPU cores busy), loopback TCP {:.2} GB/s, memcpy {:.2} GB/s\n{:>12} {:>8} {:>10} {:>12} {:>12} {:>12} {:>10}",
+            "ceilings: QUIC p2p {:.2} GB/s ({:.2} CPU cores busy), loopback TCP {:.2} GB/s, memcpy {:.2} GB/s",
             ceilings.quic_p2p_gbps,
             ceilings.quic_p2p_cpu_cores,
             ceilings.tcp_loopback_gbps,
             ceilings.memcpy_gbps,
+        );
+        outln!(
+            "{:>12} {:>8} {:>10} {:>12} {:>12} {:>12} {:>10}",
             "size_bytes",
             "workers",
             "transport",
@@ -356,15 +359,21 @@ async fn no_op_trials(trials: u32, slots: u32, json: bool) -> anyhow::Result<()>
         outln!("{}", result.to_json());
     } else {
         outln!(
-            "{} no-op trials on {} slots in {:.2} s: {:.1} trials/s ({:.0}% of the {:.0} processes/s spawned directly)\nsubmit -> running: p50 {:.0} ms, p99 {:.0} ms (includes queueing)\nplaced -> running: p50 {:.0} ms, p99 {:.0} ms",
+            "{} no-op trials on {} slots in {:.2} s: {:.1} trials/s ({:.0}% of the {:.0} processes/s spawned directly)",
             result.trials,
             result.slots,
             result.seconds,
             result.trials_per_second,
             100.0 * result.trials_per_second / result.direct_spawns_per_second,
             result.direct_spawns_per_second,
+        );
+        outln!(
+            "submit -> running: p50 {:.0} ms, p99 {:.0} ms (includes queueing)",
             result.submit_to_running_ms.0,
             result.submit_to_running_ms.1,
+        );
+        outln!(
+            "placed -> running: p50 {:.0} ms, p99 {:.0} ms",
             result.placed_to_running_ms.0,
             result.placed_to_running_ms.1
         );

@@ -1,6 +1,7 @@
 //! The `xp` commands, one file each: their arguments and what they do.
 //!
-//! Every command writes its output through [`outln!`], so a reader that goes away
+//! Every command writes its output through [`outln!`], one line at a time with
+//! every control character in it escaped (`terminal`), so a reader that goes away
 //! (`xp status | head -1`) ends the command quietly instead of a panic, and its
 //! notes and errors through [`eprintln_note`], which never panics either: `xp`
 //! exits with its own status (0, or 1 on an error) whatever its stdout and
@@ -13,14 +14,19 @@ use clap::{Parser, Subcommand};
 use xp::Client;
 use xp_runtime::join::JoinString;
 
-/// `println!` for the commands' output: a closed pipe ends the command quietly,
-/// and any other failure to write says so and exits non-zero.
+pub(crate) use terminal::shown;
+
+/// `println!` for the commands' output: one line, in which every control
+/// character (a newline too) of what it prints is shown as an escape, so user
+/// text can neither drive the terminal nor forge a line; a closed pipe ends
+/// the command quietly, and any other failure to write says so and exits
+/// non-zero.
 macro_rules! outln {
     () => {
-        $crate::cmd::write_output(format_args!("\n"))
+        $crate::cmd::write_line(format_args!(""))
     };
     ($($arg:tt)*) => {
-        $crate::cmd::write_output(format_args!("{}\n", format_args!($($arg)*)))
+        $crate::cmd::write_line(format_args!($($arg)*))
     };
 }
 
@@ -44,6 +50,7 @@ mod run;
 mod sim;
 mod status;
 mod submit;
+mod terminal;
 mod top;
 mod tune;
 mod watch;
@@ -171,10 +178,26 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// Writes one piece of the command's output to stdout (see [`outln!`]).
+/// Writes one line of the command's output to stdout, its control characters
+/// escaped (see [`outln!`]).
+pub(crate) fn write_line(line: std::fmt::Arguments<'_>) {
+    let line = line.to_string();
+    write_stdout(&format!("{}\n", shown(&line)));
+}
+
+/// Writes text that is several lines by design (a CSV trace, pretty JSON) to
+/// stdout: its newlines stay, every other control character is escaped.
 pub(crate) fn write_output(text: std::fmt::Arguments<'_>) {
+    let text = text.to_string();
+    write_stdout(&terminal::shown_lines(&text));
+}
+
+fn write_stdout(text: &str) {
     let mut stdout = std::io::stdout().lock();
-    if let Err(error) = stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+    if let Err(error) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         exit_on_output_error(&error);
     }
 }
@@ -196,10 +219,13 @@ async fn connect(cluster: &ClusterArg) -> anyhow::Result<Client> {
 }
 
 /// Writes a note (progress, a warning, the final error) to stderr, so stdout
-/// stays parseable. Best effort: where stderr cannot be written (a closed
-/// pipe) the note is lost, but the command goes on and exits with its own
-/// status; `eprintln!` would panic.
+/// stays parseable, its control characters but newlines escaped (user text
+/// in it that must stay on one line goes through [`shown`] first). Best
+/// effort: where stderr cannot be written (a closed pipe) the note is lost,
+/// but the command goes on and exits with its own status; `eprintln!` would
+/// panic.
 pub(crate) fn eprintln_note(note: &str) {
     let mut stderr = std::io::stderr().lock();
+    let note = terminal::shown_lines(note);
     let _ = writeln!(stderr, "{note}").and_then(|()| stderr.flush());
 }

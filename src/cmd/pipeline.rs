@@ -119,7 +119,10 @@ async fn status(id: &str, json: bool, cluster: &ClusterArg) -> anyhow::Result<()
     client.close().await;
     let status = status?;
     if json {
-        outln!("{}", serde_json::to_string_pretty(&status.to_json())?);
+        super::write_output(format_args!(
+            "{}\n",
+            serde_json::to_string_pretty(&status.to_json())?
+        ));
     } else {
         print_status(&status, now_ms());
     }
@@ -154,7 +157,7 @@ async fn list(json: bool, cluster: &ClusterArg) -> anyhow::Result<()> {
     let list = list?;
     if json {
         let list: Vec<serde_json::Value> = list.iter().map(PipelineStatus::to_json).collect();
-        outln!("{}", serde_json::to_string_pretty(&list)?);
+        super::write_output(format_args!("{}\n", serde_json::to_string_pretty(&list)?));
         return Ok(());
     }
     outln!(

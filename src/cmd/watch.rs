@@ -52,7 +52,7 @@ impl View {
             Self::Bar(bar) => {
                 bar.set_length(progress.total() as u64);
                 bar.set_position(progress.counts().finished() as u64);
-                bar.set_message(progress.message());
+                bar.set_message(super::shown(&progress.message()).into_owned());
             }
             Self::Plain { last_finished } => {
                 let finished = progress.counts().finished();
@@ -65,7 +65,12 @@ impl View {
     }
 
     fn event(&self, event: &TrialEvent) {
-        let line = format!("{} {} {}", event.trial, event.state, event.reason);
+        let line = format!(
+            "{} {} {}",
+            event.trial,
+            event.state,
+            super::shown(&event.reason)
+        );
         match self {
             Self::Bar(bar) if event.state.is_terminal() => bar.suspend(|| eprintln_note(&line)),
             Self::Bar(_) => {}

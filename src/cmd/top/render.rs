@@ -2,7 +2,9 @@
 //! side, the trials table and the recent events, or the open log tail.
 //!
 //! Only layout and formatting live here: what is shown, in which order and for
-//! which team is decided by the model.
+//! which team is decided by the model. Text that users, workers or nodes wrote
+//! (names, metric names, reasons, log lines, errors) goes through `shown`, so
+//! its control characters appear as escapes.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -13,6 +15,7 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::protocol::{NodeState, TrialState};
 
 use super::state::{LogTail, TopState, TrialRow};
+use crate::cmd::shown;
 
 /// Draws the whole screen.
 pub(crate) fn draw(frame: &mut Frame<'_>, state: &TopState) {
@@ -60,7 +63,7 @@ fn header_line(state: &TopState) -> Line<'static> {
     }
     if let Some(error) = &state.error {
         spans.push(Span::styled(
-            format!("  {error}"),
+            format!("  {}", shown(error)),
             Style::default().fg(Color::Red),
         ));
     }
@@ -95,7 +98,7 @@ fn draw_nodes(frame: &mut Frame<'_>, area: Rect, state: &TopState) {
             NodeState::Draining => Style::default().fg(Color::Yellow),
         };
         Row::new([
-            Cell::from(node.name.clone()),
+            Cell::from(shown(&node.name).into_owned()),
             Cell::from(node.state.as_str()),
             Cell::from(slots),
             Cell::from(format!(
@@ -128,8 +131,8 @@ fn draw_queues(frame: &mut Frame<'_>, area: Rect, state: &TopState) {
     let queues = state.visible_queues();
     let rows = queues.iter().map(|queue| {
         Row::new([
-            queue.name.clone(),
-            queue.team.clone(),
+            shown(&queue.name).into_owned(),
+            shown(&queue.team).into_owned(),
             format!("{}/{}", amount(queue.usage.gpu), amount(queue.quota.gpu)),
             queue.pending.to_string(),
             queue.running.to_string(),
@@ -211,7 +214,7 @@ fn trial_row(trial: &TrialRow, now: UnixMillis) -> Row<'static> {
                 .iter()
                 .filter(|(name, _)| Some(name.as_str()) != objective),
         )
-        .map(|(name, value)| format!("{name}={value:.4}"))
+        .map(|(name, value)| format!("{}={value:.4}", shown(name)))
         .collect();
     metrics.truncate(6);
     let style = match trial.state {
@@ -220,8 +223,8 @@ fn trial_row(trial: &TrialRow, now: UnixMillis) -> Row<'static> {
     };
     Row::new([
         trial.id.to_string(),
-        trial.experiment.clone(),
-        trial.team.clone(),
+        shown(&trial.experiment).into_owned(),
+        shown(&trial.team).into_owned(),
         trial.state.as_str().to_owned(),
         nodes.join(","),
         age_text(now.saturating_sub(trial.since)),
@@ -263,7 +266,7 @@ fn draw_events(frame: &mut Frame<'_>, area: Rect, state: &TopState) {
                 )),
                 Span::raw(format!("{}  a{}  ", event.trial, event.attempt)),
                 Span::styled(event.state.as_str(), Style::default().fg(color)),
-                Span::raw(format!("  {}", event.reason)),
+                Span::raw(format!("  {}", shown(&event.reason))),
             ])
         })
         .collect();
@@ -279,10 +282,10 @@ fn draw_log(frame: &mut Frame<'_>, area: Rect, log: &LogTail) {
         .iter()
         .map(String::as_str)
         .chain((!log.partial.is_empty()).then_some(log.partial.as_str()))
-        .map(Line::raw)
+        .map(|line| Line::raw(shown(line)))
         .collect();
     if let Some(error) = &log.error {
-        lines.push(Line::styled(error.clone(), Style::default().fg(Color::Red)));
+        lines.push(Line::styled(shown(error), Style::default().fg(Color::Red)));
     }
     let skip = lines.len().saturating_sub(height);
     let lines: Vec<Line<'_>> = lines.into_iter().skip(skip).collect();
