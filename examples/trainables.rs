@@ -354,7 +354,7 @@ fn lane_check(ctx: &TrialContext) -> Result<(), BoxError> {
         "passwd_refused",
         refused(
             ctx.put_file(std::path::Path::new("/etc/passwd")),
-            "put refused: /etc/passwd is outside this worker's work and checkpoint directories",
+            "put refused: the rule \"only the worker's own directory\" refuses /etc/passwd",
         ),
     )];
     let link = ctx.work_dir.join("lane-link");
@@ -362,7 +362,7 @@ fn lane_check(ctx: &TrialContext) -> Result<(), BoxError> {
     std::os::unix::fs::symlink("/etc/passwd", &link)?;
     metrics.push((
         "symlink_refused",
-        refused(ctx.put_file(&link), "put refused"),
+        refused(ctx.put_file(&link), "the rule \"no symbolic links\""),
     ));
     let own = format!("{} was here", ctx.trial_id).into_bytes();
     let own_roundtrip = ctx

@@ -17,7 +17,7 @@ use xp_runtime::transport::HeadConnection;
 
 use crate::checkpoint::{self, CheckpointSink, CheckpointSources};
 use crate::isolation::fs::FileOwner;
-use crate::isolation::{UidLease, UidPool};
+use crate::isolation::{UidLease, UidPool, WorkTree};
 use crate::worker::{self, WorkerCommand};
 use crate::worker_log::log_path;
 
@@ -58,7 +58,8 @@ pub(super) async fn resolve_command(
     let key = launch.key;
     let uid = claim_uid(objects, key).await?;
     let owner = uid.as_ref().map(|lease| FileOwner::of_uid(lease.uid()));
-    let work_dir = make_work_dir(data_dir, key, owner).await?;
+    let tree = make_work_dir(data_dir, key, owner).await?;
+    let work_dir = tree.path.clone();
     // Should preparing fail from here on, the directory goes back to the node
     // with the id: a later holder of the id must not find this one's files.
     let mut given = GivenWorkDir {
@@ -86,7 +87,7 @@ pub(super) async fn resolve_command(
         .fill_inputs(launch, &work_dir)
         .await
         .map_err(PrepareError::Invalid)?;
-    node_env.extend(local_channel_pass(objects, key, &work_dir, owner)?);
+    node_env.extend(local_channel_pass(objects, key, &tree, owner)?);
     let program = resolve_program(data_dir, connection, launch, &inputs).await?;
     node_env.extend(program.env);
     given.path = None;
@@ -134,7 +135,7 @@ async fn make_work_dir(
     data_dir: &Path,
     key: WorkerKey,
     owner: Option<FileOwner>,
-) -> Result<PathBuf, PrepareError> {
+) -> Result<WorkTree, PrepareError> {
     let data_dir = data_dir.to_owned();
     tokio::task::spawn_blocking(move || crate::isolation::make_work_dir(&data_dir, key, owner))
         .await
@@ -147,7 +148,7 @@ async fn make_work_dir(
 fn local_channel_pass(
     objects: &LaunchObjects,
     key: WorkerKey,
-    work_dir: &Path,
+    tree: &WorkTree,
     owner: Option<FileOwner>,
 ) -> Result<[(String, String); 2], PrepareError> {
     let secret = xp_runtime::tls::random_secret().ok_or_else(|| {
@@ -157,7 +158,8 @@ fn local_channel_pass(
         secret,
         crate::objects::local::LocalWorker {
             key,
-            work_dir: work_dir.to_owned(),
+            work_dir: tree.path.clone(),
+            tree: tree.clone(),
             owner,
         },
     );

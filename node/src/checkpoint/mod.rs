@@ -39,6 +39,7 @@
 mod backup;
 mod error;
 mod inputs;
+mod reader;
 mod restore;
 mod take;
 #[cfg(test)]

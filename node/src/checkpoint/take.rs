@@ -8,10 +8,13 @@
 //! `watch`), reporting it, or backing it up.
 //!
 //! The worker owns the directory and may still be changing it while it is read,
-//! so the node, which may be root, never follows a link there: the staging copy
-//! and everything in it are opened with `O_NOFOLLOW` relative to descriptors
-//! (`isolation::fs`), a link or special file is refused, and the directory made
-//! afresh is given to the worker's id by descriptor.
+//! so the node, which may be root, reads it as the worker would (`reader`): the
+//! staging copy and everything in it are listed and opened on a thread with the
+//! worker's file-system identity, below the staging directory's descriptor,
+//! following no link; a link, a special file, a hard link or another user's
+//! file is refused by the rule it breaks, and the staging copy is removed as
+//! the worker too. The directory made afresh is given to the worker's id by
+//! descriptor.
 //!
 //! Invariant: either every file is stored and pinned, or the objects this call
 //! added are withdrawn again and an error is returned; the staging copy is
@@ -19,20 +22,15 @@
 
 use std::ffi::OsStr;
 use std::io::Read;
-use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use xp_runtime::ids::{ObjectId, TrialId};
 use xp_runtime::protocol::CheckpointFile;
 
 use super::error::{CheckpointError, io};
-use crate::isolation::fs::{self as lane_fs, EntryKind, FileOwner};
+use super::reader::{WorkerReader, remove_as_worker};
+use crate::isolation::fs::{self as lane_fs, FileOwner};
 use crate::objects::{ObjectStore, Owner};
-
-/// The most files one checkpoint may have.
-pub(crate) const MAX_FILES: usize = 10_000;
-/// How deep a checkpoint's directories may nest.
-const MAX_DEPTH: usize = 16;
 
 /// Takes the files in `dir` into `store` as `trial`'s pinned objects and leaves
 /// `dir` empty (made again for `owner`). On failure nothing is reported and the
@@ -45,25 +43,29 @@ pub(crate) fn take(
     step: u64,
 ) -> Result<Vec<CheckpointFile>, CheckpointError> {
     let name = dir.file_name().unwrap_or(OsStr::new("checkpoint"));
-    let parent = dir.parent().unwrap_or(Path::new("/"));
-    let staging = dir.with_file_name(format!(
+    let parent_path = dir.parent().unwrap_or(Path::new("/"));
+    let staging = format!(
         ".{}-step{step}-{}",
         name.to_str().unwrap_or("checkpoint"),
         uuid::Uuid::now_v7().simple()
-    ));
-    // rename(2) moves a link itself, never its target.
-    std::fs::rename(dir, &staging).map_err(io("move aside", dir))?;
-    let recreated = lane_fs::open_dir(parent)
-        .and_then(|parent| lane_fs::make_dir_in(&parent, name, 0o700, owner));
-    let result = match recreated {
-        Ok(_) => lane_fs::open_dir(&staging)
-            .map_err(io("open", &staging))
-            .and_then(|root| store_tree(store, &root, trial, owner)),
-        Err(error) => Err(io("recreate", dir)(error)),
-    };
-    // remove_dir_all does not follow links either.
-    if let Err(error) = std::fs::remove_dir_all(&staging) {
-        tracing::warn!(%error, staging = %staging.display(), "cannot remove a taken checkpoint's files");
+    );
+    // The work directory's own parent is the node's: it cannot be swapped.
+    let parent = lane_fs::open_dir(parent_path).map_err(io("open", parent_path))?;
+    // renameat(2) moves a link itself, never its target.
+    nix::fcntl::renameat(&parent, name, &parent, staging.as_str())
+        .map_err(|errno| io("move aside", dir)(errno.into()))?;
+    let result = lane_fs::make_dir_in(&parent, name, 0o700, owner)
+        .map_err(io("recreate", dir))
+        .and_then(|_| WorkerReader::open(&parent, staging.as_ref(), dir, owner))
+        .and_then(|reader| match reader {
+            Some(reader) => store_tree(store, &reader, trial),
+            None => Err(CheckpointError::Invalid(format!(
+                "{} went while it was taken",
+                dir.display()
+            ))),
+        });
+    if let Err(error) = remove_as_worker(&parent, staging.as_ref(), owner) {
+        tracing::warn!(%error, staging, "cannot remove a taken checkpoint's files");
     }
     result
 }
@@ -99,13 +101,17 @@ pub(crate) fn take_outputs(
     trial: TrialId,
     limits: OutputLimits,
 ) -> Result<Vec<CheckpointFile>, CheckpointError> {
-    let root = match lane_fs::open_dir(dir) {
-        Ok(root) => root,
+    let parent_path = dir.parent().unwrap_or(Path::new("/"));
+    let name = dir.file_name().unwrap_or(OsStr::new("output"));
+    let parent = match lane_fs::open_dir(parent_path) {
+        Ok(parent) => parent,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(error) => return Err(io("open", dir)(error)),
+        Err(error) => return Err(io("open", parent_path)(error)),
     };
-    let mut names = Vec::new();
-    list_files(&root, "", 0, &mut names)?;
+    let Some(reader) = WorkerReader::open(&parent, name, dir, owner)? else {
+        return Ok(Vec::new());
+    };
+    let names = reader.list()?;
     if names.len() > limits.max_files {
         return Err(CheckpointError::Invalid(format!(
             "XP_OUTPUT_DIR holds {} files, more than the node's limit of {} (--output-max-files)",
@@ -116,10 +122,8 @@ pub(crate) fn take_outputs(
     let mut total: u64 = 0;
     let mut lengths = std::collections::BTreeMap::new();
     for name in &names {
-        let file = open_below(&root, name, owner).map_err(|source| {
-            CheckpointError::Invalid(format!("cannot read output {name}: {source}"))
-        })?;
-        let len = file
+        let len = reader
+            .open_file(name)?
             .metadata()
             .map_err(|source| {
                 CheckpointError::Invalid(format!("cannot read output {name}: {source}"))
@@ -134,34 +138,31 @@ pub(crate) fn take_outputs(
             )));
         }
     }
-    store_named(store, &root, names, trial, owner, Some(&lengths))
+    store_named(store, &reader, names, trial, Some(&lengths))
 }
 
 fn store_tree(
     store: &ObjectStore,
-    root: &OwnedFd,
+    reader: &WorkerReader,
     trial: TrialId,
-    owner: Option<FileOwner>,
 ) -> Result<Vec<CheckpointFile>, CheckpointError> {
-    let mut names = Vec::new();
-    list_files(root, "", 0, &mut names)?;
+    let names = reader.list()?;
     if names.is_empty() {
         return Err(CheckpointError::Invalid(
             "the checkpoint directory is empty: write the files before printing XP_CHECKPOINT"
                 .to_owned(),
         ));
     }
-    store_named(store, root, names, trial, owner, None)
+    store_named(store, reader, names, trial, None)
 }
 
-/// Stores the files `names` below `root` as `trial`'s pinned objects; on any
-/// failure withdraws what it added.
+/// Stores the files `names` of `reader`'s directory as `trial`'s pinned
+/// objects; on any failure withdraws what it added.
 pub(super) fn store_named(
     store: &ObjectStore,
-    root: &OwnedFd,
+    reader: &WorkerReader,
     mut names: Vec<String>,
     trial: TrialId,
-    owner: Option<FileOwner>,
     checked: Option<&std::collections::BTreeMap<String, u64>>,
 ) -> Result<Vec<CheckpointFile>, CheckpointError> {
     names.sort();
@@ -170,36 +171,34 @@ pub(super) fn store_named(
     for name in names {
         // Why a file cannot be read (a hard link, another uid's file) is said
         // in the message itself: it reaches the worker as its verdict.
-        let stored = open_below(root, &name, owner)
-            .map_err(|source| CheckpointError::Invalid(format!("cannot read {name}: {source}")))
-            .and_then(|file| {
-                let stored = match checked.and_then(|checked| checked.get(&name)) {
-                    // At most one byte past the length the limit was checked
-                    // against: a file that grew since is refused, not read to its end.
-                    Some(&len) => store
-                        .put_reader(file.take(len.saturating_add(1)), Owner::Trial(trial))
-                        .map(|object| (object, Some(len))),
-                    None => store
-                        .put_reader(file, Owner::Trial(trial))
-                        .map(|object| (object, None)),
-                };
-                let (object, len) = stored.map_err(|source| CheckpointError::Store {
-                    name: name.clone(),
-                    source,
-                })?;
-                let size = store.info(object).map_or(0, |info| info.size);
-                match len {
-                    Some(len) if size != len => {
-                        if !store.info(object).is_some_and(|info| info.pinned) {
-                            let _ = store.remove_owner(object, &Owner::Trial(trial));
-                        }
-                        Err(CheckpointError::Invalid(format!(
-                            "output {name} changed while it was stored ({len} bytes when checked)"
-                        )))
+        let stored = reader.open_file(&name).and_then(|file| {
+            let stored = match checked.and_then(|checked| checked.get(&name)) {
+                // At most one byte past the length the limit was checked
+                // against: a file that grew since is refused, not read to its end.
+                Some(&len) => store
+                    .put_reader(file.take(len.saturating_add(1)), Owner::Trial(trial))
+                    .map(|object| (object, Some(len))),
+                None => store
+                    .put_reader(file, Owner::Trial(trial))
+                    .map(|object| (object, None)),
+            };
+            let (object, len) = stored.map_err(|source| CheckpointError::Store {
+                name: name.clone(),
+                source,
+            })?;
+            let size = store.info(object).map_or(0, |info| info.size);
+            match len {
+                Some(len) if size != len => {
+                    if !store.info(object).is_some_and(|info| info.pinned) {
+                        let _ = store.remove_owner(object, &Owner::Trial(trial));
                     }
-                    _ => Ok(object),
+                    Err(CheckpointError::Invalid(format!(
+                        "output {name} changed while it was stored ({len} bytes when checked)"
+                    )))
                 }
-            });
+                _ => Ok(object),
+            }
+        });
         match stored {
             Ok(object) => {
                 if !store.info(object).is_some_and(|info| info.pinned) {
@@ -227,63 +226,4 @@ pub(super) fn store_named(
             })?;
     }
     Ok(files)
-}
-
-/// Opens regular file `relative` (a `/`-separated name from [`list_files`])
-/// below `root`, one directory at a time, following no link; a hard-linked
-/// file, or one `owner` (the worker's own uid) does not own, is refused.
-fn open_below(
-    root: &OwnedFd,
-    relative: &str,
-    owner: Option<FileOwner>,
-) -> std::io::Result<std::fs::File> {
-    let mut parts: Vec<&str> = relative.split('/').collect();
-    let file_name = parts.pop().unwrap_or_default();
-    let mut dir = root.try_clone()?;
-    for part in parts {
-        dir = lane_fs::open_dir_in(&dir, OsStr::new(part))?;
-    }
-    lane_fs::open_regular_in(&dir, OsStr::new(file_name), owner)
-}
-
-fn list_files(
-    dir: &OwnedFd,
-    prefix: &str,
-    depth: usize,
-    out: &mut Vec<String>,
-) -> Result<(), CheckpointError> {
-    if depth > MAX_DEPTH {
-        return Err(CheckpointError::Invalid(format!(
-            "checkpoint directories nest deeper than {MAX_DEPTH}"
-        )));
-    }
-    let shown = |name: &str| format!("{prefix}{name}");
-    let listed = lane_fs::list(dir).map_err(io("list", Path::new(prefix)))?;
-    for (name, kind) in listed {
-        let name = name.to_str().ok_or_else(|| {
-            CheckpointError::Invalid(format!("{} is not a UTF-8 name", name.to_string_lossy()))
-        })?;
-        let relative = shown(name);
-        match kind {
-            EntryKind::Dir => {
-                let sub = lane_fs::open_dir_in(dir, OsStr::new(name))
-                    .map_err(io("open", Path::new(&relative)))?;
-                list_files(&sub, &format!("{relative}/"), depth + 1, out)?;
-            }
-            EntryKind::File => {
-                out.push(relative);
-                if out.len() > MAX_FILES {
-                    return Err(CheckpointError::Invalid(format!(
-                        "a checkpoint may have at most {MAX_FILES} files"
-                    )));
-                }
-            }
-            EntryKind::Other => {
-                return Err(CheckpointError::Invalid(format!(
-                    "{relative} is neither a file nor a directory (symbolic links are not followed)"
-                )));
-            }
-        }
-    }
-    Ok(())
 }

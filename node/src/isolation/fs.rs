@@ -162,49 +162,6 @@ pub(crate) fn exists_in(dir: impl AsFd, name: &OsStr) -> bool {
     nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
 }
 
-/// Opens regular file `name` in `dir` for reading; a link, FIFO, device or
-/// directory there is refused (a FIFO without blocking), and so is a file with
-/// more than one hard link (it could be another user's file linked in) or,
-/// when `owner` is given, one that `owner` does not own.
-pub(crate) fn open_regular_in(
-    dir: impl AsFd,
-    name: &OsStr,
-    owner: Option<FileOwner>,
-) -> std::io::Result<File> {
-    use std::os::unix::fs::MetadataExt;
-    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-    let file = File::from(nix::fcntl::openat(dir, name, flags, Mode::empty()).map_err(io)?);
-    let metadata = file.metadata()?;
-    let refuse = |why: String| {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            why,
-        ))
-    };
-    if !metadata.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    if metadata.nlink() != 1 {
-        return refuse(format!(
-            "a file with {} hard links is refused (it may be another's file linked in)",
-            metadata.nlink()
-        ));
-    }
-    if let Some(owner) = owner
-        && metadata.uid() != owner.uid
-    {
-        return refuse(format!(
-            "the file belongs to uid {}, not to the worker's uid {}",
-            metadata.uid(),
-            owner.uid
-        ));
-    }
-    Ok(file)
-}
-
 /// Opens subdirectory `name` of `dir`; a link there is refused.
 pub(crate) fn open_dir_in(dir: impl AsFd, name: &OsStr) -> std::io::Result<OwnedFd> {
     nix::fcntl::openat(dir, name, DIR_FLAGS, Mode::empty()).map_err(io)
@@ -271,7 +228,8 @@ mod tests {
             "a link is not written through"
         );
         assert!(
-            open_regular_in(&root, OsStr::new("file"), None).is_err(),
+            super::super::beneath::open_file_beneath(&root, Path::new("file"), &work, None)
+                .is_err(),
             "a link is not read through"
         );
         assert!(

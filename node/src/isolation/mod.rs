@@ -19,10 +19,13 @@
 //! Not here: switching to the id (the worker module does, between fork and exec)
 //! and the cgroups that hold limits (`cgroup`; the registration reports both).
 
+pub(crate) mod as_worker;
+pub(crate) mod beneath;
 pub(crate) mod fs;
 pub(crate) mod uids;
 
 use std::collections::BTreeSet;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -182,17 +185,60 @@ pub(crate) const OUTPUT_DIR: &str = "output";
 /// inputs (`XP_INPUT_DIR`, filled by `checkpoint::inputs`).
 pub(crate) const INPUT_DIR: &str = "inputs";
 
+/// A worker's work directory as the node made it: the path the worker is told
+/// (`XP_WORK_DIR`), that path resolved when the node made it (the directories
+/// above are the node's, so the worker cannot change what it resolves to), and
+/// the descriptor the node opened then, below which everything the worker
+/// names is reached (`beneath`).
+#[derive(Debug, Clone)]
+pub(crate) struct WorkTree {
+    /// `XP_WORK_DIR`.
+    pub path: PathBuf,
+    /// The same, canonical (what `realpath` in the worker says).
+    pub canonical: PathBuf,
+    /// The directory itself.
+    pub dir: Arc<OwnedFd>,
+}
+
+impl WorkTree {
+    /// The tree of the directory `dir` the node opened at `path`.
+    fn of(path: PathBuf, dir: OwnedFd) -> Self {
+        use std::os::fd::AsRawFd;
+        let canonical = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+            .unwrap_or_else(|_| path.clone());
+        Self {
+            path,
+            canonical,
+            dir: Arc::new(dir),
+        }
+    }
+
+    /// Opens the existing work directory `path` (not following a link there);
+    /// for tests.
+    #[cfg(test)]
+    pub(crate) fn open(path: &Path) -> std::io::Result<Self> {
+        Ok(Self::of(path.to_owned(), lane_fs::open_dir(path)?))
+    }
+
+    /// The part of `requested`, a path the worker named, below this directory
+    /// (by its path or its canonical path), as plain names.
+    pub(crate) fn relative(&self, requested: &Path) -> Result<PathBuf, beneath::TreeError> {
+        beneath::relative_in_tree(requested, &[&self.path, &self.canonical])
+    }
+}
+
 /// Makes worker `key`'s work directory `work/TRIAL/aN/rankN` under `data_dir`,
 /// with its `checkpoint` and `output` directories, all of `owner`, and an
 /// `inputs` directory of the node's (pipeline inputs go there); the trial and attempt
 /// directories are the node's (0711: a worker passes through to its own, lists
 /// nothing, and cannot swap its directory for a link). A directory left by an
-/// earlier run of the node for the same worker is removed first.
+/// earlier run of the node for the same worker is removed first. The tree
+/// keeps the descriptor of the directory made.
 pub(crate) fn make_work_dir(
     data_dir: &Path,
     key: WorkerKey,
     owner: Option<FileOwner>,
-) -> std::io::Result<PathBuf> {
+) -> std::io::Result<WorkTree> {
     let root = data_dir.join("work");
     std::fs::create_dir_all(&root)?;
     let (trial, attempt, rank) = (
@@ -214,7 +260,7 @@ pub(crate) fn make_work_dir(
     // The node's, before anything of the worker runs: pipeline inputs are
     // written in it by descriptor (`checkpoint::inputs`).
     lane_fs::make_dir_in(&rank_dir, INPUT_DIR.as_ref(), 0o755, None)?;
-    Ok(path)
+    Ok(WorkTree::of(path, rank_dir))
 }
 
 /// Takes a work directory back from its worker's id (owner root, mode 0700, by
@@ -542,8 +588,10 @@ mod tests {
         let outside = temp.path().join("outside");
         std::fs::create_dir(&outside).expect("outside");
         std::fs::write(outside.join("kept"), b"x").expect("file");
-        let made = make_work_dir(temp.path(), key, None).expect("work dir");
+        let tree = make_work_dir(temp.path(), key, None).expect("work dir");
+        let made = tree.path.clone();
         assert_eq!(made, temp.path().join("work/3f2a9c0d11b2e4f7-t3/a2/rank1"));
+        assert_eq!(tree.canonical, made.canonicalize().expect("canonical"));
         assert_eq!(mode(made.parent().expect("attempt")), 0o711);
         assert_eq!(mode(&temp.path().join("work/3f2a9c0d11b2e4f7-t3")), 0o711);
         assert_eq!(mode(&made), 0o700);
@@ -553,7 +601,7 @@ mod tests {
         std::fs::write(made.join("stale"), b"x").expect("file");
         std::os::unix::fs::symlink(&outside, made.join("link")).expect("symlink");
         let again = make_work_dir(temp.path(), key, None).expect("work dir");
-        assert_eq!(again, made);
+        assert_eq!(again.path, made);
         assert!(!made.join("stale").exists() && !made.join("link").exists());
         assert!(outside.join("kept").exists());
     }

@@ -10,14 +10,15 @@
 //!
 //! Workers stay in their lane:
 //!
-//! - A `put` names a file the node copies. The node resolves the path
-//!   (`canonicalize`, so through every symlink) and stores it only if it is a
-//!   regular file with a single link under the worker's own work directory or its
-//!   checkpoint directory; it opens the file without following a final symlink
-//!   and checks again, by the opened descriptor's path, that what it opened is
-//!   still inside them (a path swapped between the check and the open is
-//!   refused). Bytes the SDK's `put` sends are staged in the work directory, so
-//!   they pass.
+//! - A `put` names a file the node copies. The path must lie, as written, under
+//!   the worker's work directory (`XP_WORK_DIR`, or its canonical form); the
+//!   rest is opened below the descriptor the node kept when it made that
+//!   directory, through no symbolic link, `/proc` magic link, `..` or mount
+//!   point (`isolation::beneath`), on a thread whose file-system identity is
+//!   the worker's (`isolation::as_worker`), so the node opens nothing the
+//!   worker could not open itself. What was opened must be a regular file with
+//!   one name, the worker's own. Each refusal names its rule. Bytes the SDK's
+//!   `put` sends are staged in the work directory, so they pass.
 //! - A `get` is served only for an object the worker's trial may read: one whose
 //!   owners on a node that holds it include its trial (what any rank of the
 //!   trial put, what it fetched before, its trial's checkpoints, which are
@@ -33,9 +34,10 @@
 //! moving objects between nodes (`remote`).
 //!
 //! Invariant: a request is served only for a live worker's secret, a worker's
-//! objects are owned by its trial, a `put` stores only a regular file inside the
-//! worker's work or checkpoint directory, and a `get` returns only an object its
-//! trial owns or its experiment's driver stored.
+//! objects are owned by its trial, a `put` stores only a regular file of the
+//! worker's own, with one name, reached below its work directory without
+//! following a link and opened with the worker's authority, and a `get` returns
+//! only an object its trial owns or its experiment's driver stored.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -52,6 +54,9 @@ use xp_runtime::transport::HeadConnection;
 
 use super::remote::{ObjectFetcher, Wanted};
 use super::{ObjectChange, ObjectStore, Owner, StoreError, off_runtime};
+use crate::isolation::WorkTree;
+use crate::isolation::as_worker::AsWorker;
+use crate::isolation::beneath::{self, TreeError};
 use crate::isolation::fs::{self as lane_fs, FileOwner};
 
 /// A worker on this node, as its secret identifies it.
@@ -61,6 +66,8 @@ pub(crate) struct LocalWorker {
     pub key: WorkerKey,
     /// Its work directory, where fetched objects are placed for it.
     pub work_dir: PathBuf,
+    /// The same, as the node made it: what a `put` is resolved below.
+    pub tree: WorkTree,
     /// Its user id, which the directory fetched objects go to belongs to.
     pub owner: Option<FileOwner>,
 }
@@ -289,37 +296,13 @@ async fn handle(context: &LocalContext, request: LocalRequest) -> LocalResponse 
 /// Why a worker's request left its lane.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LaneError {
-    /// The path does not resolve (it does not exist, or a directory on the way
-    /// cannot be searched).
-    #[error("put refused: cannot resolve {}", path.display())]
-    Unresolvable {
-        /// The path the worker named.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The path resolves outside the worker's directories.
-    #[error("put refused: {} is outside this worker's work and checkpoint directories", path.display())]
-    Outside {
-        /// The path the worker named.
-        path: PathBuf,
-    },
-    /// Not a regular file (a directory, a device, a FIFO, a socket).
-    #[error("put refused: {} is not a regular file", path.display())]
-    NotRegular {
-        /// The path the worker named.
-        path: PathBuf,
-    },
-    /// A hard link: another name, perhaps outside the directories, shares it.
-    #[error("put refused: {} has other hard links, which may lie outside this worker's work and checkpoint directories", path.display())]
-    HardLinked {
-        /// The path the worker named.
-        path: PathBuf,
-    },
-    /// The resolved file could not be opened or examined.
-    #[error("put refused: cannot open {}", path.display())]
-    Unreadable {
+    /// The file named is not one the node reads for a worker (the cause names
+    /// the rule).
+    #[error("put refused")]
+    Refused(#[from] TreeError),
+    /// The node could not take on the worker's identity to open it.
+    #[error("put refused: cannot open {} as the worker", path.display())]
+    AsWorker {
         /// The path the worker named.
         path: PathBuf,
         /// The cause.
@@ -338,64 +321,29 @@ pub(crate) enum LaneError {
     },
 }
 
-impl LocalWorker {
-    /// The directories a worker may hand files over from, resolved: its work
-    /// directory and its checkpoint directory (one that does not exist yet holds
-    /// nothing to hand over).
-    fn lane_roots(&self) -> Vec<PathBuf> {
-        [
-            self.work_dir.clone(),
-            self.work_dir.join(CHECKPOINT_DIR_NAME),
-        ]
-        .iter()
-        .filter_map(|dir| std::fs::canonicalize(dir).ok())
-        .collect()
-    }
-}
-
 /// The checkpoint directory's name inside a work directory (`CheckpointSink::new`).
+#[cfg(test)]
 const CHECKPOINT_DIR_NAME: &str = "checkpoint";
 
-/// Opens the file a worker asked to put, if it is in the worker's lane: a regular
-/// file with one link that resolves inside its work or checkpoint directory, and
-/// whose opened descriptor still does (so a path swapped after the check fails).
+/// Opens the file a worker asked to put: below its work directory, following
+/// no link, with the worker's own authority, and only a regular file of the
+/// worker's with one name (`isolation::beneath`).
 fn open_in_lane(worker: &LocalWorker, path: &Path) -> Result<std::fs::File, LaneError> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let requested = || path.to_owned();
-    let resolved = std::fs::canonicalize(path).map_err(|source| LaneError::Unresolvable {
-        path: requested(),
-        source,
-    })?;
-    let roots = worker.lane_roots();
-    let inside = |candidate: &Path| roots.iter().any(|root| candidate.starts_with(root));
-    if !inside(&resolved) {
-        return Err(LaneError::Outside { path: requested() });
-    }
-    let unreadable = |source| LaneError::Unreadable {
-        path: requested(),
+    let relative = worker.tree.relative(path)?;
+    let as_worker = |source| LaneError::AsWorker {
+        path: path.to_owned(),
         source,
     };
-    // No final symlink, and no blocking on a FIFO put there after the check.
-    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags.bits())
-        .open(&resolved)
-        .map_err(unreadable)?;
-    let metadata = file.metadata().map_err(unreadable)?;
-    if !metadata.is_file() {
-        return Err(LaneError::NotRegular { path: requested() });
-    }
-    if metadata.nlink() != 1 {
-        return Err(LaneError::HardLinked { path: requested() });
-    }
-    let opened =
-        std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).map_err(unreadable)?;
-    if !inside(&opened) {
-        return Err(LaneError::Outside { path: requested() });
-    }
-    Ok(file)
+    let thread = AsWorker::start(worker.owner).map_err(as_worker)?;
+    let (root, shown, owner) = (
+        worker.tree.dir.clone(),
+        worker.tree.path.clone(),
+        worker.owner,
+    );
+    let opened = thread
+        .run(move || beneath::open_file_beneath(&*root, &relative, &shown, owner))
+        .map_err(as_worker)?;
+    Ok(opened?)
 }
 
 /// Whether `owners` let a worker of `trial_id` read the object: its trial keeps
@@ -549,7 +497,7 @@ async fn get(
         Some(bytes)
     };
     let target = worker.work_dir.join("objects").join(id.to_string());
-    let work_dir = worker.work_dir.clone();
+    let work_dir = worker.tree.dir.clone();
     let dir_owner = worker.owner;
     blocking(&context.store, move |store| {
         // The worker now depends on it too.
@@ -571,18 +519,18 @@ async fn get(
 }
 
 /// Writes a read-only copy of the verified `bytes` as `objects/ID` in the
-/// worker's `work_dir` (a copy, not a link: the worker's file must not alias the
-/// stored one, nor keep its disk space after the store deletes it). The node's
-/// own file, readable by all, in a directory of the worker's (`dir_owner`); a
-/// link the worker left there is neither followed nor written through.
+/// worker's work directory `work` (a copy, not a link: the worker's file must
+/// not alias the stored one, nor keep its disk space after the store deletes
+/// it). The node's own file, readable by all, made new (`O_EXCL`) in a
+/// directory of the worker's (`dir_owner`); a link the worker left there is
+/// neither followed nor written through.
 fn place(
     bytes: &[u8],
-    work_dir: &Path,
+    work: &std::os::fd::OwnedFd,
     id: ObjectId,
     dir_owner: Option<FileOwner>,
 ) -> std::io::Result<()> {
-    let work = lane_fs::open_dir(work_dir)?;
-    let objects = lane_fs::make_dir_in(&work, "objects".as_ref(), 0o755, dir_owner)?;
+    let objects = lane_fs::make_dir_in(work, "objects".as_ref(), 0o755, dir_owner)?;
     let name = id.to_string();
     if lane_fs::exists_in(&objects, name.as_ref()) {
         return Ok(());
@@ -640,6 +588,7 @@ mod tests {
                         rank: 0,
                     },
                     work_dir: work_dir.clone(),
+                    tree: WorkTree::open(&work_dir).expect("tree"),
                     owner: None,
                 },
             );
@@ -723,35 +672,46 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_put_outside_the_work_and_checkpoint_directories_is_refused() {
+    async fn a_put_outside_the_work_directory_or_through_a_link_is_refused() {
         let channel = Channel::must_start();
         check_refused(
             &channel.put(Path::new("/etc/passwd")).await,
-            "put refused: /etc/passwd is outside this worker's work and checkpoint directories",
+            "put refused: the rule \"only the worker's own directory\" refuses /etc/passwd",
         );
         let outside = channel.temp.path().join("secret");
         std::fs::write(&outside, b"the head's token").expect("write");
         let link = channel.work_dir.join("innocent");
         std::os::unix::fs::symlink(&outside, &link).expect("symlink");
-        check_refused(&channel.put(&link).await, "is outside this worker's work");
+        check_refused(&channel.put(&link).await, "the rule \"no symbolic links\"");
         let up = channel.work_dir.join("..").join("secret");
-        check_refused(&channel.put(&up).await, "is outside this worker's work");
+        check_refused(&channel.put(&up).await, "the rule \"no `..`\"");
         let linked_dir = channel.work_dir.join("etc");
         std::os::unix::fs::symlink("/etc", &linked_dir).expect("symlink");
         check_refused(
             &channel.put(&linked_dir.join("passwd")).await,
-            "is outside this worker's work",
+            "the rule \"no symbolic links\"",
+        );
+        // The checkpoint directory, swapped for a link to `/`.
+        let checkpoint = channel.work_dir.join(CHECKPOINT_DIR_NAME);
+        std::fs::remove_dir(&checkpoint).expect("rmdir");
+        std::os::unix::fs::symlink("/", &checkpoint).expect("symlink");
+        check_refused(
+            &channel.put(&checkpoint.join("proc/self/environ")).await,
+            "the rule \"no symbolic links\"",
+        );
+        let environ = channel.work_dir.join("environ");
+        std::os::unix::fs::symlink("/proc/self/environ", &environ).expect("symlink");
+        check_refused(
+            &channel.put(&environ).await,
+            "the rule \"no /proc magic links\"",
         );
         let hard = channel.work_dir.join("hard");
         std::fs::hard_link(&outside, &hard).expect("hard link");
-        check_refused(&channel.put(&hard).await, "has other hard links");
-        check_refused(
-            &channel.put(&channel.work_dir).await,
-            "is not a regular file",
-        );
+        check_refused(&channel.put(&hard).await, "the rule \"no hard links\"");
+        check_refused(&channel.put(&channel.work_dir).await, "it is a directory");
         check_refused(
             &channel.put(&channel.work_dir.join("missing")).await,
-            "put refused: cannot resolve",
+            "put refused: cannot open",
         );
         assert_eq!(channel.store.holdings().len(), 0, "nothing was stored");
     }
@@ -767,13 +727,23 @@ mod tests {
         ));
         let state = channel.work_dir.join(CHECKPOINT_DIR_NAME).join("state");
         std::fs::write(&state, b"state").expect("write");
-        // A relative-looking path and a symlink that stays inside are fine.
-        let inner_link = channel.work_dir.join("latest");
-        std::os::unix::fs::symlink(&state, &inner_link).expect("symlink");
         assert!(matches!(
-            channel.put(&inner_link).await,
+            channel.put(&state).await,
             LocalResponse::Stored { size: 5, .. }
         ));
+        // The canonical spelling of the work directory names it too.
+        let canonical = channel.work_dir.canonicalize().expect("canonical");
+        assert!(matches!(
+            channel.put(&canonical.join("weights.bin")).await,
+            LocalResponse::Stored { size: 7, .. }
+        ));
+        // A link, even one that stays inside, is not followed.
+        let inner_link = channel.work_dir.join("latest");
+        std::os::unix::fs::symlink(&state, &inner_link).expect("symlink");
+        check_refused(
+            &channel.put(&inner_link).await,
+            "the rule \"no symbolic links\"",
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
