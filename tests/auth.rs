@@ -316,9 +316,10 @@ fn check_audit_trail(cluster: &TestCluster, beta: &str, beta_experiment: &str) {
         .filter(|entry| entry["allowed"] == false && entry["who"] == "alma")
         .collect();
     assert!(
-        refusals
-            .iter()
-            .any(|entry| entry["action"].as_str().unwrap().starts_with("reprioritise")),
+        refusals.iter().any(|entry| entry["action"]
+            .as_str()
+            .unwrap()
+            .starts_with("reprioritise")),
         "{refusals:#?}"
     );
     assert!(
@@ -612,6 +613,7 @@ fn the_http_api_needs_a_credential_and_shows_each_user_their_team() {
     check_each_user_sees_their_team(&http_addr, &cluster, &alpha, &beta, &beta_experiment);
     let cookie = check_login_sets_a_cookie(&http_addr, &alpha);
     check_login_form(&http_addr, &beta);
+    check_login_from_another_site_refused(&http_addr, &beta);
     // A revoked user's cookie stops working at once.
     xp_head_user(&cluster, &["revoke", "alma"]);
     let (status, _, body) = http(&http_addr, "GET", "/api/nodes", &[("Cookie", &cookie)], "");
@@ -744,6 +746,54 @@ fn check_login_sets_a_cookie(http_addr: &str, alpha: &str) -> String {
         200
     );
     cookie
+}
+
+/// A login another site's page asks for (login CSRF: it would log the victim
+/// in as the attacker) is refused and sets no cookie, whether the form is
+/// posted or `/login?token=` opened; the head's own page and a typed address
+/// log in, and so does a client that is no browser.
+fn check_login_from_another_site_refused(http_addr: &str, beta: &str) {
+    let form = format!("token={}", secret(beta));
+    let own_origin = format!("http://{http_addr}");
+    let form_type = ("Content-Type", "application/x-www-form-urlencoded");
+    for (headers, status) in [
+        (vec![form_type, ("Sec-Fetch-Site", "cross-site")], 403),
+        (vec![form_type, ("Origin", "http://evil.example")], 403),
+        (
+            vec![
+                form_type,
+                ("Sec-Fetch-Site", "same-origin"),
+                ("Origin", own_origin.as_str()),
+            ],
+            303,
+        ),
+        (vec![form_type, ("Origin", own_origin.as_str())], 303),
+    ] {
+        let (got, head, body) = http(http_addr, "POST", "/login", &headers, &form);
+        assert_eq!(got, status, "{headers:?}: {head}{body}");
+        assert_eq!(
+            head.contains("set-cookie"),
+            status == 303,
+            "{headers:?}: {head}"
+        );
+        if status == 403 {
+            assert!(body.contains("another site"), "{body}");
+        }
+    }
+    let by_url = format!("/login?token={}", secret(beta));
+    for (site, status) in [("cross-site", 403), ("same-site", 403), ("none", 303)] {
+        let (got, head, _) = http(http_addr, "GET", &by_url, &[("Sec-Fetch-Site", site)], "");
+        assert_eq!(got, status, "Sec-Fetch-Site: {site}: {head}");
+        assert_eq!(head.contains("set-cookie"), status == 303, "{head}");
+    }
+    let (got, head, _) = http(
+        http_addr,
+        "GET",
+        "/logout",
+        &[("Sec-Fetch-Site", "cross-site")],
+        "",
+    );
+    assert_eq!((got, head.contains("set-cookie")), (403, false), "{head}");
 }
 
 /// The login form sets the cookie of a right token and refuses a wrong one.

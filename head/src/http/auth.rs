@@ -9,6 +9,15 @@
 //! on QUIC; the head serves plain HTTP, so the cookie is not marked Secure, and
 //! the API should listen on loopback or behind a TLS proxy.
 //!
+//! Login CSRF: SameSite=Strict keeps the browser from sending the cookie with
+//! another site's requests, but not from storing a cookie that another site's
+//! page makes it ask for. A foreign page that auto-posts the form (or opens
+//! `/login?token=`) with the attacker's own credential would log the victim in
+//! as the attacker: the dashboard they then open shows the attacker's team
+//! (whose experiment names, metric names and logs the attacker wrote), and
+//! their own session is gone. So logging in and out is refused when the
+//! browser says another site asked for it ([`foreign_request`]).
+//!
 //! The authenticated user goes through the same actor decision as a QUIC
 //! request (`HeadMsg::Identify`, then `HeadMsg::Authorize` of a read), and the
 //! pages show only what their `Visibility` allows: an admin every team, anyone
@@ -223,13 +232,51 @@ async fn log_in(state: &HttpState, secret: String) -> Response {
     }
 }
 
-/// `GET /login`: the form, or with `?token=SECRET` a login.
+/// Why a login or logout is refused as another site's doing (login CSRF, see
+/// the module documentation), or `None` when the head's own page or the user
+/// asked, or no browser did. A browser says where a request came from in
+/// `Sec-Fetch-Site` (to HTTPS and loopback addresses): only `same-origin` and
+/// `none` (typed, a bookmark, a link from another program) pass. Where it does
+/// not send that header (plain HTTP to another machine) it sends `Origin` with
+/// every POST, which must then name this address (`Host`). A request with
+/// neither comes from no browser, which no other site can drive.
+pub(super) fn foreign_request(headers: &HeaderMap) -> Option<String> {
+    let text = |name: header::HeaderName| headers.get(name).and_then(|value| value.to_str().ok());
+    if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site")) {
+        return (!matches!(site, "same-origin" | "none"))
+            .then(|| format!("Sec-Fetch-Site: {site}"));
+    }
+    let origin = text(header::ORIGIN)?;
+    let host = text(header::HOST).filter(|host| !host.is_empty());
+    let own = host.is_some_and(|host| {
+        ["http://", "https://"]
+            .iter()
+            .any(|scheme| origin.strip_prefix(scheme) == Some(host))
+    });
+    (!own).then(|| format!("Origin: {origin}"))
+}
+
+/// The answer to a login or logout another site asked for: 403, the form,
+/// and why.
+fn refused_as_foreign(why: &str) -> Response {
+    let problem = format!(
+        "refused: another site asked for this ({why}); open /login on this address yourself"
+    );
+    (StatusCode::FORBIDDEN, login_html(Some(&problem))).into_response()
+}
+
+/// `GET /login`: the form, or with `?token=SECRET` a login (unless another
+/// site's page asked for it).
 async fn login_page(
     State(state): State<HttpState>,
+    headers: HeaderMap,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
     let response = match query.into_iter().find(|(name, _)| name == "token") {
-        Some((_, secret)) => log_in(&state, secret).await,
+        Some((_, secret)) => match foreign_request(&headers) {
+            Some(why) => refused_as_foreign(&why),
+            None => log_in(&state, secret).await,
+        },
         None => login_html(None).into_response(),
     };
     kept_private(response)
@@ -256,13 +303,24 @@ struct LoginForm {
     token: String,
 }
 
-/// `POST /login`.
-async fn login_form(State(state): State<HttpState>, Form(form): Form<LoginForm>) -> Response {
-    kept_private(log_in(&state, form.token).await)
+/// `POST /login`, unless another site's page posted it.
+async fn login_form(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    let response = match foreign_request(&headers) {
+        Some(why) => refused_as_foreign(&why),
+        None => log_in(&state, form.token).await,
+    };
+    kept_private(response)
 }
 
-/// `GET /logout`: forgets the cookie.
-async fn logout() -> Response {
+/// `GET /logout`: forgets the cookie, unless another site's page asked.
+async fn logout(headers: HeaderMap) -> Response {
+    if let Some(why) = foreign_request(&headers) {
+        return refused_as_foreign(&why);
+    }
     let mut response = Redirect::to("/login").into_response();
     response.headers_mut().insert(
         header::SET_COOKIE,
@@ -295,5 +353,53 @@ mod tests {
             escape("<a href=\"x\">&"),
             "&lt;a href=&quot;x&quot;&gt;&amp;"
         );
+    }
+
+    /// Whether a login with `headers` (name, value) is refused as another site's.
+    fn check(headers: &[(&'static str, &str)], refused: bool) {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        assert_eq!(foreign_request(&map).is_some(), refused, "{headers:?}");
+    }
+
+    #[test]
+    fn a_login_another_site_asked_for_is_refused() {
+        let host = ("host", "127.0.0.1:8080");
+        // No browser (curl, a script): nothing another site can drive.
+        check(&[host], false);
+        check(&[], false);
+        // What the browser says about where the request came from decides.
+        check(&[host, ("sec-fetch-site", "same-origin")], false);
+        check(&[host, ("sec-fetch-site", "none")], false);
+        check(&[host, ("sec-fetch-site", "cross-site")], true);
+        check(&[host, ("sec-fetch-site", "same-site")], true);
+        check(
+            &[
+                host,
+                ("sec-fetch-site", "cross-site"),
+                ("origin", "http://127.0.0.1:8080"),
+            ],
+            true,
+        );
+        check(
+            &[
+                host,
+                ("sec-fetch-site", "same-origin"),
+                ("origin", "https://proxy.example"),
+            ],
+            false,
+        );
+        // Without it, the Origin must be this address.
+        check(&[host, ("origin", "http://127.0.0.1:8080")], false);
+        check(&[host, ("origin", "https://127.0.0.1:8080")], false);
+        check(&[host, ("origin", "http://evil.example")], true);
+        check(
+            &[host, ("origin", "http://127.0.0.1:8080.evil.example")],
+            true,
+        );
+        check(&[host, ("origin", "null")], true);
+        check(&[("origin", "http://127.0.0.1:8080")], true);
     }
 }
