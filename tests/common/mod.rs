@@ -125,10 +125,13 @@ pub(crate) fn read_head_credentials(
 /// `/tmp` (1777): a node running as root runs its workers under user ids of
 /// their own, which must reach their work directories inside it, and tests have
 /// workers leave files here (a pid, an object id). Everything secret inside is
-/// private to its owner (the head's and the nodes' data directories).
+/// private to its owner (the head's and the nodes' data directories). It lies
+/// under the build's own temporary directory, not `/tmp`: a root node removes
+/// what a worker's user id left anywhere under `/tmp` once its last worker is
+/// gone, and the tests read what their workers left after they ended.
 pub(crate) fn cluster_dir() -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temporary directory");
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777))
         .expect("let workers into the cluster directory");
     dir

@@ -22,6 +22,7 @@
 pub(crate) mod as_worker;
 pub(crate) mod beneath;
 pub(crate) mod fs;
+mod scrub;
 pub(crate) mod uids;
 
 use std::collections::BTreeSet;
@@ -138,12 +139,12 @@ impl Isolation {
                     warn!(%range, accounts = taken.len(), "accounts in /etc/passwd use ids of the worker range; they are never handed out");
                 }
                 let lock_dir = Path::new(uids::LOCK_DIR);
-                UidPool::new(range, lock_dir, taken, Arc::new(scrub_uid)).map_err(|source| {
-                    IsolationError::LockDir {
+                UidPool::new(range, lock_dir, taken, Arc::new(scrub::scrub_uid))
+                    .map(|pool| pool.with_cursor_file(data_dir.join(uids::CURSOR_FILE)))
+                    .map_err(|source| IsolationError::LockDir {
                         dir: lock_dir.to_owned(),
                         source,
-                    }
-                })
+                    })
             });
         match (pool, asked) {
             (Ok(pool), _) => {
@@ -403,83 +404,6 @@ pub(crate) fn prepare_data_dir(data_dir: &Path, isolated: bool) -> Result<(), Is
     set_mode(data_dir, 0o711)
 }
 
-/// The shared scratch directories a worker may leave files in.
-pub(crate) const SCRATCH_DIRS: [&str; 3] = ["/tmp", "/var/tmp", "/dev/shm"];
-
-/// Removes what `uid` owns at the top of each of `scratch_dirs` (files, links,
-/// whole directories; no link is followed), so the next worker given the id
-/// finds nothing of the last one there. Called once the id's worker is gone.
-/// Returns how many entries went.
-pub(crate) fn remove_leftovers(uid: u32, scratch_dirs: &[&Path]) -> usize {
-    use std::os::unix::fs::MetadataExt;
-    let mut removed = 0;
-    for dir in scratch_dirs {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let Ok(metadata) = std::fs::symlink_metadata(&path) else {
-                continue;
-            };
-            if metadata.uid() != uid {
-                continue;
-            }
-            let gone = if metadata.is_dir() {
-                std::fs::remove_dir_all(&path)
-            } else {
-                std::fs::remove_file(&path)
-            };
-            match gone {
-                Ok(()) => removed += 1,
-                Err(error) => {
-                    warn!(path = %path.display(), %error, "cannot remove what a finished worker left");
-                }
-            }
-        }
-    }
-    removed
-}
-
-/// Clears `uid` of whatever a holder left: kills every process running as it (a
-/// short-lived child that becomes the id and runs `kill -9 -1`, which signals
-/// all of the id's processes but itself, repeated while it finds any, so that one
-/// forking at that moment is caught too, within a bound), then removes what it
-/// owns at the top of [`SCRATCH_DIRS`]. Blocking. Run as root when a fresh id is
-/// first given to an attempt (an earlier holder, say under a node that crashed,
-/// may have left some) and when the attempt's last rank is gone.
-pub(crate) fn scrub_uid(uid: u32) -> std::io::Result<()> {
-    use std::os::unix::process::CommandExt;
-    let status = std::process::Command::new("/bin/sh")
-        .args([
-            "-c",
-            "i=0; while kill -9 -1 2>/dev/null && [ $i -lt 100 ]; do i=$((i+1)); done",
-        ])
-        .uid(uid)
-        .gid(uid)
-        .env_clear()
-        .current_dir("/")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()?;
-    if !status.success() {
-        return Err(std::io::Error::other(format!(
-            "killing the processes of user id {uid} ended with {status}"
-        )));
-    }
-    let scratch = SCRATCH_DIRS.map(Path::new);
-    let removed = remove_leftovers(uid, &scratch);
-    if removed > 0 {
-        tracing::debug!(
-            uid,
-            removed,
-            "removed what a user id left in the scratch directories"
-        );
-    }
-    Ok(())
-}
-
 /// Takes group and others' permissions from `path` (not following a link).
 fn tighten(path: &Path, private_mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
@@ -531,35 +455,6 @@ mod tests {
     }
 
     #[test]
-    fn leftovers_of_an_id_are_removed_and_nothing_else() {
-        use std::os::unix::fs::MetadataExt;
-        let temp = tempfile::tempdir().expect("tempdir");
-        let scratch = temp.path().join("tmp");
-        std::fs::create_dir_all(scratch.join("dir/sub")).expect("dirs");
-        std::fs::write(scratch.join("file"), b"x").expect("file");
-        std::fs::write(scratch.join("dir/sub/deep"), b"x").expect("file");
-        let elsewhere = temp.path().join("elsewhere");
-        std::fs::create_dir(&elsewhere).expect("dir");
-        std::fs::write(elsewhere.join("kept"), b"x").expect("file");
-        std::os::unix::fs::symlink(&elsewhere, scratch.join("link")).expect("symlink");
-        let me = std::fs::metadata(&scratch).expect("metadata").uid();
-        assert_eq!(
-            remove_leftovers(me.wrapping_add(1), &[&scratch]),
-            0,
-            "another id's"
-        );
-        assert_eq!(
-            remove_leftovers(me, &[&scratch, Path::new("/nonexistent")]),
-            3
-        );
-        assert!(std::fs::read_dir(&scratch).expect("dir").next().is_none());
-        assert!(
-            elsewhere.join("kept").exists(),
-            "a link is removed, not followed"
-        );
-    }
-
-    #[test]
     fn a_range_must_be_mapped_whole() {
         let range = |start, end| UidRange { start, end };
         let host = "         0          0 4294967295\n";
@@ -604,45 +499,6 @@ mod tests {
         assert_eq!(again.path, made);
         assert!(!made.join("stale").exists() && !made.join("link").exists());
         assert!(outside.join("kept").exists());
-    }
-
-    /// As root: a scrub kills what runs as the id (however it was started) and
-    /// removes what the id owns in the scratch directories, nothing else.
-    #[test]
-    #[expect(clippy::print_stderr, reason = "say why the test is skipped")]
-    fn a_scrub_kills_what_runs_as_the_id_and_removes_its_files() {
-        use std::os::unix::process::{CommandExt, ExitStatusExt};
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("skipped: only root can run processes as another id");
-            return;
-        }
-        // Outside the default range, so no node on this machine hands it out.
-        let uid = 1_899_000_517;
-        let spawn = || {
-            std::process::Command::new("/bin/sleep")
-                .arg("600")
-                .uid(uid)
-                .gid(uid)
-                .process_group(0)
-                .spawn()
-                .expect("sleep as the id")
-        };
-        let mut running = [spawn(), spawn()];
-        let file = Path::new("/dev/shm").join(format!("xp-scrub-test-{}", std::process::id()));
-        std::fs::write(&file, b"x").expect("file");
-        std::os::unix::fs::chown(&file, Some(uid), Some(uid)).expect("chown");
-        let kept = Path::new("/dev/shm").join(format!("xp-scrub-kept-{}", std::process::id()));
-        std::fs::write(&kept, b"x").expect("file");
-        scrub_uid(uid).expect("scrubbed");
-        for child in &mut running {
-            let status = child.wait().expect("reaped");
-            assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
-        }
-        assert!(!file.exists(), "the id's file went");
-        assert!(kept.exists(), "root's file stays");
-        std::fs::remove_file(&kept).expect("cleanup");
-        // Nothing left to kill is no error.
-        scrub_uid(uid).expect("scrubbed again");
     }
 
     #[test]

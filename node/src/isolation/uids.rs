@@ -12,7 +12,9 @@
 //! the worker and everything left in its cgroup are gone; the last share given
 //! back scrubs the id again and only then returns it. Ids are handed out round
 //! the range from where the last one was taken, so a returned id is the last to
-//! be used again.
+//! be used again. The cursor is kept in the node's data directory
+//! ([`CURSOR_FILE`]), so a restarted node goes on round the range where it
+//! stopped instead of handing the first id out again.
 //!
 //! Other nodes on the same machine use the same default range, so an id is also
 //! claimed machine-wide: an exclusive `flock` on `/run/xp-node/uids/<uid>`, held
@@ -45,6 +47,19 @@ pub(crate) const DEFAULT_RANGE: UidRange = UidRange {
     start: 1_900_000_000,
     end: 1_900_009_999,
 };
+
+/// The file in the node's data directory that keeps where the next search
+/// for a free id starts.
+pub(crate) const CURSOR_FILE: &str = "uid-cursor";
+
+/// The cursor kept in a cursor file's `text`, when it is an id of `range`.
+pub(crate) fn parse_cursor(text: &str, range: UidRange) -> Option<u32> {
+    let text = text.trim();
+    if text.is_empty() || !text.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok().filter(|uid| range.contains(*uid))
+}
 
 /// Where the machine-wide claims live.
 pub(crate) const LOCK_DIR: &str = "/run/xp-node/uids";
@@ -330,6 +345,19 @@ impl UidTable {
         }
     }
 
+    /// Where the next search for a free id starts.
+    pub(crate) fn cursor(&self) -> u32 {
+        self.cursor
+    }
+
+    /// Starts the next search at `cursor` (an id of the range; anything else
+    /// is ignored).
+    pub(crate) fn set_cursor(&mut self, cursor: u32) {
+        if self.range.contains(cursor) {
+            self.cursor = cursor;
+        }
+    }
+
     #[cfg(test)]
     /// The attempt holding `uid` (also while it is returning) and how many of
     /// its ranks still do.
@@ -371,6 +399,8 @@ pub(crate) type Scrub = Arc<dyn Fn(u32) -> std::io::Result<()> + Send + Sync>;
 pub(crate) struct UidPool {
     range: UidRange,
     lock_dir: PathBuf,
+    /// Where the cursor is kept across restarts, if anywhere.
+    cursor_file: Option<PathBuf>,
     /// Ids that accounts in `/etc/passwd` use.
     accounts: BTreeSet<u32>,
     scrub: Scrub,
@@ -422,6 +452,7 @@ impl UidPool {
         Ok(Self {
             range,
             lock_dir: lock_dir.to_owned(),
+            cursor_file: None,
             accounts,
             scrub,
             state: Mutex::new(PoolState {
@@ -429,6 +460,41 @@ impl UidPool {
                 shares: BTreeMap::new(),
             }),
         })
+    }
+
+    /// The same, keeping its cursor in `path` across restarts: it starts
+    /// where the cursor there says (from the range's start when the file is
+    /// missing or holds no id of the range).
+    pub(crate) fn with_cursor_file(mut self, path: PathBuf) -> Self {
+        match std::fs::read_to_string(&path) {
+            Ok(text) => match parse_cursor(&text, self.range) {
+                Some(cursor) => self.state().table.set_cursor(cursor),
+                None => {
+                    tracing::warn!(path = %path.display(), range = %self.range, "the user id cursor names no id of the range; starting at its first");
+                }
+            },
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "cannot read the user id cursor; starting at the range's first id");
+            }
+        }
+        self.cursor_file = Some(path);
+        self
+    }
+
+    /// Keeps `cursor` in the cursor file (a new file renamed over the old, so
+    /// a crash leaves one or the other). A failure is logged: ids stay apart
+    /// on this run either way.
+    fn keep_cursor(&self, cursor: u32) {
+        let Some(path) = &self.cursor_file else {
+            return;
+        };
+        let temporary = path.with_extension("tmp");
+        let written = std::fs::write(&temporary, format!("{cursor}\n"))
+            .and_then(|()| std::fs::rename(&temporary, path));
+        if let Err(error) = written {
+            tracing::warn!(path = %path.display(), %error, "cannot keep the user id cursor; a restart would hand out recently used ids first");
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, PoolState> {
@@ -451,6 +517,9 @@ impl UidPool {
                 lock.is_some()
             })
             .ok_or(UidClaimError::Exhausted(self.range))?;
+        if claimed.fresh {
+            self.keep_cursor(state.table.cursor());
+        }
         let shared = if claimed.fresh {
             let (lock, clean) = lock.map_or((None, false), |(lock, clean)| (Some(lock), clean));
             // An id its last holder returned scrubbed needs no scrub now.
@@ -629,337 +698,4 @@ pub(crate) fn account_uids(passwd: &str) -> BTreeSet<u32> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(trial: u32, rank: u32) -> WorkerKey {
-        WorkerKey {
-            trial: format!("3f2a9c0d11b2e4f7-t{trial}").parse().expect("trial"),
-            attempt: 1,
-            rank,
-        }
-    }
-
-    #[track_caller]
-    fn check_parse(text: &str, expected: Result<WorkerUids, &str>) {
-        let parsed = text
-            .parse::<WorkerUids>()
-            .map_err(|error| error.to_string());
-        assert_eq!(parsed, expected.map_err(str::to_owned), "{text:?}");
-    }
-
-    fn range(start: u32, end: u32) -> WorkerUids {
-        WorkerUids::Range(UidRange { start, end })
-    }
-
-    #[test]
-    fn ranges_parse_and_bad_ones_are_refused_clearly() {
-        check_parse("none", Ok(WorkerUids::Off));
-        check_parse("NONE", Ok(WorkerUids::Off));
-        check_parse("100000-100009", Ok(range(100_000, 100_009)));
-        check_parse(" 70000 - 70000 ", Ok(range(70_000, 70_000)));
-        check_parse(
-            "1900000000-1900009999",
-            Ok(WorkerUids::Range(DEFAULT_RANGE)),
-        );
-        check_parse(
-            "",
-            Err("\"\" is neither `none` nor a range START-END such as 1900000000-1900009999"),
-        );
-        check_parse(
-            "100000",
-            Err("\"100000\" is neither `none` nor a range START-END such as 1900000000-1900009999"),
-        );
-        check_parse(
-            "a-b",
-            Err("\"a\" is not a user id (a whole number below 4294967295)"),
-        );
-        check_parse(
-            "-5-10",
-            Err("\"\" is not a user id (a whole number below 4294967295)"),
-        );
-        check_parse(
-            "+5-10",
-            Err("\"+5\" is not a user id (a whole number below 4294967295)"),
-        );
-        check_parse(
-            "5-99999999999",
-            Err("\"99999999999\" is not a user id (a whole number below 4294967295)"),
-        );
-        check_parse("10-5", Err("the range 10-5 ends before it starts"));
-        check_parse(
-            "0-10",
-            Err("the range 0-10 holds 0 (root), which a worker must never run as"),
-        );
-        check_parse(
-            "65000-66000",
-            Err("the range 65000-66000 holds 65534 (nobody), which a worker must never run as"),
-        );
-        check_parse(
-            "65535-65535",
-            Err(
-                "the range 65535-65535 holds 65535 (-1 to 16-bit interfaces), which a worker must never run as",
-            ),
-        );
-        check_parse(
-            "4294967000-4294967295",
-            Err(
-                "the range 4294967000-4294967295 holds 4294967295 (-1, no id at all), which a worker must never run as",
-            ),
-        );
-    }
-
-    fn attempt_key(trial: u32, attempt: u32, rank: u32) -> WorkerKey {
-        WorkerKey {
-            attempt,
-            ..key(trial, rank)
-        }
-    }
-
-    fn claim(table: &mut UidTable, key: WorkerKey) -> Option<Claimed> {
-        table.claim(key, |_| true)
-    }
-
-    #[test]
-    fn ranks_of_one_attempt_share_an_id_and_other_attempts_never_do() {
-        let mut table = UidTable::new(UidRange {
-            start: 5000,
-            end: 5003,
-        });
-        let rank0 = claim(&mut table, key(1, 0)).expect("an id");
-        assert!(rank0.fresh);
-        let rank1 = claim(&mut table, key(1, 1)).expect("an id");
-        assert_eq!(
-            rank1,
-            Claimed {
-                uid: rank0.uid,
-                fresh: false
-            },
-            "the second rank joins the first's id"
-        );
-        let other_trial = claim(&mut table, key(2, 0)).expect("an id");
-        let next_attempt = claim(&mut table, attempt_key(1, 2, 0)).expect("an id");
-        let mut ids = vec![rank0.uid, other_trial.uid, next_attempt.uid];
-        ids.sort_unstable();
-        ids.dedup();
-        assert_eq!(
-            ids.len(),
-            3,
-            "another trial or attempt gets an id of its own"
-        );
-        assert!(other_trial.fresh && next_attempt.fresh);
-        assert_eq!(
-            table.holder(rank0.uid),
-            Some((AttemptKey::of(key(1, 0)), 2))
-        );
-        assert_eq!(table.held(), 3, "three attempts, three ids");
-    }
-
-    #[test]
-    fn an_id_returns_only_when_its_last_rank_leaves() {
-        let mut table = UidTable::new(UidRange {
-            start: 6000,
-            end: 6001,
-        });
-        let uid = claim(&mut table, key(1, 0)).expect("an id").uid;
-        claim(&mut table, key(1, 1)).expect("joins");
-        assert_eq!(table.leave(uid, key(2, 0)), Left::NotHeld, "not its id");
-        assert_eq!(
-            table.leave(uid, attempt_key(1, 2, 0)),
-            Left::NotHeld,
-            "nor another attempt's"
-        );
-        assert_eq!(
-            table.leave(uid, key(1, 0)),
-            Left::Shared,
-            "rank 1 still runs"
-        );
-        assert_eq!(table.leave(uid, key(1, 0)), Left::NotHeld, "only once");
-        assert!(!table.release(uid), "not while a rank holds it");
-        assert_eq!(table.leave(uid, key(1, 1)), Left::Last);
-        // Returning: nobody gets it, not even a late rank of the same attempt.
-        let late = claim(&mut table, key(1, 2)).expect("an id");
-        assert_ne!(late.uid, uid);
-        assert!(late.fresh);
-        assert_eq!(
-            claim(&mut table, key(2, 0)),
-            None,
-            "the returning id is not free"
-        );
-        assert_eq!(table.leave(uid, key(1, 1)), Left::NotHeld);
-        assert!(table.release(uid));
-        assert!(!table.release(uid), "once");
-        assert_eq!(
-            claim(&mut table, key(2, 0)),
-            Some(Claimed { uid, fresh: true }),
-            "returned, it is free again"
-        );
-    }
-
-    #[test]
-    fn a_returned_id_is_the_last_to_be_reused_and_refused_ids_are_skipped() {
-        let mut table = UidTable::new(UidRange {
-            start: 7000,
-            end: 7004,
-        });
-        let uid = |claimed: Option<Claimed>| claimed.map(|claimed| claimed.uid);
-        let first = claim(&mut table, key(1, 0)).expect("an id").uid;
-        assert_eq!(first, 7000);
-        assert_eq!(table.leave(first, key(1, 0)), Left::Last);
-        assert!(table.release(first));
-        // Round the range: the id just returned comes last.
-        assert_eq!(uid(claim(&mut table, key(2, 0))), Some(7001));
-        // An id held elsewhere (another node, an account) is skipped.
-        assert_eq!(uid(table.claim(key(3, 0), |uid| uid != 7002)), Some(7003));
-        assert_eq!(uid(claim(&mut table, key(4, 0))), Some(7004));
-        assert_eq!(uid(claim(&mut table, key(5, 0))), Some(7000), "wraps round");
-        assert_eq!(uid(claim(&mut table, key(6, 0))), Some(7002));
-        assert_eq!(claim(&mut table, key(7, 0)), None);
-        assert_eq!(
-            uid(claim(&mut table, key(3, 1))),
-            Some(7003),
-            "a full range still takes ranks of a live attempt"
-        );
-    }
-
-    /// A scrub that counts, per id, how often it ran.
-    fn counting_scrub() -> (Scrub, Arc<Mutex<BTreeMap<u32, usize>>>) {
-        let counts = Arc::new(Mutex::new(BTreeMap::new()));
-        let seen = counts.clone();
-        let scrub: Scrub = Arc::new(move |uid| {
-            *seen.lock().expect("counts").entry(uid).or_insert(0) += 1;
-            Ok(())
-        });
-        (scrub, counts)
-    }
-
-    #[tokio::test]
-    async fn two_pools_sharing_a_lock_directory_never_hand_out_the_same_id() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let locks = dir.path().join("uids");
-        let range = UidRange {
-            start: 8000,
-            end: 8003,
-        };
-        let accounts = BTreeSet::from([8001]);
-        let (scrub, scrubs) = counting_scrub();
-        let here =
-            Arc::new(UidPool::new(range, &locks, accounts.clone(), scrub.clone()).expect("pool"));
-        let there = Arc::new(UidPool::new(range, &locks, accounts, scrub).expect("pool"));
-        let a = here.claim(key(1, 0)).expect("an id");
-        let a1 = here.claim(key(1, 1)).expect("rank 1 joins");
-        assert_eq!(a1.uid(), a.uid());
-        // Both ranks wait on one scrub.
-        let (ready, ready1) = tokio::join!(a.ready(), a1.ready());
-        ready.expect("scrubbed");
-        ready1.expect("scrubbed");
-        assert_eq!(scrubs.lock().expect("counts").get(&a.uid()), Some(&1));
-        let b = there.claim(key(2, 0)).expect("an id");
-        let c = here.claim(key(3, 0)).expect("an id");
-        let mut ids = vec![a.uid(), b.uid(), c.uid()];
-        ids.sort_unstable();
-        assert_eq!(ids, [8000, 8002, 8003], "distinct, and never an account's");
-        assert!(
-            there.claim(key(1, 0)).is_err(),
-            "the other node's attempt of the same key gets no share of this node's id"
-        );
-        let returned = b.uid();
-        b.give_back().await;
-        let d = here.claim(key(4, 0)).expect("a returned id is free again");
-        assert_eq!(d.uid(), returned);
-        // The first rank's share goes; the id stays with rank 1.
-        let shared = a.uid();
-        a.give_back().await;
-        assert_eq!(here.held(), 3);
-        assert_eq!(scrubs.lock().expect("counts").get(&shared), Some(&1));
-        a1.give_back().await;
-        assert_eq!(here.held(), 2, "the last rank returned it");
-        assert_eq!(
-            scrubs.lock().expect("counts").get(&shared),
-            Some(&2),
-            "scrubbed before use and once more on return"
-        );
-        // A dropped share is returned too, on a blocking thread of its own.
-        drop((c, d));
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-        while here.held() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        assert_eq!(here.held(), 0);
-    }
-
-    #[tokio::test]
-    async fn an_id_returned_scrubbed_is_not_scrubbed_again_and_one_in_use_is() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let range = UidRange {
-            start: 9100,
-            end: 9100,
-        };
-        let (scrub, scrubs) = counting_scrub();
-        let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
-        let claim_file = dir.path().join("9100");
-        let scrubbed = || scrubs.lock().expect("counts").get(&9100).copied();
-        let first = pool.claim(key(1, 0)).expect("an id");
-        first.ready().await.expect("scrubbed");
-        assert_eq!(scrubbed(), Some(1), "never used: scrubbed before use");
-        assert_eq!(std::fs::read(&claim_file).expect("claim file"), b"");
-        first.give_back().await;
-        assert_eq!(scrubbed(), Some(2), "scrubbed on return");
-        assert_eq!(std::fs::read(&claim_file).expect("claim file"), CLEAN);
-        let second = pool.claim(key(2, 0)).expect("an id");
-        second.ready().await.expect("ready");
-        assert_eq!(scrubbed(), Some(2), "returned clean: no second scrub");
-        assert_eq!(
-            std::fs::read(&claim_file).expect("claim file"),
-            b"",
-            "in use: a node dying now leaves it unmarked"
-        );
-        // What a node that died holding the id leaves: an unmarked file.
-        drop(second);
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-        while pool.held() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        std::fs::write(&claim_file, b"").expect("unmark");
-        let third = pool.claim(key(3, 0)).expect("an id");
-        third.ready().await.expect("scrubbed");
-        assert_eq!(scrubbed(), Some(4), "unmarked: scrubbed before use");
-        third.give_back().await;
-    }
-
-    #[test]
-    fn a_failed_scrub_refuses_every_rank_and_the_id_still_returns() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let range = UidRange {
-            start: 9000,
-            end: 9000,
-        };
-        let scrub: Scrub = Arc::new(|_| Err(std::io::Error::other("no shell")));
-        let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
-        let first = pool.claim(key(1, 0)).expect("an id");
-        let second = pool.claim(key(1, 1)).expect("joins");
-        for lease in [&first, &second] {
-            let refused = runtime.block_on(lease.ready()).expect_err("refused");
-            assert_eq!(
-                refused.to_string(),
-                "cannot clear user id 9000 of what an earlier holder left: no shell"
-            );
-        }
-        drop((first, second));
-        assert_eq!(pool.held(), 0, "returned even so");
-        let next = pool.claim(key(2, 0)).expect("an id");
-        assert!(
-            runtime.block_on(next.ready()).is_err(),
-            "not marked clean: the next holder scrubs it again"
-        );
-    }
-
-    #[test]
-    fn accounts_come_from_the_third_field() {
-        let passwd = "root:x:0:0:root:/root:/bin/bash\nbroken line\nsvc:x:1900000005:1900000005::/:/bin/false\n";
-        assert_eq!(account_uids(passwd), BTreeSet::from([0, 1_900_000_005]));
-    }
-}
+mod tests;

@@ -1,0 +1,161 @@
+//! What one tenant could leave for or take from another through the machine
+//! a root node shares between them (issue 26), tried with real processes:
+//!
+//! - `what_a_trial_leaves_is_gone_before_another_team_runs`: a 0600 file in a
+//!   nested directory of a shared temporary directory and a SysV
+//!   shared-memory segment, a node restart, and a trial of another team that
+//!   finds neither (and runs under another user id).
+//!
+//! Only root can switch users, so elsewhere each test says why and passes.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{TestCluster, trials};
+use serde_json::Value;
+
+/// Whether the test must be skipped because this process is not root (it says so).
+#[expect(clippy::print_stderr, reason = "say why the test is skipped")]
+fn skipped_without_root() -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        eprintln!("skipped: only a node running as root gives workers user ids of their own");
+    }
+    !root
+}
+
+/// Submits a command trial of `team` running `command`, with `extra` lines
+/// in its `trial:` section.
+fn submit_command(
+    cluster: &TestCluster,
+    name: &str,
+    team: &str,
+    extra: &str,
+    command: &[&str],
+) -> String {
+    let yaml = format!(
+        "name: {name}\nteam: {team}\ntrial:\n  command: {}\n  resources: {{cpu: 1}}\n{extra}",
+        serde_json::to_string(command).expect("JSON is YAML")
+    );
+    let path = cluster.write_file(&format!("{name}.yaml"), &yaml);
+    cluster
+        .must_xp(&["submit", path.to_str().expect("a UTF-8 path")])
+        .trim()
+        .to_owned()
+}
+
+fn metric(trial: &Value, name: &str) -> f64 {
+    trial["metrics"][name]
+        .as_f64()
+        .unwrap_or_else(|| panic!("metric {name} in {trial:#}"))
+}
+
+/// The first trial: leaves a private file in a nested directory of a shared
+/// temporary directory and a private SysV shared-memory segment, and reports
+/// its user id and the segment's id.
+const LEAVER: &str = r#"set -e
+(umask 077; mkdir -p "$SHARED/nested"; echo "the leaver's secret" > "$SHARED/nested/secret")
+shmid=$(ipcmk -M 4096 -p 0600 | awk '{print $NF}')
+echo "XP_METRIC {\"step\": 1, \"uid\": $(id -u), \"shmid\": $shmid}"
+"#;
+
+/// The second trial, of another team: reports its user id and whether it
+/// finds the file and the segment `SHMID`.
+const FINDER: &str = r#"file=0; shm=0
+if cat "$SHARED/nested/secret" >/dev/null 2>&1; then file=1; fi
+if awk -v id="$SHMID" '$2 == id' /proc/sysvipc/shm | grep -q .; then shm=1; fi
+echo "XP_METRIC {\"step\": 1, \"uid\": $(id -u), \"file_found\": $file, \"shm_found\": $shm}"
+"#;
+
+/// Removes what the leaver left, should the node not have.
+struct Leftovers {
+    shared: PathBuf,
+    shmid: Option<u32>,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.shared);
+        if let Some(id) = self.shmid {
+            let _ = std::process::Command::new("ipcrm")
+                .args(["-m", &id.to_string()])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
+#[test]
+fn what_a_trial_leaves_is_gone_before_another_team_runs() {
+    if skipped_without_root() {
+        return;
+    }
+    let mut cluster = TestCluster::start("10s");
+    cluster.start_node("a", 0, 2);
+    cluster.wait_for_nodes(1);
+    // A shared temporary directory anyone may write in, as many programs make.
+    let shared = Path::new("/tmp").join(format!("xp-tenant-shared-{}", std::process::id()));
+    std::fs::create_dir(&shared).expect("shared");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let mut leftovers = Leftovers {
+        shared: shared.clone(),
+        shmid: None,
+    };
+    let shared_env = format!("SHARED={}", shared.display());
+    let leaver = run_script(&cluster, "leaver", "tests", LEAVER, &[&shared_env]);
+    let leaver = &trials(&leaver)[0];
+    assert_eq!(leaver["state"], "succeeded", "{leaver:#}");
+    leftovers.shmid = Some(metric(leaver, "shmid") as u32);
+    show_metrics("leaver", leaver, &["uid", "shmid"]);
+    // The node restarts.
+    cluster.terminate_node("a");
+    cluster.start_node("a", 0, 2);
+    cluster.wait_for_nodes(1);
+    let shmid_env = format!("SHMID={}", metric(leaver, "shmid"));
+    let finder = run_script(
+        &cluster,
+        "finder",
+        "others",
+        FINDER,
+        &[&shared_env, &shmid_env],
+    );
+    let trial = &trials(&finder)[0];
+    assert_eq!(trial["state"], "succeeded", "{finder:#}");
+    show_metrics("finder", trial, &["uid", "file_found", "shm_found"]);
+    assert_ne!(
+        metric(trial, "uid"),
+        metric(leaver, "uid"),
+        "the restarted node hands out another user id"
+    );
+    assert_eq!(metric(trial, "file_found"), 0.0, "the nested file is gone");
+    assert_eq!(metric(trial, "shm_found"), 0.0, "the segment is gone");
+    assert!(
+        !shared.join("nested").exists(),
+        "the leaver's directory went with its user id"
+    );
+}
+
+/// Runs `script` as a command trial of `team` with `env` set, to its end; its
+/// status.
+fn run_script(cluster: &TestCluster, name: &str, team: &str, script: &str, env: &[&str]) -> Value {
+    let path = cluster.write_file(&format!("{name}.sh"), script);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let mut command = vec!["env"];
+    command.extend(env);
+    command.extend(["sh", path.to_str().expect("UTF-8")]);
+    let experiment = submit_command(cluster, name, team, "", &command);
+    cluster.wait_finished(&experiment, Duration::from_secs(120))
+}
+
+/// Writes `names` of `trial`'s metrics to stderr (for the record).
+#[expect(clippy::print_stderr, reason = "the probes' findings, for the record")]
+fn show_metrics(what: &str, trial: &Value, names: &[&str]) {
+    let shown: Vec<String> = names
+        .iter()
+        .map(|name| format!("{name}={}", trial["metrics"][name]))
+        .collect();
+    eprintln!("{what}: {}", shown.join(" "));
+}
