@@ -6,6 +6,10 @@
 //!   shared-memory segment, a node restart, and a trial of another team that
 //!   finds neither (and runs under another user id).
 //!
+//! - `the_running_node_holds_no_secret_in_environ_or_cmdline`: a node given
+//!   its join string in `XP_JOIN` (and a user's `XP_CLUSTER`) keeps neither in
+//!   `/proc/PID/environ` nor in `cmdline`.
+//!
 //! Only root can switch users, so elsewhere each test says why and passes.
 
 mod common;
@@ -158,4 +162,62 @@ fn show_metrics(what: &str, trial: &Value, names: &[&str]) {
         .map(|name| format!("{name}={}", trial["metrics"][name]))
         .collect();
     eprintln!("{what}: {}", shown.join(" "));
+}
+
+/// Kills a process when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_running_node_holds_no_secret_in_environ_or_cmdline() {
+    let cluster = TestCluster::start("10s");
+    // As `sbatch` would start it: the node credential in XP_JOIN, and the
+    // user's own credential in XP_CLUSTER.
+    let node_dir = cluster.node_dir("a");
+    let log = std::fs::File::create(cluster.node_log_path("a")).expect("log");
+    let node = std::process::Command::new(common::binary("xp-node"))
+        .args(["join", "--data-dir"])
+        .arg(&node_dir)
+        .args(["--gpus", "0", "--cpus", "1", "--label", "name=a"])
+        .env("XP_JOIN", &cluster.node_join)
+        .env("XP_CLUSTER", &cluster.join)
+        .env("XP_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("xp-node starts");
+    let node = Killed(node);
+    cluster.wait_for_nodes(1);
+    let secrets: Vec<xp_runtime::join::JoinString> = [&cluster.node_join, &cluster.join]
+        .iter()
+        .map(|join| join.parse().expect("a join string"))
+        .collect();
+    for file in ["environ", "cmdline"] {
+        let path = format!("/proc/{}/{file}", node.0.id());
+        let bytes = std::fs::read(&path).expect("readable by the node's user");
+        let text = String::from_utf8_lossy(&bytes);
+        let holds = |secret: &str| text.contains(secret);
+        show_record(&format!(
+            "{file}: XP_JOIN {} XP_CLUSTER {} node token {} user token {}",
+            holds("XP_JOIN="),
+            holds("XP_CLUSTER="),
+            holds(&secrets[0].token),
+            holds(&secrets[1].token),
+        ));
+        for secret in &secrets {
+            assert!(!holds(&secret.token), "{path} holds a token");
+        }
+        assert!(!holds("XP_JOIN=") && !holds("XP_CLUSTER="), "{path}");
+    }
+}
+
+#[expect(clippy::print_stderr, reason = "the probes' findings, for the record")]
+fn show_record(line: &str) {
+    eprintln!("{line}");
 }

@@ -2,6 +2,14 @@
 //!
 //! Only parses the command line, installs the tracing subscriber (`XP_LOG`) and
 //! turns signals into the shutdown token; the node itself is `xp_node::run`.
+//!
+//! A secret handed over in the environment (`XP_JOIN`, or a user's
+//! `XP_CLUSTER` that `sbatch` passed on) stays readable in
+//! `/proc/PID/environ` for the life of the process whatever the process does to
+//! its own copy, so the node first re-executes itself without it
+//! ([`reexec_without_secrets`]): the join string travels to the new image
+//! through an inherited pipe, and the running node's environment and
+//! arguments hold no secret.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -161,11 +169,91 @@ fn parse_label(text: &str) -> Result<(String, String), String> {
 /// What to say to someone who put the secret where `ps` shows it.
 const HOW_TO_JOIN: &str = "pass the join string in a file only you can read (`--join-file FILE` after `chmod 600 FILE`), in the XP_JOIN environment variable, or on standard input (`xp-node join - --data-dir DIR < FILE`)";
 
-/// The join string from `--join-file`, standard input (`-`) or `XP_JOIN`, never
-/// from an argument. `XP_JOIN` is removed from the environment either way, so the
+/// The variable naming the descriptor through which a re-executed node gets
+/// the `XP_JOIN` its first image was given (not a secret: a number).
+const JOIN_FD_ENV: &str = "XP_JOIN_FD";
+
+/// The variables that hold a secret the node must not keep in its environment.
+const SECRET_ENV: [&str; 2] = [xp_runtime::join::JOIN_ENV, "XP_CLUSTER"];
+
+/// Re-executes this program without [`SECRET_ENV`] in its environment, handing
+/// `XP_JOIN`'s value to the new image through a pipe it inherits
+/// ([`JOIN_FD_ENV`]); returns only when there was nothing to hide (or with
+/// the reason it could not). Called first thing in `main`, before any other
+/// thread starts and before standard input is read.
+fn reexec_without_secrets() -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    if SECRET_ENV
+        .iter()
+        .all(|name| std::env::var_os(name).is_none())
+    {
+        return Ok(());
+    }
+    let mut command = std::process::Command::new("/proc/self/exe");
+    command.args(std::env::args_os().skip(1));
+    if let Some(name) = std::env::args_os().next() {
+        command.arg0(name);
+    }
+    for name in SECRET_ENV {
+        command.env_remove(name);
+    }
+    // Kept open across the exec only: O_CLOEXEC is cleared on the read end alone.
+    let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .context("cannot make a pipe for the join string")?;
+    if let Some(join) = std::env::var_os(xp_runtime::join::JOIN_ENV) {
+        std::fs::File::from(write_end)
+            .write_all(std::os::unix::ffi::OsStrExt::as_bytes(join.as_os_str()))
+            .context("cannot hand the join string over")?;
+        nix::fcntl::fcntl(
+            &read_end,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+        )
+        .context("cannot hand the join string over")?;
+        command.env(
+            JOIN_FD_ENV,
+            std::os::fd::AsRawFd::as_raw_fd(&read_end).to_string(),
+        );
+    }
+    let error = command.exec();
+    Err(anyhow::Error::new(error).context(format!(
+        "cannot re-execute without {} in the environment, where every process of this user could read it for as long as the node runs; {HOW_TO_JOIN}",
+        SECRET_ENV.join(" and ")
+    )))
+}
+
+/// The join string a first image handed over through [`JOIN_FD_ENV`], if any
+/// (the descriptor is read to its end and closed, and the variable removed).
+fn join_from_fd() -> anyhow::Result<Option<String>> {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let Some(fd) = std::env::var(JOIN_FD_ENV).ok() else {
+        return Ok(None);
+    };
+    // SAFETY: called from `main` before the tokio runtime or any other thread starts.
+    unsafe { std::env::remove_var(JOIN_FD_ENV) };
+    let fd: std::os::fd::RawFd = fd
+        .parse()
+        .with_context(|| format!("{JOIN_FD_ENV} is not a descriptor"))?;
+    anyhow::ensure!(fd > 2, "{JOIN_FD_ENV} names a standard stream");
+    // SAFETY: the descriptor was left open for this image by the one before it
+    // and nothing else here uses it; the file takes ownership and closes it.
+    let mut pipe = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut join = String::new();
+    pipe.read_to_string(&mut join)
+        .context("cannot read the join string handed over")?;
+    Ok(Some(join))
+}
+
+/// The join string from `--join-file`, standard input (`-`) or `XP_JOIN`
+/// (handed over by the image before, [`join_from_fd`]), never from an
+/// argument. `XP_JOIN` is removed from the environment either way, so the
 /// workers this node starts do not inherit the cluster secret.
 fn read_join(argument: Option<&str>, join_file: Option<&Path>) -> anyhow::Result<JoinString> {
-    let from_env = std::env::var(xp_runtime::join::JOIN_ENV).ok();
+    let from_env = match join_from_fd()? {
+        Some(join) => Some(join),
+        None => std::env::var(xp_runtime::join::JOIN_ENV).ok(),
+    };
     // SAFETY: called from `main` before the tokio runtime or any other thread starts.
     unsafe { std::env::remove_var(xp_runtime::join::JOIN_ENV) };
     match (argument, join_file) {
@@ -194,6 +282,7 @@ fn read_join(argument: Option<&str>, join_file: Option<&Path>) -> anyhow::Result
 }
 
 fn main() -> anyhow::Result<()> {
+    reexec_without_secrets()?;
     let filter = tracing_subscriber::EnvFilter::try_from_env("XP_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
