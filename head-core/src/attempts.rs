@@ -10,7 +10,7 @@
 //! count again), so that a trial that kills its nodes cannot loop.
 //!
 //! Invariants: a trial has at most one live attempt; ending an attempt frees its
-//! `MASTER_PORT` and stops its remaining workers; a worker's resources are given
+//! `MASTER_PORT`, stops its remaining workers and revokes its object capability; a worker's resources are given
 //! back to the policy core only through `release_worker`, once.
 
 use std::collections::BTreeSet;
@@ -86,6 +86,7 @@ impl HeadCore {
         }
         attempt.ended_at = Some(now);
         attempt.outcome = Some(outcome.to_owned());
+        let launched_at = attempt.placed_at;
         let host = attempt.master_host.clone();
         let port = attempt.master_port;
         let live_nodes: BTreeSet<NodeId> = attempt
@@ -98,6 +99,7 @@ impl HeadCore {
         for node in live_nodes {
             self.kill_on(node, key.trial, key.attempt, outcome);
         }
+        self.revoke_attempt(now, key.trial, key.attempt, launched_at);
     }
 
     /// Ends the trial's live attempt, if it has one, with `outcome`.

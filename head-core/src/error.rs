@@ -248,6 +248,15 @@ pub enum CoreError {
         #[source]
         source: serde_json::Error,
     },
+    /// A request for the cluster-wide object key, which no head hands out
+    /// since protocol version 8.
+    #[error(
+        "the cluster-wide object key is no longer handed out: ask for an object capability (upgrade the client)"
+    )]
+    ObjectKeyRetired,
+    /// A request that needs the connection's driver session came without one.
+    #[error("this request needs a driver session, which only a user's connection has")]
+    NoDriverSession,
 }
 
 impl CoreError {
@@ -285,6 +294,8 @@ impl From<CoreError> for RemoteError {
             | CoreError::StatusTooLarge { .. }
             | CoreError::OverPendingLimit { .. }
             | CoreError::SpecNotJson { .. }
+            | CoreError::ObjectKeyRetired
+            | CoreError::NoDriverSession
             | CoreError::InvalidPolicy(_) => ErrorCode::BadRequest,
             CoreError::ReportForbidden { .. }
             | CoreError::Refused(_)

@@ -133,10 +133,7 @@ impl HeadCore {
             resumed_checkpoint_at: None,
         };
         self.record_attempt(trial_id, attempt);
-        for (node, launch) in launches {
-            self.outbox
-                .send(node, HeadCommand::Launch(Box::new(launch)));
-        }
+        self.send_launches(now, trial_id, number, launches);
         let nodes: Vec<String> = nodes.into_iter().collect();
         let resuming = resume.map_or_else(String::new, |resume| {
             format!(
@@ -150,6 +147,23 @@ impl HeadCore {
             TrialState::Placed,
             format!("attempt {number} placed on {}{resuming}", nodes.join(",")),
         );
+    }
+
+    /// Sends each worker of attempt `number` its launch, every one carrying
+    /// the attempt's capability on the object plane, issued at `now`.
+    fn send_launches(
+        &mut self,
+        now: UnixMillis,
+        trial_id: TrialId,
+        number: u32,
+        launches: Vec<(NodeId, Launch)>,
+    ) {
+        let capability = Box::new(self.attempt_capability(now, trial_id, number));
+        for (node, mut launch) in launches {
+            launch.object_capability = Some(capability.clone());
+            self.outbox
+                .send(node, HeadCommand::Launch(Box::new(launch)));
+        }
     }
 
     /// Adds a new attempt to its trial, with when the checkpoint it resumes
@@ -205,7 +219,8 @@ impl HeadCore {
             .collect()
     }
 
-    /// One `Launch` per worker of attempt `number`, with the node to send it to.
+    /// One `Launch` per worker of attempt `number`, with the node to send it
+    /// to (without the attempt's object capability, which `launch` adds).
     fn worker_launches(
         &self,
         trial_id: TrialId,
@@ -260,6 +275,7 @@ impl HeadCore {
                     inputs: self.pipeline_inputs(trial.id.experiment),
                     collect_outputs: self.is_stage_experiment(trial.id.experiment),
                     oversubscription_milli,
+                    object_capability: None,
                 },
             ));
             *local_rank += 1;

@@ -46,6 +46,7 @@ mod launch;
 mod leases;
 pub mod metrics;
 mod nodes;
+mod object_access;
 pub mod pages;
 mod pipelines;
 mod records;
@@ -91,6 +92,9 @@ pub struct CoreConfig {
     pub heartbeat_interval_ms: u64,
     /// Keys the per-attempt collective tokens; drawn at random when the head starts.
     pub rendezvous_key: [u8; 32],
+    /// Signs object capabilities; derived from the cluster token, which nodes
+    /// hold too, so that their object servers can check them.
+    pub object_key: xp_runtime::protocol::CapabilityKey,
     /// The longest a node takes to notice that the head went away and register
     /// with it again ([`xp_runtime::protocol::NODE_RETURN_BOUND`]): see
     /// [`CoreConfig::restart_grace_ms`].
@@ -103,6 +107,7 @@ impl Default for CoreConfig {
             node_timeout_ms: 10_000,
             heartbeat_interval_ms: 1_000,
             rendezvous_key: [0; 32],
+            object_key: xp_runtime::protocol::CapabilityKey::from_bytes([0; 32]),
             node_return_ms: xp_runtime::protocol::NODE_RETURN_BOUND.as_millis() as u64,
         }
     }
@@ -164,6 +169,7 @@ pub struct HeadCore {
     /// Preemption approval requests, pending and recently decided (persisted
     /// with the policy record; see `leases`).
     approvals: state::Approvals,
+    grants: state::ObjectGrants,
 }
 
 impl std::fmt::Debug for HeadCore {
@@ -204,6 +210,7 @@ impl HeadCore {
             telemetry: telemetry::TelemetryState::default(),
             alerts: alerts::AlertState::restore(alerts),
             approvals: state::Approvals::default(),
+            grants: state::ObjectGrants::default(),
         };
         // 1. The record: experiments with their sweeps, trials with what they
         //    keep, events.
@@ -220,6 +227,7 @@ impl HeadCore {
             core.placement.policy_mut().upsert_node(node_spec(node));
         }
         core.adopt_all_running(now);
+        core.grants = state::ObjectGrants::started(now, core.ended_attempts());
         let approvals = core
             .placement
             .record()
@@ -310,6 +318,7 @@ impl HeadCore {
     pub fn rebuild(&self, loaded: LoadedState, now: UnixMillis) -> Self {
         let mut core = Self::restore(self.config, loaded, now);
         core.drivers = self.drivers.clone();
+        core.grants = self.grants.clone();
         core.telemetry = self.telemetry.soft_copy();
         // This head's delivery task still holds the stored pending webhooks.
         core.take_webhook_deliveries();

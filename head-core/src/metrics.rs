@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use xp_runtime::protocol::{NodeResources, NodeState, QueueStatus, TrialState};
+use xp_runtime::protocol::{NodeResources, NodeState, QueueStatus, TeamObjectCounts, TrialState};
 
 use super::{HeadCore, WorkerRecord};
 
@@ -41,6 +41,9 @@ pub struct Tally {
     pub checkpoint_takes: Vec<Duration>,
     /// Oversubscribed workers their nodes evicted for GPU memory.
     pub gpu_memory_evictions: u64,
+    /// What users fetched and stored through the nodes' object servers (and
+    /// what was refused), per team, as the nodes reported it.
+    pub object_access: BTreeMap<String, TeamObjectCounts>,
 }
 
 impl Tally {
@@ -48,6 +51,30 @@ impl Tally {
     pub(super) fn transition(&mut self, state: TrialState) {
         if self.transitions.len() < MAX_TALLIED {
             self.transitions.push(state);
+        }
+    }
+
+    /// Adds what a node's object server counted, per team (at most
+    /// [`MAX_TALLIED`] teams between two drains).
+    pub(super) fn object_access(&mut self, counts: Vec<TeamObjectCounts>) {
+        for count in counts {
+            if !self.object_access.contains_key(&count.team)
+                && self.object_access.len() >= MAX_TALLIED
+            {
+                continue;
+            }
+            let tallied = self
+                .object_access
+                .entry(count.team.clone())
+                .or_insert_with(|| TeamObjectCounts {
+                    team: count.team.clone(),
+                    ..TeamObjectCounts::default()
+                });
+            tallied.fetches += count.fetches;
+            tallied.fetched_bytes += count.fetched_bytes;
+            tallied.stores += count.stores;
+            tallied.stored_bytes += count.stored_bytes;
+            tallied.refusals += count.refusals;
         }
     }
 

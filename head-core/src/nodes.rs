@@ -47,6 +47,8 @@ impl HeadCore {
                 heartbeat_interval_ms: self.config.heartbeat_interval_ms,
             },
         );
+        // Before any launch: the quotas and every revocation in force.
+        self.send_object_rules(now, node_id);
         let still_running: BTreeSet<WorkerKey> = registration.running.into_iter().collect();
         // Workers the head placed here that the node no longer knows: their launch or
         // their process was lost with the old connection.
@@ -122,6 +124,7 @@ impl HeadCore {
                 error,
             } => self.handle_replication_failed(now, node_id, trial, &objects, &error),
             NodeMessage::Telemetry(telemetry) => self.handle_telemetry(now, node_id, telemetry),
+            NodeMessage::ObjectAccess(report) => self.handle_object_access(node_id, report),
         }
     }
 

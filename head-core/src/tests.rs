@@ -21,6 +21,7 @@ mod front;
 mod leases;
 mod limits;
 mod metrics;
+mod object_access;
 mod oversubscription;
 mod pipelines;
 mod reuse;
@@ -31,6 +32,7 @@ const CONFIG: CoreConfig = CoreConfig {
     node_timeout_ms: 10_000,
     heartbeat_interval_ms: 1_000,
     rendezvous_key: [3; 32],
+    object_key: xp_runtime::protocol::CapabilityKey::from_bytes([4; 32]),
     node_return_ms: 12_000,
 };
 

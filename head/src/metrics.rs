@@ -89,6 +89,12 @@ struct ErrorLabels {
     code: String,
 }
 
+/// A team, as the user table names it (object transfers).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TeamLabels {
+    team: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QueueStateLabels {
     queue: String,
@@ -150,6 +156,7 @@ pub(crate) struct HeadMetrics {
     checkpoints: CheckpointCounters,
     requests: RequestCounters,
     alerts: AlertCounters,
+    objects: ObjectCounters,
 }
 
 impl Default for HeadMetrics {
@@ -326,6 +333,73 @@ impl AlertCounters {
     }
 }
 
+/// What users fetched and stored through the nodes' object servers, per team,
+/// as the nodes report it (`NodeMessage::ObjectAccess`).
+#[derive(Debug)]
+struct ObjectCounters {
+    fetches: Family<TeamLabels, Counter>,
+    fetched_bytes: Family<TeamLabels, Counter>,
+    stores: Family<TeamLabels, Counter>,
+    stored_bytes: Family<TeamLabels, Counter>,
+    refusals: Family<TeamLabels, Counter>,
+}
+
+impl ObjectCounters {
+    fn register(registry: &mut Registry) -> Self {
+        let family = |registry: &mut Registry, name: &str, help: &str, unit: Option<Unit>| {
+            register(registry, name, help, unit, Family::default())
+        };
+        Self {
+            fetches: family(
+                registry,
+                "object_fetches",
+                "Objects users fetched from the nodes' object servers with a capability, by team",
+                None,
+            ),
+            fetched_bytes: family(
+                registry,
+                "object_fetched",
+                "Bytes the nodes' object servers served to users, by team",
+                Some(Unit::Bytes),
+            ),
+            stores: family(
+                registry,
+                "object_stores",
+                "Objects users stored on the nodes' object servers, by team",
+                None,
+            ),
+            stored_bytes: family(
+                registry,
+                "object_stored",
+                "Bytes users stored on the nodes' object servers, by team",
+                Some(Unit::Bytes),
+            ),
+            refusals: family(
+                registry,
+                "object_refusals",
+                "Requests the nodes' object servers refused to a verified capability, by team (each is in the audit trail)",
+                None,
+            ),
+        }
+    }
+
+    fn observe(&self, counts: &xp_runtime::protocol::TeamObjectCounts) {
+        let team = TeamLabels {
+            team: counts.team.clone(),
+        };
+        let add = |family: &Family<TeamLabels, Counter>, by: u64| {
+            if by > 0 {
+                family.get_or_create(&team).inc_by(by);
+            }
+        };
+        add(&self.fetches, counts.fetches);
+        add(&self.fetched_bytes, counts.fetched_bytes);
+        add(&self.stores, counts.stores);
+        add(&self.stored_bytes, counts.stored_bytes);
+        add(&self.refusals, counts.refusals);
+    }
+}
+
 impl HeadMetrics {
     /// Every metric registered, at zero.
     pub(crate) fn new() -> Self {
@@ -345,6 +419,7 @@ impl HeadMetrics {
             checkpoints: CheckpointCounters::register(&mut registry),
             requests: RequestCounters::register(&mut registry),
             alerts: AlertCounters::register(&mut registry),
+            objects: ObjectCounters::register(&mut registry),
             registry,
         }
     }
@@ -383,6 +458,9 @@ impl HeadMetrics {
         self.checkpoints.bytes.inc_by(tally.checkpoint_bytes);
         for took in &tally.checkpoint_takes {
             self.checkpoints.take_seconds.observe(took.as_secs_f64());
+        }
+        for counts in tally.object_access.values() {
+            self.objects.observe(counts);
         }
     }
 
@@ -654,6 +732,17 @@ mod tests {
             checkpoint_bytes: 30,
             checkpoint_takes: vec![std::time::Duration::from_millis(40)],
             gpu_memory_evictions: 3,
+            object_access: BTreeMap::from([(
+                "alpha".to_owned(),
+                xp_runtime::protocol::TeamObjectCounts {
+                    team: "alpha".to_owned(),
+                    fetches: 2,
+                    fetched_bytes: 300,
+                    stores: 1,
+                    stored_bytes: 40,
+                    refusals: 1,
+                },
+            )]),
         });
         metrics.decision_took(std::time::Duration::from_micros(50));
         metrics.refused("cancel", "viewer");
@@ -705,6 +794,11 @@ mod tests {
             ("xp_attempt_failures_total{kind=\"oom-killed\"}", 2.0),
             ("xp_checkpoint_bytes_total", 30.0),
             ("xp_checkpoint_take_seconds_count", 1.0),
+            ("xp_object_fetches_total{team=\"alpha\"}", 2.0),
+            ("xp_object_fetched_bytes_total{team=\"alpha\"}", 300.0),
+            ("xp_object_stores_total{team=\"alpha\"}", 1.0),
+            ("xp_object_stored_bytes_total{team=\"alpha\"}", 40.0),
+            ("xp_object_refusals_total{team=\"alpha\"}", 1.0),
             ("xp_gpus_in_use{node=\"n1\",model=\"H100\"}", 2.0),
             ("xp_gpu_utilization_ratios{node=\"n1\",gpu=\"3\"}", 0.5),
             (

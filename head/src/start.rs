@@ -145,6 +145,8 @@ fn restore_core(
     let mut core_config = config.core;
     core_config.rendezvous_key =
         blake3::derive_key("xp rendezvous key v1", identity.token.as_bytes());
+    // Object capabilities are signed with a key nodes derive from the same token.
+    core_config.object_key = xp_runtime::protocol::CapabilityKey::derive(&identity.token);
     let loaded = registry.load()?;
     info!(
         experiments = loaded.experiments.len(),

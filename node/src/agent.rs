@@ -60,6 +60,8 @@ use crate::worker_log::LogCap;
 pub(crate) struct NodeObjects {
     /// The local store.
     pub(crate) store: Arc<ObjectStore>,
+    /// Who may fetch and store what through the object server.
+    pub(crate) access: Arc<crate::objects::access::ObjectAccess>,
     /// Pulls objects from other nodes.
     pub(crate) fetcher: Arc<ObjectFetcher>,
     /// Where other nodes reach this node's object server.
@@ -364,6 +366,8 @@ impl Agent {
             Action::Pin { trial, objects } => self.pin(trial, objects),
             Action::DropObjects { trial, objects } => self.drop_objects(trial, objects),
             Action::ReleaseOwner(owner) => self.release_owner(owner),
+            Action::ObjectRules(rules) => self.objects.access.apply_rules(rules),
+            Action::RevokeCapabilities(entries) => self.objects.access.revoke(entries),
             Action::CloseSession { linger_until } => self.close_session(linger_until).await,
             Action::Leave { deadline, refused } => {
                 return Some(self.leave(deadline, refused).await);

@@ -53,6 +53,7 @@ pub use agent::AgentError;
 pub use checkpoint::{CheckpointError, OutputLimits};
 pub use isolation::{IsolationError, PASSABLE_DIRS, WorkerUids};
 pub use node_core::{DEFAULT_DRAIN_TIMEOUT, DrainTimeoutError, check_drain_timeout};
+pub use objects::access::ObjectAccess;
 pub use objects::remote::{FetchError, ObjectFetcher, ObjectServer, ObjectServerError, Wanted};
 pub use objects::{
     IoOperation, ObjectBytes, ObjectChange, ObjectInfo, ObjectStore, Owner, StoreError,
@@ -297,18 +298,22 @@ fn start_objects(
     } else {
         std::net::Ipv4Addr::UNSPECIFIED.into()
     };
-    let digest = xp_runtime::object_wire::token_digest(&config.join.token);
+    let access = std::sync::Arc::new(ObjectAccess::new(&config.join.token));
     let (changes_tx, changes_rx) = tokio::sync::mpsc::unbounded_channel();
     let (head_messages_tx, head_messages_rx) = tokio::sync::mpsc::unbounded_channel();
     let server = ObjectServer::start(
         store.clone(),
         std::net::SocketAddr::new(bind_ip, config.object_port),
-        digest,
+        access.clone(),
         changes_tx.clone(),
     )
     .map_err(|error| NodeError::Objects(error_chain(&error)))?;
+    objects::access::report_to_head(access.clone(), head_messages_tx.clone());
+    let credential = xp_runtime::object_wire::Credential::Node(
+        xp_runtime::object_wire::node_credential(&config.join.token),
+    );
     let fetcher =
-        ObjectFetcher::new(digest).map_err(|error| NodeError::Objects(error_chain(&error)))?;
+        ObjectFetcher::new(credential).map_err(|error| NodeError::Objects(error_chain(&error)))?;
     let endpoint = server
         .endpoint()
         .map_err(|error| NodeError::Objects(error_chain(&error)))?;
@@ -326,6 +331,7 @@ fn start_objects(
             head: head.clone(),
             own_node,
             changes: changes_tx.clone(),
+            access: access.clone(),
         },
     )
     .map_err(|error| NodeError::Objects(error_chain(&error)))?;
@@ -333,6 +339,7 @@ fn start_objects(
     Ok((
         agent::NodeObjects {
             store,
+            access,
             fetcher,
             endpoint,
             changes_tx,

@@ -92,6 +92,7 @@ pub(crate) fn solo_worker(
         inputs: Vec::new(),
         collect_outputs: false,
         oversubscription_milli: 1000,
+        object_capability: None,
     };
     let work_dir = dir.join("work");
     let command = WorkerCommand {

@@ -40,5 +40,4 @@ pub mod tls;
 #[cfg(feature = "net")]
 pub mod transport;
 pub mod views;
-#[cfg(feature = "net")]
 mod wire_seq;

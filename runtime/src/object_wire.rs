@@ -4,10 +4,19 @@
 //!
 //! A request is a length-prefixed bincode [`ObjectRequest`] of at most
 //! [`MAX_REQUEST_BYTES`]; the answer is a length-prefixed [`FetchHeader`] followed,
-//! on success, by exactly the requested range of raw bytes. Requests carry the
-//! blake3 hash of the cluster token, so only members of the cluster read objects.
-//! Integrity does not rest on the server: the fetcher hashes what it assembled
-//! and compares it with the object id before keeping anything.
+//! on success, by exactly the requested range of raw bytes. Every request
+//! carries a [`Credential`]: a node's (derived from the cluster token, which
+//! only nodes hold: a node fetching for its own workers, restores, inputs and
+//! replicas) or an [`ObjectCapability`] the head issued to a driver session or
+//! a trial attempt, which the server checks on every request (signature,
+//! expiry, revocations, and what it may read or store as). Integrity does not
+//! rest on the server: the fetcher hashes what it assembled and compares it
+//! with the object id before keeping anything.
+//!
+//! Version 2 (ALPN `xp-objects/2`): credentials instead of version 1's
+//! cluster-wide token digest, which every member could ask the head for and
+//! which outlived revocation; the codes `Expired`, `Revoked`, `Forbidden` and
+//! `OverQuota`; requests up to 16 KiB (a capability rides on each).
 //!
 //! The endpoints, the certificate and the pinning client come from
 //! `crate::transport` (its bulk links); this module adds only the objects' ALPN,
@@ -24,32 +33,54 @@ use tracing::Instrument as _;
 
 use crate::fill_buffer::{FillBuffer, FillRange};
 use crate::ids::{ObjectId, TrialId};
-use crate::protocol::ObjectSource;
+use crate::protocol::{ObjectCapability, ObjectSource};
 use crate::transport::{self, QuicSetupError, QuicTuning, SelfSignedIdentity};
 
-/// The ALPN id of object links.
-pub const ALPN: &[u8] = b"xp-objects/1";
+/// The ALPN id of object links (version 2: credentials and capabilities).
+pub const ALPN: &[u8] = b"xp-objects/2";
 /// The name to connect with; the pinned certificate hash is what identifies a server.
 pub const SERVER_NAME: &str = transport::SELF_SIGNED_SERVER_NAME;
 /// The largest range one request may ask for.
 pub const MAX_CHUNK_BYTES: u64 = 16 << 20;
 /// The range size fetchers ask for.
 pub const CHUNK_BYTES: u64 = 8 << 20;
-/// The largest request or header.
-pub const MAX_REQUEST_BYTES: usize = 4096;
+/// The largest request or header (a request carries a capability).
+pub const MAX_REQUEST_BYTES: usize = 16 << 10;
 /// How long a link may stay silent before it is considered dead.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The hash of the cluster token that requests carry.
-pub fn token_digest(token: &str) -> [u8; 32] {
-    *blake3::hash(token.as_bytes()).as_bytes()
+/// The credential a node presents: derived from the cluster token (which only
+/// nodes hold), and unlike version 1's digest never handed to anyone.
+pub fn node_credential(cluster_token: &str) -> [u8; 32] {
+    blake3::derive_key(
+        "xp 2026-12 object node credential v2",
+        cluster_token.as_bytes(),
+    )
+}
+
+/// Who asks an object server. Its `Debug` leaves secrets out.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Credential {
+    /// A node, by [`node_credential`]: may do anything.
+    Node([u8; 32]),
+    /// A driver session or trial attempt, by what the head granted it.
+    Capability(Box<ObjectCapability>),
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Node(_) => f.write_str("Node(<redacted>)"),
+            Self::Capability(capability) => f.debug_tuple("Capability").field(capability).finish(),
+        }
+    }
 }
 
 /// One request on an object stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectRequest {
-    /// [`token_digest`] of the cluster token.
-    pub token: [u8; 32],
+    /// Who asks.
+    pub credential: Credential,
     /// What is asked.
     pub op: ObjectOp,
 }
@@ -66,8 +97,8 @@ pub enum ObjectOp {
         /// How many bytes, at most [`MAX_CHUNK_BYTES`]; fewer come back at the end of the object.
         len: u64,
     },
-    /// `size` raw bytes follow: store them for the driver session `owner`;
-    /// answered by a [`StoreAnswer`].
+    /// `size` raw bytes follow: store them for the driver session `owner`
+    /// (the capability's own session); answered by a [`StoreAnswer`].
     Store {
         /// The driver session that owns the object.
         owner: String,
@@ -80,7 +111,8 @@ pub enum ObjectOp {
         /// The object.
         id: ObjectId,
     },
-    /// Drop the driver session `owner`'s claim on `id`; answered by a [`StoreAnswer`].
+    /// Drop the driver session `owner`'s claim on `id` (the capability's own
+    /// session); answered by a [`StoreAnswer`].
     Release {
         /// The driver session.
         owner: String,
@@ -88,7 +120,7 @@ pub enum ObjectOp {
         id: ObjectId,
     },
     /// Who keeps `id` on this node, so that a node can check a worker may read it
-    /// before fetching it; answered by a [`StoreAnswer::Owners`].
+    /// before fetching it (nodes only); answered by a [`StoreAnswer::Owners`].
     Owners {
         /// The object.
         id: ObjectId,
@@ -129,8 +161,9 @@ pub enum StoreAnswer {
 /// Why a server did not send the bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FetchErrorCode {
-    /// The token digest is not this cluster's.
-    BadToken,
+    /// The credential is not valid here: not this cluster's node credential,
+    /// or a capability whose signature does not match (forged or altered).
+    BadCredential,
     /// The object is not on this node.
     NotFound,
     /// This node's copy failed its hash check and was deleted.
@@ -143,6 +176,15 @@ pub enum FetchErrorCode {
     Refused,
     /// The server failed for another reason.
     Internal,
+    /// The capability has expired: ask the head for a new one.
+    Expired,
+    /// The capability was revoked (its session or attempt ended, its user was
+    /// revoked or changed).
+    Revoked,
+    /// The capability does not cover this object or this store.
+    Forbidden,
+    /// The store would take the capability's team over its quota on this node.
+    OverQuota,
 }
 
 /// The answer before the bytes.
@@ -324,6 +366,9 @@ pub enum LocalOp {
         /// The object.
         id: ObjectId,
     },
+    /// The attempt's capability on the object plane, to fetch from object
+    /// servers directly; answered by [`LocalResponse::Capability`].
+    Capability,
 }
 
 /// The node's answer on the local object channel.
@@ -353,6 +398,8 @@ pub enum LocalResponse {
         /// Why.
         message: String,
     },
+    /// The attempt's capability (answering [`LocalOp::Capability`]).
+    Capability(Box<ObjectCapability>),
 }
 
 /// One length-prefixed local message, ready to write.
@@ -481,11 +528,12 @@ pub enum ObjectClientError {
 }
 
 /// The client side of object links: one QUIC connection per node, reused; pulls
-/// objects in parallel chunks, stores and releases driver objects.
+/// objects in parallel chunks, stores and releases driver objects, presenting
+/// its credential (replaceable: a driver renews its capability).
 #[derive(Debug)]
 pub struct ObjectClient {
     endpoint: quinn::Endpoint,
-    token_digest: [u8; 32],
+    credential: Mutex<Arc<Credential>>,
     connections: Mutex<HashMap<LinkKey, quinn::Connection>>,
 }
 
@@ -496,18 +544,34 @@ pub const MAX_FETCH_BYTES: u64 = 8 << 30;
 const PARALLEL_CHUNKS: usize = 4;
 
 impl ObjectClient {
-    /// A client presenting `token_digest` (see [`token_digest`]).
-    pub fn new(token_digest: [u8; 32]) -> Result<Self, QuicSetupError> {
+    /// A client presenting `credential`.
+    pub fn new(credential: Credential) -> Result<Self, QuicSetupError> {
         Ok(Self {
             endpoint: client_endpoint()?,
-            token_digest,
+            credential: Mutex::new(Arc::new(credential)),
             connections: Mutex::default(),
         })
     }
 
+    /// Presents `credential` from now on (a renewed capability).
+    pub fn set_credential(&self, credential: Credential) {
+        *self
+            .credential
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(credential);
+    }
+
+    /// The credential presented now.
+    pub fn credential(&self) -> Arc<Credential> {
+        self.credential
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     fn wrap(&self, op: ObjectOp) -> ObjectRequest {
         ObjectRequest {
-            token: self.token_digest,
+            credential: Credential::clone(&self.credential()),
             op,
         }
     }
@@ -525,17 +589,22 @@ impl ObjectClient {
             .await
             .map_err(ObjectClientError::OpenStream)?;
         write_small(&mut send, &self.wrap(op)).await?;
+        let mut written = Ok(());
         for piece in payload.chunks(64 << 10) {
-            send.write_all(piece)
-                .await
-                .map_err(ObjectClientError::Send)?;
+            if let Err(error) = send.write_all(piece).await {
+                written = Err(ObjectClientError::Send(error));
+                break;
+            }
         }
         let _ = send.finish();
-        match read_small::<StoreAnswer>(&mut recv).await? {
-            StoreAnswer::Error { code, message } => {
+        // A server that refuses a store answers without reading its bytes (and
+        // stops the stream): its answer says why, not the failed write.
+        match read_small::<StoreAnswer>(&mut recv).await {
+            Ok(StoreAnswer::Error { code, message }) => {
                 Err(ObjectClientError::Refused { code, message })
             }
-            answer => Ok(answer),
+            Ok(answer) => written.map(|()| answer),
+            Err(error) => Err(written.err().unwrap_or(error.into())),
         }
     }
 
@@ -658,11 +727,24 @@ impl ObjectClient {
         size_hint: Option<u64>,
         max_bytes: u64,
     ) -> Result<Arc<[u8]>, ObjectClientError> {
+        self.fetch_from_as(self.credential(), source, id, size_hint, max_bytes)
+            .await
+    }
+
+    /// Like [`fetch_from`](Self::fetch_from), presenting `credential` instead
+    /// of the client's (a capability granted for this one object).
+    pub async fn fetch_from_as(
+        &self,
+        credential: Arc<Credential>,
+        source: &ObjectSource,
+        id: ObjectId,
+        size_hint: Option<u64>,
+        max_bytes: u64,
+    ) -> Result<Arc<[u8]>, ObjectClientError> {
         let connection = self.connection(source).await?;
-        let token = self.token_digest;
         let size = match size_hint {
             Some(size) => size,
-            None => fetch_chunk(&connection, token, id, 0, &mut [], None).await?,
+            None => fetch_chunk(&connection, &credential, id, 0, &mut [], None).await?,
         };
         let max_bytes = max_bytes.min(MAX_FETCH_BYTES);
         if size > max_bytes {
@@ -690,12 +772,20 @@ impl ObjectClient {
         let mut tasks = tokio::task::JoinSet::new();
         for lane in lanes.into_iter().filter(|lane| !lane.is_empty()) {
             let connection = connection.clone();
+            let credential = credential.clone();
             tasks.spawn(
                 async move {
                     for (offset, mut range) in lane {
                         let target = range.bytes_mut();
-                        fetch_chunk(&connection, token, id, offset as u64, target, Some(size))
-                            .await?;
+                        fetch_chunk(
+                            &connection,
+                            &credential,
+                            id,
+                            offset as u64,
+                            target,
+                            Some(size),
+                        )
+                        .await?;
                     }
                     Ok::<(), ObjectClientError>(())
                 }
@@ -710,11 +800,11 @@ impl ObjectClient {
 }
 
 /// Reads the range of `target`'s length at `offset` into `target`, presenting
-/// `token`, and checks the object's size against `expected_size`; returns the
-/// object's size.
+/// `credential`, and checks the object's size against `expected_size`; returns
+/// the object's size.
 async fn fetch_chunk(
     connection: &quinn::Connection,
-    token: [u8; 32],
+    credential: &Credential,
     id: ObjectId,
     offset: u64,
     target: &mut [u8],
@@ -726,7 +816,7 @@ async fn fetch_chunk(
         .map_err(ObjectClientError::OpenStream)?;
     let len = target.len() as u64;
     let request = ObjectRequest {
-        token,
+        credential: credential.clone(),
         op: ObjectOp::Fetch { id, offset, len },
     };
     write_small(&mut send, &request).await?;

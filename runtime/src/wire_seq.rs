@@ -46,8 +46,10 @@ pub(crate) fn vec<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     deserializer.deserialize_seq(Elements(PhantomData))
 }
 
+#[cfg(feature = "net")]
 struct Bounded<T>(Vec<T>);
 
+#[cfg(feature = "net")]
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Bounded<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         vec(deserializer).map(Bounded)
@@ -55,6 +57,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Bounded<T> {
 }
 
 /// An `Option<Vec>` field (`#[serde(deserialize_with = "crate::wire_seq::option_vec")]`).
+#[cfg(feature = "net")]
 pub(crate) fn option_vec<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     deserializer: D,
 ) -> Result<Option<Vec<T>>, D::Error> {

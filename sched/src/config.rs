@@ -27,7 +27,16 @@
 //! prices: {default: 1.0, H100: 3.2}  # per GPU-hour by model, for `xp report`
 //! webhooks: {allow: [10.1.2.0/24]}   # or allow_private: true; else public addresses only
 //! oversubscription: 1.5        # 1 to 4, default 1 (off)
+//! objects: {memory: 1GiB, disk: 64GiB, teams: {vision: {disk: 1TiB}}}  # per team per node
 //! ```
+//!
+//! `objects` bounds what each team may keep in one node's object store:
+//! `memory` its objects in the memory tier, `disk` all of them (what is in
+//! memory may spill to disk), per node, by default 1 GiB and 64 GiB; `teams`
+//! overrides either for a named team. A team's objects are those its driver
+//! sessions stored and those its trials keep there. A store through the
+//! object server that would take the team over `disk` is refused with a message
+//! naming the quota; one over `memory` goes to disk.
 //!
 //! `oversubscription` is policy-wide: fractional workers that opt in
 //! (`TrialRequest`'s gang with `oversubscribe`) are placed at their share
@@ -180,6 +189,85 @@ pub struct PolicyConfig {
         skip_serializing_if = "is_no_oversubscription"
     )]
     pub oversubscription: f64,
+    /// What each team may keep in one node's object store.
+    #[serde(default, skip_serializing_if = "ObjectQuotas::is_default")]
+    pub objects: ObjectQuotas,
+}
+
+/// What each team may keep in one node's object store (`objects:`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectQuotas {
+    /// Bytes a team's objects may hold in a node's memory tier.
+    #[serde(
+        rename = "memory",
+        default = "default_object_memory",
+        with = "bytes_text"
+    )]
+    pub memory_bytes: u64,
+    /// Bytes a team's objects may hold on a node in all.
+    #[serde(rename = "disk", default = "default_object_disk", with = "bytes_text")]
+    pub disk_bytes: u64,
+    /// Quotas of named teams; a field left out is the default's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub teams: BTreeMap<String, TeamObjectQuota>,
+}
+
+/// One team's object quota; a field left out is [`ObjectQuotas`]' default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TeamObjectQuota {
+    /// Bytes in a node's memory tier.
+    #[serde(
+        rename = "memory",
+        default,
+        with = "memory_text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub memory_bytes: Option<u64>,
+    /// Bytes on a node in all.
+    #[serde(
+        rename = "disk",
+        default,
+        with = "memory_text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub disk_bytes: Option<u64>,
+}
+
+fn default_object_memory() -> u64 {
+    1 << 30
+}
+
+fn default_object_disk() -> u64 {
+    64 << 30
+}
+
+impl Default for ObjectQuotas {
+    /// 1 GiB of memory and 64 GiB in all per team per node, no team named.
+    fn default() -> Self {
+        Self {
+            memory_bytes: default_object_memory(),
+            disk_bytes: default_object_disk(),
+            teams: BTreeMap::new(),
+        }
+    }
+}
+
+impl ObjectQuotas {
+    /// Whether it is the default (left out when a policy is written).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// `team`'s memory and disk quota, in bytes.
+    pub fn of(&self, team: &str) -> (u64, u64) {
+        let named = self.teams.get(team).cloned().unwrap_or_default();
+        (
+            named.memory_bytes.unwrap_or(self.memory_bytes),
+            named.disk_bytes.unwrap_or(self.disk_bytes),
+        )
+    }
 }
 
 /// The largest oversubscription factor a policy may declare.
@@ -729,6 +817,7 @@ impl PolicyConfig {
             prices: BTreeMap::new(),
             webhooks: WebhookPolicy::default(),
             oversubscription: 1.0,
+            objects: ObjectQuotas::default(),
         }
     }
 

@@ -4,10 +4,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use xp_runtime::error_chain::error_chain;
 use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, ObjectId, TrialId};
 use xp_runtime::join::{JoinString, JoinStringError};
-use xp_runtime::object_wire::{ObjectClient, ObjectClientError};
+use xp_runtime::object_wire::ObjectClientError;
 use xp_runtime::protocol::{
     AdminAction, AdminRequest, AuditEntry, CheckpointStatus, ErrorCode, ExperimentState,
     ExperimentStatus, LogChunk, LogRequest, MetricPoint, NodeStatus, PeerRole, QueueStatus,
@@ -119,7 +118,7 @@ pub struct ResultRow {
 pub struct Client {
     connection: HeadConnection,
     /// Links to the nodes' object servers, made on first use.
-    objects: std::sync::Arc<tokio::sync::OnceCell<ObjectClient>>,
+    objects: std::sync::Arc<objects::ObjectLink>,
     /// The name this connection's objects are stored under, once it stored one.
     session: std::sync::Arc<std::sync::OnceLock<String>>,
 }
@@ -133,7 +132,8 @@ macro_rules! expect_response {
     };
 }
 
-// After the macro, which it uses.
+// After the macro, which they use.
+mod objects;
 mod pipelines;
 
 impl Client {
@@ -154,98 +154,6 @@ impl Client {
             objects: std::sync::Arc::default(),
             session: std::sync::Arc::default(),
         })
-    }
-
-    /// The link to the object servers, made on first use with the object
-    /// plane's key, which the head hands to members (a user credential is not it).
-    async fn object_client(&self) -> Result<&ObjectClient, SdkError> {
-        self.objects
-            .get_or_try_init(|| async {
-                let key = expect_response!(
-                    self.request(Request::ObjectKey).await?,
-                    Response::ObjectKey(key) => key
-                )?;
-                ObjectClient::new(key.0).map_err(SdkError::ObjectLink)
-            })
-            .await
-    }
-
-    /// Stores `bytes` in the cluster's object store (on the node that holds the
-    /// fewest objects) and returns their id, which the trials of experiments
-    /// submitted on this connection can [`get`] through their context (other
-    /// trials cannot). The object belongs to this connection: it is collected when
-    /// the connection ends, unless a trial took a claim on it meanwhile.
-    ///
-    /// [`get`]: crate::TrialContext::get
-    pub async fn put(&self, bytes: &[u8]) -> Result<ObjectId, SdkError> {
-        let (session, nodes) = expect_response!(
-            self.request(Request::StoreTargets).await?,
-            Response::StoreTargets { session, nodes } => (session, nodes)
-        )?;
-        let session = self.session.get_or_init(|| session);
-        let client = self.object_client().await?;
-        let mut failures = Vec::new();
-        for node in &nodes {
-            match client.store(node, session, bytes).await {
-                Ok(id) if id == ObjectId::of(bytes) => return Ok(id),
-                Ok(id) => failures.push(format!("node {} named it {id}", node.node)),
-                Err(error) => failures.push(format!("node {}: {}", node.node, error_chain(&error))),
-            }
-        }
-        Err(SdkError::Object(if nodes.is_empty() {
-            "no ready node serves objects".to_owned()
-        } else {
-            format!("no node stored the object: {}", failures.join("; "))
-        }))
-    }
-
-    /// Object `id`'s bytes, from whichever node holds it, verified against the id.
-    pub async fn get(&self, id: ObjectId) -> Result<Vec<u8>, SdkError> {
-        let sources = expect_response!(
-            self.request(Request::Locate { object: id }).await?,
-            Response::Located(sources) => sources
-        )?;
-        let client = self.object_client().await?;
-        let mut failures = Vec::new();
-        for source in &sources {
-            match client.fetch_from(source, id, None, MAX_GET_BYTES).await {
-                Ok(bytes) if ObjectId::of(&bytes) == id => return Ok(bytes.to_vec()),
-                Ok(_) => failures.push(format!("node {} sent other bytes", source.node)),
-                Err(error) => {
-                    failures.push(format!("node {}: {}", source.node, error_chain(&error)))
-                }
-            }
-        }
-        Err(SdkError::Object(if sources.is_empty() {
-            format!("no live node holds object {id}")
-        } else {
-            format!("object {id} could not be fetched: {}", failures.join("; "))
-        }))
-    }
-
-    /// Drops this connection's claim on object `id` wherever it is held; returns
-    /// whether there was one.
-    pub async fn delete(&self, id: ObjectId) -> Result<bool, SdkError> {
-        // A connection that never stored an object has no claim to drop.
-        let Some(session) = self.session.get() else {
-            return Ok(false);
-        };
-        let sources = expect_response!(
-            self.request(Request::Locate { object: id }).await?,
-            Response::Located(sources) => sources
-        )?;
-        let client = self.object_client().await?;
-        let mut existed = false;
-        for source in &sources {
-            existed |= client.release(source, session, id).await.map_err(|error| {
-                SdkError::ObjectRelease {
-                    node: source.node,
-                    object: id,
-                    source: Box::new(error),
-                }
-            })?;
-        }
-        Ok(existed)
     }
 
     async fn request(&self, request: Request) -> Result<Response, SdkError> {

@@ -16,6 +16,7 @@ use xp_runtime::error_chain::error_chain;
 use xp_runtime::ids::ObjectId;
 use xp_runtime::metric_line::{CHECKPOINT_STATUS_DIR, format_checkpoint_line, format_metric_line};
 use xp_runtime::object_wire::{LocalOp, LocalResponse};
+use xp_runtime::protocol::ObjectCapability;
 
 mod error;
 mod gang;
@@ -226,6 +227,19 @@ impl TrialContext {
     pub fn delete(&self, id: ObjectId) -> Result<bool, WorkerError> {
         match local_request(LocalOp::Delete { id })? {
             LocalResponse::Released { existed } => Ok(existed),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// This attempt's capability on the object plane, which its node holds
+    /// for it (never in its environment): what a helper of this trial presents
+    /// to fetch from the nodes' object servers directly
+    /// (`xp_runtime::object_wire::ObjectClient`). It reads what the trial
+    /// keeps and what its experiment's drivers stored, stores nothing, and
+    /// stops working when the attempt ends.
+    pub fn object_capability(&self) -> Result<ObjectCapability, WorkerError> {
+        match local_request(LocalOp::Capability)? {
+            LocalResponse::Capability(capability) => Ok(*capability),
             other => Err(unexpected(other)),
         }
     }

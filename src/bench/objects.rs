@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use xp_node::{
-    CheckpointError, FetchError, ObjectChange, ObjectFetcher, ObjectServer, ObjectServerError,
-    ObjectStore, Owner, StoreError, StoreLimits, Wanted,
+    CheckpointError, FetchError, ObjectAccess, ObjectChange, ObjectFetcher, ObjectServer,
+    ObjectServerError, ObjectStore, Owner, StoreError, StoreLimits, Wanted,
 };
 use xp_runtime::collective::CollectiveError;
 use xp_runtime::collective::bench::{memcpy_gbps, stopwatch, tcp_loopback_gbps};
@@ -118,11 +118,10 @@ impl Stores {
         let disk = open(dir, "disk", 0)?;
         let fetching = open(dir, "fetching", largest.saturating_mul(2).max(1 << 20))?;
         let (dropped, changes) = mpsc::unbounded_channel();
-        let digest = object_wire::token_digest(TOKEN);
         let server = ObjectServer::start(
             disk.clone(),
             "127.0.0.1:0".parse().expect("a literal socket address"),
-            digest,
+            Arc::new(ObjectAccess::new(TOKEN)),
             dropped,
         )?;
         let source = ObjectSource {
@@ -130,7 +129,9 @@ impl Stores {
             host: "127.0.0.1".to_owned(),
             endpoint: server.endpoint()?,
         };
-        let fetcher = ObjectFetcher::new(digest)?;
+        let fetcher = ObjectFetcher::new(object_wire::Credential::Node(
+            object_wire::node_credential(TOKEN),
+        ))?;
         Ok(Self {
             memory,
             disk,

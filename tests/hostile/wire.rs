@@ -1,19 +1,22 @@
 //! Targets for the binary wires: control-plane frames (`runtime::frame`, every
 //! `Message`, checkpoint manifests included), object requests and answers between
-//! nodes, the worker's local object channel, and the collectives' rendezvous.
+//! nodes, object capabilities (decoded and verified), the worker's local object
+//! channel, and the collectives' rendezvous.
 
 use std::collections::BTreeMap;
 
 use xp_runtime::frame::{self, FrameError, MAX_FRAME_BYTES};
 use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, ObjectId, TrialId, WorkerKey};
 use xp_runtime::object_wire::{
-    self, FetchErrorCode, FetchHeader, LocalOp, LocalRequest, LocalResponse, MAX_LOCAL_MESSAGE,
-    MAX_REQUEST_BYTES, ObjectOp, ObjectRequest, StoreAnswer,
+    self, Credential, FetchErrorCode, FetchHeader, LocalOp, LocalRequest, LocalResponse,
+    MAX_LOCAL_MESSAGE, MAX_REQUEST_BYTES, ObjectOp, ObjectRequest, StoreAnswer,
 };
 use xp_runtime::protocol::{
-    CheckpointFile, ErrorCode, GpuInfo, HeadCommand, HeldObject, Hello, Launch, Message,
-    NodeMessage, NodeRegistration, NodeResources, ObjectEndpoint, ObjectSource, PeerRole, Program,
-    RemoteError, Request, ResumeFrom, SubmitRequest, WorkerReport,
+    CapabilityKey, CheckpointFile, ErrorCode, GpuInfo, Grant, HeadCommand, HeldObject, Hello,
+    Holder, Launch, Message, NodeMessage, NodeRegistration, NodeResources, ObjectAccessReport,
+    ObjectCapability, ObjectEndpoint, ObjectRefusal, ObjectRules, ObjectSource, PeerRole, Program,
+    ReadScope, RemoteError, Request, ResumeFrom, Revocation, RevocationEntry, RevocationList,
+    SubmitRequest, TeamObjectCounts, TeamQuota, WorkerReport,
 };
 use xp_runtime::rendezvous::{self, RankAddress, StoreMessage};
 use xp_runtime::spec::CollectiveTransport;
@@ -62,6 +65,88 @@ fn source(port: u16) -> ObjectSource {
             cert_sha256: [9; 32],
         },
     }
+}
+
+/// A driver session's capability naming one of each read scope.
+fn capability() -> ObjectCapability {
+    let grant = Grant {
+        holder: Holder::Session("driver-0123456789abcdef01234567".to_owned()),
+        subject: "alice".to_owned(),
+        team: "vision".to_owned(),
+        read: vec![
+            ReadScope::Driver("driver-0123456789abcdef01234567".to_owned()),
+            ReadScope::Experiment(trial(0).experiment),
+            ReadScope::Trial(trial(3)),
+            ReadScope::Object(ObjectId([9; 32])),
+            ReadScope::Everything,
+        ],
+        issued_ms: 1_800_000_000_000,
+        expires_ms: 1_800_000_600_000,
+    };
+    ObjectCapability::issue(&CapabilityKey::derive("cluster-token"), grant)
+}
+
+/// Revocations of each kind.
+fn revocations() -> Vec<RevocationEntry> {
+    [
+        Revocation::Holder(Holder::Attempt {
+            trial: trial(3),
+            attempt: 2,
+        }),
+        Revocation::Subject {
+            subject: "alice".to_owned(),
+            before_ms: 1_800_000_000_000,
+        },
+        Revocation::SessionsBefore {
+            before_ms: 1_800_000_000_000,
+        },
+    ]
+    .into_iter()
+    .map(|revocation| RevocationEntry {
+        revocation,
+        until_ms: 1_800_000_600_000,
+    })
+    .collect()
+}
+
+/// The object plane's messages on the control plane.
+fn object_plane_messages() -> Vec<Message> {
+    let quota = |team: &str| TeamQuota {
+        team: team.to_owned(),
+        memory_bytes: 1 << 30,
+        disk_bytes: 64 << 30,
+    };
+    vec![
+        Message::Request(Request::ObjectCapability {
+            objects: vec![ObjectId([1; 32]), ObjectId([2; 32])],
+        }),
+        Message::Response(xp_runtime::protocol::Response::ObjectCapability(Box::new(
+            capability(),
+        ))),
+        Message::ToNode(HeadCommand::ObjectRules(ObjectRules {
+            default_quota: quota(""),
+            teams: vec![quota("vision")],
+            revoked: revocations(),
+        })),
+        Message::ToNode(HeadCommand::RevokeCapabilities(revocations())),
+        Message::FromNode(NodeMessage::ObjectAccess(ObjectAccessReport {
+            counts: vec![TeamObjectCounts {
+                team: "vision".to_owned(),
+                fetches: 3,
+                fetched_bytes: 3 << 20,
+                stores: 1,
+                stored_bytes: 1 << 20,
+                refusals: 2,
+            }],
+            refusals: vec![ObjectRefusal {
+                at_ms: 1_800_000_000_000,
+                subject: "alice".to_owned(),
+                team: "vision".to_owned(),
+                action: "fetch object 0909".to_owned(),
+                reason: "the capability was revoked".to_owned(),
+            }],
+        })),
+    ]
 }
 
 fn manifest() -> Vec<CheckpointFile> {
@@ -154,6 +239,9 @@ fn messages() -> Vec<Message> {
         status_page(),
         Message::Error(RemoteError::new(ErrorCode::BadRequest, "no such trial")),
     ]
+    .into_iter()
+    .chain(object_plane_messages())
+    .collect()
 }
 
 /// A request for a status page, from a cursor.
@@ -294,6 +382,7 @@ fn launch() -> Message {
         }],
         collect_outputs: true,
         oversubscription_milli: 1500,
+        object_capability: Some(Box::new(capability())),
     })))
 }
 
@@ -499,7 +588,10 @@ fn small_frame<T: serde::Serialize>(runtime: &tokio::runtime::Runtime, message: 
 #[test]
 fn object_requests() {
     let runtime = runtime();
-    let token = object_wire::token_digest("cluster-token");
+    let credentials = [
+        Credential::Node(object_wire::node_credential("cluster-token")),
+        Credential::Capability(Box::new(capability())),
+    ];
     let corpus = [
         ObjectOp::Fetch {
             id: ObjectId([1; 32]),
@@ -522,7 +614,13 @@ fn object_requests() {
         },
     ]
     .into_iter()
-    .map(|op| small_frame(&runtime, &ObjectRequest { token, op }))
+    .flat_map(|op| {
+        credentials.clone().map(|credential| ObjectRequest {
+            credential,
+            op: op.clone(),
+        })
+    })
+    .map(|request| small_frame(&runtime, &request))
     .collect();
     let target = Target {
         name: "object request (ObjectRequest)",
@@ -538,6 +636,42 @@ fn object_requests() {
             runtime
                 .block_on(object_wire::read_small::<ObjectRequest>(&mut &bytes[..]))
                 .is_ok()
+        },
+    );
+}
+
+/// The capability's decoder and verifier: whatever the bytes, decoding under
+/// the object wire's limit answers a capability or an error, and verifying
+/// what decodes answers its grant or a typed refusal, never a panic; only
+/// the untouched capability verifies.
+#[test]
+fn object_capabilities() {
+    let runtime = runtime();
+    let original = capability();
+    let corpus = vec![small_frame(&runtime, &original)];
+    let target = Target {
+        name: "object capability (ObjectCapability, verified)",
+        cases: 3000,
+        limit: 2 * MAX_REQUEST_BYTES,
+        per_input_byte: 0,
+    };
+    let key = CapabilityKey::derive("cluster-token");
+    let revoked = RevocationList::default();
+    run(
+        &target,
+        bytes_and_mutations(corpus, NO_TOKENS, 256),
+        |bytes| {
+            let Ok(decoded) =
+                runtime.block_on(object_wire::read_small::<ObjectCapability>(&mut &bytes[..]))
+            else {
+                return false;
+            };
+            let verified = decoded.verify(&key, original.grant.issued_ms, &revoked);
+            assert!(
+                verified.is_err() || decoded == original,
+                "an altered capability verified: {decoded:?}"
+            );
+            verified.is_ok()
         },
     );
 }
@@ -625,6 +759,7 @@ fn local_channel_messages() {
         LocalOp::Delete {
             id: ObjectId([7; 32]),
         },
+        LocalOp::Capability,
     ]
     .into_iter()
     .map(|op| LocalRequest {
@@ -645,6 +780,7 @@ fn local_channel_messages() {
         LocalResponse::Error {
             message: "outside the worker's lane".to_owned(),
         },
+        LocalResponse::Capability(Box::new(capability())),
     ]
     .into_iter()
     .map(|response| object_wire::encode_local(&response).expect("encodes"));

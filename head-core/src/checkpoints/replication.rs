@@ -607,6 +607,7 @@ mod tests {
         node_timeout_ms: 10_000,
         heartbeat_interval_ms: 1_000,
         rendezvous_key: [3; 32],
+        object_key: xp_runtime::protocol::CapabilityKey::from_bytes([4; 32]),
         node_return_ms: 12_000,
     };
 

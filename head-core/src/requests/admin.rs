@@ -145,6 +145,8 @@ impl HeadCore {
             approvals: self.approvals.records().to_vec(),
         });
         info!(%who, %why, "scheduling policy replaced");
+        // Its object quotas, before anything it places.
+        self.send_object_rules_to_nodes(now);
         self.schedule(now);
         Ok((0, format!("policy applied by {who}")))
     }

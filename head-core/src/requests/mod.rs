@@ -22,6 +22,7 @@ mod alerts;
 mod audit;
 mod blobs;
 mod cancel;
+mod capability;
 mod checkpoints;
 mod events;
 mod leases;
@@ -114,8 +115,6 @@ pub enum ConnectionWork {
         /// The newest event the core had when it found none for the asker.
         newest: u64,
     },
-    /// Hand out the object plane's key, which the shell holds.
-    ObjectKey,
 }
 
 /// What `request` does and names.
@@ -147,6 +146,7 @@ pub fn access(request: &Request) -> Access {
         Request::Report(report) => report::access(report),
         Request::Leases => leases::access(),
         Request::StatusPage(query) => status::access(query.experiment.as_deref()),
+        Request::ObjectCapability { .. } => capability::access(),
     }
 }
 
@@ -178,7 +178,10 @@ pub fn changes(request: &Request) -> bool {
 /// Whether `request` needs its connection's driver session: what a driver
 /// stores is kept while it is connected and shared with what it submitted.
 pub fn names_session(request: &Request) -> bool {
-    matches!(request, Request::Submit(_) | Request::StoreTargets)
+    matches!(
+        request,
+        Request::Submit(_) | Request::StoreTargets | Request::ObjectCapability { .. }
+    )
 }
 
 impl HeadCore {
@@ -214,7 +217,7 @@ impl HeadCore {
                 experiment,
                 sessions,
             } => answer(self.read_sharing_drivers(experiment, sessions)),
-            Request::ObjectKey => Served::Connection(ConnectionWork::ObjectKey),
+            Request::ObjectKey => return Err(CoreError::ObjectKeyRetired),
             Request::Checkpoints { experiment } => {
                 answer(self.read_checkpoints(asker, &experiment)?)
             }
@@ -236,6 +239,9 @@ impl HeadCore {
             Request::Report(report) => Served::Stored(report::read(asker, report)),
             Request::Leases => answer(self.read_leases(asker)),
             Request::StatusPage(query) => answer(self.read_status_page(asker, query)?),
+            Request::ObjectCapability { objects } => {
+                answer(self.apply_object_capability(now, asker, session, &objects)?)
+            }
         })
     }
 }

@@ -1,7 +1,7 @@
 //! The object plane's requests: where a driver stores objects
 //! (`Request::StoreTargets`), where an object is (`Request::Locate`), which
-//! drivers share objects with an experiment (`Request::SharingDrivers`), and
-//! the object servers' key (`Request::ObjectKey`, which the shell holds).
+//! drivers share objects with an experiment (`Request::SharingDrivers`); the
+//! object servers' capability is `capability.rs`.
 //!
 //! Access: a member stores objects and locates them; nodes locate objects
 //! and ask which drivers share them.
@@ -13,7 +13,7 @@ use crate::HeadCore;
 use crate::auth::Action;
 use crate::auth::access::{Access, Scope};
 
-/// What asking where to store (and for the object key) does: store objects.
+/// What asking where to store (and for a capability) does: store objects.
 pub(super) fn access_store() -> Access {
     Access::new(Action::StoreObjects, Scope::Cluster)
 }

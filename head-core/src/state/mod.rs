@@ -4,6 +4,7 @@
 mod approvals;
 mod book;
 mod drivers;
+mod grants;
 mod master_ports;
 mod membership;
 mod objects;
@@ -15,6 +16,7 @@ pub(crate) use self::approvals::MAX_DECIDED_APPROVALS;
 pub(crate) use self::approvals::{Approvals, Involved};
 pub(crate) use self::book::Book;
 pub(crate) use self::drivers::DriverSessions;
+pub(crate) use self::grants::ObjectGrants;
 pub(crate) use self::master_ports::MasterPorts;
 pub(crate) use self::membership::{Membership, SilenceLimits};
 pub(crate) use self::objects::ObjectBook;

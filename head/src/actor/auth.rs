@@ -119,8 +119,30 @@ impl HeadState {
                 .users_changed
                 .send_modify(|generation| *generation += 1);
             info!(command = %command.describe(), "user table changed");
+            if let Some(name) = revoked_subject(&command) {
+                // Their object capabilities stop working on every node now.
+                self.args.core.revoke_user(now, name);
+                if let Err(error) = self.flush(now) {
+                    warn!(%error, "the revocation of a user's capabilities waits for the next commit");
+                }
+            }
         }
         Ok(users::answer(plan.answer, &self.args.join))
+    }
+}
+
+/// The user whose object capabilities `command` revokes: one revoked, or
+/// given a new role, or a new secret and team.
+fn revoked_subject(command: &UserCommand) -> Option<&str> {
+    match command {
+        UserCommand::Revoke { name }
+        | UserCommand::Role { name, .. }
+        | UserCommand::Add {
+            name,
+            replace: true,
+            ..
+        } => Some(name),
+        UserCommand::Add { .. } | UserCommand::List => None,
     }
 }
 

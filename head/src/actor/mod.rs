@@ -211,10 +211,11 @@ impl HeadState {
         }
     }
 
-    /// A driver session that stored objects ended. Soft state and commands
-    /// only: nothing to store, so also during an outage.
+    /// A driver session that stored objects ended: its capability is revoked
+    /// and its objects go. Soft state and commands only: nothing to store, so
+    /// also during an outage.
     fn driver_gone(&mut self, now: UnixMillis, session: &str) {
-        self.args.core.release_driver_objects(session);
+        self.args.core.end_driver_session(now, session);
         let _ = self.flush(now);
     }
 

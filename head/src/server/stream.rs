@@ -1,7 +1,7 @@
 //! One request stream: decode the request, hand it to the actor (which
 //! authorizes and serves it, `actor::Asked`), do the work it sends back for
 //! the connection (blob bytes, a log read relayed to a node, a wait for
-//! events, the object key), and encode the answer.
+//! events), and encode the answer.
 //!
 //! Nothing here decides who may do what or reads the core: every rule is in
 //! the request's file in `xp_head_core::requests`.
@@ -16,7 +16,7 @@ use xp_head_core::auth::access::Caller;
 use xp_head_core::requests::{self, ConnectionWork};
 use xp_runtime::frame::{self, FrameError};
 use xp_runtime::ids::ExperimentId;
-use xp_runtime::protocol::{ErrorCode, Message, ObjectKey, RemoteError, Request, Response};
+use xp_runtime::protocol::{ErrorCode, Message, RemoteError, Request, Response};
 use xp_runtime::transport::{self, BLOB_CHUNK_BYTES};
 
 use super::{DriverSession, ServerContext, session_name};
@@ -150,9 +150,6 @@ async fn connection_work(
             wait_ms,
             newest,
         } => await_events(context, caller, experiment, after, wait_ms, newest).await,
-        ConnectionWork::ObjectKey => Ok(Response::ObjectKey(ObjectKey(
-            xp_runtime::object_wire::token_digest(&context.identity.token),
-        ))),
     })
 }
 

@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::warn;
 use xp_runtime::ids::WorkerKey;
-use xp_runtime::protocol::{Launch, WorkerReport};
+use xp_runtime::protocol::{Launch, ObjectCapability, WorkerReport};
 
 use super::prepare::{LaunchObjects, PrepareError, resolve_command};
 use super::{Agent, AgentError};
@@ -33,6 +33,11 @@ impl Agent {
     /// Starts the task that prepares and runs `launch`'s worker.
     pub(super) fn start_worker(&mut self, launch: Launch) {
         let key = launch.key;
+        if let Some(capability) = &launch.object_capability {
+            self.objects
+                .access
+                .hold_worker(key, ObjectCapability::clone(capability));
+        }
         let (stop_tx, stop_rx) = oneshot::channel();
         let reports = self.reports_tx.clone();
         let data_dir = self.config.data_dir.clone();
@@ -119,6 +124,7 @@ impl Agent {
     /// the local object channel.
     pub(super) fn forget_worker(&mut self, key: WorkerKey) {
         self.workers.remove(&key);
+        self.objects.access.forget_worker(key);
         self.objects
             .local_workers
             .retain(|_, worker| worker.key != key);

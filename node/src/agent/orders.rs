@@ -77,6 +77,10 @@ impl Agent {
 
     /// Collects what `owner` alone kept, and tells the head.
     pub(super) fn release_owner(&self, owner: Owner) {
+        match &owner {
+            Owner::Trial(trial) => self.objects.access.forget_trial(*trial),
+            Owner::Driver(session) => self.objects.access.forget_session(session),
+        }
         let store = self.objects.store.clone();
         let changes = self.objects.changes_tx.clone();
         xp_runtime::task::spawn("release-owner", async move {

@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use xp_runtime::ids::{NodeId, ObjectId, TrialId, WorkerKey};
-use xp_runtime::protocol::{Launch, NodeMessage, ObjectSource};
+use xp_runtime::protocol::{Launch, NodeMessage, ObjectRules, ObjectSource, RevocationEntry};
 
 pub use self::drain::{DEFAULT_DRAIN_TIMEOUT, DrainTimeoutError, check_drain_timeout};
 pub(crate) use self::session::MAX_OBJECT_CHANGES;
@@ -128,6 +128,10 @@ pub(crate) enum Action {
     },
     /// Collect what `owner` alone kept.
     ReleaseOwner(Owner),
+    /// Apply the head's rules for the object server (quotas, revocations in force).
+    ObjectRules(ObjectRules),
+    /// Refuse these capabilities on the object server from now on.
+    RevokeCapabilities(Vec<RevocationEntry>),
     /// End the session: stop reading, and close the connection, first waiting
     /// until `linger_until` for the head to close its side (so nothing in
     /// flight is discarded) when given.

@@ -153,7 +153,8 @@ impl NodeCore {
         self.check_drained(now);
     }
 
-    /// The head's retention orders for the object store, carried out as they come.
+    /// The head's retention orders for the object store and its rules for the
+    /// object server, carried out as they come.
     fn handle_store_order(&mut self, command: HeadCommand) {
         let action = match command {
             HeadCommand::Replicate {
@@ -169,6 +170,8 @@ impl NodeCore {
             HeadCommand::DropObjects { trial, objects } => Action::DropObjects { trial, objects },
             HeadCommand::ReleaseDriver { session } => Action::ReleaseOwner(Owner::Driver(session)),
             HeadCommand::ReleaseTrial { trial } => Action::ReleaseOwner(Owner::Trial(trial)),
+            HeadCommand::ObjectRules(rules) => Action::ObjectRules(rules),
+            HeadCommand::RevokeCapabilities(entries) => Action::RevokeCapabilities(entries),
             other => {
                 debug!(?other, "not an order for the object store");
                 return;

@@ -72,6 +72,7 @@ fn launch(key: WorkerKey, gpus: &[u32]) -> Launch {
         inputs: Vec::new(),
         collect_outputs: false,
         oversubscription_milli: 1000,
+        object_capability: None,
     }
 }
 
@@ -127,6 +128,8 @@ fn describe(action: &Action, origin: Instant) -> String {
         Action::Pin { objects, .. } => format!("pin {}", objects.len()),
         Action::DropObjects { objects, .. } => format!("drop {}", objects.len()),
         Action::ReleaseOwner(owner) => format!("release {owner}"),
+        Action::ObjectRules(rules) => format!("object rules {}", rules.revoked.len()),
+        Action::RevokeCapabilities(entries) => format!("revoke {}", entries.len()),
         Action::CloseSession { linger_until } => match linger_until {
             Some(until) => format!("close until {}", at(*until)),
             None => "close".to_owned(),
@@ -718,7 +721,9 @@ impl Model {
                 | Action::Replicate { .. }
                 | Action::Pin { .. }
                 | Action::DropObjects { .. }
-                | Action::ReleaseOwner(_) => {}
+                | Action::ReleaseOwner(_)
+                | Action::ObjectRules(_)
+                | Action::RevokeCapabilities(_) => {}
             }
         }
         let core_live: BTreeSet<_> = driven.core.workers.keys().copied().collect();

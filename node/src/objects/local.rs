@@ -90,6 +90,8 @@ pub(crate) struct LocalContext {
     pub own_node: NodeId,
     /// Where to report objects this node gained or lost.
     pub changes: mpsc::UnboundedSender<ObjectChange>,
+    /// The object server's rules, which keep each worker's capability.
+    pub access: Arc<super::access::ObjectAccess>,
 }
 
 /// Why the local channel could not start.
@@ -274,6 +276,7 @@ async fn handle(context: &LocalContext, request: LocalRequest) -> LocalResponse 
                 Err(error) => refuse(error),
             }
         }
+        LocalOp::Capability => super::access::hand_capability(&context.access, worker.key),
         LocalOp::Delete { id } => {
             let released = blocking(&context.store, move |store| {
                 let existed = store.remove_owner(id, &owner)?;
@@ -600,12 +603,14 @@ mod tests {
                 LocalContext {
                     store: store.clone(),
                     fetcher: Arc::new(
-                        ObjectFetcher::new(object_wire::token_digest("t")).expect("fetcher"),
+                        ObjectFetcher::new(object_wire::Credential::Node([0; 32]))
+                            .expect("fetcher"),
                     ),
                     workers,
                     head: Arc::default(),
                     own_node: NodeId::random(),
                     changes,
+                    access: Arc::new(crate::objects::access::ObjectAccess::new("t")),
                 },
             )
             .expect("channel");

@@ -8,7 +8,9 @@
 //! The memory tier is volatile: its objects are gone when the process ends.
 //!
 //! Around the store: `remote` moves objects between nodes, `local` serves the
-//! workers of this node, and the head keeps the directory of who holds what.
+//! workers of this node, `access` says who may fetch and store what through
+//! `remote` (credentials, capabilities, team quotas, counts), and the head
+//! keeps the directory of who holds what.
 //!
 //! Inside it: `types` (the vocabulary: owners, limits, stats, `object_id`) and
 //! `error` (`StoreError`) are leaves; `index` (no I/O) and `disk` (files, no
@@ -34,6 +36,7 @@
 
 #![warn(missing_docs)]
 
+pub(crate) mod access;
 mod disk;
 mod error;
 mod index;

@@ -7,6 +7,13 @@
 //! own copy fails its hash check deletes it (the store does) and says so, and
 //! the server tells the agent, which tells the head's directory.
 //!
+//! Every request is checked by `access` first: its credential (this cluster's
+//! node credential, or a capability the head signed, verified and not revoked),
+//! then what it asks against what the capability covers (reading an object
+//! its grant names, storing and releasing only as its own driver session,
+//! within its team's quota). Refusals are answered with their reason and kept
+//! for the head's audit trail; users' fetches and stores are counted per team.
+//!
 //! Not here: knowing which node holds what (the head's directory does; callers
 //! pass the sources), and the wire format and QUIC setup (`xp_runtime`).
 
@@ -15,15 +22,17 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
+use xp_runtime::clock::{Clock, SystemClock};
 use xp_runtime::error_chain::error_chain;
 use xp_runtime::ids::{ObjectId, TrialId};
 use xp_runtime::object_wire::{
-    self, FetchErrorCode, FetchHeader, MAX_CHUNK_BYTES, ObjectClient, ObjectOp, ObjectRequest,
-    StoreAnswer,
+    self, Credential, FetchErrorCode, FetchHeader, MAX_CHUNK_BYTES, ObjectClient, ObjectOp,
+    ObjectRequest, StoreAnswer,
 };
 use xp_runtime::protocol::{ObjectEndpoint, ObjectSource};
 use xp_runtime::transport::QuicSetupError;
 
+use super::access::{Asker, ObjectAccess, Refusal, StorePlan};
 use super::{ObjectBytes, ObjectChange, ObjectStore, Owner, StoreError, off_runtime};
 
 /// The largest object a driver may store in one request.
@@ -82,27 +91,29 @@ pub struct ObjectServer {
 }
 
 impl ObjectServer {
-    /// Listens on `bind`; requests must carry `token_digest`. What the store gains
-    /// (driver puts) or loses (releases, copies found corrupt while serving) is
-    /// sent on `changes`.
+    /// Listens on `bind`; every request is checked by `access`. What the store
+    /// gains (driver puts) or loses (releases, copies found corrupt while
+    /// serving) is sent on `changes`.
     pub fn start(
         store: Arc<ObjectStore>,
         bind: SocketAddr,
-        token_digest: [u8; 32],
+        access: Arc<ObjectAccess>,
         changes: mpsc::UnboundedSender<ObjectChange>,
     ) -> Result<Self, ObjectServerError> {
         let (endpoint, cert_sha256) = object_wire::server_endpoint(bind)
             .map_err(|source| ObjectServerError::Start { bind, source })?;
         let accepting = endpoint.clone();
+        let server = Served {
+            store,
+            access,
+            changes,
+        };
         xp_runtime::task::spawn("object-server", async move {
             while let Some(incoming) = accepting.accept().await {
-                let store = store.clone();
-                let changes = changes.clone();
+                let server = server.clone();
                 xp_runtime::task::spawn("object-connection", async move {
                     match incoming.await {
-                        Ok(connection) => {
-                            serve_connection(connection, store, token_digest, changes).await;
-                        }
+                        Ok(connection) => serve_connection(connection, server).await,
                         Err(error) => debug!(%error, "object connection failed"),
                     }
                 });
@@ -133,6 +144,15 @@ impl ObjectServer {
     }
 }
 
+/// What every request of the server reaches: the store, the access rules and
+/// where changes to the store are told.
+#[derive(Clone)]
+struct Served {
+    store: Arc<ObjectStore>,
+    access: Arc<ObjectAccess>,
+    changes: mpsc::UnboundedSender<ObjectChange>,
+}
+
 /// The objects a connection served last, kept mapped (and so verified once)
 /// while a fetcher pulls their remaining chunks. Held across a miss, so chunk
 /// requests arriving together wait for one verification instead of each
@@ -145,12 +165,7 @@ const RECENT_OBJECTS: usize = 4;
 /// map also keeps a deleted object's disk space.
 const RECENT_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
 
-async fn serve_connection(
-    connection: quinn::Connection,
-    store: Arc<ObjectStore>,
-    token_digest: [u8; 32],
-    changes: mpsc::UnboundedSender<ObjectChange>,
-) {
+async fn serve_connection(connection: quinn::Connection, server: Served) {
     let recent: Recent = Arc::default();
     let mut prune = tokio::time::interval(RECENT_IDLE);
     loop {
@@ -163,13 +178,10 @@ async fn serve_connection(
             }
         };
         let Ok((send, recv)) = accepted else { break };
-        let store = store.clone();
-        let changes = changes.clone();
+        let server = server.clone();
         let recent = recent.clone();
         xp_runtime::task::spawn("object-request", async move {
-            if let Err(error) =
-                serve_request(send, recv, store, token_digest, changes, recent).await
-            {
+            if let Err(error) = serve_request(send, recv, &server, recent).await {
                 debug!(%error, "object request ended early");
             }
         });
@@ -205,9 +217,7 @@ async fn lookup(
 async fn serve_request(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
-    store: Arc<ObjectStore>,
-    token_digest: [u8; 32],
-    changes: mpsc::UnboundedSender<ObjectChange>,
+    server: &Served,
     recent: Recent,
 ) -> Result<(), object_wire::WireError> {
     let request: ObjectRequest = match object_wire::read_small(&mut recv).await {
@@ -223,36 +233,138 @@ async fn serve_request(
             return Ok(());
         }
     };
-    // Compared as blake3 hashes, whose equality is constant-time, so the
-    // answer's timing tells nothing of where a guessed token differs.
-    if blake3::Hash::from_bytes(request.token) != blake3::Hash::from_bytes(token_digest) {
-        warn!("object request with a wrong token refused");
-        let (code, message) = (FetchErrorCode::BadToken, "wrong cluster token".to_owned());
-        match request.op {
-            ObjectOp::Fetch { .. } => {
-                object_wire::write_small(&mut send, &FetchHeader::Error { code, message }).await?;
-            }
-            ObjectOp::Store { .. }
-            | ObjectOp::Release { .. }
-            | ObjectOp::Damaged { .. }
-            | ObjectOp::Owners { .. } => {
-                object_wire::write_small(&mut send, &StoreAnswer::Error { code, message }).await?;
-            }
+    let now_ms = SystemClock.now();
+    let checked = server
+        .access
+        .authenticate(&request.credential, now_ms)
+        .and_then(|asker| permitted(server, &asker, &request.op).map(|()| asker));
+    let asker = match checked {
+        Ok(asker) => asker,
+        Err(refusal) => {
+            let action = describe(&request.op);
+            warn!(%action, reason = %refusal.message, "object request refused");
+            server
+                .access
+                .refused(now_ms, &request.credential, action, &refusal);
+            write_refusal(&mut send, &request.op, refusal).await?;
+            let _ = send.finish();
+            return Ok(());
         }
-        let _ = send.finish();
+    };
+    let team = match &asker {
+        Asker::Node => None,
+        Asker::Capability(grant) => Some(grant.team.as_str()),
+    };
+    let asked = Asked {
+        team,
+        credential: &request.credential,
+        now_ms,
+    };
+    serve_op(&mut send, &mut recv, server, &recent, &asked, request.op).await?;
+    let _ = send.finish();
+    Ok(())
+}
+
+/// Who asked a permitted request: their team (`None` for a node) and
+/// credential, and when.
+struct Asked<'a> {
+    team: Option<&'a str>,
+    credential: &'a Credential,
+    now_ms: u64,
+}
+
+/// Whether `asker` may ask `op`: a node may ask anything; a capability reads
+/// what its grant covers, writes only as its own session, and asks no owners.
+fn permitted(server: &Served, asker: &Asker, op: &ObjectOp) -> Result<(), Refusal> {
+    let Asker::Capability(grant) = asker else {
         return Ok(());
+    };
+    match op {
+        ObjectOp::Fetch { id, .. } | ObjectOp::Damaged { id } => {
+            let owners = server.store.info(*id).map(|info| info.owners);
+            ObjectAccess::check_read(grant, *id, owners)
+        }
+        ObjectOp::Store { owner, .. } | ObjectOp::Release { owner, .. } => {
+            ObjectAccess::check_write(grant, owner)
+        }
+        ObjectOp::Owners { .. } => Err(Refusal {
+            code: FetchErrorCode::Forbidden,
+            message: "only nodes ask who keeps an object".to_owned(),
+        }),
     }
-    match request.op {
+}
+
+/// What `op` asks, in words, for the log and the audit trail.
+fn describe(op: &ObjectOp) -> String {
+    match op {
+        ObjectOp::Fetch { id, .. } => format!("fetch object {id}"),
+        ObjectOp::Store { size, .. } => format!("store an object of {size} bytes"),
+        ObjectOp::Damaged { id } => format!("report object {id} damaged"),
+        ObjectOp::Release { id, .. } => format!("release object {id}"),
+        ObjectOp::Owners { id } => format!("ask who keeps object {id}"),
+    }
+}
+
+/// Answers `op` with `refusal` in the answer its asker reads.
+async fn write_refusal(
+    send: &mut quinn::SendStream,
+    op: &ObjectOp,
+    refusal: Refusal,
+) -> Result<(), object_wire::WireError> {
+    let Refusal { code, message } = refusal;
+    match op {
+        ObjectOp::Fetch { .. } => {
+            object_wire::write_small(send, &FetchHeader::Error { code, message }).await
+        }
+        ObjectOp::Store { .. }
+        | ObjectOp::Release { .. }
+        | ObjectOp::Damaged { .. }
+        | ObjectOp::Owners { .. } => {
+            object_wire::write_small(send, &StoreAnswer::Error { code, message }).await
+        }
+    }
+}
+
+/// Serves a permitted `op` for `asked`.
+async fn serve_op(
+    send: &mut quinn::SendStream,
+    recv: &mut quinn::RecvStream,
+    server: &Served,
+    recent: &Recent,
+    asked: &Asked<'_>,
+    op: ObjectOp,
+) -> Result<(), object_wire::WireError> {
+    let team = asked.team;
+    let Served {
+        store,
+        access,
+        changes,
+    } = server;
+    match op {
         ObjectOp::Fetch { id, offset, len } => {
-            serve_fetch(&mut send, &store, &changes, &recent, id, offset, len).await?;
+            let served = serve_fetch(send, store, changes, recent, id, offset, len).await?;
+            if let (Some(team), Some(bytes)) = (team, served) {
+                access.count_fetch(team, bytes, offset == 0 && bytes > 0);
+            }
         }
         ObjectOp::Store { owner, size } => {
-            let answer = receive_store(&mut recv, &store, &changes, owner, size).await;
-            object_wire::write_small(&mut send, &answer).await?;
+            let answer = match receive_store(recv, server, team, owner, size).await {
+                Ok(answer) => answer,
+                Err(refusal) => {
+                    let action = format!("store an object of {size} bytes");
+                    warn!(%action, reason = %refusal.message, "object store refused");
+                    access.refused(asked.now_ms, asked.credential, action, &refusal);
+                    StoreAnswer::Error {
+                        code: refusal.code,
+                        message: refusal.message,
+                    }
+                }
+            };
+            object_wire::write_small(send, &answer).await?;
         }
         ObjectOp::Damaged { id } => {
             recent.lock().await.retain(|(cached, _, _)| *cached != id);
-            let checked = off_runtime(&store, move |store| store.verify(id)).await;
+            let checked = off_runtime(store, move |store| store.verify(id)).await;
             let damaged = matches!(
                 checked,
                 Err(StoreError::Corrupt { .. } | StoreError::Missing { .. })
@@ -261,28 +373,11 @@ async fn serve_request(
                 warn!(%id, "a fetcher found this node's copy damaged; deleted");
                 let _ = changes.send(ObjectChange::Dropped(id));
             }
-            object_wire::write_small(&mut send, &StoreAnswer::Released { existed: damaged })
-                .await?;
+            object_wire::write_small(send, &StoreAnswer::Released { existed: damaged }).await?;
         }
         ObjectOp::Release { owner, id } => {
-            let released = off_runtime(&store, move |store| {
-                let existed = store.remove_owner(id, &Owner::Driver(owner))?;
-                Ok((existed, store.contains(id)))
-            })
-            .await;
-            let answer = match released {
-                Ok((existed, still_here)) => {
-                    if !still_here {
-                        let _ = changes.send(ObjectChange::Dropped(id));
-                    }
-                    StoreAnswer::Released { existed }
-                }
-                Err(error) => StoreAnswer::Error {
-                    code: FetchErrorCode::Internal,
-                    message: error.to_string(),
-                },
-            };
-            object_wire::write_small(&mut send, &answer).await?;
+            let answer = release(store, changes, owner, id).await;
+            object_wire::write_small(send, &answer).await?;
         }
         ObjectOp::Owners { id } => {
             let answer = match store.info(id) {
@@ -292,11 +387,36 @@ async fn serve_request(
                     message: format!("object {id} is not on this node"),
                 },
             };
-            object_wire::write_small(&mut send, &answer).await?;
+            object_wire::write_small(send, &answer).await?;
         }
     }
-    let _ = send.finish();
     Ok(())
+}
+
+/// Drops driver session `owner`'s claim on `id`.
+async fn release(
+    store: &Arc<ObjectStore>,
+    changes: &mpsc::UnboundedSender<ObjectChange>,
+    owner: String,
+    id: ObjectId,
+) -> StoreAnswer {
+    let released = off_runtime(store, move |store| {
+        let existed = store.remove_owner(id, &Owner::Driver(owner))?;
+        Ok((existed, store.contains(id)))
+    })
+    .await;
+    match released {
+        Ok((existed, still_here)) => {
+            if !still_here {
+                let _ = changes.send(ObjectChange::Dropped(id));
+            }
+            StoreAnswer::Released { existed }
+        }
+        Err(error) => StoreAnswer::Error {
+            code: FetchErrorCode::Internal,
+            message: error.to_string(),
+        },
+    }
 }
 
 /// The wire form of an object's owners.
@@ -308,21 +428,25 @@ fn owners_answer(owners: Vec<Owner>) -> StoreAnswer {
 /// The longest driver session name a store request may carry.
 const MAX_OWNER_CHARS: usize = 128;
 
-/// Reads `size` bytes a driver sends and stores them for its session.
+/// Reads `size` bytes a driver sends and stores them for its session, within
+/// its `team`'s quota (checked on the announced size before a byte is read,
+/// and again, one store at a time, before the put); a quota refusal is the
+/// error, for the audit trail.
 async fn receive_store(
     recv: &mut quinn::RecvStream,
-    store: &Arc<ObjectStore>,
-    changes: &mpsc::UnboundedSender<ObjectChange>,
+    server: &Served,
+    team: Option<&str>,
     owner: String,
     size: u64,
-) -> StoreAnswer {
-    let refuse = |code, message: String| StoreAnswer::Error { code, message };
+) -> Result<StoreAnswer, Refusal> {
+    let refuse = |code, message: String| Ok(StoreAnswer::Error { code, message });
     if owner.is_empty() || owner.len() > MAX_OWNER_CHARS {
         return refuse(
             FetchErrorCode::Malformed,
             format!("a driver session name must be 1 to {MAX_OWNER_CHARS} bytes"),
         );
     }
+    let store = &server.store;
     let limit = store.limits().max_object_bytes.min(MAX_STORE_BYTES);
     if size > limit {
         return refuse(
@@ -330,6 +454,33 @@ async fn receive_store(
             format!("object of {size} bytes is over the {limit}-byte limit"),
         );
     }
+    if let Some(team) = team {
+        let holdings = || store.holdings();
+        server
+            .access
+            .admit_store(team, &owner, size, holdings, |_| ())?;
+    }
+    let bytes = match receive_bytes(recv, size).await {
+        Ok(bytes) => bytes,
+        Err(message) => return refuse(FetchErrorCode::Malformed, message),
+    };
+    let put = put_for(server.access.clone(), team.map(str::to_owned), owner, bytes);
+    match off_runtime(store, put).await {
+        Ok(Ok(id)) => {
+            let _ = server.changes.send(ObjectChange::Added(id));
+            if let Some(team) = team {
+                server.access.count_store(team, size);
+            }
+            Ok(StoreAnswer::Stored { id })
+        }
+        Ok(Err(refusal)) => Err(refusal),
+        Err(error @ StoreError::Task { .. }) => refuse(FetchErrorCode::Internal, error.to_string()),
+        Err(error) => refuse(FetchErrorCode::Refused, error.to_string()),
+    }
+}
+
+/// The `size` bytes that follow a store request, or why they did not arrive.
+async fn receive_bytes(recv: &mut quinn::RecvStream, size: u64) -> Result<Vec<u8>, String> {
     // Grown as bytes arrive, so an announced size costs nothing until it is sent.
     let mut bytes = Vec::with_capacity(size.min(64 << 20) as usize);
     while (bytes.len() as u64) < size {
@@ -337,29 +488,53 @@ async fn receive_store(
         match recv.read_chunk(wanted, true).await {
             Ok(Some(chunk)) => bytes.extend_from_slice(&chunk.bytes),
             Ok(None) => {
-                return refuse(
-                    FetchErrorCode::Malformed,
-                    format!("the object's bytes ended after {} of {size}", bytes.len()),
-                );
+                return Err(format!(
+                    "the object's bytes ended after {} of {size}",
+                    bytes.len()
+                ));
             }
-            Err(error) => {
-                return refuse(
-                    FetchErrorCode::Malformed,
-                    format!("the object's bytes were cut short: {error}"),
-                );
-            }
+            Err(error) => return Err(format!("the object's bytes were cut short: {error}")),
         }
     }
-    match off_runtime(store, move |store| store.put(bytes, Owner::Driver(owner))).await {
-        Ok(id) => {
-            let _ = changes.send(ObjectChange::Added(id));
-            StoreAnswer::Stored { id }
+    Ok(bytes)
+}
+
+/// The put of a driver's `bytes` for session `owner`: for a user's (with a
+/// `team`) admitted under the team's quota, and on disk when its memory
+/// quota is full.
+fn put_for(
+    access: Arc<ObjectAccess>,
+    team: Option<String>,
+    owner: String,
+    bytes: Vec<u8>,
+) -> impl FnOnce(&ObjectStore) -> Result<Result<ObjectId, Refusal>, StoreError> + Send + 'static {
+    move |store| {
+        let Some(team) = team else {
+            return store.put(bytes, Owner::Driver(owner)).map(Ok);
+        };
+        let size = bytes.len() as u64;
+        let session = owner.clone();
+        let admitted = access.admit_store(
+            &team,
+            &session,
+            size,
+            || store.holdings(),
+            |plan| match plan {
+                StorePlan::Anywhere => store.put(bytes, Owner::Driver(owner)),
+                StorePlan::Disk => {
+                    let id = super::object_id(&bytes);
+                    store.put_expecting_on_disk(id, &bytes, Owner::Driver(owner))
+                }
+            },
+        );
+        match admitted {
+            Ok(stored) => stored.map(Ok),
+            Err(refusal) => Ok(Err(refusal)),
         }
-        Err(error @ StoreError::Task { .. }) => refuse(FetchErrorCode::Internal, error.to_string()),
-        Err(error) => refuse(FetchErrorCode::Refused, error.to_string()),
     }
 }
 
+/// Serves a chunk; returns how many bytes were sent (`None`: none, refused).
 async fn serve_fetch(
     send: &mut quinn::SendStream,
     store: &Arc<ObjectStore>,
@@ -368,7 +543,7 @@ async fn serve_fetch(
     id: ObjectId,
     offset: u64,
     len: u64,
-) -> Result<(), object_wire::WireError> {
+) -> Result<Option<u64>, object_wire::WireError> {
     let refuse = |code, message: String| FetchHeader::Error { code, message };
     let bytes = match lookup(store, recent, id).await {
         Ok(bytes) => bytes,
@@ -385,7 +560,8 @@ async fn serve_fetch(
                 }
                 _ => FetchErrorCode::Internal,
             };
-            return object_wire::write_small(send, &refuse(code, error.to_string())).await;
+            object_wire::write_small(send, &refuse(code, error.to_string())).await?;
+            return Ok(None);
         }
     };
     let size = bytes.len() as u64;
@@ -396,7 +572,8 @@ async fn serve_fetch(
                 "range {offset}+{len} is outside object of {size} bytes or over {MAX_CHUNK_BYTES}"
             ),
         );
-        return object_wire::write_small(send, &header).await;
+        object_wire::write_small(send, &header).await?;
+        return Ok(None);
     }
     let end = offset.saturating_add(len).min(size);
     object_wire::write_small(
@@ -416,7 +593,7 @@ async fn serve_fetch(
             .await
             .map_err(std::io::Error::from)?;
     }
-    Ok(())
+    Ok(Some(end - offset))
 }
 
 /// An object a node wants a good local copy of.
@@ -439,9 +616,10 @@ pub struct ObjectFetcher {
 }
 
 impl ObjectFetcher {
-    /// A fetcher presenting `token_digest`.
-    pub fn new(token_digest: [u8; 32]) -> Result<Self, FetchError> {
-        let client = ObjectClient::new(token_digest)
+    /// A fetcher presenting `credential` (a node's: see
+    /// `object_wire::node_credential`).
+    pub fn new(credential: Credential) -> Result<Self, FetchError> {
+        let client = ObjectClient::new(credential)
             .map_err(|error| FetchError::Endpoint(error.to_string()))?;
         Ok(Self { client })
     }
@@ -569,218 +747,4 @@ async fn keep(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::os::unix::fs::PermissionsExt;
-
-    use xp_runtime::ids::NodeId;
-
-    use super::*;
-    use crate::objects::StoreLimits;
-
-    const TOKEN: &str = "cluster-token";
-
-    struct Peer {
-        _dir: tempfile::TempDir,
-        store: Arc<ObjectStore>,
-        server: ObjectServer,
-        source: ObjectSource,
-        dropped: mpsc::UnboundedReceiver<ObjectChange>,
-    }
-
-    fn peer(memory_bytes: u64) -> Peer {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let limits = StoreLimits {
-            memory_bytes,
-            ..StoreLimits::default()
-        };
-        let store = Arc::new(ObjectStore::open(dir.path().join("objects"), limits).expect("store"));
-        let (dropped_tx, dropped) = mpsc::unbounded_channel();
-        let server = ObjectServer::start(
-            store.clone(),
-            "127.0.0.1:0".parse().expect("address"),
-            object_wire::token_digest(TOKEN),
-            dropped_tx,
-        )
-        .expect("server");
-        let source = ObjectSource {
-            node: NodeId::random(),
-            host: "127.0.0.1".to_owned(),
-            endpoint: server.endpoint().expect("endpoint"),
-        };
-        Peer {
-            _dir: dir,
-            store,
-            server,
-            source,
-            dropped,
-        }
-    }
-
-    fn owner() -> Owner {
-        Owner::Trial("3f2a9c0d11b2e4f7-t3".parse().expect("trial id"))
-    }
-
-    fn wanted(id: ObjectId, pin: bool) -> Wanted {
-        Wanted {
-            id,
-            owner: owner(),
-            pin,
-            size: None,
-        }
-    }
-
-    fn pattern(len: usize) -> Vec<u8> {
-        (0..len).map(|index| (index * 31 % 251) as u8).collect()
-    }
-
-    #[tokio::test]
-    async fn a_multi_chunk_object_arrives_whole_and_verified() {
-        let holder = peer(1 << 30);
-        let fetching = peer(1 << 30);
-        // Not a multiple of the chunk size, so the last chunk is short.
-        let bytes = pattern(3 * object_wire::CHUNK_BYTES as usize + 12_345);
-        let id = holder.store.put(bytes.clone(), owner()).expect("put");
-        let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
-        fetcher
-            .ensure(
-                &fetching.store,
-                wanted(id, true),
-                std::slice::from_ref(&holder.source),
-                None,
-            )
-            .await
-            .expect("fetch");
-        assert_eq!(&*fetching.store.get(id).expect("stored"), bytes.as_slice());
-        assert!(fetching.store.info(id).expect("info").pinned);
-        holder.server.close();
-    }
-
-    #[tokio::test]
-    async fn a_corrupt_source_is_skipped_and_reported_and_the_next_one_used() {
-        // Memory limit 0: objects live on disk, where they can be damaged.
-        let damaged = peer(0);
-        let healthy = peer(0);
-        let fetching = peer(0);
-        let bytes = pattern(100_000);
-        let id = damaged.store.put(bytes.clone(), owner()).expect("put");
-        healthy.store.put(bytes.clone(), owner()).expect("put");
-        let path = damaged.store.dir().join(id.to_string());
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-        let mut file = std::fs::read(&path).expect("read");
-        file[777] ^= 0xff;
-        std::fs::write(&path, &file).expect("write");
-
-        let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
-        let sources = [damaged.source.clone(), healthy.source.clone()];
-        fetcher
-            .ensure(&fetching.store, wanted(id, false), &sources, None)
-            .await
-            .expect("fetched from the healthy source");
-        assert_eq!(&*fetching.store.get(id).expect("stored"), bytes.as_slice());
-        let mut damaged = damaged;
-        assert_eq!(
-            damaged.dropped.recv().await,
-            Some(ObjectChange::Dropped(id)),
-            "the damaged copy is reported"
-        );
-        assert!(!damaged.store.contains(id), "and deleted");
-    }
-
-    #[tokio::test]
-    async fn a_corrupt_local_copy_is_replaced_from_a_replica() {
-        let holder = peer(0);
-        let local = peer(0);
-        let bytes = pattern(50_000);
-        let id = holder.store.put(bytes.clone(), owner()).expect("put");
-        local.store.put(bytes.clone(), owner()).expect("put");
-        let path = local.store.dir().join(id.to_string());
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-        std::fs::write(&path, vec![0u8; bytes.len()]).expect("damage");
-        let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
-        fetcher
-            .ensure(
-                &local.store,
-                wanted(id, true),
-                std::slice::from_ref(&holder.source),
-                None,
-            )
-            .await
-            .expect("repaired");
-        assert_eq!(&*local.store.get(id).expect("good again"), bytes.as_slice());
-    }
-
-    #[tokio::test]
-    async fn a_wrong_token_or_a_missing_object_fails_clearly() {
-        let holder = peer(1 << 20);
-        let fetching = peer(1 << 20);
-        let id = holder.store.put(pattern(10), owner()).expect("put");
-        let intruder =
-            ObjectFetcher::new(object_wire::token_digest("not the token")).expect("fetcher");
-        let error = intruder
-            .ensure(
-                &fetching.store,
-                wanted(id, false),
-                std::slice::from_ref(&holder.source),
-                None,
-            )
-            .await
-            .expect_err("refused");
-        assert!(error.to_string().contains("wrong cluster token"), "{error}");
-        let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
-        let absent = ObjectId::of(b"never stored");
-        let error = fetcher
-            .ensure(
-                &fetching.store,
-                wanted(absent, false),
-                std::slice::from_ref(&holder.source),
-                None,
-            )
-            .await
-            .expect_err("absent");
-        assert!(error.to_string().contains("NotFound"), "{error}");
-        assert!(!fetching.store.contains(absent));
-    }
-
-    #[tokio::test]
-    async fn garbage_on_an_object_stream_gets_an_error_not_a_crash() {
-        let holder = peer(1 << 20);
-        let id = holder.store.put(pattern(10), owner()).expect("put");
-        let endpoint = object_wire::client_endpoint().expect("endpoint");
-        let config =
-            object_wire::client_config(holder.source.endpoint.cert_sha256, true).expect("config");
-        let addr = SocketAddr::from(([127, 0, 0, 1], holder.source.endpoint.port));
-        let connection = endpoint
-            .connect_with(config, addr, object_wire::SERVER_NAME)
-            .expect("connect")
-            .await
-            .expect("handshake");
-        let (mut send, mut recv) = connection.open_bi().await.expect("stream");
-        send.write_all(&[7, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7])
-            .await
-            .expect("write");
-        let _ = send.finish();
-        let header: FetchHeader = object_wire::read_small(&mut recv).await.expect("answer");
-        assert!(
-            matches!(
-                header,
-                FetchHeader::Error {
-                    code: FetchErrorCode::Malformed,
-                    ..
-                }
-            ),
-            "{header:?}"
-        );
-        // The server still serves proper requests.
-        let fetching = peer(1 << 20);
-        let fetcher = ObjectFetcher::new(object_wire::token_digest(TOKEN)).expect("fetcher");
-        fetcher
-            .ensure(
-                &fetching.store,
-                wanted(id, false),
-                std::slice::from_ref(&holder.source),
-                None,
-            )
-            .await
-            .expect("still serving");
-    }
-}
+mod tests;

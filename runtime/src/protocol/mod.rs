@@ -22,6 +22,7 @@
 //! holds it.
 
 mod alerts;
+mod capability;
 mod node;
 mod objects;
 mod pipelines;
@@ -30,6 +31,12 @@ mod status;
 mod telemetry;
 
 pub use alerts::{AlertStatus, DeliveryState};
+pub use capability::{
+    ATTEMPT_CAPABILITY_MS, CAPABILITY_FORMAT, CLOCK_SKEW_MS, CapabilityError, CapabilityKey, Grant,
+    Holder, MAX_GRANT_NAME_BYTES, MAX_READ_SCOPES, MAX_REPORTED_REFUSALS, ObjectAccessReport,
+    ObjectCapability, ObjectRefusal, ObjectRules, ReadScope, Revocation, RevocationEntry,
+    RevocationList, SESSION_CAPABILITY_MS, TeamObjectCounts, TeamQuota,
+};
 pub use node::{
     GpuInfo, HeadCommand, HeldObject, Launch, LimitEnforcement, NodeIsolation, NodeMessage,
     NodeRegistration, NodeResources, Program, WorkerReport,
@@ -41,8 +48,8 @@ pub use pipelines::{
     LaunchInput, PipelineStatus, PipelineSubmit, ReusedFrom, StageInput, StageState, StageStatus,
 };
 pub use requests::{
-    AdminAction, AdminRequest, AuditEntry, LogChunk, LogRequest, MAX_ALERTS_LISTED, ObjectKey,
-    ReportRequest, Request, Response, SubmitRequest,
+    AdminAction, AdminRequest, AuditEntry, LogChunk, LogRequest, MAX_ALERTS_LISTED,
+    MAX_CAPABILITY_OBJECTS, ObjectKey, ReportRequest, Request, Response, SubmitRequest,
 };
 pub use status::{
     ApprovalStatus, AttemptStatus, CheckpointStatus, ConflictOdds, ExperimentState,
@@ -75,8 +82,11 @@ use serde::{Deserialize, Serialize};
 /// `Response::Report`, `TrialStatus::gpu_hours` and `cost`). 6: multi-objective
 /// searches (`ExperimentStatus::objectives` and `front`). 7: oversubscribed
 /// fractional GPUs (`Launch::oversubscription_milli`, `WorkerReport::Evicted`).
-/// 8: `xp status` in bounded pages (`Request::StatusPage`,
-/// `Response::StatusPage`).
+/// 8: object capabilities (`Request::ObjectCapability` and its answer, which
+/// replace `Request::ObjectKey`; `Launch::object_capability`;
+/// `HeadCommand::ObjectRules` and `RevokeCapabilities`;
+/// `NodeMessage::ObjectAccess`); `xp status` in bounded pages
+/// (`Request::StatusPage`, `Response::StatusPage`).
 pub const PROTOCOL_VERSION: u16 = 8;
 
 /// Everything that crosses a connection.

@@ -172,6 +172,9 @@ pub enum NodeMessage {
     },
     /// What the node sampled (best effort: neither numbered nor acknowledged).
     Telemetry(super::NodeTelemetry),
+    /// What users fetched and stored through the node's object server, per
+    /// team, and what it refused (best effort, like telemetry).
+    ObjectAccess(super::ObjectAccessReport),
 }
 
 /// Something that happened to a worker.
@@ -379,6 +382,12 @@ pub enum HeadCommand {
         /// Why, for the log.
         reason: String,
     },
+    /// The object plane's rules: per-team quotas and every revocation in
+    /// force (after registering, and when the policy changes).
+    ObjectRules(super::ObjectRules),
+    /// Capabilities revoked since (a session or attempt ended, a user was
+    /// revoked): refuse them from now on.
+    RevokeCapabilities(Vec<super::RevocationEntry>),
 }
 
 /// Everything a node needs to start one worker. Its `Debug` leaves the
@@ -433,6 +442,11 @@ pub struct Launch {
     /// did not opt in.
     #[serde(default)]
     pub oversubscription_milli: u32,
+    /// The attempt's capability on the object plane, which the worker may ask
+    /// its node for on the local object channel (never in its argv or
+    /// environment).
+    #[serde(default)]
+    pub object_capability: Option<Box<super::ObjectCapability>>,
 }
 
 impl std::fmt::Debug for Launch {
@@ -456,6 +470,7 @@ impl std::fmt::Debug for Launch {
             .field("inputs", &self.inputs)
             .field("collect_outputs", &self.collect_outputs)
             .field("oversubscription_milli", &self.oversubscription_milli)
+            .field("object_capability", &self.object_capability)
             .finish()
     }
 }

@@ -99,9 +99,9 @@ pub enum Request {
         /// At most this many entries (the head caps it).
         limit: u32,
     },
-    /// The key object servers ask of drivers (`crate::object_wire`), which a
-    /// user credential is not; members and above. Answered by
-    /// [`Response::ObjectKey`].
+    /// The cluster-wide object key of versions 4 to 7. Kept for its slot:
+    /// since version 8 the head refuses it (drivers ask
+    /// [`Request::ObjectCapability`]).
     ObjectKey,
     /// A trial's resource telemetry, per rank, downsampled (viewers of its team).
     /// Answered by [`Response::Telemetry`].
@@ -148,12 +148,25 @@ pub enum Request {
     /// leases and GPU models (any user, like [`Request::Queues`]). Answered by
     /// [`Response::Leases`].
     Leases,
+    /// A capability for the object servers (`crate::object_wire`) for this
+    /// connection's driver session (members and above): it stores as the
+    /// session and reads what the session and the team's other sessions
+    /// keep, what the experiments the session submitted keep, and those of
+    /// `objects` (at most [`MAX_CAPABILITY_OBJECTS`]) that the asker's team's
+    /// checkpoints or outputs name. Answered by [`Response::ObjectCapability`].
+    ObjectCapability {
+        /// Objects to read by id.
+        objects: Vec<ObjectId>,
+    },
     /// One page of `xp status`: experiments in id order, with as many of their
     /// trials as one bounded answer holds (since version 8; the head still
     /// answers [`Request::Status`] while the answer fits one frame).
     /// Answered by [`Response::StatusPage`].
     StatusPage(super::StatusQuery),
 }
+
+/// The most objects one [`Request::ObjectCapability`] names.
+pub const MAX_CAPABILITY_OBJECTS: usize = 16;
 
 /// The scope and window of a [`Request::Report`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -324,7 +337,7 @@ pub enum Response {
     Drivers(Vec<String>),
     /// Audit entries, oldest first (answering [`Request::Audit`]).
     Audit(Vec<AuditEntry>),
-    /// The object plane's key (answering [`Request::ObjectKey`]).
+    /// The object plane's key (answering [`Request::ObjectKey`] up to version 7).
     ObjectKey(ObjectKey),
     /// A trial's telemetry (answering [`Request::Telemetry`]).
     Telemetry(super::TrialTelemetry),
@@ -351,6 +364,8 @@ pub enum Response {
     /// Leases, pending approvals and conflict odds (answering
     /// [`Request::Leases`]).
     Leases(super::LeaseReport),
+    /// A capability for the object servers (answering [`Request::ObjectCapability`]).
+    ObjectCapability(Box<super::ObjectCapability>),
     /// One page of `xp status` (answering [`Request::StatusPage`]).
     StatusPage(super::StatusPage),
 }
@@ -373,9 +388,9 @@ pub struct AuditEntry {
     pub detail: String,
 }
 
-/// The object plane's key: object servers accept requests that carry it
-/// (`crate::object_wire::token_digest` of the node credential). Its `Debug`
-/// hides it.
+/// The object plane's cluster-wide key of versions 4 to 7, kept for the slot
+/// of [`Response::ObjectKey`]; no head of version 8 hands one out. Its
+/// `Debug` hides it.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectKey(pub [u8; 32]);
 

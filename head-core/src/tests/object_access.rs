@@ -1,0 +1,297 @@
+//! Object access by capability in the core: what an attempt's launch and a
+//! driver session's request grant, what is revoked when an attempt or a
+//! session ends or a user is revoked, the rules a registering node gets, and
+//! what a node's report of the object plane becomes (tally, audit entries).
+
+use xp_runtime::ids::ObjectId;
+use xp_runtime::protocol::{
+    CapabilityKey, Holder, ObjectAccessReport, ObjectCapability, ObjectRefusal, ReadScope, Request,
+    Response, Revocation, RevocationList, TeamObjectCounts,
+};
+
+use super::*;
+use crate::auth::access::Authorized;
+use crate::auth::{Principal, Role};
+use crate::requests::Served;
+
+const ALPHA: &str = "name: a\nteam: alpha\ntrial: {command: [train], resources: {cpu: 1}}\n";
+const BETA: &str = "name: b\nteam: beta\ntrial: {command: [train], resources: {cpu: 1}}\n";
+
+fn key() -> CapabilityKey {
+    CONFIG.object_key
+}
+
+fn asker(name: &str, team: &str, role: Role) -> Authorized {
+    Authorized {
+        principal: Principal::User {
+            name: name.to_owned(),
+            team: team.to_owned(),
+            role,
+        },
+        experiment: None,
+    }
+}
+
+/// The capability `asker`'s session `session` gets, asking for `objects`.
+fn session_capability(
+    core: &mut HeadCore,
+    now: u64,
+    asker: &Authorized,
+    session: &str,
+    objects: Vec<ObjectId>,
+) -> ObjectCapability {
+    let request = Request::ObjectCapability { objects };
+    match core.serve(now, asker, Some(session), request) {
+        Ok(Served::Answer(Response::ObjectCapability(capability))) => *capability,
+        other => panic!("no capability: {other:?}"),
+    }
+}
+
+/// The revocations among `sent` for `node`.
+fn revocations_to(sent: &[(NodeId, HeadCommand)], node: NodeId) -> Vec<Revocation> {
+    sent.iter()
+        .filter(|(to, _)| *to == node)
+        .filter_map(|(_, command)| match command {
+            HeadCommand::RevokeCapabilities(entries) => Some(entries.clone()),
+            _ => None,
+        })
+        .flatten()
+        .map(|entry| entry.revocation)
+        .collect()
+}
+
+#[test]
+fn a_registering_node_gets_the_quotas_and_what_the_start_revoked_before_any_launch() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 100);
+    let node = node_id(1);
+    core.handle_node_register(100, registration(node, 0, 4, Vec::new()));
+    let sent = commands(&mut core);
+    let rules = sent
+        .iter()
+        .find_map(|(_, command)| match command {
+            HeadCommand::ObjectRules(rules) => Some(rules.clone()),
+            _ => None,
+        })
+        .expect("rules sent at registration");
+    assert_eq!(rules.default_quota.memory_bytes, 1 << 30);
+    assert_eq!(rules.default_quota.disk_bytes, 64 << 30);
+    assert_eq!(
+        rules.revoked[0].revocation,
+        Revocation::SessionsBefore { before_ms: 100 },
+        "capabilities of sessions of an earlier head are void"
+    );
+}
+
+#[test]
+fn an_attempt_reads_its_trial_and_its_drivers_and_is_revoked_when_it_ends() {
+    let (mut core, node) = cluster(0, 4);
+    commands(&mut core);
+    let experiment = submit(&mut core, 1, ALPHA, false);
+    let sent = commands(&mut core);
+    let launch = sent
+        .iter()
+        .find_map(|(_, command)| match command {
+            HeadCommand::Launch(launch) => Some(launch.clone()),
+            _ => None,
+        })
+        .expect("launched");
+    let capability = launch.object_capability.expect("the launch carries one");
+    let grant = capability
+        .verify(&key(), 1, &RevocationList::default())
+        .expect("signed with the cluster's key");
+    let trial = TrialId {
+        experiment,
+        index: 0,
+    };
+    assert_eq!(grant.holder, Holder::Attempt { trial, attempt: 1 });
+    assert_eq!(grant.team, "alpha");
+    assert_eq!(grant.read, [ReadScope::Trial(trial)]);
+    assert_eq!(grant.writes_as(), None);
+    exited(&mut core, 2, node, launch.key, 0);
+    assert_eq!(
+        revocations_to(&commands(&mut core), node),
+        [Revocation::Holder(Holder::Attempt { trial, attempt: 1 })]
+    );
+}
+
+#[test]
+fn a_session_reads_its_teams_sessions_its_experiments_and_the_teams_checkpoints_it_names() {
+    let (mut core, node) = cluster(0, 4);
+    let alice = asker("alice", "alpha", Role::Member);
+    let bob = asker("bob", "beta", Role::Member);
+    session_capability(&mut core, 1, &bob, "s-bob", Vec::new());
+    session_capability(
+        &mut core,
+        1,
+        &asker("carol", "alpha", Role::Member),
+        "s-carol",
+        Vec::new(),
+    );
+    let beta = submit(&mut core, 2, BETA, false);
+    core.record_driver_experiment("s-bob", beta);
+    let beta_key = WorkerKey {
+        trial: TrialId {
+            experiment: beta,
+            index: 0,
+        },
+        attempt: 1,
+        rank: 0,
+    };
+    report(
+        &mut core,
+        3,
+        node,
+        checkpoint_report(beta_key, 10, b"beta state"),
+    );
+    let beta_object = ObjectId::of(b"beta state");
+    let alpha = submit(&mut core, 4, ALPHA, false);
+    core.record_driver_experiment("s-alice", alpha);
+    let capability = session_capability(&mut core, 5, &alice, "s-alice", vec![beta_object]);
+    let grant = capability
+        .verify(&key(), 5, &RevocationList::default())
+        .expect("verifies");
+    assert_eq!(grant.holder, Holder::Session("s-alice".to_owned()));
+    assert_eq!(
+        (grant.subject.as_str(), grant.team.as_str()),
+        ("alice", "alpha")
+    );
+    assert_eq!(grant.writes_as(), Some("s-alice"));
+    assert_eq!(
+        grant.read,
+        [
+            ReadScope::Driver("s-alice".to_owned()),
+            ReadScope::Driver("s-carol".to_owned()),
+            ReadScope::Experiment(alpha),
+        ],
+        "not bob's session, nor beta's checkpoint"
+    );
+    let granted = session_capability(&mut core, 6, &bob, "s-bob", vec![beta_object]);
+    assert!(
+        granted.grant.read.contains(&ReadScope::Object(beta_object)),
+        "{granted:?}"
+    );
+    assert!(granted.grant.read.contains(&ReadScope::Experiment(beta)));
+    let admin = session_capability(
+        &mut core,
+        6,
+        &asker("root", "ops", Role::Admin),
+        "s-root",
+        vec![],
+    );
+    assert!(admin.grant.read.contains(&ReadScope::Everything));
+    let refused = core.serve(
+        6,
+        &alice,
+        None,
+        Request::ObjectCapability { objects: vec![] },
+    );
+    assert!(
+        matches!(refused, Err(CoreError::NoDriverSession)),
+        "{refused:?}"
+    );
+    let retired = core.serve(6, &alice, Some("s-alice"), Request::ObjectKey);
+    assert!(
+        matches!(retired, Err(CoreError::ObjectKeyRetired)),
+        "{retired:?}"
+    );
+}
+
+#[test]
+fn an_ended_session_and_a_revoked_user_are_told_to_every_node_at_once() {
+    let (mut core, node) = cluster(0, 4);
+    let other = node_id(2);
+    core.handle_node_register(0, registration(other, 0, 4, Vec::new()));
+    let alice = asker("alice", "alpha", Role::Member);
+    session_capability(&mut core, 1, &alice, "s-alice", Vec::new());
+    commands(&mut core);
+    core.end_driver_session(2, "s-alice");
+    core.revoke_user(3, "alice");
+    let sent = commands(&mut core);
+    let expected = [
+        Revocation::Holder(Holder::Session("s-alice".to_owned())),
+        Revocation::Subject {
+            subject: "alice".to_owned(),
+            before_ms: 3,
+        },
+    ];
+    assert_eq!(revocations_to(&sent, node), expected);
+    assert_eq!(revocations_to(&sent, other), expected);
+    assert!(sent.iter().any(|(_, command)| matches!(
+        command,
+        HeadCommand::ReleaseDriver { session } if session == "s-alice"
+    )));
+    // A node that registers later gets them too.
+    let late = node_id(3);
+    core.handle_node_register(4, registration(late, 0, 4, Vec::new()));
+    let rules = commands(&mut core)
+        .into_iter()
+        .find_map(|(_, command)| match command {
+            HeadCommand::ObjectRules(rules) => Some(rules),
+            _ => None,
+        })
+        .expect("rules");
+    let revoked: Vec<Revocation> = rules
+        .revoked
+        .into_iter()
+        .map(|entry| entry.revocation)
+        .collect();
+    for revocation in expected {
+        assert!(revoked.contains(&revocation), "{revoked:?}");
+    }
+    // Kept across a rebuild after a failed commit (the sessions stay connected).
+    let rebuilt = core.rebuild(LoadedState::default(), 5);
+    assert_eq!(rebuilt.grants.clone().in_force(5), core.grants.in_force(5));
+}
+
+#[test]
+fn a_nodes_object_report_is_tallied_per_team_and_its_refusals_audited() {
+    let (mut core, node) = cluster(0, 4);
+    let counts = TeamObjectCounts {
+        team: "alpha".to_owned(),
+        fetches: 2,
+        fetched_bytes: 100,
+        stores: 1,
+        stored_bytes: 7,
+        refusals: 1,
+    };
+    let refusal = ObjectRefusal {
+        at_ms: 9,
+        subject: "alice".to_owned(),
+        team: "alpha".to_owned(),
+        action: "fetch object 0101".to_owned(),
+        reason: "the capability was revoked: user alice was revoked".to_owned(),
+    };
+    let report = ObjectAccessReport {
+        counts: vec![counts.clone()],
+        refusals: vec![refusal],
+    };
+    core.handle_node_message(10, node, NodeMessage::ObjectAccess(report.clone()));
+    core.handle_node_message(11, node, NodeMessage::ObjectAccess(report));
+    let tally = core.take_tally();
+    let alpha = &tally.object_access["alpha"];
+    assert_eq!(
+        (
+            alpha.fetches,
+            alpha.fetched_bytes,
+            alpha.stores,
+            alpha.refusals
+        ),
+        (4, 200, 2, 2)
+    );
+    let audited: Vec<_> = core
+        .take_records()
+        .into_iter()
+        .filter_map(|record| match record {
+            Record::Audit(entry) => Some(entry),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(audited.len(), 2);
+    assert_eq!(audited[0].who, "alice");
+    assert!(!audited[0].allowed);
+    assert_eq!(
+        audited[0].action,
+        format!("fetch object 0101 on node node-{node}")
+    );
+    assert!(audited[0].detail.contains("revoked"), "{audited:?}");
+}
