@@ -6,6 +6,9 @@
 //!   shared-memory segment, a node restart, and a trial of another team that
 //!   finds neither (and runs under another user id).
 //!
+//! - `a_squatter_cannot_take_a_rendezvous_port`: a co-tenant binds what it can
+//!   of 29500-29999 while a two-rank command trial still meets on its
+//!   `MASTER_PORT` (`examples/tenant_probe.rs`).
 //! - `the_running_node_holds_no_secret_in_environ_or_cmdline`: a node given
 //!   its join string in `XP_JOIN` (and a user's `XP_CLUSTER`) keeps neither in
 //!   `/proc/PID/environ` nor in `cmdline`.
@@ -18,7 +21,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{TestCluster, trials};
+use common::{TestCluster, binary, trials};
 use serde_json::Value;
 
 /// Whether the test must be skipped because this process is not root (it says so).
@@ -181,7 +184,7 @@ fn the_running_node_holds_no_secret_in_environ_or_cmdline() {
     // user's own credential in XP_CLUSTER.
     let node_dir = cluster.node_dir("a");
     let log = std::fs::File::create(cluster.node_log_path("a")).expect("log");
-    let node = std::process::Command::new(common::binary("xp-node"))
+    let node = std::process::Command::new(binary("xp-node"))
         .args(["join", "--data-dir"])
         .arg(&node_dir)
         .args(["--gpus", "0", "--cpus", "1", "--label", "name=a"])
@@ -220,4 +223,51 @@ fn the_running_node_holds_no_secret_in_environ_or_cmdline() {
 #[expect(clippy::print_stderr, reason = "the probes' findings, for the record")]
 fn show_record(line: &str) {
     eprintln!("{line}");
+}
+
+/// A directory any user may write in (sticky, like `/tmp`), in the cluster's.
+fn must_make_exchange(cluster: &TestCluster) -> PathBuf {
+    let exchange = cluster.dir.path().join("exchange");
+    std::fs::create_dir(&exchange).expect("exchange");
+    std::fs::set_permissions(&exchange, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    exchange
+}
+
+#[test]
+fn a_squatter_cannot_take_a_rendezvous_port() {
+    if skipped_without_root() {
+        return;
+    }
+    let mut cluster = TestCluster::start("10s");
+    cluster.start_node("a", 0, 4);
+    cluster.wait_for_nodes(1);
+    let exchange = must_make_exchange(&cluster);
+    let exchange_env = format!("EXCHANGE={}", exchange.display());
+    let probe = binary("examples/tenant_probe");
+    let probe = probe.to_str().expect("UTF-8");
+    let squatter = submit_command(
+        &cluster,
+        "squatter",
+        "others",
+        "",
+        &["env", &exchange_env, probe, "squat", "29500", "29999"],
+    );
+    common::wait_until("the squatter to bind", Duration::from_secs(60), || {
+        exchange.join("squatting").exists().then_some(())
+    });
+    let gang = submit_command(
+        &cluster,
+        "gang",
+        "tests",
+        "  workers: 2\n  max_retries: 0\n",
+        &[probe, "rendezvous"],
+    );
+    let status = cluster.wait_finished(&gang, Duration::from_secs(120));
+    std::fs::write(exchange.join("done"), b"").expect("done");
+    let squatted = cluster.wait_finished(&squatter, Duration::from_secs(120));
+    show_metrics("squatter", &trials(&squatted)[0], &["squatted"]);
+    let trial = &trials(&status)[0];
+    show_metrics("gang", trial, &["rendezvous", "port"]);
+    assert_eq!(trial["state"], "succeeded", "{status:#}");
+    assert_eq!(metric(trial, "rendezvous"), 1.0, "{status:#}");
 }

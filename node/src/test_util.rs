@@ -111,6 +111,7 @@ pub(crate) fn solo_worker(
         input_dir: None,
         work_dir,
         uid: None,
+        master_port: None,
     };
     (launch, command)
 }

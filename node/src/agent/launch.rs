@@ -105,6 +105,7 @@ impl Agent {
             local_workers: self.objects.local_workers.clone(),
             socket: self.objects.socket.clone(),
             uids: self.config.isolation.uids().cloned(),
+            ports: self.config.isolation.ports().cloned(),
             output_limits: self.config.output_limits,
         }
     }

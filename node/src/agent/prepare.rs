@@ -39,6 +39,9 @@ pub(super) struct LaunchObjects {
     pub(super) socket: PathBuf,
     /// Where workers' user ids come from, when they get their own.
     pub(super) uids: Option<Arc<UidPool>>,
+    /// The rendezvous ports held until their rank 0s start, where workers get
+    /// ids of their own.
+    pub(super) ports: Option<Arc<crate::isolation::ports::PortHold>>,
     /// The most files and bytes rank 0's outputs may have.
     pub(super) output_limits: checkpoint::OutputLimits,
 }
@@ -90,6 +93,11 @@ pub(super) async fn resolve_command(
     node_env.extend(local_channel_pass(objects, key, &tree, owner)?);
     let program = resolve_program(data_dir, connection, launch, &inputs).await?;
     node_env.extend(program.env);
+    // Last, just before the process starts: the port is let go for rank 0.
+    let master_port = match (&objects.ports, key.rank) {
+        (Some(ports), 0) => ports.hand_over(launch.master_port).await,
+        _ => None,
+    };
     given.path = None;
     Ok(WorkerCommand {
         program: program.path,
@@ -107,6 +115,7 @@ pub(super) async fn resolve_command(
         work_dir,
         checkpoint,
         uid,
+        master_port,
     })
 }
 

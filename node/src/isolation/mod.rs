@@ -22,6 +22,7 @@
 pub(crate) mod as_worker;
 pub(crate) mod beneath;
 pub(crate) mod fs;
+pub(crate) mod ports;
 mod scrub;
 pub(crate) mod uids;
 
@@ -94,6 +95,9 @@ pub enum IsolationError {
 #[derive(Debug, Clone)]
 pub(crate) struct Isolation {
     uids: Option<Arc<UidPool>>,
+    /// The rendezvous ports held for their rank 0s, where workers get ids of
+    /// their own.
+    ports: Option<Arc<ports::PortHold>>,
     limits: LimitEnforcement,
 }
 
@@ -151,6 +155,7 @@ impl Isolation {
                 info!(%range, "each trial attempt's workers run under a user id of their own");
                 Ok(Self {
                     uids: Some(Arc::new(pool)),
+                    ports: hold_master_ports(),
                     limits,
                 })
             }
@@ -162,7 +167,11 @@ impl Isolation {
     /// Workers under the node's own id, with `limits` (the default before
     /// [`Isolation::start`] decides, and what it falls back to).
     pub(crate) fn shared(limits: LimitEnforcement) -> Self {
-        Self { uids: None, limits }
+        Self {
+            uids: None,
+            ports: None,
+            limits,
+        }
     }
 
     /// The id pool, when workers get ids of their own.
@@ -170,11 +179,30 @@ impl Isolation {
         self.uids.as_ref()
     }
 
+    /// The rendezvous ports held for their rank 0s, when workers get ids of
+    /// their own.
+    pub(crate) fn ports(&self) -> Option<&Arc<ports::PortHold>> {
+        self.ports.as_ref()
+    }
+
     /// What the node registers.
     pub(crate) fn summary(&self) -> NodeIsolation {
         NodeIsolation {
             worker_uids: self.uids.is_some(),
             limits: self.limits,
+        }
+    }
+}
+
+/// Holds the `MASTER_PORT` range for the rank 0s it is handed to
+/// (`ports`); without it (the marker directory cannot be made) co-tenants
+/// could take a rendezvous port first, which is said at warn level.
+fn hold_master_ports() -> Option<Arc<ports::PortHold>> {
+    match ports::PortHold::start(ports::MASTER_PORTS, Path::new(ports::MARKER_DIR)) {
+        Ok(hold) => Some(hold),
+        Err(error) => {
+            warn!(%error, dir = ports::MARKER_DIR, "rendezvous ports are not held: another trial's worker could take a MASTER_PORT first");
+            None
         }
     }
 }

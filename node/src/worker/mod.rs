@@ -140,6 +140,9 @@ pub(crate) struct WorkerCommand {
     /// their own; given back after the worker and everything in its cgroup are
     /// gone.
     pub uid: Option<UidLease>,
+    /// Rank 0's `MASTER_PORT`, let go by the node for it; taken back when this
+    /// command is dropped, after the worker is gone.
+    pub master_port: Option<crate::isolation::ports::PortLease>,
     /// Its output directory (`XP_OUTPUT_DIR`) and where rank 0's outputs go.
     pub output: OutputSink,
     /// The directory holding its pipeline inputs (`XP_INPUT_DIR`), when it has any.
@@ -523,14 +526,16 @@ fn worker_cgroup(launch: &Launch) -> Option<WorkerCgroup> {
     }
 }
 
-/// Takes a worker's work directory back from its attempt's user id once the
-/// worker is gone (owner root, mode 0700, by descriptor: the directory itself
+/// Takes rank 0's `MASTER_PORT` back (`isolation::ports`), and a worker's work
+/// directory back from its attempt's user id, once the worker is gone (owner root, mode 0700, by descriptor: the directory itself
 /// cannot be swapped, as its parent is the node's), then gives back its share of
 /// the id. The attempt's last rank to do so scrubs the id (everything still
 /// running as it killed, what it left at the top of `/tmp`, `/var/tmp` and
 /// `/dev/shm` removed) and returns it before this ends, so the next attempt given
 /// the id finds nothing of this one.
 async fn take_back(command: &mut WorkerCommand) {
+    // Rank 0 is gone: the node holds its MASTER_PORT again.
+    drop(command.master_port.take());
     // Only an id of the attempt's own: never the node's.
     let Some(lease) = command.uid.take() else {
         return;
