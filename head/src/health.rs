@@ -6,7 +6,15 @@
 //! for room again. [`LogThrottle`] keeps a repeating failure to one log line every
 //! few seconds, with a count of what it left out.
 //!
-//! Nothing here does I/O or reads the clock: time comes in as an argument.
+//! [`ActorPulse`] is when the actor last handled its tick: a tick waits in the
+//! actor's mailbox behind everything sent before it, so a late tick means a
+//! long queue, and `/healthz` says so rather than `ok`.
+//!
+//! Nothing here does I/O, and nothing but [`ActorPulse`] reads a clock (the
+//! monotonic one); the judgements take the times as arguments.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::watch;
 use xp_runtime::clock::UnixMillis;
@@ -44,6 +52,54 @@ impl Health {
             }
         }
     }
+}
+
+/// How long the actor may go without handling its tick (sent every 250 ms)
+/// before `/healthz` reports it as stalled.
+pub(crate) const STALL_MS: u64 = 5_000;
+
+/// When the actor last handled its tick, in milliseconds of a monotonic
+/// clock shared by the actor (which beats) and `/healthz` (which looks).
+#[derive(Debug, Clone)]
+pub(crate) struct ActorPulse {
+    epoch: tokio::time::Instant,
+    last_ms: Arc<AtomicU64>,
+}
+
+impl ActorPulse {
+    /// A pulse that beat now.
+    pub(crate) fn new() -> Self {
+        Self {
+            epoch: tokio::time::Instant::now(),
+            last_ms: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The actor handled its tick.
+    pub(crate) fn beat(&self) {
+        self.last_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Why the head is unhealthy, if its actor has not kept up.
+    pub(crate) fn problem(&self) -> Option<String> {
+        stall_problem(self.last_ms.load(Ordering::Relaxed), self.now_ms())
+    }
+}
+
+/// Why the head is unhealthy when its actor last handled its tick at
+/// `last_ms` and it is `now_ms`, if it is.
+fn stall_problem(last_ms: u64, now_ms: u64) -> Option<String> {
+    let late = now_ms.saturating_sub(last_ms);
+    (late > STALL_MS).then(|| {
+        format!(
+            "the head actor has not kept up for {} s: its queue of work is long, and requests wait",
+            late / 1_000
+        )
+    })
 }
 
 /// The receiving end of the head's health, for the HTTP server.
@@ -226,5 +282,18 @@ mod tests {
         assert_eq!(outage.probes, 1);
         assert!(!outage.probe_due(2_999));
         assert!(outage.probe_due(3_000));
+    }
+
+    #[test]
+    fn an_actor_that_has_not_handled_its_tick_for_seconds_is_reported() {
+        assert_eq!(stall_problem(1_000, 1_000), None);
+        assert_eq!(stall_problem(1_000, 1_000 + STALL_MS), None);
+        let problem = stall_problem(1_000, 13_500).expect("late by 12.5 s");
+        assert!(
+            problem.starts_with("the head actor has not kept up for 12 s"),
+            "{problem}"
+        );
+        // A beat after the look is never a problem.
+        assert_eq!(stall_problem(2_000, 1_000), None);
     }
 }

@@ -28,19 +28,26 @@
 //! `{"error": ..., "parameter": NAME}`; an unknown one too, so a typo is not
 //! silently ignored.
 //!
-//! Memory per request is bounded: a page holds at most `limit` items and ends
-//! early past `core::pages::MAX_PAGE_BYTES`; the API serves at most
-//! [`MAX_CONCURRENT_REQUESTS`] requests at once (others wait their turn, within
-//! the timeout, holding only their parsed request); a request may wait and run
-//! at most [`REQUEST_TIMEOUT`]; a request with a body or a query over
-//! [`MAX_QUERY_BYTES`] is refused before any work.
+//! Memory and the head's time per request are bounded: a page holds at most
+//! `limit` items and ends early past `core::pages::MAX_PAGE_BYTES`; every API
+//! request takes a turn (`crate::turns`: one of one user's at a time, eight in
+//! all, with heavy QUIC reads) after its credential is checked, so one
+//! user's burst waits behind that user's own requests; a request may be
+//! checked, wait and run at most [`REQUEST_TIMEOUT`], and a request whose
+//! caller gave up (past the timeout, or by closing the connection) is
+//! skipped by the actor if it has not reached it yet; a request with a body
+//! or a query over [`MAX_QUERY_BYTES`] is refused before any work.
+//! Connections that send no complete request head within
+//! `serve::HEADER_TIMEOUT` (idle keep-alive ones included) are closed, and so
+//! are those that stop reading their answer (`serve::WRITE_STALL_TIMEOUT`).
 //! Pages are built inside the head actor from its state (`core::pages`), which
 //! walks only what the page needs; nothing clones a whole experiment.
 //!
-//! `/healthz` answers 200 `ok` only while the head actor runs and can store
-//! changes; otherwise 503 with the reason (a full disk, say), so a supervisor or
-//! load balancer sees a head that refuses work. It is outside the concurrency
-//! limit, so a busy API does not look like a dead head.
+//! `/healthz` answers 200 `ok` only while the head actor runs, keeps up with
+//! its work and can store changes; otherwise 503 with the reason (a full
+//! disk, or an actor that has not handled its tick for seconds), so a
+//! supervisor or load balancer sees a head that refuses or stalls work. It
+//! takes no turn, so a busy API does not look like a dead head.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,16 +61,16 @@ use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use ractor::{ActorRef, ActorStatus};
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 use xp_runtime::ids::{ExperimentId, TrialId};
 use xp_runtime::protocol::{ErrorCode, MetricPoint, RemoteError};
 use xp_runtime::views::{node_json, trial_json};
 
 use crate::actor::call;
 use crate::actor::{HeadMsg, Read, Reply};
-use crate::health::HealthWatch;
+use crate::health::{ActorPulse, HealthWatch};
 use crate::metrics::{Api, HeadMetrics, OPENMETRICS_TEXT, PROMETHEUS_TEXT};
 use crate::sessions::Sessions;
+use crate::turns::Turns;
 use xp_head_core::auth::Visibility;
 use xp_head_core::pages::{
     CursorError, DEFAULT_LIMIT, ExperimentCursor, ExperimentSummary, MAX_LIMIT, MetricCursor,
@@ -74,11 +81,9 @@ mod alerts;
 pub(crate) mod auth;
 pub(crate) mod dashboard;
 mod report;
+pub(crate) mod serve;
 
-/// Requests the API serves at once; more wait for a turn. Each holds at most one
-/// page while it is built and written, so this bounds the API's memory.
-pub(crate) const MAX_CONCURRENT_REQUESTS: usize = 8;
-/// The longest a request may wait for its turn and be served.
+/// The longest a request may be checked, wait for its turn and be served.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest query string the API reads.
 pub(crate) const MAX_QUERY_BYTES: usize = 4096;
@@ -90,23 +95,40 @@ const MAX_METRIC_NAME_BYTES: usize = 256;
 pub(crate) struct HttpState {
     pub(crate) head: ActorRef<HeadMsg>,
     health: HealthWatch,
+    /// When the actor last handled its tick.
+    pulse: ActorPulse,
     metrics: Arc<HeadMetrics>,
     /// The nodes' sessions, through which log reads reach the nodes.
     pub(crate) sessions: Sessions,
+    /// Every user's turns, shared with the QUIC server's heavy reads.
+    turns: Arc<Turns>,
+}
+
+/// What the HTTP API shares with the rest of the head.
+pub(crate) struct HttpShared {
+    /// The head actor.
+    pub(crate) head: ActorRef<HeadMsg>,
+    /// Whether the head can store changes.
+    pub(crate) health: HealthWatch,
+    /// When the actor last handled its tick.
+    pub(crate) pulse: ActorPulse,
+    /// The head's counters.
+    pub(crate) metrics: Arc<HeadMetrics>,
+    /// The nodes' sessions.
+    pub(crate) sessions: Sessions,
+    /// Every user's turns.
+    pub(crate) turns: Arc<Turns>,
 }
 
 /// The router.
-pub(crate) fn router(
-    head: ActorRef<HeadMsg>,
-    health: HealthWatch,
-    counters: Arc<HeadMetrics>,
-    sessions: Sessions,
-) -> axum::Router {
+pub(crate) fn router(shared: HttpShared) -> axum::Router {
     let state = HttpState {
-        head,
-        health,
-        metrics: counters,
-        sessions,
+        head: shared.head,
+        health: shared.health,
+        pulse: shared.pulse,
+        metrics: shared.metrics,
+        sessions: shared.sessions,
+        turns: shared.turns,
     };
     let api = axum::Router::new()
         .route("/metrics", get(prometheus))
@@ -122,6 +144,9 @@ pub(crate) fn router(
         .route("/api/alerts", get(alerts::alerts))
         .route("/api/report", get(report::report))
         .merge(dashboard::api::routes())
+        // A turn of the caller's, then one of everyone's: inside the
+        // credential check, which says who the caller is.
+        .route_layer(middleware::from_fn_with_state(state.clone(), take_turn))
         // Every API route needs a user's credential (see `auth`).
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -130,14 +155,10 @@ pub(crate) fn router(
         // Outside the credential check, so refused requests are counted too;
         // a route layer, so the route (a bounded label) is known.
         .route_layer(middleware::from_fn_with_state(state.clone(), count_request))
-        // One semaphore for every route. tower's `ConcurrencyLimit` waits for a
-        // turn in `poll_ready`, before tower's `Timeout` starts its clock in
-        // `call`, so together they would leave the wait unbounded; here one
-        // timeout covers the wait and the work.
-        .layer(middleware::from_fn_with_state(
-            Arc::new(Semaphore::new(MAX_CONCURRENT_REQUESTS)),
-            take_turn,
-        ));
+        // One timeout covers the credential check, the wait for a turn and
+        // the work (tower's `ConcurrencyLimit` would wait in `poll_ready`,
+        // before tower's `Timeout` starts its clock).
+        .layer(middleware::from_fn(time_limit));
     axum::Router::new()
         .route("/healthz", get(healthz))
         .merge(api)
@@ -153,7 +174,11 @@ pub(crate) fn router(
 
 async fn healthz(State(state): State<HttpState>) -> Response {
     let problem = match state.head.get_status() {
-        ActorStatus::Running => state.health.borrow().problem(),
+        ActorStatus::Running => state
+            .health
+            .borrow()
+            .problem()
+            .or_else(|| state.pulse.problem()),
         status => Some(format!("the head actor is not running ({status:?})")),
     };
     match problem {
@@ -231,13 +256,12 @@ async fn refuse_oversized(request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-/// Serves a request once one of the [`MAX_CONCURRENT_REQUESTS`] turns is free,
-/// waiting and being served within [`REQUEST_TIMEOUT`]; past it the request is
-/// dropped (its page, if the actor builds it, goes nowhere) and answered 503.
-async fn take_turn(State(turns): State<Arc<Semaphore>>, request: Request, next: Next) -> Response {
-    within_turn(&turns, REQUEST_TIMEOUT, next.run(request))
+/// Answers 503 for a request not served within [`REQUEST_TIMEOUT`]: its
+/// work is dropped (and skipped by the actor if it has not reached it yet).
+async fn time_limit(request: Request, next: Next) -> Response {
+    tokio::time::timeout(REQUEST_TIMEOUT, next.run(request))
         .await
-        .unwrap_or_else(|| {
+        .unwrap_or_else(|_| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!(
@@ -249,21 +273,16 @@ async fn take_turn(State(turns): State<Arc<Semaphore>>, request: Request, next: 
         })
 }
 
-/// `work`'s output if a turn of `turns` comes and `work` ends within `timeout`,
-/// both counted together; `None` otherwise.
-async fn within_turn<T>(
-    turns: &Semaphore,
-    timeout: Duration,
-    work: impl Future<Output = T>,
-) -> Option<T> {
-    tokio::time::timeout(timeout, async {
-        // The semaphore is never closed, so `acquire` does not fail.
-        let _turn = turns.acquire().await.ok()?;
-        Some(work.await)
-    })
-    .await
-    .ok()
-    .flatten()
+/// Serves a request once its user has a turn free, and then everyone has
+/// (`crate::turns`); the time limit around it bounds the wait.
+async fn take_turn(State(state): State<HttpState>, request: Request, next: Next) -> Response {
+    let user = request
+        .extensions()
+        .get::<auth::Authenticated>()
+        .map(auth::Authenticated::name)
+        .unwrap_or_default();
+    let _turn = state.turns.take(&user).await;
+    next.run(request).await
 }
 
 /// Who is asking, as far as the pages are concerned: which teams' experiments
@@ -446,15 +465,31 @@ pub(crate) async fn ask<T: Send + 'static>(
     call(head, build).await.map_err(ApiError::from)
 }
 
-/// A page as JSON, its items shaped by `item`.
-fn page_json<T>(page: &Page<T>, limit: usize, item: impl Fn(&T) -> Value) -> Response {
-    Json(json!({
-        "items": page.items.iter().map(item).collect::<Vec<_>>(),
-        "next_cursor": page.next_cursor,
-        "total": page.total,
-        "limit": limit,
-    }))
-    .into_response()
+/// A page as JSON, its items shaped by `item`: on a blocking thread, since
+/// shaping a thousand items takes milliseconds that the async workers owe
+/// the QUIC clients and the actor meanwhile.
+async fn page_json<T: Send + 'static>(
+    page: Page<T>,
+    limit: usize,
+    item: fn(&T) -> Value,
+) -> Response {
+    tokio::task::spawn_blocking(move || {
+        Json(json!({
+            "items": page.items.iter().map(item).collect::<Vec<_>>(),
+            "next_cursor": page.next_cursor,
+            "total": page.total,
+            "limit": limit,
+        }))
+        .into_response()
+    })
+    .await
+    .unwrap_or_else(|error| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot shape the page: {error}"),
+        )
+        .into_response()
+    })
 }
 
 /// An experiment's summary: `xp status --json`'s experiment without its trials,
@@ -532,7 +567,7 @@ async fn experiments(
         })
     })
     .await?;
-    Ok(page_json(&page, limit, summary_json))
+    Ok(page_json(page, limit, summary_json).await)
 }
 
 async fn experiment(
@@ -650,7 +685,7 @@ async fn trials(
         })
     })
     .await??;
-    Ok(page_json(&page, limit, trial_json))
+    Ok(page_json(page, limit, trial_json).await)
 }
 
 async fn metrics(
@@ -673,7 +708,7 @@ async fn metrics(
         })
     })
     .await??;
-    Ok(page_json(&page, limit, metric_point_json))
+    Ok(page_json(page, limit, metric_point_json).await)
 }
 
 /// A trial's telemetry: per rank, its downsampled series (at most
@@ -712,7 +747,7 @@ async fn nodes(
         })
     })
     .await?;
-    Ok(page_json(&page, limit, node_json))
+    Ok(page_json(page, limit, node_json).await)
 }
 
 async fn queues(
@@ -732,9 +767,10 @@ async fn queues(
         })
     })
     .await?;
-    Ok(page_json(&page, limit, |queue| {
+    Ok(page_json(page, limit, |queue| {
         serde_json::to_value(queue).unwrap_or(Value::Null)
-    }))
+    })
+    .await)
 }
 
 #[cfg(test)]
@@ -743,18 +779,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_waits_for_a_turn_only_within_the_timeout() {
-        let turns = Semaphore::new(2);
         let short = Duration::from_millis(50);
-        assert_eq!(within_turn(&turns, short, async { 7 }).await, Some(7));
-        // Every turn taken: the wait itself runs out.
-        let held = turns.acquire_many(2).await.unwrap();
-        assert_eq!(within_turn(&turns, short, async { 7 }).await, None);
-        drop(held);
-        // A turn, but work that never ends: the same timeout ends it.
-        assert_eq!(
-            within_turn(&turns, short, std::future::pending::<u8>()).await,
-            None
+        let turns = Arc::new(Turns::new(2, 1));
+        let held = turns.take("alice").await;
+        let waited = tokio::time::timeout(short, turns.take("alice")).await;
+        assert!(
+            waited.is_err(),
+            "alice's second request waits out the timeout"
         );
-        assert_eq!(turns.available_permits(), 2, "turns are given back");
+        let bob = tokio::time::timeout(short, turns.take("bob")).await;
+        assert!(bob.is_ok(), "bob is not behind alice");
+        drop((held, bob));
+        let again = tokio::time::timeout(short, turns.take("alice")).await;
+        assert!(again.is_ok(), "turns are given back");
     }
 }

@@ -15,6 +15,7 @@ mod registry;
 mod server;
 mod sessions;
 mod start;
+mod turns;
 mod users;
 mod webhooks;
 

@@ -275,6 +275,7 @@ struct RequestCounters {
     refusals: Family<RefusalLabels, Counter>,
     served: Family<RequestLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
+    abandoned: Counter,
 }
 
 impl RequestCounters {
@@ -300,6 +301,13 @@ impl RequestCounters {
                 "Requests answered with an error, by API, kind and error code",
                 None,
                 Family::default(),
+            ),
+            abandoned: register(
+                registry,
+                "abandoned_requests",
+                "Requests the head actor skipped because their caller had stopped waiting (a timeout, a closed connection)",
+                None,
+                Counter::default(),
             ),
         }
     }
@@ -492,6 +500,11 @@ impl HeadMetrics {
             .refusals
             .get_or_create(&RefusalLabels { action, role })
             .inc();
+    }
+
+    /// Counts a request the actor skipped: its caller had stopped waiting.
+    pub(crate) fn abandoned(&self) {
+        self.requests.abandoned.inc();
     }
 
     /// Counts a request served; `error` is its error code when it failed.

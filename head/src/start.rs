@@ -23,7 +23,7 @@ use crate::registry::Registry;
 use crate::server::ServerContext;
 use crate::{
     HeadConfig, HeadError, Role, RunningHead, UserCommand, blobs, health, http, metrics, server,
-    users, webhooks,
+    turns, users, webhooks,
 };
 
 /// Starts a head in the current runtime.
@@ -66,6 +66,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
             metrics: shells.metrics.clone(),
             commit_batch: config.commit_batch.max(1),
             webhooks: shells.webhook_queue.clone(),
+            pulse: shells.pulse.clone(),
         },
     )
     .await
@@ -208,6 +209,8 @@ struct Published {
 /// What the servers around the actor share, made before the actor.
 struct Shells {
     health_rx: tokio::sync::watch::Receiver<health::Health>,
+    /// When the actor last handled its tick, for `/healthz`.
+    pulse: health::ActorPulse,
     /// The one registry of the head's counters.
     metrics: Arc<metrics::HeadMetrics>,
     /// Alert webhooks: queued by the actor once stored, posted by their own task.
@@ -221,6 +224,8 @@ struct ContextParts {
     event_seq: tokio::sync::watch::Receiver<u64>,
     users_changed: tokio::sync::watch::Receiver<u64>,
     metrics: Arc<metrics::HeadMetrics>,
+    /// Every user's turns, shared by the QUIC server and the HTTP API.
+    turns: Arc<turns::Turns>,
 }
 
 impl Shells {
@@ -231,6 +236,7 @@ impl Shells {
         let metrics = Arc::new(metrics::HeadMetrics::new());
         let shells = Self {
             health_rx,
+            pulse: health::ActorPulse::new(),
             metrics: metrics.clone(),
             webhook_queue: Arc::new(webhooks::WebhookQueue::new(webhooks::QUEUE_CAPACITY)),
             context: ContextParts {
@@ -238,6 +244,7 @@ impl Shells {
                 event_seq: event_seq_rx,
                 users_changed: users_changed_rx,
                 metrics,
+                turns: Arc::new(turns::Turns::standard()),
             },
         };
         let published = Published {
@@ -270,6 +277,7 @@ impl ContextParts {
             shutdown: shutdown.clone(),
             metrics: self.metrics.clone(),
             commit_batch: config.commit_batch.max(1),
+            turns: self.turns.clone(),
         })
     }
 }
@@ -318,21 +326,23 @@ async fn serve_http(
     let bound = listener
         .local_addr()
         .map_err(io_error("cannot read the HTTP address"))?;
-    let router = http::router(
-        actor.clone(),
-        shells.health_rx.clone(),
-        shells.metrics.clone(),
-        context.sessions.clone(),
-    );
-    let shutdown = shutdown.clone();
-    let task = xp_runtime::task::spawn("http-server", async move {
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await;
-        if let Err(error) = served {
-            tracing::error!(%error, "HTTP server failed");
-        }
+    let router = http::router(http::HttpShared {
+        head: actor.clone(),
+        health: shells.health_rx.clone(),
+        pulse: shells.pulse.clone(),
+        metrics: shells.metrics.clone(),
+        sessions: context.sessions.clone(),
+        turns: context.turns.clone(),
     });
+    let task = xp_runtime::task::spawn(
+        "http-server",
+        http::serve::serve(
+            listener,
+            router,
+            shutdown.clone(),
+            http::serve::ConnectionLimits::STANDARD,
+        ),
+    );
     Ok((bound, task))
 }
 

@@ -175,6 +175,25 @@ pub fn changes(request: &Request) -> bool {
     )
 }
 
+/// Whether `request` is a read whose cost grows with what the head keeps
+/// (trials, history, reports): the shell lets each user have only a few of
+/// these in the head at once, so one user's burst cannot keep the head from
+/// everyone else. Waits (`Events`) and small answers are not heavy.
+pub fn heavy(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::Status { .. }
+            | Request::StatusPage(_)
+            | Request::Metrics { .. }
+            | Request::Checkpoints { .. }
+            | Request::Audit { .. }
+            | Request::Telemetry { .. }
+            | Request::Report(_)
+            | Request::Alerts { .. }
+            | Request::PipelineStatus { .. }
+    )
+}
+
 /// Whether `request` needs its connection's driver session: what a driver
 /// stores is kept while it is connected and shared with what it submitted.
 pub fn names_session(request: &Request) -> bool {

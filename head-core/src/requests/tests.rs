@@ -66,3 +66,17 @@ fn changes_wait_for_their_commit_and_reads_do_not() {
     assert!(names_session(&Request::StoreTargets));
     assert!(!names_session(&Request::Nodes));
 }
+
+#[test]
+fn reads_that_grow_with_what_the_head_keeps_are_heavy() {
+    assert!(heavy(&Request::Status { experiment: None }));
+    assert!(heavy(&Request::Audit { limit: 10 }));
+    assert!(!heavy(&Request::Nodes));
+    assert!(!heavy(&Request::Cancel { id: "a".to_owned() }));
+    let events = Request::Events {
+        experiment: ExperimentId::from_content_hash(&[1; 32], 1),
+        after: 0,
+        wait_ms: 1_000,
+    };
+    assert!(!heavy(&events), "a wait holds no turn");
+}

@@ -77,7 +77,11 @@ impl HeadState {
             });
             return;
         }
-        let served = self.core_call(|core| core.serve(now, &asker, session.as_deref(), request));
+        // A read may take tens of milliseconds: the worker thread hands its
+        // other tasks to another meanwhile.
+        let served = tokio::task::block_in_place(|| {
+            self.core_call(|core| core.serve(now, &asker, session.as_deref(), request))
+        });
         let answer = match served {
             Ok(Served::Answer(response)) => Ok(Answer::Response(response)),
             Ok(Served::Stored(read)) => self.read_stored(now, read).map(Answer::Response),

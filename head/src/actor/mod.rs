@@ -29,6 +29,10 @@
 //! reports. Node sessions gather what a node sends while its last batch commits
 //! into one message (`server`). `commit_batch` 1 is one commit per change, for
 //! `xp bench trials`' comparison.
+//!
+//! A client's request or read whose caller gave up before the actor reached
+//! it (an HTTP request past its timeout, a closed QUIC stream) is skipped,
+//! not served: a burst of abandoned requests costs the actor nothing.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -126,6 +130,17 @@ pub(crate) enum HeadMsg {
 }
 
 impl HeadMsg {
+    /// Whether the message is a client's request or read whose caller gave
+    /// up waiting (a timeout, a closed connection) before the actor reached
+    /// it: nobody would see its answer, so it is skipped.
+    fn caller_gave_up(&self) -> bool {
+        match self {
+            Self::Request(asked) => asked.reply.is_closed(),
+            Self::Read(read) => read.caller_gave_up(),
+            _ => false,
+        }
+    }
+
     /// Whether the message is a change that may wait for a group commit; any
     /// other message first commits what waits.
     fn joins_batch(&self) -> bool {
@@ -173,6 +188,8 @@ pub(crate) struct HeadArgs {
     pub webhooks: Arc<crate::webhooks::WebhookQueue>,
     /// The most changes one commit holds (at least 1; 1 commits each alone).
     pub commit_batch: usize,
+    /// Beats at every tick, for `/healthz`.
+    pub pulse: crate::health::ActorPulse,
 }
 
 /// The head actor's state.
@@ -442,6 +459,10 @@ impl Actor for HeadActor {
         message: HeadMsg,
         state: &mut HeadState,
     ) -> Result<(), ActorProcessingErr> {
+        if message.caller_gave_up() {
+            state.args.metrics.abandoned();
+            return Ok(());
+        }
         let now = state.args.clock.now();
         if !message.joins_batch() && !state.pending.is_empty() {
             // Nothing is shown or acted on before what was applied is stored.
@@ -450,9 +471,14 @@ impl Actor for HeadActor {
         let myself = &myself;
         match message {
             HeadMsg::Request(asked) => state.serve_request(now, myself, asked),
-            HeadMsg::Read(read) => state.answer_read(now, read),
+            // Reads are CPU work of up to tens of milliseconds: the worker
+            // thread hands its other tasks (QUIC clients, HTTP) to another.
+            HeadMsg::Read(read) => tokio::task::block_in_place(|| state.answer_read(now, read)),
             HeadMsg::Flush => state.flushed(now),
-            HeadMsg::Tick => state.tick(now),
+            HeadMsg::Tick => {
+                state.args.pulse.beat();
+                state.tick(now);
+            }
             HeadMsg::DriverGone(session) => state.driver_gone(now, &session),
             HeadMsg::NodeRegistered(registration, session_id, reply) => {
                 state.node_registered(now, myself, registration, session_id, reply)

@@ -136,6 +136,26 @@ pub(crate) enum Read {
     },
 }
 
+impl Read {
+    /// Whether whoever asked has stopped waiting for the answer.
+    pub(super) fn caller_gave_up(&self) -> bool {
+        match self {
+            Self::Pipelines { reply, .. } => reply.is_closed(),
+            Self::Leases { reply, .. } => reply.is_closed(),
+            Self::ExperimentsPage { reply, .. } => reply.is_closed(),
+            Self::ExperimentSummary { reply, .. } => reply.is_closed(),
+            Self::TrialsPage { reply, .. } => reply.is_closed(),
+            Self::MetricsPage { reply, .. } => reply.is_closed(),
+            Self::NodesPage { reply, .. } => reply.is_closed(),
+            Self::QueuesPage { reply, .. } => reply.is_closed(),
+            Self::Report { reply, .. } => reply.is_closed(),
+            Self::MetricsSnapshot(reply) => reply.is_closed(),
+            Self::Dashboard { reply, .. } => reply.is_closed(),
+            Self::Telemetry { reply, .. } => reply.is_closed(),
+        }
+    }
+}
+
 /// Sends an answer; a caller that gave up is no one's concern.
 fn answer<T>(reply: Reply<T>, result: Result<T, RemoteError>) {
     let _ = reply.send(result);

@@ -190,6 +190,7 @@ async fn must_spawn_on_tmpfs() -> Option<OnTmpfs> {
             metrics: Arc::new(HeadMetrics::new()),
             webhooks: Arc::new(crate::webhooks::WebhookQueue::new(16)),
             commit_batch: crate::DEFAULT_COMMIT_BATCH,
+            pulse: crate::health::ActorPulse::new(),
         },
     )
     .await
@@ -466,4 +467,71 @@ async fn a_batch_whose_commit_fails_acknowledges_none_of_it_and_comes_again_once
     assert_eq!(acked(&drain(&mut received)), Some(failed_from + batch - 1));
     let stored = stored_steps(actor, key.trial).await;
     assert_eq!(stored, (2..failed_from + batch).collect::<Vec<_>>());
+}
+
+/// A head actor over a fresh registry in `dir`, serving the tests' admin;
+/// its counters.
+async fn must_spawn_in(dir: &std::path::Path) -> (ActorRef<HeadMsg>, Arc<HeadMetrics>) {
+    let mut registry = Registry::open(&dir.join("head.redb")).unwrap();
+    let core = HeadCore::restore(CoreConfig::default(), registry.load().unwrap(), 0);
+    let metrics = Arc::new(HeadMetrics::new());
+    let (actor, _task) = Actor::spawn(
+        None,
+        HeadActor,
+        HeadArgs {
+            core,
+            registry,
+            sessions: Arc::new(DashMap::new()),
+            event_seq: watch::channel(0).0,
+            health: watch::channel(Health::Healthy).0,
+            clock: Arc::new(ManualClock::default()),
+            users: admin_users(),
+            users_changed: watch::channel(0).0,
+            join: format!("xp://127.0.0.1:1?token=t&ca={}", "00".repeat(32))
+                .parse()
+                .unwrap(),
+            metrics: metrics.clone(),
+            webhooks: Arc::new(crate::webhooks::WebhookQueue::new(16)),
+            commit_batch: crate::DEFAULT_COMMIT_BATCH,
+            pulse: crate::health::ActorPulse::new(),
+        },
+    )
+    .await
+    .unwrap();
+    (actor, metrics)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_caller_gave_up_is_skipped_not_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let (actor, metrics) = must_spawn_in(dir.path()).await;
+    let request = Request::Submit(submission("abandoned", 3));
+    let (reply, gone) = ractor::concurrency::oneshot();
+    drop(gone);
+    let asked = Asked {
+        caller: Caller::User {
+            name: "root".to_owned(),
+            secret_hash: secret_hash(ADMIN_SECRET),
+        },
+        access: requests::access(&request),
+        session: None,
+        request,
+        reply: reply.into(),
+    };
+    actor.cast(HeadMsg::Request(asked)).unwrap();
+    let (reply, gone) = ractor::concurrency::oneshot();
+    drop(gone);
+    let read = Read::NodesPage {
+        limit: 10,
+        cursor: None,
+        reply: reply.into(),
+    };
+    actor.cast(HeadMsg::Read(read)).unwrap();
+    // Answered in order after the two: nothing was submitted.
+    assert!(status(&actor).await.is_empty());
+    let rendered = metrics.render(&xp_head_core::metrics::MetricsSnapshot::default(), false);
+    assert!(
+        rendered.contains("xp_abandoned_requests_total 2"),
+        "{rendered}"
+    );
 }

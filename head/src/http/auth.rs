@@ -58,6 +58,16 @@ pub(crate) struct Authenticated {
     pub(crate) visibility: Visibility,
 }
 
+impl Authenticated {
+    /// The user's name (`node` for the node credential, which the API refuses).
+    pub(crate) fn name(&self) -> String {
+        match &self.principal {
+            Principal::User { name, .. } => name.clone(),
+            Principal::Node => "node".to_owned(),
+        }
+    }
+}
+
 /// The secret a request carries: the bearer token, else the session cookie.
 fn presented_secret(headers: &HeaderMap) -> Option<String> {
     let bearer = headers

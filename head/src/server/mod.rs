@@ -60,6 +60,8 @@ pub(crate) struct ServerContext {
     pub metrics: Arc<crate::metrics::HeadMetrics>,
     /// The most node messages one call to the actor carries (its group commit's size).
     pub commit_batch: usize,
+    /// Every user's turns for heavy reads, shared with the HTTP API.
+    pub turns: Arc<crate::turns::Turns>,
 }
 
 /// Accepts connections until shutdown.

@@ -25,6 +25,8 @@ use crate::blobs::BlobStore;
 
 /// The longest an `Events` request may wait.
 const MAX_EVENTS_WAIT: Duration = Duration::from_secs(30);
+/// The longest a heavy read waits for a turn.
+const MAX_TURN_WAIT: Duration = Duration::from_secs(30);
 
 /// Serves the one request of a stream.
 pub(super) async fn handle_stream(
@@ -39,7 +41,19 @@ pub(super) async fn handle_stream(
     };
     let kind = requests::access(&request).action.describe();
     let session = requests::names_session(&request).then(|| session_name(&session));
-    let result = match ask(&context, &caller, session, request).await {
+    let turn = match take_turn(&context, &caller, &request).await {
+        Ok(turn) => turn,
+        Err(busy) => {
+            context
+                .metrics
+                .request(crate::metrics::Api::Quic, kind, Some("Unavailable"));
+            send_answer(&mut send, Err(busy)).await;
+            return;
+        }
+    };
+    let asked = ask(&context, &caller, session, request).await;
+    drop(turn);
+    let result = match asked {
         Ok(Answer::Response(response)) => Some(Ok(response)),
         Ok(Answer::Connection(work)) => {
             connection_work(&mut send, &mut recv, &context, &caller, work).await
@@ -56,6 +70,35 @@ pub(super) async fn handle_stream(
     if let Some(result) = result {
         send_answer(&mut send, result).await;
     }
+}
+
+/// A turn for a heavy read (`requests::heavy`): one of the caller's, then
+/// one of everyone's (`crate::turns`), within [`MAX_TURN_WAIT`]; no turn for
+/// anything else. Past the wait the request is refused as busy.
+async fn take_turn(
+    context: &ServerContext,
+    caller: &Caller,
+    request: &Request,
+) -> Result<Option<crate::turns::Turn>, RemoteError> {
+    if !requests::heavy(request) {
+        return Ok(None);
+    }
+    let user = match caller {
+        Caller::User { name, .. } => name.as_str(),
+        Caller::Node => "node",
+    };
+    tokio::time::timeout(MAX_TURN_WAIT, context.turns.take(user))
+        .await
+        .map(Some)
+        .map_err(|_| {
+            RemoteError::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "the head is busy with your other requests (at most {} of a user's reads that grow with what it keeps run at once); try again",
+                    crate::turns::MAX_TURNS_PER_USER
+                ),
+            )
+        })
 }
 
 /// The stream's request; `None` (answered) when the stream holds none.
