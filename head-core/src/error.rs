@@ -231,6 +231,25 @@ pub enum CoreError {
         /// Its length.
         len: usize,
     },
+    /// An upload would take a user past what the policy lets one user keep
+    /// of driver binaries.
+    #[error(
+        "user {user} keeps {count} driver binaries ({bytes} bytes) on the head, and one more of {len} bytes would pass the limit of {max_count} binaries and {max_bytes} bytes (admission.max_blobs_per_user, admission.max_blob_bytes_per_user); a binary is collected once no unfinished experiment runs it and its upload's connection has closed"
+    )]
+    TooManyBlobs {
+        /// The uploading user.
+        user: String,
+        /// How many binaries they keep.
+        count: u64,
+        /// Their bytes.
+        bytes: u64,
+        /// The upload's length.
+        len: u64,
+        /// The policy's limit on binaries.
+        max_count: u64,
+        /// The policy's limit on bytes.
+        max_bytes: u64,
+    },
     /// An unpaged status answer would not fit one frame.
     #[error(
         "the status asked for is about {bytes} bytes, more than one answer holds ({limit}); ask with a client that pages (`xp status` of protocol 8 or later)"
@@ -292,6 +311,7 @@ impl From<CoreError> for RemoteError {
             | CoreError::SpecTooLarge { .. }
             | CoreError::SubmissionTooLarge { .. }
             | CoreError::StatusTooLarge { .. }
+            | CoreError::TooManyBlobs { .. }
             | CoreError::OverPendingLimit { .. }
             | CoreError::SpecNotJson { .. }
             | CoreError::ObjectKeyRetired

@@ -295,6 +295,10 @@ fn serve(
     let socket_path = users::socket::socket_path(&config.data_dir);
     let listener = users::socket::bind(&socket_path)?;
     Ok(vec![
+        xp_runtime::task::spawn(
+            "blob-collector",
+            blobs::collector(context.blobs.clone(), actor.clone(), shutdown.clone()),
+        ),
         xp_runtime::task::spawn("quic-server", server::serve(endpoint, context)),
         xp_runtime::task::spawn(
             "alert-webhooks",

@@ -518,13 +518,20 @@ impl HeadConnection {
             len: bytes.len() as u64,
         };
         frame::write_message(&mut send, &Message::Request(request)).await?;
+        let mut written = Ok(());
         for chunk in bytes.chunks(BLOB_CHUNK_BYTES) {
-            send.write_all(chunk).await?;
+            // A head that refuses the upload (a user over their limit) stops
+            // reading it: its answer says why, so it is read either way.
+            written = send.write_all(chunk).await;
+            if written.is_err() {
+                break;
+            }
         }
         let _ = send.finish();
-        match read_response(&mut recv).await? {
-            Response::BlobStored => Ok(()),
-            other => Err(TransportError::Unexpected(format!("{other:?}"))),
+        match (read_response(&mut recv).await?, written) {
+            (Response::BlobStored, Ok(())) => Ok(()),
+            (Response::BlobStored, Err(error)) => Err(error.into()),
+            (other, _) => Err(TransportError::Unexpected(format!("{other:?}"))),
         }
     }
 

@@ -37,6 +37,8 @@ mod status;
 mod submit;
 mod telemetry;
 
+pub use self::blobs::{BlobLimits, BlobUsage};
+
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, TrialId, WorkerKey};
 use xp_runtime::protocol::{LogRequest, ReportRequest, Request, Response};
@@ -87,6 +89,8 @@ pub enum ConnectionWork {
         hash: BlobHash,
         /// Its length.
         len: u64,
+        /// What the uploading user may keep ([`BlobLimits::check`]).
+        limits: BlobLimits,
     },
     /// Send a stored blob's bytes after the answer.
     SendBlob {
@@ -220,7 +224,7 @@ impl HeadCore {
             Request::Cancel { id } => answer(self.apply_cancel(now, asker, &id)?),
             Request::ReadLogs(log) => Served::Connection(self.read_logs(log)?),
             Request::Nodes => answer(self.read_nodes()),
-            Request::PutBlob { hash, len } => blobs::receive(hash, len),
+            Request::PutBlob { hash, len } => self.receive_blob(hash, len),
             Request::GetBlob { hash } => blobs::send(hash),
             Request::Events {
                 experiment,

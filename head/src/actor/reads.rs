@@ -114,6 +114,8 @@ pub(crate) enum Read {
     },
     /// `/metrics` asks for the state its gauges show.
     MetricsSnapshot(Reply<MetricsSnapshot>),
+    /// The blob collector asks which driver binaries unfinished experiments run.
+    BlobsInUse(Reply<std::collections::BTreeSet<xp_runtime::ids::BlobHash>>),
     /// The web dashboard asks for what the API's pages do not hold
     /// (`http::dashboard::api`), answered from `dashboard`.
     Dashboard {
@@ -150,6 +152,7 @@ impl Read {
             Self::QueuesPage { reply, .. } => reply.is_closed(),
             Self::Report { reply, .. } => reply.is_closed(),
             Self::MetricsSnapshot(reply) => reply.is_closed(),
+            Self::BlobsInUse(reply) => reply.is_closed(),
             Self::Dashboard { reply, .. } => reply.is_closed(),
             Self::Telemetry { reply, .. } => reply.is_closed(),
         }
@@ -234,6 +237,7 @@ impl HeadState {
                 reply,
             } => answer(reply, self.report_cached(now, &request, &visible)),
             Read::MetricsSnapshot(reply) => answer(reply, Ok(core.metrics_snapshot())),
+            Read::BlobsInUse(reply) => answer(reply, Ok(core.blobs_in_use())),
             Read::Dashboard {
                 query,
                 visibility,

@@ -226,6 +226,8 @@ type DriverSession = Arc<std::sync::OnceLock<String>>;
 async fn serve_requests(connection: Connection, context: Arc<ServerContext>, caller: Caller) {
     let mut streams = JoinSet::new();
     let session = DriverSession::default();
+    // What this connection uploaded is kept until it closes (dropped last).
+    let uploads = Arc::new(context.blobs.connection());
     let mut users_changed = context.users_changed.clone();
     let caller = Arc::new(caller);
     loop {
@@ -233,7 +235,7 @@ async fn serve_requests(connection: Connection, context: Arc<ServerContext>, cal
             () = context.shutdown.cancelled() => break,
             accepted = connection.accept_bi() => {
                 let Ok((send, recv)) = accepted else { break };
-                streams.spawn(stream::handle_stream(send, recv, context.clone(), session.clone(), caller.clone()));
+                streams.spawn(stream::handle_stream(send, recv, context.clone(), session.clone(), caller.clone(), uploads.clone()));
             }
             Ok(()) = users_changed.changed(), if matches!(*caller, Caller::User { .. }) => {
                 if let Some(reason) = still_allowed(&context, &caller).await {

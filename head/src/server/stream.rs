@@ -21,7 +21,7 @@ use xp_runtime::transport::{self, BLOB_CHUNK_BYTES};
 
 use super::{DriverSession, ServerContext, session_name};
 use crate::actor::{Answer, Asked, HeadMsg, call};
-use crate::blobs::BlobStore;
+use crate::blobs::{BlobStore, ConnectionBlobs, Upload};
 
 /// The longest an `Events` request may wait.
 const MAX_EVENTS_WAIT: Duration = Duration::from_secs(30);
@@ -35,6 +35,7 @@ pub(super) async fn handle_stream(
     context: Arc<ServerContext>,
     session: DriverSession,
     caller: Arc<Caller>,
+    uploads: Arc<ConnectionBlobs>,
 ) {
     let Some(request) = read_request(&mut send, &mut recv).await else {
         return;
@@ -56,7 +57,8 @@ pub(super) async fn handle_stream(
     let result = match asked {
         Ok(Answer::Response(response)) => Some(Ok(response)),
         Ok(Answer::Connection(work)) => {
-            connection_work(&mut send, &mut recv, &context, &caller, work).await
+            let streams = (&mut send, &mut recv);
+            connection_work(streams, &context, &caller, &uploads, work).await
         }
         Err(error) => Some(Err(error)),
     };
@@ -83,11 +85,7 @@ async fn take_turn(
     if !requests::heavy(request) {
         return Ok(None);
     }
-    let user = match caller {
-        Caller::User { name, .. } => name.as_str(),
-        Caller::Node => "node",
-    };
-    tokio::time::timeout(MAX_TURN_WAIT, context.turns.take(user))
+    tokio::time::timeout(MAX_TURN_WAIT, context.turns.take(caller_name(caller)))
         .await
         .map(Some)
         .map_err(|_| {
@@ -99,6 +97,14 @@ async fn take_turn(
                 ),
             )
         })
+}
+
+/// Who asks, by name (`node` for the node credential).
+fn caller_name(caller: &Caller) -> &str {
+    match caller {
+        Caller::User { name, .. } => name,
+        Caller::Node => "node",
+    }
 }
 
 /// The stream's request; `None` (answered) when the stream holds none.
@@ -171,14 +177,23 @@ async fn send_answer(send: &mut SendStream, result: Result<Response, RemoteError
 /// Does what the actor left to the connection; `None` when the answer was
 /// already sent (a blob's bytes follow its response frame).
 async fn connection_work(
-    send: &mut SendStream,
-    recv: &mut RecvStream,
+    (send, recv): (&mut SendStream, &mut RecvStream),
     context: &ServerContext,
     caller: &Caller,
+    uploads: &ConnectionBlobs,
     work: ConnectionWork,
 ) -> Option<Result<Response, RemoteError>> {
     Some(match work {
-        ConnectionWork::ReceiveBlob { hash, len } => receive_blob(context, recv, hash, len).await,
+        ConnectionWork::ReceiveBlob { hash, len, limits } => {
+            let upload = Upload {
+                hash,
+                len,
+                user: caller_name(caller),
+                limits,
+                connection: uploads,
+            };
+            receive_blob(context, recv, upload).await
+        }
         ConnectionWork::SendBlob { hash } => {
             return send_blob(send, &context.blobs, hash).await.err().map(Err);
         }
@@ -200,12 +215,13 @@ async fn connection_work(
 async fn receive_blob(
     context: &ServerContext,
     recv: &mut RecvStream,
-    hash: xp_runtime::ids::BlobHash,
-    len: u64,
+    upload: Upload<'_>,
 ) -> Result<Response, RemoteError> {
-    match context.blobs.receive(hash, len, recv).await {
+    let (hash, len, user) = (upload.hash, upload.len, upload.user);
+    match context.blobs.receive(upload, recv).await {
         Ok(()) => {
-            info!(blob = %hash, len, "blob stored");
+            let kept = context.blobs.usage(user);
+            info!(blob = %hash, len, %user, kept = kept.count, kept_bytes = kept.bytes, "blob stored");
             Ok(Response::BlobStored)
         }
         Err(error) => {
