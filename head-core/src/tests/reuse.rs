@@ -40,7 +40,9 @@ fn an_identical_trial_reuses_a_result_of_its_own_team_only() {
         })
         .collect();
     assert!(
-        reasons.iter().all(|reason| !reason.contains(&alpha.to_string())),
+        reasons
+            .iter()
+            .all(|reason| !reason.contains(&alpha.to_string())),
         "{reasons:?}"
     );
 
