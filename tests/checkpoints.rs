@@ -265,7 +265,7 @@ fn a_full_object_store_refuses_a_checkpoint_clearly_and_nothing_else_breaks() {
     let trial = trials(&done)[0]["id"].as_str().expect("id").to_owned();
     let log = cluster.must_xp(&["logs", &trial]);
     assert!(
-        log.contains("error: checkpoint at step 1 NOT stored") && log.contains("store full"),
+        log.contains("error: checkpoint at step 1 not stored") && log.contains("store full"),
         "the writer is told why: {log}"
     );
     assert!(checkpoints(&cluster, &big).is_empty());

@@ -223,7 +223,7 @@ fn must_run_reporting_trials(cluster: &TestCluster, long_yaml: &Path) -> String 
         .must_xp(&["submit", long_yaml.to_str().expect("UTF-8")])
         .trim()
         .to_owned();
-    wait_until("every trial reporting", Duration::from_secs(60), || {
+    wait_until("every trial reporting", Duration::from_secs(120), || {
         let status = cluster.status(&long);
         trials(&status)
             .iter()

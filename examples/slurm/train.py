@@ -60,7 +60,7 @@ def checkpoint(step, loss):
         time.sleep(0.05)
     with open(verdict) as answer:
         text = answer.read()
-    if text.startswith("error:"):
+    if not text.startswith("stored:"):
         sys.exit(f"checkpoint at step {step} not stored: {text}")
 
 

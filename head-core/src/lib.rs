@@ -42,6 +42,7 @@ mod checkpoints;
 pub mod dashboard;
 mod error;
 mod front;
+mod gang_faults;
 mod launch;
 mod leases;
 pub mod metrics;
@@ -170,6 +171,8 @@ pub struct HeadCore {
     /// with the policy record; see `leases`).
     approvals: state::Approvals,
     grants: state::ObjectGrants,
+    /// Failed exits of gangs across nodes, waiting to be judged (`gang_faults`).
+    held_exits: state::HeldExits,
 }
 
 impl std::fmt::Debug for HeadCore {
@@ -179,6 +182,7 @@ impl std::fmt::Debug for HeadCore {
             .field("trials", &self.book.trial_count())
             .field("nodes", &self.membership.len())
             .field("sweeps", &self.sweep_state)
+            .field("held_exits", &self.held_exits.len())
             .finish_non_exhaustive()
     }
 }
@@ -211,6 +215,7 @@ impl HeadCore {
             alerts: alerts::AlertState::restore(alerts),
             approvals: state::Approvals::default(),
             grants: state::ObjectGrants::default(),
+            held_exits: state::HeldExits::default(),
         };
         // 1. The record: experiments with their sweeps, trials with what they
         //    keep, events.
@@ -227,6 +232,7 @@ impl HeadCore {
             core.placement.policy_mut().upsert_node(node_spec(node));
         }
         core.adopt_all_running(now);
+        core.hold_restored_exits(now);
         core.grants = state::ObjectGrants::started(now, core.ended_attempts());
         let approvals = core
             .placement

@@ -128,6 +128,27 @@ impl HeadCore {
         }
     }
 
+    /// `node_id`'s session last read a frame at `heard_at`, as its shell saw
+    /// it (not when the core got to its messages, which a busy head delays):
+    /// a sign of life, and a trouble for its gangs when older than half the
+    /// node timeout.
+    pub fn handle_node_heard(&mut self, now: UnixMillis, node_id: NodeId, heard_at: UnixMillis) {
+        let suspect_after_ms = self.config.node_timeout_ms / 2;
+        self.membership
+            .session_heard(node_id, heard_at, now, suspect_after_ms);
+    }
+
+    /// The head did not run for `paused_ms` until `now` (stopped, or starved
+    /// of CPU): it heard nobody meanwhile, so no node is judged lost for that
+    /// silence; each node's silence is counted from now.
+    pub fn handle_head_paused(&mut self, now: UnixMillis, paused_ms: u64) {
+        warn!(
+            paused_ms,
+            "the head did not run for a while; node silence is counted from now"
+        );
+        self.membership.excuse_pause(now);
+    }
+
     /// Marks nodes lost whose heartbeats stopped, and reschedules their work.
     pub fn handle_tick(&mut self, now: UnixMillis) {
         let limits = SilenceLimits {
@@ -143,6 +164,9 @@ impl HeadCore {
             }
             self.mark_lost(now, node_id, "lost");
         }
+        // After the losses: an exit held while its peer's node was silent
+        // finds that node lost.
+        self.decide_held_exits(now);
         self.enforce_time_limits(now);
         self.tick_alerts(now);
         self.tend_replications(now);
@@ -155,13 +179,15 @@ impl HeadCore {
     /// ended, an operator stopped it) once its workers were stopped, so it is
     /// marked lost now rather than after the heartbeat timeout, and no resumed
     /// attempt is pointed at its copies of checkpoints. A node that is not
-    /// draining may only have lost its connection: the timeout judges it.
+    /// draining may only have lost its connection: the timeout judges it, and
+    /// the closed session is a trouble its gangs' failed exits are judged by.
     pub fn handle_node_left(&mut self, now: UnixMillis, node_id: NodeId) {
         if self
             .membership
             .node(node_id)
             .is_none_or(|node| node.state != NodeState::Draining)
         {
+            self.membership.session_closed(node_id, now);
             return;
         }
         info!(%node_id, "node left after draining");

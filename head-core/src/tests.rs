@@ -18,6 +18,7 @@ mod alerts;
 mod bohb;
 mod dashboard;
 mod front;
+mod gang_faults;
 mod leases;
 mod limits;
 mod metrics;

@@ -239,7 +239,9 @@ impl HeadCore {
     }
 
     /// The worker's process exited: the attempt succeeds when every rank exited
-    /// with status 0, and fails (or, when preempting, is gone) on any other exit.
+    /// with status 0, and fails (or, when preempting, is gone) on any other
+    /// exit; a gang across nodes has that exit judged once its nodes are
+    /// (`gang_faults`).
     fn worker_exited(
         &mut self,
         now: UnixMillis,
@@ -288,12 +290,10 @@ impl HeadCore {
                 self.preempted_worker_gone(now, key);
             }
         } else {
-            let how = match (code, signal) {
-                (Some(code), _) => format!("exited with status {code}"),
-                (None, Some(signal)) => format!("was killed by signal {signal}"),
-                (None, None) => "ended without a status".to_owned(),
-            };
-            self.fail_attempt(now, key, format!("rank {} {how}", key.rank));
+            let how = super::gang_faults::exit_words(key.rank, code, signal);
+            if !self.hold_gang_exit(now, key, &how) {
+                self.fail_attempt(now, key, how);
+            }
         }
     }
 

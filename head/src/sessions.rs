@@ -32,6 +32,15 @@ pub(crate) struct NodeSessionHandle {
     pub commands: mpsc::UnboundedSender<HeadCommand>,
     /// Log reads waiting for the node's answer, by request id.
     pub pending_logs: Arc<DashMap<u64, LogWaiter>>,
+    /// When the session last read a frame from the node (Unix milliseconds).
+    pub heard_at: Arc<AtomicU64>,
+}
+
+impl NodeSessionHandle {
+    /// When the session last read a frame from the node.
+    pub(crate) fn last_heard(&self) -> u64 {
+        self.heard_at.load(Ordering::Relaxed)
+    }
 }
 
 /// Connected node sessions.

@@ -18,6 +18,7 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::NodeId;
 use xp_runtime::protocol::{NodeRegistration, NodeState};
 
+use super::troubles::NodeTroubles;
 use crate::usage::MAX_UP_INTERVALS;
 use crate::{NodeRecord, Record, UpInterval};
 
@@ -50,6 +51,8 @@ pub(crate) struct Membership {
     awaiting_return: BTreeSet<NodeId>,
     /// When the restart grace began.
     grace_from: UnixMillis,
+    /// What went wrong with each node lately, for judging gang faults.
+    troubles: NodeTroubles,
     dirty: BTreeSet<NodeId>,
 }
 
@@ -125,6 +128,7 @@ impl Membership {
     pub(crate) fn register(&mut self, now: UnixMillis, registration: &NodeRegistration) -> bool {
         let id = registration.node_id;
         self.awaiting_return.remove(&id);
+        self.troubles.registered(id, now);
         let old = self.nodes.get(&id);
         let returning = old.is_some();
         let mut up = old.map(|old| old.up.clone()).unwrap_or_default();
@@ -161,6 +165,51 @@ impl Membership {
         Some(record.state)
     }
 
+    /// `node`'s session last read a frame at `heard_at` (the session's own
+    /// clock reading, not when the core got to its messages), as seen at
+    /// `now`: a sign of life, and a trouble when it is older than
+    /// `suspect_after_ms`. A lost node's old session counts for nothing.
+    pub(crate) fn session_heard(
+        &mut self,
+        node: NodeId,
+        heard_at: UnixMillis,
+        now: UnixMillis,
+        suspect_after_ms: u64,
+    ) {
+        let Some(record) = self.nodes.get_mut(&node) else {
+            return;
+        };
+        if record.state == NodeState::Lost {
+            return;
+        }
+        record.last_seen = record.last_seen.max(heard_at);
+        self.troubles
+            .session_heard(node, heard_at, now, suspect_after_ms);
+    }
+
+    /// `node`'s session closed at `at` while it was not draining: it may
+    /// come back on a new one, but its peers may have lost it meanwhile.
+    pub(crate) fn session_closed(&mut self, node: NodeId, at: UnixMillis) {
+        if self.nodes.contains_key(&node) {
+            self.troubles.session_closed(node, at);
+        }
+    }
+
+    /// The head itself did not run until `now` (stopped, or starved of CPU):
+    /// it heard nobody meanwhile, so every node's silence starts again now.
+    pub(crate) fn excuse_pause(&mut self, now: UnixMillis) {
+        for record in self.nodes.values_mut() {
+            if record.state != NodeState::Lost {
+                record.last_seen = record.last_seen.max(now);
+            }
+        }
+    }
+
+    /// What went wrong with each node lately.
+    pub(crate) fn troubles(&self) -> &NodeTroubles {
+        &self.troubles
+    }
+
     /// `node` drains: it takes no more work.
     pub(crate) fn set_draining(&mut self, node: NodeId) {
         if let Some(record) = self.nodes.get_mut(&node) {
@@ -174,6 +223,7 @@ impl Membership {
         if let Some(record) = self.nodes.get_mut(&node) {
             record.state = NodeState::Lost;
             let last_seen = record.last_seen;
+            self.troubles.lost(node, last_seen);
             if let Some(open) = record.up.last_mut().filter(|last| last.to.is_none()) {
                 open.to = Some(last_seen.max(open.from));
             }

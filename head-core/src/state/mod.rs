@@ -5,11 +5,13 @@ mod approvals;
 mod book;
 mod drivers;
 mod grants;
+mod held_exits;
 mod master_ports;
 mod membership;
 mod objects;
 mod outbox;
 mod placement;
+mod troubles;
 
 #[cfg(test)]
 pub(crate) use self::approvals::MAX_DECIDED_APPROVALS;
@@ -17,6 +19,7 @@ pub(crate) use self::approvals::{Approvals, Involved};
 pub(crate) use self::book::Book;
 pub(crate) use self::drivers::DriverSessions;
 pub(crate) use self::grants::ObjectGrants;
+pub(crate) use self::held_exits::{HeldExit, HeldExits};
 pub(crate) use self::master_ports::MasterPorts;
 pub(crate) use self::membership::{Membership, SilenceLimits};
 pub(crate) use self::objects::ObjectBook;

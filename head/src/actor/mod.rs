@@ -72,6 +72,10 @@ mod report;
 
 /// How often the actor checks node heartbeats.
 const TICK: Duration = Duration::from_millis(250);
+/// Ticks further apart than this mean the head itself did not run (stopped,
+/// starved of CPU, or the actor busy): it could not hear its nodes meanwhile,
+/// so their silence is judged afresh (`HeadCore::handle_head_paused`).
+const HEAD_PAUSE_MS: u64 = 1_000;
 
 /// A reply port carrying a wire-ready result.
 pub(crate) type Reply<T> = RpcReplyPort<Result<T, RemoteError>>;
@@ -206,6 +210,8 @@ pub(crate) struct HeadState {
     flush_scheduled: bool,
     /// Recent reports and the actor time spent computing them (`report`).
     reports: report::ReportCache,
+    /// When the last tick was handled.
+    last_tick: Option<UnixMillis>,
 }
 
 impl HeadState {
@@ -220,12 +226,23 @@ impl HeadState {
     /// Time passed: the core judges it, or, during an outage, the database is
     /// probed for room.
     fn tick(&mut self, now: UnixMillis) {
+        let since_last = self.last_tick.map(|last| now.saturating_sub(last));
+        self.last_tick = Some(now);
         if self.outage.is_some() {
             self.try_recover(now);
-        } else {
-            self.core_call(|core| core.handle_tick(now));
-            let _ = self.flush(now);
+            return;
         }
+        let core = &mut self.args.core;
+        if let Some(paused_ms) = since_last.filter(|gap| *gap > HEAD_PAUSE_MS) {
+            core.handle_head_paused(now, paused_ms);
+        }
+        // Liveness as the sessions read it, however long the actor took to
+        // get to their messages.
+        for session in self.args.sessions.iter() {
+            core.handle_node_heard(now, *session.key(), session.last_heard());
+        }
+        self.core_call(|core| core.handle_tick(now));
+        let _ = self.flush(now);
     }
 
     /// A driver session that stored objects ended: its capability is revoked
@@ -437,6 +454,7 @@ impl Actor for HeadActor {
             pending: Vec::new(),
             flush_scheduled: false,
             reports: report::ReportCache::new(),
+            last_tick: None,
         })
     }
 

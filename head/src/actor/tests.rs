@@ -130,6 +130,7 @@ async fn connect(
             session_id: SESSION,
             commands,
             pending_logs: Arc::new(DashMap::new()),
+            heard_at: Arc::new(AtomicU64::new(0)),
         },
     );
     call(actor, |reply| {

@@ -2,16 +2,20 @@
 //! and handed to the actor in batches (one commit each), and the head's
 //! commands written back, until the stream ends or the actor refuses.
 //!
-//! Node loss is judged by the core from missed heartbeats, not by this stream.
+//! Node loss is judged by the core from missed heartbeats, not by this stream:
+//! the reader notes when it last read a frame (`NodeSessionHandle::heard_at`),
+//! which the actor hands the core at every tick, and the session's end is
+//! reported to the actor (a trouble for the node's gangs unless it drained).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
 use quinn::{Connection, RecvStream, SendStream};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
+use xp_runtime::clock::{Clock, SystemClock};
 use xp_runtime::frame;
 use xp_runtime::ids::NodeId;
 use xp_runtime::protocol::{
@@ -38,12 +42,14 @@ pub(super) async fn run_node_session(
         let session_id = context.counter.fetch_add(1, Ordering::Relaxed);
         let (commands_tx, commands_rx) = mpsc::unbounded_channel::<HeadCommand>();
         let pending_logs = Arc::new(DashMap::new());
+        let heard_at = Arc::new(AtomicU64::new(SystemClock.now()));
         context.sessions.insert(
             node_id,
             NodeSessionHandle {
                 session_id,
                 commands: commands_tx,
                 pending_logs: pending_logs.clone(),
+                heard_at: heard_at.clone(),
             },
         );
         if let Err(error) = call(&context.head, |reply| {
@@ -70,7 +76,10 @@ pub(super) async fn run_node_session(
         let reader = read_node_messages(
             connection.clone(),
             recv,
-            pending_logs,
+            Heard {
+                at: heard_at,
+                pending_logs,
+            },
             batch_tx,
             context.shutdown.clone(),
         );
@@ -162,12 +171,21 @@ async fn forward_batches(
     }
 }
 
+/// Where the reader leaves what it heard outside the batch queue.
+struct Heard {
+    /// When it last read a frame.
+    at: Arc<AtomicU64>,
+    /// Log reads waiting for their answer.
+    pending_logs: Arc<DashMap<u64, LogWaiter>>,
+}
+
 /// Reads a node's session stream until it ends: log answers go to their
-/// waiters, everything else to the batch queue.
+/// waiters, everything else to the batch queue; every frame read is a sign
+/// of life.
 async fn read_node_messages(
     connection: Connection,
     mut recv: RecvStream,
-    pending_logs: Arc<DashMap<u64, LogWaiter>>,
+    heard: Heard,
     batches: mpsc::Sender<NodeMessage>,
     shutdown: CancellationToken,
 ) {
@@ -176,9 +194,12 @@ async fn read_node_messages(
             () = shutdown.cancelled() => break,
             message = frame::read_message(&mut recv) => message,
         };
+        if matches!(message, Ok(Some(_))) {
+            heard.at.fetch_max(SystemClock.now(), Ordering::Relaxed);
+        }
         match message {
             Ok(Some(Message::FromNode(NodeMessage::Logs { request_id, result }))) => {
-                if let Some((_, waiter)) = pending_logs.remove(&request_id) {
+                if let Some((_, waiter)) = heard.pending_logs.remove(&request_id) {
                     let _ = waiter.send(result);
                 }
             }

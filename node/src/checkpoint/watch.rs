@@ -136,7 +136,7 @@ impl CheckpointWatch {
         };
         if key.rank != 0 {
             debug!(worker = %key, "checkpoint line of a rank other than 0 not stored");
-            let verdict = "not stored: only rank 0's checkpoints are kept (data-parallel ranks hold the same state)";
+            let verdict = "ignored: only rank 0's checkpoints are kept (data-parallel ranks hold the same state)";
             leave_verdict(&self.sink, step, verdict).await;
             return true;
         }
@@ -145,11 +145,11 @@ impl CheckpointWatch {
         let outcome = take_and_back_up(&self.sink, key, step).await;
         let take_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.in_flight.set(false);
-        let note = match outcome {
+        let (note, verdict) = match outcome {
             Ok((files, backup)) => {
                 let bytes: u64 = files.iter().map(|file| file.size).sum();
-                let note = format!(
-                    "xp-node: checkpoint at step {step} stored ({} files, {bytes} bytes{})\n",
+                let what = format!(
+                    "{} files, {bytes} bytes{}",
                     files.len(),
                     if backup.is_some() { ", backed up" } else { "" }
                 );
@@ -160,38 +160,35 @@ impl CheckpointWatch {
                     backup,
                     take_ms,
                 });
-                note
+                (
+                    format!("xp-node: checkpoint at step {step} stored ({what})\n"),
+                    format!("stored: checkpoint at step {step} ({what})"),
+                )
             }
             Err(error) => {
                 warn!(worker = %key, step, %error, "checkpoint not stored");
-                format!("xp-node: checkpoint at step {step} NOT stored: {error}\n")
+                (
+                    format!("xp-node: checkpoint at step {step} NOT stored: {error}\n"),
+                    format!("error: checkpoint at step {step} not stored: {error}"),
+                )
             }
         };
         if let Some(log) = log {
-            log.write(note.clone().into_bytes()).await;
+            log.write(note.into_bytes()).await;
         }
-        leave_verdict(&self.sink, step, note.trim_end()).await;
+        leave_verdict(&self.sink, step, &verdict).await;
         true
     }
 }
 
-/// The verdict file's text for a log note: without the `xp-node: ` prefix, and
-/// starting with `error: ` when the checkpoint was not stored.
-fn verdict_text(note: &str) -> String {
-    let verdict = note.trim_start_matches("xp-node: ");
-    if verdict.contains("NOT stored") {
-        format!("error: {verdict}")
-    } else {
-        verdict.to_owned()
-    }
-}
-
-/// Writes the verdict on the checkpoint of `step` where the worker looks for it;
-/// atomically, so it never reads half of one. The directory is the worker's, so
+/// Writes the verdict on the checkpoint of `step` where the worker looks for it:
+/// `stored: ...`, `error: ...` or, for a rank other than 0, `ignored: ...`
+/// (documented in docs/guide/checkpoints.md); atomically, so it never reads
+/// half of one. The directory is the worker's, so
 /// nothing there is followed (`isolation::fs`): a link in place of the status
 /// directory is refused, one in place of the file is replaced.
-async fn leave_verdict(sink: &CheckpointSink, step: u64, note: &str) {
-    let verdict = verdict_text(note);
+async fn leave_verdict(sink: &CheckpointSink, step: u64, verdict: &str) {
+    let verdict = verdict.to_owned();
     let dir = sink.status_dir.clone();
     let owner = sink.owner;
     let write = tokio::task::spawn_blocking(move || {
@@ -236,25 +233,4 @@ async fn take_and_back_up(
         }
     })
     .await?
-}
-
-#[cfg(test)]
-mod tests {
-    use super::verdict_text;
-
-    #[test]
-    fn a_verdict_drops_the_log_prefix_and_flags_a_failure() {
-        assert_eq!(
-            verdict_text("xp-node: checkpoint at step 3 stored (1 files, 9 bytes)"),
-            "checkpoint at step 3 stored (1 files, 9 bytes)"
-        );
-        assert_eq!(
-            verdict_text("xp-node: checkpoint at step 1 NOT stored: store full"),
-            "error: checkpoint at step 1 NOT stored: store full"
-        );
-        assert_eq!(
-            verdict_text("not stored: only rank 0's checkpoints are kept"),
-            "not stored: only rank 0's checkpoints are kept"
-        );
-    }
 }
