@@ -25,55 +25,6 @@ priority_classes: {low: 0, high: 100}
 preemption: {grace_period: 20s, min_run_time: 2s}
 ";
 
-/// The trainable's data set and update (`examples/trainables.rs`), run on
-/// one process from the start: what a run that never resized ends with after
-/// `steps` steps.
-fn never_resized(steps: u64) -> [f64; 5] {
-    let sample = |index: u64| {
-        let mix = |salt: u64| {
-            let mut z = DATA_SEED
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                .wrapping_add(index.wrapping_mul(0xBF58_476D_1CE4_E5B9))
-                .wrapping_add(salt.wrapping_mul(0x94D0_49BB_1331_11EB));
-            z ^= z >> 31;
-            z = z.wrapping_mul(0xD6E8_FEB8_6659_FD93);
-            z ^ (z >> 29)
-        };
-        let truth = [0.5, -0.25, 0.75, 1.0];
-        let mut features = [0.0; 4];
-        let mut target = 0.125 + ((mix(99) % 16) as f64 - 8.0) / 256.0;
-        for (feature, (value, weight)) in features.iter_mut().zip(truth).enumerate() {
-            *value = (mix(feature as u64) % 64) as f64 / 64.0 - 0.5;
-            target += weight * *value;
-        }
-        (features, target)
-    };
-    let quantum = f64::from(1u32 << 24);
-    let round = |value: f64| (value * quantum).round() / quantum;
-    let mut params = [0.0f64; 5];
-    for step in 0..steps {
-        let mut sum = [0.0f64; 5];
-        for position in 0..BATCH {
-            let (features, target) = sample((step * BATCH + position) % 256);
-            let prediction = params[4]
-                + features
-                    .iter()
-                    .zip(&params)
-                    .map(|(x, w)| x * w)
-                    .sum::<f64>();
-            let error = prediction - target;
-            for (total, x) in sum.iter_mut().zip(features) {
-                *total += round(error * x);
-            }
-            sum[4] += round(error);
-        }
-        for (param, part) in params.iter_mut().zip(sum) {
-            *param -= 0.125 * (part / BATCH as f64);
-        }
-    }
-    params
-}
-
 /// Shown when the test fails: where the trial stood.
 #[expect(clippy::print_stderr, reason = "where the trial stood, for a failure")]
 fn show(text: &str) {
@@ -158,7 +109,7 @@ fn an_elastic_trial_grows_shrinks_and_ends_as_if_never_resized() {
     let trial = &trials(&done)[0];
     check_resizes_resumed_and_never_preempted(&done, before_growth.min(grown));
     // The same parameters as one process that never resized.
-    check_same_as_never_resized(trial);
+    common::sgd::check_same_as_never_resized(trial, STEPS, BATCH, DATA_SEED);
     // `xp status TRIAL` shows each size and why it changed.
     let trial_id = trial["id"].as_str().expect("an id");
     let text = cluster.must_xp(&["status", trial_id]);
@@ -262,29 +213,5 @@ fn check_resizes_resumed_and_never_preempted(done: &Value, first_resumable: u64)
             .iter()
             .all(|attempt| attempt["outcome"] != "preempted"),
         "{done:#}"
-    );
-}
-
-/// The trial's final parameters equal one process's that never resized. The
-/// trainable's sums are exact, so the runs agree bit for bit; the values
-/// travel as JSON (metric line, then `xp status --json`), whose float parsing
-/// is best-effort to the last bit, so they are compared to 1e-12.
-fn check_same_as_never_resized(trial: &Value) {
-    let expected = never_resized(STEPS);
-    for (name, expected) in ["w0", "w1", "w2", "w3", "b"].iter().zip(expected) {
-        let got = trial["metrics"][name].as_f64().expect("a final parameter");
-        assert!(
-            (got - expected).abs() <= 1e-12 * expected.abs().max(1.0),
-            "{name}: {got} after resizes vs {expected} never resized"
-        );
-    }
-    // The tolerance still tells a step lost or repeated.
-    let one_short = never_resized(STEPS - 1);
-    assert!(
-        expected
-            .iter()
-            .zip(one_short)
-            .any(|(all, short)| (all - short).abs() > 1e-9),
-        "{expected:?} vs {one_short:?}"
     );
 }

@@ -105,8 +105,8 @@ pub struct CoreConfig {
 impl Default for CoreConfig {
     fn default() -> Self {
         Self {
-            node_timeout_ms: 10_000,
-            heartbeat_interval_ms: 1_000,
+            node_timeout_ms: 3_000,
+            heartbeat_interval_ms: 500,
             rendezvous_key: [0; 32],
             object_key: xp_runtime::protocol::CapabilityKey::from_bytes([0; 32]),
             node_return_ms: xp_runtime::protocol::NODE_RETURN_BOUND.as_millis() as u64,
@@ -121,7 +121,7 @@ impl CoreConfig {
     /// allowance the head gives any node between two signs of life. Until then
     /// the node's workers are held as they were, so that what they finished or
     /// still run while the head was away is adopted, not redone. With the
-    /// defaults: 12 s + 10 s = 22 s.
+    /// defaults: 12 s + 3 s = 15 s.
     pub fn restart_grace_ms(&self) -> u64 {
         self.node_return_ms.saturating_add(self.node_timeout_ms)
     }

@@ -37,10 +37,11 @@ enum Command {
         /// The host name or address to put in the join string.
         #[arg(long)]
         advertise: Option<String>,
-        /// A node silent this long is lost and its trials are retried elsewhere.
+        /// A node silent this long is lost and its trials are retried elsewhere
+        /// (nodes send a heartbeat every sixth of it, between 100 ms and 1 s).
         /// After the head restarts, a node it knew gets this plus the time a node
         /// takes to notice and reconnect (12 s) to come back before it is lost.
-        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "3s", value_parser = parse_node_timeout)]
         node_timeout: Duration,
         /// The most changes one commit of the database holds: what arrives while
         /// a commit runs is stored by the next one, with one disk sync. 1 stores
@@ -126,6 +127,7 @@ async fn main() -> anyhow::Result<()> {
                 advertise_host: advertise,
                 core: CoreConfig {
                     node_timeout_ms: node_timeout.as_millis() as u64,
+                    heartbeat_interval_ms: (node_timeout.as_millis() as u64 / 6).clamp(100, 1_000),
                     ..CoreConfig::default()
                 },
                 policy,
@@ -313,4 +315,14 @@ fn read_policy(name: &str) -> anyhow::Result<(String, String)> {
     PolicyConfig::from_yaml(&yaml)
         .with_context(|| format!("the policy file {} is invalid", path.display()))?;
     Ok((yaml, path.display().to_string()))
+}
+
+/// A node timeout: a duration of at least a second (six heartbeats of at
+/// least 100 ms each must fit in it).
+fn parse_node_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = humantime::parse_duration(text).map_err(|error| error.to_string())?;
+    if timeout < Duration::from_secs(1) {
+        return Err(format!("{text} is too short: at least 1s"));
+    }
+    Ok(timeout)
 }

@@ -10,6 +10,7 @@
 )]
 
 pub(crate) mod netns;
+pub(crate) mod sgd;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};

@@ -291,6 +291,13 @@ impl NetnsCluster {
         node.wait().expect("reap the node");
     }
 
+    /// Cuts machine `name` off the network (`ip link set eth0 down` in its
+    /// namespace): its processes live on, unreachable.
+    pub(crate) fn cut_network(&self, name: &str) {
+        let namespace = &self.hosts[name].namespace;
+        ip(&["-n", namespace, "link", "set", "eth0", "down"]).expect("cut the machine off");
+    }
+
     /// The data directory of node `name`.
     pub(crate) fn node_dir(&self, name: &str) -> PathBuf {
         self.dir.path().join(format!("node-{name}"))

@@ -1,0 +1,294 @@
+//! A data-parallel gang outlives its nodes (issue 27): with real processes on
+//! separate machines (network namespaces, `common::netns`), a two-worker gang
+//! whose node is killed with SIGKILL after a replicated checkpoint, or cut
+//! off the network, ends `succeeded` with attempt 1 `lost: node N lost`
+//! (no retry used, `max_retries: 0`), attempt 2 resumed from that checkpoint,
+//! the final value bit-identical to an uninterrupted run, and `xp report`
+//! booking the loss under `node_loss`. The gangs: a command whose ranks
+//! exchange a number each step over TCP on `MASTER_ADDR:MASTER_PORT` and exit
+//! 1 as soon as the peer's connection drops (as gloo and NCCL do;
+//! `tests/gang/exchange.py`), xp's own all-reduce (`elastic_sgd`), an elastic
+//! gang that shrinks to its one survivor, and PyTorch DDP over gloo where
+//! torch is installed. A gang whose code fails on every rank, all nodes
+//! healthy, still ends `failed`.
+//!
+//! Each prints how long after the fault the head ended the attempt (the
+//! detection time). These skip, saying why, where namespaces cannot be made
+//! (not root).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::netns::NetnsCluster;
+use common::{trials, wait_until};
+use serde_json::Value;
+
+/// The command gang's program.
+const EXCHANGE: &str = include_str!("gang/exchange.py");
+/// Its steps, and the step the fault comes after.
+const STEPS: u64 = 40;
+const FAULT_AFTER: u64 = 8;
+
+/// What the command gang ends with when nothing interrupts it.
+fn exchange_final(steps: u64) -> f64 {
+    (1..=steps).fold(0.5, |value, step| {
+        let sum = step % 7 + (step * 2) % 7;
+        value * 0.999 + sum as f64 / 1000.0
+    })
+}
+
+/// A head and one-GPU nodes on machines `hosts`, with the default node timeout.
+fn cluster_of(hosts: &[&str]) -> Option<NetnsCluster> {
+    let mut cluster = NetnsCluster::start(hosts, "3s")?;
+    for host in hosts {
+        cluster.start_node(host, 1, 2, &[]);
+    }
+    cluster.wait_for_nodes(hosts.len());
+    Some(cluster)
+}
+
+/// When the fault is made, to measure how long the head takes to end the
+/// attempt.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "measures the detection time the test reports"
+)]
+fn started() -> Instant {
+    Instant::now()
+}
+
+#[expect(clippy::print_stderr, reason = "the measurement the test reports")]
+fn say(text: &str) {
+    eprintln!("{text}");
+}
+
+/// Submits the command gang (`fail_at` makes every rank fail before that step).
+fn submit_exchange(cluster: &NetnsCluster, step_ms: u64, fail_at: Option<u64>) -> String {
+    let program = cluster.write_file("exchange.py", EXCHANGE);
+    let fail = fail_at.map_or_else(String::new, |step| format!(", '{step}'"));
+    let yaml = format!(
+        "name: exchange\nteam: tests\ntrial:\n  command: [python3, {}, '{{steps}}', '{{step_ms}}'{fail}]\n  workers: 2\n  resources: {{gpu: 1, cpu: 0.5}}\nsearch:\n  algorithm: grid\n  space:\n    steps: {{choice: [{STEPS}]}}\n    step_ms: {{choice: [{step_ms}]}}\n",
+        program.display()
+    );
+    let path = cluster.write_file("exchange.yaml", &yaml);
+    cluster
+        .must_xp(&["submit", path.to_str().expect("a UTF-8 path")])
+        .trim()
+        .to_owned()
+}
+
+/// Submits `elastic_sgd` through the trainables driver with `workers`.
+fn submit_sgd(cluster: &NetnsCluster, workers: &str) -> String {
+    let yaml = format!(
+        "name: sgd\nteam: tests\ntrial:\n  entry: elastic_sgd\n  workers: {workers}\n  resources: {{cpu: 1, gpu: 1}}\nsearch:\n  algorithm: grid\n  space:\n    steps: {{choice: [{SGD_STEPS}]}}\n    every: {{choice: [1]}}\n    batch: {{choice: [{SGD_BATCH}]}}\n    step_ms: {{choice: [300]}}\n    data_seed: {{choice: [{SGD_SEED}]}}\n"
+    );
+    let path = cluster.write_file("sgd.yaml", &yaml);
+    let path = path.to_str().expect("a UTF-8 path");
+    cluster.run_driver("examples/trainables", &["submit", "--spec", path])
+}
+
+const SGD_STEPS: u64 = 60;
+const SGD_BATCH: u64 = 16;
+const SGD_SEED: u64 = 5;
+
+/// Waits until the newest checkpoint is at `step` or later and held by two
+/// nodes; returns its step.
+fn wait_replicated_checkpoint(cluster: &NetnsCluster, experiment: &str, step: u64) -> u64 {
+    wait_until(
+        &format!("a checkpoint at step {step}+ on two machines"),
+        Duration::from_secs(120),
+        || {
+            let listed = cluster.must_xp(&["checkpoints", experiment, "--json"]);
+            let newest: Value = serde_json::from_str(listed.lines().last()?).ok()?;
+            let at = newest["step"].as_u64()?;
+            (at >= step
+                && newest["replicas"].as_array()?.len() == 2
+                && newest["replicated"] == true)
+                .then_some(at)
+        },
+    )
+}
+
+/// The machine running rank `rank` of the first attempt.
+fn machine_of_rank(cluster: &NetnsCluster, experiment: &str, rank: usize) -> (String, String) {
+    let status = cluster.status(experiment);
+    let node = trials(&status)[0]["attempts"][0]["nodes"][rank]
+        .as_str()
+        .expect("a node id")
+        .to_owned();
+    (cluster.node_named(&node), node)
+}
+
+/// Waits until the first attempt has an outcome; returns it, having said how
+/// long after `fault` it came.
+fn first_outcome_after(
+    cluster: &NetnsCluster,
+    experiment: &str,
+    fault: Instant,
+    what: &str,
+) -> String {
+    let outcome = wait_until("attempt 1's outcome", Duration::from_secs(60), || {
+        let status = cluster.status(experiment);
+        trials(&status)[0]["attempts"][0]["outcome"]
+            .as_str()
+            .map(str::to_owned)
+    });
+    say(&format!(
+        "{what}: attempt 1 ended {:.1} s later: {outcome}",
+        fault.elapsed().as_secs_f64()
+    ));
+    outcome
+}
+
+/// The trial succeeded after its first attempt was lost to `node`, without a
+/// retry, resumed from `checkpoint` or later, and `xp report` books the loss
+/// under `node_loss`; returns the trial.
+fn check_lost_then_resumed(
+    cluster: &NetnsCluster,
+    experiment: &str,
+    node: &str,
+    checkpoint: u64,
+) -> Value {
+    let status = cluster.wait_finished(experiment, Duration::from_secs(240));
+    assert_eq!(status["state"], "succeeded", "{status:#}");
+    let trial = trials(&status)[0].clone();
+    let attempts = trial["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 2, "{status:#}");
+    let outcome = attempts[0]["outcome"].as_str().unwrap_or_default();
+    assert_eq!(outcome, format!("lost: node {node} lost"), "{status:#}");
+    assert_eq!(attempts[1]["outcome"], "succeeded", "{status:#}");
+    let resumed = attempts[1]["resumed_from"]["step"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("attempt 2 resumed from a checkpoint: {status:#}"));
+    assert!(
+        resumed >= checkpoint,
+        "resumed from {resumed}, not {checkpoint}+"
+    );
+    assert!(
+        !attempts[1]["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .any(|at| at == node),
+        "placed on healthy nodes only: {status:#}"
+    );
+    let report = cluster.must_xp(&["report", "--experiment", experiment, "--json"]);
+    let report: Value = serde_json::from_str(report.trim()).expect("a JSON report");
+    let lost = &report["lost_by_cause"];
+    assert!(lost["node_loss"].as_f64() > Some(0.0), "{report:#}");
+    assert_eq!(lost["failure"].as_f64(), Some(0.0), "{report:#}");
+    trial
+}
+
+/// The command gang, with its rank `rank`'s machine killed (or, with `cut`,
+/// cut off the network) after a replicated checkpoint.
+fn command_gang_survives(rank: usize, cut: bool) {
+    let Some(mut cluster) = cluster_of(&["a", "b", "c"]) else {
+        return;
+    };
+    let experiment = submit_exchange(&cluster, 250, None);
+    let checkpoint = wait_replicated_checkpoint(&cluster, &experiment, FAULT_AFTER);
+    let (machine, node) = machine_of_rank(&cluster, &experiment, rank);
+    let fault = started();
+    if cut {
+        cluster.cut_network(&machine);
+    } else {
+        cluster.kill_node(&machine);
+    }
+    let what = format!(
+        "command gang, rank {rank}'s node {}",
+        if cut { "cut off" } else { "killed" }
+    );
+    first_outcome_after(&cluster, &experiment, fault, &what);
+    let trial = check_lost_then_resumed(&cluster, &experiment, &node, checkpoint);
+    let value = trial["metrics"]["final"].as_f64().expect("a final value");
+    assert_eq!(
+        value.to_bits(),
+        exchange_final(STEPS).to_bits(),
+        "resumed {value} vs uninterrupted {}",
+        exchange_final(STEPS)
+    );
+}
+
+#[test]
+fn a_command_gang_resumes_after_rank_0_s_node_is_killed() {
+    command_gang_survives(0, false);
+}
+
+#[test]
+fn a_command_gang_resumes_after_rank_1_s_node_is_killed() {
+    command_gang_survives(1, false);
+}
+
+#[test]
+fn a_command_gang_resumes_after_rank_0_s_node_is_cut_off() {
+    command_gang_survives(0, true);
+}
+
+#[test]
+fn a_gang_on_xp_s_all_reduce_resumes_after_rank_0_s_node_is_killed() {
+    let Some(mut cluster) = cluster_of(&["a", "b", "c"]) else {
+        return;
+    };
+    let experiment = submit_sgd(&cluster, "2");
+    let checkpoint = wait_replicated_checkpoint(&cluster, &experiment, FAULT_AFTER);
+    let (machine, node) = machine_of_rank(&cluster, &experiment, 0);
+    let fault = started();
+    cluster.kill_node(&machine);
+    first_outcome_after(
+        &cluster,
+        &experiment,
+        fault,
+        "xp all-reduce gang, rank 0's node killed",
+    );
+    let trial = check_lost_then_resumed(&cluster, &experiment, &node, checkpoint);
+    common::sgd::check_same_as_never_resized(&trial, SGD_STEPS, SGD_BATCH, SGD_SEED);
+}
+
+#[test]
+fn an_elastic_gang_shrinks_to_its_one_survivor() {
+    let Some(mut cluster) = cluster_of(&["a", "b"]) else {
+        return;
+    };
+    let experiment = submit_sgd(&cluster, "{min: 1, max: 2}");
+    let checkpoint = wait_replicated_checkpoint(&cluster, &experiment, FAULT_AFTER);
+    let (machine, node) = machine_of_rank(&cluster, &experiment, 1);
+    let fault = started();
+    cluster.kill_node(&machine);
+    first_outcome_after(
+        &cluster,
+        &experiment,
+        fault,
+        "elastic gang, rank 1's node killed",
+    );
+    let trial = check_lost_then_resumed(&cluster, &experiment, &node, checkpoint);
+    let survivors = trial["attempts"][1]["nodes"].as_array().expect("nodes");
+    assert_eq!(survivors.len(), 1, "{trial:#}");
+    common::sgd::check_same_as_never_resized(&trial, SGD_STEPS, SGD_BATCH, SGD_SEED);
+}
+
+#[test]
+fn a_gang_whose_code_fails_on_every_rank_with_all_nodes_healthy_still_fails() {
+    let Some(cluster) = cluster_of(&["a", "b"]) else {
+        return;
+    };
+    let experiment = submit_exchange(&cluster, 100, Some(3));
+    let status = cluster.wait_finished(&experiment, Duration::from_secs(120));
+    assert_eq!(status["state"], "failed", "{status:#}");
+    let trial = &trials(&status)[0];
+    let attempts = trial["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 1, "no retries: {status:#}");
+    let outcome = attempts[0]["outcome"].as_str().unwrap_or_default();
+    assert!(
+        outcome.starts_with("failed: rank ") && outcome.ends_with(" exited with status 1"),
+        "{status:#}"
+    );
+    let report = cluster.must_xp(&["report", "--experiment", &experiment, "--json"]);
+    let report: Value = serde_json::from_str(report.trim()).expect("a JSON report");
+    assert_eq!(
+        report["lost_by_cause"]["node_loss"].as_f64(),
+        Some(0.0),
+        "{report:#}"
+    );
+}
