@@ -43,6 +43,7 @@ pub mod dashboard;
 mod error;
 mod front;
 mod gang_faults;
+pub mod importance;
 mod launch;
 mod leases;
 pub mod metrics;
