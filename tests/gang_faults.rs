@@ -292,3 +292,85 @@ fn a_gang_whose_code_fails_on_every_rank_with_all_nodes_healthy_still_fails() {
         "{report:#}"
     );
 }
+
+/// PyTorch's DDP program.
+const DDP: &str = include_str!("gang/ddp.py");
+const DDP_STEPS: u64 = 30;
+
+/// An interpreter that imports torch (`XP_TEST_TORCH_PYTHON`, else
+/// `python3`), or why there is none.
+fn torch_python() -> Result<String, String> {
+    let python = std::env::var("XP_TEST_TORCH_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    match std::process::Command::new(&python)
+        .args(["-c", "import torch"])
+        .output()
+    {
+        Ok(output) if output.status.success() => Ok(python),
+        Ok(output) => Err(format!(
+            "{python} cannot import torch: {}",
+            String::from_utf8_lossy(&output.stderr)
+                .lines()
+                .last()
+                .unwrap_or_default()
+        )),
+        Err(error) => Err(format!("cannot run {python}: {error}")),
+    }
+}
+
+/// Submits the DDP gang as experiment `name` with `python` (with `--rerun`,
+/// so that it does not reuse the identical trial of an earlier one).
+fn submit_ddp(cluster: &NetnsCluster, python: &str, name: &str) -> String {
+    let program = cluster.write_file("ddp.py", DDP);
+    let yaml = format!(
+        "name: {name}\nteam: tests\ntrial:\n  command: [{python}, {}, '{{steps}}', '200']\n  workers: 2\n  resources: {{gpu: 1, cpu: 1}}\nsearch:\n  algorithm: grid\n  space:\n    steps: {{choice: [{DDP_STEPS}]}}\n",
+        program.display()
+    );
+    let path = cluster.write_file(&format!("{name}.yaml"), &yaml);
+    cluster
+        .must_xp(&["submit", "--rerun", path.to_str().expect("a UTF-8 path")])
+        .trim()
+        .to_owned()
+}
+
+/// The parameters the DDP gang reported at its end.
+fn ddp_parameters(trial: &Value) -> Vec<u64> {
+    (0..9)
+        .map(|index| {
+            trial["metrics"][format!("p{index}")]
+                .as_f64()
+                .unwrap_or_else(|| panic!("parameter p{index}: {trial:#}"))
+                .to_bits()
+        })
+        .collect()
+}
+
+#[test]
+fn pytorch_ddp_over_gloo_resumes_after_rank_0_s_node_is_killed() {
+    let python = match torch_python() {
+        Ok(python) => python,
+        Err(reason) => {
+            say(&format!("skipped: {reason}"));
+            return;
+        }
+    };
+    let Some(mut cluster) = cluster_of(&["a", "b", "c"]) else {
+        return;
+    };
+    let reference = submit_ddp(&cluster, &python, "ddp-uninterrupted");
+    let reference = cluster.wait_finished(&reference, Duration::from_secs(240));
+    assert_eq!(reference["state"], "succeeded", "{reference:#}");
+    let expected = ddp_parameters(&trials(&reference)[0]);
+    let experiment = submit_ddp(&cluster, &python, "ddp");
+    let checkpoint = wait_replicated_checkpoint(&cluster, &experiment, FAULT_AFTER);
+    let (machine, node) = machine_of_rank(&cluster, &experiment, 0);
+    let fault = started();
+    cluster.kill_node(&machine);
+    first_outcome_after(
+        &cluster,
+        &experiment,
+        fault,
+        "PyTorch DDP over gloo, rank 0's node killed",
+    );
+    let trial = check_lost_then_resumed(&cluster, &experiment, &node, checkpoint);
+    assert_eq!(ddp_parameters(&trial), expected, "{trial:#}");
+}
