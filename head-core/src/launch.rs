@@ -276,6 +276,7 @@ impl HeadCore {
                     collect_outputs: self.is_stage_experiment(trial.id.experiment),
                     oversubscription_milli,
                     object_capability: None,
+                    command_dir: spec.trial.command_dir.clone(),
                 },
             ));
             *local_rank += 1;

@@ -5,8 +5,8 @@
 //! Nothing here places work: a submission changes state and then lets
 //! `schedule` run.
 //!
-//! Invariants: an experiment's id is a content hash of its spec (without the local
-//! program path), code (and binary) and data versions plus a run number, so an
+//! Invariants: an experiment's id is a content hash of its spec (without its local
+//! paths: the program and the command directory), code (and binary) and data versions plus a run number, so an
 //! identical submission finds its newest run and reuses it unless asked to rerun
 //! or that run was cancelled; a trial reuses a finished result only when its trial
 //! identity (team, template, config, code, data) matches a trial that succeeded
@@ -46,11 +46,12 @@ fn check_submission(spec: &ExperimentSpec, request: &SubmitRequest) -> Result<()
     Ok(())
 }
 
-/// The experiment's identity: its config without the local program path, the
+/// The experiment's identity: its config without its local paths, the
 /// code version (with the binary's hash for `entry` trials) and the data version.
 fn content_hash(spec: &ExperimentSpec, request: &SubmitRequest) -> [u8; 32] {
     let mut identity_spec = spec.clone();
     identity_spec.trial.program = None;
+    identity_spec.trial.command_dir = None;
     let code_identity = match request.program {
         Some(program) => format!("{}|binary:{program}", request.code_version),
         None => request.code_version.clone(),
@@ -201,6 +202,7 @@ impl HeadCore {
         let spec = self.book.spec(experiment);
         let mut template = spec.trial.clone();
         template.program = None;
+        template.command_dir = None;
         let template = serde_json::to_string(&template).expect("a trial spec serialises");
         let code = match record.program {
             Some(program) => format!("{}|binary:{program}", record.code_version),

@@ -70,8 +70,14 @@ impl HeadCore {
                 self.worker_launch_failed(now, reporter, &error);
             }
             WorkerReport::Exited { code, signal, .. } => {
-                self.worker_exited(now, reporter, code, signal);
+                self.worker_exited(now, reporter, (code, signal), "");
             }
+            WorkerReport::ExitedWithStderr {
+                code,
+                signal,
+                stderr_tail,
+                ..
+            } => self.worker_exited(now, reporter, (code, signal), &stderr_tail),
             WorkerReport::OomKilled {
                 code,
                 signal,
@@ -240,14 +246,16 @@ impl HeadCore {
 
     /// The worker's process exited: the attempt succeeds when every rank exited
     /// with status 0, and fails (or, when preempting, is gone) on any other
-    /// exit; a gang across nodes has that exit judged once its nodes are
+    /// exit, its outcome saying how with the last lines of the rank's stderr
+    /// (`stderr_tail`, bounded again here: a node's word is not trusted to be
+    /// small); a gang across nodes has that exit judged once its nodes are
     /// (`gang_faults`).
     fn worker_exited(
         &mut self,
         now: UnixMillis,
         reporter: Reporter,
-        code: Option<i32>,
-        signal: Option<i32>,
+        (code, signal): (Option<i32>, Option<i32>),
+        stderr_tail: &str,
     ) {
         let Reporter {
             key,
@@ -290,7 +298,11 @@ impl HeadCore {
                 self.preempted_worker_gone(now, key);
             }
         } else {
-            let how = super::gang_faults::exit_words(key.rank, code, signal);
+            let mut how = super::gang_faults::exit_words(key.rank, code, signal);
+            let stderr_tail = xp_runtime::stderr_tail::tail_of(stderr_tail.as_bytes());
+            if !stderr_tail.is_empty() {
+                how = format!("{how}: {stderr_tail}");
+            }
             if !self.hold_gang_exit(now, key, &how) {
                 self.fail_attempt(now, key, how);
             }

@@ -20,6 +20,7 @@ pub(crate) fn is_final(report: &WorkerReport) -> bool {
     matches!(
         report,
         WorkerReport::Exited { .. }
+            | WorkerReport::ExitedWithStderr { .. }
             | WorkerReport::LaunchFailed { .. }
             | WorkerReport::Stopped { .. }
             | WorkerReport::Refused { .. }

@@ -93,11 +93,13 @@ pub(crate) fn solo_worker(
         collect_outputs: false,
         oversubscription_milli: 1000,
         object_capability: None,
+        command_dir: None,
     };
     let work_dir = dir.join("work");
     let command = WorkerCommand {
         program: PathBuf::from(&argv[0]),
         args: argv[1..].to_vec(),
+        path_args: Vec::new(),
         extra_env: Vec::new(),
         log_path,
         checkpoint: CheckpointSink::new(store.clone(), &work_dir, None),

@@ -33,6 +33,7 @@ pub mod rendezvous;
 pub mod report;
 pub mod seeded;
 pub mod spec;
+pub mod stderr_tail;
 #[cfg(feature = "net")]
 pub mod task;
 #[cfg(feature = "net")]

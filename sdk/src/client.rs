@@ -75,8 +75,9 @@ const MAX_GET_BYTES: u64 = 16 << 30;
 pub struct SubmitOptions {
     /// Run again even if an identical experiment finished.
     pub rerun: bool,
-    /// The directory `code`, `data` and `program` paths are relative to (the spec
-    /// file's directory); the current directory when absent.
+    /// The directory `code`, `data` and `program` paths, and a command's
+    /// relative paths (`trial.command_dir`), are relative to (the spec file's
+    /// directory); the current directory when absent.
     pub base_dir: Option<PathBuf>,
     /// How long to keep retrying while the head refuses because the team has too
     /// many pending trials (backing off exponentially, with jitter); `None` waits
@@ -180,6 +181,11 @@ impl Client {
             None => "none".to_owned(),
         };
         let data = data_version(&base, &spec.data)?;
+        // Workers run in their own directories: a command's relative paths
+        // are found where it was submitted from.
+        let mut spec = spec.clone();
+        let absolute_base = std::path::absolute(&base).unwrap_or_else(|_| base.clone());
+        spec.trial.fill_command_dir(&absolute_base);
         let program = match &spec.trial.entry {
             Some(_) => {
                 let path = match &spec.trial.program {

@@ -383,6 +383,7 @@ fn launch() -> Message {
         collect_outputs: true,
         oversubscription_milli: 1500,
         object_capability: Some(Box::new(capability())),
+        command_dir: Some("/home/someone/project".to_owned()),
     })))
 }
 

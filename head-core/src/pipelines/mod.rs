@@ -909,6 +909,8 @@ pub(super) fn stage_identity(
     let mut own = stage.clone();
     // When it is expected to end changes nothing it computes.
     own.estimate = None;
+    // Where the submitter's copy of the code lies is not what it computes.
+    own.trial.command_dir = None;
     let own = serde_json::to_string(&own).expect("a stage spec serialises");
     let mut hasher = blake3::Hasher::new_derive_key("xp pipeline stage identity v2");
     let mut part = |bytes: &[u8]| {

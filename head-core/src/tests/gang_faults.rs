@@ -239,3 +239,105 @@ fn a_restarted_head_holds_the_exit_again_until_the_nodes_have_come_back() {
     assert_eq!(trial.failures, 0);
     core.check_invariants();
 }
+
+/// Reports that `key`'s worker on `node` exited with `code`, its stderr ending
+/// with `stderr_tail`.
+fn exited_saying(
+    core: &mut HeadCore,
+    now: u64,
+    node: NodeId,
+    key: WorkerKey,
+    code: i32,
+    stderr_tail: &str,
+) {
+    report(
+        core,
+        now,
+        node,
+        WorkerReport::ExitedWithStderr {
+            key,
+            code: Some(code),
+            signal: None,
+            stderr_tail: stderr_tail.to_owned(),
+        },
+    );
+}
+
+#[test]
+fn a_failed_exit_keeps_the_end_of_its_stderr_in_the_outcome_bounded() {
+    // One node: judged at once, the tail after the exit.
+    let (mut core, node) = cluster(1, 2);
+    submit(
+        &mut core,
+        0,
+        "name: one\ntrial: {command: [train]}\n",
+        false,
+    );
+    let (_, key) = launches(&commands(&mut core))[0];
+    report(
+        &mut core,
+        1_000,
+        node,
+        WorkerReport::Started { key, pid: 1 },
+    );
+    exited_saying(
+        &mut core,
+        1_200,
+        node,
+        key,
+        2,
+        "Traceback:\n  File \"train.py\"\nValueError: bad lr",
+    );
+    let trial = core.book.trial(key.trial);
+    assert_eq!(trial.state, TrialState::Failed);
+    assert_eq!(
+        trial.attempts[0].outcome.as_deref(),
+        Some(
+            "failed: rank 0 exited with status 2: Traceback:\n  File \"train.py\"\nValueError: bad lr"
+        )
+    );
+    // A node's tail is bounded again: at most 20 lines and 4 KiB, controls escaped.
+    let (mut core, node) = cluster(1, 2);
+    submit(
+        &mut core,
+        0,
+        "name: two\ntrial: {command: [train]}\n",
+        false,
+    );
+    let (_, key) = launches(&commands(&mut core))[0];
+    let flood: String = (0..5_000)
+        .map(|i| format!("line {i} \u{1b}]0;x\u{7}\u{1}\n"))
+        .collect();
+    exited_saying(&mut core, 1_200, node, key, 1, &flood);
+    let outcome = core.book.trial(key.trial).attempts[0]
+        .outcome
+        .clone()
+        .unwrap();
+    let tail = outcome
+        .strip_prefix("failed: rank 0 exited with status 1: ")
+        .unwrap();
+    assert!(tail.len() <= 4096 && tail.lines().count() == 20, "{tail}");
+    assert!(tail.ends_with("line 4999 \\u0001"), "{tail}");
+    core.check_invariants();
+}
+
+#[test]
+fn a_gangs_held_exit_keeps_the_end_of_its_stderr() {
+    let mut gang = running_gang();
+    gang.core.handle_node_heard(1_900, gang.a, 1_800);
+    exited_saying(
+        &mut gang.core,
+        2_000,
+        gang.b,
+        gang.rank1,
+        1,
+        "RuntimeError: NCCL error",
+    );
+    assert_eq!(gang.first_outcome(), None, "held");
+    gang.heartbeats(2_500, 2_000 + W, true);
+    gang.heartbeats(2_000 + W + 1, 2_000 + W + 1, true);
+    assert_eq!(
+        gang.first_outcome(),
+        Some("failed: rank 1 exited with status 1: RuntimeError: NCCL error")
+    );
+}

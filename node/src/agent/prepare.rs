@@ -102,6 +102,7 @@ pub(super) async fn resolve_command(
     Ok(WorkerCommand {
         program: program.path,
         args: program.args,
+        path_args: program.path_args,
         extra_env: node_env,
         log_path: log_path(data_dir, key),
         input_dir: (!inputs.is_empty()).then(|| work_dir.join(crate::isolation::INPUT_DIR)),
@@ -185,12 +186,15 @@ fn local_channel_pass(
 struct ResolvedProgram {
     path: PathBuf,
     args: Vec<String>,
+    /// The arguments found in the command's directory.
+    path_args: Vec<PathBuf>,
     /// Variables it needs beyond the node's (`XP_ENTRY` for a Rust trainable).
     env: Vec<(String, String)>,
 }
 
 /// The program of `launch`: a command, its input markers replaced by the
-/// directories in `inputs`, or a driver binary fetched from the head once and
+/// directories in `inputs` and its relative paths found in its directory
+/// ([`command_paths`]), or a driver binary fetched from the head once and
 /// cached, with the entry it runs.
 async fn resolve_program(
     data_dir: &Path,
@@ -200,17 +204,17 @@ async fn resolve_program(
 ) -> Result<ResolvedProgram, PrepareError> {
     match &launch.program {
         Program::Command { argv } => {
-            let (program, args) = argv
-                .split_first()
-                .ok_or_else(|| PrepareError::Invalid("empty command".to_owned()))?;
-            Ok(ResolvedProgram {
-                path: checkpoint::replace_markers(program, inputs).into(),
-                args: args
-                    .iter()
-                    .map(|arg| checkpoint::replace_markers(arg, inputs))
-                    .collect(),
-                env: Vec::new(),
-            })
+            if argv.is_empty() {
+                return Err(PrepareError::Invalid("empty command".to_owned()));
+            }
+            let argv: Vec<String> = argv
+                .iter()
+                .map(|arg| checkpoint::replace_markers(arg, inputs))
+                .collect();
+            let command_dir = launch.command_dir.clone();
+            tokio::task::spawn_blocking(move || command_paths(argv, command_dir.as_deref()))
+                .await
+                .map_err(|error| PrepareError::Refused(error.to_string()))
         }
         Program::Entry { binary, entry } => {
             let path = cached_binary(data_dir, connection, *binary)
@@ -219,9 +223,54 @@ async fn resolve_program(
             Ok(ResolvedProgram {
                 path,
                 args: Vec::new(),
+                path_args: Vec::new(),
                 env: vec![("XP_ENTRY".to_owned(), entry.clone())],
             })
         }
+    }
+}
+
+/// A command (`argv`, not empty) with its relative paths found in
+/// `command_dir` (the directory it was submitted from, when absolute), since
+/// the worker runs in its own work directory: the program when written with a
+/// slash (`./train.sh`; a bare name is looked up on `PATH`, as a shell does),
+/// and each argument that is a relative path naming a file or directory there
+/// (`train.py`, `data/digits`; not an option, `-x`), made absolute.
+fn command_paths(mut argv: Vec<String>, command_dir: Option<&str>) -> ResolvedProgram {
+    let command_dir = command_dir.map(Path::new).filter(|dir| dir.is_absolute());
+    let program = argv.remove(0);
+    let mut path = PathBuf::from(&program);
+    if let Some(dir) = command_dir
+        && program.contains('/')
+    {
+        // Without the `./` a program path is usually written with.
+        path = dir.join(&program).components().collect();
+    }
+    let mut path_args = Vec::new();
+    let args = argv
+        .into_iter()
+        .map(|arg| {
+            let found = command_dir
+                .filter(|_| {
+                    !arg.is_empty() && !arg.starts_with('-') && Path::new(&arg).is_relative()
+                })
+                .map(|dir| dir.join(&arg).components().collect::<PathBuf>())
+                .filter(|path| path.try_exists().unwrap_or(false));
+            match found {
+                Some(found) => {
+                    let absolute = found.display().to_string();
+                    path_args.push(found);
+                    absolute
+                }
+                None => arg,
+            }
+        })
+        .collect();
+    ResolvedProgram {
+        path,
+        args,
+        path_args,
+        env: Vec::new(),
     }
 }
 
@@ -289,4 +338,87 @@ async fn cached_binary(
         return Err(format!("cannot store binary {hash}: {error}"));
     }
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::command_paths;
+
+    /// What `argv` becomes with its directory `dir` (holding `train.py`,
+    /// `run.sh` and `data/`): the program, then the arguments.
+    fn check(argv: &[&str], dir: Option<&str>, expected: &[&str]) {
+        let files = tempfile::tempdir().unwrap();
+        std::fs::write(files.path().join("train.py"), "").unwrap();
+        std::fs::write(files.path().join("run.sh"), "").unwrap();
+        std::fs::create_dir(files.path().join("data")).unwrap();
+        let root = files.path().display().to_string();
+        let dir = dir.map(|dir| dir.replace("DIR", &root));
+        let argv = argv.iter().map(|arg| (*arg).to_owned()).collect();
+        let resolved = command_paths(argv, dir.as_deref());
+        let mut got = vec![resolved.path.display().to_string()];
+        got.extend(resolved.args);
+        let expected: Vec<String> = expected
+            .iter()
+            .map(|arg| arg.replace("DIR", &root))
+            .collect();
+        assert_eq!(got, expected);
+        let found: Vec<String> = expected[1..]
+            .iter()
+            .filter(|arg| arg.starts_with(&root))
+            .cloned()
+            .collect();
+        let path_args: Vec<String> = resolved
+            .path_args
+            .iter()
+            .map(|path| path.display().to_string())
+            .collect();
+        assert_eq!(path_args, found);
+    }
+
+    #[test]
+    fn relative_paths_are_found_in_the_commands_directory() {
+        check(
+            &["python3", "train.py"],
+            Some("DIR"),
+            &["python3", "DIR/train.py"],
+        );
+        check(
+            &[
+                "python3",
+                "train.py",
+                "--data",
+                "data",
+                "-v",
+                "missing.py",
+                "0.1",
+                "",
+            ],
+            Some("DIR"),
+            &[
+                "python3",
+                "DIR/train.py",
+                "--data",
+                "DIR/data",
+                "-v",
+                "missing.py",
+                "0.1",
+                "",
+            ],
+        );
+        check(
+            &["./run.sh", "/etc/hostname"],
+            Some("DIR"),
+            &["DIR/run.sh", "/etc/hostname"],
+        );
+        check(&["bin/missing"], Some("DIR"), &["DIR/bin/missing"]);
+        // A bare name is looked up on PATH, even when a file of that name is there.
+        check(&["run.sh"], Some("DIR"), &["run.sh"]);
+        // Without a directory, or with one that is not absolute, nothing changes.
+        check(&["./run.sh", "train.py"], None, &["./run.sh", "train.py"]);
+        check(
+            &["./run.sh", "train.py"],
+            Some("relative"),
+            &["./run.sh", "train.py"],
+        );
+    }
 }

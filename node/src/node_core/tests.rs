@@ -73,6 +73,7 @@ fn launch(key: WorkerKey, gpus: &[u32]) -> Launch {
         collect_outputs: false,
         oversubscription_milli: 1000,
         object_capability: None,
+        command_dir: None,
     }
 }
 

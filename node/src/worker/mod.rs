@@ -32,6 +32,7 @@
 //! open (a grandchild holds it) past the drain grace; its log is complete on disk
 //! before its exit report is sent.
 
+mod exec_check;
 mod output;
 mod spawn;
 
@@ -128,6 +129,9 @@ pub(crate) struct WorkerCommand {
     pub program: PathBuf,
     /// Its arguments.
     pub args: Vec<String>,
+    /// The arguments that name files or directories in the command's directory
+    /// (made absolute), which the worker must be able to read.
+    pub path_args: Vec<PathBuf>,
     /// Extra environment (`XP_ENTRY` for Rust trainables).
     pub extra_env: Vec<(String, String)>,
     /// The combined stdout/stderr log (its head file; see `worker_log`).
@@ -258,7 +262,19 @@ pub(crate) async fn supervise(
         let _ = reports.send(take_outputs(key, &command.output).await);
     }
     take_back(&mut command).await;
-    let _ = reports.send(final_report(key, ending, oom_limit, code, signal));
+    let exit = Exit {
+        code,
+        signal,
+        stderr_tail: &running.stderr_tail,
+    };
+    let _ = reports.send(final_report(key, ending, oom_limit, exit));
+}
+
+/// How a worker's process exited on its own, and the end of its stderr.
+struct Exit<'a> {
+    code: Option<i32>,
+    signal: Option<i32>,
+    stderr_tail: &'a output::StderrTail,
 }
 
 /// A worker process that started, and what watches it.
@@ -274,6 +290,8 @@ struct Running {
     log_writer: tokio::task::JoinHandle<()>,
     /// Set while a checkpoint the worker printed is being stored.
     checkpoint_in_flight: checkpoint::InFlight,
+    /// The end of its stderr, for a failed exit's report.
+    stderr_tail: output::StderrTail,
     /// Keeps the worker sampled by telemetry until it is reported ended.
     _sampled: crate::telemetry::TargetGuard,
 }
@@ -327,8 +345,17 @@ async fn start(
     );
     let checkpoints = CheckpointWatch::new(command.checkpoint.clone(), key, reports.clone());
     let checkpoint_in_flight = checkpoints.in_flight();
-    let pumps = output::start_pumps(&mut child, key, log, reports, checkpoints);
+    let stderr_tail = output::StderrTail::default();
+    let pumps = output::start_pumps(
+        &mut child,
+        key,
+        log,
+        reports,
+        checkpoints,
+        stderr_tail.clone(),
+    );
     Some(Running {
+        stderr_tail,
         child,
         pid,
         had_cgroup: cgroup.is_some(),
@@ -453,14 +480,15 @@ async fn remove_cgroup(cgroup: Option<WorkerCgroup>) -> Option<u64> {
 }
 
 /// The report that ends a worker: evicted or stopped when it was asked to stop,
-/// killed for memory when it failed over its limit, else exited.
+/// killed for memory when it failed over its limit, else exited (with the last
+/// lines of its stderr when it failed and wrote any).
 fn final_report(
     key: WorkerKey,
     ending: Ending,
     oom_limit: Option<u64>,
-    code: Option<i32>,
-    signal: Option<i32>,
+    exit: Exit<'_>,
 ) -> WorkerReport {
+    let Exit { code, signal, .. } = exit;
     match (ending.stopped_because, oom_limit) {
         (Some(_), _) if let Some(eviction) = ending.evicted => WorkerReport::Evicted {
             key,
@@ -479,7 +507,16 @@ fn final_report(
                 limit_bytes,
             }
         }
-        (None, _) => WorkerReport::Exited { key, code, signal },
+        (None, _) if code == Some(0) => WorkerReport::Exited { key, code, signal },
+        (None, _) => match exit.stderr_tail.lines() {
+            stderr_tail if stderr_tail.is_empty() => WorkerReport::Exited { key, code, signal },
+            stderr_tail => WorkerReport::ExitedWithStderr {
+                key,
+                code,
+                signal,
+                stderr_tail,
+            },
+        },
     }
 }
 
@@ -559,10 +596,134 @@ fn signal_group(pid: u32, signal: Signal) {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::ExitStatusExt;
+    use std::path::Path;
     use std::process::ExitStatus;
+    use std::sync::Arc;
+
+    use xp_runtime::ids::{ExperimentId, TrialId, WorkerKey};
+    use xp_runtime::protocol::WorkerReport;
 
     use super::ended_on_sigterm;
+    use crate::objects::{ObjectStore, StoreLimits};
+    use crate::worker_log::LogCap;
+
+    /// Runs `argv` as a one-rank worker with its directories under `dir`;
+    /// every report it sent.
+    async fn run(dir: &Path, argv: &[&str]) -> Vec<WorkerReport> {
+        let store =
+            Arc::new(ObjectStore::open(dir.join("objects"), StoreLimits::default()).unwrap());
+        let key = WorkerKey {
+            trial: TrialId {
+                experiment: ExperimentId::from_content_hash(&[9; 32], 1),
+                index: 0,
+            },
+            attempt: 1,
+            rank: 0,
+        };
+        let argv = argv.iter().map(|arg| (*arg).to_owned()).collect();
+        let log_path = dir.join("logs").join("rank0.log");
+        let mut reports = crate::test_util::run_command_worker(
+            dir,
+            key,
+            argv,
+            log_path,
+            store,
+            LogCap::default(),
+        )
+        .await;
+        let mut all = Vec::new();
+        while let Ok(report) = reports.try_recv() {
+            all.push(report);
+        }
+        all
+    }
+
+    /// A failing worker's exit report carries the last 20 lines of its stderr
+    /// as a terminal shows them (a progress bar's last state), and it ran in
+    /// its work directory, where its relative paths land.
+    #[tokio::test]
+    async fn a_failed_worker_reports_the_end_of_its_stderr_and_ran_in_its_work_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = r"pwd > where; echo out; for i in $(seq 1 30); do echo line $i >&2; done
+printf ' 10%%\r100%%\n' >&2; exit 2";
+        let reports = run(dir.path(), &["sh", "-c", script]).await;
+        let expected: Vec<String> = (12..=30)
+            .map(|i| format!("line {i}"))
+            .chain(["100%".to_owned()])
+            .collect();
+        match reports.last() {
+            Some(WorkerReport::ExitedWithStderr {
+                code: Some(2),
+                signal: None,
+                stderr_tail,
+                ..
+            }) => assert_eq!(stderr_tail, &expected.join("\n")),
+            other => panic!("{other:?} in {reports:?}"),
+        }
+        let work_dir = dir.path().join("work");
+        let written = std::fs::read_to_string(work_dir.join("where")).unwrap();
+        assert_eq!(written.trim(), work_dir.display().to_string());
+        // A failure with nothing on stderr, and a success, say only how they ended.
+        let reports = run(dir.path(), &["sh", "-c", "echo out; exit 3"]).await;
+        assert!(
+            matches!(
+                reports.last(),
+                Some(WorkerReport::Exited { code: Some(3), .. })
+            ),
+            "{reports:?}"
+        );
+        let reports = run(dir.path(), &["sh", "-c", "echo err >&2"]).await;
+        assert!(
+            matches!(
+                reports.last(),
+                Some(WorkerReport::Exited { code: Some(0), .. })
+            ),
+            "{reports:?}"
+        );
+    }
+
+    /// A program that cannot run fails at launch, saying which of not found,
+    /// not executable and permission denied, and naming the path.
+    #[tokio::test]
+    async fn a_program_that_cannot_run_fails_at_launch_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("train.sh");
+        std::fs::write(&plain, "echo hi\n").unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let plain = plain.display().to_string();
+        let cases = [
+            (
+                "/no/such/program",
+                "cannot start /no/such/program: not found: /no/such/program does not exist"
+                    .to_owned(),
+            ),
+            (
+                "no-such-program-xp",
+                "cannot start no-such-program-xp: not found: no directory of the worker's PATH"
+                    .to_owned(),
+            ),
+            (
+                plain.as_str(),
+                format!(
+                    "cannot start {plain}: not executable: {plain}: it has no execute permission"
+                ),
+            ),
+        ];
+        for (program, expected) in cases {
+            let reports = run(dir.path(), &[program]).await;
+            match reports.last() {
+                Some(WorkerReport::LaunchFailed { error, .. }) => {
+                    assert!(
+                        error.starts_with(&expected),
+                        "{error:?} does not start with {expected:?}"
+                    );
+                }
+                other => panic!("{program}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn sigterm_endings_are_recognised() {

@@ -7,9 +7,14 @@
 //! are split by a bounded splitter, so a line too long to parse is skipped and
 //! the next one is parsed.
 //!
+//! The stderr pump also keeps the stream's last bytes ([`StderrTail`]), which a
+//! failed worker's exit report carries as its last lines.
+//!
 //! Not here: the log's files (`worker_log`) and what a checkpoint line sets off
 //! (`checkpoint::CheckpointWatch`).
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -22,6 +27,7 @@ use xp_runtime::metric_line::{
     CHECKPOINT_PREFIX, MAX_METRIC_LINE, METRIC_PREFIX, parse_metric_line,
 };
 use xp_runtime::protocol::WorkerReport;
+use xp_runtime::stderr_tail::{RAW_TAIL_BYTES, tail_of};
 
 use crate::checkpoint::CheckpointWatch;
 use crate::worker_log::LogSender;
@@ -35,14 +41,38 @@ const PARTIAL_LINE_WAIT: Duration = Duration::from_millis(50);
 /// The longest line end held back; a longer one goes to the log as it is.
 const MAX_PARTIAL_LINE: usize = 64 * 1024;
 
+/// The last bytes a worker wrote on stderr (at most
+/// [`RAW_TAIL_BYTES`]), shared by its stderr pump and its supervisor.
+#[derive(Debug, Clone, Default)]
+pub(super) struct StderrTail(Arc<Mutex<VecDeque<u8>>>);
+
+impl StderrTail {
+    /// Keeps `bytes`, letting go of the oldest beyond the bound.
+    fn keep(&self, bytes: &[u8]) {
+        let bytes = &bytes[bytes.len().saturating_sub(RAW_TAIL_BYTES)..];
+        let mut kept = self.0.lock().expect("the tail's lock is never poisoned");
+        kept.extend(bytes);
+        let excess = kept.len().saturating_sub(RAW_TAIL_BYTES);
+        kept.drain(..excess);
+    }
+
+    /// The last lines kept, bounded and escaped (`xp_runtime::stderr_tail`).
+    pub(super) fn lines(&self) -> String {
+        let mut kept = self.0.lock().expect("the tail's lock is never poisoned");
+        tail_of(kept.make_contiguous())
+    }
+}
+
 /// Starts the pumps of `child`'s stdout (parsing its lines, with `checkpoints`
-/// for its checkpoint lines) and stderr, both into `log`.
+/// for its checkpoint lines) and stderr (keeping its end in `stderr_tail`),
+/// both into `log`.
 pub(super) fn start_pumps(
     child: &mut Child,
     key: WorkerKey,
     log: LogSender,
     reports: &mpsc::UnboundedSender<WorkerReport>,
     checkpoints: CheckpointWatch,
+    stderr_tail: StderrTail,
 ) -> [Option<JoinHandle<()>>; 2] {
     let stdout = child.stdout.take().map(|stdout| {
         let log = log.clone();
@@ -52,12 +82,11 @@ pub(super) fn start_pumps(
             checkpoints,
             index: 0,
         };
-        xp_runtime::task::spawn("worker-stdout", pump(stdout, log, Some(trial)))
+        xp_runtime::task::spawn("worker-stdout", pump(stdout, log, Some(trial), None))
     });
-    let stderr = child
-        .stderr
-        .take()
-        .map(|stderr| xp_runtime::task::spawn("worker-stderr", pump(stderr, log, None)));
+    let stderr = child.stderr.take().map(|stderr| {
+        xp_runtime::task::spawn("worker-stderr", pump(stderr, log, None, Some(stderr_tail)))
+    });
     [stdout, stderr]
 }
 
@@ -119,11 +148,17 @@ impl TrialOutput {
 }
 
 /// Copies a worker's output stream to its log in whole chunks; on stdout
-/// (`trial` given) also parses each metric and checkpoint line as it ends. A
-/// chunk is cut after its last newline and the rest held back until the line
-/// ends, for at most [`PARTIAL_LINE_WAIT`] and [`MAX_PARTIAL_LINE`] bytes. The
-/// bytes before a checkpoint line's end go to the log before the watch's note.
-async fn pump(mut reader: impl AsyncRead + Unpin, log: LogSender, mut trial: Option<TrialOutput>) {
+/// (`trial` given) also parses each metric and checkpoint line as it ends, and
+/// on stderr (`tail` given) keeps its end. A chunk is cut after its last
+/// newline and the rest held back until the line ends, for at most
+/// [`PARTIAL_LINE_WAIT`] and [`MAX_PARTIAL_LINE`] bytes. The bytes before a
+/// checkpoint line's end go to the log before the watch's note.
+async fn pump(
+    mut reader: impl AsyncRead + Unpin,
+    log: LogSender,
+    mut trial: Option<TrialOutput>,
+    tail: Option<StderrTail>,
+) {
     let mut lines = LineSplitter::new(MAX_METRIC_LINE);
     // Output read but not yet sent to the log.
     let mut pending: Vec<u8> = Vec::new();
@@ -149,6 +184,9 @@ async fn pump(mut reader: impl AsyncRead + Unpin, log: LogSender, mut trial: Opt
                 break;
             }
         };
+        if let Some(tail) = &tail {
+            tail.keep(&pending[pending.len() - fresh..]);
+        }
         if let Some(trial) = trial.as_mut() {
             let mut at = pending.len() - fresh;
             while at < pending.len() {

@@ -13,11 +13,14 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use tracing::debug;
+use tracing::{debug, warn};
 use xp_runtime::protocol::Launch;
 
+use super::exec_check::{self, ProgramError, Runner, Surroundings};
 use super::{WorkerCommand, worker_env};
 use crate::isolation::UidLease;
+use crate::isolation::as_worker::AsWorker;
+use crate::isolation::fs::FileOwner;
 
 /// Why a worker process could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -31,8 +34,8 @@ pub(super) enum SpawnError {
         #[source]
         source: std::io::Error,
     },
-    /// The program could not be executed.
-    #[error("cannot start {program}")]
+    /// The program could not be executed: exec failed in the child.
+    #[error("cannot start {}: {}", program.display(), exec_words(source))]
     Start {
         /// The program.
         program: PathBuf,
@@ -40,6 +43,31 @@ pub(super) enum SpawnError {
         #[source]
         source: std::io::Error,
     },
+    /// The launch check found that the program cannot run.
+    #[error("cannot start {}", program.display())]
+    Program {
+        /// The program, as the command names it.
+        program: PathBuf,
+        /// Why it cannot run.
+        #[source]
+        source: ProgramError,
+    },
+}
+
+/// What exec's error means for the user, in words that tell the three usual
+/// failures apart (the launch check catches most of them before).
+fn exec_words(error: &std::io::Error) -> &'static str {
+    match error.raw_os_error() {
+        Some(libc::ENOENT) => {
+            "not found: the program, or the interpreter on its #! line, does not exist"
+        }
+        Some(libc::EACCES) => {
+            "permission denied: the worker may not run the program (or its interpreter) or pass through a directory above it"
+        }
+        Some(libc::ENOEXEC) => "not executable: not a program this machine runs",
+        Some(libc::E2BIG) => "its arguments and environment are too long",
+        _ => "exec failed",
+    }
 }
 
 /// Starts the worker's process. With `procs_files` the child moves itself into
@@ -52,10 +80,11 @@ pub(super) async fn spawn(
     procs_files: Vec<std::ffi::CString>,
 ) -> Result<tokio::process::Child, SpawnError> {
     make_dirs(command).await?;
-    let mut process = process_command(launch, command);
+    let executable = check_program(command).await?;
+    let mut process = process_command(launch, command, &executable);
     let uid = command.uid.as_ref().map(UidLease::uid);
     arm_before_exec(&mut process, procs_files, uid);
-    spawn_retrying(&mut process, &command.program).await
+    spawn_retrying(&mut process, &executable).await
 }
 
 /// Makes the directories the worker writes to, where they are missing.
@@ -85,13 +114,62 @@ async fn make_dirs(command: &WorkerCommand) -> Result<(), SpawnError> {
     Ok(())
 }
 
-/// The worker's program with its arguments, its environment (the contract of
-/// [`worker_env`], the agent's extra variables, its directories) and its
-/// pipes, in a process group of its own.
-fn process_command(launch: &Launch, command: &WorkerCommand) -> tokio::process::Command {
-    let mut process = tokio::process::Command::new(&command.program);
+/// Checks, as the worker, that its program can run and that it may read the
+/// files its arguments name in the command's directory (`exec_check`);
+/// returns the file to execute. When the check itself cannot run (the
+/// worker's file thread does not start), exec decides.
+async fn check_program(command: &WorkerCommand) -> Result<PathBuf, SpawnError> {
+    let owner = command
+        .uid
+        .as_ref()
+        .map(|lease| FileOwner::of_uid(lease.uid()));
+    let around = Surroundings {
+        cwd: command.work_dir.clone(),
+        path: command
+            .extra_env
+            .iter()
+            .find(|(name, _)| name == "PATH")
+            .map(|(_, value)| value.into())
+            .or_else(|| std::env::var_os("PATH")),
+        runner: owner.map_or(Runner::Node, |owner| Runner::OwnUid(owner.uid)),
+        absent: Default::default(),
+    };
+    let program = command.program.clone();
+    let read_args = command.path_args.clone();
+    let checked = tokio::task::spawn_blocking(move || {
+        let thread = AsWorker::start(owner)?;
+        exec_check::check_as(&thread, &program, &read_args, around)
+    })
+    .await
+    .map_err(std::io::Error::other)
+    .and_then(|ran| ran);
+    match checked {
+        Ok(Ok(executable)) => Ok(executable),
+        Ok(Err(source)) => Err(SpawnError::Program {
+            program: command.program.clone(),
+            source,
+        }),
+        Err(error) => {
+            warn!(program = %command.program.display(), %error, "cannot check the program before starting it");
+            Ok(command.program.clone())
+        }
+    }
+}
+
+/// The worker's program (`executable`, the file the check found, run under the
+/// name the command gives it) with its arguments, its environment (the
+/// contract of [`worker_env`], the agent's extra variables, its directories)
+/// and its pipes, in a process group of its own, in its work directory.
+fn process_command(
+    launch: &Launch,
+    command: &WorkerCommand,
+    executable: &Path,
+) -> tokio::process::Command {
+    let mut process = tokio::process::Command::new(executable);
     process
+        .arg0(&command.program)
         .args(&command.args)
+        .current_dir(&command.work_dir)
         // A credential in the node's own environment (a user's `XP_CLUSTER`, which
         // `sbatch` and `srun` pass on) must never reach trial code.
         .env_remove("XP_CLUSTER")

@@ -86,8 +86,10 @@ use serde::{Deserialize, Serialize};
 /// replace `Request::ObjectKey`; `Launch::object_capability`;
 /// `HeadCommand::ObjectRules` and `RevokeCapabilities`;
 /// `NodeMessage::ObjectAccess`); `xp status` in bounded pages
-/// (`Request::StatusPage`, `Response::StatusPage`).
-pub const PROTOCOL_VERSION: u16 = 8;
+/// (`Request::StatusPage`, `Response::StatusPage`). 9: a failed worker's
+/// stderr tail (`WorkerReport::ExitedWithStderr`) and the directory a
+/// command's relative paths are found in (`Launch::command_dir`).
+pub const PROTOCOL_VERSION: u16 = 9;
 
 /// Everything that crosses a connection.
 #[derive(Debug, Clone, Serialize, Deserialize)]

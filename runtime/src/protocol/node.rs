@@ -282,6 +282,21 @@ pub enum WorkerReport {
         /// That GPU's memory, in bytes.
         total_bytes: u64,
     },
+    /// The worker process exited unsuccessfully (a status other than 0, or a
+    /// signal), with the last lines of its stderr: what `Exited` says, and why
+    /// in the trial's own words. Sent instead of `Exited` by nodes since
+    /// protocol 9 when the worker wrote anything on stderr.
+    ExitedWithStderr {
+        /// The worker.
+        key: WorkerKey,
+        /// Its exit code, if it exited normally.
+        code: Option<i32>,
+        /// The signal that ended it, if any.
+        signal: Option<i32>,
+        /// The last lines of its stderr, bounded and escaped
+        /// ([`crate::stderr_tail::tail_of`]); the head bounds it again.
+        stderr_tail: String,
+    },
 }
 
 impl WorkerReport {
@@ -297,7 +312,8 @@ impl WorkerReport {
             | Self::Checkpoint { key, .. }
             | Self::OomKilled { key, .. }
             | Self::Outputs { key, .. }
-            | Self::Evicted { key, .. } => *key,
+            | Self::Evicted { key, .. }
+            | Self::ExitedWithStderr { key, .. } => *key,
         }
     }
 }
@@ -447,6 +463,11 @@ pub struct Launch {
     /// environment).
     #[serde(default)]
     pub object_capability: Option<Box<super::ObjectCapability>>,
+    /// The directory a command's relative program and arguments are found in
+    /// (the spec's `trial.command_dir`: where it was submitted from), as a path
+    /// on the node's file system; the worker itself runs in its work directory.
+    #[serde(default)]
+    pub command_dir: Option<String>,
 }
 
 impl std::fmt::Debug for Launch {
@@ -471,6 +492,7 @@ impl std::fmt::Debug for Launch {
             .field("collect_outputs", &self.collect_outputs)
             .field("oversubscription_milli", &self.oversubscription_milli)
             .field("object_capability", &self.object_capability)
+            .field("command_dir", &self.command_dir)
             .finish()
     }
 }

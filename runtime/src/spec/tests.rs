@@ -436,3 +436,32 @@ fn oversubscribe_needs_a_fraction_and_stays_out_of_canonical_json_when_off() {
         "oversubscribe",
     );
 }
+
+#[test]
+fn a_commands_directory_is_filled_in_from_where_it_was_submitted() {
+    let check = |yaml: &str, base: &str, expected: Option<&str>| {
+        let mut spec = ExperimentSpec::from_yaml(yaml).unwrap();
+        spec.trial.fill_command_dir(std::path::Path::new(base));
+        assert_eq!(
+            spec.trial.command_dir.as_deref(),
+            expected,
+            "{yaml} from {base}"
+        );
+    };
+    let command = "name: a\ntrial: {command: [python3, train.py]}\n";
+    check(command, "/home/me/proj", Some("/home/me/proj"));
+    check(command, "/home/me/./proj/", Some("/home/me/proj"));
+    check(command, "relative", None);
+    let own = "name: a\ntrial: {command: [python3, train.py], command_dir: src}\n";
+    check(own, "/home/me/proj", Some("/home/me/proj/src"));
+    let absolute = "name: a\ntrial: {command: [python3, train.py], command_dir: /srv/code}\n";
+    check(absolute, "/home/me/proj", Some("/srv/code"));
+    check("name: a\ntrial: {entry: digits}\n", "/home/me/proj", None);
+    check_error(
+        "name: a\ntrial: {entry: digits, command_dir: /srv}\n",
+        "invalid value for `trial.command_dir`: is only meaningful with `command`",
+    );
+    // Unset, it leaves the canonical JSON (and with it the identity) as it was.
+    let spec = ExperimentSpec::from_yaml(command).unwrap();
+    assert!(!spec.to_canonical_json().contains("command_dir"));
+}

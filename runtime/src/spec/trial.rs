@@ -24,6 +24,14 @@ pub struct TrialSpec {
     /// Not part of identity: the binary's content hash is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<String>,
+    /// The directory a command's relative paths are found in: its program when
+    /// written with a slash (`./train.sh`) and each argument that names a file
+    /// or directory there (`train.py`, `data/digits`) are passed as absolute
+    /// paths under it. Clients fill it in with the spec file's directory (their
+    /// own when the spec is not a file); relative, it is taken from there. Not
+    /// part of identity: where a copy of the same code lies is not what it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_dir: Option<String>,
     /// Data-parallel workers started together as a gang: a number, or
     /// `{min, max}` for an elastic trial whose gang the scheduler resizes.
     #[serde(default)]
@@ -76,6 +84,7 @@ impl Default for TrialSpec {
             command: None,
             entry: None,
             program: None,
+            command_dir: None,
             workers: Workers::fixed(1),
             resources: Resources::default(),
             max_retries: 0,
@@ -90,6 +99,25 @@ impl Default for TrialSpec {
 }
 
 impl TrialSpec {
+    /// Sets `command_dir` for a command submitted from `base`, an absolute
+    /// directory (the spec file's): `base` itself, or the spec's own
+    /// `command_dir` taken from there. Nothing changes for an `entry` trial, nor
+    /// where the path is not UTF-8 (its relative paths are then found in the
+    /// worker's directory).
+    pub fn fill_command_dir(&mut self, base: &std::path::Path) {
+        if self.command.is_none() || !base.is_absolute() {
+            return;
+        }
+        let dir = match &self.command_dir {
+            Some(dir) => base.join(dir),
+            None => base.to_owned(),
+        };
+        let dir: std::path::PathBuf = dir.components().collect();
+        if let Some(dir) = dir.to_str() {
+            self.command_dir = Some(dir.to_owned());
+        }
+    }
+
     /// The time limit in milliseconds, if one is set and valid.
     pub fn time_limit_ms(&self) -> Option<u64> {
         self.time_limit
@@ -529,6 +557,12 @@ impl TrialSpec {
         }
         if self.program.is_some() && self.entry.is_none() {
             return Err(invalid("trial.program", "is only meaningful with `entry`"));
+        }
+        if self.command_dir.is_some() && self.command.is_none() {
+            return Err(invalid(
+                "trial.command_dir",
+                "is only meaningful with `command`",
+            ));
         }
         Ok(())
     }

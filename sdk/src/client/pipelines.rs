@@ -37,6 +37,13 @@ impl Client {
             None => "none".to_owned(),
         };
         let data = data_version(base_dir, &spec.data)?;
+        // Workers run in their own directories: stages' relative paths are
+        // found where the pipeline was submitted from.
+        let mut spec = spec.clone();
+        let base = std::path::absolute(base_dir).unwrap_or_else(|_| base_dir.to_owned());
+        for stage in spec.stages.values_mut() {
+            stage.trial.fill_command_dir(&base);
+        }
         let request = Request::SubmitPipeline(PipelineSubmit {
             spec_json: spec.to_canonical_json(),
             code_version: code,
