@@ -16,10 +16,11 @@ use serde_json::{Value, json};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, TrialId};
 use xp_runtime::protocol::TrialState;
-use xp_runtime::spec::Mode;
+use xp_runtime::spec::{Domain, Mode, ParamSpec};
 use xp_runtime::views::{checkpoint_json, trial_json};
 
 use super::HeadCore;
+use super::importance;
 use super::pages::PageError;
 use super::records::{AttemptRecord, TrialRecord};
 
@@ -38,6 +39,10 @@ const MIN_BUCKET_MS: u64 = 1000;
 const GPU_MILLI: f64 = 1000.0;
 /// Milliseconds in an hour.
 const HOUR_MS: f64 = 3_600_000.0;
+/// The trailing window a bucket's throughput is measured over.
+pub const RATE_WINDOW_MS: u64 = 10 * 60 * 1000;
+/// The shortest span a throughput is divided by.
+pub const MIN_RATE_SPAN_MS: u64 = 60 * 1000;
 
 impl HeadCore {
     /// An experiment's trials grouped as `xp compare` groups them: by
@@ -382,7 +387,12 @@ impl HeadCore {
     /// - `utilization`: that over the GPUs of ready nodes now (the head keeps no
     ///   history of capacity, so a cluster that shrank shows its past against
     ///   today's size);
-    /// - `finished`, `throughput_per_hour`: trials that ended in the bucket;
+    /// - `finished`: trials that ended in the bucket;
+    /// - `throughput_per_hour`: trials that ended in the trailing
+    ///   [`RATE_WINDOW_MS`] (or the bucket, if longer) up to the bucket's end,
+    ///   over that window's length within the history, but at least
+    ///   [`MIN_RATE_SPAN_MS`]: three trials ending in a one-second bucket of
+    ///   a young cluster are 180 an hour, not 10,800;
     /// - `mean_time_in_system_s`: of the trials that ended in it, from arrival
     ///   (first queued) to the end of their last attempt;
     /// - `in_system`: trials arrived and not yet ended, averaged over the bucket
@@ -426,7 +436,10 @@ impl HeadCore {
             .nodes()
             .filter(|node| node.state == xp_runtime::protocol::NodeState::Ready)
             .map(|node| node.resources.gpus.len() as f64)
-            .sum();
+            .sum::<f64>()
+            // An empty sum of floats is -0.0, which JSON writes as `-0.0`
+            // and a page as "-0 GPUs".
+            + 0.0;
         json!({
             "since_ms": start,
             "until_ms": now,
@@ -435,6 +448,202 @@ impl HeadCore {
             "buckets": timeline.rows(capacity),
             "gpu_hours_by_team": by_team,
         })
+    }
+}
+
+/// What the experiment page's parameter panels read: the search space as
+/// declared (kind, scale, bounds or choices of each parameter) and the
+/// finished trials' values and metric, ready for
+/// [`crate::importance::ped_anova`]. The core gathers it (bounded by
+/// [`importance::MAX_TRIALS`]); the importance itself is computed by whoever
+/// holds it, so the head's actor does only the gathering.
+#[derive(Debug, Clone)]
+pub struct ParameterStudy {
+    /// The metric rated against, if the experiment names one.
+    pub metric: Option<String>,
+    /// Whether larger values of the metric are better.
+    pub maximize: bool,
+    /// Every parameter of the space, as the page describes it.
+    pub parameters: Vec<Value>,
+    /// The parameters rated: those every trial has.
+    pub rated: Vec<importance::Param>,
+    /// Parameters not rated, and why.
+    pub unrated: Vec<(String, &'static str)>,
+    /// Finished trials (succeeded or stopped with a finite metric), the
+    /// newest [`importance::MAX_TRIALS`], with their loss (lower is better).
+    pub observations: Vec<importance::Observation>,
+}
+
+impl ParameterStudy {
+    /// The answer of the dashboard's `parameters` endpoint: the parameters,
+    /// and their importance by PED-ANOVA or why there is none.
+    pub fn to_json(&self) -> Value {
+        let mut importance = json!({
+            "method": importance::METHOD,
+            "reference": "Watanabe, Bansal and Hutter (2023), as Optuna's PedAnovaImportanceEvaluator computes it",
+            "gamma": importance::DEFAULT_GAMMA,
+            "trials": self.observations.len(),
+            "unrated": self.unrated.iter().map(|(name, why)| json!({"name": name, "why": why})).collect::<Vec<_>>(),
+        });
+        let outcome = if self.metric.is_none() {
+            json!({"status": "no_metric", "message": "this experiment names no metric"})
+        } else {
+            match importance::ped_anova(&self.rated, &self.observations, importance::DEFAULT_GAMMA)
+            {
+                Ok(found) => json!({
+                    "status": "rated",
+                    "top_trials": found.top_trials,
+                    "values": found.ranked.iter().map(|(name, value)| json!({"name": name, "importance": value})).collect::<Vec<_>>(),
+                }),
+                Err(error @ importance::ImportanceError::NotEnoughTrials { .. }) => {
+                    json!({"status": "not_enough_trials", "message": error.to_string(), "needed": importance::MIN_TRIALS})
+                }
+                Err(error) => json!({"status": "no_parameters", "message": error.to_string()}),
+            }
+        };
+        if let (Value::Object(map), Value::Object(more)) = (&mut importance, outcome) {
+            map.extend(more);
+        }
+        json!({
+            "metric": self.metric,
+            "mode": if self.maximize { "max" } else { "min" },
+            "parameters": self.parameters,
+            "importance": importance,
+        })
+    }
+}
+
+impl HeadCore {
+    /// The experiment's parameters and the finished trials' values of them,
+    /// for the parameter panels and their importance (see [`ParameterStudy`]).
+    pub fn parameter_study(
+        &self,
+        experiment_id: ExperimentId,
+        metric: Option<&str>,
+        visible_team: &dyn Fn(&str) -> bool,
+    ) -> Result<ParameterStudy, PageError> {
+        self.dashboard_visible(experiment_id, visible_team)?;
+        let spec = &self.book.spec(experiment_id);
+        let metric = metric.or(spec.search.metric.as_deref()).map(str::to_owned);
+        let maximize = spec.search.mode == Mode::Max;
+        let space = &spec.search.space;
+        let parameters = space
+            .iter()
+            .map(|(name, param)| parameter_json(name, param))
+            .collect();
+        let (mut rated, mut unrated) = (Vec::new(), Vec::new());
+        let mut columns = Vec::new();
+        for (name, param) in space.iter() {
+            if param.is_conditional() {
+                unrated.push((name.clone(), "present in some trials only"));
+            } else {
+                rated.push(importance::Param {
+                    name: name.clone(),
+                    domain: importance_domain(&param.domain, param),
+                });
+                columns.push((name.as_str(), param));
+            }
+        }
+        let sign = if maximize { -1.0 } else { 1.0 };
+        let mut observations = Vec::new();
+        if let Some(metric) = &metric {
+            let finished = self
+                .book
+                .trials_of(experiment_id)
+                .rev()
+                .filter_map(|(_, trial)| {
+                    let value = trial
+                        .metrics
+                        .get(metric)
+                        .copied()
+                        .filter(|v| v.is_finite())?;
+                    matches!(trial.state, TrialState::Succeeded | TrialState::Stopped)
+                        .then_some((trial, value))
+                });
+            for (trial, value) in finished.take(importance::MAX_TRIALS) {
+                let config: serde_json::Map<String, Value> =
+                    serde_json::from_str(&trial.config_json).unwrap_or_default();
+                let values = columns
+                    .iter()
+                    .map(|(name, param)| value_on_axis(config.get(*name), &param.domain))
+                    .collect::<Option<Vec<f64>>>();
+                if let Some(values) = values {
+                    observations.push(importance::Observation {
+                        loss: sign * value,
+                        values,
+                    });
+                }
+            }
+            observations.reverse();
+        }
+        Ok(ParameterStudy {
+            metric,
+            maximize,
+            parameters,
+            rated,
+            unrated,
+            observations,
+        })
+    }
+}
+
+/// One parameter as the page describes it: `kind` (`real`, `int`, `choice`),
+/// `scale` (`linear`, `log`, `categorical`), bounds and step or choices, and
+/// whether it is conditional.
+fn parameter_json(name: &str, param: &ParamSpec) -> Value {
+    let conditional = param.is_conditional();
+    match &param.domain {
+        Domain::Uniform([low, high]) => json!({
+            "name": name, "kind": "real", "scale": "linear", "low": low, "high": high, "conditional": conditional,
+        }),
+        Domain::Loguniform([low, high]) => json!({
+            "name": name, "kind": "real", "scale": "log", "low": low, "high": high, "conditional": conditional,
+        }),
+        Domain::Int([low, high]) => json!({
+            "name": name, "kind": "int", "scale": if param.log { "log" } else { "linear" },
+            "low": low, "high": high, "step": param.step, "conditional": conditional,
+        }),
+        Domain::Choice(values) => json!({
+            "name": name, "kind": "choice", "scale": "categorical", "choices": values, "conditional": conditional,
+        }),
+    }
+}
+
+/// A declared domain as PED-ANOVA reads it.
+fn importance_domain(domain: &Domain, param: &ParamSpec) -> importance::Domain {
+    match domain {
+        Domain::Uniform([low, high]) => importance::Domain::Real {
+            low: *low,
+            high: *high,
+            log: false,
+        },
+        Domain::Loguniform([low, high]) => importance::Domain::Real {
+            low: *low,
+            high: *high,
+            log: true,
+        },
+        Domain::Int([low, high]) => importance::Domain::Int {
+            low: *low,
+            high: *high,
+            step: param.step,
+            log: param.log,
+        },
+        Domain::Choice(values) => importance::Domain::Choice {
+            choices: values.len(),
+        },
+    }
+}
+
+/// A trial's value of a parameter as a number on its axis: the number itself,
+/// or the index of its choice; `None` when it has none or another.
+fn value_on_axis(value: Option<&Value>, domain: &Domain) -> Option<f64> {
+    let value = value?;
+    match domain {
+        Domain::Choice(choices) => choices
+            .iter()
+            .position(|choice| serde_json::to_value(choice).ok().as_ref() == Some(value))
+            .map(|index| index as f64),
+        _ => value.as_f64(),
     }
 }
 
@@ -586,6 +795,25 @@ impl Timeline {
         gpu_ms
     }
 
+    /// Trials finished per hour up to the end of `bucket`: those that ended
+    /// in the buckets starting within the trailing [`RATE_WINDOW_MS`] (at
+    /// least the bucket itself), over the time those buckets cover, but at
+    /// least [`MIN_RATE_SPAN_MS`].
+    fn throughput_per_hour(&self, bucket: usize) -> f64 {
+        let end = (self.start + (bucket as u64 + 1) * self.width).min(self.now);
+        let window = RATE_WINDOW_MS.max(self.width);
+        let mut first = bucket;
+        while first > 0
+            && self.start + (first as u64 - 1) * self.width >= end.saturating_sub(window)
+        {
+            first -= 1;
+        }
+        let from = self.start + first as u64 * self.width;
+        let finished: u64 = self.finished[first..=bucket].iter().sum();
+        let span = end.saturating_sub(from).max(MIN_RATE_SPAN_MS);
+        finished as f64 * HOUR_MS / span as f64
+    }
+
     /// One row per bucket, utilisation against `capacity` GPUs.
     fn rows(&self, capacity: f64) -> Vec<Value> {
         (0..self.buckets())
@@ -597,12 +825,13 @@ impl Timeline {
                     .max(1) as f64;
                 let allocated = self.allocated_ms[bucket] / length;
                 let finished = self.finished[bucket];
+                let throughput = self.throughput_per_hour(bucket);
                 json!({
                     "start_ms": from,
                     "allocated_gpus": allocated,
                     "utilization": (capacity > 0.0).then(|| allocated / capacity),
                     "finished": finished,
-                    "throughput_per_hour": finished as f64 * HOUR_MS / length,
+                    "throughput_per_hour": throughput,
                     "mean_time_in_system_s": (finished > 0)
                         .then(|| self.time_in_system_ms[bucket] / finished as f64 / 1000.0),
                     "in_system": self.in_system_ms[bucket] / length,

@@ -2,8 +2,9 @@
 //! schedule on a two-GPU node gives each trial's GPU-hours, the slots and the
 //! waiting trial while it runs, replicate statistics per configuration, the
 //! best trials' curves first, and a cluster history whose GPU-hours, finished
-//! trials and number in system a hand computation gives; other teams' work is
-//! neither shown nor named.
+//! trials and number in system a hand computation gives, a throughput that
+//! a young cluster's short window does not blow up, the parameters and their
+//! importance; other teams' work is neither shown nor named.
 
 use serde_json::Value;
 
@@ -204,4 +205,61 @@ fn the_dashboard_views_follow_a_known_schedule() {
         vec![0, 1]
     );
     check_cluster_history(&core, now);
+    check_throughput(&core, now);
+    check_parameter_study(&core, experiment);
+}
+
+/// Throughput over one-hour buckets is what finished in each (0, 2, 4 per
+/// hour); over a young window of five one-second buckets, the two trials
+/// that ended in the last are counted over a minute, not a second.
+fn check_throughput(core: &HeadCore, now: u64) {
+    let rates = |history: &Value| -> Vec<f64> {
+        history["buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|bucket| bucket["throughput_per_hour"].as_f64().unwrap())
+            .collect()
+    };
+    let hourly = core.cluster_history(now, Some(0), 3, &everyone);
+    assert_eq!(rates(&hourly), [0.0, 2.0, 4.0], "{hourly}");
+    let young = core.cluster_history(now, Some(now - 5000), 60, &everyone);
+    let young_rates = rates(&young);
+    assert_eq!(young_rates.len(), 5, "{young}");
+    assert!((young_rates[4] - 120.0).abs() < 1e-9, "{young}");
+}
+
+/// The parameter study: the one parameter `x` (a choice), six finished
+/// trials, and PED-ANOVA rating `x` alone at 1; nobody else sees it.
+fn check_parameter_study(core: &HeadCore, experiment: ExperimentId) {
+    let study = core.parameter_study(experiment, None, &everyone).unwrap();
+    assert_eq!(study.observations.len(), 6);
+    let answer = study.to_json();
+    assert_eq!(answer["parameters"][0]["name"], "x", "{answer}");
+    assert_eq!(answer["parameters"][0]["scale"], "categorical", "{answer}");
+    assert_eq!(answer["importance"]["method"], "PED-ANOVA", "{answer}");
+    assert_eq!(answer["importance"]["status"], "rated", "{answer}");
+    assert_eq!(
+        answer["importance"]["values"],
+        serde_json::json!([{"name": "x", "importance": 1.0}]),
+        "{answer}"
+    );
+    assert!(core.parameter_study(experiment, None, &nobody).is_err());
+}
+
+#[test]
+fn a_cluster_without_nodes_has_zero_gpus_and_too_few_trials_are_not_rated() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let history = core.cluster_history(1000, None, 60, &everyone);
+    assert_eq!(history["capacity_gpus"].to_string(), "0.0", "not -0.0");
+    let experiment = submit(&mut core, 0, SWEEP, false);
+    let answer = core
+        .parameter_study(experiment, None, &everyone)
+        .unwrap()
+        .to_json();
+    assert_eq!(
+        answer["importance"]["status"], "not_enough_trials",
+        "{answer}"
+    );
+    assert_eq!(answer["importance"]["trials"], 0, "{answer}");
 }

@@ -126,6 +126,18 @@ pub(crate) enum Read {
         /// The answer, as the dashboard's JSON.
         reply: Reply<Result<serde_json::Value, PageError>>,
     },
+    /// The dashboard asks for an experiment's parameters and finished trials,
+    /// whose importance it computes itself, off the actor.
+    Parameters {
+        /// The experiment.
+        experiment: ExperimentId,
+        /// The metric, or the experiment's.
+        metric: Option<String>,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The parameters and trials.
+        reply: Reply<Result<xp_head_core::dashboard::ParameterStudy, PageError>>,
+    },
     /// A trial's telemetry, per rank (QUIC callers are authorized before and
     /// see every team).
     Telemetry {
@@ -154,6 +166,7 @@ impl Read {
             Self::MetricsSnapshot(reply) => reply.is_closed(),
             Self::BlobsInUse(reply) => reply.is_closed(),
             Self::Dashboard { reply, .. } => reply.is_closed(),
+            Self::Parameters { reply, .. } => reply.is_closed(),
             Self::Telemetry { reply, .. } => reply.is_closed(),
         }
     }
@@ -243,6 +256,19 @@ impl HeadState {
                 visibility,
                 reply,
             } => answer(reply, Ok(self.dashboard(now, query, &visibility))),
+            Read::Parameters {
+                experiment,
+                metric,
+                visibility,
+                reply,
+            } => answer(
+                reply,
+                Ok(
+                    core.parameter_study(experiment, metric.as_deref(), &|team| {
+                        visibility.shows(team)
+                    }),
+                ),
+            ),
             Read::Telemetry {
                 trial,
                 visibility,

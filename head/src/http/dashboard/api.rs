@@ -19,6 +19,13 @@
 //!   0.999) also their EMA as `smoothed`;
 //! - `GET /api/experiments/{id}/replicates?metric=`: per configuration, the
 //!   mean and Student-t 95% interval of its finished trials' final values;
+//! - `GET /api/experiments/{id}/parameters?metric=`: the search space's
+//!   parameters (kind, scale: `linear`, `log` or `categorical`, bounds or
+//!   choices) and their importance for `metric` (the experiment's by default)
+//!   by PED-ANOVA over the newest 10,000 finished trials
+//!   (`core::importance`), or why there is none (`status`: `rated`,
+//!   `not_enough_trials`, `no_metric`, `no_parameters`); the actor only
+//!   gathers the trials, the importance is computed on a blocking thread;
 //! - `GET /api/cluster?buckets=&since_ms=`: utilisation, throughput, time and
 //!   number in system over time and GPU-hours by team
 //!   (`core::dashboard::cluster_history`);
@@ -72,6 +79,7 @@ pub(crate) fn routes() -> axum::Router<HttpState> {
         .route("/api/trials/{id}/logs", get(logs))
         .route("/api/experiments/{id}/curves", get(curves))
         .route("/api/experiments/{id}/replicates", get(replicates))
+        .route("/api/experiments/{id}/parameters", get(parameters))
         .route("/api/cluster", get(cluster))
         .route("/api/gpus", get(gpus))
         .route("/api/waiting", get(waiting))
@@ -343,6 +351,38 @@ async fn replicates(
         DashboardQuery::Replicates { experiment, metric },
     )
     .await?;
+    Ok(Json(answer).into_response())
+}
+
+/// `GET /api/experiments/{id}/parameters?metric=`: the actor gathers the
+/// parameters and finished trials; PED-ANOVA runs on a blocking thread, so
+/// neither the actor nor the async workers wait for it.
+async fn parameters(
+    State(state): State<HttpState>,
+    Caller(visibility): Caller,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let params = Params::new(query, &["metric"])?;
+    let experiment = experiment_id(path)?;
+    let metric = metric_name(&params)?;
+    let study = ask(&state.head, |reply| {
+        HeadMsg::Read(Read::Parameters {
+            experiment,
+            metric,
+            visibility,
+            reply,
+        })
+    })
+    .await??;
+    let answer = tokio::task::spawn_blocking(move || study.to_json())
+        .await
+        .map_err(|error| {
+            ApiError::new(
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot rate the parameters: {error}"),
+            )
+        })?;
     Ok(Json(answer).into_response())
 }
 
