@@ -188,22 +188,13 @@ pub(super) fn routes() -> axum::Router<HttpState> {
         .layer(axum::extract::DefaultBodyLimit::max(MAX_FORM_BYTES))
 }
 
-const LOGIN_PAGE: &str = r#"<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>xp: log in</title>
-<style>body{font-family:sans-serif;max-width:32em;margin:4em auto}input{width:100%;padding:.4em;margin:.4em 0}</style>
-</head><body><h1>xp</h1>
-<p>Paste your credential (from <code>xp-head user add</code>) or its secret.</p>
-<form method="post" action="/login">
-<input type="password" name="token" autocomplete="current-password" autofocus required>
-<input type="submit" value="Log in">
-</form>{problem}</body></html>
-"#;
-
+/// The login form, in the dashboard's style (`super::dashboard::login_page`),
+/// with the reason a login was refused under it.
 fn login_html(problem: Option<&str>) -> Html<String> {
     let problem = problem.map_or_else(String::new, |text| {
         format!("<p role=\"alert\">{}</p>", escape(text))
     });
-    Html(LOGIN_PAGE.replace("{problem}", &problem))
+    Html(super::dashboard::login_page(&problem))
 }
 
 /// Text safe inside HTML.

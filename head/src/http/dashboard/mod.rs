@@ -8,11 +8,18 @@
 //!   `/cluster`: one HTML shell (`assets/index.html`); the page's script
 //!   (`assets/app.js`, `assets/pages.js`) reads the path and draws that page
 //!   from the JSON API;
-//! - `/assets/app.js`, `/assets/pages.js`, `/assets/app.css`: our own code,
-//!   embedded with `include_str!`, revalidated by `ETag`;
-//! - `/assets/plotly-HASH.min.js`: plotly.js as the `plotly` crate embeds it
-//!   (feature `plotly_embed_js`), so nothing comes from a CDN; its address
-//!   carries a hash of its bytes, so it is cached for a year.
+//! - `/assets/app.js`, `/assets/experiment.js`, `/assets/pages.js`,
+//!   `/assets/app.css`: our own code, embedded with `include_str!`,
+//!   revalidated by `ETag`; the stylesheet is served without a credential,
+//!   since the login page (`login_page`, `assets/login.html`) wears it too;
+//! - `/assets/plotly-HASH.min.js`: plotly.js 3.0.1's strict bundle
+//!   (`assets/vendor/plotly-strict.min.js`, MIT, from the npm package
+//!   `plotly.js-strict-dist-min`), so nothing comes from a CDN; its address
+//!   carries a hash of its bytes, so it is cached for a year. The strict
+//!   bundle is plotly.js with its WebGL code (regl) compiled ahead of time:
+//!   the default bundle builds it with `new Function` when a WebGL trace
+//!   (the parallel coordinates) is drawn, which the policy's `script-src`
+//!   without `'unsafe-eval'` refuses.
 //!
 //! Figures are built in the browser from the JSON API, not on the head with
 //! the crate's figure types: the pages poll and redraw in place
@@ -52,34 +59,26 @@ pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const PAGES_JS: &str = include_str!("assets/pages.js");
+const EXPERIMENT_JS: &str = include_str!("assets/experiment.js");
+const LOGIN_HTML: &str = include_str!("assets/login.html");
 const APP_CSS: &str = include_str!("assets/app.css");
 
-/// plotly.js from the `plotly` crate, and the address it is served at.
+/// plotly.js, vendored: its strict bundle (see the module's comment).
+const PLOTLY_JS: &str = include_str!("assets/vendor/plotly-strict.min.js");
+
+/// plotly.js and the address it is served at.
 struct Plotly {
-    source: String,
+    source: &'static str,
     path: String,
 }
 
-/// Cut out of the crate's offline `<script>` tags once: the crate offers the
-/// embedded library only inside the HTML it writes.
 static PLOTLY: LazyLock<Plotly> = LazyLock::new(|| {
-    let tags = plotly::Plot::offline_js_sources();
-    let source = plotly_source(&tags).unwrap_or_default().to_owned();
-    let hash = blake3::hash(source.as_bytes()).to_hex();
+    let hash = blake3::hash(PLOTLY_JS.as_bytes()).to_hex();
     Plotly {
         path: format!("/assets/plotly-{}.min.js", &hash[..16]),
-        source,
+        source: PLOTLY_JS,
     }
 });
-
-/// The first script of the crate's offline tags: plotly.js (the second is
-/// MathJax, which the dashboard does not use).
-fn plotly_source(tags: &str) -> Option<&str> {
-    let open = "<script type=\"text/javascript\">";
-    let start = tags.find(open)? + open.len();
-    let end = start + tags[start..].find("</script>")?;
-    Some(&tags[start..end])
-}
 
 /// The HTML shell with the addresses of its assets filled in.
 static SHELL: LazyLock<String> = LazyLock::new(|| {
@@ -87,8 +86,20 @@ static SHELL: LazyLock<String> = LazyLock::new(|| {
         .replace("{plotly}", &PLOTLY.path)
         .replace("{app_js}", &versioned("app.js", APP_JS))
         .replace("{pages_js}", &versioned("pages.js", PAGES_JS))
+        .replace(
+            "{experiment_js}",
+            &versioned("experiment.js", EXPERIMENT_JS),
+        )
         .replace("{app_css}", &versioned("app.css", APP_CSS))
 });
+
+/// The login page, in the dashboard's style, with `problem` (HTML the
+/// caller escaped) under the form.
+pub(crate) fn login_page(problem: &str) -> String {
+    LOGIN_HTML
+        .replace("{app_css}", &versioned("app.css", APP_CSS))
+        .replace("{problem}", problem)
+}
 
 /// An asset's address with its hash as a query, so a new build is fetched anew.
 fn versioned(name: &str, text: &str) -> String {
@@ -119,15 +130,20 @@ pub(crate) fn routes(state: HttpState) -> axum::Router<HttpState> {
             get(|headers| own_asset(headers, PAGES_JS, JS)),
         )
         .route(
-            "/assets/app.css",
-            get(|headers| own_asset(headers, APP_CSS, CSS)),
+            "/assets/experiment.js",
+            get(|headers| own_asset(headers, EXPERIMENT_JS, JS)),
         )
         .route(&PLOTLY.path, get(plotly_js))
         .route_layer(middleware::from_fn_with_state(
             state,
             super::auth::require_user,
         ));
-    pages.merge(assets)
+    // The stylesheet holds nothing secret and the login page needs it.
+    let public = axum::Router::new().route(
+        "/assets/app.css",
+        get(|headers| own_asset(headers, APP_CSS, CSS)),
+    );
+    pages.merge(assets).merge(public)
 }
 
 const JS: &str = "text/javascript; charset=utf-8";
@@ -193,13 +209,6 @@ async fn own_asset(headers: HeaderMap, text: &'static str, content_type: &'stati
 
 /// plotly.js; its address changes with its bytes, so it may be kept a year.
 async fn plotly_js() -> Response {
-    if PLOTLY.source.is_empty() {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the plotly crate's embedded plotly.js was not found in its script tags",
-        )
-            .into_response();
-    }
     (
         [
             (header::CONTENT_TYPE, JS),
@@ -208,7 +217,7 @@ async fn plotly_js() -> Response {
                 "private, max-age=31536000, immutable",
             ),
         ],
-        PLOTLY.source.as_str(),
+        PLOTLY.source,
     )
         .into_response()
 }
@@ -218,20 +227,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plotly_js_is_cut_out_of_the_crates_script_tags() {
+    fn plotly_js_is_the_strict_bundle() {
         assert!(
-            PLOTLY.source.starts_with("/**\n* plotly.js v"),
+            PLOTLY
+                .source
+                .starts_with("/**\n* plotly.js (strict - minified) v3."),
             "{}",
             &PLOTLY.source[..PLOTLY.source.len().min(80)]
         );
         assert!(PLOTLY.source.len() > 1 << 20);
         assert!(!PLOTLY.source.contains("</script>"));
         assert!(PLOTLY.path.starts_with("/assets/plotly-"));
-        assert_eq!(
-            plotly_source("<script type=\"text/javascript\">a()</script><script>b</script>"),
-            Some("a()")
-        );
-        assert_eq!(plotly_source("nothing"), None);
     }
 
     #[test]
@@ -248,8 +254,18 @@ mod tests {
     }
 
     #[test]
+    fn the_login_page_wears_the_stylesheet_and_runs_no_script() {
+        let page = login_page("<p role=\"alert\">no</p>");
+        assert!(page.contains("/assets/app.css?v="), "{page}");
+        assert!(page.contains("<p role=\"alert\">no</p>"));
+        assert!(!page.contains('{'), "every placeholder is filled");
+        assert!(!page.contains("<script"), "no script on the login page");
+        assert!(!page.contains("<style"), "no inline style");
+    }
+
+    #[test]
     fn our_scripts_never_insert_html() {
-        for script in [APP_JS, PAGES_JS] {
+        for script in [APP_JS, PAGES_JS, EXPERIMENT_JS] {
             for forbidden in [
                 "innerHTML",
                 "outerHTML",

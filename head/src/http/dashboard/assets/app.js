@@ -35,8 +35,11 @@ XP.el = function (tag, attrs, ...children) {
   return node;
 };
 
+// Children may nest in arrays to any depth; every level is flattened (an
+// element left inside an array would show as its text form: a link as its
+// whole URL).
 XP.append = function (node, children) {
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -92,13 +95,53 @@ XP.poll = function (refresh, ms) {
   run();
 };
 
+// A number for people: with `digits`, that many decimals (GPU-hours, costs);
+// without, integers as integers and other numbers to 4 significant digits
+// (1.235e-4, 0.01235, 123.5), never the 17 digits of a float's full text.
+// -0 shows as 0.
 XP.num = function (value, digits) {
   if (value === undefined || value === null || Number.isNaN(value)) return "—";
   if (typeof value !== "number") return String(value);
-  if (Number.isInteger(value) && digits === undefined) return value.toLocaleString();
+  if (value === 0) return "0";
+  if (!Number.isFinite(value)) return value > 0 ? "∞" : "−∞";
   const magnitude = Math.abs(value);
-  if (magnitude !== 0 && (magnitude < 1e-3 || magnitude >= 1e6)) return value.toExponential(3);
-  return value.toFixed(digits === undefined ? 4 : digits).replace(/\.?0+$/, "") || "0";
+  if (digits !== undefined) {
+    if (magnitude < 1e-3 || magnitude >= 1e6) return XP.sig(value, 4);
+    return value.toFixed(digits).replace(/\.?0+$/, "") || "0";
+  }
+  if (Number.isInteger(value) && magnitude < 1e15) return value.toLocaleString("en-US");
+  return XP.sig(value, 4);
+};
+
+// `value` to `places` significant digits: plain between 0.001 and a million,
+// else in exponent form without trailing zeros (1e-5, 2.5e+7).
+XP.sig = function (value, places) {
+  const magnitude = Math.abs(value);
+  if (magnitude !== 0 && (magnitude < 1e-3 || magnitude >= 1e6)) {
+    const [mantissa, exponent] = value.toExponential(places - 1).split("e");
+    return mantissa.replace(/\.?0+$/, "") + "e" + exponent;
+  }
+  const text = Number(value.toPrecision(places)).toString();
+  return text === "-0" ? "0" : text;
+};
+
+// A parameter's value as a cell: numbers formatted, text as text, anything
+// else (a list, a map) as JSON.
+XP.value = function (value) {
+  if (typeof value === "number") return XP.num(value);
+  if (typeof value === "string") return value;
+  if (typeof value === "boolean") return String(value);
+  return XP.json(value);
+};
+
+// Whether this browser can draw WebGL (parallel coordinates need it).
+XP.webgl = function () {
+  try {
+    const canvas = document.createElement("canvas");
+    return Boolean(canvas.getContext("webgl") || canvas.getContext("experimental-webgl"));
+  } catch (error) {
+    return false;
+  }
 };
 
 XP.bytes = function (value) {
@@ -172,12 +215,23 @@ XP.chart = function (node, traces, layout) {
     margin: { l: 55, r: 15, t: 36, b: 40 },
     hovermode: "closest",
     uirevision: "keep",
-    legend: { orientation: "h", y: -0.2 },
+    // The legend goes under the whole figure (container coordinates), the
+    // bottom margin grown to hold it, so it never covers the x axis title.
+    legend: { orientation: "h", x: 0, xanchor: "left", y: 0, yref: "container", yanchor: "bottom" },
     font: { size: 11 },
   };
   // Titles on the left, clear of the mode bar on the right.
   if (layout && layout.title) layout.title = Object.assign({ x: 0.01, xanchor: "left" }, layout.title);
-  return Plotly.react(node, traces, Object.assign(base, layout), { responsive: true, displaylogo: false })
+  const entries = traces.filter((trace) => trace.showlegend !== false).length;
+  const legendShown = !(layout && layout.showlegend === false) && entries > 1;
+  const merged = Object.assign(base, layout);
+  merged.margin = Object.assign({ l: 55, r: 15, t: 36, b: 40 }, layout && layout.margin);
+  if (legendShown) {
+    // One row of legend per about three entries, each row about 18 px.
+    const rows = Math.min(6, Math.ceil(entries / 3));
+    merged.margin.b = Math.max(merged.margin.b, 62 + 18 * rows);
+  }
+  return Plotly.react(node, traces, merged, { responsive: true, displaylogo: false })
     .then(() => {
       // A chart first drawn while the page was still being laid out keeps the
       // width it had then; fit it to its box.
@@ -192,10 +246,19 @@ XP.chart = function (node, traces, layout) {
 // in names, labels and titles, so their markup is escaped to show as text.
 XP.plotText = (text) => String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 
+// A configuration as one line of text: `lr=1.235e-4 layers=3 optimizer=adam`.
+XP.configText = function (config) {
+  if (!config || typeof config !== "object" || Array.isArray(config)) return XP.json(config);
+  return Object.entries(config).map(([name, value]) => name + "=" + XP.value(value)).join(" ");
+};
+
+// A trial's short name within its experiment: `t12`.
+XP.shortTrial = (trial) => String(trial).replace(/^.*-t/, "t");
+
 // A short label for a trial's configuration, for legends (plotly text).
 XP.configLabel = function (trial, config) {
   if (!config || typeof config !== "object") return trial;
-  let text = Object.entries(config).map(([name, value]) => name + "=" + XP.json(value)).join(" ");
+  let text = Object.entries(config).map(([name, value]) => name + "=" + XP.value(value)).join(" ");
   if (text.length > 60) text = text.slice(0, 57) + "…";
   return XP.plotText(trial.replace(/^.*-t/, "t") + " " + text);
 };

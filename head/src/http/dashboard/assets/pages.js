@@ -1,5 +1,5 @@
-// The dashboard's pages, chosen by the address: experiments, one experiment,
-// one trial, queues, nodes and the cluster. Each polls the JSON API and
+// The dashboard's pages, chosen by the address: experiments, one experiment
+// (experiment.js), one trial, queues, nodes and the cluster. Each polls the JSON API and
 // redraws in place. Panels that read another part's endpoint (alerts,
 // telemetry, the cost report) say so quietly when this head does not serve it.
 "use strict";
@@ -25,6 +25,15 @@
       const wanted = filter.value.trim().toLowerCase();
       const rows = items.filter((e) => !wanted || [e.id, e.name, e.team, e.state].some((f) => String(f).toLowerCase().includes(wanted)));
       const counts = (e) => Object.entries(e.counts || {}).map(([state, n]) => n + " " + state).join(", ");
+      if (!items.length) {
+        fill(holder, el("div", { class: "empty", id: "empty-experiments" },
+          el("p", {}, el("b", {}, "No experiment yet.")),
+          el("p", {}, "Describe a sweep in a YAML file and submit it: ", el("code", {}, "xp submit sweep.yaml"),
+            " (or ", el("code", {}, "xp run sweep.yaml"), " to submit it and follow it to the end). It shows here as soon as the head accepts it."),
+          el("p", { class: "muted" }, "The guide's first sweep (docs/guide/first-sweep.md) walks through one.")));
+        return;
+      }
+      if (!rows.length) { fill(holder, el("p", { class: "empty" }, "No experiment matches \u201c" + filter.value.trim() + "\u201d.")); return; }
       fill(holder, table([
         { title: "Experiment", key: (e) => e.id, cell: (e) => link("/experiments/" + encodeURIComponent(e.id), e.id), class: "mono" },
         { title: "Name", key: (e) => e.name, cell: (e) => e.name },
@@ -64,226 +73,6 @@
       draw();
       if (tick % 3 === 0) drawPipelines(await api("/api/pipelines", true));
       tick += 1;
-    }, POLL_MS);
-  }
-
-  async function experimentPage(id) {
-    const base = "/api/experiments/" + encodeURIComponent(id);
-    const title = el("h1", { id: "experiment-id" }, id);
-    const summary = el("div");
-    fill(main, title, summary);
-    const alerts = section(main, "Alerts", "…");
-    const trialsPanel = section(main, "Trials", "");
-    const curveControls = el("div", { class: "controls" });
-    const curves = el("div", { class: "chart", id: "curves" });
-    section(main, "Learning curves", [curveControls, curves]);
-    const grid = el("div", { class: "grid" });
-    main.append(grid);
-    const search = el("div", { class: "chart", id: "search" });
-    const paramSelect = el("select", { id: "search-param" });
-    const best = el("div", { class: "chart small", id: "best-vs-gpu-hours" });
-    const bestNote = el("p", { class: "muted" });
-    grid.append(el("div", {}, el("h2", {}, "Search: a parameter against the metric"), el("div", { class: "panel" }, el("div", { class: "controls" }, el("label", {}, "parameter ", paramSelect)), search)));
-    grid.append(el("div", {}, el("h2", {}, "Best so far against GPU-hours"), el("div", { class: "panel" }, bestNote, best)));
-    const replicates = section(main, "Replicates per configuration", "…");
-
-    const state = { sort: "id", states: "", cursor: null, cursors: [], metric: null, smoothing: 0.6, series: 10, metrics: new Set() };
-    const metricSelect = el("select", { id: "curve-metric" });
-    const smoothing = el("input", { type: "range", min: 0, max: 0.99, step: 0.01, value: state.smoothing, id: "smoothing" });
-    const smoothingText = el("span", {}, String(state.smoothing));
-    const seriesSelect = el("select", { id: "curve-series" }, [5, 10, 20, 50].map((n) => el("option", { value: n, selected: n === state.series }, n + " best trials")));
-    fill(curveControls, el("label", {}, "metric ", metricSelect), el("label", {}, "EMA smoothing ", smoothing, " ", smoothingText), seriesSelect);
-    metricSelect.addEventListener("change", () => { state.metric = metricSelect.value; drawCurves(); });
-    smoothing.addEventListener("input", () => { state.smoothing = Number(smoothing.value); fill(smoothingText, smoothing.value); });
-    smoothing.addEventListener("change", () => drawCurves());
-    seriesSelect.addEventListener("change", () => { state.series = Number(seriesSelect.value); drawCurves(); });
-
-    let experiment = null;
-    // The cost report's totals, for a summary that carries none.
-    let reported = {};
-    const drawSummary = () => {
-      const e = Object.assign({}, experiment);
-      if (e.gpu_hours === undefined) e.gpu_hours = reported.gpu_hours;
-      if (e.cost === undefined) e.cost = reported.cost;
-      fill(summary, facts([
-        ["name", e.name], ["team", e.team], ["state", e.state], ["trials", num(e.trial_count)],
-        ["metric", (e.metric || "—") + " (" + e.mode + ")"],
-        ["best", e.best ? num(value(e.best.value)) + " (" + e.best.trial + ")" : "—"],
-        ["GPU-hours", num(e.gpu_hours, 2)], ["cost", num(e.cost, 2)], ["age", XP.age(e.submitted_at_ms)],
-      ]), el("p", { class: "muted" }, Object.entries(e.counts || {}).map(([s, n]) => n + " " + s).join(" · ")));
-    };
-
-    const stateSelect = el("select", { id: "trial-state" }, ["", "queued", "running", "succeeded", "failed", "stopped", "cancelled"].map((s) => el("option", { value: s }, s || "any state")));
-    const sortSelect = el("select", { id: "trial-sort" }, [["id", "id ↑"], ["-id", "id ↓"], ["metric", "metric ↑"], ["-metric", "metric ↓"]].map(([v, t]) => el("option", { value: v }, t)));
-    const pageInfo = el("span", { class: "muted" });
-    const next = el("button", {}, "next page");
-    const first = el("button", {}, "first page");
-    const tableHolder = el("div", { id: "trials" });
-    fill(trialsPanel, el("div", { class: "controls" }, stateSelect, sortSelect, first, next, pageInfo), tableHolder);
-    stateSelect.addEventListener("change", () => { state.states = stateSelect.value; state.cursor = null; drawTrials(); });
-    sortSelect.addEventListener("change", () => {
-      state.sort = sortSelect.value;
-      Object.assign(trialView, { sort: state.sort.endsWith("metric") ? 3 : 0, desc: state.sort.startsWith("-") });
-      state.cursor = null;
-      drawTrials();
-    });
-    let nextCursor = null;
-    next.addEventListener("click", () => { if (nextCursor) { state.cursor = nextCursor; drawTrials(); } });
-    first.addEventListener("click", () => { state.cursor = null; drawTrials(); });
-
-    // The trials table: the Trial and metric columns sort the whole
-    // experiment on the head (and page through it); the other columns sort the
-    // page shown.
-    const trialView = { sort: 0, desc: false };
-    let trialItems = [];
-    function renderTrials() {
-      const metric = experiment && experiment.metric;
-      const metricOf = (t) => (metric && t.metrics ? t.metrics[metric] : null);
-      fill(tableHolder, table([
-        { title: "Trial", server: true, key: (t) => t.id, cell: (t) => link("/trials/" + encodeURIComponent(t.id), t.id.replace(/^.*-t/, "t")), class: "mono" },
-        { title: "State", key: (t) => t.state, cell: (t) => [XP.state(t.state), t.waiting ? el("div", { class: "muted" }, t.waiting) : null] },
-        { title: "Config", key: (t) => XP.json(t.config), cell: (t) => XP.json(t.config), class: "config" },
-        { title: metric || "metric", server: true, key: (t) => sortable(metricOf(t)), num: true, cell: (t) => num(value(metricOf(t))) },
-        { title: "Step", key: (t) => t.last_step, num: true, cell: (t) => num(t.last_step) },
-        { title: "Attempts", key: (t) => t.attempts.length, num: true, cell: (t) => num(t.attempts.length) },
-        { title: "GPU-hours", key: (t) => t.gpu_hours, num: true, cell: (t) => num(t.gpu_hours, 3) },
-        { title: "Reason", cell: (t) => t.reason || "" },
-      ], trialItems, trialView, () => {
-        const server = { 0: "id", 3: "metric" }[trialView.sort];
-        if (server) {
-          state.sort = (trialView.desc ? "-" : "") + server;
-          sortSelect.value = state.sort;
-          state.cursor = null;
-          drawTrials();
-        } else {
-          renderTrials();
-        }
-      }));
-    }
-    async function drawTrials() {
-      let query = "?limit=100&sort=" + encodeURIComponent(state.sort);
-      if (state.states) query += "&state=" + encodeURIComponent(state.states);
-      if (state.cursor) query += "&cursor=" + encodeURIComponent(state.cursor);
-      const page = await api(base + "/trials" + query);
-      nextCursor = page.next_cursor;
-      next.disabled = !nextCursor;
-      fill(pageInfo, page.items.length + " of " + page.total + " trials");
-      for (const trial of page.items) Object.keys(trial.metrics || {}).forEach((m) => state.metrics.add(m));
-      trialItems = page.items;
-      renderTrials();
-    }
-
-    async function drawCurves() {
-      const metric = state.metric || (experiment && experiment.metric);
-      if (!metric) { fill(curves, el("p", { class: "muted" }, "this experiment names no metric")); return; }
-      const answer = await api(base + "/curves?metric=" + encodeURIComponent(metric) + "&series=" + state.series + "&smoothing=" + state.smoothing);
-      const traces = answer.series.map((s) => ({
-        type: "scatter", mode: "lines", name: XP.configLabel(s.trial, s.config), x: s.steps,
-        y: s.smoothed || s.values, customdata: s.values,
-        hovertemplate: "%{fullData.name}<br>step %{x}<br>" + "smoothed %{y:.4g} (raw %{customdata:.4g})<extra></extra>",
-      }));
-      const name = XP.plotText(metric);
-      chart(curves, traces, { title: { text: name }, xaxis: { title: { text: "step" } }, yaxis: { title: { text: name } } });
-    }
-
-    // A parameter against the metric, one point per trial (SVG, so it draws
-    // without WebGL), from the best 1,000 trials that reported.
-    let searchTrials = [];
-    paramSelect.addEventListener("change", () => plotSearch());
-    function plotSearch() {
-      const metric = experiment.metric;
-      const name = paramSelect.value;
-      const trials = searchTrials.filter((t) => t.config && name in t.config);
-      const label = (v) => (typeof v === "number" ? v : XP.plotText(XP.json(v)));
-      chart(search, [{
-        type: "scatter", mode: "markers", name: metric,
-        x: trials.map((t) => label(t.config[name])),
-        y: trials.map((t) => sortable(t.metrics ? t.metrics[metric] : null)),
-        text: trials.map((t) => XP.plotText(t.id.replace(/^.*-t/, "t") + " " + XP.json(t.config))),
-        hovertemplate: "%{text}<br>" + "%{y:.4g}<extra></extra>",
-        marker: { size: 7, opacity: 0.7 },
-      }], { xaxis: { title: { text: XP.plotText(name) } }, yaxis: { title: { text: XP.plotText(metric) } }, showlegend: false });
-    }
-    async function drawSearch() {
-      const metric = experiment.metric;
-      if (!metric) { fill(search, el("p", { class: "muted" }, "this experiment names no metric")); return; }
-      const page = await api(base + "/trials?limit=1000&sort=" + (experiment.mode === "max" ? "-metric" : "metric") + "&state=succeeded,stopped,running");
-      searchTrials = page.items.filter((t) => t.config && typeof t.config === "object" && t.metrics && metric in t.metrics);
-      const names = [...new Set(searchTrials.flatMap((t) => Object.keys(t.config)))].filter((n) => n !== "seed");
-      if (!names.length) { fill(search, el("p", { class: "muted" }, "no trial has reported " + metric + " yet")); return; }
-      if (names.join() !== [...paramSelect.options].map((o) => o.value).join()) {
-        // A numeric parameter first, when there is one.
-        const numeric = names.find((n) => searchTrials.every((t) => !(n in t.config) || typeof t.config[n] === "number"));
-        const chosen = names.includes(paramSelect.value) ? paramSelect.value : numeric || names[0];
-        fill(paramSelect, names.map((n) => el("option", { value: n, selected: n === chosen }, n)));
-        paramSelect.value = chosen;
-      }
-      if (search.firstChild && search.firstChild.tagName === "P") fill(search);
-      plotSearch();
-    }
-
-    async function drawReplicates() {
-      if (!experiment.metric) { fill(replicates, el("p", { class: "muted" }, "this experiment names no metric")); return; }
-      const answer = await api(base + "/replicates");
-      fill(replicates, el("p", { class: "muted" }, answer.total_groups + " configurations; mean and Student-t 95% interval of each one's finished replicates, best first"),
-        table([
-          { title: "Config", cell: (g) => XP.json(g.config), class: "config" },
-          { title: "Trials", num: true, cell: (g) => num(g.trials) },
-          { title: "Finished", num: true, cell: (g) => num(g.n) },
-          { title: "Mean " + answer.metric, num: true, cell: (g) => num(g.mean) },
-          { title: "Std dev", num: true, cell: (g) => num(g.std_dev) },
-          { title: "95% CI", num: true, cell: (g) => (g.ci95_low === null ? "—" : "[" + num(g.ci95_low) + ", " + num(g.ci95_high) + "]") },
-          { title: "First trial", cell: (g) => (g.first_trial ? link("/trials/" + encodeURIComponent(g.first_trial), g.first_trial.replace(/^.*-t/, "t")) : "—") },
-        ], answer.groups.slice(0, 50)));
-    }
-
-    async function drawBest() {
-      const report = await api("/api/report?experiment=" + encodeURIComponent(id), true);
-      const returns = report && (report.returns || []).find((r) => r.experiment === id);
-      const points = (report && report.best_vs_gpu_hours) || (returns && returns.best_vs_gpu_hours);
-      if (report) reported = report;
-      if (!points) { fill(bestNote, "The cost report is not available on this head."); return; }
-      fill(bestNote, facts([
-        ["GPU-hours", num(report.gpu_hours, 3)], ["lost", num(report.gpu_hours_lost, 3)], ["cost", num(report.cost, 2)],
-        ["last quarter's gain", num(report.last_quarter_gain !== undefined ? report.last_quarter_gain : returns && returns.last_quarter_gain)],
-        ["ROI", report.roi_percent === null || report.roi_percent === undefined ? "—" : num(report.roi_percent, 1) + "%"],
-      ]));
-      chart(best, [{ type: "scatter", mode: "lines+markers", line: { shape: "hv" }, x: points.map((p) => p.gpu_hours), y: points.map((p) => p.best), name: "best so far" }],
-        { xaxis: { title: { text: "cumulative GPU-hours" } }, yaxis: { title: { text: XP.plotText(experiment.metric || "best") } }, showlegend: false });
-    }
-
-    async function drawAlerts() {
-      const answer = await api("/api/alerts?experiment=" + encodeURIComponent(id), true);
-      if (!answer) { fill(alerts, el("span", { class: "muted" }, "Alerts are not available on this head.")); return; }
-      const items = answer.items || answer.alerts || (Array.isArray(answer) ? answer : []);
-      if (!items.length) { fill(alerts, el("span", { class: "muted" }, "none")); return; }
-      fill(alerts, table([
-        { title: "When", cell: (a) => XP.time(a.at_ms) },
-        { title: "Trial", cell: (a) => link("/trials/" + encodeURIComponent(a.trial), a.trial) },
-        { title: "Rule", cell: (a) => a.rule + " (" + a.kind + ")" },
-        { title: "Message", cell: (a) => a.message },
-        { title: "Delivery", cell: (a) => a.delivery },
-      ], items.slice(0, 50)));
-    }
-
-    let slowTick = 0;
-    poll(async () => {
-      experiment = await api(base);
-      drawSummary();
-      await drawTrials();
-      if (!state.metric && experiment.metric) {
-        state.metric = experiment.metric;
-      }
-      const names = [...new Set([experiment.metric, ...state.metrics].filter(Boolean))];
-      if (names.join() !== [...metricSelect.options].map((o) => o.value).join()) {
-        fill(metricSelect, names.map((n) => el("option", { value: n, selected: n === state.metric }, n)));
-      }
-      await drawCurves();
-      // The heavier panels refresh every fourth tick.
-      if (slowTick % 4 === 0) {
-        await Promise.all([drawSearch(), drawReplicates(), drawBest(), drawAlerts()]);
-      }
-      slowTick += 1;
     }, POLL_MS);
   }
 
@@ -385,7 +174,7 @@
       const trial = await api(base);
       fill(summary, facts([
         ["experiment", link("/experiments/" + encodeURIComponent(trial.experiment), trial.experiment)],
-        ["state", trial.state], ["config", XP.json(trial.config)], ["step", num(trial.last_step)],
+        ["state", trial.state], ["config", XP.configText(trial.config)], ["step", num(trial.last_step)],
         [trial.metric || "metric", num(value(trial.metric && trial.metrics ? trial.metrics[trial.metric] : null))],
         ["GPU-hours", num(trial.gpu_hours !== undefined ? trial.gpu_hours : trial.allocated_gpu_hours, 3)],
         ["reason", trial.reason || trial.waiting || "—"],
@@ -485,21 +274,41 @@
     ], items, view, draw));
     poll(async () => {
       items = (await api("/api/nodes?limit=1000")).items;
+      if (!items.length) {
+        fill(holder, noNode());
+        fill(slots, el("p", { class: "muted" }, "GPU slots appear here once a node has joined."));
+        return;
+      }
       draw();
       const telemetry = new Map(items.map((n) => [n.id, new Map((n.gpu_telemetry || []).map((g) => [g.index, g]))]));
       const gpus = await api("/api/gpus");
       const rows = gpus.nodes.filter((n) => n.gpus.length);
+      // Each slot names the trial on it by its id (experiment-tN), linked to
+      // the trial's page, and the rank.
       fill(slots, rows.length ? table([
         { title: "Node", cell: (n) => n.name },
         { title: "GPUs", cell: (n) => n.gpus.map((g) => {
           const sample = (telemetry.get(n.id) || new Map()).get(g.index);
-          const holders = g.workers.map((w) => (w.trial ? [link("/trials/" + encodeURIComponent(w.trial), w.trial.replace(/^.*-t/, "t")), " r" + w.rank] : ["another team's"]));
+          const holders = g.workers.map((w, index) => (w.trial
+            ? [index ? ", " : "", link("/trials/" + encodeURIComponent(w.trial), w.trial), " rank " + w.rank]
+            : [index ? ", " : "", "another team's trial"]));
           return el("span", { class: "slot" + (g.busy_milli ? " busy" : ""), title: g.model },
-            "GPU " + g.index + ": ", holders.length ? holders : "free",
+            el("b", {}, "GPU " + g.index), " ", holders.length ? holders : el("span", { class: "muted" }, "free"),
             sample ? el("div", { class: "muted" }, num(sample.util, 0) + "% · " + XP.bytes(sample.memory_used_bytes)) : null);
         }) },
-      ], rows) : el("span", { class: "muted" }, "no node has GPUs"));
+      ], rows) : el("p", { class: "muted" }, "No node offers GPUs: nodes without GPUs run CPU-only trials."));
     }, POLL_MS);
+  }
+
+  // What a page says when no node has joined: how to join one.
+  function noNode() {
+    return el("div", { class: "empty", id: "empty-nodes" },
+      el("p", {}, el("b", {}, "No node has joined this cluster yet."), " Trials wait until one does."),
+      el("p", {}, "On each machine that should run trials, start a node with the join string the head printed at its first start: ",
+        el("code", {}, "xp-node join --join-file ~/.xp-join --data-dir /var/lib/xp-node"),
+        " (the file holds the join string, readable by its owner only). On the head machine, ",
+        el("code", {}, "xp-head node-credential --data-dir DIR"), " prints the join string again."),
+      el("p", { class: "muted" }, "A machine without GPUs can declare slots for testing: xp-node join --gpus 2. The guide to a cluster by hand (docs/guide/cluster-by-hand.md) has the details."));
   }
 
   async function clusterPage() {
@@ -515,24 +324,48 @@
     const time = make("time-in-system");
     const count = make("in-system");
     const teams = make("gpu-hours-by-team");
+    const empty = el("div", { id: "cluster-empty" });
+    note.after(empty);
+    // A y axis for quantities that cannot be negative: from zero, and 0 to 1
+    // while there is nothing to show (plotly would centre an empty or flat
+    // axis on zero, half of it negative).
+    const countAxis = (...series) => {
+      const values = series.flat().filter((v) => typeof v === "number" && Number.isFinite(v));
+      return values.some((v) => v > 0) ? { rangemode: "tozero" } : { range: [0, 1] };
+    };
     poll(async () => {
       const h = await api("/api/cluster?buckets=60");
       const x = h.buckets.map((b) => new Date(b.start_ms));
-      fill(note, "From " + XP.time(h.since_ms) + ", in buckets of " + XP.duration(h.bucket_ms) + "; " + num(h.capacity_gpus) + " GPUs on ready nodes now.");
+      const capacity = Math.max(0, h.capacity_gpus || 0);
+      fill(note, "From " + XP.time(h.since_ms) + ", in buckets of " + XP.duration(h.bucket_ms) + "; " +
+        (capacity ? num(capacity) + (capacity === 1 ? " GPU" : " GPUs") + " on ready nodes now." : "no node is ready now."));
+      if (capacity) fill(empty);
+      else fill(empty, (await api("/api/nodes?limit=1", true) || { items: [] }).items.length ? el("p", { class: "empty" }, "No node is ready: those that joined are draining or lost (see Nodes).") : noNode());
       const line = (name, ys) => ({ type: "scatter", mode: "lines", line: { shape: "hv" }, name, x, y: ys });
-      chart(util, [line("allocated GPUs", h.buckets.map((b) => b.allocated_gpus)), Object.assign(line("utilisation", h.buckets.map((b) => b.utilization)), { yaxis: "y2" })],
-        { title: { text: "GPUs allocated and utilisation" }, margin: { l: 55, r: 55, t: 30, b: 40 }, yaxis2: { overlaying: "y", side: "right", range: [0, 1], tickformat: ".0%" } });
-      chart(throughput, [line("trials finished per hour", h.buckets.map((b) => b.throughput_per_hour))], { title: { text: "Throughput (trials per hour)" } });
-      chart(time, [Object.assign(line("mean time in system (s)", h.buckets.map((b) => b.mean_time_in_system_s)), { mode: "lines+markers", connectgaps: true })], { title: { text: "Time in system (s)" } });
-      chart(count, [line("trials in system", h.buckets.map((b) => b.in_system))], { title: { text: "Number in system" } });
+      // The time axis spans the window, a minute at least: a young cluster's
+      // one bucket would otherwise be stretched over milliseconds.
+      const xaxis = { type: "date", range: [new Date(h.since_ms), new Date(Math.max(h.until_ms, h.since_ms + 60000))] };
+      const allocated = h.buckets.map((b) => b.allocated_gpus);
+      chart(util, [line("allocated GPUs", allocated), Object.assign(line("utilisation", h.buckets.map((b) => b.utilization)), { yaxis: "y2" })],
+        { title: { text: "GPUs allocated and utilisation" }, margin: { r: 55, t: 30 }, xaxis, yaxis: Object.assign({ title: { text: "GPUs" } }, countAxis(allocated, [capacity])),
+          yaxis2: { overlaying: "y", side: "right", range: [0, 1], tickformat: ".0%" } });
+      const rates = h.buckets.map((b) => b.throughput_per_hour);
+      chart(throughput, [line("trials finished per hour", rates)], { title: { text: "Throughput (trials finished per hour)" }, xaxis, yaxis: countAxis(rates) });
+      const times = h.buckets.map((b) => b.mean_time_in_system_s);
+      chart(time, [Object.assign(line("mean time in system (s)", times), { mode: "lines+markers", connectgaps: true })], { title: { text: "Time in system (s)" }, xaxis, yaxis: countAxis(times) });
+      const counts = h.buckets.map((b) => b.in_system);
+      chart(count, [line("trials in system", counts)], { title: { text: "Number in system" }, xaxis, yaxis: countAxis(counts) });
       const byTeam = Object.entries(h.gpu_hours_by_team || {});
-      chart(teams, [{ type: "bar", x: byTeam.map(([t]) => XP.plotText(t)), y: byTeam.map(([, v]) => v), name: "GPU-hours" }], { title: { text: "GPU-hours by team" }, showlegend: false });
+      chart(teams, [{ type: "bar", x: byTeam.map(([t]) => XP.plotText(t)), y: byTeam.map(([, v]) => v), name: "GPU-hours" }],
+        { title: { text: "GPU-hours by team" }, showlegend: false, yaxis: countAxis(byTeam.map(([, v]) => v)),
+          xaxis: byTeam.length ? {} : { visible: false },
+          annotations: byTeam.length ? [] : [{ text: "no GPU-hours yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5 }] });
       // The cost report of the last week, where this head serves one.
       const r = await api("/api/report?since=7d", true);
       fill(report, r ? [el("h2", {}, "Last 7 days (cost report)"), facts([
         ["GPU-hours", num(r.gpu_hours, 2)], ["lost", num(r.gpu_hours_lost, 2)], ["cost", num(r.cost, 2)],
         ["utilisation", r.utilization === null || r.utilization === undefined ? "—" : num(100 * r.utilization, 1) + "%"],
-        ["throughput", num(r.throughput_per_hour, 2) + " trials/h"], ["W", num(r.mean_time_in_system_s, 1) + " s"],
+        ["throughput", num(r.throughput_per_hour, 2) + " trials/h"], ["W", r.mean_time_in_system_s === null || r.mean_time_in_system_s === undefined ? "—" : num(r.mean_time_in_system_s, 1) + " s"],
         ["L", num(r.mean_in_system, 2)], ["L / λW", num(r.littles_law_ratio, 3)],
       ])] : el("p", { class: "muted" }, "The cost report is not available on this head."));
     }, 5000);
@@ -543,7 +376,7 @@
     api("/api/whoami", true).then((me) => { if (me) fill(document.getElementById("user"), me.user); }).catch(() => {});
     let match;
     if (path === "/") return experimentsPage();
-    if ((match = path.match(/^\/experiments\/([^/]+)$/))) return experimentPage(decodeURIComponent(match[1]));
+    if ((match = path.match(/^\/experiments\/([^/]+)$/))) return XP.experimentPage(main, decodeURIComponent(match[1]));
     if ((match = path.match(/^\/trials\/([^/]+)$/))) return trialPage(decodeURIComponent(match[1]));
     if (path === "/queues") return queuesPage();
     if (path === "/nodes") return nodesPage();
