@@ -21,6 +21,11 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 
 skip() {
+  # Where CI runs (CI set, as .ci/run sets it), what cannot run is a failure.
+  if [ -n "${CI:-}" ]; then
+    echo "slurm-e2e: FAILED: cannot run in CI: $*" >&2
+    exit 1
+  fi
   echo "slurm-e2e: skipped: $*"
   exit 0
 }
@@ -273,6 +278,8 @@ name: slurm-move
 team: examples
 trial:
   command: [python3, train.py]
+  # This spec lies in the head's private directory: train.py is found here.
+  command_dir: $repo/examples/slurm
   resources: {cpu: 1, gpu: 1}
   max_retries: 0
 search:

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 use xp_runtime::ids::{ExperimentId, TrialId};
-use xp_runtime::protocol::{ExperimentStatus, ObjectiveStatus, TrialState};
+use xp_runtime::protocol::{ExperimentStatus, ObjectiveStatus};
 use xp_tune::search::front::summarize_front;
 use xp_tune::stats::{Summary, WelchTest, summarize, welch_t_test};
 
@@ -59,7 +59,7 @@ pub fn compare(status: &ExperimentStatus, alpha: f64) -> Result<Comparison, Comp
         let group = groups
             .entry(key)
             .or_insert_with(|| (config, Vec::new(), Vec::new()));
-        if trial.state == TrialState::Succeeded
+        if trial.state.ended_normally()
             && let Some(value) = trial
                 .metrics
                 .get(&metric)
@@ -115,8 +115,9 @@ impl ConfigSummary {
             "config": self.config,
             "n": self.values.len(),
             "mean": self.summary.as_ref().map(|summary| summary.mean),
-            "std_dev": self.summary.as_ref().map(|summary| summary.std_dev),
-            "ci95": self.summary.as_ref().map(|summary| [summary.ci95.0, summary.ci95.1]),
+            // One replicate has no spread: no interval is made up for it.
+            "std_dev": self.summary.as_ref().filter(|summary| summary.n > 1).map(|summary| summary.std_dev),
+            "ci95": self.summary.as_ref().filter(|summary| summary.n > 1).map(|summary| [summary.ci95.0, summary.ci95.1]),
             "trials": self.trials.iter().map(ToString::to_string).collect::<Vec<_>>(),
             "vs_best": self.vs_best.as_ref().map(|test| json!({
                 "t": test.t, "dof": test.dof, "p_value": test.p_value, "significant": test.significant,
@@ -124,11 +125,17 @@ impl ConfigSummary {
         })
     }
 
-    /// How this configuration compares with the best, in words.
-    pub fn verdict(&self, alpha: f64) -> String {
+    /// How this configuration, ranked `rank` (from 1), compares with the
+    /// best, in words. With fewer than two replicates on either side nothing
+    /// is tested, and the verdict says so rather than call each one best.
+    pub fn verdict(&self, rank: usize, alpha: f64) -> String {
         match &self.vs_best {
             None if self.values.is_empty() => "no finished replicate".to_owned(),
-            None => "best".to_owned(),
+            None if rank == 1 && self.values.len() > 1 => "best".to_owned(),
+            None if rank == 1 => {
+                "best mean (one replicate: add `search.seeds` to test differences)".to_owned()
+            }
+            None => "not tested (needs two replicates on each side)".to_owned(),
             Some(test) if test.significant => format!(
                 "worse than the best, significant (Welch p={:.3} < {alpha})",
                 test.p_value
@@ -232,7 +239,7 @@ fn config_objectives(
             trials: Vec::new(),
             columns: vec![Vec::new(); objectives.len()],
         });
-        if trial.state != TrialState::Succeeded {
+        if !trial.state.ended_normally() {
             continue;
         }
         let values: Vec<Option<f64>> = objectives
@@ -335,7 +342,7 @@ impl ConfigObjectives {
 #[cfg(test)]
 mod tests {
     use xp_runtime::ids::ExperimentId;
-    use xp_runtime::protocol::{ExperimentState, TrialStatus};
+    use xp_runtime::protocol::{ExperimentState, TrialState, TrialStatus};
 
     use super::*;
 
@@ -355,6 +362,7 @@ mod tests {
             waiting: None,
             gpu_hours: 0.0,
             cost: None,
+            malformed_metrics: None,
         }
     }
 
@@ -399,7 +407,36 @@ mod tests {
         assert_eq!(comparison.configs[0].values.len(), 4);
         let runner_up = comparison.configs[1].vs_best.as_ref().unwrap();
         assert!(runner_up.significant && runner_up.p_value < 0.001);
-        assert!(comparison.configs[1].verdict(0.05).contains("significant"));
+        assert!(
+            comparison.configs[1]
+                .verdict(2, 0.05)
+                .contains("significant")
+        );
+    }
+
+    #[test]
+    fn one_replicate_per_configuration_gets_no_interval_and_no_second_best() {
+        let trials = vec![
+            trial(0, r#"{"lr":0.1,"seed":0}"#, 0.9),
+            trial(1, r#"{"lr":0.01,"seed":0}"#, 0.8),
+        ];
+        let comparison = compare(&status(trials), 0.05).unwrap();
+        let verdicts: Vec<String> = comparison
+            .configs
+            .iter()
+            .enumerate()
+            .map(|(rank, config)| config.verdict(rank + 1, 0.05))
+            .collect();
+        assert!(
+            verdicts[0].starts_with("best mean (one replicate"),
+            "{verdicts:?}"
+        );
+        assert!(verdicts[1].starts_with("not tested"), "{verdicts:?}");
+        let json = comparison.configs[0].to_json(1);
+        assert!(
+            json["ci95"].is_null() && json["std_dev"].is_null(),
+            "{json}"
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ async fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             cmd::eprintln_note(&format!("error: {error:#}"));
-            std::process::ExitCode::FAILURE
+            std::process::ExitCode::from(cmd::exit_code(&error))
         }
     }
 }

@@ -205,12 +205,13 @@ fn a_full_disk_is_survived_without_a_restart() {
 }
 
 /// Whether a tmpfs can be mounted here; says why the test is skipped when not.
-#[expect(clippy::print_stderr, reason = "say why the test is skipped")]
 fn can_mount_or_say_why() -> bool {
     match Tmpfs::can_mount() {
         Ok(()) => true,
         Err(reason) => {
-            eprintln!("skipped: cannot mount a tmpfs here (needs root): {reason:#}");
+            common::cannot_run(&format!(
+                "cannot mount a tmpfs here (needs root): {reason:#}"
+            ));
             false
         }
     }

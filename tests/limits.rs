@@ -39,11 +39,10 @@ fn cgroups_missing() -> Option<&'static str> {
 }
 
 /// Whether the test must be skipped for want of cgroups (it says why).
-#[expect(clippy::print_stderr, reason = "say why the test is skipped")]
 fn skipped_without_cgroups() -> bool {
     let missing = cgroups_missing();
     if let Some(why) = missing {
-        eprintln!("skipped: per-worker cgroups are not usable here ({why})");
+        common::cannot_run(&format!("per-worker cgroups are not usable here ({why})"));
     }
     missing.is_some()
 }

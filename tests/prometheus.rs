@@ -249,7 +249,6 @@ fn check_sweep_in_metrics(text: &str, on_node: &str, experiment: &str) {
 }
 
 /// `promtool check metrics` accepts the exposition, where promtool is installed.
-#[expect(clippy::print_stderr, reason = "say why a part is skipped")]
 fn check_promtool_accepts(text: &str) {
     if installed("promtool") {
         let mut promtool = Command::new("promtool")
@@ -273,19 +272,18 @@ fn check_promtool_accepts(text: &str) {
             String::from_utf8_lossy(&checked.stderr)
         );
     } else {
-        eprintln!(
-            "skipping promtool check metrics: promtool is not installed (apt-get install prometheus)"
+        common::cannot_run(
+            "promtool check metrics: promtool is not installed (apt-get install prometheus)",
         );
     }
 }
 
 /// A real Prometheus scraping the head with the bearer credential answers a
 /// query with the sweep's succeeded trials, where prometheus is installed.
-#[expect(clippy::print_stderr, reason = "say why a part is skipped")]
 fn check_prometheus_scrapes(http: &str, secret: &str) {
     if !installed("prometheus") {
-        eprintln!(
-            "skipping the Prometheus scrape: prometheus is not installed (apt-get install prometheus)"
+        common::cannot_run(
+            "the Prometheus scrape: prometheus is not installed (apt-get install prometheus)",
         );
         return;
     }

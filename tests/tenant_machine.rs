@@ -25,11 +25,10 @@ use common::{TestCluster, binary, trials};
 use serde_json::Value;
 
 /// Whether the test must be skipped because this process is not root (it says so).
-#[expect(clippy::print_stderr, reason = "say why the test is skipped")]
 fn skipped_without_root() -> bool {
     let root = nix::unistd::geteuid().is_root();
     if !root {
-        eprintln!("skipped: only a node running as root gives workers user ids of their own");
+        common::cannot_run("only a node running as root gives workers user ids of their own");
     }
     !root
 }

@@ -93,10 +93,7 @@ fn pane_command(xp: &Path) -> String {
 #[test]
 fn top_shows_the_cluster_and_restores_the_terminal() {
     if !tmux_available() {
-        #[expect(clippy::print_stderr, reason = "say why the test is skipped")]
-        {
-            eprintln!("skipped: tmux is not installed (apt-get install tmux)");
-        }
+        common::cannot_run("tmux is not installed (apt-get install tmux)");
         return;
     }
     let mut cluster = TestCluster::start("10s");

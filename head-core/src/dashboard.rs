@@ -66,7 +66,7 @@ impl HeadCore {
                     first: trial.id.index,
                 });
             group.trials += 1;
-            if trial.state == TrialState::Succeeded
+            if trial.state.ended_normally()
                 && let Some(value) = trial
                     .metrics
                     .get(metric)

@@ -8,7 +8,7 @@
 //! value never counts. Pure reads of the core's state.
 
 use xp_runtime::ids::{ExperimentId, TrialId};
-use xp_runtime::protocol::{FrontStatus, FrontTrial, ObjectiveStatus, TrialState};
+use xp_runtime::protocol::{FrontStatus, FrontTrial, ObjectiveStatus};
 use xp_runtime::spec::Mode;
 use xp_tune::search::front::{FrontSummary, summarize_front};
 
@@ -46,7 +46,7 @@ impl HeadCore {
         let candidates: Vec<(TrialId, Vec<Option<f64>>)> = self
             .book
             .trials_of(id)
-            .filter(|(_, trial)| trial.state == TrialState::Succeeded)
+            .filter(|(_, trial)| trial.state.ended_normally())
             .map(|(trial_id, trial)| {
                 let values = objectives
                     .iter()

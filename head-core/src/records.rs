@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
-    CheckpointFile, NodeIsolation, NodeResources, NodeState, ReusedFrom, StageInput, StageState,
-    TrialEvent, TrialState,
+    CheckpointFile, MalformedMetrics, NodeIsolation, NodeResources, NodeState, ReusedFrom,
+    StageInput, StageState, TrialEvent, TrialState,
 };
 use xp_sched::GPU_MILLI;
 
@@ -113,6 +113,9 @@ pub struct TrialRecord {
     /// (counted for the conflict odds of what it asked for).
     #[serde(default)]
     pub waited: bool,
+    /// Metric lines the node could not read, if any.
+    #[serde(default)]
+    pub malformed_metrics: Option<MalformedMetrics>,
 }
 
 /// A submitted pipeline, as persisted.

@@ -83,9 +83,16 @@ impl HeadCore {
             .experiments()
             .filter(|experiment| experiment.content_hash == content_hash)
             .max_by_key(|experiment| experiment.id.run);
+        // An identical experiment still running, or succeeded with no trial
+        // failed or cancelled, is the answer; any other runs again, its
+        // succeeded trials reused (unless `rerun`) and the rest run anew.
         if let Some(latest) = latest {
             let state = self.experiment_state(latest.id);
-            if !request.rerun && state != ExperimentState::Cancelled {
+            let unfinished_work = self.book.trials_of(latest.id).any(|(_, trial)| {
+                matches!(trial.state, TrialState::Failed | TrialState::Cancelled)
+            });
+            let done = state == ExperimentState::Succeeded && !unfinished_work;
+            if !request.rerun && (state == ExperimentState::Running || done) {
                 let trials = self.book.trials_of(latest.id).count() as u32;
                 info!(experiment_id = %latest.id, state = state.as_str(), "identical experiment submitted; reusing it");
                 return Ok((latest.id, state != ExperimentState::Running, trials));
@@ -164,6 +171,7 @@ impl HeadCore {
             created_at: Some(now),
             finished_at: None,
             waited: false,
+            malformed_metrics: None,
         };
         let (state, reason) = match source {
             Some(source) => {

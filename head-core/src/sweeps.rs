@@ -51,13 +51,19 @@ impl std::fmt::Debug for SweepState {
 /// The stopping rule of an experiment: its `early_stopping`, or the Hyperband
 /// brackets of `algorithm: bohb`, whose sampler learns from the same rungs.
 fn stopping_rule(spec: &ExperimentSpec) -> Option<Box<dyn StoppingRule>> {
-    if let Some(early_stopping) = &spec.search.early_stopping {
-        return Some(make_rule(early_stopping));
+    let mut rule = match (
+        &spec.search.early_stopping,
+        SearchAlgorithm::from_spec(&spec.search),
+    ) {
+        (Some(early_stopping), _) => make_rule(early_stopping),
+        (None, SearchAlgorithm::Bohb { schedule }) => make_bohb_rule(schedule),
+        (None, _) => return None,
+    };
+    // The rule ranks negated values of a maximised metric; its reasons say them as reported.
+    if spec.search.mode == Mode::Max {
+        rule.show_maximized();
     }
-    match SearchAlgorithm::from_spec(&spec.search) {
-        SearchAlgorithm::Bohb { schedule } => Some(make_bohb_rule(schedule)),
-        _ => None,
-    }
+    Some(rule)
 }
 
 /// The factor that turns a metric into an objective to minimise.

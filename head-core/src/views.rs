@@ -133,24 +133,18 @@ impl HeadCore {
         Ok(events[start..].iter().take(1000).cloned().collect())
     }
 
-    /// Cancelled, running while any trial is unfinished, else succeeded when one
-    /// trial succeeded.
+    /// The experiment's state ([`ExperimentState::of`]).
     pub(super) fn experiment_state(&self, id: ExperimentId) -> ExperimentState {
-        if self.book.experiment(id).cancelled {
-            return ExperimentState::Cancelled;
-        }
-        let mut any_succeeded = false;
+        let (mut unfinished, mut ended_normally) = (false, false);
         for (_, trial) in self.book.trials_of(id) {
-            if !trial.state.is_terminal() {
-                return ExperimentState::Running;
-            }
-            any_succeeded |= trial.state == TrialState::Succeeded;
+            unfinished |= !trial.state.is_terminal();
+            ended_normally |= trial.state.ended_normally();
         }
-        if any_succeeded {
-            ExperimentState::Succeeded
-        } else {
-            ExperimentState::Failed
-        }
+        ExperimentState::of(
+            self.book.experiment(id).cancelled,
+            unfinished,
+            ended_normally,
+        )
     }
 
     /// An experiment and its trials as `xp status` shows them.
@@ -222,6 +216,7 @@ impl HeadCore {
             }),
             gpu_hours,
             cost,
+            malformed_metrics: trial.malformed_metrics.clone(),
         }
     }
 

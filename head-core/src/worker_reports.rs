@@ -17,8 +17,10 @@ use std::collections::BTreeMap;
 
 use tracing::{debug, warn};
 use xp_runtime::clock::UnixMillis;
-use xp_runtime::ids::{NodeId, WorkerKey};
-use xp_runtime::protocol::{CheckpointFile, TrialState, WorkerReport};
+use xp_runtime::ids::{NodeId, TrialId, WorkerKey};
+use xp_runtime::protocol::{
+    CheckpointFile, MAX_MALFORMED_LINE_SHOWN, MalformedMetrics, TrialState, WorkerReport,
+};
 
 use super::{HeadCore, MetricRecord, Record, WorkerState};
 
@@ -99,6 +101,9 @@ impl HeadCore {
                 ..
             } => {
                 self.worker_metric(now, reporter, index, step, values);
+            }
+            WorkerReport::MalformedMetrics { count, first, .. } => {
+                self.worker_malformed_metrics(now, reporter.key, count, first);
             }
             WorkerReport::Outputs { files, error, .. } => {
                 self.worker_outputs(now, reporter, files, error);
@@ -284,7 +289,16 @@ impl HeadCore {
                         }
                 })
             });
-            if all_succeeded {
+            if all_succeeded && let Some(missing) = self.unreported_objective(key.trial) {
+                // Exiting 0 without the result the search asked for is no success.
+                self.fail_attempt(
+                    now,
+                    key,
+                    format!(
+                        "exited with status 0 without reporting {missing}, the search's metric"
+                    ),
+                );
+            } else if all_succeeded {
                 self.finish_attempt(now, key, "succeeded");
                 self.transition(
                     now,
@@ -577,4 +591,50 @@ fn eviction_reason(
         bytesize::ByteSize(used_bytes),
         bytesize::ByteSize(total_bytes)
     )
+}
+
+impl HeadCore {
+    /// The first of the search's objectives the trial never reported (a
+    /// finite or non-finite value both count as reported), if any.
+    fn unreported_objective(&self, trial: TrialId) -> Option<String> {
+        let record = self.book.get_trial(trial)?;
+        self.book
+            .spec(trial.experiment)
+            .search
+            .objectives()
+            .into_iter()
+            .find(|objective| !record.metrics.contains_key(objective.metric))
+            .map(|objective| objective.metric.to_owned())
+    }
+
+    /// The worker printed metric lines its node could not read: kept on the
+    /// trial (the count and the first line), and the first time a warning in
+    /// its events, so a trial that reports nothing says why.
+    fn worker_malformed_metrics(
+        &mut self,
+        now: UnixMillis,
+        key: WorkerKey,
+        count: u64,
+        first: String,
+    ) {
+        let Some(trial) = self.book.trial_mut(key.trial) else {
+            return;
+        };
+        let first_time = trial.malformed_metrics.is_none();
+        let malformed = trial
+            .malformed_metrics
+            .get_or_insert_with(|| MalformedMetrics {
+                count: 0,
+                first: first.chars().take(MAX_MALFORMED_LINE_SHOWN).collect(),
+            });
+        malformed.count = malformed.count.max(count);
+        let state = trial.state;
+        if first_time {
+            let warning = format!(
+                "warning: rank {} printed a metric line that could not be read: {}",
+                key.rank, malformed.first
+            );
+            self.push_event(now, key.trial, state, key.attempt, warning);
+        }
+    }
 }

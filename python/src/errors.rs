@@ -49,7 +49,9 @@ pub(crate) fn sdk_error(py: Python<'_>, error: SdkError) -> PyErr {
         ),
         SdkError::Transport(_) => raise(py, "ConnectError", (message,)),
         SdkError::Spec(_) => raise(py, "SpecError", (message,)),
-        SdkError::Version(_) | SdkError::Program { .. } => raise(py, "SubmitError", (message,)),
+        SdkError::Version(_) | SdkError::Program { .. } | SdkError::EntryWithoutProgram { .. } => {
+            raise(py, "SubmitError", (message,))
+        }
         SdkError::Object(_) | SdkError::ObjectLink(_) | SdkError::ObjectRelease { .. } => {
             raise(py, "ObjectError", (message,))
         }

@@ -375,6 +375,7 @@ mod tests {
                     waiting: None,
                     gpu_hours: 0.0,
                     cost: None,
+                    malformed_metrics: None,
                 })
                 .collect();
             let status = Message::Response(Response::Status(vec![ExperimentStatus {

@@ -9,6 +9,9 @@
 //! `"inf"`, `"-inf"` (any case; also `"NaN"`, `"Infinity"`) and `null` (what
 //! most other JSON writers make of a NaN, read as NaN) all become non-finite
 //! `f64`s, which the head records and alerts on (`crate::metric_value`).
+//! Numbers as bc, awk or C print them (`.5`, `1.`, `+1`, `nan`, `inf`) are
+//! read too; a line that is still not an object of numbers is malformed, and
+//! the node counts it and keeps the first (`WorkerReport::MalformedMetrics`).
 
 use std::collections::BTreeMap;
 
@@ -116,7 +119,7 @@ pub fn parse_metric_line(line: &str) -> Result<Option<MetricReport>, MetricLineE
     if line.len() > MAX_METRIC_LINE {
         return Err(MetricLineError::TooLong { len: line.len() });
     }
-    let payload = quote_nonfinite_tokens(payload);
+    let payload = normalize_numbers(payload);
     let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&payload)
         .map_err(|error| MetricLineError::NotAnObject {
             reason: error.to_string(),
@@ -150,19 +153,20 @@ pub fn parse_metric_line(line: &str) -> Result<Option<MetricReport>, MetricLineE
     Ok(Some(report))
 }
 
-/// Rewrites the bare tokens `NaN`, `Infinity` and `-Infinity` outside strings as
-/// strings, so serde_json (which refuses them) reads the object. JSON has no
-/// other bare words than `true`, `false` and `null`, so nothing else changes.
-fn quote_nonfinite_tokens(payload: &str) -> std::borrow::Cow<'_, str> {
-    if !payload.contains("NaN") && !payload.contains("Infinity") {
-        return std::borrow::Cow::Borrowed(payload);
-    }
+/// Rewrites the bare words outside strings that are numbers as other tools
+/// print them but JSON does not allow: `.5`, `1.`, `+1` (bc, awk, C's
+/// `printf`), and `NaN`, `Infinity`, `-Infinity`, `nan`, `inf` (Python's
+/// `json.dumps` and `print`): finite ones as JSON numbers (an integral one as
+/// an integer, so `"step": 3.` is a step), non-finite ones as the strings
+/// [`crate::metric_value::parse_nonfinite_word`] reads. JSON's own numbers and
+/// `true`, `false`, `null` are left as they are; anything else stays and
+/// makes the line malformed.
+fn normalize_numbers(payload: &str) -> std::borrow::Cow<'_, str> {
+    let is_word =
+        |byte: u8| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'+' | b'-' | b'_');
     let bytes = payload.as_bytes();
-    let mut out = String::with_capacity(payload.len() + 16);
-    let mut in_string = false;
-    let mut escaped = false;
-    let mut start = 0;
-    let mut index = 0;
+    let mut out = String::new();
+    let (mut start, mut index, mut in_string, mut escaped) = (0, 0, false, false);
     while index < bytes.len() {
         let byte = bytes[index];
         if in_string {
@@ -181,22 +185,47 @@ fn quote_nonfinite_tokens(payload: &str) -> std::borrow::Cow<'_, str> {
             index += 1;
             continue;
         }
-        let token = ["-Infinity", "Infinity", "NaN"]
-            .into_iter()
-            .find(|token| bytes[index..].starts_with(token.as_bytes()));
-        if let Some(token) = token {
-            out.push_str(&payload[start..index]);
-            out.push('"');
-            out.push_str(token);
-            out.push('"');
-            index += token.len();
-            start = index;
+        if !is_word(byte) {
+            index += 1;
             continue;
         }
-        index += 1;
+        let end = index
+            + bytes[index..]
+                .iter()
+                .take_while(|byte| is_word(**byte))
+                .count();
+        let word = &payload[index..end];
+        if let Some(rewritten) = rewrite_number(word) {
+            out.push_str(&payload[start..index]);
+            out.push_str(&rewritten);
+            start = end;
+        }
+        index = end;
+    }
+    if start == 0 {
+        return std::borrow::Cow::Borrowed(payload);
     }
     out.push_str(&payload[start..]);
     std::borrow::Cow::Owned(out)
+}
+
+/// `word` as JSON, when it is a number JSON spells otherwise.
+fn rewrite_number(word: &str) -> Option<String> {
+    if matches!(word, "true" | "false" | "null")
+        || serde_json::from_str::<serde_json::Number>(word).is_ok()
+    {
+        return None;
+    }
+    let value: f64 = word.parse().ok()?;
+    Some(if value.is_nan() {
+        "\"nan\"".to_owned()
+    } else if value.is_infinite() {
+        if value > 0.0 { "\"inf\"" } else { "\"-inf\"" }.to_owned()
+    } else if value.fract() == 0.0 && value.abs() < 1e15 {
+        format!("{}", value as i64)
+    } else {
+        serde_json::Value::from(value).to_string()
+    })
 }
 
 /// Formats a report as a metric line (without the newline); non-finite values
@@ -365,6 +394,42 @@ mod tests {
         assert!(back.values["loss"].is_nan());
         assert_eq!(back.values["up"], f64::INFINITY);
         assert_eq!(back.values["down"], f64::NEG_INFINITY);
+    }
+
+    #[test]
+    fn numbers_as_bc_awk_and_python_print_them_are_read() {
+        let report = parse_metric_line(
+            r#"XP_METRIC {"step": 3., "acc": .0333, "b": 1., "c": -.5, "d": +2, "e": 1e-3, "f": 2E+2, "g": nan, "h": -inf, "i": inf}"#,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(report.step, Some(3));
+        let values = &report.values;
+        assert_eq!(
+            [
+                values["acc"],
+                values["b"],
+                values["c"],
+                values["d"],
+                values["e"],
+                values["f"]
+            ],
+            [0.0333, 1.0, -0.5, 2.0, 0.001, 200.0]
+        );
+        assert!(values["g"].is_nan());
+        assert_eq!(
+            (values["h"], values["i"]),
+            (f64::NEG_INFINITY, f64::INFINITY)
+        );
+        // Words that are no number stay malformed.
+        for line in [
+            r#"XP_METRIC {"acc": 0.3.3}"#,
+            r#"XP_METRIC {"acc": ..5}"#,
+            r#"XP_METRIC {"acc": nope}"#,
+            r#"XP_METRIC {"acc": 1,}"#,
+        ] {
+            assert!(parse_metric_line(line).is_err(), "{line}");
+        }
     }
 
     #[test]

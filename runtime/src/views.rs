@@ -117,6 +117,10 @@ pub fn trial_json(trial: &TrialStatus) -> Value {
         "gpu_hours": trial.gpu_hours,
         "cost": trial.cost,
         "waiting": trial.waiting,
+        "malformed_metrics": trial.malformed_metrics.as_ref().map(|malformed| json!({
+            "count": malformed.count,
+            "first": malformed.first,
+        })),
     })
 }
 

@@ -249,10 +249,22 @@ pub enum WaitReason {
         /// The resource that runs out: `gpu`, `cpu` or `memory`.
         resource: String,
     },
-    /// No set of nodes has room for the whole gang now.
+    /// Nothing waiting fits in what is free now, so the pass stopped before
+    /// it: it waits for room.
     GangDoesNotFit,
+    /// What is free now does not hold it (one worker) or its whole gang.
+    NoRoom {
+        /// Its workers.
+        workers: u32,
+        /// What each needs.
+        per_worker: Amount,
+        /// What is free on the schedulable nodes, all together.
+        free: Amount,
+    },
     /// No node satisfies its constraints (labels, GPU model, size), even when empty.
     NoMatchingNodes,
+    /// No node is schedulable: none has joined, or every one is lost or draining.
+    NoNodes,
     /// Trials ahead of it (higher priority, or earlier in FIFO order) go first.
     BehindHigherPriority,
     /// The resources it would use are reserved for another trial.
@@ -278,13 +290,74 @@ pub enum WaitReason {
     },
 }
 
+/// `1 GPU, 2 CPUs, 4.0 GiB`: the parts of `amount` that are not zero.
+fn amount_words(amount: &Amount) -> String {
+    let mut parts = Vec::new();
+    let units = |milli: u64, one: &str, many: &str| {
+        let value = milli as f64 / 1000.0;
+        let unit = if milli == 1000 { one } else { many };
+        if milli.is_multiple_of(1000) {
+            format!("{} {unit}", milli / 1000)
+        } else {
+            format!("{value:.2} {unit}")
+        }
+    };
+    if amount.gpu_milli > 0 {
+        parts.push(units(amount.gpu_milli, "GPU", "GPUs"));
+    }
+    if amount.cpu_milli > 0 {
+        parts.push(units(amount.cpu_milli, "CPU", "CPUs"));
+    }
+    if amount.memory_bytes > 0 {
+        parts.push(format!(
+            "{:.1} GiB",
+            amount.memory_bytes as f64 / f64::from(1u32 << 30)
+        ));
+    }
+    if parts.is_empty() {
+        "nothing".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
 impl std::fmt::Display for WaitReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Held => write!(f, "held by an admin"),
             Self::OverQuota { resource } => write!(f, "over quota ({resource})"),
-            Self::GangDoesNotFit => write!(f, "gang does not fit"),
-            Self::NoMatchingNodes => write!(f, "no node matches its constraints"),
+            Self::GangDoesNotFit => write!(
+                f,
+                "waiting for room: nothing waiting fits in what is free now"
+            ),
+            Self::NoRoom {
+                workers: 1,
+                per_worker,
+                free,
+            } => write!(
+                f,
+                "waiting for room: it needs {}; free now: {}",
+                amount_words(per_worker),
+                amount_words(free)
+            ),
+            Self::NoRoom {
+                workers,
+                per_worker,
+                free,
+            } => write!(
+                f,
+                "waiting for room: its gang of {workers} workers needs {} each, on nodes that hold them at once; free now: {}",
+                amount_words(per_worker),
+                amount_words(free)
+            ),
+            Self::NoMatchingNodes => write!(
+                f,
+                "no node matches its constraints (labels, GPU model, or a node large enough), even empty"
+            ),
+            Self::NoNodes => write!(
+                f,
+                "no node is schedulable: none has joined (start one with `xp-node join`), or all are lost or draining"
+            ),
             Self::BehindHigherPriority => write!(f, "behind higher priority"),
             Self::ReservedFor { trial } => write!(f, "resources reserved for {trial}"),
             Self::WaitingForPreemption => write!(f, "waiting for preempted work to stop"),

@@ -44,6 +44,17 @@ pub enum SdkError {
         #[source]
         source: std::io::Error,
     },
+    /// A trial's `entry` names a Rust trainable, but no program that has it
+    /// is named, and this process is not such a driver.
+    #[error(
+        "trial.entry `{entry}` names a trainable of a Rust driver program, and {why}: add `program: PATH` to the trial (a binary built with the xp SDK that registers `{entry}`), or submit from that driver (its `main` calls `Trainables::run_if_worker` first)"
+    )]
+    EntryWithoutProgram {
+        /// The entry.
+        entry: String,
+        /// What this process is.
+        why: String,
+    },
     /// The head answered something unexpected.
     #[error("unexpected answer from the head: {0}")]
     Unexpected(String),
@@ -65,6 +76,31 @@ pub enum SdkError {
         #[source]
         source: Box<ObjectClientError>,
     },
+}
+
+/// This very binary, when it is a driver that registers `entry` (its
+/// `Trainables::run_if_worker` ran): nodes run it with `XP_ENTRY=entry`.
+/// Anything else (the `xp` CLI, a Python interpreter, a driver without that
+/// trainable) would be shipped to the nodes only to fail there.
+fn this_driver_for(entry: &str) -> Result<PathBuf, SdkError> {
+    let refuse = |why: String| SdkError::EntryWithoutProgram {
+        entry: entry.to_owned(),
+        why,
+    };
+    let Some(names) = crate::worker::registered_trainables() else {
+        return Err(refuse("this program is no xp driver".to_owned()));
+    };
+    if !names.contains(entry) {
+        let known: Vec<&str> = names.iter().map(String::as_str).collect();
+        return Err(refuse(format!(
+            "this driver has no trainable of that name (it has: {})",
+            known.join(", ")
+        )));
+    }
+    std::env::current_exe().map_err(|source| SdkError::Program {
+        path: "current executable".into(),
+        source,
+    })
 }
 
 /// The largest object [`Client::get`] accepts.
@@ -190,10 +226,7 @@ impl Client {
             Some(_) => {
                 let path = match &spec.trial.program {
                     Some(path) => base.join(path),
-                    None => std::env::current_exe().map_err(|source| SdkError::Program {
-                        path: "current executable".into(),
-                        source,
-                    })?,
+                    None => this_driver_for(spec.trial.entry.as_deref().unwrap_or_default())?,
                 };
                 Some(self.upload_program(&path).await?)
             }

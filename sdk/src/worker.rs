@@ -361,6 +361,16 @@ impl std::fmt::Debug for Trainables {
     }
 }
 
+/// The trainables this process registered, once it ran
+/// [`Trainables::run_if_worker`]: what it may be shipped to nodes to run.
+static REGISTERED: std::sync::OnceLock<std::collections::BTreeSet<String>> =
+    std::sync::OnceLock::new();
+
+/// The trainables this process registered, if it is a driver.
+pub(crate) fn registered_trainables() -> Option<&'static std::collections::BTreeSet<String>> {
+    REGISTERED.get()
+}
+
 impl Trainables {
     /// No trainables yet.
     pub fn new() -> Self {
@@ -388,6 +398,8 @@ impl Trainables {
     ///
     /// Call it first thing in `main`, before starting a runtime.
     pub fn run_if_worker(&self) {
+        // Submissions from this process may ship it for these entries.
+        let _ = REGISTERED.set(self.entries.keys().cloned().collect());
         let Ok(entry) = std::env::var("XP_ENTRY") else {
             return;
         };

@@ -69,6 +69,11 @@ pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
         );
         for (rank, config) in comparison.configs.iter().enumerate() {
             let (mean, std_dev, ci) = match &config.summary {
+                Some(summary) if summary.n == 1 => (
+                    format!("{:.5}", summary.mean),
+                    "-".to_owned(),
+                    "-".to_owned(),
+                ),
                 Some(summary) => (
                     format!("{:.5}", summary.mean),
                     format!("{:.5}", summary.std_dev),
@@ -84,7 +89,7 @@ pub(crate) async fn run(args: CompareArgs) -> anyhow::Result<()> {
                 std_dev,
                 ci,
                 config.config.to_string(),
-                config.verdict(alpha)
+                config.verdict(rank + 1, alpha)
             );
         }
     }

@@ -37,6 +37,7 @@ mod bench;
 mod cancel;
 mod checkpoints;
 mod compare;
+mod ended;
 mod leases;
 mod logs;
 mod metrics;
@@ -52,6 +53,7 @@ mod status;
 mod submit;
 mod terminal;
 mod top;
+mod trial_detail;
 mod tune;
 mod watch;
 
@@ -153,6 +155,15 @@ enum Command {
 }
 
 /// Runs the command the user asked for.
+/// The exit status for a command that failed with `error`: how the
+/// experiment ended for `xp run` and `xp submit --wait` ([`ended`]), 1 for
+/// anything else.
+pub(crate) fn exit_code(error: &anyhow::Error) -> u8 {
+    error
+        .downcast_ref::<ended::Ended>()
+        .map_or(1, ended::Ended::exit_code)
+}
+
 pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => run::run(args).await,

@@ -32,8 +32,8 @@ pub(crate) async fn run(args: NodesArgs) -> anyhow::Result<()> {
             "NAME",
             "ADDRESS",
             "STATE",
-            "GPUS",
-            "CPUS",
+            "GPUS USED",
+            "CPUS USED",
             "WORKERS",
             "ISOLATION"
         );
@@ -50,9 +50,13 @@ pub(crate) async fn run(args: NodesArgs) -> anyhow::Result<()> {
                 node.name,
                 node.address,
                 state,
-                node.free_gpus,
+                // Used of total, as `xp top` shows them.
+                node.capacity
+                    .gpus
+                    .len()
+                    .saturating_sub(node.free_gpus as usize),
                 node.capacity.gpus.len(),
-                f64::from(node.free_cpu_milli) / 1000.0,
+                f64::from(node.capacity.cpu_milli.saturating_sub(node.free_cpu_milli)) / 1000.0,
                 f64::from(node.capacity.cpu_milli) / 1000.0,
                 node.running_workers,
                 node.isolation.label(),

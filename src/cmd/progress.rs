@@ -25,7 +25,7 @@ pub(crate) fn best_trial(status: &ExperimentStatus) -> Option<Best> {
     let metric = status.metric.as_ref()?;
     let mut best: Option<Best> = None;
     for trial in &status.trials {
-        if trial.state != TrialState::Succeeded {
+        if !trial.state.ended_normally() {
             continue;
         }
         let Some(&value) = trial.metrics.get(metric) else {
@@ -227,6 +227,7 @@ mod tests {
                     waiting: None,
                     gpu_hours: 0.0,
                     cost: None,
+                    malformed_metrics: None,
                 })
                 .collect(),
             objectives: Vec::new(),

@@ -78,10 +78,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     match outcome? {
         Outcome::Ended(status) => {
             print_results(&status);
-            Ok(())
+            Ok(super::ended::judge(&status)?)
         }
         Outcome::Interrupted { finished, total } => {
-            anyhow::bail!("interrupted: {finished} of {total} trials had finished")
+            Err(super::ended::Ended::Interrupted { finished, total }.into())
         }
     }
 }
@@ -124,7 +124,7 @@ async fn run_local(args: RunArgs, spec: &ExperimentSpec) -> anyhow::Result<()> {
                 data_dir.display(),
                 data_dir.display()
             ));
-            anyhow::bail!("interrupted by Ctrl-C");
+            return Err(super::ended::Ended::Interrupted { finished, total }.into());
         }
     };
     print_results(&status);
@@ -138,7 +138,7 @@ async fn run_local(args: RunArgs, spec: &ExperimentSpec) -> anyhow::Result<()> {
         data_dir.display(),
         data_dir.display()
     ));
-    Ok(())
+    Ok(super::ended::judge(&status)?)
 }
 
 /// Says what the local node offers and where its state is kept.

@@ -2,10 +2,10 @@
 
 use xp_runtime::ids::TrialId;
 use xp_runtime::protocol::ExperimentStatus;
-use xp_runtime::protocol::TrialState;
 use xp_runtime::protocol::TrialTelemetry;
 use xp_runtime::protocol::{FrontStatus, ObjectiveStatus};
-use xp_runtime::views::{experiment_json, telemetry_json};
+use xp_runtime::protocol::{TrialState, TrialStatus};
+use xp_runtime::views::{experiment_json, telemetry_json, trial_json};
 
 use super::connect;
 use super::offline::{self, Source, SourceArg};
@@ -14,8 +14,8 @@ use super::offline::{self, Source, SourceArg};
 #[derive(clap::Args, Debug)]
 pub(crate) struct StatusArgs {
     /// An experiment id or a unique prefix; all experiments when absent. A
-    /// trial id (`EXP-tN`) shows its experiment and the trial's latest
-    /// telemetry sample per rank.
+    /// trial id (`EXP-tN`) shows that trial in full (attempts and outcomes,
+    /// metrics, checkpoints) and its latest telemetry sample per rank.
     experiment: Option<String>,
     #[command(flatten)]
     source: SourceArg,
@@ -41,19 +41,33 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
             print_status_table(status);
         }
     };
-    let telemetry = match source.source()? {
-        Source::DataDir(data_dir) => {
+    let telemetry = match (source.source()?, trial) {
+        (Source::DataDir(data_dir), Some(trial)) => {
+            for status in offline::status(&data_dir, experiment.as_deref())? {
+                print_one_trial(&status, trial, (&[], &[]), json)?;
+            }
+            None
+        }
+        (Source::DataDir(data_dir), None) => {
             offline::status(&data_dir, experiment.as_deref())?
                 .iter()
                 .for_each(print);
             None
         }
-        Source::Cluster(cluster) => {
+        (Source::Cluster(cluster), trial) => {
             let client = connect(&cluster).await?;
-            print_pages(&client, experiment.as_deref(), print).await?;
             let telemetry = match trial {
-                Some(trial) => Some(client.telemetry(trial).await?),
-                None => None,
+                Some(trial) => {
+                    let status = client.experiment(trial.experiment).await?;
+                    let checkpoints = client.checkpoints(&trial.experiment.to_string()).await?;
+                    let events = experiment_events(&client, trial.experiment).await?;
+                    print_one_trial(&status, trial, (&checkpoints, &events), json)?;
+                    Some(client.telemetry(trial).await?)
+                }
+                None => {
+                    print_pages(&client, experiment.as_deref(), print).await?;
+                    None
+                }
             };
             client.close().await;
             telemetry
@@ -66,6 +80,51 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
             print_latest_sample(&telemetry);
         }
     }
+    Ok(())
+}
+
+/// The experiment's events, oldest first: the head answers them a page of
+/// 1,000 at a time; at most 20 pages are read.
+async fn experiment_events(
+    client: &xp::Client,
+    experiment: xp_runtime::ids::ExperimentId,
+) -> anyhow::Result<Vec<xp_runtime::protocol::TrialEvent>> {
+    let mut events = Vec::new();
+    for _ in 0..20 {
+        let after = events
+            .last()
+            .map_or(0, |event: &xp_runtime::protocol::TrialEvent| event.seq);
+        let page = client
+            .events(experiment, after, std::time::Duration::ZERO)
+            .await?;
+        let full = page.len() >= 1000;
+        events.extend(page);
+        if !full {
+            break;
+        }
+    }
+    Ok(events)
+}
+
+/// One trial of `status`: in full, or as its JSON object.
+fn print_one_trial(
+    status: &ExperimentStatus,
+    trial: TrialId,
+    (checkpoints, events): (
+        &[xp_runtime::protocol::CheckpointStatus],
+        &[xp_runtime::protocol::TrialEvent],
+    ),
+    json: bool,
+) -> anyhow::Result<()> {
+    if !json {
+        return super::trial_detail::print_trial(status, trial, checkpoints, events);
+    }
+    let found = status
+        .trials
+        .iter()
+        .find(|shown| shown.id == trial)
+        .ok_or_else(|| anyhow::anyhow!("experiment {} has no trial {trial}", status.id))?;
+    outln!("{}", trial_json(found));
     Ok(())
 }
 
@@ -201,25 +260,49 @@ fn print_front(status: &ExperimentStatus, front: &FrontStatus) {
     }
 }
 
+/// `12 trials: 2 succeeded, 9 stopped, 1 failed`: every state that has trials,
+/// in the order a trial goes through them.
+pub(crate) fn counts_text(trials: &[TrialStatus]) -> String {
+    const ORDER: [TrialState; 10] = [
+        TrialState::Succeeded,
+        TrialState::Stopped,
+        TrialState::Failed,
+        TrialState::Cancelled,
+        TrialState::Running,
+        TrialState::Preempting,
+        TrialState::Starting,
+        TrialState::Placed,
+        TrialState::Queued,
+        TrialState::Pending,
+    ];
+    let counts: Vec<String> = ORDER
+        .iter()
+        .map(|state| {
+            (
+                state,
+                trials.iter().filter(|trial| trial.state == *state).count(),
+            )
+        })
+        .filter(|(_, count)| *count > 0)
+        .map(|(state, count)| format!("{count} {}", state.as_str()))
+        .collect();
+    let total = trials.len();
+    let noun = if total == 1 { "trial" } else { "trials" };
+    if counts.is_empty() {
+        format!("{total} {noun}")
+    } else {
+        format!("{total} {noun}: {}", counts.join(", "))
+    }
+}
+
 pub(crate) fn print_status_table(status: &ExperimentStatus) {
-    let count = |state: TrialState| {
-        status
-            .trials
-            .iter()
-            .filter(|trial| trial.state == state)
-            .count()
-    };
     outln!(
-        "experiment {}  {}  team {}  {}  ({} trials: {} succeeded, {} failed, {} running, {} waiting)",
+        "experiment {}  {}  team {}  {}  ({})",
         status.id,
         status.name,
         status.team,
         status.state.as_str(),
-        status.trials.len(),
-        count(TrialState::Succeeded),
-        count(TrialState::Failed),
-        count(TrialState::Running) + count(TrialState::Starting) + count(TrialState::Placed),
-        count(TrialState::Pending) + count(TrialState::Queued),
+        counts_text(&status.trials),
     );
     outln!(
         "  {:<24} {:<10} {:>8}  {:<40} CONFIG",
@@ -228,7 +311,9 @@ pub(crate) fn print_status_table(status: &ExperimentStatus) {
         "ATTEMPTS",
         "METRICS"
     );
-    for trial in &status.trials {
+    let mut ordered: Vec<&TrialStatus> = status.trials.iter().collect();
+    ordered.sort_by_key(|trial| trial.id.index);
+    for trial in ordered {
         let metrics: Vec<String> = trial
             .metrics
             .iter()

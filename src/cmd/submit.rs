@@ -37,12 +37,15 @@ pub(crate) async fn run(args: SubmitArgs) -> anyhow::Result<()> {
     let client = connect(&cluster).await?;
     let submitted = submit_spec(&client, &spec, &file, rerun).await?;
     outln!("{}", submitted.experiment);
-    if wait {
+    let ended = if wait {
         let status = watch(&client, submitted.experiment, expected_trials(&spec)).await?;
         print_results(&status);
-    }
+        super::ended::judge(&status)
+    } else {
+        Ok(())
+    };
     client.close().await;
-    Ok(())
+    Ok(ended?)
 }
 
 /// Reads and checks the experiment file `file`.

@@ -20,6 +20,20 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// A test (or a part of one) that cannot run here says why. Where CI runs
+/// (`CI` set: `.ci/run` sets it, and installs every part the tests need),
+/// that is a failure, never a silent pass.
+pub(crate) fn cannot_run(reason: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "cannot run in CI, which installs what the tests need: {reason}"
+    );
+    #[expect(clippy::print_stderr, reason = "say why a test is skipped")]
+    {
+        eprintln!("skipped: {reason}");
+    }
+}
+
 /// The directory holding the workspace's binaries (`target/debug`).
 pub(crate) fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary has a path");

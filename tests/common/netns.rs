@@ -471,8 +471,5 @@ fn is_root() -> bool {
 }
 
 fn skip(reason: &str) {
-    #[expect(clippy::print_stderr, reason = "say why a test is skipped")]
-    {
-        eprintln!("skipped: {reason}");
-    }
+    super::cannot_run(reason);
 }

@@ -282,6 +282,7 @@ fn status_page() -> Message {
         waiting: None,
         gpu_hours: 0.5,
         cost: None,
+        malformed_metrics: None,
     };
     Message::Response(xp_runtime::protocol::Response::StatusPage(StatusPage {
         experiments: vec![ExperimentStatus {

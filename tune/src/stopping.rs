@@ -35,6 +35,9 @@ pub trait StoppingRule: Send {
     fn report(&mut self, trial: u64, step: u64, value: f64) -> Verdict;
     /// The trial ended (completed, failed or stopped); it no longer counts as running.
     fn finished(&mut self, trial: u64);
+    /// The metric is maximised (its values reach the rule negated): reasons
+    /// show values as the metric reads them. Decisions do not change.
+    fn show_maximized(&mut self);
 }
 
 /// What a rule says about a trial after one of its reports.
@@ -71,6 +74,7 @@ pub fn make_rule(config: &StoppingConfig) -> Box<dyn StoppingRule> {
             grace_period: config.grace_period,
             min_samples: config.min_samples as usize,
             trials: BTreeMap::new(),
+            shown_sign: 1.0,
         }),
         RuleKind::Asha => Box::new(SuccessiveHalving::new("asha", config, 1)),
         RuleKind::Hyperband => {
@@ -102,6 +106,7 @@ pub fn make_bohb_rule(schedule: HyperbandSchedule) -> Box<dyn StoppingRule> {
         schedule: Some(schedule),
         arrivals: 0,
         trials: BTreeMap::new(),
+        shown_sign: 1.0,
     })
 }
 
@@ -190,6 +195,8 @@ struct MedianRule {
     grace_period: u64,
     min_samples: usize,
     trials: BTreeMap<u64, Tracked<History>>,
+    /// 1, or -1 when values reach the rule negated (`show_maximized`).
+    shown_sign: f64,
 }
 
 /// One trial's reports, as the median rule needs them.
@@ -262,8 +269,8 @@ impl StoppingRule for MedianRule {
             rule: "median",
             reason: format!(
                 "best value {} by step {step} is worse than the median {} of the running averages of {} other trials at step {step}",
-                show(best),
-                show(median),
+                show(self.shown_sign * best),
+                show(self.shown_sign * median),
                 peer_means.len()
             ),
         };
@@ -271,6 +278,10 @@ impl StoppingRule for MedianRule {
             tracked.stop = Some(decision.clone());
         }
         decision
+    }
+
+    fn show_maximized(&mut self) {
+        self.shown_sign = -1.0;
     }
 
     fn finished(&mut self, trial: u64) {
@@ -367,6 +378,8 @@ struct SuccessiveHalving {
     /// How many trials have been assigned a bracket.
     arrivals: usize,
     trials: BTreeMap<u64, Tracked<Progress>>,
+    /// 1, or -1 when values reach the rule negated (`show_maximized`).
+    shown_sign: f64,
 }
 
 /// A trial's place in successive halving.
@@ -394,6 +407,7 @@ impl SuccessiveHalving {
             schedule: None,
             arrivals: 0,
             trials: BTreeMap::new(),
+            shown_sign: 1.0,
         }
     }
 }
@@ -435,7 +449,7 @@ impl StoppingRule for SuccessiveHalving {
                     };
                     format!(
                         "value {} at step {step} ranks {} of {} at rung {}{place}; only the top {} (1/{}) continue",
-                        show(value),
+                        show(self.shown_sign * value),
                         verdict.rank,
                         verdict.recorded,
                         verdict.milestone,
@@ -452,6 +466,10 @@ impl StoppingRule for SuccessiveHalving {
         };
         tracked.stop = Some(decision.clone());
         decision
+    }
+
+    fn show_maximized(&mut self) {
+        self.shown_sign = -1.0;
     }
 
     fn finished(&mut self, trial: u64) {
@@ -638,6 +656,37 @@ mod tests {
         assert_eq!(rule.report(3, 3, 0.5), Verdict::Continue);
         rule.finished(99);
         assert_eq!(rule.report(99, 1, 10.0), Verdict::Continue);
+    }
+
+    #[test]
+    fn a_maximised_metric_is_shown_with_its_sign() {
+        // Accuracies 0.9 and 0.6, negated for the rule as callers do for max.
+        let mut rule = make_rule(&config(RuleKind::Asha, 1, 81));
+        rule.show_maximized();
+        assert_eq!(rule.report(1, 1, -0.9), Verdict::Continue);
+        let Verdict::Stop { reason, .. } = rule.report(2, 1, -0.6) else {
+            panic!("the worse accuracy stops");
+        };
+        assert!(
+            reason.starts_with("value 0.6 at step 1 ranks 2 of 2"),
+            "{reason}"
+        );
+        let mut median = make_rule(&StoppingConfig {
+            grace_period: 1,
+            min_samples: 1,
+            ..StoppingConfig::new(RuleKind::Median)
+        });
+        median.show_maximized();
+        for step in 1..=3 {
+            let _ = median.report(1, step, -0.9);
+        }
+        let Verdict::Stop { reason, .. } = median.report(2, 3, -0.5) else {
+            panic!("the worse accuracy stops");
+        };
+        assert!(
+            reason.starts_with("best value 0.5 by step 3 is worse than the median 0.9"),
+            "{reason}"
+        );
     }
 
     fn rule_stop_at_rung_one(value: f64, recorded: usize) -> Verdict {

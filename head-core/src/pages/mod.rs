@@ -579,7 +579,7 @@ impl HeadCore {
                 .search
                 .metric
                 .as_ref()
-                .filter(|_| trial.state == TrialState::Succeeded)
+                .filter(|_| trial.state.ended_normally())
                 .and_then(|metric| trial.metrics.get(metric).copied())
                 // A NaN or infinite result never wins.
                 .filter(|value| value.is_finite());
@@ -605,15 +605,11 @@ impl HeadCore {
             .filter(|state| !state.is_terminal())
             .map(|state| counts.get(*state))
             .sum::<u64>();
-        let state = if experiment.cancelled {
-            ExperimentState::Cancelled
-        } else if unfinished > 0 {
-            ExperimentState::Running
-        } else if counts.get(TrialState::Succeeded) > 0 {
-            ExperimentState::Succeeded
-        } else {
-            ExperimentState::Failed
-        };
+        let state = ExperimentState::of(
+            experiment.cancelled,
+            unfinished > 0,
+            counts.get(TrialState::Succeeded) + counts.get(TrialState::Stopped) > 0,
+        );
         ExperimentSummary {
             id,
             name: spec.name.clone(),

@@ -309,6 +309,7 @@ mod tests {
             finished_at: None,
             outputs: Vec::new(),
             waited: false,
+            malformed_metrics: None,
         }
     }
 

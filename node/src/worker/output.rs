@@ -26,7 +26,7 @@ use xp_runtime::ids::WorkerKey;
 use xp_runtime::metric_line::{
     CHECKPOINT_PREFIX, MAX_METRIC_LINE, METRIC_PREFIX, parse_metric_line,
 };
-use xp_runtime::protocol::WorkerReport;
+use xp_runtime::protocol::{MAX_MALFORMED_LINE_SHOWN, WorkerReport};
 use xp_runtime::stderr_tail::{RAW_TAIL_BYTES, tail_of};
 
 use crate::checkpoint::CheckpointWatch;
@@ -81,6 +81,7 @@ pub(super) fn start_pumps(
             reports: reports.clone(),
             checkpoints,
             index: 0,
+            malformed: 0,
         };
         xp_runtime::task::spawn("worker-stdout", pump(stdout, log, Some(trial), None))
     });
@@ -98,6 +99,8 @@ struct TrialOutput {
     checkpoints: CheckpointWatch,
     /// The number of the last metric report.
     index: u64,
+    /// How many metric lines could not be read.
+    malformed: u64,
 }
 
 impl TrialOutput {
@@ -142,7 +145,20 @@ impl TrialOutput {
                 });
             }
             Ok(None) => {}
-            Err(error) => warn!(worker = %self.key, %error, "metric line ignored"),
+            Err(error) => {
+                debug!(worker = %self.key, %error, "metric line could not be read");
+                self.malformed += 1;
+                // The first, then each time the count doubles: a trial printing
+                // only bad lines costs a few reports, not one per line.
+                if self.malformed.is_power_of_two() {
+                    let shown: String = text.chars().take(MAX_MALFORMED_LINE_SHOWN).collect();
+                    let _ = self.reports.send(WorkerReport::MalformedMetrics {
+                        key: self.key,
+                        count: self.malformed,
+                        first: format!("{shown} ({error})"),
+                    });
+                }
+            }
         }
     }
 }

@@ -38,8 +38,8 @@ pub use capability::{
     RevocationList, SESSION_CAPABILITY_MS, TeamObjectCounts, TeamQuota,
 };
 pub use node::{
-    GpuInfo, HeadCommand, HeldObject, Launch, LimitEnforcement, NodeIsolation, NodeMessage,
-    NodeRegistration, NodeResources, Program, WorkerReport,
+    GpuInfo, HeadCommand, HeldObject, Launch, LimitEnforcement, MAX_MALFORMED_LINE_SHOWN,
+    NodeIsolation, NodeMessage, NodeRegistration, NodeResources, Program, WorkerReport,
 };
 pub use objects::{
     CheckpointFile, ObjectEndpoint, ObjectSource, ResumeFrom, is_safe_checkpoint_name,
@@ -53,9 +53,9 @@ pub use requests::{
 };
 pub use status::{
     ApprovalStatus, AttemptStatus, CheckpointStatus, ConflictOdds, ExperimentState,
-    ExperimentStatus, FrontStatus, FrontTrial, LeaseClaim, LeaseReport, LeaseStatus, MetricPoint,
-    NodeState, NodeStatus, ObjectiveStatus, QueueStatus, ResourceAmounts, StatusCursor, StatusPage,
-    StatusQuery, TrialEvent, TrialState, TrialStatus,
+    ExperimentStatus, FrontStatus, FrontTrial, LeaseClaim, LeaseReport, LeaseStatus,
+    MalformedMetrics, MetricPoint, NodeState, NodeStatus, ObjectiveStatus, QueueStatus,
+    ResourceAmounts, StatusCursor, StatusPage, StatusQuery, TrialEvent, TrialState, TrialStatus,
 };
 pub use telemetry::{
     FieldStats, GpuSample, MAX_SERIES_POINTS, MAX_TELEMETRY_GPUS, MAX_TELEMETRY_WORKERS,
@@ -88,7 +88,8 @@ use serde::{Deserialize, Serialize};
 /// `NodeMessage::ObjectAccess`); `xp status` in bounded pages
 /// (`Request::StatusPage`, `Response::StatusPage`). 9: a failed worker's
 /// stderr tail (`WorkerReport::ExitedWithStderr`) and the directory a
-/// command's relative paths are found in (`Launch::command_dir`).
+/// command's relative paths are found in (`Launch::command_dir`); metric
+/// lines the node could not read (`WorkerReport::MalformedMetrics`).
 pub const PROTOCOL_VERSION: u16 = 9;
 
 /// Everything that crosses a connection.

@@ -297,7 +297,22 @@ pub enum WorkerReport {
         /// ([`crate::stderr_tail::tail_of`]); the head bounds it again.
         stderr_tail: String,
     },
+    /// The worker printed metric lines the node could not read: how many so
+    /// far and the first, with why. Sent at the first, then each time the
+    /// count doubles, so a worker printing nothing else is a few reports.
+    MalformedMetrics {
+        /// The worker.
+        key: WorkerKey,
+        /// How many malformed lines so far.
+        count: u64,
+        /// The first one (at most [`MAX_MALFORMED_LINE_SHOWN`] bytes) and why
+        /// it was refused.
+        first: String,
+    },
 }
+
+/// How much of a malformed metric line is kept to show.
+pub const MAX_MALFORMED_LINE_SHOWN: usize = 512;
 
 impl WorkerReport {
     /// The worker this report is about.
@@ -307,6 +322,7 @@ impl WorkerReport {
             | Self::LaunchFailed { key, .. }
             | Self::Exited { key, .. }
             | Self::Metric { key, .. }
+            | Self::MalformedMetrics { key, .. }
             | Self::Stopped { key, .. }
             | Self::Refused { key, .. }
             | Self::Checkpoint { key, .. }

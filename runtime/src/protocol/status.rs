@@ -125,6 +125,13 @@ impl TrialState {
         )
     }
 
+    /// Whether the trial ended normally: it succeeded, or a rule (early
+    /// stopping, Hyperband, BOHB) stopped it. Its last metrics are a result:
+    /// they count for the best, `xp compare` and the Pareto front.
+    pub fn ended_normally(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Stopped)
+    }
+
     /// Whether the trial holds slots.
     pub fn holds_slots(self) -> bool {
         matches!(
@@ -145,15 +152,31 @@ impl fmt::Display for TrialState {
 pub enum ExperimentState {
     /// Some trial is not finished.
     Running,
-    /// Every trial finished and at least one succeeded.
+    /// Every trial finished and at least one ended normally (succeeded, or
+    /// was stopped by an early-stopping rule).
     Succeeded,
-    /// Every trial finished and none succeeded.
+    /// Every trial finished and none ended normally.
     Failed,
     /// Cancelled by a user.
     Cancelled,
 }
 
 impl ExperimentState {
+    /// The state of an experiment: cancelled when a user cancelled it,
+    /// running while any trial is unfinished, else succeeded when any trial
+    /// ended normally ([`TrialState::ended_normally`]) and failed when none did.
+    pub fn of(cancelled: bool, any_unfinished: bool, any_ended_normally: bool) -> Self {
+        if cancelled {
+            Self::Cancelled
+        } else if any_unfinished {
+            Self::Running
+        } else if any_ended_normally {
+            Self::Succeeded
+        } else {
+            Self::Failed
+        }
+    }
+
     /// The lowercase name used in JSON and tables.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -313,6 +336,18 @@ pub struct TrialStatus {
     pub gpu_hours: f64,
     /// What they cost at the policy's prices; `None` when it names none.
     pub cost: Option<f64>,
+    /// Metric lines it printed that could not be read, if any.
+    pub malformed_metrics: Option<MalformedMetrics>,
+}
+
+/// Metric lines of a trial that could not be read: how many, and the first
+/// with why (at most [`super::MAX_MALFORMED_LINE_SHOWN`] bytes of the line).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MalformedMetrics {
+    /// How many lines.
+    pub count: u64,
+    /// The first, and why it was refused.
+    pub first: String,
 }
 
 /// One attempt of a trial.
@@ -544,6 +579,7 @@ mod tests {
                     waiting: None,
                     gpu_hours: 0.0,
                     cost: None,
+                    malformed_metrics: None,
                 })
                 .collect(),
             objectives: Vec::new(),

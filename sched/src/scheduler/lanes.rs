@@ -45,7 +45,7 @@ use super::quota::QuotaBlock;
 use super::resource_vec::{ResourceVec, covers, dominant_share, minus, placement_total, plus};
 use super::trial::{Placed, Standing};
 use crate::config::{HeadOfLine, Order, RESOURCE_NAMES};
-use crate::{Decision, TrialRequest, WaitReason, WorkerPlacement};
+use crate::{Amount, Decision, TrialRequest, WaitReason, WorkerPlacement};
 
 /// The most waiting trials one pass looks at; the rest keep their lane's reason.
 const MAX_EXAMINED_PER_PASS: usize = 4096;
@@ -284,6 +284,16 @@ impl PolicyCore {
         }
     }
 
+    /// Why a trial that fits no node even when empty waits: no node is
+    /// schedulable at all, or none matches it.
+    fn never_fits_reason(&self) -> WaitReason {
+        if self.pool.nodes().any(|(_, schedulable)| schedulable) {
+            WaitReason::NoMatchingNodes
+        } else {
+            WaitReason::NoNodes
+        }
+    }
+
     /// Stops the pass for these queues; their trials not yet looked at keep
     /// `reason`.
     fn stop_queues(&mut self, queues: &[usize], pass: &mut Pass, reason: &WaitReason) {
@@ -443,7 +453,7 @@ impl PolicyCore {
             return Outcome::Passed;
         }
         if !self.ever_fits(id) {
-            self.set_reason(id, WaitReason::NoMatchingNodes);
+            self.set_reason(id, self.never_fits_reason());
             return Outcome::NeverFits;
         }
         if let Some(lease) = self.lease_shortage(id, Some(pass)) {
@@ -451,14 +461,15 @@ impl PolicyCore {
             return Outcome::NoLease;
         }
         let gang = &self.trials[&id].request.gang;
+        let no_room = no_room(gang, pass.free);
         if !covers(pass.free, demand) || pass.shape_failed(gang) {
-            self.set_reason(id, WaitReason::GangDoesNotFit);
+            self.set_reason(id, no_room);
             return Outcome::NoRoom;
         }
         let Some(workers) = self.pool.find(gang, self.strategy(id)) else {
             let gang = gang.clone();
             pass.record_failed_shape(&gang);
-            self.set_reason(id, WaitReason::GangDoesNotFit);
+            self.set_reason(id, no_room);
             return Outcome::NoRoom;
         };
         if let Some(holder) = self.plan_conflict(pass, &workers, &[]) {
@@ -501,5 +512,19 @@ impl PolicyCore {
         pass.free = minus(pass.free, placement_total(&workers));
         self.forget_approvals(id);
         Decision::Place { trial: id, workers }
+    }
+}
+
+/// Why `gang` waits when `free` (all schedulable nodes together) does not
+/// hold it now.
+fn no_room(gang: &crate::GangShape, free: ResourceVec) -> WaitReason {
+    WaitReason::NoRoom {
+        workers: gang.workers,
+        per_worker: gang.per_worker,
+        free: Amount {
+            gpu_milli: free[0],
+            cpu_milli: free[1],
+            memory_bytes: free[2],
+        },
     }
 }

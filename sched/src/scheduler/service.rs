@@ -329,7 +329,10 @@ mod tests {
             submit(&mut core, 3, 1, 0, 2 * MINUTE);
             // The gang has no room; the small trial behind it starts.
             assert_eq!(decide(&mut core, 3 * MINUTE).0, vec![3]);
-            assert_eq!(core.wait_reason(id(2)), Some(WaitReason::GangDoesNotFit));
+            assert!(matches!(
+                core.wait_reason(id(2)),
+                Some(WaitReason::NoRoom { .. })
+            ));
             core.finish(id(3), 30 * MINUTE, true);
             submit(&mut core, 4, 1, 0, 30 * MINUTE);
             assert_eq!(decide(&mut core, 30 * MINUTE).0, vec![4]);

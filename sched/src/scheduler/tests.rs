@@ -144,6 +144,18 @@ fn check_reason(core: &PolicyCore, trial: TrialId, expected: WaitReason) {
     );
 }
 
+/// The trial waits for room: what is free does not hold it now.
+fn check_waits_for_room(core: &PolicyCore, trial: TrialId) {
+    let reason = core.wait_reason(trial);
+    assert!(
+        matches!(
+            reason,
+            Some(WaitReason::NoRoom { .. } | WaitReason::GangDoesNotFit)
+        ),
+        "wait reason of {trial}: {reason:?}"
+    );
+}
+
 fn queue_usage(core: &PolicyCore, name: &str) -> QueueUsage {
     core.queues()
         .into_iter()
@@ -225,7 +237,7 @@ fn strict_head_of_line_blocks_and_skip_passes() {
         must_submit(&mut core, req(2, 4));
         must_submit(&mut core, req(3, 1));
         let started = placed(&must_decide(&mut core, 20));
-        check_reason(&core, id(2), WaitReason::GangDoesNotFit);
+        check_waits_for_room(&core, id(2));
         if small_starts {
             assert_eq!(started, vec![id(3)], "{yaml}");
         } else {
@@ -352,7 +364,7 @@ fn urgency_does_not_beat_fair_share_between_queues() {
     must_submit(&mut core, of_team(req(3, 1), "b"));
     // Queue a already holds a GPU: b's trial has the lower share and goes first.
     assert_eq!(placed(&must_decide(&mut core, 20)), vec![id(3)]);
-    check_reason(&core, id(2), WaitReason::GangDoesNotFit);
+    check_waits_for_room(&core, id(2));
 }
 
 #[test]
@@ -390,7 +402,7 @@ fn fair_share_alternates_between_equal_queues() {
     assert_eq!(teams, [true, false, true, false, true, false, true, false]);
     assert_eq!(queue_usage(&core, "a").running, 4);
     assert_eq!(queue_usage(&core, "b").running, 4);
-    check_reason(&core, id(4), WaitReason::GangDoesNotFit);
+    check_waits_for_room(&core, id(4));
 }
 
 #[test]
@@ -587,7 +599,7 @@ fn backfill_starts_only_what_ends_before_the_reservation() {
     );
     must_submit(&mut core, req(5, 1));
     assert_eq!(placed(&must_decide(&mut core, 10 * SECOND)), vec![id(3)]);
-    check_reason(&core, id(2), WaitReason::GangDoesNotFit);
+    check_waits_for_room(&core, id(2));
     check_reason(&core, id(4), WaitReason::ReservedFor { trial: id(2) });
     check_reason(&core, id(5), WaitReason::ReservedFor { trial: id(2) });
 }
@@ -685,7 +697,7 @@ fn preemption_by_priority_with_grace_and_min_run_time() {
     must_submit(&mut core, high(2, 10 * SECOND));
     // The low trial has not run its minimum yet.
     assert!(must_decide(&mut core, 10 * SECOND).is_empty());
-    check_reason(&core, id(2), WaitReason::GangDoesNotFit);
+    check_waits_for_room(&core, id(2));
     let decisions = must_decide(&mut core, 70 * SECOND);
     assert_eq!(
         preempted(&decisions),
@@ -703,7 +715,7 @@ fn preemption_by_priority_with_grace_and_min_run_time() {
     assert!(must_decide(&mut core, 80 * SECOND).is_empty());
     assert!(core.requeue(id(1), 90 * SECOND));
     assert_eq!(placed(&must_decide(&mut core, 90 * SECOND)), vec![id(2)]);
-    check_reason(&core, id(1), WaitReason::GangDoesNotFit);
+    check_waits_for_room(&core, id(1));
     // The victim restarts, and is safe for its minimum run time again.
     assert!(core.finish(id(2), 100 * SECOND, true));
     assert_eq!(placed(&must_decide(&mut core, 100 * SECOND)), vec![id(1)]);
@@ -735,7 +747,7 @@ fn preemption_spares_equal_priority_and_non_preemptible_work() {
             },
         );
         assert!(must_decide(&mut core, HOUR).is_empty());
-        check_reason(&core, id(2), WaitReason::GangDoesNotFit);
+        check_waits_for_room(&core, id(2));
     }
 }
 
@@ -952,7 +964,39 @@ fn wait_reasons_before_and_for_impossible_gangs() {
     must_submit(&mut core, pair);
     must_decide(&mut core, 20);
     check_reason(&core, id(2), WaitReason::NoMatchingNodes);
-    check_reason(&core, id(4), WaitReason::GangDoesNotFit);
+    check_waits_for_room(&core, id(4));
+    // The reasons name the numbers.
+    let gang = core.wait_reason(id(4)).expect("a reason").to_string();
+    assert!(
+        gang.starts_with(
+            "waiting for room: its gang of 2 workers needs 4 GPUs, 1 CPU, 1.0 GiB each"
+        ),
+        "{gang}"
+    );
+    assert!(gang.contains("; free now: 7 GPUs, "), "{gang}");
+}
+
+#[test]
+fn one_busy_worker_and_an_empty_cluster_are_told_apart_from_a_gang() {
+    let mut core = core_preset("default", &[]);
+    must_submit(&mut core, req(1, 1));
+    must_decide(&mut core, 10);
+    check_reason(&core, id(1), WaitReason::NoNodes);
+    assert!(
+        core.wait_reason(id(1))
+            .expect("a reason")
+            .to_string()
+            .contains("xp-node join")
+    );
+    core.upsert_node(node(1, 1));
+    must_submit(&mut core, req(2, 1));
+    assert_eq!(placed(&must_decide(&mut core, 20)), vec![id(1)]);
+    let busy = core.wait_reason(id(2)).expect("a reason").to_string();
+    assert!(
+        busy.starts_with("waiting for room: it needs 1 GPU, 1 CPU, 1.0 GiB; free now: "),
+        "{busy}"
+    );
+    assert!(!busy.contains("gang"), "{busy}");
 }
 
 #[test]
