@@ -102,10 +102,23 @@ class Cluster:
         threading.Thread(target=lambda: stdout.read(), daemon=True).start()
         self.client = xp.Client(self.join)
 
-    def start_node(self, name: str, gpus: int, cpus: int, *extra: str) -> None:
+    def start_node(
+        self,
+        name: str,
+        gpus: int,
+        cpus: int,
+        *extra: str,
+        worker_uids: bool = False,
+        env: Optional[Dict[str, str]] = None,
+    ) -> None:
+        """Starts node ``name``; ``worker_uids`` keeps a root node's default of a
+        user id per trial attempt, ``env`` is its environment (the test's by
+        default), which its workers inherit."""
         log = open(self.dir / f"node-{name}.log", "wb")
-        # --worker-uids none: a root node would run workers under user ids of
-        # their own, which cannot reach an interpreter installed under /root.
+        # --worker-uids none by default: a root node would run workers under user
+        # ids of their own, which cannot reach an interpreter installed under
+        # /root (as this suite's venv usually is).
+        uids = [] if worker_uids else ["--worker-uids", "none"]
         self.processes[f"node-{name}"] = subprocess.Popen(
             [
                 str(binary("xp-node")),
@@ -118,13 +131,12 @@ class Cluster:
                 str(cpus),
                 "--label",
                 f"name={name}",
-                "--worker-uids",
-                "none",
+                *uids,
                 *extra,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "XP_JOIN": self.node_join, "XP_LOG": "info"},
+            env={**(os.environ if env is None else env), "XP_JOIN": self.node_join, "XP_LOG": "info"},
         )
 
     def wait_for_nodes(self, count: int) -> None:

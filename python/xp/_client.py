@@ -110,7 +110,8 @@ class Client:
         base_dir: Optional[PathLike] = None,
     ) -> Submitted:
         """Submits an experiment: a spec as a dict (the YAML file's structure)
-        or the path of a spec file. ``code``, ``data`` and ``program`` paths are
+        or the path of a spec file. ``code``, ``data`` and ``program`` paths,
+        and a command's relative paths (its ``trial.command_dir``), are
         relative to ``base_dir``: the spec file's directory, or the current
         directory for a dict. ``rerun`` runs it again even if an identical
         experiment finished."""
