@@ -119,6 +119,28 @@ fn a_trial_past_its_memory_limit_is_oom_killed_and_its_neighbour_runs_on() {
 }
 
 #[test]
+fn a_trial_that_declares_no_memory_runs_under_the_policy_default() {
+    if skipped_without_cgroups() {
+        return;
+    }
+    let policy = "admission: {default_memory_per_worker: 64MiB}\n";
+    let mut cluster = TestCluster::start_with_policy("10s", Some(policy));
+    cluster.start_node("a", 0, 2);
+    cluster.wait_for_nodes(1);
+    let hungry = submit(
+        &cluster,
+        "undeclared",
+        "name: undeclared\ntrial:\n  command: [sh, -c, 'head -c 200M /dev/zero | tail']\n",
+    );
+    let status = cluster.wait_finished(&hungry, Duration::from_secs(120));
+    assert!(
+        outcomes(&status)[0]
+            .starts_with("oom-killed: rank 0 was killed for going over its memory limit of 64"),
+        "{status:#}"
+    );
+}
+
+#[test]
 fn a_trial_past_its_time_limit_ends_time_limit() {
     let mut cluster = TestCluster::start("10s");
     cluster.start_node("a", 0, 2);

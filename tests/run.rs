@@ -104,7 +104,7 @@ fn check_run_prints_table_and_progress(dir: &Path, data_dir: &str) -> BTreeMap<S
     let stdout = String::from_utf8(run.stdout).expect("UTF-8 output");
     let stderr = String::from_utf8(run.stderr).expect("UTF-8 output");
     assert!(
-        stdout.contains("(4 trials: 4 succeeded, 0 failed"),
+        stdout.contains("(4 trials: 4 succeeded)"),
         "the table's heading counts every trial succeeded:\n{stdout}"
     );
     let rows = table_rows(&stdout);

@@ -80,7 +80,7 @@ impl HeadCore {
     pub(super) fn check_capacity(&self, spec: &ExperimentSpec) -> Result<(), CoreError> {
         let gpu_milli = spec.trial.gpu_milli();
         let cpu_milli = u64::from(spec.trial.cpu_milli());
-        let memory_bytes = spec.trial.resources.memory.0;
+        let memory_bytes = self.worker_memory(spec);
         let whole_gpus = gpu_milli.div_ceil(GPU_MILLI);
         let holds = |node: &NodeRecord| {
             let resources = &node.resources;

@@ -106,8 +106,10 @@ impl HeadCore {
                 self.membership.set_draining(node_id);
                 self.placement.set_schedulable(node_id, false);
             }
-            NodeMessage::Report { report, .. } => {
-                self.handle_report(now, node_id, report);
+            NodeMessage::Report { report, at, .. } => {
+                // What happened while the head was away keeps its time; a
+                // node's clock ahead of the head's is not believed.
+                self.handle_report(at.min(now), node_id, report);
                 self.schedule(now);
             }
             NodeMessage::Objects { added, dropped } => {

@@ -17,7 +17,7 @@ use tracing::warn;
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, TrialId, WorkerKey};
 use xp_runtime::protocol::{HeadCommand, TrialState};
-use xp_runtime::spec::Priority;
+use xp_runtime::spec::{ExperimentSpec, Priority};
 use xp_sched::{
     Amount, Decision, GangShape, PreemptReason, Refusal, ResizeReason, TrialRequest,
     WorkerPlacement,
@@ -125,6 +125,21 @@ impl HeadCore {
         }
     }
 
+    /// The memory each worker of `spec`'s trials is limited to and counted
+    /// at: what it declares, else the policy's `default_memory_per_worker`.
+    pub(super) fn worker_memory(&self, spec: &ExperimentSpec) -> u64 {
+        match spec.trial.resources.memory.0 {
+            0 => {
+                self.placement
+                    .policy()
+                    .config()
+                    .admission
+                    .default_memory_per_worker
+            }
+            declared => declared,
+        }
+    }
+
     /// What the policy core needs to know of a trial.
     fn trial_request(&self, trial: &TrialRecord) -> Result<TrialRequest, LaunchError> {
         let spec = &self.book.spec(trial.id.experiment);
@@ -158,7 +173,7 @@ impl HeadCore {
                 per_worker: Amount {
                     gpu_milli: spec.trial.gpu_milli(),
                     cpu_milli: u64::from(spec.trial.cpu_milli()),
-                    memory_bytes: spec.trial.resources.memory.0,
+                    memory_bytes: self.worker_memory(spec),
                 },
                 gpu_models: spec.trial.gpu_models.clone(),
                 node_labels: spec.trial.node_labels.clone(),

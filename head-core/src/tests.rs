@@ -108,7 +108,15 @@ fn launches(commands: &[(NodeId, HeadCommand)]) -> Vec<(NodeId, WorkerKey)> {
 }
 
 fn report(core: &mut HeadCore, now: u64, node: NodeId, report: WorkerReport) {
-    core.handle_node_message(now, node, NodeMessage::Report { seq: 0, report });
+    core.handle_node_message(
+        now,
+        node,
+        NodeMessage::Report {
+            seq: 0,
+            at: now,
+            report,
+        },
+    );
 }
 
 fn trial_state(core: &HeadCore, experiment: ExperimentId, index: u32) -> TrialState {
@@ -1380,6 +1388,52 @@ fn restarted_with_a_running_trial() -> (HeadCore, NodeId, WorkerKey) {
     let records = core.take_records();
     let restarted = HeadCore::restore(CONFIG, loaded_from(records), RESTARTED_AT);
     (restarted, node, key)
+}
+
+#[test]
+fn an_exit_while_the_head_was_away_keeps_the_time_the_node_recorded() {
+    let (mut core, node, key) = restarted_with_a_running_trial();
+    // The node registers naming the worker whose end the head has not
+    // acknowledged, then resends that end with the time it recorded.
+    core.handle_node_register(RESTARTED_AT + 1_000, registration(node, 0, 2, vec![key]));
+    let exited_at = RESTARTED_AT - 5_000;
+    core.handle_node_message(
+        RESTARTED_AT + 1_000,
+        node,
+        NodeMessage::Report {
+            seq: 2,
+            at: exited_at,
+            report: WorkerReport::Exited {
+                key,
+                code: Some(0),
+                signal: None,
+            },
+        },
+    );
+    let trial = core.book.trial(key.trial);
+    assert_eq!(trial.state, TrialState::Succeeded);
+    assert_eq!(trial.finished_at, Some(exited_at));
+    assert_eq!(trial.attempts[0].ended_at, Some(exited_at));
+    // A node clock ahead of the head's is not believed.
+    let (mut core, node, key) = restarted_with_a_running_trial();
+    core.handle_node_register(RESTARTED_AT + 1_000, registration(node, 0, 2, vec![key]));
+    core.handle_node_message(
+        RESTARTED_AT + 2_000,
+        node,
+        NodeMessage::Report {
+            seq: 2,
+            at: RESTARTED_AT + 60_000,
+            report: WorkerReport::Exited {
+                key,
+                code: Some(0),
+                signal: None,
+            },
+        },
+    );
+    assert_eq!(
+        core.book.trial(key.trial).finished_at,
+        Some(RESTARTED_AT + 2_000)
+    );
 }
 
 /// Whether the node of [`restarted_with_a_running_trial`] is judged lost by a

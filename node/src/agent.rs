@@ -39,6 +39,7 @@ use quinn::{RecvStream, SendStream};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
+use xp_runtime::clock::{Clock, SystemClock};
 use xp_runtime::ids::{NodeId, WorkerKey};
 use xp_runtime::join::JoinString;
 use xp_runtime::protocol::{
@@ -293,7 +294,9 @@ impl Agent {
             Event::Connected(connected) => self.handle_connected(connected),
             Event::Command(Some(command)) => self.core.handle_command(now, command),
             Event::Command(None) => self.core.handle_disconnected(now),
-            Event::Report(report) => self.core.handle_report(now, report),
+            Event::Report(report) => {
+                self.core.handle_report(now, SystemClock.now(), report);
+            }
             Event::ObjectChange(change) => self.handle_object_change(change),
             Event::ForHead(message) => self.core.handle_message_for_head(message),
             Event::Telemetry(Some(sample)) => {

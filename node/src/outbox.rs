@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::WorkerKey;
 use xp_runtime::protocol::WorkerReport;
 
@@ -33,7 +34,8 @@ pub(crate) fn is_final(report: &WorkerReport) -> bool {
 #[derive(Debug)]
 pub(crate) struct Outbox {
     next_seq: u64,
-    unacked: BTreeMap<u64, WorkerReport>,
+    /// Each with when it was made.
+    unacked: BTreeMap<u64, (UnixMillis, WorkerReport)>,
     dropped_metrics: u64,
 }
 
@@ -48,16 +50,16 @@ impl Default for Outbox {
 }
 
 impl Outbox {
-    /// Numbers `report` and keeps it until acknowledged.
-    pub(crate) fn push(&mut self, report: WorkerReport) -> u64 {
+    /// Numbers `report`, made at `at`, and keeps it until acknowledged.
+    pub(crate) fn push(&mut self, at: UnixMillis, report: WorkerReport) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.unacked.insert(seq, report);
+        self.unacked.insert(seq, (at, report));
         if self.unacked.len() > MAX_UNACKED {
             let oldest_metric = self
                 .unacked
                 .iter()
-                .find(|(_, report)| matches!(report, WorkerReport::Metric { .. }))
+                .find(|(_, (_, report))| matches!(report, WorkerReport::Metric { .. }))
                 .map(|(seq, _)| *seq);
             if let Some(oldest) = oldest_metric {
                 self.unacked.remove(&oldest);
@@ -72,15 +74,18 @@ impl Outbox {
         self.unacked = self.unacked.split_off(&(upto + 1));
     }
 
-    /// Everything unacknowledged, oldest first.
-    pub(crate) fn unacked(&self) -> impl Iterator<Item = (u64, &WorkerReport)> {
-        self.unacked.iter().map(|(seq, report)| (*seq, report))
+    /// Everything unacknowledged, oldest first, with when it was made.
+    pub(crate) fn unacked(&self) -> impl Iterator<Item = (u64, UnixMillis, &WorkerReport)> {
+        self.unacked
+            .iter()
+            .map(|(seq, (at, report))| (*seq, *at, report))
     }
 
     /// Workers whose final report the head has not acknowledged yet.
     pub(crate) fn unacked_final(&self) -> BTreeSet<WorkerKey> {
         self.unacked
             .values()
+            .map(|(_, report)| report)
             .filter(|report| is_final(report))
             .map(WorkerReport::key)
             .collect()
@@ -113,17 +118,20 @@ mod tests {
     #[test]
     fn acknowledged_reports_leave_and_the_rest_stay_in_order() {
         let mut outbox = Outbox::default();
-        let first = outbox.push(WorkerReport::Started { key: key(), pid: 1 });
-        let second = outbox.push(WorkerReport::Exited {
-            key: key(),
-            code: Some(0),
-            signal: None,
-        });
+        let first = outbox.push(0, WorkerReport::Started { key: key(), pid: 1 });
+        let second = outbox.push(
+            0,
+            WorkerReport::Exited {
+                key: key(),
+                code: Some(0),
+                signal: None,
+            },
+        );
         assert_eq!((first, second), (1, 2));
         assert_eq!(outbox.unacked_final(), BTreeSet::from([key()]));
         outbox.ack(1);
         assert_eq!(
-            outbox.unacked().map(|(seq, _)| seq).collect::<Vec<_>>(),
+            outbox.unacked().map(|(seq, _, _)| seq).collect::<Vec<_>>(),
             vec![2]
         );
         outbox.ack(2);
@@ -133,19 +141,22 @@ mod tests {
     #[test]
     fn only_metrics_are_dropped_when_full() {
         let mut outbox = Outbox::default();
-        outbox.push(WorkerReport::Started { key: key(), pid: 1 });
+        outbox.push(0, WorkerReport::Started { key: key(), pid: 1 });
         for index in 0..(MAX_UNACKED as u64 + 5) {
-            outbox.push(WorkerReport::Metric {
-                key: key(),
-                index,
-                step: None,
-                values: Vec::new(),
-            });
+            outbox.push(
+                0,
+                WorkerReport::Metric {
+                    key: key(),
+                    index,
+                    step: None,
+                    values: Vec::new(),
+                },
+            );
         }
         assert_eq!(outbox.unacked().count(), MAX_UNACKED);
         assert!(matches!(
             outbox.unacked().next(),
-            Some((1, WorkerReport::Started { .. }))
+            Some((1, _, WorkerReport::Started { .. }))
         ));
         assert_eq!(outbox.dropped_metrics(), 6);
     }

@@ -336,9 +336,9 @@ mod tests {
         fn metric_reports_round_trip(digest in any::<u64>(), index in any::<u32>(), step in any::<Option<u64>>(), value in -1e9f64..1e9) {
             let key = WorkerKey { trial: TrialId { experiment: ExperimentId { digest, run: 1 }, index }, attempt: 1, rank: 0 };
             let report = WorkerReport::Metric { key, index: 7, step, values: vec![("loss".to_owned(), value)] };
-            let frame = encode(&Message::FromNode(NodeMessage::Report { seq: 3, report: report.clone() })).unwrap();
+            let frame = encode(&Message::FromNode(NodeMessage::Report { seq: 3, at: 1_700_000_000_000, report: report.clone() })).unwrap();
             match decode_frame(&frame).unwrap() {
-                Message::FromNode(NodeMessage::Report { seq: 3, report: decoded }) => prop_assert_eq!(decoded, report),
+                Message::FromNode(NodeMessage::Report { seq: 3, at: 1_700_000_000_000, report: decoded }) => prop_assert_eq!(decoded, report),
                 other => prop_assert!(false, "decoded {other:?}"),
             }
         }

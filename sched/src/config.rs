@@ -709,6 +709,10 @@ pub struct AdmissionConfig {
     /// The most bytes of driver binaries one user keeps on the head (`2GiB`).
     #[serde(default = "default_max_blob_bytes_per_user", with = "bytes_text")]
     pub max_blob_bytes_per_user: u64,
+    /// The memory a worker whose trial declares none is limited to and
+    /// counted at (`2GiB`): no worker runs without a limit.
+    #[serde(default = "default_memory_per_worker", with = "bytes_text")]
+    pub default_memory_per_worker: u64,
 }
 
 fn default_max_pending() -> u64 {
@@ -735,6 +739,10 @@ fn default_max_blob_bytes_per_user() -> u64 {
     2 << 30
 }
 
+fn default_memory_per_worker() -> u64 {
+    2 << 30
+}
+
 impl Default for AdmissionConfig {
     fn default() -> Self {
         Self {
@@ -744,6 +752,7 @@ impl Default for AdmissionConfig {
             max_team_bytes: default_max_team_bytes(),
             max_blobs_per_user: default_max_blobs_per_user(),
             max_blob_bytes_per_user: default_max_blob_bytes_per_user(),
+            default_memory_per_worker: default_memory_per_worker(),
         }
     }
 }

@@ -178,6 +178,7 @@ fn messages() -> Vec<Message> {
         register(),
         Message::FromNode(NodeMessage::Report {
             seq: 41,
+            at: 1_700_000_000_000,
             report: WorkerReport::Checkpoint {
                 key: key(0),
                 step: 1200,
@@ -188,6 +189,7 @@ fn messages() -> Vec<Message> {
         }),
         Message::FromNode(NodeMessage::Report {
             seq: 42,
+            at: 1_700_000_000_000,
             report: WorkerReport::Metric {
                 key: key(0),
                 index: 7,
@@ -198,6 +200,7 @@ fn messages() -> Vec<Message> {
         launch(),
         Message::FromNode(NodeMessage::Report {
             seq: 43,
+            at: 1_700_000_000_000,
             report: WorkerReport::Outputs {
                 key: key(0),
                 files: manifest(),
@@ -206,6 +209,7 @@ fn messages() -> Vec<Message> {
         }),
         Message::FromNode(NodeMessage::Report {
             seq: 44,
+            at: 1_700_000_000_000,
             report: WorkerReport::Evicted {
                 key: key(0),
                 gpu: 0,

@@ -636,7 +636,15 @@ mod tests {
             .expect("the trial is launched");
         let other = if origin == a { b } else { a };
         let report = |core: &mut HeadCore, now, report| {
-            core.handle_node_message(now, origin, NodeMessage::Report { seq: 0, report });
+            core.handle_node_message(
+                now,
+                origin,
+                NodeMessage::Report {
+                    seq: 0,
+                    at: now,
+                    report,
+                },
+            );
         };
         report(&mut core, 2, WorkerReport::Started { key, pid: 1 });
         let object = ObjectId::of(b"state");
@@ -788,6 +796,7 @@ mod tests {
             a,
             NodeMessage::Report {
                 seq: 0,
+                at: 10,
                 report: WorkerReport::Checkpoint {
                     key,
                     step: 5,

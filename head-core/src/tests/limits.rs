@@ -53,6 +53,36 @@ fn the_launch_carries_the_memory_and_cpu_limits() {
 }
 
 #[test]
+fn a_trial_without_memory_is_limited_and_counted_at_the_policy_default() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 0, 8, Vec::new()));
+    let launched = |core: &mut HeadCore| {
+        commands(core)
+            .into_iter()
+            .filter_map(|(_, command)| match command {
+                HeadCommand::Launch(launch) => Some(launch.memory_bytes),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    submit(&mut core, 1, ONE, false);
+    assert_eq!(launched(&mut core), [2 << 30], "the default: 2 GiB");
+    must_apply_policy(
+        &mut core,
+        2,
+        "admission: {default_memory_per_worker: 96MiB}\n",
+    );
+    let unlimited = ONE.replace("name: one", "name: two");
+    submit(&mut core, 3, &unlimited, false);
+    assert_eq!(launched(&mut core), [96 << 20], "the policy's");
+    // The node's memory is counted at that size, so it is not offered twice.
+    let free = core.placement.policy().pool().free().memory_bytes;
+    assert_eq!(free, (1 << 34) - (2 << 30) - (96 << 20));
+    core.check_invariants();
+}
+
+#[test]
 fn an_attempt_past_its_time_limit_is_stopped_and_retried() {
     let (mut core, node, key) = running();
     core.handle_node_message(2 + 30_000, node, NodeMessage::Heartbeat);

@@ -367,6 +367,8 @@ fn metric_batch(key: WorkerKey, seq: u64, count: u64) -> Vec<NodeMessage> {
     (seq..seq + count)
         .map(|seq| NodeMessage::Report {
             seq,
+            // Later than the head's clock: the head's time is taken.
+            at: u64::MAX,
             report: xp_runtime::protocol::WorkerReport::Metric {
                 key,
                 index: seq,
@@ -395,6 +397,7 @@ async fn must_start_a_trial(
         .expect("the trial is launched");
     let started = vec![NodeMessage::Report {
         seq: 1,
+        at: u64::MAX,
         report: xp_runtime::protocol::WorkerReport::Started { key, pid: 9 },
     }];
     from_node(actor, started).await.unwrap();

@@ -44,9 +44,10 @@ impl NodeCore {
         running.sort();
         running.dedup();
         self.actions.push_back(Action::Register { running });
-        let resend = self.outbox.unacked().map(|(seq, report)| {
+        let resend = self.outbox.unacked().map(|(seq, at, report)| {
             Action::Send(NodeMessage::Report {
                 seq,
+                at,
                 report: report.clone(),
             })
         });

@@ -101,7 +101,7 @@ fn describe(action: &Action, origin: Instant) -> String {
             let running: Vec<String> = running.iter().map(|key| name(*key)).collect();
             format!("register [{}]", running.join(" "))
         }
-        Action::Send(NodeMessage::Report { seq, report }) => {
+        Action::Send(NodeMessage::Report { seq, report, .. }) => {
             format!("report {seq} {}", report_name(report))
         }
         Action::Send(NodeMessage::Heartbeat) => "heartbeat".to_owned(),
@@ -189,7 +189,8 @@ impl Driven {
     }
 
     fn report(&mut self, report: WorkerReport) {
-        self.core.handle_report(self.now, report);
+        let at = u64::try_from((self.now - self.origin).as_millis()).unwrap_or(u64::MAX);
+        self.core.handle_report(self.now, at, report);
     }
 
     /// Starts `key` on `gpus` and forgets what that did.

@@ -18,8 +18,9 @@
 use std::time::{Duration, Instant};
 
 use tracing::{debug, warn};
+use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{TrialId, WorkerKey};
-use xp_runtime::protocol::{Launch, NodeMessage, WorkerReport};
+use xp_runtime::protocol::{AT_RECEIPT, Launch, NodeMessage, WorkerReport};
 use xp_runtime::spec::MAX_OVERSUBSCRIPTION_MILLI;
 
 use super::{Action, NodeCore, Phase, Worker};
@@ -77,7 +78,7 @@ impl NodeCore {
             return;
         }
         match refusal(self, &launch) {
-            Some(report) => self.record_and_send(report),
+            Some(report) => self.record_and_send(AT_RECEIPT, report),
             None => {
                 self.workers.insert(key, Worker { stopping: false });
                 self.actions.push_back(Action::Start(Box::new(launch)));
@@ -135,22 +136,23 @@ impl NodeCore {
 
     /// A worker's report: numbered, kept until the head acknowledges it, and
     /// sent now if a session is open.
-    pub(crate) fn handle_report(&mut self, now: Instant, report: WorkerReport) {
-        self.record_and_send(report);
+    /// `at` is the wall-clock time it was made, which the head keeps.
+    pub(crate) fn handle_report(&mut self, now: Instant, at: UnixMillis, report: WorkerReport) {
+        self.record_and_send(at, report);
         self.check_drained(now);
     }
 
     /// Numbers `report` (forgetting its worker if it is the last) and sends it
     /// on the session, if one is open.
-    fn record_and_send(&mut self, report: WorkerReport) {
+    fn record_and_send(&mut self, at: UnixMillis, report: WorkerReport) {
         if is_final(&report) {
             let key = report.key();
             self.forget(key);
         }
-        let seq = self.outbox.push(report.clone());
+        let seq = self.outbox.push(at, report.clone());
         if matches!(self.phase, Phase::Session(_)) {
             self.actions
-                .push_back(Action::Send(NodeMessage::Report { seq, report }));
+                .push_back(Action::Send(NodeMessage::Report { seq, at, report }));
         }
     }
 

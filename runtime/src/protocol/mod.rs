@@ -38,8 +38,9 @@ pub use capability::{
     RevocationList, SESSION_CAPABILITY_MS, TeamObjectCounts, TeamQuota,
 };
 pub use node::{
-    GpuInfo, HeadCommand, HeldObject, Launch, LimitEnforcement, MAX_MALFORMED_LINE_SHOWN,
-    NodeIsolation, NodeMessage, NodeRegistration, NodeResources, Program, WorkerReport,
+    AT_RECEIPT, GpuInfo, HeadCommand, HeldObject, Launch, LimitEnforcement,
+    MAX_MALFORMED_LINE_SHOWN, NodeIsolation, NodeMessage, NodeRegistration, NodeResources, Program,
+    WorkerReport,
 };
 pub use objects::{
     CheckpointFile, ObjectEndpoint, ObjectSource, ResumeFrom, is_safe_checkpoint_name,
@@ -89,7 +90,8 @@ use serde::{Deserialize, Serialize};
 /// (`Request::StatusPage`, `Response::StatusPage`). 9: a failed worker's
 /// stderr tail (`WorkerReport::ExitedWithStderr`) and the directory a
 /// command's relative paths are found in (`Launch::command_dir`); metric
-/// lines the node could not read (`WorkerReport::MalformedMetrics`).
+/// lines the node could not read (`WorkerReport::MalformedMetrics`); when the
+/// node made each report (`NodeMessage::Report::at`).
 pub const PROTOCOL_VERSION: u16 = 9;
 
 /// Everything that crosses a connection.

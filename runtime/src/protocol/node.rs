@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{CheckpointFile, LogChunk, ObjectEndpoint, ObjectSource, RemoteError, ResumeFrom};
+use crate::clock::UnixMillis;
 use crate::ids::{BlobHash, NodeId, ObjectId, TrialId, WorkerKey};
 
 /// One GPU a node offers.
@@ -138,6 +139,9 @@ pub enum NodeMessage {
     Report {
         /// Per-node sequence number, strictly increasing across reconnects.
         seq: u64,
+        /// When the node made it (its clock, Unix milliseconds): a report
+        /// resent after the head was away keeps the time of what happened.
+        at: UnixMillis,
         /// What happened.
         report: WorkerReport,
     },
@@ -310,6 +314,10 @@ pub enum WorkerReport {
         first: String,
     },
 }
+
+/// A report's `at` that asks the head to take its own time, for a report
+/// answered at once (a launch refused on arrival).
+pub const AT_RECEIPT: UnixMillis = UnixMillis::MAX;
 
 /// How much of a malformed metric line is kept to show.
 pub const MAX_MALFORMED_LINE_SHOWN: usize = 512;

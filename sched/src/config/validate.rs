@@ -56,6 +56,10 @@ impl PolicyConfig {
             ("max_team_bytes", admission.max_team_bytes),
             ("max_blobs_per_user", admission.max_blobs_per_user),
             ("max_blob_bytes_per_user", admission.max_blob_bytes_per_user),
+            (
+                "default_memory_per_worker",
+                admission.default_memory_per_worker,
+            ),
         ];
         for (name, value) in limits {
             if value == 0 {
