@@ -254,7 +254,7 @@ mod tests {
     use TrialState::{Cancelled, Failed, Pending, Queued, Running, Starting, Stopped, Succeeded};
 
     #[test]
-    fn best_is_the_smallest_or_largest_succeeded_value() {
+    fn best_is_the_smallest_or_largest_value_of_a_trial_that_ended_normally() {
         check_best(
             false,
             &[(Succeeded, Some(2.0)), (Succeeded, Some(1.0))],
@@ -270,7 +270,13 @@ mod tests {
             &[(Running, Some(0.1)), (Succeeded, Some(1.0))],
             Some(1.0),
         );
-        check_best(false, &[(Failed, Some(0.1)), (Stopped, Some(0.2))], None);
+        // A stopped trial ended normally; a failed one's value is no result.
+        check_best(
+            false,
+            &[(Failed, Some(0.1)), (Stopped, Some(0.2))],
+            Some(0.2),
+        );
+        check_best(false, &[(Failed, Some(0.1)), (Cancelled, Some(0.2))], None);
         check_best(
             false,
             &[(Succeeded, None), (Succeeded, Some(f64::NAN))],
