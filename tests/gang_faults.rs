@@ -281,7 +281,8 @@ fn a_gang_whose_code_fails_on_every_rank_with_all_nodes_healthy_still_fails() {
     assert_eq!(attempts.len(), 1, "no retries: {status:#}");
     let outcome = attempts[0]["outcome"].as_str().unwrap_or_default();
     assert!(
-        outcome.starts_with("failed: rank ") && outcome.ends_with(" exited with status 1"),
+        outcome.starts_with("failed: rank ")
+            && outcome.contains(" exited with status 1: failing at step 3"),
         "{status:#}"
     );
     let report = cluster.must_xp(&["report", "--experiment", &experiment, "--json"]);

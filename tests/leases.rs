@@ -120,12 +120,12 @@ fn a_mutex_lease_serialises_its_holders_while_others_run_beside() {
     let mutex = submit(
         &cluster,
         "mutex",
-        "name: mutex\ntrial:\n  command: [sh, -c, 'echo \"XP_METRIC {\\\"step\\\": 1, \\\"start\\\": $(date +%s%3N)}\"; sleep {s}; echo \"XP_METRIC {\\\"step\\\": 2, \\\"end\\\": $(date +%s%3N)}\"']\n  resources: {cpu: 0.5, leases: {ps: 1}}\nsearch:\n  algorithm: grid\n  space: {s: {choice: [3, 3.1]}}\n",
+        "name: mutex\ntrial:\n  command: [sh, -c, 'echo \"XP_METRIC {\\\"step\\\": 1, \\\"start\\\": $(date +%s%3N)}\"; sleep {s}; echo \"XP_METRIC {\\\"step\\\": 2, \\\"end\\\": $(date +%s%3N)}\"']\n  resources: {cpu: 0.5, leases: {ps: 1}}\nsearch:\n  algorithm: grid\n  space: {s: {choice: [6, 6.1]}}\n",
     );
     let free = submit(
         &cluster,
         "free",
-        "name: free\ntrial:\n  command: [sleep, '4']\n  resources: {cpu: 0.5}\n",
+        "name: free\ntrial:\n  command: [sleep, '8']\n  resources: {cpu: 0.5}\n",
     );
     check_one_holds_one_waits_one_runs_beside(&cluster, &mutex, &free);
     check_holders_never_overlap(&cluster, &mutex, &free);

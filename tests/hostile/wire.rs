@@ -176,47 +176,6 @@ fn messages() -> Vec<Message> {
             sessions: vec!["driver-a".to_owned(), "driver-b".to_owned()],
         }),
         register(),
-        Message::FromNode(NodeMessage::Report {
-            seq: 41,
-            at: 1_700_000_000_000,
-            report: WorkerReport::Checkpoint {
-                key: key(0),
-                step: 1200,
-                files: manifest(),
-                backup: Some("/backup/ckpt".to_owned()),
-                take_ms: 840,
-            },
-        }),
-        Message::FromNode(NodeMessage::Report {
-            seq: 42,
-            at: 1_700_000_000_000,
-            report: WorkerReport::Metric {
-                key: key(0),
-                index: 7,
-                step: Some(1200),
-                values: vec![("loss".to_owned(), 0.25), ("acc".to_owned(), 0.9)],
-            },
-        }),
-        launch(),
-        Message::FromNode(NodeMessage::Report {
-            seq: 43,
-            at: 1_700_000_000_000,
-            report: WorkerReport::Outputs {
-                key: key(0),
-                files: manifest(),
-                error: None,
-            },
-        }),
-        Message::FromNode(NodeMessage::Report {
-            seq: 44,
-            at: 1_700_000_000_000,
-            report: WorkerReport::Evicted {
-                key: key(0),
-                gpu: 0,
-                used_bytes: 97 << 30,
-                total_bytes: 100 << 30,
-            },
-        }),
         Message::Request(Request::SubmitPipeline(
             xp_runtime::protocol::PipelineSubmit {
                 spec_json: r#"{"name":"p","stages":{"a":{"trial":{"command":["true"]}}}}"#
@@ -244,8 +203,76 @@ fn messages() -> Vec<Message> {
         Message::Error(RemoteError::new(ErrorCode::BadRequest, "no such trial")),
     ]
     .into_iter()
+    .chain(node_reports())
     .chain(object_plane_messages())
     .collect()
+}
+
+/// A node's numbered reports, each kind with nested data.
+fn node_reports() -> Vec<Message> {
+    let report = |seq: u64, report: WorkerReport| {
+        Message::FromNode(NodeMessage::Report {
+            seq,
+            at: 1_700_000_000_000,
+            report,
+        })
+    };
+    vec![
+        report(
+            41,
+            WorkerReport::Checkpoint {
+                key: key(0),
+                step: 1200,
+                files: manifest(),
+                backup: Some("/backup/ckpt".to_owned()),
+                take_ms: 840,
+            },
+        ),
+        report(
+            42,
+            WorkerReport::Metric {
+                key: key(0),
+                index: 7,
+                step: Some(1200),
+                values: vec![("loss".to_owned(), 0.25), ("acc".to_owned(), 0.9)],
+            },
+        ),
+        launch(),
+        report(
+            43,
+            WorkerReport::Outputs {
+                key: key(0),
+                files: manifest(),
+                error: None,
+            },
+        ),
+        report(
+            44,
+            WorkerReport::Evicted {
+                key: key(0),
+                gpu: 0,
+                used_bytes: 97 << 30,
+                total_bytes: 100 << 30,
+            },
+        ),
+        report(
+            45,
+            WorkerReport::ExitedWithStderr {
+                key: key(0),
+                code: Some(2),
+                signal: None,
+                stderr_tail: "Traceback (most recent call last):\n  ValueError".to_owned(),
+            },
+        ),
+        report(
+            46,
+            WorkerReport::MalformedMetrics {
+                key: key(0),
+                count: 3,
+                first: "XP_METRIC {\"acc\": 1,} (not an object)".to_owned(),
+            },
+        ),
+    ]
 }
 
 /// A request for a status page, from a cursor.
