@@ -181,15 +181,19 @@ fn check_lost_then_resumed(
     trial
 }
 
-/// The command gang, with its rank `rank`'s machine killed (or, with `cut`,
-/// cut off the network) after a replicated checkpoint.
-fn command_gang_survives(rank: usize, cut: bool) {
-    let Some(mut cluster) = cluster_of(&["a", "b", "c"]) else {
-        return;
-    };
-    let experiment = submit_exchange(&cluster, 250, None);
-    let checkpoint = wait_replicated_checkpoint(&cluster, &experiment, FAULT_AFTER);
-    let (machine, node) = machine_of_rank(&cluster, &experiment, rank);
+/// Once `experiment`'s gang has a replicated checkpoint at [`FAULT_AFTER`]
+/// or later, kills the machine of its rank `rank` (or, with `cut`, cuts it
+/// off the network), says how long the head took to end the attempt, and
+/// checks the trial then resumed and succeeded ([`check_lost_then_resumed`]);
+/// returns the trial. `gang` names it in the measurement.
+fn fault_after_checkpoint(
+    cluster: &mut NetnsCluster,
+    experiment: &str,
+    (rank, cut): (usize, bool),
+    gang: &str,
+) -> Value {
+    let checkpoint = wait_replicated_checkpoint(cluster, experiment, FAULT_AFTER);
+    let (machine, node) = machine_of_rank(cluster, experiment, rank);
     let fault = started();
     if cut {
         cluster.cut_network(&machine);
@@ -197,11 +201,21 @@ fn command_gang_survives(rank: usize, cut: bool) {
         cluster.kill_node(&machine);
     }
     let what = format!(
-        "command gang, rank {rank}'s node {}",
+        "{gang}, rank {rank}'s node {}",
         if cut { "cut off" } else { "killed" }
     );
-    first_outcome_after(&cluster, &experiment, fault, &what);
-    let trial = check_lost_then_resumed(&cluster, &experiment, &node, checkpoint);
+    first_outcome_after(cluster, experiment, fault, &what);
+    check_lost_then_resumed(cluster, experiment, &node, checkpoint)
+}
+
+/// The command gang, with its rank `rank`'s machine killed (or, with `cut`,
+/// cut off the network) after a replicated checkpoint.
+fn command_gang_survives(rank: usize, cut: bool) {
+    let Some(mut cluster) = cluster_of(&["a", "b", "c"]) else {
+        return;
+    };
+    let experiment = submit_exchange(&cluster, 250, None);
+    let trial = fault_after_checkpoint(&mut cluster, &experiment, (rank, cut), "command gang");
     let value = trial["metrics"]["final"].as_f64().expect("a final value");
     assert_eq!(
         value.to_bits(),
@@ -232,17 +246,7 @@ fn a_gang_on_xp_s_all_reduce_resumes_after_rank_0_s_node_is_killed() {
         return;
     };
     let experiment = submit_sgd(&cluster, "2");
-    let checkpoint = wait_replicated_checkpoint(&cluster, &experiment, FAULT_AFTER);
-    let (machine, node) = machine_of_rank(&cluster, &experiment, 0);
-    let fault = started();
-    cluster.kill_node(&machine);
-    first_outcome_after(
-        &cluster,
-        &experiment,
-        fault,
-        "xp all-reduce gang, rank 0's node killed",
-    );
-    let trial = check_lost_then_resumed(&cluster, &experiment, &node, checkpoint);
+    let trial = fault_after_checkpoint(&mut cluster, &experiment, (0, false), "xp all-reduce gang");
     common::sgd::check_same_as_never_resized(&trial, SGD_STEPS, SGD_BATCH, SGD_SEED);
 }
 
@@ -252,17 +256,7 @@ fn an_elastic_gang_shrinks_to_its_one_survivor() {
         return;
     };
     let experiment = submit_sgd(&cluster, "{min: 1, max: 2}");
-    let checkpoint = wait_replicated_checkpoint(&cluster, &experiment, FAULT_AFTER);
-    let (machine, node) = machine_of_rank(&cluster, &experiment, 1);
-    let fault = started();
-    cluster.kill_node(&machine);
-    first_outcome_after(
-        &cluster,
-        &experiment,
-        fault,
-        "elastic gang, rank 1's node killed",
-    );
-    let trial = check_lost_then_resumed(&cluster, &experiment, &node, checkpoint);
+    let trial = fault_after_checkpoint(&mut cluster, &experiment, (1, false), "elastic gang");
     let survivors = trial["attempts"][1]["nodes"].as_array().expect("nodes");
     assert_eq!(survivors.len(), 1, "{trial:#}");
     common::sgd::check_same_as_never_resized(&trial, SGD_STEPS, SGD_BATCH, SGD_SEED);
@@ -362,16 +356,11 @@ fn pytorch_ddp_over_gloo_resumes_after_rank_0_s_node_is_killed() {
     assert_eq!(reference["state"], "succeeded", "{reference:#}");
     let expected = ddp_parameters(&trials(&reference)[0]);
     let experiment = submit_ddp(&cluster, &python, "ddp");
-    let checkpoint = wait_replicated_checkpoint(&cluster, &experiment, FAULT_AFTER);
-    let (machine, node) = machine_of_rank(&cluster, &experiment, 0);
-    let fault = started();
-    cluster.kill_node(&machine);
-    first_outcome_after(
-        &cluster,
+    let trial = fault_after_checkpoint(
+        &mut cluster,
         &experiment,
-        fault,
-        "PyTorch DDP over gloo, rank 0's node killed",
+        (0, false),
+        "PyTorch DDP over gloo",
     );
-    let trial = check_lost_then_resumed(&cluster, &experiment, &node, checkpoint);
     assert_eq!(ddp_parameters(&trial), expected, "{trial:#}");
 }

@@ -293,27 +293,30 @@ fn remove_marker(dir: &Path, port: u16) {
 
 /// A socket holding `port` on every address (see the module docs).
 fn hold_port(port: u16) -> std::io::Result<OwnedFd> {
-    match bind(libc::AF_INET6, port, true) {
+    match bind(libc::AF_INET6, port, libc::SO_REUSEPORT) {
         Err(error) if error.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
-            bind(libc::AF_INET, port, true)
+            bind(libc::AF_INET, port, libc::SO_REUSEPORT)
         }
         held => held,
     }
 }
 
-/// Whether nobody holds `port` (a bind without `SO_REUSEPORT` would succeed).
+/// Whether rank 0 could bind `port` now, as PyTorch's store does (with
+/// `SO_REUSEADDR`): nobody holds it, though the closed connections of its
+/// last rank 0 may linger in `TIME_WAIT`, which no rank 0 waits for.
 fn is_free(port: u16) -> bool {
-    match bind(libc::AF_INET6, port, false) {
+    match bind(libc::AF_INET6, port, libc::SO_REUSEADDR) {
         Err(error) if error.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
-            bind(libc::AF_INET, port, false).is_ok()
+            bind(libc::AF_INET, port, libc::SO_REUSEADDR).is_ok()
         }
         bound => bound.is_ok(),
     }
 }
 
-/// A TCP socket of `family` bound to the any address and `port`, with
-/// `SO_REUSEPORT` when `reuse_port`; for IPv6 dual-stack.
-fn bind(family: libc::c_int, port: u16, reuse_port: bool) -> std::io::Result<OwnedFd> {
+/// A TCP socket of `family` bound to the any address and `port`, with the
+/// socket option `reuse` set (`SO_REUSEPORT` or `SO_REUSEADDR`); for IPv6
+/// dual-stack.
+fn bind(family: libc::c_int, port: u16, reuse: libc::c_int) -> std::io::Result<OwnedFd> {
     let check = |result: libc::c_int| {
         if result < 0 {
             Err(std::io::Error::last_os_error())
@@ -333,15 +336,13 @@ fn bind(family: libc::c_int, port: u16, reuse_port: bool) -> std::io::Result<Own
             0,
         ))?);
         let fd = socket.as_raw_fd();
-        if reuse_port {
-            check(libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_REUSEPORT,
-                (&raw const one).cast(),
-                int_len,
-            ))?;
-        }
+        check(libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            reuse,
+            (&raw const one).cast(),
+            int_len,
+        ))?;
         if family == libc::AF_INET6 {
             check(libc::setsockopt(
                 fd,
@@ -378,6 +379,20 @@ mod tests {
 
     /// Ports no other test nor node here uses.
     const PORTS: RangeInclusive<u16> = 28_711..=28_714;
+    /// One more, for the `TIME_WAIT` test alone.
+    const LINGERING: u16 = 28_715;
+
+    #[test]
+    fn a_port_whose_connections_linger_in_time_wait_is_free_for_rank_0() {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", LINGERING)).expect("listen");
+        let client = std::net::TcpStream::connect(("127.0.0.1", LINGERING)).expect("connect");
+        let (served, _) = listener.accept().expect("accept");
+        // The side that closes first keeps the port's connection in TIME_WAIT.
+        drop(served);
+        drop(listener);
+        drop(client);
+        assert!(is_free(LINGERING), "TIME_WAIT does not keep rank 0 out");
+    }
 
     fn binds(address: &str) -> bool {
         std::net::TcpListener::bind(address).is_ok()
