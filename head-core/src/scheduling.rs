@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use tracing::warn;
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, TrialId, WorkerKey};
-use xp_runtime::protocol::{HeadCommand, TrialState};
+use xp_runtime::protocol::{HeadCommand, NodeState, TrialState};
 use xp_runtime::spec::{ExperimentSpec, Priority};
 use xp_sched::{
     Amount, Decision, GangShape, PreemptReason, Refusal, ResizeReason, TrialRequest,
@@ -126,18 +126,32 @@ impl HeadCore {
     }
 
     /// The memory each worker of `spec`'s trials is limited to and counted
-    /// at: what it declares, else the policy's `default_memory_per_worker`.
+    /// at: what it declares, else the policy's `default_memory_per_worker`,
+    /// but no more than its CPUs' share of the smallest ready node's memory
+    /// (a Slurm allocation of 2 CPUs and 1 GiB gives a 1-CPU worker 512 MiB),
+    /// so that an undeclared trial fits wherever its CPUs do.
     pub(super) fn worker_memory(&self, spec: &ExperimentSpec) -> u64 {
-        match spec.trial.resources.memory.0 {
-            0 => {
-                self.placement
-                    .policy()
-                    .config()
-                    .admission
-                    .default_memory_per_worker
-            }
-            declared => declared,
+        let declared = spec.trial.resources.memory.0;
+        if declared > 0 {
+            return declared;
         }
+        let default = self
+            .placement
+            .policy()
+            .config()
+            .admission
+            .default_memory_per_worker;
+        let cpu_milli = u128::from(spec.trial.cpu_milli().max(1));
+        self.membership
+            .nodes()
+            .filter(|node| node.state == NodeState::Ready && node.resources.cpu_milli > 0)
+            .map(|node| {
+                let share = u128::from(node.resources.memory_bytes) * cpu_milli
+                    / u128::from(node.resources.cpu_milli);
+                u64::try_from(share).unwrap_or(u64::MAX)
+            })
+            .min()
+            .map_or(default, |share| share.min(default))
     }
 
     /// What the policy core needs to know of a trial.

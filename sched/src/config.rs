@@ -710,7 +710,9 @@ pub struct AdmissionConfig {
     #[serde(default = "default_max_blob_bytes_per_user", with = "bytes_text")]
     pub max_blob_bytes_per_user: u64,
     /// The memory a worker whose trial declares none is limited to and
-    /// counted at (`2GiB`): no worker runs without a limit.
+    /// counted at (`2GiB`; the head gives less where the worker's CPUs'
+    /// share of the smallest node's memory is less): no worker runs without
+    /// a limit.
     #[serde(default = "default_memory_per_worker", with = "bytes_text")]
     pub default_memory_per_worker: u64,
 }

@@ -83,6 +83,30 @@ fn a_trial_without_memory_is_limited_and_counted_at_the_policy_default() {
 }
 
 #[test]
+fn an_undeclared_worker_gets_no_more_than_its_cpu_share_of_the_smallest_node() {
+    // A Slurm allocation: 2 CPUs and 1 GiB.
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let mut small = registration(node_id(1), 0, 2, Vec::new());
+    small.resources.memory_bytes = 1 << 30;
+    core.handle_node_register(0, small);
+    let two = ONE.replace("choice: [1]", "choice: [1, 2]");
+    submit(&mut core, 1, &two, false);
+    let memory: Vec<u64> = commands(&mut core)
+        .into_iter()
+        .filter_map(|(_, command)| match command {
+            HeadCommand::Launch(launch) => Some(launch.memory_bytes),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        memory,
+        [512 << 20, 512 << 20],
+        "both 1-CPU trials run, half each"
+    );
+    core.check_invariants();
+}
+
+#[test]
 fn an_attempt_past_its_time_limit_is_stopped_and_retried() {
     let (mut core, node, key) = running();
     core.handle_node_message(2 + 30_000, node, NodeMessage::Heartbeat);
