@@ -20,15 +20,6 @@ use std::time::Duration;
 use common::{TestCluster, trials};
 use serde_json::Value;
 
-/// Whether the test must be skipped because this process is not root (it says so).
-fn skipped_without_root() -> bool {
-    let root = nix::unistd::geteuid().is_root();
-    if !root {
-        common::cannot_run("only a node running as root gives workers user ids of their own");
-    }
-    !root
-}
-
 /// The first trial: reports its id, leaves a secret in its work directory (and
 /// has one in its environment), says where both are, and runs until the second
 /// is done looking.
@@ -111,7 +102,7 @@ fn metric(trial: &Value, name: &str) -> f64 {
 
 #[test]
 fn workers_of_different_trials_cannot_read_each_other_nor_the_node() {
-    if skipped_without_root() {
+    if common::skipped_without_root() {
         return;
     }
     let mut cluster = TestCluster::start("10s");
@@ -241,7 +232,7 @@ fn check_nodes_show_isolation(cluster: &TestCluster) {
 
 #[test]
 fn ranks_of_one_trial_share_their_id_and_a_shared_memory_ring() {
-    if skipped_without_root() {
+    if common::skipped_without_root() {
         return;
     }
     let mut cluster = TestCluster::start("10s");

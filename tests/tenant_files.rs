@@ -21,15 +21,6 @@ use std::time::Duration;
 use common::{TestCluster, binary, trials};
 use serde_json::Value;
 
-/// Whether the test must be skipped because this process is not root (it says so).
-fn skipped_without_root() -> bool {
-    let root = nix::unistd::geteuid().is_root();
-    if !root {
-        common::cannot_run("only a node running as root gives workers user ids of their own");
-    }
-    !root
-}
-
 /// User ids outside the workers' default range, as other users of the machine.
 const STRANGER: u32 = 1_899_000_700;
 const ANOTHER_STRANGER: u32 = 1_899_000_701;
@@ -98,7 +89,7 @@ while [ ! -e "$EXCHANGE/done" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); do
 
 #[test]
 fn a_trial_gets_back_nothing_but_its_own_files() {
-    if skipped_without_root() {
+    if common::skipped_without_root() {
         return;
     }
     let mut cluster = TestCluster::start("10s");

@@ -24,15 +24,6 @@ use std::time::Duration;
 use common::{TestCluster, binary, trials};
 use serde_json::Value;
 
-/// Whether the test must be skipped because this process is not root (it says so).
-fn skipped_without_root() -> bool {
-    let root = nix::unistd::geteuid().is_root();
-    if !root {
-        common::cannot_run("only a node running as root gives workers user ids of their own");
-    }
-    !root
-}
-
 /// Submits a command trial of `team` running `command`, with `extra` lines
 /// in its `trial:` section.
 fn submit_command(
@@ -96,7 +87,7 @@ impl Drop for Leftovers {
 
 #[test]
 fn what_a_trial_leaves_is_gone_before_another_team_runs() {
-    if skipped_without_root() {
+    if common::skipped_without_root() {
         return;
     }
     let mut cluster = TestCluster::start("10s");
@@ -234,7 +225,7 @@ fn must_make_exchange(cluster: &TestCluster) -> PathBuf {
 
 #[test]
 fn a_squatter_cannot_take_a_rendezvous_port() {
-    if skipped_without_root() {
+    if common::skipped_without_root() {
         return;
     }
     let mut cluster = TestCluster::start("10s");

@@ -34,6 +34,16 @@ pub(crate) fn cannot_run(reason: &str) {
     }
 }
 
+/// Whether a test that needs per-worker user ids must be skipped because this
+/// process is not root (it says so, and fails where CI runs).
+pub(crate) fn skipped_without_root() -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        cannot_run("only a node running as root gives workers user ids of their own");
+    }
+    !root
+}
+
 /// The directory holding the workspace's binaries (`target/debug`).
 pub(crate) fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary has a path");
