@@ -9,7 +9,9 @@
 //! answers lookups only; it makes no decisions.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use ahash::AHashMap;
 
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, TrialId};
@@ -118,7 +120,7 @@ impl Index {
     /// The index of these trials and reservations, built from scratch.
     pub(super) fn rebuild(
         n_queues: usize,
-        trials: &HashMap<TrialId, Trial>,
+        trials: &AHashMap<TrialId, Trial>,
         reservations: &BTreeMap<TrialId, Reservation>,
     ) -> Self {
         let mut index = Self::new(n_queues);

@@ -50,6 +50,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use ahash::AHashMap;
+
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, NodeId, TrialId};
 
@@ -96,7 +98,7 @@ pub struct PolicyCore {
     pool: NodePool,
     /// Bumped when nodes change, to refresh `could_ever_fit` answers.
     node_epoch: u64,
-    trials: HashMap<TrialId, Trial>,
+    trials: AHashMap<TrialId, Trial>,
     index: Index,
     /// Trials that preempted others, by preemptor.
     reservations: BTreeMap<TrialId, Reservation>,
@@ -134,7 +136,7 @@ impl PolicyCore {
             cohorts,
             pool: NodePool::new(),
             node_epoch: 0,
-            trials: HashMap::new(),
+            trials: AHashMap::new(),
             index: Index::new(n_queues),
             reservations: BTreeMap::new(),
             estimates: HashMap::new(),
