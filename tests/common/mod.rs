@@ -264,6 +264,13 @@ impl TestCluster {
         self.start_head(&listen);
     }
 
+    /// Starts the head again, as [`restart_head`](Self::restart_head) does,
+    /// with these `xp-head start` arguments from now on.
+    pub(crate) fn restart_head_with(&mut self, head_args: &[&str]) {
+        self.head_args = head_args.iter().map(|arg| (*arg).to_owned()).collect();
+        self.restart_head();
+    }
+
     /// Starts a node named `name` with `gpus` declared GPU slots and `cpus` cores.
     pub(crate) fn start_node(&mut self, name: &str, gpus: u32, cpus: u32) {
         self.start_node_with(name, gpus, cpus, &[]);
