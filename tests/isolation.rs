@@ -94,12 +94,6 @@ fn submit(cluster: &TestCluster, name: &str, script: &Path, env: &[(&str, &str)]
         .to_owned()
 }
 
-fn metric(trial: &Value, name: &str) -> f64 {
-    trial["metrics"][name]
-        .as_f64()
-        .unwrap_or_else(|| panic!("metric {name} in {trial:#}"))
-}
-
 #[test]
 fn workers_of_different_trials_cannot_read_each_other_nor_the_node() {
     if common::skipped_without_root() {
@@ -185,12 +179,15 @@ fn check_prober_was_refused_everything(cluster: &TestCluster, keeper: &str, prob
     let prober_trial = &trials(&prober_status)[0];
     assert_eq!(keeper_trial["state"], "succeeded", "{keeper_status:#}");
     assert_eq!(prober_trial["state"], "succeeded", "{prober_status:#}");
-    let (keeper_uid, prober_uid) = (metric(keeper_trial, "uid"), metric(prober_trial, "uid"));
+    let (keeper_uid, prober_uid) = (
+        common::metric(keeper_trial, "uid"),
+        common::metric(prober_trial, "uid"),
+    );
     assert_ne!(keeper_uid, 0.0, "the keeper does not run as root");
     assert_ne!(prober_uid, 0.0, "the prober does not run as root");
     assert_ne!(keeper_uid, prober_uid, "each worker has an id of its own");
     // Nothing it runs regains privileges through a setuid binary.
-    assert_eq!(metric(keeper_trial, "no_new_privs"), 1.0);
+    assert_eq!(common::metric(keeper_trial, "no_new_privs"), 1.0);
     for probe in [
         "environ",
         "work_file",
@@ -203,7 +200,7 @@ fn check_prober_was_refused_everything(cluster: &TestCluster, keeper: &str, prob
         "work",
     ] {
         assert_eq!(
-            metric(prober_trial, probe),
+            common::metric(prober_trial, probe),
             1.0,
             "reading {probe} is refused with permission denied (1; 0: it was read, 2: another error, in the prober's log): {prober_status:#}"
         );
@@ -290,10 +287,10 @@ fn ranks_of_one_trial_share_their_id_and_a_shared_memory_ring() {
     let status = cluster.wait_finished(&experiment, Duration::from_secs(180));
     let trial = &trials(&status)[0];
     assert_eq!(trial["state"], "succeeded", "{status:#}");
-    assert_eq!(metric(trial, "sum"), 3.0, "{status:#}");
-    assert_ne!(metric(trial, "uid"), 0.0, "{status:#}");
+    assert_eq!(common::metric(trial, "sum"), 3.0, "{status:#}");
+    assert_ne!(common::metric(trial, "uid"), 0.0, "{status:#}");
     assert_eq!(
-        metric(trial, "shm_links"),
+        common::metric(trial, "shm_links"),
         2.0,
         "both links of the ring over shared memory: {status:#}"
     );

@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{TestCluster, binary, trials};
-use serde_json::Value;
 
 /// User ids outside the workers' default range, as other users of the machine.
 const STRANGER: u32 = 1_899_000_700;
@@ -38,31 +37,6 @@ fn must_plant(path: &Path, text: &str, uid: u32, mode: u32) {
     std::fs::write(path, text).expect("plant");
     std::os::unix::fs::chown(path, Some(uid), Some(uid)).expect("chown");
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
-}
-
-/// Submits a command trial of `team` running `command` (JSON array items).
-fn submit_command(
-    cluster: &TestCluster,
-    name: &str,
-    team: &str,
-    extra: &str,
-    command: &[&str],
-) -> String {
-    let yaml = format!(
-        "name: {name}\nteam: {team}\ntrial:\n  command: {}\n  resources: {{cpu: 1}}\n{extra}",
-        serde_json::to_string(command).expect("JSON is YAML")
-    );
-    let path = cluster.write_file(&format!("{name}.yaml"), &yaml);
-    cluster
-        .must_xp(&["submit", path.to_str().expect("a UTF-8 path")])
-        .trim()
-        .to_owned()
-}
-
-fn metric(trial: &Value, name: &str) -> f64 {
-    trial["metrics"][name]
-        .as_f64()
-        .unwrap_or_else(|| panic!("metric {name} in {trial:#}"))
 }
 
 /// The file probes of `tenant_probe files`, with the metric each must report.
@@ -117,7 +91,7 @@ fn a_trial_gets_back_nothing_but_its_own_files() {
     std::fs::set_permissions(&keeper_script, std::fs::Permissions::from_mode(0o644))
         .expect("chmod");
     let exchange_env = format!("EXCHANGE={}", exchange.display());
-    let keeper = submit_command(
+    let keeper = common::submit_command(
         &cluster,
         "keeper",
         "others",
@@ -130,7 +104,7 @@ fn a_trial_gets_back_nothing_but_its_own_files() {
         ],
     );
     let probe = binary("examples/tenant_probe");
-    let prober = submit_command(
+    let prober = common::submit_command(
         &cluster,
         "prober",
         "tests",
@@ -151,12 +125,12 @@ fn a_trial_gets_back_nothing_but_its_own_files() {
     show(&log, "probe ");
     for probe in FILE_PROBES {
         assert_eq!(
-            metric(trial, probe),
+            common::metric(trial, probe),
             1.0,
             "{probe}: 1 refused naming a rule, 2 refused otherwise, 0 leaked: {log}"
         );
     }
-    assert_eq!(metric(trial, "own_roundtrip"), 1.0, "{log}");
+    assert_eq!(common::metric(trial, "own_roundtrip"), 1.0, "{log}");
 }
 
 /// Writes the lines of `log` that start with `prefix` to stderr (shown with

@@ -24,32 +24,6 @@ use std::time::Duration;
 use common::{TestCluster, binary, trials};
 use serde_json::Value;
 
-/// Submits a command trial of `team` running `command`, with `extra` lines
-/// in its `trial:` section.
-fn submit_command(
-    cluster: &TestCluster,
-    name: &str,
-    team: &str,
-    extra: &str,
-    command: &[&str],
-) -> String {
-    let yaml = format!(
-        "name: {name}\nteam: {team}\ntrial:\n  command: {}\n  resources: {{cpu: 1}}\n{extra}",
-        serde_json::to_string(command).expect("JSON is YAML")
-    );
-    let path = cluster.write_file(&format!("{name}.yaml"), &yaml);
-    cluster
-        .must_xp(&["submit", path.to_str().expect("a UTF-8 path")])
-        .trim()
-        .to_owned()
-}
-
-fn metric(trial: &Value, name: &str) -> f64 {
-    trial["metrics"][name]
-        .as_f64()
-        .unwrap_or_else(|| panic!("metric {name} in {trial:#}"))
-}
-
 /// The first trial: leaves a private file in a nested directory of a shared
 /// temporary directory and a private SysV shared-memory segment, and reports
 /// its user id and the segment's id.
@@ -105,13 +79,13 @@ fn what_a_trial_leaves_is_gone_before_another_team_runs() {
     let leaver = run_script(&cluster, "leaver", "tests", LEAVER, &[&shared_env]);
     let leaver = &trials(&leaver)[0];
     assert_eq!(leaver["state"], "succeeded", "{leaver:#}");
-    leftovers.shmid = Some(metric(leaver, "shmid") as u32);
+    leftovers.shmid = Some(common::metric(leaver, "shmid") as u32);
     show_metrics("leaver", leaver, &["uid", "shmid"]);
     // The node restarts.
     cluster.terminate_node("a");
     cluster.start_node("a", 0, 2);
     cluster.wait_for_nodes(1);
-    let shmid_env = format!("SHMID={}", metric(leaver, "shmid"));
+    let shmid_env = format!("SHMID={}", common::metric(leaver, "shmid"));
     let finder = run_script(
         &cluster,
         "finder",
@@ -123,12 +97,20 @@ fn what_a_trial_leaves_is_gone_before_another_team_runs() {
     assert_eq!(trial["state"], "succeeded", "{finder:#}");
     show_metrics("finder", trial, &["uid", "file_found", "shm_found"]);
     assert_ne!(
-        metric(trial, "uid"),
-        metric(leaver, "uid"),
+        common::metric(trial, "uid"),
+        common::metric(leaver, "uid"),
         "the restarted node hands out another user id"
     );
-    assert_eq!(metric(trial, "file_found"), 0.0, "the nested file is gone");
-    assert_eq!(metric(trial, "shm_found"), 0.0, "the segment is gone");
+    assert_eq!(
+        common::metric(trial, "file_found"),
+        0.0,
+        "the nested file is gone"
+    );
+    assert_eq!(
+        common::metric(trial, "shm_found"),
+        0.0,
+        "the segment is gone"
+    );
     assert!(
         !shared.join("nested").exists(),
         "the leaver's directory went with its user id"
@@ -143,7 +125,7 @@ fn run_script(cluster: &TestCluster, name: &str, team: &str, script: &str, env: 
     let mut command = vec!["env"];
     command.extend(env);
     command.extend(["sh", path.to_str().expect("UTF-8")]);
-    let experiment = submit_command(cluster, name, team, "", &command);
+    let experiment = common::submit_command(cluster, name, team, "", &command);
     cluster.wait_finished(&experiment, Duration::from_secs(120))
 }
 
@@ -235,7 +217,7 @@ fn a_squatter_cannot_take_a_rendezvous_port() {
     let exchange_env = format!("EXCHANGE={}", exchange.display());
     let probe = binary("examples/tenant_probe");
     let probe = probe.to_str().expect("UTF-8");
-    let squatter = submit_command(
+    let squatter = common::submit_command(
         &cluster,
         "squatter",
         "others",
@@ -245,7 +227,7 @@ fn a_squatter_cannot_take_a_rendezvous_port() {
     common::wait_until("the squatter to bind", Duration::from_secs(60), || {
         exchange.join("squatting").exists().then_some(())
     });
-    let gang = submit_command(
+    let gang = common::submit_command(
         &cluster,
         "gang",
         "tests",
@@ -259,5 +241,5 @@ fn a_squatter_cannot_take_a_rendezvous_port() {
     let trial = &trials(&status)[0];
     show_metrics("gang", trial, &["rendezvous", "port"]);
     assert_eq!(trial["state"], "succeeded", "{status:#}");
-    assert_eq!(metric(trial, "rendezvous"), 1.0, "{status:#}");
+    assert_eq!(common::metric(trial, "rendezvous"), 1.0, "{status:#}");
 }

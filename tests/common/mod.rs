@@ -44,6 +44,33 @@ pub(crate) fn skipped_without_root() -> bool {
     !root
 }
 
+/// Submits a command trial of `team` running `command` (its argv), with
+/// `extra` lines in its `trial:` section; the experiment id.
+pub(crate) fn submit_command(
+    cluster: &TestCluster,
+    name: &str,
+    team: &str,
+    extra: &str,
+    command: &[&str],
+) -> String {
+    let yaml = format!(
+        "name: {name}\nteam: {team}\ntrial:\n  command: {}\n  resources: {{cpu: 1}}\n{extra}",
+        serde_json::to_string(command).expect("JSON is YAML")
+    );
+    let path = cluster.write_file(&format!("{name}.yaml"), &yaml);
+    cluster
+        .must_xp(&["submit", path.to_str().expect("a UTF-8 path")])
+        .trim()
+        .to_owned()
+}
+
+/// The metric `name` a trial reported (panics, showing the trial, when absent).
+pub(crate) fn metric(trial: &Value, name: &str) -> f64 {
+    trial["metrics"][name]
+        .as_f64()
+        .unwrap_or_else(|| panic!("metric {name} in {trial:#}"))
+}
+
 /// The directory holding the workspace's binaries (`target/debug`).
 pub(crate) fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary has a path");
