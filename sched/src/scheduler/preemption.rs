@@ -621,8 +621,14 @@ impl PolicyCore {
             .is_some()
         };
         // The cheap checks (quota, room in total) first, growing the prefix;
-        // then placement checks, and the victims it can do without spared.
+        // then one placement with every candidate gone: freeing more never
+        // leaves less room, so when that fails no prefix fits, which is how
+        // most searches of a full cluster end. Then placement checks, and the
+        // victims it can do without spared.
         let first = self.cheap_prefix(id, queue, trial.demand, candidates, future, pass)?;
+        if !self.fits_without(id, candidates) {
+            return None;
+        }
         let size = smallest_sufficient_prefix(candidates, first, &suffices)?;
         Some(spare_unneeded(candidates[..size].to_vec(), &suffices))
     }
@@ -656,6 +662,24 @@ impl PolicyCore {
             }
         }
         None
+    }
+
+    /// Whether the pool holds the trial's gang once all of `victims` have
+    /// stopped, whatever is planned for others.
+    fn fits_without(&self, id: TrialId, victims: &[(TrialId, bool)]) -> bool {
+        let Some(trial) = self.trials.get(&id) else {
+            return false;
+        };
+        let freed: Vec<&[WorkerPlacement]> = victims
+            .iter()
+            .filter_map(|(victim, _)| match &self.trials.get(victim)?.standing {
+                Standing::Placed(placed) => Some(placed.workers.as_slice()),
+                Standing::Waiting | Standing::Held => None,
+            })
+            .collect();
+        self.pool
+            .find_with_freed(&trial.request.gang, self.strategy(id), &freed)
+            .is_some()
     }
 
     /// Where the trial would go if `victims` stopped, when that is enough for
