@@ -50,6 +50,10 @@ pub(super) struct Pass {
     pub(super) plan_nodes: HashMap<NodeId, Vec<usize>>,
     /// Gang shapes that did not fit in this pass.
     failed_shapes: Vec<GangShape>,
+    /// Gang shapes that did not fit even with all the candidate victims of a
+    /// search gone, with those candidates (sorted). Room only shrinks during a
+    /// pass, so a gang at least as large fails among any of them too.
+    failed_with_freed: Vec<(GangShape, Vec<TrialId>)>,
     /// Trials looked at that did not start.
     pub(super) examined: usize,
     /// Preemption searches made.
@@ -68,22 +72,31 @@ impl Pass {
 
     /// Whether a gang at least as large, with the same constraints, did not fit.
     pub(super) fn shape_failed(&self, gang: &GangShape) -> bool {
-        self.failed_shapes.iter().any(|failed| {
-            failed.spread == gang.spread
-                && failed.gpu_models == gang.gpu_models
-                && failed.node_labels == gang.node_labels
-                && gang.workers >= failed.workers
-                && covers(
-                    resource_vec(&gang.per_worker),
-                    resource_vec(&failed.per_worker),
-                )
-        })
+        self.failed_shapes
+            .iter()
+            .any(|failed| at_least_as_hard(gang, failed))
     }
 
     /// Remembers a gang shape that did not fit, while there is room to.
     pub(super) fn record_failed_shape(&mut self, gang: &GangShape) {
         if self.failed_shapes.len() < MAX_FAILED_SHAPES {
             self.failed_shapes.push(gang.clone());
+        }
+    }
+
+    /// Whether a gang at least as large did not fit with a superset of
+    /// `freed` (sorted) gone.
+    pub(super) fn failed_with_freed(&self, gang: &GangShape, freed: &[TrialId]) -> bool {
+        self.failed_with_freed
+            .iter()
+            .any(|(failed, among)| at_least_as_hard(gang, failed) && is_sorted_subset(freed, among))
+    }
+
+    /// Remembers that `gang` did not fit with `freed` (sorted) gone, while
+    /// there is room to.
+    pub(super) fn record_failed_with_freed(&mut self, gang: &GangShape, freed: Vec<TrialId>) {
+        if self.failed_with_freed.len() < MAX_FAILED_SHAPES {
+            self.failed_with_freed.push((gang.clone(), freed));
         }
     }
 
@@ -107,6 +120,25 @@ impl Pass {
             victims,
         });
     }
+}
+
+/// Whether `gang` asks at least what `failed` asked, under the same
+/// constraints: where `failed` found no room, neither does `gang`.
+fn at_least_as_hard(gang: &GangShape, failed: &GangShape) -> bool {
+    failed.spread == gang.spread
+        && failed.gpu_models == gang.gpu_models
+        && failed.node_labels == gang.node_labels
+        && gang.workers >= failed.workers
+        && covers(
+            resource_vec(&gang.per_worker),
+            resource_vec(&failed.per_worker),
+        )
+}
+
+/// Whether every id of sorted `part` is in sorted `whole`.
+fn is_sorted_subset(part: &[TrialId], whole: &[TrialId]) -> bool {
+    let mut rest = whole.iter();
+    part.iter().all(|id| rest.any(|other| other == id))
 }
 
 /// Where a trial waiting on preemption will go once its victims have stopped.
@@ -143,9 +175,36 @@ impl PolicyCore {
             plans: Vec::new(),
             plan_nodes: HashMap::new(),
             failed_shapes: Vec::new(),
+            failed_with_freed: Vec::new(),
             examined: 0,
             preemption_attempts: 0,
             lease_blocked: BTreeSet::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xp_runtime::ids::ExperimentId;
+
+    fn ids(indexes: &[u32]) -> Vec<TrialId> {
+        indexes
+            .iter()
+            .map(|&index| TrialId {
+                experiment: ExperimentId { digest: 1, run: 0 },
+                index,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sorted_subsets() {
+        assert!(is_sorted_subset(&ids(&[]), &ids(&[])));
+        assert!(is_sorted_subset(&ids(&[2, 5]), &ids(&[1, 2, 3, 5])));
+        assert!(is_sorted_subset(&ids(&[1, 2, 3, 5]), &ids(&[1, 2, 3, 5])));
+        assert!(!is_sorted_subset(&ids(&[2, 4]), &ids(&[1, 2, 3, 5])));
+        assert!(!is_sorted_subset(&ids(&[6]), &ids(&[1, 2, 3, 5])));
+        assert!(!is_sorted_subset(&ids(&[1]), &ids(&[])));
     }
 }

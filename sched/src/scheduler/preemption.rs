@@ -607,9 +607,27 @@ impl PolicyCore {
         queue: usize,
         candidates: &[(TrialId, bool)],
         future: &[ResourceVec],
-        pass: &Pass,
+        pass: &mut Pass,
     ) -> Option<Vec<(TrialId, bool)>> {
         let trial = self.trials.get(&id)?;
+        // The cheap checks (quota, room in total) first, growing the prefix;
+        // then one placement with every candidate gone: freeing more never
+        // leaves less room, so when that fails no prefix fits, which is how
+        // most searches of a full cluster end (and a later search of the pass
+        // for a gang as large among the same candidates is answered from
+        // memory). Then placement checks, and the victims it can do without
+        // spared.
+        let first = self.cheap_prefix(id, queue, trial.demand, candidates, future, pass)?;
+        let mut all = prefix_ids(candidates);
+        all.sort_unstable();
+        if pass.failed_with_freed(&trial.request.gang, &all) {
+            return None;
+        }
+        if !self.fits_without(id, candidates) {
+            pass.record_failed_with_freed(&trial.request.gang, all);
+            return None;
+        }
+        let pass: &Pass = pass;
         let suffices = |set: &[(TrialId, bool)]| {
             self.victims_suffice(
                 id,
@@ -620,15 +638,6 @@ impl PolicyCore {
             )
             .is_some()
         };
-        // The cheap checks (quota, room in total) first, growing the prefix;
-        // then one placement with every candidate gone: freeing more never
-        // leaves less room, so when that fails no prefix fits, which is how
-        // most searches of a full cluster end. Then placement checks, and the
-        // victims it can do without spared.
-        let first = self.cheap_prefix(id, queue, trial.demand, candidates, future, pass)?;
-        if !self.fits_without(id, candidates) {
-            return None;
-        }
         let size = smallest_sufficient_prefix(candidates, first, &suffices)?;
         Some(spare_unneeded(candidates[..size].to_vec(), &suffices))
     }
