@@ -16,12 +16,6 @@ use crate::{Amount, GPU_MILLI};
 /// thought smaller than it is.
 const SHARE_STEP: u64 = 10;
 
-/// A class's workers are stood for by at most this many host asks: the median
-/// CPU and memory ask of each of this many equal parts of them (by CPU, then
-/// memory), so that the mix keeps the spread of a class's asks, not just its
-/// middle.
-const POINTS_PER_CLASS: u64 = 4;
-
 /// One kind of worker in the workload mix that expected fragmentation is
 /// measured against: what one worker asks for, and how common it is.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,6 +35,9 @@ pub struct TaskType {
 /// A class of workers: its GPU ask (rounded) and the models it accepts.
 type ClassKey = (u64, Vec<String>);
 
+/// A class's host asks, sorted: `(CPU, memory, workers)`.
+type HostAsks = Vec<(u64, u64, u64)>;
+
 /// The workload's worker classes and their popularity, for the expected
 /// fragmentation of FGD: the idle GPU on a node that a worker drawn from the
 /// mix could not use, CPU and memory included.
@@ -57,26 +54,30 @@ impl TaskMix {
     /// The mix of `workers` (one worker's ask, the models it accepts, and how
     /// many such workers): workers grouped into classes by GPU ask (a share
     /// rounded up to `SHARE_STEP`, 10 thousandths, whole GPUs as asked, or none)
-    /// and models, each class stood for by up to `POINTS_PER_CLASS` (4) host
-    /// asks, the medians of equal parts of its workers sorted by CPU, then
-    /// memory, each weighted by its part; the [`Self::MAX_TYPES`] most common
-    /// types kept and their weights scaled to sum to 1. Workers asking no GPU
-    /// count too: they take CPU and memory that GPU workers need. `None` when
+    /// and models, each class stood for by its distinct host asks (CPU and
+    /// memory), each weighted by its workers. When the distinct asks of all
+    /// classes would make more than [`Self::MAX_TYPES`] types, each class is
+    /// stood for instead by the medians of `k` equal parts of its workers
+    /// (sorted by CPU, then memory), `k` the largest that keeps the mix within
+    /// the bound; then, only if the classes alone are too many, the most common
+    /// types are kept. Weights are scaled to sum to 1. Workers asking no GPU
+    /// are in the mix (they are part of what arrives) but never count as
+    /// fragmentation (see [`Self::expected_fragmentation`]). `None` when
     /// nothing is given.
     ///
-    /// Why classes by GPU ask rather than one type per distinct ask: CPU and
-    /// memory asks vary almost pod by pod, so exact asks split every GPU class
-    /// into many rare types, and keeping the most common of those left whole
-    /// classes out (the multi-GPU ones first: 4 % of pods but over a quarter of
-    /// the GPUs asked), so FGD never weighed keeping 8-GPU nodes whole. On the
-    /// `openb`-shaped workload at load 1.3 that took the allocation ratio over
-    /// seeds 1 to 8 from 94.9–96.4 % to 95.8–96.9 % with one median ask per
-    /// class, and four quantile asks per class raised the worst of seeds 1 to
-    /// 16 from 95.2 % to 95.6 %.
+    /// Why classes by GPU ask, every class kept: keeping the most common exact
+    /// asks of a workload whose asks vary pod by pod left whole classes out
+    /// (the multi-GPU ones first: 4 % of pods but over a quarter of the GPUs
+    /// asked), so FGD never weighed keeping 8-GPU nodes whole. Why the exact
+    /// asks when they fit: on Alibaba's openb trace four medians per class
+    /// stood for the 8-GPU pods by 64 and 88 cores, so no type of the mix
+    /// needed the 120 cores that only one node model offers; FGD broke those
+    /// nodes for single GPUs from 37 % load on, and refused 8-GPU pods that
+    /// bin-pack placed before 90 % arrived (`docs/measurements/scheduling.md`).
     pub fn from_workers<'m>(
         workers: impl IntoIterator<Item = (Amount, &'m [String], u64)>,
     ) -> Option<Self> {
-        let mut classes: BTreeMap<ClassKey, Vec<(u64, u64, u64)>> = BTreeMap::new();
+        let mut classes: BTreeMap<ClassKey, HostAsks> = BTreeMap::new();
         for (ask, models, count) in workers {
             if count == 0 {
                 continue;
@@ -99,10 +100,42 @@ impl TaskMix {
                 count,
             ));
         }
+        let classes: Vec<(ClassKey, HostAsks)> = classes
+            .into_iter()
+            .map(|(key, mut asks)| {
+                asks.sort_unstable();
+                (key, merge_equal_asks(&asks))
+            })
+            .collect();
+        // Exact asks if they fit, else the most quantiles per class that do.
+        let distinct: usize = classes.iter().map(|(_, asks)| asks.len()).sum();
+        let parts = if distinct <= Self::MAX_TYPES {
+            None
+        } else {
+            let fits = |parts: usize| {
+                classes
+                    .iter()
+                    .map(|(_, asks)| asks.len().min(parts))
+                    .sum::<usize>()
+                    <= Self::MAX_TYPES
+            };
+            Some(
+                (1..Self::MAX_TYPES)
+                    .rev()
+                    .find(|parts| fits(*parts))
+                    .unwrap_or(1) as u64,
+            )
+        };
         let mut kept: Vec<(u64, ClassKey, (u64, u64))> = Vec::new();
-        for (key, mut asks) in classes {
-            asks.sort_unstable();
-            for (count, ask) in quantile_asks(&asks) {
+        for (key, asks) in &classes {
+            let points: Vec<(u64, (u64, u64))> = match parts {
+                None => asks
+                    .iter()
+                    .map(|(cpu, memory, workers)| (*workers, (*cpu, *memory)))
+                    .collect(),
+                Some(parts) => quantile_asks(asks, parts),
+            };
+            for (count, ask) in points {
                 kept.push((count, key.clone(), ask));
             }
         }
@@ -141,7 +174,7 @@ impl TaskMix {
     /// and memory: for each type, all the idle GPU when one such worker does not
     /// fit the node at all (its models, GPU, CPU or memory), else the rooms too
     /// small for its share (fractional) or the partly used rooms (whole GPUs),
-    /// weighted by the type's share.
+    /// weighted by the type's share; nothing for a type that asks no GPU.
     pub fn expected_fragmentation(
         &self,
         model: Option<&str>,
@@ -168,8 +201,14 @@ impl TaskMix {
                     || model.is_some_and(|model| kind.gpu_models.iter().any(|name| name == model));
                 let host_fits = kind.cpu_milli <= free_cpu && kind.memory_bytes <= free_memory;
                 let unusable = if kind.gpu_milli == 0 {
-                    // A CPU-only worker uses no GPU: it strands none by itself.
-                    if host_fits { 0 } else { idle }
+                    // A CPU-only worker uses no GPU wherever it fits, so it
+                    // tells nothing about which idle GPU is usable: the paper
+                    // counts all idle GPU for it on every node, the same
+                    // growth wherever a gang goes, and so no term at all.
+                    // Counting the idle GPU only where its CPU no longer fits
+                    // drew GPU work to the nodes with the most CPU, the only
+                    // ones that hold the biggest 8-GPU asks.
+                    0
                 } else if !host_fits || !model_fits {
                     idle
                 } else if kind.gpu_milli < GPU_MILLI {
@@ -194,14 +233,28 @@ impl TaskMix {
     }
 }
 
-/// Up to [`POINTS_PER_CLASS`] host asks standing for `asks` (sorted, each
-/// `(CPU, memory, workers)`): the median of each of that many equal parts of
-/// the workers, with the workers of the part; equal medians merged.
-fn quantile_asks(asks: &[(u64, u64, u64)]) -> Vec<(u64, (u64, u64))> {
+/// `asks` (sorted, each `(CPU, memory, workers)`) with equal asks merged.
+fn merge_equal_asks(asks: &[(u64, u64, u64)]) -> HostAsks {
+    let mut merged: HostAsks = Vec::with_capacity(asks.len());
+    for &(cpu, memory, workers) in asks {
+        match merged.last_mut() {
+            Some(last) if (last.0, last.1) == (cpu, memory) => {
+                last.2 = last.2.saturating_add(workers);
+            }
+            _ => merged.push((cpu, memory, workers)),
+        }
+    }
+    merged
+}
+
+/// Up to `parts` host asks standing for `asks` (sorted, each `(CPU, memory,
+/// workers)`): the median of each of that many equal parts of the workers,
+/// with the workers of the part; equal medians merged.
+fn quantile_asks(asks: &[(u64, u64, u64)], parts: u64) -> Vec<(u64, (u64, u64))> {
     let count = asks
         .iter()
         .fold(0_u64, |sum, (_, _, workers)| sum.saturating_add(*workers));
-    let parts = POINTS_PER_CLASS.min(count).max(1);
+    let parts = parts.min(count).max(1);
     // The boundary of part `part`, in u128 so that no count overflows.
     let boundary = |part: u64| (u128::from(part) * u128::from(count) / u128::from(parts)) as u64;
     let mut points: Vec<(u64, (u64, u64))> = Vec::new();

@@ -1151,19 +1151,18 @@ fn task_mixes_group_workers_by_gpu_ask_and_keep_the_most_common_types() {
             (500, 9000, sixth)
         ]
     );
-    // A class of eight stands for its quarters by their medians.
+    // A class of eight asks keeps them all while the mix is small: the 8-core
+    // ask is as much a type as the 1-core one.
     let cores: Vec<(u64, u64, &[&str], u64)> = (1..=8)
         .map(|core| (1000, core * 1000, &[][..], 1))
         .collect();
-    let quartiles: Vec<(u64, f64)> = mix(&cores)
+    let exact: Vec<(u64, f64)> = mix(&cores)
         .types()
         .iter()
         .map(|kind| (kind.cpu_milli, kind.weight))
         .collect();
-    assert_eq!(
-        quartiles,
-        [(2000, 0.25), (4000, 0.25), (6000, 0.25), (8000, 0.25)]
-    );
+    let expected: Vec<(u64, f64)> = (1..=8).map(|core| (core * 1000, 0.125)).collect();
+    assert_eq!(exact, expected);
     // A class is its GPU ask and its models: the same share on V100 only is
     // another class, and a CPU-only worker's models are ignored.
     let constrained = mix(&[
@@ -1179,21 +1178,31 @@ fn task_mixes_group_workers_by_gpu_ask_and_keep_the_most_common_types() {
     assert!(kinds[1].gpu_models.is_empty());
     assert_eq!(kinds[2].gpu_models, ["V100"]);
     // 99 classes (shares 0.01 to 0.99, the larger the more common, each
-    // worker asking other cores) make 390 types: the most common are kept,
-    // their weights scaled to sum to 1, and the rarest class is left out.
+    // worker asking other cores) have 4,950 distinct asks, more than a mix
+    // keeps: each class is stood for by the medians of its halves (three
+    // parts would make 294 types), 197 types, and no class is left out.
     let many: Vec<(u64, u64, &[&str], u64)> = (1..=99)
         .flat_map(|step| (1..=step).map(move |core| (step * 10, core * 1000, &[][..], 1)))
         .collect();
     let kept = mix(&many);
     let types = kept.types();
-    assert_eq!(types.len(), TaskMix::MAX_TYPES);
+    assert_eq!(types.len(), 1 + 2 * 98);
     assert!(
         types
             .windows(2)
             .all(|pair| pair[0].weight >= pair[1].weight),
         "the most common first"
     );
-    assert!(types.iter().all(|kind| kind.gpu_milli > 10));
+    let shares: std::collections::BTreeSet<u64> = types.iter().map(|kind| kind.gpu_milli).collect();
+    assert_eq!(shares.len(), 99);
+    // The 0.99 class's 99 workers: the medians of workers 0..49 and 49..99.
+    let mut largest: Vec<u64> = types
+        .iter()
+        .filter(|kind| kind.gpu_milli == 990)
+        .map(|kind| kind.cpu_milli)
+        .collect();
+    largest.sort_unstable();
+    assert_eq!(largest, [25_000, 75_000]);
     let total: f64 = types.iter().map(|kind| kind.weight).sum();
     assert!((total - 1.0).abs() < 1e-9);
     assert!(TaskMix::from_workers(std::iter::empty()).is_none());
@@ -1256,9 +1265,9 @@ fn fgd_picks_the_gpu_that_keeps_room_usable() {
     assert_eq!(pool.allocate(&wholes_too), Ok(()));
 }
 
-/// The growth of expected fragmentation (thousandths, rounded) when `gang`'s
-/// one worker goes to the node at `idx` on GPU `gpu`, computed from the mix
-/// alone.
+/// The growth of expected fragmentation (in FGD's steps, see
+/// `fragmentation::growth_steps`) when `gang`'s one worker goes to the node at
+/// `idx` on GPU `gpu`, computed from the mix alone.
 fn growth_by_hand(
     pool: &NodePool,
     mix: &TaskMix,
@@ -1292,13 +1301,13 @@ fn growth_by_hand(
         free_cpu - ask.cpu_milli,
         free_memory - ask.memory_bytes,
     );
-    ((grown - before) * 1000.0).round() as i64
+    fragmentation::growth_steps(grown - before)
 }
 
 #[test]
 fn fgd_takes_the_least_growth_of_every_fitting_node() {
-    // Random pools and asks: FGD's choice has the least growth of all the
-    // fitting nodes and GPUs, computed by hand from the mix.
+    // Random pools and asks: FGD's choice has the least growth (in steps) of
+    // all the fitting nodes and GPUs, computed by hand from the mix.
     let mut rng = xp_runtime::seeded::SplitMix64::new(15);
     for round in 0..200 {
         let mut pool = random_fgd_pool(&mut rng);
