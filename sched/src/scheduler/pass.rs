@@ -54,6 +54,9 @@ pub(super) struct Pass {
     /// search gone, with those candidates (sorted). Room only shrinks during a
     /// pass, so a gang at least as large fails among any of them too.
     failed_with_freed: Vec<(GangShape, Vec<TrialId>)>,
+    /// The last answer of the preemption search's `more_served`, and what it
+    /// answered.
+    more_served: Option<(MoreServedKey, Vec<TrialId>)>,
     /// Trials looked at that did not start.
     pub(super) examined: usize,
     /// Preemption searches made.
@@ -100,6 +103,19 @@ impl Pass {
         }
     }
 
+    /// The remembered `more_served` answer to `key`, if it is the last one.
+    pub(super) fn more_served(&self, key: &MoreServedKey) -> Option<&[TrialId]> {
+        self.more_served
+            .as_ref()
+            .filter(|(last, _)| last == key)
+            .map(|(_, victims)| victims.as_slice())
+    }
+
+    /// Remembers the `more_served` answer to `key`.
+    pub(super) fn remember_more_served(&mut self, key: MoreServedKey, victims: Vec<TrialId>) {
+        self.more_served = Some((key, victims));
+    }
+
     /// Records where `holder` will go once `victims` have stopped.
     pub(super) fn add_plan(
         &mut self,
@@ -141,6 +157,17 @@ fn is_sorted_subset(part: &[TrialId], whole: &[TrialId]) -> bool {
     part.iter().all(|id| rest.any(|other| other == id))
 }
 
+/// What the running work that a preemptor may stop for service alone
+/// depends on within a pass: its queue, priority and attained-service level,
+/// and how many decisions the pass had made (each may change placed work).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct MoreServedKey {
+    pub(super) queue: usize,
+    pub(super) priority: i64,
+    pub(super) level: u8,
+    pub(super) decisions_made: usize,
+}
+
 /// Where a trial waiting on preemption will go once its victims have stopped.
 #[derive(Debug)]
 pub(super) struct Plan {
@@ -176,6 +203,7 @@ impl PolicyCore {
             plan_nodes: HashMap::new(),
             failed_shapes: Vec::new(),
             failed_with_freed: Vec::new(),
+            more_served: None,
             examined: 0,
             preemption_attempts: 0,
             lease_blocked: BTreeSet::new(),

@@ -55,7 +55,7 @@ use xp_runtime::ids::{ExperimentId, TrialId};
 
 use super::PolicyCore;
 use super::index::VictimKey;
-use super::pass::{MAX_PLACEMENT_CHECKS, Pass};
+use super::pass::{MAX_PLACEMENT_CHECKS, MoreServedKey, Pass};
 use super::quota::QuotaBlock;
 use super::reservations::Reservation;
 use super::resource_vec::{ResourceVec, covers, minus, placement_total, plus};
@@ -135,7 +135,7 @@ impl PolicyCore {
             return false;
         };
         // 3. The fewest victims that let it start, and where it would go.
-        let mut candidates = self.victim_candidates(&search, can_reclaim, pass);
+        let mut candidates = self.victim_candidates(&search, can_reclaim, decisions.len(), pass);
         if let Some(lease) = self.lease_shortage(id, None) {
             // Short of a lease: its holders first (in their order), so that the
             // prefix that frees it stops as few others as possible.
@@ -329,7 +329,8 @@ impl PolicyCore {
         &self,
         search: &VictimSearch,
         can_reclaim: bool,
-        pass: &Pass,
+        decisions_made: usize,
+        pass: &mut Pass,
     ) -> Vec<(TrialId, bool)> {
         let mut candidates = match search.cohort {
             Some(cohort) if can_reclaim => self.reclaim_candidates(search, cohort, pass),
@@ -349,7 +350,7 @@ impl PolicyCore {
                 candidates.push((victim, false));
             }
         }
-        for victim in self.more_served(search) {
+        for victim in self.more_served(search, decisions_made, pass) {
             if candidates.len() >= MAX_VICTIM_CANDIDATES {
                 break;
             }
@@ -441,10 +442,36 @@ impl PolicyCore {
     /// its minimum, sits at a higher attained-service level than the
     /// preemptor, and would lose at most `max_loss`: what may be stopped for
     /// service alone.
-    fn more_served(&self, search: &VictimSearch) -> Vec<TrialId> {
+    ///
+    /// The answer is kept for the rest of the pass while no decision is made:
+    /// only decisions change placed work during a pass, and the time is the
+    /// pass's, so later searches of the same queue, priority and level get
+    /// it without walking the candidates again.
+    fn more_served(
+        &self,
+        search: &VictimSearch,
+        decisions_made: usize,
+        pass: &mut Pass,
+    ) -> Vec<TrialId> {
         let Some(level) = search.level else {
             return Vec::new();
         };
+        let key = MoreServedKey {
+            queue: search.queue,
+            priority: search.priority,
+            level,
+            decisions_made,
+        };
+        if let Some(victims) = pass.more_served(&key) {
+            return victims.to_vec();
+        }
+        let victims = self.walk_more_served(search, level);
+        pass.remember_more_served(key, victims.clone());
+        victims
+    }
+
+    /// [`Self::more_served`] without the pass's memory.
+    fn walk_more_served(&self, search: &VictimSearch, level: u8) -> Vec<TrialId> {
         let max_loss = self.config.preemption.max_loss_ms;
         let priority = search.priority;
         self.index.queues[search.queue]
