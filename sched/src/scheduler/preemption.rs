@@ -9,7 +9,9 @@
 //! what blocks T are searched (T's own queue when its own limit blocks it, the
 //! cohort when the cohort's pool does, anyone when nodes do). The smallest prefix
 //! of candidates that makes T fit is found with `find_with_freed`, then victims
-//! that are not needed are dropped. Victims keep their resources until
+//! that are not needed are dropped; one placement with every candidate gone
+//! comes first, since when it fails (most searches on a full cluster) no prefix
+//! fits. Victims keep their resources until
 //! [`PolicyCore::requeue`] or [`PolicyCore::finish`]; T keeps a reservation. Reclaim
 //! takes only from queues that were borrowing when the pass began, so borrowing
 //! started by the same pass never makes older work a victim. Quota checks for a
