@@ -77,55 +77,9 @@ impl TaskMix {
     pub fn from_workers<'m>(
         workers: impl IntoIterator<Item = (Amount, &'m [String], u64)>,
     ) -> Option<Self> {
-        let mut classes: BTreeMap<ClassKey, HostAsks> = BTreeMap::new();
-        for (ask, models, count) in workers {
-            if count == 0 {
-                continue;
-            }
-            let gpu = if ask.gpu_milli < GPU_MILLI {
-                ask.gpu_milli.div_ceil(SHARE_STEP) * SHARE_STEP
-            } else {
-                ask.gpu_milli
-            };
-            let mut models = if ask.gpu_milli == 0 {
-                Vec::new()
-            } else {
-                models.to_vec()
-            };
-            models.sort_unstable();
-            models.dedup();
-            classes.entry((gpu, models)).or_default().push((
-                ask.cpu_milli,
-                ask.memory_bytes,
-                count,
-            ));
-        }
-        let classes: Vec<(ClassKey, HostAsks)> = classes
-            .into_iter()
-            .map(|(key, mut asks)| {
-                asks.sort_unstable();
-                (key, merge_equal_asks(&asks))
-            })
-            .collect();
+        let classes = classes_of(workers);
         // Exact asks if they fit, else the most quantiles per class that do.
-        let distinct: usize = classes.iter().map(|(_, asks)| asks.len()).sum();
-        let parts = if distinct <= Self::MAX_TYPES {
-            None
-        } else {
-            let fits = |parts: usize| {
-                classes
-                    .iter()
-                    .map(|(_, asks)| asks.len().min(parts))
-                    .sum::<usize>()
-                    <= Self::MAX_TYPES
-            };
-            Some(
-                (1..Self::MAX_TYPES)
-                    .rev()
-                    .find(|parts| fits(*parts))
-                    .unwrap_or(1) as u64,
-            )
-        };
+        let parts = quantiles_that_fit(&classes, Self::MAX_TYPES);
         let mut kept: Vec<(u64, ClassKey, (u64, u64))> = Vec::new();
         for (key, asks) in &classes {
             let points: Vec<(u64, (u64, u64))> = match parts {
@@ -231,6 +185,60 @@ impl TaskMix {
             })
             .sum()
     }
+}
+
+/// Workers grouped into classes by GPU ask (fractions rounded up to
+/// [`SHARE_STEP`]) and acceptable models (none for CPU-only work), each with
+/// its distinct host asks (CPU, memory, how many), sorted.
+fn classes_of<'m>(
+    workers: impl IntoIterator<Item = (Amount, &'m [String], u64)>,
+) -> Vec<(ClassKey, HostAsks)> {
+    let mut classes: BTreeMap<ClassKey, HostAsks> = BTreeMap::new();
+    for (ask, models, count) in workers {
+        if count == 0 {
+            continue;
+        }
+        let gpu = if ask.gpu_milli < GPU_MILLI {
+            ask.gpu_milli.div_ceil(SHARE_STEP) * SHARE_STEP
+        } else {
+            ask.gpu_milli
+        };
+        let mut models = if ask.gpu_milli == 0 {
+            Vec::new()
+        } else {
+            models.to_vec()
+        };
+        models.sort_unstable();
+        models.dedup();
+        classes
+            .entry((gpu, models))
+            .or_default()
+            .push((ask.cpu_milli, ask.memory_bytes, count));
+    }
+    classes
+        .into_iter()
+        .map(|(key, mut asks)| {
+            asks.sort_unstable();
+            (key, merge_equal_asks(&asks))
+        })
+        .collect()
+}
+
+/// `None` when every class's distinct asks make at most `max_types` types;
+/// else the most quantiles per class that keep the mix within it (at least 1).
+fn quantiles_that_fit(classes: &[(ClassKey, HostAsks)], max_types: usize) -> Option<u64> {
+    let distinct: usize = classes.iter().map(|(_, asks)| asks.len()).sum();
+    if distinct <= max_types {
+        return None;
+    }
+    let fits = |parts: usize| {
+        classes
+            .iter()
+            .map(|(_, asks)| asks.len().min(parts))
+            .sum::<usize>()
+            <= max_types
+    };
+    Some((1..max_types).rev().find(|parts| fits(*parts)).unwrap_or(1) as u64)
 }
 
 /// `asks` (sorted, each `(CPU, memory, workers)`) with equal asks merged.

@@ -1177,6 +1177,11 @@ fn task_mixes_group_workers_by_gpu_ask_and_keep_the_most_common_types() {
     assert_eq!(kinds[1].gpu_milli, 0, "equal counts in key order");
     assert!(kinds[1].gpu_models.is_empty());
     assert_eq!(kinds[2].gpu_models, ["V100"]);
+    assert!(TaskMix::from_workers(std::iter::empty()).is_none());
+}
+
+#[test]
+fn a_mix_too_large_for_exact_asks_keeps_every_class_by_quantiles() {
     // 99 classes (shares 0.01 to 0.99, the larger the more common, each
     // worker asking other cores) have 4,950 distinct asks, more than a mix
     // keeps: each class is stood for by the medians of its halves (three
@@ -1205,7 +1210,6 @@ fn task_mixes_group_workers_by_gpu_ask_and_keep_the_most_common_types() {
     assert_eq!(largest, [25_000, 75_000]);
     let total: f64 = types.iter().map(|kind| kind.weight).sum();
     assert!((total - 1.0).abs() < 1e-9);
-    assert!(TaskMix::from_workers(std::iter::empty()).is_none());
 }
 
 #[test]
