@@ -102,7 +102,7 @@ pub struct PolicyCore {
     index: Index,
     /// Trials that preempted others, by preemptor.
     reservations: BTreeMap<TrialId, Reservation>,
-    estimates: HashMap<ExperimentId, Estimate>,
+    estimates: AHashMap<ExperimentId, Estimate>,
     /// Per queue, the reason of trials the last pass did not reach.
     unexamined: Vec<WaitReason>,
     /// Passes run so far.
@@ -139,7 +139,7 @@ impl PolicyCore {
             trials: AHashMap::new(),
             index: Index::new(n_queues),
             reservations: BTreeMap::new(),
-            estimates: HashMap::new(),
+            estimates: AHashMap::new(),
             unexamined: vec![WaitReason::NotYetConsidered; n_queues],
             pass: 0,
             quota_relaxed: false,
