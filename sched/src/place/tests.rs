@@ -1028,6 +1028,17 @@ proptest! {
                         prop_assert_eq!(&found, &released.find(&gang, strategy), "a what-if sees the pool after freeing");
                     }
                     check_placement(&released, &gang, strategy, found.as_ref())?;
+                    if found.is_none() {
+                        // Freeing fewer never finds room that freeing more did
+                        // not: a preemption search stops at the first failure
+                        // with every candidate gone.
+                        for fewer in 0..victims.len() {
+                            prop_assert!(
+                                pool.find_with_freed(&gang, strategy, &victims[..fewer]).is_none(),
+                                "freeing {} of {} victims found room", fewer, victims.len()
+                            );
+                        }
+                    }
                     if let Some(found) = found {
                         prop_assert_eq!(released.allocate(&found), Ok(()));
                         released.check_indexes();
