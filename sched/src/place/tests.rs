@@ -980,6 +980,66 @@ fn check_usage(
     Ok(())
 }
 
+/// One what-if of the placement property test: a search with some held
+/// allocations freed changes nothing, sees the pool as if they were released,
+/// and finds no room where freeing more of them found none.
+fn check_what_if(
+    pool: &NodePool,
+    held: &[Vec<WorkerPlacement>],
+    generated: &GangGen,
+    victim: usize,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    let (gang, strategy) = gang_of(generated);
+    // Distinct allocations: each is freed once.
+    let mut chosen: Vec<usize> = Vec::new();
+    if !held.is_empty() {
+        chosen.push(victim % held.len());
+        chosen.push((victim / 7) % held.len());
+        chosen.dedup();
+    }
+    let victims: Vec<&[WorkerPlacement]> =
+        chosen.iter().map(|which| held[*which].as_slice()).collect();
+    let before_free = pool.free();
+    let before_nodes: Vec<Usage> = pool.nodes.iter().map(|node| node.usage.clone()).collect();
+    let found = pool.find_with_freed(&gang, strategy, &victims);
+    prop_assert_eq!(pool.free(), before_free);
+    let after_nodes: Vec<Usage> = pool.nodes.iter().map(|node| node.usage.clone()).collect();
+    prop_assert_eq!(before_nodes, after_nodes);
+    let mut released = pool.clone();
+    for workers in &victims {
+        released.release(workers);
+    }
+    if matches!(strategy, Strategy::Random { .. }) {
+        prop_assert_eq!(found.is_some(), released.find(&gang, strategy).is_some());
+    } else {
+        prop_assert_eq!(
+            &found,
+            &released.find(&gang, strategy),
+            "a what-if sees the pool after freeing"
+        );
+    }
+    check_placement(&released, &gang, strategy, found.as_ref())?;
+    if found.is_none() {
+        // Freeing fewer never finds room that freeing more did
+        // not: a preemption search stops at the first failure
+        // with every candidate gone.
+        for fewer in 0..victims.len() {
+            prop_assert!(
+                pool.find_with_freed(&gang, strategy, &victims[..fewer])
+                    .is_none(),
+                "freeing {} of {} victims found room",
+                fewer,
+                victims.len()
+            );
+        }
+    }
+    if let Some(found) = found {
+        prop_assert_eq!(released.allocate(&found), Ok(()));
+        released.check_indexes();
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(160))]
 
@@ -1001,49 +1061,7 @@ proptest! {
                         held.push(found);
                     }
                 }
-                Op::WhatIf(generated, victim) => {
-                    let (gang, strategy) = gang_of(&generated);
-                    // Distinct allocations: each is freed once.
-                    let mut chosen: Vec<usize> = Vec::new();
-                    if !held.is_empty() {
-                        chosen.push(victim % held.len());
-                        chosen.push((victim / 7) % held.len());
-                        chosen.dedup();
-                    }
-                    let victims: Vec<&[WorkerPlacement]> =
-                        chosen.iter().map(|which| held[*which].as_slice()).collect();
-                    let before_free = pool.free();
-                    let before_nodes: Vec<Usage> = pool.nodes.iter().map(|node| node.usage.clone()).collect();
-                    let found = pool.find_with_freed(&gang, strategy, &victims);
-                    prop_assert_eq!(pool.free(), before_free);
-                    let after_nodes: Vec<Usage> = pool.nodes.iter().map(|node| node.usage.clone()).collect();
-                    prop_assert_eq!(before_nodes, after_nodes);
-                    let mut released = pool.clone();
-                    for workers in &victims {
-                        released.release(workers);
-                    }
-                    if matches!(strategy, Strategy::Random { .. }) {
-                        prop_assert_eq!(found.is_some(), released.find(&gang, strategy).is_some());
-                    } else {
-                        prop_assert_eq!(&found, &released.find(&gang, strategy), "a what-if sees the pool after freeing");
-                    }
-                    check_placement(&released, &gang, strategy, found.as_ref())?;
-                    if found.is_none() {
-                        // Freeing fewer never finds room that freeing more did
-                        // not: a preemption search stops at the first failure
-                        // with every candidate gone.
-                        for fewer in 0..victims.len() {
-                            prop_assert!(
-                                pool.find_with_freed(&gang, strategy, &victims[..fewer]).is_none(),
-                                "freeing {} of {} victims found room", fewer, victims.len()
-                            );
-                        }
-                    }
-                    if let Some(found) = found {
-                        prop_assert_eq!(released.allocate(&found), Ok(()));
-                        released.check_indexes();
-                    }
-                }
+                Op::WhatIf(generated, victim) => check_what_if(&pool, &held, &generated, victim)?,
                 Op::Release(which) => {
                     if !held.is_empty() {
                         let workers = held.swap_remove(which % held.len());
