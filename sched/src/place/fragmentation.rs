@@ -207,9 +207,10 @@ impl Search<'_> {
     /// the whole gang, the one where the expected fragmentation against `mix`
     /// grows least; a single fractional worker also takes the GPU that makes it
     /// grow least (not necessarily the tightest). Growths compare in steps of
-    /// [`GROWTH_STEP`]; equal ones go to the node first in bin-pack order (partly used GPUs with the least room, then the
-    /// fewest free GPUs, then the least free CPU), so, as in bin-pack, work
-    /// gathers on nodes already in use.
+    /// [`GROWTH_STEP`]; equal ones go to the node first in bin-pack order
+    /// (partly used GPUs with the least room, then the fewest free GPUs, then
+    /// the least free CPU), so, as in bin-pack, work gathers on nodes already
+    /// in use.
     ///
     /// Every fitting node is scored (the paper's scheduler scores all nodes):
     /// limiting the candidates to the ends of each bucket left out nodes of
