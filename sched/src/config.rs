@@ -507,9 +507,20 @@ pub struct PreemptionConfig {
 #[serde(deny_unknown_fields)]
 pub struct AttainedServiceConfig {
     /// Level edges in GPU-hours received, increasing; `n` edges make `n + 1`
-    /// levels.
+    /// levels. Under `levels: adaptive` only the prior, used until enough
+    /// trials have completed, and the number of edges.
     #[serde(default = "default_las_thresholds")]
     pub thresholds_gpu_hours: Vec<f64>,
+    /// Where the level edges come from: `adaptive` (the default) follows the
+    /// service that recently completed trials received (see the module docs),
+    /// `fixed` keeps `thresholds_gpu_hours` as written.
+    #[serde(default)]
+    pub levels: LevelSource,
+    /// Under `levels: adaptive`, the quantile of recently completed trials'
+    /// service at each edge: one per threshold, increasing, within (0, 1).
+    /// Absent: [`default_level_quantiles`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantiles: Option<Vec<f64>>,
     /// A waiting trial goes back to level 0 once its wait since it was last
     /// queued exceeds this many times the time it has run; 0 never.
     #[serde(default = "default_promote_after")]
@@ -544,6 +555,32 @@ pub struct AttainedServiceConfig {
 /// The most level edges of `attained_service`.
 pub const MAX_LAS_THRESHOLDS: usize = 8;
 
+/// Where the attained-service level edges come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LevelSource {
+    /// Quantiles of the service recently completed trials received, with
+    /// `thresholds_gpu_hours` as the prior before there are enough.
+    #[default]
+    Adaptive,
+    /// `thresholds_gpu_hours` as written.
+    Fixed,
+}
+
+/// The quantile of completed trials' service at each of `n` adaptive edges
+/// when the policy names none: the first edge at the median, each next one
+/// halving what is left above the one before (0.5, 0.75, 0.875, ...), so that
+/// every level holds half of the trials that reach it.
+pub fn default_level_quantiles(n: usize) -> Vec<f64> {
+    let mut above = 1.0;
+    (0..n)
+        .map(|_| {
+            above /= 2.0;
+            1.0 - above
+        })
+        .collect()
+}
+
 fn default_las_thresholds() -> Vec<f64> {
     vec![2.0, 32.0]
 }
@@ -567,6 +604,8 @@ impl Default for AttainedServiceConfig {
             promote_after: default_promote_after(),
             reserve_after_ms: default_reserve_after_ms(),
             delay_per_gpu_ms: default_delay_per_gpu_ms(),
+            levels: LevelSource::default(),
+            quantiles: None,
             retired_smallest_first: None,
         }
     }
@@ -579,6 +618,13 @@ impl AttainedServiceConfig {
             .iter()
             .map(|hours| (hours * 3_600_000.0).round().min(u64::MAX as f64) as u64)
             .collect()
+    }
+
+    /// The quantile at each adaptive edge: as written, else the default rule.
+    pub fn edge_quantiles(&self) -> Vec<f64> {
+        self.quantiles
+            .clone()
+            .unwrap_or_else(|| default_level_quantiles(self.thresholds_gpu_hours.len()))
     }
 }
 

@@ -182,6 +182,8 @@ fn presets() {
             promote_after: 2,
             reserve_after_ms: 48 * 3_600_000,
             delay_per_gpu_ms: 3_600_000,
+            levels: LevelSource::Adaptive,
+            quantiles: None,
             retired_smallest_first: None,
         })
     );

@@ -254,6 +254,29 @@ impl AttainedServiceConfig {
             }
             previous = *hours;
         }
+        if let Some(quantiles) = &self.quantiles {
+            let field = "attained_service.quantiles";
+            if quantiles.len() != self.thresholds_gpu_hours.len() {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "{} quantiles for {} thresholds: give one per threshold",
+                        quantiles.len(),
+                        self.thresholds_gpu_hours.len()
+                    ),
+                ));
+            }
+            let mut previous = 0.0;
+            for quantile in quantiles {
+                if !(*quantile > previous && *quantile < 1.0) {
+                    return Err(invalid(
+                        field,
+                        format!("{quantile} is not a quantile above the one before it and below 1"),
+                    ));
+                }
+                previous = *quantile;
+            }
+        }
         if self.delay_per_gpu_ms > MAX_DELAY_PER_GPU_MS {
             return Err(invalid(
                 "attained_service.delay_per_gpu",

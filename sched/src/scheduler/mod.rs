@@ -69,7 +69,6 @@ use super::{
 
 pub use self::invariants::InvariantViolation;
 pub use self::service::AttainedService;
-use self::service::las_thresholds;
 
 mod backfill;
 mod elastic;
@@ -77,6 +76,7 @@ mod index;
 mod invariants;
 mod lanes;
 mod leases;
+mod levels;
 mod pass;
 mod preemption;
 mod quota;
@@ -114,9 +114,9 @@ pub struct PolicyCore {
     leases_relaxed: bool,
     /// Preemptions waiting for an admin, and the verdicts in force.
     approvals: Approvals,
-    /// The attained-service level edges in GPU-milliseconds; empty without
-    /// `attained_service` (every trial at level 0).
-    las_thresholds: Vec<u64>,
+    /// The attained-service level edges, fixed or following the service of
+    /// completed trials (`levels`).
+    levels: levels::ServiceLevels,
     /// Elastic trials' ranges and resizes in flight (`elastic`).
     elastic: elastic::ElasticTable,
 }
@@ -127,9 +127,8 @@ impl PolicyCore {
     pub fn new(config: PolicyConfig) -> Self {
         let (queue_info, cohorts, queue_by_name) = build_queues(&config);
         let n_queues = queue_info.len();
-        let las_thresholds = las_thresholds(&config);
         Self {
-            las_thresholds,
+            levels: levels::ServiceLevels::new(&config),
             config,
             queue_info,
             queue_by_name,
@@ -187,7 +186,7 @@ impl PolicyCore {
             };
             targets.push((id, target));
         }
-        self.las_thresholds = las_thresholds(&config);
+        self.levels.reconfigure(&config);
         self.config = config;
         self.queue_info = queue_info;
         self.cohorts = cohorts;
@@ -359,12 +358,14 @@ impl PolicyCore {
         self.drop_reservation(trial, None);
         self.forget_approvals(trial);
         self.elastic.remove(&trial);
+        let service = entry.attained_at(now);
         if let Standing::Placed(placed) = entry.standing {
             self.pool.release(&placed.held_workers());
             if completed {
                 let estimate = self.estimates.entry(trial.experiment).or_default();
                 estimate.total_ms += u128::from(now.saturating_sub(placed.started_at));
                 estimate.count += 1;
+                self.add_completed_service(service);
             }
         }
         true

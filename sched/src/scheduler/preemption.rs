@@ -416,7 +416,8 @@ impl PolicyCore {
     /// and priority may sit at a higher one: under `attained_service` (not
     /// `fifo`), below the top level, with such work running. `None` otherwise.
     fn service_level_to_claim(&self, trial: &Trial, queue: usize) -> Option<u8> {
-        if self.las_thresholds.is_empty() || trial.level as usize >= self.las_thresholds.len() {
+        let edges = self.levels.edges();
+        if edges.is_empty() || trial.level as usize >= edges.len() {
             return None;
         }
         let priority = trial.request.priority;

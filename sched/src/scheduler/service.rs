@@ -22,7 +22,6 @@ use xp_runtime::ids::TrialId;
 
 use super::PolicyCore;
 use super::trial::{Standing, Trial};
-use crate::PolicyConfig;
 use crate::config::Order;
 
 /// A trial's attained service, for views and tests.
@@ -34,15 +33,6 @@ pub struct AttainedService {
     pub level: u8,
     /// When its current run last checkpointed, as reported.
     pub last_checkpoint: Option<UnixMillis>,
-}
-
-/// The level edges of a policy in GPU-milliseconds: none without
-/// `attained_service`, or under `order: fifo`, which ignores it.
-pub(super) fn las_thresholds(config: &PolicyConfig) -> Vec<u64> {
-    match &config.attained_service {
-        Some(las) if config.order != Order::Fifo => las.thresholds_gpu_ms(),
-        _ => Vec::new(),
-    }
 }
 
 impl PolicyCore {
@@ -94,6 +84,64 @@ impl PolicyCore {
         true
     }
 
+    /// A trial completed with `gpu_ms` of service (over all its runs): under
+    /// adaptive levels the edges follow it (`levels`), and waiting trials'
+    /// levels with them. The core calls it itself when a placed trial
+    /// finishes completed; a restarted head hands it its completed trials'
+    /// service, oldest first, so the edges are as before the restart.
+    /// Trials that received no service are left out.
+    pub fn add_completed_service(&mut self, gpu_ms: u64) {
+        if gpu_ms > 0 && self.levels.note_completed(gpu_ms) {
+            self.relevel_waiting();
+        }
+    }
+
+    /// The attained-service level edges in force, in GPU-milliseconds.
+    pub fn level_edges_gpu_ms(&self) -> &[u64] {
+        self.levels.edges()
+    }
+
+    /// Recomputes the level and promotion time of every waiting and held
+    /// trial after the edges moved; places in line stay as they are.
+    fn relevel_waiting(&mut self) {
+        let mut ids: Vec<TrialId> = self
+            .trials
+            .iter()
+            .filter(|(_, trial)| !matches!(trial.standing, Standing::Placed(_)))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        let (promote_after, reserve_after) = self.las_promote_after();
+        for id in ids {
+            let Some(trial) = self.trials.get(&id) else {
+                continue;
+            };
+            let level = self.level_of(
+                trial
+                    .attained_gpu_ms
+                    .saturating_sub(trial.level_base_gpu_ms),
+            );
+            if level != trial.level {
+                self.change(id, |trial| {
+                    trial.level = level;
+                    trial.promote_after_set(promote_after, reserve_after);
+                });
+            }
+        }
+    }
+
+    /// `promote_after` and `reserve_after` of the policy in force (0 and
+    /// none without attained service, or under `fifo`).
+    fn las_promote_after(&self) -> (u32, Option<u64>) {
+        let las = (self.config.order != Order::Fifo)
+            .then_some(self.config.attained_service.as_ref())
+            .flatten();
+        (
+            las.map_or(0, |las| las.promote_after),
+            las.map(|las| las.reserve_after_ms),
+        )
+    }
+
     /// Recomputes a trial's level, place in line and promotion time from its
     /// service and size (they changed), with its index entries, unless it is
     /// placed.
@@ -109,9 +157,13 @@ impl PolicyCore {
         self.trials.insert(trial, entry);
     }
 
-    /// Waiting trials whose wait has passed their promotion time go to the
-    /// front of level 0 (FIFO among themselves, whatever their size), their
-    /// service counted afresh from here.
+    /// Waiting trials whose wait has passed their promotion time go back to
+    /// level 0, their service counted afresh from here, and join its line as
+    /// of their promotion time (whatever their size): behind the trials that
+    /// entered level 0 before, never-run ones included, and ahead of those that
+    /// come after. Keeping their submission time instead let two trials that
+    /// take turns on a node (one preempted for service, promoted, preempting
+    /// the other) stay ahead of never-run trials of their level for ever.
     pub(super) fn promote_due(&mut self, now: UnixMillis) {
         while let Some(&(at, id)) = self.index.promotions.first() {
             if at > now {
@@ -120,7 +172,7 @@ impl PolicyCore {
             let promoted = self.change(id, |trial| {
                 trial.level_base_gpu_ms = trial.attained_gpu_ms;
                 trial.level = 0;
-                trial.line_at = trial.request.submitted_at;
+                trial.line_at = at.max(trial.request.submitted_at);
                 trial.promote_at = None;
             });
             if promoted.is_none() {
@@ -134,7 +186,7 @@ impl PolicyCore {
     /// trial's base: how many thresholds it has passed (0 without
     /// `attained_service`).
     pub(super) fn level_of(&self, service: u64) -> u8 {
-        let passed = self.las_thresholds.partition_point(|edge| *edge <= service);
+        let passed = self.levels.edges().partition_point(|edge| *edge <= service);
         u8::try_from(passed).unwrap_or(u8::MAX)
     }
 
@@ -190,7 +242,10 @@ mod tests {
     use xp_runtime::ids::{ExperimentId, NodeId};
 
     use super::*;
-    use crate::{Amount, Decision, GangShape, NodeSpec, PreemptReason, TrialRequest, WaitReason};
+    use crate::{
+        Amount, Decision, GangShape, NodeSpec, PolicyConfig, PreemptReason, TrialRequest,
+        WaitReason,
+    };
 
     const MINUTE: u64 = 60_000;
     const HOUR: u64 = 60 * MINUTE;
@@ -309,10 +364,15 @@ mod tests {
         submit(&mut core, 3, 1, 0, 2 * HOUR);
         core.finish(id(2), 2 * HOUR + 30 * MINUTE, true);
         assert_eq!(decide(&mut core, 2 * HOUR + 30 * MINUTE).0, vec![3]);
+        // It is promoted at 3 h and joins level 0 then: behind trial 4,
+        // which entered it before, ahead of trial 5, which came after.
         submit(&mut core, 4, 1, 0, 3 * HOUR - 1);
+        submit(&mut core, 5, 1, 0, 3 * HOUR + 1);
         core.finish(id(3), 3 * HOUR + 1, true);
-        assert_eq!(decide(&mut core, 3 * HOUR + 1).0, vec![1]);
-        let service = core.attained_service(id(1), 3 * HOUR + 1).unwrap();
+        assert_eq!(decide(&mut core, 3 * HOUR + 1).0, vec![4]);
+        core.finish(id(4), 3 * HOUR + 2, true);
+        assert_eq!(decide(&mut core, 3 * HOUR + 2).0, vec![1]);
+        let service = core.attained_service(id(1), 3 * HOUR + 2).unwrap();
         assert_eq!((service.gpu_ms, service.level), (HOUR, 0));
     }
 

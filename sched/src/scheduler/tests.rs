@@ -10,7 +10,7 @@ use xp_runtime::ids::ExperimentId;
 
 use super::*;
 use crate::config::{
-    AgingConfig, Approval, AttainedServiceConfig, HeadOfLine, Order, PlacementKind,
+    AgingConfig, Approval, AttainedServiceConfig, HeadOfLine, LevelSource, Order, PlacementKind,
     PreemptionConfig, QueueConfig, QueuePreemption, ResourceLimits,
 };
 use crate::{Amount, ApprovalVerdict, PreemptReason, QueueUsage, ResizeReason};
@@ -1353,8 +1353,9 @@ fn las_strategy() -> impl PropStrategy<Value = AttainedServiceConfig> {
         prop::collection::vec(1..30_u64, 0..4),
         0..5_u32,
         0..3600_u64,
+        any::<bool>(),
     )
-        .prop_map(|(steps, promote_after, reserve_after_s)| {
+        .prop_map(|(steps, promote_after, reserve_after_s, adaptive)| {
             let mut edge = 0;
             let thresholds_gpu_hours = steps
                 .into_iter()
@@ -1368,6 +1369,12 @@ fn las_strategy() -> impl PropStrategy<Value = AttainedServiceConfig> {
                 promote_after,
                 reserve_after_ms: reserve_after_s * SECOND,
                 delay_per_gpu_ms: (reserve_after_s % 3) * 20 * MINUTE,
+                levels: if adaptive {
+                    LevelSource::Adaptive
+                } else {
+                    LevelSource::Fixed
+                },
+                quantiles: None,
                 retired_smallest_first: None,
             }
         })
