@@ -160,6 +160,7 @@ impl Cluster {
             commit_batch: options
                 .commit_batch
                 .unwrap_or(xp_head::DEFAULT_COMMIT_BATCH),
+            store: None,
         })
         .await?;
         // The node joins with the node credential; this process acts as user

@@ -15,6 +15,8 @@ mod registry;
 mod server;
 mod sessions;
 mod start;
+#[doc(hidden)]
+pub mod test_postgres;
 mod turns;
 mod users;
 mod webhooks;
@@ -31,7 +33,7 @@ use xp_runtime::join::JoinString;
 use crate::actor::HeadMsg;
 
 pub use crate::offline::{OfflineError, OfflineHead, offline_status};
-pub use crate::registry::RegistryError;
+pub use crate::registry::{PostgresTarget, RegistryError};
 pub use crate::start::start;
 pub use crate::users::local::{LocalUserError, node_credential, run as run_user_command};
 pub use crate::users::socket::SocketError;
@@ -58,6 +60,9 @@ pub struct HeadConfig {
     /// The most changes one commit of the head's database holds
     /// ([`DEFAULT_COMMIT_BATCH`]; 1 commits each change alone, for comparison).
     pub commit_batch: usize,
+    /// Where the records are kept: a PostgreSQL database, or without one
+    /// `head.redb` in the data directory (the default).
+    pub store: Option<PostgresTarget>,
 }
 
 /// How many changes one group commit holds at most by default: enough that a

@@ -52,6 +52,15 @@ enum Command {
         /// backfill, default). Without it the head keeps the policy it last applied.
         #[arg(long)]
         policy: Option<String>,
+        /// Keep the records in this PostgreSQL database (15 or later) instead of
+        /// the data directory: `postgres://USER@HOST:PORT/DB` or `host=... user=...`.
+        /// Its password comes from --store-password-file or XP_STORE_PASSWORD,
+        /// never from the address.
+        #[arg(long, value_name = "ADDRESS")]
+        store: Option<String>,
+        /// A file holding the PostgreSQL password (one line).
+        #[arg(long, value_name = "FILE", requires = "store")]
+        store_password_file: Option<PathBuf>,
     },
     /// Print the node credential (what nodes join with), on the head machine:
     /// the first start printed it, and it is kept in the data directory.
@@ -117,8 +126,13 @@ async fn main() -> anyhow::Result<()> {
             node_timeout,
             policy,
             commit_batch,
+            store,
+            store_password_file,
         } => {
             let policy = policy.map(|name| read_policy(&name)).transpose()?;
+            let store = store
+                .map(|address| store_target(&address, store_password_file.as_deref()))
+                .transpose()?;
             let advertise = advertise.or_else(|| listen.ip().is_unspecified().then(hostname));
             let config = xp_head::HeadConfig {
                 listen,
@@ -132,6 +146,7 @@ async fn main() -> anyhow::Result<()> {
                 },
                 policy,
                 commit_batch,
+                store,
             };
             let head = xp_head::start(config).await.with_context(|| {
                 format!(
@@ -319,6 +334,25 @@ fn read_policy(name: &str) -> anyhow::Result<(String, String)> {
 
 /// A node timeout: a duration of at least a second (six heartbeats of at
 /// least 100 ms each must fit in it).
+/// The PostgreSQL store at `address`, with its password from `password_file`
+/// or else from `XP_STORE_PASSWORD`.
+fn store_target(
+    address: &str,
+    password_file: Option<&std::path::Path>,
+) -> anyhow::Result<xp_head::PostgresTarget> {
+    let password = match password_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| {
+                format!("cannot read the store password from {}", path.display())
+            })?;
+            Some(text.lines().next().unwrap_or_default().to_owned())
+        }
+        None => std::env::var("XP_STORE_PASSWORD").ok(),
+    };
+    xp_head::PostgresTarget::parse(address, password.as_deref())
+        .with_context(|| format!("--store {address}"))
+}
+
 fn parse_node_timeout(text: &str) -> Result<Duration, String> {
     let timeout = humantime::parse_duration(text).map_err(|error| error.to_string())?;
     if timeout < Duration::from_secs(1) {

@@ -19,11 +19,11 @@ use xp_runtime::join::JoinString;
 use xp_runtime::tls::ClusterIdentity;
 
 use crate::actor::{self, HeadActor, HeadArgs, HeadMsg};
-use crate::registry::Registry;
+use crate::registry::{Registry, StoreSpec};
 use crate::server::ServerContext;
 use crate::{
-    HeadConfig, HeadError, Role, RunningHead, UserCommand, blobs, health, http, metrics, server,
-    turns, users, webhooks,
+    HeadConfig, HeadError, PostgresTarget, Role, RunningHead, UserCommand, blobs, health, http,
+    metrics, server, turns, users, webhooks,
 };
 
 /// Starts a head in the current runtime.
@@ -37,7 +37,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
             "the head needs a multi-threaded tokio runtime".to_owned(),
         ));
     }
-    let (identity, mut registry) = open_data_dir(&config.data_dir)?;
+    let (identity, mut registry) = open_data_dir(&config.data_dir, config.store.as_ref())?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let core = restore_core(&config, &identity, &mut registry, clock.as_ref())?;
     let endpoint = xp_runtime::transport::bind_endpoint(
@@ -106,12 +106,22 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
     })
 }
 
-/// The data directory's trust material and database, made private to this
-/// user first.
-fn open_data_dir(data_dir: &Path) -> Result<(ClusterIdentity, Registry), HeadError> {
+/// The data directory's trust material, made private to this user first, and
+/// the registry: in `store`, or in the data directory's database without one.
+fn open_data_dir(
+    data_dir: &Path,
+    store: Option<&PostgresTarget>,
+) -> Result<(ClusterIdentity, Registry), HeadError> {
     make_private(data_dir, true)?;
     let identity = ClusterIdentity::load_or_create(&data_dir.join("tls"))?;
-    let registry = Registry::open(&data_dir.join("head.redb"))?;
+    let spec = match store {
+        Some(target) => {
+            info!(store = %target, "keeping the registry in PostgreSQL");
+            StoreSpec::Postgres(Box::new(target.clone()))
+        }
+        None => StoreSpec::Redb(data_dir.join("head.redb")),
+    };
+    let registry = Registry::open_store(&spec)?;
     make_data_private(data_dir)?;
     Ok((identity, registry))
 }
@@ -447,6 +457,7 @@ mod tests {
             core: CoreConfig::default(),
             policy: None,
             commit_batch: DEFAULT_COMMIT_BATCH,
+            store: None,
         }
     }
 

@@ -1,11 +1,15 @@
 //! Tests of the registry over real redb files: what a fresh load returns, users
 //! and the audit trail, read-only loads, a full disk on a tmpfs, metric pages.
 
+use std::io::Write;
 use std::process::Command;
+
+use redb::Database;
 
 use xp_runtime::ids::ExperimentId;
 use xp_runtime::protocol::TrialState;
 
+use super::redb_store::PIPELINES;
 use super::*;
 
 /// An event whose reason pads it to about `bytes`, so the database must grow.
@@ -70,17 +74,23 @@ impl Drop for Tmpfs {
     }
 }
 
-#[test]
-fn committed_is_what_a_fresh_load_returns() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("head.redb");
-    let mut registry = Registry::open(&path).unwrap();
+/// Opens the same store again, as a restarted head would.
+type Opener<'a> = &'a dyn Fn() -> Registry;
+
+/// The stores every test below runs on: a redb file, and (in `postgres`) a
+/// database of a real PostgreSQL server.
+fn redb_opener(dir: &tempfile::TempDir) -> impl Fn() -> Registry + '_ {
+    move || Registry::open(&dir.path().join("head.redb")).unwrap()
+}
+
+pub(super) fn committed_is_what_a_fresh_load_returns(open: Opener<'_>) {
+    let mut registry = open();
     registry.load().unwrap();
     registry.commit(vec![event(1, 10), event(2, 10)]).unwrap();
     registry.commit(vec![event(3, 10)]).unwrap();
     assert_eq!(event_seqs(&registry.committed()), [1, 2, 3]);
     drop(registry);
-    let mut again = Registry::open(&path).unwrap();
+    let mut again = open();
     assert_eq!(event_seqs(&again.load().unwrap()), [1, 2, 3]);
     assert_eq!(event_seqs(&again.committed()), [1, 2, 3]);
 }
@@ -103,10 +113,7 @@ fn an_unreadable_pipeline_record_still_holds_its_id() {
     assert_eq!(loaded.next_pipeline_id, 8);
 }
 
-#[test]
-fn users_and_the_audit_trail_are_stored_and_numbered() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("head.redb");
+pub(super) fn users_and_the_audit_trail_are_stored_and_numbered(open: Opener<'_>) {
     let user = |role| UserRecord {
         name: "ana".to_owned(),
         team: "vision".to_owned(),
@@ -125,7 +132,7 @@ fn users_and_the_audit_trail_are_stored_and_numbered() {
             detail: "needs role admin".to_owned(),
         })
     };
-    let mut registry = Registry::open(&path).unwrap();
+    let mut registry = open();
     registry.load().unwrap();
     registry
         .commit(vec![
@@ -141,7 +148,7 @@ fn users_and_the_audit_trail_are_stored_and_numbered() {
         ])
         .unwrap();
     drop(registry);
-    let mut again = Registry::open(&path).unwrap();
+    let mut again = open();
     again.load().unwrap();
     assert_eq!(
         again.users().unwrap(),
@@ -179,10 +186,8 @@ fn a_read_only_load_is_refused_while_open_and_reads_what_was_committed() {
     );
 }
 
-#[test]
-fn a_closed_registry_refuses_commits_and_reads_but_answers_committed() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut registry = Registry::open(&dir.path().join("head.redb")).unwrap();
+pub(super) fn a_closed_registry_refuses_commits_and_reads_but_answers_committed(open: Opener<'_>) {
+    let mut registry = open();
     registry.load().unwrap();
     registry.commit(vec![event(1, 10)]).unwrap();
     registry.close();
@@ -253,10 +258,8 @@ fn a_full_disk_closes_the_database_and_it_reopens_once_there_is_room() {
     assert_eq!(event_seqs(&again.load().unwrap()), expected);
 }
 
-#[test]
-fn metric_pages_hold_each_report_of_their_trial_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut registry = Registry::open(&dir.path().join("head.redb")).unwrap();
+pub(super) fn metric_pages_hold_each_report_of_their_trial_once(open: Opener<'_>) {
+    let mut registry = open();
     registry.load().unwrap();
     let trial = |index| TrialId {
         experiment: ExperimentId { digest: 7, run: 1 },
@@ -313,3 +316,144 @@ fn metric_pages_hold_each_report_of_their_trial_once() {
         .unwrap();
     assert_eq!((past_the_end.records.len(), past_the_end.total), (0, 250));
 }
+
+fn a_trial(index: u32) -> TrialId {
+    TrialId {
+        experiment: ExperimentId { digest: 7, run: 1 },
+        index,
+    }
+}
+
+/// A metric report of trial `index` at `step`, whose value is the step.
+fn a_metric(index: u32, step: u64) -> Record {
+    Record::Metric(MetricRecord {
+        key: xp_runtime::ids::WorkerKey {
+            trial: a_trial(index),
+            attempt: 1,
+            rank: 0,
+        },
+        step: Some(step),
+        values: [("loss".to_owned(), step as f64)].into(),
+        at: step,
+    })
+}
+
+pub(super) fn a_batch_keeps_the_last_record_of_a_key(open: Opener<'_>) {
+    let mut registry = open();
+    registry.load().unwrap();
+    registry
+        .commit(vec![event(1, 10), event(2, 10), event(1, 30)])
+        .unwrap();
+    registry.commit(vec![event(2, 40)]).unwrap();
+    drop(registry);
+    let loaded = open().load().unwrap();
+    let reasons: Vec<(u64, usize)> = loaded
+        .events
+        .iter()
+        .map(|event| (event.seq, event.reason.len()))
+        .collect();
+    assert_eq!(reasons, [(1, 30), (2, 40)]);
+}
+
+pub(super) fn telemetry_windows_are_stored_replaced_and_removed(open: Opener<'_>) {
+    let window = |start_ms| TelemetryWindow {
+        start_ms,
+        end_ms: start_ms + 1,
+        samples: 1,
+        cpu_cores: None,
+        rss_bytes: None,
+        gpu_util: None,
+        gpu_mem_bytes: None,
+        gpu_power_w: None,
+    };
+    let slot = |rank, slot, start_ms: Option<u64>| {
+        Record::Telemetry(xp_head_core::TelemetryRecord {
+            trial: a_trial(3),
+            rank,
+            slot,
+            window: start_ms.map(window),
+        })
+    };
+    let mut registry = open();
+    registry.load().unwrap();
+    registry
+        .commit(vec![
+            slot(1, 0, Some(10)),
+            slot(1, 1, Some(20)),
+            slot(0, 0, Some(5)),
+        ])
+        .unwrap();
+    // Replaced, removed and stored again in one batch: the last of each slot wins.
+    registry
+        .commit(vec![
+            slot(1, 0, Some(11)),
+            slot(1, 1, None),
+            slot(0, 0, None),
+            slot(0, 0, Some(6)),
+        ])
+        .unwrap();
+    drop(registry);
+    let again = open();
+    let starts = |windows: &[TelemetryWindow]| -> Vec<u64> {
+        windows.iter().map(|window| window.start_ms).collect()
+    };
+    let workers = again.telemetry_of(a_trial(3)).unwrap();
+    let by_rank: Vec<(u32, Vec<u64>)> = workers
+        .iter()
+        .map(|worker| (worker.rank, starts(&worker.windows)))
+        .collect();
+    assert_eq!(by_rank, [(0, vec![6]), (1, vec![11])]);
+    assert_eq!(
+        starts(&again.telemetry_series(a_trial(3), 1).unwrap()),
+        [11]
+    );
+    assert!(again.telemetry_series(a_trial(4), 1).unwrap().is_empty());
+}
+
+pub(super) fn metric_samples_stride_over_the_history_and_keep_the_newest(open: Opener<'_>) {
+    let mut registry = open();
+    registry.load().unwrap();
+    registry
+        .commit((0..25).map(|step| a_metric(5, step)).collect())
+        .unwrap();
+    let steps = |max| -> Vec<u64> {
+        registry
+            .metric_samples(a_trial(5), max)
+            .unwrap()
+            .iter()
+            .map(|record| record.step.unwrap())
+            .collect()
+    };
+    assert_eq!(steps(10), [0, 3, 6, 9, 12, 15, 18, 21, 24]);
+    assert_eq!(steps(4), [0, 7, 14, 21, 24]);
+    assert_eq!(steps(100), (0..25).collect::<Vec<_>>());
+    assert!(registry.metric_samples(a_trial(6), 10).unwrap().is_empty());
+    assert_eq!(registry.metrics_of(a_trial(5)).unwrap().len(), 25);
+}
+
+/// Every test above on a redb file.
+mod on_redb {
+    use super::*;
+
+    macro_rules! on_redb {
+        ($($name:ident),* $(,)?) => {$(
+            #[test]
+            fn $name() {
+                let dir = tempfile::tempdir().unwrap();
+                super::$name(&redb_opener(&dir));
+            }
+        )*};
+    }
+
+    on_redb!(
+        committed_is_what_a_fresh_load_returns,
+        users_and_the_audit_trail_are_stored_and_numbered,
+        a_closed_registry_refuses_commits_and_reads_but_answers_committed,
+        metric_pages_hold_each_report_of_their_trial_once,
+        a_batch_keeps_the_last_record_of_a_key,
+        telemetry_windows_are_stored_replaced_and_removed,
+        metric_samples_stride_over_the_history_and_keep_the_newest,
+    );
+}
+
+mod postgres;

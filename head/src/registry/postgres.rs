@@ -1,0 +1,363 @@
+//! The registry in PostgreSQL (15 or later), for clusters whose operators keep
+//! state in a database they already run: one table per kind of record, each
+//! record the JSON the head wrote, in a `json` column that keeps it byte for
+//! byte (`migrations/` has the schema; refinery applies it, numbered).
+//!
+//! One commit is one transaction, and it returns after PostgreSQL committed it
+//! (with the server's default `synchronous_commit = on`, after its WAL is on
+//! disk). A failed statement or a lost connection closes the store; reopening
+//! connects again.
+//!
+//! rust-postgres's blocking client runs a runtime of its own, which must not be
+//! entered, nor dropped, from a thread that is driving tokio tasks. The head
+//! calls the registry from such threads, so every call here runs on a scoped
+//! thread of its own ([`off_runtime`]): one thread start per call, small beside
+//! a round trip to the database.
+
+use std::sync::Mutex;
+
+use ::postgres::{Client, NoTls};
+use tracing::{debug, warn};
+use xp_runtime::ids::TrialId;
+use xp_runtime::protocol::{AuditEntry, TelemetryWindow, WorkerTelemetry};
+
+use xp_head_core::auth::users::UserRecord;
+use xp_head_core::{LoadedState, MetricRecord, Record};
+
+use super::{MetricsPage, RegistryError, Sequences, Store, sample_stride};
+
+mod rows;
+
+mod embedded {
+    refinery::embed_migrations!("migrations");
+}
+
+/// The oldest PostgreSQL the registry runs on (`server_version_num`).
+const MIN_SERVER_VERSION: i32 = 150_000;
+
+/// The advisory lock held while the schema is created or migrated, so two
+/// heads starting on one database at once migrate it once ("xp-schema").
+const MIGRATION_LOCK: i64 = 0x7870_2d73_6368_656d;
+
+/// How long connecting may take before the head gives up (when the address
+/// names no `connect_timeout` of its own).
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Where the PostgreSQL registry is: a connection address (a `postgres://`
+/// URL or `key=value` pairs) and the password, kept apart so that the address
+/// can be shown and logged.
+#[derive(Clone)]
+pub struct PostgresTarget {
+    config: ::postgres::Config,
+    shown: String,
+}
+
+impl std::fmt::Debug for PostgresTarget {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&self.shown)
+    }
+}
+
+impl std::fmt::Display for PostgresTarget {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&self.shown)
+    }
+}
+
+impl PostgresTarget {
+    /// The database at `address`, logged in with `password` where given.
+    /// An address that carries a password itself is refused: it would show in
+    /// the process list and in logs.
+    pub fn parse(address: &str, password: Option<&str>) -> Result<Self, RegistryError> {
+        let mut config: ::postgres::Config = address.parse().map_err(|error| {
+            RegistryError::PostgresSetup(format!("cannot read the address {address:?}: {error}"))
+        })?;
+        if config.get_password().is_some() {
+            return Err(RegistryError::PostgresSetup(
+                "the address carries a password: give it in a file (--store-password-file) or in XP_STORE_PASSWORD instead"
+                    .to_owned(),
+            ));
+        }
+        if config.get_ssl_mode() == ::postgres::config::SslMode::Require {
+            return Err(RegistryError::PostgresSetup(
+                "sslmode=require is not supported yet: reach the database over a local socket or a trusted network".to_owned(),
+            ));
+        }
+        if let Some(password) = password {
+            config.password(password);
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("xp-head");
+        }
+        Ok(Self {
+            config,
+            shown: address.to_owned(),
+        })
+    }
+}
+
+/// Runs `work` where rust-postgres's blocking client may run: a thread that
+/// drives no tokio tasks.
+fn off_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(work)
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+/// A connection to the registry's database, or none after a failure.
+pub(crate) struct PostgresStore {
+    target: PostgresTarget,
+    client: Mutex<Option<Client>>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("PostgresStore")
+            .field("target", &self.target)
+            .field("open", &self.is_open())
+            .finish()
+    }
+}
+
+impl PostgresStore {
+    /// Connects, checks the server, and creates or migrates the schema.
+    pub(crate) fn open(target: &PostgresTarget) -> Result<Self, RegistryError> {
+        let client = off_runtime(|| connect(target))?;
+        Ok(Self {
+            target: target.clone(),
+            client: Mutex::new(Some(client)),
+        })
+    }
+
+    /// Runs `work` with the connection, off the runtime.
+    fn with_client<T: Send>(
+        &self,
+        work: impl FnOnce(&mut Client) -> Result<T, RegistryError> + Send,
+    ) -> Result<T, RegistryError> {
+        let mut client = self
+            .client
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let client = client.as_mut().ok_or(RegistryError::Closed)?;
+        off_runtime(|| work(client))
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Connects to `target`, checks its version and encoding, and migrates it.
+fn connect(target: &PostgresTarget) -> Result<Client, RegistryError> {
+    let mut client = target.config.connect(NoTls)?;
+    let version: i32 = client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])?
+        .get(0);
+    if version < MIN_SERVER_VERSION {
+        return Err(RegistryError::PostgresSetup(format!(
+            "{target} runs PostgreSQL {}.{}: the registry needs 15 or later",
+            version / 10_000,
+            version % 10_000
+        )));
+    }
+    let encoding: String = client
+        .query_one("SELECT current_setting('server_encoding')", &[])?
+        .get(0);
+    if encoding != "UTF8" {
+        return Err(RegistryError::PostgresSetup(format!(
+            "{target} has encoding {encoding}: the registry needs a UTF8 database (createdb -E UTF8)"
+        )));
+    }
+    client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])?;
+    let migrated = embedded::migrations::runner().run(&mut client);
+    client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])?;
+    let report = migrated?;
+    for migration in report.applied_migrations() {
+        tracing::info!(%target, migration = %migration, "registry schema migrated");
+    }
+    Ok(client)
+}
+
+impl Store for PostgresStore {
+    fn sequences(&self) -> Result<Sequences, RegistryError> {
+        self.with_client(|client| {
+            let mut next = Sequences {
+                metric: 1,
+                audit: 1,
+            };
+            for row in client.query("SELECT key, value FROM xp_meta", &[])? {
+                let value = u64::try_from(row.get::<_, i64>(1)).unwrap_or(1);
+                match row.get::<_, &str>(0) {
+                    "next_metric_seq" => next.metric = value,
+                    "next_audit_seq" => next.audit = value,
+                    _ => {}
+                }
+            }
+            Ok(next)
+        })
+    }
+
+    fn write(&mut self, records: &[Record], next: Sequences) -> Result<Sequences, RegistryError> {
+        let (rows, after) = rows::Rows::encode(records, next)?;
+        self.with_client(|client| {
+            let mut txn = client.transaction()?;
+            rows.write(&mut txn, after)?;
+            txn.commit()?;
+            Ok(after)
+        })
+    }
+
+    fn read_all(&self) -> Result<LoadedState, RegistryError> {
+        self.with_client(rows::read_all)
+    }
+
+    fn users(&self) -> Result<Vec<UserRecord>, RegistryError> {
+        self.with_client(|client| {
+            let rows = client.query(
+                "SELECT record::text FROM users ORDER BY name COLLATE \"C\"",
+                &[],
+            )?;
+            Ok(rows::decode(&rows, "user"))
+        })
+    }
+
+    fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, RegistryError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with_client(|client| {
+            let rows = client.query(
+                "SELECT record::text FROM (SELECT seq, record FROM audit ORDER BY seq DESC LIMIT $1) AS newest ORDER BY seq",
+                &[&limit],
+            )?;
+            Ok(rows::decode(&rows, "audit entry"))
+        })
+    }
+
+    fn metrics_of(&self, trial: TrialId) -> Result<Vec<MetricRecord>, RegistryError> {
+        let trial = trial.to_string();
+        self.with_client(|client| {
+            let rows = client.query(
+                "SELECT record::text FROM metrics WHERE trial = $1 ORDER BY seq",
+                &[&trial],
+            )?;
+            Ok(rows::decode(&rows, "metric"))
+        })
+    }
+
+    fn metrics_page(
+        &self,
+        trial: TrialId,
+        after: Option<u64>,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<MetricsPage, RegistryError> {
+        let trial = trial.to_string();
+        self.with_client(|client| rows::metrics_page(client, &trial, after, limit, max_bytes))
+    }
+
+    fn metric_samples(
+        &self,
+        trial: TrialId,
+        max_records: usize,
+    ) -> Result<Vec<MetricRecord>, RegistryError> {
+        let trial = trial.to_string();
+        self.with_client(|client| {
+            let total: i64 = client
+                .query_one("SELECT count(*) FROM metrics WHERE trial = $1", &[&trial])?
+                .get(0);
+            let stride = sample_stride(usize::try_from(total).unwrap_or(0), max_records);
+            let stride = i64::try_from(stride).unwrap_or(i64::MAX);
+            let rows = client.query(
+                "SELECT record::text FROM (SELECT record, row_number() OVER (ORDER BY seq) - 1 AS position FROM metrics WHERE trial = $1) AS numbered WHERE position % $2::bigint = 0 OR position = $3::bigint - 1 ORDER BY position",
+                &[&trial, &stride, &total],
+            )?;
+            Ok(rows::decode(&rows, "metric"))
+        })
+    }
+
+    fn telemetry_of(&self, trial: TrialId) -> Result<Vec<WorkerTelemetry>, RegistryError> {
+        let trial = trial.to_string();
+        self.with_client(|client| {
+            let rows = client.query(
+                "SELECT rank, record::text FROM telemetry WHERE trial = $1 ORDER BY rank, slot",
+                &[&trial],
+            )?;
+            let mut workers: Vec<WorkerTelemetry> = Vec::new();
+            for row in &rows {
+                let Ok(rank) = u32::try_from(row.get::<_, i64>(0)) else {
+                    continue;
+                };
+                let Some(window) = rows::decode_one::<TelemetryWindow>(row, 1, "telemetry window")
+                else {
+                    continue;
+                };
+                match workers.last_mut() {
+                    Some(worker) if worker.rank == rank => worker.windows.push(window),
+                    _ => workers.push(WorkerTelemetry {
+                        rank,
+                        windows: vec![window],
+                    }),
+                }
+            }
+            Ok(workers)
+        })
+    }
+
+    fn telemetry_series(
+        &self,
+        trial: TrialId,
+        rank: u32,
+    ) -> Result<Vec<TelemetryWindow>, RegistryError> {
+        let trial = trial.to_string();
+        self.with_client(|client| {
+            let rows = client.query(
+                "SELECT record::text FROM telemetry WHERE trial = $1 AND rank = $2 ORDER BY slot",
+                &[&trial, &i64::from(rank)],
+            )?;
+            Ok(rows::decode(&rows, "telemetry window"))
+        })
+    }
+
+    fn is_open(&self) -> bool {
+        self.client
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .is_some()
+    }
+
+    fn close(&mut self) {
+        let client = self
+            .client
+            .get_mut()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .take();
+        if client.is_some() {
+            debug!(target = %self.target, "closing the registry's database connection");
+            // Dropping the client stops its runtime: off the caller's.
+            off_runtime(move || drop(client));
+        }
+    }
+
+    fn reopen(&mut self) -> Result<(), RegistryError> {
+        self.close();
+        let client = off_runtime(|| connect(&self.target))?;
+        *self
+            .client
+            .get_mut()
+            .unwrap_or_else(|poison| poison.into_inner()) = Some(client);
+        Ok(())
+    }
+}
+
+/// Logs a record that cannot be read back (a later version's, or damaged).
+fn unreadable(kind: &str, error: &serde_json::Error) {
+    warn!(kind, %error, "unreadable record skipped");
+}

@@ -1,0 +1,125 @@
+//! The registry's tests on a real PostgreSQL server (one per test, made with
+//! `initdb`), and what only PostgreSQL has: a server restarted under an open
+//! registry, a password in the address, the schema made once by two heads.
+
+use super::*;
+use crate::test_postgres::TestPostgres;
+
+/// A server, or `None` where PostgreSQL is not installed; where CI runs (`CI`
+/// set), which installs it, that is a failure.
+fn server() -> Option<TestPostgres> {
+    match TestPostgres::start(false) {
+        Ok(server) => Some(server),
+        Err(reason) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "cannot run in CI, which installs PostgreSQL: {reason}"
+            );
+            #[expect(clippy::print_stderr, reason = "say why the test is skipped")]
+            {
+                eprintln!("skipped: {reason}");
+            }
+            None
+        }
+    }
+}
+
+fn target(server: &TestPostgres) -> PostgresTarget {
+    PostgresTarget::parse(&server.address(), None).unwrap()
+}
+
+fn opener(server: &TestPostgres) -> impl Fn() -> Registry + '_ {
+    move || Registry::open_store(&StoreSpec::Postgres(Box::new(target(server)))).unwrap()
+}
+
+macro_rules! on_postgres {
+    ($($name:ident),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            let Some(server) = server() else { return };
+            super::$name(&opener(&server));
+        }
+    )*};
+}
+
+on_postgres!(
+    committed_is_what_a_fresh_load_returns,
+    users_and_the_audit_trail_are_stored_and_numbered,
+    a_closed_registry_refuses_commits_and_reads_but_answers_committed,
+    metric_pages_hold_each_report_of_their_trial_once,
+    a_batch_keeps_the_last_record_of_a_key,
+    telemetry_windows_are_stored_replaced_and_removed,
+    metric_samples_stride_over_the_history_and_keep_the_newest,
+);
+
+#[test]
+fn a_restarted_server_closes_the_registry_until_it_answers_again() {
+    let Some(mut server) = server() else { return };
+    let mut registry = opener(&server)();
+    registry.load().unwrap();
+    registry.commit(vec![event(1, 10)]).unwrap();
+    server.stop();
+    let failure = registry.commit(vec![event(2, 10)]).unwrap_err();
+    assert!(matches!(failure, RegistryError::Postgres(_)), "{failure:?}");
+    assert!(!registry.is_open(), "a failed write closes the store");
+    assert!(matches!(
+        registry.commit(vec![event(2, 10)]),
+        Err(RegistryError::Closed)
+    ));
+    assert!(registry.reopen().is_err(), "the server is still down");
+    assert_eq!(event_seqs(&registry.committed()), [1]);
+    server.restart().unwrap();
+    let loaded = registry.reopen().unwrap();
+    assert_eq!(
+        event_seqs(&loaded),
+        [1],
+        "nothing of the failed commit is stored"
+    );
+    registry.commit(vec![event(2, 10)]).unwrap();
+    assert_eq!(event_seqs(&opener(&server)().load().unwrap()), [1, 2]);
+}
+
+#[test]
+fn an_address_with_a_password_is_refused() {
+    let refused = PostgresTarget::parse("postgres://xp:secret@db.example/xp", None).unwrap_err();
+    let message = refused.to_string();
+    assert!(message.contains("password"), "{message}");
+    assert!(
+        !message.contains("secret"),
+        "the password is not repeated: {message}"
+    );
+    let kept = PostgresTarget::parse("postgres://xp@db.example/xp", Some("secret")).unwrap();
+    assert!(!format!("{kept:?} {kept}").contains("secret"));
+    assert!(PostgresTarget::parse("postgres://[", None).is_err());
+}
+
+#[test]
+fn heads_opening_one_database_at_once_make_its_schema_once() {
+    let Some(server) = server() else { return };
+    let target = target(&server);
+    let opened: Vec<Result<Registry, RegistryError>> = std::thread::scope(|scope| {
+        let opens: Vec<_> = (0..4)
+            .map(|_| scope.spawn(|| Registry::open_store(&StoreSpec::Postgres(Box::new(target.clone())))))
+            .collect();
+        opens.into_iter().map(|open| open.join().unwrap()).collect()
+    });
+    for registry in opened {
+        registry.unwrap();
+    }
+}
+
+#[test]
+fn a_record_with_a_nul_character_is_stored_and_read_back() {
+    let Some(server) = server() else { return };
+    let mut registry = opener(&server)();
+    registry.load().unwrap();
+    let Record::Event(mut hostile) = event(1, 0) else {
+        unreachable!()
+    };
+    hostile.reason = "before\0after \u{1F600} \\u0000 \"quoted\"".to_owned();
+    registry
+        .commit(vec![Record::Event(hostile.clone())])
+        .unwrap();
+    let loaded = opener(&server)().load().unwrap();
+    assert_eq!(loaded.events[0].reason, hostile.reason);
+}
