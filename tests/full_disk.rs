@@ -1,4 +1,5 @@
-//! A full disk under the head is survived without a restart.
+//! A full disk under the head, or its PostgreSQL server stopped under it, is
+//! survived without a restart.
 //!
 //! The head's data directory is a small tmpfs. While trials report metrics the
 //! tmpfs is filled: the head must refuse new work with a clear error, report
@@ -9,7 +10,11 @@
 //! attempt and each metric step stored once; a restart afterwards shows the
 //! same, so what it showed was stored.
 //!
-//! Skipped with a printed reason where a tmpfs cannot be mounted (not root).
+//! The same holds for a head on PostgreSQL whose server is stopped while trials
+//! report, and started again.
+//!
+//! Skipped with a printed reason where a tmpfs cannot be mounted (not root), or
+//! PostgreSQL is not installed; where CI runs, those are failures.
 
 mod common;
 
@@ -191,7 +196,7 @@ fn a_full_disk_is_survived_without_a_restart() {
     let long = must_run_reporting_trials(&cluster, &long_yaml);
     // Fill the disk while the trials report: the head must notice and refuse work.
     let filler = tmpfs.fill();
-    check_full_disk_refuses_work(&cluster, &http, &short_yaml);
+    check_outage_refuses_work(&cluster, &http, &short_yaml, "its disk is full");
     // Reads still answer, and nothing changes while nothing can be stored.
     let during = check_nothing_changes_while_full(&cluster, &http, &long);
     // Room again: the head re-opens its database by itself and carries on.
@@ -202,6 +207,33 @@ fn a_full_disk_is_survived_without_a_restart() {
     // A restart shows the same: everything shown was stored.
     check_restart_shows_the_same(&mut cluster, &long, &short);
     drop(tmpfs);
+}
+
+#[test]
+fn a_stopped_postgres_is_survived_without_a_restart() {
+    let http = format!("127.0.0.1:{}", free_tcp_port());
+    let Some(mut cluster) = TestCluster::start_on_postgres("10s", &["--http", &http]) else {
+        return;
+    };
+    cluster.start_node("a", 0, 4);
+    cluster.wait_for_nodes(1);
+    let script = cluster.write_file("emit.sh", &emitter_script());
+    let long_yaml = cluster.write_file(
+        "long.yaml",
+        &experiment_yaml("long", &script, &[1, 2, 3, 4]),
+    );
+    let short_yaml = cluster.write_file("short.yaml", &experiment_yaml("short", &script, &[11]));
+    let long = must_run_reporting_trials(&cluster, &long_yaml);
+    cluster.postgres().stop();
+    check_outage_refuses_work(&cluster, &http, &short_yaml, "its database failed");
+    let during = check_nothing_changes_while_full(&cluster, &http, &long);
+    cluster
+        .postgres()
+        .restart()
+        .expect("PostgreSQL starts again");
+    let short = check_head_carries_on(&cluster, &http, &long, &short_yaml, &during);
+    check_storage_error_logged_with_backoff(&cluster);
+    check_restart_shows_the_same(&mut cluster, &long, &short);
 }
 
 /// Whether a tmpfs can be mounted here; says why the test is skipped when not.
@@ -234,15 +266,15 @@ fn must_run_reporting_trials(cluster: &TestCluster, long_yaml: &Path) -> String 
     long
 }
 
-/// On a full disk the head reports itself unhealthy and refuses a submission,
-/// saying why.
-fn check_full_disk_refuses_work(cluster: &TestCluster, http: &str, short_yaml: &Path) {
+/// Without storage the head reports itself unhealthy and refuses a submission,
+/// saying why (`cause`).
+fn check_outage_refuses_work(cluster: &TestCluster, http: &str, short_yaml: &Path, cause: &str) {
     let (_, problem) = wait_until(
         "the head to report itself unhealthy",
         Duration::from_secs(90),
         || healthz(http).filter(|(code, _)| *code != 200),
     );
-    assert!(problem.contains("disk is full"), "{problem}");
+    assert!(problem.contains(cause), "{problem}");
     let refused = cluster.xp(&["submit", short_yaml.to_str().expect("UTF-8")]);
     let refusal = String::from_utf8_lossy(&refused.stderr);
     assert!(
@@ -250,7 +282,7 @@ fn check_full_disk_refuses_work(cluster: &TestCluster, http: &str, short_yaml: &
         "a submit was taken on a full disk"
     );
     assert!(
-        refusal.contains("the head cannot store anything: its disk is full")
+        refusal.contains(&format!("the head cannot store anything: {cause}"))
             && refusal.contains("retry later"),
         "{refusal}"
     );

@@ -52,12 +52,21 @@ fn node_logged(cluster: &TestCluster, name: &str, message: &str) -> usize {
 
 #[test]
 fn a_head_restarted_at_once_adopts_trials_that_ended_or_ran_while_it_was_down() {
-    check_restart_adopts_everything(false);
+    check_restart_adopts_everything(TestCluster::start("10s"), false);
 }
 
 #[test]
 fn a_head_restarted_after_its_nodes_gave_up_on_it_adopts_everything_too() {
-    check_restart_adopts_everything(true);
+    check_restart_adopts_everything(TestCluster::start("10s"), true);
+}
+
+/// The same on a head that keeps its records in PostgreSQL: killed with
+/// SIGKILL, started again on the same database.
+#[test]
+fn a_head_on_postgres_restarted_at_once_adopts_everything_too() {
+    if let Some(cluster) = TestCluster::start_on_postgres("10s", &[]) {
+        check_restart_adopts_everything(cluster, false);
+    }
 }
 
 /// Runs six gated trials on two nodes, kills the head while they run, lets two
@@ -65,8 +74,7 @@ fn a_head_restarted_after_its_nodes_gave_up_on_it_adopts_everything_too() {
 /// `after_nodes_noticed`, once both nodes have seen the session die and failed
 /// to reach the head. Then checks that every trial ran exactly once and that
 /// its last metrics arrived.
-fn check_restart_adopts_everything(after_nodes_noticed: bool) {
-    let mut cluster = TestCluster::start("10s");
+fn check_restart_adopts_everything(mut cluster: TestCluster, after_nodes_noticed: bool) {
     cluster.start_node("a", 0, 3);
     cluster.start_node("b", 0, 3);
     cluster.wait_for_nodes(2);

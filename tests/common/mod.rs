@@ -202,6 +202,9 @@ pub(crate) struct TestCluster {
     node_timeout: String,
     /// Extra arguments for `xp-head start` (such as `--policy FILE`).
     head_args: Vec<String>,
+    /// The PostgreSQL server the head keeps its records in, if not its data
+    /// directory; stopped after the head (fields drop after `drop`).
+    postgres: Option<xp_head::test_postgres::TestPostgres>,
 }
 
 impl TestCluster {
@@ -219,6 +222,17 @@ impl TestCluster {
             std::fs::write(&path, policy).expect("policy file");
             head_args = vec!["--policy".to_owned(), path.display().to_string()];
         }
+        Self::start_head_in(dir, node_timeout, head_args, None)
+    }
+
+    /// Starts a head in `dir` (its data directory `dir/head`), keeping its
+    /// records in `postgres` where given.
+    fn start_head_in(
+        dir: tempfile::TempDir,
+        node_timeout: &str,
+        head_args: Vec<String>,
+        postgres: Option<xp_head::test_postgres::TestPostgres>,
+    ) -> Self {
         let mut cluster = Self {
             dir,
             join: String::new(),
@@ -228,6 +242,7 @@ impl TestCluster {
             nodes: BTreeMap::new(),
             node_timeout: node_timeout.to_owned(),
             head_args,
+            postgres,
         };
         cluster.start_head("127.0.0.1:0");
         cluster
@@ -544,18 +559,36 @@ impl TestCluster {
     ) -> Self {
         let dir = cluster_dir();
         prepare(&dir.path().join("head"));
-        let mut cluster = Self {
-            dir,
-            join: String::new(),
-            node_join: String::new(),
-            port: 0,
-            head: None,
-            nodes: BTreeMap::new(),
-            node_timeout: node_timeout.to_owned(),
-            head_args: head_args.iter().map(|arg| (*arg).to_owned()).collect(),
+        let head_args = head_args.iter().map(|arg| (*arg).to_owned()).collect();
+        Self::start_head_in(dir, node_timeout, head_args, None)
+    }
+
+    /// Starts a head that keeps its records in a PostgreSQL server of its own
+    /// (made with `initdb` for the test), with extra `xp-head start` arguments;
+    /// `None` where PostgreSQL is not installed (a failure where CI runs).
+    pub(crate) fn start_on_postgres(node_timeout: &str, head_args: &[&str]) -> Option<Self> {
+        let postgres = match xp_head::test_postgres::TestPostgres::start(false) {
+            Ok(postgres) => postgres,
+            Err(reason) => {
+                cannot_run(&reason);
+                return None;
+            }
         };
-        cluster.start_head("127.0.0.1:0");
-        cluster
+        let url = postgres.url();
+        let mut args = vec!["--store", url.as_str()];
+        args.extend_from_slice(head_args);
+        let head_args = args.iter().map(|arg| (*arg).to_owned()).collect();
+        Some(Self::start_head_in(
+            cluster_dir(),
+            node_timeout,
+            head_args,
+            Some(postgres),
+        ))
+    }
+
+    /// The PostgreSQL server of a cluster made by [`start_on_postgres`](Self::start_on_postgres).
+    pub(crate) fn postgres(&mut self) -> &mut xp_head::test_postgres::TestPostgres {
+        self.postgres.as_mut().expect("a cluster on PostgreSQL")
     }
 
     /// The head's data directory.
