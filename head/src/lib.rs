@@ -33,7 +33,9 @@ use xp_runtime::join::JoinString;
 use crate::actor::HeadMsg;
 
 pub use crate::offline::{OfflineError, OfflineHead, offline_status};
-pub use crate::registry::{PostgresTarget, RegistryError};
+pub use crate::registry::{
+    CopyError, PostgresTarget, RegistryError, StoreSpec, TableDigest, copy_store,
+};
 pub use crate::start::start;
 pub use crate::users::local::{LocalUserError, node_credential, run as run_user_command};
 pub use crate::users::socket::SocketError;

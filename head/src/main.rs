@@ -69,6 +69,11 @@ enum Command {
         #[arg(long)]
         data_dir: PathBuf,
     },
+    /// Work on a stopped head's store.
+    Store {
+        #[command(subcommand)]
+        command: StoreCli,
+    },
     /// Manage the cluster's users, on the head machine: through the running
     /// head, or on a stopped head's database.
     User {
@@ -77,6 +82,23 @@ enum Command {
         data_dir: Option<PathBuf>,
         #[command(subcommand)]
         command: UserCli,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum StoreCli {
+    /// Copy every record of a stopped head's store into an empty one (a data
+    /// directory or redb file to PostgreSQL, or back), then read both again
+    /// and compare them table by table: rows and a digest of each.
+    Copy {
+        /// The store to copy: a data directory, a redb file, or a PostgreSQL
+        /// address (`postgres://USER@HOST/DB`).
+        from: String,
+        /// The empty store to copy into, named the same ways.
+        to: String,
+        /// A file holding the PostgreSQL password (else XP_STORE_PASSWORD).
+        #[arg(long, value_name = "FILE")]
+        store_password_file: Option<PathBuf>,
     },
 }
 
@@ -161,6 +183,14 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::NodeCredential { data_dir } => print_node_credential(&data_dir),
+        Command::Store {
+            command:
+                StoreCli::Copy {
+                    from,
+                    to,
+                    store_password_file,
+                },
+        } => copy_store(&from, &to, store_password_file.as_deref()),
         Command::User { data_dir, command } => {
             let data_dir =
                 data_dir.context("--data-dir DIR is required: the head's data directory")?;
@@ -334,13 +364,28 @@ fn read_policy(name: &str) -> anyhow::Result<(String, String)> {
 
 /// A node timeout: a duration of at least a second (six heartbeats of at
 /// least 100 ms each must fit in it).
-/// The PostgreSQL store at `address`, with its password from `password_file`
-/// or else from `XP_STORE_PASSWORD`.
-fn store_target(
-    address: &str,
-    password_file: Option<&std::path::Path>,
-) -> anyhow::Result<xp_head::PostgresTarget> {
-    let password = match password_file {
+/// `xp-head store copy`: copies, compares, and prints each table's rows and digest.
+#[expect(clippy::print_stdout, reason = "the command's answer")]
+fn copy_store(from: &str, to: &str, password_file: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let password = store_password(password_file)?;
+    let from = xp_head::StoreSpec::parse(from, password.as_deref()).context("FROM")?;
+    let to = xp_head::StoreSpec::parse(to, password.as_deref()).context("TO")?;
+    let tables = xp_head::copy_store(&from, &to)?;
+    let rows: u64 = tables.iter().map(|table| table.rows).sum();
+    for table in &tables {
+        println!(
+            "{:<12} {:>10} rows  {}",
+            table.table, table.rows, table.digest
+        );
+    }
+    println!("copied {rows} rows from {from} to {to}; both read back the same");
+    Ok(())
+}
+
+/// The PostgreSQL password: from `password_file` (its first line), or else
+/// from `XP_STORE_PASSWORD`, or none.
+fn store_password(password_file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
+    Ok(match password_file {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| {
                 format!("cannot read the store password from {}", path.display())
@@ -348,7 +393,16 @@ fn store_target(
             Some(text.lines().next().unwrap_or_default().to_owned())
         }
         None => std::env::var("XP_STORE_PASSWORD").ok(),
-    };
+    })
+}
+
+/// The PostgreSQL store at `address`, with its password from `password_file`
+/// or else from `XP_STORE_PASSWORD`.
+fn store_target(
+    address: &str,
+    password_file: Option<&std::path::Path>,
+) -> anyhow::Result<xp_head::PostgresTarget> {
+    let password = store_password(password_file)?;
     xp_head::PostgresTarget::parse(address, password.as_deref())
         .with_context(|| format!("--store {address}"))
 }

@@ -28,8 +28,11 @@ use xp_head_core::{
 };
 use xp_runtime::protocol::AuditEntry;
 
+mod copy;
 mod postgres;
 mod redb_store;
+
+pub use copy::{CopyError, TableDigest, copy_store};
 
 pub use postgres::PostgresTarget;
 
@@ -68,6 +71,14 @@ pub enum RegistryError {
         /// The number.
         value: u64,
     },
+    /// A row of a store cannot be copied as it is.
+    #[error("cannot copy a row of table {table}: {reason}")]
+    CopyRow {
+        /// The table.
+        table: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// The probe for free room before re-opening the database failed.
     #[error("cannot write {bytes} bytes in {}: {source}", dir.display())]
     NoRoom {
@@ -101,11 +112,43 @@ impl RegistryError {
 
 /// The store behind a registry: where the head keeps its records.
 #[derive(Debug, Clone)]
-pub(crate) enum StoreSpec {
+pub enum StoreSpec {
     /// An embedded redb database file.
     Redb(PathBuf),
     /// A PostgreSQL database.
     Postgres(Box<PostgresTarget>),
+}
+
+impl StoreSpec {
+    /// The store `text` names: a PostgreSQL address (`postgres://...`,
+    /// `postgresql://...` or `key=value` pairs, with `password` for it), or
+    /// else a redb file; a directory names the `head.redb` in it (a head's
+    /// data directory).
+    pub fn parse(text: &str, password: Option<&str>) -> Result<Self, RegistryError> {
+        let is_postgres = text.starts_with("postgres://")
+            || text.starts_with("postgresql://")
+            || text.contains('=');
+        if is_postgres {
+            return Ok(Self::Postgres(Box::new(PostgresTarget::parse(
+                text, password,
+            )?)));
+        }
+        let path = PathBuf::from(text);
+        Ok(Self::Redb(if path.is_dir() {
+            path.join("head.redb")
+        } else {
+            path
+        }))
+    }
+}
+
+impl std::fmt::Display for StoreSpec {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Redb(path) => write!(formatter, "{}", path.display()),
+            Self::Postgres(target) => write!(formatter, "{target}"),
+        }
+    }
 }
 
 /// What the database holds, kept in memory: experiments, trials and nodes by id,
@@ -246,6 +289,21 @@ pub(crate) trait Store: Send + std::fmt::Debug {
     /// Opens the store again once it can take writes (room on the disk, the
     /// database answering).
     fn reopen(&mut self) -> Result<(), RegistryError>;
+    /// Up to `limit` rows of `table` after `after`, in key order, as stored.
+    fn export(
+        &self,
+        table: copy::Table,
+        after: Option<&copy::RawKey>,
+        limit: usize,
+    ) -> Result<Vec<copy::RawRow>, RegistryError>;
+    /// Stores `rows` of `table` as they are, and the next numbers, in one
+    /// transaction.
+    fn import(
+        &mut self,
+        table: copy::Table,
+        rows: &[copy::RawRow],
+        next: Sequences,
+    ) -> Result<(), RegistryError>;
 }
 
 /// The head's database.

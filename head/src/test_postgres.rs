@@ -35,13 +35,11 @@ fn find_bin() -> Option<PathBuf> {
     // The newest version first: "15" < "16" sorts right for two-digit versions.
     debian.sort();
     debian.reverse();
-    on_path
-        .chain(debian)
-        .find(|dir| {
-            ["initdb", "postgres", "pg_isready"]
-                .iter()
-                .all(|program| dir.join(program).is_file())
-        })
+    on_path.chain(debian).find(|dir| {
+        ["initdb", "postgres", "pg_isready"]
+            .iter()
+            .all(|program| dir.join(program).is_file())
+    })
 }
 
 /// The user the server runs as: none (this user) unless this process is root.

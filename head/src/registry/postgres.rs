@@ -24,8 +24,10 @@ use xp_runtime::protocol::{AuditEntry, TelemetryWindow, WorkerTelemetry};
 use xp_head_core::auth::users::UserRecord;
 use xp_head_core::{LoadedState, MetricRecord, Record};
 
+use super::copy::{RawKey, RawRow, Table};
 use super::{MetricsPage, RegistryError, Sequences, Store, sample_stride};
 
+mod raw;
 mod rows;
 
 mod embedded {
@@ -220,12 +222,33 @@ impl Store for PostgresStore {
         self.with_client(rows::read_all)
     }
 
+    fn export(
+        &self,
+        table: Table,
+        after: Option<&RawKey>,
+        limit: usize,
+    ) -> Result<Vec<RawRow>, RegistryError> {
+        self.with_client(|client| raw::export(client, table, after, limit))
+    }
+
+    fn import(
+        &mut self,
+        table: Table,
+        rows: &[RawRow],
+        next: Sequences,
+    ) -> Result<(), RegistryError> {
+        let rows = rows::Rows::from_raw(table, rows)?;
+        self.with_client(|client| {
+            let mut txn = client.transaction()?;
+            rows.write(&mut txn, next)?;
+            txn.commit()?;
+            Ok(())
+        })
+    }
+
     fn users(&self) -> Result<Vec<UserRecord>, RegistryError> {
         self.with_client(|client| {
-            let rows = client.query(
-                "SELECT record::text FROM users ORDER BY name COLLATE \"C\"",
-                &[],
-            )?;
+            let rows = client.query("SELECT record::text FROM users ORDER BY name", &[])?;
             Ok(rows::decode(&rows, "user"))
         })
     }

@@ -16,27 +16,32 @@ use xp_runtime::protocol::{AuditEntry, TelemetryWindow, WorkerTelemetry};
 use xp_head_core::auth::users::UserRecord;
 use xp_head_core::{LoadedState, MetricRecord, Record, TelemetryRecord};
 
+use super::copy::{RawKey, RawRow, Table};
 use super::{MetricsPage, RegistryError, Sequences, Store, encode, sample_stride};
 
-const EXPERIMENTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("experiments");
-const TRIALS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("trials");
-const NODES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("nodes");
-const EVENTS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("events");
+mod raw;
+
+pub(super) const EXPERIMENTS: TableDefinition<'_, &str, &[u8]> =
+    TableDefinition::new("experiments");
+pub(super) const TRIALS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("trials");
+pub(super) const NODES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("nodes");
+pub(super) const EVENTS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("events");
 /// Keyed by (trial id, sequence) so one trial's history is a range scan.
-const METRICS: TableDefinition<'_, (&str, u64), &[u8]> = TableDefinition::new("metrics");
-const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+pub(super) const METRICS: TableDefinition<'_, (&str, u64), &[u8]> = TableDefinition::new("metrics");
+pub(super) const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 /// The scheduling policy in force, under the key `current`.
-const POLICY: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("policy");
+pub(super) const POLICY: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("policy");
 /// Users by name.
-const USERS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("users");
+pub(super) const USERS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("users");
 /// The audit trail by sequence number.
-const AUDIT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("audit");
+pub(super) const AUDIT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("audit");
 /// Telemetry windows by (trial id, rank, slot), so one trial's series is a range scan.
-const TELEMETRY: TableDefinition<'_, (&str, u32, u32), &[u8]> = TableDefinition::new("telemetry");
+pub(super) const TELEMETRY: TableDefinition<'_, (&str, u32, u32), &[u8]> =
+    TableDefinition::new("telemetry");
 /// Pipelines by id.
 pub(super) const PIPELINES: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("pipelines");
 /// Alerts by id (insert or replace: an alert's delivery state and clearing change).
-const ALERTS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("alerts");
+pub(super) const ALERTS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("alerts");
 
 /// How much room a probe must find before the database is opened again after a
 /// failed write: enough for the database to grow a little, so that a disk with a
@@ -46,7 +51,7 @@ const PROBE_BYTES: usize = 1 << 20;
 /// The probe file's name in the database's directory.
 const PROBE_FILE: &str = ".xp-space-probe";
 
-fn db_error(error: impl Into<redb::Error>) -> RegistryError {
+pub(super) fn db_error(error: impl Into<redb::Error>) -> RegistryError {
     RegistryError::Database(error.into())
 }
 
@@ -134,6 +139,24 @@ impl Store for RedbStore {
 
     fn read_all(&self) -> Result<LoadedState, RegistryError> {
         read_all(self.database()?)
+    }
+
+    fn export(
+        &self,
+        table: Table,
+        after: Option<&RawKey>,
+        limit: usize,
+    ) -> Result<Vec<RawRow>, RegistryError> {
+        self.export_rows(table, after, limit)
+    }
+
+    fn import(
+        &mut self,
+        table: Table,
+        rows: &[RawRow],
+        next: Sequences,
+    ) -> Result<(), RegistryError> {
+        self.import_rows(table, rows, next)
     }
 
     fn is_open(&self) -> bool {

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use xp_head_core::{LoadedState, Record};
 use xp_runtime::protocol::AuditEntry;
 
+use super::super::copy::{RawKey, RawRow, Table};
 use super::super::{MetricsPage, RegistryError, Sequences, encode};
 use super::unreadable;
 
@@ -274,7 +275,7 @@ pub(super) fn read_all(client: &mut Client) -> Result<LoadedState, RegistryError
         .isolation_level(::postgres::IsolationLevel::RepeatableRead)
         .start()?;
     let mut loaded = LoadedState::default();
-    let by_id = "id COLLATE \"C\"";
+    let by_id = "id";
     loaded.experiments = read_table(&mut txn, "experiments", by_id, "experiment")?;
     loaded.trials = read_table(&mut txn, "trials", by_id, "trial")?;
     loaded.nodes = read_table(&mut txn, "nodes", by_id, "node")?;
@@ -332,4 +333,52 @@ pub(super) fn metrics_page(
         }
     }
     Ok(page)
+}
+
+impl Rows {
+    /// Rows of `table` copied from another store, as they are stored there.
+    pub(super) fn from_raw(table: Table, raw: &[RawRow]) -> Result<Self, RegistryError> {
+        let mut rows = Self::default();
+        for row in raw {
+            let record =
+                String::from_utf8(row.record.clone()).map_err(|_| RegistryError::CopyRow {
+                    table: table.name(),
+                    reason: format!("the record of {:?} is not UTF-8", row.key),
+                })?;
+            let number = |value: u64| number(table.name(), value);
+            match (&row.key, table) {
+                (RawKey::Text(key), Table::Experiments) => {
+                    rows.experiments.insert(key.clone(), record)
+                }
+                (RawKey::Text(key), Table::Trials) => rows.trials.insert(key.clone(), record),
+                (RawKey::Text(key), Table::Nodes) => rows.nodes.insert(key.clone(), record),
+                (RawKey::Text(key), Table::Users) => rows.users.insert(key.clone(), record),
+                (RawKey::Text(key), Table::Policy) => rows.policy.insert(key.clone(), record),
+                (RawKey::Number(key), Table::Events) => rows.events.insert(number(*key)?, record),
+                (RawKey::Number(key), Table::Audit) => rows.audit.insert(number(*key)?, record),
+                (RawKey::Number(key), Table::Pipelines) => {
+                    rows.pipelines.insert(number(*key)?, record)
+                }
+                (RawKey::Number(key), Table::Alerts) => rows.alerts.insert(number(*key)?, record),
+                (RawKey::Metric(trial, seq), Table::Metrics) => {
+                    rows.metrics.push((trial.clone(), number(*seq)?, record));
+                    None
+                }
+                (RawKey::Telemetry(trial, rank, slot), Table::Telemetry) => rows
+                    .telemetry
+                    .insert(
+                        (trial.clone(), i64::from(*rank), i64::from(*slot)),
+                        Some(record),
+                    )
+                    .flatten(),
+                _ => {
+                    return Err(RegistryError::CopyRow {
+                        table: table.name(),
+                        reason: "a key of another kind".to_owned(),
+                    });
+                }
+            };
+        }
+        Ok(rows)
+    }
 }

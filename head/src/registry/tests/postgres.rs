@@ -3,6 +3,7 @@
 //! registry, a password in the address, the schema made once by two heads.
 
 use super::*;
+use crate::registry::{CopyError, copy_store};
 use crate::test_postgres::TestPostgres;
 
 /// A server, or `None` where PostgreSQL is not installed; where CI runs (`CI`
@@ -99,7 +100,9 @@ fn heads_opening_one_database_at_once_make_its_schema_once() {
     let target = target(&server);
     let opened: Vec<Result<Registry, RegistryError>> = std::thread::scope(|scope| {
         let opens: Vec<_> = (0..4)
-            .map(|_| scope.spawn(|| Registry::open_store(&StoreSpec::Postgres(Box::new(target.clone())))))
+            .map(|_| {
+                scope.spawn(|| Registry::open_store(&StoreSpec::Postgres(Box::new(target.clone()))))
+            })
             .collect();
         opens.into_iter().map(|open| open.join().unwrap()).collect()
     });
@@ -122,4 +125,62 @@ fn a_record_with_a_nul_character_is_stored_and_read_back() {
         .unwrap();
     let loaded = opener(&server)().load().unwrap();
     assert_eq!(loaded.events[0].reason, hostile.reason);
+}
+
+#[test]
+fn a_store_is_copied_to_postgres_and_back_row_for_row() {
+    let Some(server) = server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let redb = StoreSpec::Redb(dir.path().join("head.redb"));
+    let mut registry = Registry::open_store(&redb).unwrap();
+    registry.load().unwrap();
+    // More metric reports than one page of a copy, over trials whose ids share prefixes.
+    for page in 0..3 {
+        let reports = (0..4_000).map(|step| a_metric(step % 11, page * 4_000 + u64::from(step)));
+        registry.commit(reports.collect()).unwrap();
+    }
+    registry
+        .commit((1..=50).map(|seq| event(seq, 20)).collect())
+        .unwrap();
+    drop(registry);
+    super::users_and_the_audit_trail_are_stored_and_numbered(&|| {
+        Registry::open_store(&redb).unwrap()
+    });
+    let next = Registry::open_store(&redb).unwrap().next;
+
+    let postgres = StoreSpec::Postgres(Box::new(target(&server)));
+    let copied = copy_store(&redb, &postgres).unwrap();
+    let rows = |name| {
+        copied
+            .iter()
+            .find(|table| table.table == name)
+            .unwrap()
+            .rows
+    };
+    assert_eq!(
+        (
+            rows("metrics"),
+            rows("events"),
+            rows("users"),
+            rows("audit")
+        ),
+        (12_000, 50, 1, 4)
+    );
+    assert_eq!(
+        Registry::open_store(&postgres).unwrap().next,
+        next,
+        "numbering goes on"
+    );
+    let refused = copy_store(&redb, &postgres).unwrap_err();
+    assert!(matches!(refused, CopyError::NotEmpty { .. }), "{refused}");
+
+    let back = StoreSpec::Redb(dir.path().join("back.redb"));
+    assert_eq!(copy_store(&postgres, &back).unwrap(), copied);
+    let mut again = Registry::open_store(&back).unwrap();
+    assert_eq!(
+        event_seqs(&again.load().unwrap()),
+        (1..=50).collect::<Vec<_>>()
+    );
+    let of_trial_3 = 3 * (0..4_000).filter(|step| step % 11 == 3).count();
+    assert_eq!(again.metrics_of(a_trial(3)).unwrap().len(), of_trial_3);
 }
