@@ -251,7 +251,7 @@ impl PolicyCore {
         {
             return;
         }
-        let min_run = self.config.preemption.min_run_time_ms;
+        let min_run = self.min_run_ms();
         let mut growable: Vec<(UnixMillis, TrialId)> = self
             .elastic
             .iter()
@@ -352,7 +352,7 @@ impl PolicyCore {
             from,
             workers,
             reason: ResizeReason::Grow,
-            grace_ms: self.config.preemption.grace_period_ms,
+            grace_ms: self.grace_ms(),
         }
     }
 
@@ -398,9 +398,7 @@ impl PolicyCore {
             waited_ms: pass.now.saturating_sub(trial.waiting_since),
             gang: trial.request.gang.clone(),
             strategy: self.strategy(id),
-            cutoff: pass
-                .now
-                .saturating_sub(self.config.preemption.min_run_time_ms),
+            cutoff: pass.now.saturating_sub(self.min_run_ms()),
         };
         // 3. The elastic trials that may give up workers, in the order they are asked.
         let candidates = self.shrink_candidates(&search, pass);
@@ -567,7 +565,7 @@ impl PolicyCore {
         chosen: Vec<(TrialId, u32)>,
         decisions: &mut Vec<Decision>,
     ) {
-        let grace_ms = self.config.preemption.grace_period_ms;
+        let grace_ms = self.grace_ms();
         for (victim, size) in chosen {
             let Some(Standing::Placed(placed)) = self.trials.get(&victim).map(|t| &t.standing)
             else {

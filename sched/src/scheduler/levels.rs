@@ -30,6 +30,8 @@ pub(super) const WINDOW: usize = 256;
 pub(super) const MIN_HISTORY: usize = 16;
 /// Grid points per doubling of an edge.
 pub(super) const STEPS_PER_DOUBLING: u32 = 4;
+/// The most the policy's workload durations are scaled by, either way.
+pub(super) const MAX_FACTOR: u128 = 1000;
 /// `2^(r / 4)` for `r` in 0..4, in ten-thousandths.
 const STEP_MANTISSA: [u128; STEPS_PER_DOUBLING as usize] = [10_000, 11_892, 14_142, 16_818];
 
@@ -84,6 +86,21 @@ impl ServiceLevels {
     /// The edges in force, in GPU-milliseconds.
     pub(super) fn edges(&self) -> &[u64] {
         &self.edges
+    }
+
+    /// Scales a duration written for the prior's workload to the workload the
+    /// edges follow: times the first edge over the prior's first edge, that
+    /// factor kept within 1/[`MAX_FACTOR`] to [`MAX_FACTOR`]. As written while
+    /// the prior holds, with fixed edges, or without edges.
+    pub(super) fn scaled(&self, ms: u64) -> u64 {
+        let (Some(_), Some(&edge), Some(&prior)) =
+            (&self.grid, self.edges.first(), self.prior.first())
+        else {
+            return ms;
+        };
+        let prior = u128::from(prior.max(1));
+        let edge = u128::from(edge).clamp(prior.div_ceil(MAX_FACTOR), prior * MAX_FACTOR);
+        u64::try_from(u128::from(ms) * edge / prior).unwrap_or(u64::MAX)
     }
 
     /// A trial completed having received `gpu_ms` of service; true when the

@@ -213,9 +213,7 @@ impl PolicyCore {
         }
         // Trials started after `cutoff` have not run their minimum yet; before the
         // minimum has passed since time zero, no trial has.
-        let cutoff = pass
-            .now
-            .checked_sub(self.config.preemption.min_run_time_ms)?;
+        let cutoff = pass.now.checked_sub(self.min_run_ms())?;
         pass.preemption_attempts += 1;
         let search = VictimSearch {
             preemptor: id,
@@ -311,13 +309,11 @@ impl PolicyCore {
     /// The same rule holds for shrinking an elastic trial, which restarts its
     /// whole gang from its checkpoint.
     pub(super) fn worth_its_loss(&self, waited_ms: u64, now: UnixMillis, trial: &Trial) -> bool {
-        let (Some(limit), Standing::Placed(placed)) =
-            (self.config.preemption.max_loss_ms, &trial.standing)
-        else {
+        let (Some(limit), Standing::Placed(placed)) = (self.max_loss_ms(), &trial.standing) else {
             return true;
         };
         let loss_ms = placed.loss_ms(now);
-        if loss_ms <= limit || waited_ms >= MAX_LOSS_WAIT_MS {
+        if loss_ms <= limit || waited_ms >= self.max_loss_wait_ms() {
             return true;
         }
         let lost_gpu_ms = u128::from(trial.demand[0].max(1)) * u128::from(loss_ms) / 1000;
@@ -390,11 +386,7 @@ impl PolicyCore {
             );
         };
         let loss_ms = placed.loss_ms(now);
-        let over = self
-            .config
-            .preemption
-            .max_loss_ms
-            .is_some_and(|limit| loss_ms > limit);
+        let over = self.max_loss_ms().is_some_and(|limit| loss_ms > limit);
         let lost = u128::from(trial.demand[0].max(1)) * u128::from(loss_ms);
         (
             over,
@@ -475,7 +467,7 @@ impl PolicyCore {
 
     /// [`Self::more_served`] without the pass's memory.
     fn walk_more_served(&self, search: &VictimSearch, level: u8) -> Vec<TrialId> {
-        let max_loss = self.config.preemption.max_loss_ms;
+        let max_loss = self.max_loss_ms();
         let priority = search.priority;
         self.index.queues[search.queue]
             .victims
@@ -597,7 +589,7 @@ impl PolicyCore {
             demand,
             ..
         } = *search;
-        let grace_ms = self.config.preemption.grace_period_ms;
+        let grace_ms = self.grace_ms();
         let deadline = pass.now.saturating_add(grace_ms);
         for &(victim, reclaim) in chosen {
             self.change(victim, |trial| {

@@ -21,8 +21,13 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::TrialId;
 
 use super::PolicyCore;
+use super::preemption::MAX_LOSS_WAIT_MS;
 use super::trial::{Standing, Trial};
 use crate::config::Order;
+
+/// The shortest grace period that scaling to a workload of short trials
+/// gives (`levels`), unless the policy's own is shorter.
+pub(super) const MIN_SCALED_GRACE_MS: u64 = 10_000;
 
 /// A trial's attained service, for views and tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,7 +107,8 @@ impl PolicyCore {
     }
 
     /// Recomputes the level and promotion time of every waiting and held
-    /// trial after the edges moved; places in line stay as they are.
+    /// trial after the edges moved (`reserve_after` may have scaled with
+    /// them); places in line stay as they are, size delays included.
     fn relevel_waiting(&mut self) {
         let mut ids: Vec<TrialId> = self
             .trials
@@ -121,7 +127,7 @@ impl PolicyCore {
                     .attained_gpu_ms
                     .saturating_sub(trial.level_base_gpu_ms),
             );
-            if level != trial.level {
+            if level != trial.level || trial.promote_at.is_some() {
                 self.change(id, |trial| {
                     trial.level = level;
                     trial.promote_after_set(promote_after, reserve_after);
@@ -138,8 +144,39 @@ impl PolicyCore {
             .flatten();
         (
             las.map_or(0, |las| las.promote_after),
-            las.map(|las| las.reserve_after_ms),
+            las.map(|las| self.levels.scaled(las.reserve_after_ms)),
         )
+    }
+
+    /// `preemption.min_run_time`, scaled to the workload (`levels`).
+    pub(super) fn min_run_ms(&self) -> u64 {
+        self.levels.scaled(self.config.preemption.min_run_time_ms)
+    }
+
+    /// `preemption.max_loss`, scaled to the workload (`levels`).
+    pub(super) fn max_loss_ms(&self) -> Option<u64> {
+        self.config
+            .preemption
+            .max_loss_ms
+            .map(|limit| self.levels.scaled(limit).min(limit))
+    }
+
+    /// `preemption.grace_period`, shortened for a workload of shorter trials
+    /// than the prior's (`levels`) but never under [`MIN_SCALED_GRACE_MS`]
+    /// (or the configured period when shorter), and never lengthened: it is
+    /// how long a process may take to stop, which its workload does not
+    /// lengthen, and what a victim runs in it is lost unless it checkpoints.
+    pub(super) fn grace_ms(&self) -> u64 {
+        let grace = self.config.preemption.grace_period_ms;
+        self.levels
+            .scaled(grace)
+            .clamp(grace.min(MIN_SCALED_GRACE_MS), grace)
+    }
+
+    /// The wait after which a claimant accepts any loss ([`MAX_LOSS_WAIT_MS`]),
+    /// scaled to the workload (`levels`).
+    pub(super) fn max_loss_wait_ms(&self) -> u64 {
+        self.levels.scaled(MAX_LOSS_WAIT_MS)
     }
 
     /// Recomputes a trial's level, place in line and promotion time from its
@@ -208,15 +245,15 @@ impl PolicyCore {
         // being in that order, so the delay is left out beside it.
         let delay_per_gpu = las
             .filter(|_| self.config.aging.is_none())
-            .map_or(0, |las| las.delay_per_gpu_ms);
+            .map_or(0, |las| self.levels.scaled(las.delay_per_gpu_ms));
+        let reserve_after = las.map(|las| self.levels.scaled(las.reserve_after_ms));
         let extra_gpus = trial.demand[0].saturating_sub(1000);
         // Capped at `reserve_after`, so a gang is passed by no trial submitted
         // more than that after it, whatever its size.
         let delay = u64::try_from(u128::from(extra_gpus) * u128::from(delay_per_gpu) / 1000)
             .unwrap_or(u64::MAX)
-            .min(las.map_or(0, |las| las.reserve_after_ms));
+            .min(reserve_after.unwrap_or(0));
         trial.line_at = trial.request.submitted_at.saturating_add(delay);
-        let reserve_after = las.map(|las| las.reserve_after_ms);
         trial.promote_after_set(promote_after, reserve_after);
     }
 
@@ -228,10 +265,9 @@ impl PolicyCore {
             return false;
         };
         self.config.order != Order::Fifo
-            && self
-                .trials
-                .get(&id)
-                .is_some_and(|trial| now.saturating_sub(trial.waiting_since) < las.reserve_after_ms)
+            && self.trials.get(&id).is_some_and(|trial| {
+                now.saturating_sub(trial.waiting_since) < self.levels.scaled(las.reserve_after_ms)
+            })
     }
 }
 

@@ -57,6 +57,13 @@ pub enum GenerateError {
         /// The value given.
         pipelines: usize,
     },
+    /// The duration scale is outside 1/[`MAX_DURATION_SCALE`] to
+    /// [`MAX_DURATION_SCALE`].
+    #[error("the duration scale must be between 0.001 and {MAX_DURATION_SCALE} (got {scale})")]
+    DurationScale {
+        /// The value given.
+        scale: f64,
+    },
     /// `templates` is 0 or above [`MAX_TEMPLATES`](super::pipeline_gen::MAX_TEMPLATES).
     #[error("templates must be between 1 and {max} (got {templates})", max = super::pipeline_gen::MAX_TEMPLATES)]
     Templates {
@@ -86,6 +93,32 @@ const MEDIAN_DURATION_S: f64 = 1800.0;
 const DURATION_SIGMA: f64 = 1.5;
 const MIN_DURATION_S: f64 = 30.0;
 const MAX_DURATION_S: f64 = 14.0 * 86_400.0;
+
+/// The widest duration scale [`scale_time`] takes, either way.
+pub const MAX_DURATION_SCALE: f64 = 1000.0;
+
+/// Changes the unit of time of a trace: every job's duration, submission
+/// time, time limit, checkpoint interval, estimate and memory peak time is
+/// multiplied by `scale` (rounded to the millisecond, durations to at least
+/// one), so arrivals come `1 / scale` times as often and the load (work
+/// arriving per unit of time against the cluster) stays the same. A policy
+/// that does not depend on the unit of time gives the same report with its
+/// times scaled. Refused unless `scale` is within 1/1000 to 1000.
+pub fn scale_time(trace: &mut Trace, scale: f64) -> Result<(), GenerateError> {
+    if !(scale.is_finite() && (1.0 / MAX_DURATION_SCALE..=MAX_DURATION_SCALE).contains(&scale)) {
+        return Err(GenerateError::DurationScale { scale });
+    }
+    let times = |ms: u64| (ms as f64 * scale).round() as u64;
+    for job in &mut trace.jobs {
+        job.submit_ms = times(job.submit_ms);
+        job.duration_ms = job.duration_ms.map(|ms| times(ms).max(1));
+        job.time_limit_ms = job.time_limit_ms.map(|ms| times(ms).max(1));
+        job.ckpt_interval_ms = job.ckpt_interval_ms.map(|ms| times(ms).max(1));
+        job.estimate_ms = job.estimate_ms.map(|ms| times(ms).max(1));
+        job.gpu_mem_peak_at_ms = job.gpu_mem_peak_at_ms.map(times);
+    }
+    Ok(())
+}
 
 /// Checks a generator's job count: 1 to [`MAX_ROWS`].
 pub(super) fn check_jobs(jobs: usize) -> Result<(), GenerateError> {
@@ -240,6 +273,26 @@ mod tests {
     fn same_seed_same_trace() {
         assert!(generate(&options(200, 7)).unwrap() == generate(&options(200, 7)).unwrap());
         assert!(generate(&options(200, 7)).unwrap() != generate(&options(200, 8)).unwrap());
+    }
+
+    #[test]
+    fn scaling_time_scales_every_time_of_every_job() {
+        let trace = generate(&options(300, 3)).unwrap();
+        let mut scaled = trace.clone();
+        scale_time(&mut scaled, 10.0).unwrap();
+        for (job, tenfold) in trace.jobs.iter().zip(&scaled.jobs) {
+            assert_eq!(tenfold.submit_ms, job.submit_ms * 10);
+            assert_eq!(tenfold.duration_ms, job.duration_ms.map(|ms| ms * 10));
+            assert_eq!(tenfold.time_limit_ms, job.time_limit_ms.map(|ms| ms * 10));
+            assert_eq!(
+                tenfold.ckpt_interval_ms,
+                job.ckpt_interval_ms.map(|ms| ms * 10)
+            );
+            assert_eq!(tenfold.gpu_milli_per_worker, job.gpu_milli_per_worker);
+        }
+        for scale in [0.0, -1.0, f64::NAN, 1e4] {
+            assert!(scale_time(&mut scaled, scale).is_err(), "{scale}");
+        }
     }
 
     #[test]

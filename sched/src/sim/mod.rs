@@ -36,7 +36,7 @@ pub use self::cluster::{ClusterError, ClusterSpec, parse_cluster_csv, parse_clus
 pub use self::dl_gen::{DeepLearningOptions, generate_deep_learning};
 pub use self::elastic_gen::{ElasticShareError, make_elastic};
 pub use self::engine::{Oracle, SimError, SimOptions, simulate, simulate_oracle, srtf_policy};
-pub use self::generate::{GenerateError, GenerateOptions, generate};
+pub use self::generate::{GenerateError, GenerateOptions, generate, scale_time};
 pub use self::gpu_sharing_gen::{GpuSharingOptions, GpuSharingWorkload, generate_gpu_sharing};
 pub use self::pipeline::CriticalPathBoost;
 pub use self::pipeline_gen::{PipelineOptions, generate_pipelines};
