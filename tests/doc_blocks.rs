@@ -2,10 +2,13 @@
 //! tested run here, against the real binaries.
 //!
 //! A fence's info string marks a block: ```` ```sh tested ```` runs the block
-//! with bash (`-euo pipefail`), ```` ```yaml tested file=NAME ```` writes the
-//! block to `NAME` for the blocks after it, and `cluster` on a `sh` block runs
-//! it with `XP_CLUSTER` set to the admin of a real head and node started for
-//! the document (without it, `xp run` starts its own embedded cluster). Each
+//! with bash (`-euo pipefail`), ```` ```yaml tested file=NAME ```` (or any
+//! other language with `file=`) writes the block to `NAME` for the blocks
+//! after it, and `cluster` on a `sh` block runs it with `XP_CLUSTER` set to
+//! the admin of a real head and node started for the document (without it,
+//! `xp run` starts its own embedded cluster). `postgres` on a block puts the
+//! document's head on a PostgreSQL server of its own, whose address the
+//! `sh` blocks find in `XP_STORE`, and gives its node two GPUs. Each
 //! document's marked blocks run in order, as one script, in a fresh
 //! directory where `examples/` and `data/` are the repository's, with the
 //! workspace's `xp` binaries first on the `PATH`. Python blocks marked
@@ -47,6 +50,10 @@ impl Block {
 
     fn wants_cluster(&self) -> bool {
         self.words.iter().any(|word| word == "cluster")
+    }
+
+    fn wants_postgres(&self) -> bool {
+        self.words.iter().any(|word| word == "postgres")
     }
 
     fn file_name(&self) -> Option<&str> {
@@ -113,7 +120,7 @@ fn script_of(blocks: &[&Block], cluster: Option<&TestCluster>) -> String {
     for block in blocks {
         script.push_str(&format!("echo '--- {}' >&2\n", block.place));
         match (block.language.as_str(), block.file_name()) {
-            ("yaml", Some(name)) => {
+            (_, Some(name)) => {
                 script.push_str(&format!(
                     "cat > '{name}' <<'XP_DOC_BLOCK'\n{}XP_DOC_BLOCK\n",
                     block.text
@@ -123,16 +130,16 @@ fn script_of(blocks: &[&Block], cluster: Option<&TestCluster>) -> String {
                 let credential = cluster.filter(|_| block.wants_cluster());
                 if let Some(cluster) = credential {
                     script.push_str(&format!("export XP_CLUSTER='{}'\n", cluster.join));
+                    if let Some(store) = cluster.store_url() {
+                        script.push_str(&format!("export XP_STORE='{store}'\n"));
+                    }
                 }
                 script.push_str(&block.text);
                 if credential.is_some() {
                     script.push_str("unset XP_CLUSTER\n");
                 }
             }
-            _ => panic!(
-                "{}: a tested block is `sh` or `yaml file=NAME`",
-                block.place
-            ),
+            _ => panic!("{}: a tested block is `sh` or has `file=NAME`", block.place),
         }
     }
     script
@@ -148,12 +155,23 @@ fn run_document(document: &Path) -> usize {
     if tested.is_empty() {
         return 0;
     }
-    let cluster = tested.iter().any(|block| block.wants_cluster()).then(|| {
-        let mut cluster = TestCluster::start("10s");
-        cluster.start_node("n1", 0, 4);
+    let on_postgres = tested.iter().any(|block| block.wants_postgres());
+    let cluster = if tested.iter().any(|block| block.wants_cluster()) {
+        let started = if on_postgres {
+            TestCluster::start_on_postgres("10s", &[])
+        } else {
+            Some(TestCluster::start("10s"))
+        };
+        // Without PostgreSQL (and outside CI) the document cannot run here.
+        let Some(mut cluster) = started else {
+            return 0;
+        };
+        cluster.start_node("n1", if on_postgres { 2 } else { 0 }, 4);
         cluster.wait_for_nodes(1);
-        cluster
-    });
+        Some(cluster)
+    } else {
+        None
+    };
     let dir = tempfile::tempdir().expect("a directory for the document");
     for shared in ["examples", "data"] {
         std::os::unix::fs::symlink(Path::new(REPO).join(shared), dir.path().join(shared))

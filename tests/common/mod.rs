@@ -586,6 +586,13 @@ impl TestCluster {
         ))
     }
 
+    /// The address of the PostgreSQL database the head keeps its records in, if any.
+    pub(crate) fn store_url(&self) -> Option<String> {
+        self.postgres
+            .as_ref()
+            .map(xp_head::test_postgres::TestPostgres::url)
+    }
+
     /// The PostgreSQL server of a cluster made by [`start_on_postgres`](Self::start_on_postgres).
     pub(crate) fn postgres(&mut self) -> &mut xp_head::test_postgres::TestPostgres {
         self.postgres.as_mut().expect("a cluster on PostgreSQL")
