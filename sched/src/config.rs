@@ -89,7 +89,18 @@
 //!   (smaller gangs first, by a bounded time, so none starves). A waiting
 //!   trial whose wait since it was last queued exceeds `promote_after` times the
 //!   time it has run goes back to level 0 (its service counts afresh from there),
-//!   so nothing starves; `0` turns promotion off. A gang with no room does not
+//!   so nothing starves; `0` turns promotion off. With `levels: adaptive`
+//!   (the default) the edges follow the workload: they are quantiles
+//!   (`quantiles`, by default 0.5, 0.75, ...) of the service the last 256
+//!   completed trials received, `thresholds_gpu_hours` serving as the prior
+//!   until 16 have completed, each edge moving at most one step of a 2^(1/4)
+//!   grid per completion; and the durations written for the prior's workload
+//!   scale with the first edge over the prior's (`delay_per_gpu`,
+//!   `reserve_after`, `preemption.min_run_time` both ways;
+//!   `preemption.grace_period`, never under 10 s, and `preemption.max_loss`
+//!   only shorter), so the policy does not depend on the unit of time.
+//!   `levels: fixed` keeps the edges and durations as written. A promoted
+//!   trial joins level 0's line at its promotion time. A gang with no room does not
 //!   hold up smaller work of its queue that fits now, until it has waited
 //!   `reserve_after`: then it holds the line (a backfill reservation with
 //!   `backfill`, else a strict head of line) until it starts. With preemption on, a waiting
