@@ -60,6 +60,12 @@ pub(super) struct GenerateArgs {
     /// elastic columns left out), to measure elastic trials against.
     #[arg(long, requires = "elastic")]
     fixed_size: bool,
+    /// Change the unit of time: every duration, submission time, time
+    /// limit and checkpoint interval times this (0.001 to 1000), so the
+    /// same work arrives at the same load with durations that many times
+    /// longer (arrivals that many times rarer).
+    #[arg(long, conflicts_with = "gpu_sharing")]
+    duration_scale: Option<f64>,
     /// Write here instead of standard output.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -83,6 +89,9 @@ pub(super) fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let mut trace = generate_trace(&args, rate)?;
     if let Some(share) = args.elastic {
         xp_sched::sim::make_elastic(&mut trace, share, args.seed, args.fixed_size)?;
+    }
+    if let Some(scale) = args.duration_scale {
+        xp_sched::sim::scale_time(&mut trace, scale)?;
     }
     write_trace(&trace, args.out.as_deref())
 }
