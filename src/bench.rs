@@ -64,11 +64,18 @@ impl TrialsBench {
     }
 }
 
-/// Runs `trials` no-op trials on an embedded cluster with `slots` one-core slots.
-pub async fn bench_trials(trials: u32, slots: u32) -> Result<TrialsBench, ClusterError> {
+/// Runs `trials` no-op trials on an embedded cluster with `slots` one-core
+/// slots, its head keeping its records in `store` (its data directory when
+/// `None`).
+pub async fn bench_trials(
+    trials: u32,
+    slots: u32,
+    store: Option<xp_head::PostgresTarget>,
+) -> Result<TrialsBench, ClusterError> {
     let cluster = Cluster::local_with(LocalOptions {
         cpus: Some(f64::from(slots)),
         gpus: Some(0),
+        store,
         ..LocalOptions::default()
     })
     .await?;
@@ -222,18 +229,23 @@ impl CommitBench {
 /// `every_ms` apart, on a head committing each change alone and on one with
 /// group commit; reports per second are from submission to the last trial's
 /// end, as the head's events say (a trial ends only once its node's exit
-/// report, behind its metrics, is stored).
+/// report, behind its metrics, is stored). `stores` gives each head its
+/// PostgreSQL database (one commit each, then group commit), or `None` for
+/// their data directories.
 pub async fn bench_commits(
     reporters: u32,
     reports_each: u32,
     every_ms: u32,
+    stores: Option<[xp_head::PostgresTarget; 2]>,
 ) -> Result<CommitBench, ClusterError> {
-    let one_commit_each = metric_reports(reporters, reports_each, every_ms, 1).await?;
+    let [one_store, group_store] = stores.map_or([None, None], |stores| stores.map(Some));
+    let one_commit_each = metric_reports(reporters, reports_each, every_ms, 1, one_store).await?;
     let group_commit = metric_reports(
         reporters,
         reports_each,
         every_ms,
         xp_head::DEFAULT_COMMIT_BATCH,
+        group_store,
     )
     .await?;
     Ok(CommitBench {
@@ -251,11 +263,13 @@ async fn metric_reports(
     reports_each: u32,
     every_ms: u32,
     commit_batch: usize,
+    store: Option<xp_head::PostgresTarget>,
 ) -> Result<f64, ClusterError> {
     let cluster = Cluster::local_with(LocalOptions {
         cpus: Some(f64::from(reporters)),
         gpus: Some(0),
         commit_batch: Some(commit_batch),
+        store,
         // Only metric reports: telemetry would add its own writes.
         telemetry_interval: Some(Duration::ZERO),
         ..LocalOptions::default()

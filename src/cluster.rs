@@ -47,6 +47,9 @@ pub struct LocalOptions {
     /// How often the node samples its workers' and GPUs' use; the node's
     /// default when absent, none when zero.
     pub telemetry_interval: Option<Duration>,
+    /// Keep the head's records in this PostgreSQL database instead of the
+    /// data directory.
+    pub store: Option<xp_head::PostgresTarget>,
 }
 
 struct Embedded {
@@ -160,7 +163,7 @@ impl Cluster {
             commit_batch: options
                 .commit_batch
                 .unwrap_or(xp_head::DEFAULT_COMMIT_BATCH),
-            store: None,
+            store: options.store,
         })
         .await?;
         // The node joins with the node credential; this process acts as user

@@ -117,11 +117,32 @@ impl TestPostgres {
 
     /// A `postgres://` address of the same database.
     pub fn url(&self) -> String {
+        self.url_of("postgres")
+    }
+
+    fn url_of(&self, database: &str) -> String {
         let host: String = url::form_urlencoded::byte_serialize(
             self.socket_dir().display().to_string().as_bytes(),
         )
         .collect();
-        format!("postgres://xp@{host}/postgres")
+        format!("postgres://xp@{host}/{database}")
+    }
+
+    /// Creates an empty database `name` (letters, digits and `_`); its
+    /// `postgres://` address.
+    pub fn create_database(&self, name: &str) -> Result<String, String> {
+        let socket = self.socket_dir().display().to_string();
+        let output = Command::new(self.bin.join("createdb"))
+            .args(["-h", &socket, "-U", "xp", "-E", "UTF8", name])
+            .output()
+            .map_err(|error| format!("createdb: {error}"))?;
+        if !output.status.success() {
+            return Err(format!(
+                "createdb {name} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        Ok(self.url_of(name))
     }
 
     fn command(&self, program: &str) -> Command {

@@ -75,6 +75,12 @@ pub(crate) enum Bench {
         /// Milliseconds between two metric lines of one trial (0: no pause).
         #[arg(long, default_value_t = 5)]
         every_ms: u32,
+        /// Then each measurement again with the head's records in PostgreSQL:
+        /// a throw-away server made with initdb in a temporary directory (fsync
+        /// on, as the embedded store syncs), a fresh database per head. Needs
+        /// PostgreSQL's server programs (Debian: postgresql).
+        #[arg(long)]
+        postgres: bool,
         /// Print one JSON line per measurement.
         #[arg(long)]
         json: bool,
@@ -107,11 +113,38 @@ pub(crate) async fn run(bench: Bench) -> anyhow::Result<()> {
             reporters,
             reports,
             every_ms,
+            postgres,
             json,
         } => {
-            no_op_trials(trials, slots, json).await?;
+            let server = postgres
+                .then(|| xp_head::test_postgres::TestPostgres::start(true))
+                .transpose()
+                .map_err(|reason| anyhow::anyhow!("--postgres: {reason}"))?;
+            let store = |name: &str| -> anyhow::Result<Option<xp_head::PostgresTarget>> {
+                let Some(server) = &server else {
+                    return Ok(None);
+                };
+                let url = server
+                    .create_database(name)
+                    .map_err(|reason| anyhow::anyhow!("--postgres: {reason}"))?;
+                Ok(Some(xp_head::PostgresTarget::parse(&url, None)?))
+            };
+            no_op_trials(trials, slots, None, json).await?;
+            if let Some(target) = store("bench_trials")? {
+                no_op_trials(trials, slots, Some(target), json).await?;
+            }
             if reporters > 0 {
-                commit_comparison(reporters, reports, every_ms, json).await?;
+                let commits = Commits {
+                    reporters,
+                    reports,
+                    every_ms,
+                };
+                commit_comparison(&commits, None, json).await?;
+                if server.is_some() {
+                    let stores = [store("bench_one_commit")?, store("bench_group_commit")?];
+                    commit_comparison(&commits, stores[0].clone().zip(stores[1].clone()), json)
+                        .await?;
+                }
             }
             Ok(())
         }
@@ -318,24 +351,49 @@ async fn logs(size: u64, log_cap: u64, dir: Option<PathBuf>, json: bool) -> anyh
     Ok(())
 }
 
-async fn commit_comparison(
+/// What the commit comparison runs.
+struct Commits {
     reporters: u32,
     reports: u32,
     every_ms: u32,
+}
+
+/// The name of the store a measurement ran on, for its output.
+fn store_name(on_postgres: bool) -> &'static str {
+    if on_postgres { "postgres" } else { "redb" }
+}
+
+/// Prints `value`, a measurement's JSON object, with the store it ran on.
+fn json_line(mut value: serde_json::Value, on_postgres: bool) {
+    value["store"] = store_name(on_postgres).into();
+    outln!("{value}");
+}
+
+async fn commit_comparison(
+    commits: &Commits,
+    stores: Option<(xp_head::PostgresTarget, xp_head::PostgresTarget)>,
     json: bool,
 ) -> anyhow::Result<()> {
+    let Commits {
+        reporters,
+        reports,
+        every_ms,
+    } = *commits;
     anyhow::ensure!(
         reports > 0 && reporters <= 1024 && reports <= 100_000,
         "--reports must be positive, --reporters at most 1024 and --reports at most 100000"
     );
-    let result = xp::bench_commits(reporters, reports, every_ms)
+    let on_postgres = stores.is_some();
+    let stores = stores.map(|(one, group)| [one, group]);
+    let result = xp::bench_commits(reporters, reports, every_ms, stores)
         .await
         .context("the commit comparison failed")?;
     if json {
-        outln!("{}", result.to_json());
+        json_line(result.to_json(), on_postgres);
     } else {
         outln!(
-            "{} trials each reporting {} metrics {} ms apart: {:.0} reports/s with group commit, {:.0} reports/s with one commit per change (--commit-batch 1): {:.1}x",
+            "[{}] {} trials each reporting {} metrics {} ms apart: {:.0} reports/s with group commit, {:.0} reports/s with one commit per change (--commit-batch 1): {:.1}x",
+            store_name(on_postgres),
             result.reporters,
             result.reports_each,
             result.every_ms,
@@ -347,19 +405,26 @@ async fn commit_comparison(
     Ok(())
 }
 
-async fn no_op_trials(trials: u32, slots: u32, json: bool) -> anyhow::Result<()> {
+async fn no_op_trials(
+    trials: u32,
+    slots: u32,
+    store: Option<xp_head::PostgresTarget>,
+    json: bool,
+) -> anyhow::Result<()> {
     anyhow::ensure!(
         trials > 0 && slots > 0,
         "--trials and --slots must be positive"
     );
-    let result = xp::bench_trials(trials, slots)
+    let on_postgres = store.is_some();
+    let result = xp::bench_trials(trials, slots, store)
         .await
         .context("the trials bench failed")?;
     if json {
-        outln!("{}", result.to_json());
+        json_line(result.to_json(), on_postgres);
     } else {
         outln!(
-            "{} no-op trials on {} slots in {:.2} s: {:.1} trials/s ({:.0}% of the {:.0} processes/s spawned directly)",
+            "[{}] {} no-op trials on {} slots in {:.2} s: {:.1} trials/s ({:.0}% of the {:.0} processes/s spawned directly)",
+            store_name(on_postgres),
             result.trials,
             result.slots,
             result.seconds,
