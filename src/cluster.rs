@@ -164,6 +164,7 @@ impl Cluster {
                 .commit_batch
                 .unwrap_or(xp_head::DEFAULT_COMMIT_BATCH),
             store: options.store,
+            peers: Vec::new(),
         })
         .await?;
         // The node joins with the node credential; this process acts as user

@@ -9,6 +9,7 @@ mod actor;
 mod blobs;
 mod health;
 mod http;
+mod leader;
 mod metrics;
 mod offline;
 mod registry;
@@ -65,6 +66,10 @@ pub struct HeadConfig {
     /// Where the records are kept: a PostgreSQL database, or without one
     /// `head.redb` in the data directory (the default).
     pub store: Option<PostgresTarget>,
+    /// The other heads sharing `store` (standbys), as (host, UDP port): the
+    /// join strings this head prints name them too, so nodes and clients
+    /// follow whichever leads.
+    pub peers: Vec<(String, u16)>,
 }
 
 /// How many changes one group commit holds at most by default: enough that a
@@ -126,6 +131,8 @@ pub struct RunningHead {
     /// The bound HTTP address, if any.
     pub http_addr: Option<SocketAddr>,
     shutdown: CancellationToken,
+    /// Set when this head stopped leading its store (standby heads) and stepped down.
+    stepped_down: std::sync::Arc<std::sync::atomic::AtomicBool>,
     actor: ActorRef<HeadMsg>,
     actor_task: JoinHandle<()>,
     tasks: Vec<JoinHandle<()>>,
@@ -139,6 +146,13 @@ impl RunningHead {
         command: UserCommand,
     ) -> Result<UserAnswer, xp_runtime::protocol::RemoteError> {
         actor::call(&self.actor, |reply| HeadMsg::Users(command, reply)).await
+    }
+
+    /// Waits until the head stops serving by itself: a head on a shared store
+    /// that lost its lead steps down. Whether it stepped down.
+    pub async fn stopped(&self) -> bool {
+        self.shutdown.cancelled().await;
+        self.stepped_down.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Stops serving, lets in-flight work finish, and stops the actor; every

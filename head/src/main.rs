@@ -61,6 +61,11 @@ enum Command {
         /// A file holding the PostgreSQL password (one line).
         #[arg(long, value_name = "FILE", requires = "store")]
         store_password_file: Option<PathBuf>,
+        /// Another head sharing --store, as HOST:PORT (repeatable): the join
+        /// strings this head prints name it too, so nodes and clients reach
+        /// whichever head leads.
+        #[arg(long = "peer", value_name = "HOST:PORT", requires = "store", value_parser = parse_peer)]
+        peers: Vec<(String, u16)>,
     },
     /// Print the node credential (what nodes join with), on the head machine:
     /// the first start printed it, and it is kept in the data directory.
@@ -150,6 +155,7 @@ async fn main() -> anyhow::Result<()> {
             commit_batch,
             store,
             store_password_file,
+            peers,
         } => {
             let policy = policy.map(|name| read_policy(&name)).transpose()?;
             let store = store
@@ -169,6 +175,7 @@ async fn main() -> anyhow::Result<()> {
                 policy,
                 commit_batch,
                 store,
+                peers,
             };
             let head = xp_head::start(config).await.with_context(|| {
                 format!(
@@ -177,9 +184,19 @@ async fn main() -> anyhow::Result<()> {
                 )
             })?;
             print_addresses(&head, &data_dir);
-            wait_for_signal().await?;
+            let stepped_down = tokio::select! {
+                signal = wait_for_signal() => {
+                    signal?;
+                    false
+                }
+                stepped_down = head.stopped() => stepped_down,
+            };
             tracing::info!("shutting down");
             head.shutdown().await;
+            anyhow::ensure!(
+                !stepped_down,
+                "this head stepped down: another head leads the store now"
+            );
             Ok(())
         }
         Command::NodeCredential { data_dir } => print_node_credential(&data_dir),
@@ -405,6 +422,21 @@ fn store_target(
     let password = store_password(password_file)?;
     xp_head::PostgresTarget::parse(address, password.as_deref())
         .with_context(|| format!("--store {address}"))
+}
+
+/// `HOST:PORT` of another head.
+fn parse_peer(text: &str) -> Result<(String, u16), String> {
+    let (host, port) = text
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{text:?} is not HOST:PORT"))?;
+    let port = port
+        .parse()
+        .map_err(|_| format!("{text:?} has no port number"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("{text:?} has no host"));
+    }
+    Ok((host.to_owned(), port))
 }
 
 fn parse_node_timeout(text: &str) -> Result<Duration, String> {

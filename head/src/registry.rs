@@ -35,6 +35,7 @@ mod redb_store;
 pub use copy::{CopyError, TableDigest, copy_store};
 
 pub use postgres::PostgresTarget;
+pub(crate) use postgres::off_runtime;
 
 /// Why the registry failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +56,7 @@ pub enum RegistryError {
     #[error("the registry database is closed after a failed write")]
     Closed,
     /// PostgreSQL refused a statement or the connection to it failed.
-    #[error("registry database error (PostgreSQL): {0}")]
+    #[error("registry database error (PostgreSQL): {}", postgres_detail(.0))]
     Postgres(#[from] ::postgres::Error),
     /// The PostgreSQL schema could not be created or migrated.
     #[error("cannot create or migrate the registry's PostgreSQL schema: {0}")]
@@ -70,6 +71,14 @@ pub enum RegistryError {
         kind: &'static str,
         /// The number.
         value: u64,
+    },
+    /// Another head leads the store now: this one's writes are refused.
+    #[error(
+        "refused by the store's fencing: another head leads it now (this head led in epoch {epoch})"
+    )]
+    Fenced {
+        /// The epoch this head led in.
+        epoch: i64,
     },
     /// A row of a store cannot be copied as it is.
     #[error("cannot copy a row of table {table}: {reason}")]
@@ -107,6 +116,18 @@ impl RegistryError {
             io.kind(),
             std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
         )
+    }
+}
+
+/// What went wrong in PostgreSQL, in words: rust-postgres's own message
+/// ("db error") is followed by its cause's (the server's message and code).
+pub(crate) fn postgres_detail(error: &::postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => match std::error::Error::source(error) {
+            Some(source) => format!("{error}: {source}"),
+            None => error.to_string(),
+        },
     }
 }
 
@@ -289,6 +310,9 @@ pub(crate) trait Store: Send + std::fmt::Debug {
     /// Opens the store again once it can take writes (room on the disk, the
     /// database answering).
     fn reopen(&mut self) -> Result<(), RegistryError>;
+    /// Makes every later write check first that the store is still led by
+    /// `holder` in `epoch` (stores without standbys have no leader to check).
+    fn fence(&mut self, _epoch: i64, _holder: &str) {}
     /// Up to `limit` rows of `table` after `after`, in key order, as stored.
     fn export(
         &self,
@@ -357,11 +381,7 @@ impl Registry {
     /// loads it.
     pub(crate) fn reopen(&mut self) -> Result<LoadedState, RegistryError> {
         self.store.reopen()?;
-        let loaded = self
-            .store
-            .sequences()
-            .map(|next| self.next = next)
-            .and_then(|()| self.load());
+        let loaded = self.load();
         if loaded.is_err() {
             self.close();
         }
@@ -377,6 +397,9 @@ impl Registry {
     /// Loads every experiment, trial, node and event, and keeps a copy as the
     /// committed state.
     pub(crate) fn load(&mut self) -> Result<LoadedState, RegistryError> {
+        // Another head may have written since this one opened the store (a
+        // standby taking over): number from what is stored now.
+        self.next = self.store.sequences()?;
         let loaded = self.store.read_all()?;
         self.committed = Committed::from_loaded(&loaded);
         Ok(loaded)
@@ -410,6 +433,12 @@ impl Registry {
                 Err(error)
             }
         }
+    }
+
+    /// Fences every later write: refused once the store is no longer led by
+    /// `holder` in `epoch` ([`RegistryError::Fenced`]).
+    pub(crate) fn fence(&mut self, epoch: i64, holder: &str) {
+        self.store.fence(epoch, holder);
     }
 
     /// Every user.

@@ -38,6 +38,10 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         ));
     }
     let (identity, mut registry) = open_data_dir(&config.data_dir, config.store.as_ref())?;
+    let leadership = match &config.store {
+        Some(target) => Some(take_the_lead(&config, target, &mut registry).await?),
+        None => None,
+    };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let core = restore_core(&config, &identity, &mut registry, clock.as_ref())?;
     let endpoint = xp_runtime::transport::bind_endpoint(
@@ -72,6 +76,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
     .await
     .map_err(|error| HeadError::Actor(error.to_string()))?;
     let shutdown = CancellationToken::new();
+    let stepped_down = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let context = Arc::new(
         shells
             .context
@@ -93,6 +98,12 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         }
         None => None,
     };
+    if let Some(leadership) = leadership {
+        tasks.push(xp_runtime::task::spawn(
+            "leader-lease",
+            leadership.keep(shutdown.clone(), stepped_down.clone()),
+        ));
+    }
     info!(listen = %bound, http = ?http_addr, "head started");
     Ok(RunningHead {
         join,
@@ -100,6 +111,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         admin,
         http_addr,
         shutdown,
+        stepped_down,
         actor,
         actor_task,
         tasks,
@@ -113,7 +125,7 @@ fn open_data_dir(
     store: Option<&PostgresTarget>,
 ) -> Result<(ClusterIdentity, Registry), HeadError> {
     make_private(data_dir, true)?;
-    let identity = ClusterIdentity::load_or_create(&data_dir.join("tls"))?;
+    let tls = data_dir.join("tls");
     let spec = match store {
         Some(target) => {
             info!(store = %target, "keeping the registry in PostgreSQL");
@@ -121,9 +133,44 @@ fn open_data_dir(
         }
         None => StoreSpec::Redb(data_dir.join("head.redb")),
     };
+    // Opening the store first creates or migrates its schema.
     let registry = Registry::open_store(&spec)?;
+    if let Some(target) = store {
+        // Heads sharing a store share one identity: the store's, or this one's if first.
+        crate::leader::share_identity(target, &tls, || {
+            ClusterIdentity::load_or_create(&tls)
+                .map(drop)
+                .map_err(|error| error.to_string())
+        })
+        .map_err(|reason| {
+            HeadError::Actor(format!(
+                "cannot share the cluster identity through {target}: {reason}"
+            ))
+        })?;
+    }
+    let identity = ClusterIdentity::load_or_create(&tls)?;
     make_data_private(data_dir)?;
     Ok((identity, registry))
+}
+
+/// Waits until this head leads the store `target` (a standby waits for the
+/// leader's lease to run out), then fences the registry's writes with its epoch.
+async fn take_the_lead(
+    config: &HeadConfig,
+    target: &PostgresTarget,
+    registry: &mut Registry,
+) -> Result<crate::leader::Leadership, HeadError> {
+    let host = config
+        .advertise_host
+        .clone()
+        .unwrap_or_else(|| config.listen.ip().to_string());
+    let address = format!("{host}:{}", config.listen.port());
+    let never = CancellationToken::new();
+    let leadership = crate::leader::lead(target, &address, &never)
+        .await?
+        .expect("never cancelled");
+    registry.fence(leadership.epoch, &leadership.holder);
+    Ok(leadership)
 }
 
 /// The stored user table, and on a first start (no user yet) the first
@@ -202,6 +249,7 @@ fn node_join(
         port: bound.port(),
         token: identity.token.clone(),
         ca_sha256: identity.ca_sha256(),
+        more_heads: config.peers.clone(),
     };
     let path = config.data_dir.join(users::local::NODE_JOIN_FILE);
     let first_start = std::fs::symlink_metadata(&path).is_err();
@@ -458,6 +506,7 @@ mod tests {
             policy: None,
             commit_batch: DEFAULT_COMMIT_BATCH,
             store: None,
+            peers: Vec::new(),
         }
     }
 

@@ -27,7 +27,13 @@ pub struct JoinString {
     pub token: String,
     /// SHA-256 of the cluster CA certificate (DER).
     pub ca_sha256: [u8; 32],
+    /// Other heads of the cluster (standbys sharing one PostgreSQL store), as
+    /// (host, UDP port): a connection goes to whichever of them leads.
+    pub more_heads: Vec<(String, u16)>,
 }
+
+/// The most heads one join string may name.
+pub const MAX_HEADS: usize = 8;
 
 impl fmt::Debug for JoinString {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -35,6 +41,7 @@ impl fmt::Debug for JoinString {
         f.debug_struct("JoinString")
             .field("host", &self.host)
             .field("port", &self.port)
+            .field("more_heads", &self.more_heads)
             .field("ca_sha256", &hex::encode(self.ca_sha256))
             .finish_non_exhaustive()
     }
@@ -119,24 +126,35 @@ pub fn read_join_file(path: &Path) -> Result<JoinString, JoinFileError> {
 impl FromStr for JoinString {
     type Err = JoinStringError;
 
+    /// `xp://HOST:PORT[,HOST:PORT...]?token=...&ca=...`: one head, or several
+    /// sharing a store (at most [`MAX_HEADS`]).
     fn from_str(text: &str) -> Result<Self, JoinStringError> {
         let invalid = |part, reason| JoinStringError::Invalid { part, reason };
         if text.len() > 4096 {
             return Err(invalid("length", "is longer than 4096 bytes"));
         }
-        let url = url::Url::parse(text.trim()).map_err(JoinStringError::NotAUrl)?;
+        let text = text.trim();
+        // The url crate reads one authority: the other heads are split off first.
+        let (first, more_heads) = match text.strip_prefix("xp://") {
+            Some(rest) => {
+                let end = rest.find(['?', '/', '#']).unwrap_or(rest.len());
+                let mut heads = rest[..end].split(',');
+                let first = heads.next().unwrap_or_default();
+                let more: Vec<(String, u16)> = heads
+                    .map(|head| host_and_port(&format!("xp://{head}")))
+                    .collect::<Result<_, _>>()?;
+                if more.len() >= MAX_HEADS {
+                    return Err(invalid("host", "names more than 8 heads"));
+                }
+                (format!("xp://{first}{}", &rest[end..]), more)
+            }
+            None => (text.to_owned(), Vec::new()),
+        };
+        let url = url::Url::parse(&first).map_err(JoinStringError::NotAUrl)?;
         if url.scheme() != "xp" {
             return Err(invalid("scheme", "must be xp://"));
         }
-        let host = url
-            .host_str()
-            .filter(|host| !host.is_empty())
-            .ok_or(invalid("host", "is missing"))?;
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_owned();
-        let port = url.port().ok_or(invalid("port", "is missing"))?;
+        let (host, port) = host_and_port(&first)?;
         let mut token = None;
         let mut ca = None;
         for (key, value) in url.query_pairs() {
@@ -158,21 +176,54 @@ impl FromStr for JoinString {
             port,
             token,
             ca_sha256,
+            more_heads,
         })
+    }
+}
+
+/// The host and port of `xp://HOST:PORT...`.
+fn host_and_port(text: &str) -> Result<(String, u16), JoinStringError> {
+    let invalid = |part, reason| JoinStringError::Invalid { part, reason };
+    let url = url::Url::parse(text).map_err(JoinStringError::NotAUrl)?;
+    let host = url
+        .host_str()
+        .filter(|host| !host.is_empty())
+        .ok_or(invalid("host", "is missing"))?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = url.port().ok_or(invalid("port", "is missing"))?;
+    Ok((host, port))
+}
+
+impl JoinString {
+    /// Every head it names, the first first.
+    pub fn heads(&self) -> impl Iterator<Item = (&str, u16)> {
+        std::iter::once((self.host.as_str(), self.port)).chain(
+            self.more_heads
+                .iter()
+                .map(|(host, port)| (host.as_str(), *port)),
+        )
     }
 }
 
 impl fmt::Display for JoinString {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        };
+        let heads: Vec<String> = self
+            .heads()
+            .map(|(host, port)| {
+                if host.contains(':') {
+                    format!("[{host}]:{port}")
+                } else {
+                    format!("{host}:{port}")
+                }
+            })
+            .collect();
         write!(
             f,
-            "xp://{host}:{}?token={}&ca={}",
-            self.port,
+            "xp://{}?token={}&ca={}",
+            heads.join(","),
             self.token,
             hex::encode(self.ca_sha256)
         )
@@ -194,11 +245,28 @@ mod tests {
             .unwrap();
         assert_eq!(v6.host, "::1");
         assert_eq!(v6.to_string().parse::<JoinString>().unwrap(), v6);
+        let several = format!(
+            "xp://h1:7700,[::1]:7701,h3:7702?token=t&ca={}",
+            "00".repeat(32)
+        );
+        let heads: JoinString = several.parse().unwrap();
+        assert_eq!(
+            heads.heads().collect::<Vec<_>>(),
+            [("h1", 7700), ("::1", 7701), ("h3", 7702)]
+        );
+        assert_eq!(heads.to_string(), several);
         for bad in [
             "http://h:1?token=t&ca=00".to_owned(),
             "xp://h?token=t".to_owned(),
             format!("xp://h:1?ca={}", "00".repeat(32)),
             "xp://h:1?token=t&ca=zz".to_owned(),
+            format!("xp://h:1,h2?token=t&ca={}", "00".repeat(32)),
+            format!("xp://h:1,?token=t&ca={}", "00".repeat(32)),
+            format!(
+                "xp://{}?token=t&ca={}",
+                ["h:1"; 9].join(","),
+                "00".repeat(32)
+            ),
             "not a url".to_owned(),
         ] {
             assert!(bad.parse::<JoinString>().is_err(), "{bad} parsed");

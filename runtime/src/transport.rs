@@ -62,6 +62,12 @@ pub const BLOB_CHUNK_BYTES: usize = 1 << 20;
 pub const MAX_BLOB_BYTES: u64 = 4 << 30;
 /// How long a handshake may take before the peer gives up.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a connection to one of several heads may take: standbys do not
+/// answer, and a QUIC handshake to a port nobody listens on only ends with its
+/// timeout, so the attempts are cut short and made again, keeping a change of
+/// leader within seconds.
+pub const STANDBY_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 // The session timings are part of the protocol (the head's restart grace is
 // computed from them), so they live with it; re-exported where they are used.
 pub use crate::protocol::{
@@ -596,20 +602,59 @@ pub async fn connect_unauthenticated(
     connect_as(join, PeerRole::Client).await
 }
 
-/// Opens a QUIC connection to the head with the transport settings of `role`.
+/// Opens a QUIC connection to the head with the transport settings of `role`:
+/// to every head the join string names at once, keeping the first that
+/// answers (standbys do not listen; the leader does).
 async fn connect_as(
     join: &JoinString,
     role: PeerRole,
 ) -> Result<(Endpoint, Connection), TransportError> {
-    let addr = tokio::net::lookup_host((join.host.as_str(), join.port))
+    if join.more_heads.is_empty() {
+        return connect_one(join.host.clone(), join.port, join.ca_sha256, role).await;
+    }
+    let mut attempts = tokio::task::JoinSet::new();
+    for (host, port) in join.heads() {
+        let attempt = connect_one(host.to_owned(), port, join.ca_sha256, role);
+        attempts.spawn(async move {
+            tokio::time::timeout(STANDBY_CONNECT_TIMEOUT, attempt)
+                .await
+                .unwrap_or(Err(TransportError::Timeout(STANDBY_CONNECT_TIMEOUT)))
+        });
+    }
+    let mut first_error = None;
+    while let Some(attempt) = attempts.join_next().await {
+        match attempt {
+            Ok(Ok(connected)) => return Ok(connected),
+            Ok(Err(error)) => {
+                first_error.get_or_insert(error);
+            }
+            Err(join_error) => {
+                first_error.get_or_insert(TransportError::Connect {
+                    addr: (Ipv4Addr::UNSPECIFIED, 0).into(),
+                    reason: join_error.to_string(),
+                });
+            }
+        }
+    }
+    Err(first_error.expect("a join string names at least one head"))
+}
+
+/// Opens a QUIC connection to the head at `host:port`, verifying its CA.
+async fn connect_one(
+    host: String,
+    port: u16,
+    ca_sha256: [u8; 32],
+    role: PeerRole,
+) -> Result<(Endpoint, Connection), TransportError> {
+    let addr = tokio::net::lookup_host((host.as_str(), port))
         .await
         .map_err(|error| TransportError::Resolve {
-            host: join.host.clone(),
+            host: host.clone(),
             reason: error.to_string(),
         })?
         .next()
         .ok_or_else(|| TransportError::Resolve {
-            host: join.host.clone(),
+            host: host.clone(),
             reason: "no address".to_owned(),
         })?;
     let local: SocketAddr = if addr.is_ipv4() {
@@ -619,7 +664,7 @@ async fn connect_as(
     };
     let mut endpoint = bind_endpoint(local, None)?;
     let verifier = Arc::new(PinnedVerifier::new(
-        Pin::Ca(join.ca_sha256),
+        Pin::Ca(ca_sha256),
         control_plane_provider(),
     ));
     let client =

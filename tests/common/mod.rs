@@ -205,6 +205,8 @@ pub(crate) struct TestCluster {
     /// The PostgreSQL server the head keeps its records in, if not its data
     /// directory; stopped after the head (fields drop after `drop`).
     postgres: Option<xp_head::test_postgres::TestPostgres>,
+    /// Where the current head writes its log.
+    head_log: PathBuf,
 }
 
 impl TestCluster {
@@ -243,14 +245,16 @@ impl TestCluster {
             node_timeout: node_timeout.to_owned(),
             head_args,
             postgres,
+            head_log: PathBuf::new(),
         };
         cluster.start_head("127.0.0.1:0");
         cluster
     }
 
     fn start_head(&mut self, listen: &str) {
-        let log = std::fs::File::create(self.dir.path().join(format!("head-{}.log", self.port)))
-            .expect("head log");
+        // One log per port the head starts on (the first start's: port 0).
+        self.head_log = self.dir.path().join(format!("head-{}.log", self.port));
+        let log = std::fs::File::create(&self.head_log).expect("head log");
         let mut child = Command::new(binary("xp-head"))
             .args(["start", "--listen", listen, "--data-dir"])
             .arg(self.dir.path().join("head"))
@@ -290,6 +294,23 @@ impl TestCluster {
             "the head printed no admin or node credential"
         );
         self.head = Some(child);
+    }
+
+    /// Where the current head writes its log.
+    pub(crate) fn head_log_path(&self) -> PathBuf {
+        self.head_log.clone()
+    }
+
+    /// The head's process id, while it runs.
+    pub(crate) fn head_pid(&self) -> Option<u32> {
+        self.head.as_ref().map(Child::id)
+    }
+
+    /// The head's exit status once it exited by itself (reaped).
+    pub(crate) fn try_wait_head(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.head.as_mut()?.try_wait().expect("poll the head")?;
+        self.head = None;
+        Some(status)
     }
 
     /// Kills the head with SIGKILL.

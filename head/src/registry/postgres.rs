@@ -67,6 +67,11 @@ impl std::fmt::Display for PostgresTarget {
 }
 
 impl PostgresTarget {
+    /// The connection settings, password included.
+    pub(crate) fn config(&self) -> &::postgres::Config {
+        &self.config
+    }
+
     /// The database at `address`, logged in with `password` where given.
     /// An address that carries a password itself is refused: it would show in
     /// the process list and in logs.
@@ -103,7 +108,7 @@ impl PostgresTarget {
 
 /// Runs `work` where rust-postgres's blocking client may run: a thread that
 /// drives no tokio tasks.
-fn off_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+pub(crate) fn off_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
     std::thread::scope(|scope| {
         scope
             .spawn(work)
@@ -116,6 +121,8 @@ fn off_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
 pub(crate) struct PostgresStore {
     target: PostgresTarget,
     client: Mutex<Option<Client>>,
+    /// The leader's epoch and name every write checks, once this head leads.
+    fence: Option<(i64, String)>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -135,6 +142,7 @@ impl PostgresStore {
         Ok(Self {
             target: target.clone(),
             client: Mutex::new(Some(client)),
+            fence: None,
         })
     }
 
@@ -179,6 +187,9 @@ fn connect(target: &PostgresTarget) -> Result<Client, RegistryError> {
             "{target} has encoding {encoding}: the registry needs a UTF8 database (createdb -E UTF8)"
         )));
     }
+    // A head paused inside a transaction (SIGSTOP) must not hold the lead row
+    // past its lease: PostgreSQL ends such a session after this long.
+    client.batch_execute("SET idle_in_transaction_session_timeout = '5s'")?;
     client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])?;
     let migrated = embedded::migrations::runner().run(&mut client);
     client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])?;
@@ -210,8 +221,10 @@ impl Store for PostgresStore {
 
     fn write(&mut self, records: &[Record], next: Sequences) -> Result<Sequences, RegistryError> {
         let (rows, after) = rows::Rows::encode(records, next)?;
+        let fence = self.fence.as_ref();
         self.with_client(|client| {
             let mut txn = client.transaction()?;
+            check_fence(&mut txn, fence)?;
             rows.write(&mut txn, after)?;
             txn.commit()?;
             Ok(after)
@@ -238,8 +251,10 @@ impl Store for PostgresStore {
         next: Sequences,
     ) -> Result<(), RegistryError> {
         let rows = rows::Rows::from_raw(table, rows)?;
+        let fence = self.fence.as_ref();
         self.with_client(|client| {
             let mut txn = client.transaction()?;
+            check_fence(&mut txn, fence)?;
             rows.write(&mut txn, next)?;
             txn.commit()?;
             Ok(())
@@ -349,6 +364,10 @@ impl Store for PostgresStore {
         })
     }
 
+    fn fence(&mut self, epoch: i64, holder: &str) {
+        self.fence = Some((epoch, holder.to_owned()));
+    }
+
     fn is_open(&self) -> bool {
         self.client
             .lock()
@@ -377,6 +396,26 @@ impl Store for PostgresStore {
             .get_mut()
             .unwrap_or_else(|poison| poison.into_inner()) = Some(client);
         Ok(())
+    }
+}
+
+/// Checks, first in a write's transaction, that the store is still led by the
+/// fence's holder in its epoch. The row is locked FOR SHARE: a takeover waits
+/// for this transaction, and once it committed, this check fails.
+fn check_fence(
+    txn: &mut ::postgres::Transaction<'_>,
+    fence: Option<&(i64, String)>,
+) -> Result<(), RegistryError> {
+    let Some((epoch, holder)) = fence else {
+        return Ok(());
+    };
+    let leads = txn.query_opt(
+        "SELECT 1 FROM xp_leader WHERE id = 1 AND epoch = $1 AND holder = $2 FOR SHARE",
+        &[epoch, holder],
+    )?;
+    match leads {
+        Some(_) => Ok(()),
+        None => Err(RegistryError::Fenced { epoch: *epoch }),
     }
 }
 

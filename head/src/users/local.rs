@@ -130,5 +130,6 @@ fn placeholder_join() -> JoinString {
         port: 0,
         token: String::new(),
         ca_sha256: [0; 32],
+        more_heads: Vec::new(),
     }
 }

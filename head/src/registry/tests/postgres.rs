@@ -3,7 +3,7 @@
 //! registry, a password in the address, the schema made once by two heads.
 
 use super::*;
-use crate::registry::{CopyError, copy_store};
+use crate::registry::{CopyError, copy_store, off_runtime};
 use crate::test_postgres::TestPostgres;
 
 /// A server, or `None` where PostgreSQL is not installed; where CI runs (`CI`
@@ -183,4 +183,69 @@ fn a_store_is_copied_to_postgres_and_back_row_for_row() {
     );
     let of_trial_3 = 3 * (0..4_000).filter(|step| step % 11 == 3).count();
     assert_eq!(again.metrics_of(a_trial(3)).unwrap().len(), of_trial_3);
+}
+
+/// Ends the lead's lease at once, as if its holder stopped renewing it long ago.
+fn expire_the_lease(server: &TestPostgres) {
+    let target = target(server);
+    off_runtime(move || {
+        let mut client = target.config().connect(::postgres::NoTls).unwrap();
+        client
+            .execute(
+                "UPDATE xp_leader SET expires_at = now() - interval '1 second'",
+                &[],
+            )
+            .unwrap();
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_cannot_commit_and_the_new_one_can() {
+    let Some(server) = server() else { return };
+    let never = tokio_util::sync::CancellationToken::new();
+    let mut old = opener(&server)();
+    old.load().unwrap();
+    let first = crate::leader::lead(&target(&server), "h1:1", &never)
+        .await
+        .unwrap()
+        .unwrap();
+    old.fence(first.epoch, &first.holder);
+    old.commit(vec![event(1, 10)]).unwrap();
+
+    // While the lease runs, no other head takes the lead.
+    let store = target(&server);
+    let waiting = tokio::time::timeout(
+        std::time::Duration::from_millis(600),
+        crate::leader::lead(&store, "h2:1", &never),
+    );
+    assert!(
+        waiting.await.is_err(),
+        "a second head led while the lease ran"
+    );
+
+    expire_the_lease(&server);
+    let second = crate::leader::lead(&target(&server), "h2:1", &never)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.epoch, first.epoch + 1);
+    let refused = old.commit(vec![event(2, 10)]).unwrap_err();
+    assert!(
+        matches!(refused, RegistryError::Fenced { epoch } if epoch == first.epoch),
+        "{refused}"
+    );
+    assert!(
+        refused.to_string().contains("another head leads"),
+        "{refused}"
+    );
+
+    let mut new = opener(&server)();
+    assert_eq!(
+        event_seqs(&new.load().unwrap()),
+        [1],
+        "nothing of the refused commit is stored"
+    );
+    new.fence(second.epoch, &second.holder);
+    new.commit(vec![event(2, 10)]).unwrap();
+    assert_eq!(event_seqs(&opener(&server)().load().unwrap()), [1, 2]);
 }
