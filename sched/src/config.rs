@@ -95,10 +95,13 @@
 //!   completed trials received, `thresholds_gpu_hours` serving as the prior
 //!   until 16 have completed, each edge moving at most one step of a 2^(1/4)
 //!   grid per completion; and the durations written for the prior's workload
-//!   scale with the first edge over the prior's (`delay_per_gpu`,
-//!   `reserve_after`, `preemption.min_run_time` both ways;
-//!   `preemption.grace_period`, never under 10 s, and `preemption.max_loss`
-//!   only shorter), so the policy does not depend on the unit of time.
+//!   scale with the first edge over the prior's (`preemption.min_run_time`
+//!   both ways; the waits `reserve_after`, `delay_per_gpu` and the day after
+//!   which any loss is accepted only longer, since under overload waits
+//!   follow the backlog, not the trials' length; `preemption.grace_period`,
+//!   never under 10 s, and `preemption.max_loss` only shorter), so the
+//!   policy does not depend on the unit of time where trials are longer than
+//!   the prior's.
 //!   `levels: fixed` keeps the edges and durations as written. A promoted
 //!   trial joins level 0's line at its promotion time. A gang with no room does not
 //!   hold up smaller work of its queue that fits now, until it has waited

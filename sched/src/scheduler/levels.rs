@@ -103,6 +103,19 @@ impl ServiceLevels {
         u64::try_from(u128::from(ms) * edge / prior).unwrap_or(u64::MAX)
     }
 
+    /// [`Self::scaled`], but never shorter than written: for the waits after
+    /// which the policy gives up on skip-ahead or on sparing a victim's work
+    /// (`reserve_after`, `delay_per_gpu`, the day after which any loss is
+    /// accepted). The first edge measures how long trials run, not how long
+    /// they wait: under overload the waits are set by the backlog, so shorter
+    /// trials do not mean shorter waits, and a shortened wait threshold is
+    /// reached by most trials (gangs hold room, victims lose their work). A
+    /// lengthened one costs little where waits are short, since it is never
+    /// reached.
+    pub(super) fn lengthened(&self, ms: u64) -> u64 {
+        self.scaled(ms).max(ms)
+    }
+
     /// A trial completed having received `gpu_ms` of service; true when the
     /// edges changed (waiting trials' levels must follow).
     pub(super) fn note_completed(&mut self, gpu_ms: u64) -> bool {
@@ -263,6 +276,19 @@ mod tests {
         let after = levels.grid.clone().unwrap();
         for (old, new) in before.iter().zip(&after) {
             assert!(new.abs_diff(*old) <= 1);
+        }
+    }
+
+    #[test]
+    fn wait_thresholds_lengthen_with_longer_trials_and_never_shorten() {
+        for (minutes, scaled_down) in [(6, true), (1200, false)] {
+            let mut levels = levels("attained_service: {thresholds_gpu_hours: [2, 32]}\n");
+            for _ in 0..MIN_HISTORY {
+                levels.note_completed(minutes * 60_000);
+            }
+            let scaled = levels.scaled(48 * HOUR);
+            assert_eq!(scaled < 48 * HOUR, scaled_down, "{minutes} min: {scaled}");
+            assert_eq!(levels.lengthened(48 * HOUR), scaled.max(48 * HOUR));
         }
     }
 

@@ -144,7 +144,7 @@ impl PolicyCore {
             .flatten();
         (
             las.map_or(0, |las| las.promote_after),
-            las.map(|las| self.levels.scaled(las.reserve_after_ms)),
+            las.map(|las| self.levels.lengthened(las.reserve_after_ms)),
         )
     }
 
@@ -174,9 +174,9 @@ impl PolicyCore {
     }
 
     /// The wait after which a claimant accepts any loss ([`MAX_LOSS_WAIT_MS`]),
-    /// scaled to the workload (`levels`).
+    /// lengthened for a workload of longer trials (`levels`), never shortened.
     pub(super) fn max_loss_wait_ms(&self) -> u64 {
-        self.levels.scaled(MAX_LOSS_WAIT_MS)
+        self.levels.lengthened(MAX_LOSS_WAIT_MS)
     }
 
     /// Recomputes a trial's level, place in line and promotion time from its
@@ -245,8 +245,8 @@ impl PolicyCore {
         // being in that order, so the delay is left out beside it.
         let delay_per_gpu = las
             .filter(|_| self.config.aging.is_none())
-            .map_or(0, |las| self.levels.scaled(las.delay_per_gpu_ms));
-        let reserve_after = las.map(|las| self.levels.scaled(las.reserve_after_ms));
+            .map_or(0, |las| self.levels.lengthened(las.delay_per_gpu_ms));
+        let reserve_after = las.map(|las| self.levels.lengthened(las.reserve_after_ms));
         let extra_gpus = trial.demand[0].saturating_sub(1000);
         // Capped at `reserve_after`, so a gang is passed by no trial submitted
         // more than that after it, whatever its size.
@@ -266,7 +266,8 @@ impl PolicyCore {
         };
         self.config.order != Order::Fifo
             && self.trials.get(&id).is_some_and(|trial| {
-                now.saturating_sub(trial.waiting_since) < self.levels.scaled(las.reserve_after_ms)
+                now.saturating_sub(trial.waiting_since)
+                    < self.levels.lengthened(las.reserve_after_ms)
             })
     }
 }

@@ -2261,10 +2261,11 @@ fn least_attained_service_only(
 ) -> PolicyConfig {
     config.queues = vec![QueueConfig::open("default")];
     config.aging = None;
-    // Adaptive levels scale `reserve_after` and the size delay by the first
-    // edge over the prior's; a prior of the order of what these trials
-    // receive (minutes to hours of a GPU, not seconds) keeps the reserve
-    // within the rounds the test watches.
+    // Adaptive levels scale the minimum run by the first edge over the
+    // prior's, and lengthen `reserve_after` and the size delay by it when it
+    // is above one; a prior of the order of what these trials receive
+    // (minutes to hours of a GPU, not seconds) keeps them within the rounds
+    // the test watches.
     let thresholds_gpu_hours = match las.levels {
         LevelSource::Adaptive => las.thresholds_gpu_hours.iter().map(|h| h * 600.0).collect(),
         LevelSource::Fixed => las.thresholds_gpu_hours.clone(),
