@@ -227,11 +227,13 @@ impl HeadCore {
         }
         // 2. The policy's books: every node, schedulable until the running
         //    trials are adopted (the pool takes allocations only on
-        //    schedulable nodes), then the running trials where their workers
-        //    are, and the approvals asked under the stored policy.
+        //    schedulable nodes), the service of the last completed trials
+        //    (adaptive level edges follow it), then the running trials where
+        //    their workers are, and the approvals asked under the stored policy.
         for node in core.membership.nodes() {
             core.placement.policy_mut().upsert_node(node_spec(node));
         }
+        core.restore_completed_service();
         core.adopt_all_running(now);
         core.hold_restored_exits(now);
         core.grants = state::ObjectGrants::started(now, core.ended_attempts());

@@ -1,6 +1,7 @@
 //! Keeping the policy core in step with the trials: the scheduling pass, what the
 //! policy core is told of each trial, preemption, and adopting running trials
-//! after a restart.
+//! after a restart, with the completed trials' service that adaptive level
+//! edges follow.
 //!
 //! Placement decisions are not made here: `PolicyCore::decide` makes them, and this
 //! module carries them out (a launch, or a kill with grace for a preemption). It
@@ -19,7 +20,7 @@ use xp_runtime::ids::{NodeId, TrialId, WorkerKey};
 use xp_runtime::protocol::{HeadCommand, NodeState, TrialState};
 use xp_runtime::spec::{ExperimentSpec, Priority};
 use xp_sched::{
-    Amount, Decision, GangShape, PreemptReason, Refusal, ResizeReason, TrialRequest,
+    Amount, Decision, GangShape, PolicyCore, PreemptReason, Refusal, ResizeReason, TrialRequest,
     WorkerPlacement,
 };
 
@@ -489,6 +490,37 @@ impl HeadCore {
                 .collect(),
             cpu_milli: u64::from(worker.cpu_milli),
             memory_bytes: worker.memory_bytes,
+        }
+    }
+
+    /// Hands the policy core the service of the last completed trials, oldest
+    /// first by when their last attempt ended, as it counted them before a
+    /// restart, so adaptive level edges (and the durations that follow them)
+    /// come back before any trial is adopted or queued. Only the last
+    /// [`PolicyCore::COMPLETED_SERVICE_WINDOW`] count; the edges follow the
+    /// same window as before, though one may sit a grid step from where it
+    /// stood, since an edge's path over older completions is not kept.
+    pub(super) fn restore_completed_service(&mut self) {
+        let mut completed: Vec<(UnixMillis, TrialId, u64)> = self
+            .book
+            .trials()
+            .filter(|trial| trial.state == TrialState::Succeeded && trial.reused_from.is_none())
+            .filter_map(|trial| {
+                let ended = trial
+                    .attempts
+                    .iter()
+                    .filter_map(|attempt| attempt.ended_at)
+                    .max()?;
+                let (gpu_ms, _) = past_service(trial);
+                Some((ended, trial.id, gpu_ms))
+            })
+            .collect();
+        completed.sort_unstable();
+        let older = completed
+            .len()
+            .saturating_sub(PolicyCore::COMPLETED_SERVICE_WINDOW);
+        for (_, _, gpu_ms) in completed.into_iter().skip(older) {
+            self.placement.policy_mut().add_completed_service(gpu_ms);
         }
     }
 }

@@ -20,6 +20,7 @@ mod dashboard;
 mod front;
 mod gang_faults;
 mod leases;
+mod levels;
 mod limits;
 mod metrics;
 mod object_access;

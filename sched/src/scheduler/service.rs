@@ -89,6 +89,10 @@ impl PolicyCore {
         true
     }
 
+    /// How many completed trials' service the adaptive level edges follow:
+    /// all a restarted head needs to hand [`Self::add_completed_service`].
+    pub const COMPLETED_SERVICE_WINDOW: usize = super::levels::WINDOW;
+
     /// A trial completed with `gpu_ms` of service (over all its runs): under
     /// adaptive levels the edges follow it (`levels`), and waiting trials'
     /// levels with them. The core calls it itself when a placed trial
