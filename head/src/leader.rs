@@ -6,8 +6,11 @@
 //! last renewal), and taking it bumps the epoch. The leader renews it every
 //! [`RENEW_EVERY`]; every commit of the registry checks the row still names its
 //! epoch (`registry::postgres`), so a leader paused past its lease can never
-//! write after another took over. A leader that finds the lead gone, or
-//! cannot renew it for a lease's length, steps down: it stops serving.
+//! write after another took over. A leader that finds another head leading
+//! steps down: it stops serving, so nodes and clients go to the new leader.
+//! One that cannot reach the store keeps trying: its writes are refused
+//! meanwhile (the fence needs the store), and it leads on if no other head
+//! took over by the time the store answers again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -154,39 +157,42 @@ impl Leadership {
     }
 
     /// Keeps the lead until `shutdown`: renews it, and steps down (cancels
-    /// `shutdown` and sets `stepped_down`) when it is lost or cannot be renewed
-    /// for a lease's length.
+    /// `shutdown` and sets `stepped_down`) once the store says another head
+    /// leads.
     pub(crate) async fn keep(
         self,
         shutdown: CancellationToken,
         stepped_down: Arc<std::sync::atomic::AtomicBool>,
     ) {
         let mut connection = LeaseConnection(None);
-        let mut last_renewed = tokio::time::Instant::now();
+        let mut unreachable = false;
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 () = tokio::time::sleep(RENEW_EVERY) => {}
             }
             let renewed = connection.run(&self.target, |client| self.renew(client));
-            let reason = match renewed {
+            match renewed {
                 Ok(true) => {
-                    last_renewed = tokio::time::Instant::now();
+                    if std::mem::take(&mut unreachable) {
+                        info!(
+                            epoch = self.epoch,
+                            "the store answers again: this head still leads"
+                        );
+                    }
                     continue;
                 }
-                Ok(false) => {
-                    "the store refused this head's lease renewal: another head leads it now"
-                        .to_owned()
-                }
-                Err(error) if last_renewed.elapsed() < LEASE => {
-                    warn!(%error, "cannot renew the lead yet");
+                Ok(false) => {}
+                Err(error) => {
+                    if !std::mem::replace(&mut unreachable, true) {
+                        warn!(%error, "cannot renew the lead: trying again until the store answers");
+                    }
                     continue;
                 }
-                Err(error) => format!("the lead could not be renewed for {LEASE:?}: {error}"),
-            };
+            }
             error!(
                 epoch = self.epoch,
-                reason, "stepping down: this head no longer leads"
+                "stepping down: the store refused this head's lease renewal, another head leads it now"
             );
             stepped_down.store(true, std::sync::atomic::Ordering::SeqCst);
             shutdown.cancel();
