@@ -106,6 +106,14 @@ pub enum HeadError {
     /// The first admin could not be created.
     #[error("cannot create the first admin: {0}")]
     FirstAdmin(#[from] xp_head_core::auth::users::UserError),
+    /// The cluster's trust material could not be shared through the store.
+    #[error("cannot share the cluster identity through {store}: {reason}")]
+    SharedIdentity {
+        /// The store, as shown.
+        store: String,
+        /// Why.
+        reason: String,
+    },
     /// The policy given at start is invalid.
     #[error("the scheduling policy {source_name} is invalid: {message}")]
     Policy {

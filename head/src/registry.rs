@@ -521,9 +521,8 @@ pub(crate) struct Sequences {
     pub(crate) audit: u64,
 }
 
-/// How many of a history of `total` records a strided sample of about
-/// `max_records` steps over, and whether the record at `position` is in it
-/// (every `stride`-th, and always the newest).
+/// The stride of a sample of about `max_records` of a history of `total`
+/// records: it keeps every stride-th record, and always the newest.
 pub(crate) fn sample_stride(total: usize, max_records: usize) -> usize {
     total.div_ceil(max_records.max(1)).max(1)
 }

@@ -30,18 +30,9 @@ use crate::{
 ///
 /// The runtime must be multi-threaded: the actor commits to disk with `block_in_place`.
 pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
-    if tokio::runtime::Handle::current().runtime_flavor()
-        == tokio::runtime::RuntimeFlavor::CurrentThread
-    {
-        return Err(HeadError::Actor(
-            "the head needs a multi-threaded tokio runtime".to_owned(),
-        ));
-    }
+    require_multi_thread()?;
     let (identity, mut registry) = open_data_dir(&config.data_dir, config.store.as_ref())?;
-    let leadership = match &config.store {
-        Some(target) => Some(take_the_lead(&config, target, &mut registry).await?),
-        None => None,
-    };
+    let leadership = take_the_lead(&config, &mut registry).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let core = restore_core(&config, &identity, &mut registry, clock.as_ref())?;
     let endpoint = xp_runtime::transport::bind_endpoint(
@@ -98,12 +89,12 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, HeadError> {
         }
         None => None,
     };
-    if let Some(leadership) = leadership {
-        tasks.push(xp_runtime::task::spawn(
+    tasks.extend(leadership.map(|lead| {
+        xp_runtime::task::spawn(
             "leader-lease",
-            leadership.keep(shutdown.clone(), stepped_down.clone()),
-        ));
-    }
+            lead.keep(shutdown.clone(), stepped_down.clone()),
+        )
+    }));
     info!(listen = %bound, http = ?http_addr, "head started");
     Ok(RunningHead {
         join,
@@ -142,10 +133,9 @@ fn open_data_dir(
                 .map(drop)
                 .map_err(|error| error.to_string())
         })
-        .map_err(|reason| {
-            HeadError::Actor(format!(
-                "cannot share the cluster identity through {target}: {reason}"
-            ))
+        .map_err(|reason| HeadError::SharedIdentity {
+            store: target.to_string(),
+            reason,
         })?;
     }
     let identity = ClusterIdentity::load_or_create(&tls)?;
@@ -153,13 +143,28 @@ fn open_data_dir(
     Ok((identity, registry))
 }
 
-/// Waits until this head leads the store `target` (a standby waits for the
-/// leader's lease to run out), then fences the registry's writes with its epoch.
+/// The head needs a multi-threaded runtime: the actor commits with `block_in_place`.
+fn require_multi_thread() -> Result<(), HeadError> {
+    if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::CurrentThread
+    {
+        return Err(HeadError::Actor(
+            "the head needs a multi-threaded tokio runtime".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// With a PostgreSQL store, waits until this head leads it (a standby waits for
+/// the leader's lease to run out), then fences the registry's writes with its
+/// epoch; without one, there is no lead to take.
 async fn take_the_lead(
     config: &HeadConfig,
-    target: &PostgresTarget,
     registry: &mut Registry,
-) -> Result<crate::leader::Leadership, HeadError> {
+) -> Result<Option<crate::leader::Leadership>, HeadError> {
+    let Some(target) = &config.store else {
+        return Ok(None);
+    };
     let host = config
         .advertise_host
         .clone()
@@ -170,7 +175,7 @@ async fn take_the_lead(
         .await?
         .expect("never cancelled");
     registry.fence(leadership.epoch, &leadership.holder);
-    Ok(leadership)
+    Ok(Some(leadership))
 }
 
 /// The stored user table, and on a first start (no user yet) the first
