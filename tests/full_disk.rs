@@ -187,13 +187,7 @@ fn a_full_disk_is_survived_without_a_restart() {
         healthz(&http).filter(|(code, _)| *code == 200)
     });
 
-    let script = cluster.write_file("emit.sh", &emitter_script());
-    let long_yaml = cluster.write_file(
-        "long.yaml",
-        &experiment_yaml("long", &script, &[1, 2, 3, 4]),
-    );
-    let short_yaml = cluster.write_file("short.yaml", &experiment_yaml("short", &script, &[11]));
-    let long = must_run_reporting_trials(&cluster, &long_yaml);
+    let (long, short_yaml) = must_run_reporting_trials(&cluster);
     // Fill the disk while the trials report: the head must notice and refuse work.
     let filler = tmpfs.fill();
     check_outage_refuses_work(&cluster, &http, &short_yaml, "its disk is full");
@@ -217,13 +211,7 @@ fn a_stopped_postgres_is_survived_without_a_restart() {
     };
     cluster.start_node("a", 0, 4);
     cluster.wait_for_nodes(1);
-    let script = cluster.write_file("emit.sh", &emitter_script());
-    let long_yaml = cluster.write_file(
-        "long.yaml",
-        &experiment_yaml("long", &script, &[1, 2, 3, 4]),
-    );
-    let short_yaml = cluster.write_file("short.yaml", &experiment_yaml("short", &script, &[11]));
-    let long = must_run_reporting_trials(&cluster, &long_yaml);
+    let (long, short_yaml) = must_run_reporting_trials(&cluster);
     cluster.postgres().stop();
     check_outage_refuses_work(&cluster, &http, &short_yaml, "its database failed");
     let during = check_nothing_changes_while_full(&cluster, &http, &long);
@@ -249,9 +237,16 @@ fn can_mount_or_say_why() -> bool {
     }
 }
 
-/// Submits the long experiment and waits until every trial runs and reports;
-/// the experiment.
-fn must_run_reporting_trials(cluster: &TestCluster, long_yaml: &Path) -> String {
+/// Writes the long experiment (four trials) and the short one (one), submits
+/// the long one and waits until every trial runs and reports; the long
+/// experiment and the short one's file.
+fn must_run_reporting_trials(cluster: &TestCluster) -> (String, PathBuf) {
+    let script = cluster.write_file("emit.sh", &emitter_script());
+    let long_yaml = cluster.write_file(
+        "long.yaml",
+        &experiment_yaml("long", &script, &[1, 2, 3, 4]),
+    );
+    let short_yaml = cluster.write_file("short.yaml", &experiment_yaml("short", &script, &[11]));
     let long = cluster
         .must_xp(&["submit", long_yaml.to_str().expect("UTF-8")])
         .trim()
@@ -263,7 +258,7 @@ fn must_run_reporting_trials(cluster: &TestCluster, long_yaml: &Path) -> String 
             .all(|trial| trial["state"] == "running" && trial["last_step"].as_u64() >= Some(5))
             .then_some(())
     });
-    long
+    (long, short_yaml)
 }
 
 /// Without storage the head reports itself unhealthy and refuses a submission,

@@ -527,6 +527,23 @@ pub(crate) fn sample_stride(total: usize, max_records: usize) -> usize {
     total.div_ceil(max_records.max(1)).max(1)
 }
 
+/// Telemetry windows, in order of rank and slot, as one series per rank.
+pub(crate) fn by_rank(
+    windows: impl IntoIterator<Item = (u32, TelemetryWindow)>,
+) -> Vec<WorkerTelemetry> {
+    let mut workers: Vec<WorkerTelemetry> = Vec::new();
+    for (rank, window) in windows {
+        match workers.last_mut() {
+            Some(worker) if worker.rank == rank => worker.windows.push(window),
+            _ => workers.push(WorkerTelemetry {
+                rank,
+                windows: vec![window],
+            }),
+        }
+    }
+    workers
+}
+
 /// Encodes `value` as JSON for a record of `kind`.
 pub(crate) fn encode<T: serde::Serialize>(
     kind: &'static str,

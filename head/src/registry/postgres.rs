@@ -25,7 +25,7 @@ use xp_head_core::auth::users::UserRecord;
 use xp_head_core::{LoadedState, MetricRecord, Record};
 
 use super::copy::{RawKey, RawRow, Table};
-use super::{MetricsPage, RegistryError, Sequences, Store, sample_stride};
+use super::{MetricsPage, RegistryError, Sequences, Store, by_rank, sample_stride};
 
 mod raw;
 mod rows;
@@ -328,24 +328,12 @@ impl Store for PostgresStore {
                 "SELECT rank, record::text FROM telemetry WHERE trial = $1 ORDER BY rank, slot",
                 &[&trial],
             )?;
-            let mut workers: Vec<WorkerTelemetry> = Vec::new();
-            for row in &rows {
-                let Ok(rank) = u32::try_from(row.get::<_, i64>(0)) else {
-                    continue;
-                };
-                let Some(window) = rows::decode_one::<TelemetryWindow>(row, 1, "telemetry window")
-                else {
-                    continue;
-                };
-                match workers.last_mut() {
-                    Some(worker) if worker.rank == rank => worker.windows.push(window),
-                    _ => workers.push(WorkerTelemetry {
-                        rank,
-                        windows: vec![window],
-                    }),
-                }
-            }
-            Ok(workers)
+            let windows = rows.iter().filter_map(|row| {
+                let rank = u32::try_from(row.get::<_, i64>(0)).ok()?;
+                let window = rows::decode_one::<TelemetryWindow>(row, 1, "telemetry window")?;
+                Some((rank, window))
+            });
+            Ok(by_rank(windows))
         })
     }
 

@@ -17,7 +17,7 @@ use xp_head_core::auth::users::UserRecord;
 use xp_head_core::{LoadedState, MetricRecord, Record, TelemetryRecord};
 
 use super::copy::{RawKey, RawRow, Table};
-use super::{MetricsPage, RegistryError, Sequences, Store, encode, sample_stride};
+use super::{MetricsPage, RegistryError, Sequences, Store, by_rank, encode, sample_stride};
 
 mod raw;
 
@@ -345,26 +345,16 @@ impl Store for RedbStore {
         let table = txn.open_table(TELEMETRY).map_err(db_error)?;
         let trial = trial.to_string();
         let range = (trial.as_str(), 0, 0)..=(trial.as_str(), u32::MAX, u32::MAX);
-        let mut workers: Vec<WorkerTelemetry> = Vec::new();
+        let mut windows = Vec::new();
         for entry in table.range(range).map_err(db_error)? {
             let (key, value) = entry.map_err(db_error)?;
             let (_, rank, _) = key.value();
-            let window = match serde_json::from_slice::<TelemetryWindow>(value.value()) {
-                Ok(window) => window,
-                Err(error) => {
-                    warn!(%error, "unreadable telemetry window skipped");
-                    continue;
-                }
-            };
-            match workers.last_mut() {
-                Some(worker) if worker.rank == rank => worker.windows.push(window),
-                _ => workers.push(WorkerTelemetry {
-                    rank,
-                    windows: vec![window],
-                }),
+            match serde_json::from_slice::<TelemetryWindow>(value.value()) {
+                Ok(window) => windows.push((rank, window)),
+                Err(error) => warn!(%error, "unreadable telemetry window skipped"),
             }
         }
-        Ok(workers)
+        Ok(by_rank(windows))
     }
 
     /// One worker's telemetry series, oldest window first (empty when none is stored).
