@@ -92,13 +92,14 @@ fn two_heads() -> Option<(TestCluster, Standby)> {
     Some((cluster, standby))
 }
 
-/// Submits 16 trials reporting [`STEPS`] steps of `loss` each and waits until
-/// all of them run and report; the experiment.
+/// Submits 16 trials reporting [`STEPS`] steps of `loss` each, with a
+/// checkpoint every ten, and waits until all of them run and report; the
+/// experiment.
 fn must_run_sweep(cluster: &TestCluster) -> String {
     let script = cluster.write_file(
         "steps.sh",
         &format!(
-            "step=0\nwhile [ $step -lt {STEPS} ]; do\n  step=$((step + 1))\n  echo \"XP_METRIC {{\\\"step\\\": $step, \\\"loss\\\": $step}}\"\n  sleep 0.1\ndone\n"
+            "step=0\nwhile [ $step -lt {STEPS} ]; do\n  step=$((step + 1))\n  echo \"XP_METRIC {{\\\"step\\\": $step, \\\"loss\\\": $step}}\"\n  if [ $((step % 10)) -eq 0 ]; then\n    echo $step > \"$XP_CHECKPOINT_DIR/step\"\n    echo \"XP_CHECKPOINT {{\\\"step\\\": $step}}\"\n  fi\n  sleep 0.1\ndone\n"
         ),
     );
     let values: Vec<String> = (0..16).map(|index| index.to_string()).collect();
@@ -126,9 +127,15 @@ fn must_run_sweep(cluster: &TestCluster) -> String {
     experiment
 }
 
-/// Every trial succeeded in one attempt and stored each step once.
+/// Every trial succeeded in one attempt, stored each step once, and its last
+/// checkpoint (step [`STEPS`], taken after the fail-over) is recorded.
 fn check_every_trial_ran_once(cluster: &TestCluster, experiment: &str) {
     let status = cluster.wait_finished(experiment, Duration::from_secs(180));
+    let checkpoints: Vec<Value> = cluster
+        .must_xp(&["checkpoints", experiment, "--json"])
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON checkpoint"))
+        .collect();
     assert_eq!(status["state"], "succeeded", "{status:#}");
     for trial in trials(&status) {
         let attempts = trial["attempts"].as_array().expect("attempts");
@@ -143,6 +150,12 @@ fn check_every_trial_ran_once(cluster: &TestCluster, experiment: &str) {
             .map(|step| step.as_u64().expect("a step"))
             .collect();
         assert_eq!(steps, (1..=STEPS).collect::<Vec<_>>(), "trial {id}");
+        assert!(
+            checkpoints
+                .iter()
+                .any(|checkpoint| checkpoint["trial"] == id && checkpoint["step"] == STEPS),
+            "trial {id} has no checkpoint at step {STEPS}: {checkpoints:#?}"
+        );
     }
 }
 
