@@ -40,7 +40,7 @@ pub(crate) struct Leadership {
 
 /// A connection for the lease alone, so renewals never queue behind commits.
 fn lease_client(target: &PostgresTarget) -> Result<Client, RegistryError> {
-    Ok(target.config().connect(::postgres::NoTls)?)
+    target.connect()
 }
 
 /// The lease's connection, made when first needed and again after a failure.

@@ -61,6 +61,10 @@ enum Command {
         /// A file holding the PostgreSQL password (one line).
         #[arg(long, value_name = "FILE", requires = "store")]
         store_password_file: Option<PathBuf>,
+        /// Talk TLS to PostgreSQL, checking its certificate against the CA
+        /// certificates in this PEM file.
+        #[arg(long, value_name = "FILE", requires = "store")]
+        store_ca_file: Option<PathBuf>,
         /// Another head sharing --store, as HOST:PORT (repeatable): the join
         /// strings this head prints name it too, so nodes and clients reach
         /// whichever head leads.
@@ -104,6 +108,9 @@ enum StoreCli {
         /// A file holding the PostgreSQL password (else XP_STORE_PASSWORD).
         #[arg(long, value_name = "FILE")]
         store_password_file: Option<PathBuf>,
+        /// Talk TLS to PostgreSQL, checking it against the CAs in this PEM file.
+        #[arg(long, value_name = "FILE")]
+        store_ca_file: Option<PathBuf>,
     },
 }
 
@@ -155,11 +162,18 @@ async fn main() -> anyhow::Result<()> {
             commit_batch,
             store,
             store_password_file,
+            store_ca_file,
             peers,
         } => {
             let policy = policy.map(|name| read_policy(&name)).transpose()?;
             let store = store
-                .map(|address| store_target(&address, store_password_file.as_deref()))
+                .map(|address| {
+                    store_target(
+                        &address,
+                        store_password_file.as_deref(),
+                        store_ca_file.as_deref(),
+                    )
+                })
                 .transpose()?;
             let advertise = advertise.or_else(|| listen.ip().is_unspecified().then(hostname));
             let config = xp_head::HeadConfig {
@@ -206,8 +220,14 @@ async fn main() -> anyhow::Result<()> {
                     from,
                     to,
                     store_password_file,
+                    store_ca_file,
                 },
-        } => copy_store(&from, &to, store_password_file.as_deref()),
+        } => copy_store(
+            &from,
+            &to,
+            store_password_file.as_deref(),
+            store_ca_file.as_deref(),
+        ),
         Command::User { data_dir, command } => {
             let data_dir =
                 data_dir.context("--data-dir DIR is required: the head's data directory")?;
@@ -383,10 +403,17 @@ fn read_policy(name: &str) -> anyhow::Result<(String, String)> {
 /// least 100 ms each must fit in it).
 /// `xp-head store copy`: copies, compares, and prints each table's rows and digest.
 #[expect(clippy::print_stdout, reason = "the command's answer")]
-fn copy_store(from: &str, to: &str, password_file: Option<&std::path::Path>) -> anyhow::Result<()> {
+fn copy_store(
+    from: &str,
+    to: &str,
+    password_file: Option<&std::path::Path>,
+    ca_file: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
     let password = store_password(password_file)?;
-    let from = xp_head::StoreSpec::parse(from, password.as_deref()).context("FROM")?;
-    let to = xp_head::StoreSpec::parse(to, password.as_deref()).context("TO")?;
+    let spec =
+        |text: &str| xp_head::StoreSpec::parse(text, password.as_deref())?.with_ca_file(ca_file);
+    let from = spec(from).context("FROM")?;
+    let to = spec(to).context("TO")?;
     let tables = xp_head::copy_store(&from, &to)?;
     let rows: u64 = tables.iter().map(|table| table.rows).sum();
     for table in &tables {
@@ -418,10 +445,17 @@ fn store_password(password_file: Option<&std::path::Path>) -> anyhow::Result<Opt
 fn store_target(
     address: &str,
     password_file: Option<&std::path::Path>,
+    ca_file: Option<&std::path::Path>,
 ) -> anyhow::Result<xp_head::PostgresTarget> {
     let password = store_password(password_file)?;
-    xp_head::PostgresTarget::parse(address, password.as_deref())
-        .with_context(|| format!("--store {address}"))
+    let target = xp_head::PostgresTarget::parse(address, password.as_deref())
+        .with_context(|| format!("--store {address}"))?;
+    match ca_file {
+        Some(ca_file) => target
+            .with_ca_file(ca_file)
+            .with_context(|| format!("--store-ca-file {}", ca_file.display())),
+        None => Ok(target),
+    }
 }
 
 /// `HOST:PORT` of another head.

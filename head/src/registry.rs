@@ -163,6 +163,19 @@ impl StoreSpec {
     }
 }
 
+impl StoreSpec {
+    /// A PostgreSQL store talks TLS, checking the server against the CA in
+    /// `ca_file`; an embedded store is unchanged.
+    pub fn with_ca_file(self, ca_file: Option<&Path>) -> Result<Self, RegistryError> {
+        match (self, ca_file) {
+            (Self::Postgres(target), Some(ca_file)) => {
+                Ok(Self::Postgres(Box::new(target.with_ca_file(ca_file)?)))
+            }
+            (spec, _) => Ok(spec),
+        }
+    }
+}
+
 impl std::fmt::Display for StoreSpec {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

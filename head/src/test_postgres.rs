@@ -18,6 +18,8 @@ pub struct TestPostgres {
     server: Option<Child>,
     owner: Option<(u32, u32)>,
     durable: bool,
+    /// With TLS: the loopback TCP port it serves TLS on, besides its socket.
+    tls_port: Option<u16>,
 }
 
 /// Where PostgreSQL's server programs are: on `PATH`, or where Debian's
@@ -76,6 +78,7 @@ impl TestPostgres {
             server: None,
             owner,
             durable,
+            tls_port: None,
         };
         let data = this.data_dir();
         this.run(
@@ -97,6 +100,59 @@ impl TestPostgres {
         Ok(this)
     }
 
+    /// Starts one that also serves TLS on a loopback TCP port, with a
+    /// certificate for `localhost` signed by a CA of its own ([`Self::ca_file`]).
+    pub fn start_tls() -> Result<Self, String> {
+        let mut this = Self::start(false)?;
+        this.stop();
+        this.write_certificates()
+            .map_err(|error| format!("TLS certificates: {error}"))?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map_err(|error| format!("a free port: {error}"))?
+            .port();
+        this.tls_port = Some(port);
+        this.launch()?;
+        Ok(this)
+    }
+
+    /// Writes a CA (`ca.pem`) and the server's certificate and key, readable
+    /// by the server's user only.
+    fn write_certificates(&self) -> Result<(), Box<dyn std::error::Error>> {
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate()?)?;
+        let key = rcgen::KeyPair::generate()?;
+        let cert =
+            rcgen::CertificateParams::new(vec!["localhost".to_owned()])?.signed_by(&key, &ca)?;
+        let dir = self.dir.path();
+        std::fs::write(dir.join("ca.pem"), ca.pem())?;
+        std::fs::write(dir.join("server.crt"), cert.pem())?;
+        xp_runtime::tls::write_private_file(
+            &dir.join("server.key"),
+            key.serialize_pem().as_bytes(),
+        )?;
+        if let Some((uid, gid)) = self.owner {
+            for name in ["server.crt", "server.key"] {
+                std::os::unix::fs::chown(dir.join(name), Some(uid), Some(gid))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The CA that signed a TLS server's certificate (PEM).
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// The address of a TLS server's database over TCP, asking for TLS.
+    pub fn tls_address(&self) -> Option<String> {
+        let port = self.tls_port?;
+        Some(format!(
+            "host=localhost port={port} user=xp dbname=postgres sslmode=require"
+        ))
+    }
+
     fn data_dir(&self) -> String {
         self.dir.path().join("data").display().to_string()
     }
@@ -110,8 +166,9 @@ impl TestPostgres {
     /// made, `postgres`, as its superuser `xp`.
     pub fn address(&self) -> String {
         format!(
-            "host={} user=xp dbname=postgres",
-            self.socket_dir().display()
+            "host={} port={} user=xp dbname=postgres",
+            self.socket_dir().display(),
+            self.port()
         )
     }
 
@@ -120,12 +177,17 @@ impl TestPostgres {
         self.url_of("postgres")
     }
 
+    /// The port its socket is named for.
+    fn port(&self) -> u16 {
+        self.tls_port.unwrap_or(5432)
+    }
+
     fn url_of(&self, database: &str) -> String {
         let host: String = url::form_urlencoded::byte_serialize(
             self.socket_dir().display().to_string().as_bytes(),
         )
         .collect();
-        format!("postgres://xp@{host}/{database}")
+        format!("postgres://xp@{host}:{}/{database}", self.port())
     }
 
     /// Creates an empty database `name` (letters, digits and `_`); its
@@ -183,16 +245,26 @@ impl TestPostgres {
         };
         let log = std::fs::File::create(self.dir.path().join("server.log"))
             .map_err(|error| format!("the server log: {error}"))?;
-        let child = self
-            .command("postgres")
-            .args([
-                "-D",
-                &self.data_dir(),
-                "-k",
-                &socket,
-                "-c",
-                "listen_addresses=",
-            ])
+        let mut command = self.command("postgres");
+        command.args(["-D", &self.data_dir(), "-k", &socket]);
+        match self.tls_port {
+            Some(port) => {
+                let dir = self.dir.path().display().to_string();
+                command
+                    .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
+                    .args([
+                        "-c",
+                        "ssl=on",
+                        "-c",
+                        &format!("ssl_cert_file={dir}/server.crt"),
+                    ])
+                    .args(["-c", &format!("ssl_key_file={dir}/server.key")]);
+            }
+            None => {
+                command.args(["-c", "listen_addresses="]);
+            }
+        }
+        let child = command
             .args(["-c", fsync, "-c", "max_connections=40"])
             .stdout(Stdio::null())
             .stderr(log)
@@ -217,6 +289,7 @@ impl TestPostgres {
         Command::new(self.bin.join("pg_isready"))
             .arg("-h")
             .arg(self.socket_dir())
+            .args(["-p", &self.port().to_string()])
             .args(["-U", "xp", "-d", "postgres", "-q"])
             .status()
             .is_ok_and(|status| status.success())
@@ -233,7 +306,8 @@ impl TestPostgres {
             let pid = nix::unistd::Pid::from_raw(child.id() as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
             let _ = child.wait();
-            let _ = std::fs::remove_file(self.socket_dir().join(".s.PGSQL.5432"));
+            let socket = format!(".s.PGSQL.{}", self.port());
+            let _ = std::fs::remove_file(self.socket_dir().join(socket));
         }
     }
 

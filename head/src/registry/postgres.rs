@@ -52,6 +52,8 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 pub struct PostgresTarget {
     config: ::postgres::Config,
     shown: String,
+    /// TLS to the server, verified against the CA of `--store-ca-file`.
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl std::fmt::Debug for PostgresTarget {
@@ -67,11 +69,6 @@ impl std::fmt::Display for PostgresTarget {
 }
 
 impl PostgresTarget {
-    /// The connection settings, password included.
-    pub(crate) fn config(&self) -> &::postgres::Config {
-        &self.config
-    }
-
     /// The database at `address`, logged in with `password` where given.
     /// An address that carries a password itself is refused: it would show in
     /// the process list and in logs.
@@ -83,11 +80,6 @@ impl PostgresTarget {
             return Err(RegistryError::PostgresSetup(
                 "the address carries a password: give it in a file (--store-password-file) or in XP_STORE_PASSWORD instead"
                     .to_owned(),
-            ));
-        }
-        if config.get_ssl_mode() == ::postgres::config::SslMode::Require {
-            return Err(RegistryError::PostgresSetup(
-                "sslmode=require is not supported yet: reach the database over a local socket or a trusted network".to_owned(),
             ));
         }
         if let Some(password) = password {
@@ -102,7 +94,54 @@ impl PostgresTarget {
         Ok(Self {
             config,
             shown: address.to_owned(),
+            tls: None,
         })
+    }
+
+    /// Talks TLS to the server, which must show a certificate for the
+    /// address's host signed by a CA in `ca_file` (PEM); nothing goes in clear.
+    pub fn with_ca_file(mut self, ca_file: &std::path::Path) -> Result<Self, RegistryError> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let setup = |reason: String| RegistryError::PostgresSetup(reason);
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(ca_file)
+            .map_err(|error| setup(format!("cannot read {}: {error}", ca_file.display())))?
+        {
+            let cert = cert.map_err(|error| setup(format!("{}: {error}", ca_file.display())))?;
+            roots
+                .add(cert)
+                .map_err(|error| setup(format!("{}: {error}", ca_file.display())))?;
+        }
+        if roots.is_empty() {
+            return Err(setup(format!("{} holds no certificate", ca_file.display())));
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|error| setup(error.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        self.config.ssl_mode(::postgres::config::SslMode::Require);
+        self.tls = Some(std::sync::Arc::new(tls));
+        Ok(self)
+    }
+
+    /// Connects: over TLS when a CA was given, else in clear (refused where the
+    /// address asks for TLS).
+    pub(crate) fn connect(&self) -> Result<Client, RegistryError> {
+        match &self.tls {
+            Some(tls) => Ok(self
+                .config
+                .connect(tokio_postgres_rustls::MakeRustlsConnect::new((**tls).clone()))?),
+            None if self.config.get_ssl_mode() == ::postgres::config::SslMode::Require => {
+                Err(RegistryError::PostgresSetup(
+                    "the address asks for sslmode=require: give the server's CA with --store-ca-file"
+                        .to_owned(),
+                ))
+            }
+            None => Ok(self.config.connect(NoTls)?),
+        }
     }
 }
 
@@ -168,7 +207,7 @@ impl Drop for PostgresStore {
 
 /// Connects to `target`, checks its version and encoding, and migrates it.
 fn connect(target: &PostgresTarget) -> Result<Client, RegistryError> {
-    let mut client = target.config.connect(NoTls)?;
+    let mut client = target.connect()?;
     let version: i32 = client
         .query_one("SELECT current_setting('server_version_num')::int", &[])?
         .get(0);

@@ -189,7 +189,7 @@ fn a_store_is_copied_to_postgres_and_back_row_for_row() {
 fn expire_the_lease(server: &TestPostgres) {
     let target = target(server);
     off_runtime(move || {
-        let mut client = target.config().connect(::postgres::NoTls).unwrap();
+        let mut client = target.connect().unwrap();
         client
             .execute(
                 "UPDATE xp_leader SET expires_at = now() - interval '1 second'",
@@ -248,4 +248,50 @@ async fn a_deposed_leader_cannot_commit_and_the_new_one_can() {
     new.fence(second.epoch, &second.holder);
     new.commit(vec![event(2, 10)]).unwrap();
     assert_eq!(event_seqs(&opener(&server)().load().unwrap()), [1, 2]);
+}
+
+#[test]
+fn a_store_over_tls_is_verified_and_encrypted() {
+    let server = match TestPostgres::start_tls() {
+        Ok(server) => server,
+        Err(reason) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "cannot run in CI: {reason}"
+            );
+            return;
+        }
+    };
+    let address = server.tls_address().unwrap();
+    let target = PostgresTarget::parse(&address, None)
+        .unwrap()
+        .with_ca_file(&server.ca_file())
+        .unwrap();
+    let mut registry =
+        Registry::open_store(&StoreSpec::Postgres(Box::new(target.clone()))).unwrap();
+    registry.load().unwrap();
+    registry.commit(vec![event(1, 10)]).unwrap();
+    let encrypted: bool = off_runtime(|| {
+        let mut client = target.connect().unwrap();
+        client
+            .query_one(
+                "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    });
+    assert!(encrypted, "the connection is not TLS");
+
+    // Asking for TLS without a CA to check the server against is refused, and
+    // a server whose certificate another CA signed is refused.
+    let unverified = PostgresTarget::parse(&address, None).unwrap();
+    assert!(Registry::open_store(&StoreSpec::Postgres(Box::new(unverified))).is_err());
+    let other = TestPostgres::start_tls().unwrap();
+    let wrong_ca = PostgresTarget::parse(&address, None)
+        .unwrap()
+        .with_ca_file(&other.ca_file())
+        .unwrap();
+    let refused = Registry::open_store(&StoreSpec::Postgres(Box::new(wrong_ca))).unwrap_err();
+    assert!(refused.to_string().contains("certificate"), "{refused}");
 }
