@@ -116,9 +116,10 @@ pub(crate) async fn lead(
     )]
     let holder = format!("{}@{address}", uuid::Uuid::new_v4());
     let mut connection = LeaseConnection(None);
-    let mut announced = false;
+    let (mut announced, mut unreachable) = (false, false);
     loop {
         let attempt = connection.run(target, |client| try_take(client, &holder, address));
+        let was_unreachable = std::mem::replace(&mut unreachable, attempt.is_err());
         match attempt {
             Ok(Ok(epoch)) => {
                 info!(epoch, %holder, "this head leads the store");
@@ -133,9 +134,10 @@ pub(crate) async fn lead(
                 announced = true;
             }
             Ok(Err(_)) => {}
-            Err(error) => {
-                warn!(%error, "cannot reach the store to take the lead; trying again");
+            Err(error) if !was_unreachable => {
+                warn!(%error, "cannot reach the store to take the lead; trying again until it answers");
             }
+            Err(_) => {}
         }
         tokio::select! {
             () = shutdown.cancelled() => return Ok(None),

@@ -178,7 +178,7 @@ async fn main() -> anyhow::Result<()> {
             let advertise = advertise.or_else(|| listen.ip().is_unspecified().then(hostname));
             let config = xp_head::HeadConfig {
                 listen,
-                data_dir: data_dir.clone(),
+                data_dir,
                 http,
                 advertise_host: advertise,
                 core: CoreConfig {
@@ -191,27 +191,7 @@ async fn main() -> anyhow::Result<()> {
                 store,
                 peers,
             };
-            let head = xp_head::start(config).await.with_context(|| {
-                format!(
-                    "cannot start the head with data directory {}",
-                    data_dir.display()
-                )
-            })?;
-            print_addresses(&head, &data_dir);
-            let stepped_down = tokio::select! {
-                signal = wait_for_signal() => {
-                    signal?;
-                    false
-                }
-                stepped_down = head.stopped() => stepped_down,
-            };
-            tracing::info!("shutting down");
-            head.shutdown().await;
-            anyhow::ensure!(
-                !stepped_down,
-                "this head stepped down: another head leads the store now"
-            );
-            Ok(())
+            run_head(config).await
         }
         Command::NodeCredential { data_dir } => print_node_credential(&data_dir),
         Command::Store {
@@ -234,6 +214,33 @@ async fn main() -> anyhow::Result<()> {
             user_command(&data_dir, command).await
         }
     }
+}
+
+/// Starts a head and serves until SIGTERM or Ctrl-C, or until it steps down
+/// (another head leads its store: an error, for its supervisor to see).
+async fn run_head(config: xp_head::HeadConfig) -> anyhow::Result<()> {
+    let data_dir = config.data_dir.clone();
+    let head = xp_head::start(config).await.with_context(|| {
+        format!(
+            "cannot start the head with data directory {}",
+            data_dir.display()
+        )
+    })?;
+    print_addresses(&head, &data_dir);
+    let stepped_down = tokio::select! {
+        signal = wait_for_signal() => {
+            signal?;
+            false
+        }
+        stepped_down = head.stopped() => stepped_down,
+    };
+    tracing::info!("shutting down");
+    head.shutdown().await;
+    anyhow::ensure!(
+        !stepped_down,
+        "this head stepped down: another head leads the store now"
+    );
+    Ok(())
 }
 
 /// Runs a user command and prints its answer; a credential goes to stdout

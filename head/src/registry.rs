@@ -401,6 +401,12 @@ impl Registry {
         loaded
     }
 
+    /// Opens the store again without loading it (a fresh connection to a
+    /// database), as a standby does when it takes the lead.
+    pub(crate) fn reconnect(&mut self) -> Result<(), RegistryError> {
+        self.store.reopen()
+    }
+
     /// Closes the store (after a failed read or write); [`Registry::reopen`]
     /// opens it again.
     pub(crate) fn close(&mut self) {

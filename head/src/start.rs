@@ -174,6 +174,9 @@ async fn take_the_lead(
     let leadership = crate::leader::lead(target, &address, &never)
         .await?
         .expect("never cancelled");
+    // A standby's connection may have outlived its database (a restart while
+    // it waited): the lead's first reads go over a fresh one.
+    registry.reconnect()?;
     registry.fence(leadership.epoch, &leadership.holder);
     Ok(Some(leadership))
 }
