@@ -102,14 +102,10 @@ fn try_take(
     Ok(Err((row.get(0), row.get(1))))
 }
 
-/// Waits until this head leads the store (at once when no head does), then
-/// returns its lead; `None` if `shutdown` came first. `address` is where it
+/// Waits until this head leads the store (at once when no head does), trying
+/// again while the store cannot be reached; its lead. `address` is where it
 /// will serve, for the standbys' logs.
-pub(crate) async fn lead(
-    target: &PostgresTarget,
-    address: &str,
-    shutdown: &CancellationToken,
-) -> Result<Option<Leadership>, RegistryError> {
+pub(crate) async fn lead(target: &PostgresTarget, address: &str) -> Leadership {
     #[expect(
         clippy::disallowed_methods,
         reason = "a head's name in the lease is minted here, once per start"
@@ -123,11 +119,11 @@ pub(crate) async fn lead(
         match attempt {
             Ok(Ok(epoch)) => {
                 info!(epoch, %holder, "this head leads the store");
-                return Ok(Some(Leadership {
+                return Leadership {
                     target: target.clone(),
                     holder,
                     epoch,
-                }));
+                };
             }
             Ok(Err((epoch, leader))) if !announced => {
                 info!(epoch, %leader, "standing by: another head leads the store; taking over when its lease runs out");
@@ -139,10 +135,7 @@ pub(crate) async fn lead(
             }
             Err(_) => {}
         }
-        tokio::select! {
-            () = shutdown.cancelled() => return Ok(None),
-            () = tokio::time::sleep(POLL_EVERY) => {}
-        }
+        tokio::time::sleep(POLL_EVERY).await;
     }
 }
 

@@ -438,9 +438,14 @@ fn copy_store(
 fn store_password(password_file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
     Ok(match password_file {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| {
-                format!("cannot read the store password from {}", path.display())
-            })?;
+            use std::io::Read;
+            // A password is one short line: read no more than a page of it.
+            let mut text = String::new();
+            std::fs::File::open(path)
+                .and_then(|file| file.take(4096).read_to_string(&mut text))
+                .with_context(|| {
+                    format!("cannot read the store password from {}", path.display())
+                })?;
             Some(text.lines().next().unwrap_or_default().to_owned())
         }
         None => std::env::var("XP_STORE_PASSWORD").ok(),

@@ -170,10 +170,7 @@ async fn take_the_lead(
         .clone()
         .unwrap_or_else(|| config.listen.ip().to_string());
     let address = format!("{host}:{}", config.listen.port());
-    let never = CancellationToken::new();
-    let leadership = crate::leader::lead(target, &address, &never)
-        .await?
-        .expect("never cancelled");
+    let leadership = crate::leader::lead(target, &address).await;
     // A standby's connection may have outlived its database (a restart while
     // it waited): the lead's first reads go over a fresh one.
     registry.reconnect()?;

@@ -60,6 +60,12 @@ impl TestPostgres {
     /// Starts one, or says why it cannot (no PostgreSQL installed, initdb failed).
     /// `durable` keeps `fsync` on (for measurements); tests turn it off.
     pub fn start(durable: bool) -> Result<Self, String> {
+        let this = Self::init(durable)?;
+        this.launched()
+    }
+
+    /// Makes the cluster with `initdb`, not yet started.
+    fn init(durable: bool) -> Result<Self, String> {
         let bin = find_bin().ok_or(
             "PostgreSQL's initdb and postgres are not installed (Debian: apt-get install postgresql)",
         )?;
@@ -72,7 +78,7 @@ impl TestPostgres {
             std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
                 .map_err(|error| format!("chown {}: {error}", dir.path().display()))?;
         }
-        let mut this = Self {
+        let this = Self {
             dir,
             bin,
             server: None,
@@ -96,15 +102,19 @@ impl TestPostgres {
                 "--no-sync",
             ],
         )?;
-        this.launch()?;
         Ok(this)
+    }
+
+    /// Starts the server and waits until it takes connections.
+    fn launched(mut self) -> Result<Self, String> {
+        self.launch()?;
+        Ok(self)
     }
 
     /// Starts one that also serves TLS on a loopback TCP port, with a
     /// certificate for `localhost` signed by a CA of its own ([`Self::ca_file`]).
     pub fn start_tls() -> Result<Self, String> {
-        let mut this = Self::start(false)?;
-        this.stop();
+        let mut this = Self::init(false)?;
         this.write_certificates()
             .map_err(|error| format!("TLS certificates: {error}"))?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -112,8 +122,7 @@ impl TestPostgres {
             .map_err(|error| format!("a free port: {error}"))?
             .port();
         this.tls_port = Some(port);
-        this.launch()?;
-        Ok(this)
+        this.launched()
     }
 
     /// Writes a CA (`ca.pem`) and the server's certificate and key, readable

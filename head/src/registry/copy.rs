@@ -127,6 +127,12 @@ pub enum CopyError {
         #[source]
         source: RegistryError,
     },
+    /// The source names a database file that does not exist.
+    #[error("{store} does not exist: name a head's data directory or its head.redb")]
+    NoSource {
+        /// The source, as given.
+        store: String,
+    },
     /// The target already holds records.
     #[error(
         "{store} already holds records (its {table} table): a copy goes into an empty store only"
@@ -163,6 +169,14 @@ pub fn copy_store(from: &StoreSpec, to: &StoreSpec) -> Result<Vec<TableDigest>, 
         let store = spec.to_string();
         move |source| CopyError::Store { store, source }
     };
+    // Opening a redb file creates it: a mistyped source would copy nothing.
+    if let StoreSpec::Redb(path) = from
+        && !path.is_file()
+    {
+        return Err(CopyError::NoSource {
+            store: from.to_string(),
+        });
+    }
     let source = Registry::open_store(from).map_err(error(from))?;
     let mut target = Registry::open_store(to).map_err(error(to))?;
     for table in Table::ALL {

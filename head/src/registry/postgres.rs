@@ -199,6 +199,20 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    /// Writes `rows` and the next numbers `next` in one transaction, fenced.
+    fn commit(&self, rows: &rows::Rows, next: Sequences) -> Result<(), RegistryError> {
+        let fence = self.fence.as_ref();
+        self.with_client(|client| {
+            let mut txn = client.transaction()?;
+            check_fence(&mut txn, fence)?;
+            rows.write(&mut txn, next)?;
+            txn.commit()?;
+            Ok(())
+        })
+    }
+}
+
 impl Drop for PostgresStore {
     fn drop(&mut self) {
         self.close();
@@ -260,14 +274,8 @@ impl Store for PostgresStore {
 
     fn write(&mut self, records: &[Record], next: Sequences) -> Result<Sequences, RegistryError> {
         let (rows, after) = rows::Rows::encode(records, next)?;
-        let fence = self.fence.as_ref();
-        self.with_client(|client| {
-            let mut txn = client.transaction()?;
-            check_fence(&mut txn, fence)?;
-            rows.write(&mut txn, after)?;
-            txn.commit()?;
-            Ok(after)
-        })
+        self.commit(&rows, after)?;
+        Ok(after)
     }
 
     fn read_all(&self) -> Result<LoadedState, RegistryError> {
@@ -289,15 +297,7 @@ impl Store for PostgresStore {
         rows: &[RawRow],
         next: Sequences,
     ) -> Result<(), RegistryError> {
-        let rows = rows::Rows::from_raw(table, rows)?;
-        let fence = self.fence.as_ref();
-        self.with_client(|client| {
-            let mut txn = client.transaction()?;
-            check_fence(&mut txn, fence)?;
-            rows.write(&mut txn, next)?;
-            txn.commit()?;
-            Ok(())
-        })
+        self.commit(&rows::Rows::from_raw(table, rows)?, next)
     }
 
     fn users(&self) -> Result<Vec<UserRecord>, RegistryError> {

@@ -173,6 +173,13 @@ fn a_store_is_copied_to_postgres_and_back_row_for_row() {
     );
     let refused = copy_store(&redb, &postgres).unwrap_err();
     assert!(matches!(refused, CopyError::NotEmpty { .. }), "{refused}");
+    let missing = StoreSpec::Redb(dir.path().join("no-such.redb"));
+    let refused = copy_store(&missing, &postgres).unwrap_err();
+    assert!(matches!(refused, CopyError::NoSource { .. }), "{refused}");
+    assert!(
+        !dir.path().join("no-such.redb").exists(),
+        "a missing source was created"
+    );
 
     let back = StoreSpec::Redb(dir.path().join("back.redb"));
     assert_eq!(copy_store(&postgres, &back).unwrap(), copied);
@@ -202,13 +209,9 @@ fn expire_the_lease(server: &TestPostgres) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_leader_cannot_commit_and_the_new_one_can() {
     let Some(server) = server() else { return };
-    let never = tokio_util::sync::CancellationToken::new();
     let mut old = opener(&server)();
     old.load().unwrap();
-    let first = crate::leader::lead(&target(&server), "h1:1", &never)
-        .await
-        .unwrap()
-        .unwrap();
+    let first = crate::leader::lead(&target(&server), "h1:1").await;
     old.fence(first.epoch, &first.holder);
     old.commit(vec![event(1, 10)]).unwrap();
 
@@ -216,7 +219,7 @@ async fn a_deposed_leader_cannot_commit_and_the_new_one_can() {
     let store = target(&server);
     let waiting = tokio::time::timeout(
         std::time::Duration::from_millis(600),
-        crate::leader::lead(&store, "h2:1", &never),
+        crate::leader::lead(&store, "h2:1"),
     );
     assert!(
         waiting.await.is_err(),
@@ -224,10 +227,7 @@ async fn a_deposed_leader_cannot_commit_and_the_new_one_can() {
     );
 
     expire_the_lease(&server);
-    let second = crate::leader::lead(&target(&server), "h2:1", &never)
-        .await
-        .unwrap()
-        .unwrap();
+    let second = crate::leader::lead(&target(&server), "h2:1").await;
     assert_eq!(second.epoch, first.epoch + 1);
     let refused = old.commit(vec![event(2, 10)]).unwrap_err();
     assert!(
