@@ -175,6 +175,10 @@ fn a_standby_takes_over_from_a_killed_leader_and_every_trial_runs_once() {
         return;
     };
     let experiment = must_run_sweep(&cluster);
+    assert!(
+        standby.logged("standing by warm"),
+        "the standby does not follow the store"
+    );
     #[expect(clippy::disallowed_methods, reason = "the test measures a fail-over")]
     let killed = Instant::now();
     cluster.kill_head();
@@ -202,6 +206,10 @@ fn a_standby_takes_over_from_a_killed_leader_and_every_trial_runs_once() {
         let status = cluster.status(&after);
         (trials(&status)[0]["state"] == "running").then_some(())
     });
+    assert!(
+        standby.logged("loaded from the followed copy"),
+        "the new leader read the whole store again"
+    );
     eprintln!(
         "fail-over after SIGKILL: leads {leads:?}, serves {serves:?}, node back {node_back:?}, new work running {placing:?}"
     );

@@ -19,7 +19,7 @@ use ::postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::registry::{PostgresTarget, RegistryError, off_runtime};
+use crate::registry::{PostgresTarget, Registry, RegistryError, off_runtime};
 
 /// How long a lead lasts without renewal.
 pub(crate) const LEASE: Duration = Duration::from_secs(5);
@@ -27,6 +27,8 @@ pub(crate) const LEASE: Duration = Duration::from_secs(5);
 const RENEW_EVERY: Duration = Duration::from_secs(1);
 /// How often a standby tries to take it.
 const POLL_EVERY: Duration = Duration::from_millis(250);
+/// How often a standby reads what its leader stored.
+const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 
 /// This head's lead of the store.
 #[derive(Debug, Clone)]
@@ -136,6 +138,48 @@ pub(crate) async fn lead(target: &PostgresTarget, address: &str) -> Leadership {
             Err(_) => {}
         }
         tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// Waits until this head leads the store, as [`lead`] does, keeping
+/// `registry`'s copy of the store current meanwhile (every [`FOLLOW_EVERY`]),
+/// so that taking over reads only the last changes, not the whole store.
+pub(crate) async fn lead_warm(
+    target: &PostgresTarget,
+    address: &str,
+    registry: &mut Registry,
+) -> Leadership {
+    let leading = lead(target, address);
+    tokio::pin!(leading);
+    let mut follow = tokio::time::interval(FOLLOW_EVERY);
+    follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut warm, mut unreachable) = (false, false);
+    loop {
+        tokio::select! {
+            biased;
+            leadership = &mut leading => return leadership,
+            _ = follow.tick() => {}
+        }
+        let started = tokio::time::Instant::now();
+        match registry.follow() {
+            Ok(_) => {
+                unreachable = false;
+                if !std::mem::replace(&mut warm, true) {
+                    let (experiments, trials) = registry.committed_counts();
+                    info!(
+                        experiments,
+                        trials,
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "standing by warm: following the store"
+                    );
+                }
+            }
+            Err(error) => {
+                if !std::mem::replace(&mut unreachable, true) {
+                    warn!(%error, "cannot follow the store; trying again");
+                }
+            }
+        }
     }
 }
 

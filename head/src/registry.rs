@@ -288,6 +288,12 @@ pub(crate) trait Store: Send + std::fmt::Debug {
     fn write(&mut self, records: &[Record], next: Sequences) -> Result<Sequences, RegistryError>;
     /// Every experiment, trial, node, event, pipeline and alert, and the policy.
     fn read_all(&self) -> Result<LoadedState, RegistryError>;
+    /// What [`Store::read_all`] reads, changed after change `after` (0: all),
+    /// for a standby that follows the store; `None` where no standby can
+    /// follow (the embedded store).
+    fn changes(&self, _after: i64) -> Result<Option<Changes>, RegistryError> {
+        Ok(None)
+    }
     /// Every user.
     fn users(&self) -> Result<Vec<UserRecord>, RegistryError>;
     /// The newest `limit` audit entries, oldest first.
@@ -343,12 +349,25 @@ pub(crate) trait Store: Send + std::fmt::Debug {
     ) -> Result<(), RegistryError>;
 }
 
+/// Records changed in a store after a change number: see [`Store::changes`].
+#[derive(Debug)]
+pub(crate) struct Changes {
+    pub(crate) records: Vec<Record>,
+    /// The last change read (the number given when nothing changed).
+    pub(crate) through: i64,
+    /// One past the highest pipeline id stored.
+    pub(crate) next_pipeline_id: u64,
+}
+
 /// The head's database.
 #[derive(Debug)]
 pub(crate) struct Registry {
     store: Box<dyn Store>,
     next: Sequences,
     committed: Committed,
+    /// While this head follows another's writes (a standby), the last change
+    /// its committed copy holds.
+    following: Option<i64>,
 }
 
 impl Registry {
@@ -368,6 +387,7 @@ impl Registry {
             store,
             next,
             committed: Committed::default(),
+            following: None,
         })
     }
 
@@ -388,6 +408,14 @@ impl Registry {
     /// commit since; answered from memory, so also while the store is closed.
     pub(crate) fn committed(&self) -> LoadedState {
         self.committed.to_loaded()
+    }
+
+    /// How many experiments and trials the committed copy holds.
+    pub(crate) fn committed_counts(&self) -> (usize, usize) {
+        (
+            self.committed.experiments.len(),
+            self.committed.trials.len(),
+        )
     }
 
     /// Opens the store again after a failed write, once it can take writes, and
@@ -414,14 +442,56 @@ impl Registry {
     }
 
     /// Loads every experiment, trial, node and event, and keeps a copy as the
-    /// committed state.
+    /// committed state. A standby that followed the store reads only what
+    /// changed since it last did.
     pub(crate) fn load(&mut self) -> Result<LoadedState, RegistryError> {
         // Another head may have written since this one opened the store (a
         // standby taking over): number from what is stored now.
         self.next = self.store.sequences()?;
+        if self.following.is_some()
+            && let Some(changes) = self.follow()?
+        {
+            // This head writes from now on: its commits keep the copy.
+            self.following = None;
+            tracing::info!(
+                changes,
+                "loaded from the followed copy and the last changes"
+            );
+            return Ok(self.committed.to_loaded());
+        }
         let loaded = self.store.read_all()?;
         self.committed = Committed::from_loaded(&loaded);
         Ok(loaded)
+    }
+
+    /// Brings the committed copy up to what another head stored (a standby
+    /// keeping warm): the first call reads the whole store, later ones what
+    /// changed since; how many records it read, or `None` where the store
+    /// cannot be followed (redb). A failure closes the store; the next call
+    /// opens it again.
+    pub(crate) fn follow(&mut self) -> Result<Option<usize>, RegistryError> {
+        if !self.store.is_open() {
+            self.store.reopen()?;
+        }
+        let changes = match self.store.changes(self.following.unwrap_or(0)) {
+            Ok(Some(changes)) => changes,
+            Ok(None) => return Ok(None),
+            Err(error) => {
+                self.store.close();
+                return Err(error);
+            }
+        };
+        if self.following.is_none() {
+            self.committed = Committed::default();
+        }
+        let read = changes.records.len();
+        for record in changes.records {
+            self.committed.apply(record);
+        }
+        self.committed.next_pipeline_id =
+            (self.committed.next_pipeline_id).max(changes.next_pipeline_id);
+        self.following = Some(changes.through);
+        Ok(Some(read))
     }
 
     /// Stores `records` in one durable transaction, and keeps them as committed.

@@ -156,8 +156,8 @@ fn require_multi_thread() -> Result<(), HeadError> {
 }
 
 /// With a PostgreSQL store, waits until this head leads it (a standby waits for
-/// the leader's lease to run out), then fences the registry's writes with its
-/// epoch; without one, there is no lead to take.
+/// the leader's lease to run out, following the store meanwhile), then fences
+/// the registry's writes with its epoch; without one, there is no lead to take.
 async fn take_the_lead(
     config: &HeadConfig,
     registry: &mut Registry,
@@ -170,7 +170,7 @@ async fn take_the_lead(
         .clone()
         .unwrap_or_else(|| config.listen.ip().to_string());
     let address = format!("{host}:{}", config.listen.port());
-    let leadership = crate::leader::lead(target, &address).await;
+    let leadership = crate::leader::lead_warm(target, &address, registry).await;
     // A standby's connection may have outlived its database (a restart while
     // it waited): the lead's first reads go over a fresh one.
     registry.reconnect()?;

@@ -25,8 +25,9 @@ use xp_head_core::auth::users::UserRecord;
 use xp_head_core::{LoadedState, MetricRecord, Record};
 
 use super::copy::{RawKey, RawRow, Table};
-use super::{MetricsPage, RegistryError, Sequences, Store, by_rank, sample_stride};
+use super::{Changes, MetricsPage, RegistryError, Sequences, Store, by_rank, sample_stride};
 
+mod follow;
 mod raw;
 mod rows;
 
@@ -280,6 +281,10 @@ impl Store for PostgresStore {
 
     fn read_all(&self) -> Result<LoadedState, RegistryError> {
         self.with_client(rows::read_all)
+    }
+
+    fn changes(&self, after: i64) -> Result<Option<Changes>, RegistryError> {
+        self.with_client(|client| follow::changes(client, after).map(Some))
     }
 
     fn export(

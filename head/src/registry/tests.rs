@@ -96,6 +96,13 @@ pub(super) fn committed_is_what_a_fresh_load_returns(open: Opener<'_>) {
 }
 
 #[test]
+fn the_embedded_store_has_no_standbys_to_follow_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut registry = Registry::open(&dir.path().join("head.redb")).unwrap();
+    assert_eq!(registry.follow().unwrap(), None);
+}
+
+#[test]
 fn an_unreadable_pipeline_record_still_holds_its_id() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("head.redb");

@@ -226,11 +226,18 @@ fn upsert<K: ::postgres::types::ToSql + Sync>(
     }
     let keys: Vec<&K> = rows.keys().collect();
     let records: Vec<&str> = rows.values().map(String::as_str).collect();
+    // A replaced row takes the new change number its insert drew, so
+    // standbys see it change (`follow::FOLLOWED`).
+    let renumber = if super::follow::FOLLOWED.contains(&table) {
+        ", change = EXCLUDED.change"
+    } else {
+        ""
+    };
     // Table and column names are this file's constants, never input.
     let statement = format!(
         "INSERT INTO {table} ({key}, record) \
          SELECT k, r::json FROM unnest($1::{key_type}[], $2::text[]) AS rows(k, r) \
-         ON CONFLICT ({key}) DO UPDATE SET record = EXCLUDED.record"
+         ON CONFLICT ({key}) DO UPDATE SET record = EXCLUDED.record{renumber}"
     );
     txn.execute(statement.as_str(), &[&keys, &records])?;
     Ok(())

@@ -192,6 +192,49 @@ fn a_store_is_copied_to_postgres_and_back_row_for_row() {
     assert_eq!(again.metrics_of(a_trial(3)).unwrap().len(), of_trial_3);
 }
 
+#[test]
+fn a_standby_following_the_store_loads_what_a_fresh_load_returns() {
+    let Some(server) = server() else { return };
+    let open = opener(&server);
+    let mut leader = open();
+    leader.load().unwrap();
+    leader.commit(vec![event(1, 10), event(2, 10)]).unwrap();
+    let mut standby = open();
+    assert_eq!(standby.follow().unwrap(), Some(2));
+    assert_eq!(event_seqs(&standby.committed()), [1, 2]);
+
+    // A replaced row and a new one are what changed, and all a follow reads.
+    leader.commit(vec![event(2, 30), event(3, 10)]).unwrap();
+    let through = standby.following.unwrap();
+    let changed = standby.store.changes(through).unwrap().unwrap();
+    assert_eq!(changed.records.len(), 2, "{changed:?}");
+    assert_eq!(standby.follow().unwrap(), Some(2));
+    assert!(
+        standby
+            .store
+            .changes(standby.following.unwrap())
+            .unwrap()
+            .unwrap()
+            .records
+            .is_empty()
+    );
+
+    // Taking over reads the last changes; the copy is what a fresh load returns.
+    leader.commit(vec![event(4, 10)]).unwrap();
+    let taken_over = standby.load().unwrap();
+    let fresh = open().load().unwrap();
+    assert_eq!(event_seqs(&taken_over), [1, 2, 3, 4]);
+    assert_eq!(taken_over.events[1].reason.len(), 30);
+    assert_eq!(
+        format!("{:?}", taken_over.events),
+        format!("{:?}", fresh.events)
+    );
+    assert!(
+        standby.following.is_none(),
+        "a leader's commits keep its copy"
+    );
+}
+
 /// Ends the lead's lease at once, as if its holder stopped renewing it long ago.
 fn expire_the_lease(server: &TestPostgres) {
     let target = target(server);
