@@ -15,7 +15,6 @@
 //! instead of waiting forever.
 
 use xp_runtime::clock::UnixMillis;
-use xp_runtime::ids::ExperimentId;
 use xp_runtime::protocol::TrialState;
 use xp_runtime::spec::ExperimentSpec;
 
@@ -108,8 +107,7 @@ impl HeadCore {
     /// Moves pending trials of each experiment into the queue while fewer than its
     /// `parallel` limit are queued, placed or running.
     pub(super) fn admit_pending(&mut self, now: UnixMillis) {
-        let experiment_ids: Vec<ExperimentId> = self.book.experiment_ids().collect();
-        for experiment_id in experiment_ids {
+        for experiment_id in self.book.take_with_pending() {
             let limit = self
                 .book
                 .spec(experiment_id)
@@ -123,6 +121,9 @@ impl HeadCore {
                 .map(|(id, trial)| (*id, trial.state))
                 .partition(|(_, state)| *state != TrialState::Pending);
             let room = limit.saturating_sub(active.len());
+            if pending.len() > room {
+                self.book.note_pending(experiment_id);
+            }
             for (trial_id, _) in pending.into_iter().take(room) {
                 if let Some(trial) = self.book.trial_mut(trial_id) {
                     trial.queued_at = now;

@@ -233,22 +233,26 @@ impl HeadCore {
     /// `max_retries`. Their workers get SIGTERM, the usual grace, then SIGKILL.
     pub(super) fn enforce_time_limits(&mut self, now: UnixMillis) {
         let mut overdue = Vec::new();
-        for trial in self.book.trials() {
-            if trial.state != TrialState::Running {
-                continue;
-            }
-            let Some(attempt) = trial.attempts.last().filter(|attempt| attempt.is_live()) else {
-                continue;
-            };
-            let trial_spec = &self.book.spec(trial.id.experiment).trial;
-            let (Some(running_at), Some(limit_ms)) =
-                (attempt.running_at, trial_spec.time_limit_ms())
-            else {
-                continue;
-            };
-            if now.saturating_sub(running_at) > limit_ms {
-                let limit = trial_spec.time_limit.clone().unwrap_or_default();
-                overdue.push((trial.id, attempt.number, limit));
+        // Only experiments with a limit: this runs every tick, and most have none.
+        let limited = self.book.specs().filter_map(|(experiment, spec)| {
+            Some((*experiment, &spec.trial, spec.trial.time_limit_ms()?))
+        });
+        for (experiment, trial_spec, limit_ms) in limited {
+            for (_, trial) in self.book.trials_of(experiment) {
+                if trial.state != TrialState::Running {
+                    continue;
+                }
+                let Some(attempt) = trial.attempts.last().filter(|attempt| attempt.is_live())
+                else {
+                    continue;
+                };
+                let Some(running_at) = attempt.running_at else {
+                    continue;
+                };
+                if now.saturating_sub(running_at) > limit_ms {
+                    let limit = trial_spec.time_limit.clone().unwrap_or_default();
+                    overdue.push((trial.id, attempt.number, limit));
+                }
             }
         }
         for (trial, attempt, limit) in overdue {

@@ -297,6 +297,9 @@ impl HeadCore {
                     .flat_map(|checkpoint| checkpoint.objects()),
             );
             self.objects.keep(records::output_objects(&trial.outputs));
+            if trial.state == TrialState::Queued {
+                self.placement.offer(trial.id);
+            }
             self.book.restore_trial(trial);
         }
     }
@@ -373,6 +376,20 @@ impl HeadCore {
         let mut cpu: BTreeMap<NodeId, u64> = BTreeMap::new();
         let mut memory: BTreeMap<NodeId, u64> = BTreeMap::new();
         for trial in self.book.trials() {
+            // What a pass hands over and admits is found from what changed.
+            assert!(
+                trial.state != TrialState::Pending
+                    || self.book.may_have_pending(trial.id.experiment),
+                "pending trial {} unknown to admission",
+                trial.id
+            );
+            assert!(
+                trial.state != TrialState::Queued
+                    || self.placement.policy().holds(trial.id)
+                    || self.placement.is_offered(trial.id),
+                "queued trial {} neither held by the policy nor offered to it",
+                trial.id
+            );
             let live = trial
                 .attempts
                 .iter()

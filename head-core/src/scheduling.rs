@@ -45,19 +45,7 @@ impl HeadCore {
         self.advance_pipelines(now);
         self.admit_pending(now);
         self.settle_all(now);
-        let fresh: Vec<TrialId> = self
-            .book
-            .trials()
-            .filter(|trial| {
-                trial.state == TrialState::Queued
-                    && self.placement.policy().wait_reason(trial.id).is_none()
-                    && self.placement.policy().placement(trial.id).is_none()
-            })
-            .map(|trial| trial.id)
-            .collect();
-        for trial_id in fresh {
-            self.submit_to_policy(now, trial_id);
-        }
+        self.hand_over_queued(now);
         let decisions = match self.placement.decide(now) {
             Some(decisions) => {
                 self.after_decide(now);
@@ -205,9 +193,31 @@ impl HeadCore {
         })
     }
 
-    /// Hands a queued trial to the policy core; a refusal other than "too many
-    /// pending" (which clears as the team's queue drains) fails the trial.
-    fn submit_to_policy(&mut self, now: UnixMillis, trial_id: TrialId) {
+    /// Hands the policy core the queued trials it does not hold, of those
+    /// offered since the last pass (their state changed, they were restored, or
+    /// the core refused them for now), in id order. An experiment refused for
+    /// too many pending waits for the next pass whole, untried.
+    fn hand_over_queued(&mut self, now: UnixMillis) {
+        let mut refused = BTreeSet::new();
+        for trial_id in self.placement.take_offered() {
+            let queued = self
+                .book
+                .get_trial(trial_id)
+                .is_some_and(|trial| trial.state == TrialState::Queued);
+            if !queued || self.placement.policy().holds(trial_id) {
+                continue;
+            }
+            if refused.contains(&trial_id.experiment) || !self.submit_to_policy(now, trial_id) {
+                refused.insert(trial_id.experiment);
+                self.placement.offer(trial_id);
+            }
+        }
+    }
+
+    /// Hands a queued trial to the policy core; `false` when the core refused
+    /// it for too many pending, which clears as the team's queue drains (any
+    /// other refusal fails the trial).
+    fn submit_to_policy(&mut self, now: UnixMillis, trial_id: TrialId) -> bool {
         let trial = &self.book.trial(trial_id);
         let held = trial.held;
         let waited = trial.waited;
@@ -215,7 +225,7 @@ impl HeadCore {
             Ok(request) => request,
             Err(error) => {
                 self.transition(now, trial_id, TrialState::Failed, error.to_string());
-                return;
+                return true;
             }
         };
         let workers = self.book.spec(trial_id.experiment).trial.workers;
@@ -247,7 +257,8 @@ impl HeadCore {
                     self.placement.policy_mut().hold(trial_id);
                 }
             }
-            Err(Refusal::TooManyPending { .. } | Refusal::Duplicate(_)) => {}
+            Err(Refusal::TooManyPending { .. }) => return false,
+            Err(Refusal::Duplicate(_)) => {}
             Err(refusal) => self.transition(
                 now,
                 trial_id,
@@ -255,6 +266,7 @@ impl HeadCore {
                 format!("the scheduler refused it: {refusal}"),
             ),
         }
+        true
     }
 
     /// Stops a trial's live gang so that it checkpoints: every node holding one of

@@ -1641,3 +1641,29 @@ fn a_draining_node_moves_its_trial_elsewhere_without_a_retry_and_leaves_at_once(
     assert!(resume.sources.iter().all(|source| source.node != leaving));
     core.check_invariants();
 }
+
+#[test]
+fn trials_over_the_pending_limit_after_a_restart_are_handed_over_as_room_frees() {
+    const THREE: &str = "name: three\nteam: a\ntrial: {command: [sleep, '{s}'], resources: {gpu: 1}}\nsearch: {algorithm: grid, space: {s: {choice: [1, 2, 3]}}}\n";
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    must_apply_policy(&mut core, 0, "admission: {max_pending_per_team: 3}\n");
+    let experiment = submit(&mut core, 1, THREE, false);
+    let mut loaded = loaded_from(core.take_records());
+    // Restarted under a policy that lets the team have two pending trials.
+    loaded.policy.as_mut().expect("applied").yaml =
+        "admission: {max_pending_per_team: 2}\n".to_owned();
+    let mut restarted = HeadCore::restore(CONFIG, loaded, 10);
+    restarted.handle_tick(11);
+    let trial = |index| TrialId { experiment, index };
+    let held: Vec<bool> = (0..3)
+        .map(|index| restarted.placement.policy().holds(trial(index)))
+        .collect();
+    assert_eq!(held, [true, true, false]);
+
+    // A node takes one: the third is handed over in a later pass, untouched meanwhile.
+    restarted.handle_node_register(12, registration(node_id(1), 1, 4, Vec::new()));
+    assert_eq!(launches(&commands(&mut restarted)).len(), 1);
+    restarted.handle_tick(13);
+    assert!(restarted.placement.policy().holds(trial(2)));
+    restarted.check_invariants();
+}

@@ -135,16 +135,21 @@ impl HeadCore {
 
     /// The experiment's state ([`ExperimentState::of`]).
     pub(super) fn experiment_state(&self, id: ExperimentId) -> ExperimentState {
+        let cancelled = self.book.experiment(id).cancelled;
         let (mut unfinished, mut ended_normally) = (false, false);
-        for (_, trial) in self.book.trials_of(id) {
-            unfinished |= !trial.state.is_terminal();
-            ended_normally |= trial.state.ended_normally();
+        // `of` looks no further than a cancel or one unfinished trial: nor
+        // does this (an experiment may hold 100,000 trials, and this runs for
+        // every experiment in a listing and every second for the alerts).
+        if !cancelled {
+            for (_, trial) in self.book.trials_of(id) {
+                if !trial.state.is_terminal() {
+                    unfinished = true;
+                    break;
+                }
+                ended_normally |= trial.state.ended_normally();
+            }
         }
-        ExperimentState::of(
-            self.book.experiment(id).cancelled,
-            unfinished,
-            ended_normally,
-        )
+        ExperimentState::of(cancelled, unfinished, ended_normally)
     }
 
     /// An experiment and its trials as `xp status` shows them.

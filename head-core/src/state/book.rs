@@ -35,6 +35,10 @@ pub(crate) struct Book {
     reusable: BTreeMap<[u8; 32], TrialId>,
     dirty_experiments: BTreeSet<ExperimentId>,
     dirty_trials: BTreeSet<TrialId>,
+    /// Experiments that may have pending trials (trials are pending only
+    /// from their creation until admitted): what admission looks at, instead
+    /// of every trial.
+    with_pending: BTreeSet<ExperimentId>,
 }
 
 impl Default for Book {
@@ -48,6 +52,7 @@ impl Default for Book {
             reusable: BTreeMap::new(),
             dirty_experiments: BTreeSet::new(),
             dirty_trials: BTreeSet::new(),
+            with_pending: BTreeSet::new(),
         }
     }
 }
@@ -72,6 +77,9 @@ impl Book {
 
     /// Takes back a stored trial, not to be persisted again.
     pub(crate) fn restore_trial(&mut self, record: TrialRecord) {
+        if record.state == TrialState::Pending {
+            self.with_pending.insert(record.id.experiment);
+        }
         self.trials.insert(record.id, record);
     }
 
@@ -93,7 +101,23 @@ impl Book {
     /// A new trial.
     pub(crate) fn add_trial(&mut self, record: TrialRecord) {
         self.dirty_trials.insert(record.id);
-        self.trials.insert(record.id, record);
+        self.restore_trial(record);
+    }
+
+    /// The experiments that may have pending trials, handed out: admission
+    /// gives back ([`Book::note_pending`]) those it leaves some pending in.
+    pub(crate) fn take_with_pending(&mut self) -> BTreeSet<ExperimentId> {
+        std::mem::take(&mut self.with_pending)
+    }
+
+    /// `experiment` has pending trials still.
+    pub(crate) fn note_pending(&mut self, experiment: ExperimentId) {
+        self.with_pending.insert(experiment);
+    }
+
+    /// Whether `experiment` may have pending trials (for the invariants).
+    pub(crate) fn may_have_pending(&self, experiment: ExperimentId) -> bool {
+        self.with_pending.contains(&experiment)
     }
 
     /// An experiment the book holds (see the invariants).

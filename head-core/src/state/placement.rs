@@ -31,6 +31,10 @@ pub(crate) struct Placement {
     /// Trials whose standing with the policy core may have changed since the
     /// last pass (workers released, state changed).
     unsettled: BTreeSet<TrialId>,
+    /// Trials that may be queued without the policy core holding them: their
+    /// standing changed, they were restored, or the core refused them for now.
+    /// A pass hands over these, not every trial of the book.
+    handover: BTreeSet<TrialId>,
     /// Something the policy core decides on changed since its last pass.
     stale: bool,
     /// Trials handed to the policy core whose first pass is not judged yet:
@@ -56,6 +60,7 @@ impl Placement {
             record,
             record_changed: false,
             unsettled: BTreeSet::new(),
+            handover: BTreeSet::new(),
             stale: true,
             first_pass: BTreeSet::new(),
             master_ports: MasterPorts::default(),
@@ -116,6 +121,23 @@ impl Placement {
     /// `trial`'s standing with the policy core may have changed.
     pub(crate) fn unsettle(&mut self, trial: TrialId) {
         self.unsettled.insert(trial);
+        self.handover.insert(trial);
+    }
+
+    /// `trial` may be queued without the policy core holding it: the next
+    /// pass hands it over if so.
+    pub(crate) fn offer(&mut self, trial: TrialId) {
+        self.handover.insert(trial);
+    }
+
+    /// Whether `trial` was offered since the last pass (for the invariants).
+    pub(crate) fn is_offered(&self, trial: TrialId) -> bool {
+        self.handover.contains(&trial)
+    }
+
+    /// The trials offered since the last call (see [`Placement::offer`]).
+    pub(crate) fn take_offered(&mut self) -> BTreeSet<TrialId> {
+        std::mem::take(&mut self.handover)
     }
 
     /// The trials whose standing may have changed since the last call.

@@ -481,6 +481,11 @@ impl PolicyCore {
         }
     }
 
+    /// Whether the core holds `trial` (waiting, held or placed).
+    pub fn holds(&self, trial: TrialId) -> bool {
+        self.trials.contains_key(&trial)
+    }
+
     /// Where a placed trial's workers are.
     pub fn placement(&self, trial: TrialId) -> Option<&[WorkerPlacement]> {
         match &self.trials.get(&trial)?.standing {
