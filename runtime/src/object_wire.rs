@@ -840,3 +840,78 @@ async fn fetch_chunk(
         .map_err(|source| ObjectClientError::CutShort { offset, source })?;
     Ok(size)
 }
+
+/// How long a lookup waits for an object to appear in the head's directory
+/// ([`locate_settled`]).
+pub const LOCATE_SETTLE: Duration = Duration::from_secs(3);
+
+/// The holders `ask` finds for an object, asked again (after 20 ms, doubling
+/// to 500 ms) for up to [`LOCATE_SETTLE`] while there are none: a node tells
+/// the head of a put after it answered it, so an object that another process
+/// put a moment ago, and passed the id of, may not be in the directory yet.
+pub async fn locate_settled<E, F, Fut>(mut ask: F) -> Result<Vec<ObjectSource>, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Vec<ObjectSource>, E>>,
+{
+    let deadline = tokio::time::Instant::now() + LOCATE_SETTLE;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let sources = ask().await?;
+        if !sources.is_empty() || tokio::time::Instant::now() + pause > deadline {
+            return Ok(sources);
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+}
+
+#[cfg(test)]
+mod locate_tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+    use crate::ids::NodeId;
+    use crate::protocol::ObjectEndpoint;
+
+    fn source() -> ObjectSource {
+        ObjectSource {
+            node: NodeId::random(),
+            host: "127.0.0.1".to_owned(),
+            endpoint: ObjectEndpoint {
+                port: 1,
+                cert_sha256: [0; 32],
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn an_object_put_a_moment_ago_is_found_once_the_head_knows_it() {
+        let asks = AtomicU32::new(0);
+        let found = locate_settled(|| async {
+            let ask = asks.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, String>(if ask < 2 { Vec::new() } else { vec![source()] })
+        })
+        .await
+        .unwrap();
+        assert_eq!((found.len(), asks.load(Ordering::SeqCst)), (1, 3));
+    }
+
+    #[tokio::test]
+    async fn an_error_ends_the_lookup_and_an_absent_object_ends_it_after_the_settle() {
+        let failed = locate_settled(|| async { Err::<Vec<ObjectSource>, _>("head gone") });
+        assert_eq!(failed.await.unwrap_err(), "head gone");
+        let started = tokio::time::Instant::now();
+        let asks = AtomicU32::new(0);
+        let absent = locate_settled(|| async {
+            asks.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, String>(Vec::new())
+        })
+        .await
+        .unwrap();
+        assert!(absent.is_empty());
+        // It waited (the pauses alone add up to 2.6 s) and did not ask in a busy loop.
+        assert!(started.elapsed() >= Duration::from_millis(2_000));
+        assert!(asks.load(Ordering::SeqCst) <= 10, "asked with backoff");
+    }
+}

@@ -437,12 +437,17 @@ fn head_connection(context: &LocalContext) -> Result<HeadConnection, String> {
         })
 }
 
+/// Where object `id` is, as the head knows (waiting a moment for a put on
+/// another node to reach it: [`object_wire::locate_settled`]).
 async fn locate(head: &HeadConnection, id: ObjectId) -> Result<Vec<ObjectSource>, String> {
-    match head.request(Request::Locate { object: id }).await {
-        Ok(Response::Located(sources)) => Ok(sources),
-        Ok(other) => Err(format!("unexpected answer from the head: {other:?}")),
-        Err(error) => Err(format!("cannot ask the head where {id} is: {error}")),
-    }
+    object_wire::locate_settled(|| async {
+        match head.request(Request::Locate { object: id }).await {
+            Ok(Response::Located(sources)) => Ok(sources),
+            Ok(other) => Err(format!("unexpected answer from the head: {other:?}")),
+            Err(error) => Err(format!("cannot ask the head where {id} is: {error}")),
+        }
+    })
+    .await
 }
 
 /// Those of `sessions` that submitted `trial_id`'s experiment, as the head knows them.

@@ -123,14 +123,23 @@ impl Client {
         }))
     }
 
+    /// Where object `id` is, as the head knows (waiting a moment for a put to
+    /// reach it: [`xp_runtime::object_wire::locate_settled`]).
+    async fn locate(&self, id: ObjectId) -> Result<Vec<ObjectSource>, SdkError> {
+        xp_runtime::object_wire::locate_settled(|| async {
+            expect_response!(
+                self.request(Request::Locate { object: id }).await?,
+                Response::Located(sources) => sources
+            )
+        })
+        .await
+    }
+
     /// Object `id`'s bytes, from whichever node holds it, verified against the
     /// id: one this connection's team's sessions stored, one of the experiments
     /// it submitted, or a checkpoint or output file of its team's work.
     pub async fn get(&self, id: ObjectId) -> Result<Vec<u8>, SdkError> {
-        let sources = expect_response!(
-            self.request(Request::Locate { object: id }).await?,
-            Response::Located(sources) => sources
-        )?;
+        let sources = self.locate(id).await?;
         if sources.is_empty() {
             return Err(SdkError::Object(format!("no live node holds object {id}")));
         }
