@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The HTTP API's paged listings on a head holding many trials, kept in the
-# embedded store and in PostgreSQL, one after the other in one run: the same
-# requests as docs/measurements/http-and-dashboard.md (scripts/http-bench.py,
-# 10 clients, 300 requests), so the stores compare at sizes beyond its tables.
+# The HTTP API's paged listings and the dashboard's pages on a head holding
+# many trials, kept in the embedded store and in PostgreSQL, one after the
+# other in one run: the same requests as docs/measurements/http-and-dashboard.md
+# (scripts/http-bench.py, 10 clients, 300 requests; scripts/dashboard-bench.py,
+# each page 10 times), so the stores compare at sizes beyond its tables.
 #
 #     CARGO_TARGET_DIR=/tmp/target-bench cargo build --release -p xp-head -p xp
 #     scripts/big-store-bench.sh /tmp/target-bench/release 10   # ten experiments of 100,000 waiting trials
@@ -14,23 +15,17 @@ bin=${1:?the directory of release xp-head and xp}
 experiments=${2:-1}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d /tmp/xp-big-store-XXXXXX)
-pg_bin=$(dirname "$(readlink -f "$(command -v initdb || ls /usr/lib/postgresql/*/bin/initdb | tail -1)")")
-as_postgres=()
-if [ "$(id -u)" = 0 ]; then
-  chown postgres "$work"
-  as_postgres=(runuser -u postgres --)
-fi
+# shellcheck source=scripts/bench-postgres.sh
+. "$(dirname "$0")/bench-postgres.sh"
 head_pid=
 cleanup() {
   [ -n "$head_pid" ] && kill -9 "$head_pid" 2>/dev/null || true
-  "${as_postgres[@]}" "$pg_bin/pg_ctl" -D "$work/pg" -m immediate stop >/dev/null 2>&1 || true
+  stop_bench_postgres
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-"${as_postgres[@]}" "$pg_bin/initdb" -D "$work/pg" -U xp -A trust -E UTF8 --locale=C >/dev/null
-"${as_postgres[@]}" "$pg_bin/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w \
-  -o "-c listen_addresses='' -c unix_socket_directories='$work' -c port=5432 -c max_wal_size=4GB" start >/dev/null
+start_bench_postgres
 mkdir -p "$work/heads" && chmod 777 "$work/heads"
 echo 'admission: {max_pending_per_team: 2000000, max_submission_bytes: 1GiB, max_team_bytes: 4GiB}' >"$work/policy.yaml"
 values() { python3 -c "print(', '.join(str(i) for i in range($1)))"; }
@@ -67,10 +62,13 @@ measure() {
   "${bench[@]}" --path "/api/experiments/$first/trials?limit=100" --follow --concurrency 1 || true
   echo "$name: /api/experiments, 10 clients"
   "${bench[@]}" --path "/api/experiments" --concurrency 10 || true
+  echo "$name: dashboard pages, the first experiment's"
+  python3 "$here/dashboard-bench.py" --http 127.0.0.1:18181 --secret-file "$work/$name.cred" \
+    --experiment "$first" --repeat 10 || true
   kill -9 "$head_pid"
   while kill -0 "$head_pid" 2>/dev/null; do sleep 0.1; done
   head_pid=
 }
 
 measure redb
-measure postgres --store "postgres://xp@%2F${work//\//%2F}:5432/postgres"
+measure postgres --store "$store"

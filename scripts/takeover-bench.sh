@@ -18,24 +18,17 @@ rows=${2:-100}
 columns=${3:-1000}
 experiments=${4:-1}
 work=$(mktemp -d /tmp/xp-takeover-XXXXXX)
-pg_bin=$(dirname "$(readlink -f "$(command -v initdb || ls /usr/lib/postgresql/*/bin/initdb | tail -1)")")
-as_postgres=()
-if [ "$(id -u)" = 0 ]; then
-  chown postgres "$work"
-  as_postgres=(runuser -u postgres --)
-fi
+# shellcheck source=scripts/bench-postgres.sh
+. "$(dirname "$0")/bench-postgres.sh"
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-  "${as_postgres[@]}" "$pg_bin/pg_ctl" -D "$work/pg" -m immediate stop >/dev/null 2>&1 || true
+  stop_bench_postgres
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-"${as_postgres[@]}" "$pg_bin/initdb" -D "$work/pg" -U xp -A trust -E UTF8 --locale=C >/dev/null
-"${as_postgres[@]}" "$pg_bin/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w \
-  -o "-c listen_addresses='' -c unix_socket_directories='$work' -c port=5432 -c max_wal_size=4GB" start >/dev/null
-store="postgres://xp@%2F${work//\//%2F}:5432/postgres"
+start_bench_postgres
 mkdir -p "$work/heads" && chmod 777 "$work/heads"
 # One experiment of every trial: above the default admission limits.
 echo 'admission: {max_pending_per_team: 2000000, max_submission_bytes: 1GiB, max_team_bytes: 4GiB}' >"$work/policy.yaml"
