@@ -15,8 +15,8 @@ bin=${1:?the directory of release xp-head and xp}
 experiments=${2:-1}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d /tmp/xp-big-store-XXXXXX)
-# shellcheck source=scripts/bench-postgres.sh
-. "$(dirname "$0")/bench-postgres.sh"
+# shellcheck source=scripts/bench-lib.sh
+. "$(dirname "$0")/bench-lib.sh"
 head_pid=
 cleanup() {
   [ -n "$head_pid" ] && kill -9 "$head_pid" 2>/dev/null || true
@@ -26,10 +26,7 @@ cleanup() {
 trap cleanup EXIT
 
 start_bench_postgres
-mkdir -p "$work/heads" && chmod 777 "$work/heads"
-echo 'admission: {max_pending_per_team: 2000000, max_submission_bytes: 1GiB, max_team_bytes: 4GiB}' >"$work/policy.yaml"
-values() { python3 -c "print(', '.join(str(i) for i in range($1)))"; }
-rss_mib() { echo $(( $(awk '/VmRSS/ {print $2}' "/proc/$1/status") / 1024 )); }
+prepare_heads
 
 # measure NAME STORE_ARGS...: a head on that store, filled, then the listings.
 measure() {

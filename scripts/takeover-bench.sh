@@ -18,8 +18,8 @@ rows=${2:-100}
 columns=${3:-1000}
 experiments=${4:-1}
 work=$(mktemp -d /tmp/xp-takeover-XXXXXX)
-# shellcheck source=scripts/bench-postgres.sh
-. "$(dirname "$0")/bench-postgres.sh"
+# shellcheck source=scripts/bench-lib.sh
+. "$(dirname "$0")/bench-lib.sh"
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
@@ -29,9 +29,7 @@ cleanup() {
 trap cleanup EXIT
 
 start_bench_postgres
-mkdir -p "$work/heads" && chmod 777 "$work/heads"
-# One experiment of every trial: above the default admission limits.
-echo 'admission: {max_pending_per_team: 2000000, max_submission_bytes: 1GiB, max_team_bytes: 4GiB}' >"$work/policy.yaml"
+prepare_heads
 
 # head NAME PORT PEER_PORT: starts xp-head NAME, logging to heads/NAME.log.
 head() {
@@ -57,12 +55,10 @@ for line in open(sys.argv[1]):
 print(f"{(times['serve'] - times['lead']).total_seconds():.2f}")
 EOF
 }
-rss_mib() { echo $(( $(awk '/VmRSS/ {print $2}' "/proc/$1/status") / 1024 )); }
 
 head a 17701 17702
 wait_for a "head started"
 grep '^admin: ' "$work/heads/a.out" | cut -c8- >"$work/admin"
-values() { python3 -c "print(', '.join(str(i) for i in range($1)))"; }
 cat >"$work/grid.yaml" <<EOF
 trial:
   command: [echo, '{x} {y}']
