@@ -11,8 +11,8 @@ use xp_head_core::Record;
 use super::super::{Changes, RegistryError};
 use super::rows::decode_one;
 
-/// The tables whose rows carry change numbers, in the order of their kinds in
-/// [`STATEMENT`].
+/// The tables whose rows carry change numbers; a row's kind in [`statement`]
+/// is its table's place here.
 pub(super) const FOLLOWED: [&str; 7] = [
     "experiments",
     "trials",
@@ -23,33 +23,39 @@ pub(super) const FOLLOWED: [&str; 7] = [
     "alerts",
 ];
 
-/// Every row changed after `$1`, tagged with its table's place in
-/// [`FOLLOWED`], and the highest pipeline id (kind 7): one statement, so one
-/// snapshot of the store.
-const STATEMENT: &str = "\
-    SELECT 0, change, record::text FROM experiments WHERE change > $1 \
-    UNION ALL SELECT 1, change, record::text FROM trials WHERE change > $1 \
-    UNION ALL SELECT 2, change, record::text FROM nodes WHERE change > $1 \
-    UNION ALL SELECT 3, change, record::text FROM events WHERE change > $1 \
-    UNION ALL SELECT 4, change, record::text FROM policy WHERE change > $1 \
-    UNION ALL SELECT 5, change, record::text FROM pipelines WHERE change > $1 \
-    UNION ALL SELECT 6, change, record::text FROM alerts WHERE change > $1 \
-    UNION ALL SELECT 7, max(id), NULL FROM pipelines";
+/// The kind of the one row that carries the highest pipeline id.
+const PIPELINE_IDS: usize = FOLLOWED.len();
+
+/// Every row changed after `$1`, tagged with its kind, and the highest
+/// pipeline id: one statement, so one snapshot of the store.
+fn statement() -> String {
+    FOLLOWED
+        .iter()
+        .enumerate()
+        .map(|(kind, table)| {
+            format!("SELECT {kind}, change, record::text FROM {table} WHERE change > $1")
+        })
+        .chain([format!(
+            "SELECT {PIPELINE_IDS}, max(id), NULL FROM pipelines"
+        )])
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ")
+}
 
 /// Every record changed after change `after`, and the last change read.
 pub(super) fn changes(client: &mut Client, after: i64) -> Result<Changes, RegistryError> {
-    let rows = client.query(STATEMENT, &[&after])?;
+    let rows = client.query(statement().as_str(), &[&after])?;
     let mut changes = Changes {
         records: Vec::with_capacity(rows.len()),
         through: after,
         next_pipeline_id: 1,
     };
     for row in &rows {
-        let kind: i32 = row.get(0);
+        let kind = usize::try_from(row.get::<_, i32>(0)).unwrap_or(usize::MAX);
         let Some(change) = row.get::<_, Option<i64>>(1) else {
             continue;
         };
-        if kind == 7 {
+        if kind == PIPELINE_IDS {
             // From the keys, not the records: an unreadable record's id stays taken.
             changes.next_pipeline_id = u64::try_from(change).map_or(1, |id| id.saturating_add(1));
             continue;
@@ -62,8 +68,9 @@ pub(super) fn changes(client: &mut Client, after: i64) -> Result<Changes, Regist
     Ok(changes)
 }
 
-/// The record of a row of kind `kind`, or `None` (logged) when unreadable.
-fn decode(row: &::postgres::Row, kind: i32) -> Option<Record> {
+/// The record of a row of kind `kind` (its table's place in [`FOLLOWED`]), or
+/// `None` (logged) when unreadable.
+fn decode(row: &::postgres::Row, kind: usize) -> Option<Record> {
     fn read<T: DeserializeOwned>(row: &::postgres::Row, kind: &str) -> Option<T> {
         decode_one(row, 2, kind)
     }
@@ -74,6 +81,7 @@ fn decode(row: &::postgres::Row, kind: i32) -> Option<Record> {
         3 => Record::Event(read(row, "event")?),
         4 => Record::Policy(read(row, "policy")?),
         5 => Record::Pipeline(read(row, "pipeline")?),
-        _ => Record::Alert(read(row, "alert")?),
+        6 => Record::Alert(read(row, "alert")?),
+        _ => return None,
     })
 }
