@@ -8,9 +8,11 @@
 //! milliseconds, on a head that stores each change alone (`--commit-batch 1`)
 //! and on one that stores what arrives together in one transaction.
 //!
+//! `fleet` (`xp bench fleet`) soaks a real head with many simulated nodes.
 //! The node's own benches sit beside it: `objects` (`xp bench objects`) and
 //! `logs` (`xp bench logs`), through `xp_node`'s API and `test-util` helpers.
 
+pub(crate) mod fleet;
 pub(crate) mod logs;
 pub(crate) mod objects;
 

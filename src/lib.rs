@@ -8,7 +8,7 @@
 //! Beside it sit the engines of the commands that need no cluster of their own,
 //! for the `xp` binary: [`compare`] and [`compare_front`] (`xp compare`),
 //! [`tune()`] (`xp tune`), and the runtime's measurements ([`bench_trials`],
-//! [`bench_commits`], [`bench_logs`], [`bench_objects`]: `xp bench`).
+//! [`bench_commits`], [`bench_logs`], [`bench_objects`], [`bench_fleet`]: `xp bench`).
 //! Modules are private; what is public is the list below.
 
 mod analysis;
@@ -20,6 +20,7 @@ pub use analysis::{
     CompareError, Comparison, ConfigObjectives, ConfigSummary, FrontComparison, compare,
     compare_front,
 };
+pub use bench::fleet::{FleetError, FleetOptions, FleetReport, bench_fleet};
 pub use bench::logs::{LogBench, LogBenchError, bench_logs};
 pub use bench::objects::{ObjectBenchError, ObjectMeasurement, bench_objects};
 pub use bench::{CommitBench, TrialsBench, bench_commits, bench_trials};

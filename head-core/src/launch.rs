@@ -92,7 +92,9 @@ impl HeadCore {
             .address
             .clone();
         let Some(master_port) = self.placement.master_ports().reserve(&master_host) else {
-            warn!(host = %master_host, "no free MASTER_PORT left on this host");
+            if self.placement.master_ports().note_exhausted(&master_host) {
+                warn!(host = %master_host, "no free MASTER_PORT left on this host; its trials wait until one is given back");
+            }
             self.requeue_unlaunched(now, trial_id, "no free MASTER_PORT on its first node");
             return;
         };

@@ -152,6 +152,7 @@ impl Api {
 pub(crate) struct HeadMetrics {
     registry: Registry,
     decision_seconds: Histogram,
+    commit_records: Histogram,
     trials: TrialCounters,
     checkpoints: CheckpointCounters,
     requests: RequestCounters,
@@ -421,8 +422,17 @@ impl HeadMetrics {
             Some(Unit::Seconds),
             Histogram::new(exponential_buckets(1e-5, 4.0, 10)),
         );
+        // 1 to 32,768 records: how much one group commit stores.
+        let commit_records = register(
+            &mut registry,
+            "commit_records",
+            "Records stored by one commit of the head's database (empty commits not counted)",
+            None,
+            Histogram::new(exponential_buckets(1.0, 2.0, 16)),
+        );
         Self {
             decision_seconds,
+            commit_records,
             trials: TrialCounters::register(&mut registry),
             checkpoints: CheckpointCounters::register(&mut registry),
             requests: RequestCounters::register(&mut registry),
@@ -469,6 +479,13 @@ impl HeadMetrics {
         }
         for counts in tally.object_access.values() {
             self.objects.observe(counts);
+        }
+    }
+
+    /// Keeps how many records one commit stored.
+    pub(crate) fn committed(&self, records: usize) {
+        if records > 0 {
+            self.commit_records.observe(records as f64);
         }
     }
 
@@ -758,6 +775,8 @@ mod tests {
             )]),
         });
         metrics.decision_took(std::time::Duration::from_micros(50));
+        metrics.committed(0);
+        metrics.committed(12);
         metrics.refused("cancel", "viewer");
         metrics.request(Api::Http, "/api/nodes", None);
         metrics.request(Api::Quic, "submit", Some("Forbidden"));
@@ -803,6 +822,8 @@ mod tests {
                 1.0,
             ),
             ("xp_scheduling_decision_seconds_count", 1.0),
+            ("xp_commit_records_count", 1.0),
+            ("xp_commit_records_sum", 12.0),
             ("xp_checkpoints_total", 2.0),
             ("xp_attempt_failures_total{kind=\"oom-killed\"}", 2.0),
             ("xp_checkpoint_bytes_total", 30.0),

@@ -29,11 +29,13 @@
 //! node's configuration and errors, the object store with its server and
 //! fetcher (for benches and tools), reading a worker's log from a data
 //! directory, and, with feature `test-util`, helpers for tests and benches
-//! (`test_util`).
+//! (`test_util`) and simulated nodes for soaking the head (`fleet`).
 
 mod agent;
 mod cgroup;
 mod checkpoint;
+#[cfg(feature = "test-util")]
+pub mod fleet;
 mod gpu;
 mod isolation;
 mod node_core;

@@ -1,5 +1,6 @@
 //! `xp bench`: measure the runtime on this machine (all-reduce, object store, no-op trials,
-//! worker logs), each against a reference measured in the same run.
+//! worker logs), each against a reference measured in the same run; and soak a real head
+//! with many simulated nodes (`fleet`).
 
 use std::path::PathBuf;
 
@@ -85,6 +86,68 @@ pub(crate) enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// Soak a real head (an `xp-head` process) with many simulated nodes in this
+    /// process, each with its own QUIC session, heartbeats, telemetry and workers
+    /// that report, checkpoint and exit, while nodes die and return and the head
+    /// is killed and started again; then count lost and duplicated trials.
+    Fleet(FleetArgs),
+}
+
+/// `xp bench fleet`'s options.
+#[derive(clap::Args, Debug)]
+pub(crate) struct FleetArgs {
+    /// Simulated nodes.
+    #[arg(long, default_value_t = 100)]
+    nodes: u32,
+    /// Whole GPUs each node declares.
+    #[arg(long, default_value_t = 8)]
+    gpus: u32,
+    /// Trials in all, in experiments of 100; twice the GPUs when absent.
+    #[arg(long)]
+    trials: Option<u32>,
+    /// Every this many experiments is one of gangs of two whole nodes (0: none).
+    #[arg(long, default_value_t = 10)]
+    gang_every: u32,
+    /// Steps of each worker (one metric each).
+    #[arg(long, default_value_t = 10)]
+    steps: u32,
+    /// Time per step.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "500ms")]
+    step_time: std::time::Duration,
+    /// Rank 0 checkpoints every this many steps (0: never).
+    #[arg(long, default_value_t = 4)]
+    checkpoint_every: u32,
+    /// The share of the live nodes killed per minute (0 to 1).
+    #[arg(long, default_value_t = 0.05)]
+    churn: f64,
+    /// How long a killed node stays away.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    rejoin_after: std::time::Duration,
+    /// Do not kill and restart the head halfway.
+    #[arg(long)]
+    no_head_restart: bool,
+    /// The head's --node-timeout.
+    #[arg(long, default_value = "3s")]
+    node_timeout: String,
+    /// How often each node sends telemetry (0s: never).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    telemetry_interval: std::time::Duration,
+    /// The most time the soak may take.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+    timeout: std::time::Duration,
+    /// Seeds which nodes die when.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The `xp-head` program; the one beside `xp` when absent.
+    #[arg(long)]
+    head_bin: Option<PathBuf>,
+    /// Keep the head's data directory and log (`head.log`) here; a temporary
+    /// directory, removed at the end, when absent.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Print one JSON line.
+    #[arg(long)]
+    json: bool,
 }
 
 pub(crate) async fn run(bench: Bench) -> anyhow::Result<()> {
@@ -107,6 +170,7 @@ pub(crate) async fn run(bench: Bench) -> anyhow::Result<()> {
             dir,
             json,
         } => logs(size, log_cap, dir, json).await,
+        Bench::Fleet(args) => fleet(args).await,
         Bench::Trials {
             trials,
             slots,
@@ -444,4 +508,91 @@ async fn no_op_trials(
         );
     }
     Ok(())
+}
+
+async fn fleet(args: FleetArgs) -> anyhow::Result<()> {
+    let head_binary = match args.head_bin {
+        Some(path) => path,
+        None => std::env::current_exe()
+            .context("finding this program")?
+            .with_file_name("xp-head"),
+    };
+    anyhow::ensure!(
+        head_binary.is_file(),
+        "{} not found: build it (cargo build -p xp-head) or name it with --head-bin",
+        head_binary.display()
+    );
+    let options = xp::FleetOptions {
+        head_binary,
+        nodes: args.nodes,
+        gpus: args.gpus,
+        trials: args
+            .trials
+            .unwrap_or_else(|| args.nodes.saturating_mul(args.gpus).saturating_mul(2)),
+        gang_every: args.gang_every,
+        work: xp_node::fleet::FakeWork {
+            steps: args.steps,
+            step_time: args.step_time,
+            checkpoint_every: args.checkpoint_every,
+        },
+        churn: args.churn,
+        rejoin_after: args.rejoin_after,
+        head_restart: !args.no_head_restart,
+        node_timeout: args.node_timeout,
+        telemetry_interval: args.telemetry_interval,
+        timeout: args.timeout,
+        seed: args.seed,
+        dir: args.dir,
+    };
+    let report = xp::bench_fleet(options)
+        .await
+        .context("the fleet soak failed")?;
+    if args.json {
+        outln!("{}", report.to_json());
+    } else {
+        print_fleet(&report);
+    }
+    anyhow::ensure!(
+        report.lost == 0 && report.duplicated == 0,
+        "{} trials lost and {} duplicated",
+        report.lost,
+        report.duplicated
+    );
+    Ok(())
+}
+
+fn print_fleet(report: &xp::FleetReport) {
+    let json = report.to_json();
+    let number = |key: &str| json[key].as_f64().unwrap_or(f64::NAN);
+    outln!(
+        "{} simulated nodes, {} trials in {:.1} s: {} placements ({:.1}/s), {} node kills, {} head restarts, {} registrations",
+        report.nodes,
+        report.trials,
+        report.seconds,
+        report.placements,
+        number("placements_per_second"),
+        report.kills,
+        report.head_restarts,
+        report.registrations,
+    );
+    outln!(
+        "freed node -> next launch while work waits: p50 {:.0} ms, p99 {:.0} ms",
+        report.freed_to_launch_ms.0,
+        report.freed_to_launch_ms.1
+    );
+    outln!(
+        "head: {:.1} CPU s ({:.0}% of a core), peak RSS {:.0} MiB, {:.0} commits of {:.1} records on average",
+        report.head_cpu_seconds,
+        100.0 * number("head_cpu_share"),
+        number("head_peak_rss_mib"),
+        report.commits,
+        number("records_per_commit"),
+    );
+    outln!(
+        "trials: {} succeeded, {} lost, {} duplicated, {} redone after a finished attempt",
+        report.succeeded,
+        report.lost,
+        report.duplicated,
+        report.redone
+    );
 }

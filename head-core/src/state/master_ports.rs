@@ -20,6 +20,9 @@ pub(crate) struct MasterPorts {
     in_use: BTreeMap<String, BTreeSet<u16>>,
     /// Where the next search starts, per host.
     cursor: BTreeMap<String, u16>,
+    /// Hosts found with every port taken since a port was last given back:
+    /// a full host is said once, not on every pass that retries it.
+    exhausted: BTreeSet<String>,
 }
 
 impl MasterPorts {
@@ -52,6 +55,13 @@ impl MasterPorts {
         if let Some(ports) = self.in_use.get_mut(host) {
             ports.remove(&port);
         }
+        self.exhausted.remove(host);
+    }
+
+    /// Notes that `host` had no free port; true the first time since one was
+    /// given back there.
+    pub(crate) fn note_exhausted(&mut self, host: &str) -> bool {
+        self.exhausted.insert(host.to_owned())
     }
 }
 
@@ -88,7 +98,13 @@ mod tests {
             assert!(ports.reserve("a").is_some());
         }
         assert_eq!(ports.reserve("a"), None);
+        assert!(ports.note_exhausted("a"), "said the first time");
+        assert!(!ports.note_exhausted("a"), "not on every retry");
         ports.release("a", FIRST_MASTER_PORT + 7);
+        assert!(
+            ports.note_exhausted("a"),
+            "said again once a port came back"
+        );
         assert_eq!(ports.reserve("a"), Some(FIRST_MASTER_PORT + 7));
     }
 }

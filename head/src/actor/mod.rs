@@ -264,10 +264,12 @@ impl HeadState {
         // node resends its reports.
         let tally = self.args.core.take_tally();
         let alert_outputs = self.take_alert_outputs();
+        let stored = records.len();
         let committed = tokio::task::block_in_place(|| self.args.registry.commit(records));
         if let Err(commit_error) = committed {
             return Err(self.commit_failed(now, commit_error));
         }
+        self.args.metrics.committed(stored);
         self.args.metrics.observe(&tally);
         self.dispatch_alerts(now, alert_outputs);
         for (node_id, command) in commands {

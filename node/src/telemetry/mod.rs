@@ -243,7 +243,7 @@ fn measure(target: &Target, clock_ticks: f64) -> (Option<f64>, Option<u64>) {
 }
 
 /// The system's clock ticks per second (`_SC_CLK_TCK`), 100 where it cannot say.
-fn clock_ticks() -> f64 {
+pub(crate) fn clock_ticks() -> f64 {
     // SAFETY: sysconf only reads a configuration value.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if ticks > 0 { ticks as f64 } else { 100.0 }
