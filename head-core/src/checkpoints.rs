@@ -431,10 +431,34 @@ impl HeadCore {
         });
     }
 
-    /// Tells every live node that `trial` ended, so what its workers stored
-    /// (and no pin keeps) is collected.
+    /// Tells the live nodes that may hold what `trial` owns that it ended, so
+    /// that what its workers stored (and no pin keeps) is collected: the nodes
+    /// its workers ran on (a worker stores on its own node) and those holding
+    /// its checkpoints' objects (replicas). Telling every node cost nodes ×
+    /// trial ends commands, which a 1,000-node soak could not carry; a node
+    /// that was away when the trial ended is told when it registers again.
     pub(super) fn release_trial_objects(&mut self, trial: TrialId) {
-        self.tell_live_nodes(|| HeadCommand::ReleaseTrial { trial });
+        let record = self.book.trial(trial);
+        let mut nodes: BTreeSet<NodeId> = record
+            .attempts
+            .iter()
+            .flat_map(|attempt| attempt.workers.iter().map(|worker| worker.node))
+            .collect();
+        let directory = self.objects.directory();
+        for kept in &record.checkpoints {
+            for id in kept.objects() {
+                nodes.extend(directory.holders(id));
+            }
+        }
+        for node in nodes {
+            if self
+                .membership
+                .node(node)
+                .is_some_and(|node| node.state != NodeState::Lost)
+            {
+                self.outbox.send(node, HeadCommand::ReleaseTrial { trial });
+            }
+        }
     }
 
     /// Sends a command to every node not judged lost: an owner's objects may be

@@ -172,6 +172,7 @@ impl HeadCore {
         self.enforce_time_limits(now);
         self.tick_alerts(now);
         self.tend_replications(now);
+        self.tell_revocations();
         // Time alone changes decisions: aging, reservations, minimum run times.
         self.placement.mark_stale();
         self.schedule(now);

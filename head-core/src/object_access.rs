@@ -177,6 +177,7 @@ impl HeadCore {
         let holder = Holder::Session(session.to_owned());
         let until = now.saturating_add(SESSION_CAPABILITY_MS);
         self.push_revocation(now, Revocation::Holder(holder), until);
+        self.tell_revocations();
         self.release_driver_objects(session);
     }
 
@@ -188,13 +189,26 @@ impl HeadCore {
             before_ms: now,
         };
         self.push_revocation(now, revocation, now.saturating_add(SESSION_CAPABILITY_MS));
+        self.tell_revocations();
     }
 
     fn push_revocation(&mut self, now: UnixMillis, revocation: Revocation, until: UnixMillis) {
-        let entry = self.grants.revoke(now, revocation, until);
+        self.grants.revoke(now, revocation, until);
+    }
+
+    /// Tells every node not lost the revocations made since it was last done,
+    /// in one command each. Ended attempts wait for the next tick (at most
+    /// 250 ms): telling every node of every end cost nodes × ends commands,
+    /// which a 1,000-node soak could not carry; ended sessions and revoked
+    /// users are told at once.
+    pub(super) fn tell_revocations(&mut self) {
+        let entries = self.grants.take_unsent();
+        if entries.is_empty() {
+            return;
+        }
         for node in self.nodes_not_lost() {
             self.outbox
-                .send(node, HeadCommand::RevokeCapabilities(vec![entry.clone()]));
+                .send(node, HeadCommand::RevokeCapabilities(entries.clone()));
         }
     }
 

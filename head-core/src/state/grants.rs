@@ -23,6 +23,8 @@ use xp_runtime::protocol::{
 #[derive(Debug, Default, Clone)]
 pub(crate) struct ObjectGrants {
     revoked: RevocationList,
+    /// Revocations not yet told to the nodes.
+    unsent: Vec<RevocationEntry>,
 }
 
 impl ObjectGrants {
@@ -48,24 +50,26 @@ impl ObjectGrants {
                 );
             }
         }
+        // No node is connected yet: each gets these when it registers.
+        grants.unsent.clear();
         grants
     }
 
-    /// Revokes `revocation` at `now` until `until_ms`; returns the entry to
-    /// send to the nodes.
-    pub(crate) fn revoke(
-        &mut self,
-        now: UnixMillis,
-        revocation: Revocation,
-        until_ms: UnixMillis,
-    ) -> RevocationEntry {
+    /// Revokes `revocation` at `now` until `until_ms`; the nodes are told
+    /// with the next [`Self::take_unsent`].
+    pub(crate) fn revoke(&mut self, now: UnixMillis, revocation: Revocation, until_ms: UnixMillis) {
         self.revoked.prune(now);
         let entry = RevocationEntry {
             revocation,
             until_ms,
         };
         self.revoked.add(entry.clone());
-        entry
+        self.unsent.push(entry);
+    }
+
+    /// The revocations made since the last call, to tell every node.
+    pub(crate) fn take_unsent(&mut self) -> Vec<RevocationEntry> {
+        std::mem::take(&mut self.unsent)
     }
 
     /// Every revocation still in force at `now`.
@@ -108,13 +112,20 @@ mod tests {
             1,
             "the attempt's lasts longer"
         );
-        let entry = grants.revoke(
+        assert!(
+            grants.take_unsent().is_empty(),
+            "a registering node gets what the start revoked"
+        );
+        grants.revoke(
             later,
             Revocation::Holder(Holder::Session("s".to_owned())),
             later + 5,
         );
         assert_eq!(grants.in_force(later).len(), 2);
         assert_eq!(grants.in_force(later + 5 + CLOCK_SKEW_MS + 1).len(), 1);
-        assert_eq!(entry.until_ms, later + 5);
+        let unsent = grants.take_unsent();
+        assert_eq!(unsent.len(), 1);
+        assert_eq!(unsent[0].until_ms, later + 5);
+        assert!(grants.take_unsent().is_empty(), "told once");
     }
 }

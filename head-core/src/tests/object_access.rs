@@ -16,6 +16,9 @@ use crate::requests::Served;
 
 const ALPHA: &str = "name: a\nteam: alpha\ntrial: {command: [train], resources: {cpu: 1}}\n";
 const BETA: &str = "name: b\nteam: beta\ntrial: {command: [train], resources: {cpu: 1}}\n";
+/// Two trials of team alpha.
+const ALPHA_TWO: &str =
+    "name: a2\nteam: alpha\ntrial: {command: [train], resources: {cpu: 1}}\nsearch: {trials: 2}\n";
 
 fn key() -> CapabilityKey {
     CONFIG.object_key
@@ -110,8 +113,61 @@ fn an_attempt_reads_its_trial_and_its_drivers_and_is_revoked_when_it_ends() {
     exited(&mut core, 2, node, launch.key, 0);
     assert_eq!(
         revocations_to(&commands(&mut core), node),
+        [],
+        "an ended attempt is told with the next tick's"
+    );
+    core.handle_tick(3);
+    assert_eq!(
+        revocations_to(&commands(&mut core), node),
         [Revocation::Holder(Holder::Attempt { trial, attempt: 1 })]
     );
+}
+
+#[test]
+fn an_ended_trial_is_told_to_the_nodes_that_ran_it_and_ended_attempts_to_every_node_in_one_command()
+{
+    let (mut core, node) = cluster(0, 4);
+    let other = node_id(2);
+    core.handle_node_register(0, registration(other, 0, 0, Vec::new()));
+    commands(&mut core);
+    let experiment = submit(&mut core, 1, ALPHA_TWO, false);
+    let launches: Vec<_> = commands(&mut core)
+        .into_iter()
+        .filter_map(|(to, command)| match command {
+            HeadCommand::Launch(launch) => Some((to, launch.key)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(launches.len(), 2);
+    assert!(
+        launches.iter().all(|(to, _)| *to == node),
+        "only it has CPUs"
+    );
+    for (at, (_, key)) in (2..).zip(&launches) {
+        exited(&mut core, at, node, *key, 0);
+    }
+    let sent = commands(&mut core);
+    let released = |to: NodeId| {
+        sent.iter()
+            .filter(|(at, command)| {
+                *at == to && matches!(command, HeadCommand::ReleaseTrial { trial } if trial.experiment == experiment)
+            })
+            .count()
+    };
+    assert_eq!(released(node), 2, "the node the trials ran on");
+    assert_eq!(released(other), 0, "not a node that never held them");
+    core.handle_tick(5);
+    let sent = commands(&mut core);
+    for to in [node, other] {
+        let told: Vec<_> = sent
+            .iter()
+            .filter(|(at, command)| {
+                *at == to && matches!(command, HeadCommand::RevokeCapabilities(_))
+            })
+            .collect();
+        assert_eq!(told.len(), 1, "one command per node per tick");
+        assert_eq!(revocations_to(&sent, to).len(), 2, "both attempts");
+    }
 }
 
 #[test]

@@ -6,6 +6,9 @@
 //! the reader notes when it last read a frame (`NodeSessionHandle::heard_at`),
 //! which the actor hands the core at every tick, and the session's end is
 //! reported to the actor (a trouble for the node's gangs unless it drained).
+//! While the reader waits for the actor to take what it read (the head is
+//! behind on storing this node's reports), the node counts as heard: its
+//! heartbeats queue behind those reports, and the silence is the head's.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -204,7 +207,7 @@ async fn read_node_messages(
                 }
             }
             Ok(Some(Message::FromNode(message))) => {
-                if batches.send(message).await.is_err() {
+                if !queue_for_the_actor(&batches, message, &heard.at).await {
                     break;
                 }
             }
@@ -221,6 +224,34 @@ async fn read_node_messages(
                 // Node loss is judged by missed heartbeats, not by this stream.
                 info!(%error, "node session stream ended");
                 break;
+            }
+        }
+    }
+}
+
+/// How often a reader waiting on the actor notes the node as heard.
+const HEARD_WHILE_WAITING: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Queues `message` for the actor, noting the node as heard while the queue
+/// is full (the head, not the node, is behind); false once the actor side is gone.
+async fn queue_for_the_actor(
+    batches: &mpsc::Sender<NodeMessage>,
+    message: NodeMessage,
+    heard_at: &AtomicU64,
+) -> bool {
+    let message = match batches.try_send(message) {
+        Ok(()) => return true,
+        Err(mpsc::error::TrySendError::Closed(_)) => return false,
+        Err(mpsc::error::TrySendError::Full(message)) => message,
+    };
+    let send = batches.send(message);
+    tokio::pin!(send);
+    let mut waiting = tokio::time::interval(HEARD_WHILE_WAITING);
+    loop {
+        tokio::select! {
+            sent = &mut send => return sent.is_ok(),
+            _ = waiting.tick() => {
+                heard_at.fetch_max(SystemClock.now(), Ordering::Relaxed);
             }
         }
     }

@@ -24,6 +24,8 @@ pub(super) struct Ledger {
     freed: HashMap<NodeId, Instant>,
     /// Worker starts seen.
     pub(super) starts: u64,
+    /// Trials that started at least once.
+    trials_started: std::collections::HashSet<TrialId>,
     /// Registrations seen (first joins and every return).
     pub(super) registrations: u64,
     /// Trials whose rank 0 did all its steps, with the attempts that did.
@@ -42,6 +44,7 @@ impl Ledger {
             FleetEvent::Registered { .. } => self.registrations += 1,
             FleetEvent::Started { node, key, at } => {
                 self.starts += 1;
+                self.trials_started.insert(key.trial);
                 let live = Live {
                     node,
                     attempt: key.attempt,
@@ -86,6 +89,11 @@ impl Ledger {
     pub(super) fn node_died(&mut self, node: NodeId) {
         self.live.retain(|_, live| live.node != node);
         self.freed.remove(&node);
+    }
+
+    /// Trials that started at least once.
+    pub(super) fn trials_started(&self) -> usize {
+        self.trials_started.len()
     }
 
     /// Trials whose rank 0 finished its work at least once.
