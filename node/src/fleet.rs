@@ -203,7 +203,7 @@ impl Simulated {
     }
 
     fn handle(&mut self, event: Event) {
-        let now = Instant::now();
+        let now = tokio::time::Instant::now().into_std();
         match event {
             Event::Timeout => self.core.handle_timeout(now),
             Event::Connected(connected) => {
@@ -349,7 +349,10 @@ impl Simulated {
             let (connection, send, recv) =
                 transport::connect(&join, PeerRole::Node, "xp-node (simulated)").await?;
             let (commands_tx, commands) = mpsc::unbounded_channel();
-            tokio::spawn(read_commands(recv, commands_tx, life));
+            xp_runtime::task::spawn(
+                "simulated-node-reader",
+                read_commands(recv, commands_tx, life),
+            );
             Ok(Session {
                 connection,
                 send,
@@ -400,7 +403,8 @@ impl Simulated {
         };
         let written = frame::write_message(&mut session.send, &Message::FromNode(message)).await;
         if written.is_err() {
-            self.core.handle_disconnected(Instant::now());
+            self.core
+                .handle_disconnected(tokio::time::Instant::now().into_std());
         }
     }
 
@@ -409,7 +413,7 @@ impl Simulated {
         self.workers.insert(launch.key, stop.clone());
         let work = self.node.work;
         let outputs = self.outputs_tx.clone();
-        tokio::spawn(worker::run(launch, work, outputs, stop));
+        xp_runtime::task::spawn("simulated-worker", worker::run(launch, work, outputs, stop));
     }
 
     /// A replica is "fetched" at once: the objects are now held here too.

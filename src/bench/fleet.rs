@@ -18,7 +18,9 @@ mod ledger;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -165,10 +167,10 @@ struct FleetNode {
 impl FleetNode {
     fn start(&mut self) {
         let death = CancellationToken::new();
-        tokio::spawn(xp_node::fleet::run_simulated(
-            self.node.clone(),
-            death.clone(),
-        ));
+        xp_runtime::task::spawn(
+            "simulated-node",
+            xp_node::fleet::run_simulated(self.node.clone(), death.clone()),
+        );
         self.life = Some(death);
         self.back_at = None;
     }
@@ -205,11 +207,10 @@ pub async fn bench_fleet(options: FleetOptions) -> Result<FleetReport, FleetErro
     client.close().await;
     let started = Instant::now();
     let submitted = Arc::new(AtomicUsize::new(0));
-    let submitter = tokio::spawn(submit_all(
-        head.admin.clone(),
-        options.clone(),
-        submitted.clone(),
-    ));
+    let submitter = xp_runtime::task::spawn(
+        "fleet-submissions",
+        submit_all(head.admin.clone(), options.clone(), submitted.clone()),
+    );
     let mut soak = Soak {
         options: &options,
         ledger: Ledger::default(),

@@ -109,7 +109,9 @@ impl HeadProcess {
             )));
         };
         // Keep reading so that the head never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        xp_runtime::task::spawn("head-stdout", async move {
+            while let Ok(Some(_)) = lines.next_line().await {}
+        });
         if self.port == 0 {
             let join: xp_runtime::join::JoinString = self
                 .node

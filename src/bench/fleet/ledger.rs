@@ -128,7 +128,7 @@ mod tests {
     #[test]
     fn a_second_live_attempt_of_one_rank_is_a_duplicate_but_a_relaunch_after_a_death_is_not() {
         let trial: TrialId = "3f2a9c0d11b2e4f7-t9".parse().expect("a trial id");
-        let at = Instant::now();
+        let at = tokio::time::Instant::now().into_std();
         let node = [NodeId::random(), NodeId::random(), NodeId::random()];
         let mut ledger = Ledger::default();
         let started = |node, attempt| FleetEvent::Started {
@@ -148,7 +148,7 @@ mod tests {
     fn a_freed_node_waits_until_its_next_launch_only_while_work_waits() {
         let trial: TrialId = "3f2a9c0d11b2e4f7-t9".parse().expect("a trial id");
         let other: TrialId = "3f2a9c0d11b2e4f7-t8".parse().expect("a trial id");
-        let at = Instant::now();
+        let at = tokio::time::Instant::now().into_std();
         let node = NodeId::random();
         let mut ledger = Ledger::default();
         let ended = |trial, waiting_at| FleetEvent::Ended {
