@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use tokio::sync::{mpsc, oneshot};
-use tracing::warn;
+use tracing::debug;
 use xp_runtime::ids::{NodeId, WorkerKey};
 use xp_runtime::protocol::{ErrorCode, HeadCommand, LogChunk, LogRequest, RemoteError};
 
@@ -47,7 +47,8 @@ impl NodeSessionHandle {
 pub(crate) type Sessions = Arc<DashMap<NodeId, NodeSessionHandle>>;
 
 /// Sends `command` to `node_id`'s session; a node not connected gets it
-/// reconciled when it registers again.
+/// reconciled when it registers again (said at debug level: a fleet's churn
+/// drops thousands of them).
 pub(crate) fn send_to_node(sessions: &Sessions, node_id: NodeId, command: HeadCommand) {
     let sender = sessions
         .get(&node_id)
@@ -57,7 +58,7 @@ pub(crate) fn send_to_node(sessions: &Sessions, node_id: NodeId, command: HeadCo
             let _ = sender.send(command);
         }
         None => {
-            warn!(%node_id, ?command, "node not connected; command dropped (reconciled when it returns)")
+            debug!(%node_id, ?command, "node not connected; command dropped (reconciled when it returns)")
         }
     }
 }

@@ -157,10 +157,10 @@ impl FleetReport {
     }
 }
 
-/// One simulated node and its current life.
+/// One simulated node and its current life (which ends when this is dropped).
 struct FleetNode {
     node: SimulatedNode,
-    life: Option<CancellationToken>,
+    life: Option<tokio_util::sync::DropGuard>,
     back_at: Option<Instant>,
 }
 
@@ -171,14 +171,13 @@ impl FleetNode {
             "simulated-node",
             xp_node::fleet::run_simulated(self.node.clone(), death.clone()),
         );
-        self.life = Some(death);
+        self.life = Some(death.drop_guard());
         self.back_at = None;
     }
 
+    /// Ends the node's life (as its process dying would); it comes back at `back_at`.
     fn kill(&mut self, back_at: Instant) {
-        if let Some(death) = self.life.take() {
-            death.cancel();
-        }
+        self.life = None;
         self.back_at = Some(back_at);
     }
 }
@@ -221,18 +220,18 @@ pub async fn bench_fleet(options: FleetOptions) -> Result<FleetReport, FleetErro
         head_cpu: 0.0,
         commits: (0.0, 0.0),
     };
-    let outcome = soak.run(&mut head, &mut nodes, &mut events).await;
+    if let Err(error) = soak.run(&mut head, &mut nodes, &mut events).await {
+        submitter.abort();
+        return Err(error);
+    }
     let experiments = submitter
         .await
         .map_err(|error| FleetError::Head(format!("the submissions failed: {error}")))??;
-    outcome?;
     let seconds = started.elapsed().as_secs_f64();
     let (succeeded, lost) = settle(&head.admin, &experiments, options.trials).await?;
     soak.add_commits(&head).await;
     soak.head_cpu = head.sample();
-    for node in &mut nodes {
-        node.kill(Instant::now());
-    }
+    drop(nodes);
     head.stop().await;
     Ok(soak.report(seconds, succeeded, lost, head.peak_rss))
 }
