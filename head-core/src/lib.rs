@@ -174,6 +174,8 @@ pub struct HeadCore {
     grants: state::ObjectGrants,
     /// Failed exits of gangs across nodes, waiting to be judged (`gang_faults`).
     held_exits: state::HeldExits,
+    /// Experiment summaries kept between reads (`pages`).
+    summaries: pages::SummaryCache,
 }
 
 impl std::fmt::Debug for HeadCore {
@@ -217,6 +219,7 @@ impl HeadCore {
             approvals: state::Approvals::default(),
             grants: state::ObjectGrants::default(),
             held_exits: state::HeldExits::default(),
+            summaries: pages::SummaryCache::default(),
         };
         // 1. The record: experiments with their sweeps, trials with what they
         //    keep, events.
@@ -372,6 +375,16 @@ impl HeadCore {
 
     /// Panics if an invariant of the module documentation is broken.
     pub fn check_invariants(&self) {
+        // A kept summary is the one made afresh (asking keeps it, so the next
+        // check finds it kept across whatever step came between).
+        for experiment in self.book.experiments() {
+            assert_eq!(
+                self.experiment_summary(experiment.id),
+                self.summarize(experiment.id).0,
+                "the kept summary of {} is stale",
+                experiment.id
+            );
+        }
         let mut gpus: BTreeMap<(NodeId, u32), u32> = BTreeMap::new();
         let mut cpu: BTreeMap<NodeId, u64> = BTreeMap::new();
         let mut memory: BTreeMap<NodeId, u64> = BTreeMap::new();

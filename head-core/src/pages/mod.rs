@@ -33,6 +33,7 @@ use xp_runtime::spec::Mode;
 use super::{HeadCore, TrialRecord};
 
 mod cursor;
+mod summaries;
 #[cfg(test)]
 mod tests;
 
@@ -40,6 +41,7 @@ use self::cursor::SortKey;
 pub use self::cursor::{
     CursorError, ExperimentCursor, MetricCursor, NodeCursor, QueueCursor, TrialCursor, TrialSort,
 };
+pub(crate) use self::summaries::SummaryCache;
 
 /// Items in a page when the client names no limit.
 pub const DEFAULT_LIMIT: usize = 100;
@@ -559,7 +561,27 @@ impl HeadCore {
     }
 
     /// An experiment's summary, from one pass over its trials.
-    fn experiment_summary(&self, id: ExperimentId) -> ExperimentSummary {
+    /// `id`'s summary: the one kept while it stands, else made afresh (and
+    /// kept when none of its trials has a live attempt).
+    pub(crate) fn experiment_summary(&self, id: ExperimentId) -> ExperimentSummary {
+        let made = summaries::Made {
+            revision: self.book.revision(id),
+            resources: self.membership.resources_revision(),
+            prices: self.placement.policy().config().prices.clone(),
+        };
+        if let Some(summary) = self.summaries.get(id, &made) {
+            return summary;
+        }
+        let (summary, settled) = self.summarize(id);
+        if settled {
+            self.summaries.keep(id, made, summary.clone());
+        }
+        summary
+    }
+
+    /// `id`'s summary made afresh, and whether none of its trials has a live
+    /// attempt.
+    pub(crate) fn summarize(&self, id: ExperimentId) -> (ExperimentSummary, bool) {
         let experiment = &self.book.experiment(id);
         let spec = &self.book.spec(id);
         let maximize = spec.search.mode == Mode::Max;
@@ -567,8 +589,13 @@ impl HeadCore {
         let mut trials = 0;
         let mut best: Option<BestTrial> = None;
         let (mut gpu_hours, mut cost) = (0.0, None::<f64>);
+        let mut settled = true;
         for (_, trial) in self.book.trials_of(id) {
             trials += 1;
+            settled &= trial
+                .attempts
+                .iter()
+                .all(|attempt| attempt.ended_at.is_some());
             counts.add(trial.state);
             let (trial_hours, trial_cost) = self.trial_usage(trial);
             gpu_hours += trial_hours;
@@ -610,7 +637,7 @@ impl HeadCore {
             unfinished > 0,
             counts.get(TrialState::Succeeded) + counts.get(TrialState::Stopped) > 0,
         );
-        ExperimentSummary {
+        let summary = ExperimentSummary {
             id,
             name: spec.name.clone(),
             team: spec.team.clone(),
@@ -625,7 +652,8 @@ impl HeadCore {
             best,
             gpu_hours,
             cost,
-        }
+        };
+        (summary, settled)
     }
 }
 

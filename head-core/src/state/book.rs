@@ -12,7 +12,7 @@
 //! `add_*`) is handed out once for persisting (`take_records`), and nothing
 //! restored is (`restore_*`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
 use xp_runtime::clock::UnixMillis;
@@ -39,6 +39,11 @@ pub(crate) struct Book {
     /// from their creation until admitted): what admission looks at, instead
     /// of every trial.
     with_pending: BTreeSet<ExperimentId>,
+    /// Each experiment's revision: bumped whenever it or one of its trials is
+    /// restored, added or handed out for change, so a summary kept at one
+    /// revision is known to be current while it stands.
+    revisions: HashMap<ExperimentId, u64>,
+    next_revision: u64,
 }
 
 impl Default for Book {
@@ -53,6 +58,8 @@ impl Default for Book {
             dirty_experiments: BTreeSet::new(),
             dirty_trials: BTreeSet::new(),
             with_pending: BTreeSet::new(),
+            revisions: HashMap::new(),
+            next_revision: 1,
         }
     }
 }
@@ -71,6 +78,7 @@ fn trial_range(experiment: ExperimentId) -> std::ops::RangeInclusive<TrialId> {
 impl Book {
     /// Takes back a stored experiment and its spec, not to be persisted again.
     pub(crate) fn restore_experiment(&mut self, record: ExperimentRecord, spec: ExperimentSpec) {
+        self.revise(record.id);
         self.specs.insert(record.id, spec);
         self.experiments.insert(record.id, record);
     }
@@ -80,7 +88,20 @@ impl Book {
         if record.state == TrialState::Pending {
             self.with_pending.insert(record.id.experiment);
         }
+        self.revise(record.id.experiment);
         self.trials.insert(record.id, record);
+    }
+
+    /// Bumps `experiment`'s revision.
+    fn revise(&mut self, experiment: ExperimentId) {
+        self.revisions.insert(experiment, self.next_revision);
+        self.next_revision += 1;
+    }
+
+    /// `experiment`'s revision: it and its trials are as they were while it
+    /// stands (0 for an experiment the book never held).
+    pub(crate) fn revision(&self, experiment: ExperimentId) -> u64 {
+        self.revisions.get(&experiment).copied().unwrap_or(0)
     }
 
     /// Takes back a stored event; numbering goes on after the largest.
@@ -136,6 +157,8 @@ impl Book {
     pub(crate) fn experiment_mut(&mut self, id: ExperimentId) -> Option<&mut ExperimentRecord> {
         let record = self.experiments.get_mut(&id)?;
         self.dirty_experiments.insert(id);
+        self.revisions.insert(id, self.next_revision);
+        self.next_revision += 1;
         Some(record)
     }
 
@@ -192,6 +215,8 @@ impl Book {
     pub(crate) fn trial_mut(&mut self, id: TrialId) -> Option<&mut TrialRecord> {
         let record = self.trials.get_mut(&id)?;
         self.dirty_trials.insert(id);
+        self.revisions.insert(id.experiment, self.next_revision);
+        self.next_revision += 1;
         Some(record)
     }
 

@@ -54,6 +54,9 @@ pub(crate) struct Membership {
     /// What went wrong with each node lately, for judging gang faults.
     troubles: NodeTroubles,
     dirty: BTreeSet<NodeId>,
+    /// Bumped whenever a node registers with resources the head did not know
+    /// it to have: GPU-hours are priced by the models of the nodes they ran on.
+    resources_revision: u64,
 }
 
 impl Membership {
@@ -131,6 +134,9 @@ impl Membership {
         self.troubles.registered(id, now);
         let old = self.nodes.get(&id);
         let returning = old.is_some();
+        if old.is_none_or(|old| old.resources != registration.resources) {
+            self.resources_revision += 1;
+        }
         let mut up = old.map(|old| old.up.clone()).unwrap_or_default();
         if up.last().is_none_or(|last| last.to.is_some()) {
             up.push(UpInterval {
@@ -155,6 +161,11 @@ impl Membership {
         self.nodes.insert(id, record);
         self.dirty.insert(id);
         returning
+    }
+
+    /// Changes whenever some node's resources change (or a node is new).
+    pub(crate) fn resources_revision(&self) -> u64 {
+        self.resources_revision
     }
 
     /// `node` was heard from at `now`; its state, or `None` for a node that
