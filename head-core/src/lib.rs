@@ -375,16 +375,7 @@ impl HeadCore {
 
     /// Panics if an invariant of the module documentation is broken.
     pub fn check_invariants(&self) {
-        // A kept summary is the one made afresh (asking keeps it, so the next
-        // check finds it kept across whatever step came between).
-        for experiment in self.book.experiments() {
-            assert_eq!(
-                self.experiment_summary(experiment.id),
-                self.summarize(experiment.id).0,
-                "the kept summary of {} is stale",
-                experiment.id
-            );
-        }
+        self.check_kept_summaries();
         let mut gpus: BTreeMap<(NodeId, u32), u32> = BTreeMap::new();
         let mut cpu: BTreeMap<NodeId, u64> = BTreeMap::new();
         let mut memory: BTreeMap<NodeId, u64> = BTreeMap::new();

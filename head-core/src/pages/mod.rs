@@ -579,9 +579,22 @@ impl HeadCore {
         summary
     }
 
+    /// Panics if a kept summary differs from one made afresh (asking keeps
+    /// it, so the next check finds it kept across whatever step came between).
+    pub(crate) fn check_kept_summaries(&self) {
+        for experiment in self.book.experiments() {
+            assert_eq!(
+                self.experiment_summary(experiment.id),
+                self.summarize(experiment.id).0,
+                "the kept summary of {} is stale",
+                experiment.id
+            );
+        }
+    }
+
     /// `id`'s summary made afresh, and whether none of its trials has a live
     /// attempt.
-    pub(crate) fn summarize(&self, id: ExperimentId) -> (ExperimentSummary, bool) {
+    fn summarize(&self, id: ExperimentId) -> (ExperimentSummary, bool) {
         let experiment = &self.book.experiment(id);
         let spec = &self.book.spec(id);
         let maximize = spec.search.mode == Mode::Max;
