@@ -232,7 +232,7 @@ impl Simulated {
                     .handle_object_changes(vec![crate::objects::ObjectChange::Added(id)]);
             }
             Event::Worker(worker::Output::Report(report)) => {
-                self.note_end(&report, now);
+                self.note_for_ledger(&report, now);
                 self.core.handle_report(now, SystemClock.now(), report);
             }
             Event::Telemetry => {
@@ -244,7 +244,7 @@ impl Simulated {
     }
 
     /// Tells the ledger of a worker's start or end.
-    fn note_end(&self, report: &WorkerReport, at: Instant) {
+    fn note_for_ledger(&self, report: &WorkerReport, at: Instant) {
         let node = self.node.node_id;
         let event = match report {
             WorkerReport::Started { key, .. } => FleetEvent::Started {
