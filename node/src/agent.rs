@@ -390,7 +390,7 @@ impl Agent {
 }
 
 /// Sleeps until `deadline`; forever without one.
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+pub(crate) async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,

@@ -194,7 +194,7 @@ impl Simulated {
         let timeout = self.core.poll_timeout().map(tokio::time::Instant::from_std);
         let in_session = self.session.is_some();
         tokio::select! {
-            () = sleep_until(timeout) => Event::Timeout,
+            () = crate::agent::sleep_until(timeout) => Event::Timeout,
             connected = connect_outcome(&mut self.connecting) => Event::Connected(connected),
             command = recv_command(&mut self.session) => Event::Command(command),
             Some(output) = self.outputs_rx.recv() => Event::Worker(output),
@@ -467,14 +467,6 @@ async fn read_commands(
         if commands.send(command).is_err() {
             return;
         }
-    }
-}
-
-/// Sleeps until `deadline`; forever without one.
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
     }
 }
 

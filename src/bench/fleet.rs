@@ -29,7 +29,7 @@ use xp_node::fleet::{FakeWork, FleetEvent, NodeDisk, SimulatedNode};
 use xp_runtime::ids::NodeId;
 use xp_runtime::protocol::{NodeState, TrialState};
 use xp_runtime::seeded::SplitMix64;
-use xp_runtime::spec::{ExperimentSpec, Resources, SearchSpec, TrialSpec, Workers};
+use xp_runtime::spec::{ExperimentSpec, Workers};
 use xp_sdk::{Client, SdkError, SubmitOptions};
 use xp_tune::stats::quantile;
 
@@ -348,34 +348,12 @@ async fn submit_all(
 }
 
 /// An experiment of `trials` one-GPU trials, or of gangs of two workers with
-/// every GPU of a node each.
+/// every GPU of a node each (the bench experiment, with GPUs).
 fn fleet_spec(name: String, trials: u32, gang: bool, gpus: u32) -> ExperimentSpec {
-    ExperimentSpec {
-        name,
-        team: "fleet".to_owned(),
-        priority: Default::default(),
-        queue: None,
-        checkpoints: None,
-        alerts: Vec::new(),
-        code: None,
-        data: Vec::new(),
-        trial: TrialSpec {
-            command: Some(vec!["simulated".to_owned()]),
-            workers: Workers::fixed(if gang { 2 } else { 1 }),
-            resources: Resources {
-                gpu: if gang { f64::from(gpus) } else { 1.0 },
-                cpu: 1.0,
-                memory: Default::default(),
-                leases: Default::default(),
-                oversubscribe: false,
-            },
-            ..TrialSpec::default()
-        },
-        search: SearchSpec {
-            trials: Some(trials),
-            ..SearchSpec::default()
-        },
-    }
+    let mut spec = super::bench_spec(name, vec!["simulated".to_owned()], trials);
+    spec.trial.workers = Workers::fixed(if gang { 2 } else { 1 });
+    spec.trial.resources.gpu = if gang { f64::from(gpus) } else { 1.0 };
+    spec
 }
 
 /// Waits (up to 60 s) until every submitted trial has ended; how many
