@@ -451,11 +451,7 @@ impl HeadCore {
             }
         }
         for node in nodes {
-            if self
-                .membership
-                .node(node)
-                .is_some_and(|node| node.state != NodeState::Lost)
-            {
+            if self.membership.is_live(node) {
                 self.outbox.send(node, HeadCommand::ReleaseTrial { trial });
             }
         }
@@ -463,13 +459,8 @@ impl HeadCore {
 
     /// Sends a command to every node not judged lost: an owner's objects may be
     /// on any of them.
-    fn tell_live_nodes(&mut self, command: impl Fn() -> HeadCommand) {
-        let nodes: Vec<NodeId> = self
-            .membership
-            .nodes()
-            .filter(|node| node.state != NodeState::Lost)
-            .map(|node| node.id)
-            .collect();
+    pub(super) fn tell_live_nodes(&mut self, command: impl Fn() -> HeadCommand) {
+        let nodes: Vec<NodeId> = self.membership.live_nodes().collect();
         for node in nodes {
             self.outbox.send(node, command());
         }

@@ -27,8 +27,8 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, ObjectId, TrialId};
 use xp_runtime::protocol::{
     ATTEMPT_CAPABILITY_MS, AuditEntry, CapabilityKey, Grant, HeadCommand, Holder,
-    MAX_CAPABILITY_OBJECTS, NodeState, ObjectAccessReport, ObjectCapability, ObjectRules,
-    ReadScope, Revocation, SESSION_CAPABILITY_MS, TeamQuota,
+    MAX_CAPABILITY_OBJECTS, ObjectAccessReport, ObjectCapability, ObjectRules, ReadScope,
+    Revocation, SESSION_CAPABILITY_MS, TeamQuota,
 };
 
 use super::{HeadCore, Record};
@@ -168,7 +168,7 @@ impl HeadCore {
     ) {
         let holder = Holder::Attempt { trial, attempt };
         let until = launched_at.saturating_add(ATTEMPT_CAPABILITY_MS);
-        self.push_revocation(now, Revocation::Holder(holder), until);
+        self.grants.revoke(now, Revocation::Holder(holder), until);
     }
 
     /// Driver session `session` ended (its connection closed): its capability
@@ -176,7 +176,7 @@ impl HeadCore {
     pub fn end_driver_session(&mut self, now: UnixMillis, session: &str) {
         let holder = Holder::Session(session.to_owned());
         let until = now.saturating_add(SESSION_CAPABILITY_MS);
-        self.push_revocation(now, Revocation::Holder(holder), until);
+        self.grants.revoke(now, Revocation::Holder(holder), until);
         self.tell_revocations();
         self.release_driver_objects(session);
     }
@@ -188,12 +188,9 @@ impl HeadCore {
             subject: name.to_owned(),
             before_ms: now,
         };
-        self.push_revocation(now, revocation, now.saturating_add(SESSION_CAPABILITY_MS));
+        self.grants
+            .revoke(now, revocation, now.saturating_add(SESSION_CAPABILITY_MS));
         self.tell_revocations();
-    }
-
-    fn push_revocation(&mut self, now: UnixMillis, revocation: Revocation, until: UnixMillis) {
-        self.grants.revoke(now, revocation, until);
     }
 
     /// Tells every node not lost the revocations made since it was last done,
@@ -206,18 +203,7 @@ impl HeadCore {
         if entries.is_empty() {
             return;
         }
-        for node in self.nodes_not_lost() {
-            self.outbox
-                .send(node, HeadCommand::RevokeCapabilities(entries.clone()));
-        }
-    }
-
-    fn nodes_not_lost(&self) -> Vec<NodeId> {
-        self.membership
-            .nodes()
-            .filter(|node| node.state != NodeState::Lost)
-            .map(|node| node.id)
-            .collect()
+        self.tell_live_nodes(|| HeadCommand::RevokeCapabilities(entries.clone()));
     }
 
     /// The object plane's rules as they stand at `now`: the policy's quotas and
@@ -250,10 +236,7 @@ impl HeadCore {
     /// Tells every node not lost the object plane's rules (the policy changed).
     pub(super) fn send_object_rules_to_nodes(&mut self, now: UnixMillis) {
         let rules = self.object_rules(now);
-        for node in self.nodes_not_lost() {
-            self.outbox
-                .send(node, HeadCommand::ObjectRules(rules.clone()));
-        }
+        self.tell_live_nodes(|| HeadCommand::ObjectRules(rules.clone()));
     }
 
     /// What `node`'s object server counted and refused: the counts go to

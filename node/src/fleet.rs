@@ -12,6 +12,10 @@
 //! said to the head. What persists across such a death (the objects on its
 //! disk) is in [`NodeDisk`], which the caller keeps for the node's next life.
 //!
+//! The pretend store keeps what the head's orders leave: pins, drops, and an
+//! ended trial's unpinned objects released, so the head's directory and its
+//! retention are exercised as with real stores.
+//!
 //! Not here: anything a real worker does (no process, no files, no object
 //! bytes), telemetry beyond one sample of every live worker per interval, and
 //! log reads (answered with an error).
@@ -72,13 +76,34 @@ pub enum FleetEvent {
 }
 
 /// The objects a simulated node holds, with the trials that own them: what
-/// survives the node's death, as a real node's disk does.
+/// survives the node's death, as a real node's disk does (its pins do not:
+/// a real node keeps them in memory, and the head pins again at registration).
 #[derive(Debug, Clone, Default)]
-pub struct NodeDisk(Arc<Mutex<BTreeMap<ObjectId, TrialId>>>);
+pub struct NodeDisk(Arc<Mutex<BTreeMap<ObjectId, Held>>>);
+
+/// An object on a simulated node's disk.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    /// The trial that owns it.
+    trial: TrialId,
+    /// The head keeps it (a checkpoint it retains): a release leaves it.
+    pinned: bool,
+}
 
 impl NodeDisk {
-    fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<ObjectId, TrialId>) -> T) -> T {
+    fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<ObjectId, Held>) -> T) -> T {
         f(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn add(&self, trial: TrialId, ids: impl IntoIterator<Item = ObjectId>) {
+        self.with(|held| {
+            for id in ids {
+                held.entry(id).or_insert(Held {
+                    trial,
+                    pinned: false,
+                });
+            }
+        });
     }
 
     /// How many objects it holds.
@@ -158,6 +183,12 @@ pub async fn run_simulated(node: SimulatedNode, death: CancellationToken) {
         drain_timeout: Duration::from_secs(1),
         memory_watched: false,
     });
+    // A new life: the pins died with the last one.
+    node.disk.with(|held| {
+        for object in held.values_mut() {
+            object.pinned = false;
+        }
+    });
     let mut simulated = Simulated {
         node,
         core,
@@ -227,7 +258,7 @@ impl Simulated {
             }
             Event::Command(None) => self.core.handle_disconnected(now),
             Event::Worker(worker::Output::Object(id, trial)) => {
-                self.node.disk.with(|objects| objects.insert(id, trial));
+                self.node.disk.add(trial, [id]);
                 self.core
                     .handle_object_changes(vec![crate::objects::ObjectChange::Added(id)]);
             }
@@ -325,8 +356,9 @@ impl Simulated {
             }
             Action::Replicate { trial, objects, .. } => self.replicate(trial, &objects),
             Action::DropObjects { objects, .. } => self.drop_objects(&objects),
-            Action::Pin { .. }
-            | Action::ReleaseOwner(_)
+            Action::Pin { objects, .. } => self.pin(&objects),
+            Action::ReleaseOwner(crate::objects::Owner::Trial(trial)) => self.release_trial(trial),
+            Action::ReleaseOwner(crate::objects::Owner::Driver(_))
             | Action::ObjectRules(_)
             | Action::RevokeCapabilities(_) => {}
             Action::CloseSession { .. } => {
@@ -372,10 +404,10 @@ impl Simulated {
         let held_objects = self.node.disk.with(|objects| {
             objects
                 .iter()
-                .map(|(id, trial)| HeldObject {
+                .map(|(id, held)| HeldObject {
                     id: *id,
-                    pinned: false,
-                    trials: vec![*trial],
+                    pinned: held.pinned,
+                    trials: vec![held.trial],
                     drivers: Vec::new(),
                 })
                 .collect()
@@ -419,16 +451,34 @@ impl Simulated {
     /// A replica is "fetched" at once: the objects are now held here too.
     fn replicate(&mut self, trial: TrialId, objects: &[(ObjectId, u64)]) {
         let added: Vec<_> = objects.iter().map(|(id, _)| *id).collect();
-        self.node.disk.with(|held| {
-            for id in &added {
-                held.insert(*id, trial);
-            }
-        });
+        self.node.disk.add(trial, added.iter().copied());
         let changes = added
             .into_iter()
             .map(crate::objects::ObjectChange::Added)
             .collect();
         self.core.handle_object_changes(changes);
+    }
+
+    /// The head keeps these of `trial`'s objects: a release leaves them.
+    fn pin(&mut self, objects: &[ObjectId]) {
+        self.node.disk.with(|held| {
+            for id in objects {
+                if let Some(object) = held.get_mut(id) {
+                    object.pinned = true;
+                }
+            }
+        });
+    }
+
+    /// `trial` ended: what it owns and the head does not keep goes.
+    fn release_trial(&mut self, trial: TrialId) {
+        let released: Vec<_> = self.node.disk.with(|held| {
+            held.iter()
+                .filter(|(_, object)| object.trial == trial && !object.pinned)
+                .map(|(id, _)| *id)
+                .collect()
+        });
+        self.drop_objects(&released);
     }
 
     fn drop_objects(&mut self, objects: &[ObjectId]) {

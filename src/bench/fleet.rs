@@ -244,8 +244,11 @@ fn check(options: &FleetOptions) -> Result<(), FleetError> {
     if !(1..=64).contains(&options.gpus) {
         return bad("--gpus must be between 1 and 64");
     }
-    if options.trials == 0 || options.work.steps == 0 {
-        return bad("--trials and --steps must be positive");
+    if !(1..=10_000_000).contains(&options.trials) {
+        return bad("--trials must be between 1 and 10000000");
+    }
+    if !(1..=100_000).contains(&options.work.steps) {
+        return bad("--steps must be between 1 and 100000");
     }
     if !(0.0..=1.0).contains(&options.churn) {
         return bad("--churn must be a share of the nodes per minute, between 0 and 1");

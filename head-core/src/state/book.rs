@@ -42,8 +42,22 @@ pub(crate) struct Book {
     /// Each experiment's revision: bumped whenever it or one of its trials is
     /// restored, added or handed out for change, so a summary kept at one
     /// revision is known to be current while it stands.
-    revisions: HashMap<ExperimentId, u64>,
-    next_revision: u64,
+    revisions: Revisions,
+}
+
+/// Revisions of experiments, from one counter (so an experiment never
+/// returns to a revision it had).
+#[derive(Debug, Default)]
+struct Revisions {
+    by_experiment: HashMap<ExperimentId, u64>,
+    last: u64,
+}
+
+impl Revisions {
+    fn bump(&mut self, experiment: ExperimentId) {
+        self.last += 1;
+        self.by_experiment.insert(experiment, self.last);
+    }
 }
 
 impl Default for Book {
@@ -58,8 +72,7 @@ impl Default for Book {
             dirty_experiments: BTreeSet::new(),
             dirty_trials: BTreeSet::new(),
             with_pending: BTreeSet::new(),
-            revisions: HashMap::new(),
-            next_revision: 1,
+            revisions: Revisions::default(),
         }
     }
 }
@@ -78,7 +91,7 @@ fn trial_range(experiment: ExperimentId) -> std::ops::RangeInclusive<TrialId> {
 impl Book {
     /// Takes back a stored experiment and its spec, not to be persisted again.
     pub(crate) fn restore_experiment(&mut self, record: ExperimentRecord, spec: ExperimentSpec) {
-        self.revise(record.id);
+        self.revisions.bump(record.id);
         self.specs.insert(record.id, spec);
         self.experiments.insert(record.id, record);
     }
@@ -88,20 +101,18 @@ impl Book {
         if record.state == TrialState::Pending {
             self.with_pending.insert(record.id.experiment);
         }
-        self.revise(record.id.experiment);
+        self.revisions.bump(record.id.experiment);
         self.trials.insert(record.id, record);
-    }
-
-    /// Bumps `experiment`'s revision.
-    fn revise(&mut self, experiment: ExperimentId) {
-        self.revisions.insert(experiment, self.next_revision);
-        self.next_revision += 1;
     }
 
     /// `experiment`'s revision: it and its trials are as they were while it
     /// stands (0 for an experiment the book never held).
     pub(crate) fn revision(&self, experiment: ExperimentId) -> u64 {
-        self.revisions.get(&experiment).copied().unwrap_or(0)
+        self.revisions
+            .by_experiment
+            .get(&experiment)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Takes back a stored event; numbering goes on after the largest.
@@ -157,8 +168,7 @@ impl Book {
     pub(crate) fn experiment_mut(&mut self, id: ExperimentId) -> Option<&mut ExperimentRecord> {
         let record = self.experiments.get_mut(&id)?;
         self.dirty_experiments.insert(id);
-        self.revisions.insert(id, self.next_revision);
-        self.next_revision += 1;
+        self.revisions.bump(id);
         Some(record)
     }
 
@@ -215,8 +225,7 @@ impl Book {
     pub(crate) fn trial_mut(&mut self, id: TrialId) -> Option<&mut TrialRecord> {
         let record = self.trials.get_mut(&id)?;
         self.dirty_trials.insert(id);
-        self.revisions.insert(id.experiment, self.next_revision);
-        self.next_revision += 1;
+        self.revisions.bump(id.experiment);
         Some(record)
     }
 

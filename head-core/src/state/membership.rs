@@ -163,6 +163,21 @@ impl Membership {
         returning
     }
 
+    /// The nodes not judged lost: those a command may reach.
+    pub(crate) fn live_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.nodes
+            .values()
+            .filter(|node| node.state != NodeState::Lost)
+            .map(|node| node.id)
+    }
+
+    /// Whether `node` is known and not judged lost.
+    pub(crate) fn is_live(&self, node: NodeId) -> bool {
+        self.nodes
+            .get(&node)
+            .is_some_and(|node| node.state != NodeState::Lost)
+    }
+
     /// Changes whenever some node's resources change (or a node is new).
     pub(crate) fn resources_revision(&self) -> u64 {
         self.resources_revision
