@@ -143,7 +143,7 @@ impl Isolation {
                     warn!(%range, accounts = taken.len(), "accounts in /etc/passwd use ids of the worker range; they are never handed out");
                 }
                 let lock_dir = Path::new(uids::LOCK_DIR);
-                UidPool::new(range, lock_dir, taken, Arc::new(scrub::scrub_uid))
+                UidPool::new(range, lock_dir, taken, Arc::new(scrub::scrub_uids))
                     .map(|pool| pool.with_cursor_file(data_dir.join(uids::CURSOR_FILE)))
                     .map_err(|source| IsolationError::LockDir {
                         dir: lock_dir.to_owned(),
@@ -153,8 +153,10 @@ impl Isolation {
         match (pool, asked) {
             (Ok(pool), _) => {
                 info!(%range, "each trial attempt's workers run under a user id of their own");
+                let pool = Arc::new(pool);
+                pool.sweep_leftovers();
                 Ok(Self {
-                    uids: Some(Arc::new(pool)),
+                    uids: Some(pool),
                     ports: hold_master_ports(),
                     limits,
                 })

@@ -1,26 +1,31 @@
-//! Clearing a worker user id of everything its last holder left on the
+//! Clearing worker user ids of everything their last holders left on the
 //! machine, so the next holder, perhaps another team's trial, finds none of it:
-//! its processes, its files anywhere under the shared scratch directories
+//! their processes, their files anywhere under the shared scratch directories
 //! (`/tmp`, `/var/tmp`, `/dev/shm`, and `/dev/mqueue` where POSIX message
-//! queues are mounted), nested ones included, and its SysV IPC objects (shared
-//! memory segments, semaphore sets, message queues).
+//! queues are mounted), nested ones included, and their SysV IPC objects
+//! (shared memory segments, semaphore sets, message queues).
+//!
+//! Ids are cleared in batches: one walk of the scratch directories serves every
+//! id of the batch, since on a machine whose `/tmp` holds tens of thousands of
+//! entries the walk is most of the cost of a trial's start and end.
 //!
 //! The scratch directories are walked by descriptor (`openat` with
 //! `O_NOFOLLOW | O_DIRECTORY`, `unlinkat`), so no link anyone planted is
 //! followed; the walk stays on each directory's own file system, enters only
-//! directories the id could search (a file it left behind anywhere else is out
-//! of its reach, and of the next holder's), and is bounded in depth and in
-//! entries visited: a walk cut short is an error, so the id is not marked
-//! clean and its next claimant scrubs it again. SysV objects are found in
-//! `/proc/sysvipc/*` and removed with `IPC_RMID` once `IPC_STAT` confirms they
-//! are still the id's (owner or creator).
+//! directories one of the ids could search (a file left behind anywhere else is
+//! out of its holder's reach, and of the next holder's), and is bounded in depth
+//! and in entries visited: a walk cut short is an error, so no id of the batch
+//! is marked clean and each next claimant scrubs it again. SysV objects are
+//! found in `/proc/sysvipc/*` and removed with `IPC_RMID` once `IPC_STAT`
+//! confirms they are still an id's (owner or creator).
 //!
-//! Not here: when to scrub (`uids`: before a fresh id is used, and when its last
-//! worker is gone).
+//! Not here: when to scrub (`uids`: before an id not known clean is used, and in
+//! the background once its last worker is gone).
 //!
-//! Invariant: nothing that the id neither owns nor created is removed, except
-//! what lies inside a directory the id owns; no link is followed.
+//! Invariant: nothing that the ids neither own nor created is removed, except
+//! what lies inside a directory one of them owns; no link is followed.
 
+use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -49,36 +54,74 @@ pub(crate) struct Swept {
     pub cut_short: bool,
 }
 
-/// Clears `uid` of whatever a holder left: kills every process running as it (a
-/// short-lived child that becomes the id and runs `kill -9 -1`, which signals
-/// all of the id's processes but itself, repeated while it finds any, so that
-/// one forking at that moment is caught too, within a bound), then removes its
-/// SysV IPC objects and what it owns under [`SCRATCH_DIRS`]. Blocking. Run as
-/// root when a fresh id is first given to an attempt (an earlier holder, say
-/// under a node that crashed, may have left some) and when the attempt's last
-/// rank is gone.
-pub(crate) fn scrub_uid(uid: u32) -> std::io::Result<()> {
-    kill_all_of(uid)?;
-    let ipc = remove_ipc_objects(uid);
+/// Clears each of `uids` of whatever a holder left: kills every process running
+/// as it (for each id that `/proc` shows running anything, a short-lived child
+/// that becomes the id and runs `kill -9 -1`, which signals all of the id's
+/// processes but itself, repeated while it finds any, so that one forking at
+/// that moment is caught too, within a bound), then removes their SysV IPC
+/// objects and what they own under [`SCRATCH_DIRS`], in one walk. Blocking. Run
+/// as root before an id not known clean is given to an attempt (an earlier
+/// holder, say under a node that crashed, may have left some) and after the
+/// attempt's last rank is gone.
+pub(crate) fn scrub_uids(uids: &BTreeSet<u32>) -> std::io::Result<()> {
+    for uid in running_uids(uids) {
+        kill_all_of(uid)?;
+    }
+    let ipc = remove_ipc_objects(uids);
     let scratch = SCRATCH_DIRS.map(Path::new);
-    let swept = remove_leftovers(uid, &scratch);
+    let swept = remove_leftovers(uids, &scratch);
     if swept.removed > 0 || ipc > 0 {
         debug!(
-            uid,
+            ids = uids.len(),
             files = swept.removed,
             ipc_objects = ipc,
-            "removed what a user id left"
+            "removed what user ids left"
         );
     }
     if swept.cut_short {
         return Err(std::io::Error::other(format!(
-            "the scratch directories hold more than {MAX_ENTRIES} entries or nest deeper than {MAX_DEPTH}; what user id {uid} left there may remain"
+            "the scratch directories hold more than {MAX_ENTRIES} entries or nest deeper than {MAX_DEPTH}; what {} user ids left there may remain",
+            uids.len()
         )));
     }
     Ok(())
 }
 
-/// Kills every process of `uid` (see [`scrub_uid`]).
+/// Which of `uids` some process runs as (its real, effective, saved or file
+/// system id), by `/proc/<pid>/status`. A process of an id that is forking
+/// shows as its parent, so an id none runs as now has nothing left to kill:
+/// only a node hands an id's first process out, and only to an attempt holding
+/// it.
+fn running_uids(uids: &BTreeSet<u32>) -> BTreeSet<u32> {
+    let Ok(processes) = std::fs::read_dir("/proc") else {
+        // No `/proc` to look in: try every id.
+        return uids.clone();
+    };
+    let mut running = BTreeSet::new();
+    for entry in processes.filter_map(Result::ok) {
+        let name = entry.file_name();
+        if !name.as_encoded_bytes().iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        running.extend(status_uids(&status).filter(|uid| uids.contains(uid)));
+    }
+    running
+}
+
+/// The ids on the `Uid:` line of a `/proc/<pid>/status` text.
+pub(crate) fn status_uids(status: &str) -> impl Iterator<Item = u32> + '_ {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .into_iter()
+        .flat_map(str::split_whitespace)
+        .filter_map(|field| field.parse().ok())
+}
+
+/// Kills every process of `uid` (see [`scrub_uids`]).
 fn kill_all_of(uid: u32) -> std::io::Result<()> {
     use std::os::unix::process::CommandExt;
     let status = std::process::Command::new("/bin/sh")
@@ -103,12 +146,12 @@ fn kill_all_of(uid: u32) -> std::io::Result<()> {
     }
 }
 
-/// Removes what `uid` owns anywhere under each of `scratch_dirs` (files, links,
-/// whole directories; no link is followed), within the bounds. Called once the
-/// id's processes are gone.
-pub(crate) fn remove_leftovers(uid: u32, scratch_dirs: &[&Path]) -> Swept {
+/// Removes what any of `uids` owns anywhere under each of `scratch_dirs`
+/// (files, links, whole directories; no link is followed), within the bounds.
+/// Called once the ids' processes are gone.
+pub(crate) fn remove_leftovers(uids: &BTreeSet<u32>, scratch_dirs: &[&Path]) -> Swept {
     let mut sweep = Sweep {
-        uid,
+        uids,
         swept: Swept::default(),
     };
     for dir in scratch_dirs {
@@ -125,12 +168,12 @@ pub(crate) fn remove_leftovers(uid: u32, scratch_dirs: &[&Path]) -> Swept {
 }
 
 /// One scrub's walk.
-struct Sweep {
-    uid: u32,
+struct Sweep<'a> {
+    uids: &'a BTreeSet<u32>,
     swept: Swept,
 }
 
-impl Sweep {
+impl Sweep<'_> {
     /// Whether another entry may be visited (counting it).
     fn visit(&mut self) -> bool {
         if self.swept.visited >= MAX_ENTRIES {
@@ -156,14 +199,14 @@ impl Sweep {
                 continue;
             };
             let is_dir = stat.st_mode & libc::S_IFMT == libc::S_IFDIR;
-            if stat.st_uid == self.uid {
+            if self.uids.contains(&stat.st_uid) {
                 match self.remove(dir, &name, is_dir, depth) {
                     Ok(()) => self.swept.removed += 1,
                     Err(error) => {
                         warn!(path = %path.join(&name).display(), %error, "cannot remove what a finished worker left");
                     }
                 }
-            } else if is_dir && stat.st_dev == device && searchable_by(&stat, self.uid) {
+            } else if is_dir && stat.st_dev == device && searchable_by(&stat, self.uids) {
                 let flags =
                     OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
                 if let Ok(sub) = nix::fcntl::openat(dir, name.as_os_str(), flags, Mode::empty()) {
@@ -225,10 +268,10 @@ fn names(dir: &OwnedFd) -> Vec<OsString> {
         .collect()
 }
 
-/// Whether `uid` (whose group id is the same number) could search the
-/// directory `stat` describes, not owning it.
-fn searchable_by(stat: &FileStat, uid: u32) -> bool {
-    stat.st_mode & 0o001 != 0 || (stat.st_gid == uid && stat.st_mode & 0o010 != 0)
+/// Whether one of `uids` (whose group ids are the same numbers) could search
+/// the directory `stat` describes, not owning it.
+fn searchable_by(stat: &FileStat, uids: &BTreeSet<u32>) -> bool {
+    stat.st_mode & 0o001 != 0 || (uids.contains(&stat.st_gid) && stat.st_mode & 0o010 != 0)
 }
 
 /// The kinds of SysV IPC object.
@@ -253,8 +296,9 @@ impl IpcKind {
 }
 
 /// The ids in `table` (the text of a `/proc/sysvipc` file, whose first line
-/// names the columns) of the objects `uid` owns or created.
-pub(crate) fn ipc_ids_of(table: &str, id_column: &str, uid: u32) -> Vec<i32> {
+/// names the columns) of the objects one of `uids` owns or created, with that
+/// id.
+pub(crate) fn ipc_ids_of(table: &str, id_column: &str, uids: &BTreeSet<u32>) -> Vec<(i32, u32)> {
     let mut lines = table.lines();
     let Some(header) = lines.next() else {
         return Vec::new();
@@ -268,23 +312,25 @@ pub(crate) fn ipc_ids_of(table: &str, id_column: &str, uid: u32) -> Vec<i32> {
     lines
         .filter_map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let number = |index: usize| fields.get(index)?.parse::<u64>().ok();
-            let ours =
-                number(owner) == Some(u64::from(uid)) || number(creator) == Some(u64::from(uid));
-            ours.then(|| fields.get(id)?.parse().ok()).flatten()
+            let number = |index: usize| fields.get(index)?.parse::<u32>().ok();
+            let holder = [number(owner), number(creator)]
+                .into_iter()
+                .flatten()
+                .find(|uid| uids.contains(uid))?;
+            Some((fields.get(id)?.parse().ok()?, holder))
         })
         .collect()
 }
 
-/// Removes every SysV IPC object `uid` owns or created; how many went.
-fn remove_ipc_objects(uid: u32) -> usize {
+/// Removes every SysV IPC object one of `uids` owns or created; how many went.
+fn remove_ipc_objects(uids: &BTreeSet<u32>) -> usize {
     let mut removed = 0;
     for kind in IpcKind::ALL {
         let (table, id_column) = kind.table();
         let Ok(text) = std::fs::read_to_string(table) else {
             continue;
         };
-        for id in ipc_ids_of(&text, id_column, uid) {
+        for (id, uid) in ipc_ids_of(&text, id_column, uids) {
             match remove_ipc(kind, id, uid) {
                 Ok(true) => removed += 1,
                 Ok(false) => {}
@@ -358,19 +404,47 @@ mod tests {
                    \x20        0      32768   600                  4096  1234     0      0  1900000000  1900000000  1900000000  1900000000          0          0 1700000000                     0                     0\n\
                    \x20 12345678      32769   644                  4096  1235     0      0     0     0  1900000000     0          0          0 1700000000                     0                     0\n\
                    \x20        0      32770   600                  4096  1236     0      0  1000  1000  1000  1000          0          0 1700000000                     0                     0\n";
-        assert_eq!(ipc_ids_of(shm, "shmid", 1_900_000_000), [32768, 32769]);
-        assert_eq!(ipc_ids_of(shm, "shmid", 1000), [32770]);
-        assert!(ipc_ids_of(shm, "shmid", 7).is_empty());
+        let ids = |uids: &[u32]| BTreeSet::from_iter(uids.iter().copied());
+        assert_eq!(
+            ipc_ids_of(shm, "shmid", &ids(&[1_900_000_000])),
+            [(32768, 1_900_000_000), (32769, 1_900_000_000)]
+        );
+        assert_eq!(ipc_ids_of(shm, "shmid", &ids(&[1000])), [(32770, 1000)]);
+        assert_eq!(
+            ipc_ids_of(shm, "shmid", &ids(&[1000, 1_900_000_000])).len(),
+            3,
+            "a batch finds every id's"
+        );
+        assert!(ipc_ids_of(shm, "shmid", &ids(&[7])).is_empty());
         let sem = "       key      semid perms      nsems   uid   gid  cuid  cgid      otime      ctime\n\
                    \x20        0          3   600          1  1900000005  1900000005  1900000005  1900000005          0 1700000000\n";
-        assert_eq!(ipc_ids_of(sem, "semid", 1_900_000_005), [3]);
+        assert_eq!(
+            ipc_ids_of(sem, "semid", &ids(&[1_900_000_005])),
+            [(3, 1_900_000_005)]
+        );
         let msg = "       key      msqid perms      cbytes       qnum lspid lrpid   uid   gid  cuid  cgid      stime      rtime      ctime\n\
                    \x20        0          0   600           0          0     0     0    42    42    42    42          0          0 1700000000\n";
-        assert_eq!(ipc_ids_of(msg, "msqid", 42), [0]);
+        assert_eq!(ipc_ids_of(msg, "msqid", &ids(&[42])), [(0, 42)]);
         // A table with no header, or none of the columns, yields nothing.
-        assert!(ipc_ids_of("", "shmid", 0).is_empty());
-        assert!(ipc_ids_of("a b c\n1 2 3\n", "shmid", 1).is_empty());
-        assert!(ipc_ids_of("key shmid uid cuid\nx garbage 5 5\n", "shmid", 5).is_empty());
+        assert!(ipc_ids_of("", "shmid", &ids(&[0])).is_empty());
+        assert!(ipc_ids_of("a b c\n1 2 3\n", "shmid", &ids(&[1])).is_empty());
+        assert!(ipc_ids_of("key shmid uid cuid\nx garbage 5 5\n", "shmid", &ids(&[5])).is_empty());
+    }
+
+    #[test]
+    fn a_status_gives_the_ids_a_process_runs_as() {
+        let status = "Name:\tsleep\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t1900000001\t1900000001\t0\t1900000001\nGid:\t5\t5\t5\t5\n";
+        assert_eq!(
+            BTreeSet::from_iter(status_uids(status)),
+            BTreeSet::from([0, 1_900_000_001])
+        );
+        assert_eq!(status_uids("Name:\tx\nGid:\t1\t1\t1\t1\n").count(), 0);
+        let own = std::fs::read_to_string("/proc/self/status").expect("own status");
+        assert_eq!(
+            status_uids(&own).next(),
+            Some(nix::unistd::getuid().as_raw()),
+            "the real id comes first"
+        );
     }
 
     #[test]
@@ -387,11 +461,14 @@ mod tests {
         let me = std::fs::metadata(&scratch).expect("metadata").uid();
         let other = me.wrapping_add(1);
         assert_eq!(
-            remove_leftovers(other, &[&scratch]).removed,
+            remove_leftovers(&BTreeSet::from([other]), &[&scratch]).removed,
             0,
             "another id's"
         );
-        let swept = remove_leftovers(me, &[&scratch, Path::new("/nonexistent")]);
+        let swept = remove_leftovers(
+            &BTreeSet::from([other, me]),
+            &[&scratch, Path::new("/nonexistent")],
+        );
         assert_eq!(swept.removed, 3, "{swept:?}");
         assert!(!swept.cut_short);
         assert!(std::fs::read_dir(&scratch).expect("dir").next().is_none());
@@ -426,7 +503,7 @@ mod tests {
         plant(&open.join("secret"));
         plant(&closed.join("unreachable"));
         std::fs::write(open.join("roots"), b"x").expect("file");
-        let swept = remove_leftovers(uid, &[&scratch]);
+        let swept = remove_leftovers(&BTreeSet::from([uid]), &[&scratch]);
         assert_eq!(swept.removed, 1, "{swept:?}");
         assert!(!open.join("secret").exists());
         assert!(open.join("roots").exists(), "root's file stays");
@@ -465,7 +542,7 @@ mod tests {
         let kept = Path::new("/dev/shm").join(format!("xp-scrub-kept-{}", std::process::id()));
         std::fs::write(&kept, b"x").expect("file");
         let segment = shared_memory_of(uid);
-        scrub_uid(uid).expect("scrubbed");
+        scrub_uids(&BTreeSet::from([uid, uid + 1])).expect("scrubbed");
         for child in &mut running {
             let status = child.wait().expect("reaped");
             assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
@@ -480,7 +557,7 @@ mod tests {
         };
         assert!(gone, "the id's segment went");
         // Nothing left to kill is no error.
-        scrub_uid(uid).expect("scrubbed again");
+        scrub_uids(&BTreeSet::from([uid])).expect("scrubbed again");
     }
 
     /// A private SysV shared-memory segment made for `uid`.

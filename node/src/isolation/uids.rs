@@ -4,13 +4,17 @@
 //!
 //! All ranks of one trial attempt on a node share one id (so they can open each
 //! other's shared-memory rings and files, which are 0600), each holding a share
-//! ([`UidLease`]). The first rank claims a fresh id, which is scrubbed (everything
-//! running as it killed, what it owns at the top of `/tmp`, `/var/tmp`,
-//! `/dev/shm` removed: an earlier holder may have left them, for example under a
-//! node that crashed) before any rank runs as it; later ranks of the attempt wait
-//! for that scrub and join. A worker's supervisor gives its share back only after
-//! the worker and everything left in its cgroup are gone; the last share given
-//! back scrubs the id again and only then returns it. Ids are handed out round
+//! ([`UidLease`]). The first rank claims a fresh id; one not known clean is
+//! scrubbed (everything running as it killed, what it owns in `/tmp`,
+//! `/var/tmp`, `/dev/shm` removed: an earlier holder may have left them, for
+//! example under a node that crashed) before any rank runs as it, and later
+//! ranks of the attempt wait for that scrub and join. A worker's supervisor
+//! gives its share back only after the worker and everything left in its cgroup
+//! are gone; the last share given back hands the id to the pool's sweeper,
+//! which scrubs it and only then frees it. The sweeper (`sweeper`) scrubs in
+//! batches, one walk of the scratch directories for every id that waits, and
+//! scrubs ahead of the cursor the ids not known clean, so that neither a
+//! trial's start nor its end report waits for a walk. Ids are handed out round
 //! the range from where the last one was taken, so a returned id is the last to
 //! be used again. The cursor is kept in the node's data directory
 //! ([`CURSOR_FILE`]), so a restarted node goes on round the range where it
@@ -22,17 +26,20 @@
 //! dies, so a crashed node leaves no stale claim. The file says `clean` while its
 //! id is free after a return whose scrub worked, and is emptied before the id is
 //! used; only an id whose file says `clean` skips the scrub before use, so what
-//! the workers of a crashed node left is scrubbed by the next claimant.
+//! the workers of a crashed node left is scrubbed by the next claimant, and by
+//! the next node to start on the machine, in the background.
 //!
 //! Invariant: no two live attempts, on this node or another node of this machine
 //! that shares the lock directory, hold the same id, and an id is handed to a new
 //! attempt only after its last holder's processes and scratch files are gone; an
 //! id that `/etc/passwd` names is never handed out.
 
+mod sweeper;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use nix::fcntl::{Flock, FlockArg};
 use xp_runtime::ids::{TrialId, WorkerKey};
@@ -345,6 +352,25 @@ impl UidTable {
         }
     }
 
+    /// Up to `count` ids that nobody holds, in the order [`UidTable::claim`]
+    /// would try them from the cursor.
+    pub(crate) fn upcoming(&self, count: usize) -> Vec<u32> {
+        let len = self.range.len();
+        (0..len)
+            .map(|step| {
+                let offset = (u64::from(self.cursor - self.range.start) + step) % len;
+                self.range.start + offset as u32
+            })
+            .filter(|uid| !self.held.contains_key(uid))
+            .take(count)
+            .collect()
+    }
+
+    /// Whether an attempt holds `uid` (or it is returning).
+    pub(crate) fn is_held(&self, uid: u32) -> bool {
+        self.held.contains_key(&uid)
+    }
+
     /// Where the next search for a free id starts.
     pub(crate) fn cursor(&self) -> u32 {
         self.cursor
@@ -390,10 +416,10 @@ pub(crate) enum UidClaimError {
     },
 }
 
-/// Clears an id of its earlier holder: kills everything running as it and
-/// removes what it left in shared places. Blocking; run before a fresh id is
-/// first used and after its last rank is gone.
-pub(crate) type Scrub = Arc<dyn Fn(u32) -> std::io::Result<()> + Send + Sync>;
+/// Clears ids of their earlier holders, all in one go: kills everything running
+/// as them and removes what they left in shared places. Blocking; run before an
+/// id not known clean is used and after its last rank is gone.
+pub(crate) type Scrub = Arc<dyn Fn(&BTreeSet<u32>) -> std::io::Result<()> + Send + Sync>;
 
 /// The node's ids: its table, the machine-wide claims and the shares of them.
 pub(crate) struct UidPool {
@@ -405,6 +431,8 @@ pub(crate) struct UidPool {
     accounts: BTreeSet<u32>,
     scrub: Scrub,
     state: Mutex<PoolState>,
+    /// Where ids to scrub go, once the sweeper has started.
+    sweeper: OnceLock<sweeper::Jobs>,
 }
 
 impl std::fmt::Debug for UidPool {
@@ -428,7 +456,7 @@ struct PoolState {
 struct SharedUid {
     uid: u32,
     /// Set once the id has been scrubbed for its attempt (the error, if that
-    /// failed); the first rank runs it, the others wait for it.
+    /// failed); the first rank asks for it, the others wait for it.
     scrubbed: tokio::sync::OnceCell<Result<(), String>>,
     /// The machine-wide claim, dropped when the id has returned.
     lock: Mutex<Option<Flock<File>>>,
@@ -459,6 +487,7 @@ impl UidPool {
                 table: UidTable::new(range),
                 shares: BTreeMap::new(),
             }),
+            sweeper: OnceLock::new(),
         })
     }
 
@@ -538,11 +567,16 @@ impl UidPool {
                 .cloned()
                 .expect("every id held in the table has its share")
         };
+        drop(state);
+        if claimed.fresh {
+            // Keeps the ids the next claims will take clean ahead of them; no
+            // sweeper outside a runtime, where the next claim scrubs its own.
+            let _ = self.sweep(sweeper::Job::TopUp);
+        }
         Ok(UidLease {
             key,
             shared,
             pool: self.clone(),
-            left: false,
         })
     }
 
@@ -551,6 +585,18 @@ impl UidPool {
     /// is cleared before the id is used, so a node that dies holding the id
     /// leaves it unmarked and the next claimant scrubs it.
     fn lock_machine_wide(&self, uid: u32) -> Option<(Flock<File>, bool)> {
+        let (lock, clean) = self.open_claim_file(uid)?;
+        if clean && let Err(error) = lock.set_len(0) {
+            // The mark would outlive this use of the id.
+            tracing::warn!(uid, %error, "cannot clear a user id's claim file; skipping the id");
+            return None;
+        }
+        Some((lock, clean))
+    }
+
+    /// An exclusive lock on `uid`'s claim file, unless another holds it, and
+    /// whether the file says the id is clean; the file is left as it was.
+    fn open_claim_file(&self, uid: u32) -> Option<(Flock<File>, bool)> {
         use std::os::unix::fs::{FileExt, OpenOptionsExt};
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -572,29 +618,54 @@ impl UidPool {
         let clean = lock
             .read_at(&mut mark, 0)
             .is_ok_and(|len| mark[..len] == *CLEAN);
-        if clean && let Err(error) = lock.set_len(0) {
-            // The mark would outlive this use of the id.
-            tracing::warn!(uid, %error, "cannot clear a user id's claim file; skipping the id");
-            return None;
-        }
         Some((lock, clean))
     }
 
-    /// `key` gives up its share; the share back when it was the last, for
-    /// [`UidPool::return_id`].
-    fn leave(&self, key: WorkerKey, shared: &SharedUid) -> Option<Arc<SharedUid>> {
-        let mut state = self.state();
-        match state.table.leave(shared.uid, key) {
-            Left::Last => state.shares.remove(&shared.uid),
-            Left::Shared | Left::NotHeld => None,
+    /// Hands `job` to the pool's sweeper, starting it on the current runtime
+    /// the first time; the job back when there is no runtime to run it on.
+    fn sweep(self: &Arc<Self>, job: sweeper::Job) -> Result<(), sweeper::Job> {
+        let jobs = match self.sweeper.get() {
+            Some(jobs) => jobs,
+            None if tokio::runtime::Handle::try_current().is_ok() => self
+                .sweeper
+                .get_or_init(|| sweeper::start(Arc::downgrade(self))),
+            None => return Err(job),
+        };
+        jobs.send(job).map_err(|refused| refused.0)
+    }
+
+    /// Has the sweeper scrub, in the background, every id of the range that an
+    /// earlier run of a node on this machine left not marked clean (a node
+    /// stopped or killed before its returns were scrubbed). Call once, when the
+    /// node starts, on its runtime.
+    pub(crate) fn sweep_leftovers(self: &Arc<Self>) {
+        let _ = self.sweep(sweeper::Job::Leftovers);
+    }
+
+    /// `key` gives up its share; the last share given back sends the id to the
+    /// sweeper, or, with no runtime to sweep on, returns it here (blocking).
+    fn give_back(self: &Arc<Self>, key: WorkerKey, shared: &SharedUid) {
+        let last = {
+            let mut state = self.state();
+            match state.table.leave(shared.uid, key) {
+                Left::Last => state.shares.remove(&shared.uid),
+                Left::Shared | Left::NotHeld => None,
+            }
+        };
+        let Some(shared) = last else {
+            return;
+        };
+        if let Err(sweeper::Job::Returned(shared)) = self.sweep(sweeper::Job::Returned(shared)) {
+            let scrubbed = (self.scrub)(&BTreeSet::from([shared.uid]));
+            self.finish_return(&shared, scrubbed);
         }
     }
 
-    /// Scrubs an id whose last rank is gone, marks its claim file [`CLEAN`] when
-    /// that worked, then drops its machine-wide claim and frees it. Blocking.
-    fn return_id(&self, shared: &SharedUid) {
+    /// Ends the return of an id whose last rank is gone and whose scrub ended
+    /// as `scrubbed`: marks its claim file [`CLEAN`] when the scrub worked, then
+    /// drops its machine-wide claim and frees it.
+    fn finish_return(&self, shared: &SharedUid, scrubbed: std::io::Result<()>) {
         use std::os::unix::fs::FileExt;
-        let scrubbed = (self.scrub)(shared.uid);
         if let Err(error) = &scrubbed {
             tracing::warn!(uid = shared.uid, %error, "cannot clear a returned user id of what its workers left");
         }
@@ -613,23 +684,42 @@ impl UidPool {
         self.state().table.release(shared.uid);
     }
 
+    /// Scrubs `uid`, a fresh id not known clean, before its attempt's first
+    /// rank runs: in the sweeper's next batch.
+    async fn scrub_before_use(self: &Arc<Self>, uid: u32) -> Result<(), String> {
+        let (done, scrubbed) = tokio::sync::oneshot::channel();
+        if self.sweep(sweeper::Job::Claimed { uid, done }).is_err() {
+            return Err("the node's user id sweeper has stopped".to_owned());
+        }
+        scrubbed
+            .await
+            .unwrap_or_else(|_| Err("the node's user id sweeper has stopped".to_owned()))
+    }
+
     #[cfg(test)]
     /// How many ids live attempts hold (and ids not yet returned).
     pub(crate) fn held(&self) -> usize {
         self.state().table.held()
     }
+
+    #[cfg(test)]
+    /// Waits until the sweeper has done every job sent so far.
+    pub(crate) async fn settled(self: &Arc<Self>) {
+        let (done, settled) = tokio::sync::oneshot::channel();
+        if self.sweep(sweeper::Job::Settled(done)).is_ok() {
+            let _ = settled.await;
+        }
+    }
 }
 
 /// One rank's share of its attempt's user id. The id is returned to the pool
-/// (scrubbed, its machine-wide claim dropped) when the attempt's last share is
-/// given back ([`UidLease::give_back`], or dropped).
+/// (scrubbed, its machine-wide claim dropped, in the background) when the
+/// attempt's last share is dropped.
 #[derive(Debug)]
 pub(crate) struct UidLease {
     key: WorkerKey,
     shared: Arc<SharedUid>,
     pool: Arc<UidPool>,
-    /// Given back already.
-    left: bool,
 }
 
 impl UidLease {
@@ -639,53 +729,23 @@ impl UidLease {
     }
 
     /// Waits until the id is clear of any earlier holder: the first rank of a
-    /// fresh lease scrubs it, the attempt's other ranks wait for that, so no rank
-    /// starts before it and the scrub never kills a sibling.
+    /// fresh lease not known clean has the sweeper scrub it, the attempt's other
+    /// ranks wait for that, so no rank starts before it and the scrub never
+    /// kills a sibling.
     pub(crate) async fn ready(&self) -> Result<(), UidClaimError> {
         let uid = self.shared.uid;
-        let scrub = self.pool.scrub.clone();
         self.shared
             .scrubbed
-            .get_or_init(|| async move {
-                tokio::task::spawn_blocking(move || scrub(uid))
-                    .await
-                    .map_err(|error| error.to_string())
-                    .and_then(|scrubbed| scrubbed.map_err(|error| error.to_string()))
-            })
+            .get_or_init(|| self.pool.scrub_before_use(uid))
             .await
             .clone()
             .map_err(|why| UidClaimError::Scrub { uid, why })
-    }
-
-    /// Gives this rank's share back; the last rank of the attempt scrubs the id
-    /// and returns it before this ends.
-    pub(crate) async fn give_back(mut self) {
-        self.left = true;
-        if let Some(shared) = self.pool.leave(self.key, &self.shared) {
-            let pool = self.pool.clone();
-            if let Err(error) = tokio::task::spawn_blocking(move || pool.return_id(&shared)).await {
-                tracing::warn!(uid = self.shared.uid, %error, "returning a user id failed");
-            }
-        }
     }
 }
 
 impl Drop for UidLease {
     fn drop(&mut self) {
-        if self.left {
-            return;
-        }
-        // Not given back (a launch that could not be prepared, a task dropped):
-        // the return cannot be awaited here, so it runs on its own.
-        if let Some(shared) = self.pool.leave(self.key, &self.shared) {
-            let pool = self.pool.clone();
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    runtime.spawn_blocking(move || pool.return_id(&shared));
-                }
-                Err(_) => pool.return_id(&shared),
-            }
-        }
+        self.pool.give_back(self.key, &self.shared);
     }
 }
 

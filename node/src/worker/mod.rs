@@ -564,12 +564,13 @@ fn worker_cgroup(launch: &Launch) -> Option<WorkerCgroup> {
 }
 
 /// Takes rank 0's `MASTER_PORT` back (`isolation::ports`), and a worker's work
-/// directory back from its attempt's user id, once the worker is gone (owner root, mode 0700, by descriptor: the directory itself
-/// cannot be swapped, as its parent is the node's), then gives back its share of
-/// the id. The attempt's last rank to do so scrubs the id (everything still
-/// running as it killed, what it left at the top of `/tmp`, `/var/tmp` and
-/// `/dev/shm` removed) and returns it before this ends, so the next attempt given
-/// the id finds nothing of this one.
+/// directory back from its attempt's user id, once the worker is gone (owner
+/// root, mode 0700, by descriptor: the directory itself cannot be swapped, as its
+/// parent is the node's), then gives back its share of the id. When the
+/// attempt's last rank does so, the pool's sweeper scrubs the id (everything
+/// still running as it killed, what it left in `/tmp`, `/var/tmp` and `/dev/shm`
+/// removed) before any other attempt gets it, so the next holder finds nothing
+/// of this one; the worker's end report does not wait for that.
 async fn take_back(command: &mut WorkerCommand) {
     // Rank 0 is gone: the node holds its MASTER_PORT again.
     drop(command.master_port.take());
@@ -583,7 +584,7 @@ async fn take_back(command: &mut WorkerCommand) {
     if let Ok(Err(error)) | Err(error) = taken.map_err(std::io::Error::other) {
         warn!(dir = %command.work_dir.display(), %error, "cannot take a finished worker's work directory back from its user id");
     }
-    lease.give_back().await;
+    drop(lease);
 }
 
 fn signal_group(pid: u32, signal: Signal) {

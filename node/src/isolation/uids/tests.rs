@@ -193,15 +193,36 @@ fn a_returned_id_is_the_last_to_be_reused_and_refused_ids_are_skipped() {
     );
 }
 
-/// A scrub that counts, per id, how often it ran.
-fn counting_scrub() -> (Scrub, Arc<Mutex<BTreeMap<u32, usize>>>) {
-    let counts = Arc::new(Mutex::new(BTreeMap::new()));
-    let seen = counts.clone();
-    let scrub: Scrub = Arc::new(move |uid| {
-        *seen.lock().expect("counts").entry(uid).or_insert(0) += 1;
+/// A scrub that keeps the ids of each batch it ran.
+fn counting_scrub() -> (Scrub, Arc<Mutex<Vec<BTreeSet<u32>>>>) {
+    let batches = Arc::new(Mutex::new(Vec::new()));
+    let seen = batches.clone();
+    let scrub: Scrub = Arc::new(move |uids: &BTreeSet<u32>| {
+        seen.lock().expect("batches").push(uids.clone());
         Ok(())
     });
-    (scrub, counts)
+    (scrub, batches)
+}
+
+/// How many batches held `uid`.
+fn scrubs_of(batches: &Mutex<Vec<BTreeSet<u32>>>, uid: u32) -> usize {
+    let batches = batches.lock().expect("batches");
+    batches.iter().filter(|batch| batch.contains(&uid)).count()
+}
+
+#[test]
+fn the_ids_ahead_are_the_free_ones_in_claiming_order() {
+    let mut table = UidTable::new(UidRange { start: 10, end: 14 });
+    let uid = |claimed: Option<Claimed>| claimed.map(|claimed| claimed.uid);
+    assert_eq!(table.upcoming(3), [10, 11, 12]);
+    assert_eq!(uid(claim(&mut table, key(1, 0))), Some(10));
+    assert_eq!(uid(claim(&mut table, key(2, 0))), Some(11));
+    assert_eq!(table.upcoming(10), [12, 13, 14], "held ids are not ahead");
+    assert_eq!(table.leave(10, key(1, 0)), Left::Last);
+    assert_eq!(table.upcoming(10), [12, 13, 14], "nor returning ones");
+    assert!(table.release(10));
+    assert_eq!(table.upcoming(10), [12, 13, 14, 10], "round the range");
+    assert_eq!(table.upcoming(0), Vec::<u32>::new());
 }
 
 #[tokio::test]
@@ -224,7 +245,16 @@ async fn two_pools_sharing_a_lock_directory_never_hand_out_the_same_id() {
     let (ready, ready1) = tokio::join!(a.ready(), a1.ready());
     ready.expect("scrubbed");
     ready1.expect("scrubbed");
-    assert_eq!(scrubs.lock().expect("counts").get(&a.uid()), Some(&1));
+    assert_eq!(scrubs_of(&scrubs, a.uid()), 1);
+    here.settled().await;
+    assert!(
+        scrubs
+            .lock()
+            .expect("batches")
+            .iter()
+            .all(|batch| !batch.contains(&8001)),
+        "an account's id is never scrubbed"
+    );
     let b = there.claim(key(2, 0)).expect("an id");
     let c = here.claim(key(3, 0)).expect("an id");
     let mut ids = vec![a.uid(), b.uid(), c.uid()];
@@ -235,28 +265,67 @@ async fn two_pools_sharing_a_lock_directory_never_hand_out_the_same_id() {
         "the other node's attempt of the same key gets no share of this node's id"
     );
     let returned = b.uid();
-    b.give_back().await;
+    drop(b);
+    there.settled().await;
     let d = here.claim(key(4, 0)).expect("a returned id is free again");
     assert_eq!(d.uid(), returned);
     // The first rank's share goes; the id stays with rank 1.
     let shared = a.uid();
-    a.give_back().await;
+    drop(a);
+    here.settled().await;
     assert_eq!(here.held(), 3);
-    assert_eq!(scrubs.lock().expect("counts").get(&shared), Some(&1));
-    a1.give_back().await;
+    assert_eq!(scrubs_of(&scrubs, shared), 1);
+    drop(a1);
+    here.settled().await;
     assert_eq!(here.held(), 2, "the last rank returned it");
     assert_eq!(
-        scrubs.lock().expect("counts").get(&shared),
-        Some(&2),
+        scrubs_of(&scrubs, shared),
+        2,
         "scrubbed before use and once more on return"
     );
-    // A dropped share is returned too, on a blocking thread of its own.
     drop((c, d));
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    while here.held() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    here.settled().await;
     assert_eq!(here.held(), 0);
+}
+
+#[tokio::test]
+async fn ids_returned_together_share_one_scrub_and_the_ids_ahead_are_scrubbed_before_claims() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let range = UidRange {
+        start: 7000,
+        end: 7099,
+    };
+    let (scrub, scrubs) = counting_scrub();
+    let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
+    let first = pool.claim(key(0, 0)).expect("an id");
+    first.ready().await.expect("scrubbed");
+    pool.settled().await;
+    let ahead = scrubs_of(&scrubs, 7001);
+    assert_eq!(ahead, 1, "the next id was scrubbed ahead of its claim");
+    let leases: Vec<UidLease> = (1..=10)
+        .map(|trial| pool.claim(key(trial, 0)).expect("an id"))
+        .collect();
+    for lease in &leases {
+        lease.ready().await.expect("clean already");
+    }
+    let batches_before = scrubs.lock().expect("batches").len();
+    assert_eq!(
+        scrubs_of(&scrubs, 7001),
+        1,
+        "claimed clean: no scrub on the way to its start"
+    );
+    let uids: BTreeSet<u32> = leases.iter().map(UidLease::uid).collect();
+    drop(leases);
+    pool.settled().await;
+    let batches = scrubs.lock().expect("batches").clone();
+    let returns: Vec<&BTreeSet<u32>> = batches[batches_before..]
+        .iter()
+        .filter(|batch| !batch.is_disjoint(&uids))
+        .collect();
+    assert_eq!(returns.len(), 1, "one scrub for all ten: {returns:?}");
+    assert!(returns[0].is_superset(&uids));
+    assert_eq!(pool.held(), 1, "all ten freed, the first still held");
+    drop(first);
 }
 
 #[tokio::test]
@@ -269,63 +338,107 @@ async fn an_id_returned_scrubbed_is_not_scrubbed_again_and_one_in_use_is() {
     let (scrub, scrubs) = counting_scrub();
     let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
     let claim_file = dir.path().join("9100");
-    let scrubbed = || scrubs.lock().expect("counts").get(&9100).copied();
+    let scrubbed = || scrubs_of(&scrubs, 9100);
     let first = pool.claim(key(1, 0)).expect("an id");
     first.ready().await.expect("scrubbed");
-    assert_eq!(scrubbed(), Some(1), "never used: scrubbed before use");
+    assert_eq!(scrubbed(), 1, "never used: scrubbed before use");
     assert_eq!(std::fs::read(&claim_file).expect("claim file"), b"");
-    first.give_back().await;
-    assert_eq!(scrubbed(), Some(2), "scrubbed on return");
+    drop(first);
+    pool.settled().await;
+    assert_eq!(scrubbed(), 2, "scrubbed on return");
     assert_eq!(std::fs::read(&claim_file).expect("claim file"), CLEAN);
     let second = pool.claim(key(2, 0)).expect("an id");
     second.ready().await.expect("ready");
-    assert_eq!(scrubbed(), Some(2), "returned clean: no second scrub");
+    assert_eq!(scrubbed(), 2, "returned clean: no second scrub");
     assert_eq!(
         std::fs::read(&claim_file).expect("claim file"),
         b"",
         "in use: a node dying now leaves it unmarked"
     );
-    // What a node that died holding the id leaves: an unmarked file.
     drop(second);
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    while pool.held() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    pool.settled().await;
+    // What a node that died holding the id leaves: an unmarked file.
     std::fs::write(&claim_file, b"").expect("unmark");
     let third = pool.claim(key(3, 0)).expect("an id");
     third.ready().await.expect("scrubbed");
-    assert_eq!(scrubbed(), Some(4), "unmarked: scrubbed before use");
-    third.give_back().await;
+    assert_eq!(scrubbed(), 4, "unmarked: scrubbed before use");
 }
 
-#[test]
-fn a_failed_scrub_refuses_every_rank_and_the_id_still_returns() {
+#[tokio::test]
+async fn a_failed_scrub_refuses_every_rank_and_the_id_still_returns() {
     let dir = tempfile::tempdir().expect("tempdir");
     let range = UidRange {
         start: 9000,
         end: 9000,
     };
-    let scrub: Scrub = Arc::new(|_| Err(std::io::Error::other("no shell")));
+    let scrub: Scrub = Arc::new(|_: &BTreeSet<u32>| Err(std::io::Error::other("no shell")));
     let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("runtime");
     let first = pool.claim(key(1, 0)).expect("an id");
     let second = pool.claim(key(1, 1)).expect("joins");
     for lease in [&first, &second] {
-        let refused = runtime.block_on(lease.ready()).expect_err("refused");
+        let refused = lease.ready().await.expect_err("refused");
         assert_eq!(
             refused.to_string(),
             "cannot clear user id 9000 of what an earlier holder left: no shell"
         );
     }
     drop((first, second));
+    pool.settled().await;
     assert_eq!(pool.held(), 0, "returned even so");
     let next = pool.claim(key(2, 0)).expect("an id");
     assert!(
-        runtime.block_on(next.ready()).is_err(),
+        next.ready().await.is_err(),
         "not marked clean: the next holder scrubs it again"
     );
+}
+
+#[tokio::test]
+async fn a_starting_node_scrubs_the_ids_an_earlier_run_left_unmarked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let range = UidRange {
+        start: 9300,
+        end: 9309,
+    };
+    for (name, mark) in [
+        ("9300", &b""[..]),
+        ("9301", CLEAN),
+        ("9302", b"garbage"),
+        ("9399", b""),
+        ("junk", b""),
+    ] {
+        std::fs::write(dir.path().join(name), mark).expect("claim file");
+    }
+    // Another node holds 9302 now: not this node's to scrub.
+    let held = File::open(dir.path().join("9302")).expect("open");
+    let held = Flock::lock(held, FlockArg::LockExclusiveNonblock).expect("lock");
+    let (scrub, scrubs) = counting_scrub();
+    let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
+    pool.sweep_leftovers();
+    pool.settled().await;
+    assert_eq!(
+        *scrubs.lock().expect("batches"),
+        [BTreeSet::from([9300])],
+        "only the unmarked file of the range that nobody holds"
+    );
+    assert_eq!(std::fs::read(dir.path().join("9300")).expect("read"), CLEAN);
+    assert_eq!(std::fs::read(dir.path().join("9399")).expect("read"), b"");
+    drop(held);
+}
+
+#[test]
+fn a_pool_outside_a_runtime_scrubs_on_the_spot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let range = UidRange {
+        start: 9200,
+        end: 9201,
+    };
+    let (scrub, scrubs) = counting_scrub();
+    let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
+    let lease = pool.claim(key(1, 0)).expect("an id");
+    let uid = lease.uid();
+    drop(lease);
+    assert_eq!(pool.held(), 0, "returned before the drop ended");
+    assert_eq!(scrubs_of(&scrubs, uid), 1);
 }
 
 #[test]
@@ -368,7 +481,8 @@ async fn a_restarted_pool_goes_on_round_the_range_where_it_stopped() {
     let first = start("locks");
     let lease = first.claim(key(1, 0)).expect("an id");
     assert_eq!(lease.uid(), 8100);
-    lease.give_back().await;
+    drop(lease);
+    first.settled().await;
     assert_eq!(std::fs::read_to_string(&cursor).expect("kept"), "8101\n");
     drop(first);
     // The node restarts: the first trial gets the next id, not 8100 again.
