@@ -79,46 +79,20 @@ pub(super) async fn spawn(
     command: &WorkerCommand,
     procs_files: Vec<std::ffi::CString>,
 ) -> Result<tokio::process::Child, SpawnError> {
-    make_dirs(command).await?;
-    let executable = check_program(command).await?;
+    let executable = make_dirs_and_check_program(command).await?;
     let mut process = process_command(launch, command, &executable);
     let uid = command.uid.as_ref().map(UidLease::uid);
     arm_before_exec(&mut process, procs_files, uid);
     spawn_retrying(&mut process, &executable).await
 }
 
-/// Makes the directories the worker writes to, where they are missing.
-async fn make_dirs(command: &WorkerCommand) -> Result<(), SpawnError> {
-    let create_dir = |path: &Path| {
-        let path = path.to_owned();
-        move |source| SpawnError::CreateDir { path, source }
-    };
-    if let Some(parent) = command.log_path.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(create_dir(parent))?;
-    }
-    // The agent made them for the worker's id; these only cover a missing one
-    // (when the node runs workers as itself).
-    for dir in [
-        &command.work_dir,
-        &command.checkpoint.dir,
-        &command.output.dir,
-    ] {
-        if !tokio::fs::try_exists(dir).await.unwrap_or(false) {
-            tokio::fs::create_dir_all(dir)
-                .await
-                .map_err(create_dir(dir))?;
-        }
-    }
-    Ok(())
-}
-
-/// Checks, as the worker, that its program can run and that it may read the
-/// files its arguments name in the command's directory (`exec_check`);
-/// returns the file to execute. When the check itself cannot run (the
-/// worker's file thread does not start), exec decides.
-async fn check_program(command: &WorkerCommand) -> Result<PathBuf, SpawnError> {
+/// Makes the directories the worker writes to where they are missing, then
+/// checks, as the worker, that its program can run and that it may read the
+/// files its arguments name in the command's directory (`exec_check`); returns
+/// the file to execute. Both in one trip to a blocking thread, since on a busy
+/// node each trip costs milliseconds of a launch. When the check itself cannot
+/// run (the worker's file thread does not start), exec decides.
+async fn make_dirs_and_check_program(command: &WorkerCommand) -> Result<PathBuf, SpawnError> {
     let owner = command
         .uid
         .as_ref()
@@ -136,13 +110,23 @@ async fn check_program(command: &WorkerCommand) -> Result<PathBuf, SpawnError> {
     };
     let program = command.program.clone();
     let read_args = command.path_args.clone();
+    let dirs = [
+        command.log_path.parent().map(Path::to_owned),
+        Some(command.work_dir.clone()),
+        Some(command.checkpoint.dir.clone()),
+        Some(command.output.dir.clone()),
+    ];
     let checked = tokio::task::spawn_blocking(move || {
-        let thread = AsWorker::start(owner)?;
-        exec_check::check_as(&thread, &program, &read_args, around)
+        make_dirs(dirs.iter().flatten())?;
+        let checked = AsWorker::start(owner)
+            .and_then(|thread| exec_check::check_as(&thread, &program, &read_args, around));
+        Ok(checked)
     })
     .await
-    .map_err(std::io::Error::other)
-    .and_then(|ran| ran);
+    .map_err(|error| SpawnError::CreateDir {
+        path: command.work_dir.clone(),
+        source: std::io::Error::other(error),
+    })??;
     match checked {
         Ok(Ok(executable)) => Ok(executable),
         Ok(Err(source)) => Err(SpawnError::Program {
@@ -154,6 +138,21 @@ async fn check_program(command: &WorkerCommand) -> Result<PathBuf, SpawnError> {
             Ok(command.program.clone())
         }
     }
+}
+
+/// Makes each of `dirs` where it is missing. The agent made the worker's for
+/// its id; this only covers a missing one (when the node runs workers as
+/// itself) and the log directory. Blocking.
+fn make_dirs<'a>(dirs: impl Iterator<Item = &'a PathBuf>) -> Result<(), SpawnError> {
+    for dir in dirs {
+        if !dir.is_dir() {
+            std::fs::create_dir_all(dir).map_err(|source| SpawnError::CreateDir {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// The worker's program (`executable`, the file the check found, run under the
