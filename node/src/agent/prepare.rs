@@ -131,7 +131,8 @@ async fn claim_uid(
         return Ok(None);
     };
     let lease = pool
-        .claim(key)
+        .claim_soon(key)
+        .await
         .map_err(|error| PrepareError::Refused(error.to_string()))?;
     lease
         .ready()

@@ -366,6 +366,11 @@ impl UidTable {
             .collect()
     }
 
+    /// How many ids are returning (their last rank gone, not yet freed).
+    pub(crate) fn returning(&self) -> usize {
+        self.held.values().filter(|holder| holder.returning).count()
+    }
+
     /// Whether an attempt holds `uid` (or it is returning).
     pub(crate) fn is_held(&self, uid: u32) -> bool {
         self.held.contains_key(&uid)
@@ -580,6 +585,31 @@ impl UidPool {
         })
     }
 
+    /// A share as [`UidPool::claim`] gives it, except that when every id is
+    /// taken but some are returning (a small range, its trials just ended), it
+    /// waits for the sweeper to free them and tries once more, rather than
+    /// refusing the launch.
+    pub(crate) async fn claim_soon(
+        self: &Arc<Self>,
+        key: WorkerKey,
+    ) -> Result<UidLease, UidClaimError> {
+        match self.claim(key) {
+            Err(UidClaimError::Exhausted(_)) if self.state().table.returning() > 0 => {
+                self.swept().await;
+                self.claim(key)
+            }
+            claimed => claimed,
+        }
+    }
+
+    /// Waits until the sweeper has done every job sent so far.
+    pub(crate) async fn swept(self: &Arc<Self>) {
+        let (done, swept) = tokio::sync::oneshot::channel();
+        if self.sweep(sweeper::Job::Swept(done)).is_ok() {
+            let _ = swept.await;
+        }
+    }
+
     /// An exclusive lock on `uid`'s claim file, unless another holds it, and
     /// whether the file said the id was returned scrubbed ([`CLEAN`]). The mark
     /// is cleared before the id is used, so a node that dies holding the id
@@ -700,15 +730,6 @@ impl UidPool {
     /// How many ids live attempts hold (and ids not yet returned).
     pub(crate) fn held(&self) -> usize {
         self.state().table.held()
-    }
-
-    #[cfg(test)]
-    /// Waits until the sweeper has done every job sent so far.
-    pub(crate) async fn settled(self: &Arc<Self>) {
-        let (done, settled) = tokio::sync::oneshot::channel();
-        if self.sweep(sweeper::Job::Settled(done)).is_ok() {
-            let _ = settled.await;
-        }
     }
 }
 

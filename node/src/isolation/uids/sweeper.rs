@@ -45,9 +45,8 @@ pub(super) enum Job {
     TopUp,
     /// The node starts: scrub every id an earlier run left unmarked.
     Leftovers,
-    #[cfg(test)]
     /// Say when every job sent before this one is done.
-    Settled(oneshot::Sender<()>),
+    Swept(oneshot::Sender<()>),
 }
 
 /// Starts the sweeper of `pool` on the current runtime. It ends when the pool
@@ -90,8 +89,7 @@ struct Batch {
     claimed: Vec<(u32, oneshot::Sender<Result<(), String>>)>,
     ahead: bool,
     leftovers: bool,
-    #[cfg(test)]
-    settled: Vec<oneshot::Sender<()>>,
+    swept: Vec<oneshot::Sender<()>>,
 }
 
 impl Batch {
@@ -101,8 +99,7 @@ impl Batch {
             Job::Claimed { uid, done } => self.claimed.push((uid, done)),
             Job::TopUp => self.ahead = true,
             Job::Leftovers => self.leftovers = true,
-            #[cfg(test)]
-            Job::Settled(done) => self.settled.push(done),
+            Job::Swept(done) => self.swept.push(done),
         }
     }
 
@@ -112,8 +109,7 @@ impl Batch {
     /// there was anything to scrub. Blocking.
     fn sweep(mut self, pool: &UidPool) -> bool {
         let scrubbed = self.scrub(pool);
-        #[cfg(test)]
-        for done in self.settled {
+        for done in self.swept {
             let _ = done.send(());
         }
         scrubbed

@@ -246,7 +246,7 @@ async fn two_pools_sharing_a_lock_directory_never_hand_out_the_same_id() {
     ready.expect("scrubbed");
     ready1.expect("scrubbed");
     assert_eq!(scrubs_of(&scrubs, a.uid()), 1);
-    here.settled().await;
+    here.swept().await;
     assert!(
         scrubs
             .lock()
@@ -266,17 +266,17 @@ async fn two_pools_sharing_a_lock_directory_never_hand_out_the_same_id() {
     );
     let returned = b.uid();
     drop(b);
-    there.settled().await;
+    there.swept().await;
     let d = here.claim(key(4, 0)).expect("a returned id is free again");
     assert_eq!(d.uid(), returned);
     // The first rank's share goes; the id stays with rank 1.
     let shared = a.uid();
     drop(a);
-    here.settled().await;
+    here.swept().await;
     assert_eq!(here.held(), 3);
     assert_eq!(scrubs_of(&scrubs, shared), 1);
     drop(a1);
-    here.settled().await;
+    here.swept().await;
     assert_eq!(here.held(), 2, "the last rank returned it");
     assert_eq!(
         scrubs_of(&scrubs, shared),
@@ -284,7 +284,7 @@ async fn two_pools_sharing_a_lock_directory_never_hand_out_the_same_id() {
         "scrubbed before use and once more on return"
     );
     drop((c, d));
-    here.settled().await;
+    here.swept().await;
     assert_eq!(here.held(), 0);
 }
 
@@ -299,7 +299,7 @@ async fn ids_returned_together_share_one_scrub_and_the_ids_ahead_are_scrubbed_be
     let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
     let first = pool.claim(key(0, 0)).expect("an id");
     first.ready().await.expect("scrubbed");
-    pool.settled().await;
+    pool.swept().await;
     let ahead = scrubs_of(&scrubs, 7001);
     assert_eq!(ahead, 1, "the next id was scrubbed ahead of its claim");
     let leases: Vec<UidLease> = (1..=10)
@@ -316,7 +316,7 @@ async fn ids_returned_together_share_one_scrub_and_the_ids_ahead_are_scrubbed_be
     );
     let uids: BTreeSet<u32> = leases.iter().map(UidLease::uid).collect();
     drop(leases);
-    pool.settled().await;
+    pool.swept().await;
     let batches = scrubs.lock().expect("batches").clone();
     let returns: Vec<&BTreeSet<u32>> = batches[batches_before..]
         .iter()
@@ -344,7 +344,7 @@ async fn an_id_returned_scrubbed_is_not_scrubbed_again_and_one_in_use_is() {
     assert_eq!(scrubbed(), 1, "never used: scrubbed before use");
     assert_eq!(std::fs::read(&claim_file).expect("claim file"), b"");
     drop(first);
-    pool.settled().await;
+    pool.swept().await;
     assert_eq!(scrubbed(), 2, "scrubbed on return");
     assert_eq!(std::fs::read(&claim_file).expect("claim file"), CLEAN);
     let second = pool.claim(key(2, 0)).expect("an id");
@@ -356,7 +356,7 @@ async fn an_id_returned_scrubbed_is_not_scrubbed_again_and_one_in_use_is() {
         "in use: a node dying now leaves it unmarked"
     );
     drop(second);
-    pool.settled().await;
+    pool.swept().await;
     // What a node that died holding the id leaves: an unmarked file.
     std::fs::write(&claim_file, b"").expect("unmark");
     let third = pool.claim(key(3, 0)).expect("an id");
@@ -383,7 +383,7 @@ async fn a_failed_scrub_refuses_every_rank_and_the_id_still_returns() {
         );
     }
     drop((first, second));
-    pool.settled().await;
+    pool.swept().await;
     assert_eq!(pool.held(), 0, "returned even so");
     let next = pool.claim(key(2, 0)).expect("an id");
     assert!(
@@ -414,7 +414,7 @@ async fn a_starting_node_scrubs_the_ids_an_earlier_run_left_unmarked() {
     let (scrub, scrubs) = counting_scrub();
     let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
     pool.sweep_leftovers();
-    pool.settled().await;
+    pool.swept().await;
     assert_eq!(
         *scrubs.lock().expect("batches"),
         [BTreeSet::from([9300])],
@@ -423,6 +423,31 @@ async fn a_starting_node_scrubs_the_ids_an_earlier_run_left_unmarked() {
     assert_eq!(std::fs::read(dir.path().join("9300")).expect("read"), CLEAN);
     assert_eq!(std::fs::read(dir.path().join("9399")).expect("read"), b"");
     drop(held);
+}
+
+#[tokio::test]
+async fn a_claim_on_a_full_range_waits_for_ids_returning() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let range = UidRange {
+        start: 9400,
+        end: 9400,
+    };
+    let (scrub, _) = counting_scrub();
+    let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
+    let first = pool.claim(key(1, 0)).expect("an id");
+    first.ready().await.expect("scrubbed");
+    drop(first);
+    assert!(
+        matches!(pool.claim(key(2, 0)), Err(UidClaimError::Exhausted(_))),
+        "returning, not free yet"
+    );
+    let second = pool.claim_soon(key(2, 0)).await.expect("freed meanwhile");
+    assert_eq!(second.uid(), 9400);
+    let busy = pool.claim_soon(key(3, 0)).await;
+    assert!(
+        matches!(busy, Err(UidClaimError::Exhausted(_))),
+        "held, not returning: refused at once"
+    );
 }
 
 #[test]
@@ -482,7 +507,7 @@ async fn a_restarted_pool_goes_on_round_the_range_where_it_stopped() {
     let lease = first.claim(key(1, 0)).expect("an id");
     assert_eq!(lease.uid(), 8100);
     drop(lease);
-    first.settled().await;
+    first.swept().await;
     assert_eq!(std::fs::read_to_string(&cursor).expect("kept"), "8101\n");
     drop(first);
     // The node restarts: the first trial gets the next id, not 8100 again.
