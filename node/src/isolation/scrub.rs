@@ -7,7 +7,13 @@
 //!
 //! Ids are cleared in batches: one walk of the scratch directories serves every
 //! id of the batch, since on a machine whose `/tmp` holds tens of thousands of
-//! entries the walk is most of the cost of a trial's start and end.
+//! entries the walk is most of the cost of a trial's start and end. When the
+//! batch says since when its ids' holders could have written anything, a
+//! directory whose status last changed well before that is only searched for
+//! subdirectories (named by the listing's entry types, without a `stat` of each
+//! file): any entry made, linked or renamed into a directory changes that
+//! directory's status time, which nobody can set back, so such a directory
+//! holds nothing those holders made.
 //!
 //! The scratch directories are walked by descriptor (`openat` with
 //! `O_NOFOLLOW | O_DIRECTORY`, `unlinkat`), so no link anyone planted is
@@ -42,6 +48,10 @@ pub(crate) const SCRATCH_DIRS: [&str; 4] = ["/tmp", "/var/tmp", "/dev/shm", "/de
 const MAX_DEPTH: usize = 32;
 /// How many entries a scrub visits at most, in all its scratch directories.
 const MAX_ENTRIES: usize = 1_000_000;
+/// How long before a batch's `since` a directory's status must have last
+/// changed for its files to be skipped: room for the file system's coarse
+/// clock and for the system clock stepping back a little.
+const CLOCK_MARGIN_MS: u64 = 10 * 60 * 1000;
 
 /// What a scrub of the scratch directories found and did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -62,14 +72,17 @@ pub(crate) struct Swept {
 /// objects and what they own under [`SCRATCH_DIRS`], in one walk. Blocking. Run
 /// as root before an id not known clean is given to an attempt (an earlier
 /// holder, say under a node that crashed, may have left some) and after the
-/// attempt's last rank is gone.
-pub(crate) fn scrub_uids(uids: &BTreeSet<u32>) -> std::io::Result<()> {
+/// attempt's last rank is gone. `since`, when known, is the earliest time (Unix
+/// milliseconds) any of the ids' holders could have run anything since each id
+/// was last scrubbed: it lets the walk skip the files of directories that have
+/// not changed since.
+pub(crate) fn scrub_uids(uids: &BTreeSet<u32>, since: Option<u64>) -> std::io::Result<()> {
     for uid in running_uids(uids) {
         kill_all_of(uid)?;
     }
     let ipc = remove_ipc_objects(uids);
     let scratch = SCRATCH_DIRS.map(Path::new);
-    let swept = remove_leftovers(uids, &scratch);
+    let swept = remove_leftovers(uids, since, &scratch);
     if swept.removed > 0 || ipc > 0 {
         debug!(
             ids = uids.len(),
@@ -148,10 +161,16 @@ fn kill_all_of(uid: u32) -> std::io::Result<()> {
 
 /// Removes what any of `uids` owns anywhere under each of `scratch_dirs`
 /// (files, links, whole directories; no link is followed), within the bounds.
-/// Called once the ids' processes are gone.
-pub(crate) fn remove_leftovers(uids: &BTreeSet<u32>, scratch_dirs: &[&Path]) -> Swept {
+/// Called once the ids' processes are gone. With `since` (see [`scrub_uids`]),
+/// the files of directories unchanged since are not looked at.
+pub(crate) fn remove_leftovers(
+    uids: &BTreeSet<u32>,
+    since: Option<u64>,
+    scratch_dirs: &[&Path],
+) -> Swept {
     let mut sweep = Sweep {
         uids,
+        unchanged_before: since.map(|since| since.saturating_sub(CLOCK_MARGIN_MS)),
         swept: Swept::default(),
     };
     for dir in scratch_dirs {
@@ -170,6 +189,9 @@ pub(crate) fn remove_leftovers(uids: &BTreeSet<u32>, scratch_dirs: &[&Path]) -> 
 /// One scrub's walk.
 struct Sweep<'a> {
     uids: &'a BTreeSet<u32>,
+    /// A directory whose status last changed before this (Unix milliseconds)
+    /// holds nothing the ids' holders made; none when that time is not known.
+    unchanged_before: Option<u64>,
     swept: Swept,
 }
 
@@ -184,14 +206,35 @@ impl Sweep<'_> {
         true
     }
 
+    /// Whether the directory open as `dir` may hold what the ids' holders
+    /// made, by its own status (not its name's: it may have been swapped).
+    fn may_hold_new_entries(&self, dir: &OwnedFd) -> bool {
+        let Some(unchanged_before) = self.unchanged_before else {
+            return true;
+        };
+        let Ok(stat) = nix::sys::stat::fstat(dir) else {
+            return true;
+        };
+        let changed_ms = u64::try_from(stat.st_ctime)
+            .unwrap_or(0)
+            .saturating_mul(1000)
+            .saturating_add(u64::try_from(stat.st_ctime_nsec).unwrap_or(0) / 1_000_000);
+        changed_ms >= unchanged_before
+    }
+
     fn walk(&mut self, dir: &OwnedFd, path: &Path, device: libc::dev_t, depth: usize) {
         if depth > MAX_DEPTH {
             self.swept.cut_short = true;
             return;
         }
-        for name in names(dir) {
+        let every_entry = self.may_hold_new_entries(dir);
+        for (name, kind) in names(dir) {
             if !self.visit() {
                 return;
+            }
+            if !every_entry && kind.is_some_and(|kind| kind != nix::dir::Type::Directory) {
+                // Not a directory, in one nobody changed since: not theirs.
+                continue;
             }
             let Ok(stat) =
                 nix::sys::stat::fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
@@ -231,7 +274,7 @@ impl Sweep<'_> {
             }
             let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
             let sub = nix::fcntl::openat(dir, name, flags, Mode::empty())?;
-            for entry in names(&sub) {
+            for (entry, _) in names(&sub) {
                 if !self.visit() {
                     return Err(std::io::Error::other("too many entries"));
                 }
@@ -250,8 +293,9 @@ impl Sweep<'_> {
     }
 }
 
-/// The names in directory `dir` but `.` and `..` (none when it cannot be read).
-fn names(dir: &OwnedFd) -> Vec<OsString> {
+/// The names in directory `dir` but `.` and `..`, with their types where the
+/// listing gives them (none when it cannot be read).
+fn names(dir: &OwnedFd) -> Vec<(OsString, Option<nix::dir::Type>)> {
     use std::os::unix::ffi::OsStrExt;
     let Ok(listed) = dir.try_clone().map(nix::dir::Dir::from_fd) else {
         return Vec::new();
@@ -262,9 +306,11 @@ fn names(dir: &OwnedFd) -> Vec<OsString> {
     listed
         .iter()
         .filter_map(Result::ok)
-        .map(|entry| entry.file_name().to_bytes().to_vec())
-        .filter(|name| name != b"." && name != b"..")
-        .map(|name| OsStr::from_bytes(&name).to_owned())
+        .filter(|entry| ![&b"."[..], b".."].contains(&entry.file_name().to_bytes()))
+        .map(|entry| {
+            let name = OsStr::from_bytes(entry.file_name().to_bytes()).to_owned();
+            (name, entry.file_type())
+        })
         .collect()
 }
 
@@ -461,12 +507,13 @@ mod tests {
         let me = std::fs::metadata(&scratch).expect("metadata").uid();
         let other = me.wrapping_add(1);
         assert_eq!(
-            remove_leftovers(&BTreeSet::from([other]), &[&scratch]).removed,
+            remove_leftovers(&BTreeSet::from([other]), None, &[&scratch]).removed,
             0,
             "another id's"
         );
         let swept = remove_leftovers(
             &BTreeSet::from([other, me]),
+            None,
             &[&scratch, Path::new("/nonexistent")],
         );
         assert_eq!(swept.removed, 3, "{swept:?}");
@@ -476,6 +523,45 @@ mod tests {
             elsewhere.join("kept").exists(),
             "a link is removed, not followed"
         );
+    }
+
+    /// As root: a directory unchanged since well before the batch's holders
+    /// could write is searched for subdirectories only; one changed since is
+    /// searched whole, at any depth.
+    #[test]
+    #[expect(clippy::print_stderr, reason = "say why the test is skipped")]
+    fn files_of_directories_unchanged_since_the_holders_began_are_not_looked_at() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: only root can make files of other ids");
+            return;
+        }
+        let uid = 1_899_000_733;
+        let temp = tempfile::tempdir().expect("tempdir");
+        let scratch = temp.path().join("tmp");
+        let nested = scratch.join("shared/nested");
+        std::fs::create_dir_all(&nested).expect("dirs");
+        for (dir, name) in [(scratch.join("shared"), "top"), (nested.clone(), "deep")] {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+            std::fs::write(dir.join(name), b"x").expect("file");
+            std::os::unix::fs::chown(dir.join(name), Some(uid), Some(uid)).expect("chown");
+        }
+        let ids = BTreeSet::from([uid]);
+        let changed_ms = |path: &Path| {
+            let changed = std::fs::metadata(path).expect("metadata");
+            u64::try_from(changed.ctime()).expect("after 1970") * 1000
+        };
+        // Every directory changed before the holders began (by more than the
+        // margin): nothing in them is theirs, so their files are not looked at.
+        let later = changed_ms(&nested) + 2 * CLOCK_MARGIN_MS + 1000;
+        let swept = remove_leftovers(&ids, Some(later), &[&scratch]);
+        assert_eq!(swept.removed, 0, "{swept:?}");
+        assert!(nested.join("deep").exists());
+        // The holders began before these changed: all of it is looked at.
+        let earlier = changed_ms(&scratch).saturating_sub(1000);
+        let swept = remove_leftovers(&ids, Some(earlier), &[&scratch]);
+        assert_eq!(swept.removed, 2, "{swept:?}");
+        assert!(!scratch.join("shared/top").exists());
+        assert!(!nested.join("deep").exists());
     }
 
     /// As root: an id's files nested in directories of others are found, in
@@ -503,7 +589,7 @@ mod tests {
         plant(&open.join("secret"));
         plant(&closed.join("unreachable"));
         std::fs::write(open.join("roots"), b"x").expect("file");
-        let swept = remove_leftovers(&BTreeSet::from([uid]), &[&scratch]);
+        let swept = remove_leftovers(&BTreeSet::from([uid]), None, &[&scratch]);
         assert_eq!(swept.removed, 1, "{swept:?}");
         assert!(!open.join("secret").exists());
         assert!(open.join("roots").exists(), "root's file stays");
@@ -542,7 +628,7 @@ mod tests {
         let kept = Path::new("/dev/shm").join(format!("xp-scrub-kept-{}", std::process::id()));
         std::fs::write(&kept, b"x").expect("file");
         let segment = shared_memory_of(uid);
-        scrub_uids(&BTreeSet::from([uid, uid + 1])).expect("scrubbed");
+        scrub_uids(&BTreeSet::from([uid, uid + 1]), None).expect("scrubbed");
         for child in &mut running {
             let status = child.wait().expect("reaped");
             assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
@@ -557,7 +643,7 @@ mod tests {
         };
         assert!(gone, "the id's segment went");
         // Nothing left to kill is no error.
-        scrub_uids(&BTreeSet::from([uid])).expect("scrubbed again");
+        scrub_uids(&BTreeSet::from([uid]), None).expect("scrubbed again");
     }
 
     /// A private SysV shared-memory segment made for `uid`.

@@ -42,6 +42,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use nix::fcntl::{Flock, FlockArg};
+use xp_runtime::clock::{Clock, SystemClock, UnixMillis};
 use xp_runtime::ids::{TrialId, WorkerKey};
 
 /// The range used when the node runs as root and `--worker-uids` is not given.
@@ -422,9 +423,12 @@ pub(crate) enum UidClaimError {
 }
 
 /// Clears ids of their earlier holders, all in one go: kills everything running
-/// as them and removes what they left in shared places. Blocking; run before an
-/// id not known clean is used and after its last rank is gone.
-pub(crate) type Scrub = Arc<dyn Fn(&BTreeSet<u32>) -> std::io::Result<()> + Send + Sync>;
+/// as them and removes what they left in shared places; given since when
+/// (Unix milliseconds) their holders could have written anything, when that is
+/// known. Blocking; run before an id not known clean is used and after its last
+/// rank is gone.
+pub(crate) type Scrub =
+    Arc<dyn Fn(&BTreeSet<u32>, Option<UnixMillis>) -> std::io::Result<()> + Send + Sync>;
 
 /// The node's ids: its table, the machine-wide claims and the shares of them.
 pub(crate) struct UidPool {
@@ -460,6 +464,8 @@ struct PoolState {
 #[derive(Debug)]
 struct SharedUid {
     uid: u32,
+    /// When it was claimed: its holders ran nothing as it before.
+    claimed_at: UnixMillis,
     /// Set once the id has been scrubbed for its attempt (the error, if that
     /// failed); the first rank asks for it, the others wait for it.
     scrubbed: tokio::sync::OnceCell<Result<(), String>>,
@@ -560,6 +566,7 @@ impl UidPool {
             let scrubbed = tokio::sync::OnceCell::new_with(clean.then_some(Ok(())));
             let shared = Arc::new(SharedUid {
                 uid: claimed.uid,
+                claimed_at: SystemClock.now(),
                 scrubbed,
                 lock: Mutex::new(lock),
             });
@@ -686,7 +693,7 @@ impl UidPool {
             return;
         };
         if let Err(sweeper::Job::Returned(shared)) = self.sweep(sweeper::Job::Returned(shared)) {
-            let scrubbed = (self.scrub)(&BTreeSet::from([shared.uid]));
+            let scrubbed = (self.scrub)(&BTreeSet::from([shared.uid]), Some(shared.claimed_at));
             self.finish_return(&shared, scrubbed);
         }
     }

@@ -139,13 +139,21 @@ impl Batch {
         if uids.is_empty() {
             return false;
         }
+        // Returned ids' holders wrote nothing before their claims; of the
+        // others nothing is known.
+        let since = if self.claimed.is_empty() && ahead.is_empty() {
+            self.returned.iter().map(|shared| shared.claimed_at).min()
+        } else {
+            None
+        };
         let started = tokio::time::Instant::now();
-        let scrubbed = (pool.scrub)(&uids).map_err(|error| error.to_string());
+        let scrubbed = (pool.scrub)(&uids, since).map_err(|error| error.to_string());
         tracing::debug!(
             returned = self.returned.len(),
             claimed = self.claimed.len(),
             ahead = ahead.len(),
             ok = scrubbed.is_ok(),
+            whole_walk = since.is_none(),
             took_ms = started.elapsed().as_millis(),
             "scrubbed a batch of user ids"
         );

@@ -197,7 +197,7 @@ fn a_returned_id_is_the_last_to_be_reused_and_refused_ids_are_skipped() {
 fn counting_scrub() -> (Scrub, Arc<Mutex<Vec<BTreeSet<u32>>>>) {
     let batches = Arc::new(Mutex::new(Vec::new()));
     let seen = batches.clone();
-    let scrub: Scrub = Arc::new(move |uids: &BTreeSet<u32>| {
+    let scrub: Scrub = Arc::new(move |uids: &BTreeSet<u32>, _since| {
         seen.lock().expect("batches").push(uids.clone());
         Ok(())
     });
@@ -371,7 +371,7 @@ async fn a_failed_scrub_refuses_every_rank_and_the_id_still_returns() {
         start: 9000,
         end: 9000,
     };
-    let scrub: Scrub = Arc::new(|_: &BTreeSet<u32>| Err(std::io::Error::other("no shell")));
+    let scrub: Scrub = Arc::new(|_: &BTreeSet<u32>, _| Err(std::io::Error::other("no shell")));
     let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
     let first = pool.claim(key(1, 0)).expect("an id");
     let second = pool.claim(key(1, 1)).expect("joins");
