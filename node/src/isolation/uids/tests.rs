@@ -204,6 +204,12 @@ fn counting_scrub() -> (Scrub, Arc<Mutex<Vec<BTreeSet<u32>>>>) {
     (scrub, batches)
 }
 
+/// A pool over ids `start` to `end`, its claims in `dir`, no accounts.
+fn pool_over(dir: &Path, start: u32, end: u32, scrub: Scrub) -> Arc<UidPool> {
+    let range = UidRange { start, end };
+    Arc::new(UidPool::new(range, dir, BTreeSet::new(), scrub).expect("pool"))
+}
+
 /// How many batches held `uid`.
 fn scrubs_of(batches: &Mutex<Vec<BTreeSet<u32>>>, uid: u32) -> usize {
     let batches = batches.lock().expect("batches");
@@ -291,12 +297,8 @@ async fn two_pools_sharing_a_lock_directory_never_hand_out_the_same_id() {
 #[tokio::test]
 async fn ids_returned_together_share_one_scrub_and_the_ids_ahead_are_scrubbed_before_claims() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let range = UidRange {
-        start: 7000,
-        end: 7099,
-    };
     let (scrub, scrubs) = counting_scrub();
-    let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
+    let pool = pool_over(dir.path(), 7000, 7099, scrub);
     let first = pool.claim(key(0, 0)).expect("an id");
     first.ready().await.expect("scrubbed");
     pool.swept().await;
@@ -331,12 +333,8 @@ async fn ids_returned_together_share_one_scrub_and_the_ids_ahead_are_scrubbed_be
 #[tokio::test]
 async fn an_id_returned_scrubbed_is_not_scrubbed_again_and_one_in_use_is() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let range = UidRange {
-        start: 9100,
-        end: 9100,
-    };
     let (scrub, scrubs) = counting_scrub();
-    let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
+    let pool = pool_over(dir.path(), 9100, 9100, scrub);
     let claim_file = dir.path().join("9100");
     let scrubbed = || scrubs_of(&scrubs, 9100);
     let first = pool.claim(key(1, 0)).expect("an id");
@@ -367,12 +365,8 @@ async fn an_id_returned_scrubbed_is_not_scrubbed_again_and_one_in_use_is() {
 #[tokio::test]
 async fn a_failed_scrub_refuses_every_rank_and_the_id_still_returns() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let range = UidRange {
-        start: 9000,
-        end: 9000,
-    };
     let scrub: Scrub = Arc::new(|_: &BTreeSet<u32>, _| Err(std::io::Error::other("no shell")));
-    let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
+    let pool = pool_over(dir.path(), 9000, 9000, scrub);
     let first = pool.claim(key(1, 0)).expect("an id");
     let second = pool.claim(key(1, 1)).expect("joins");
     for lease in [&first, &second] {
@@ -395,10 +389,6 @@ async fn a_failed_scrub_refuses_every_rank_and_the_id_still_returns() {
 #[tokio::test]
 async fn a_starting_node_scrubs_the_ids_an_earlier_run_left_unmarked() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let range = UidRange {
-        start: 9300,
-        end: 9309,
-    };
     for (name, mark) in [
         ("9300", &b""[..]),
         ("9301", CLEAN),
@@ -412,7 +402,7 @@ async fn a_starting_node_scrubs_the_ids_an_earlier_run_left_unmarked() {
     let held = File::open(dir.path().join("9302")).expect("open");
     let held = Flock::lock(held, FlockArg::LockExclusiveNonblock).expect("lock");
     let (scrub, scrubs) = counting_scrub();
-    let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
+    let pool = pool_over(dir.path(), 9300, 9309, scrub);
     pool.sweep_leftovers();
     pool.swept().await;
     assert_eq!(
@@ -428,12 +418,8 @@ async fn a_starting_node_scrubs_the_ids_an_earlier_run_left_unmarked() {
 #[tokio::test]
 async fn a_claim_on_a_full_range_waits_for_ids_returning() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let range = UidRange {
-        start: 9400,
-        end: 9400,
-    };
     let (scrub, _) = counting_scrub();
-    let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
+    let pool = pool_over(dir.path(), 9400, 9400, scrub);
     let first = pool.claim(key(1, 0)).expect("an id");
     first.ready().await.expect("scrubbed");
     drop(first);
@@ -453,12 +439,8 @@ async fn a_claim_on_a_full_range_waits_for_ids_returning() {
 #[test]
 fn a_pool_outside_a_runtime_scrubs_on_the_spot() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let range = UidRange {
-        start: 9200,
-        end: 9201,
-    };
     let (scrub, scrubs) = counting_scrub();
-    let pool = Arc::new(UidPool::new(range, dir.path(), BTreeSet::new(), scrub).expect("pool"));
+    let pool = pool_over(dir.path(), 9200, 9201, scrub);
     let lease = pool.claim(key(1, 0)).expect("an id");
     let uid = lease.uid();
     drop(lease);
