@@ -47,7 +47,7 @@ pub(crate) const SCRATCH_DIRS: [&str; 4] = ["/tmp", "/var/tmp", "/dev/shm", "/de
 /// How deep a walk of one scratch directory goes.
 const MAX_DEPTH: usize = 32;
 /// How many entries a scrub visits at most, in all its scratch directories.
-const MAX_ENTRIES: usize = 1_000_000;
+const MAX_ENTRIES: usize = 20_000_000;
 /// How long before a batch's `since` a directory's status must have last
 /// changed for its files to be skipped: room for the file system's coarse
 /// clock and for the system clock stepping back a little.

@@ -694,6 +694,9 @@ impl UidPool {
         };
         if let Err(sweeper::Job::Returned(shared)) = self.sweep(sweeper::Job::Returned(shared)) {
             let scrubbed = (self.scrub)(&BTreeSet::from([shared.uid]), Some(shared.claimed_at));
+            if let Err(error) = &scrubbed {
+                tracing::warn!(uid = shared.uid, %error, "cannot clear a returned user id of what its workers left; it is cleared again before its next use");
+            }
             self.finish_return(&shared, scrubbed);
         }
     }
@@ -703,9 +706,6 @@ impl UidPool {
     /// drops its machine-wide claim and frees it.
     fn finish_return(&self, shared: &SharedUid, scrubbed: std::io::Result<()>) {
         use std::os::unix::fs::FileExt;
-        if let Err(error) = &scrubbed {
-            tracing::warn!(uid = shared.uid, %error, "cannot clear a returned user id of what its workers left");
-        }
         let lock = shared
             .lock
             .lock()

@@ -157,9 +157,14 @@ impl Batch {
             took_ms = started.elapsed().as_millis(),
             "scrubbed a batch of user ids"
         );
-        if scrubbed.is_ok() {
-            for (uid, lock) in &ahead {
-                mark_clean(*uid, lock);
+        match &scrubbed {
+            Ok(()) => {
+                for (uid, lock) in &ahead {
+                    mark_clean(*uid, lock);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(ids = uids.len(), %error, "cannot clear user ids of what their holders left; each is cleared again before its next use, and a launch given one waits for that");
             }
         }
         // Their claims go before any claimant hears back, so a claim made then
