@@ -724,13 +724,12 @@ impl UidPool {
     /// Scrubs `uid`, a fresh id not known clean, before its attempt's first
     /// rank runs: in the sweeper's next batch.
     async fn scrub_before_use(self: &Arc<Self>, uid: u32) -> Result<(), String> {
+        let stopped = || Err("the node's user id sweeper has stopped".to_owned());
         let (done, scrubbed) = tokio::sync::oneshot::channel();
         if self.sweep(sweeper::Job::Claimed { uid, done }).is_err() {
-            return Err("the node's user id sweeper has stopped".to_owned());
+            return stopped();
         }
-        scrubbed
-            .await
-            .unwrap_or_else(|_| Err("the node's user id sweeper has stopped".to_owned()))
+        scrubbed.await.unwrap_or_else(|_| stopped())
     }
 
     #[cfg(test)]

@@ -116,17 +116,17 @@ async fn make_dirs_and_check_program(command: &WorkerCommand) -> Result<PathBuf,
         Some(command.checkpoint.dir.clone()),
         Some(command.output.dir.clone()),
     ];
-    let checked = tokio::task::spawn_blocking(move || {
+    let made_and_checked = tokio::task::spawn_blocking(move || {
         make_dirs(dirs.iter().flatten())?;
-        let checked = AsWorker::start(owner)
-            .and_then(|thread| exec_check::check_as(&thread, &program, &read_args, around));
-        Ok(checked)
+        Ok(AsWorker::start(owner)
+            .and_then(|thread| exec_check::check_as(&thread, &program, &read_args, around)))
     })
-    .await
-    .map_err(|error| SpawnError::CreateDir {
-        path: command.work_dir.clone(),
-        source: std::io::Error::other(error),
-    })??;
+    .await;
+    let checked = match made_and_checked {
+        Ok(made_and_checked) => made_and_checked?,
+        // The check could not run: exec decides, as when its thread cannot start.
+        Err(error) => Err(std::io::Error::other(error)),
+    };
     match checked {
         Ok(Ok(executable)) => Ok(executable),
         Ok(Err(source)) => Err(SpawnError::Program {

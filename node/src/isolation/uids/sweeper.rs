@@ -60,6 +60,10 @@ pub(super) fn start(pool: Weak<UidPool>) -> Jobs {
 
 async fn run(pool: Weak<UidPool>, mut received: mpsc::UnboundedReceiver<Job>) {
     let mut next_batch = tokio::time::Instant::now();
+    // Ids ahead found or made clean by earlier batches, so that their claim
+    // files are not read again each batch. Only a hint: a claim reads its id's
+    // file itself, and scrubs one that is not clean after all.
+    let mut known_clean = BTreeSet::new();
     while let Some(first) = received.recv().await {
         // Jobs that come meanwhile join this batch.
         tokio::time::sleep_until(next_batch).await;
@@ -72,9 +76,14 @@ async fn run(pool: Weak<UidPool>, mut received: mpsc::UnboundedReceiver<Job>) {
             return;
         };
         let started = tokio::time::Instant::now();
-        match tokio::task::spawn_blocking(move || batch.sweep(&pool)).await {
-            Ok(true) => next_batch = started + GAP,
-            Ok(false) => {}
+        let hint = std::mem::take(&mut known_clean);
+        match tokio::task::spawn_blocking(move || batch.sweep(&pool, hint)).await {
+            Ok((scrubbed, clean)) => {
+                known_clean = clean;
+                if scrubbed {
+                    next_batch = started + GAP;
+                }
+            }
             Err(error) => {
                 tracing::warn!(%error, "a batch of user id scrubs did not finish; its ids are scrubbed again before use");
             }
@@ -106,28 +115,35 @@ impl Batch {
     /// Scrubs every id of the batch, and the ids ahead not known clean, in one
     /// go, then marks the ids ahead clean and lets them go, frees the returned
     /// ids and answers the claims (each only if the scrub worked); whether
-    /// there was anything to scrub. Blocking.
-    fn sweep(mut self, pool: &UidPool) -> bool {
-        let scrubbed = self.scrub(pool);
+    /// there was anything to scrub, and the ids ahead now known clean (given
+    /// those `known_clean` before, whose claim files are not read again).
+    /// Blocking.
+    fn sweep(mut self, pool: &UidPool, known_clean: BTreeSet<u32>) -> (bool, BTreeSet<u32>) {
+        let (scrubbed, clean) = self.scrub(pool, known_clean);
         for done in self.swept {
             let _ = done.send(());
         }
-        scrubbed
+        (scrubbed, clean)
     }
 
-    fn scrub(&mut self, pool: &UidPool) -> bool {
+    fn scrub(&mut self, pool: &UidPool, known_clean: BTreeSet<u32>) -> (bool, BTreeSet<u32>) {
         let mut ahead = if self.leftovers {
             unclean_leftovers(pool)
         } else {
             Vec::new()
         };
+        let mut clean = BTreeSet::new();
         if self.ahead {
-            let known: BTreeSet<u32> = ahead.iter().map(|(uid, _)| *uid).collect();
-            let more = pool.state().table.upcoming(AHEAD);
-            ahead.extend(unclean(
-                pool,
-                more.into_iter().filter(|uid| !known.contains(uid)),
-            ));
+            let taken: BTreeSet<u32> = ahead.iter().map(|(uid, _)| *uid).collect();
+            let upcoming = pool.state().table.upcoming(AHEAD);
+            let (known, to_read): (Vec<u32>, Vec<u32>) = upcoming
+                .into_iter()
+                .filter(|uid| !taken.contains(uid))
+                .partition(|uid| known_clean.contains(uid));
+            clean.extend(known);
+            let (unclean, read_clean) = unclean(pool, to_read.into_iter());
+            clean.extend(read_clean);
+            ahead.extend(unclean);
         }
         let uids: BTreeSet<u32> = self
             .returned
@@ -137,7 +153,7 @@ impl Batch {
             .chain(ahead.iter().map(|(uid, _)| *uid))
             .collect();
         if uids.is_empty() {
-            return false;
+            return (false, clean);
         }
         // Returned ids' holders wrote nothing before their claims; of the
         // others nothing is known.
@@ -161,6 +177,7 @@ impl Batch {
             Ok(()) => {
                 for (uid, lock) in &ahead {
                     mark_clean(*uid, lock);
+                    clean.insert(*uid);
                 }
             }
             Err(error) => {
@@ -177,19 +194,24 @@ impl Batch {
             // The claimant may have gone (its launch cancelled): nothing to tell.
             let _ = done.send(scrubbed.clone());
         }
-        true
+        (true, clean)
     }
 }
 
 /// Those of `uids` (unclaimed here) whose claim files do not say clean, each
-/// with its claim held (ids another node holds, and accounts', are skipped).
-fn unclean(pool: &UidPool, uids: impl Iterator<Item = u32>) -> Vec<(u32, Flock<File>)> {
-    uids.filter(|uid| !pool.accounts.contains(uid))
-        .filter_map(|uid| {
-            let (lock, clean) = pool.open_claim_file(uid)?;
-            (!clean).then_some((uid, lock))
-        })
-        .collect()
+/// with its claim held, and those whose files do (ids another node holds, and
+/// accounts', are in neither).
+fn unclean(pool: &UidPool, uids: impl Iterator<Item = u32>) -> (Vec<(u32, Flock<File>)>, Vec<u32>) {
+    let mut unclean = Vec::new();
+    let mut clean = Vec::new();
+    for uid in uids.filter(|uid| !pool.accounts.contains(uid)) {
+        match pool.open_claim_file(uid) {
+            Some((_, true)) => clean.push(uid),
+            Some((lock, false)) => unclean.push((uid, lock)),
+            None => {}
+        }
+    }
+    (unclean, clean)
 }
 
 /// The ids of the range with a claim file that no node holds now and that is
@@ -211,7 +233,7 @@ fn unclean_leftovers(pool: &UidPool) -> Vec<(u32, Flock<File>)> {
             .filter(|uid| !state.table.is_held(*uid))
             .collect()
     };
-    unclean(pool, free.into_iter())
+    unclean(pool, free.into_iter()).0
 }
 
 /// Marks a scrubbed, unclaimed id clean in its claim file.
