@@ -337,7 +337,7 @@ fn start_objects(
         },
     )
     .map_err(|error| NodeError::Objects(error_chain(&error)))?;
-    tracing::info!(port = endpoint.port, dir = %store.dir().display(), socket = %socket.display(), "object store ready");
+    tracing::info!(port = endpoint.port, bulk_port = ?server.bulk_port(), dir = %store.dir().display(), socket = %socket.display(), "object store ready");
     Ok((
         agent::NodeObjects {
             store,

@@ -77,7 +77,9 @@ struct JoinArgs {
     /// Disk the object store may use under the data directory, such as 100GiB.
     #[arg(long, value_parser = xp_runtime::spec::parse_memory, default_value = "256GiB")]
     object_disk: u64,
-    /// The UDP port other nodes fetch objects from; 0 picks a free one.
+    /// The UDP port other nodes fetch objects from (QUIC), also the TCP port
+    /// of the bulk path of trials on trusted networks (`transport: tcp`) when
+    /// that number is free there; 0 picks a free one.
     #[arg(long, default_value_t = 0)]
     object_port: u16,
     /// A durable directory (such as a shared file system mounted at the same

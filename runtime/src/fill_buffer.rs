@@ -51,6 +51,7 @@ impl FillBuffer {
     /// kernel, so nothing writes the zeros before the ranges are filled.
     pub(crate) fn zeroed(len: usize) -> Self {
         let zeroed: Arc<[std::mem::MaybeUninit<u8>]> = Arc::new_zeroed_slice(len);
+        ask_for_huge_pages(zeroed.as_ptr() as usize, len);
         // SAFETY: zero bytes are initialised u8s, and `UnsafeCell<u8>` has the
         // layout of `u8`, so the allocation is a valid `[UnsafeCell<u8>]`.
         let cells = unsafe { Arc::from_raw(Arc::into_raw(zeroed) as *const [UnsafeCell<u8>]) };
@@ -90,6 +91,28 @@ impl FillBuffer {
         // SAFETY: no range is left, so nobody else can write; `UnsafeCell<u8>`
         // has the layout of `u8`.
         Ok(unsafe { Arc::from_raw(Arc::into_raw(self.cells) as *const [u8]) })
+    }
+}
+
+/// Buffers at least this large are asked to be backed by huge pages.
+const HUGE_PAGES_FROM: usize = 8 << 20;
+
+/// Asks the kernel to back the whole 2 MiB pages within `len` bytes at `start`
+/// (fresh, untouched memory) with huge pages where it only does so on request
+/// (`transparent_hugepage` set to `madvise`): filling a fetched gigabyte then
+/// takes 512 page faults instead of 262,144, which cost more than the copy.
+/// Only advice: where it is refused the buffer is filled page by page.
+fn ask_for_huge_pages(start: usize, len: usize) {
+    const HUGE: usize = 2 << 20;
+    if len < HUGE_PAGES_FROM {
+        return;
+    }
+    let first = start.next_multiple_of(HUGE);
+    let end = (start + len) / HUGE * HUGE;
+    if end > first {
+        // SAFETY: the range lies within the allocation, which nothing has
+        // touched yet; MADV_HUGEPAGE changes how it is backed, not its contents.
+        unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE) };
     }
 }
 

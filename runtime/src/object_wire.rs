@@ -18,6 +18,11 @@
 //! which outlived revocation; the codes `Expired`, `Revoked`, `Forbidden` and
 //! `OverQuota`; requests up to 16 KiB (a capability rides on each).
 //!
+//! A fetch for a trial on a trusted network (`transport: tcp`) may instead
+//! take a ticket over that link and read the whole object from the node's
+//! plain TCP bulk port (`bulk`); a server of before that path answers the
+//! ticket request `Malformed`, and the fetch goes on over QUIC.
+//!
 //! The endpoints, the certificate and the pinning client come from
 //! `crate::transport` (its bulk links); this module adds only the objects' ALPN,
 //! their [`QuicTuning`] (four streams' worth of window) and [`IDLE_TIMEOUT`].
@@ -35,6 +40,10 @@ use crate::fill_buffer::{FillBuffer, FillRange};
 use crate::ids::{ObjectId, TrialId};
 use crate::protocol::{ObjectCapability, ObjectSource};
 use crate::transport::{self, QuicSetupError, QuicTuning, SelfSignedIdentity};
+
+mod bulk;
+
+pub use bulk::{BulkError, BulkTicket, FetchPath, TICKET_LIFETIME, TICKET_WAIT};
 
 /// The ALPN id of object links (version 2: credentials and capabilities).
 pub const ALPN: &[u8] = b"xp-objects/2";
@@ -125,6 +134,12 @@ pub enum ObjectOp {
         /// The object.
         id: ObjectId,
     },
+    /// A ticket to read the whole object on this node's plain TCP bulk port
+    /// (`bulk`); answered by a [`FetchHeader::Bulk`].
+    Bulk {
+        /// The object.
+        id: ObjectId,
+    },
 }
 
 /// The answer to a store or release.
@@ -185,6 +200,8 @@ pub enum FetchErrorCode {
     Forbidden,
     /// The store would take the capability's team over its quota on this node.
     OverQuota,
+    /// This node has no TCP bulk port: fetch over QUIC.
+    Unoffered,
 }
 
 /// The answer before the bytes.
@@ -196,6 +213,16 @@ pub enum FetchHeader {
         size: u64,
         /// The bytes that follow.
         len: u64,
+    },
+    /// Nothing follows: connect to the TCP bulk `port` and present `ticket` for
+    /// the whole object of `size` bytes.
+    Bulk {
+        /// The object's size.
+        size: u64,
+        /// The TCP port.
+        port: u16,
+        /// The one-time ticket.
+        ticket: BulkTicket,
     },
     /// Nothing follows.
     Error {
@@ -519,6 +546,24 @@ pub enum ObjectClientError {
         #[source]
         source: quinn::ReadExactError,
     },
+    /// The TCP bulk port could not be reached.
+    #[error("cannot connect to the bulk port {addr}")]
+    BulkConnect {
+        /// The port's address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bulk connection failed before the whole object came.
+    #[error("the bulk connection to {addr} was cut short")]
+    BulkCutShort {
+        /// The port's address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// A task fetching chunks failed (it panicked or was cancelled).
     #[error("a fetch task failed")]
     Task(#[source] tokio::task::JoinError),
@@ -825,6 +870,12 @@ async fn fetch_chunk(
         FetchHeader::Bytes { size, len: got } => (size, got),
         FetchHeader::Error { code, message } => {
             return Err(ObjectClientError::Refused { code, message });
+        }
+        FetchHeader::Bulk { .. } => {
+            return Err(ObjectClientError::Refused {
+                code: FetchErrorCode::Malformed,
+                message: "a bulk ticket answered a chunk request".to_owned(),
+            });
         }
     };
     if let Some(expected) = expected_size

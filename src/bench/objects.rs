@@ -4,8 +4,9 @@
 //!
 //! Every operation is timed whole, as a caller sees it: a `put` hashes and stores
 //! (on disk: writes and fsyncs), a disk-tier `get` maps and verifies the file
-//! against its id, a `remote_get` pulls the object over QUIC, verifies and stores
-//! it, a checkpoint save takes a directory into the store and a restore writes it
+//! against its id, a `remote_get` pulls the object over QUIC (tier `quic`) or
+//! over the plain TCP bulk path of trusted networks (tier `tcp`), verifies and
+//! stores it, a checkpoint save takes a directory into the store and a restore writes it
 //! back out. Best of three runs, each on fresh content so deduplication never
 //! short-cuts one.
 //!
@@ -23,8 +24,8 @@ use xp_node::{
 };
 use xp_runtime::collective::CollectiveError;
 use xp_runtime::collective::bench::{memcpy_gbps, stopwatch, tcp_loopback_gbps};
-use xp_runtime::ids::NodeId;
-use xp_runtime::object_wire;
+use xp_runtime::ids::{NodeId, ObjectId};
+use xp_runtime::object_wire::{self, FetchPath};
 use xp_runtime::protocol::ObjectSource;
 
 /// Why the bench could not finish: the first operation that failed.
@@ -53,9 +54,12 @@ pub enum ObjectBenchError {
 /// One measured figure.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ObjectMeasurement {
-    /// `put`, `get`, `remote_get`, `checkpoint_save` or `checkpoint_restore`.
+    /// `put`, `get`, `remote_get`, `tcp_new_buffer` (a second reference:
+    /// loopback TCP into a new buffer of the object's size), `checkpoint_save`
+    /// or `checkpoint_restore`.
     pub op: &'static str,
-    /// Where the object lived: `memory` or `disk` (for puts and gets).
+    /// Where the object lived: `memory` or `disk` (puts, gets, checkpoints); the
+    /// path a `remote_get` took: `quic` or `tcp`.
     pub tier: &'static str,
     /// The object (or checkpoint) size.
     pub size_bytes: u64,
@@ -142,16 +146,33 @@ impl Stores {
             _changes: changes,
         })
     }
+
+    /// Fetches `id` of `size` bytes from the disk store's server over `path`.
+    async fn fetch(&self, id: ObjectId, size: u64, path: FetchPath) -> Result<(), FetchError> {
+        let wanted = Wanted {
+            id,
+            owner: owner(),
+            pin: false,
+            size: Some(size),
+            path,
+        };
+        let sources = std::slice::from_ref(&self.source);
+        self.fetcher
+            .ensure(&self.fetching, wanted, sources, None)
+            .await
+            .map(drop)
+    }
 }
 
 /// The best of [`RUNS`] for one size, in GB/s: a put to memory, a put to disk,
-/// a get from disk, and a fetch from the other store.
+/// a get from disk, and a fetch from the other store over each path.
 #[derive(Debug, Default)]
 struct SizeFigures {
     put_memory: f64,
     put_disk: f64,
     get_disk: f64,
     remote: f64,
+    remote_tcp: f64,
 }
 
 /// Runs every measurement for `sizes`, and a checkpoint of `checkpoint_bytes`,
@@ -181,14 +202,23 @@ pub async fn bench_objects(
         out.push(local("put", "memory", size, figures.put_memory));
         out.push(local("put", "disk", size, figures.put_disk));
         out.push(local("get", "disk", size, figures.get_disk));
-        out.push(ObjectMeasurement {
-            op: "remote_get",
-            tier: "disk",
-            size_bytes: size,
-            gbps: figures.remote,
-            reference_gbps: tcp,
-            reference: "tcp_loopback",
-        });
+        let fresh = tcp_into_new_buffer_gbps(size)
+            .await
+            .map_err(ObjectBenchError::Io)?;
+        for (op, tier, gbps) in [
+            ("remote_get", "quic", figures.remote),
+            ("remote_get", "tcp", figures.remote_tcp),
+            ("tcp_new_buffer", "memory", fresh),
+        ] {
+            out.push(ObjectMeasurement {
+                op,
+                tier,
+                size_bytes: size,
+                gbps,
+                reference_gbps: tcp,
+                reference: "tcp_loopback",
+            });
+        }
     }
     stores.server.close();
     if checkpoint_bytes > 0 {
@@ -231,24 +261,48 @@ async fn measure_size(stores: &Stores, size: u64) -> Result<SizeFigures, ObjectB
             .max(gbps(size, started.elapsed().as_secs_f64()));
         drop(got);
 
-        let started = stopwatch();
-        stores
-            .fetcher
-            .ensure(
-                &stores.fetching,
-                Wanted {
-                    id,
-                    owner: owner(),
-                    pin: false,
-                    size: Some(size),
-                },
-                std::slice::from_ref(&stores.source),
-                None,
-            )
-            .await?;
-        best.remote = best.remote.max(gbps(size, started.elapsed().as_secs_f64()));
-        stores.fetching.delete(id)?;
+        for (path, best) in [
+            (FetchPath::Quic, &mut best.remote),
+            (FetchPath::Tcp, &mut best.remote_tcp),
+        ] {
+            let started = stopwatch();
+            stores.fetch(id, size, path).await?;
+            *best = best.max(gbps(size, started.elapsed().as_secs_f64()));
+            stores.fetching.delete(id)?;
+        }
         stores.disk.delete(id)?;
+    }
+    Ok(best)
+}
+
+/// One loopback TCP stream of `size` bytes received into a new buffer of
+/// that size, as any receiver of a new object must (best of [`RUNS`]): the
+/// loopback reference receives into one small buffer it reuses, which stays in
+/// cache, while a fetch writes every byte to fresh memory.
+async fn tcp_into_new_buffer_gbps(size: u64) -> std::io::Result<f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let size = usize::try_from(size).map_err(std::io::Error::other)?;
+    let mut best: f64 = 0.0;
+    for _ in 0..RUNS {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let sender = xp_runtime::task::spawn("bench-tcp-sender", async move {
+            let (mut stream, _) = listener.accept().await?;
+            let chunk = vec![7u8; 1 << 20];
+            let mut sent = 0;
+            while sent < size {
+                let count = chunk.len().min(size - sent);
+                stream.write_all(&chunk[..count]).await?;
+                sent += count;
+            }
+            Ok::<_, std::io::Error>(())
+        });
+        let started = stopwatch();
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        let mut buffer = vec![0u8; size];
+        stream.read_exact(&mut buffer).await?;
+        best = best.max(gbps(size as u64, started.elapsed().as_secs_f64()));
+        sender.await.map_err(std::io::Error::other)??;
     }
     Ok(best)
 }

@@ -15,6 +15,7 @@ use std::path::Path;
 
 use tracing::{debug, info, warn};
 use xp_runtime::ids::{ObjectId, TrialId, WorkerKey};
+use xp_runtime::object_wire::FetchPath;
 use xp_runtime::protocol::{ErrorCode, LogChunk, NodeMessage, ObjectSource, RemoteError};
 
 use super::Agent;
@@ -125,6 +126,8 @@ impl Agent {
                     owner: Owner::Trial(trial),
                     pin: true,
                     size: Some(size),
+                    // Replicas are made in the background, off any trial's path.
+                    path: FetchPath::Quic,
                 };
                 match fetcher.ensure(&store, wanted, &sources, Some(own)).await {
                     Ok(_) => {

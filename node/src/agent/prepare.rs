@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 use xp_runtime::ids::{BlobHash, WorkerKey};
+use xp_runtime::object_wire::FetchPath;
 use xp_runtime::protocol::{Launch, Program};
 use xp_runtime::transport::HeadConnection;
 
@@ -90,7 +91,7 @@ pub(super) async fn resolve_command(
         .fill_inputs(launch, &work_dir)
         .await
         .map_err(PrepareError::Invalid)?;
-    node_env.extend(local_channel_pass(objects, key, &tree, owner)?);
+    node_env.extend(local_channel_pass(objects, launch, &tree, owner)?);
     let program = resolve_program(data_dir, connection, launch, &inputs).await?;
     node_env.extend(program.env);
     // Last, just before the process starts: the port is let go for rank 0.
@@ -155,10 +156,10 @@ async fn make_work_dir(
 }
 
 /// The worker's pass to the local object channel: a fresh secret, registered
-/// for `key`, and the variables that hand it and the socket to the worker.
+/// for the launch's worker, and the variables that hand it and the socket to it.
 fn local_channel_pass(
     objects: &LaunchObjects,
-    key: WorkerKey,
+    launch: &Launch,
     tree: &WorkTree,
     owner: Option<FileOwner>,
 ) -> Result<[(String, String); 2], PrepareError> {
@@ -168,10 +169,11 @@ fn local_channel_pass(
     objects.local_workers.insert(
         secret,
         crate::objects::local::LocalWorker {
-            key,
+            key: launch.key,
             work_dir: tree.path.clone(),
             tree: tree.clone(),
             owner,
+            fetch_path: FetchPath::for_transport(launch.transport),
         },
     );
     Ok([

@@ -19,6 +19,7 @@ use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 
+use xp_runtime::object_wire::FetchPath;
 use xp_runtime::protocol::{CheckpointFile, Launch};
 
 use super::restore::CheckpointSources;
@@ -59,6 +60,7 @@ impl CheckpointSources {
                             owner: Owner::Trial(launch.key.trial),
                             pin: false,
                             size: Some(file.size),
+                            path: FetchPath::for_transport(launch.transport),
                         },
                         &input.sources,
                         Some(self.own_node),

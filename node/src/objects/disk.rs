@@ -315,22 +315,26 @@ impl DiskDir {
         Ok(MapOutcome::Verified(Arc::new(map)))
     }
 
+    /// The object's file, opened for reading; `None` when there is none.
+    pub(crate) fn open_file(&self, id: &ObjectId) -> Result<Option<File>, StoreError> {
+        let path = self.object_path(id);
+        match File::open(&path) {
+            Ok(file) => Ok(Some(file)),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(StoreError::Io {
+                operation: IoOperation::Open,
+                path,
+                source,
+            }),
+        }
+    }
+
     /// A read-only map of the object's file, not checked against its id; `None`
     /// when there is no file.
     pub(crate) fn map(&self, id: &ObjectId) -> Result<Option<Mmap>, StoreError> {
         let path = self.object_path(id);
-        let file = match File::open(&path) {
-            Ok(file) => file,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                return Ok(None);
-            }
-            Err(source) => {
-                return Err(StoreError::Io {
-                    operation: IoOperation::Open,
-                    path,
-                    source,
-                });
-            }
+        let Some(file) = self.open_file(id)? else {
+            return Ok(None);
         };
         // SAFETY: a map is sound while nobody truncates or writes the file. This
         // store never opens an object file for writing (files get their final

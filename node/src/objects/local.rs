@@ -48,7 +48,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 use xp_runtime::ids::{NodeId, ObjectId, TrialId, WorkerKey};
-use xp_runtime::object_wire::{self, LocalOp, LocalRequest, LocalResponse};
+use xp_runtime::object_wire::{self, FetchPath, LocalOp, LocalRequest, LocalResponse};
 use xp_runtime::protocol::{ObjectSource, Request, Response};
 use xp_runtime::transport::HeadConnection;
 
@@ -70,6 +70,8 @@ pub(crate) struct LocalWorker {
     pub tree: WorkTree,
     /// Its user id, which the directory fetched objects go to belongs to.
     pub owner: Option<FileOwner>,
+    /// The path the objects it gets from other nodes take (its trial's transport).
+    pub fetch_path: FetchPath,
 }
 
 /// Who may use the channel: live workers by secret.
@@ -495,6 +497,7 @@ async fn get(
                     owner: owner.clone(),
                     pin: false,
                     size: None,
+                    path: worker.fetch_path,
                 },
                 &sources,
                 Some(context.own_node),
@@ -598,6 +601,7 @@ mod tests {
                     work_dir: work_dir.clone(),
                     tree: WorkTree::open(&work_dir).expect("tree"),
                     owner: None,
+                    fetch_path: FetchPath::Quic,
                 },
             );
             let (changes, _changes_rx) = mpsc::unbounded_channel();

@@ -47,6 +47,7 @@ pub(crate) mod remote;
 mod tests;
 mod types;
 
+use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -249,7 +250,7 @@ impl ObjectStore {
     /// Stores the contents of the file at `path` for `owner`, like
     /// [`put_reader`](Self::put_reader). The file is copied, not moved.
     pub fn put_file(&self, path: &Path, owner: Owner) -> Result<ObjectId, StoreError> {
-        let file = std::fs::File::open(path).map_err(|source| StoreError::Io {
+        let file = File::open(path).map_err(|source| StoreError::Io {
             operation: IoOperation::Open,
             path: path.to_owned(),
             source,
@@ -328,6 +329,16 @@ impl ObjectStore {
             Some(map) => Ok(ObjectBytes::mapped(Arc::new(map))),
             None => Err(StoreError::Missing { id }),
         }
+    }
+
+    /// The file of an object on the disk tier, opened for reading and not
+    /// checked against its id (the fetcher checks what arrives): what a bulk
+    /// fetch sends with `sendfile`. `None` for an object not on disk.
+    pub(crate) fn open_disk_file(&self, id: ObjectId) -> Result<Option<File>, StoreError> {
+        if self.lock().disk_generation(&id).is_none() {
+            return Ok(None);
+        }
+        self.disk.open_file(&id)
     }
 
     /// The object's bytes, checked against its id now: a disk object's file is

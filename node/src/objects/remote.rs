@@ -14,6 +14,10 @@
 //! within its team's quota). Refusals are answered with their reason and kept
 //! for the head's audit trail; users' fetches and stores are counted per team.
 //!
+//! A trial whose spec says its network is trusted (`transport: tcp`) reads
+//! whole objects from the server's plain TCP bulk port instead (`bulk`), with a
+//! one-time ticket the object link issued after the same checks.
+//!
 //! Not here: knowing which node holds what (the head's directory does; callers
 //! pass the sources), and the wire format and QUIC setup (`xp_runtime`).
 
@@ -26,13 +30,16 @@ use xp_runtime::clock::{Clock, SystemClock};
 use xp_runtime::error_chain::error_chain;
 use xp_runtime::ids::{ObjectId, TrialId};
 use xp_runtime::object_wire::{
-    self, Credential, FetchErrorCode, FetchHeader, MAX_CHUNK_BYTES, ObjectClient, ObjectOp,
-    ObjectRequest, StoreAnswer,
+    self, Credential, FetchErrorCode, FetchHeader, FetchPath, MAX_CHUNK_BYTES, ObjectClient,
+    ObjectOp, ObjectRequest, StoreAnswer,
 };
 use xp_runtime::protocol::{ObjectEndpoint, ObjectSource};
 use xp_runtime::transport::QuicSetupError;
 
 use super::access::{Asker, ObjectAccess, Refusal, StorePlan};
+use bulk::{BulkPort, Payload as BulkPayload};
+
+mod bulk;
 use super::{ObjectBytes, ObjectChange, ObjectStore, Owner, StoreError, off_runtime};
 
 /// The largest object a driver may store in one request.
@@ -88,6 +95,7 @@ pub enum ObjectServerError {
 pub struct ObjectServer {
     endpoint: quinn::Endpoint,
     cert_sha256: [u8; 32],
+    bulk: Option<Arc<BulkPort>>,
 }
 
 impl ObjectServer {
@@ -102,11 +110,24 @@ impl ObjectServer {
     ) -> Result<Self, ObjectServerError> {
         let (endpoint, cert_sha256) = object_wire::server_endpoint(bind)
             .map_err(|source| ObjectServerError::Start { bind, source })?;
+        let port = endpoint
+            .local_addr()
+            .map_err(ObjectServerError::Address)?
+            .port();
+        // Without it, fetchers are told to use QUIC: a node still serves.
+        let bulk = match BulkPort::start(bind.ip(), port, access.clone()) {
+            Ok(bulk) => Some(Arc::new(bulk)),
+            Err(error) => {
+                warn!(%error, "cannot open the object bulk port; objects go over QUIC only");
+                None
+            }
+        };
         let accepting = endpoint.clone();
         let server = Served {
             store,
             access,
             changes,
+            bulk: bulk.clone(),
         };
         xp_runtime::task::spawn("object-server", async move {
             while let Some(incoming) = accepting.accept().await {
@@ -122,7 +143,13 @@ impl ObjectServer {
         Ok(Self {
             endpoint,
             cert_sha256,
+            bulk,
         })
+    }
+
+    /// The TCP port of the bulk path, if it is open.
+    pub fn bulk_port(&self) -> Option<u16> {
+        self.bulk.as_ref().map(|bulk| bulk.port())
     }
 
     /// What the head tells fetching nodes.
@@ -141,6 +168,9 @@ impl ObjectServer {
     /// Stops accepting and closes every connection.
     pub fn close(&self) {
         self.endpoint.close(0u32.into(), b"object server closed");
+        if let Some(bulk) = &self.bulk {
+            bulk.close();
+        }
     }
 }
 
@@ -151,6 +181,7 @@ struct Served {
     store: Arc<ObjectStore>,
     access: Arc<ObjectAccess>,
     changes: mpsc::UnboundedSender<ObjectChange>,
+    bulk: Option<Arc<BulkPort>>,
 }
 
 /// The objects a connection served last, kept mapped (and so verified once)
@@ -280,7 +311,7 @@ fn permitted(server: &Served, asker: &Asker, op: &ObjectOp) -> Result<(), Refusa
         return Ok(());
     };
     match op {
-        ObjectOp::Fetch { id, .. } | ObjectOp::Damaged { id } => {
+        ObjectOp::Fetch { id, .. } | ObjectOp::Bulk { id } | ObjectOp::Damaged { id } => {
             let owners = server.store.info(*id).map(|info| info.owners);
             ObjectAccess::check_read(grant, *id, owners)
         }
@@ -298,6 +329,7 @@ fn permitted(server: &Served, asker: &Asker, op: &ObjectOp) -> Result<(), Refusa
 fn describe(op: &ObjectOp) -> String {
     match op {
         ObjectOp::Fetch { id, .. } => format!("fetch object {id}"),
+        ObjectOp::Bulk { id } => format!("fetch object {id} over the bulk port"),
         ObjectOp::Store { size, .. } => format!("store an object of {size} bytes"),
         ObjectOp::Damaged { id } => format!("report object {id} damaged"),
         ObjectOp::Release { id, .. } => format!("release object {id}"),
@@ -313,7 +345,7 @@ async fn write_refusal(
 ) -> Result<(), object_wire::WireError> {
     let Refusal { code, message } = refusal;
     match op {
-        ObjectOp::Fetch { .. } => {
+        ObjectOp::Fetch { .. } | ObjectOp::Bulk { .. } => {
             object_wire::write_small(send, &FetchHeader::Error { code, message }).await
         }
         ObjectOp::Store { .. }
@@ -339,6 +371,7 @@ async fn serve_op(
         store,
         access,
         changes,
+        bulk,
     } = server;
     match op {
         ObjectOp::Fetch { id, offset, len } => {
@@ -346,6 +379,10 @@ async fn serve_op(
             if let (Some(team), Some(bytes)) = (team, served) {
                 access.count_fetch(team, bytes, offset == 0 && bytes > 0);
             }
+        }
+        ObjectOp::Bulk { id } => {
+            let header = bulk_ticket(bulk.as_deref(), store, changes, recent, id, team).await;
+            object_wire::write_small(send, &header).await?;
         }
         ObjectOp::Store { owner, size } => {
             let answer = match receive_store(recv, server, team, owner, size).await {
@@ -548,19 +585,7 @@ async fn serve_fetch(
     let bytes = match lookup(store, recent, id).await {
         Ok(bytes) => bytes,
         Err(error) => {
-            let code = match error {
-                StoreError::NotFound { .. } => {
-                    // Whoever sent the fetcher here thinks this node has it.
-                    let _ = changes.send(ObjectChange::Dropped(id));
-                    FetchErrorCode::NotFound
-                }
-                StoreError::Corrupt { .. } | StoreError::Missing { .. } => {
-                    let _ = changes.send(ObjectChange::Dropped(id));
-                    FetchErrorCode::Corrupt
-                }
-                _ => FetchErrorCode::Internal,
-            };
-            object_wire::write_small(send, &refuse(code, error.to_string())).await?;
+            object_wire::write_small(send, &lookup_refusal(changes, id, error)).await?;
             return Ok(None);
         }
     };
@@ -596,6 +621,77 @@ async fn serve_fetch(
     Ok(Some(end - offset))
 }
 
+/// The answer to a ticket request for `id`: a ticket on the bulk port, or
+/// why not (no port, or too many tickets out: the fetcher takes QUIC).
+async fn bulk_ticket(
+    bulk: Option<&BulkPort>,
+    store: &Arc<ObjectStore>,
+    changes: &mpsc::UnboundedSender<ObjectChange>,
+    recent: &Recent,
+    id: ObjectId,
+    team: Option<&str>,
+) -> FetchHeader {
+    let Some(bulk) = bulk else {
+        return FetchHeader::Error {
+            code: FetchErrorCode::Unoffered,
+            message: "this node has no bulk port".to_owned(),
+        };
+    };
+    // A file on disk goes by `sendfile`; an object in memory from memory.
+    let file = off_runtime(store, move |store| {
+        let Some(file) = store.open_disk_file(id)? else {
+            return Ok(None);
+        };
+        Ok(file.metadata().ok().map(|meta| (file, meta.len())))
+    })
+    .await;
+    let payload = match file {
+        Ok(Some((file, size))) => BulkPayload::File { file, size },
+        Ok(None) => match lookup(store, recent, id).await {
+            Ok(bytes) => BulkPayload::Bytes(bytes),
+            Err(error) => return lookup_refusal(changes, id, error),
+        },
+        Err(error) => return lookup_refusal(changes, id, error),
+    };
+    let size = payload.size();
+    match bulk.issue(payload, team) {
+        Some(ticket) => FetchHeader::Bulk {
+            size,
+            port: bulk.port(),
+            ticket,
+        },
+        None => FetchHeader::Error {
+            code: FetchErrorCode::Unoffered,
+            message: "the bulk port has too many tickets out".to_owned(),
+        },
+    }
+}
+
+/// The refusal of a fetch whose object `lookup` failed; tells the head's
+/// directory when this node turns out not to hold it.
+fn lookup_refusal(
+    changes: &mpsc::UnboundedSender<ObjectChange>,
+    id: ObjectId,
+    error: StoreError,
+) -> FetchHeader {
+    let code = match error {
+        StoreError::NotFound { .. } => {
+            // Whoever sent the fetcher here thinks this node has it.
+            let _ = changes.send(ObjectChange::Dropped(id));
+            FetchErrorCode::NotFound
+        }
+        StoreError::Corrupt { .. } | StoreError::Missing { .. } => {
+            let _ = changes.send(ObjectChange::Dropped(id));
+            FetchErrorCode::Corrupt
+        }
+        _ => FetchErrorCode::Internal,
+    };
+    FetchHeader::Error {
+        code,
+        message: error.to_string(),
+    }
+}
+
 /// An object a node wants a good local copy of.
 #[derive(Debug, Clone)]
 pub struct Wanted {
@@ -608,6 +704,9 @@ pub struct Wanted {
     /// Its size from the head's manifest, if known: every chunk is then asked
     /// for at once.
     pub size: Option<u64>,
+    /// The path its bytes take: the plain TCP bulk path only for a trial whose
+    /// network its spec says is trusted (`FetchPath::for_transport`).
+    pub path: FetchPath,
 }
 
 /// Pulls objects from other nodes into this node's store.
@@ -665,6 +764,7 @@ impl ObjectFetcher {
             owner,
             pin,
             size: size_hint,
+            path,
         } = wanted;
         // Read afresh: a map kept by the server would hide a file damaged in place.
         match off_runtime(store, move |store| store.verify(id)).await {
@@ -682,7 +782,7 @@ impl ObjectFetcher {
         {
             match self
                 .client
-                .fetch_from(source, id, size_hint, store.limits().max_object_bytes)
+                .fetch_over(path, source, id, size_hint, store.limits().max_object_bytes)
                 .await
             {
                 Ok(bytes) => {

@@ -153,7 +153,7 @@ fn streamed_and_file_puts_hash_while_writing_to_disk() {
     check_get(&store, id, &large, true);
 
     let source_path = dir.path().join("source");
-    std::fs::File::create(&source_path)
+    File::create(&source_path)
         .unwrap()
         .write_all(b"from a file")
         .unwrap();

@@ -1,6 +1,6 @@
-//! The object server and fetcher over real QUIC on loopback: chunked fetches,
-//! corrupt sources and local copies, refused credentials, and what a
-//! capability may fetch and store.
+//! The object server and fetcher over real QUIC and TCP on loopback: chunked
+//! fetches, the bulk port's tickets, corrupt sources and local copies, refused
+//! credentials, and what a capability may fetch and store.
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -70,6 +70,7 @@ fn wanted(id: ObjectId, pin: bool) -> Wanted {
         owner: owner(),
         pin,
         size: None,
+        path: FetchPath::Quic,
     }
 }
 
@@ -430,4 +431,156 @@ async fn a_capability_stores_only_as_its_session_and_within_its_team_quota() {
         stores,
         [("alpha".to_owned(), 1, 3000), ("beta".to_owned(), 1, 4000)]
     );
+}
+
+/// A QUIC stream to `holder`'s object server, as any client opens one.
+async fn raw_stream(holder: &Peer) -> (quinn::SendStream, quinn::RecvStream) {
+    let endpoint = object_wire::client_endpoint().expect("endpoint");
+    let config =
+        object_wire::client_config(holder.source.endpoint.cert_sha256, true).expect("config");
+    let addr = SocketAddr::from(([127, 0, 0, 1], holder.source.endpoint.port));
+    let connection = endpoint
+        .connect_with(config, addr, object_wire::SERVER_NAME)
+        .expect("connect")
+        .await
+        .expect("handshake");
+    connection.open_bi().await.expect("stream")
+}
+
+/// What the bulk port sends after `ticket`, until it closes.
+async fn present(port: u16, ticket: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("bulk port");
+    stream.write_all(ticket).await.expect("ticket");
+    let mut got = Vec::new();
+    // A refused ticket ends in a close (or a reset): nothing is sent either way.
+    let _ = stream.read_to_end(&mut got).await;
+    got
+}
+
+#[tokio::test]
+async fn a_bulk_ticket_opens_one_transfer_of_its_object_and_nothing_else() {
+    // Both tiers: a disk object goes by sendfile, a memory one from memory.
+    for memory_bytes in [0, 1 << 20] {
+        let holder = peer(memory_bytes);
+        let bytes = pattern(300_001);
+        let id = holder.store.put(bytes.clone(), owner()).expect("put");
+        let (mut send, mut recv) = raw_stream(&holder).await;
+        let request = ObjectRequest {
+            credential: Credential::Node(object_wire::node_credential(TOKEN)),
+            op: ObjectOp::Bulk { id },
+        };
+        object_wire::write_small(&mut send, &request)
+            .await
+            .expect("ask");
+        let _ = send.finish();
+        let header: FetchHeader = object_wire::read_small(&mut recv).await.expect("answer");
+        let FetchHeader::Bulk { size, port, ticket } = header else {
+            panic!("expected a ticket, got {header:?}");
+        };
+        assert_eq!(size, bytes.len() as u64);
+        assert_eq!(Some(port), holder.server.bulk_port());
+        let mut forged = ticket.0;
+        forged[0] ^= 1;
+        assert!(present(port, &forged).await.is_empty(), "a forged ticket");
+        assert_eq!(present(port, &ticket.0).await, bytes, "tier {memory_bytes}");
+        assert!(present(port, &ticket.0).await.is_empty(), "a used ticket");
+        holder.server.close();
+    }
+}
+
+#[tokio::test]
+async fn a_fetch_over_the_bulk_path_is_verified_and_stored_like_a_quic_one() {
+    for memory_bytes in [0, 1 << 30] {
+        let holder = peer(memory_bytes);
+        let fetching = peer(1 << 30);
+        let bytes = pattern(3 * object_wire::CHUNK_BYTES as usize + 7);
+        let id = holder.store.put(bytes.clone(), owner()).expect("put");
+        let fetcher = node_fetcher(TOKEN);
+        let over_tcp = Wanted {
+            path: FetchPath::Tcp,
+            ..wanted(id, true)
+        };
+        fetcher
+            .ensure(
+                &fetching.store,
+                over_tcp,
+                std::slice::from_ref(&holder.source),
+                None,
+            )
+            .await
+            .expect("fetch");
+        assert_eq!(&*fetching.store.get(id).expect("stored"), bytes.as_slice());
+        assert!(fetching.store.info(id).expect("info").pinned);
+        holder.server.close();
+    }
+}
+
+#[tokio::test]
+async fn a_bulk_path_that_cannot_be_reached_falls_back_to_quic() {
+    let holder = peer(1 << 20);
+    let fetching = peer(1 << 20);
+    let bytes = pattern(50_000);
+    let id = holder.store.put(bytes.clone(), owner()).expect("put");
+    let port = holder.server.bulk_port().expect("a bulk port");
+    holder.server.bulk.as_ref().expect("bulk").close();
+    // The listener goes with its task: wait until the port refuses.
+    let mut tries = 0;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_ok()
+    {
+        tries += 1;
+        assert!(tries < 500, "the bulk port still accepts");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let fetcher = node_fetcher(TOKEN);
+    let over_tcp = Wanted {
+        path: FetchPath::Tcp,
+        ..wanted(id, false)
+    };
+    let sources = std::slice::from_ref(&holder.source);
+    fetcher
+        .ensure(&fetching.store, over_tcp, sources, None)
+        .await
+        .expect("fetched over QUIC");
+    assert_eq!(&*fetching.store.get(id).expect("stored"), bytes.as_slice());
+}
+
+#[tokio::test]
+async fn a_capability_gets_a_bulk_ticket_only_for_what_it_may_read() {
+    let holder = peer(1 << 20);
+    let theirs = holder
+        .store
+        .put(
+            pattern(1000),
+            Owner::Trial("00000000000000aa-t0".parse().expect("id")),
+        )
+        .expect("put");
+    let ours = holder
+        .store
+        .put(pattern(2000), Owner::Driver("driver-a".to_owned()))
+        .expect("put");
+    let read = vec![ReadScope::Driver("driver-a".to_owned())];
+    let (client, _) = capability_client(TOKEN, session("driver-a"), "alpha", read);
+    let bytes = client
+        .fetch_over(FetchPath::Tcp, &holder.source, ours, None, 1 << 20)
+        .await
+        .expect("its own session's object");
+    assert_eq!(bytes.len(), 2000);
+    // Refused outright: no ticket, and no second try over QUIC.
+    let refused = client
+        .fetch_over(FetchPath::Tcp, &holder.source, theirs, None, 1 << 20)
+        .await;
+    check_refused(refused, FetchErrorCode::Forbidden, "does not cover object");
+    let report = holder.access.take_report().expect("counted");
+    let alpha = &report.counts[0];
+    assert_eq!(
+        (alpha.fetches, alpha.fetched_bytes, alpha.refusals),
+        (1, 2000, 1),
+        "{report:?}"
+    );
+    assert!(report.refusals[0].action.contains("bulk port"));
 }
