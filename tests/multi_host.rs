@@ -141,15 +141,8 @@ fn nodes_on_separate_hosts_run_sweeps_gangs_and_object_fetches() {
         &["submit", "--trials", "4", "--steps", "3", "--step-ms", "50"],
     );
     let allreduce = submit_spec(&cluster, "allreduce.yaml", ALLREDUCE);
-    let exchange = cluster.dir.path().join("object-id");
-    let objects = submit_spec(
-        &cluster,
-        "objects.yaml",
-        &format!(
-            "name: objects\nteam: tests\ntrial:\n  entry: objects_check\n  workers: 2\n  resources: {{cpu: 1, gpu: 1}}\nsearch:\n  algorithm: grid\n  space:\n    size: {{choice: [20000000]}}\n    exchange: {{choice: ['{}']}}\n",
-            exchange.display()
-        ),
-    );
+    let objects = submit_objects(&cluster, "quic");
+    let objects_tcp = submit_objects(&cluster, "tcp");
 
     // A sweep of gangs across both machines, told how to reach rank 0.
     let status = cluster.wait_finished(&env_sweep, Duration::from_secs(300));
@@ -182,21 +175,47 @@ fn nodes_on_separate_hosts_run_sweeps_gangs_and_object_fetches() {
     assert_eq!(attempts.len(), 1, "no attempt failed: {status:#}");
     assert_ne!(attempts[0]["nodes"][0], attempts[0]["nodes"][1]);
 
-    // An object put on one machine and fetched by the other.
-    let status = cluster.wait_finished(&objects, Duration::from_secs(300));
+    // An object put on one machine and fetched by the other, over QUIC, and
+    // over the plain TCP bulk path for a trial whose network is trusted.
+    check_object_fetched(&cluster, &objects, "quic", "path=Quic");
+    check_object_fetched(&cluster, &objects_tcp, "tcp", "path=Tcp");
+}
+
+/// The object id file of the `objects_check` gang over `transport`.
+fn exchange_file(cluster: &NetnsCluster, transport: &str) -> std::path::PathBuf {
+    cluster.dir.path().join(format!("object-id-{transport}"))
+}
+
+/// Submits an `objects_check` gang of two whose trial's `transport` is `transport`.
+fn submit_objects(cluster: &NetnsCluster, transport: &str) -> String {
+    submit_spec(
+        cluster,
+        &format!("objects-{transport}.yaml"),
+        &format!(
+            "name: objects-{transport}\nteam: tests\ntrial:\n  entry: objects_check\n  workers: 2\n  transport: {transport}\n  resources: {{cpu: 1, gpu: 1}}\nsearch:\n  algorithm: grid\n  space:\n    size: {{choice: [20000000]}}\n    exchange: {{choice: ['{}']}}\n",
+            exchange_file(cluster, transport).display()
+        ),
+    )
+}
+
+/// Checks that the gang succeeded across the machines and that rank 1's node
+/// fetched rank 0's object with a log line saying `path`.
+fn check_object_fetched(cluster: &NetnsCluster, experiment: &str, transport: &str, path: &str) {
+    let status = cluster.wait_finished(experiment, Duration::from_secs(300));
     assert_eq!(status["state"], "succeeded", "{status:#}");
     let nodes = trials(&status)[0]["attempts"][0]["nodes"]
         .as_array()
         .expect("nodes")
         .clone();
     assert_ne!(nodes[0], nodes[1], "{status:#}");
-    let id = std::fs::read_to_string(&exchange).expect("the object id");
+    let id = std::fs::read_to_string(exchange_file(cluster, transport)).expect("the object id");
     let fetcher = cluster.node_named(nodes[1].as_str().expect("a node id"));
     let log = cluster.node_log(&fetcher);
     assert!(
-        log.lines()
-            .any(|line| line.contains("object fetched") && line.contains(id.trim())),
-        "rank 1's node fetched the object from rank 0's: {log}"
+        log.lines().any(|line| line.contains("object fetched")
+            && line.contains(id.trim())
+            && line.contains(path)),
+        "rank 1's node fetched the object from rank 0's with {path}: {log}"
     );
 }
 

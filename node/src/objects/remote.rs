@@ -785,7 +785,7 @@ impl ObjectFetcher {
                 .fetch_over(path, source, id, size_hint, store.limits().max_object_bytes)
                 .await
             {
-                Ok(bytes) => {
+                Ok((bytes, took)) => {
                     let size = bytes.len();
                     let kept = bytes.clone();
                     let claim = owner.clone();
@@ -800,7 +800,7 @@ impl ObjectFetcher {
                     .await;
                     match stored {
                         Ok(_) => {
-                            info!(%id, size, from = %source.node, "object fetched");
+                            info!(%id, size, from = %source.node, path = ?took, "object fetched");
                             keep(store, id, owner, pin).await?;
                             return Ok(ObjectBytes::shared(kept));
                         }

@@ -80,10 +80,10 @@ pub enum BulkError {
 }
 
 impl ObjectClient {
-    /// The object's bytes from one source over `path`, not yet verified. A
-    /// source that offers no bulk path, or whose bulk transfer fails (its port
-    /// unreachable through a firewall, the connection cut), is fetched from
-    /// over QUIC; a refusal of the request itself is final.
+    /// The object's bytes from one source over `path`, not yet verified, and
+    /// the path they took. A source that offers no bulk path, or whose bulk
+    /// transfer fails (its port unreachable through a firewall, the connection
+    /// cut), is fetched from over QUIC; a refusal of the request itself is final.
     pub async fn fetch_over(
         &self,
         path: FetchPath,
@@ -91,10 +91,10 @@ impl ObjectClient {
         id: ObjectId,
         size_hint: Option<u64>,
         max_bytes: u64,
-    ) -> Result<Arc<[u8]>, ObjectClientError> {
+    ) -> Result<(Arc<[u8]>, FetchPath), ObjectClientError> {
         if path == FetchPath::Tcp {
             match self.fetch_bulk(source, id, size_hint, max_bytes).await {
-                Ok(bytes) => return Ok(bytes),
+                Ok(bytes) => return Ok((bytes, FetchPath::Tcp)),
                 Err(BulkError::Unoffered(reason)) => {
                     debug!(%id, host = %source.host, %reason, "no bulk path; fetching over QUIC");
                 }
@@ -107,7 +107,8 @@ impl ObjectClient {
                 }
             }
         }
-        self.fetch_from(source, id, size_hint, max_bytes).await
+        let bytes = self.fetch_from(source, id, size_hint, max_bytes).await?;
+        Ok((bytes, FetchPath::Quic))
     }
 
     /// The whole object over `source`'s TCP bulk port, with a ticket asked for

@@ -521,7 +521,6 @@ async fn a_fetch_over_the_bulk_path_is_verified_and_stored_like_a_quic_one() {
 #[tokio::test]
 async fn a_bulk_path_that_cannot_be_reached_falls_back_to_quic() {
     let holder = peer(1 << 20);
-    let fetching = peer(1 << 20);
     let bytes = pattern(50_000);
     let id = holder.store.put(bytes.clone(), owner()).expect("put");
     let port = holder.server.bulk_port().expect("a bulk port");
@@ -536,17 +535,13 @@ async fn a_bulk_path_that_cannot_be_reached_falls_back_to_quic() {
         assert!(tries < 500, "the bulk port still accepts");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    let fetcher = node_fetcher(TOKEN);
-    let over_tcp = Wanted {
-        path: FetchPath::Tcp,
-        ..wanted(id, false)
-    };
-    let sources = std::slice::from_ref(&holder.source);
-    fetcher
-        .ensure(&fetching.store, over_tcp, sources, None)
+    let client =
+        ObjectClient::new(Credential::Node(object_wire::node_credential(TOKEN))).expect("client");
+    let (got, took) = client
+        .fetch_over(FetchPath::Tcp, &holder.source, id, None, 1 << 20)
         .await
         .expect("fetched over QUIC");
-    assert_eq!(&*fetching.store.get(id).expect("stored"), bytes.as_slice());
+    assert_eq!((&*got, took), (bytes.as_slice(), FetchPath::Quic));
 }
 
 #[tokio::test]
@@ -565,11 +560,11 @@ async fn a_capability_gets_a_bulk_ticket_only_for_what_it_may_read() {
         .expect("put");
     let read = vec![ReadScope::Driver("driver-a".to_owned())];
     let (client, _) = capability_client(TOKEN, session("driver-a"), "alpha", read);
-    let bytes = client
+    let (bytes, took) = client
         .fetch_over(FetchPath::Tcp, &holder.source, ours, None, 1 << 20)
         .await
         .expect("its own session's object");
-    assert_eq!(bytes.len(), 2000);
+    assert_eq!((bytes.len(), took), (2000, FetchPath::Tcp));
     // Refused outright: no ticket, and no second try over QUIC.
     let refused = client
         .fetch_over(FetchPath::Tcp, &holder.source, theirs, None, 1 << 20)
