@@ -78,26 +78,32 @@ fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|index| (index * 31 % 251) as u8).collect()
 }
 
-#[tokio::test]
-async fn a_multi_chunk_object_arrives_whole_and_verified() {
-    let holder = peer(1 << 30);
+/// Fetches an object of several chunks, the last one short, over `path`
+/// from a holder whose memory tier is `memory_bytes`, and checks that it
+/// arrived whole, verified and pinned.
+async fn check_multi_chunk_fetch(memory_bytes: u64, path: FetchPath) {
+    let holder = peer(memory_bytes);
     let fetching = peer(1 << 30);
-    // Not a multiple of the chunk size, so the last chunk is short.
     let bytes = pattern(3 * object_wire::CHUNK_BYTES as usize + 12_345);
     let id = holder.store.put(bytes.clone(), owner()).expect("put");
     let fetcher = node_fetcher(TOKEN);
+    let wanted = Wanted {
+        path,
+        ..wanted(id, true)
+    };
+    let sources = std::slice::from_ref(&holder.source);
     fetcher
-        .ensure(
-            &fetching.store,
-            wanted(id, true),
-            std::slice::from_ref(&holder.source),
-            None,
-        )
+        .ensure(&fetching.store, wanted, sources, None)
         .await
         .expect("fetch");
     assert_eq!(&*fetching.store.get(id).expect("stored"), bytes.as_slice());
     assert!(fetching.store.info(id).expect("info").pinned);
     holder.server.close();
+}
+
+#[tokio::test]
+async fn a_multi_chunk_object_arrives_whole_and_verified() {
+    check_multi_chunk_fetch(1 << 30, FetchPath::Quic).await;
 }
 
 #[tokio::test]
@@ -192,16 +198,7 @@ async fn a_wrong_token_or_a_missing_object_fails_clearly() {
 async fn garbage_on_an_object_stream_gets_an_error_not_a_crash() {
     let holder = peer(1 << 20);
     let id = holder.store.put(pattern(10), owner()).expect("put");
-    let endpoint = object_wire::client_endpoint().expect("endpoint");
-    let config =
-        object_wire::client_config(holder.source.endpoint.cert_sha256, true).expect("config");
-    let addr = SocketAddr::from(([127, 0, 0, 1], holder.source.endpoint.port));
-    let connection = endpoint
-        .connect_with(config, addr, object_wire::SERVER_NAME)
-        .expect("connect")
-        .await
-        .expect("handshake");
-    let (mut send, mut recv) = connection.open_bi().await.expect("stream");
+    let (mut send, mut recv) = raw_stream(&holder).await;
     send.write_all(&[7, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7])
         .await
         .expect("write");
@@ -273,9 +270,9 @@ fn check_refused<T: std::fmt::Debug>(
     }
 }
 
-#[tokio::test]
-async fn a_capability_fetches_only_what_its_grant_covers_and_is_counted_for_its_team() {
-    let holder = peer(1 << 20);
+/// Puts an object of another team's trial (1000 bytes) and one of driver
+/// session `driver-a` (2000 bytes) on `holder`.
+fn another_trials_and_a_drivers(holder: &Peer) -> (ObjectId, ObjectId) {
     let theirs = holder
         .store
         .put(
@@ -287,8 +284,20 @@ async fn a_capability_fetches_only_what_its_grant_covers_and_is_counted_for_its_
         .store
         .put(pattern(2000), Owner::Driver("driver-a".to_owned()))
         .expect("put");
+    (theirs, ours)
+}
+
+/// A client of driver session `driver-a` of team `alpha`, reading its session's objects.
+fn driver_a_of_alpha() -> ObjectClient {
     let read = vec![ReadScope::Driver("driver-a".to_owned())];
-    let (client, _) = capability_client(TOKEN, session("driver-a"), "alpha", read);
+    capability_client(TOKEN, session("driver-a"), "alpha", read).0
+}
+
+#[tokio::test]
+async fn a_capability_fetches_only_what_its_grant_covers_and_is_counted_for_its_team() {
+    let holder = peer(1 << 20);
+    let (theirs, ours) = another_trials_and_a_drivers(&holder);
+    let client = driver_a_of_alpha();
     let bytes = client
         .fetch_from(&holder.source, ours, None, 1 << 20)
         .await
@@ -493,28 +502,9 @@ async fn a_bulk_ticket_opens_one_transfer_of_its_object_and_nothing_else() {
 
 #[tokio::test]
 async fn a_fetch_over_the_bulk_path_is_verified_and_stored_like_a_quic_one() {
+    // A disk object goes by sendfile, a memory one from memory.
     for memory_bytes in [0, 1 << 30] {
-        let holder = peer(memory_bytes);
-        let fetching = peer(1 << 30);
-        let bytes = pattern(3 * object_wire::CHUNK_BYTES as usize + 7);
-        let id = holder.store.put(bytes.clone(), owner()).expect("put");
-        let fetcher = node_fetcher(TOKEN);
-        let over_tcp = Wanted {
-            path: FetchPath::Tcp,
-            ..wanted(id, true)
-        };
-        fetcher
-            .ensure(
-                &fetching.store,
-                over_tcp,
-                std::slice::from_ref(&holder.source),
-                None,
-            )
-            .await
-            .expect("fetch");
-        assert_eq!(&*fetching.store.get(id).expect("stored"), bytes.as_slice());
-        assert!(fetching.store.info(id).expect("info").pinned);
-        holder.server.close();
+        check_multi_chunk_fetch(memory_bytes, FetchPath::Tcp).await;
     }
 }
 
@@ -547,19 +537,8 @@ async fn a_bulk_path_that_cannot_be_reached_falls_back_to_quic() {
 #[tokio::test]
 async fn a_capability_gets_a_bulk_ticket_only_for_what_it_may_read() {
     let holder = peer(1 << 20);
-    let theirs = holder
-        .store
-        .put(
-            pattern(1000),
-            Owner::Trial("00000000000000aa-t0".parse().expect("id")),
-        )
-        .expect("put");
-    let ours = holder
-        .store
-        .put(pattern(2000), Owner::Driver("driver-a".to_owned()))
-        .expect("put");
-    let read = vec![ReadScope::Driver("driver-a".to_owned())];
-    let (client, _) = capability_client(TOKEN, session("driver-a"), "alpha", read);
+    let (theirs, ours) = another_trials_and_a_drivers(&holder);
+    let client = driver_a_of_alpha();
     let (bytes, took) = client
         .fetch_over(FetchPath::Tcp, &holder.source, ours, None, 1 << 20)
         .await
