@@ -26,7 +26,7 @@ use super::super::access::ObjectAccess;
 /// The most tickets outstanding; a request beyond them is told to use QUIC.
 const MAX_TICKETS: usize = 256;
 /// The most bulk connections served at once; more are closed on arrival.
-const MAX_CONNECTIONS: usize = 64;
+pub(super) const MAX_CONNECTIONS: usize = 64;
 /// The most bytes handed to the socket per write, each under [`IDLE_TIMEOUT`].
 const WRITE_BYTES: usize = 4 << 20;
 

@@ -456,6 +456,67 @@ async fn raw_stream(holder: &Peer) -> (quinn::SendStream, quinn::RecvStream) {
     connection.open_bi().await.expect("stream")
 }
 
+/// A bulk ticket for `id` from `holder`, asked for as a node: the object's
+/// size, the bulk port and the ticket.
+async fn ask_ticket(holder: &Peer, id: ObjectId) -> (u64, u16, object_wire::BulkTicket) {
+    let (mut send, mut recv) = raw_stream(holder).await;
+    let request = ObjectRequest {
+        credential: Credential::Node(object_wire::node_credential(TOKEN)),
+        op: ObjectOp::Bulk { id },
+    };
+    object_wire::write_small(&mut send, &request)
+        .await
+        .expect("ask");
+    let _ = send.finish();
+    let header: FetchHeader = object_wire::read_small(&mut recv).await.expect("answer");
+    let FetchHeader::Bulk { size, port, ticket } = header else {
+        panic!("expected a ticket, got {header:?}");
+    };
+    (size, port, ticket)
+}
+
+/// Whether the bulk port closed `stream` (an end or a reset) within `within`.
+async fn closed_within(stream: &mut tokio::net::TcpStream, within: std::time::Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut byte = [0u8; 1];
+    matches!(
+        tokio::time::timeout(within, stream.read(&mut byte)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+#[tokio::test]
+async fn the_bulk_port_holds_few_silent_connections_and_only_for_a_while() {
+    let holder = peer(1 << 20);
+    let bytes = pattern(1000);
+    let id = holder.store.put(bytes.clone(), owner()).expect("put");
+    let port = holder.server.bulk_port().expect("a bulk port");
+    let mut silent = Vec::new();
+    for _ in 0..bulk::MAX_CONNECTIONS {
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        silent.push(stream);
+    }
+    // One more than the bound is closed at once, not queued behind the others.
+    let mut extra = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let short = std::time::Duration::from_secs(2);
+    assert!(
+        closed_within(&mut extra, short).await,
+        "the extra connection"
+    );
+    // The silent ones are dropped once their ticket is overdue...
+    let overdue = object_wire::TICKET_WAIT + std::time::Duration::from_secs(5);
+    for stream in &mut silent {
+        assert!(closed_within(stream, overdue).await, "a silent connection");
+    }
+    // ...and the port serves tickets again.
+    let (_, port, ticket) = ask_ticket(&holder, id).await;
+    assert_eq!(present(port, &ticket.0).await, bytes);
+}
+
 /// What the bulk port sends after `ticket`, until it closes.
 async fn present(port: u16, ticket: &[u8]) -> Vec<u8> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -476,19 +537,7 @@ async fn a_bulk_ticket_opens_one_transfer_of_its_object_and_nothing_else() {
         let holder = peer(memory_bytes);
         let bytes = pattern(300_001);
         let id = holder.store.put(bytes.clone(), owner()).expect("put");
-        let (mut send, mut recv) = raw_stream(&holder).await;
-        let request = ObjectRequest {
-            credential: Credential::Node(object_wire::node_credential(TOKEN)),
-            op: ObjectOp::Bulk { id },
-        };
-        object_wire::write_small(&mut send, &request)
-            .await
-            .expect("ask");
-        let _ = send.finish();
-        let header: FetchHeader = object_wire::read_small(&mut recv).await.expect("answer");
-        let FetchHeader::Bulk { size, port, ticket } = header else {
-            panic!("expected a ticket, got {header:?}");
-        };
+        let (size, port, ticket) = ask_ticket(&holder, id).await;
         assert_eq!(size, bytes.len() as u64);
         assert_eq!(Some(port), holder.server.bulk_port());
         let mut forged = ticket.0;
