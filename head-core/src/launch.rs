@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use tracing::{debug, warn};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, NodeId, TrialId, WorkerKey};
-use xp_runtime::protocol::{HeadCommand, Launch, Program, ResumeFrom, TrialState};
+use xp_runtime::protocol::{FetchPath, HeadCommand, Launch, Program, ResumeFrom, TrialState};
 use xp_runtime::spec::{CollectiveTransport, ExperimentSpec, RenderError, render_arg};
 use xp_sched::{GPU_MILLI, WorkerPlacement};
 
@@ -279,6 +279,7 @@ impl HeadCore {
                     oversubscription_milli,
                     object_capability: None,
                     command_dir: spec.trial.command_dir.clone(),
+                    object_path: FetchPath::for_transport(spec.trial.transport),
                 },
             ));
             *local_rank += 1;

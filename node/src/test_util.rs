@@ -94,6 +94,7 @@ pub(crate) fn solo_worker(
         oversubscription_milli: 1000,
         object_capability: None,
         command_dir: None,
+        object_path: Default::default(),
     };
     let work_dir = dir.join("work");
     let command = WorkerCommand {

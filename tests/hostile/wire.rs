@@ -189,6 +189,7 @@ fn messages() -> Vec<Message> {
             trial: trial(3),
             objects: vec![(ObjectId([2; 32]), 4096), (ObjectId([3; 32]), 1 << 20)],
             sources: vec![source(4200)],
+            path: xp_runtime::protocol::FetchPath::Tcp,
         }),
         telemetry(),
         Message::Request(Request::Telemetry { trial: trial(3) }),
@@ -416,6 +417,7 @@ fn launch() -> Message {
         oversubscription_milli: 1500,
         object_capability: Some(Box::new(capability())),
         command_dir: Some("/home/someone/project".to_owned()),
+        object_path: xp_runtime::protocol::FetchPath::Tcp,
     })))
 }
 

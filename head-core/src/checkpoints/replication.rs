@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use tracing::{info, warn};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, ObjectId, TrialId};
-use xp_runtime::protocol::{HeadCommand, NodeState};
+use xp_runtime::protocol::{FetchPath, HeadCommand, NodeState};
 
 use super::retention::CheckpointRecord;
 use crate::HeadCore;
@@ -494,12 +494,19 @@ impl HeadCore {
             .filter(|node| *node != target)
             .filter_map(|node| self.object_source(node))
             .collect();
+        let path = self
+            .book
+            .get_spec(key.trial.experiment)
+            .map_or(FetchPath::Quic, |spec| {
+                FetchPath::for_transport(spec.trial.transport)
+            });
         self.outbox.send(
             target,
             HeadCommand::Replicate {
                 trial: key.trial,
                 objects: missing,
                 sources,
+                path,
             },
         );
     }

@@ -351,3 +351,53 @@ fn a_nodes_object_report_is_tallied_per_team_and_its_refusals_audited() {
     );
     assert!(audited[0].detail.contains("revoked"), "{audited:?}");
 }
+
+/// A checkpointing trial whose spec declares its network trusted.
+const TRUSTED: &str = "name: t\ntrial: {command: [train], transport: tcp, resources: {cpu: 1}}\ncheckpoints: {keep_last: 2, keep_best: 0}\n";
+
+#[test]
+fn a_trials_objects_take_the_path_its_spec_says_whatever_its_gang_uses() {
+    use xp_runtime::protocol::{FetchPath, Launch};
+    use xp_runtime::spec::CollectiveTransport;
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let (a, b) = (node_id(1), node_id(2));
+    core.handle_node_register(0, registration(a, 0, 2, Vec::new()));
+    core.handle_node_register(0, registration(b, 0, 2, Vec::new()));
+    let trusted = submit(&mut core, 1, TRUSTED, false);
+    submit(&mut core, 1, ALPHA, false);
+    let launched: Vec<(NodeId, Launch)> = commands(&mut core)
+        .into_iter()
+        .filter_map(|(to, command)| match command {
+            HeadCommand::Launch(launch) => Some((to, *launch)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(launched.len(), 2, "{launched:?}");
+    for (_, launch) in &launched {
+        // One worker on one machine: the gang's own path is shared memory,
+        // which says nothing of the network between machines.
+        assert_eq!(launch.transport, CollectiveTransport::Shm);
+        let spec_says = if launch.key.trial.experiment == trusted {
+            FetchPath::Tcp
+        } else {
+            FetchPath::Quic
+        };
+        assert_eq!(launch.object_path, spec_says, "{launch:?}");
+    }
+    // The replica of its checkpoint is fetched the way its spec says too.
+    let (node, launch) = launched
+        .iter()
+        .find(|(_, launch)| launch.key.trial.experiment == trusted)
+        .expect("the trusted trial's launch");
+    let key = launch.key;
+    report(&mut core, 2, *node, WorkerReport::Started { key, pid: 1 });
+    report(&mut core, 3, *node, checkpoint_report(key, 10, b"ten"));
+    let paths: Vec<FetchPath> = commands(&mut core)
+        .into_iter()
+        .filter_map(|(_, command)| match command {
+            HeadCommand::Replicate { path, .. } => Some(path),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(paths, vec![FetchPath::Tcp]);
+}

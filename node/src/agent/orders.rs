@@ -15,8 +15,9 @@ use std::path::Path;
 
 use tracing::{debug, info, warn};
 use xp_runtime::ids::{ObjectId, TrialId, WorkerKey};
-use xp_runtime::object_wire::FetchPath;
-use xp_runtime::protocol::{ErrorCode, LogChunk, NodeMessage, ObjectSource, RemoteError};
+use xp_runtime::protocol::{
+    ErrorCode, FetchPath, LogChunk, NodeMessage, ObjectSource, RemoteError,
+};
 
 use super::Agent;
 use crate::checkpoint;
@@ -111,6 +112,7 @@ impl Agent {
         trial: TrialId,
         objects: Vec<(ObjectId, u64)>,
         sources: Vec<ObjectSource>,
+        path: FetchPath,
     ) {
         let store = self.objects.store.clone();
         let fetcher = self.objects.fetcher.clone();
@@ -126,8 +128,7 @@ impl Agent {
                     owner: Owner::Trial(trial),
                     pin: true,
                     size: Some(size),
-                    // Replicas are made in the background, off any trial's path.
-                    path: FetchPath::Quic,
+                    path,
                 };
                 match fetcher.ensure(&store, wanted, &sources, Some(own)).await {
                     Ok(_) => {

@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 use xp_runtime::ids::{BlobHash, WorkerKey};
-use xp_runtime::object_wire::FetchPath;
 use xp_runtime::protocol::{Launch, Program};
 use xp_runtime::transport::HeadConnection;
 
@@ -173,7 +172,7 @@ fn local_channel_pass(
             work_dir: tree.path.clone(),
             tree: tree.clone(),
             owner,
-            fetch_path: FetchPath::for_transport(launch.transport),
+            fetch_path: launch.object_path,
         },
     );
     Ok([

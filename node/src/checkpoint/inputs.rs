@@ -19,7 +19,6 @@ use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 
-use xp_runtime::object_wire::FetchPath;
 use xp_runtime::protocol::{CheckpointFile, Launch};
 
 use super::restore::CheckpointSources;
@@ -60,7 +59,7 @@ impl CheckpointSources {
                             owner: Owner::Trial(launch.key.trial),
                             pin: false,
                             size: Some(file.size),
-                            path: FetchPath::for_transport(launch.transport),
+                            path: launch.object_path,
                         },
                         &input.sources,
                         Some(self.own_node),

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tracing::info;
 use xp_runtime::ids::NodeId;
-use xp_runtime::object_wire::FetchPath;
 use xp_runtime::protocol::{CheckpointFile, Launch};
 
 use super::backup::restore_from_backup;
@@ -70,7 +69,7 @@ impl CheckpointSources {
                         owner: Owner::Trial(launch.key.trial),
                         pin: true,
                         size: Some(file.size),
-                        path: FetchPath::for_transport(launch.transport),
+                        path: launch.object_path,
                     },
                     &resume.sources,
                     Some(self.own_node),

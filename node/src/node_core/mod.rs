@@ -41,7 +41,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use xp_runtime::ids::{NodeId, ObjectId, TrialId, WorkerKey};
-use xp_runtime::protocol::{Launch, NodeMessage, ObjectRules, ObjectSource, RevocationEntry};
+use xp_runtime::protocol::{
+    FetchPath, Launch, NodeMessage, ObjectRules, ObjectSource, RevocationEntry,
+};
 
 pub use self::drain::{DEFAULT_DRAIN_TIMEOUT, DrainTimeoutError, check_drain_timeout};
 pub(crate) use self::session::MAX_OBJECT_CHANGES;
@@ -111,6 +113,8 @@ pub(crate) enum Action {
         objects: Vec<(ObjectId, u64)>,
         /// The nodes that hold them.
         sources: Vec<ObjectSource>,
+        /// The path their bytes take.
+        path: FetchPath,
     },
     /// Pin the objects this node holds for `trial`.
     Pin {

@@ -162,10 +162,12 @@ impl NodeCore {
                 trial,
                 objects,
                 sources,
+                path,
             } => Action::Replicate {
                 trial,
                 objects,
                 sources,
+                path,
             },
             HeadCommand::Pin { trial, objects } => Action::Pin { trial, objects },
             HeadCommand::DropObjects { trial, objects } => Action::DropObjects { trial, objects },

@@ -74,6 +74,7 @@ fn launch(key: WorkerKey, gpus: &[u32]) -> Launch {
         oversubscription_milli: 1000,
         object_capability: None,
         command_dir: None,
+        object_path: Default::default(),
     }
 }
 
@@ -498,6 +499,7 @@ fn the_heads_orders_are_carried_out_and_log_reads_say_whether_complete() {
         trial: trial(1),
         objects: vec![(ObjectId::of(b"a"), 1)],
         sources: Vec::new(),
+        path: Default::default(),
     });
     driven.core.handle_object_changes(vec![
         ObjectChange::Added(ObjectId::of(b"a")),

@@ -7,8 +7,10 @@
 //! ticket, which is random, good for one connection and a few seconds, and
 //! names only what was already granted; integrity still rests on the fetcher
 //! hashing what it received against the object id. What is lost against QUIC
-//! is only the bytes' confidentiality, which is why only trials whose spec
-//! says `transport: tcp` (or `shm`) take this path, as for their collectives.
+//! is only the bytes' confidentiality, which is why only the objects of trials
+//! whose spec says `transport: tcp` (or `shm`) take this path, as their
+//! collectives do (`FetchPath::for_transport`, sent in their launches and
+//! replication orders).
 //!
 //! Why it exists: one QUIC connection tops out near 2.4 GB/s on the machines
 //! measured, well under one TCP stream (see `docs/measurements/objects.md`).
@@ -27,7 +29,7 @@ use super::{
 };
 use crate::fill_buffer::FillBuffer;
 use crate::ids::ObjectId;
-use crate::protocol::ObjectSource;
+use crate::protocol::{FetchPath, ObjectSource};
 
 /// How long a ticket stays good after the server issued it.
 pub const TICKET_LIFETIME: Duration = Duration::from_secs(10);
@@ -42,28 +44,6 @@ pub struct BulkTicket(pub [u8; 32]);
 impl std::fmt::Debug for BulkTicket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("BulkTicket(..)")
-    }
-}
-
-/// Which path a fetch's bytes take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FetchPath {
-    /// QUIC chunks, encrypted: the default.
-    #[default]
-    Quic,
-    /// The plain TCP bulk path, falling back to QUIC where a source offers none.
-    Tcp,
-}
-
-impl FetchPath {
-    /// The path a trial's objects take: its collectives' rule, `quic` or not.
-    pub fn for_transport(transport: crate::spec::CollectiveTransport) -> Self {
-        match transport {
-            crate::spec::CollectiveTransport::Quic => Self::Quic,
-            crate::spec::CollectiveTransport::Tcp | crate::spec::CollectiveTransport::Shm => {
-                Self::Tcp
-            }
-        }
     }
 }
 

@@ -43,7 +43,7 @@ pub use node::{
     WorkerReport,
 };
 pub use objects::{
-    CheckpointFile, ObjectEndpoint, ObjectSource, ResumeFrom, is_safe_checkpoint_name,
+    CheckpointFile, FetchPath, ObjectEndpoint, ObjectSource, ResumeFrom, is_safe_checkpoint_name,
 };
 pub use pipelines::{
     LaunchInput, PipelineStatus, PipelineSubmit, ReusedFrom, StageInput, StageState, StageStatus,
@@ -91,8 +91,10 @@ use serde::{Deserialize, Serialize};
 /// stderr tail (`WorkerReport::ExitedWithStderr`) and the directory a
 /// command's relative paths are found in (`Launch::command_dir`); metric
 /// lines the node could not read (`WorkerReport::MalformedMetrics`); when the
-/// node made each report (`NodeMessage::Report::at`).
-pub const PROTOCOL_VERSION: u16 = 9;
+/// node made each report (`NodeMessage::Report::at`). 10: the path a trial's
+/// objects take between nodes, by its spec's `transport`
+/// (`Launch::object_path`, `HeadCommand::Replicate::path`).
+pub const PROTOCOL_VERSION: u16 = 10;
 
 /// Everything that crosses a connection.
 #[derive(Debug, Clone, Serialize, Deserialize)]

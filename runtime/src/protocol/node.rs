@@ -395,6 +395,8 @@ pub enum HeadCommand {
         objects: Vec<(ObjectId, u64)>,
         /// Nodes that hold them.
         sources: Vec<ObjectSource>,
+        /// The path their bytes take, by the trial's spec (as its launches').
+        path: super::FetchPath,
     },
     /// The trial ended: what its workers stored and nothing else claims (and no
     /// pin keeps) may go.
@@ -492,6 +494,11 @@ pub struct Launch {
     /// on the node's file system; the worker itself runs in its work directory.
     #[serde(default)]
     pub command_dir: Option<String>,
+    /// The path its restores, inputs and object gets from other nodes take: the
+    /// plain TCP bulk path only where the trial's spec declares its network
+    /// trusted (`FetchPath::for_transport` of the spec's `transport`).
+    #[serde(default)]
+    pub object_path: super::FetchPath,
 }
 
 impl std::fmt::Debug for Launch {
@@ -517,6 +524,7 @@ impl std::fmt::Debug for Launch {
             .field("oversubscription_milli", &self.oversubscription_milli)
             .field("object_capability", &self.object_capability)
             .field("command_dir", &self.command_dir)
+            .field("object_path", &self.object_path)
             .finish()
     }
 }

@@ -70,3 +70,28 @@ pub struct ResumeFrom {
     /// provide them.
     pub backup: Option<String>,
 }
+
+/// Which path an object's bytes take between nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum FetchPath {
+    /// QUIC chunks, encrypted: the default.
+    #[default]
+    Quic,
+    /// The plain TCP bulk path (`object_wire`'s `bulk`), falling back to QUIC
+    /// where a source offers none.
+    Tcp,
+}
+
+impl FetchPath {
+    /// The path a trial's objects take, by its spec's `transport` (not the
+    /// gang's, which is `shm` for any gang on one machine): `quic` keeps them
+    /// encrypted; `tcp` and `shm` declare the network between machines trusted.
+    pub fn for_transport(transport: crate::spec::CollectiveTransport) -> Self {
+        match transport {
+            crate::spec::CollectiveTransport::Quic => Self::Quic,
+            crate::spec::CollectiveTransport::Tcp | crate::spec::CollectiveTransport::Shm => {
+                Self::Tcp
+            }
+        }
+    }
+}
