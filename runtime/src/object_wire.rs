@@ -44,7 +44,7 @@ use crate::transport::{self, QuicSetupError, QuicTuning, SelfSignedIdentity};
 mod bulk;
 
 pub use crate::protocol::FetchPath;
-pub use bulk::{BulkError, BulkTicket, TICKET_LIFETIME, TICKET_WAIT};
+pub use bulk::{BulkTicket, TICKET_LIFETIME, TICKET_WAIT};
 
 /// The ALPN id of object links (version 2: credentials and capabilities).
 pub const ALPN: &[u8] = b"xp-objects/2";

@@ -49,7 +49,7 @@ impl std::fmt::Debug for BulkTicket {
 
 /// Why a bulk fetch did not deliver, before or after the source said yes.
 #[derive(Debug, thiserror::Error)]
-pub enum BulkError {
+enum BulkError {
     /// The source offers no bulk path (an older node, or its TCP port could not
     /// be bound): the fetch takes QUIC instead.
     #[error("the source offers no bulk path: {0}")]
