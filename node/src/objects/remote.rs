@@ -37,10 +37,10 @@ use xp_runtime::protocol::{ObjectEndpoint, ObjectSource};
 use xp_runtime::transport::QuicSetupError;
 
 use super::access::{Asker, ObjectAccess, Refusal, StorePlan};
+use super::{ObjectBytes, ObjectChange, ObjectStore, Owner, StoreError, off_runtime};
 use bulk::{BulkPort, Payload as BulkPayload};
 
 mod bulk;
-use super::{ObjectBytes, ObjectChange, ObjectStore, Owner, StoreError, off_runtime};
 
 /// The largest object a driver may store in one request.
 const MAX_STORE_BYTES: u64 = 4 << 30;
