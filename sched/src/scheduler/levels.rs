@@ -50,6 +50,9 @@ pub(super) struct ServiceLevels {
     grid: Option<Vec<u32>>,
     /// The service of the last completed trials, oldest first.
     window: VecDeque<u64>,
+    /// The same values in ascending order, kept as the window moves, so that
+    /// a completion reads its quantiles instead of sorting the window again.
+    sorted: Vec<u64>,
 }
 
 impl ServiceLevels {
@@ -61,6 +64,7 @@ impl ServiceLevels {
             quantiles: Vec::new(),
             grid: None,
             window: VecDeque::with_capacity(WINDOW),
+            sorted: Vec::with_capacity(WINDOW),
         };
         levels.reconfigure(config);
         levels
@@ -119,10 +123,15 @@ impl ServiceLevels {
     /// A trial completed having received `gpu_ms` of service; true when the
     /// edges changed (waiting trials' levels must follow).
     pub(super) fn note_completed(&mut self, gpu_ms: u64) -> bool {
-        if self.window.len() == WINDOW {
-            self.window.pop_front();
+        if self.window.len() == WINDOW
+            && let Some(oldest) = self.window.pop_front()
+        {
+            let at = self.sorted.partition_point(|value| *value < oldest);
+            self.sorted.remove(at);
         }
         self.window.push_back(gpu_ms);
+        let at = self.sorted.partition_point(|value| *value <= gpu_ms);
+        self.sorted.insert(at, gpu_ms);
         self.follow_history()
     }
 
@@ -132,7 +141,7 @@ impl ServiceLevels {
         if self.quantiles.is_empty() || self.window.len() < MIN_HISTORY {
             return false;
         }
-        let targets = quantiles_of(&self.window, &self.quantiles);
+        let targets = quantiles_of(&self.sorted, &self.quantiles);
         let mut grid: Vec<u32> = match &self.grid {
             // The prior was a guess: the first estimate replaces it outright.
             None => targets
@@ -156,10 +165,9 @@ impl ServiceLevels {
     }
 }
 
-/// The nearest-rank quantiles of `window`, one per entry of `quantiles`.
-fn quantiles_of(window: &VecDeque<u64>, quantiles: &[f64]) -> Vec<u64> {
-    let mut sorted: Vec<u64> = window.iter().copied().collect();
-    sorted.sort_unstable();
+/// The nearest-rank quantiles of `sorted` (ascending, not empty), one per
+/// entry of `quantiles`.
+fn quantiles_of(sorted: &[u64], quantiles: &[f64]) -> Vec<u64> {
     quantiles
         .iter()
         .map(|quantile| {
@@ -315,5 +323,22 @@ mod tests {
         }
         let edges = levels.edges();
         assert!(edges.windows(2).all(|pair| pair[0] < pair[1]), "{edges:?}");
+    }
+
+    proptest::proptest! {
+        /// The kept order is the window's values sorted, however they come
+        /// and however many the window has dropped.
+        #[test]
+        fn the_sorted_copy_is_the_window_sorted(
+            services in proptest::collection::vec(0_u64..50, 0..(3 * WINDOW)),
+        ) {
+            let mut levels = levels("attained_service: {thresholds_gpu_hours: [1, 2]}\n");
+            for service in services {
+                levels.note_completed(service);
+                let mut expected: Vec<u64> = levels.window.iter().copied().collect();
+                expected.sort_unstable();
+                proptest::prop_assert_eq!(&levels.sorted, &expected);
+            }
+        }
     }
 }
