@@ -6,9 +6,9 @@
 //! (on disk: writes and fsyncs), a disk-tier `get` maps and verifies the file
 //! against its id, a `remote_get` pulls the object over QUIC (tier `quic`) or
 //! over the plain TCP bulk path of trusted networks (tier `tcp`), verifies and
-//! stores it, a checkpoint save takes a directory into the store and a restore writes it
-//! back out. Best of three runs, each on fresh content so deduplication never
-//! short-cuts one.
+//! stores it, a checkpoint save takes a directory into the store and a restore
+//! writes it back out. Best of three runs, each on fresh content so
+//! deduplication never short-cuts one.
 //!
 //! Not a test: it asserts nothing about the figures, and is run only by
 //! `xp bench objects`, never by `cargo test`. It drives the node's object store
