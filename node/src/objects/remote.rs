@@ -622,7 +622,7 @@ async fn serve_fetch(
 }
 
 /// The answer to a ticket request for `id`: a ticket on the bulk port, or
-/// why not (no port, or too many tickets out: the fetcher takes QUIC).
+/// why not (no port, too many tickets out: the fetcher takes QUIC).
 async fn bulk_ticket(
     bulk: Option<&BulkPort>,
     store: &Arc<ObjectStore>,
@@ -655,14 +655,14 @@ async fn bulk_ticket(
     };
     let size = payload.size();
     match bulk.issue(payload, team) {
-        Some(ticket) => FetchHeader::Bulk {
+        Ok(ticket) => FetchHeader::Bulk {
             size,
             port: bulk.port(),
             ticket,
         },
-        None => FetchHeader::Error {
+        Err(reason) => FetchHeader::Error {
             code: FetchErrorCode::Unoffered,
-            message: "the bulk port has too many tickets out".to_owned(),
+            message: reason.to_owned(),
         },
     }
 }

@@ -100,7 +100,7 @@ impl ObjectClient {
         size_hint: Option<u64>,
         max_bytes: u64,
     ) -> Result<Arc<[u8]>, BulkError> {
-        let (size, port, ticket) = self.ask_ticket(source, id).await?;
+        let (size, addr, ticket) = self.ask_ticket(source, id).await?;
         if let Some(expected) = size_hint
             && expected != size
         {
@@ -112,7 +112,6 @@ impl ObjectClient {
             return Err(too_large.into());
         }
         let size = usize::try_from(size).map_err(|_| too_large)?;
-        let addr = self.bulk_address(source, port).await?;
         let connect = tokio::time::timeout(TICKET_WAIT, tokio::net::TcpStream::connect(addr));
         let mut stream = match connect.await {
             Ok(Ok(stream)) => stream,
@@ -134,12 +133,13 @@ impl ObjectClient {
         Ok(buffer.finish().map_err(|_| ObjectClientError::Outlived)?)
     }
 
-    /// Asks `source` for a ticket to `id`: its size, the bulk port and the ticket.
+    /// Asks `source` for a ticket to `id`: its size, the bulk port's address
+    /// (the object link's peer address, no second lookup) and the ticket.
     async fn ask_ticket(
         &self,
         source: &ObjectSource,
         id: ObjectId,
-    ) -> Result<(u64, u16, BulkTicket), BulkError> {
+    ) -> Result<(u64, SocketAddr, BulkTicket), BulkError> {
         let connection = self.connection(source).await?;
         let (mut send, mut recv) = connection
             .open_bi()
@@ -157,7 +157,10 @@ impl ObjectClient {
             .await
             .map_err(ObjectClientError::from)?;
         match header {
-            FetchHeader::Bulk { size, port, ticket } => Ok((size, port, ticket)),
+            FetchHeader::Bulk { size, port, ticket } => {
+                let addr = SocketAddr::new(connection.remote_address().ip(), port);
+                Ok((size, addr, ticket))
+            }
             // An older server cannot read the request; this one has no TCP port.
             FetchHeader::Error {
                 code: super::FetchErrorCode::Malformed | super::FetchErrorCode::Unoffered,
@@ -170,24 +173,6 @@ impl ObjectClient {
                 "the source answered with a QUIC chunk".to_owned(),
             )),
         }
-    }
-
-    /// The address of `source`'s bulk port: its host as the object link reached it.
-    async fn bulk_address(
-        &self,
-        source: &ObjectSource,
-        port: u16,
-    ) -> Result<SocketAddr, ObjectClientError> {
-        let resolved = tokio::net::lookup_host((source.host.as_str(), port))
-            .await
-            .map_err(|error| ObjectClientError::Resolve {
-                host: source.host.clone(),
-                source: error,
-            })?
-            .next();
-        resolved.ok_or_else(|| ObjectClientError::NoAddress {
-            host: source.host.clone(),
-        })
     }
 }
 

@@ -61,10 +61,13 @@ struct Issued {
     expires: Instant,
 }
 
+/// The outstanding tickets, shared by the port and its connections.
+type Tickets = Arc<Mutex<HashMap<BulkTicket, Issued>>>;
+
 /// The bound port and its outstanding tickets.
 pub(super) struct BulkPort {
     port: u16,
-    tickets: Arc<Mutex<HashMap<BulkTicket, Issued>>>,
+    tickets: Tickets,
     accepting: tokio::task::JoinHandle<()>,
 }
 
@@ -86,7 +89,7 @@ impl BulkPort {
         listener.set_nonblocking(true)?;
         let port = listener.local_addr()?.port();
         let listener = TcpListener::from_std(listener)?;
-        let tickets: Arc<Mutex<HashMap<BulkTicket, Issued>>> = Arc::default();
+        let tickets = Tickets::default();
         let accepting = xp_runtime::task::spawn(
             "object-bulk-port",
             accept(listener, tickets.clone(), access),
@@ -103,23 +106,28 @@ impl BulkPort {
         self.port
     }
 
-    /// A ticket for `payload`, counted for `team` once served; none while
-    /// [`MAX_TICKETS`] are outstanding.
-    pub(super) fn issue(&self, payload: Payload, team: Option<&str>) -> Option<BulkTicket> {
+    /// A ticket for `payload`, counted for `team` once served; why not while
+    /// [`MAX_TICKETS`] are outstanding or the system has no entropy.
+    pub(super) fn issue(
+        &self,
+        payload: Payload,
+        team: Option<&str>,
+    ) -> Result<BulkTicket, &'static str> {
         let now = Instant::now();
         let mut tickets = self.tickets.lock().unwrap_or_else(PoisonError::into_inner);
         tickets.retain(|_, issued| issued.expires > now);
         if tickets.len() >= MAX_TICKETS {
-            return None;
+            return Err("the bulk port has too many tickets out");
         }
-        let ticket = BulkTicket(xp_runtime::tls::random_secret()?);
+        let secret = xp_runtime::tls::random_secret().ok_or("no entropy for a bulk ticket")?;
+        let ticket = BulkTicket(secret);
         let issued = Issued {
             payload,
             team: team.map(str::to_owned),
             expires: now + TICKET_LIFETIME,
         };
         tickets.insert(ticket.clone(), issued);
-        Some(ticket)
+        Ok(ticket)
     }
 
     /// Stops accepting; connections being served finish.
@@ -128,11 +136,7 @@ impl BulkPort {
     }
 }
 
-async fn accept(
-    listener: TcpListener,
-    tickets: Arc<Mutex<HashMap<BulkTicket, Issued>>>,
-    access: Arc<ObjectAccess>,
-) {
+async fn accept(listener: TcpListener, tickets: Tickets, access: Arc<ObjectAccess>) {
     let room = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -166,9 +170,7 @@ async fn serve(
     access: &ObjectAccess,
 ) -> std::io::Result<()> {
     let mut ticket = [0u8; 32];
-    tokio::time::timeout(TICKET_WAIT, stream.read_exact(&mut ticket))
-        .await
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+    within(TICKET_WAIT, stream.read_exact(&mut ticket)).await?;
     let issued = tickets
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -184,9 +186,7 @@ async fn serve(
         Payload::File { file, size } => send_file(stream, file, size).await?,
         Payload::Bytes(bytes) => {
             for piece in bytes.chunks(WRITE_BYTES) {
-                tokio::time::timeout(IDLE_TIMEOUT, stream.write_all(piece))
-                    .await
-                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+                within(IDLE_TIMEOUT, stream.write_all(piece)).await?;
             }
             stream.shutdown().await?;
         }
@@ -195,6 +195,16 @@ async fn serve(
         access.count_fetch(team, size, true);
     }
     Ok(())
+}
+
+/// `io`, or a time-out error once `limit` has passed.
+async fn within<T>(
+    limit: std::time::Duration,
+    io: impl Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    tokio::time::timeout(limit, io)
+        .await
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
 }
 
 /// Sends `size` bytes of `file` on `stream` with `sendfile`, on a blocking
