@@ -104,7 +104,7 @@ impl PolicyCore {
             Standing::Waiting | Standing::Held => {
                 // It waits at its minimum, and queues by that size.
                 self.set_size(trial, min);
-                self.relevel(trial);
+                self.relevel(trial, |_| {});
                 now
             }
         };
@@ -174,7 +174,7 @@ impl PolicyCore {
             entry.demand = gang_demand(&entry.request.gang);
             dropped
         })?;
-        self.pool.release(&dropped);
+        self.release(&dropped);
         Some(workers)
     }
 
@@ -198,7 +198,7 @@ impl PolicyCore {
         elastic.sized_at = now;
         let min = elastic.min;
         self.set_size(trial, min);
-        self.relevel(trial);
+        self.relevel(trial, |_| {});
     }
 
     /// Hook of a pass's visit to a waiting trial: sets an elastic trial to the
@@ -327,6 +327,8 @@ impl PolicyCore {
         self.pool
             .allocate(&new_workers)
             .expect("a placement the pool has just found is one it accepts");
+        // Stopping the grown trial frees more than a search of before knew.
+        self.room_epoch += 1;
         pass.free = minus(pass.free, placement_total(&new_workers));
         let workers = self
             .change(id, |entry| {

@@ -91,6 +91,14 @@ pub(super) struct Index {
     /// Waiting trials above attained-service level 0 by when they are
     /// promoted back to it.
     pub(super) promotions: BTreeSet<(UnixMillis, TrialId)>,
+    /// Waiting and held trials with service above their level's base: the
+    /// only ones whose level can change when the level edges move.
+    pub(super) pending_with_service: BTreeSet<TrialId>,
+}
+
+/// Whether a trial that is not placed has service above its level's base.
+fn has_service(trial: &Trial) -> bool {
+    trial.attained_gpu_ms > trial.level_base_gpu_ms
 }
 
 /// Adds one `key` to a multiset.
@@ -147,6 +155,9 @@ impl Index {
                     self.promotions.insert((at, id));
                 }
                 queue.n_waiting += 1;
+                if has_service(trial) {
+                    self.pending_with_service.insert(id);
+                }
                 count_up(&mut self.pending_by_team, trial.request.team.clone());
                 for (resource, multiset) in self.waiting_demand.iter_mut().enumerate() {
                     count_up(multiset, trial.demand[resource]);
@@ -154,6 +165,9 @@ impl Index {
             }
             Standing::Held => {
                 queue.n_held += 1;
+                if has_service(trial) {
+                    self.pending_with_service.insert(id);
+                }
                 count_up(&mut self.pending_by_team, trial.request.team.clone());
             }
             Standing::Placed(placed) => {
@@ -194,6 +208,9 @@ impl Index {
                     self.promotions.remove(&(at, id));
                 }
                 queue.n_waiting -= 1;
+                if has_service(trial) {
+                    self.pending_with_service.remove(&id);
+                }
                 count_down(&mut self.pending_by_team, trial.request.team.clone());
                 for (resource, multiset) in self.waiting_demand.iter_mut().enumerate() {
                     count_down(multiset, trial.demand[resource]);
@@ -201,6 +218,9 @@ impl Index {
             }
             Standing::Held => {
                 queue.n_held -= 1;
+                if has_service(trial) {
+                    self.pending_with_service.remove(&id);
+                }
                 count_down(&mut self.pending_by_team, trial.request.team.clone());
             }
             Standing::Placed(placed) => {

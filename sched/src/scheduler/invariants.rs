@@ -1,6 +1,7 @@
 //! The from-scratch check of everything the policy core keeps: the index, the
 //! trial table, reservations, the pool's allocations node by node, the quota
-//! limits and the leases (`leases::check_leases`).
+//! limits, the leases (`leases::check_leases`) and waiting trials'
+//! attained-service levels.
 //!
 //! It is slow on purpose (it rebuilds what the core keeps incrementally) and is
 //! meant for tests and the simulator's debug mode; the decision pass never calls
@@ -72,6 +73,18 @@ impl PolicyCore {
             }
             if trial.demand != gang_demand(&trial.request.gang) {
                 return Err(format!("trial {id} has a stale demand"));
+            }
+            let service = trial
+                .attained_gpu_ms
+                .saturating_sub(trial.level_base_gpu_ms);
+            if !matches!(trial.standing, Standing::Placed(_))
+                && trial.level != self.level_of(service)
+            {
+                return Err(format!(
+                    "trial {id} waits at attained-service level {} where its service puts it at {}",
+                    trial.level,
+                    self.level_of(service)
+                ));
             }
             if let Standing::Placed(placed) = &trial.standing {
                 if placed.workers.len() != trial.request.gang.workers as usize {

@@ -466,9 +466,20 @@ impl PolicyCore {
             self.set_reason(id, no_room);
             return Outcome::NoRoom;
         }
-        let Some(workers) = self.pool.find(gang, self.strategy(id)) else {
+        // Found no room before, with no room gained since: the search would
+        // fail again.
+        let failed_before = self.no_room.shape_failed(self.room_epoch, gang);
+        let found = if failed_before {
+            None
+        } else {
+            self.pool.find(gang, self.strategy(id))
+        };
+        let Some(workers) = found else {
             let gang = gang.clone();
             pass.record_failed_shape(&gang);
+            if !failed_before {
+                self.no_room.record_shape(self.room_epoch, &gang);
+            }
             self.set_reason(id, no_room);
             return Outcome::NoRoom;
         };

@@ -77,6 +77,7 @@ mod invariants;
 mod lanes;
 mod leases;
 mod levels;
+mod no_room;
 mod pass;
 mod preemption;
 mod quota;
@@ -98,6 +99,11 @@ pub struct PolicyCore {
     pool: NodePool,
     /// Bumped when nodes change, to refresh `could_ever_fit` answers.
     node_epoch: u64,
+    /// Bumped whenever the pool may have gained room: resources released,
+    /// nodes changed, a placed trial grown (`no_room`).
+    room_epoch: u64,
+    /// Placement searches that found no room in this room epoch.
+    no_room: no_room::NoRoom,
     trials: AHashMap<TrialId, Trial>,
     index: Index,
     /// Trials that preempted others, by preemptor.
@@ -135,6 +141,8 @@ impl PolicyCore {
             cohorts,
             pool: NodePool::new(),
             node_epoch: 0,
+            room_epoch: 0,
+            no_room: no_room::NoRoom::default(),
             trials: AHashMap::new(),
             index: Index::new(n_queues),
             reservations: BTreeMap::new(),
@@ -187,6 +195,8 @@ impl PolicyCore {
             targets.push((id, target));
         }
         self.levels.reconfigure(&config);
+        // A new placement strategy may place what the old one could not.
+        self.room_epoch += 1;
         self.config = config;
         self.queue_info = queue_info;
         self.cohorts = cohorts;
@@ -220,12 +230,14 @@ impl PolicyCore {
     pub fn upsert_node(&mut self, spec: NodeSpec) {
         self.pool.upsert_node(spec);
         self.node_epoch += 1;
+        self.room_epoch += 1;
     }
 
     /// Stops or resumes giving a node work (draining, lost).
     pub fn set_node_schedulable(&mut self, id: NodeId, schedulable: bool) {
         self.pool.set_schedulable(id, schedulable);
         self.node_epoch += 1;
+        self.room_epoch += 1;
     }
 
     /// Forgets a node; returns the trials that had workers on it. They keep their
@@ -250,6 +262,7 @@ impl PolicyCore {
             }
         }
         self.node_epoch += 1;
+        self.room_epoch += 1;
         affected
     }
 
@@ -336,7 +349,7 @@ impl PolicyCore {
             entry.run_ms = entry
                 .run_ms
                 .saturating_add(now.saturating_sub(placed.started_at));
-            self.pool.release(&placed.held_workers());
+            self.release(&placed.held_workers());
         }
         entry.entered_pass = self.pass;
         entry.waiting_since = now;
@@ -346,6 +359,13 @@ impl PolicyCore {
         self.forget_approvals(trial);
         self.elastic_requeued(trial, now);
         true
+    }
+
+    /// Gives `workers`' resources back to the pool, which may now hold what
+    /// it could not (`no_room`).
+    fn release(&mut self, workers: &[WorkerPlacement]) {
+        self.pool.release(workers);
+        self.room_epoch += 1;
     }
 
     /// A trial is done; releases what it held and forgets it. When it
@@ -360,7 +380,7 @@ impl PolicyCore {
         self.elastic.remove(&trial);
         let service = entry.attained_at(now);
         if let Standing::Placed(placed) = entry.standing {
-            self.pool.release(&placed.held_workers());
+            self.release(&placed.held_workers());
             if completed {
                 let estimate = self.estimates.entry(trial.experiment).or_default();
                 estimate.total_ms += u128::from(now.saturating_sub(placed.started_at));

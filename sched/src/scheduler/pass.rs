@@ -11,7 +11,8 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, TrialId};
 
 use super::PolicyCore;
-use super::resource_vec::{ResourceVec, covers, plus, resource_vec};
+use super::no_room::{at_least_as_hard, is_sorted_subset};
+use super::resource_vec::{ResourceVec, plus, resource_vec};
 use crate::{GangShape, WorkerPlacement};
 
 /// The most placement searches one preemption or reservation search makes.
@@ -103,17 +104,23 @@ impl Pass {
         }
     }
 
-    /// The remembered `more_served` answer to `key`, if it is the last one.
-    pub(super) fn more_served(&self, key: &MoreServedKey) -> Option<&[TrialId]> {
+    /// The `more_served` answer to `key`: the remembered one when `key` was
+    /// the last asked, else what `walk` finds, remembered.
+    pub(super) fn more_served(
+        &mut self,
+        key: MoreServedKey,
+        walk: impl FnOnce() -> Vec<TrialId>,
+    ) -> &[TrialId] {
+        if self
+            .more_served
+            .as_ref()
+            .is_none_or(|(last, _)| *last != key)
+        {
+            self.more_served = Some((key, walk()));
+        }
         self.more_served
             .as_ref()
-            .filter(|(last, _)| last == key)
-            .map(|(_, victims)| victims.as_slice())
-    }
-
-    /// Remembers the `more_served` answer to `key`.
-    pub(super) fn remember_more_served(&mut self, key: MoreServedKey, victims: Vec<TrialId>) {
-        self.more_served = Some((key, victims));
+            .map_or(&[], |(_, victims)| victims.as_slice())
     }
 
     /// Records where `holder` will go once `victims` have stopped.
@@ -136,25 +143,6 @@ impl Pass {
             victims,
         });
     }
-}
-
-/// Whether `gang` asks at least what `failed` asked, under the same
-/// constraints: where `failed` found no room, neither does `gang`.
-fn at_least_as_hard(gang: &GangShape, failed: &GangShape) -> bool {
-    failed.spread == gang.spread
-        && failed.gpu_models == gang.gpu_models
-        && failed.node_labels == gang.node_labels
-        && gang.workers >= failed.workers
-        && covers(
-            resource_vec(&gang.per_worker),
-            resource_vec(&failed.per_worker),
-        )
-}
-
-/// Whether every id of sorted `part` is in sorted `whole`.
-fn is_sorted_subset(part: &[TrialId], whole: &[TrialId]) -> bool {
-    let mut rest = whole.iter();
-    part.iter().all(|id| rest.any(|other| other == id))
 }
 
 /// What the running work that a preemptor may stop for service alone
@@ -208,31 +196,5 @@ impl PolicyCore {
             preemption_attempts: 0,
             lease_blocked: BTreeSet::new(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use xp_runtime::ids::ExperimentId;
-
-    fn ids(indexes: &[u32]) -> Vec<TrialId> {
-        indexes
-            .iter()
-            .map(|&index| TrialId {
-                experiment: ExperimentId { digest: 1, run: 0 },
-                index,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn sorted_subsets() {
-        assert!(is_sorted_subset(&ids(&[]), &ids(&[])));
-        assert!(is_sorted_subset(&ids(&[2, 5]), &ids(&[1, 2, 3, 5])));
-        assert!(is_sorted_subset(&ids(&[1, 2, 3, 5]), &ids(&[1, 2, 3, 5])));
-        assert!(!is_sorted_subset(&ids(&[2, 4]), &ids(&[1, 2, 3, 5])));
-        assert!(!is_sorted_subset(&ids(&[6]), &ids(&[1, 2, 3, 5])));
-        assert!(!is_sorted_subset(&ids(&[1]), &ids(&[])));
     }
 }

@@ -343,18 +343,20 @@ impl PolicyCore {
                 .eligible_victim(victim, search.cutoff)
                 .is_some_and(|trial| self.worth_its_loss(search.waited_ms, search.now, trial))
                 && !self.is_denied(victim, search.preemptor)
-                && !candidates.iter().any(|(chosen, _)| *chosen == victim)
+                && !candidates[..reclaims]
+                    .iter()
+                    .any(|(chosen, _)| *chosen == victim)
             {
                 candidates.push((victim, false));
             }
         }
-        for victim in self.more_served(search, decisions_made, pass) {
+        // Work of the preemptor's own queue and priority: neither a reclaim
+        // (another queue) nor of lower priority, so not a candidate yet.
+        for &victim in self.more_served(search, decisions_made, pass) {
             if candidates.len() >= MAX_VICTIM_CANDIDATES {
                 break;
             }
-            if !self.is_denied(victim, search.preemptor)
-                && !candidates.iter().any(|(chosen, _)| *chosen == victim)
-            {
+            if !self.is_denied(victim, search.preemptor) {
                 candidates.push((victim, false));
             }
         }
@@ -442,14 +444,14 @@ impl PolicyCore {
     /// only decisions change placed work during a pass, and the time is the
     /// pass's, so later searches of the same queue, priority and level get
     /// it without walking the candidates again.
-    fn more_served(
+    fn more_served<'pass>(
         &self,
         search: &VictimSearch,
         decisions_made: usize,
-        pass: &mut Pass,
-    ) -> Vec<TrialId> {
+        pass: &'pass mut Pass,
+    ) -> &'pass [TrialId] {
         let Some(level) = search.level else {
-            return Vec::new();
+            return &[];
         };
         let key = MoreServedKey {
             queue: search.queue,
@@ -457,12 +459,7 @@ impl PolicyCore {
             level,
             decisions_made,
         };
-        if let Some(victims) = pass.more_served(&key) {
-            return victims.to_vec();
-        }
-        let victims = self.walk_more_served(search, level);
-        pass.remember_more_served(key, victims.clone());
-        victims
+        pass.more_served(key, || self.walk_more_served(search, level))
     }
 
     /// [`Self::more_served`] without the pass's memory.
@@ -624,7 +621,7 @@ impl PolicyCore {
     /// The smallest prefix of `candidates` that lets the trial start, with the
     /// victims it does not need dropped again.
     fn choose_victims(
-        &self,
+        &mut self,
         id: TrialId,
         queue: usize,
         candidates: &[(TrialId, bool)],
@@ -645,7 +642,18 @@ impl PolicyCore {
         if pass.failed_with_freed(&trial.request.gang, &all) {
             return None;
         }
+        let epoch = self.room_epoch;
+        if self
+            .no_room
+            .failed_with_freed(epoch, &trial.request.gang, &all)
+        {
+            // As in an earlier pass, with no room gained since.
+            pass.record_failed_with_freed(&trial.request.gang, all);
+            return None;
+        }
         if !self.fits_without(id, candidates) {
+            self.no_room
+                .record_with_freed(epoch, &trial.request.gang, all.clone());
             pass.record_failed_with_freed(&trial.request.gang, all);
             return None;
         }

@@ -80,13 +80,10 @@ impl PolicyCore {
     /// restarted): GPU-milliseconds and wall time run in earlier attempts.
     /// False if the trial is unknown.
     pub fn add_past_service(&mut self, trial: TrialId, gpu_ms: u64, run_ms: u64) -> bool {
-        let Some(entry) = self.trials.get_mut(&trial) else {
-            return false;
-        };
-        entry.attained_gpu_ms = entry.attained_gpu_ms.saturating_add(gpu_ms);
-        entry.run_ms = entry.run_ms.saturating_add(run_ms);
-        self.relevel(trial);
-        true
+        self.relevel(trial, |entry| {
+            entry.attained_gpu_ms = entry.attained_gpu_ms.saturating_add(gpu_ms);
+            entry.run_ms = entry.run_ms.saturating_add(run_ms);
+        })
     }
 
     /// How many completed trials' service the adaptive level edges follow:
@@ -100,8 +97,10 @@ impl PolicyCore {
     /// service, oldest first, so the edges are as before the restart.
     /// Trials that received no service are left out.
     pub fn add_completed_service(&mut self, gpu_ms: u64) {
+        let zero_edge_before = self.levels.edges().first() == Some(&0);
         if gpu_ms > 0 && self.levels.note_completed(gpu_ms) {
-            self.relevel_waiting();
+            let zero_edge = zero_edge_before || self.levels.edges().first() == Some(&0);
+            self.relevel_waiting(zero_edge);
         }
     }
 
@@ -113,14 +112,23 @@ impl PolicyCore {
     /// Recomputes the level and promotion time of every waiting and held
     /// trial after the edges moved (`reserve_after` may have scaled with
     /// them); places in line stay as they are, size delays included.
-    fn relevel_waiting(&mut self) {
-        let mut ids: Vec<TrialId> = self
-            .trials
-            .iter()
-            .filter(|(_, trial)| !matches!(trial.standing, Standing::Placed(_)))
-            .map(|(id, _)| *id)
-            .collect();
-        ids.sort_unstable();
+    /// Under edges above 0, a trial without service sits at level 0 and has
+    /// no promotion time whatever the edges, so only trials with service are
+    /// looked at (a handful beside a queue of never-run trials), unless
+    /// `zero_edge` says an edge was or is 0.
+    fn relevel_waiting(&mut self, zero_edge: bool) {
+        let ids: Vec<TrialId> = if zero_edge {
+            let mut ids: Vec<TrialId> = self
+                .trials
+                .iter()
+                .filter(|(_, trial)| !matches!(trial.standing, Standing::Placed(_)))
+                .map(|(id, _)| *id)
+                .collect();
+            ids.sort_unstable();
+            ids
+        } else {
+            self.index.pending_with_service.iter().copied().collect()
+        };
         let (promote_after, reserve_after) = self.las_promote_after();
         for id in ids {
             let Some(trial) = self.trials.get(&id) else {
@@ -183,19 +191,21 @@ impl PolicyCore {
         self.levels.lengthened(MAX_LOSS_WAIT_MS)
     }
 
-    /// Recomputes a trial's level, place in line and promotion time from its
-    /// service and size (they changed), with its index entries, unless it is
-    /// placed.
-    pub(super) fn relevel(&mut self, trial: TrialId) {
+    /// Applies `change` to a trial's service or size, then recomputes its
+    /// level, place in line and promotion time from them, with its index
+    /// entries, unless it is placed. False if the trial is unknown.
+    pub(super) fn relevel(&mut self, trial: TrialId, change: impl FnOnce(&mut Trial)) -> bool {
         let Some(mut entry) = self.trials.remove(&trial) else {
-            return;
+            return false;
         };
         self.index.remove(trial, &entry);
+        change(&mut entry);
         if !matches!(entry.standing, Standing::Placed(_)) {
             self.set_level(&mut entry);
         }
         self.index.insert(trial, &entry);
         self.trials.insert(trial, entry);
+        true
     }
 
     /// Waiting trials whose wait has passed their promotion time go back to
@@ -378,6 +388,41 @@ mod tests {
             assert!(core.finish(id(first), 4 * HOUR, true));
             assert_eq!(decide(&mut core, 4 * HOUR).0, vec![other]);
         }
+    }
+
+    #[test]
+    fn waiting_levels_follow_the_edges_and_past_service() {
+        let mut core = core("attained_service: {promote_after: 0}\n", 1);
+        submit(&mut core, 1, 1, 0, 0);
+        decide(&mut core, 0);
+        // Ten GPU-minutes of service, then back in line beside a never-run trial.
+        assert!(core.requeue(id(1), 10 * MINUTE));
+        submit(&mut core, 2, 1, 0, 10 * MINUTE);
+        let levels = |core: &PolicyCore| {
+            core.check_invariants().unwrap();
+            [1, 2].map(|index| core.trials[&id(index)].level)
+        };
+        // Completions far shorter than its service pull the edges below it...
+        for _ in 0..300 {
+            core.add_completed_service(MINUTE / 10);
+        }
+        let [served, never_run] = levels(&core);
+        assert!(served > 0, "edges {:?}", core.level_edges_gpu_ms());
+        assert_eq!(never_run, 0);
+        // ...far longer ones lift them above it again.
+        for _ in 0..300 {
+            core.add_completed_service(100 * HOUR);
+        }
+        assert_eq!(
+            levels(&core),
+            [0, 0],
+            "edges {:?}",
+            core.level_edges_gpu_ms()
+        );
+        // Service the core did not see (a restarted head) counts at once.
+        assert!(core.add_past_service(id(2), 1000 * HOUR, 1000 * HOUR));
+        assert!(levels(&core)[1] > 0);
+        assert!(!core.add_past_service(id(9), HOUR, HOUR));
     }
 
     #[test]
