@@ -30,35 +30,57 @@ pub(super) enum Narrowing<'a> {
     Nothing,
     /// Only nodes in one of these sets can match (then check all constraints).
     Among(Vec<&'a BTreeSet<usize>>),
+    /// Only nodes of this GPU model can match (then check all constraints);
+    /// its nodes' usage is kept in `ModelUsage`.
+    OneModel(&'a str),
+}
+
+/// The usage-keyed sets of one GPU model's schedulable nodes, kept like the
+/// pool's own (`by_free_whole`, `shared`), so that a gang asking for that
+/// model searches them instead of listing and sorting the model's nodes for
+/// every search.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct ModelUsage {
+    /// Like the pool's `by_free_whole`, for this model's nodes.
+    pub(super) by_free_whole: Vec<BTreeSet<(u64, usize)>>,
+    /// Like the pool's `shared`, for this model's nodes.
+    pub(super) shared: BTreeSet<SharedKey>,
 }
 
 impl NodePool {
     /// The node sets that a gang's constraints narrow the search to.
     pub(super) fn narrowing(&self, gang: &GangShape, needs_gpu: bool) -> Narrowing<'_> {
-        let mut best: Option<(usize, Vec<&BTreeSet<usize>>)> = None;
+        let mut best: Option<(usize, Narrowing<'_>)> = None;
         for (key, value) in &gang.node_labels {
             let Some(set) = self.by_label.get(key).and_then(|values| values.get(value)) else {
                 return Narrowing::Nothing;
             };
             if best.as_ref().is_none_or(|(size, _)| set.len() < *size) {
-                best = Some((set.len(), vec![set]));
+                best = Some((set.len(), Narrowing::Among(vec![set])));
             }
         }
         if needs_gpu && !gang.gpu_models.is_empty() {
             let models: BTreeSet<&String> = gang.gpu_models.iter().collect();
-            let sets: Vec<&BTreeSet<usize>> = models
+            let sets: Vec<(&String, &BTreeSet<usize>)> = models
                 .into_iter()
-                .filter_map(|model| self.by_model.get(model))
+                .filter_map(|model| self.by_model.get_key_value(model))
                 .collect();
-            if sets.is_empty() {
-                return Narrowing::Nothing;
-            }
-            let size = sets.iter().map(|set| set.len()).sum();
+            let size = sets.iter().map(|(_, set)| set.len()).sum();
+            let narrowing = match sets.as_slice() {
+                [] => return Narrowing::Nothing,
+                [(model, _)] => Narrowing::OneModel(model.as_str()),
+                _ => Narrowing::Among(sets.into_iter().map(|(_, set)| set).collect()),
+            };
             if best.as_ref().is_none_or(|(best_size, _)| size < *best_size) {
-                best = Some((size, sets));
+                best = Some((size, narrowing));
             }
         }
-        best.map_or(Narrowing::Any, |(_, sets)| Narrowing::Among(sets))
+        best.map_or(Narrowing::Any, |(_, narrowing)| narrowing)
+    }
+
+    /// The schedulable nodes of a GPU model (none when it has none).
+    pub(super) fn model_nodes(&self, model: &str) -> impl Iterator<Item = &usize> + '_ {
+        self.by_model.get(model).into_iter().flatten()
     }
 
     /// Adds a node to the indexes and totals if it is schedulable.
@@ -122,7 +144,21 @@ impl NodePool {
             self.by_free_whole.resize_with(bucket + 1, BTreeSet::new);
         }
         self.by_free_whole[bucket].insert((view.free_cpu(), idx));
+        let mut model = view
+            .spec
+            .gpu_model
+            .as_ref()
+            .map(|model| self.model_usage.entry(model.clone()).or_default());
+        if let Some(model) = &mut model {
+            if model.by_free_whole.len() <= bucket {
+                model.by_free_whole.resize_with(bucket + 1, BTreeSet::new);
+            }
+            model.by_free_whole[bucket].insert((view.free_cpu(), idx));
+        }
         for (gpu, room) in view.partly_used() {
+            if let Some(model) = &mut model {
+                model.shared.insert((room, view.free_cpu(), idx, gpu));
+            }
             self.shared.insert((room, view.free_cpu(), idx, gpu));
             self.shared_room_total += u64::from(room);
             if self.shared_by_room.len() < WHOLE_GPU as usize {
@@ -142,7 +178,18 @@ impl NodePool {
         }
         let bucket = view.usage.free_whole as usize;
         self.by_free_whole[bucket].remove(&(view.free_cpu(), idx));
+        let mut model = view
+            .spec
+            .gpu_model
+            .as_ref()
+            .and_then(|model| self.model_usage.get_mut(model));
+        if let Some(model) = &mut model {
+            model.by_free_whole[bucket].remove(&(view.free_cpu(), idx));
+        }
         for (gpu, room) in view.partly_used() {
+            if let Some(model) = &mut model {
+                model.shared.remove(&(room, view.free_cpu(), idx, gpu));
+            }
             self.shared.remove(&(room, view.free_cpu(), idx, gpu));
             self.shared_room_total -= u64::from(room);
             self.shared_by_room[room as usize] -= 1;
@@ -203,6 +250,19 @@ impl NodePool {
         );
         assert_eq!(self.by_label, rebuilt.by_label);
         assert_eq!(self.by_model, rebuilt.by_model);
+        // A model's entry stays once it has had nodes; compare what is in them.
+        type ModelKeys = (String, Vec<(usize, Vec<(u64, usize)>)>, BTreeSet<SharedKey>);
+        let models = |pool: &Self| -> Vec<ModelKeys> {
+            pool.model_usage
+                .iter()
+                .map(|(model, usage)| {
+                    let buckets = non_empty(&usage.by_free_whole);
+                    (model.clone(), buckets, usage.shared.clone())
+                })
+                .filter(|(_, buckets, shared)| !buckets.is_empty() || !shared.is_empty())
+                .collect()
+        };
+        assert_eq!(models(self), models(&rebuilt));
         assert_eq!(self.capacity_total, rebuilt.capacity_total);
         assert_eq!(self.free_total, rebuilt.free_total);
         assert_eq!(self.shared_room_total, rebuilt.shared_room_total);

@@ -47,7 +47,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use xp_runtime::ids::NodeId;
 
-use self::index::{Narrowing, SharedKey};
+use self::index::{ModelUsage, Narrowing, SharedKey};
 use self::node::{Demand, NodeState, NodeView, Usage, matches_constraints};
 use super::{Amount, GangShape, NodeSpec, WorkerPlacement};
 
@@ -192,6 +192,9 @@ pub struct NodePool {
     by_label: BTreeMap<String, BTreeMap<String, BTreeSet<usize>>>,
     /// Schedulable nodes by GPU model.
     by_model: BTreeMap<String, BTreeSet<usize>>,
+    /// Per GPU model, its schedulable nodes keyed like `by_free_whole` and
+    /// `shared` (a model's entry stays, empty, once it has had nodes).
+    model_usage: BTreeMap<String, ModelUsage>,
     /// The schedulable nodes' capacity.
     capacity_total: Amount,
     /// What is free on the schedulable nodes.
@@ -334,6 +337,7 @@ impl NodePool {
             Narrowing::Nothing => false,
             Narrowing::Any => (0..self.nodes.len()).any(holds_rest),
             Narrowing::Among(sets) => sets.into_iter().flatten().any(|idx| holds_rest(*idx)),
+            Narrowing::OneModel(model) => self.model_nodes(model).any(|idx| holds_rest(*idx)),
         }
     }
 

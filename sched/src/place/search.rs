@@ -34,7 +34,7 @@ use std::iter::Peekable;
 
 use xp_runtime::seeded::SplitMix64;
 
-use super::index::{Narrowing, SharedKey};
+use super::index::{ModelUsage, Narrowing, SharedKey};
 use super::node::{Demand, GpuNeed, NodeView, Usage, add_amount, matches_constraints, sub_amount};
 use super::{NodePool, Strategy, TaskMix, WHOLE_GPU};
 use crate::{Amount, GangShape, WorkerPlacement};
@@ -266,6 +266,9 @@ pub(super) struct Search<'a> {
     /// Partly used GPUs of schedulable overlay nodes, sorted.
     overlay_shared: Vec<SharedKey>,
     list: Option<ListIndex>,
+    /// The kept index of the one GPU model the gang asks for, searched in
+    /// place of the pool's (the overlay merged in as for the pool's).
+    model: Option<&'a ModelUsage>,
     pub(super) n_buckets: usize,
 }
 
@@ -282,7 +285,8 @@ impl NodePool {
         if demand.workers == 0 {
             return Some(Vec::new());
         }
-        let search = Search::new(self, gang, demand, overlay)?;
+        let random = matches!(strategy, Strategy::Random { .. });
+        let search = Search::new(self, gang, demand, overlay, random)?;
         let strategy = match strategy {
             Strategy::Random { .. } => strategy,
             _ if gang.spread => Strategy::Spread,
@@ -329,17 +333,29 @@ impl NodePool {
 impl<'a> Search<'a> {
     /// Prepares a search, or `None` when counts alone show that the gang cannot
     /// fit: O(G + t log t) for t overlay nodes, plus O(l log l) when a constraint
-    /// narrows the search to l nodes.
+    /// other than one GPU model narrows the search to l nodes (or the
+    /// placement is `random`, which draws among them).
     fn new(
         pool: &'a NodePool,
         gang: &'a GangShape,
         demand: Demand,
         overlay: &'a BTreeMap<usize, Usage>,
+        random: bool,
     ) -> Option<Self> {
-        let narrowing = pool.narrowing(gang, demand.needs_gpu());
-        if matches!(narrowing, Narrowing::Nothing) {
-            return None;
-        }
+        let mut model = None;
+        let narrowing = match pool.narrowing(gang, demand.needs_gpu()) {
+            Narrowing::Nothing => return None,
+            Narrowing::OneModel(name) if !random => {
+                // Walked in the same order as a private index of the model's
+                // nodes would be, the nodes the gang may not use skipped.
+                model = pool.model_usage.get(name);
+                Narrowing::Any
+            }
+            Narrowing::OneModel(name) => {
+                Narrowing::Among(pool.by_model.get(name).into_iter().collect())
+            }
+            narrowing => narrowing,
+        };
         let counts = Counts::with_overlay(pool, &demand, overlay);
         if !counts.could_hold(gang, &demand) {
             return None;
@@ -359,6 +375,7 @@ impl<'a> Search<'a> {
             overlay_buckets,
             overlay_shared,
             list: None,
+            model,
             n_buckets: bucket_sizes.len(),
         };
         if let Narrowing::Among(sets) = narrowing {
@@ -463,18 +480,20 @@ impl<'a> Search<'a> {
             let entries = list.buckets.get(bucket).map_or(&[][..], Vec::as_slice);
             return Box::new(ordered(entries, min_cpu, descending).map(|(_, idx)| idx));
         }
-        let base: Box<dyn Iterator<Item = (u64, usize)> + '_> =
-            match self.pool.by_free_whole.get(bucket) {
-                None => Box::new(std::iter::empty()),
-                Some(set) => {
-                    let range = set.range((min_cpu, 0)..).copied();
-                    if descending {
-                        Box::new(range.rev())
-                    } else {
-                        Box::new(range)
-                    }
+        let by_free_whole = self
+            .model
+            .map_or(&self.pool.by_free_whole, |model| &model.by_free_whole);
+        let base: Box<dyn Iterator<Item = (u64, usize)> + '_> = match by_free_whole.get(bucket) {
+            None => Box::new(std::iter::empty()),
+            Some(set) => {
+                let range = set.range((min_cpu, 0)..).copied();
+                if descending {
+                    Box::new(range.rev())
+                } else {
+                    Box::new(range)
                 }
-            };
+            }
+        };
         if self.overlay.is_empty() {
             return Box::new(base.map(|(_, idx)| idx));
         }
@@ -498,7 +517,8 @@ impl<'a> Search<'a> {
         if let Some(list) = &self.list {
             return skip_scan_slice(&list.shared, min_room, min_cpu);
         }
-        let base = skip_scan_set(&self.pool.shared, min_room, min_cpu);
+        let shared = self.model.map_or(&self.pool.shared, |model| &model.shared);
+        let base = skip_scan_set(shared, min_room, min_cpu);
         if self.overlay.is_empty() {
             return base;
         }

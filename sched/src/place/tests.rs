@@ -1056,6 +1056,13 @@ proptest! {
                     let (gang, strategy) = gang_of(&generated);
                     let found = pool.find(&gang, strategy);
                     check_placement(&pool, &gang, strategy, found.as_ref())?;
+                    if !matches!(strategy, Strategy::Random { .. }) {
+                        // Without the kept per-model index a one-model gang walks
+                        // the pool's own: the same nodes in the same order.
+                        let mut walked = pool.clone();
+                        walked.model_usage.clear();
+                        prop_assert_eq!(&found, &walked.find(&gang, strategy));
+                    }
                     if let Some(found) = found {
                         prop_assert_eq!(pool.allocate(&found), Ok(()));
                         held.push(found);
