@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::WHOLE_GPU;
 use super::mix::TaskMix;
-use super::node::{GpuNeed, NodeView};
+use super::node::{GpuNeed, NodeView, Usage};
 use super::search::{Choice, Search};
 
 /// Fragmentation-aware placement scores at most this many nodes from the tight
@@ -130,18 +130,39 @@ impl Search<'_> {
                     candidates.push(idx);
                 }
             }
+            // Without fractional workers the fewest free whole GPUs come first
+            // in the key below: nodes of a later bucket cannot win.
+            if !fractional && !candidates.is_empty() {
+                break;
+            }
         }
-        candidates
+        // The order key needs no placement but for fractional workers; the
+        // growth, which needs one, is worked out only where the key ties.
+        let keyed: Vec<((bool, u64, u64), usize, usize)> = candidates
             .into_iter()
             .enumerate()
             .map(|(position, idx)| {
                 let view = self.view(idx);
-                let mut placed = Vec::new();
-                view.place(&self.demand, workers, &mut placed);
-                let mut after = view.usage.clone();
-                for worker in &placed {
-                    after.hold(worker);
-                }
+                let free_whole = u64::from(view.usage.free_whole);
+                // Most partly used GPUs first.
+                let fewest_shared = u64::MAX - view.partly_used().count() as u64;
+                let key = if fractional {
+                    let breaks_free_gpu =
+                        self.usage_after(view, workers).free_whole < view.usage.free_whole;
+                    (breaks_free_gpu, fewest_shared, free_whole)
+                } else {
+                    (false, free_whole, fewest_shared)
+                };
+                (key, position, idx)
+            })
+            .collect();
+        let best = keyed.iter().map(|(key, _, _)| *key).min()?;
+        keyed
+            .into_iter()
+            .filter(|(key, _, _)| *key == best)
+            .map(|(_, position, idx)| {
+                let view = self.view(idx);
+                let after = self.usage_after(view, workers);
                 let after_view = NodeView {
                     usage: &after,
                     ..view
@@ -151,19 +172,21 @@ impl Search<'_> {
                 // Fragmentation only grows or shrinks by what the gang takes.
                 let growth = i128::from(common_shape_fragmentation(&after_rooms))
                     - i128::from(common_shape_fragmentation(&before_rooms));
-                let free_whole = u64::from(view.usage.free_whole);
-                // Most partly used GPUs first.
-                let fewest_shared = u64::MAX - view.partly_used().count() as u64;
-                let key = if fractional {
-                    let breaks_free_gpu = after.free_whole < view.usage.free_whole;
-                    (breaks_free_gpu, fewest_shared, free_whole)
-                } else {
-                    (false, free_whole, fewest_shared)
-                };
-                (key, growth, position, idx)
+                (growth, position, idx)
             })
             .min()
-            .map(|(_, _, _, idx)| idx)
+            .map(|(_, _, idx)| idx)
+    }
+
+    /// A node's usage once it holds `workers` of the gang's workers.
+    fn usage_after(&self, view: NodeView<'_>, workers: u64) -> Usage {
+        let mut placed = Vec::new();
+        view.place(&self.demand, workers, &mut placed);
+        let mut after = view.usage.clone();
+        for worker in &placed {
+            after.hold(worker);
+        }
+        after
     }
 }
 
