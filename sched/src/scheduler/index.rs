@@ -24,14 +24,44 @@ use super::trial::{Placed, Standing, Trial};
 /// A preemption candidate: lowest priority first, then most recently started.
 pub(super) type VictimKey = (i64, Reverse<UnixMillis>, TrialId);
 
-/// The trial's key among preemption candidates, if it is one: preemptible and
-/// not already stopping.
-fn victim_key(id: TrialId, trial: &Trial, placed: &Placed) -> Option<VictimKey> {
-    (trial.request.preemptible && placed.preempt_deadline.is_none()).then_some((
-        trial.request.priority,
-        Reverse(placed.started_at),
-        id,
-    ))
+/// What a preemption search reads of a candidate, kept beside its key so
+/// that a walk over many candidates reads no trial entries: its run's start
+/// pass, where its loss counts from, and its service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct VictimFacts {
+    /// The pass that started it.
+    pub(super) started_pass: u64,
+    /// Its latest checkpoint in this run, else its start.
+    pub(super) loss_from: UnixMillis,
+    /// GPU thousandths its gang holds.
+    pub(super) gpu_milli: u64,
+    /// GPU time received before this run.
+    pub(super) attained_gpu_ms: u64,
+    /// Where its attained-service level counts from.
+    pub(super) level_base_gpu_ms: u64,
+}
+
+/// Preemption candidates in preference order, each with its facts.
+pub(super) type Victims = BTreeMap<VictimKey, VictimFacts>;
+
+/// The trial's key among preemption candidates and its facts, if it is one:
+/// preemptible and not already stopping.
+pub(super) fn victim_entry(
+    id: TrialId,
+    trial: &Trial,
+    placed: &Placed,
+) -> Option<(VictimKey, VictimFacts)> {
+    (trial.request.preemptible && placed.preempt_deadline.is_none()).then(|| {
+        let key = (trial.request.priority, Reverse(placed.started_at), id);
+        let facts = VictimFacts {
+            started_pass: placed.started_pass,
+            loss_from: placed.loss_from(),
+            gpu_milli: trial.demand[0],
+            attained_gpu_ms: trial.attained_gpu_ms,
+            level_base_gpu_ms: trial.level_base_gpu_ms,
+        };
+        (key, facts)
+    })
 }
 
 /// The key of a set of waiting trials: base priority, attained-service level,
@@ -61,7 +91,7 @@ pub(super) struct QueueIndex {
     pub(super) n_held: u64,
     pub(super) n_placed: u64,
     /// Its preemption candidates.
-    pub(super) victims: BTreeSet<VictimKey>,
+    pub(super) victims: Victims,
     /// Lease units its placed trials hold.
     pub(super) lease_usage: BTreeMap<String, u64>,
     /// Lease units its trials waiting on preemption will take.
@@ -81,7 +111,7 @@ pub(super) struct Index {
     /// Placed trials with a known end, by that end.
     pub(super) ends: BTreeSet<(UnixMillis, TrialId)>,
     /// Preemption candidates of every queue.
-    pub(super) victims: BTreeSet<VictimKey>,
+    pub(super) victims: Victims,
     /// A multiset per resource of waiting trials' demands, for the smallest one.
     waiting_demand: [BTreeMap<u64, u64>; 3],
     /// Lease units placed trials hold, by lease.
@@ -178,9 +208,9 @@ impl Index {
                     queue.stopping = plus(queue.stopping, trial.demand);
                 }
                 queue.n_placed += 1;
-                if let Some(key) = victim_key(id, trial, placed) {
-                    queue.victims.insert(key);
-                    self.victims.insert(key);
+                if let Some((key, facts)) = victim_entry(id, trial, placed) {
+                    queue.victims.insert(key, facts);
+                    self.victims.insert(key, facts);
                 }
                 for worker in &placed.workers {
                     self.node_trials.entry(worker.node).or_default().insert(id);
@@ -231,7 +261,7 @@ impl Index {
                     queue.stopping = minus(queue.stopping, trial.demand);
                 }
                 queue.n_placed -= 1;
-                if let Some(key) = victim_key(id, trial, placed) {
+                if let Some((key, _)) = victim_entry(id, trial, placed) {
                     queue.victims.remove(&key);
                     self.victims.remove(&key);
                 }

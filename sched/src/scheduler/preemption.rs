@@ -49,19 +49,19 @@
 //! placement) is `reservations`' work.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::ops::Bound;
 
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, TrialId};
 
 use super::PolicyCore;
-use super::index::VictimKey;
+use super::index::{VictimKey, Victims};
 use super::pass::{MAX_PLACEMENT_CHECKS, MoreServedKey, Pass};
 use super::quota::QuotaBlock;
 use super::reservations::Reservation;
 use super::resource_vec::{ResourceVec, covers, minus, placement_total, plus};
-use super::trial::{Standing, Trial};
+use super::trial::{Standing, Trial, gpu_ms};
 use crate::{Decision, PreemptReason, WaitReason, WorkerPlacement};
 
 /// The most preemption searches one pass makes.
@@ -205,8 +205,8 @@ impl PolicyCore {
         let lower_exists = self
             .index
             .victims
-            .first()
-            .is_some_and(|(lowest, _, _)| *lowest < priority);
+            .first_key_value()
+            .is_some_and(|((lowest, _, _), _)| *lowest < priority);
         let level = self.service_level_to_claim(trial, queue);
         if !can_reclaim && !lower_exists && level.is_none() {
             return None;
@@ -473,13 +473,19 @@ impl PolicyCore {
                     ..=(priority, Reverse(0), LAST_TRIAL),
             )
             .take(MAX_VICTIM_CANDIDATES)
-            .filter_map(|&(_, _, victim)| {
-                let trial = self.eligible_victim(victim, search.cutoff)?;
-                let Standing::Placed(placed) = &trial.standing else {
-                    return None;
-                };
-                let affordable = max_loss.is_none_or(|limit| placed.loss_ms(search.now) <= limit);
-                (affordable && self.running_level(trial, search.now) > level).then_some(victim)
+            .filter_map(|(&(_, Reverse(started_at), victim), facts)| {
+                // What `eligible_victim`, `Placed::loss_ms` and `running_level`
+                // would say, from the facts kept beside the key: the range
+                // starts at the cutoff.
+                let eligible = facts.started_pass != self.pass;
+                let now = search.now;
+                let affordable =
+                    max_loss.is_none_or(|limit| now.saturating_sub(facts.loss_from) <= limit);
+                let attained = facts
+                    .attained_gpu_ms
+                    .saturating_add(gpu_ms(facts.gpu_milli, now.saturating_sub(started_at)));
+                let running_level = self.level_of(attained.saturating_sub(facts.level_base_gpu_ms));
+                (eligible && affordable && running_level > level).then_some(victim)
             })
             .collect()
     }
@@ -787,7 +793,7 @@ fn prefix_ids(candidates: &[(TrialId, bool)]) -> Vec<TrialId> {
 /// set runs from the latest start, so each level is entered at the cutoff
 /// instead of walking past the trials that are too young.
 fn ran_long_enough(
-    set: &BTreeSet<VictimKey>,
+    set: &Victims,
     below: Option<i64>,
     cutoff: UnixMillis,
     limit: usize,
@@ -795,7 +801,7 @@ fn ran_long_enough(
     const FIRST: TrialId = FIRST_TRIAL;
     const LAST: TrialId = LAST_TRIAL;
     let mut found = Vec::new();
-    let mut level = set.first().map(|(priority, _, _)| *priority);
+    let mut level = set.first_key_value().map(|((priority, _, _), _)| *priority);
     while let Some(priority) = level {
         if below.is_some_and(|below| priority >= below) || found.len() >= limit {
             break;
@@ -804,12 +810,12 @@ fn ran_long_enough(
         found.extend(
             set.range((priority, Reverse(cutoff), FIRST)..=level_end)
                 .take(limit - found.len())
-                .copied(),
+                .map(|(key, _)| *key),
         );
         level = set
             .range((Bound::Excluded(level_end), Bound::Unbounded))
             .next()
-            .map(|(priority, _, _)| *priority);
+            .map(|((priority, _, _), _)| *priority);
     }
     found
 }

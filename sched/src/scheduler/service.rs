@@ -21,6 +21,7 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::TrialId;
 
 use super::PolicyCore;
+use super::index::victim_entry;
 use super::preemption::MAX_LOSS_WAIT_MS;
 use super::trial::{Standing, Trial};
 use crate::config::Order;
@@ -45,17 +46,30 @@ impl PolicyCore {
     /// now on loses only the work since. False if it is not placed (a late
     /// report of an earlier run) or `at` is before its current run.
     pub fn note_checkpoint(&mut self, trial: TrialId, at: UnixMillis) -> bool {
-        let Some(Standing::Placed(placed)) =
-            self.trials.get_mut(&trial).map(|entry| &mut entry.standing)
-        else {
+        let Some(entry) = self.trials.get_mut(&trial) else {
+            return false;
+        };
+        let Standing::Placed(placed) = &mut entry.standing else {
             return false;
         };
         if at < placed.started_at {
             return false;
         }
-        // Not part of the index: what a victim would lose is computed when
-        // victims are chosen.
         placed.last_checkpoint = Some(placed.last_checkpoint.map_or(at, |last| last.max(at)));
+        // Only where its loss counts from changed: the candidate's facts.
+        let entry = &self.trials[&trial];
+        if let Standing::Placed(placed) = &entry.standing
+            && let Some((key, facts)) = victim_entry(trial, entry, placed)
+        {
+            for victims in [
+                &mut self.index.victims,
+                &mut self.index.queues[entry.queue].victims,
+            ] {
+                if let Some(kept) = victims.get_mut(&key) {
+                    *kept = facts;
+                }
+            }
+        }
         true
     }
 

@@ -60,11 +60,15 @@ impl Placed {
     /// The run time a preemption at `now` would lose: since the last checkpoint
     /// of this run, else since it started.
     pub(super) fn loss_ms(&self, now: UnixMillis) -> u64 {
-        now.saturating_sub(
-            self.last_checkpoint
-                .unwrap_or(self.started_at)
-                .max(self.started_at),
-        )
+        now.saturating_sub(self.loss_from())
+    }
+
+    /// Where what a preemption would lose counts from: the last checkpoint
+    /// of this run, else its start.
+    pub(super) fn loss_from(&self) -> UnixMillis {
+        self.last_checkpoint
+            .unwrap_or(self.started_at)
+            .max(self.started_at)
     }
 
     /// The workers whose resources the pool still holds.
