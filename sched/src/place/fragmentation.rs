@@ -74,8 +74,9 @@ impl Search<'_> {
     /// workload mix.
     ///
     /// Candidates: the first few fitting nodes of every whole-free-GPU bucket
-    /// that can suffice, from both ends of its CPU order, and for fractional
-    /// workers also the first few nodes with a partly used GPU that fits.
+    /// that can suffice (without fractional workers, of the first that has
+    /// one), from both ends of its CPU order, and for fractional workers also
+    /// the first few nodes with a partly used GPU that fits.
     /// The smallest key wins:
     /// - fractional workers: whether the gang must break a free GPU (never while
     ///   a shared one fits), then the most partly used GPUs on the node, then
@@ -95,50 +96,11 @@ impl Search<'_> {
     /// spreads work and no node drains whole.
     pub(super) fn pick_least_fragmenting(&self) -> Option<usize> {
         let workers = self.demand.workers;
-        let min_cpu = self.demand.cpu_milli.saturating_mul(workers);
         let fractional = matches!(self.demand.gpu, GpuNeed::Fraction(_));
-        let limits = (
-            FRAGMENTATION_CANDIDATES_LOW,
-            FRAGMENTATION_CANDIDATES_HIGH,
-            FRAGMENTATION_CANDIDATES_SHARED,
-        );
-        let mut seen = HashSet::new();
-        let mut candidates = Vec::new();
-        if let GpuNeed::Fraction(share) = self.demand.gpu {
-            let mut found = 0;
-            for (_, _, idx, _) in self.shared_stream(share, min_cpu) {
-                if found == limits.2 {
-                    break;
-                }
-                if seen.insert(idx) && self.fits(idx) >= workers {
-                    candidates.push(idx);
-                    found += 1;
-                }
-            }
-        }
-        // Nodes with no free GPU that hold fractional workers came from the
-        // shared GPUs above; the buckets add the nodes with free GPUs.
-        for bucket in self.demand.whole_gpus_for(workers)..self.n_buckets {
-            for (descending, limit) in [(false, limits.0), (true, limits.1)] {
-                let fitting = self
-                    .bucket_stream(bucket, min_cpu, descending)
-                    .filter(|idx| !seen.contains(idx) && self.fits(*idx) >= workers)
-                    .take(limit)
-                    .collect::<Vec<_>>();
-                for idx in fitting {
-                    seen.insert(idx);
-                    candidates.push(idx);
-                }
-            }
-            // Without fractional workers the fewest free whole GPUs come first
-            // in the key below: nodes of a later bucket cannot win.
-            if !fractional && !candidates.is_empty() {
-                break;
-            }
-        }
         // The order key needs no placement but for fractional workers; the
         // growth, which needs one, is worked out only where the key ties.
-        let keyed: Vec<((bool, u64, u64), usize, usize)> = candidates
+        let keyed: Vec<((bool, u64, u64), usize, usize)> = self
+            .least_fragmenting_candidates()
             .into_iter()
             .enumerate()
             .map(|(position, idx)| {
@@ -176,6 +138,54 @@ impl Search<'_> {
             })
             .min()
             .map(|(_, _, idx)| idx)
+    }
+
+    /// The nodes [`Self::pick_least_fragmenting`] chooses among, in bin-pack
+    /// order.
+    fn least_fragmenting_candidates(&self) -> Vec<usize> {
+        let workers = self.demand.workers;
+        let min_cpu = self.demand.cpu_milli.saturating_mul(workers);
+        let fractional = matches!(self.demand.gpu, GpuNeed::Fraction(_));
+        let limits = (
+            FRAGMENTATION_CANDIDATES_LOW,
+            FRAGMENTATION_CANDIDATES_HIGH,
+            FRAGMENTATION_CANDIDATES_SHARED,
+        );
+        let mut seen = HashSet::new();
+        let mut candidates = Vec::new();
+        if let GpuNeed::Fraction(share) = self.demand.gpu {
+            let mut found = 0;
+            for (_, _, idx, _) in self.shared_stream(share, min_cpu) {
+                if found == limits.2 {
+                    break;
+                }
+                if seen.insert(idx) && self.fits(idx) >= workers {
+                    candidates.push(idx);
+                    found += 1;
+                }
+            }
+        }
+        // Nodes with no free GPU that hold fractional workers came from the
+        // shared GPUs above; the buckets add the nodes with free GPUs.
+        for bucket in self.demand.whole_gpus_for(workers)..self.n_buckets {
+            for (descending, limit) in [(false, limits.0), (true, limits.1)] {
+                let fitting = self
+                    .bucket_stream(bucket, min_cpu, descending)
+                    .filter(|idx| !seen.contains(idx) && self.fits(*idx) >= workers)
+                    .take(limit)
+                    .collect::<Vec<_>>();
+                for idx in fitting {
+                    seen.insert(idx);
+                    candidates.push(idx);
+                }
+            }
+            // Without fractional workers the fewest free whole GPUs come first
+            // in the order key: nodes of a later bucket cannot win.
+            if !fractional && !candidates.is_empty() {
+                break;
+            }
+        }
+        candidates
     }
 
     /// A node's usage once it holds `workers` of the gang's workers.
