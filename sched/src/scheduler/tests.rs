@@ -186,6 +186,26 @@ fn check_order(config: PolicyConfig, requests: Vec<TrialRequest>, expected: &[u3
 }
 
 #[test]
+fn a_gang_that_found_no_room_is_placed_once_room_is_freed() {
+    // Two 3-GPU nodes, one GPU left on each: room for two GPUs in all, none
+    // on one node.
+    let mut core = core_preset("fifo", &[3, 3]);
+    must_submit(&mut core, req(1, 2));
+    must_submit(&mut core, req(2, 2));
+    assert_eq!(placed(&must_decide(&mut core, 10)).len(), 2);
+    must_submit(&mut core, req(3, 2));
+    // The first pass searches and finds no room; the next ones, with none
+    // gained, answer from memory.
+    for now in [20, 30, 40] {
+        assert!(placed(&must_decide(&mut core, now)).is_empty());
+        check_waits_for_room(&core, id(3));
+    }
+    // A finish frees a node: the memory is forgotten and the gang placed.
+    assert!(core.finish(id(1), 50, true));
+    assert_eq!(placed(&must_decide(&mut core, 50)), vec![id(3)]);
+}
+
+#[test]
 fn fifo_ignores_priority_and_priority_order_respects_it() {
     let requests = || {
         vec![
@@ -2059,6 +2079,24 @@ fn run_events(
 }
 
 impl Replay {
+    /// Every submitted trial's placement, wait reason and whether it is
+    /// being preempted, to compare two replays by.
+    fn snapshot(&self) -> String {
+        let standing: Vec<String> = self
+            .submitted
+            .iter()
+            .map(|trial| {
+                format!(
+                    "{trial} {:?} {:?} {}",
+                    self.core.placement(*trial),
+                    self.core.wait_reason(*trial),
+                    self.core.is_preempting(*trial)
+                )
+            })
+            .collect();
+        standing.join("\n")
+    }
+
     /// Oversubscription's invariants, from the shares as asked: no GPU is
     /// promised more than the policy's factor, nor more than its whole to
     /// workers that did not opt in; an opted-in fraction is placed at exactly
@@ -2119,6 +2157,25 @@ proptest! {
         config.validate().unwrap();
         let outcome = run_events(config, nodes, events);
         prop_assert!(outcome.is_ok(), "{}", outcome.unwrap_err());
+    }
+
+    #[test]
+    fn remembered_placement_failures_change_no_decision(
+        config in config_strategy(true),
+        nodes in nodes_strategy(),
+        events in prop::collection::vec(event_strategy(), 1..120),
+    ) {
+        config.validate().unwrap();
+        let mut remembering = Replay::new(config.clone(), nodes.clone());
+        let mut forgetting = Replay::new(config, nodes);
+        for event in events {
+            // A new room epoch before every event: what found no room is
+            // searched again, as if nothing were remembered across passes.
+            forgetting.core.room_epoch += 1;
+            let outcomes = (remembering.apply(event.clone()), forgetting.apply(event));
+            prop_assert_eq!(outcomes.0.is_ok(), outcomes.1.is_ok());
+            prop_assert_eq!(remembering.snapshot(), forgetting.snapshot());
+        }
     }
 
     #[test]
