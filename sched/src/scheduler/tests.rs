@@ -1513,6 +1513,38 @@ fn event_strategy() -> impl PropStrategy<Value = Event> {
     ]
 }
 
+/// Events that fragment small nodes: one- and two-GPU workers arriving,
+/// finishing and being decided on, so that gangs often find no room where
+/// the free room of all nodes together would hold them.
+fn fragmenting_event_strategy() -> impl PropStrategy<Value = Event> {
+    let submit = (
+        0..TEAMS.len(),
+        prop_oneof![Just(1000_u64), Just(2000)],
+        1..3_u32,
+    )
+        .prop_map(|(team, gpu_milli, workers)| {
+            Event::Submit(Submission {
+                team,
+                queue: None,
+                gpu_milli,
+                workers,
+                cpu_milli: 1000,
+                priority: 0,
+                preemptible: true,
+                time_limit_ms: None,
+                experiment: 0,
+                rack: None,
+                urgency: 0,
+            })
+        });
+    prop_oneof![
+        4 => submit,
+        3 => Just(Event::Decide),
+        2 => (0..64_usize).prop_map(|pick| Event::Finish { pick, completed: true }),
+        1 => (1..600_000_u64).prop_map(|ms| Event::Advance { ms }),
+    ]
+}
+
 fn nodes_strategy() -> impl PropStrategy<Value = Vec<(u32, u8)>> {
     prop::collection::vec(
         (prop_oneof![Just(1_u32), Just(2), Just(4), Just(8)], 0..2_u8),
@@ -2162,8 +2194,11 @@ proptest! {
     #[test]
     fn remembered_placement_failures_change_no_decision(
         config in config_strategy(true),
-        nodes in nodes_strategy(),
-        events in prop::collection::vec(event_strategy(), 1..120),
+        nodes in prop::collection::vec((prop_oneof![Just(2_u32), Just(4)], Just(0_u8)), 2..5),
+        events in prop::collection::vec(
+            prop_oneof![3 => fragmenting_event_strategy(), 1 => event_strategy()],
+            1..120,
+        ),
     ) {
         config.validate().unwrap();
         let mut remembering = Replay::new(config.clone(), nodes.clone());
