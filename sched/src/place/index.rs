@@ -3,7 +3,8 @@
 //! The pool keeps schedulable nodes in buckets by whole free GPUs, each an
 //! ordered set keyed by free CPU; the partly used GPUs in one ordered set keyed
 //! by room, then the node's free CPU; a count of partly used GPUs per room;
-//! total free amounts; and node sets per label and per GPU model. Every change
+//! total free amounts; node sets per label and per GPU model; and, per GPU
+//! model, its nodes' buckets and partly used GPUs again (`ModelUsage`). Every change
 //! to a node re-keys only that node: O(G log n) for n schedulable nodes and G
 //! GPUs on the node.
 //!
@@ -39,7 +40,7 @@ pub(super) enum Narrowing<'a> {
 /// pool's own (`by_free_whole`, `shared`), so that a gang asking for that
 /// model searches them instead of listing and sorting the model's nodes for
 /// every search.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct ModelUsage {
     /// Like the pool's `by_free_whole`, for this model's nodes.
     pub(super) by_free_whole: Vec<BTreeSet<(u64, usize)>>,

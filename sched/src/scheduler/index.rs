@@ -1,12 +1,14 @@
 //! Everything the policy core derives from its trial table: waiting trials in
 //! FIFO sets per queue and priority, per-queue usage and reservations, pending
-//! counts per team, trials per node, expected ends, preemption candidates and the
-//! smallest waiting demand.
+//! counts per team, trials per node, expected ends, preemption candidates with
+//! the facts a search reads of them, waiting trials with service (whose levels
+//! follow the edges) and the smallest waiting demand.
 //!
 //! Invariant: the index equals one rebuilt from scratch from the trials and
 //! reservations. Every change to an entry removes it from the index first and
-//! inserts it again after; `check_invariants` compares with a rebuild. The index
-//! answers lookups only; it makes no decisions.
+//! inserts it again after, but for a checkpoint, which only refreshes its
+//! candidate's facts in place (`note_checkpoint`); `check_invariants` compares
+//! with a rebuild. The index answers lookups only; it makes no decisions.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
