@@ -29,7 +29,7 @@
 //! with every byte of its grant unchanged, only before its expiry (plus
 //! [`CLOCK_SKEW_MS`]) and only while no revocation covers it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -386,6 +386,12 @@ pub struct RevocationEntry {
 }
 
 /// The revocations a verifier keeps. Pure: the caller passes the time.
+///
+/// Invariant: `expiry` holds exactly one `(until, key)` per holder and
+/// subject entry, with its keep-until time, so pruning visits only what
+/// expired (a head restarted after a busy day revokes its 100,000 ended
+/// attempts one by one, and a pass over all of them per revocation took
+/// most of its start).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RevocationList {
     holders: BTreeMap<Holder, u64>,
@@ -393,6 +399,14 @@ pub struct RevocationList {
     subjects: BTreeMap<String, (u64, u64)>,
     /// Sessions issued before this are void (kept until the second).
     sessions_before: (u64, u64),
+    expiry: BTreeSet<(u64, Revoked)>,
+}
+
+/// What an expiry entry names.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Revoked {
+    Holder(Holder),
+    Subject(String),
 }
 
 impl RevocationList {
@@ -401,12 +415,18 @@ impl RevocationList {
         let until = entry.until_ms;
         match entry.revocation {
             Revocation::Holder(holder) => {
-                let kept = self.holders.entry(holder).or_default();
-                *kept = (*kept).max(until);
+                let was = self.holders.get(&holder).copied();
+                let until = was.unwrap_or(until).max(until);
+                self.holders.insert(holder.clone(), until);
+                self.move_expiry(Revoked::Holder(holder), was, until);
             }
             Revocation::Subject { subject, before_ms } => {
-                let kept = self.subjects.entry(subject).or_default();
-                *kept = (kept.0.max(before_ms), kept.1.max(until));
+                let was = self.subjects.get(&subject).copied();
+                let (before, until) = was.map_or((before_ms, until), |(before, kept)| {
+                    (before.max(before_ms), kept.max(until))
+                });
+                self.subjects.insert(subject.clone(), (before, until));
+                self.move_expiry(Revoked::Subject(subject), was.map(|(_, kept)| kept), until);
             }
             Revocation::SessionsBefore { before_ms } => {
                 self.sessions_before = (
@@ -417,11 +437,38 @@ impl RevocationList {
         }
     }
 
+    /// Moves `revoked`'s expiry entry from `was` (none for a new entry) to `until`.
+    fn move_expiry(&mut self, revoked: Revoked, was: Option<u64>, until: u64) {
+        if was == Some(until) {
+            return;
+        }
+        let mut entry = (until, revoked);
+        if let Some(was) = was {
+            entry.0 = was;
+            self.expiry.remove(&entry);
+            entry.0 = until;
+        }
+        self.expiry.insert(entry);
+    }
+
     /// Forgets what no unexpired capability can need any more at `now_ms`.
     pub fn prune(&mut self, now_ms: u64) {
         let keep = |until: u64| until.saturating_add(CLOCK_SKEW_MS) >= now_ms;
-        self.holders.retain(|_, until| keep(*until));
-        self.subjects.retain(|_, (_, until)| keep(*until));
+        while let Some((until, _)) = self.expiry.first()
+            && !keep(*until)
+        {
+            let Some((_, revoked)) = self.expiry.pop_first() else {
+                break;
+            };
+            match revoked {
+                Revoked::Holder(holder) => {
+                    self.holders.remove(&holder);
+                }
+                Revoked::Subject(subject) => {
+                    self.subjects.remove(&subject);
+                }
+            }
+        }
         if !keep(self.sessions_before.1) {
             self.sessions_before = (0, 0);
         }

@@ -356,3 +356,83 @@ proptest! {
         );
     }
 }
+
+/// One step of [`pruning_keeps_what_a_full_walk_keeps`].
+#[derive(Debug, Clone)]
+enum ListStep {
+    Add(RevocationEntry),
+    Prune(u64),
+}
+
+fn any_list_step() -> impl Strategy<Value = ListStep> {
+    let revocation = prop_oneof![
+        (0..4u32).prop_map(|n| Revocation::Holder(Holder::Session(format!("driver-{n}")))),
+        (0..4u32).prop_map(|attempt| Revocation::Holder(Holder::Attempt {
+            trial: trial(7, 0),
+            attempt,
+        })),
+        (0..3u32, 0..100u64).prop_map(|(n, before_ms)| Revocation::Subject {
+            subject: format!("user-{n}"),
+            before_ms,
+        }),
+        (0..100u64).prop_map(|before_ms| Revocation::SessionsBefore { before_ms }),
+    ];
+    prop_oneof![
+        (revocation, 0..200_000u64).prop_map(|(revocation, until_ms)| ListStep::Add(
+            RevocationEntry {
+                revocation,
+                until_ms
+            }
+        )),
+        (0..250_000u64).prop_map(ListStep::Prune),
+    ]
+}
+
+proptest! {
+    /// Pruning by expiry keeps exactly what a walk over every entry kept,
+    /// whatever the order of additions (a holder revoked again later, a
+    /// subject's entry extended) and prunes.
+    #[test]
+    fn pruning_keeps_what_a_full_walk_keeps(
+        steps in proptest::collection::vec(any_list_step(), 0..60),
+    ) {
+        let mut list = RevocationList::default();
+        let mut model: BTreeMap<String, RevocationEntry> = BTreeMap::new();
+        let key_of = |revocation: &Revocation| match revocation {
+            Revocation::Holder(holder) => format!("holder {holder}"),
+            Revocation::Subject { subject, .. } => format!("subject {subject}"),
+            Revocation::SessionsBefore { .. } => "sessions".to_owned(),
+        };
+        for step in steps {
+            match step {
+                ListStep::Add(entry) => {
+                    let kept = model.entry(key_of(&entry.revocation)).or_insert_with(|| entry.clone());
+                    kept.until_ms = kept.until_ms.max(entry.until_ms);
+                    if let (
+                        Revocation::Subject { before_ms: kept, .. }
+                        | Revocation::SessionsBefore { before_ms: kept },
+                        Revocation::Subject { before_ms: new, .. }
+                        | Revocation::SessionsBefore { before_ms: new },
+                    ) = (&mut kept.revocation, &entry.revocation)
+                    {
+                        *kept = (*kept).max(*new);
+                    }
+                    list.add(entry);
+                }
+                ListStep::Prune(now) => {
+                    model.retain(|_, entry| entry.until_ms + CLOCK_SKEW_MS >= now);
+                    list.prune(now);
+                }
+            }
+            let mut expected: Vec<RevocationEntry> = model
+                .values()
+                .filter(|entry| !matches!(entry.revocation, Revocation::SessionsBefore { before_ms: 0 }))
+                .cloned()
+                .collect();
+            let mut kept = list.entries();
+            expected.sort_by_key(|entry| format!("{entry:?}"));
+            kept.sort_by_key(|entry| format!("{entry:?}"));
+            prop_assert_eq!(kept, expected);
+        }
+    }
+}
