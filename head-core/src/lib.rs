@@ -64,6 +64,7 @@ mod views;
 mod worker_reports;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use tracing::warn;
 use xp_runtime::clock::UnixMillis;
@@ -284,7 +285,7 @@ impl HeadCore {
 
     /// Takes back the stored trials of known experiments, with the successes
     /// new trials may reuse and the objects their checkpoints and outputs keep.
-    fn restore_trials(&mut self, trials: Vec<TrialRecord>) {
+    fn restore_trials(&mut self, trials: Vec<Arc<TrialRecord>>) {
         for trial in trials {
             if !self.book.contains_experiment(trial.id.experiment) {
                 continue;

@@ -11,6 +11,7 @@
 //! a renamed field), so records written by an older head still load.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use xp_runtime::clock::UnixMillis;
@@ -116,6 +117,26 @@ pub struct TrialRecord {
     /// Metric lines the node could not read, if any.
     #[serde(default)]
     pub malformed_metrics: Option<MalformedMetrics>,
+}
+
+impl TrialRecord {
+    /// Cuts its lists to their lengths: a decoder grows each list to four
+    /// entries or more (an attempt, a worker), which a head holding a million
+    /// finished trials would keep for good.
+    pub fn shrink_to_fit(&mut self) {
+        self.attempts.shrink_to_fit();
+        for attempt in &mut self.attempts {
+            attempt.workers.shrink_to_fit();
+            for worker in &mut attempt.workers {
+                worker.gpu_indices.shrink_to_fit();
+            }
+        }
+        self.checkpoints.shrink_to_fit();
+        for checkpoint in &mut self.checkpoints {
+            checkpoint.files.shrink_to_fit();
+        }
+        self.outputs.shrink_to_fit();
+    }
 }
 
 /// A submitted pipeline, as persisted.
@@ -418,8 +439,9 @@ impl From<MetricRecord> for xp_runtime::protocol::MetricPoint {
 pub enum Record {
     /// Insert or replace an experiment.
     Experiment(ExperimentRecord),
-    /// Insert or replace a trial.
-    Trial(TrialRecord),
+    /// Insert or replace a trial: shared with the book and the registry's
+    /// committed copy, which hold one allocation per unchanged trial.
+    Trial(Arc<TrialRecord>),
     /// Insert or replace a node.
     Node(NodeRecord),
     /// Append an event.
@@ -461,7 +483,7 @@ pub struct LoadedState {
     /// Experiments.
     pub experiments: Vec<ExperimentRecord>,
     /// Trials.
-    pub trials: Vec<TrialRecord>,
+    pub trials: Vec<Arc<TrialRecord>>,
     /// Nodes.
     pub nodes: Vec<NodeRecord>,
     /// Events in sequence order.
@@ -475,6 +497,19 @@ pub struct LoadedState {
     pub next_pipeline_id: u64,
     /// Alerts, by id.
     pub alerts: Vec<AlertRecord>,
+}
+
+impl LoadedState {
+    /// Cuts every trial's lists to their lengths (see
+    /// [`TrialRecord::shrink_to_fit`]); trials shared already are left as they are.
+    pub fn shrink_to_fit(&mut self) {
+        self.trials.shrink_to_fit();
+        for trial in &mut self.trials {
+            if let Some(trial) = Arc::get_mut(trial) {
+                trial.shrink_to_fit();
+            }
+        }
+    }
 }
 
 /// An alert raised on a trial, as persisted (see `core::alerts`).

@@ -18,6 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use xp_runtime::ids::{ExperimentId, NodeId, TrialId};
 use xp_runtime::protocol::{TelemetryWindow, TrialEvent, WorkerTelemetry};
@@ -185,12 +186,13 @@ impl std::fmt::Display for StoreSpec {
     }
 }
 
-/// What the database holds, kept in memory: experiments, trials and nodes by id,
+/// What the database holds, kept in memory: experiments, trials (each shared
+/// with the core's book while the core has not changed it) and nodes by id,
 /// events by sequence and the policy (metrics are not kept; they stay on disk).
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Committed {
     experiments: BTreeMap<ExperimentId, ExperimentRecord>,
-    trials: BTreeMap<TrialId, TrialRecord>,
+    trials: BTreeMap<TrialId, Arc<TrialRecord>>,
     nodes: BTreeMap<NodeId, NodeRecord>,
     events: BTreeMap<u64, TrialEvent>,
     policy: Option<PolicyRecord>,
@@ -459,7 +461,8 @@ impl Registry {
             );
             return Ok(self.committed.to_loaded());
         }
-        let loaded = self.store.read_all()?;
+        let mut loaded = self.store.read_all()?;
+        loaded.shrink_to_fit();
         self.committed = Committed::from_loaded(&loaded);
         Ok(loaded)
     }

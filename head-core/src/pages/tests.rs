@@ -259,7 +259,7 @@ fn an_id_cursor_survives_trials_added_meanwhile() {
     for index in 20..25 {
         let mut added = core.book.trial(id(experiment, 0)).clone();
         added.id = id(experiment, index);
-        core.book.restore_trial(added);
+        core.book.restore_trial(added.into());
     }
     let mut rest = query(TrialSort::Id, 8);
     rest.cursor = Some(cursor);
@@ -317,7 +317,7 @@ fn a_metric_cursor_continues_strictly_after_its_key() {
         let mut added = core.book.trial(id(experiment, 0)).clone();
         added.id = id(experiment, index);
         added.metrics.insert("loss".to_owned(), loss);
-        core.book.restore_trial(added);
+        core.book.restore_trial(added.into());
     }
     let mut rest = query(TrialSort::Metric, 6);
     rest.cursor = Some(cursor);

@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
+use std::sync::Arc;
 
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, TrialId};
@@ -27,7 +28,9 @@ use crate::{ExperimentRecord, Record, TrialRecord};
 pub(crate) struct Book {
     experiments: BTreeMap<ExperimentId, ExperimentRecord>,
     specs: BTreeMap<ExperimentId, ExperimentSpec>,
-    trials: BTreeMap<TrialId, TrialRecord>,
+    /// Shared with the registry's committed copy until changed: a finished
+    /// trial is held once.
+    trials: BTreeMap<TrialId, Arc<TrialRecord>>,
     events: BTreeMap<ExperimentId, Vec<TrialEvent>>,
     next_event_seq: u64,
     /// Succeeded trials that ran themselves, by trial identity: what new
@@ -97,7 +100,7 @@ impl Book {
     }
 
     /// Takes back a stored trial, not to be persisted again.
-    pub(crate) fn restore_trial(&mut self, record: TrialRecord) {
+    pub(crate) fn restore_trial(&mut self, record: Arc<TrialRecord>) {
         if record.state == TrialState::Pending {
             self.with_pending.insert(record.id.experiment);
         }
@@ -133,7 +136,7 @@ impl Book {
     /// A new trial.
     pub(crate) fn add_trial(&mut self, record: TrialRecord) {
         self.dirty_trials.insert(record.id);
-        self.restore_trial(record);
+        self.restore_trial(Arc::new(record));
     }
 
     /// The experiments that may have pending trials, handed out: admission
@@ -214,11 +217,12 @@ impl Book {
         self.trials
             .get(&id)
             .expect("a trial named by an attempt, a report or a lookup is in the book")
+            .as_ref()
     }
 
     /// A trial, if the book holds it.
     pub(crate) fn get_trial(&self, id: TrialId) -> Option<&TrialRecord> {
-        self.trials.get(&id)
+        self.trials.get(&id).map(Arc::as_ref)
     }
 
     /// A trial to change; it is persisted.
@@ -226,7 +230,8 @@ impl Book {
         let record = self.trials.get_mut(&id)?;
         self.dirty_trials.insert(id);
         self.revisions.bump(id.experiment);
-        Some(record)
+        // Copied only while the registry still holds the committed version.
+        Some(Arc::make_mut(record))
     }
 
     /// Whether the book holds the trial.
@@ -236,7 +241,7 @@ impl Book {
 
     /// Every trial, by id.
     pub(crate) fn trials(&self) -> impl DoubleEndedIterator<Item = &TrialRecord> {
-        self.trials.values()
+        self.trials.values().map(Arc::as_ref)
     }
 
     /// The trials of one experiment by index, each with its id.
@@ -244,7 +249,9 @@ impl Book {
         &self,
         experiment: ExperimentId,
     ) -> impl DoubleEndedIterator<Item = (&TrialId, &TrialRecord)> {
-        self.trials.range(trial_range(experiment))
+        self.trials
+            .range(trial_range(experiment))
+            .map(|(id, trial)| (id, trial.as_ref()))
     }
 
     /// The trials between two bounds, by id (a page's listing).
@@ -253,7 +260,9 @@ impl Book {
         start: Bound<TrialId>,
         end: Bound<TrialId>,
     ) -> impl DoubleEndedIterator<Item = &TrialRecord> {
-        self.trials.range((start, end)).map(|(_, trial)| trial)
+        self.trials
+            .range((start, end))
+            .map(|(_, trial)| trial.as_ref())
     }
 
     /// How many trials the book holds.
@@ -388,7 +397,7 @@ mod tests {
         let (stored, spec) = experiment(1);
         let id = stored.id;
         book.restore_experiment(stored, spec.clone());
-        book.restore_trial(trial(id, 0));
+        book.restore_trial(Arc::new(trial(id, 0)));
         assert!(
             book.take_records().is_empty(),
             "restored records are stored already"
@@ -420,6 +429,28 @@ mod tests {
             book.take_records().is_empty(),
             "an unknown trial marks nothing"
         );
+    }
+
+    #[test]
+    fn a_trial_is_held_once_with_its_committed_version_until_changed() {
+        let mut book = Book::default();
+        let (stored, spec) = experiment(1);
+        let id = TrialId {
+            experiment: stored.id,
+            index: 0,
+        };
+        book.restore_experiment(stored, spec);
+        let committed = Arc::new(trial(id.experiment, 0));
+        book.restore_trial(Arc::clone(&committed));
+        assert!(std::ptr::eq(book.trial(id), &*committed), "one copy");
+        book.trial_mut(id).unwrap().held = true;
+        assert!(!committed.held, "the committed version stays as it was");
+        let records = book.take_records();
+        let [Record::Trial(changed)] = records.as_slice() else {
+            panic!("one trial record, got {records:?}");
+        };
+        assert!(changed.held);
+        assert!(std::ptr::eq(book.trial(id), &**changed), "one copy again");
     }
 
     #[test]

@@ -65,7 +65,7 @@ fn a_nan_raises_the_builtin_alert_once_and_is_recorded_as_nan() {
     let stored = records
         .iter()
         .find_map(|record| match record {
-            Record::Trial(trial) => Some(serde_json::to_string(trial).unwrap()),
+            Record::Trial(trial) => Some(serde_json::to_string(&**trial).unwrap()),
             _ => None,
         })
         .unwrap();
