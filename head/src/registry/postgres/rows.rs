@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use ::postgres::fallible_iterator::FallibleIterator;
+use ::postgres::types::ToSql;
 use ::postgres::{Client, GenericClient, Row, Transaction};
 use serde::de::DeserializeOwned;
 
@@ -259,18 +261,22 @@ pub(super) fn decode<T: DeserializeOwned>(rows: &[Row], kind: &str) -> Vec<T> {
         .collect()
 }
 
-/// Every record of `table`, in the order of `order`.
+/// Every record of `table`, in the order of `order`, each decoded as it
+/// arrives (a million trials' rows are gigabytes of text).
 fn read_table<T: DeserializeOwned>(
     client: &mut impl GenericClient,
     table: &str,
     order: &str,
     kind: &str,
 ) -> Result<Vec<T>, RegistryError> {
-    let rows = client.query(
-        format!("SELECT record::text FROM {table} ORDER BY {order}").as_str(),
-        &[],
-    )?;
-    Ok(decode(&rows, kind))
+    let statement = format!("SELECT record::text FROM {table} ORDER BY {order}");
+    let no_parameters: [&(dyn ToSql + Sync); 0] = [];
+    let mut rows = client.query_raw(statement.as_str(), no_parameters)?;
+    let mut records = Vec::new();
+    while let Some(row) = rows.next()? {
+        records.extend(decode_one(&row, 0, kind));
+    }
+    Ok(records)
 }
 
 /// Every experiment, trial, node, event, pipeline and alert and the policy, in
@@ -281,6 +287,10 @@ pub(super) fn read_all(client: &mut Client) -> Result<LoadedState, RegistryError
         .read_only(true)
         .isolation_level(::postgres::IsolationLevel::RepeatableRead)
         .start()?;
+    // Decoding a million trials takes longer than the session's idle limit
+    // (set against a paused head holding the lead row, which this read-only
+    // snapshot does not touch), so the limit is lifted for this transaction.
+    txn.batch_execute("SET LOCAL idle_in_transaction_session_timeout = 0")?;
     let mut loaded = LoadedState::default();
     let by_id = "id";
     loaded.experiments = read_table(&mut txn, "experiments", by_id, "experiment")?;
