@@ -69,7 +69,7 @@ use std::sync::Arc;
 use tracing::warn;
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, ObjectId, TrialId};
-use xp_runtime::protocol::{HeadCommand, NodeState, TrialState};
+use xp_runtime::protocol::{HeadCommand, NodeState, TrialEvent, TrialState};
 use xp_runtime::spec::ExperimentSpec;
 use xp_sched::{GPU_MILLI, PolicyConfig};
 
@@ -372,6 +372,12 @@ impl HeadCore {
     /// The sequence number of the newest event.
     pub fn last_event_seq(&self) -> u64 {
         self.book.last_event_seq()
+    }
+
+    /// Every event numbered up to `seq`, oldest first: the stored ones, when
+    /// `seq` is the newest stored.
+    pub fn events_through(&self, seq: u64) -> Vec<TrialEvent> {
+        self.book.events_through(seq)
     }
 
     /// Panics if an invariant of the module documentation is broken.

@@ -12,9 +12,13 @@
 //! While it is closed, [`Registry::committed`] still answers: the registry keeps
 //! a copy of everything committed (what [`Registry::load`] would return), so the
 //! head can rebuild its state from what is stored without reading the disk.
+//! Events are the exception: they are only ever appended, so a leading head's
+//! core holds the stored ones (those up to [`Registry::committed_event_seq`])
+//! and the copy keeps none; a standby, which has no core, keeps them.
 //!
 //! Invariant: [`Registry::committed`] equals what the database holds, as far as
-//! this process knows: it is updated only after a commit succeeded.
+//! this process knows, events aside on a leading head: it is updated only after
+//! a commit succeeded.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -188,13 +192,19 @@ impl std::fmt::Display for StoreSpec {
 
 /// What the database holds, kept in memory: experiments, trials (each shared
 /// with the core's book while the core has not changed it) and nodes by id,
-/// events by sequence and the policy (metrics are not kept; they stay on disk).
+/// the policy, and the events by sequence while a standby follows (metrics are
+/// not kept; they stay on disk).
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Committed {
     experiments: BTreeMap<ExperimentId, ExperimentRecord>,
     trials: BTreeMap<TrialId, Arc<TrialRecord>>,
     nodes: BTreeMap<NodeId, NodeRecord>,
+    /// Kept only while `keeps_events` (a standby following the store): a
+    /// million trials' events held twice were a fifth of the head's memory.
     events: BTreeMap<u64, TrialEvent>,
+    keeps_events: bool,
+    /// The newest event committed, kept or not.
+    last_event_seq: u64,
     policy: Option<PolicyRecord>,
     pipelines: BTreeMap<u64, xp_head_core::PipelineRecord>,
     next_pipeline_id: u64,
@@ -202,6 +212,7 @@ pub(crate) struct Committed {
 }
 
 impl Committed {
+    /// The copy of what a leading head loaded (its core keeps the events).
     pub(crate) fn from_loaded(loaded: &LoadedState) -> Self {
         Self {
             experiments: loaded
@@ -219,11 +230,14 @@ impl Committed {
                 .iter()
                 .map(|record| (record.id, record.clone()))
                 .collect(),
-            events: loaded
+            events: BTreeMap::new(),
+            keeps_events: false,
+            last_event_seq: loaded
                 .events
                 .iter()
-                .map(|event| (event.seq, event.clone()))
-                .collect(),
+                .map(|event| event.seq)
+                .max()
+                .unwrap_or(0),
             policy: loaded.policy.clone(),
             pipelines: loaded
                 .pipelines
@@ -251,7 +265,10 @@ impl Committed {
                 self.nodes.insert(record.id, record);
             }
             Record::Event(event) => {
-                self.events.insert(event.seq, event);
+                self.last_event_seq = self.last_event_seq.max(event.seq);
+                if self.keeps_events {
+                    self.events.insert(event.seq, event);
+                }
             }
             // Metrics, telemetry and the audit trail stay on disk; users live in the actor's table.
             Record::Metric(_) | Record::User(_) | Record::Audit(_) | Record::Telemetry(_) => {}
@@ -408,8 +425,15 @@ impl Registry {
 
     /// Everything committed so far, as [`Registry::load`] returned it plus every
     /// commit since; answered from memory, so also while the store is closed.
+    /// A leading head's has no events: its core holds those up to
+    /// [`Registry::committed_event_seq`].
     pub(crate) fn committed(&self) -> LoadedState {
         self.committed.to_loaded()
+    }
+
+    /// The number of the newest event stored (0: none).
+    pub(crate) fn committed_event_seq(&self) -> u64 {
+        self.committed.last_event_seq
     }
 
     /// How many experiments and trials the committed copy holds.
@@ -453,13 +477,17 @@ impl Registry {
         if self.following.is_some()
             && let Some(changes) = self.follow()?
         {
-            // This head writes from now on: its commits keep the copy.
+            // This head writes from now on: its commits keep the copy, and
+            // its core the events.
             self.following = None;
             tracing::info!(
                 changes,
                 "loaded from the followed copy and the last changes"
             );
-            return Ok(self.committed.to_loaded());
+            let loaded = self.committed.to_loaded();
+            self.committed.events.clear();
+            self.committed.keeps_events = false;
+            return Ok(loaded);
         }
         let mut loaded = self.store.read_all()?;
         loaded.shrink_to_fit();
@@ -485,7 +513,10 @@ impl Registry {
             }
         };
         if self.following.is_none() {
-            self.committed = Committed::default();
+            self.committed = Committed {
+                keeps_events: true,
+                ..Committed::default()
+            };
         }
         let read = changes.records.len();
         for record in changes.records {

@@ -300,6 +300,19 @@ impl Book {
         self.events.get(&experiment).map_or(&[], Vec::as_slice)
     }
 
+    /// Every event numbered up to `seq`, oldest first.
+    pub(crate) fn events_through(&self, seq: u64) -> Vec<TrialEvent> {
+        let mut events: Vec<TrialEvent> = self
+            .events
+            .values()
+            .flatten()
+            .filter(|event| event.seq <= seq)
+            .cloned()
+            .collect();
+        events.sort_unstable_by_key(|event| event.seq);
+        events
+    }
+
     /// The number of the newest event (0 before the first).
     pub(crate) fn last_event_seq(&self) -> u64 {
         self.next_event_seq - 1

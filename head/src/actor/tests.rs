@@ -312,16 +312,32 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
     };
     let actor = &head.actor;
     let mut received = connect(actor, &head.sessions).await;
-    ask(actor, Request::Submit(submission("first", 2)))
-        .await
-        .unwrap();
+    let Ok(Response::Submitted { experiment, .. }) =
+        ask(actor, Request::Submit(submission("first", 2))).await
+    else {
+        panic!("the first submission is taken");
+    };
+    let events_of_first = Request::Events {
+        experiment,
+        after: 0,
+        wait_ms: 0,
+    };
+    let Ok(Response::Events(first_events)) = ask(actor, events_of_first.clone()).await else {
+        panic!("the first submission's events are read");
+    };
 
     // Fill the disk, then submit until the database must grow and cannot.
     let filler = head.tmpfs.fill();
     let (refusal, mut stored) = must_submit_until_refused(actor).await;
     check_refused_for_a_full_disk(&refusal, &head.health);
-    // What is shown is what is stored: the refused submission is not there.
+    // What is shown is what is stored: the refused submission is not there,
+    // and the events stored are (the core rebuilt holds them, not the registry).
     assert_eq!(names(&status(actor).await), stored);
+    let Ok(Response::Events(shown)) = ask(actor, events_of_first).await else {
+        panic!("the first submission's events are read during the outage");
+    };
+    assert!(!first_events.is_empty());
+    assert_eq!(format!("{shown:?}"), format!("{first_events:?}"));
     drain(&mut received);
 
     // During the outage changes are refused, and node reports neither applied nor acknowledged.

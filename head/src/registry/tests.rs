@@ -88,11 +88,15 @@ pub(super) fn committed_is_what_a_fresh_load_returns(open: Opener<'_>) {
     registry.load().unwrap();
     registry.commit(vec![event(1, 10), event(2, 10)]).unwrap();
     registry.commit(vec![event(3, 10)]).unwrap();
-    assert_eq!(event_seqs(&registry.committed()), [1, 2, 3]);
+    assert_eq!(registry.committed_event_seq(), 3);
+    assert!(
+        registry.committed().events.is_empty(),
+        "a leading head's core holds the events"
+    );
     drop(registry);
     let mut again = open();
     assert_eq!(event_seqs(&again.load().unwrap()), [1, 2, 3]);
-    assert_eq!(event_seqs(&again.committed()), [1, 2, 3]);
+    assert_eq!(again.committed_event_seq(), 3);
 }
 
 #[test]
@@ -210,12 +214,12 @@ pub(super) fn a_closed_registry_refuses_commits_and_reads_but_answers_committed(
         }),
         Err(RegistryError::Closed)
     ));
-    assert_eq!(event_seqs(&registry.committed()), [1]);
+    assert_eq!(registry.committed_event_seq(), 1);
     let loaded = registry.reopen().unwrap();
     assert!(registry.is_open());
     assert_eq!(event_seqs(&loaded), [1]);
     registry.commit(vec![event(2, 10)]).unwrap();
-    assert_eq!(event_seqs(&registry.committed()), [1, 2]);
+    assert_eq!(registry.committed_event_seq(), 2);
 }
 
 #[test]
@@ -242,7 +246,7 @@ fn a_full_disk_closes_the_database_and_it_reopens_once_there_is_room() {
     assert!(failure.is_disk_full(), "{failure}");
     assert!(!registry.is_open());
     let stored: Vec<u64> = (1..seq).collect();
-    assert_eq!(event_seqs(&registry.committed()), stored);
+    assert_eq!(registry.committed_event_seq(), seq - 1);
     assert!(matches!(
         registry.commit(vec![event(seq, 10)]),
         Err(RegistryError::Closed)
