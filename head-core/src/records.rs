@@ -13,6 +13,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use litemap::LiteMap;
+
 use serde::{Deserialize, Serialize};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, TrialId, WorkerKey};
@@ -52,6 +54,19 @@ pub struct ExperimentRecord {
     pub sweep_log: Vec<SweepOp>,
 }
 
+/// A list cut to its length once read: serde grows a list of unknown length
+/// to four entries or more (an attempt, a worker), which a head holding a
+/// million finished trials would keep for good.
+pub(crate) fn exact_list<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let mut list = Vec::<T>::deserialize(deserializer)?;
+    list.shrink_to_fit();
+    Ok(list)
+}
+
 /// A trial, as persisted.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrialRecord {
@@ -64,13 +79,14 @@ pub struct TrialRecord {
     /// Its state.
     pub state: TrialState,
     /// Every attempt, oldest first.
+    #[serde(deserialize_with = "exact_list")]
     pub attempts: Vec<AttemptRecord>,
     /// Attempts that failed through the trial's own fault (not lost nodes).
     pub failures: u32,
     /// The last value of each metric reported by rank 0 (non-finite ones
     /// stored as their names, `crate::metric_value`).
     #[serde(with = "xp_runtime::metric_value::serde_map")]
-    pub metrics: BTreeMap<String, f64>,
+    pub metrics: LiteMap<String, f64>,
     /// The last step reported by rank 0.
     pub last_step: Option<u64>,
     /// Why it is in its state.
@@ -96,7 +112,7 @@ pub struct TrialRecord {
     #[serde(default)]
     pub queue_override: Option<String>,
     /// The checkpoints kept, oldest first.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "exact_list")]
     pub checkpoints: Vec<CheckpointRecord>,
     /// When it was created (records from before say none: the experiment's
     /// submission is used).
@@ -108,7 +124,7 @@ pub struct TrialRecord {
     pub finished_at: Option<UnixMillis>,
     /// The files rank 0 of its successful attempt wrote under `XP_OUTPUT_DIR`,
     /// each an object pinned for the trial on the node that reported it.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "exact_list")]
     pub outputs: Vec<CheckpointFile>,
     /// It waited through at least one scheduling pass before it was placed
     /// (counted for the conflict odds of what it asked for).
@@ -117,26 +133,6 @@ pub struct TrialRecord {
     /// Metric lines the node could not read, if any.
     #[serde(default)]
     pub malformed_metrics: Option<MalformedMetrics>,
-}
-
-impl TrialRecord {
-    /// Cuts its lists to their lengths: a decoder grows each list to four
-    /// entries or more (an attempt, a worker), which a head holding a million
-    /// finished trials would keep for good.
-    pub fn shrink_to_fit(&mut self) {
-        self.attempts.shrink_to_fit();
-        for attempt in &mut self.attempts {
-            attempt.workers.shrink_to_fit();
-            for worker in &mut attempt.workers {
-                worker.gpu_indices.shrink_to_fit();
-            }
-        }
-        self.checkpoints.shrink_to_fit();
-        for checkpoint in &mut self.checkpoints {
-            checkpoint.files.shrink_to_fit();
-        }
-        self.outputs.shrink_to_fit();
-    }
 }
 
 /// A submitted pipeline, as persisted.
@@ -289,6 +285,7 @@ pub struct AttemptRecord {
     /// From 1.
     pub number: u32,
     /// One per rank, in rank order.
+    #[serde(deserialize_with = "exact_list")]
     pub workers: Vec<WorkerRecord>,
     /// `MASTER_ADDR`.
     pub master_host: String,
@@ -326,6 +323,7 @@ pub struct WorkerRecord {
     /// Its node.
     pub node: NodeId,
     /// Its GPUs.
+    #[serde(deserialize_with = "exact_list")]
     pub gpu_indices: Vec<u32>,
     /// The thousandths of each of those GPUs it holds (1000: whole GPUs).
     #[serde(default = "whole_gpu")]
@@ -497,19 +495,6 @@ pub struct LoadedState {
     pub next_pipeline_id: u64,
     /// Alerts, by id.
     pub alerts: Vec<AlertRecord>,
-}
-
-impl LoadedState {
-    /// Cuts every trial's lists to their lengths (see
-    /// [`TrialRecord::shrink_to_fit`]); trials shared already are left as they are.
-    pub fn shrink_to_fit(&mut self) {
-        self.trials.shrink_to_fit();
-        for trial in &mut self.trials {
-            if let Some(trial) = Arc::get_mut(trial) {
-                trial.shrink_to_fit();
-            }
-        }
-    }
 }
 
 /// An alert raised on a trial, as persisted (see `core::alerts`).

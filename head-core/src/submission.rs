@@ -12,8 +12,6 @@
 //! identity (team, template, config, code, data) matches a trial that succeeded
 //! by running, and its experiment did not ask to rerun: never another team's.
 
-use std::collections::BTreeMap;
-
 use tracing::info;
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::identity::experiment_content_hash;
@@ -156,7 +154,7 @@ impl HeadCore {
             state: TrialState::Pending,
             attempts: Vec::new(),
             failures: 0,
-            metrics: BTreeMap::new(),
+            metrics: Default::default(),
             last_step: None,
             reason: None,
             queued_at: now,

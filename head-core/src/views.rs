@@ -209,7 +209,11 @@ impl HeadCore {
                     resumed_from: attempt.resumed_from,
                 })
                 .collect(),
-            metrics: trial.metrics.clone(),
+            metrics: trial
+                .metrics
+                .iter()
+                .map(|(name, value)| (name.clone(), *value))
+                .collect(),
             last_step: trial.last_step,
             reason: trial.reason.clone(),
             reused_from: trial.reused_from,

@@ -489,8 +489,7 @@ impl Registry {
             self.committed.keeps_events = false;
             return Ok(loaded);
         }
-        let mut loaded = self.store.read_all()?;
-        loaded.shrink_to_fit();
+        let loaded = self.store.read_all()?;
         self.committed = Committed::from_loaded(&loaded);
         Ok(loaded)
     }

@@ -11,8 +11,6 @@
 //! This module does not decide what a non-finite value means for a search or an
 //! alert; it only names and converts.
 
-use std::collections::BTreeMap;
-
 use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserializer, Serializer};
@@ -123,11 +121,14 @@ impl Visitor<'_> for ValueVisitor {
 pub mod serde_map {
     use super::*;
 
-    /// Writes each value as a number or a non-finite name.
-    pub fn serialize<S: Serializer>(
-        values: &BTreeMap<String, f64>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
+    /// Writes each value of a map by name (a `BTreeMap`, or any map whose
+    /// iterator knows its length) as a number or a non-finite name.
+    pub fn serialize<'a, M, S: Serializer>(values: &'a M, serializer: S) -> Result<S::Ok, S::Error>
+    where
+        &'a M: IntoIterator<Item = (&'a String, &'a f64)>,
+        <&'a M as IntoIterator>::IntoIter: ExactSizeIterator,
+    {
+        let values = values.into_iter();
         let mut map = serializer.serialize_map(Some(values.len()))?;
         for (name, value) in values {
             match nonfinite_name(*value) {
@@ -138,22 +139,24 @@ pub mod serde_map {
         map.end()
     }
 
-    /// Reads what [`serialize`] wrote, and plain numbers.
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<BTreeMap<String, f64>, D::Error> {
-        struct MapVisitor;
-        impl<'de> Visitor<'de> for MapVisitor {
-            type Value = BTreeMap<String, f64>;
+    /// Reads what [`serialize`] wrote, and plain numbers, into a map.
+    pub fn deserialize<'de, D, M>(deserializer: D) -> Result<M, D::Error>
+    where
+        D: Deserializer<'de>,
+        M: Default + Extend<(String, f64)>,
+    {
+        struct MapVisitor<M>(std::marker::PhantomData<M>);
+        impl<'de, M: Default + Extend<(String, f64)>> Visitor<'de> for MapVisitor<M> {
+            type Value = M;
 
             fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 formatter.write_str("a map of metric values")
             }
 
             fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
-                let mut values = BTreeMap::new();
+                let mut values = M::default();
                 while let Some((name, OneValue(value))) = access.next_entry::<String, OneValue>()? {
-                    values.insert(name, value);
+                    values.extend([(name, value)]);
                 }
                 Ok(values)
             }
@@ -165,7 +168,7 @@ pub mod serde_map {
                 deserializer.deserialize_any(ValueVisitor).map(OneValue)
             }
         }
-        deserializer.deserialize_map(MapVisitor)
+        deserializer.deserialize_map(MapVisitor(std::marker::PhantomData))
     }
 }
 
@@ -231,6 +234,8 @@ pub mod serde_option {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     #[derive(Debug, serde::Serialize, serde::Deserialize)]

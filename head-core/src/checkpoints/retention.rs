@@ -21,6 +21,7 @@ pub struct CheckpointRecord {
     /// The step it was taken at.
     pub step: u64,
     /// Its files.
+    #[serde(deserialize_with = "crate::records::exact_list")]
     pub files: Vec<CheckpointFile>,
     /// When the head recorded it.
     pub at: UnixMillis,

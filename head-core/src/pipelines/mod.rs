@@ -822,7 +822,11 @@ impl HeadCore {
         Some(StageResult {
             best_trial: Some(best.id),
             params_json: best.config_json.clone(),
-            metrics: best.metrics.clone(),
+            metrics: best
+                .metrics
+                .iter()
+                .map(|(name, value)| (name.clone(), *value))
+                .collect(),
             outputs: best.outputs.clone(),
             checkpoint: best
                 .checkpoints

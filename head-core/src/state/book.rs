@@ -344,8 +344,6 @@ impl Book {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
     fn experiment(seed: u8) -> (ExperimentRecord, ExperimentSpec) {
@@ -374,7 +372,7 @@ mod tests {
             state: TrialState::Pending,
             attempts: Vec::new(),
             failures: 0,
-            metrics: BTreeMap::new(),
+            metrics: Default::default(),
             last_step: None,
             reason: None,
             queued_at: 0,

@@ -3,12 +3,10 @@
 //! (`migrations/V4__change_numbers.sql`), so a standby keeps its copy current
 //! by reading the rows numbered after the last one it saw.
 
-use std::sync::Arc;
-
 use ::postgres::Client;
 use serde::de::DeserializeOwned;
 
-use xp_head_core::{Record, TrialRecord};
+use xp_head_core::Record;
 
 use super::super::{Changes, RegistryError};
 use super::rows::decode_one;
@@ -78,11 +76,7 @@ fn decode(row: &::postgres::Row, kind: usize) -> Option<Record> {
     }
     Some(match kind {
         0 => Record::Experiment(read(row, "experiment")?),
-        1 => {
-            let mut trial: TrialRecord = read(row, "trial")?;
-            trial.shrink_to_fit();
-            Record::Trial(Arc::new(trial))
-        }
+        1 => Record::Trial(read(row, "trial")?),
         2 => Record::Node(read(row, "node")?),
         3 => Record::Event(read(row, "event")?),
         4 => Record::Policy(read(row, "policy")?),
