@@ -116,7 +116,7 @@ impl HeadCore {
             .events_of(trial_id.experiment)
             .iter()
             .rev()
-            .filter(|event| event.trial == trial_id)
+            .filter(|event| event.index == trial_id.index)
             .take(MAX_TRIAL_EVENTS)
             .map(|event| {
                 json!({
@@ -124,7 +124,7 @@ impl HeadCore {
                     "at_ms": event.at,
                     "state": event.state.as_str(),
                     "attempt": event.attempt,
-                    "reason": event.reason,
+                    "reason": &*event.reason,
                 })
             })
             .collect();

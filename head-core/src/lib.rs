@@ -227,7 +227,7 @@ impl HeadCore {
         core.restore_experiments(experiments);
         core.restore_trials(trials);
         for event in events {
-            core.book.restore_event(event);
+            core.book.restore_event(&event);
         }
         // 2. The policy's books: every node, schedulable until the running
         //    trials are adopted (the pool takes allocations only on

@@ -130,7 +130,11 @@ impl HeadCore {
         }
         let events = self.book.events_of(experiment);
         let start = events.partition_point(|event| event.seq <= after);
-        Ok(events[start..].iter().take(1000).cloned().collect())
+        Ok(events[start..]
+            .iter()
+            .take(1000)
+            .map(|event| event.to_event(experiment))
+            .collect())
     }
 
     /// The experiment's state ([`ExperimentState::of`]).

@@ -135,8 +135,8 @@ fn check_provenance(core: &HeadCore, experiment: ExperimentId) {
         .map(|index| {
             events
                 .iter()
-                .find(|event| event.trial.index == index && event.reason.contains("proposed"))
-                .map(|event| event.reason.clone())
+                .find(|event| event.index == index && event.reason.contains("proposed"))
+                .map(|event| event.reason.to_string())
                 .unwrap_or_else(|| panic!("trial {index} has no provenance: {events:?}"))
         })
         .collect();

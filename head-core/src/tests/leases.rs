@@ -99,7 +99,7 @@ fn a_pending_approval_is_reported_decided_and_evented() {
         .book
         .events_of(victim.experiment)
         .iter()
-        .map(|event| event.reason.clone())
+        .map(|event| event.reason.to_string())
         .collect();
     assert!(
         events
