@@ -240,6 +240,16 @@ fn a_squatter_cannot_take_a_rendezvous_port() {
     show_metrics("squatter", &trials(&squatted)[0], &["squatted"]);
     let trial = &trials(&status)[0];
     show_metrics("gang", trial, &["rendezvous", "port"]);
-    assert_eq!(trial["state"], "succeeded", "{status:#}");
+    // Once seen failing with every port squatted: what the node said of its
+    // isolation and its hold on the range says why.
+    let node_log = std::fs::read_to_string(cluster.node_log_path("a")).unwrap_or_default();
+    let isolation: Vec<&str> = node_log
+        .lines()
+        .filter(|line| line.contains("rendezvous ports") || line.contains("user id"))
+        .collect();
+    assert_eq!(
+        trial["state"], "succeeded",
+        "{status:#}\nthe node on its isolation: {isolation:#?}"
+    );
     assert_eq!(common::metric(trial, "rendezvous"), 1.0, "{status:#}");
 }

@@ -256,6 +256,7 @@ impl HeadCore {
                 .policy_mut()
                 .set_node_schedulable(node.id, schedulable);
         }
+        core.placement.master_ports().start_rotation_at(now);
         for trial in core.book.trials() {
             for attempt in trial.attempts.iter().filter(|attempt| attempt.is_live()) {
                 core.placement

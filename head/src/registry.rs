@@ -200,7 +200,7 @@ pub(crate) struct Committed {
     trials: BTreeMap<TrialId, Arc<TrialRecord>>,
     nodes: BTreeMap<NodeId, NodeRecord>,
     /// Kept only while `keeps_events` (a standby following the store): a
-    /// million trials' events held twice were a fifth of the head's memory.
+    /// million trials' events held twice were an eighth of the head's memory.
     events: BTreeMap<u64, TrialEvent>,
     keeps_events: bool,
     /// The newest event committed, kept or not.

@@ -8,6 +8,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use xp_runtime::clock::UnixMillis;
+
 /// The first port handed out as `MASTER_PORT`, as torchrun does.
 const FIRST_MASTER_PORT: u16 = 29500;
 /// The last port handed out as `MASTER_PORT`.
@@ -20,6 +22,8 @@ pub(crate) struct MasterPorts {
     in_use: BTreeMap<String, BTreeSet<u16>>,
     /// Where the next search starts, per host.
     cursor: BTreeMap<String, u16>,
+    /// Where a host's first search starts (none: the range's first port).
+    first: Option<u16>,
     /// Hosts found with every port taken since a port was last given back:
     /// a full host is said once, not on every pass that retries it.
     exhausted: BTreeSet<String>,
@@ -32,11 +36,23 @@ impl MasterPorts {
         self.in_use.entry(host.to_owned()).or_default().insert(port);
     }
 
+    /// Starts each host's rotation where the clock (`now`, in ms) puts it: a
+    /// restarted head would otherwise hand out first the very ports its last
+    /// life handed out last, whose closed connections may linger in TIME_WAIT
+    /// for a minute, when nodes cannot hold them for their rank 0 and a
+    /// co-tenant may bind them (`xp_node`'s rendezvous port hold).
+    pub(crate) fn start_rotation_at(&mut self, now: UnixMillis) {
+        let ports = u64::from(LAST_MASTER_PORT - FIRST_MASTER_PORT) + 1;
+        let offset = u16::try_from(now / 1000 % ports).unwrap_or(0);
+        self.first = Some(FIRST_MASTER_PORT + offset);
+    }
+
     /// Takes the first free port on `host` at or after the one following the last
     /// handed out, wrapping around the range; `None` when every port is taken.
     pub(crate) fn reserve(&mut self, host: &str) -> Option<u16> {
         let used_ports = self.in_use.entry(host.to_owned()).or_default();
-        let cursor = self.cursor.get(host).copied().unwrap_or(FIRST_MASTER_PORT);
+        let first = self.first.unwrap_or(FIRST_MASTER_PORT);
+        let cursor = self.cursor.get(host).copied().unwrap_or(first);
         let port = (cursor..=LAST_MASTER_PORT)
             .chain(FIRST_MASTER_PORT..cursor)
             .find(|port| !used_ports.contains(port))?;
@@ -88,6 +104,19 @@ mod tests {
         let mut ports = MasterPorts::default();
         ports.mark_in_use("a", FIRST_MASTER_PORT);
         assert_eq!(ports.reserve("a"), Some(FIRST_MASTER_PORT + 1));
+    }
+
+    #[test]
+    fn a_restarted_head_starts_its_rotation_where_the_clock_puts_it() {
+        let mut ports = MasterPorts::default();
+        ports.start_rotation_at(1_800_000_123_999);
+        let second = 1_800_000_123 % 500;
+        let first = FIRST_MASTER_PORT + u16::try_from(second).unwrap();
+        assert_eq!(ports.reserve("a"), Some(first));
+        assert_eq!(ports.reserve("b"), Some(first));
+        ports.start_rotation_at(499_000);
+        assert_eq!(ports.reserve("c"), Some(LAST_MASTER_PORT));
+        assert_eq!(ports.reserve("c"), Some(FIRST_MASTER_PORT), "and wraps");
     }
 
     #[test]
