@@ -1,9 +1,10 @@
 # Sourced by the measurement scripts on big stores (takeover-bench.sh,
-# big-store-bench.sh), which work in the directory $work: a throw-away
-# PostgreSQL cluster there, made with initdb and run durable (fsync on) on a
-# Unix socket, as the `postgres` user when root (after `start_bench_postgres`,
-# `$store` is its address; the caller's cleanup calls `stop_bench_postgres`),
-# the heads' directory and a policy that admits a million waiting trials.
+# big-store-bench.sh, finished-store-bench.sh), which work in the directory
+# $work: a throw-away PostgreSQL cluster there, made with initdb and run
+# durable (fsync on) on a Unix socket, as the `postgres` user when root (after
+# `start_bench_postgres`, `$store` is its address; the caller's cleanup calls
+# `stop_bench_postgres`, or is `bench_cleanup`), the heads' directory and a
+# policy that admits a million waiting trials.
 pg_bin=$(dirname "$(readlink -f "$(command -v initdb || ls /usr/lib/postgresql/*/bin/initdb | tail -1)")")
 as_postgres=()
 if [ "$(id -u)" = 0 ]; then
@@ -20,6 +21,15 @@ start_bench_postgres() {
 
 stop_bench_postgres() {
   "${as_postgres[@]}" "$pg_bin/pg_ctl" -D "$work/pg" -m immediate stop >/dev/null 2>&1 || true
+}
+
+# Processes the caller started in the background; `bench_cleanup` (for
+# `trap bench_cleanup EXIT`) kills them, stops PostgreSQL and removes $work.
+pids=()
+bench_cleanup() {
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  stop_bench_postgres
+  rm -rf "$work"
 }
 
 # heads/ for the heads' data and logs, and policy.yaml: one experiment may

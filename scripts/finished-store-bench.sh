@@ -23,13 +23,7 @@ experiments=${2:-1}
 work=$(mktemp -d /tmp/xp-finished-store-XXXXXX)
 # shellcheck source=scripts/bench-lib.sh
 . "$(dirname "$0")/bench-lib.sh"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-  stop_bench_postgres
-  rm -rf "$work"
-}
-if [ -z "${KEEP:-}" ]; then trap cleanup EXIT; fi
+if [ -z "${KEEP:-}" ]; then trap bench_cleanup EXIT; fi
 
 start_bench_postgres
 prepare_heads

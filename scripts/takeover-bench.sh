@@ -20,13 +20,7 @@ experiments=${4:-1}
 work=$(mktemp -d /tmp/xp-takeover-XXXXXX)
 # shellcheck source=scripts/bench-lib.sh
 . "$(dirname "$0")/bench-lib.sh"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-  stop_bench_postgres
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 
 start_bench_postgres
 prepare_heads

@@ -199,16 +199,23 @@ pub(crate) struct Committed {
     experiments: BTreeMap<ExperimentId, ExperimentRecord>,
     trials: BTreeMap<TrialId, Arc<TrialRecord>>,
     nodes: BTreeMap<NodeId, NodeRecord>,
-    /// Kept only while `keeps_events` (a standby following the store): a
-    /// million trials' events held twice were an eighth of the head's memory.
+    /// Kept only by a standby following the store: a million trials' events
+    /// held twice were an eighth of the head's memory.
     events: BTreeMap<u64, TrialEvent>,
-    keeps_events: bool,
     /// The newest event committed, kept or not.
     last_event_seq: u64,
     policy: Option<PolicyRecord>,
     pipelines: BTreeMap<u64, xp_head_core::PipelineRecord>,
     next_pipeline_id: u64,
     alerts: BTreeMap<u64, xp_head_core::AlertRecord>,
+}
+
+/// Whether the committed copy keeps events: only a standby's does, having
+/// no core to keep them; a leading head's core keeps its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeepEvents {
+    Yes,
+    No,
 }
 
 impl Committed {
@@ -231,7 +238,6 @@ impl Committed {
                 .map(|record| (record.id, record.clone()))
                 .collect(),
             events: BTreeMap::new(),
-            keeps_events: false,
             last_event_seq: loaded
                 .events
                 .iter()
@@ -253,7 +259,8 @@ impl Committed {
         }
     }
 
-    pub(crate) fn apply(&mut self, record: Record) {
+    /// Takes in a committed record; events only when `events` says so.
+    pub(crate) fn apply(&mut self, record: Record, events: KeepEvents) {
         match record {
             Record::Experiment(record) => {
                 self.experiments.insert(record.id, record);
@@ -266,7 +273,7 @@ impl Committed {
             }
             Record::Event(event) => {
                 self.last_event_seq = self.last_event_seq.max(event.seq);
-                if self.keeps_events {
+                if events == KeepEvents::Yes {
                     self.events.insert(event.seq, event);
                 }
             }
@@ -486,7 +493,6 @@ impl Registry {
             );
             let loaded = self.committed.to_loaded();
             self.committed.events.clear();
-            self.committed.keeps_events = false;
             return Ok(loaded);
         }
         let loaded = self.store.read_all()?;
@@ -512,14 +518,11 @@ impl Registry {
             }
         };
         if self.following.is_none() {
-            self.committed = Committed {
-                keeps_events: true,
-                ..Committed::default()
-            };
+            self.committed = Committed::default();
         }
         let read = changes.records.len();
         for record in changes.records {
-            self.committed.apply(record);
+            self.committed.apply(record, KeepEvents::Yes);
         }
         self.committed.next_pipeline_id =
             (self.committed.next_pipeline_id).max(changes.next_pipeline_id);
@@ -541,7 +544,7 @@ impl Registry {
             Ok(next) => {
                 self.next = next;
                 for record in records {
-                    self.committed.apply(record);
+                    self.committed.apply(record, KeepEvents::No);
                 }
                 Ok(())
             }

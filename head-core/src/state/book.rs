@@ -54,7 +54,7 @@ pub(crate) struct Book {
 /// A trial event as the book keeps it: its experiment is its list's key and
 /// its reason is shared with the other events of the same words (a head
 /// holding a million trials keeps five million events).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub(crate) struct KeptEvent {
     pub(crate) seq: u64,
     pub(crate) at: UnixMillis,

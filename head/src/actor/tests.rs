@@ -337,7 +337,7 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
         panic!("the first submission's events are read during the outage");
     };
     assert!(!first_events.is_empty());
-    assert_eq!(format!("{shown:?}"), format!("{first_events:?}"));
+    assert_eq!(shown, first_events);
     drain(&mut received);
 
     // During the outage changes are refused, and node reports neither applied nor acknowledged.
