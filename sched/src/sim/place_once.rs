@@ -1,14 +1,17 @@
 //! `xp sim --place-once`: packing quality alone, with no departures and no queue.
 //!
-//! Jobs drawn (with replacement, from the seed) from the trace's jobs that ask
-//! for anything arrive one after another and are placed once, with the node
-//! pool's own placement, or fail when they do not fit, until the GPUs asked for
-//! reach `load` times the cluster's GPUs. CPU-only jobs are drawn too (as in the
-//! FGD paper's replay of Alibaba's trace): they take CPU and memory on GPU
-//! nodes, which can strand those nodes' GPUs, but add nothing to the load. The report is the GPU allocation ratio as the arrived load
-//! passes 0.9, 1.0 and the final load, the fragmentation of the idle GPUs, and
-//! the failures by kind. The same seed draws the same jobs for every strategy, so
-//! strategies are compared on equal input.
+//! The arrivals are made as the FGD paper's simulator makes them from
+//! Alibaba's trace: every job of the trace that asks for anything, once, then
+//! copies drawn with replacement (from the seed) while the GPUs asked for stay
+//! within `load` times the cluster's GPUs (or jobs dropped at random until
+//! they are within it, when the trace alone asks for more), in a random order.
+//! Each arrives in turn and is placed once, with the node pool's own
+//! placement, or fails when it does not fit. CPU-only jobs arrive too: they
+//! take CPU and memory on GPU nodes, which can strand those nodes' GPUs, but
+//! add nothing to the load. The report is the GPU allocation ratio as the
+//! arrived load passes 0.9, 1.0 and the final load, the fragmentation of the
+//! idle GPUs, and the failures by kind. The same seed makes the same arrivals
+//! for every strategy, so strategies are compared on equal input.
 
 use super::cluster::ClusterSpec;
 use super::engine::gang_of;
@@ -212,8 +215,7 @@ pub fn place_once(
         .copied()
         .filter(|&load| load < options.load)
         .peekable();
-    while (arrived_milli as f64) < target {
-        let job = jobs[draws.below(jobs.len() as u64) as usize];
+    for job in arrival_order(&jobs, target, &mut draws) {
         let kind = JobKind::of(job);
         attempted.add(kind);
         arrived_milli += job.total_gpu_milli();
@@ -270,6 +272,36 @@ fn drawable_jobs<'t>(
         return Err(PlaceOnceError::NoGpuJobs);
     }
     Ok(jobs)
+}
+
+/// The jobs in their order of arrival: each of `jobs` once, topped up with
+/// copies drawn with replacement while the GPU thousandths asked for stay
+/// within `target` (the paper's simulator stops at the first copy that would
+/// pass it), or thinned at random until they are within it, then shuffled.
+fn arrival_order<'t>(
+    jobs: &[&'t TraceJob],
+    target: f64,
+    draws: &mut SplitMix64,
+) -> Vec<&'t TraceJob> {
+    let mut arrivals = jobs.to_vec();
+    let mut asked: u64 = arrivals.iter().map(|job| job.total_gpu_milli()).sum();
+    if asked as f64 > target {
+        while asked as f64 > target && !arrivals.is_empty() {
+            let dropped = arrivals.swap_remove(draws.index(arrivals.len()));
+            asked -= dropped.total_gpu_milli();
+        }
+    } else {
+        loop {
+            let copy = jobs[draws.index(jobs.len())];
+            if (asked + copy.total_gpu_milli()) as f64 > target {
+                break;
+            }
+            asked += copy.total_gpu_milli();
+            arrivals.push(copy);
+        }
+    }
+    draws.shuffle(&mut arrivals);
+    arrivals
 }
 
 /// `job`'s gang as the policy core would place it: an opted-in share at its
