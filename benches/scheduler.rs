@@ -11,7 +11,9 @@
 //! submission time) so the figure can be read as a ratio on any machine.
 //!
 //! Run with `cargo bench --bench scheduler`; `XP_BENCH_POLICY` picks a preset
-//! (`default` unless set), `XP_BENCH_ROUNDS` the number of churn rounds.
+//! (`default` unless set), `XP_BENCH_PLACEMENT` overrides its placement (as
+//! the policy file names it, e.g. `fgd`), `XP_BENCH_ROUNDS` the number of
+//! churn rounds.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -267,6 +269,12 @@ fn main() {
         .and_then(|text| text.parse().ok())
         .unwrap_or(200);
     let mut config = PolicyConfig::preset(&policy).expect("XP_BENCH_POLICY names a preset");
+    let mut label = policy.clone();
+    if let Ok(placement) = std::env::var("XP_BENCH_PLACEMENT") {
+        label = format!("{policy}, placement {placement}");
+        config.placement = serde_json::from_value(serde_json::Value::String(placement))
+            .expect("XP_BENCH_PLACEMENT names a placement");
+    }
     // The bench keeps 100,000 trials waiting; admission control is not what it measures.
     config.admission.max_pending_per_team = u64::MAX;
     let setup_started = now();
@@ -275,7 +283,7 @@ fn main() {
     let fill = churn.fill();
     let measured = churn.run_rounds(rounds);
     let sort_p50 = reference_sort_p50(&waiting_priorities);
-    report(&policy, setup_s, fill, &measured, sort_p50);
+    report(&label, setup_s, fill, &measured, sort_p50);
 }
 
 /// Prints the JSON line and the sentence.

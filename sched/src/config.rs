@@ -18,7 +18,7 @@
 //! aging: {rate_per_hour: 10, cap: 500}
 //! preemption: {enabled: true, grace_period: 60s, min_run_time: 5m, max_loss: 30m}
 //! attained_service: {thresholds_gpu_hours: [2, 32], promote_after: 2, reserve_after: 48h, delay_per_gpu: 1h}
-//! placement: binpack           # spread | random | fragmentation_aware
+//! placement: binpack           # spread | random | fragmentation_aware | fgd
 //! order: fair                  # fifo | priority
 //! backfill: true
 //! head_of_line: strict         # skip
@@ -693,6 +693,10 @@ pub enum PlacementKind {
     Random,
     /// Bin-pack, keeping idle GPUs and nodes whole.
     FragmentationAware,
+    /// FGD ("Beware of Fragmentation", ATC 2023): the node (and GPU) where
+    /// the expected fragmentation against the recent trials' mix of asks
+    /// grows least, bin-pack order breaking ties.
+    Fgd,
 }
 
 impl PlacementKind {
@@ -702,7 +706,9 @@ impl PlacementKind {
             Self::BinPack => Strategy::BinPack,
             Self::Spread => Strategy::Spread,
             Self::Random => Strategy::Random { seed },
-            Self::FragmentationAware => Strategy::FragmentationAware,
+            // The same strategy: the pool scores by FGD once it has a mix,
+            // which the core keeps only under `Fgd`.
+            Self::FragmentationAware | Self::Fgd => Strategy::FragmentationAware,
         }
     }
 }

@@ -89,15 +89,13 @@ pub enum Strategy {
     /// shapes (a quarter GPU to eight GPUs) could not use. Confining fractional
     /// work lets the other nodes drain whole for big gangs.
     ///
-    /// With a workload mix ([`NodePool::set_task_mix`], as `xp sim
-    /// --place-once` sets from its trace) it is FGD ("Beware of
-    /// Fragmentation", ATC 2023) instead: of every node that holds the gang,
-    /// the one whose expected fragmentation against the mix (CPU, memory and
-    /// GPU models included) grows least wins, bin-pack order breaking ties,
-    /// and a single fractional worker takes the GPU that makes it grow least.
-    /// Kept off the online path by default: there, jobs leave, and big gangs
-    /// at the head of the queue want whole nodes drained more than they want
-    /// low fragmentation.
+    /// With a workload mix ([`NodePool::set_task_mix`]: the policy core's
+    /// observed one, the recent trials' asks, or the trace's in `xp sim
+    /// --place-once`) it is FGD ("Beware of Fragmentation", ATC 2023)
+    /// instead: of the nodes that hold the gang, the one whose expected
+    /// fragmentation against the mix (CPU, memory and GPU models included)
+    /// grows least wins, bin-pack order breaking ties, and a single
+    /// fractional worker takes the GPU that makes it grow least.
     FragmentationAware,
 }
 

@@ -29,7 +29,8 @@
 //! A search reads the pool and changes nothing; the caller allocates what it
 //! returns.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use ahash::AHashSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::iter::Peekable;
 
 use xp_runtime::seeded::SplitMix64;
@@ -405,7 +406,7 @@ impl<'a> Search<'a> {
             shared: Vec::new(),
             nodes: Vec::new(),
         };
-        let mut seen = HashSet::new();
+        let mut seen = AHashSet::new();
         for idx in sets.iter().copied().flatten() {
             if !seen.insert(*idx) || !self.usable(*idx) {
                 continue;
@@ -541,7 +542,7 @@ impl<'a> Search<'a> {
             .flat_map(move |bucket| self.bucket_stream(bucket, min_cpu, false));
         match self.demand.gpu {
             GpuNeed::Fraction(share) => {
-                let mut seen = HashSet::new();
+                let mut seen = AHashSet::new();
                 let shared = self.shared_stream(share, min_cpu).map(|(_, _, idx, _)| idx);
                 Box::new(shared.chain(buckets).filter(move |idx| seen.insert(*idx)))
             }
@@ -560,7 +561,7 @@ impl<'a> Search<'a> {
             .flat_map(move |bucket| self.bucket_stream(bucket, min_cpu, true));
         match self.demand.gpu {
             GpuNeed::Fraction(share) => {
-                let mut seen = HashSet::new();
+                let mut seen = AHashSet::new();
                 let shared = self.shared_stream(share, min_cpu).map(|(_, _, idx, _)| idx);
                 Box::new(buckets.chain(shared).filter(move |idx| seen.insert(*idx)))
             }

@@ -61,6 +61,7 @@ use self::quota::{Cohort, QueueInfo, build_queues};
 use self::reservations::Reservation;
 use self::resource_vec::gang_demand;
 use self::trial::{Estimate, Placed, Standing, Trial};
+use super::config::PlacementKind;
 use super::place::{NodePool, PlaceError};
 use super::{
     Decision, GPU_MILLI, GangShape, NodeSpec, PolicyConfig, PolicyError, Refusal, TrialRequest,
@@ -78,6 +79,7 @@ mod lanes;
 mod leases;
 mod levels;
 mod no_room;
+mod observed_mix;
 mod pass;
 mod preemption;
 mod quota;
@@ -125,6 +127,9 @@ pub struct PolicyCore {
     levels: levels::ServiceLevels,
     /// Elastic trials' ranges and resizes in flight (`elastic`).
     elastic: elastic::ElasticTable,
+    /// The recent trials' asks that fragmentation-aware placement scores
+    /// against (`observed_mix`).
+    observed_mix: observed_mix::ObservedMix,
 }
 
 impl PolicyCore {
@@ -153,6 +158,7 @@ impl PolicyCore {
             leases_relaxed: false,
             approvals: Approvals::default(),
             elastic: elastic::ElasticTable::new(),
+            observed_mix: observed_mix::ObservedMix::default(),
         }
     }
 
@@ -301,6 +307,7 @@ impl PolicyCore {
             });
         }
         let id = request.id;
+        self.observed_mix.observe(&request.gang);
         let trial = self.waiting_entry(request, queue);
         self.index.insert(id, &trial);
         self.trials.insert(id, trial);
@@ -465,6 +472,8 @@ impl PolicyCore {
     /// [`PolicyCore::wait_reason`] afterwards.
     pub fn decide(&mut self, now: UnixMillis) -> Vec<Decision> {
         self.promote_due(now);
+        let fgd = self.config.placement == PlacementKind::Fgd;
+        self.observed_mix.refresh(&mut self.pool, fgd);
         self.pass += 1;
         let mut pass = self.begin_pass(now);
         for reason in &mut self.unexamined {
@@ -568,6 +577,7 @@ impl PolicyCore {
         let queue = self.resolve_queue(&request.team, request.queue.as_deref())?;
         self.pool.allocate(&workers)?;
         let id = request.id;
+        self.observed_mix.observe(&request.gang);
         let mut trial = self.waiting_entry(request, queue);
         let duration = self.duration(&trial);
         trial.standing = Standing::Placed(Placed {

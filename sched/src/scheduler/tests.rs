@@ -1325,7 +1325,8 @@ fn config_strategy(with_quotas: bool) -> impl PropStrategy<Value = PolicyConfig>
             Just(PlacementKind::BinPack),
             Just(PlacementKind::Spread),
             Just(PlacementKind::Random),
-            Just(PlacementKind::FragmentationAware)
+            Just(PlacementKind::FragmentationAware),
+            Just(PlacementKind::Fgd)
         ],
         prop::option::of(las_strategy()),
         prop::option::of(0..600_u64),

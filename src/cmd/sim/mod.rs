@@ -44,7 +44,7 @@ pub(crate) struct SimArgs {
     /// preemptive reference no live scheduler can be, for comparison).
     #[arg(long, default_value = "default")]
     policy: String,
-    /// Seeds random placement, the order of equal jobs submitted together, and --place-once draws.
+    /// Seeds random placement, the order of equal jobs submitted together, and the --place-once arrivals.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Print one JSON object.
@@ -67,7 +67,7 @@ pub(crate) struct SimArgs {
     #[arg(long)]
     oversubscription: Option<f64>,
     /// Override the policy's placement strategy.
-    #[arg(long, value_parser = ["binpack", "spread", "random", "fragmentation_aware"])]
+    #[arg(long, value_parser = ["binpack", "spread", "random", "fragmentation_aware", "fgd"])]
     placement: Option<String>,
     /// Start jobs on their pipeline's critical path first (within a queue, at
     /// equal priority): `critical` (the default) marks the critical path,
@@ -113,6 +113,7 @@ fn placement_kind(name: &str) -> PlacementKind {
         "spread" => PlacementKind::Spread,
         "random" => PlacementKind::Random,
         "fragmentation_aware" => PlacementKind::FragmentationAware,
+        "fgd" => PlacementKind::Fgd,
         _ => PlacementKind::BinPack,
     }
 }
