@@ -44,6 +44,8 @@ type HostAsks = Vec<(u64, u64, u64)>;
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskMix {
     types: Vec<TaskType>,
+    /// CPU thousandths per GPU thousandth that the GPU types ask, weighted.
+    cpu_per_gpu: f64,
 }
 
 impl TaskMix {
@@ -102,20 +104,36 @@ impl TaskMix {
         if total == 0 {
             return None;
         }
-        Some(Self {
-            types: kept
-                .into_iter()
-                .map(
-                    |(count, (gpu_milli, gpu_models), (cpu_milli, memory_bytes))| TaskType {
-                        gpu_milli,
-                        cpu_milli,
-                        memory_bytes,
-                        gpu_models,
-                        weight: count as f64 / total as f64,
-                    },
-                )
-                .collect(),
-        })
+        let types: Vec<TaskType> = kept
+            .into_iter()
+            .map(
+                |(count, (gpu_milli, gpu_models), (cpu_milli, memory_bytes))| TaskType {
+                    gpu_milli,
+                    cpu_milli,
+                    memory_bytes,
+                    gpu_models,
+                    weight: count as f64 / total as f64,
+                },
+            )
+            .collect();
+        let (cpu, gpu) =
+            types
+                .iter()
+                .filter(|kind| kind.gpu_milli > 0)
+                .fold((0.0, 0.0), |(cpu, gpu), kind| {
+                    (
+                        cpu + kind.weight * kind.cpu_milli as f64,
+                        gpu + kind.weight * kind.gpu_milli as f64,
+                    )
+                });
+        let cpu_per_gpu = if gpu > 0.0 { cpu / gpu } else { 0.0 };
+        Some(Self { types, cpu_per_gpu })
+    }
+
+    /// The CPU thousandths the mix's GPU work asks per GPU thousandth (each
+    /// type weighted by its share; 0 without GPU work).
+    pub fn cpu_per_gpu(&self) -> f64 {
+        self.cpu_per_gpu
     }
 
     /// The classes, most common first.

@@ -94,8 +94,9 @@ pub enum Strategy {
     /// --place-once`) it is FGD ("Beware of Fragmentation", ATC 2023)
     /// instead: of the nodes that hold the gang, the one whose expected
     /// fragmentation against the mix (CPU, memory and GPU models included)
-    /// grows least wins, bin-pack order breaking ties, and a single
-    /// fractional worker takes the GPU that makes it grow least.
+    /// grows least wins (ties go to the node whose CPU left stays in step
+    /// with its GPUs left, then to bin-pack order), and a single fractional
+    /// worker takes the GPU that makes it grow least.
     FragmentationAware,
 }
 

@@ -1273,6 +1273,29 @@ fn fgd_keeps_cpu_for_the_gpus_that_need_it() {
 }
 
 #[test]
+fn fgd_breaks_equal_growths_toward_cpu_in_step_with_the_gpus_left() {
+    // Node 1: four GPUs, three held, 40 cores free; node 2: two free GPUs,
+    // 40 cores. The mix's GPU work asks 32 cores a GPU. A one-core worker on
+    // one GPU grows the fragmentation of neither. Bin-pack takes node 1's last
+    // GPU, leaving node 2 two GPUs but cores for one 32-core worker; FGD takes
+    // node 2, leaving each node a GPU with the cores to use it.
+    let node = |seed: u8, gpus: u32| NodeSpec {
+        cpu_milli: 41_000,
+        ..spec(seed, gpus, "r1")
+    };
+    let mut pool = pool_of(vec![node(1, 4), node(2, 2)]);
+    pool.allocate(&[worker(1, &[(0, 1000), (1, 1000), (2, 1000)], 1000)])
+        .unwrap();
+    pool.allocate(&[worker(2, &[], 1000)]).unwrap();
+    let small = gang(1, 1000);
+    let bin_pack = pool.find(&small, Strategy::FragmentationAware).unwrap();
+    assert_eq!(bin_pack[0].node, node_id(1));
+    pool.set_task_mix(Some(mix(&[(1000, 32_000, &[], 1)])));
+    let fgd = pool.find(&small, Strategy::FragmentationAware).unwrap();
+    assert_eq!(fgd[0].node, node_id(2));
+}
+
+#[test]
 fn fgd_picks_the_gpu_that_keeps_room_usable() {
     // One node of two GPUs, 0.3 held on GPU 0. Another 0.3 would go to GPU 0
     // by best fit, leaving 0.4 that the workload's 0.6 shares cannot use; FGD
