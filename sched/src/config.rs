@@ -695,7 +695,7 @@ pub enum PlacementKind {
     FragmentationAware,
     /// FGD ("Beware of Fragmentation", ATC 2023): the node (and GPU) where
     /// the expected fragmentation against the recent trials' mix of asks
-    /// grows least, bin-pack order breaking ties.
+    /// grows least (see [`Strategy::FragmentationAware`]).
     Fgd,
 }
 

@@ -230,9 +230,10 @@ struct Scored {
 }
 
 /// How far a node's free CPU would be out of step with its idle GPU once it
-/// holds the gang (for gangs that ask for GPUs), in whole cores: with `ρ` the CPU per GPU that the mix's
-/// GPU work asks for ([`TaskMix::cpu_per_gpu`]), the CPU beyond `ρ` times
-/// the idle GPU, or [`SHORTFALL_WEIGHT`] times the CPU short of it.
+/// holds a gang that asks for GPUs, in whole cores: with `ρ` the CPU per GPU
+/// that the mix's GPU work asks for ([`TaskMix::cpu_per_gpu`]), the CPU
+/// beyond `ρ` times the idle GPU, or [`SHORTFALL_WEIGHT`] times the CPU
+/// short of it.
 ///
 /// Why, as the tie-break between equal growths before bin-pack order: FGD's
 /// measure counts a node's idle GPU only once a type no longer fits it, so
@@ -262,9 +263,9 @@ fn out_of_step(free_cpu: u64, idle_gpu_milli: u64, cpu_per_gpu: f64) -> i64 {
 /// and 94.60; shortfall alone 95.21 / 95.40 and 96.65; both alike 95.55 /
 /// 95.69 and 95.47; a shortfall 2, 4, 8, 16 times a surplus 95.56 / 95.69
 /// and 95.69, 95.56 / 95.70 and 95.80, 95.45 / 95.61 and 95.90, 95.35 /
-/// 95.51 and 96.07. `ρ` at half, 0.75, 1.5 and 2 times the mix's (both alike) placed
-/// less than 1 (1.5 and more refused pods at load 0.9), and rounding to
-/// 0.25 to 16 cores changed the ratio by under 0.05 points. Leaving
+/// 95.51 and 96.07. `ρ` at half, 0.75, 1.5 and 2 times the mix's (both
+/// alike) placed less than 1 (1.5 and more refused pods at load 0.9), and
+/// rounding to 0.25 to 16 cores changed the ratio by under 0.05 points. Leaving
 /// CPU-only work to bin-pack order kept openb's figures (95.56 / 95.69) and
 /// took the generated trace to 96.38 %, and on the stand-ins for the paper's
 /// other openb workloads (`scripts/openb-variants.py`, seeds 42 to 51) gave

@@ -127,8 +127,8 @@ pub struct PolicyCore {
     levels: levels::ServiceLevels,
     /// Elastic trials' ranges and resizes in flight (`elastic`).
     elastic: elastic::ElasticTable,
-    /// The recent trials' asks that fragmentation-aware placement scores
-    /// against (`observed_mix`).
+    /// The recent trials' asks that `placement: fgd` scores against
+    /// (`observed_mix`).
     observed_mix: observed_mix::ObservedMix,
 }
 
