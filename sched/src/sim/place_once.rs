@@ -25,6 +25,8 @@ use xp_runtime::seeded::SplitMix64;
 
 /// The largest load accepted, in multiples of the cluster's GPUs.
 pub const MAX_LOAD: f64 = 100.0;
+/// The most arrivals one measurement makes (each is held until placed).
+pub const MAX_ARRIVALS: usize = 20_000_000;
 /// Load levels reported on the way to the final load.
 pub const CHECKPOINT_LOADS: [f64; 2] = [0.9, 1.0];
 
@@ -59,6 +61,12 @@ pub enum PlaceOnceError {
     /// The cluster has no GPU.
     #[error("the cluster has no GPU")]
     NoGpus,
+    /// The load takes more arrivals than are held in memory at once: the
+    /// trace's jobs ask too little for the cluster and the load.
+    #[error(
+        "the load takes over {MAX_ARRIVALS} arrivals for this trace and cluster; lower --load or use bigger jobs"
+    )]
+    TooManyArrivals,
 }
 
 /// The kind of a job, for failure counts.
@@ -215,7 +223,7 @@ pub fn place_once(
         .copied()
         .filter(|&load| load < options.load)
         .peekable();
-    for job in arrival_order(&jobs, target, &mut draws) {
+    for job in arrival_order(&jobs, target, &mut draws, MAX_ARRIVALS)? {
         let kind = JobKind::of(job);
         attempted.add(kind);
         arrived_milli += job.total_gpu_milli();
@@ -277,12 +285,14 @@ fn drawable_jobs<'t>(
 /// The jobs in their order of arrival: each of `jobs` once, topped up with
 /// copies drawn with replacement while the GPU thousandths asked for stay
 /// within `target` (the paper's simulator stops at the first copy that would
-/// pass it), or thinned at random until they are within it, then shuffled.
+/// pass it), or thinned at random until they are within it, then shuffled;
+/// refused past `limit` arrivals.
 fn arrival_order<'t>(
     jobs: &[&'t TraceJob],
     target: f64,
     draws: &mut SplitMix64,
-) -> Vec<&'t TraceJob> {
+    limit: usize,
+) -> Result<Vec<&'t TraceJob>, PlaceOnceError> {
     let mut arrivals = jobs.to_vec();
     let mut asked: u64 = arrivals.iter().map(|job| job.total_gpu_milli()).sum();
     if asked as f64 > target {
@@ -296,12 +306,15 @@ fn arrival_order<'t>(
             if (asked + copy.total_gpu_milli()) as f64 > target {
                 break;
             }
+            if arrivals.len() >= limit {
+                return Err(PlaceOnceError::TooManyArrivals);
+            }
             asked += copy.total_gpu_milli();
             arrivals.push(copy);
         }
     }
     draws.shuffle(&mut arrivals);
-    arrivals
+    Ok(arrivals)
 }
 
 /// `job`'s gang as the policy core would place it: an opted-in share at its
@@ -386,6 +399,23 @@ impl Packing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arrivals_past_the_limit_are_refused_not_held() {
+        let trace = super::super::trace::parse_trace(
+            "job_id,submit_s,duration_s,num_workers,gpus_per_worker\nsliver,0,,1,0.001\n",
+        )
+        .unwrap();
+        let jobs: Vec<&TraceJob> = trace.jobs.iter().collect();
+        let mut draws = SplitMix64::new(1);
+        // 100 thousandths: the job and 99 copies, within a limit of 100.
+        let arrivals = arrival_order(&jobs, 100.0, &mut draws, 100).unwrap();
+        assert_eq!(arrivals.len(), 100);
+        assert!(matches!(
+            arrival_order(&jobs, 101.0, &mut draws, 100),
+            Err(PlaceOnceError::TooManyArrivals)
+        ));
+    }
 
     #[test]
     fn load_keys_read_naturally() {
