@@ -13,6 +13,7 @@
 # becomes the trace's `gpu_types`, and `openb_node_list_gpu_node.csv`);
 # PLACEMENT defaults to `binpack fragmentation_aware`.
 set -euo pipefail
+. "$(dirname "$0")/openb-lib.sh"
 xp=$1 pods=$2 nodes=$3
 shift 3
 placements=(binpack fragmentation_aware)
@@ -24,9 +25,7 @@ trap 'rm -rf "$work"' EXIT
 # for num_gpu whole GPUs, or a share of one (gpu_milli thousandths).
 awk -F, 'NR == 1 { print "job_id,submit_s,duration_s,num_workers,gpus_per_worker,cpu_milli_per_worker,mem_mib_per_worker,gpu_types"; next }
   { gpus = ($4 == 1) ? $5 / 1000 : $4; print $1 ",0,,1," gpus "," $2 "," $3 "," $6 }' "$pods" >"$work/trace.csv"
-# sn,cpu_milli,memory_mib,gpu,model
-awk -F, 'NR == 1 { print "node_id,gpus,gpu_model,cpu_milli,mem_mib"; next }
-  { print $1 "," $4 "," $5 "," $2 "," $3 }' "$nodes" >"$work/nodes.csv"
+openb_cluster_csv "$nodes" "$work/nodes.csv"
 
 for placement in "${placements[@]}"; do
   for seed in $(seq 42 51); do

@@ -11,12 +11,12 @@
 #
 # LOAD defaults to 1.5, SEEDS to "1 2 3"; 50,000 pods per seed.
 set -euo pipefail
+. "$(dirname "$0")/openb-lib.sh"
 xp=$1 pods=$2 nodes=$3 load=${4:-1.5} seeds=${5:-1 2 3}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-awk -F, 'NR == 1 { print "node_id,gpus,gpu_model,cpu_milli,mem_mib"; next }
-  { print $1 "," $4 "," $5 "," $2 "," $3 }' "$nodes" >"$work/nodes.csv"
+openb_cluster_csv "$nodes" "$work/nodes.csv"
 gpus=$(awk -F, 'NR > 1 { sum += $2 } END { print sum }' "$work/nodes.csv")
 
 for seed in $seeds; do
