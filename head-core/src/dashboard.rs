@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::{Value, json};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, TrialId};
-use xp_runtime::protocol::TrialState;
+use xp_runtime::protocol::{TrialEvent, TrialState};
 use xp_runtime::spec::{Domain, Mode, ParamSpec};
 use xp_runtime::views::{checkpoint_json, trial_json};
 
@@ -96,12 +96,15 @@ impl HeadCore {
     }
 
     /// One trial as `xp status --json` shows it, plus its experiment, metric
-    /// and mode, GPU-hours, world size, kept checkpoints and newest events.
+    /// and mode, GPU-hours, world size, kept checkpoints and `events`, its
+    /// newest events as the store gave them (newest first, at most
+    /// [`MAX_TRIAL_EVENTS`] shown).
     pub fn trial_detail(
         &self,
         trial_id: TrialId,
         now: UnixMillis,
         visible_team: &dyn Fn(&str) -> bool,
+        events: &[TrialEvent],
     ) -> Result<Value, PageError> {
         self.dashboard_visible(trial_id.experiment, visible_team)
             .map_err(|_| PageError::TrialNotFound { trial_id })?;
@@ -111,12 +114,9 @@ impl HeadCore {
             .ok_or(PageError::TrialNotFound { trial_id })?;
         let spec = &self.book.spec(trial_id.experiment);
         let mut detail = trial_json(&self.trial_status(trial));
-        let events: Vec<Value> = self
-            .book
-            .events_of(trial_id.experiment)
+        let events: Vec<Value> = events
             .iter()
-            .rev()
-            .filter(|event| event.index == trial_id.index)
+            .filter(|event| event.trial == trial_id)
             .take(MAX_TRIAL_EVENTS)
             .map(|event| {
                 json!({
@@ -124,7 +124,7 @@ impl HeadCore {
                     "at_ms": event.at,
                     "state": event.state.as_str(),
                     "attempt": event.attempt,
-                    "reason": &*event.reason,
+                    "reason": event.reason,
                 })
             })
             .collect();

@@ -69,7 +69,7 @@ use std::sync::Arc;
 use tracing::warn;
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, ObjectId, TrialId};
-use xp_runtime::protocol::{HeadCommand, NodeState, TrialEvent, TrialState};
+use xp_runtime::protocol::{HeadCommand, NodeState, TrialState};
 use xp_runtime::spec::ExperimentSpec;
 use xp_sched::{GPU_MILLI, PolicyConfig};
 
@@ -199,7 +199,7 @@ impl HeadCore {
             experiments,
             trials,
             nodes,
-            events,
+            last_event_seq,
             policy,
             pipelines,
             next_pipeline_id,
@@ -223,12 +223,10 @@ impl HeadCore {
             summaries: pages::SummaryCache::default(),
         };
         // 1. The record: experiments with their sweeps, trials with what they
-        //    keep, events.
+        //    keep, and the event numbering.
         core.restore_experiments(experiments);
         core.restore_trials(trials);
-        for event in events {
-            core.book.restore_event(&event);
-        }
+        core.book.restore_last_event_seq(last_event_seq);
         // 2. The policy's books: every node, schedulable until the running
         //    trials are adopted (the pool takes allocations only on
         //    schedulable nodes), the service of the last completed trials
@@ -373,12 +371,6 @@ impl HeadCore {
     /// The sequence number of the newest event.
     pub fn last_event_seq(&self) -> u64 {
         self.book.last_event_seq()
-    }
-
-    /// Every event numbered up to `seq`, oldest first: the stored ones, when
-    /// `seq` is the newest stored.
-    pub fn events_through(&self, seq: u64) -> Vec<TrialEvent> {
-        self.book.events_through(seq)
     }
 
     /// Panics if an invariant of the module documentation is broken.

@@ -484,8 +484,9 @@ pub struct LoadedState {
     pub trials: Vec<Arc<TrialRecord>>,
     /// Nodes.
     pub nodes: Vec<NodeRecord>,
-    /// Events in sequence order.
-    pub events: Vec<TrialEvent>,
+    /// The number of the newest event stored (0: none). The events stay in
+    /// the store, read on demand.
+    pub last_event_seq: u64,
     /// The policy last applied, if any.
     pub policy: Option<PolicyRecord>,
     /// Pipelines.

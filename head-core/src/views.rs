@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use xp_runtime::ids::{ExperimentId, NodeId, WorkerKey};
 use xp_runtime::protocol::{
     AttemptStatus, ExperimentState, ExperimentStatus, LogRequest, NodeStatus, QueueStatus,
-    ResourceAmounts, TrialEvent, TrialState, TrialStatus,
+    ResourceAmounts, TrialState, TrialStatus,
 };
 use xp_runtime::spec::Mode;
 use xp_sched::{Amount, GPU_MILLI, QueueUsage};
@@ -115,26 +115,6 @@ impl HeadCore {
             rank: worker.rank,
         };
         Ok((worker.node, key, !worker.state.holds_resources()))
-    }
-
-    /// Events of `experiment` with sequence numbers above `after`.
-    pub fn events_after(
-        &self,
-        experiment: ExperimentId,
-        after: u64,
-    ) -> Result<Vec<TrialEvent>, CoreError> {
-        if !self.book.contains_experiment(experiment) {
-            return Err(CoreError::ExperimentNotFound {
-                experiment_id: experiment,
-            });
-        }
-        let events = self.book.events_of(experiment);
-        let start = events.partition_point(|event| event.seq <= after);
-        Ok(events[start..]
-            .iter()
-            .take(1000)
-            .map(|event| event.to_event(experiment))
-            .collect())
     }
 
     /// The experiment's state ([`ExperimentState::of`]).

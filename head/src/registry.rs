@@ -12,13 +12,13 @@
 //! While it is closed, [`Registry::committed`] still answers: the registry keeps
 //! a copy of everything committed (what [`Registry::load`] would return), so the
 //! head can rebuild its state from what is stored without reading the disk.
-//! Events are the exception: they are only ever appended, so a leading head's
-//! core holds the stored ones (those up to [`Registry::committed_event_seq`])
-//! and the copy keeps none; a standby, which has no core, keeps them.
+//! Events and metric reports are the exception: they are only ever appended,
+//! and neither the copy nor the core keeps them (a head that ran a million
+//! trials has five million events); they are read from the store on demand
+//! ([`Registry::events_after`], [`Registry::newest_events_of_trial`]).
 //!
 //! Invariant: [`Registry::committed`] equals what the database holds, as far as
-//! this process knows, events aside on a leading head: it is updated only after
-//! a commit succeeded.
+//! this process knows: it is updated only after a commit succeeded.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -192,17 +192,14 @@ impl std::fmt::Display for StoreSpec {
 
 /// What the database holds, kept in memory: experiments, trials (each shared
 /// with the core's book while the core has not changed it) and nodes by id,
-/// the policy, and the events by sequence while a standby follows (metrics are
-/// not kept; they stay on disk).
+/// the policy, and the number of the newest event (events and metrics are not
+/// kept; they stay on disk).
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Committed {
     experiments: BTreeMap<ExperimentId, ExperimentRecord>,
     trials: BTreeMap<TrialId, Arc<TrialRecord>>,
     nodes: BTreeMap<NodeId, NodeRecord>,
-    /// Kept only by a standby following the store: a million trials' events
-    /// held twice were an eighth of the head's memory.
-    events: BTreeMap<u64, TrialEvent>,
-    /// The newest event committed, kept or not.
+    /// The newest event committed.
     last_event_seq: u64,
     policy: Option<PolicyRecord>,
     pipelines: BTreeMap<u64, xp_head_core::PipelineRecord>,
@@ -210,16 +207,8 @@ pub(crate) struct Committed {
     alerts: BTreeMap<u64, xp_head_core::AlertRecord>,
 }
 
-/// Whether the committed copy keeps events: only a standby's does, having
-/// no core to keep them; a leading head's core keeps its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum KeepEvents {
-    Yes,
-    No,
-}
-
 impl Committed {
-    /// The copy of what a leading head loaded (its core keeps the events).
+    /// The copy of what a head loaded.
     pub(crate) fn from_loaded(loaded: &LoadedState) -> Self {
         Self {
             experiments: loaded
@@ -237,13 +226,7 @@ impl Committed {
                 .iter()
                 .map(|record| (record.id, record.clone()))
                 .collect(),
-            events: BTreeMap::new(),
-            last_event_seq: loaded
-                .events
-                .iter()
-                .map(|event| event.seq)
-                .max()
-                .unwrap_or(0),
+            last_event_seq: loaded.last_event_seq,
             policy: loaded.policy.clone(),
             pipelines: loaded
                 .pipelines
@@ -259,8 +242,8 @@ impl Committed {
         }
     }
 
-    /// Takes in a committed record; events only when `events` says so.
-    pub(crate) fn apply(&mut self, record: Record, events: KeepEvents) {
+    /// Takes in a committed record (of an event, only its number).
+    pub(crate) fn apply(&mut self, record: Record) {
         match record {
             Record::Experiment(record) => {
                 self.experiments.insert(record.id, record);
@@ -271,12 +254,7 @@ impl Committed {
             Record::Node(record) => {
                 self.nodes.insert(record.id, record);
             }
-            Record::Event(event) => {
-                self.last_event_seq = self.last_event_seq.max(event.seq);
-                if events == KeepEvents::Yes {
-                    self.events.insert(event.seq, event);
-                }
-            }
+            Record::Event(event) => self.last_event_seq = self.last_event_seq.max(event.seq),
             // Metrics, telemetry and the audit trail stay on disk; users live in the actor's table.
             Record::Metric(_) | Record::User(_) | Record::Audit(_) | Record::Telemetry(_) => {}
             Record::Policy(record) => self.policy = Some(record),
@@ -295,7 +273,7 @@ impl Committed {
             experiments: self.experiments.values().cloned().collect(),
             trials: self.trials.values().cloned().collect(),
             nodes: self.nodes.values().cloned().collect(),
-            events: self.events.values().cloned().collect(),
+            last_event_seq: self.last_event_seq,
             policy: self.policy.clone(),
             pipelines: self.pipelines.values().cloned().collect(),
             next_pipeline_id: self.next_pipeline_id,
@@ -312,8 +290,23 @@ pub(crate) trait Store: Send + std::fmt::Debug {
     /// Stores `records` in one durable transaction, numbering metric reports
     /// and audit entries from `next`; returns the numbers after them.
     fn write(&mut self, records: &[Record], next: Sequences) -> Result<Sequences, RegistryError>;
-    /// Every experiment, trial, node, event, pipeline and alert, and the policy.
+    /// Every experiment, trial, node, pipeline and alert, the policy, and the
+    /// number of the newest event.
     fn read_all(&self) -> Result<LoadedState, RegistryError>;
+    /// Up to `limit` of `experiment`'s events numbered after `after`, oldest
+    /// first.
+    fn events_after(
+        &self,
+        experiment: ExperimentId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<TrialEvent>, RegistryError>;
+    /// The newest `limit` events of `trial`, newest first.
+    fn newest_events_of_trial(
+        &self,
+        trial: TrialId,
+        limit: usize,
+    ) -> Result<Vec<TrialEvent>, RegistryError>;
     /// What [`Store::read_all`] reads, changed after change `after` (0: all),
     /// for a standby that follows the store; `None` where no standby can
     /// follow (the embedded store).
@@ -379,6 +372,9 @@ pub(crate) trait Store: Send + std::fmt::Debug {
 #[derive(Debug)]
 pub(crate) struct Changes {
     pub(crate) records: Vec<Record>,
+    /// The newest event among those changed (events are not read: a
+    /// standby keeps only the numbering).
+    pub(crate) last_event_seq: Option<u64>,
     /// The last change read (the number given when nothing changed).
     pub(crate) through: i64,
     /// One past the highest pipeline id stored.
@@ -432,8 +428,6 @@ impl Registry {
 
     /// Everything committed so far, as [`Registry::load`] returned it plus every
     /// commit since; answered from memory, so also while the store is closed.
-    /// A leading head's has no events: its core holds those up to
-    /// [`Registry::committed_event_seq`].
     pub(crate) fn committed(&self) -> LoadedState {
         self.committed.to_loaded()
     }
@@ -484,16 +478,13 @@ impl Registry {
         if self.following.is_some()
             && let Some(changes) = self.follow()?
         {
-            // This head writes from now on: its commits keep the copy, and
-            // its core the events.
+            // This head writes from now on: its commits keep the copy.
             self.following = None;
             tracing::info!(
                 changes,
                 "loaded from the followed copy and the last changes"
             );
-            let loaded = self.committed.to_loaded();
-            self.committed.events.clear();
-            return Ok(loaded);
+            return Ok(self.committed.to_loaded());
         }
         let loaded = self.store.read_all()?;
         self.committed = Committed::from_loaded(&loaded);
@@ -522,7 +513,10 @@ impl Registry {
         }
         let read = changes.records.len();
         for record in changes.records {
-            self.committed.apply(record, KeepEvents::Yes);
+            self.committed.apply(record);
+        }
+        if let Some(seq) = changes.last_event_seq {
+            self.committed.last_event_seq = self.committed.last_event_seq.max(seq);
         }
         self.committed.next_pipeline_id =
             (self.committed.next_pipeline_id).max(changes.next_pipeline_id);
@@ -544,7 +538,7 @@ impl Registry {
             Ok(next) => {
                 self.next = next;
                 for record in records {
-                    self.committed.apply(record, KeepEvents::No);
+                    self.committed.apply(record);
                 }
                 Ok(())
             }
@@ -574,6 +568,26 @@ impl Registry {
     /// The newest `limit` audit entries, oldest first.
     pub(crate) fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, RegistryError> {
         self.store.audit(limit)
+    }
+
+    /// Up to `limit` of `experiment`'s events numbered after `after`, oldest
+    /// first: the event feed.
+    pub(crate) fn events_after(
+        &self,
+        experiment: ExperimentId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<TrialEvent>, RegistryError> {
+        self.store.events_after(experiment, after, limit)
+    }
+
+    /// The newest `limit` events of `trial`, newest first: a trial's detail.
+    pub(crate) fn newest_events_of_trial(
+        &self,
+        trial: TrialId,
+        limit: usize,
+    ) -> Result<Vec<TrialEvent>, RegistryError> {
+        self.store.newest_events_of_trial(trial, limit)
     }
 
     /// Every metric report of one trial, oldest first (for curves and tests).

@@ -456,13 +456,31 @@ impl Client {
                     }
                 }
             }
-            for event in self
-                .events(experiment, after, Duration::from_secs(2))
-                .await?
-            {
+            for event in self.events_while_running(experiment, after).await? {
                 after = after.max(event.seq);
                 on_event(&event);
             }
+        }
+    }
+
+    /// The events after `after` of a running experiment, waiting up to 2 s for
+    /// the first. A head whose store is out (it reads events from there)
+    /// answers none after a pause: it stores nothing new meanwhile, and the
+    /// feed goes on from `after` once the store is back.
+    async fn events_while_running(
+        &self,
+        experiment: ExperimentId,
+        after: u64,
+    ) -> Result<Vec<TrialEvent>, SdkError> {
+        match self.events(experiment, after, Duration::from_secs(2)).await {
+            Err(SdkError::Transport(TransportError::Remote(refusal)))
+                if refusal.code == ErrorCode::StorageUnavailable =>
+            {
+                tracing::info!(message = %refusal.message, "the head cannot read events now; waiting");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                Ok(Vec::new())
+            }
+            answer => answer,
         }
     }
 

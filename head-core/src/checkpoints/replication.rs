@@ -603,8 +603,7 @@ mod tests {
     }
 
     fn events(core: &HeadCore, experiment: ExperimentId) -> Vec<String> {
-        core.events_after(experiment, 0)
-            .unwrap()
+        crate::tests::events_of(core, experiment)
             .into_iter()
             .map(|event| event.reason)
             .collect()

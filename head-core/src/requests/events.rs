@@ -4,17 +4,21 @@
 //!
 //! Access: a viewer reads their own team's experiments.
 //!
-//! The wait is the server's (`ConnectionWork::AwaitEvents`): it names the
-//! newest event the core had when it found none, so that an event stored
-//! between this read and the wait is never missed.
+//! The events are read from the store by the shell, which holds it (a head
+//! that ran a million trials has five million). The wait is the server's
+//! (`ConnectionWork::AwaitEvents`): it names the newest event stored when the
+//! read found none, so that an event stored between the read and the wait is
+//! never missed.
 
 use xp_runtime::ids::ExperimentId;
-use xp_runtime::protocol::Response;
 
-use super::{ConnectionWork, Served};
+use super::{Served, StoredRead};
 use crate::auth::Action;
 use crate::auth::access::{Access, Scope};
 use crate::{CoreError, HeadCore};
+
+/// The most events one answer carries: a feed that is behind asks again.
+pub const MAX_EVENTS_PER_ANSWER: usize = 1000;
 
 /// What an events request does: read the experiment it names.
 pub(super) fn access(experiment: ExperimentId) -> Access {
@@ -22,22 +26,23 @@ pub(super) fn access(experiment: ExperimentId) -> Access {
 }
 
 impl HeadCore {
-    /// The events after `after`; none yet and `wait_ms` > 0: a wait.
+    /// The events after `after`, read from the store (the core keeps none);
+    /// the shell turns an empty answer with `wait_ms` > 0 into a wait.
     pub(super) fn read_events(
         &self,
         experiment: ExperimentId,
         after: u64,
         wait_ms: u32,
     ) -> Result<Served, CoreError> {
-        let events = self.events_after(experiment, after)?;
-        if events.is_empty() && wait_ms > 0 {
-            return Ok(Served::Connection(ConnectionWork::AwaitEvents {
-                experiment,
-                after,
-                wait_ms,
-                newest: self.last_event_seq(),
-            }));
+        if !self.book.contains_experiment(experiment) {
+            return Err(CoreError::ExperimentNotFound {
+                experiment_id: experiment,
+            });
         }
-        Ok(Served::Answer(Response::Events(events)))
+        Ok(Served::Stored(StoredRead::Events {
+            experiment,
+            after,
+            wait_ms,
+        }))
     }
 }

@@ -38,6 +38,7 @@ mod submit;
 mod telemetry;
 
 pub use self::blobs::{BlobLimits, BlobUsage};
+pub use self::events::MAX_EVENTS_PER_ANSWER;
 
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, TrialId, WorkerKey};
@@ -66,6 +67,17 @@ pub enum StoredRead {
     MetricHistory(TrialId),
     /// A trial's telemetry series, per rank.
     Telemetry(TrialId),
+    /// An experiment's events after `after`, oldest first, at most
+    /// [`MAX_EVENTS_PER_ANSWER`]; none and `wait_ms` > 0: a wait
+    /// ([`ConnectionWork::AwaitEvents`]).
+    Events {
+        /// The experiment (it exists).
+        experiment: ExperimentId,
+        /// The newest event the asker has.
+        after: u64,
+        /// How long the asker waits for one.
+        wait_ms: u32,
+    },
     /// The newest entries of the audit trail.
     Audit {
         /// At most this many (at least 1).

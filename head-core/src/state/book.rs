@@ -1,6 +1,8 @@
 //! The experiments and trials book: every experiment with its parsed spec,
-//! every trial with its attempts, each experiment's trial events, and the
-//! succeeded trials new ones may reuse.
+//! every trial with its attempts, the number of the newest trial event, and
+//! the succeeded trials new ones may reuse. Events themselves are persisted
+//! and read back from the store on demand: a head that ran a million trials
+//! would otherwise hold five million of them.
 //!
 //! Not here: what a trial's state may change to and what follows a change
 //! (`attempts`); the book stores, numbers and remembers what changed.
@@ -12,7 +14,7 @@
 //! `add_*`) is handed out once for persisting (`take_records`), and nothing
 //! restored is (`restore_*`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -23,7 +25,7 @@ use xp_runtime::spec::ExperimentSpec;
 
 use crate::{ExperimentRecord, Record, TrialRecord};
 
-/// Experiments, trials and their events.
+/// Experiments and trials, and the numbering of their events.
 #[derive(Debug)]
 pub(crate) struct Book {
     experiments: BTreeMap<ExperimentId, ExperimentRecord>,
@@ -31,10 +33,6 @@ pub(crate) struct Book {
     /// Shared with the registry's committed copy until changed: a finished
     /// trial is held once.
     trials: BTreeMap<TrialId, Arc<TrialRecord>>,
-    events: BTreeMap<ExperimentId, Vec<KeptEvent>>,
-    /// Every distinct reason of a kept event, once: most are the same few
-    /// words ("submitted", "all workers exited with status 0").
-    reasons: HashSet<Arc<str>>,
     next_event_seq: u64,
     /// Succeeded trials that ran themselves, by trial identity: what new
     /// trials may reuse.
@@ -49,37 +47,6 @@ pub(crate) struct Book {
     /// restored, added or handed out for change, so a summary kept at one
     /// revision is known to be current while it stands.
     revisions: Revisions,
-}
-
-/// A trial event as the book keeps it: its experiment is its list's key and
-/// its reason is shared with the other events of the same words (a head
-/// holding a million trials keeps five million events).
-#[derive(Debug)]
-pub(crate) struct KeptEvent {
-    pub(crate) seq: u64,
-    pub(crate) at: UnixMillis,
-    /// The trial's index in its experiment.
-    pub(crate) index: u32,
-    pub(crate) state: TrialState,
-    pub(crate) attempt: u32,
-    pub(crate) reason: Arc<str>,
-}
-
-impl KeptEvent {
-    /// The event of `experiment` it stands for.
-    pub(crate) fn to_event(&self, experiment: ExperimentId) -> TrialEvent {
-        TrialEvent {
-            seq: self.seq,
-            at: self.at,
-            trial: TrialId {
-                experiment,
-                index: self.index,
-            },
-            state: self.state,
-            attempt: self.attempt,
-            reason: self.reason.to_string(),
-        }
-    }
 }
 
 /// Revisions of experiments, from one counter (so an experiment never
@@ -103,8 +70,6 @@ impl Default for Book {
             experiments: BTreeMap::new(),
             specs: BTreeMap::new(),
             trials: BTreeMap::new(),
-            events: BTreeMap::new(),
-            reasons: HashSet::new(),
             next_event_seq: 1,
             reusable: BTreeMap::new(),
             dirty_experiments: BTreeSet::new(),
@@ -153,33 +118,10 @@ impl Book {
             .unwrap_or(0)
     }
 
-    /// Takes back a stored event; numbering goes on after the largest.
-    pub(crate) fn restore_event(&mut self, event: &TrialEvent) {
-        self.next_event_seq = self.next_event_seq.max(event.seq + 1);
-        self.keep_event(event);
-    }
-
-    /// Keeps `event` in its experiment's list, its reason shared.
-    fn keep_event(&mut self, event: &TrialEvent) {
-        let reason = match self.reasons.get(event.reason.as_str()) {
-            Some(reason) => Arc::clone(reason),
-            None => {
-                let reason: Arc<str> = Arc::from(event.reason.as_str());
-                self.reasons.insert(Arc::clone(&reason));
-                reason
-            }
-        };
-        self.events
-            .entry(event.trial.experiment)
-            .or_default()
-            .push(KeptEvent {
-                seq: event.seq,
-                at: event.at,
-                index: event.trial.index,
-                state: event.state,
-                attempt: event.attempt,
-                reason,
-            });
+    /// Takes back the number of the newest stored event: numbering goes on
+    /// after it.
+    pub(crate) fn restore_last_event_seq(&mut self, seq: u64) {
+        self.next_event_seq = self.next_event_seq.max(seq + 1);
     }
 
     /// A new experiment with its spec.
@@ -325,7 +267,7 @@ impl Book {
         self.trials.len()
     }
 
-    /// Numbers and keeps an event; returns it, for persisting.
+    /// Numbers an event; returns it, for persisting.
     pub(crate) fn push_event(
         &mut self,
         at: UnixMillis,
@@ -343,29 +285,7 @@ impl Book {
             reason,
         };
         self.next_event_seq += 1;
-        self.keep_event(&event);
         event
-    }
-
-    /// An experiment's events, oldest first.
-    pub(crate) fn events_of(&self, experiment: ExperimentId) -> &[KeptEvent] {
-        self.events.get(&experiment).map_or(&[], Vec::as_slice)
-    }
-
-    /// Every event numbered up to `seq`, oldest first.
-    pub(crate) fn events_through(&self, seq: u64) -> Vec<TrialEvent> {
-        let mut events: Vec<TrialEvent> = self
-            .events
-            .iter()
-            .flat_map(|(experiment, events)| {
-                events
-                    .iter()
-                    .filter(move |event| event.seq <= seq)
-                    .map(|event| event.to_event(*experiment))
-            })
-            .collect();
-        events.sort_unstable_by_key(|event| event.seq);
-        events
     }
 
     /// The number of the newest event (0 before the first).
@@ -520,7 +440,7 @@ mod tests {
     }
 
     #[test]
-    fn events_are_numbered_after_the_restored_ones_and_kept_per_experiment() {
+    fn events_are_numbered_after_the_newest_stored() {
         let mut book = Book::default();
         let (record, spec) = experiment(1);
         let id = record.id;
@@ -530,41 +450,13 @@ mod tests {
             index: 0,
         };
         assert_eq!(book.last_event_seq(), 0);
-        let mut old = book.push_event(1, trial_id, TrialState::Queued, 0, "a".to_owned());
-        old.seq = 41;
+        let first = book.push_event(1, trial_id, TrialState::Queued, 0, "a".to_owned());
+        assert_eq!((first.seq, book.last_event_seq()), (1, 1));
         let mut restarted = Book::default();
-        restarted.restore_event(&old);
+        restarted.restore_last_event_seq(41);
         let next = restarted.push_event(2, trial_id, TrialState::Running, 1, "b".to_owned());
         assert_eq!(next.seq, 42);
         assert_eq!(restarted.last_event_seq(), 42);
-        assert_eq!(restarted.events_of(id).len(), 2);
-        assert!(
-            restarted
-                .events_of(ExperimentId::from_content_hash(&[9; 32], 1))
-                .is_empty()
-        );
-    }
-
-    #[test]
-    fn kept_events_give_back_what_was_pushed_and_share_their_reasons() {
-        let mut book = Book::default();
-        let (record, spec) = experiment(1);
-        let id = record.id;
-        book.restore_experiment(record, spec);
-        let trial = |index| TrialId {
-            experiment: id,
-            index,
-        };
-        let pushed = [
-            book.push_event(1, trial(0), TrialState::Queued, 0, "submitted".to_owned()),
-            book.push_event(2, trial(1), TrialState::Queued, 0, "submitted".to_owned()),
-            book.push_event(3, trial(1), TrialState::Running, 1, "placed".to_owned()),
-        ];
-        let kept = book.events_of(id);
-        let back: Vec<TrialEvent> = kept.iter().map(|event| event.to_event(id)).collect();
-        assert_eq!(back, pushed);
-        assert!(Arc::ptr_eq(&kept[0].reason, &kept[1].reason));
-        assert_eq!(book.events_through(2), pushed[..2]);
     }
 
     #[test]

@@ -50,6 +50,16 @@ impl Outbox {
         self.commands.pop_front()
     }
 
+    /// The events appended and not taken yet, oldest first: what a test
+    /// reads where the shell would read the store.
+    #[cfg(test)]
+    pub(crate) fn events(&self) -> impl Iterator<Item = &xp_runtime::protocol::TrialEvent> {
+        self.records.iter().filter_map(|record| match record {
+            Record::Event(event) => Some(event),
+            _ => None,
+        })
+    }
+
     /// The tally since the last take.
     pub(crate) fn take_tally(&mut self) -> Tally {
         std::mem::take(&mut self.tally)

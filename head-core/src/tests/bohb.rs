@@ -129,13 +129,20 @@ fn check_stops_at_the_rungs(core: &HeadCore, experiment: ExperimentId, swept: &S
 /// Checks that every trial's event log says how its configuration was chosen:
 /// at random until a budget holds 4 results (one parameter: 2 good, 2 rest),
 /// then mostly by the model, whose budget never goes down.
-fn check_provenance(core: &HeadCore, experiment: ExperimentId) {
-    let events = core.book.events_of(experiment);
+fn check_provenance(swept: &Swept) {
+    let events: Vec<&TrialEvent> = swept
+        .records
+        .iter()
+        .filter_map(|record| match record {
+            Record::Event(event) => Some(event),
+            _ => None,
+        })
+        .collect();
     let provenance: Vec<String> = (0..17)
         .map(|index| {
             events
                 .iter()
-                .find(|event| event.index == index && event.reason.contains("proposed"))
+                .find(|event| event.trial.index == index && event.reason.contains("proposed"))
                 .map(|event| event.reason.to_string())
                 .unwrap_or_else(|| panic!("trial {index} has no provenance: {events:?}"))
         })
@@ -250,7 +257,7 @@ fn bohb_stops_trials_at_their_brackets_rungs_and_learns_from_them() {
     let swept = must_sweep(&mut core, node, experiment);
     assert_eq!(swept.xs.len(), 17, "the budget of 17 configurations");
     let observed = check_stops_at_the_rungs(&core, experiment, &swept);
-    check_provenance(&core, experiment);
+    check_provenance(&swept);
     check_the_log_replays(&core, experiment, &swept, observed);
     core.check_invariants();
 }

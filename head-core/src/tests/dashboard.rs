@@ -119,7 +119,10 @@ fn check_trial_detail(core: &HeadCore, experiment: ExperimentId, now: u64) {
         experiment,
         index: 0,
     };
-    let detail = core.trial_detail(trial, now, &everyone).unwrap();
+    // As the store gives them: newest first (other trials' are left out).
+    let mut stored = events_of(core, experiment);
+    stored.reverse();
+    let detail = core.trial_detail(trial, now, &everyone, &stored).unwrap();
     assert!(
         (detail["allocated_gpu_hours"].as_f64().unwrap() - 1.0).abs() < 1e-9,
         "{detail}"
@@ -127,8 +130,22 @@ fn check_trial_detail(core: &HeadCore, experiment: ExperimentId, now: u64) {
     assert_eq!(detail["state"], "succeeded");
     assert_eq!(detail["world_size"], 1);
     assert_eq!(detail["metric"], "loss");
-    assert!(!detail["events"].as_array().unwrap().is_empty(), "{detail}");
-    assert!(core.trial_detail(trial, now, &nobody).is_err());
+    let shown = detail["events"].as_array().unwrap();
+    let seqs: Vec<u64> = stored
+        .iter()
+        .filter(|event| event.trial == trial)
+        .map(|event| event.seq)
+        .collect();
+    assert!(!seqs.is_empty());
+    assert_eq!(
+        shown
+            .iter()
+            .map(|event| event["seq"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        seqs,
+        "{detail}"
+    );
+    assert!(core.trial_detail(trial, now, &nobody, &stored).is_err());
 }
 
 /// Checks the replicates: three configurations of two finished trials each,

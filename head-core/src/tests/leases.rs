@@ -95,11 +95,9 @@ fn a_pending_approval_is_reported_decided_and_evented() {
         HeadCommand::Kill { trial, .. } if *trial == victim
     )));
     assert_eq!(core.book.trial(victim).state, TrialState::Preempting);
-    let events: Vec<String> = core
-        .book
-        .events_of(victim.experiment)
-        .iter()
-        .map(|event| event.reason.to_string())
+    let events: Vec<String> = events_of(&core, victim.experiment)
+        .into_iter()
+        .map(|event| event.reason)
         .collect();
     assert!(
         events

@@ -11,7 +11,7 @@ use tracing::error;
 use xp_head_core::auth::access::{Access, Caller};
 use xp_head_core::requests::{self, ConnectionWork, Served, StoredRead};
 use xp_runtime::clock::UnixMillis;
-use xp_runtime::ids::TrialId;
+use xp_runtime::ids::{ExperimentId, TrialId};
 use xp_runtime::protocol::{
     ErrorCode, MetricPoint, RemoteError, Request, Response, TrialTelemetry,
 };
@@ -84,7 +84,7 @@ impl HeadState {
         });
         let answer = match served {
             Ok(Served::Answer(response)) => Ok(Answer::Response(response)),
-            Ok(Served::Stored(read)) => self.read_stored(now, read).map(Answer::Response),
+            Ok(Served::Stored(read)) => self.read_stored(now, read),
             Ok(Served::Connection(work)) => Ok(Answer::Connection(work)),
             Err(error) => Err(error.into()),
         };
@@ -92,13 +92,46 @@ impl HeadState {
     }
 
     /// A read of the stored history a request needs.
-    fn read_stored(&mut self, now: UnixMillis, read: StoredRead) -> Result<Response, RemoteError> {
-        match read {
+    fn read_stored(&mut self, now: UnixMillis, read: StoredRead) -> Result<Answer, RemoteError> {
+        let response = match read {
+            StoredRead::Events {
+                experiment,
+                after,
+                wait_ms,
+            } => return self.read_events(experiment, after, wait_ms),
             StoredRead::MetricHistory(trial) => self.metric_history(trial).map(Response::Metrics),
             StoredRead::Telemetry(trial) => self.telemetry_of(trial).map(Response::Telemetry),
             StoredRead::Audit { limit } => self.audit_trail(limit).map(Response::Audit),
             StoredRead::Report { request, visible } => self.report_cached(now, &request, &visible),
+        };
+        response.map(Answer::Response)
+    }
+
+    /// An experiment's stored events after `after`; none and `wait_ms` > 0:
+    /// the server waits for the next commit of an event
+    /// ([`ConnectionWork::AwaitEvents`]). Everything the core produced is
+    /// committed between requests, so the newest stored event is the newest.
+    fn read_events(
+        &self,
+        experiment: ExperimentId,
+        after: u64,
+        wait_ms: u32,
+    ) -> Result<Answer, RemoteError> {
+        let events = tokio::task::block_in_place(|| {
+            self.args
+                .registry
+                .events_after(experiment, after, requests::MAX_EVENTS_PER_ANSWER)
+        })
+        .map_err(|error| stored_read_error(error, "events"))?;
+        if events.is_empty() && wait_ms > 0 {
+            return Ok(Answer::Connection(ConnectionWork::AwaitEvents {
+                experiment,
+                after,
+                wait_ms,
+                newest: self.args.registry.committed_event_seq(),
+            }));
         }
+        Ok(Answer::Response(Response::Events(events)))
     }
 
     /// A trial's whole metric history.

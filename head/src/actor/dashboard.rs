@@ -8,6 +8,7 @@
 use serde_json::{Value, json};
 use xp_head_core::HeadCore;
 use xp_head_core::auth::Visibility;
+use xp_head_core::dashboard::MAX_TRIAL_EVENTS;
 use xp_head_core::pages::PageError;
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, TrialId};
@@ -78,7 +79,7 @@ pub(super) fn answer(
 ) -> Result<Value, PageError> {
     let visible = |team: &str| visibility.shows(team);
     match query {
-        DashboardQuery::Trial(trial) => core.trial_detail(trial, now, &visible),
+        DashboardQuery::Trial(trial) => trial_detail(core, registry, now, trial, &visible),
         DashboardQuery::TrialVisible(trial) => core
             .check_trial_visible(trial, &visible)
             .map(|()| Value::Null),
@@ -119,6 +120,27 @@ pub(super) fn answer(
         DashboardQuery::Gpus => Ok(core.gpu_slots(&visible)),
         DashboardQuery::Waiting { limit } => Ok(core.waiting_trials(limit, &visible)),
     }
+}
+
+/// A trial's detail with its newest events from the registry; events it
+/// cannot read leave the detail without them, saying why.
+fn trial_detail(
+    core: &HeadCore,
+    registry: &Registry,
+    now: UnixMillis,
+    trial: TrialId,
+    visible: &dyn Fn(&str) -> bool,
+) -> Result<Value, PageError> {
+    core.check_trial_visible(trial, visible)?;
+    let (events, error) = match registry.newest_events_of_trial(trial, MAX_TRIAL_EVENTS) {
+        Ok(events) => (events, None),
+        Err(failure) => (Vec::new(), Some(failure.to_string())),
+    };
+    let mut detail = core.trial_detail(trial, now, visible, &events)?;
+    if let (Some(error), Some(map)) = (error, detail.as_object_mut()) {
+        map.insert("events_error".into(), Value::String(error));
+    }
+    Ok(detail)
 }
 
 /// One trial's curve of `metric`: rank 0's reports among about `records`

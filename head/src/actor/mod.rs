@@ -322,13 +322,7 @@ impl HeadState {
     /// resend (the database still works) or begins an outage (it was closed).
     fn commit_failed(&mut self, now: UnixMillis, commit_error: RegistryError) -> RemoteError {
         self.acks.clear();
-        let mut committed = self.args.registry.committed();
-        // The registry keeps no events: the stored ones are the core's up to
-        // the last committed (events are only ever appended).
-        committed.events = self
-            .args
-            .core
-            .events_through(self.args.registry.committed_event_seq());
+        let committed = self.args.registry.committed();
         self.replace_core(committed, now);
         if self.args.registry.is_open() {
             // Only a record that cannot be encoded fails a commit this way.

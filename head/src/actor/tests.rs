@@ -330,14 +330,16 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
     let filler = head.tmpfs.fill();
     let (refusal, mut stored) = must_submit_until_refused(actor).await;
     check_refused_for_a_full_disk(&refusal, &head.health);
-    // What is shown is what is stored: the refused submission is not there,
-    // and the events stored are (the core rebuilt holds them, not the registry).
+    // What is shown is what is stored: the refused submission is not there.
+    // Events are read from the store, so not until it opens again.
     assert_eq!(names(&status(actor).await), stored);
-    let Ok(Response::Events(shown)) = ask(actor, events_of_first).await else {
-        panic!("the first submission's events are read during the outage");
-    };
+    let unreadable = ask(actor, events_of_first.clone()).await.unwrap_err();
+    assert_eq!(
+        unreadable.code,
+        ErrorCode::StorageUnavailable,
+        "{unreadable:?}"
+    );
     assert!(!first_events.is_empty());
-    assert_eq!(shown, first_events);
     drain(&mut received);
 
     // During the outage changes are refused, and node reports neither applied nor acknowledged.
@@ -346,6 +348,10 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
     // Room again: at the next probe the database re-opens and the node is asked to register.
     must_recover(&head, filler).await;
     check_asked_to_register_again(&head, &mut received).await;
+    let Ok(Response::Events(shown)) = ask(actor, events_of_first).await else {
+        panic!("the first submission's events are read once the store opens again");
+    };
+    assert_eq!(shown, first_events);
     // A new session registers and work goes on.
     let _received = connect(actor, &head.sessions).await;
     ask(actor, Request::Submit(submission("after", 1)))

@@ -18,8 +18,8 @@ use std::sync::Mutex;
 
 use ::postgres::{Client, NoTls};
 use tracing::{debug, warn};
-use xp_runtime::ids::TrialId;
-use xp_runtime::protocol::{AuditEntry, TelemetryWindow, WorkerTelemetry};
+use xp_runtime::ids::{ExperimentId, TrialId};
+use xp_runtime::protocol::{AuditEntry, TelemetryWindow, TrialEvent, WorkerTelemetry};
 
 use xp_head_core::auth::users::UserRecord;
 use xp_head_core::{LoadedState, MetricRecord, Record};
@@ -254,6 +254,18 @@ fn connect(target: &PostgresTarget) -> Result<Client, RegistryError> {
     Ok(client)
 }
 
+/// An event's experiment id as the head wrote it (its JSON), the key of the
+/// index `events_by_experiment` (`migrations/V5__events_by_experiment_and_trial.sql`:
+/// the same expression, or the index is not used).
+const EXPERIMENT_OF_EVENT: &str = r#"substring(record::text FROM '^\{"seq":\d+,"at":\d+,"trial":\{"experiment":(\{"digest":\d+,"run":\d+\})')"#;
+/// An event's trial id as the head wrote it, the key of `events_by_trial`.
+const TRIAL_OF_EVENT: &str = r#"substring(record::text FROM '^\{"seq":\d+,"at":\d+,"trial":(\{"experiment":\{"digest":\d+,"run":\d+\},"index":\d+\})')"#;
+
+/// `id` as the head writes it in a record: the key of an index above.
+fn json_key(kind: &'static str, id: &impl serde::Serialize) -> Result<String, RegistryError> {
+    serde_json::to_string(id).map_err(|source| RegistryError::Encode { kind, source })
+}
+
 impl Store for PostgresStore {
     fn sequences(&self) -> Result<Sequences, RegistryError> {
         self.with_client(|client| {
@@ -281,6 +293,43 @@ impl Store for PostgresStore {
 
     fn read_all(&self) -> Result<LoadedState, RegistryError> {
         self.with_client(rows::read_all)
+    }
+
+    fn events_after(
+        &self,
+        experiment: ExperimentId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<TrialEvent>, RegistryError> {
+        // Stored numbers fit an i64; a start past them finds nothing.
+        let Ok(after) = i64::try_from(after) else {
+            return Ok(Vec::new());
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let key = json_key("experiment id", &experiment)?;
+        self.with_client(|client| {
+            let rows = client.query(
+                &format!("SELECT record::text FROM events WHERE {EXPERIMENT_OF_EVENT} = $1 AND seq > $2 ORDER BY seq LIMIT $3"),
+                &[&key, &after, &limit],
+            )?;
+            Ok(rows::decode(&rows, "event"))
+        })
+    }
+
+    fn newest_events_of_trial(
+        &self,
+        trial: TrialId,
+        limit: usize,
+    ) -> Result<Vec<TrialEvent>, RegistryError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let key = json_key("trial id", &trial)?;
+        self.with_client(|client| {
+            let rows = client.query(
+                &format!("SELECT record::text FROM events WHERE {TRIAL_OF_EVENT} = $1 ORDER BY seq DESC LIMIT $2"),
+                &[&key, &limit],
+            )?;
+            Ok(rows::decode(&rows, "event"))
+        })
     }
 
     fn changes(&self, after: i64) -> Result<Option<Changes>, RegistryError> {

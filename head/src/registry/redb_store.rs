@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tracing::{debug, warn};
-use xp_runtime::ids::TrialId;
-use xp_runtime::protocol::{AuditEntry, TelemetryWindow, WorkerTelemetry};
+use xp_runtime::ids::{ExperimentId, TrialId};
+use xp_runtime::protocol::{AuditEntry, TelemetryWindow, TrialEvent, WorkerTelemetry};
 
 use xp_head_core::auth::users::UserRecord;
 use xp_head_core::{LoadedState, MetricRecord, Record, TelemetryRecord};
@@ -19,6 +19,7 @@ use xp_head_core::{LoadedState, MetricRecord, Record, TelemetryRecord};
 use super::copy::{RawKey, RawRow, Table};
 use super::{MetricsPage, RegistryError, Sequences, Store, by_rank, encode, sample_stride};
 
+mod events;
 mod raw;
 
 pub(super) const EXPERIMENTS: TableDefinition<'_, &str, &[u8]> =
@@ -128,6 +129,7 @@ fn open_database(path: &Path) -> Result<Database, RegistryError> {
         txn.open_table(ALERTS).map_err(db_error)?;
         txn.open_table(META).map_err(db_error)?;
     }
+    events::index_stored_events(&txn)?;
     txn.commit().map_err(db_error)?;
     Ok(database)
 }
@@ -149,6 +151,23 @@ impl Store for RedbStore {
 
     fn read_all(&self) -> Result<LoadedState, RegistryError> {
         read_all(self.database()?)
+    }
+
+    fn events_after(
+        &self,
+        experiment: ExperimentId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<TrialEvent>, RegistryError> {
+        events::events_after(self.database()?, experiment, after, limit)
+    }
+
+    fn newest_events_of_trial(
+        &self,
+        trial: TrialId,
+        limit: usize,
+    ) -> Result<Vec<TrialEvent>, RegistryError> {
+        events::newest_events_of_trial(self.database()?, trial, limit)
     }
 
     fn export(
@@ -395,7 +414,8 @@ pub(super) fn load_read_only(path: &Path) -> Result<LoadedState, RegistryError> 
     read_all(&database)
 }
 
-/// Every experiment, trial, node and event and the policy stored in `database`.
+/// Every experiment, trial, node, pipeline and alert, the policy and the
+/// newest event's number stored in `database`.
 fn read_all(database: &impl ReadableDatabase) -> Result<LoadedState, RegistryError> {
     let txn = database.begin_read().map_err(db_error)?;
     let mut loaded = LoadedState::default();
@@ -428,11 +448,7 @@ fn read_all(database: &impl ReadableDatabase) -> Result<LoadedState, RegistryErr
         "node",
         &mut loaded.nodes,
     )?;
-    decode_all(
-        &txn.open_table(EVENTS).map_err(db_error)?,
-        "event",
-        &mut loaded.events,
-    )?;
+    loaded.last_event_seq = events::last_event_seq(&txn)?;
     let pipelines = txn.open_table(PIPELINES).map_err(db_error)?;
     decode_all(&pipelines, "pipeline", &mut loaded.pipelines)?;
     // From the keys, not the decoded records: an unreadable record's id stays taken.
@@ -463,6 +479,7 @@ struct WriteTables<'txn> {
     trials: redb::Table<'txn, &'static str, &'static [u8]>,
     nodes: redb::Table<'txn, &'static str, &'static [u8]>,
     events: redb::Table<'txn, u64, &'static [u8]>,
+    event_index: events::EventIndex<'txn>,
     metrics: redb::Table<'txn, (&'static str, u64), &'static [u8]>,
     policy: redb::Table<'txn, &'static str, &'static [u8]>,
     telemetry: redb::Table<'txn, (&'static str, u32, u32), &'static [u8]>,
@@ -479,6 +496,7 @@ impl<'txn> WriteTables<'txn> {
             trials: txn.open_table(TRIALS).map_err(db_error)?,
             nodes: txn.open_table(NODES).map_err(db_error)?,
             events: txn.open_table(EVENTS).map_err(db_error)?,
+            event_index: events::EventIndex::open(txn)?,
             metrics: txn.open_table(METRICS).map_err(db_error)?,
             policy: txn.open_table(POLICY).map_err(db_error)?,
             telemetry: txn.open_table(TELEMETRY).map_err(db_error)?,
@@ -504,7 +522,10 @@ impl<'txn> WriteTables<'txn> {
                 trial,
             ),
             Record::Node(node) => put(&mut self.nodes, node.id.to_string().as_str(), "node", node),
-            Record::Event(event) => put(&mut self.events, event.seq, "event", event),
+            Record::Event(event) => {
+                put(&mut self.events, event.seq, "event", event)?;
+                self.event_index.insert(event.trial, event.seq)
+            }
             Record::Metric(metric) => self.write_metric(metric, sequences),
             Record::Policy(record) => put(&mut self.policy, "current", "policy", record),
             Record::User(user) => put(&mut self.users, user.name.as_str(), "user", user),

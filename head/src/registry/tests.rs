@@ -12,13 +12,16 @@ use xp_runtime::protocol::TrialState;
 use super::redb_store::PIPELINES;
 use super::*;
 
+/// The experiment of the events below.
+const EVENTS_OF: ExperimentId = ExperimentId { digest: 7, run: 1 };
+
 /// An event whose reason pads it to about `bytes`, so the database must grow.
 fn event(seq: u64, bytes: usize) -> Record {
     Record::Event(TrialEvent {
         seq,
         at: seq,
         trial: TrialId {
-            experiment: ExperimentId { digest: 7, run: 1 },
+            experiment: EVENTS_OF,
             index: 0,
         },
         state: TrialState::Running,
@@ -27,8 +30,23 @@ fn event(seq: u64, bytes: usize) -> Record {
     })
 }
 
-fn event_seqs(loaded: &LoadedState) -> Vec<u64> {
-    loaded.events.iter().map(|event| event.seq).collect()
+/// The numbers of the events stored, as the event feed reads them, checking
+/// that `loaded` (the registry's load) numbers new events after them.
+fn event_seqs(registry: &Registry, loaded: &LoadedState) -> Vec<u64> {
+    let seqs: Vec<u64> = registry
+        .events_after(EVENTS_OF, 0, usize::MAX)
+        .unwrap()
+        .iter()
+        .map(|event| event.seq)
+        .collect();
+    assert_eq!(loaded.last_event_seq, seqs.last().copied().unwrap_or(0));
+    seqs
+}
+
+/// A registry opened by `open`, loaded, and the numbers of its events.
+fn loaded_event_seqs(mut registry: Registry) -> Vec<u64> {
+    let loaded = registry.load().unwrap();
+    event_seqs(&registry, &loaded)
 }
 
 /// A small tmpfs, unmounted on drop (also used by the actor's tests).
@@ -89,14 +107,10 @@ pub(super) fn committed_is_what_a_fresh_load_returns(open: Opener<'_>) {
     registry.commit(vec![event(1, 10), event(2, 10)]).unwrap();
     registry.commit(vec![event(3, 10)]).unwrap();
     assert_eq!(registry.committed_event_seq(), 3);
-    assert!(
-        registry.committed().events.is_empty(),
-        "a leading head's core holds the events"
-    );
+    assert_eq!(registry.committed().last_event_seq, 3);
     drop(registry);
-    let mut again = open();
-    assert_eq!(event_seqs(&again.load().unwrap()), [1, 2, 3]);
-    assert_eq!(again.committed_event_seq(), 3);
+    let again = open();
+    assert_eq!(loaded_event_seqs(again), [1, 2, 3]);
 }
 
 #[test]
@@ -186,15 +200,9 @@ fn a_read_only_load_is_refused_while_open_and_reads_what_was_committed() {
         "a running head holds it"
     );
     drop(registry);
-    assert_eq!(
-        event_seqs(&Registry::load_read_only(&path).unwrap()),
-        [1, 2]
-    );
+    assert_eq!(Registry::load_read_only(&path).unwrap().last_event_seq, 2);
     // Reading wrote nothing: the database opens for writing as before.
-    assert_eq!(
-        event_seqs(&Registry::open(&path).unwrap().load().unwrap()),
-        [1, 2]
-    );
+    assert_eq!(loaded_event_seqs(Registry::open(&path).unwrap()), [1, 2]);
 }
 
 pub(super) fn a_closed_registry_refuses_commits_and_reads_but_answers_committed(open: Opener<'_>) {
@@ -217,7 +225,7 @@ pub(super) fn a_closed_registry_refuses_commits_and_reads_but_answers_committed(
     assert_eq!(registry.committed_event_seq(), 1);
     let loaded = registry.reopen().unwrap();
     assert!(registry.is_open());
-    assert_eq!(event_seqs(&loaded), [1]);
+    assert_eq!(event_seqs(&registry, &loaded), [1]);
     registry.commit(vec![event(2, 10)]).unwrap();
     assert_eq!(registry.committed_event_seq(), 2);
 }
@@ -260,13 +268,13 @@ fn a_full_disk_closes_the_database_and_it_reopens_once_there_is_room() {
     // Room again: it re-opens with exactly what was committed, and takes more.
     std::fs::remove_file(filler).unwrap();
     let loaded = registry.reopen().unwrap();
-    assert_eq!(event_seqs(&loaded), stored);
+    assert_eq!(event_seqs(&registry, &loaded), stored);
     registry.commit(vec![event(seq, 100)]).unwrap();
     drop(registry);
-    let mut again = Registry::open(&tmpfs.path.join("head.redb")).unwrap();
+    let again = Registry::open(&tmpfs.path.join("head.redb")).unwrap();
     let mut expected = stored;
     expected.push(seq);
-    assert_eq!(event_seqs(&again.load().unwrap()), expected);
+    assert_eq!(loaded_event_seqs(again), expected);
 }
 
 pub(super) fn metric_pages_hold_each_report_of_their_trial_once(open: Opener<'_>) {
@@ -357,9 +365,9 @@ pub(super) fn a_batch_keeps_the_last_record_of_a_key(open: Opener<'_>) {
         .unwrap();
     registry.commit(vec![event(2, 40)]).unwrap();
     drop(registry);
-    let loaded = open().load().unwrap();
-    let reasons: Vec<(u64, usize)> = loaded
-        .events
+    let reasons: Vec<(u64, usize)> = open()
+        .events_after(EVENTS_OF, 0, usize::MAX)
+        .unwrap()
         .iter()
         .map(|event| (event.seq, event.reason.len()))
         .collect();
@@ -442,6 +450,96 @@ pub(super) fn metric_samples_stride_over_the_history_and_keep_the_newest(open: O
     assert_eq!(registry.metrics_of(a_trial(5)).unwrap().len(), 25);
 }
 
+/// Event `seq` of trial `index` of experiment `run` (of one digest).
+fn event_of(seq: u64, run: u32, index: u32) -> TrialEvent {
+    TrialEvent {
+        seq,
+        at: seq,
+        trial: TrialId {
+            experiment: ExperimentId { digest: 7, run },
+            index,
+        },
+        state: TrialState::Running,
+        attempt: 1,
+        reason: format!("event {seq}"),
+    }
+}
+
+pub(super) fn events_are_read_by_experiment_and_by_trial(open: Opener<'_>) {
+    let mut registry = open();
+    registry.load().unwrap();
+    // Two experiments of one digest (runs 1 and 2), two trials each, interleaved.
+    let events: Vec<TrialEvent> = (1..=40)
+        .map(|seq| event_of(seq, 1 + (seq % 2) as u32, (seq % 4 / 2) as u32))
+        .collect();
+    for batch in events.chunks(7) {
+        registry
+            .commit(batch.iter().cloned().map(Record::Event).collect())
+            .unwrap();
+    }
+    let run = |run| ExperimentId { digest: 7, run };
+    let seqs = |events: Vec<TrialEvent>| events.iter().map(|event| event.seq).collect::<Vec<_>>();
+    let odd: Vec<u64> = (1..=40).filter(|seq| seq % 2 == 1).collect();
+    assert_eq!(seqs(registry.events_after(run(2), 0, 100).unwrap()), odd);
+    // A page after `after`, at most `limit`.
+    assert_eq!(
+        seqs(registry.events_after(run(2), 5, 3).unwrap()),
+        [7, 9, 11]
+    );
+    assert!(registry.events_after(run(2), 40, 10).unwrap().is_empty());
+    assert!(
+        registry
+            .events_after(run(2), u64::MAX, 10)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(registry.events_after(run(3), 0, 10).unwrap().is_empty());
+    // A trial's newest first: trial 1 of run 1 has the seqs 2, 6, 10, ... (seq % 4 == 2).
+    let trial = TrialId {
+        experiment: run(1),
+        index: 1,
+    };
+    assert_eq!(
+        seqs(registry.newest_events_of_trial(trial, 3).unwrap()),
+        [38, 34, 30]
+    );
+    let all = registry.newest_events_of_trial(trial, 100).unwrap();
+    assert_eq!(all.len(), 10);
+    assert_eq!(all[0], events[37], "read back as written");
+}
+
+#[test]
+fn events_stored_before_their_index_are_indexed_when_the_store_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("head.redb");
+    {
+        // A store as an earlier version left it: events by number only.
+        let database = Database::create(&path).unwrap();
+        let txn = database.begin_write().unwrap();
+        {
+            let mut events = txn.open_table(redb_store::EVENTS).unwrap();
+            for seq in 1..=5 {
+                let bytes = serde_json::to_vec(&event_of(seq, 1, 0)).unwrap();
+                events.insert(seq, bytes.as_slice()).unwrap();
+            }
+            events.insert(6, b"not json".as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let mut registry = Registry::open(&path).unwrap();
+    let trial = event_of(1, 1, 0).trial;
+    assert_eq!(registry.newest_events_of_trial(trial, 2).unwrap().len(), 2);
+    let stored: Vec<u64> = registry
+        .events_after(trial.experiment, 0, 100)
+        .unwrap()
+        .iter()
+        .map(|event| event.seq)
+        .collect();
+    assert_eq!(stored, [1, 2, 3, 4, 5], "the unreadable one left out");
+    // Numbering goes on after the unreadable one too.
+    assert_eq!(registry.load().unwrap().last_event_seq, 6);
+}
+
 /// Every test above on a redb file.
 mod on_redb {
     use super::*;
@@ -464,6 +562,7 @@ mod on_redb {
         a_batch_keeps_the_last_record_of_a_key,
         telemetry_windows_are_stored_replaced_and_removed,
         metric_samples_stride_over_the_history_and_keep_the_newest,
+        events_are_read_by_experiment_and_by_trial,
     );
 }
 

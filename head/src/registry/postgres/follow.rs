@@ -1,7 +1,8 @@
 //! What changed in the store since a standby last read it: every row of the
 //! tables a head loads carries the number of the change that wrote it last
 //! (`migrations/V4__change_numbers.sql`), so a standby keeps its copy current
-//! by reading the rows numbered after the last one it saw.
+//! by reading the rows numbered after the last one it saw. Of events it reads
+//! only the newest number: the head reads events from the store on demand.
 
 use ::postgres::Client;
 use serde::de::DeserializeOwned;
@@ -25,6 +26,9 @@ pub(super) const FOLLOWED: [&str; 7] = [
 
 /// The kind of the one row that carries the highest pipeline id.
 const PIPELINE_IDS: usize = FOLLOWED.len();
+/// The kind of the events' rows: one, with the newest number among them.
+const EVENTS: usize = 3;
+const _: () = assert!(matches!(FOLLOWED[EVENTS].as_bytes(), b"events"));
 
 /// Every row changed after `$1`, tagged with its kind, and the highest
 /// pipeline id: one statement, so one snapshot of the store.
@@ -32,8 +36,11 @@ fn statement() -> String {
     FOLLOWED
         .iter()
         .enumerate()
-        .map(|(kind, table)| {
-            format!("SELECT {kind}, change, record::text FROM {table} WHERE change > $1")
+        .map(|(kind, table)| match kind {
+            EVENTS => {
+                format!("SELECT {kind}, max(change), max(seq)::text FROM {table} WHERE change > $1")
+            }
+            _ => format!("SELECT {kind}, change, record::text FROM {table} WHERE change > $1"),
         })
         .chain([format!(
             "SELECT {PIPELINE_IDS}, max(id), NULL FROM pipelines"
@@ -47,6 +54,7 @@ pub(super) fn changes(client: &mut Client, after: i64) -> Result<Changes, Regist
     let rows = client.query(statement().as_str(), &[&after])?;
     let mut changes = Changes {
         records: Vec::with_capacity(rows.len()),
+        last_event_seq: None,
         through: after,
         next_pipeline_id: 1,
     };
@@ -61,6 +69,12 @@ pub(super) fn changes(client: &mut Client, after: i64) -> Result<Changes, Regist
             continue;
         }
         changes.through = changes.through.max(change);
+        if kind == EVENTS {
+            changes.last_event_seq = row
+                .get::<_, Option<&str>>(2)
+                .and_then(|seq| seq.parse().ok());
+            continue;
+        }
         if let Some(record) = decode(row, kind) {
             changes.records.push(record);
         }
@@ -78,7 +92,6 @@ fn decode(row: &::postgres::Row, kind: usize) -> Option<Record> {
         0 => Record::Experiment(read(row, "experiment")?),
         1 => Record::Trial(read(row, "trial")?),
         2 => Record::Node(read(row, "node")?),
-        3 => Record::Event(read(row, "event")?),
         4 => Record::Policy(read(row, "policy")?),
         5 => Record::Pipeline(read(row, "pipeline")?),
         6 => Record::Alert(read(row, "alert")?),

@@ -279,8 +279,9 @@ fn read_table<T: DeserializeOwned>(
     Ok(records)
 }
 
-/// Every experiment, trial, node, event, pipeline and alert and the policy, in
-/// one read-only transaction (one snapshot), in the order redb keeps them.
+/// Every experiment, trial, node, pipeline and alert, the policy and the newest
+/// event's number, in one read-only transaction (one snapshot), in the order
+/// redb keeps them.
 pub(super) fn read_all(client: &mut Client) -> Result<LoadedState, RegistryError> {
     let mut txn = client
         .build_transaction()
@@ -296,7 +297,8 @@ pub(super) fn read_all(client: &mut Client) -> Result<LoadedState, RegistryError
     loaded.experiments = read_table(&mut txn, "experiments", by_id, "experiment")?;
     loaded.trials = read_table(&mut txn, "trials", by_id, "trial")?;
     loaded.nodes = read_table(&mut txn, "nodes", by_id, "node")?;
-    loaded.events = read_table(&mut txn, "events", "seq", "event")?;
+    let last_event: Option<i64> = txn.query_one("SELECT max(seq) FROM events", &[])?.get(0);
+    loaded.last_event_seq = last_event.map_or(0, |seq| u64::try_from(seq).unwrap_or(0));
     loaded.pipelines = read_table(&mut txn, "pipelines", "id", "pipeline")?;
     loaded.alerts = read_table(&mut txn, "alerts", "id", "alert")?;
     loaded.policy = read_table(&mut txn, "policy", "name", "policy")?.pop();

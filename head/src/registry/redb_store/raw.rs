@@ -7,6 +7,7 @@ use redb::{ReadableDatabase, TableDefinition};
 
 use super::super::copy::{RawKey, RawRow, Table};
 use super::super::{RegistryError, Sequences};
+use super::events::EventIndex;
 use super::{
     ALERTS, AUDIT, EVENTS, EXPERIMENTS, META, METRICS, NODES, PIPELINES, POLICY, RedbStore,
     TELEMETRY, TRIALS, USERS, db_error,
@@ -134,11 +135,17 @@ impl RedbStore {
                 .map_err(db_error)?;
             let mut metrics = txn.open_table(METRICS).map_err(db_error)?;
             let mut telemetry = txn.open_table(TELEMETRY).map_err(db_error)?;
+            let mut event_index = EventIndex::open(&txn)?;
             for row in rows {
                 let record = row.record.as_slice();
                 let inserted = match (&row.key, text.as_mut(), number.as_mut()) {
                     (RawKey::Text(key), Some(text), _) => text.insert(key.as_str(), record),
-                    (RawKey::Number(key), _, Some(number)) => number.insert(*key, record),
+                    (RawKey::Number(key), _, Some(number)) => {
+                        if table == Table::Events {
+                            event_index.insert_stored(*key, record)?;
+                        }
+                        number.insert(*key, record)
+                    }
                     (RawKey::Metric(trial, seq), _, _) if table == Table::Metrics => {
                         metrics.insert((trial.as_str(), *seq), record)
                     }

@@ -2,6 +2,8 @@
 //! `initdb`), and what only PostgreSQL has: a server restarted under an open
 //! registry, a password in the address, the schema made once by two heads.
 
+use std::collections::BTreeMap;
+
 use super::*;
 use crate::registry::{CopyError, copy_store, off_runtime};
 use crate::test_postgres::TestPostgres;
@@ -51,6 +53,7 @@ on_postgres!(
     a_batch_keeps_the_last_record_of_a_key,
     telemetry_windows_are_stored_replaced_and_removed,
     metric_samples_stride_over_the_history_and_keep_the_newest,
+    events_are_read_by_experiment_and_by_trial,
 );
 
 #[test]
@@ -72,12 +75,12 @@ fn a_restarted_server_closes_the_registry_until_it_answers_again() {
     server.restart().unwrap();
     let loaded = registry.reopen().unwrap();
     assert_eq!(
-        event_seqs(&loaded),
+        event_seqs(&registry, &loaded),
         [1],
         "nothing of the failed commit is stored"
     );
     registry.commit(vec![event(2, 10)]).unwrap();
-    assert_eq!(event_seqs(&opener(&server)().load().unwrap()), [1, 2]);
+    assert_eq!(loaded_event_seqs(opener(&server)()), [1, 2]);
 }
 
 #[test]
@@ -123,8 +126,11 @@ fn a_record_with_a_nul_character_is_stored_and_read_back() {
     registry
         .commit(vec![Record::Event(hostile.clone())])
         .unwrap();
-    let loaded = opener(&server)().load().unwrap();
-    assert_eq!(loaded.events[0].reason, hostile.reason);
+    let again = opener(&server)();
+    let stored = again.events_after(EVENTS_OF, 0, 10).unwrap();
+    assert_eq!(stored[0].reason, hostile.reason);
+    let newest = again.newest_events_of_trial(hostile.trial, 10).unwrap();
+    assert_eq!(newest[0].reason, hostile.reason);
 }
 
 #[test]
@@ -183,13 +189,25 @@ fn a_store_is_copied_to_postgres_and_back_row_for_row() {
 
     let back = StoreSpec::Redb(dir.path().join("back.redb"));
     assert_eq!(copy_store(&postgres, &back).unwrap(), copied);
-    let mut again = Registry::open_store(&back).unwrap();
-    assert_eq!(
-        event_seqs(&again.load().unwrap()),
-        (1..=50).collect::<Vec<_>>()
-    );
+    let again = Registry::open_store(&back).unwrap();
+    // The copy's events are indexed as they are imported.
+    assert_eq!(loaded_event_seqs(again), (1..=50).collect::<Vec<_>>());
+    let again = Registry::open_store(&back).unwrap();
     let of_trial_3 = 3 * (0..4_000).filter(|step| step % 11 == 3).count();
     assert_eq!(again.metrics_of(a_trial(3)).unwrap().len(), of_trial_3);
+}
+
+/// A pipeline record whose code version says which write it was.
+fn pipeline(id: u64, version: &str) -> Record {
+    Record::Pipeline(xp_head_core::PipelineRecord {
+        id,
+        spec_json: "{}".to_owned(),
+        code_version: version.to_owned(),
+        data_version: String::new(),
+        submitted_at: 1,
+        cancelled: false,
+        stages: BTreeMap::new(),
+    })
 }
 
 #[test]
@@ -198,46 +216,63 @@ fn a_standby_following_the_store_loads_what_a_fresh_load_returns() {
     let open = opener(&server);
     let mut leader = open();
     leader.load().unwrap();
-    leader.commit(vec![event(1, 10), event(2, 10)]).unwrap();
+    leader
+        .commit(vec![
+            pipeline(1, "a"),
+            pipeline(2, "a"),
+            event(1, 10),
+            event(2, 10),
+        ])
+        .unwrap();
     let mut standby = open();
-    assert_eq!(standby.follow().unwrap(), Some(2));
-    assert_eq!(event_seqs(&standby.committed()), [1, 2]);
+    assert_eq!(
+        standby.follow().unwrap(),
+        Some(2),
+        "events are numbered, not read"
+    );
+    assert_eq!(standby.committed_event_seq(), 2);
 
-    // A replaced row and a new one are what changed, and all a follow reads.
-    leader.commit(vec![event(2, 30), event(3, 10)]).unwrap();
+    // A replaced row and a new one are what changed, and all a follow reads;
+    // of the events changed, only the newest number.
+    leader
+        .commit(vec![
+            pipeline(2, "b"),
+            pipeline(3, "a"),
+            event(2, 30),
+            event(3, 10),
+        ])
+        .unwrap();
     let through = standby.following.unwrap();
     let changed = standby.store.changes(through).unwrap().unwrap();
     assert_eq!(changed.records.len(), 2, "{changed:?}");
+    assert_eq!(changed.last_event_seq, Some(3));
     assert_eq!(standby.follow().unwrap(), Some(2));
-    assert!(
-        standby
-            .store
-            .changes(standby.following.unwrap())
-            .unwrap()
-            .unwrap()
-            .records
-            .is_empty()
-    );
+    let unchanged = standby
+        .store
+        .changes(standby.following.unwrap())
+        .unwrap()
+        .unwrap();
+    assert!(unchanged.records.is_empty());
+    assert_eq!(unchanged.last_event_seq, None);
 
     // Taking over reads the last changes; the copy is what a fresh load returns.
     leader.commit(vec![event(4, 10)]).unwrap();
     let taken_over = standby.load().unwrap();
     let fresh = open().load().unwrap();
-    assert_eq!(event_seqs(&taken_over), [1, 2, 3, 4]);
-    assert_eq!(taken_over.events[1].reason.len(), 30);
+    assert_eq!(event_seqs(&standby, &taken_over), [1, 2, 3, 4]);
+    assert_eq!(fresh.last_event_seq, 4);
     assert_eq!(
-        format!("{:?}", taken_over.events),
-        format!("{:?}", fresh.events)
+        format!("{:?}", taken_over.pipelines),
+        format!("{:?}", fresh.pipelines)
     );
+    assert_eq!(taken_over.pipelines[1].code_version, "b");
+    let replaced = standby.events_after(EVENTS_OF, 1, 1).unwrap();
+    assert_eq!(replaced[0].reason.len(), 30);
     assert!(
         standby.following.is_none(),
         "a leader's commits keep its copy"
     );
     assert_eq!(standby.committed_event_seq(), 4);
-    assert!(
-        standby.committed().events.is_empty(),
-        "the new leader's core holds the events"
-    );
 }
 
 /// Ends the lead's lease at once, as if its holder stopped renewing it long ago.
@@ -288,14 +323,15 @@ async fn a_deposed_leader_cannot_commit_and_the_new_one_can() {
     );
 
     let mut new = opener(&server)();
+    let loaded = new.load().unwrap();
     assert_eq!(
-        event_seqs(&new.load().unwrap()),
+        event_seqs(&new, &loaded),
         [1],
         "nothing of the refused commit is stored"
     );
     new.fence(second.epoch, &second.holder);
     new.commit(vec![event(2, 10)]).unwrap();
-    assert_eq!(event_seqs(&opener(&server)().load().unwrap()), [1, 2]);
+    assert_eq!(loaded_event_seqs(opener(&server)()), [1, 2]);
 }
 
 #[test]
