@@ -14,9 +14,9 @@
 # matches its experiment's spec. The store is then copied into the embedded
 # store with `xp-head store copy`, and a head is started on each store in turn:
 # the script prints how long it took to serve its first request, its RSS, and
-# the latency of a paged listing of one experiment's trials and of one trial's
-# metric history. KEEP=1 leaves the work directory (and its PostgreSQL) for
-# more measurements.
+# the latency of a paged listing of one experiment's trials, of one trial's
+# metric history and of its detail (with its events, read from the store).
+# KEEP=1 leaves the work directory (and its PostgreSQL) for more measurements.
 set -euo pipefail
 bin=${1:?the directory of release xp-head, xp-node and xp}
 experiments=${2:-1}
@@ -127,6 +127,8 @@ measure() {
   "${bench[@]}" --path "/api/experiments/$first/trials?limit=100" --follow || true
   echo "$name: one trial's metric history, 10 clients"
   "${bench[@]}" --path "/api/trials/$first-t12345/metrics" || true
+  echo "$name: one trial's detail with its events, 10 clients"
+  "${bench[@]}" --path "/api/trials/$first-t12345" || true
   kill -9 "$head_pid"
   while kill -0 "$head_pid" 2>/dev/null; do sleep 0.1; done
 }

@@ -468,7 +468,7 @@ impl Registry {
         self.store.close();
     }
 
-    /// Loads every experiment, trial, node and event, and keeps a copy as the
+    /// Loads every experiment, trial and node and the event numbering, and keeps a copy as the
     /// committed state. A standby that followed the store reads only what
     /// changed since it last did.
     pub(crate) fn load(&mut self) -> Result<LoadedState, RegistryError> {

@@ -434,6 +434,15 @@ impl Client {
         expect_response!(self.request(Request::Events { experiment, after, wait_ms }).await?, Response::Events(events) => events)
     }
 
+    /// The newest `limit` events of one trial (at most 1,000), oldest first.
+    pub async fn trial_events(
+        &self,
+        trial: TrialId,
+        limit: u32,
+    ) -> Result<Vec<TrialEvent>, SdkError> {
+        expect_response!(self.request(Request::TrialEvents { trial, limit }).await?, Response::Events(events) => events)
+    }
+
     /// Follows the experiment's events until it is no longer running, then returns its status.
     pub async fn wait(
         &self,

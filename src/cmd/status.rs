@@ -10,6 +10,9 @@ use xp_runtime::views::{experiment_json, telemetry_json, trial_json};
 use super::connect;
 use super::offline::{self, Source, SourceArg};
 
+/// The most events `xp status EXPERIMENT-tN` shows: the trial's newest.
+const MAX_TRIAL_EVENTS: u32 = 1000;
+
 /// Show experiments and their trials.
 #[derive(clap::Args, Debug)]
 pub(crate) struct StatusArgs {
@@ -60,7 +63,7 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
                 Some(trial) => {
                     let status = client.experiment(trial.experiment).await?;
                     let checkpoints = client.checkpoints(&trial.experiment.to_string()).await?;
-                    let events = experiment_events(&client, trial.experiment).await?;
+                    let events = client.trial_events(trial, MAX_TRIAL_EVENTS).await?;
                     print_one_trial(&status, trial, (&checkpoints, &events), json)?;
                     Some(client.telemetry(trial).await?)
                 }
@@ -81,29 +84,6 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// The experiment's events, oldest first: the head answers them a page of
-/// 1,000 at a time; at most 20 pages are read.
-async fn experiment_events(
-    client: &xp::Client,
-    experiment: xp_runtime::ids::ExperimentId,
-) -> anyhow::Result<Vec<xp_runtime::protocol::TrialEvent>> {
-    let mut events = Vec::new();
-    for _ in 0..20 {
-        let after = events
-            .last()
-            .map_or(0, |event: &xp_runtime::protocol::TrialEvent| event.seq);
-        let page = client
-            .events(experiment, after, std::time::Duration::ZERO)
-            .await?;
-        let full = page.len() >= 1000;
-        events.extend(page);
-        if !full {
-            break;
-        }
-    }
-    Ok(events)
 }
 
 /// One trial of `status`: in full, or as its JSON object.

@@ -78,6 +78,13 @@ pub enum StoredRead {
         /// How long the asker waits for one.
         wait_ms: u32,
     },
+    /// A trial's newest `limit` events, oldest first.
+    TrialEvents {
+        /// The trial (it exists).
+        trial: TrialId,
+        /// At most this many (at most [`MAX_EVENTS_PER_ANSWER`]).
+        limit: usize,
+    },
     /// The newest entries of the audit trail.
     Audit {
         /// At most this many (at least 1).
@@ -163,6 +170,7 @@ pub fn access(request: &Request) -> Access {
         Request::Leases => leases::access(),
         Request::StatusPage(query) => status::access(query.experiment.as_deref()),
         Request::ObjectCapability { .. } => capability::access(),
+        Request::TrialEvents { trial, .. } => events::access_trial(*trial),
     }
 }
 
@@ -257,6 +265,7 @@ impl HeadCore {
                 answer(self.read_checkpoints(asker, &experiment)?)
             }
             Request::Audit { limit } => Served::Stored(audit::read(limit)),
+            Request::TrialEvents { trial, limit } => self.read_trial_events(trial, limit)?,
             Request::Telemetry { trial } => Served::Stored(self.read_telemetry(trial)?),
             Request::SubmitPipeline(submit) => {
                 answer(self.apply_submit_pipeline(now, asker, submit)?)

@@ -99,6 +99,7 @@ impl HeadState {
                 after,
                 wait_ms,
             } => return self.read_events(experiment, after, wait_ms),
+            StoredRead::TrialEvents { trial, limit } => self.trial_events(trial, limit),
             StoredRead::MetricHistory(trial) => self.metric_history(trial).map(Response::Metrics),
             StoredRead::Telemetry(trial) => self.telemetry_of(trial).map(Response::Telemetry),
             StoredRead::Audit { limit } => self.audit_trail(limit).map(Response::Audit),
@@ -132,6 +133,15 @@ impl HeadState {
             }));
         }
         Ok(Answer::Response(Response::Events(events)))
+    }
+
+    /// A trial's newest `limit` events, oldest first.
+    fn trial_events(&self, trial: TrialId, limit: usize) -> Result<Response, RemoteError> {
+        let mut events =
+            tokio::task::block_in_place(|| self.args.registry.newest_events_of_trial(trial, limit))
+                .map_err(|error| stored_read_error(error, "events"))?;
+        events.reverse();
+        Ok(Response::Events(events))
     }
 
     /// A trial's whole metric history.

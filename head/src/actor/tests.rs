@@ -352,6 +352,19 @@ async fn a_full_disk_refuses_changes_shows_what_is_stored_and_recovers_by_itself
         panic!("the first submission's events are read once the store opens again");
     };
     assert_eq!(shown, first_events);
+    // One trial's newest, oldest first.
+    let trial = first_events[0].trial;
+    let of_trial: Vec<_> = first_events
+        .iter()
+        .filter(|event| event.trial == trial)
+        .cloned()
+        .collect();
+    assert!(of_trial.len() >= 2, "{first_events:?}");
+    let Ok(Response::Events(newest)) = ask(actor, Request::TrialEvents { trial, limit: 2 }).await
+    else {
+        panic!("a trial's events are read");
+    };
+    assert_eq!(newest, of_trial[of_trial.len() - 2..]);
     // A new session registers and work goes on.
     let _received = connect(actor, &head.sessions).await;
     ask(actor, Request::Submit(submission("after", 1)))

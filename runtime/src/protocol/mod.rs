@@ -93,8 +93,9 @@ use serde::{Deserialize, Serialize};
 /// lines the node could not read (`WorkerReport::MalformedMetrics`); when the
 /// node made each report (`NodeMessage::Report::at`). 10: the path a trial's
 /// objects take between nodes, by its spec's `transport`
-/// (`Launch::object_path`, `HeadCommand::Replicate::path`).
-pub const PROTOCOL_VERSION: u16 = 10;
+/// (`Launch::object_path`, `HeadCommand::Replicate::path`). 11: one trial's
+/// newest events (`Request::TrialEvents`), read from the head's store.
+pub const PROTOCOL_VERSION: u16 = 11;
 
 /// Everything that crosses a connection.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -163,6 +163,14 @@ pub enum Request {
     /// answers [`Request::Status`] while the answer fits one frame).
     /// Answered by [`Response::StatusPage`].
     StatusPage(super::StatusQuery),
+    /// The newest events of one trial, oldest first: at most `limit`, and at
+    /// most 1,000 (answered by [`Response::Events`]).
+    TrialEvents {
+        /// The trial.
+        trial: TrialId,
+        /// How many at most.
+        limit: u32,
+    },
 }
 
 /// The most objects one [`Request::ObjectCapability`] names.
