@@ -52,7 +52,14 @@ fn node_logged(cluster: &TestCluster, name: &str, message: &str) -> usize {
 
 #[test]
 fn a_head_restarted_at_once_adopts_trials_that_ended_or_ran_while_it_was_down() {
-    check_restart_adopts_everything(TestCluster::start("10s"), false);
+    let cluster = check_restart_adopts_everything(TestCluster::start("10s"), false);
+    // The embedded store a SIGKILL left is repaired before the head serves,
+    // and the head says so.
+    let log = std::fs::read_to_string(cluster.head_log_path()).expect("the head's log");
+    assert!(
+        log.contains("repairing the registry database after an unclean stop"),
+        "{log}"
+    );
 }
 
 #[test]
@@ -74,7 +81,11 @@ fn a_head_on_postgres_restarted_at_once_adopts_everything_too() {
 /// `after_nodes_noticed`, once both nodes have seen the session die and failed
 /// to reach the head. Then checks that every trial ran exactly once and that
 /// its last metrics arrived.
-fn check_restart_adopts_everything(mut cluster: TestCluster, after_nodes_noticed: bool) {
+/// Returns the cluster, its head restarted.
+fn check_restart_adopts_everything(
+    mut cluster: TestCluster,
+    after_nodes_noticed: bool,
+) -> TestCluster {
     cluster.start_node("a", 0, 3);
     cluster.start_node("b", 0, 3);
     cluster.wait_for_nodes(2);
@@ -92,6 +103,7 @@ fn check_restart_adopts_everything(mut cluster: TestCluster, after_nodes_noticed
     cluster.kill_head();
     must_restart_through_the_gates(&mut cluster, &shared, after_nodes_noticed);
     check_every_trial_ran_once(&cluster, &experiment, &shared);
+    cluster
 }
 
 /// The directory the trials share, with the two files they append to.

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 use xp_runtime::ids::{ExperimentId, TrialId};
 use xp_runtime::protocol::{AuditEntry, TelemetryWindow, TrialEvent, WorkerTelemetry};
 
@@ -103,6 +103,32 @@ fn probe_room(dir: &Path, bytes: usize) -> std::io::Result<()> {
 /// The most memory redb keeps of the pages it read or is about to write.
 const REDB_CACHE_BYTES: usize = 64 << 20;
 
+/// A write transaction. Without redb's quick repair: it would save the
+/// allocator's state with every commit, so that a file a crash left opens at
+/// once instead of being walked whole (5.8-7.9 s instead of 10.8-14.6 s to
+/// serve over a million finished trials), but each commit then took 1.05-1.24
+/// ms instead of 0.21 ms on that 4.5 GB file, and the head's one actor commits
+/// hundreds of times a second under a large fleet's reports.
+pub(super) fn begin_write(database: &Database) -> Result<redb::WriteTransaction, RegistryError> {
+    database.begin_write().map_err(db_error)
+}
+
+/// Logs redb's repair of a file a crash left (it is walked whole before the
+/// head can start): at its start and at each tenth, so an operator sees why
+/// the head is not serving yet.
+fn repair_logger() -> impl Fn(&mut redb::RepairSession) + 'static {
+    let logged = std::cell::Cell::new(None);
+    move |session| {
+        let tenth = (session.progress() * 10.0) as u32;
+        if logged.replace(Some(tenth)) != Some(tenth) {
+            info!(
+                done = format!("{:.0} %", session.progress() * 100.0),
+                "repairing the registry database after an unclean stop"
+            );
+        }
+    }
+}
+
 /// Opens (or creates) the database at `path` and its tables.
 fn open_database(path: &Path) -> Result<Database, RegistryError> {
     // redb caches up to 1 GiB of the pages it read by default: the head's
@@ -111,9 +137,10 @@ fn open_database(path: &Path) -> Result<Database, RegistryError> {
     // over 100,000 finished trials) while the kernel caches the file anyway.
     let database = redb::Builder::new()
         .set_cache_size(REDB_CACHE_BYTES)
+        .set_repair_callback(repair_logger())
         .create(path)
         .map_err(db_error)?;
-    let txn = database.begin_write().map_err(db_error)?;
+    let txn = begin_write(&database)?;
     {
         // Opening every table once makes later read transactions find them.
         txn.open_table(EXPERIMENTS).map_err(db_error)?;
@@ -218,7 +245,7 @@ impl Store for RedbStore {
     }
 
     fn write(&mut self, records: &[Record], next: Sequences) -> Result<Sequences, RegistryError> {
-        let txn = self.database()?.begin_write().map_err(db_error)?;
+        let txn = begin_write(self.database()?)?;
         let mut sequences = next;
         {
             let mut tables = WriteTables::open(&txn)?;

@@ -10,7 +10,7 @@ use super::super::{RegistryError, Sequences};
 use super::events::EventIndex;
 use super::{
     ALERTS, AUDIT, EVENTS, EXPERIMENTS, META, METRICS, NODES, PIPELINES, POLICY, RedbStore,
-    TELEMETRY, TRIALS, USERS, db_error,
+    TELEMETRY, TRIALS, USERS, begin_write, db_error,
 };
 
 type TextTable = TableDefinition<'static, &'static str, &'static [u8]>;
@@ -123,7 +123,7 @@ impl RedbStore {
         rows: &[RawRow],
         next: Sequences,
     ) -> Result<(), RegistryError> {
-        let txn = self.database()?.begin_write().map_err(db_error)?;
+        let txn = begin_write(self.database()?)?;
         {
             let mut text = text_table(table)
                 .map(|def| txn.open_table(def))
