@@ -279,7 +279,7 @@ impl HeadCore {
     /// caller may not see are counted in `busy_milli` but not named.
     pub fn gpu_slots(&self, visible_team: &dyn Fn(&str) -> bool) -> Value {
         let mut holders: BTreeMap<(xp_runtime::ids::NodeId, u32), Vec<Value>> = BTreeMap::new();
-        for trial in self.book.trials() {
+        for trial in self.book.active_trials() {
             let Some(attempt) = trial.attempts.last().filter(|attempt| attempt.is_live()) else {
                 continue;
             };
@@ -343,7 +343,7 @@ impl HeadCore {
     pub fn waiting_trials(&self, limit: usize, visible_team: &dyn Fn(&str) -> bool) -> Value {
         let mut queued: Vec<&TrialRecord> = self
             .book
-            .trials()
+            .active_trials()
             .filter(|trial| trial.state == TrialState::Queued)
             .filter(|trial| {
                 self.book

@@ -89,7 +89,7 @@ impl HeadCore {
     /// Holds again, after a restart, the failed exits of attempts still live.
     pub(super) fn hold_restored_exits(&mut self, now: UnixMillis) {
         let mut failed = Vec::new();
-        for trial in self.book.trials() {
+        for trial in self.book.active_trials() {
             let Some(attempt) = trial.attempts.last().filter(|attempt| attempt.is_live()) else {
                 continue;
             };

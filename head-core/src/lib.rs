@@ -376,6 +376,7 @@ impl HeadCore {
     /// Panics if an invariant of the module documentation is broken.
     pub fn check_invariants(&self) {
         self.check_kept_summaries();
+        self.book.check_active_trials();
         let mut gpus: BTreeMap<(NodeId, u32), u32> = BTreeMap::new();
         let mut cpu: BTreeMap<NodeId, u64> = BTreeMap::new();
         let mut memory: BTreeMap<NodeId, u64> = BTreeMap::new();

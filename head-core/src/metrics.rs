@@ -247,9 +247,10 @@ impl HeadCore {
                 .unwrap_or(NO_QUEUE);
             (queue, trial.state)
         });
+        // Only workers holding resources count, and their trials are active.
         let workers = self
             .book
-            .trials()
+            .active_trials()
             .flat_map(|trial| &trial.attempts)
             .flat_map(|attempt| &attempt.workers);
         let mut out = snapshot(trials, &self.queues(), &nodes, workers);

@@ -211,7 +211,7 @@ impl HeadCore {
     /// The workers placed on `node_id` that still hold their resources.
     pub(super) fn live_workers_on(&self, node_id: NodeId) -> Vec<WorkerKey> {
         let mut keys = Vec::new();
-        for trial in self.book.trials() {
+        for trial in self.book.active_trials() {
             for attempt in &trial.attempts {
                 for worker in &attempt.workers {
                     if worker.node == node_id && worker.state.holds_resources() {

@@ -12,7 +12,9 @@
 //! events are numbered from 1 without gaps, in the order they happened; every
 //! experiment or trial handed out for change (`experiment_mut`, `trial_mut`,
 //! `add_*`) is handed out once for persisting (`take_records`), and nothing
-//! restored is (`restore_*`).
+//! restored is (`restore_*`); every trial that is unfinished or has a worker
+//! holding resources is among the active trials (`active_trials`), so what
+//! looks only at live work need not walk a million finished trials.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
@@ -39,6 +41,10 @@ pub(crate) struct Book {
     reusable: BTreeMap<[u8; 32], TrialId>,
     dirty_experiments: BTreeSet<ExperimentId>,
     dirty_trials: BTreeSet<TrialId>,
+    /// A superset of the trials unfinished or holding resources: a trial
+    /// enters when created, restored so or handed out for change, and leaves
+    /// when handed out for persisting finished and holding nothing.
+    active: BTreeSet<TrialId>,
     /// Experiments that may have pending trials (trials are pending only
     /// from their creation until admitted): what admission looks at, instead
     /// of every trial.
@@ -74,10 +80,21 @@ impl Default for Book {
             reusable: BTreeMap::new(),
             dirty_experiments: BTreeSet::new(),
             dirty_trials: BTreeSet::new(),
+            active: BTreeSet::new(),
             with_pending: BTreeSet::new(),
             revisions: Revisions::default(),
         }
     }
+}
+
+/// Whether `trial` is unfinished or one of its workers holds resources.
+fn is_active(trial: &TrialRecord) -> bool {
+    !trial.state.is_terminal()
+        || trial
+            .attempts
+            .iter()
+            .flat_map(|attempt| &attempt.workers)
+            .any(|worker| worker.state.holds_resources())
 }
 
 /// Every trial id an experiment can have, for range queries over trials.
@@ -105,6 +122,9 @@ impl Book {
             self.with_pending.insert(record.id.experiment);
         }
         self.revisions.bump(record.id.experiment);
+        if is_active(&record) {
+            self.active.insert(record.id);
+        }
         self.trials.insert(record.id, record);
     }
 
@@ -226,6 +246,7 @@ impl Book {
     pub(crate) fn trial_mut(&mut self, id: TrialId) -> Option<&mut TrialRecord> {
         let record = self.trials.get_mut(&id)?;
         self.dirty_trials.insert(id);
+        self.active.insert(id);
         self.revisions.bump(id.experiment);
         // Copied only while the registry still holds the committed version.
         Some(Arc::make_mut(record))
@@ -239,6 +260,26 @@ impl Book {
     /// Every trial, by id.
     pub(crate) fn trials(&self) -> impl DoubleEndedIterator<Item = &TrialRecord> {
         self.trials.values().map(Arc::as_ref)
+    }
+
+    /// Every trial unfinished or holding resources, and perhaps a few others
+    /// (changed since the last `take_records`), in id order.
+    pub(crate) fn active_trials(&self) -> impl Iterator<Item = &TrialRecord> {
+        self.active
+            .iter()
+            .filter_map(|id| self.trials.get(id).map(Arc::as_ref))
+    }
+
+    /// Panics if a trial unfinished or holding resources is not among the
+    /// active trials.
+    pub(crate) fn check_active_trials(&self) {
+        for trial in self.trials() {
+            assert!(
+                !is_active(trial) || self.active.contains(&trial.id),
+                "trial {} is unfinished or holds resources but is not listed active",
+                trial.id
+            );
+        }
     }
 
     /// The trials of one experiment by index, each with its id.
@@ -310,10 +351,17 @@ impl Book {
         let experiments = std::mem::take(&mut self.dirty_experiments)
             .into_iter()
             .filter_map(|id| self.experiments.get(&id).cloned().map(Record::Experiment));
-        let trials = std::mem::take(&mut self.dirty_trials)
-            .into_iter()
-            .filter_map(|id| self.trials.get(&id).cloned().map(Record::Trial));
-        experiments.chain(trials).collect()
+        let mut records: Vec<Record> = experiments.collect();
+        for id in std::mem::take(&mut self.dirty_trials) {
+            let Some(trial) = self.trials.get(&id) else {
+                continue;
+            };
+            if !is_active(trial) {
+                self.active.remove(&id);
+            }
+            records.push(Record::Trial(Arc::clone(trial)));
+        }
+        records
     }
 }
 
@@ -457,6 +505,35 @@ mod tests {
         let next = restarted.push_event(2, trial_id, TrialState::Running, 1, "b".to_owned());
         assert_eq!(next.seq, 42);
         assert_eq!(restarted.last_event_seq(), 42);
+    }
+
+    #[test]
+    fn finished_trials_leave_the_active_ones_once_persisted_and_come_back_when_changed() {
+        let mut book = Book::default();
+        let (record, spec) = experiment(1);
+        let id = record.id;
+        book.restore_experiment(record, spec);
+        let mut done = trial(id, 0);
+        done.state = TrialState::Succeeded;
+        book.restore_trial(Arc::new(done));
+        book.add_trial(trial(id, 1));
+        let active = |book: &Book| -> Vec<u32> {
+            book.active_trials().map(|trial| trial.id.index).collect()
+        };
+        assert_eq!(active(&book), [1], "a finished trial restored is not active");
+        let second = TrialId {
+            experiment: id,
+            index: 1,
+        };
+        book.trial_mut(second).unwrap().state = TrialState::Failed;
+        assert_eq!(active(&book), [1], "until it is persisted");
+        book.take_records();
+        assert!(active(&book).is_empty());
+        // A retry makes it unfinished again.
+        book.trial_mut(second).unwrap().state = TrialState::Queued;
+        book.take_records();
+        assert_eq!(active(&book), [1]);
+        book.check_active_trials();
     }
 
     #[test]
