@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use xp_runtime::ids::ExperimentId;
 use xp_runtime::protocol::{NodeResources, NodeState, QueueStatus, TeamObjectCounts, TrialState};
 
 use super::{HeadCore, WorkerRecord};
@@ -159,19 +160,18 @@ pub struct NodeView<'a> {
     pub resources: &'a NodeResources,
 }
 
-/// Builds the snapshot from each trial's queue and state, the policy core's
-/// queues, the nodes, and the workers (live or not: only live ones count).
+/// Builds the snapshot from how many trials each queue has in each state,
+/// the policy core's queues, the nodes, and the workers (live or not: only
+/// live ones count).
 pub fn snapshot<'a>(
-    trials: impl IntoIterator<Item = (&'a str, TrialState)>,
+    trials: impl IntoIterator<Item = (&'a str, &'static str, u64)>,
     queues: &[QueueStatus],
     nodes: &BTreeMap<xp_runtime::ids::NodeId, NodeView<'a>>,
     workers: impl IntoIterator<Item = &'a WorkerRecord>,
 ) -> MetricsSnapshot {
     let mut out = MetricsSnapshot::default();
-    for (queue, state) in trials {
-        *out.trials
-            .entry((queue.to_owned(), state.as_str()))
-            .or_default() += 1;
+    for (queue, state, count) in trials {
+        *out.trials.entry((queue.to_owned(), state)).or_default() += count;
     }
     for queue in queues {
         out.pending.insert(queue.name.clone(), queue.pending);
@@ -212,7 +212,21 @@ pub fn snapshot<'a>(
 }
 
 impl HeadCore {
-    /// The snapshot of the core's state now (one pass over trials and workers).
+    /// A trial's queue: its own, its experiment's, or its team's default
+    /// (under the policy in force, so not kept with the book's counts).
+    fn queue_name<'s>(&'s self, experiment: ExperimentId, own: Option<&'s str>) -> &'s str {
+        let spec = self.book.get_spec(experiment);
+        own.or_else(|| spec.and_then(|spec| spec.queue.as_deref()))
+            .or_else(|| {
+                let config = self.placement.policy().config();
+                spec.and_then(|spec| config.default_queue_for(&spec.team))
+                    .map(|queue| queue.name.as_str())
+            })
+            .unwrap_or(NO_QUEUE)
+    }
+
+    /// The snapshot of the core's state now (one pass over the active trials
+    /// and their workers, and the book's counts of the others).
     pub fn metrics_snapshot(&self) -> MetricsSnapshot {
         let labels: BTreeMap<_, String> = self
             .membership
@@ -233,20 +247,20 @@ impl HeadCore {
                 )
             })
             .collect();
-        let config = self.placement.policy().config();
-        let trials = self.book.trials().map(|trial| {
-            let spec = self.book.get_spec(trial.id.experiment);
-            let queue = trial
-                .queue_override
-                .as_deref()
-                .or_else(|| spec.and_then(|spec| spec.queue.as_deref()))
-                .or_else(|| {
-                    spec.and_then(|spec| config.default_queue_for(&spec.team))
-                        .map(|queue| queue.name.as_str())
-                })
-                .unwrap_or(NO_QUEUE);
-            (queue, trial.state)
+        // Finished trials are counted by the book as they finish: a million of
+        // them are not walked at every scrape.
+        let active = self.book.active_trials().map(|trial| {
+            let queue = self.queue_name(trial.id.experiment, trial.queue_override.as_deref());
+            (queue, trial.state.as_str(), 1)
         });
+        let inactive =
+            self.book
+                .inactive_counts()
+                .map(|((experiment, queue_override, state), count)| {
+                    let queue = self.queue_name(*experiment, queue_override.as_deref());
+                    (queue, *state, count)
+                });
+        let trials = active.chain(inactive);
         // Only workers holding resources count, and their trials are active.
         let workers = self
             .book
@@ -366,11 +380,12 @@ mod tests {
             )
         })
         .collect();
+        // Counts of one queue and state may come in several parts.
         let trials = [
-            ("default", TrialState::Succeeded),
-            ("default", TrialState::Succeeded),
-            ("default", TrialState::Running),
-            ("vision", TrialState::Queued),
+            ("default", "succeeded", 1),
+            ("default", "succeeded", 1),
+            ("default", "running", 1),
+            ("vision", "queued", 1),
         ];
         let workers = [
             // Two whole GPUs on a, one live gang member.

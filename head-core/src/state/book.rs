@@ -14,7 +14,9 @@
 //! `add_*`) is handed out once for persisting (`take_records`), and nothing
 //! restored is (`restore_*`); every trial that is unfinished or has a worker
 //! holding resources is among the active trials (`active_trials`), so what
-//! looks only at live work need not walk a million finished trials.
+//! looks only at live work need not walk a million finished trials; and the
+//! others are counted by experiment, queue override and state
+//! (`inactive_counts`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
@@ -45,6 +47,9 @@ pub(crate) struct Book {
     /// enters when created, restored so or handed out for change, and leaves
     /// when handed out for persisting finished and holding nothing.
     active: BTreeSet<TrialId>,
+    /// How many trials not among the active ones there are, by experiment,
+    /// queue override and state: what `/metrics` counts without walking them.
+    inactive: BTreeMap<InactiveKey, u64>,
     /// Experiments that may have pending trials (trials are pending only
     /// from their creation until admitted): what admission looks at, instead
     /// of every trial.
@@ -81,8 +86,31 @@ impl Default for Book {
             dirty_experiments: BTreeSet::new(),
             dirty_trials: BTreeSet::new(),
             active: BTreeSet::new(),
+            inactive: BTreeMap::new(),
             with_pending: BTreeSet::new(),
             revisions: Revisions::default(),
+        }
+    }
+}
+
+/// What inactive trials are counted by: their experiment, queue override
+/// and state.
+pub(crate) type InactiveKey = (ExperimentId, Option<String>, &'static str);
+
+fn inactive_key(trial: &TrialRecord) -> InactiveKey {
+    (
+        trial.id.experiment,
+        trial.queue_override.clone(),
+        trial.state.as_str(),
+    )
+}
+
+/// One trial fewer under `key`.
+fn uncount(counts: &mut BTreeMap<InactiveKey, u64>, key: InactiveKey) {
+    if let Some(count) = counts.get_mut(&key) {
+        *count -= 1;
+        if *count == 0 {
+            counts.remove(&key);
         }
     }
 }
@@ -124,6 +152,8 @@ impl Book {
         self.revisions.bump(record.id.experiment);
         if is_active(&record) {
             self.active.insert(record.id);
+        } else {
+            *self.inactive.entry(inactive_key(&record)).or_default() += 1;
         }
         self.trials.insert(record.id, record);
     }
@@ -246,7 +276,9 @@ impl Book {
     pub(crate) fn trial_mut(&mut self, id: TrialId) -> Option<&mut TrialRecord> {
         let record = self.trials.get_mut(&id)?;
         self.dirty_trials.insert(id);
-        self.active.insert(id);
+        if self.active.insert(id) {
+            uncount(&mut self.inactive, inactive_key(record));
+        }
         self.revisions.bump(id.experiment);
         // Copied only while the registry still holds the committed version.
         Some(Arc::make_mut(record))
@@ -270,16 +302,27 @@ impl Book {
             .filter_map(|id| self.trials.get(id).map(Arc::as_ref))
     }
 
+    /// How many trials not among [`Book::active_trials`] there are, by
+    /// experiment, queue override and state.
+    pub(crate) fn inactive_counts(&self) -> impl Iterator<Item = (&InactiveKey, u64)> {
+        self.inactive.iter().map(|(key, count)| (key, *count))
+    }
+
     /// Panics if a trial unfinished or holding resources is not among the
-    /// active trials.
+    /// active trials, or the others are not counted as they are.
     pub(crate) fn check_active_trials(&self) {
+        let mut inactive: BTreeMap<InactiveKey, u64> = BTreeMap::new();
         for trial in self.trials() {
             assert!(
                 !is_active(trial) || self.active.contains(&trial.id),
                 "trial {} is unfinished or holds resources but is not listed active",
                 trial.id
             );
+            if !self.active.contains(&trial.id) {
+                *inactive.entry(inactive_key(trial)).or_default() += 1;
+            }
         }
+        assert_eq!(inactive, self.inactive, "the inactive trials' counts");
     }
 
     /// The trials of one experiment by index, each with its id.
@@ -356,8 +399,8 @@ impl Book {
             let Some(trial) = self.trials.get(&id) else {
                 continue;
             };
-            if !is_active(trial) {
-                self.active.remove(&id);
+            if !is_active(trial) && self.active.remove(&id) {
+                *self.inactive.entry(inactive_key(trial)).or_default() += 1;
             }
             records.push(Record::Trial(Arc::clone(trial)));
         }
@@ -520,7 +563,17 @@ mod tests {
         let active = |book: &Book| -> Vec<u32> {
             book.active_trials().map(|trial| trial.id.index).collect()
         };
-        assert_eq!(active(&book), [1], "a finished trial restored is not active");
+        assert_eq!(
+            active(&book),
+            [1],
+            "a finished trial restored is not active"
+        );
+        let counts = |book: &Book| -> Vec<(&'static str, u64)> {
+            book.inactive_counts()
+                .map(|((_, _, state), count)| (*state, count))
+                .collect()
+        };
+        assert_eq!(counts(&book), [("succeeded", 1)]);
         let second = TrialId {
             experiment: id,
             index: 1,
@@ -529,10 +582,12 @@ mod tests {
         assert_eq!(active(&book), [1], "until it is persisted");
         book.take_records();
         assert!(active(&book).is_empty());
+        assert_eq!(counts(&book), [("failed", 1), ("succeeded", 1)]);
         // A retry makes it unfinished again.
         book.trial_mut(second).unwrap().state = TrialState::Queued;
         book.take_records();
         assert_eq!(active(&book), [1]);
+        assert_eq!(counts(&book), [("succeeded", 1)]);
         book.check_active_trials();
     }
 
