@@ -9,9 +9,9 @@ use xp_runtime::join::{JoinString, JoinStringError};
 use xp_runtime::object_wire::ObjectClientError;
 use xp_runtime::protocol::{
     AdminAction, AdminRequest, AuditEntry, CheckpointStatus, ErrorCode, ExperimentState,
-    ExperimentStatus, LogChunk, LogRequest, MetricPoint, NodeStatus, PeerRole, QueueStatus,
-    Request, Response, StatusCursor, StatusPage, StatusQuery, SubmitRequest, TrialEvent,
-    TrialState,
+    ExperimentStatus, LogChunk, LogRequest, MetricPoint, MetricsPage, NodeStatus, PeerRole,
+    QueueStatus, Request, Response, StatusCursor, StatusPage, StatusQuery, SubmitRequest,
+    TrialEvent, TrialState,
 };
 use xp_runtime::spec::{Algorithm, Domain, ExperimentSpec, ParamValue, SearchSpec, TrialSpec};
 use xp_runtime::transport::{self, HeadConnection, QuicSetupError, TransportError};
@@ -410,9 +410,30 @@ impl Client {
         expect_response!(self.request(Request::ReadLogs(request)).await?, Response::Logs(chunk) => chunk)
     }
 
-    /// Every metric report of a trial, oldest first.
+    /// Every metric report of a trial, oldest first, read a page at a time.
     pub async fn metrics(&self, trial: TrialId) -> Result<Vec<MetricPoint>, SdkError> {
-        expect_response!(self.request(Request::Metrics { trial }).await?, Response::Metrics(points) => points)
+        let mut points = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.metrics_page(trial, after, 10_000).await?;
+            points.extend(page.points);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(points),
+            }
+        }
+    }
+
+    /// One page of a trial's metric history, oldest first: at most `limit`
+    /// reports (the head sends at most 10,000, about 4 MiB) after report
+    /// `after` (the `next` of the page before; `None`: from the first).
+    pub async fn metrics_page(
+        &self,
+        trial: TrialId,
+        after: Option<u64>,
+        limit: u32,
+    ) -> Result<MetricsPage, SdkError> {
+        expect_response!(self.request(Request::Metrics { trial, after, limit }).await?, Response::Metrics(page) => page)
     }
 
     /// A trial's resource telemetry, per rank, downsampled (oldest window first).

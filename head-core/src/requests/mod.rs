@@ -39,6 +39,7 @@ mod telemetry;
 
 pub use self::blobs::{BlobLimits, BlobUsage};
 pub use self::events::MAX_EVENTS_PER_ANSWER;
+pub use self::metrics::MAX_METRICS_PER_PAGE;
 
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, TrialId, WorkerKey};
@@ -63,8 +64,15 @@ pub enum Served {
 /// A read of what the head stored, done by the shell that owns the database.
 #[derive(Debug)]
 pub enum StoredRead {
-    /// A trial's metric history (`xp metrics`).
-    MetricHistory(TrialId),
+    /// A page of a trial's metric history (`xp metrics`).
+    MetricHistory {
+        /// The trial.
+        trial: TrialId,
+        /// Where the page starts: after this report.
+        after: Option<u64>,
+        /// At most this many (at most [`MAX_METRICS_PER_PAGE`]).
+        limit: usize,
+    },
     /// A trial's telemetry series, per rank.
     Telemetry(TrialId),
     /// An experiment's events after `after`, oldest first, at most
@@ -151,7 +159,7 @@ pub fn access(request: &Request) -> Access {
         Request::PutBlob { .. } => blobs::access_put(),
         Request::GetBlob { .. } => blobs::access_get(),
         Request::Events { experiment, .. } => events::access(*experiment),
-        Request::Metrics { trial } => metrics::access(*trial),
+        Request::Metrics { trial, .. } => metrics::access(*trial),
         Request::Queues => queues::access(),
         Request::Admin(admin) => admin::access(admin),
         Request::StoreTargets | Request::ObjectKey => objects::access_store(),
@@ -251,7 +259,11 @@ impl HeadCore {
                 after,
                 wait_ms,
             } => self.read_events(experiment, after, wait_ms)?,
-            Request::Metrics { trial } => Served::Stored(self.read_metrics(trial)?),
+            Request::Metrics {
+                trial,
+                after,
+                limit,
+            } => Served::Stored(self.read_metrics(trial, after, limit)?),
             Request::Queues => answer(self.read_queues()),
             Request::Admin(admin) => answer(self.apply_admin(now, asker, admin)?),
             Request::StoreTargets => answer(self.apply_store_targets(session)),

@@ -9,11 +9,12 @@
 use ractor::ActorRef;
 use tracing::error;
 use xp_head_core::auth::access::{Access, Caller};
+use xp_head_core::pages;
 use xp_head_core::requests::{self, ConnectionWork, Served, StoredRead};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, TrialId};
 use xp_runtime::protocol::{
-    ErrorCode, MetricPoint, RemoteError, Request, Response, TrialTelemetry,
+    ErrorCode, MetricPoint, MetricsPage, RemoteError, Request, Response, TrialTelemetry,
 };
 
 use super::{HeadMsg, HeadState, Reply};
@@ -100,7 +101,13 @@ impl HeadState {
                 wait_ms,
             } => return self.read_events(experiment, after, wait_ms),
             StoredRead::TrialEvents { trial, limit } => self.trial_events(trial, limit),
-            StoredRead::MetricHistory(trial) => self.metric_history(trial).map(Response::Metrics),
+            StoredRead::MetricHistory {
+                trial,
+                after,
+                limit,
+            } => self
+                .metric_history(trial, after, limit)
+                .map(Response::Metrics),
             StoredRead::Telemetry(trial) => self.telemetry_of(trial).map(Response::Telemetry),
             StoredRead::Audit { limit } => self.audit_trail(limit).map(Response::Audit),
             StoredRead::Report { request, visible } => self.report_cached(now, &request, &visible),
@@ -144,11 +151,33 @@ impl HeadState {
         Ok(Response::Events(events))
     }
 
-    /// A trial's whole metric history.
-    fn metric_history(&self, trial: TrialId) -> Result<Vec<MetricPoint>, RemoteError> {
-        let records = tokio::task::block_in_place(|| self.args.registry.metrics_of(trial))
-            .map_err(|error| stored_read_error(error, "metric history"))?;
-        Ok(records.into_iter().map(MetricPoint::from).collect())
+    /// A page of a trial's metric history: at most `limit` reports after
+    /// `after`, and about [`pages::MAX_PAGE_BYTES`] of them.
+    fn metric_history(
+        &self,
+        trial: TrialId,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<MetricsPage, RemoteError> {
+        let page = tokio::task::block_in_place(|| {
+            self.args
+                .registry
+                .metrics_page(trial, after, limit, pages::MAX_PAGE_BYTES)
+        })
+        .map_err(|error| stored_read_error(error, "metric history"))?;
+        let next = page
+            .more
+            .then(|| page.records.last().map(|(seq, _)| *seq))
+            .flatten();
+        Ok(MetricsPage {
+            points: page
+                .records
+                .into_iter()
+                .map(|(_, record)| MetricPoint::from(record))
+                .collect(),
+            next,
+            total: page.total,
+        })
     }
 
     /// A trial's stored telemetry series, per rank.

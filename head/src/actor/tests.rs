@@ -9,7 +9,9 @@ use xp_head_core::CoreConfig;
 use xp_head_core::auth::Role;
 use xp_head_core::auth::users::{UserRecord, secret_hash};
 use xp_runtime::ids::{TrialId, WorkerKey};
-use xp_runtime::protocol::{ExperimentStatus, NodeResources, Request, Response, SubmitRequest};
+use xp_runtime::protocol::{
+    ExperimentStatus, MetricsPage, NodeResources, Request, Response, SubmitRequest,
+};
 
 use super::*;
 use crate::registry::tests::Tmpfs;
@@ -465,13 +467,49 @@ async fn must_send_batches_until_one_fails(
     }
 }
 
-/// The steps of the metric history the head stores of `trial`.
-async fn stored_steps(actor: &ActorRef<HeadMsg>, trial: TrialId) -> Vec<u64> {
-    let answer = ask(actor, Request::Metrics { trial }).await.unwrap();
-    let Response::Metrics(points) = answer else {
+/// A page of `trial`'s metric history.
+async fn metrics_page(
+    actor: &ActorRef<HeadMsg>,
+    trial: TrialId,
+    after: Option<u64>,
+    limit: u32,
+) -> MetricsPage {
+    let answer = ask(
+        actor,
+        Request::Metrics {
+            trial,
+            after,
+            limit,
+        },
+    )
+    .await
+    .unwrap();
+    let Response::Metrics(page) = answer else {
         panic!("unexpected answer: {answer:?}")
     };
-    points.iter().filter_map(|point| point.step).collect()
+    page
+}
+
+/// The steps of the metric history the head stores of `trial`: read whole
+/// in one page, and again three reports a page, the same.
+async fn stored_steps(actor: &ActorRef<HeadMsg>, trial: TrialId) -> Vec<u64> {
+    let whole = metrics_page(actor, trial, None, u32::MAX).await;
+    assert_eq!(whole.next, None, "one page");
+    assert_eq!(whole.total, whole.points.len() as u64);
+    let mut paged = Vec::new();
+    let mut after = None;
+    loop {
+        let page = metrics_page(actor, trial, after, 3).await;
+        assert!(page.points.len() <= 3);
+        assert_eq!(page.total, whole.total);
+        paged.extend(page.points);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(paged, whole.points);
+    whole.points.iter().filter_map(|point| point.step).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

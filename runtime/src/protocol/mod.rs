@@ -55,8 +55,9 @@ pub use requests::{
 pub use status::{
     ApprovalStatus, AttemptStatus, CheckpointStatus, ConflictOdds, ExperimentState,
     ExperimentStatus, FrontStatus, FrontTrial, LeaseClaim, LeaseReport, LeaseStatus,
-    MalformedMetrics, MetricPoint, NodeState, NodeStatus, ObjectiveStatus, QueueStatus,
-    ResourceAmounts, StatusCursor, StatusPage, StatusQuery, TrialEvent, TrialState, TrialStatus,
+    MalformedMetrics, MetricPoint, MetricsPage, NodeState, NodeStatus, ObjectiveStatus,
+    QueueStatus, ResourceAmounts, StatusCursor, StatusPage, StatusQuery, TrialEvent, TrialState,
+    TrialStatus,
 };
 pub use telemetry::{
     FieldStats, GpuSample, MAX_SERIES_POINTS, MAX_TELEMETRY_GPUS, MAX_TELEMETRY_WORKERS,
@@ -94,7 +95,8 @@ use serde::{Deserialize, Serialize};
 /// node made each report (`NodeMessage::Report::at`). 10: the path a trial's
 /// objects take between nodes, by its spec's `transport`
 /// (`Launch::object_path`, `HeadCommand::Replicate::path`). 11: one trial's
-/// newest events (`Request::TrialEvents`), read from the head's store.
+/// newest events (`Request::TrialEvents`), read from the head's store; a
+/// trial's metric history in pages (`Request::Metrics`, `MetricsPage`).
 pub const PROTOCOL_VERSION: u16 = 11;
 
 /// Everything that crosses a connection.

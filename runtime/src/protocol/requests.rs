@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CheckpointStatus, ExperimentStatus, MetricPoint, NodeStatus, ObjectSource, QueueStatus,
+    CheckpointStatus, ExperimentStatus, MetricsPage, NodeStatus, ObjectSource, QueueStatus,
     TrialEvent,
 };
 use crate::ids::{BlobHash, ExperimentId, ObjectId, TrialId};
@@ -61,10 +61,16 @@ pub enum Request {
         /// How long to wait when there are none yet.
         wait_ms: u32,
     },
-    /// Every metric report of one trial (all attempts and ranks), oldest first.
+    /// One page of a trial's metric reports (all attempts and ranks), oldest
+    /// first: at most `limit` (and at most 10,000 or about 4 MiB), after
+    /// report `after` (the `next` of the page before; `None`: from the first).
     Metrics {
         /// The trial.
         trial: TrialId,
+        /// Where the page starts: after this report.
+        after: Option<u64>,
+        /// How many reports at most.
+        limit: u32,
     },
     /// The scheduling queues and their standing.
     Queues,
@@ -318,8 +324,8 @@ pub enum Response {
     },
     /// Trial events, oldest first.
     Events(Vec<TrialEvent>),
-    /// A trial's metric history, oldest first.
-    Metrics(Vec<MetricPoint>),
+    /// A page of a trial's metric history.
+    Metrics(MetricsPage),
     /// The scheduling queues.
     Queues(Vec<QueueStatus>),
     /// Checkpoints, oldest first.

@@ -75,6 +75,18 @@ pub struct MetricPoint {
     pub at: UnixMillis,
 }
 
+/// One page of a trial's metric history (`Request::Metrics`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MetricsPage {
+    /// The reports, oldest first.
+    pub points: Vec<MetricPoint>,
+    /// Where the next page starts (`Request::Metrics::after`); `None`: this
+    /// is the last.
+    pub next: Option<u64>,
+    /// How many reports the trial has in all.
+    pub total: u64,
+}
+
 /// The lifecycle state of a trial.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum TrialState {
