@@ -67,6 +67,20 @@ where
     Ok(list)
 }
 
+/// Metric values cut to their number once read, as [`exact_list`] cuts
+/// lists: the map's vector grows to four entries or more as it is read.
+fn exact_values<'de, D>(deserializer: D) -> Result<LiteMap<String, f64>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let values: LiteMap<String, f64> =
+        xp_runtime::metric_value::serde_map::deserialize(deserializer)?;
+    let mut entries = values.into_tuple_vec();
+    entries.shrink_to_fit();
+    // Still in the map's order.
+    Ok(LiteMap::from_sorted_store_unchecked(entries))
+}
+
 /// A trial, as persisted.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrialRecord {
@@ -85,7 +99,10 @@ pub struct TrialRecord {
     pub failures: u32,
     /// The last value of each metric reported by rank 0 (non-finite ones
     /// stored as their names, `crate::metric_value`).
-    #[serde(with = "xp_runtime::metric_value::serde_map")]
+    #[serde(
+        serialize_with = "xp_runtime::metric_value::serde_map::serialize",
+        deserialize_with = "exact_values"
+    )]
     pub metrics: LiteMap<String, f64>,
     /// The last step reported by rank 0.
     pub last_step: Option<u64>,
@@ -529,4 +546,19 @@ pub struct AlertRecord {
     /// When its condition cleared.
     #[serde(default)]
     pub cleared_at: Option<UnixMillis>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decoded_trial_keeps_no_spare_room_in_its_lists_and_values() {
+        let stored = r#"{"id":{"experiment":{"digest":7,"run":1},"index":0},"config_json":"{}","seed":0,"state":"Succeeded","attempts":[{"number":1,"workers":[{"rank":0,"node":"00000000-0000-0000-0000-000000000001","gpu_indices":[],"gpu_milli":0,"cpu_milli":1000,"memory_bytes":0,"state":{"Exited":{"code":0,"signal":null}},"last_metric_index":null}],"master_host":"h","master_port":1,"placed_at":1,"running_at":2,"ended_at":3,"outcome":null,"resumed_from":null}],"failures":0,"metrics":{"accuracy":0.9,"loss":0.1},"last_step":10,"reason":null,"queued_at":0}"#;
+        let trial: TrialRecord = serde_json::from_str(stored).unwrap();
+        assert_eq!(trial.attempts.capacity(), 1);
+        assert_eq!(trial.attempts[0].workers.capacity(), 1);
+        assert_eq!(trial.metrics.get("loss"), Some(&0.1));
+        assert_eq!(trial.metrics.into_tuple_vec().capacity(), 2);
+    }
 }
