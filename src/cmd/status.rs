@@ -1,8 +1,8 @@
 //! `xp status`: show experiments and their trials.
 
 use xp_runtime::ids::TrialId;
-use xp_runtime::protocol::ExperimentStatus;
 use xp_runtime::protocol::TrialTelemetry;
+use xp_runtime::protocol::{ExperimentStatus, StatusCursor};
 use xp_runtime::protocol::{FrontStatus, ObjectiveStatus};
 use xp_runtime::protocol::{TrialState, TrialStatus};
 use xp_runtime::views::{experiment_json, telemetry_json, trial_json};
@@ -61,7 +61,7 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
             let client = connect(&cluster).await?;
             let telemetry = match trial {
                 Some(trial) => {
-                    let status = client.experiment(trial.experiment).await?;
+                    let status = experiment_from(&client, trial).await?;
                     let checkpoints = client.checkpoints(&trial.experiment.to_string()).await?;
                     let events = client.trial_events(trial, MAX_TRIAL_EVENTS).await?;
                     print_one_trial(&status, trial, (&checkpoints, &events), json)?;
@@ -84,6 +84,23 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The experiment of `trial`, with its trials from `trial` on: one page of
+/// the paged status, which the head starts at that trial, rather than every
+/// trial of an experiment that may hold 100,000.
+async fn experiment_from(client: &xp::Client, trial: TrialId) -> anyhow::Result<ExperimentStatus> {
+    let from = StatusCursor {
+        experiment: trial.experiment,
+        trial: trial.index,
+    };
+    let page = client
+        .status_page(Some(&trial.experiment.to_string()), Some(from))
+        .await?;
+    page.experiments
+        .into_iter()
+        .find(|status| status.id == trial.experiment)
+        .ok_or_else(|| anyhow::anyhow!("no experiment {}", trial.experiment))
 }
 
 /// One trial of `status`: in full, or as its JSON object.

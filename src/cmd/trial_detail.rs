@@ -16,11 +16,7 @@ pub(crate) fn print_trial(
     events: &[TrialEvent],
 ) -> anyhow::Result<()> {
     let Some(found) = status.trials.iter().find(|shown| shown.id == trial) else {
-        anyhow::bail!(
-            "experiment {} has no trial {trial} ({} trials)",
-            status.id,
-            status.trials.len()
-        );
+        anyhow::bail!("experiment {} has no trial {trial}", status.id);
     };
     outln!(
         "trial {}  {}  (experiment {} {}, team {})",
