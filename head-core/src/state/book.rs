@@ -150,7 +150,14 @@ impl Book {
             self.with_pending.insert(record.id.experiment);
         }
         self.revisions.bump(record.id.experiment);
-        if is_active(&record) {
+        // A record that replaces one (none does today) keeps the counts exact.
+        let listed = self.active.contains(&record.id);
+        if let Some(old) = self.trials.get(&record.id)
+            && !listed
+        {
+            uncount(&mut self.inactive, inactive_key(old));
+        }
+        if listed || is_active(&record) {
             self.active.insert(record.id);
         } else {
             *self.inactive.entry(inactive_key(&record)).or_default() += 1;
