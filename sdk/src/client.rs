@@ -121,6 +121,10 @@ pub struct SubmitOptions {
     pub admission_wait: Option<Duration>,
 }
 
+/// The metric reports [`Client::metrics`] asks for a page: the most the
+/// head sends in one.
+const METRICS_PER_PAGE: u32 = 10_000;
+
 /// How long a submission keeps retrying a busy head by default.
 pub const DEFAULT_ADMISSION_WAIT: Duration = Duration::from_secs(3600);
 /// The longest pause between two retries of a refused submission.
@@ -415,7 +419,7 @@ impl Client {
         let mut points = Vec::new();
         let mut after = None;
         loop {
-            let page = self.metrics_page(trial, after, 10_000).await?;
+            let page = self.metrics_page(trial, after, METRICS_PER_PAGE).await?;
             points.extend(page.points);
             match page.next {
                 Some(next) => after = Some(next),

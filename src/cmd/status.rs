@@ -11,7 +11,7 @@ use super::connect;
 use super::offline::{self, Source, SourceArg};
 
 /// The most events `xp status EXPERIMENT-tN` shows: the trial's newest.
-const MAX_TRIAL_EVENTS: u32 = 1000;
+const TRIAL_EVENTS_SHOWN: u32 = 1000;
 
 /// Show experiments and their trials.
 #[derive(clap::Args, Debug)]
@@ -63,7 +63,7 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
                 Some(trial) => {
                     let status = experiment_from(&client, trial).await?;
                     let checkpoints = client.checkpoints(&trial.experiment.to_string()).await?;
-                    let events = client.trial_events(trial, MAX_TRIAL_EVENTS).await?;
+                    let events = client.trial_events(trial, TRIAL_EVENTS_SHOWN).await?;
                     print_one_trial(&status, trial, (&checkpoints, &events), json)?;
                     Some(client.telemetry(trial).await?)
                 }

@@ -18,15 +18,8 @@ const EVENTS_OF: ExperimentId = ExperimentId { digest: 7, run: 1 };
 /// An event whose reason pads it to about `bytes`, so the database must grow.
 fn event(seq: u64, bytes: usize) -> Record {
     Record::Event(TrialEvent {
-        seq,
-        at: seq,
-        trial: TrialId {
-            experiment: EVENTS_OF,
-            index: 0,
-        },
-        state: TrialState::Running,
-        attempt: 1,
         reason: "x".repeat(bytes),
+        ..event_of(seq, EVENTS_OF.run, 0)
     })
 }
 
@@ -450,13 +443,17 @@ pub(super) fn metric_samples_stride_over_the_history_and_keep_the_newest(open: O
     assert_eq!(registry.metrics_of(a_trial(5)).unwrap().len(), 25);
 }
 
-/// Event `seq` of trial `index` of experiment `run` (of one digest).
+/// Event `seq` of trial `index` of experiment `run` (of the digest of
+/// [`EVENTS_OF`]).
 fn event_of(seq: u64, run: u32, index: u32) -> TrialEvent {
     TrialEvent {
         seq,
         at: seq,
         trial: TrialId {
-            experiment: ExperimentId { digest: 7, run },
+            experiment: ExperimentId {
+                digest: EVENTS_OF.digest,
+                run,
+            },
             index,
         },
         state: TrialState::Running,
