@@ -21,6 +21,7 @@ use xp_runtime::ids::{NodeId, TrialId, WorkerKey};
 use xp_runtime::protocol::{HeadCommand, TrialState};
 
 use super::{AttemptRecord, HeadCore, Record, TrialRecord, WorkerRecord, WorkerState};
+use crate::shared_text;
 
 /// How often a trial may be requeued for reasons not its own (lost nodes, refused
 /// launches) before it fails, so that a trial that kills its nodes cannot loop.
@@ -85,7 +86,7 @@ impl HeadCore {
             return;
         }
         attempt.ended_at = Some(now);
-        attempt.outcome = Some(outcome.to_owned());
+        attempt.outcome = Some(shared_text::shared(outcome));
         let launched_at = attempt.placed_at;
         let host = attempt.master_host.clone();
         let port = attempt.master_port;
@@ -305,7 +306,7 @@ impl HeadCore {
             self.outbox.tally().transition(state);
         }
         trial.state = state;
-        trial.reason = Some(reason.clone());
+        trial.reason = Some(shared_text::shared(&reason));
         if state.is_terminal() && !was_terminal {
             trial.finished_at = Some(now);
         }

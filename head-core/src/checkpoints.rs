@@ -173,7 +173,7 @@ impl HeadCore {
         let trial = self.book.trial_mut(key.trial)?;
         let metric = ranked
             .as_ref()
-            .and_then(|(name, _)| trial.metrics.get(name).copied())
+            .and_then(|(name, _)| trial.metrics.get(name.as_str()).copied())
             // A checkpoint whose metric is NaN is never the best one kept.
             .filter(|value| value.is_finite());
         let record = CheckpointRecord {

@@ -199,7 +199,7 @@ impl HeadCore {
             .map(|(id, trial)| {
                 let value = trial
                     .metrics
-                    .get(&metric)
+                    .get(metric.as_str())
                     .copied()
                     .filter(|value| value.is_finite())
                     .map_or(f64::INFINITY, |value| sign * value);
@@ -554,7 +554,7 @@ impl HeadCore {
                 .filter_map(|(_, trial)| {
                     let value = trial
                         .metrics
-                        .get(metric)
+                        .get(metric.as_str())
                         .copied()
                         .filter(|v| v.is_finite())?;
                     matches!(trial.state, TrialState::Succeeded | TrialState::Stopped)

@@ -21,6 +21,7 @@ use xp_runtime::spec::{CollectiveTransport, ExperimentSpec, RenderError, render_
 use xp_sched::{GPU_MILLI, WorkerPlacement};
 
 use super::{AttemptRecord, HeadCore, TrialRecord, WorkerRecord, WorkerState};
+use crate::shared_text;
 
 /// Why a trial cannot be handed to the policy core or launched: its spec and the
 /// head's state disagree. The trial fails with this as its reason.
@@ -85,12 +86,13 @@ impl HeadCore {
             );
             return;
         }
-        let master_host = self
-            .membership
-            .node(first.node)
-            .expect("the policy places only on known nodes")
-            .address
-            .clone();
+        let master_host = shared_text::shared(
+            &self
+                .membership
+                .node(first.node)
+                .expect("the policy places only on known nodes")
+                .address,
+        );
         let Some(master_port) = self.placement.master_ports().reserve(&master_host) else {
             if self.placement.master_ports().note_exhausted(&master_host) {
                 warn!(host = %master_host, "no free MASTER_PORT left on this host; its trials wait until one is given back");

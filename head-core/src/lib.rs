@@ -54,6 +54,7 @@ mod pipelines;
 mod records;
 pub mod requests;
 mod scheduling;
+mod shared_text;
 mod state;
 mod submission;
 mod sweep;
@@ -284,14 +285,13 @@ impl HeadCore {
 
     /// Takes back the stored trials of known experiments, with the successes
     /// new trials may reuse and the objects their checkpoints and outputs keep.
-    fn restore_trials(&mut self, trials: Vec<Arc<TrialRecord>>) {
-        for trial in trials {
-            if !self.book.contains_experiment(trial.id.experiment) {
-                continue;
-            }
+    fn restore_trials(&mut self, mut trials: Vec<Arc<TrialRecord>>) {
+        trials.retain(|trial| self.book.contains_experiment(trial.id.experiment));
+        let mut successes = Vec::new();
+        for trial in &trials {
             if trial.state == TrialState::Succeeded && trial.reused_from.is_none() {
                 let identity = self.trial_identity(trial.id.experiment, &trial.config_json);
-                self.book.remember_success(identity, trial.id);
+                successes.push((identity, trial.id));
             }
             self.objects.keep(
                 trial
@@ -303,8 +303,9 @@ impl HeadCore {
             if trial.state == TrialState::Queued {
                 self.placement.offer(trial.id);
             }
-            self.book.restore_trial(trial);
         }
+        self.book.remember_successes(successes);
+        self.book.restore_trials(trials);
     }
 
     /// Adopts every trial the record shows holding resources.

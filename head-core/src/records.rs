@@ -25,6 +25,7 @@ use xp_runtime::protocol::{
 use xp_sched::GPU_MILLI;
 
 use crate::checkpoints::retention::CheckpointRecord;
+use crate::shared_text;
 use crate::sweep::SweepOp;
 
 /// A submitted experiment, as persisted.
@@ -68,14 +69,20 @@ where
 }
 
 /// Metric values cut to their number once read, as [`exact_list`] cuts
-/// lists: the map's vector grows to four entries or more as it is read.
-fn exact_values<'de, D>(deserializer: D) -> Result<LiteMap<String, f64>, D::Error>
+/// lists (the map's vector grows to four entries or more as it is read), their
+/// names shared.
+fn exact_values<'de, D>(deserializer: D) -> Result<LiteMap<Arc<str>, f64>, D::Error>
 where
     D: serde::Deserializer<'de>,
 {
     let values: LiteMap<String, f64> =
         xp_runtime::metric_value::serde_map::deserialize(deserializer)?;
-    let mut entries = values.into_tuple_vec();
+    let mut entries: Vec<(Arc<str>, f64)> = values
+        .into_tuple_vec()
+        .into_iter()
+        .map(|(name, value)| (shared_text::shared(&name), value))
+        .collect();
+    // Collected in place, so in the room of the grown vector.
     entries.shrink_to_fit();
     // Still in the map's order.
     Ok(LiteMap::from_sorted_store_unchecked(entries))
@@ -103,11 +110,12 @@ pub struct TrialRecord {
         serialize_with = "xp_runtime::metric_value::serde_map::serialize",
         deserialize_with = "exact_values"
     )]
-    pub metrics: LiteMap<String, f64>,
+    pub metrics: LiteMap<Arc<str>, f64>,
     /// The last step reported by rank 0.
     pub last_step: Option<u64>,
     /// Why it is in its state.
-    pub reason: Option<String>,
+    #[serde(default, deserialize_with = "shared_text::deserialize_option")]
+    pub reason: Option<Arc<str>>,
     /// When it last entered the queue.
     pub queued_at: UnixMillis,
     /// The finished trial whose result this one reuses instead of running.
@@ -305,7 +313,8 @@ pub struct AttemptRecord {
     #[serde(deserialize_with = "exact_list")]
     pub workers: Vec<WorkerRecord>,
     /// `MASTER_ADDR`.
-    pub master_host: String,
+    #[serde(deserialize_with = "shared_text::deserialize")]
+    pub master_host: Arc<str>,
     /// `MASTER_PORT`.
     pub master_port: u16,
     /// When it was placed.
@@ -315,7 +324,8 @@ pub struct AttemptRecord {
     /// When its outcome was decided.
     pub ended_at: Option<UnixMillis>,
     /// Its outcome in words.
-    pub outcome: Option<String>,
+    #[serde(default, deserialize_with = "shared_text::deserialize_option")]
+    pub outcome: Option<Arc<str>>,
     /// The checkpoint it resumed from: (step, attempt that wrote it).
     #[serde(default)]
     pub resumed_from: Option<(u64, u32)>,
@@ -560,5 +570,27 @@ mod tests {
         assert_eq!(trial.attempts[0].workers.capacity(), 1);
         assert_eq!(trial.metrics.get("loss"), Some(&0.1));
         assert_eq!(trial.metrics.into_tuple_vec().capacity(), 2);
+    }
+
+    #[test]
+    fn decoded_trials_share_their_repeated_texts_and_encode_as_before() {
+        let stored = r#"{"id":{"experiment":{"digest":7,"run":1},"index":0},"config_json":"{}","seed":0,"state":"Succeeded","attempts":[{"number":1,"workers":[],"master_host":"10.0.0.7","master_port":1,"placed_at":1,"running_at":2,"ended_at":3,"outcome":"succeeded","resumed_from":null}],"failures":0,"metrics":{"loss":"NaN"},"last_step":10,"reason":"all workers exited with status 0","queued_at":0}"#;
+        let one: TrialRecord = serde_json::from_str(stored).unwrap();
+        let two: TrialRecord = serde_json::from_str(stored).unwrap();
+        let (first, second) = (&one.attempts[0], &two.attempts[0]);
+        assert!(Arc::ptr_eq(&first.master_host, &second.master_host));
+        let outcomes = (first.outcome.as_ref(), second.outcome.as_ref());
+        assert!(Arc::ptr_eq(outcomes.0.unwrap(), outcomes.1.unwrap()));
+        assert!(Arc::ptr_eq(
+            one.reason.as_ref().unwrap(),
+            two.reason.as_ref().unwrap()
+        ));
+        let names = (one.metrics.iter().next(), two.metrics.iter().next());
+        assert!(Arc::ptr_eq(names.0.unwrap().0, names.1.unwrap().0));
+        let encoded = serde_json::to_value(&one).unwrap();
+        assert_eq!(encoded["reason"], "all workers exited with status 0");
+        assert_eq!(encoded["metrics"], serde_json::json!({"loss": "NaN"}));
+        assert_eq!(encoded["attempts"][0]["master_host"], "10.0.0.7");
+        assert_eq!(encoded["attempts"][0]["outcome"], "succeeded");
     }
 }

@@ -22,6 +22,7 @@ use xp_tune::search::plan_trials;
 
 use super::error::MAX_VERSION_BYTES;
 use super::{CoreError, ExperimentRecord, HeadCore, TrialRecord};
+use crate::shared_text;
 use crate::sweep::Sweep;
 
 /// Refuses a submission whose program does not fit its trials (`entry`
@@ -187,7 +188,7 @@ impl HeadCore {
             None => (TrialState::Pending, "submitted".to_owned()),
         };
         record.state = state;
-        record.reason = Some(reason.clone());
+        record.reason = Some(shared_text::shared(&reason));
         if state.is_terminal() {
             self.sweep_state.trial_finished(trial_id);
         }

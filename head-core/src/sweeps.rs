@@ -24,6 +24,7 @@ use xp_tune::search::{SearchAlgorithm, Suggestion, TrialPlan};
 use xp_tune::stopping::{StoppingRule, Verdict, make_bohb_rule, make_rule};
 
 use super::{HeadCore, MetricRecord, TrialRecord};
+use crate::shared_text;
 use crate::state::Book;
 use crate::sweep::{DEFAULT_ADAPTIVE_PARALLEL, Sweep, SweepError, SweepOp};
 
@@ -346,7 +347,7 @@ impl HeadCore {
         }
         let reason = format!("submitted; {provenance}");
         let trial = self.book.trial_mut(trial_id).expect("checked above");
-        trial.reason = Some(reason.clone());
+        trial.reason = Some(shared_text::shared(&reason));
         self.push_event(now, trial_id, TrialState::Pending, 0, reason);
     }
 

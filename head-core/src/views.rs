@@ -189,17 +189,17 @@ impl HeadCore {
                     placed_at: attempt.placed_at,
                     running_at: attempt.running_at,
                     ended_at: attempt.ended_at,
-                    outcome: attempt.outcome.clone(),
+                    outcome: attempt.outcome.as_deref().map(str::to_owned),
                     resumed_from: attempt.resumed_from,
                 })
                 .collect(),
             metrics: trial
                 .metrics
                 .iter()
-                .map(|(name, value)| (name.clone(), *value))
+                .map(|(name, value)| (name.to_string(), *value))
                 .collect(),
             last_step: trial.last_step,
-            reason: trial.reason.clone(),
+            reason: trial.reason.as_deref().map(str::to_owned),
             reused_from: trial.reused_from,
             waiting: (trial.state == TrialState::Queued).then(|| {
                 self.placement.policy().wait_reason(trial.id).map_or_else(

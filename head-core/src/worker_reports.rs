@@ -23,6 +23,7 @@ use xp_runtime::protocol::{
 };
 
 use super::{HeadCore, MetricRecord, Record, WorkerState};
+use crate::shared_text;
 
 /// The most distinct metric names a trial's summary keeps (the history keeps all).
 const MAX_METRIC_NAMES: usize = 1024;
@@ -557,10 +558,10 @@ impl HeadCore {
         let room = MAX_METRIC_NAMES.saturating_sub(trial.metrics.len());
         let mut new_names = 0;
         for (name, value) in values {
-            if let Some(slot) = trial.metrics.get_mut(name) {
+            if let Some(slot) = trial.metrics.get_mut(name.as_str()) {
                 *slot = *value;
             } else if new_names < room {
-                trial.metrics.insert(name.clone(), *value);
+                trial.metrics.insert(shared_text::shared(name), *value);
                 new_names += 1;
             } else {
                 warn!(trial_id = %key.trial, metric = %name, "more than {MAX_METRIC_NAMES} metric names; this one is kept in the history only");

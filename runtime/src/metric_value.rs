@@ -13,7 +13,7 @@
 
 use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
-use serde::{Deserializer, Serializer};
+use serde::{Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 /// How xp writes a non-finite value in JSON, or `None` for a finite one.
@@ -123,9 +123,13 @@ pub mod serde_map {
 
     /// Writes each value of a map by name (a `BTreeMap`, or any map whose
     /// iterator knows its length) as a number or a non-finite name.
-    pub fn serialize<'a, M, S: Serializer>(values: &'a M, serializer: S) -> Result<S::Ok, S::Error>
+    pub fn serialize<'a, M, K, S: Serializer>(
+        values: &'a M,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error>
     where
-        &'a M: IntoIterator<Item = (&'a String, &'a f64)>,
+        &'a M: IntoIterator<Item = (&'a K, &'a f64)>,
+        K: Serialize + ?Sized + 'a,
         <&'a M as IntoIterator>::IntoIter: ExactSizeIterator,
     {
         let values = values.into_iter();

@@ -620,7 +620,7 @@ impl HeadCore {
                 .metric
                 .as_ref()
                 .filter(|_| trial.state.ended_normally())
-                .and_then(|metric| trial.metrics.get(metric).copied())
+                .and_then(|metric| trial.metrics.get(metric.as_str()).copied())
                 // A NaN or infinite result never wins.
                 .filter(|value| value.is_finite());
             if let Some(value) = value {

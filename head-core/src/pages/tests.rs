@@ -53,7 +53,7 @@ fn set(core: &mut HeadCore, trial: TrialId, state: TrialState, loss: Option<f64>
     let record = core.book.trial_mut(trial).unwrap();
     record.state = state;
     if let Some(loss) = loss {
-        record.metrics.insert("loss".to_owned(), loss);
+        record.metrics.insert("loss".into(), loss);
     }
 }
 
@@ -180,7 +180,7 @@ fn a_named_metric_is_sorted_by_and_a_missing_one_is_an_error() {
             .trial_mut(id(experiment, index))
             .unwrap()
             .metrics
-            .insert("accuracy".to_owned(), accuracy);
+            .insert("accuracy".into(), accuracy);
     }
     let mut by_accuracy = query(TrialSort::MetricDesc, 10);
     by_accuracy.metric = Some("accuracy".to_owned());
@@ -316,7 +316,7 @@ fn a_metric_cursor_continues_strictly_after_its_key() {
     for (index, loss) in [(20, 0.5), (21, 3.5)] {
         let mut added = core.book.trial(id(experiment, 0)).clone();
         added.id = id(experiment, index);
-        added.metrics.insert("loss".to_owned(), loss);
+        added.metrics.insert("loss".into(), loss);
         core.book.restore_trial(added.into());
     }
     let mut rest = query(TrialSort::Metric, 6);

@@ -531,7 +531,7 @@ impl HeadCore {
                     .trials_of(experiment)
                     .map(|(_, trial)| trial)
                     .find(|trial| trial.state == TrialState::Failed)
-                    .and_then(|trial| trial.reason.clone())
+                    .and_then(|trial| trial.reason.as_deref().map(str::to_owned))
                     .unwrap_or_else(|| "no trial succeeded".to_owned());
                 (
                     StageState::Failed,
@@ -809,7 +809,12 @@ impl HeadCore {
             spec.search.metric.as_ref().and_then(|metric| {
                 let scored = succeeded
                     .iter()
-                    .filter_map(|trial| trial.metrics.get(metric).map(|value| (*value, *trial)))
+                    .filter_map(|trial| {
+                        trial
+                            .metrics
+                            .get(metric.as_str())
+                            .map(|value| (*value, *trial))
+                    })
                     .filter(|(value, _)| value.is_finite());
                 match spec.search.mode {
                     Mode::Max => scored.max_by(|a, b| a.0.total_cmp(&b.0)),
@@ -825,7 +830,7 @@ impl HeadCore {
             metrics: best
                 .metrics
                 .iter()
-                .map(|(name, value)| (name.clone(), *value))
+                .map(|(name, value)| (name.to_string(), *value))
                 .collect(),
             outputs: best.outputs.clone(),
             checkpoint: best

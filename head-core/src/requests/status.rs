@@ -217,14 +217,11 @@ fn estimated_record_bytes(trial: &TrialRecord) -> usize {
         .attempts
         .iter()
         .map(|attempt| {
-            64 + attempt.outcome.as_ref().map_or(0, String::len) + 17 * attempt.workers.len()
+            64 + attempt.outcome.as_deref().map_or(0, str::len) + 17 * attempt.workers.len()
         })
         .sum();
     let metrics: usize = trial.metrics.keys().map(|name| name.len() + 10).sum();
-    100 + trial.config_json.len()
-        + trial.reason.as_ref().map_or(0, String::len)
-        + attempts
-        + metrics
+    100 + trial.config_json.len() + trial.reason.as_deref().map_or(0, str::len) + attempts + metrics
 }
 
 #[cfg(test)]

@@ -144,6 +144,43 @@ impl Book {
         self.experiments.insert(record.id, record);
     }
 
+    /// Takes back stored trials, not to be persisted again. Into an empty
+    /// book (a start) the map is built at once, with packed nodes: inserting
+    /// a million trials in order leaves its nodes half full.
+    pub(crate) fn restore_trials(&mut self, records: Vec<Arc<TrialRecord>>) {
+        if !self.trials.is_empty() {
+            records
+                .into_iter()
+                .for_each(|record| self.restore_trial(record));
+            return;
+        }
+        for record in &records {
+            if record.state == TrialState::Pending {
+                self.with_pending.insert(record.id.experiment);
+            }
+            self.revisions.bump(record.id.experiment);
+            if is_active(record) {
+                self.active.insert(record.id);
+            } else {
+                *self.inactive.entry(inactive_key(record)).or_default() += 1;
+            }
+        }
+        self.trials = records
+            .into_iter()
+            .map(|record| (record.id, record))
+            .collect();
+        if self.trials.len() < self.active.len() + self.inactive.values().sum::<u64>() as usize {
+            // Two records of one trial: count them again as one by one.
+            let records: Vec<Arc<TrialRecord>> =
+                std::mem::take(&mut self.trials).into_values().collect();
+            self.active.clear();
+            self.inactive.clear();
+            records
+                .into_iter()
+                .for_each(|record| self.restore_trial(record));
+        }
+    }
+
     /// Takes back a stored trial, not to be persisted again.
     pub(crate) fn restore_trial(&mut self, record: Arc<TrialRecord>) {
         if record.state == TrialState::Pending {
@@ -395,6 +432,21 @@ impl Book {
         self.reusable.entry(identity).or_insert(trial);
     }
 
+    /// [`Book::remember_success`] of each of `successes` in turn, the map
+    /// built at once where it is empty (a start).
+    pub(crate) fn remember_successes(&mut self, mut successes: Vec<([u8; 32], TrialId)>) {
+        if !self.reusable.is_empty() {
+            for (identity, trial) in successes {
+                self.remember_success(identity, trial);
+            }
+            return;
+        }
+        // Stable: the first of an identity stays first, and is kept.
+        successes.sort_by_key(|(identity, _)| *identity);
+        successes.dedup_by_key(|(identity, _)| *identity);
+        self.reusable = successes.into_iter().collect();
+    }
+
     /// The experiments and trials changed since the last call, as records to
     /// persist (experiments first).
     pub(crate) fn take_records(&mut self) -> Vec<Record> {
@@ -535,6 +587,63 @@ mod tests {
         };
         assert!(changed.held);
         assert!(std::ptr::eq(book.trial(id), &**changed), "one copy again");
+    }
+
+    #[test]
+    fn trials_and_successes_restored_at_once_are_restored_as_one_by_one() {
+        let (record, spec) = experiment(1);
+        let id = record.id;
+        let records: Vec<Arc<TrialRecord>> = [
+            TrialState::Succeeded,
+            TrialState::Queued,
+            TrialState::Pending,
+            TrialState::Failed,
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(index, state)| {
+            let mut record = trial(id, index as u32);
+            record.state = state;
+            Arc::new(record)
+        })
+        .collect();
+        let view = |book: &Book| {
+            let trials: Vec<_> = book.trials().map(|trial| trial.id.index).collect();
+            let active: Vec<_> = book.active_trials().map(|trial| trial.id.index).collect();
+            let counts: Vec<_> = book
+                .inactive_counts()
+                .map(|(key, n)| (key.clone(), n))
+                .collect();
+            (trials, active, counts, book.may_have_pending(id))
+        };
+        let mut at_once = Book::default();
+        at_once.restore_experiment(record.clone(), spec.clone());
+        let mut one_by_one = Book::default();
+        one_by_one.restore_experiment(record, spec);
+        // The same trial twice: the later record is the one held.
+        let mut twice = records.clone();
+        twice.push(Arc::clone(&records[0]));
+        at_once.restore_trials(twice.clone());
+        twice
+            .into_iter()
+            .for_each(|trial| one_by_one.restore_trial(trial));
+        assert_eq!(view(&at_once), view(&one_by_one));
+        assert_eq!(view(&at_once).0, [0, 1, 2, 3]);
+        let trial_id = |index| TrialId {
+            experiment: id,
+            index,
+        };
+        at_once.remember_successes(vec![
+            ([2; 32], trial_id(1)),
+            ([1; 32], trial_id(0)),
+            ([2; 32], trial_id(3)),
+        ]);
+        assert_eq!(
+            at_once.reusable(&[2; 32]),
+            Some(trial_id(1)),
+            "the first stays the source"
+        );
+        assert_eq!(at_once.reusable(&[1; 32]), Some(trial_id(0)));
     }
 
     #[test]

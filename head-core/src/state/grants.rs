@@ -34,25 +34,25 @@ impl ObjectGrants {
         now: UnixMillis,
         ended: impl IntoIterator<Item = (TrialId, u32, UnixMillis)>,
     ) -> Self {
-        let mut grants = Self::default();
-        grants.revoke(
-            now,
-            Revocation::SessionsBefore { before_ms: now },
-            now + SESSION_CAPABILITY_MS,
-        );
-        for (trial, attempt, launched_at) in ended {
-            let until = launched_at.saturating_add(ATTEMPT_CAPABILITY_MS);
-            if until >= now {
-                grants.revoke(
-                    now,
-                    Revocation::Holder(Holder::Attempt { trial, attempt }),
-                    until,
-                );
-            }
+        let sessions = RevocationEntry {
+            revocation: Revocation::SessionsBefore { before_ms: now },
+            until_ms: now + SESSION_CAPABILITY_MS,
+        };
+        let attempts = ended
+            .into_iter()
+            .map(|(trial, attempt, launched_at)| RevocationEntry {
+                revocation: Revocation::Holder(Holder::Attempt { trial, attempt }),
+                until_ms: launched_at.saturating_add(ATTEMPT_CAPABILITY_MS),
+            })
+            .filter(|entry| entry.until_ms >= now);
+        // No node is connected yet: each gets these when it registers, so
+        // none is waiting to be sent.
+        let mut revoked: RevocationList = std::iter::once(sessions).chain(attempts).collect();
+        revoked.prune(now);
+        Self {
+            revoked,
+            unsent: Vec::new(),
         }
-        // No node is connected yet: each gets these when it registers.
-        grants.unsent.clear();
-        grants
     }
 
     /// Revokes `revocation` at `now` until `until_ms`; the nodes are told

@@ -120,7 +120,7 @@ fn a_stop_rule_stops_the_trial_with_its_reason_and_queues_the_webhook() {
     );
     let trial = &core.book.trial(key.trial);
     assert_eq!(trial.state, TrialState::Stopped);
-    let reason = trial.reason.clone().unwrap();
+    let reason = trial.reason.as_deref().unwrap();
     assert_eq!(reason, "alert `nan-loss`: loss is Infinity at step 2");
     // Its workers are told to stop.
     assert!(

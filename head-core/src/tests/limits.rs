@@ -33,8 +33,9 @@ fn check_retried(core: &HeadCore, key: WorkerKey) {
 fn outcome(core: &HeadCore, key: WorkerKey) -> String {
     core.book.trial(key.trial).attempts[key.attempt as usize - 1]
         .outcome
-        .clone()
+        .as_deref()
         .unwrap_or_default()
+        .to_owned()
 }
 
 #[test]

@@ -36,7 +36,7 @@ fn an_identical_trial_reuses_a_result_of_its_own_team_only() {
                 index,
             });
             assert!(trial.metrics.is_empty(), "{:?}", trial.metrics);
-            trial.reason.clone().unwrap_or_default()
+            trial.reason.as_deref().unwrap_or_default().to_owned()
         })
         .collect();
     assert!(

@@ -536,6 +536,41 @@ impl RevocationList {
     }
 }
 
+impl FromIterator<RevocationEntry> for RevocationList {
+    /// The list [`RevocationList::add`] would make of `entries`, built at
+    /// once: its maps come out packed, where adding a million holders one by
+    /// one (a head restarted after a busy day) leaves their nodes half full.
+    fn from_iter<I: IntoIterator<Item = RevocationEntry>>(entries: I) -> Self {
+        let mut others = Vec::new();
+        let mut holders = Vec::new();
+        for entry in entries {
+            match entry.revocation {
+                Revocation::Holder(holder) => holders.push((holder, entry.until_ms)),
+                revocation => others.push(RevocationEntry {
+                    revocation,
+                    until_ms: entry.until_ms,
+                }),
+            }
+        }
+        // A holder's latest keep-until sorts last, and a map collected keeps
+        // the last of equal keys.
+        holders.sort_unstable();
+        let holders: BTreeMap<Holder, u64> = holders.into_iter().collect();
+        let mut list = Self {
+            expiry: holders
+                .iter()
+                .map(|(holder, until)| (*until, Revoked::Holder(holder.clone())))
+                .collect(),
+            holders,
+            ..Self::default()
+        };
+        for entry in others {
+            list.add(entry);
+        }
+        list
+    }
+}
+
 /// What a team may keep on one node's object store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TeamQuota {

@@ -436,3 +436,25 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// A list built at once from entries is the list adding them one by one
+    /// makes.
+    #[test]
+    fn a_list_built_at_once_is_the_list_added_one_by_one(
+        steps in proptest::collection::vec(any_list_step(), 0..60),
+    ) {
+        let entries: Vec<RevocationEntry> = steps
+            .into_iter()
+            .filter_map(|step| match step {
+                ListStep::Add(entry) => Some(entry),
+                ListStep::Prune(_) => None,
+            })
+            .collect();
+        let mut added = RevocationList::default();
+        for entry in entries.clone() {
+            added.add(entry);
+        }
+        prop_assert_eq!(entries.into_iter().collect::<RevocationList>(), added);
+    }
+}
