@@ -20,7 +20,7 @@ use xp_runtime::protocol::{FetchPath, HeadCommand, Launch, Program, ResumeFrom, 
 use xp_runtime::spec::{CollectiveTransport, ExperimentSpec, RenderError, render_arg};
 use xp_sched::{GPU_MILLI, WorkerPlacement};
 
-use super::{AttemptRecord, HeadCore, TrialRecord, WorkerRecord, WorkerState};
+use super::{AttemptRecord, HeadCore, TrialRecord, WorkerRecord, WorkerState, Workers};
 use crate::shared_text;
 
 /// Why a trial cannot be handed to the policy core or launched: its spec and the
@@ -186,7 +186,7 @@ impl HeadCore {
 
     /// The workers of a new attempt, one per placement in rank order, holding what
     /// the policy core gave them.
-    fn worker_records(&self, slots: &[WorkerPlacement]) -> Vec<WorkerRecord> {
+    fn worker_records(&self, slots: &[WorkerPlacement]) -> Workers {
         slots
             .iter()
             .enumerate()

@@ -78,8 +78,8 @@ pub use self::authorize::{AuditNote, Resolved, Verdict};
 pub use self::error::CoreError;
 pub use self::records::TelemetryRecord;
 pub use self::records::{
-    AlertRecord, AttemptRecord, ExperimentRecord, LoadedState, MetricRecord, NodeRecord,
-    PolicyRecord, Record, TrialRecord, UpInterval, WorkerRecord, WorkerState,
+    AlertRecord, AttemptRecord, Attempts, ExperimentRecord, LoadedState, MetricRecord, NodeRecord,
+    PolicyRecord, Record, TrialRecord, UpInterval, WorkerRecord, WorkerState, Workers,
 };
 pub use self::records::{InputDir, PipelineRecord, StageRecord, StageResult};
 pub use self::usage::ReportScope;

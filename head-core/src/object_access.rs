@@ -166,9 +166,7 @@ impl HeadCore {
         attempt: u32,
         launched_at: UnixMillis,
     ) {
-        let holder = Holder::Attempt { trial, attempt };
-        let until = launched_at.saturating_add(ATTEMPT_CAPABILITY_MS);
-        self.grants.revoke(now, Revocation::Holder(holder), until);
+        self.grants.revoke_attempt(now, trial, attempt, launched_at);
     }
 
     /// Driver session `session` ended (its connection closed): its capability

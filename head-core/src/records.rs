@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use litemap::LiteMap;
+use smallvec::SmallVec;
 
 use serde::{Deserialize, Serialize};
 use xp_runtime::clock::UnixMillis;
@@ -68,6 +69,25 @@ where
     Ok(list)
 }
 
+/// A trial's attempts: most trials have one, held in the record itself.
+pub type Attempts = SmallVec<[AttemptRecord; 1]>;
+
+/// An attempt's workers: most attempts have one, held in the attempt itself.
+pub type Workers = SmallVec<[WorkerRecord; 1]>;
+
+/// A list held in its owner while it has one entry, cut to its length once
+/// read as [`exact_list`] cuts lists: a million finished trials each kept an
+/// allocation for one attempt and one for its worker.
+fn exact_small<'de, D, T>(deserializer: D) -> Result<SmallVec<[T; 1]>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let mut list = SmallVec::<[T; 1]>::deserialize(deserializer)?;
+    list.shrink_to_fit();
+    Ok(list)
+}
+
 /// Metric values cut to their number once read, as [`exact_list`] cuts
 /// lists (the map's vector grows to four entries or more as it is read), their
 /// names shared.
@@ -100,8 +120,8 @@ pub struct TrialRecord {
     /// Its state.
     pub state: TrialState,
     /// Every attempt, oldest first.
-    #[serde(deserialize_with = "exact_list")]
-    pub attempts: Vec<AttemptRecord>,
+    #[serde(deserialize_with = "exact_small")]
+    pub attempts: Attempts,
     /// Attempts that failed through the trial's own fault (not lost nodes).
     pub failures: u32,
     /// The last value of each metric reported by rank 0 (non-finite ones
@@ -155,9 +175,10 @@ pub struct TrialRecord {
     /// (counted for the conflict odds of what it asked for).
     #[serde(default)]
     pub waited: bool,
-    /// Metric lines the node could not read, if any.
+    /// Metric lines the node could not read, if any (boxed: most trials have
+    /// none, and a million finished ones each kept the room).
     #[serde(default)]
-    pub malformed_metrics: Option<MalformedMetrics>,
+    pub malformed_metrics: Option<Box<MalformedMetrics>>,
 }
 
 /// A submitted pipeline, as persisted.
@@ -310,8 +331,8 @@ pub struct AttemptRecord {
     /// From 1.
     pub number: u32,
     /// One per rank, in rank order.
-    #[serde(deserialize_with = "exact_list")]
-    pub workers: Vec<WorkerRecord>,
+    #[serde(deserialize_with = "exact_small")]
+    pub workers: Workers,
     /// `MASTER_ADDR`.
     #[serde(deserialize_with = "shared_text::deserialize")]
     pub master_host: Arc<str>,
@@ -566,8 +587,8 @@ mod tests {
     fn a_decoded_trial_keeps_no_spare_room_in_its_lists_and_values() {
         let stored = r#"{"id":{"experiment":{"digest":7,"run":1},"index":0},"config_json":"{}","seed":0,"state":"Succeeded","attempts":[{"number":1,"workers":[{"rank":0,"node":"00000000-0000-0000-0000-000000000001","gpu_indices":[],"gpu_milli":0,"cpu_milli":1000,"memory_bytes":0,"state":{"Exited":{"code":0,"signal":null}},"last_metric_index":null}],"master_host":"h","master_port":1,"placed_at":1,"running_at":2,"ended_at":3,"outcome":null,"resumed_from":null}],"failures":0,"metrics":{"accuracy":0.9,"loss":0.1},"last_step":10,"reason":null,"queued_at":0}"#;
         let trial: TrialRecord = serde_json::from_str(stored).unwrap();
-        assert_eq!(trial.attempts.capacity(), 1);
-        assert_eq!(trial.attempts[0].workers.capacity(), 1);
+        assert!(!trial.attempts.spilled(), "held in the record");
+        assert!(!trial.attempts[0].workers.spilled(), "held in the attempt");
         assert_eq!(trial.metrics.get("loss"), Some(&0.1));
         assert_eq!(trial.metrics.into_tuple_vec().capacity(), 2);
     }

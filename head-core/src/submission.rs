@@ -153,7 +153,7 @@ impl HeadCore {
             config_json,
             seed,
             state: TrialState::Pending,
-            attempts: Vec::new(),
+            attempts: Default::default(),
             failures: 0,
             metrics: Default::default(),
             last_step: None,

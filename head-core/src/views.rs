@@ -209,7 +209,7 @@ impl HeadCore {
             }),
             gpu_hours,
             cost,
-            malformed_metrics: trial.malformed_metrics.clone(),
+            malformed_metrics: trial.malformed_metrics.as_deref().cloned(),
         }
     }
 

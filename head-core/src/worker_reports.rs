@@ -622,12 +622,12 @@ impl HeadCore {
             return;
         };
         let first_time = trial.malformed_metrics.is_none();
-        let malformed = trial
-            .malformed_metrics
-            .get_or_insert_with(|| MalformedMetrics {
+        let malformed = trial.malformed_metrics.get_or_insert_with(|| {
+            Box::new(MalformedMetrics {
                 count: 0,
                 first: first.chars().take(MAX_MALFORMED_LINE_SHOWN).collect(),
-            });
+            })
+        });
         malformed.count = malformed.count.max(count);
         let state = trial.state;
         if first_time {

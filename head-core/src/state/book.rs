@@ -495,7 +495,7 @@ mod tests {
             config_json: "{}".to_owned(),
             seed: 0,
             state: TrialState::Pending,
-            attempts: Vec::new(),
+            attempts: Default::default(),
             failures: 0,
             metrics: Default::default(),
             last_step: None,
