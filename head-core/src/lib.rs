@@ -304,7 +304,7 @@ impl HeadCore {
                 self.placement.offer(trial.id);
             }
         }
-        self.book.remember_successes(successes);
+        self.book.restore_successes(successes);
         self.book.restore_trials(trials);
     }
 

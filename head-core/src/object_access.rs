@@ -27,8 +27,8 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{NodeId, ObjectId, TrialId};
 use xp_runtime::protocol::{
     ATTEMPT_CAPABILITY_MS, AuditEntry, CapabilityKey, Grant, HeadCommand, Holder,
-    MAX_CAPABILITY_OBJECTS, ObjectAccessReport, ObjectCapability, ObjectRules, ReadScope,
-    Revocation, SESSION_CAPABILITY_MS, TeamQuota,
+    MAX_CAPABILITY_OBJECTS, MAX_REVOCATIONS_PER_COMMAND, ObjectAccessReport, ObjectCapability,
+    ObjectRules, ReadScope, Revocation, RevocationEntry, SESSION_CAPABILITY_MS, TeamQuota,
 };
 
 use super::{HeadCore, Record};
@@ -204,9 +204,8 @@ impl HeadCore {
         self.tell_live_nodes(|| HeadCommand::RevokeCapabilities(entries.clone()));
     }
 
-    /// The object plane's rules as they stand at `now`: the policy's quotas and
-    /// every revocation in force.
-    fn object_rules(&mut self, now: UnixMillis) -> ObjectRules {
+    /// The object plane's rules: the policy's quotas, and `revoked`.
+    fn object_rules(&self, revoked: Vec<RevocationEntry>) -> ObjectRules {
         let quotas = &self.placement.policy().config().objects;
         let quota = |team: &str| {
             let (memory_bytes, disk_bytes) = quotas.of(team);
@@ -221,19 +220,33 @@ impl HeadCore {
         ObjectRules {
             default_quota,
             teams,
-            revoked: self.grants.in_force(now),
+            revoked,
         }
     }
 
-    /// Tells `node` the object plane's rules (it registered).
+    /// Tells `node` the object plane's rules and every revocation in force at
+    /// `now` (it registered): the first [`MAX_REVOCATIONS_PER_COMMAND`] with
+    /// the rules, the rest in commands of as many after them. After a busy
+    /// day a million attempts' revocations are in force, about 25 MB, and a
+    /// frame holds 16 MiB: in one command the session's writer failed and
+    /// the node heard nothing more.
     pub(super) fn send_object_rules(&mut self, now: UnixMillis, node: NodeId) {
-        let rules = self.object_rules(now);
+        let mut revoked = self.grants.in_force(now);
+        let rest = revoked.split_off(revoked.len().min(MAX_REVOCATIONS_PER_COMMAND));
+        let rules = self.object_rules(revoked);
         self.outbox.send(node, HeadCommand::ObjectRules(rules));
+        for chunk in rest.chunks(MAX_REVOCATIONS_PER_COMMAND) {
+            self.outbox
+                .send(node, HeadCommand::RevokeCapabilities(chunk.to_vec()));
+        }
     }
 
-    /// Tells every node not lost the object plane's rules (the policy changed).
-    pub(super) fn send_object_rules_to_nodes(&mut self, now: UnixMillis) {
-        let rules = self.object_rules(now);
+    /// Tells every node not lost the object plane's quotas (the policy
+    /// changed). Not the revocations: each node got those in force when it
+    /// registered and each made since as it was made, and a node adds the
+    /// ones rules carry to those it holds.
+    pub(super) fn send_object_rules_to_nodes(&mut self) {
+        let rules = self.object_rules(Vec::new());
         self.tell_live_nodes(|| HeadCommand::ObjectRules(rules.clone()));
     }
 

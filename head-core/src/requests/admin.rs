@@ -146,7 +146,7 @@ impl HeadCore {
         });
         info!(%who, %why, "scheduling policy replaced");
         // Its object quotas, before anything it places.
-        self.send_object_rules_to_nodes(now);
+        self.send_object_rules_to_nodes();
         self.schedule(now);
         Ok((0, format!("policy applied by {who}")))
     }

@@ -432,19 +432,20 @@ impl Book {
         self.reusable.entry(identity).or_insert(trial);
     }
 
-    /// [`Book::remember_success`] of each of `successes` in turn, the map
-    /// built at once where it is empty (a start).
-    pub(crate) fn remember_successes(&mut self, mut successes: Vec<([u8; 32], TrialId)>) {
-        if !self.reusable.is_empty() {
+    /// Takes back stored successes: of trials that ran with one identity, the
+    /// one with the smallest id stays the source. Into an empty book (a
+    /// start) the map is built at once, packed, and sorted in place: a stable
+    /// sort's scratch was the largest passing allocation of a start.
+    pub(crate) fn restore_successes(&mut self, mut successes: Vec<([u8; 32], TrialId)>) {
+        successes.sort_unstable();
+        successes.dedup_by_key(|(identity, _)| *identity);
+        if self.reusable.is_empty() {
+            self.reusable = successes.into_iter().collect();
+        } else {
             for (identity, trial) in successes {
                 self.remember_success(identity, trial);
             }
-            return;
         }
-        // Stable: the first of an identity stays first, and is kept.
-        successes.sort_by_key(|(identity, _)| *identity);
-        successes.dedup_by_key(|(identity, _)| *identity);
-        self.reusable = successes.into_iter().collect();
     }
 
     /// The experiments and trials changed since the last call, as records to
@@ -633,15 +634,15 @@ mod tests {
             experiment: id,
             index,
         };
-        at_once.remember_successes(vec![
-            ([2; 32], trial_id(1)),
-            ([1; 32], trial_id(0)),
+        at_once.restore_successes(vec![
             ([2; 32], trial_id(3)),
+            ([1; 32], trial_id(0)),
+            ([2; 32], trial_id(1)),
         ]);
         assert_eq!(
             at_once.reusable(&[2; 32]),
             Some(trial_id(1)),
-            "the first stays the source"
+            "the smallest id stays the source"
         );
         assert_eq!(at_once.reusable(&[1; 32]), Some(trial_id(0)));
     }

@@ -5,8 +5,9 @@
 
 use xp_runtime::ids::ObjectId;
 use xp_runtime::protocol::{
-    CapabilityKey, Holder, ObjectAccessReport, ObjectCapability, ObjectRefusal, ReadScope, Request,
-    Response, Revocation, RevocationList, TeamObjectCounts,
+    AdminAction, AdminRequest, CapabilityKey, Holder, MAX_REVOCATIONS_PER_COMMAND,
+    ObjectAccessReport, ObjectCapability, ObjectRefusal, ReadScope, Request, Response, Revocation,
+    RevocationList, TeamObjectCounts,
 };
 
 use super::*;
@@ -83,6 +84,68 @@ fn a_registering_node_gets_the_quotas_and_what_the_start_revoked_before_any_laun
         Revocation::SessionsBefore { before_ms: 100 },
         "capabilities of sessions of an earlier head are void"
     );
+}
+
+#[test]
+fn a_registering_node_gets_a_busy_days_revocations_in_commands_a_frame_holds() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 100);
+    let trial = TrialId {
+        experiment: ExperimentId { digest: 7, run: 1 },
+        index: 0,
+    };
+    let ended = 2 * MAX_REVOCATIONS_PER_COMMAND + 1;
+    core.grants = crate::state::ObjectGrants::started(
+        100,
+        (1..=ended as u32).map(|attempt| (trial, attempt, 50)),
+    );
+    let node = node_id(1);
+    core.handle_node_register(100, registration(node, 0, 4, Vec::new()));
+    let sent = commands(&mut core);
+    let mut lists = sent
+        .iter()
+        .filter(|(to, _)| *to == node)
+        .filter_map(|(_, command)| match command {
+            HeadCommand::ObjectRules(rules) => Some(rules.revoked.len()),
+            HeadCommand::RevokeCapabilities(entries) => Some(entries.len()),
+            _ => None,
+        });
+    assert_eq!(
+        lists.next(),
+        Some(MAX_REVOCATIONS_PER_COMMAND),
+        "the rules come first"
+    );
+    let sizes: Vec<usize> = lists.collect();
+    assert!(
+        sizes
+            .iter()
+            .all(|&size| size <= MAX_REVOCATIONS_PER_COMMAND),
+        "{sizes:?}"
+    );
+    // Every attempt and the start's void of older sessions.
+    assert_eq!(
+        MAX_REVOCATIONS_PER_COMMAND + sizes.iter().sum::<usize>(),
+        ended + 1
+    );
+    // A policy change tells the quotas alone: the node holds the rest.
+    core.handle_admin(
+        101,
+        AdminRequest {
+            action: AdminAction::ApplyPolicy {
+                yaml: "{}".to_owned(),
+            },
+            who: "admin".to_owned(),
+            why: "test".to_owned(),
+        },
+    )
+    .expect("applied");
+    let rules: Vec<usize> = commands(&mut core)
+        .into_iter()
+        .filter_map(|(_, command)| match command {
+            HeadCommand::ObjectRules(rules) => Some(rules.revoked.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rules, [0]);
 }
 
 #[test]

@@ -375,6 +375,12 @@ pub enum Revocation {
     },
 }
 
+/// The most revocations one command to a node carries (the head splits what
+/// it holds, a million after a busy day, into commands of at most this many):
+/// about 1.3 MB of attempts', and of sessions and users with names of the
+/// most a user's may have well within a frame (`frame::MAX_FRAME_BYTES`).
+pub const MAX_REVOCATIONS_PER_COMMAND: usize = 50_000;
+
 /// A revocation and how long it must be kept: until every capability it
 /// covers has expired.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -33,9 +33,10 @@ mod telemetry;
 pub use alerts::{AlertStatus, DeliveryState};
 pub use capability::{
     ATTEMPT_CAPABILITY_MS, CAPABILITY_FORMAT, CLOCK_SKEW_MS, CapabilityError, CapabilityKey, Grant,
-    Holder, MAX_GRANT_NAME_BYTES, MAX_READ_SCOPES, MAX_REPORTED_REFUSALS, ObjectAccessReport,
-    ObjectCapability, ObjectRefusal, ObjectRules, ReadScope, Revocation, RevocationEntry,
-    RevocationList, SESSION_CAPABILITY_MS, TeamObjectCounts, TeamQuota,
+    Holder, MAX_GRANT_NAME_BYTES, MAX_READ_SCOPES, MAX_REPORTED_REFUSALS,
+    MAX_REVOCATIONS_PER_COMMAND, ObjectAccessReport, ObjectCapability, ObjectRefusal, ObjectRules,
+    ReadScope, Revocation, RevocationEntry, RevocationList, SESSION_CAPABILITY_MS,
+    TeamObjectCounts, TeamQuota,
 };
 pub use node::{
     AT_RECEIPT, GpuInfo, HeadCommand, HeldObject, Launch, LimitEnforcement,

@@ -458,3 +458,29 @@ proptest! {
         prop_assert_eq!(entries.into_iter().collect::<RevocationList>(), added);
     }
 }
+
+/// The head splits the revocations a registering node gets into commands of
+/// at most `MAX_REVOCATIONS_PER_COMMAND`: one of that many, each of the
+/// longest a grant may name, still fits a frame.
+#[cfg(feature = "net")]
+#[test]
+fn a_command_of_the_most_revocations_of_the_longest_names_fits_a_frame() {
+    use crate::protocol::{HeadCommand, Message};
+    let name = "n".repeat(MAX_GRANT_NAME_BYTES);
+    let entries = (0..MAX_REVOCATIONS_PER_COMMAND)
+        .map(|n| RevocationEntry {
+            revocation: if n % 2 == 0 {
+                Revocation::Holder(Holder::Session(name.clone()))
+            } else {
+                Revocation::Subject {
+                    subject: name.clone(),
+                    before_ms: u64::MAX,
+                }
+            },
+            until_ms: u64::MAX,
+        })
+        .collect();
+    let message = Message::ToNode(HeadCommand::RevokeCapabilities(entries));
+    let frame = crate::frame::encode(&message).expect("within a frame");
+    assert!(frame.len() <= crate::frame::MAX_FRAME_BYTES);
+}
