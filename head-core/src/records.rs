@@ -102,7 +102,7 @@ where
         .into_iter()
         .map(|(name, value)| (shared_text::shared(&name), value))
         .collect();
-    // Collected in place, so in the room of the grown vector.
+    // Collected in place, into the grown vector's room: cut that too.
     entries.shrink_to_fit();
     // Still in the map's order.
     Ok(LiteMap::from_sorted_store_unchecked(entries))

@@ -27,10 +27,10 @@ pub(crate) struct ObjectGrants {
     /// Sessions, users, and the start's void of older sessions.
     revoked: RevocationList,
     /// Ended attempts, by when their capability expires anyway (launch plus
-    /// `ATTEMPT_CAPABILITY_MS`, so an attempt revoked again is found as it
-    /// was). Apart from the list, which a node needs to look holders up:
-    /// a head restarted after a busy day holds a million of these, 32 bytes
-    /// each here against about 90 in the list's two maps.
+    /// `ATTEMPT_CAPABILITY_MS`: an attempt revoked again is the same entry).
+    /// Apart from the list, whose holder map a node needs to look holders
+    /// up: a head restarted after a busy day holds a million of these, 32
+    /// bytes each here against about 90 in the list's two maps.
     attempts: BTreeSet<(UnixMillis, TrialId, u32)>,
     /// Revocations not yet told to the nodes.
     unsent: Vec<RevocationEntry>,

@@ -589,8 +589,11 @@ pub struct TeamQuota {
 }
 
 /// What the head tells a node about the object plane: the quotas in force and
-/// every revocation it keeps. Sent when the node registers and when the policy
-/// changes; revocations made in between come as `HeadCommand::RevokeCapabilities`.
+/// revocations, which the node adds to those it holds. Sent when the node
+/// registers, with the first [`MAX_REVOCATIONS_PER_COMMAND`] in force (the
+/// rest follow at once as `HeadCommand::RevokeCapabilities`), and when the
+/// policy changes, with none; revocations made in between come as
+/// `HeadCommand::RevokeCapabilities`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectRules {
     /// The quota of teams not named in `teams`.
