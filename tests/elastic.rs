@@ -115,6 +115,8 @@ fn an_elastic_trial_grows_shrinks_and_ends_as_if_never_resized() {
     let text = cluster.must_xp(&["status", trial_id]);
     assert!(text.contains("(4 workers)"), "{text}");
     assert!(text.contains("resized: 4 to 2 workers"), "{text}");
+    // And the checkpoints it resized through, asked for by the trial alone.
+    assert!(text.contains("  checkpoints:\n"), "{text}");
 }
 
 /// A trial holding two of the four GPU slots until its flag file appears:

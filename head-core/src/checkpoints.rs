@@ -27,7 +27,7 @@ use xp_runtime::protocol::{
 };
 
 use self::retention::{CheckpointRecord, retain};
-use super::{CoreError, HeadCore};
+use super::{CoreError, HeadCore, TrialRecord};
 
 /// The most files a checkpoint may name (a node refuses more when it takes one).
 const MAX_CHECKPOINT_FILES: usize = 10_000;
@@ -493,36 +493,48 @@ impl HeadCore {
         Ok(self
             .book
             .trials_of(id)
-            .flat_map(|(_, trial)| {
-                trial.checkpoints.iter().map(|checkpoint| {
-                    let replicas = self
-                        .objects
-                        .directory()
-                        .complete_holders(checkpoint, |node| self.node_usable(node));
-                    let key = replication::CheckpointKey {
-                        trial: trial.id,
-                        attempt: checkpoint.attempt,
-                        step: checkpoint.step,
-                    };
-                    CheckpointStatus {
-                        trial: trial.id,
-                        attempt: checkpoint.attempt,
-                        step: checkpoint.step,
-                        at: checkpoint.at,
-                        bytes: checkpoint.bytes(),
-                        files: checkpoint.files.clone(),
-                        metric: checkpoint.metric,
-                        unreplicated: self.unreplicated_reason(
-                            key,
-                            replicas.len(),
-                            checkpoint.backup.is_some(),
-                        ),
-                        replicas,
-                        backup: checkpoint.backup.clone(),
-                    }
-                })
-            })
+            .flat_map(|(_, trial)| self.checkpoint_statuses(trial))
             .collect())
+    }
+
+    /// The checkpoints one trial keeps, as [`HeadCore::checkpoints`] lists them.
+    pub fn trial_checkpoints(&self, trial: TrialId) -> Result<Vec<CheckpointStatus>, CoreError> {
+        self.team_of_trial(trial)?;
+        Ok(self.checkpoint_statuses(self.book.trial(trial)).collect())
+    }
+
+    /// `trial`'s checkpoints with where their copies are.
+    fn checkpoint_statuses<'a>(
+        &'a self,
+        trial: &'a TrialRecord,
+    ) -> impl Iterator<Item = CheckpointStatus> + 'a {
+        trial.checkpoints.iter().map(|checkpoint| {
+            let replicas = self
+                .objects
+                .directory()
+                .complete_holders(checkpoint, |node| self.node_usable(node));
+            let key = replication::CheckpointKey {
+                trial: trial.id,
+                attempt: checkpoint.attempt,
+                step: checkpoint.step,
+            };
+            CheckpointStatus {
+                trial: trial.id,
+                attempt: checkpoint.attempt,
+                step: checkpoint.step,
+                at: checkpoint.at,
+                bytes: checkpoint.bytes(),
+                files: checkpoint.files.clone(),
+                metric: checkpoint.metric,
+                unreplicated: self.unreplicated_reason(
+                    key,
+                    replicas.len(),
+                    checkpoint.backup.is_some(),
+                ),
+                replicas,
+                backup: checkpoint.backup.clone(),
+            }
+        })
     }
 }
 

@@ -1376,6 +1376,19 @@ fn late_checkpoint_reports_count_by_attempt_and_step_and_returning_nodes_repin()
         .map(|checkpoint| (checkpoint.attempt, checkpoint.step))
         .collect();
     assert_eq!(kept, [(2, 200), (2, 210)]);
+    // One trial's alone, as `xp status EXPERIMENT-tN` asks for them.
+    let of_trial: Vec<(u32, u64)> = core
+        .trial_checkpoints(key.trial)
+        .unwrap()
+        .iter()
+        .map(|checkpoint| (checkpoint.attempt, checkpoint.step))
+        .collect();
+    assert_eq!(of_trial, kept);
+    let unknown = TrialId {
+        experiment: key.trial.experiment,
+        index: 99,
+    };
+    assert!(core.trial_checkpoints(unknown).is_err());
     // The node comes back restarted: it forgot its pins and claims. The head pins
     // the kept checkpoint's object again and drops what nothing claims.
     let _ = commands(&mut core);

@@ -468,6 +468,14 @@ impl Client {
         expect_response!(self.request(Request::TrialEvents { trial, limit }).await?, Response::Events(events) => events)
     }
 
+    /// The checkpoints the head keeps for one trial, oldest first.
+    pub async fn trial_checkpoints(
+        &self,
+        trial: TrialId,
+    ) -> Result<Vec<CheckpointStatus>, SdkError> {
+        expect_response!(self.request(Request::TrialCheckpoints { trial }).await?, Response::Checkpoints(list) => list)
+    }
+
     /// Follows the experiment's events until it is no longer running, then returns its status.
     pub async fn wait(
         &self,

@@ -62,7 +62,7 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
             let telemetry = match trial {
                 Some(trial) => {
                     let status = experiment_from(&client, trial).await?;
-                    let checkpoints = client.checkpoints(&trial.experiment.to_string()).await?;
+                    let checkpoints = client.trial_checkpoints(trial).await?;
                     let events = client.trial_events(trial, TRIAL_EVENTS_SHOWN).await?;
                     print_one_trial(&status, trial, (&checkpoints, &events), json)?;
                     Some(client.telemetry(trial).await?)

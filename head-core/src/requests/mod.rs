@@ -179,6 +179,7 @@ pub fn access(request: &Request) -> Access {
         Request::StatusPage(query) => status::access(query.experiment.as_deref()),
         Request::ObjectCapability { .. } => capability::access(),
         Request::TrialEvents { trial, .. } => events::access_trial(*trial),
+        Request::TrialCheckpoints { trial } => events::access_trial(*trial),
     }
 }
 
@@ -218,6 +219,7 @@ pub fn heavy(request: &Request) -> bool {
             | Request::StatusPage(_)
             | Request::Metrics { .. }
             | Request::Checkpoints { .. }
+            | Request::TrialCheckpoints { .. }
             | Request::Audit { .. }
             | Request::Telemetry { .. }
             | Request::Report(_)
@@ -275,6 +277,9 @@ impl HeadCore {
             Request::ObjectKey => return Err(CoreError::ObjectKeyRetired),
             Request::Checkpoints { experiment } => {
                 answer(self.read_checkpoints(asker, &experiment)?)
+            }
+            Request::TrialCheckpoints { trial } => {
+                answer(self.trial_checkpoints(trial).map(Response::Checkpoints)?)
             }
             Request::Audit { limit } => Served::Stored(audit::read(limit)),
             Request::TrialEvents { trial, limit } => self.read_trial_events(trial, limit)?,

@@ -98,7 +98,8 @@ use serde::{Deserialize, Serialize};
 /// (`Launch::object_path`, `HeadCommand::Replicate::path`). 11: one trial's
 /// newest events (`Request::TrialEvents`), read from the head's store; a
 /// trial's metric history in pages (`Request::Metrics`, `MetricsPage`).
-pub const PROTOCOL_VERSION: u16 = 11;
+/// 12: one trial's checkpoints (`Request::TrialCheckpoints`).
+pub const PROTOCOL_VERSION: u16 = 12;
 
 /// Everything that crosses a connection.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -177,6 +177,13 @@ pub enum Request {
         /// How many at most.
         limit: u32,
     },
+    /// The checkpoints the head keeps for one trial (since version 12; an
+    /// experiment's whole list, [`Request::Checkpoints`], grows with its
+    /// trials). Answered by [`Response::Checkpoints`].
+    TrialCheckpoints {
+        /// The trial.
+        trial: TrialId,
+    },
 }
 
 /// The most objects one [`Request::ObjectCapability`] names.
