@@ -27,7 +27,7 @@ use xp_runtime::protocol::{
 };
 
 use self::retention::{CheckpointRecord, retain};
-use super::{CoreError, HeadCore, TrialRecord};
+use super::{CoreError, HeadCore};
 
 /// The most files a checkpoint may name (a node refuses more when it takes one).
 const MAX_CHECKPOINT_FILES: usize = 10_000;
@@ -493,33 +493,35 @@ impl HeadCore {
         Ok(self
             .book
             .trials_of(id)
-            .flat_map(|(_, trial)| self.checkpoint_statuses(trial))
+            .flat_map(|(id, trial)| self.checkpoint_statuses(*id, &trial.checkpoints))
             .collect())
     }
 
     /// The checkpoints one trial keeps, as [`HeadCore::checkpoints`] lists them.
     pub fn trial_checkpoints(&self, trial: TrialId) -> Result<Vec<CheckpointStatus>, CoreError> {
         self.team_of_trial(trial)?;
-        Ok(self.checkpoint_statuses(self.book.trial(trial)).collect())
+        let kept = &self.book.trial(trial).checkpoints;
+        Ok(self.checkpoint_statuses(trial, kept).collect())
     }
 
-    /// `trial`'s checkpoints with where their copies are.
+    /// `trial`'s `kept` checkpoints with where their copies are.
     fn checkpoint_statuses<'a>(
         &'a self,
-        trial: &'a TrialRecord,
+        trial: TrialId,
+        kept: &'a [CheckpointRecord],
     ) -> impl Iterator<Item = CheckpointStatus> + 'a {
-        trial.checkpoints.iter().map(|checkpoint| {
+        kept.iter().map(move |checkpoint| {
             let replicas = self
                 .objects
                 .directory()
                 .complete_holders(checkpoint, |node| self.node_usable(node));
             let key = replication::CheckpointKey {
-                trial: trial.id,
+                trial,
                 attempt: checkpoint.attempt,
                 step: checkpoint.step,
             };
             CheckpointStatus {
-                trial: trial.id,
+                trial,
                 attempt: checkpoint.attempt,
                 step: checkpoint.step,
                 at: checkpoint.at,
