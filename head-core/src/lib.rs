@@ -178,6 +178,8 @@ pub struct HeadCore {
     held_exits: state::HeldExits,
     /// Experiment summaries kept between reads (`pages`).
     summaries: pages::SummaryCache,
+    /// Experiments' histories kept between polls of the cluster page.
+    histories: dashboard::HistoryCache,
 }
 
 impl std::fmt::Debug for HeadCore {
@@ -222,6 +224,7 @@ impl HeadCore {
             grants: state::ObjectGrants::default(),
             held_exits: state::HeldExits::default(),
             summaries: pages::SummaryCache::default(),
+            histories: dashboard::HistoryCache::default(),
         };
         // 1. The record: experiments with their sweeps, trials with what they
         //    keep, and the event numbering.
@@ -377,6 +380,7 @@ impl HeadCore {
     /// Panics if an invariant of the module documentation is broken.
     pub fn check_invariants(&self) {
         self.check_kept_summaries();
+        self.check_kept_histories();
         self.book.check_active_trials();
         let mut gpus: BTreeMap<(NodeId, u32), u32> = BTreeMap::new();
         let mut cpu: BTreeMap<NodeId, u64> = BTreeMap::new();

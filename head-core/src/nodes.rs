@@ -173,6 +173,7 @@ impl HeadCore {
         self.tick_alerts(now);
         self.tend_replications(now);
         self.tell_revocations();
+        self.histories.forget_unread(now);
         // Time alone changes decisions: aging, reservations, minimum run times.
         self.placement.mark_stale();
         self.schedule(now);

@@ -206,8 +206,16 @@ fn the_dashboard_views_follow_a_known_schedule() {
     // Two trials at a time, each for one hour, back to back: t0 and t1 from
     // 0 to 1 h, t2 and t3 from 1 h to 2 h, t4 and t5 from 2 h to 3 h.
     let (mut core, node, experiment, first) = two_trials_started();
+    // A poll while they run keeps the experiment's history: the views below
+    // must see it made again once the trials changed.
+    let polled = core.cluster_history(HOUR / 2, Some(0), 3, &everyone);
+    assert_eq!(
+        core.cluster_history(HOUR / 2, Some(0), 3, &everyone),
+        polled
+    );
     check_the_views_while_two_run(&core, experiment);
     must_run_the_schedule(&mut core, node, first);
+    core.check_invariants();
     let now = 3 * HOUR;
     check_trial_detail(&core, experiment, now);
     check_replicates(&core, experiment);
@@ -223,6 +231,10 @@ fn the_dashboard_views_follow_a_known_schedule() {
     );
     check_cluster_history(&core, now);
     check_throughput(&core, now);
+    // Unread for a minute, the kept histories go; made again, they agree.
+    let kept = core.cluster_history(now, Some(0), 3, &everyone);
+    core.histories.forget_unread(now + 61_000);
+    assert_eq!(core.cluster_history(now, Some(0), 3, &everyone), kept);
     check_parameter_study(&core, experiment);
 }
 
