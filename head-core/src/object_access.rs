@@ -231,13 +231,19 @@ impl HeadCore {
     /// frame holds 16 MiB: in one command the session's writer failed and
     /// the node heard nothing more.
     pub(super) fn send_object_rules(&mut self, now: UnixMillis, node: NodeId) {
-        let mut revoked = self.grants.in_force(now);
-        let rest = revoked.split_off(revoked.len().min(MAX_REVOCATIONS_PER_COMMAND));
-        let rules = self.object_rules(revoked);
+        let mut revoked = self.grants.in_force(now).into_iter();
+        let mut next = || -> Vec<RevocationEntry> {
+            revoked.by_ref().take(MAX_REVOCATIONS_PER_COMMAND).collect()
+        };
+        let rules = self.object_rules(next());
         self.outbox.send(node, HeadCommand::ObjectRules(rules));
-        for chunk in rest.chunks(MAX_REVOCATIONS_PER_COMMAND) {
+        loop {
+            let chunk = next();
+            if chunk.is_empty() {
+                break;
+            }
             self.outbox
-                .send(node, HeadCommand::RevokeCapabilities(chunk.to_vec()));
+                .send(node, HeadCommand::RevokeCapabilities(chunk));
         }
     }
 

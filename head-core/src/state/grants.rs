@@ -48,7 +48,7 @@ impl ObjectGrants {
             revocation: Revocation::SessionsBefore { before_ms: now },
             until_ms: now + SESSION_CAPABILITY_MS,
         });
-        let mut grants = Self {
+        Self {
             revoked,
             // Collected at once, so packed.
             attempts: ended
@@ -58,9 +58,7 @@ impl ObjectGrants {
                 .collect(),
             // No node is connected yet: each gets these when it registers.
             unsent: Vec::new(),
-        };
-        grants.prune(now);
-        grants
+        }
     }
 
     /// Revokes `revocation` at `now` until `until_ms`; the nodes are told
