@@ -18,12 +18,14 @@ pub(crate) mod replication;
 pub(crate) mod retention;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 
 use tracing::{info, warn};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, NodeId, ObjectId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
-    CheckpointFile, CheckpointStatus, HeadCommand, HeldObject, NodeState, ObjectSource, ResumeFrom,
+    CheckpointCursor, CheckpointFile, CheckpointStatus, CheckpointsPage, HeadCommand, HeldObject,
+    NodeState, ObjectSource, ResumeFrom,
 };
 
 use self::retention::{CheckpointRecord, retain};
@@ -31,6 +33,11 @@ use super::{CoreError, HeadCore};
 
 /// The most files a checkpoint may name (a node refuses more when it takes one).
 const MAX_CHECKPOINT_FILES: usize = 10_000;
+/// The most checkpoints one page of an experiment's holds.
+pub(crate) const MAX_CHECKPOINTS_PER_PAGE: usize = 1000;
+/// A page of checkpoints ends early once their estimated size passes this, as
+/// the listings of `pages` do: a checkpoint may name 10,000 files.
+const MAX_CHECKPOINT_PAGE_BYTES: usize = 4 << 20;
 
 /// What filing a checkpoint changed.
 #[derive(Debug, PartialEq, Eq)]
@@ -487,14 +494,74 @@ impl HeadCore {
                 .is_available(newest, |node| self.node_usable(node))
     }
 
-    /// The checkpoints kept for an experiment's trials, oldest first per trial.
-    pub fn checkpoints(&self, experiment: &str) -> Result<Vec<CheckpointStatus>, CoreError> {
+    /// The checkpoints kept for an experiment's trials, oldest first per trial:
+    /// the whole list, which tests compare pages with.
+    #[cfg(test)]
+    pub(crate) fn checkpoints(&self, experiment: &str) -> Result<Vec<CheckpointStatus>, CoreError> {
         let id: ExperimentId = self.resolve_experiment(experiment)?;
         Ok(self
             .book
             .trials_of(id)
             .flat_map(|(id, trial)| self.checkpoint_statuses(*id, &trial.checkpoints))
             .collect())
+    }
+
+    /// One page of the checkpoints kept for an experiment's trials, in the
+    /// order of trial, attempt and step, strictly after `after`: at most
+    /// `limit` (and [`MAX_CHECKPOINTS_PER_PAGE`]), and no more once their
+    /// estimated size passes [`MAX_CHECKPOINT_PAGE_BYTES`]. Walks the
+    /// trials from the cursor's on, never the whole experiment.
+    pub fn checkpoints_page(
+        &self,
+        experiment: &str,
+        after: Option<CheckpointCursor>,
+        limit: u32,
+    ) -> Result<CheckpointsPage, CoreError> {
+        let id: ExperimentId = self.resolve_experiment(experiment)?;
+        let limit = usize::try_from(limit).map_or(MAX_CHECKPOINTS_PER_PAGE, |limit| {
+            limit.clamp(1, MAX_CHECKPOINTS_PER_PAGE)
+        });
+        let first = TrialId {
+            experiment: id,
+            index: 0,
+        };
+        let last = TrialId {
+            experiment: id,
+            index: u32::MAX,
+        };
+        // A cursor outside the experiment starts it from its first trial or
+        // ends it, by where it falls.
+        let start = after.map_or(first, |cursor| cursor.trial.max(first));
+        let mut page = CheckpointsPage {
+            checkpoints: Vec::new(),
+            next: None,
+        };
+        if start > last {
+            return Ok(page);
+        }
+        let mut bytes = 0;
+        for trial in self
+            .book
+            .trials_between(Bound::Included(start), Bound::Included(last))
+        {
+            let kept = trial
+                .checkpoints
+                .iter()
+                .filter(|kept| after.is_none_or(|cursor| cursor < cursor_of(trial.id, kept)));
+            for status in self.checkpoint_statuses(trial.id, kept) {
+                if page.checkpoints.len() >= limit || bytes >= MAX_CHECKPOINT_PAGE_BYTES {
+                    page.next = page.checkpoints.last().map(|last| CheckpointCursor {
+                        trial: last.trial,
+                        attempt: last.attempt,
+                        step: last.step,
+                    });
+                    return Ok(page);
+                }
+                bytes += estimated_bytes(&status);
+                page.checkpoints.push(status);
+            }
+        }
+        Ok(page)
     }
 
     /// The checkpoints one trial keeps, as [`HeadCore::checkpoints`] lists them.
@@ -508,9 +575,9 @@ impl HeadCore {
     fn checkpoint_statuses<'a>(
         &'a self,
         trial: TrialId,
-        kept: &'a [CheckpointRecord],
+        kept: impl IntoIterator<Item = &'a CheckpointRecord> + 'a,
     ) -> impl Iterator<Item = CheckpointStatus> + 'a {
-        kept.iter().map(move |checkpoint| {
+        kept.into_iter().map(move |checkpoint| {
             let replicas = self
                 .objects
                 .directory()
@@ -538,6 +605,24 @@ impl HeadCore {
             }
         })
     }
+}
+
+/// A kept checkpoint's place in the order of an experiment's pages.
+fn cursor_of(trial: TrialId, kept: &CheckpointRecord) -> CheckpointCursor {
+    CheckpointCursor {
+        trial,
+        attempt: kept.attempt,
+        step: kept.step,
+    }
+}
+
+/// A rough upper estimate of a checkpoint's size on the wire, for
+/// [`MAX_CHECKPOINT_PAGE_BYTES`].
+fn estimated_bytes(status: &CheckpointStatus) -> usize {
+    let files: usize = status.files.iter().map(|file| file.name.len() + 48).sum();
+    let texts = status.backup.as_ref().map_or(0, String::len)
+        + status.unreplicated.as_ref().map_or(0, String::len);
+    128 + files + 24 * status.replicas.len() + texts
 }
 
 #[cfg(test)]

@@ -130,10 +130,9 @@ impl HeadCore {
             })
             .collect();
         let checkpoints: Vec<Value> = self
-            .checkpoints(&trial_id.experiment.to_string())
+            .trial_checkpoints(trial_id)
             .unwrap_or_default()
             .iter()
-            .filter(|checkpoint| checkpoint.trial == trial_id)
             .map(checkpoint_json)
             .collect();
         let world_size = trial

@@ -16,6 +16,7 @@ use crate::Record;
 mod access;
 mod alerts;
 mod bohb;
+mod checkpoint_pages;
 mod dashboard;
 mod front;
 mod gang_faults;

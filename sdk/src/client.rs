@@ -8,10 +8,10 @@ use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, ObjectId, TrialId};
 use xp_runtime::join::{JoinString, JoinStringError};
 use xp_runtime::object_wire::ObjectClientError;
 use xp_runtime::protocol::{
-    AdminAction, AdminRequest, AuditEntry, CheckpointStatus, ErrorCode, ExperimentState,
-    ExperimentStatus, LogChunk, LogRequest, MetricPoint, MetricsPage, NodeStatus, PeerRole,
-    QueueStatus, Request, Response, StatusCursor, StatusPage, StatusQuery, SubmitRequest,
-    TrialEvent, TrialState,
+    AdminAction, AdminRequest, AuditEntry, CheckpointCursor, CheckpointStatus, CheckpointsPage,
+    ErrorCode, ExperimentState, ExperimentStatus, LogChunk, LogRequest, MetricPoint, MetricsPage,
+    NodeStatus, PeerRole, QueueStatus, Request, Response, StatusCursor, StatusPage, StatusQuery,
+    SubmitRequest, TrialEvent, TrialState,
 };
 use xp_runtime::spec::{Algorithm, Domain, ExperimentSpec, ParamValue, SearchSpec, TrialSpec};
 use xp_runtime::transport::{self, HeadConnection, QuicSetupError, TransportError};
@@ -124,6 +124,8 @@ pub struct SubmitOptions {
 /// The metric reports [`Client::metrics`] asks for a page: the most the
 /// head sends in one.
 const METRICS_PER_PAGE: u32 = 10_000;
+/// Checkpoints asked for per page (the most a head sends in one).
+const MAX_CHECKPOINTS_PER_PAGE: u32 = 1000;
 
 /// How long a submission keeps retrying a busy head by default.
 pub const DEFAULT_ADMISSION_WAIT: Duration = Duration::from_secs(3600);
@@ -294,12 +296,37 @@ impl Client {
         )
     }
 
-    /// The checkpoints kept for the trials of `experiment` (an id, unique prefix or name).
+    /// The checkpoints kept for the trials of `experiment` (an id, unique
+    /// prefix or name), read page by page ([`Client::checkpoints_page`]).
     pub async fn checkpoints(&self, experiment: &str) -> Result<Vec<CheckpointStatus>, SdkError> {
+        let mut checkpoints = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .checkpoints_page(experiment, after, MAX_CHECKPOINTS_PER_PAGE)
+                .await?;
+            checkpoints.extend(page.checkpoints);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(checkpoints),
+            }
+        }
+    }
+
+    /// One page of the checkpoints kept for the trials of `experiment`, in
+    /// the order of trial, attempt and step: at most `limit` (the head sends
+    /// at most 1,000, about 4 MiB) after `after` (the `next` of the page
+    /// before; `None`: from the first).
+    pub async fn checkpoints_page(
+        &self,
+        experiment: &str,
+        after: Option<CheckpointCursor>,
+        limit: u32,
+    ) -> Result<CheckpointsPage, SdkError> {
         let experiment = experiment.to_owned();
         expect_response!(
-            self.request(Request::Checkpoints { experiment }).await?,
-            Response::Checkpoints(list) => list
+            self.request(Request::Checkpoints { experiment, after, limit }).await?,
+            Response::CheckpointsPage(page) => page
         )
     }
 

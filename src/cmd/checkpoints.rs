@@ -23,19 +23,30 @@ pub(crate) async fn run(args: CheckpointsArgs) -> anyhow::Result<()> {
         json,
     } = args;
     let client = connect(&cluster).await?;
-    let checkpoints = client.checkpoints(&experiment).await?;
-    print_checkpoints(&checkpoints, json);
+    // Page by page, each printed as it comes: an experiment of many trials
+    // keeps more checkpoints than one answer holds.
+    if !json {
+        print_header();
+    }
+    let mut after = None;
+    loop {
+        let page = client
+            .checkpoints_page(&experiment, after, CHECKPOINTS_PER_PAGE)
+            .await?;
+        print_checkpoints(&page.checkpoints, json);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
     client.close().await;
     Ok(())
 }
 
-fn print_checkpoints(checkpoints: &[xp_runtime::protocol::CheckpointStatus], json: bool) {
-    if json {
-        for checkpoint in checkpoints {
-            outln!("{}", xp_runtime::views::checkpoint_json(checkpoint));
-        }
-        return;
-    }
+/// Checkpoints asked for per page (the most a head sends in one).
+const CHECKPOINTS_PER_PAGE: u32 = 1000;
+
+fn print_header() {
     outln!(
         "{:<24} {:>7} {:>10} {:>6} {:>12} {:>10}  REPLICAS",
         "TRIAL",
@@ -45,6 +56,15 @@ fn print_checkpoints(checkpoints: &[xp_runtime::protocol::CheckpointStatus], jso
         "BYTES",
         "METRIC"
     );
+}
+
+fn print_checkpoints(checkpoints: &[xp_runtime::protocol::CheckpointStatus], json: bool) {
+    if json {
+        for checkpoint in checkpoints {
+            outln!("{}", xp_runtime::views::checkpoint_json(checkpoint));
+        }
+        return;
+    }
     for checkpoint in checkpoints {
         let mut replicas: Vec<String> = checkpoint
             .replicas

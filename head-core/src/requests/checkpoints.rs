@@ -1,9 +1,10 @@
-//! `xp checkpoints` (`Request::Checkpoints`): the checkpoints an experiment's
-//! trials keep, where their copies are and why one is not replicated yet.
+//! `xp checkpoints` (`Request::Checkpoints`): a page of the checkpoints an
+//! experiment's trials keep, where their copies are and why one is not
+//! replicated yet.
 //!
 //! Access: a viewer reads their own team's.
 
-use xp_runtime::protocol::Response;
+use xp_runtime::protocol::{CheckpointCursor, Response};
 
 use crate::auth::Action;
 use crate::auth::access::{Access, Authorized, Scope};
@@ -18,13 +19,15 @@ pub(super) fn access(experiment: &str) -> Access {
 }
 
 impl HeadCore {
-    /// The checkpoints of the experiment authorization resolved.
+    /// One page of the checkpoints of the experiment authorization resolved.
     pub(super) fn read_checkpoints(
         &self,
         asker: &Authorized,
         experiment: &str,
+        after: Option<CheckpointCursor>,
+        limit: u32,
     ) -> Result<Response, CoreError> {
-        self.checkpoints(&asker.pinned(experiment))
-            .map(Response::Checkpoints)
+        self.checkpoints_page(&asker.pinned(experiment), after, limit)
+            .map(Response::CheckpointsPage)
     }
 }

@@ -165,7 +165,7 @@ pub fn access(request: &Request) -> Access {
         Request::StoreTargets | Request::ObjectKey => objects::access_store(),
         Request::Locate { .. } => objects::access_locate(),
         Request::SharingDrivers { .. } => objects::access_sharing(),
-        Request::Checkpoints { experiment } => checkpoints::access(experiment),
+        Request::Checkpoints { experiment, .. } => checkpoints::access(experiment),
         Request::Audit { .. } => audit::access(),
         Request::Telemetry { trial } => telemetry::access(*trial),
         Request::SubmitPipeline(submit) => pipelines::access_submit(submit),
@@ -275,12 +275,14 @@ impl HeadCore {
                 sessions,
             } => answer(self.read_sharing_drivers(experiment, sessions)),
             Request::ObjectKey => return Err(CoreError::ObjectKeyRetired),
-            Request::Checkpoints { experiment } => {
-                answer(self.read_checkpoints(asker, &experiment)?)
-            }
             Request::TrialCheckpoints { trial } => {
                 answer(self.trial_checkpoints(trial).map(Response::Checkpoints)?)
             }
+            Request::Checkpoints {
+                experiment,
+                after,
+                limit,
+            } => answer(self.read_checkpoints(asker, &experiment, after, limit)?),
             Request::Audit { limit } => Served::Stored(audit::read(limit)),
             Request::TrialEvents { trial, limit } => self.read_trial_events(trial, limit)?,
             Request::Telemetry { trial } => Served::Stored(self.read_telemetry(trial)?),

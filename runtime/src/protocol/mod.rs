@@ -54,11 +54,11 @@ pub use requests::{
     MAX_CAPABILITY_OBJECTS, ObjectKey, ReportRequest, Request, Response, SubmitRequest,
 };
 pub use status::{
-    ApprovalStatus, AttemptStatus, CheckpointStatus, ConflictOdds, ExperimentState,
-    ExperimentStatus, FrontStatus, FrontTrial, LeaseClaim, LeaseReport, LeaseStatus,
-    MalformedMetrics, MetricPoint, MetricsPage, NodeState, NodeStatus, ObjectiveStatus,
-    QueueStatus, ResourceAmounts, StatusCursor, StatusPage, StatusQuery, TrialEvent, TrialState,
-    TrialStatus,
+    ApprovalStatus, AttemptStatus, CheckpointCursor, CheckpointStatus, CheckpointsPage,
+    ConflictOdds, ExperimentState, ExperimentStatus, FrontStatus, FrontTrial, LeaseClaim,
+    LeaseReport, LeaseStatus, MalformedMetrics, MetricPoint, MetricsPage, NodeState, NodeStatus,
+    ObjectiveStatus, QueueStatus, ResourceAmounts, StatusCursor, StatusPage, StatusQuery,
+    TrialEvent, TrialState, TrialStatus,
 };
 pub use telemetry::{
     FieldStats, GpuSample, MAX_SERIES_POINTS, MAX_TELEMETRY_GPUS, MAX_TELEMETRY_WORKERS,
@@ -98,8 +98,10 @@ use serde::{Deserialize, Serialize};
 /// (`Launch::object_path`, `HeadCommand::Replicate::path`). 11: one trial's
 /// newest events (`Request::TrialEvents`), read from the head's store; a
 /// trial's metric history in pages (`Request::Metrics`, `MetricsPage`).
-/// 12: one trial's checkpoints (`Request::TrialCheckpoints`).
-pub const PROTOCOL_VERSION: u16 = 12;
+/// 12: one trial's checkpoints (`Request::TrialCheckpoints`). 13: an
+/// experiment's checkpoints in pages (`Request::Checkpoints`'s `after` and
+/// `limit`, `Response::CheckpointsPage`).
+pub const PROTOCOL_VERSION: u16 = 13;
 
 /// Everything that crosses a connection.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -84,10 +84,18 @@ pub enum Request {
         /// The object.
         object: ObjectId,
     },
-    /// The checkpoints the head keeps for an experiment's trials.
+    /// One page of the checkpoints the head keeps for an experiment's trials
+    /// (in pages since version 13): in the order of trial, attempt and step,
+    /// after `after` (the `next` of the page before; `None`: from the first),
+    /// at most `limit` (and at most 1,000 or about 4 MiB). Answered by
+    /// [`Response::CheckpointsPage`].
     Checkpoints {
         /// The experiment's id or a unique prefix of it.
         experiment: String,
+        /// Where the page starts: after this checkpoint.
+        after: Option<super::CheckpointCursor>,
+        /// How many checkpoints at most.
+        limit: u32,
     },
     /// Which of `sessions` (driver sessions that own an object) submitted
     /// `experiment` on their connection, and so share their objects with its
@@ -177,9 +185,8 @@ pub enum Request {
         /// How many at most.
         limit: u32,
     },
-    /// The checkpoints the head keeps for one trial (since version 12; an
-    /// experiment's whole list, [`Request::Checkpoints`], grows with its
-    /// trials). Answered by [`Response::Checkpoints`].
+    /// The checkpoints the head keeps for one trial (since version 12).
+    /// Answered by [`Response::Checkpoints`].
     TrialCheckpoints {
         /// The trial.
         trial: TrialId,
@@ -335,7 +342,7 @@ pub enum Response {
     Metrics(MetricsPage),
     /// The scheduling queues.
     Queues(Vec<QueueStatus>),
-    /// Checkpoints, oldest first.
+    /// One trial's checkpoints, oldest first.
     Checkpoints(Vec<CheckpointStatus>),
     /// The nodes holding an object.
     Located(Vec<ObjectSource>),
@@ -389,6 +396,8 @@ pub enum Response {
     ObjectCapability(Box<super::ObjectCapability>),
     /// One page of `xp status` (answering [`Request::StatusPage`]).
     StatusPage(super::StatusPage),
+    /// A page of an experiment's checkpoints (`Request::CheckpointsPage`).
+    CheckpointsPage(super::CheckpointsPage),
 }
 
 /// One entry of the head's audit trail: an admin action or a refusal.

@@ -479,6 +479,29 @@ pub struct CheckpointStatus {
     pub unreplicated: Option<String>,
 }
 
+/// One page of an experiment's checkpoints (`Request::Checkpoints`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckpointsPage {
+    /// The checkpoints in the order of trial, attempt and step.
+    pub checkpoints: Vec<CheckpointStatus>,
+    /// The last checkpoint of this page, where the next starts
+    /// (`Request::Checkpoints::after`); `None`: this is the last page.
+    pub next: Option<CheckpointCursor>,
+}
+
+/// Where a page of checkpoints ends: a checkpoint's key, which later pages
+/// start strictly after, so a checkpoint kept or dropped meanwhile shifts
+/// nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CheckpointCursor {
+    /// Its trial.
+    pub trial: TrialId,
+    /// The attempt that wrote it.
+    pub attempt: u32,
+    /// Its step.
+    pub step: u64,
+}
+
 /// The answer to `Request::Leases`: each lease, the preemptions waiting for an
 /// admin, and how likely requests are to wait.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
