@@ -75,7 +75,7 @@ pub struct NodeSpec {
 }
 
 /// The shape of a gang: `workers` identical workers placed together or not at all.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GangShape {
     /// Workers started together.
     pub workers: u32,

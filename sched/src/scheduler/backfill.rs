@@ -30,7 +30,7 @@ use super::trial::Standing;
 use crate::WorkerPlacement;
 
 /// The most backfill reservations one pass computes.
-const MAX_BACKFILL_RESERVATIONS_PER_PASS: usize = 8;
+pub(super) const MAX_BACKFILL_RESERVATIONS_PER_PASS: usize = 8;
 
 impl PolicyCore {
     /// Deals with `id`, a trial of `queue` with no room now, under backfill:

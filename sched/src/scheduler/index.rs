@@ -11,7 +11,7 @@
 //! with a rebuild. The index answers lookups only; it makes no decisions.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use ahash::AHashMap;
 
@@ -22,6 +22,7 @@ use super::leases::add_leases;
 use super::reservations::Reservation;
 use super::resource_vec::{ResourceVec, minus, plus};
 use super::trial::{Placed, Standing, Trial};
+use crate::GangShape;
 
 /// A preemption candidate: lowest priority first, then most recently started.
 pub(super) type VictimKey = (i64, Reverse<UnixMillis>, TrialId);
@@ -88,6 +89,15 @@ pub(super) struct QueueIndex {
     /// each set in FIFO order (so that aging, which favours the oldest, never
     /// reorders a set).
     pub(super) waiting: BTreeMap<WaitingSet, BTreeSet<(UnixMillis, TrialId)>>,
+    /// The gangs of its waiting trials that name no lease, each with what it
+    /// asks in all and how many trials wait with it: a pass reads them to
+    /// know that none of the queue's trials can start (`lanes`).
+    pub(super) waiting_shapes: HashMap<GangShape, (ResourceVec, u64)>,
+    /// How many of its waiting trials name a lease.
+    pub(super) waiting_with_leases: u64,
+    /// When its waiting trials last entered the line, counted: the oldest
+    /// says whether every one of them still skips ahead (`service`).
+    pub(super) waiting_since: BTreeMap<UnixMillis, u64>,
     /// Its trials waiting, held and placed.
     pub(super) n_waiting: u64,
     pub(super) n_held: u64,
@@ -98,6 +108,34 @@ pub(super) struct QueueIndex {
     pub(super) lease_usage: BTreeMap<String, u64>,
     /// Lease units its trials waiting on preemption will take.
     pub(super) lease_reserved: BTreeMap<String, u64>,
+}
+
+impl QueueIndex {
+    /// Counts a waiting trial's gang in (`add`) or out of the queue's shapes.
+    fn count_shape(&mut self, trial: &Trial, add: bool) {
+        let gang = &trial.request.gang;
+        if !gang.leases.is_empty() {
+            self.waiting_with_leases = if add {
+                self.waiting_with_leases + 1
+            } else {
+                self.waiting_with_leases.saturating_sub(1)
+            };
+            return;
+        }
+        if add {
+            match self.waiting_shapes.get_mut(gang) {
+                Some((_, count)) => *count += 1,
+                None => {
+                    self.waiting_shapes.insert(gang.clone(), (trial.demand, 1));
+                }
+            }
+        } else if let Some((_, count)) = self.waiting_shapes.get_mut(gang) {
+            *count -= 1;
+            if *count == 0 {
+                self.waiting_shapes.remove(gang);
+            }
+        }
+    }
 }
 
 /// Everything derived from the trial table, kept up to date by `insert` and
@@ -186,6 +224,8 @@ impl Index {
                 if let Some(at) = trial.promote_at {
                     self.promotions.insert((at, id));
                 }
+                queue.count_shape(trial, true);
+                count_up(&mut queue.waiting_since, trial.waiting_since);
                 queue.n_waiting += 1;
                 if has_service(trial) {
                     self.pending_with_service.insert(id);
@@ -239,6 +279,8 @@ impl Index {
                 if let Some(at) = trial.promote_at {
                     self.promotions.remove(&(at, id));
                 }
+                queue.count_shape(trial, false);
+                count_down(&mut queue.waiting_since, trial.waiting_since);
                 queue.n_waiting -= 1;
                 if has_service(trial) {
                     self.pending_with_service.remove(&id);

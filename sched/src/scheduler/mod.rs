@@ -113,6 +113,10 @@ pub struct PolicyCore {
     estimates: AHashMap<ExperimentId, Estimate>,
     /// Per queue, the reason of trials the last pass did not reach.
     unexamined: Vec<WaitReason>,
+    /// Tests only: every pass walks each lane to its end, as before
+    /// `lane_cannot_start` could stop it early.
+    #[cfg(test)]
+    walk_every_trial: bool,
     /// Passes run so far.
     pass: u64,
     /// Set when a new policy left running work above its quotas.
@@ -153,6 +157,8 @@ impl PolicyCore {
             reservations: BTreeMap::new(),
             estimates: AHashMap::new(),
             unexamined: vec![WaitReason::NotYetConsidered; n_queues],
+            #[cfg(test)]
+            walk_every_trial: false,
             pass: 0,
             quota_relaxed: false,
             leases_relaxed: false,

@@ -60,6 +60,8 @@ pub(super) struct Pass {
     more_served: Option<(MoreServedKey, Vec<TrialId>)>,
     /// Trials looked at that did not start.
     pub(super) examined: usize,
+    /// Per queue, its trials looked at in this pass that still wait.
+    pub(super) visited_waiting: Vec<u64>,
     /// Preemption searches made.
     pub(super) preemption_attempts: usize,
     /// Leases a trial of this pass found short: later trials naming them wait
@@ -79,6 +81,11 @@ impl Pass {
         self.failed_shapes
             .iter()
             .any(|failed| at_least_as_hard(gang, failed))
+    }
+
+    /// How many gang shapes this pass found no room for: it only grows.
+    pub(super) fn failed_shape_count(&self) -> usize {
+        self.failed_shapes.len()
     }
 
     /// Remembers a gang shape that did not fit, while there is room to.
@@ -193,6 +200,7 @@ impl PolicyCore {
             failed_with_freed: Vec::new(),
             more_served: None,
             examined: 0,
+            visited_waiting: vec![0; n_queues],
             preemption_attempts: 0,
             lease_blocked: BTreeSet::new(),
         }

@@ -285,6 +285,22 @@ impl PolicyCore {
         trial.promote_after_set(promote_after, reserve_after);
     }
 
+    /// Whether every trial waiting in `queue` would let the trials behind it
+    /// go on ([`Self::skips_ahead`]): none has waited `reserve_after` yet.
+    pub(super) fn all_skip_ahead(&self, queue: usize, now: UnixMillis) -> bool {
+        let Some(las) = &self.config.attained_service else {
+            return false;
+        };
+        self.config.order != Order::Fifo
+            && self.index.queues[queue]
+                .waiting_since
+                .keys()
+                .next()
+                .is_none_or(|oldest| {
+                    now.saturating_sub(*oldest) < self.levels.lengthened(las.reserve_after_ms)
+                })
+    }
+
     /// Whether a trial with no room lets the trials behind it go on: under
     /// `attained_service` (not `fifo`), until it has waited `reserve_after`
     /// since it was last queued.

@@ -2114,6 +2114,23 @@ fn run_events(
 impl Replay {
     /// Every submitted trial's placement, wait reason and whether it is
     /// being preempted, to compare two replays by.
+    /// Where each submitted trial is and whether it is being stopped.
+    fn placements(&self) -> String {
+        let standing: Vec<String> = self
+            .submitted
+            .iter()
+            .map(|trial| {
+                format!(
+                    "{trial} {:?} {} {}",
+                    self.core.placement(*trial),
+                    self.core.holds(*trial),
+                    self.core.is_preempting(*trial)
+                )
+            })
+            .collect();
+        standing.join("\n")
+    }
+
     fn snapshot(&self) -> String {
         let standing: Vec<String> = self
             .submitted
@@ -2211,6 +2228,28 @@ proptest! {
             let outcomes = (remembering.apply(event.clone()), forgetting.apply(event));
             prop_assert_eq!(outcomes.0.is_ok(), outcomes.1.is_ok());
             prop_assert_eq!(remembering.snapshot(), forgetting.snapshot());
+        }
+    }
+
+    #[test]
+    fn lanes_stopped_early_change_no_decision(
+        config in config_strategy(true),
+        nodes in prop::collection::vec((prop_oneof![Just(2_u32), Just(4)], Just(0_u8)), 1..4),
+        events in prop::collection::vec(
+            prop_oneof![3 => fragmenting_event_strategy(), 1 => event_strategy()],
+            1..160,
+        ),
+    ) {
+        config.validate().unwrap();
+        let mut stopping = Replay::new(config.clone(), nodes.clone());
+        let mut walking = Replay::new(config, nodes);
+        walking.core.walk_every_trial = true;
+        for event in events {
+            let outcomes = (stopping.apply(event.clone()), walking.apply(event));
+            prop_assert_eq!(outcomes.0.is_ok(), outcomes.1.is_ok());
+            // The trials a stopped lane did not reach keep the lane's reason,
+            // not their own: only where each trial is may be compared.
+            prop_assert_eq!(stopping.placements(), walking.placements());
         }
     }
 
