@@ -197,13 +197,40 @@ impl PolicyCore {
                 Outcome::NoRoom => self.after_no_room(&mut walk, visit, pass, decisions),
             }
             // 4. The rest of the lane, when none of it can start.
-            if outcome != Outcome::Started
-                && walk.active[lane]
-                && self.lane_cannot_start(&mut walk, lane, pass)
-            {
-                walk.stop_lane(self, lane, pass, &WaitReason::GangDoesNotFit);
+            if outcome != Outcome::Started && walk.active[lane] {
+                self.skip_idle_rest(&mut walk, lane, pass);
             }
         }
+    }
+
+    /// Ends `lane`'s walk when none of its trials left can start and looking
+    /// at each would change nothing but its wait reason (`lane_cannot_start`),
+    /// and the pass cannot reach its budget of trials looked at whatever they
+    /// would count towards it. (Where it can, the walk would end the pass at
+    /// the budget, or stop the lane first for a reason its trials hold: it
+    /// goes on.)
+    fn skip_idle_rest(&mut self, walk: &mut Walk, lane: usize, pass: &mut Pass) {
+        let left_everywhere = (0..self.queue_info.len())
+            .filter(|&queue| !pass.stopped[queue])
+            .map(|queue| {
+                let left = self.index.queues[queue]
+                    .n_waiting
+                    .saturating_sub(pass.visited_waiting[queue]);
+                usize::try_from(left).unwrap_or(usize::MAX)
+            })
+            .fold(pass.examined, usize::saturating_add);
+        if left_everywhere < self.examined_budget() && self.lane_cannot_start(walk, lane, pass) {
+            walk.stop_lane(self, lane, pass, &WaitReason::GangDoesNotFit);
+        }
+    }
+
+    /// The most trials one pass looks at that do not start.
+    fn examined_budget(&self) -> usize {
+        #[cfg(test)]
+        if let Some(budget) = self.examined_budget {
+            return budget;
+        }
+        MAX_EXAMINED_PER_PASS
     }
 
     /// Whether no trial left in `lane` can start in this pass, and looking at
@@ -239,17 +266,6 @@ impl PolicyCore {
         {
             return false;
         }
-        let left: u64 = (0..self.queue_info.len())
-            .filter(|&queue| !pass.stopped[queue])
-            .map(|queue| {
-                self.index.queues[queue]
-                    .n_waiting
-                    .saturating_sub(pass.visited_waiting[queue])
-            })
-            .sum();
-        if (pass.examined as u64).saturating_add(left) >= MAX_EXAMINED_PER_PASS as u64 {
-            return false;
-        }
         let state = (pass.free, pass.failed_shape_count());
         if walk.could_start_at[lane] == Some(state) {
             return false;
@@ -276,7 +292,7 @@ impl PolicyCore {
     /// reason why: the pass looked at its most trials, or under a reservation
     /// no trial can start (by backfilling) any more.
     fn pass_ends_early(&mut self, lanes: &[Lane], pass: &mut Pass) -> bool {
-        if pass.examined >= MAX_EXAMINED_PER_PASS {
+        if pass.examined >= self.examined_budget() {
             for lane in lanes {
                 self.stop_queues(&lane.queues, pass, &WaitReason::BehindHigherPriority);
             }

@@ -117,6 +117,10 @@ pub struct PolicyCore {
     /// `lane_cannot_start` could stop it early.
     #[cfg(test)]
     walk_every_trial: bool,
+    /// Tests only: a smaller budget of trials a pass looks at, so that
+    /// small cases reach it.
+    #[cfg(test)]
+    examined_budget: Option<usize>,
     /// Passes run so far.
     pass: u64,
     /// Set when a new policy left running work above its quotas.
@@ -159,6 +163,8 @@ impl PolicyCore {
             unexamined: vec![WaitReason::NotYetConsidered; n_queues],
             #[cfg(test)]
             walk_every_trial: false,
+            #[cfg(test)]
+            examined_budget: None,
             pass: 0,
             quota_relaxed: false,
             leases_relaxed: false,

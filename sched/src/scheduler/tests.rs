@@ -267,6 +267,36 @@ fn strict_head_of_line_blocks_and_skip_passes() {
     }
 }
 
+/// Under fair order, team a's lane holds only gangs of two GPUs while one
+/// GPU is free, and team b waits with one of one GPU: once the budget of
+/// trials looked at runs out in a's lane, the pass ends and b's trial does
+/// not start, so a's lane is not cut short where its trials would spend
+/// the budget.
+#[test]
+fn a_lane_cut_short_spends_the_budget_as_its_walk_would() {
+    let yaml = "queues:\n  - {name: qa, team: a}\n  - {name: qb, team: b}\norder: fair\nhead_of_line: skip\nbackfill: false\npreemption: {enabled: false}\n";
+    for walk_every_trial in [false, true] {
+        let mut core = core_yaml(yaml, &[2]);
+        core.walk_every_trial = walk_every_trial;
+        core.examined_budget = Some(3);
+        // b holds one GPU, so a's share is the lower and its lane goes first.
+        must_submit(&mut core, of_team(req(0, 1), "b"));
+        assert_eq!(placed(&must_decide(&mut core, 1)), vec![id(0)]);
+        for index in 1..=5 {
+            must_submit(&mut core, of_team(req(index, 2), "a"));
+        }
+        must_submit(&mut core, of_team(req(6, 1), "b"));
+        assert_eq!(
+            placed(&must_decide(&mut core, 10)),
+            Vec::<TrialId>::new(),
+            "walking every trial: {walk_every_trial}"
+        );
+        // With a budget the lane's trials cannot exhaust, b's trial starts.
+        core.examined_budget = Some(7);
+        assert_eq!(placed(&must_decide(&mut core, 20)), vec![id(6)]);
+    }
+}
+
 /// On one GPU under `order: priority`: trial 1 waits from time 0 behind trial 0,
 /// `newcomer` (trial 2) arrives three hours later as trial 0 finishes; which of
 /// the two starts first, with aging (100 an hour) or without.
@@ -2239,11 +2269,15 @@ proptest! {
             prop_oneof![3 => fragmenting_event_strategy(), 1 => event_strategy()],
             1..160,
         ),
+        budget in prop::option::of(1..12_usize),
     ) {
         config.validate().unwrap();
         let mut stopping = Replay::new(config.clone(), nodes.clone());
         let mut walking = Replay::new(config, nodes);
         walking.core.walk_every_trial = true;
+        // A small budget of trials looked at, so that passes reach it.
+        stopping.core.examined_budget = budget;
+        walking.core.examined_budget = budget;
         for event in events {
             let outcomes = (stopping.apply(event.clone()), walking.apply(event));
             prop_assert_eq!(outcomes.0.is_ok(), outcomes.1.is_ok());
