@@ -240,9 +240,9 @@ impl PolicyCore {
     /// shrinks during a pass); none names a lease (a short lease makes later
     /// trials of other lanes wait); the pass has no preemption search left
     /// to make for them, nor a backfill reservation (its queues have had
-    /// theirs, or all their trials still skip ahead); and it cannot reach its
-    /// budget of trials looked at, which their visits would count towards.
-    /// Without this a pass on a congested cluster walked the whole queue:
+    /// theirs, or all their trials still skip ahead). The budget of trials
+    /// looked at, which their visits would count towards, is
+    /// `skip_idle_rest`'s to check. Without this a pass on a congested cluster walked the whole queue:
     /// at 200,000 generated jobs, nine visits in ten found no room this way.
     fn lane_cannot_start(&self, walk: &mut Walk, lane: usize, pass: &Pass) -> bool {
         #[cfg(test)]
