@@ -25,7 +25,7 @@ use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, NodeId, ObjectId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
     CheckpointCursor, CheckpointFile, CheckpointStatus, CheckpointsPage, HeadCommand, HeldObject,
-    NodeState, ObjectSource, ResumeFrom,
+    MAX_CHECKPOINTS_PER_PAGE, NodeState, ObjectSource, ResumeFrom,
 };
 
 use self::retention::{CheckpointRecord, retain};
@@ -33,8 +33,6 @@ use super::{CoreError, HeadCore};
 
 /// The most files a checkpoint may name (a node refuses more when it takes one).
 const MAX_CHECKPOINT_FILES: usize = 10_000;
-/// The most checkpoints one page of an experiment's holds.
-pub(crate) const MAX_CHECKPOINTS_PER_PAGE: usize = 1000;
 /// A page of checkpoints ends early once their estimated size passes this, as
 /// the listings of `pages` do: a checkpoint may name 10,000 files.
 const MAX_CHECKPOINT_PAGE_BYTES: usize = 4 << 20;
@@ -518,9 +516,7 @@ impl HeadCore {
         limit: u32,
     ) -> Result<CheckpointsPage, CoreError> {
         let id: ExperimentId = self.resolve_experiment(experiment)?;
-        let limit = usize::try_from(limit).map_or(MAX_CHECKPOINTS_PER_PAGE, |limit| {
-            limit.clamp(1, MAX_CHECKPOINTS_PER_PAGE)
-        });
+        let limit = limit.clamp(1, MAX_CHECKPOINTS_PER_PAGE) as usize;
         let first = TrialId {
             experiment: id,
             index: 0,

@@ -9,9 +9,9 @@ use xp_runtime::join::{JoinString, JoinStringError};
 use xp_runtime::object_wire::ObjectClientError;
 use xp_runtime::protocol::{
     AdminAction, AdminRequest, AuditEntry, CheckpointCursor, CheckpointStatus, CheckpointsPage,
-    ErrorCode, ExperimentState, ExperimentStatus, LogChunk, LogRequest, MetricPoint, MetricsPage,
-    NodeStatus, PeerRole, QueueStatus, Request, Response, StatusCursor, StatusPage, StatusQuery,
-    SubmitRequest, TrialEvent, TrialState,
+    ErrorCode, ExperimentState, ExperimentStatus, LogChunk, LogRequest, MAX_CHECKPOINTS_PER_PAGE,
+    MetricPoint, MetricsPage, NodeStatus, PeerRole, QueueStatus, Request, Response, StatusCursor,
+    StatusPage, StatusQuery, SubmitRequest, TrialEvent, TrialState,
 };
 use xp_runtime::spec::{Algorithm, Domain, ExperimentSpec, ParamValue, SearchSpec, TrialSpec};
 use xp_runtime::transport::{self, HeadConnection, QuicSetupError, TransportError};
@@ -124,8 +124,6 @@ pub struct SubmitOptions {
 /// The metric reports [`Client::metrics`] asks for a page: the most the
 /// head sends in one.
 const METRICS_PER_PAGE: u32 = 10_000;
-/// Checkpoints asked for per page (the most a head sends in one).
-const MAX_CHECKPOINTS_PER_PAGE: u32 = 1000;
 
 /// How long a submission keeps retrying a busy head by default.
 pub const DEFAULT_ADMISSION_WAIT: Duration = Duration::from_secs(3600);

@@ -1,6 +1,8 @@
 //! `xp checkpoints`: the checkpoints kept for an experiment's trials, where their
 //! replicas are, and why one that has a single copy has it.
 
+use xp_runtime::protocol::MAX_CHECKPOINTS_PER_PAGE;
+
 use super::ClusterArg;
 use super::connect;
 
@@ -31,7 +33,7 @@ pub(crate) async fn run(args: CheckpointsArgs) -> anyhow::Result<()> {
     let mut after = None;
     loop {
         let page = client
-            .checkpoints_page(&experiment, after, CHECKPOINTS_PER_PAGE)
+            .checkpoints_page(&experiment, after, MAX_CHECKPOINTS_PER_PAGE)
             .await?;
         print_checkpoints(&page.checkpoints, json);
         match page.next {
@@ -42,9 +44,6 @@ pub(crate) async fn run(args: CheckpointsArgs) -> anyhow::Result<()> {
     client.close().await;
     Ok(())
 }
-
-/// Checkpoints asked for per page (the most a head sends in one).
-const CHECKPOINTS_PER_PAGE: u32 = 1000;
 
 fn print_header() {
     outln!(

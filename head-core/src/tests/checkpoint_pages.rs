@@ -1,12 +1,40 @@
 //! Tests of `xp checkpoints` in pages: pages in any size walk the whole list
 //! once, in order, and a cursor from elsewhere neither repeats nor fails.
 
-use xp_runtime::protocol::{CheckpointCursor, CheckpointsPage};
+use xp_runtime::protocol::{CheckpointCursor, CheckpointFile, CheckpointsPage};
 
 use super::*;
 
 /// Four trials of three kept checkpoints each, all running on one node.
 const FOUR_CHECKPOINTED: &str = "name: ck4\ntrial: {command: [train, '{x}'], resources: {cpu: 1}}\nsearch: {algorithm: grid, space: {x: {choice: [1, 2, 3, 4]}}}\ncheckpoints: {keep_last: 3, keep_best: 0}\n";
+
+/// Submits [`FOUR_CHECKPOINTED`] on a node of four slots, starts its four
+/// trials and files a checkpoint at each of `steps` of each, with the files
+/// `files(trial index, step)` names; returns the experiment's id as text.
+fn checkpointed(
+    steps: &[u64],
+    files: impl Fn(usize, u64) -> Vec<CheckpointFile>,
+) -> (HeadCore, String) {
+    let (mut core, node) = cluster(0, 4);
+    let experiment = submit(&mut core, 1, FOUR_CHECKPOINTED, false);
+    let launched = launches(&commands(&mut core));
+    assert_eq!(launched.len(), 4);
+    for (index, (_, key)) in launched.iter().enumerate() {
+        let started = WorkerReport::Started { key: *key, pid: 1 };
+        report(&mut core, 2, node, started);
+        for &step in steps {
+            let checkpoint = WorkerReport::Checkpoint {
+                key: *key,
+                step,
+                files: files(index, step),
+                backup: None,
+                take_ms: 1,
+            };
+            report(&mut core, 3, node, checkpoint);
+        }
+    }
+    (core, experiment.to_string())
+}
 
 /// The (trial index, step) of each checkpoint.
 fn keys(page: &CheckpointsPage) -> Vec<(u32, u64)> {
@@ -35,29 +63,15 @@ fn all_pages(core: &HeadCore, experiment: &str, limit: u32) -> Vec<(u32, u64)> {
 
 #[test]
 fn pages_of_checkpoints_walk_the_whole_list_once_in_order() {
-    let (mut core, node) = cluster(0, 4);
-    let experiment = submit(&mut core, 1, FOUR_CHECKPOINTED, false);
-    let launched = launches(&commands(&mut core));
-    assert_eq!(launched.len(), 4);
-    for (index, (_, key)) in launched.iter().enumerate() {
-        report(
-            &mut core,
-            2,
-            node,
-            WorkerReport::Started { key: *key, pid: 1 },
-        );
-        // Four checkpoints a trial, of which three are kept.
-        for step in 1..=4u64 {
-            let bytes = format!("{index}-{step}");
-            report(
-                &mut core,
-                3,
-                node,
-                checkpoint_report(*key, step * 10, bytes.as_bytes()),
-            );
-        }
-    }
-    let id = experiment.to_string();
+    // Four checkpoints a trial, of which three are kept.
+    let (core, id) = checkpointed(&[10, 20, 30, 40], |index, step| {
+        let bytes = format!("{index}-{step}");
+        vec![CheckpointFile {
+            name: "state".to_owned(),
+            object: xp_runtime::ids::ObjectId::of(bytes.as_bytes()),
+            size: bytes.len() as u64,
+        }]
+    });
     let whole: Vec<(u32, u64)> = core
         .checkpoints(&id)
         .unwrap()
@@ -107,39 +121,17 @@ fn pages_of_checkpoints_walk_the_whole_list_once_in_order() {
 
 #[test]
 fn a_page_of_large_manifests_ends_near_its_byte_bound() {
-    let (mut core, node) = cluster(0, 4);
-    let experiment = submit(&mut core, 1, FOUR_CHECKPOINTED, false);
-    let launched = launches(&commands(&mut core));
     // 2,000 files of 1,000-byte names a checkpoint: about 2 MB each, so two
     // of the twelve fill a page whatever the limit.
-    for (index, (_, key)) in launched.iter().enumerate() {
-        report(
-            &mut core,
-            2,
-            node,
-            WorkerReport::Started { key: *key, pid: 1 },
-        );
-        for step in 1..=3u64 {
-            let files = (0..2000u32)
-                .map(|file| xp_runtime::protocol::CheckpointFile {
-                    name: format!("{file:0>1000}"),
-                    object: xp_runtime::ids::ObjectId::of(
-                        format!("{index}-{step}-{file}").as_bytes(),
-                    ),
-                    size: 1,
-                })
-                .collect();
-            let checkpoint = WorkerReport::Checkpoint {
-                key: *key,
-                step,
-                files,
-                backup: None,
-                take_ms: 1,
-            };
-            report(&mut core, 3, node, checkpoint);
-        }
-    }
-    let id = experiment.to_string();
+    let (core, id) = checkpointed(&[1, 2, 3], |index, step| {
+        (0..2000u32)
+            .map(|file| CheckpointFile {
+                name: format!("{file:0>1000}"),
+                object: xp_runtime::ids::ObjectId::of(format!("{index}-{step}-{file}").as_bytes()),
+                size: 1,
+            })
+            .collect()
+    });
     let page = core.checkpoints_page(&id, None, 1000).unwrap();
     // As JSON, larger than on the wire.
     let bytes = serde_json::to_vec(&page.checkpoints).unwrap().len();

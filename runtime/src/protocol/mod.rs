@@ -51,7 +51,8 @@ pub use pipelines::{
 };
 pub use requests::{
     AdminAction, AdminRequest, AuditEntry, LogChunk, LogRequest, MAX_ALERTS_LISTED,
-    MAX_CAPABILITY_OBJECTS, ObjectKey, ReportRequest, Request, Response, SubmitRequest,
+    MAX_CAPABILITY_OBJECTS, MAX_CHECKPOINTS_PER_PAGE, ObjectKey, ReportRequest, Request, Response,
+    SubmitRequest,
 };
 pub use status::{
     ApprovalStatus, AttemptStatus, CheckpointCursor, CheckpointStatus, CheckpointsPage,

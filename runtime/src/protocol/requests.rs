@@ -196,6 +196,9 @@ pub enum Request {
 /// The most objects one [`Request::ObjectCapability`] names.
 pub const MAX_CAPABILITY_OBJECTS: usize = 16;
 
+/// The most checkpoints one page of [`Request::Checkpoints`] holds.
+pub const MAX_CHECKPOINTS_PER_PAGE: u32 = 1000;
+
 /// The scope and window of a [`Request::Report`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReportRequest {

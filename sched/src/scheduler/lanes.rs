@@ -227,7 +227,7 @@ impl PolicyCore {
     /// The most trials one pass looks at that do not start.
     fn examined_budget(&self) -> usize {
         #[cfg(test)]
-        if let Some(budget) = self.examined_budget {
+        if let Some(budget) = self.examined_budget_override {
             return budget;
         }
         MAX_EXAMINED_PER_PASS

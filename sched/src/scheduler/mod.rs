@@ -120,7 +120,7 @@ pub struct PolicyCore {
     /// Tests only: a smaller budget of trials a pass looks at, so that
     /// small cases reach it.
     #[cfg(test)]
-    examined_budget: Option<usize>,
+    examined_budget_override: Option<usize>,
     /// Passes run so far.
     pass: u64,
     /// Set when a new policy left running work above its quotas.
@@ -164,7 +164,7 @@ impl PolicyCore {
             #[cfg(test)]
             walk_every_trial: false,
             #[cfg(test)]
-            examined_budget: None,
+            examined_budget_override: None,
             pass: 0,
             quota_relaxed: false,
             leases_relaxed: false,

@@ -278,7 +278,7 @@ fn a_lane_cut_short_spends_the_budget_as_its_walk_would() {
     for walk_every_trial in [false, true] {
         let mut core = core_yaml(yaml, &[2]);
         core.walk_every_trial = walk_every_trial;
-        core.examined_budget = Some(3);
+        core.examined_budget_override = Some(3);
         // b holds one GPU, so a's share is the lower and its lane goes first.
         must_submit(&mut core, of_team(req(0, 1), "b"));
         assert_eq!(placed(&must_decide(&mut core, 1)), vec![id(0)]);
@@ -292,7 +292,7 @@ fn a_lane_cut_short_spends_the_budget_as_its_walk_would() {
             "walking every trial: {walk_every_trial}"
         );
         // With a budget the lane's trials cannot exhaust, b's trial starts.
-        core.examined_budget = Some(7);
+        core.examined_budget_override = Some(7);
         assert_eq!(placed(&must_decide(&mut core, 20)), vec![id(6)]);
     }
 }
@@ -2144,8 +2144,19 @@ fn run_events(
 impl Replay {
     /// Every submitted trial's placement, wait reason and whether it is
     /// being preempted, to compare two replays by.
-    /// Where each submitted trial is and whether it is being stopped.
+    fn snapshot(&self) -> String {
+        self.standing(|core, trial| format!("{:?}", core.wait_reason(trial)))
+    }
+
+    /// [`Self::snapshot`] with whether the core holds each trial instead of
+    /// its wait reason.
     fn placements(&self) -> String {
+        self.standing(|core, trial| core.holds(trial).to_string())
+    }
+
+    /// One line per submitted trial: its placement, `detail` of it, and
+    /// whether it is being preempted.
+    fn standing(&self, detail: impl Fn(&PolicyCore, TrialId) -> String) -> String {
         let standing: Vec<String> = self
             .submitted
             .iter()
@@ -2153,23 +2164,7 @@ impl Replay {
                 format!(
                     "{trial} {:?} {} {}",
                     self.core.placement(*trial),
-                    self.core.holds(*trial),
-                    self.core.is_preempting(*trial)
-                )
-            })
-            .collect();
-        standing.join("\n")
-    }
-
-    fn snapshot(&self) -> String {
-        let standing: Vec<String> = self
-            .submitted
-            .iter()
-            .map(|trial| {
-                format!(
-                    "{trial} {:?} {:?} {}",
-                    self.core.placement(*trial),
-                    self.core.wait_reason(*trial),
+                    detail(&self.core, *trial),
                     self.core.is_preempting(*trial)
                 )
             })
@@ -2276,8 +2271,8 @@ proptest! {
         let mut walking = Replay::new(config, nodes);
         walking.core.walk_every_trial = true;
         // A small budget of trials looked at, so that passes reach it.
-        stopping.core.examined_budget = budget;
-        walking.core.examined_budget = budget;
+        stopping.core.examined_budget_override = budget;
+        walking.core.examined_budget_override = budget;
         for event in events {
             let outcomes = (stopping.apply(event.clone()), walking.apply(event));
             prop_assert_eq!(outcomes.0.is_ok(), outcomes.1.is_ok());
