@@ -82,7 +82,7 @@ pub use self::records::{
     PolicyRecord, Record, TrialRecord, UpInterval, WorkerRecord, WorkerState, Workers,
 };
 pub use self::records::{InputDir, PipelineRecord, StageRecord, StageResult};
-pub use self::usage::ReportScope;
+pub use self::usage::{ReportScope, ReportSnapshot};
 
 use self::nodes::node_spec;
 use self::sweeps::SweepState;

@@ -439,7 +439,7 @@ pub struct NodeRecord {
     #[serde(default)]
     pub isolation: NodeIsolation,
     /// The intervals it was up, oldest first (at most
-    /// `usage::MAX_UP_INTERVALS`): from a registration to the last sign of
+    /// `state::membership::MAX_UP_INTERVALS`): from a registration to the last sign of
     /// life before it was judged lost, the last one open while it is up.
     #[serde(default)]
     pub up: Vec<UpInterval>,

@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 
 use xp_runtime::clock::UnixMillis;
-use xp_runtime::ids::{ExperimentId, TrialId};
+use xp_runtime::ids::{ExperimentId, NodeId, TrialId};
 use xp_runtime::protocol::{ReportRequest, TrialState, WorkerTelemetry};
 use xp_runtime::report::UsageReport;
 use xp_runtime::spec::{ExperimentSpec, Mode};
@@ -31,11 +31,12 @@ use xp_tune::report::{
     TrialSpan, Window,
 };
 
-use super::{AttemptRecord, CoreError, HeadCore, TrialRecord};
+use super::{AttemptRecord, CoreError, HeadCore, NodeRecord, TrialRecord};
 use crate::auth::Visibility;
+use crate::state::Catalog;
 
 /// What a report covers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ReportScope {
     /// One experiment (by full id: authorization resolved it).
     Experiment(ExperimentId),
@@ -44,9 +45,6 @@ pub enum ReportScope {
     /// Everything.
     Cluster,
 }
-
-/// At most this many up intervals are kept per node; the oldest go first.
-pub(super) const MAX_UP_INTERVALS: usize = 256;
 
 impl HeadCore {
     /// The report a request asks for, as `visible` may see it: an experiment
@@ -89,26 +87,110 @@ impl HeadCore {
         })
     }
 
-    /// The experiments a scope covers.
-    fn scope_experiments(&self, scope: &ReportScope) -> Vec<ExperimentId> {
-        match scope {
+    /// What the report of `scope` over the last `since_ms` at `now` reads,
+    /// copied as it is now (see [`ReportSnapshot`]); cheap whatever the
+    /// number of trials, but for the nodes, which are copied.
+    pub fn report_snapshot(
+        &self,
+        now: UnixMillis,
+        scope: &ReportScope,
+        since_ms: Option<u64>,
+    ) -> Result<ReportSnapshot, CoreError> {
+        if let ReportScope::Experiment(id) = scope
+            && !self.book.contains_experiment(*id)
+        {
+            return Err(CoreError::ExperimentNotFound { experiment_id: *id });
+        }
+        Ok(ReportSnapshot {
+            catalog: self.book.catalog(),
+            nodes: self
+                .membership
+                .nodes()
+                .map(|node| (node.id, node.clone()))
+                .collect(),
+            prices: self.price_list(),
+            scope: scope.clone(),
+            now,
+            since_ms,
+        })
+    }
+
+    /// The report for `scope` over the last `since_ms` (or since the scope's
+    /// first arrival), at `now`, computed here (see [`ReportSnapshot::report`]).
+    pub fn report(
+        &self,
+        now: UnixMillis,
+        scope: &ReportScope,
+        since_ms: Option<u64>,
+    ) -> Result<UsageReport, CoreError> {
+        Ok(self.report_snapshot(now, scope, since_ms)?.report())
+    }
+
+    /// The policy's prices as the maths takes them.
+    fn price_list(&self) -> PriceList {
+        PriceList {
+            prices: self.placement.policy().config().prices.clone(),
+        }
+    }
+
+    /// GPU-hours a trial's attempts were allocated and what they cost (`None`
+    /// without prices), a running attempt up to the last time its nodes were
+    /// heard from.
+    pub(crate) fn trial_usage(&self, trial: &TrialRecord) -> (f64, Option<f64>) {
+        let node = |id| self.membership.node(id);
+        let spans: Vec<AttemptSpan> = trial
+            .attempts
+            .iter()
+            .map(|attempt| attempt_span(node, trial, attempt, None))
+            .collect();
+        let end = spans
+            .iter()
+            .map(|span| span.end.unwrap_or(span.start))
+            .max()
+            .unwrap_or(0);
+        let start = spans.iter().map(|span| span.start).min().unwrap_or(0);
+        let used = maths::usage(&spans, Window { start, end }, &self.price_list());
+        (used.gpu_hours, used.cost)
+    }
+}
+
+/// What one report reads, copied from the core at one moment: the book's
+/// catalog (persistent maps, so the copy is a few reference counts whatever
+/// the number of trials), the nodes (each GPU's model, when it was last
+/// heard, the intervals it was up) and the prices. The head computes a
+/// report on it off its actor, so a cluster report of a million trials never
+/// holds up a scheduling decision.
+#[derive(Debug, Clone)]
+pub struct ReportSnapshot {
+    catalog: Catalog,
+    nodes: BTreeMap<NodeId, NodeRecord>,
+    prices: PriceList,
+    scope: ReportScope,
+    now: UnixMillis,
+    since_ms: Option<u64>,
+}
+
+impl ReportSnapshot {
+    /// The experiments the scope covers.
+    fn scope_experiments(&self) -> Vec<ExperimentId> {
+        match &self.scope {
             ReportScope::Experiment(id) => vec![*id],
             ReportScope::Team(team) => self
-                .book
+                .catalog
                 .specs()
                 .filter(|(_, spec)| &spec.team == team)
                 .map(|(id, _)| *id)
                 .collect(),
-            ReportScope::Cluster => self.book.experiment_ids().collect(),
+            ReportScope::Cluster => self.catalog.experiment_ids().collect(),
         }
     }
 
-    /// The trials of a scope that ever held a GPU: those whose telemetry can
+    /// The trials of the scope that ever held a GPU: those whose telemetry can
     /// say how busy their GPUs were.
-    pub fn report_gpu_trials(&self, scope: &ReportScope) -> Vec<TrialId> {
+    pub fn gpu_trials(&self) -> Vec<TrialId> {
         let mut trials = Vec::new();
-        for id in self.scope_experiments(scope) {
-            for (trial_id, trial) in self.book.trials_of(id) {
+        for id in self.scope_experiments() {
+            for (trial_id, trial) in self.catalog.trials_of(id) {
                 let held_gpus = trial
                     .attempts
                     .iter()
@@ -122,14 +204,34 @@ impl HeadCore {
         trials
     }
 
+    /// `report` with busy GPU-time from telemetry (per trial, its ranks'
+    /// windows; see [`Self::busy_spans`]) over the report's window.
+    pub fn add_busy_time(
+        &self,
+        report: &mut UsageReport,
+        telemetry: &[(TrialId, Vec<WorkerTelemetry>)],
+    ) {
+        let window = Window {
+            start: report.window_start,
+            end: report.window_end,
+        };
+        report.busy_gpu_hours = maths::busy_gpu_hours(&self.busy_spans(telemetry), window);
+        report.busy_utilization = report
+            .busy_gpu_hours
+            .and_then(|busy| maths::utilization(busy, report.available_gpu_hours));
+    }
+
     /// Telemetry (per trial, its ranks' windows) as spans of busy GPUs: each
     /// window from its first sample to the next window's (or its own last
     /// sample), at its mean GPU utilisation, times the GPUs the rank held in
     /// the attempt that ran then. Windows without GPU figures give nothing.
-    pub fn busy_spans(&self, telemetry: &[(TrialId, Vec<WorkerTelemetry>)]) -> Vec<BusySpan> {
+    pub(crate) fn busy_spans(
+        &self,
+        telemetry: &[(TrialId, Vec<WorkerTelemetry>)],
+    ) -> Vec<BusySpan> {
         let mut spans = Vec::new();
         for (trial_id, workers) in telemetry {
-            let Some(trial) = self.book.get_trial(*trial_id) else {
+            let Some(trial) = self.catalog.get_trial(*trial_id) else {
                 continue;
             };
             for worker in workers {
@@ -166,55 +268,50 @@ impl HeadCore {
         spans
     }
 
-    /// The report for `scope` over the last `since_ms` (or since the scope's
-    /// first arrival), at `now`. The window ends at `now`, or, without
+    /// The report of the snapshot's scope over its last `since_ms` (or since
+    /// the scope's first arrival), at its `now`. The window ends at `now`, or, without
     /// `since_ms` and with every trial of the scope finished, at the last finish.
-    pub fn report(
-        &self,
-        now: UnixMillis,
-        scope: &ReportScope,
-        since_ms: Option<u64>,
-    ) -> Result<UsageReport, CoreError> {
-        if let ReportScope::Experiment(id) = scope
-            && !self.book.contains_experiment(*id)
-        {
-            return Err(CoreError::ExperimentNotFound { experiment_id: *id });
-        }
-        let experiments = self.scope_experiments(scope);
-        let prices = self.price_list();
+    pub fn report(&self) -> UsageReport {
+        let (now, scope, since_ms) = (self.now, &self.scope, self.since_ms);
+        let experiments = self.scope_experiments();
+        let prices = &self.prices;
         let mut attempts = Vec::new();
         let mut trials = Vec::new();
-        let mut per_experiment: BTreeMap<ExperimentId, (Vec<TrialSpan>, Vec<AttemptSpan>)> =
-            BTreeMap::new();
+        // Each experiment's spans, as ranges of the two lists (held once: a
+        // million trials' spans are a few hundred megabytes).
+        let mut per_experiment = Vec::with_capacity(experiments.len());
         for id in &experiments {
-            let (experiment_trials, experiment_attempts) = self.experiment_spans(*id, now);
-            trials.extend(experiment_trials.iter().cloned());
-            attempts.extend(experiment_attempts.iter().cloned());
-            per_experiment.insert(*id, (experiment_trials, experiment_attempts));
+            let (trials_from, attempts_from) = (trials.len(), attempts.len());
+            self.experiment_spans(*id, now, &mut trials, &mut attempts);
+            per_experiment.push((
+                *id,
+                trials_from..trials.len(),
+                attempts_from..attempts.len(),
+            ));
         }
         let window = report_window(&trials, now, since_ms);
-        let used = maths::usage(&attempts, window, &prices);
-        let nodes = self.node_up_times(now);
+        let used = maths::usage(&attempts, window, prices);
+        let nodes = self.node_up_times();
         let available = maths::available_gpu_hours(&nodes, window);
         let queueing = maths::queueing(&trials, window);
         let returns = per_experiment
             .iter()
-            .filter_map(|(id, (experiment_trials, experiment_attempts))| {
-                let spec = &self.book.spec(*id);
+            .filter_map(|(id, experiment_trials, experiment_attempts)| {
+                let spec = self.catalog.spec(*id);
                 let metric = spec.search.metric.as_deref()?;
                 Some(maths::experiment_return(
                     *id,
                     metric,
                     spec.search.mode == Mode::Max,
                     spec.search.value.map(|value| value.per_unit),
-                    experiment_trials,
-                    experiment_attempts,
+                    &trials[experiment_trials.clone()],
+                    &attempts[experiment_attempts.clone()],
                     window,
-                    &prices,
+                    prices,
                 ))
             })
             .collect();
-        Ok(UsageReport {
+        UsageReport {
             scope: match scope {
                 ReportScope::Experiment(id) => format!("experiment {id}"),
                 ReportScope::Team(team) => format!("team {team}"),
@@ -235,50 +332,25 @@ impl HeadCore {
             busy_utilization: None,
             queueing,
             returns,
-            amdahl: self.amdahl_fits(scope, &experiments),
-        })
-    }
-
-    /// The policy's prices as the maths takes them.
-    fn price_list(&self) -> PriceList {
-        PriceList {
-            prices: self.placement.policy().config().prices.clone(),
+            amdahl: self.amdahl_fits(&experiments),
         }
     }
 
-    /// GPU-hours a trial's attempts were allocated and what they cost (`None`
-    /// without prices), a running attempt up to the last time its nodes were
-    /// heard from.
-    pub(crate) fn trial_usage(&self, trial: &TrialRecord) -> (f64, Option<f64>) {
-        let spans: Vec<AttemptSpan> = trial
-            .attempts
-            .iter()
-            .map(|attempt| self.attempt_span(trial, attempt, None))
-            .collect();
-        let end = spans
-            .iter()
-            .map(|span| span.end.unwrap_or(span.start))
-            .max()
-            .unwrap_or(0);
-        let start = spans.iter().map(|span| span.start).min().unwrap_or(0);
-        let used = maths::usage(&spans, Window { start, end }, &self.price_list());
-        (used.gpu_hours, used.cost)
-    }
-
     /// An experiment's trials (reused ones left out) and attempts as the maths
-    /// takes them.
+    /// takes them, added to `trials` and `attempts`.
     fn experiment_spans(
         &self,
         id: ExperimentId,
         now: UnixMillis,
-    ) -> (Vec<TrialSpan>, Vec<AttemptSpan>) {
-        let submitted_at = self.book.experiment(id).submitted_at;
-        let metric = self.book.spec(id).search.metric.as_deref();
-        let mut trials = Vec::new();
-        let mut attempts = Vec::new();
-        for (_, trial) in self.book.trials_of(id) {
+        trials: &mut Vec<TrialSpan>,
+        attempts: &mut Vec<AttemptSpan>,
+    ) {
+        let submitted_at = self.catalog.experiment(id).submitted_at;
+        let metric = self.catalog.spec(id).search.metric.as_deref();
+        let node = |id| self.nodes.get(&id);
+        for (_, trial) in self.catalog.trials_of(id) {
             for attempt in &trial.attempts {
-                attempts.push(self.attempt_span(trial, attempt, Some(now)));
+                attempts.push(attempt_span(node, trial, attempt, Some(now)));
             }
             if trial.reused_from.is_some() {
                 continue;
@@ -302,86 +374,18 @@ impl HeadCore {
                     .and_then(|metric| trial.metrics.get(metric).copied()),
             });
         }
-        (trials, attempts)
-    }
-
-    /// One attempt as the maths takes it; a live one runs to the window's end
-    /// when `now` is given, else to the last time its nodes were heard from.
-    fn attempt_span(
-        &self,
-        trial: &TrialRecord,
-        attempt: &AttemptRecord,
-        now: Option<UnixMillis>,
-    ) -> AttemptSpan {
-        let mut models: BTreeMap<String, f64> = BTreeMap::new();
-        for worker in &attempt.workers {
-            let node = self.membership.node(worker.node);
-            let share = f64::from(worker.gpu_milli) / GPU_MILLI as f64;
-            for index in &worker.gpu_indices {
-                let model = node
-                    .and_then(|node| node.resources.gpus.get(*index as usize))
-                    .map_or_else(|| "unknown".to_owned(), |gpu| gpu.model.clone());
-                *models.entry(model).or_default() += share;
-            }
-        }
-        let end = match (attempt.ended_at, now) {
-            (Some(end), _) => Some(end),
-            // Up to the window's end.
-            (None, Some(_)) => None,
-            (None, None) => Some(
-                attempt
-                    .workers
-                    .iter()
-                    .filter_map(|worker| self.membership.node(worker.node))
-                    .map(|node| node.last_seen)
-                    .max()
-                    .unwrap_or(attempt.placed_at)
-                    .max(attempt.placed_at),
-            ),
-        };
-        let cause = end_cause(attempt.outcome.as_deref());
-        let later = trial
-            .attempts
-            .iter()
-            .find(|next| next.number == attempt.number + 1);
-        let redone = cause != EndCause::None && (later.is_some() || !trial.state.is_terminal());
-        let resumed_checkpoint_at = match later {
-            Some(next) => next.resumed_checkpoint_at.filter(|_| {
-                next.resumed_from
-                    .is_some_and(|(_, written_by)| written_by == attempt.number)
-            }),
-            // Not started again yet: it will resume from the newest checkpoint.
-            None => trial
-                .checkpoints
-                .iter()
-                .rev()
-                .find(|checkpoint| checkpoint.attempt == attempt.number)
-                .map(|checkpoint| checkpoint.at),
-        };
-        AttemptSpan {
-            trial: trial.id,
-            start: attempt.placed_at,
-            end,
-            gpus: models
-                .into_iter()
-                .map(|(model, gpus)| GpuHold { model, gpus })
-                .collect(),
-            cause,
-            redone,
-            resumed_checkpoint_at,
-        }
     }
 
     /// Every node's GPUs over the intervals it was up; a node up now is up to `now`.
-    fn node_up_times(&self, now: UnixMillis) -> Vec<NodeUp> {
+    fn node_up_times(&self) -> Vec<NodeUp> {
         let mut up = Vec::new();
-        for node in self.membership.nodes() {
+        for node in self.nodes.values() {
             let gpus = node.resources.gpus.len() as f64;
             for interval in &node.up {
                 up.push(NodeUp {
                     gpus,
                     from: interval.from,
-                    to: Some(interval.to.unwrap_or(now)),
+                    to: Some(interval.to.unwrap_or(self.now)),
                 });
             }
         }
@@ -391,15 +395,12 @@ impl HeadCore {
     /// Amdahl fits for the work in scope: the experiments of one team with the
     /// same name and spec but for `parallel` and `workers`, finished, grouped;
     /// for one experiment, its group among its team's experiments.
-    fn amdahl_fits(
-        &self,
-        scope: &ReportScope,
-        in_scope: &[ExperimentId],
-    ) -> Vec<xp_runtime::report::AmdahlFit> {
+    fn amdahl_fits(&self, in_scope: &[ExperimentId]) -> Vec<xp_runtime::report::AmdahlFit> {
+        let scope = &self.scope;
         let candidates: Vec<ExperimentId> = match scope {
             ReportScope::Experiment(id) => {
-                let team = &self.book.spec(*id).team;
-                self.book
+                let team = &self.catalog.spec(*id).team;
+                self.catalog
                     .specs()
                     .filter(|(_, spec)| &spec.team == team)
                     .map(|(id, _)| *id)
@@ -409,7 +410,7 @@ impl HeadCore {
         };
         let mut groups: BTreeMap<(String, String, String), Vec<ExperimentId>> = BTreeMap::new();
         for id in candidates {
-            let spec = &self.book.spec(id);
+            let spec = self.catalog.spec(id);
             groups
                 .entry((spec.team.clone(), spec.name.clone(), work_key(spec)))
                 .or_default()
@@ -447,11 +448,11 @@ impl HeadCore {
     /// How long a finished experiment's work took (first placement to last
     /// finish) and at what parallelism (trials at once × workers per trial).
     fn measure(&self, id: ExperimentId) -> Option<(Measurement, u32, u32)> {
-        let spec = &self.book.spec(id);
+        let spec = self.catalog.spec(id);
         let mut first_start: Option<UnixMillis> = None;
         let mut last_finish: Option<UnixMillis> = None;
         let mut count = 0u32;
-        for (_, trial) in self.book.trials_of(id) {
+        for (_, trial) in self.catalog.trials_of(id) {
             if !trial.state.is_terminal()
                 || trial.reused_from.is_some()
                 || trial.state == TrialState::Cancelled
@@ -476,6 +477,74 @@ impl HeadCore {
             parallel,
             workers,
         ))
+    }
+}
+
+/// One attempt as the maths takes it, its nodes looked up by `node`; a live
+/// one runs to the window's end when `now` is given, else to the last time
+/// its nodes were heard from.
+fn attempt_span<'a>(
+    node: impl Fn(NodeId) -> Option<&'a NodeRecord>,
+    trial: &TrialRecord,
+    attempt: &AttemptRecord,
+    now: Option<UnixMillis>,
+) -> AttemptSpan {
+    let mut models: BTreeMap<String, f64> = BTreeMap::new();
+    for worker in &attempt.workers {
+        let node = node(worker.node);
+        let share = f64::from(worker.gpu_milli) / GPU_MILLI as f64;
+        for index in &worker.gpu_indices {
+            let model = node
+                .and_then(|node| node.resources.gpus.get(*index as usize))
+                .map_or_else(|| "unknown".to_owned(), |gpu| gpu.model.clone());
+            *models.entry(model).or_default() += share;
+        }
+    }
+    let end = match (attempt.ended_at, now) {
+        (Some(end), _) => Some(end),
+        // Up to the window's end.
+        (None, Some(_)) => None,
+        (None, None) => Some(
+            attempt
+                .workers
+                .iter()
+                .filter_map(|worker| node(worker.node))
+                .map(|node| node.last_seen)
+                .max()
+                .unwrap_or(attempt.placed_at)
+                .max(attempt.placed_at),
+        ),
+    };
+    let cause = end_cause(attempt.outcome.as_deref());
+    let later = trial
+        .attempts
+        .iter()
+        .find(|next| next.number == attempt.number + 1);
+    let redone = cause != EndCause::None && (later.is_some() || !trial.state.is_terminal());
+    let resumed_checkpoint_at = match later {
+        Some(next) => next.resumed_checkpoint_at.filter(|_| {
+            next.resumed_from
+                .is_some_and(|(_, written_by)| written_by == attempt.number)
+        }),
+        // Not started again yet: it will resume from the newest checkpoint.
+        None => trial
+            .checkpoints
+            .iter()
+            .rev()
+            .find(|checkpoint| checkpoint.attempt == attempt.number)
+            .map(|checkpoint| checkpoint.at),
+    };
+    AttemptSpan {
+        trial: trial.id,
+        start: attempt.placed_at,
+        end,
+        gpus: models
+            .into_iter()
+            .map(|(model, gpus)| GpuHold { model, gpus })
+            .collect(),
+        cause,
+        redone,
+        resumed_checkpoint_at,
     }
 }
 

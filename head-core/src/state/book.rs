@@ -19,7 +19,7 @@
 //! (`inactive_counts`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::ops::Bound;
+use std::ops::Deref;
 use std::sync::Arc;
 
 use xp_runtime::clock::UnixMillis;
@@ -29,14 +29,15 @@ use xp_runtime::spec::ExperimentSpec;
 
 use crate::{ExperimentRecord, Record, TrialRecord};
 
+mod catalog;
+
+pub(crate) use self::catalog::Catalog;
+
 /// Experiments and trials, and the numbering of their events.
 #[derive(Debug)]
 pub(crate) struct Book {
-    experiments: BTreeMap<ExperimentId, ExperimentRecord>,
-    specs: BTreeMap<ExperimentId, ExperimentSpec>,
-    /// Shared with the registry's committed copy until changed: a finished
-    /// trial is held once.
-    trials: BTreeMap<TrialId, Arc<TrialRecord>>,
+    /// Experiments, specs and trials; the book's reads are its (`Deref`).
+    catalog: Catalog,
     next_event_seq: u64,
     /// Succeeded trials that ran themselves, by trial identity: what new
     /// trials may reuse.
@@ -78,9 +79,7 @@ impl Revisions {
 impl Default for Book {
     fn default() -> Self {
         Self {
-            experiments: BTreeMap::new(),
-            specs: BTreeMap::new(),
-            trials: BTreeMap::new(),
+            catalog: Catalog::default(),
             next_event_seq: 1,
             reusable: BTreeMap::new(),
             dirty_experiments: BTreeSet::new(),
@@ -115,6 +114,22 @@ fn uncount(counts: &mut BTreeMap<InactiveKey, u64>, key: InactiveKey) {
     }
 }
 
+/// The map of `records` by id, its leaves full. Inserted in order, the map's
+/// leaves split in half and stay half full (40 MB more at a million trials);
+/// every other record first, then the rest, fills the half-full leaves
+/// without splitting them again.
+fn packed(mut records: Vec<Arc<TrialRecord>>) -> imbl::OrdMap<TrialId, Arc<TrialRecord>> {
+    if !records.is_sorted_by_key(|record| record.id) {
+        records.sort_unstable_by_key(|record| record.id);
+    }
+    let mut trials = imbl::OrdMap::new();
+    let (even, odd) = (records.iter().step_by(2), records.iter().skip(1).step_by(2));
+    for record in even.chain(odd) {
+        trials.insert(record.id, Arc::clone(record));
+    }
+    trials
+}
+
 /// Whether `trial` is unfinished or one of its workers holds resources.
 fn is_active(trial: &TrialRecord) -> bool {
     !trial.state.is_terminal()
@@ -125,30 +140,33 @@ fn is_active(trial: &TrialRecord) -> bool {
             .any(|worker| worker.state.holds_resources())
 }
 
-/// Every trial id an experiment can have, for range queries over trials.
-fn trial_range(experiment: ExperimentId) -> std::ops::RangeInclusive<TrialId> {
-    TrialId {
-        experiment,
-        index: 0,
-    }..=TrialId {
-        experiment,
-        index: u32::MAX,
+impl Deref for Book {
+    type Target = Catalog;
+
+    /// The book's reads: what a copy of it ([`Book::catalog`]) answers too.
+    fn deref(&self) -> &Catalog {
+        &self.catalog
     }
 }
 
 impl Book {
+    /// A copy of the experiments, specs and trials as they are now, for a
+    /// read off the actor: a few reference counts, whatever their size.
+    pub(crate) fn catalog(&self) -> Catalog {
+        self.catalog.clone()
+    }
+
     /// Takes back a stored experiment and its spec, not to be persisted again.
     pub(crate) fn restore_experiment(&mut self, record: ExperimentRecord, spec: ExperimentSpec) {
         self.revisions.bump(record.id);
-        self.specs.insert(record.id, spec);
-        self.experiments.insert(record.id, record);
+        self.catalog.specs.insert(record.id, spec);
+        self.catalog.experiments.insert(record.id, record);
     }
 
     /// Takes back stored trials, not to be persisted again. Into an empty
-    /// book (a start) the map is built at once, with packed nodes: inserting
-    /// a million trials in order leaves its nodes half full.
+    /// book (a start) the counts are made in one pass and the map at once.
     pub(crate) fn restore_trials(&mut self, records: Vec<Arc<TrialRecord>>) {
-        if !self.trials.is_empty() {
+        if !self.catalog.trials.is_empty() {
             records
                 .into_iter()
                 .for_each(|record| self.restore_trial(record));
@@ -165,14 +183,15 @@ impl Book {
                 *self.inactive.entry(inactive_key(record)).or_default() += 1;
             }
         }
-        self.trials = records
-            .into_iter()
-            .map(|record| (record.id, record))
-            .collect();
-        if self.trials.len() < self.active.len() + self.inactive.values().sum::<u64>() as usize {
+        self.catalog.trials = packed(records);
+        if self.catalog.trials.len()
+            < self.active.len() + self.inactive.values().sum::<u64>() as usize
+        {
             // Two records of one trial: count them again as one by one.
-            let records: Vec<Arc<TrialRecord>> =
-                std::mem::take(&mut self.trials).into_values().collect();
+            let records: Vec<Arc<TrialRecord>> = std::mem::take(&mut self.catalog.trials)
+                .into_iter()
+                .map(|(_, record)| record)
+                .collect();
             self.active.clear();
             self.inactive.clear();
             records
@@ -189,7 +208,7 @@ impl Book {
         self.revisions.bump(record.id.experiment);
         // A record that replaces one (none does today) keeps the counts exact.
         let listed = self.active.contains(&record.id);
-        if let Some(old) = self.trials.get(&record.id)
+        if let Some(old) = self.catalog.trials.get(&record.id)
             && !listed
         {
             uncount(&mut self.inactive, inactive_key(old));
@@ -199,7 +218,7 @@ impl Book {
         } else {
             *self.inactive.entry(inactive_key(&record)).or_default() += 1;
         }
-        self.trials.insert(record.id, record);
+        self.catalog.trials.insert(record.id, record);
     }
 
     /// `experiment`'s revision: it and its trials are as they were while it
@@ -246,79 +265,17 @@ impl Book {
         self.with_pending.contains(&experiment)
     }
 
-    /// An experiment the book holds (see the invariants).
-    pub(crate) fn experiment(&self, id: ExperimentId) -> &ExperimentRecord {
-        self.experiments
-            .get(&id)
-            .expect("an experiment named by a trial or a lookup is in the book")
-    }
-
-    /// An experiment, if the book holds it.
-    pub(crate) fn get_experiment(&self, id: ExperimentId) -> Option<&ExperimentRecord> {
-        self.experiments.get(&id)
-    }
-
     /// An experiment to change; it is persisted.
     pub(crate) fn experiment_mut(&mut self, id: ExperimentId) -> Option<&mut ExperimentRecord> {
-        let record = self.experiments.get_mut(&id)?;
+        let record = self.catalog.experiments.get_mut(&id)?;
         self.dirty_experiments.insert(id);
         self.revisions.bump(id);
         Some(record)
     }
 
-    /// Whether the book holds the experiment.
-    pub(crate) fn contains_experiment(&self, id: ExperimentId) -> bool {
-        self.experiments.contains_key(&id)
-    }
-
-    /// Every experiment, by id.
-    pub(crate) fn experiments(&self) -> impl DoubleEndedIterator<Item = &ExperimentRecord> {
-        self.experiments.values()
-    }
-
-    /// Every experiment's id, in order.
-    pub(crate) fn experiment_ids(&self) -> impl DoubleEndedIterator<Item = ExperimentId> + '_ {
-        self.experiments.keys().copied()
-    }
-
-    /// How many experiments the book holds.
-    pub(crate) fn experiment_count(&self) -> usize {
-        self.experiments.len()
-    }
-
-    /// The spec of an experiment the book holds.
-    pub(crate) fn spec(&self, experiment: ExperimentId) -> &ExperimentSpec {
-        self.specs
-            .get(&experiment)
-            .expect("every experiment in the book has its spec")
-    }
-
-    /// Every experiment's spec, by id.
-    pub(crate) fn specs(&self) -> impl Iterator<Item = (&ExperimentId, &ExperimentSpec)> {
-        self.specs.iter()
-    }
-
-    /// The spec of an experiment, if the book holds it.
-    pub(crate) fn get_spec(&self, experiment: ExperimentId) -> Option<&ExperimentSpec> {
-        self.specs.get(&experiment)
-    }
-
-    /// A trial the book holds (see the invariants).
-    pub(crate) fn trial(&self, id: TrialId) -> &TrialRecord {
-        self.trials
-            .get(&id)
-            .expect("a trial named by an attempt, a report or a lookup is in the book")
-            .as_ref()
-    }
-
-    /// A trial, if the book holds it.
-    pub(crate) fn get_trial(&self, id: TrialId) -> Option<&TrialRecord> {
-        self.trials.get(&id).map(Arc::as_ref)
-    }
-
     /// A trial to change; it is persisted.
     pub(crate) fn trial_mut(&mut self, id: TrialId) -> Option<&mut TrialRecord> {
-        let record = self.trials.get_mut(&id)?;
+        let record = self.catalog.trials.get_mut(&id)?;
         self.dirty_trials.insert(id);
         if self.active.insert(id) {
             uncount(&mut self.inactive, inactive_key(record));
@@ -328,22 +285,12 @@ impl Book {
         Some(Arc::make_mut(record))
     }
 
-    /// Whether the book holds the trial.
-    pub(crate) fn contains_trial(&self, id: TrialId) -> bool {
-        self.trials.contains_key(&id)
-    }
-
-    /// Every trial, by id.
-    pub(crate) fn trials(&self) -> impl DoubleEndedIterator<Item = &TrialRecord> {
-        self.trials.values().map(Arc::as_ref)
-    }
-
     /// Every trial unfinished or holding resources, and perhaps a few others
     /// (changed since the last `take_records`), in id order.
     pub(crate) fn active_trials(&self) -> impl Iterator<Item = &TrialRecord> {
         self.active
             .iter()
-            .filter_map(|id| self.trials.get(id).map(Arc::as_ref))
+            .filter_map(|id| self.catalog.trials.get(id).map(Arc::as_ref))
     }
 
     /// How many trials not among [`Book::active_trials`] there are, by
@@ -356,7 +303,7 @@ impl Book {
     /// active trials, or the others are not counted as they are.
     pub(crate) fn check_active_trials(&self) {
         let mut inactive: BTreeMap<InactiveKey, u64> = BTreeMap::new();
-        for trial in self.trials() {
+        for trial in self.catalog.trials() {
             assert!(
                 !is_active(trial) || self.active.contains(&trial.id),
                 "trial {} is unfinished or holds resources but is not listed active",
@@ -367,32 +314,6 @@ impl Book {
             }
         }
         assert_eq!(inactive, self.inactive, "the inactive trials' counts");
-    }
-
-    /// The trials of one experiment by index, each with its id.
-    pub(crate) fn trials_of(
-        &self,
-        experiment: ExperimentId,
-    ) -> impl DoubleEndedIterator<Item = (&TrialId, &TrialRecord)> {
-        self.trials
-            .range(trial_range(experiment))
-            .map(|(id, trial)| (id, trial.as_ref()))
-    }
-
-    /// The trials between two bounds, by id (a page's listing).
-    pub(crate) fn trials_between(
-        &self,
-        start: Bound<TrialId>,
-        end: Bound<TrialId>,
-    ) -> impl DoubleEndedIterator<Item = &TrialRecord> {
-        self.trials
-            .range((start, end))
-            .map(|(_, trial)| trial.as_ref())
-    }
-
-    /// How many trials the book holds.
-    pub(crate) fn trial_count(&self) -> usize {
-        self.trials.len()
     }
 
     /// Numbers an event; returns it, for persisting.
@@ -453,10 +374,16 @@ impl Book {
     pub(crate) fn take_records(&mut self) -> Vec<Record> {
         let experiments = std::mem::take(&mut self.dirty_experiments)
             .into_iter()
-            .filter_map(|id| self.experiments.get(&id).cloned().map(Record::Experiment));
+            .filter_map(|id| {
+                self.catalog
+                    .experiments
+                    .get(&id)
+                    .cloned()
+                    .map(Record::Experiment)
+            });
         let mut records: Vec<Record> = experiments.collect();
         for id in std::mem::take(&mut self.dirty_trials) {
-            let Some(trial) = self.trials.get(&id) else {
+            let Some(trial) = self.catalog.trials.get(&id) else {
                 continue;
             };
             if !is_active(trial) && self.active.remove(&id) {

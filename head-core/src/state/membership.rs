@@ -19,7 +19,6 @@ use xp_runtime::ids::NodeId;
 use xp_runtime::protocol::{NodeRegistration, NodeState};
 
 use super::troubles::NodeTroubles;
-use crate::usage::MAX_UP_INTERVALS;
 use crate::{NodeRecord, Record, UpInterval};
 
 /// How long a node may be silent before it is judged lost.
@@ -41,6 +40,9 @@ pub(crate) struct Silent {
     /// It never came back after the head restarted.
     pub(crate) never_returned: bool,
 }
+
+/// At most this many up intervals are kept per node; the oldest go first.
+pub(crate) const MAX_UP_INTERVALS: usize = 256;
 
 /// The nodes the head knows.
 #[derive(Debug, Default)]

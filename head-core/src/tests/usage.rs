@@ -76,6 +76,29 @@ fn known_schedule() -> (HeadCore, NodeId, ExperimentId) {
     (core, node, experiment)
 }
 
+/// A report's snapshot reads the book as it was when taken, however the
+/// book changes while the head computes the report off its actor.
+#[test]
+fn a_snapshot_reads_the_book_as_it_was_when_taken() {
+    let (mut core, node, _) = known_schedule();
+    let scope = ReportScope::Cluster;
+    let before = core.report(2 * HOUR, &scope, None).unwrap();
+    let snapshot = core.report_snapshot(2 * HOUR, &scope, None).unwrap();
+    // New work runs and fails, and the node leaves, after the snapshot.
+    let other = SWEEP.replace("two", "three").replace("sleep", "echo");
+    submit(&mut core, HOUR + 2_000, &other, false);
+    let placed = launches(&commands(&mut core));
+    assert_eq!(placed.len(), 2);
+    for (host, key) in &placed {
+        let started = WorkerReport::Started { key: *key, pid: 9 };
+        report(&mut core, HOUR + 2_000, *host, started);
+    }
+    exited(&mut core, HOUR + 3_000, node, placed[0].1, 1);
+    core.handle_node_left(HOUR + 4_000, node);
+    assert_ne!(core.report(2 * HOUR, &scope, None).unwrap(), before);
+    assert_eq!(snapshot.report(), before);
+}
+
 fn close(actual: f64, expected: f64) {
     assert!((actual - expected).abs() < 1e-9, "{actual} != {expected}");
 }
@@ -337,8 +360,9 @@ fn busy_gpu_time_comes_from_telemetry_windows() {
         }],
     )];
     let scope = ReportScope::Experiment(experiment);
-    assert_eq!(core.report_gpu_trials(&scope).len(), 2);
-    let spans = core.busy_spans(&telemetry);
+    let snapshot = core.report_snapshot(2 * HOUR, &scope, None).unwrap();
+    assert_eq!(snapshot.gpu_trials().len(), 2);
+    let spans = snapshot.busy_spans(&telemetry);
     assert_eq!(spans.len(), 2);
     let busy = xp_tune::report::busy_gpu_hours(
         &spans,
@@ -359,5 +383,5 @@ fn busy_gpu_time_comes_from_telemetry_windows() {
             windows: vec![cpu_only],
         }],
     )];
-    assert!(core.busy_spans(&none).is_empty());
+    assert!(snapshot.busy_spans(&none).is_empty());
 }

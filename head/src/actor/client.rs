@@ -85,21 +85,31 @@ impl HeadState {
         });
         let answer = match served {
             Ok(Served::Answer(response)) => Ok(Answer::Response(response)),
-            Ok(Served::Stored(read)) => self.read_stored(now, read),
+            Ok(Served::Stored(read)) => return self.read_stored(now, myself, read, reply),
             Ok(Served::Connection(work)) => Ok(Answer::Connection(work)),
             Err(error) => Err(error.into()),
         };
         let _ = reply.send(answer);
     }
 
-    /// A read of the stored history a request needs.
-    fn read_stored(&mut self, now: UnixMillis, read: StoredRead) -> Result<Answer, RemoteError> {
+    /// A read of the stored history a request needs, answered on `reply` (a
+    /// report once it is computed off the actor).
+    fn read_stored(
+        &mut self,
+        now: UnixMillis,
+        myself: &ActorRef<HeadMsg>,
+        read: StoredRead,
+        reply: Reply<Answer>,
+    ) {
         let response = match read {
             StoredRead::Events {
                 experiment,
                 after,
                 wait_ms,
-            } => return self.read_events(experiment, after, wait_ms),
+            } => {
+                let _ = reply.send(self.read_events(experiment, after, wait_ms));
+                return;
+            }
             StoredRead::TrialEvents { trial, limit } => self.trial_events(trial, limit),
             StoredRead::MetricHistory {
                 trial,
@@ -110,9 +120,14 @@ impl HeadState {
                 .map(Response::Metrics),
             StoredRead::Telemetry(trial) => self.telemetry_of(trial).map(Response::Telemetry),
             StoredRead::Audit { limit } => self.audit_trail(limit).map(Response::Audit),
-            StoredRead::Report { request, visible } => self.report_cached(now, &request, &visible),
+            StoredRead::Report { request, visible } => {
+                let answered = move |report: Result<Response, RemoteError>| {
+                    let _ = reply.send(report.map(Answer::Response));
+                };
+                return self.report_cached(now, myself, &request, &visible, Box::new(answered));
+            }
         };
-        response.map(Answer::Response)
+        let _ = reply.send(response.map(Answer::Response));
     }
 
     /// An experiment's stored events after `after`; none and `wait_ms` > 0:

@@ -131,6 +131,8 @@ pub(crate) enum HeadMsg {
     Alert(AlertMsg),
     /// The HTTP API reads (`reads`).
     Read(Read),
+    /// A report computed off the actor (`report`).
+    ReportComputed(Box<report::ComputedReport>),
 }
 
 impl HeadMsg {
@@ -493,7 +495,10 @@ impl Actor for HeadActor {
             HeadMsg::Request(asked) => state.serve_request(now, myself, asked),
             // Reads are CPU work of up to tens of milliseconds: the worker
             // thread hands its other tasks (QUIC clients, HTTP) to another.
-            HeadMsg::Read(read) => tokio::task::block_in_place(|| state.answer_read(now, read)),
+            HeadMsg::Read(read) => {
+                tokio::task::block_in_place(|| state.answer_read(now, myself, read))
+            }
+            HeadMsg::ReportComputed(computed) => state.report_computed(*computed),
             HeadMsg::Flush => state.flushed(now),
             HeadMsg::Tick => {
                 state.args.pulse.beat();

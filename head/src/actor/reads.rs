@@ -6,6 +6,7 @@
 //! Not here: what QUIC clients ask (`client`, through the core's request
 //! table); these reads have no wire request of their own.
 
+use ractor::ActorRef;
 use xp_head_core::auth::Visibility;
 use xp_head_core::metrics::MetricsSnapshot;
 use xp_head_core::pages::{
@@ -18,7 +19,7 @@ use xp_runtime::protocol::{
     MetricPoint, NodeStatus, QueueStatus, RemoteError, Response, TrialStatus, TrialTelemetry,
 };
 
-use super::{DashboardQuery, HeadState, Reply, client, dashboard};
+use super::{DashboardQuery, HeadMsg, HeadState, Reply, client, dashboard};
 
 /// One read of the HTTP API, with where its answer goes.
 #[derive(Debug)]
@@ -179,7 +180,7 @@ fn answer<T>(reply: Reply<T>, result: Result<T, RemoteError>) {
 
 impl HeadState {
     /// Answers one read.
-    pub(super) fn answer_read(&mut self, now: UnixMillis, read: Read) {
+    pub(super) fn answer_read(&mut self, now: UnixMillis, myself: &ActorRef<HeadMsg>, read: Read) {
         let core = &self.args.core;
         match read {
             Read::Pipelines {
@@ -248,7 +249,13 @@ impl HeadState {
                 request,
                 visible,
                 reply,
-            } => answer(reply, self.report_cached(now, &request, &visible)),
+            } => self.report_cached(
+                now,
+                myself,
+                &request,
+                &visible,
+                Box::new(move |answered| answer(reply, answered)),
+            ),
             Read::MetricsSnapshot(reply) => answer(reply, Ok(core.metrics_snapshot())),
             Read::BlobsInUse(reply) => answer(reply, Ok(core.blobs_in_use())),
             Read::Dashboard {

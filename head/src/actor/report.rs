@@ -2,27 +2,34 @@
 //! from the telemetry the registry keeps (read here, since the core does no
 //! I/O), for the trials of the scope that held GPUs.
 //!
-//! A team's or the cluster's report walks every trial of its scope and reads
-//! up to [`MAX_TELEMETRY_TRIALS`] telemetry ranges inside the actor (the
-//! core's state and the registry's one database handle live here; copying
-//! the spans out would cost about what computing them does). So that viewers
-//! cannot stall the head with it, [`ReportCache`] answers a repeated request
-//! from a report at most [`FRESH_MS`] old, and bounds the actor time spent
-//! computing reports to [`BUDGET_MS`] per [`BUDGET_WINDOW_MS`]: beyond it a
-//! request is refused as retryable (`TooManyPending`, with when to retry).
+//! A team's or the cluster's report walks every trial of its scope (a
+//! million, a second of CPU). It runs on a blocking thread, on a
+//! [`ReportSnapshot`] the actor takes in a few microseconds (the book's maps
+//! are persistent), so it never holds up a scheduling decision; the result
+//! comes back to the actor ([`ComputedReport`]), which reads up to
+//! [`MAX_TELEMETRY_TRIALS`] telemetry ranges (the registry's one database
+//! handle lives here), keeps the report, and answers everyone who asked for
+//! it meanwhile. So that viewers cannot take the head's CPU with it,
+//! [`ReportCache`] answers a repeated request from a report at most
+//! [`FRESH_MS`] old, computes at most [`MAX_COMPUTING`] at once, and bounds
+//! the time spent computing reports to [`BUDGET_MS`] per
+//! [`BUDGET_WINDOW_MS`]: beyond these a request is refused as retryable
+//! (`TooManyPending`, with when to retry).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+
+use ractor::ActorRef;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
-
+use tracing::debug;
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::TrialId;
 use xp_runtime::protocol::{RemoteError, ReportRequest, Response, WorkerTelemetry};
 use xp_runtime::report::UsageReport;
-use xp_tune::report::{Window, busy_gpu_hours, utilization};
 
-use super::HeadState;
-use xp_head_core::ReportScope;
+use super::{HeadMsg, HeadState};
 use xp_head_core::auth::Visibility;
+use xp_head_core::{ReportScope, ReportSnapshot};
 
 /// Beyond this many GPU trials in scope, busy GPU-time is not read (one
 /// registry range per trial): the report says `null` rather than stall the
@@ -33,20 +40,45 @@ const MAX_TELEMETRY_TRIALS: usize = 2_000;
 pub(super) const FRESH_MS: u64 = 5_000;
 /// The window over which report computations are budgeted.
 pub(super) const BUDGET_WINDOW_MS: u64 = 10_000;
-/// The actor time report computations may take per window (a tenth).
+/// The time report computations may take per window (a tenth of a core).
 pub(super) const BUDGET_MS: u64 = 1_000;
+/// The most reports computed at once (each on a blocking thread).
+const MAX_COMPUTING: usize = 2;
 /// The most reports kept.
 const MAX_CACHED: usize = 32;
 
-/// Recent reports by (scope, `since`), and how long recent computations took.
-/// Pure but for [`ReportCache::now`]: times are milliseconds of a monotonic
-/// clock, passed in.
+/// A report request's key: its scope and window.
+type ReportKey = (ReportScope, Option<u64>);
+
+/// Where a report's answer goes.
+pub(super) type ReportReply = Box<dyn FnOnce(Result<Response, RemoteError>) + Send>;
+
+/// A report being computed off the actor, and who waits for it.
+struct Computing {
+    /// The blocking thread's task (it sends [`HeadMsg::ReportComputed`]).
+    _task: JoinHandle<()>,
+    waiting: Vec<ReportReply>,
+}
+
+/// A report computed off the actor, back for its busy time and its waiters.
 #[derive(Debug)]
+pub(crate) struct ComputedReport {
+    key: ReportKey,
+    snapshot: ReportSnapshot,
+    report: UsageReport,
+    gpu_trials: Vec<TrialId>,
+    took_ms: u64,
+}
+
+/// Recent reports by (scope, `since`), those being computed, and how long
+/// recent computations took. Pure but for [`ReportCache::now`]: times are
+/// milliseconds of a monotonic clock, passed in.
 pub(crate) struct ReportCache {
     epoch: Instant,
     reports: VecDeque<(ReportScope, Option<u64>, u64, UsageReport)>,
     /// (when it ended, how long it took) of each computation in the window.
     spent: VecDeque<(u64, u64)>,
+    computing: HashMap<ReportKey, Computing>,
 }
 
 impl ReportCache {
@@ -55,6 +87,7 @@ impl ReportCache {
             epoch: Instant::now(),
             reports: VecDeque::new(),
             spent: VecDeque::new(),
+            computing: HashMap::new(),
         }
     }
 
@@ -76,6 +109,10 @@ impl ReportCache {
 
     /// Whether a computation may start at `now`; else how many ms to wait.
     fn admit(&mut self, now: u64) -> Result<(), u64> {
+        if self.computing.len() >= MAX_COMPUTING {
+            // About what one report of many trials takes.
+            return Err(1_000);
+        }
         while self
             .spent
             .front()
@@ -112,49 +149,65 @@ impl ReportCache {
 }
 
 impl HeadState {
-    /// The report `request` asks for, as `visible` may see it: a fresh one
-    /// kept for the same scope, else one computed when the budget allows.
+    /// Answers the report `request` asks for, as `visible` may see it: from a
+    /// fresh one kept for the same scope, else once one computed off the
+    /// actor comes back (see the module's comment).
     pub(super) fn report_cached(
         &mut self,
         now: UnixMillis,
+        myself: &ActorRef<HeadMsg>,
         request: &ReportRequest,
         visible: &Visibility,
-    ) -> Result<Response, RemoteError> {
+        reply: ReportReply,
+    ) {
         // Authorization first: a kept report is only shown to who may see it.
-        let scope = self.args.core.report_scope(request, visible)?;
+        let scope = match self.args.core.report_scope(request, visible) {
+            Ok(scope) => scope,
+            Err(refused) => return reply(Err(refused.into())),
+        };
         let clock = self.reports.now();
         if let Some(report) = self.reports.fresh(&scope, request.since_ms, clock) {
-            return Ok(Response::Report(Box::new(report.clone())));
+            return reply(Ok(Response::Report(Box::new(report.clone()))));
+        }
+        let key = (scope, request.since_ms);
+        if let Some(computing) = self.reports.computing.get_mut(&key) {
+            computing.waiting.push(reply);
+            return;
         }
         if let Err(wait_ms) = self.reports.admit(clock) {
-            return Err(RemoteError::retry_later(
+            return reply(Err(RemoteError::retry_later(
                 "the head is busy computing other reports; retry shortly",
                 wait_ms,
-            ));
+            )));
         }
-        let started = Instant::now();
-        let report = self.report(now, &scope, request.since_ms)?;
-        let took = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let ended = self.reports.now();
-        self.reports
-            .record(scope, request.since_ms, ended, took, report.clone());
-        Ok(Response::Report(Box::new(report)))
+        let snapshot = match self.args.core.report_snapshot(now, &key.0, key.1) {
+            Ok(snapshot) => snapshot,
+            Err(error) => return reply(Err(error.into())),
+        };
+        let task = compute_off_actor(myself.clone(), key.clone(), snapshot);
+        self.reports.computing.insert(
+            key,
+            Computing {
+                _task: task,
+                waiting: vec![reply],
+            },
+        );
     }
 
-    /// Computes the report of `scope` over `since_ms` at `now`.
-    fn report(
-        &self,
-        now: UnixMillis,
-        scope: &ReportScope,
-        since_ms: Option<u64>,
-    ) -> Result<UsageReport, RemoteError> {
-        let core = &self.args.core;
-        let mut report = core.report(now, scope, since_ms)?;
-        let trials = core.report_gpu_trials(scope);
-        if !trials.is_empty() && trials.len() <= MAX_TELEMETRY_TRIALS {
+    /// A report computed off the actor: busy time from the stored telemetry
+    /// of its GPU trials (up to [`MAX_TELEMETRY_TRIALS`]), kept, answered.
+    pub(super) fn report_computed(&mut self, computed: ComputedReport) {
+        let ComputedReport {
+            key,
+            snapshot,
+            mut report,
+            gpu_trials,
+            took_ms,
+        } = computed;
+        if !gpu_trials.is_empty() && gpu_trials.len() <= MAX_TELEMETRY_TRIALS {
             let telemetry: Vec<(TrialId, Vec<WorkerTelemetry>)> =
                 tokio::task::block_in_place(|| {
-                    trials
+                    gpu_trials
                         .iter()
                         .filter_map(|trial| {
                             // An unreadable store (an outage) leaves busy time unknown.
@@ -166,17 +219,44 @@ impl HeadState {
                         })
                         .collect()
                 });
-            let window = Window {
-                start: report.window_start,
-                end: report.window_end,
-            };
-            report.busy_gpu_hours = busy_gpu_hours(&core.busy_spans(&telemetry), window);
-            report.busy_utilization = report
-                .busy_gpu_hours
-                .and_then(|busy| utilization(busy, report.available_gpu_hours));
+            snapshot.add_busy_time(&mut report, &telemetry);
         }
-        Ok(report)
+        debug!(scope = ?key.0, took_ms, "report computed");
+        let ended = self.reports.now();
+        let waiting = self
+            .reports
+            .computing
+            .remove(&key)
+            .map(|computing| computing.waiting)
+            .unwrap_or_default();
+        self.reports
+            .record(key.0, key.1, ended, took_ms, report.clone());
+        for reply in waiting {
+            reply(Ok(Response::Report(Box::new(report.clone()))));
+        }
     }
+}
+
+/// Computes `snapshot`'s report on a blocking thread and sends it to the actor.
+fn compute_off_actor(
+    head: ActorRef<HeadMsg>,
+    key: ReportKey,
+    snapshot: ReportSnapshot,
+) -> JoinHandle<()> {
+    tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let report = snapshot.report();
+        let gpu_trials = snapshot.gpu_trials();
+        let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        // A stopped actor drops its waiters' replies, which tells them.
+        let _ = head.cast(HeadMsg::ReportComputed(Box::new(ComputedReport {
+            key,
+            snapshot,
+            report,
+            gpu_trials,
+            took_ms,
+        })));
+    })
 }
 
 #[cfg(test)]

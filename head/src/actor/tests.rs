@@ -612,3 +612,45 @@ async fn a_request_whose_caller_gave_up_is_skipped_not_served() {
         "{rendered}"
     );
 }
+
+/// Reports are computed off the actor and answered when they come back:
+/// requests that arrive meanwhile (the same report, an unknown experiment's,
+/// other reads) are all answered, and alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_computed_off_the_actor_answer_everyone_who_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (actor, _) = must_spawn_in(dir.path()).await;
+    ask(&actor, Request::Submit(submission("reported", 3)))
+        .await
+        .unwrap();
+    let cluster = || {
+        Request::Report(xp_runtime::protocol::ReportRequest {
+            experiment: None,
+            team: None,
+            since_ms: None,
+        })
+    };
+    let unknown = Request::Report(xp_runtime::protocol::ReportRequest {
+        experiment: Some("0123456789abcdef".to_owned()),
+        team: None,
+        since_ms: None,
+    });
+    let (first, second, third, missing, listed) = tokio::join!(
+        ask(&actor, cluster()),
+        ask(&actor, cluster()),
+        ask(&actor, cluster()),
+        ask(&actor, unknown),
+        status(&actor),
+    );
+    let reports: Vec<_> = [first, second, third]
+        .into_iter()
+        .map(|answer| match answer.unwrap() {
+            Response::Report(report) => report,
+            other => panic!("not a report: {other:?}"),
+        })
+        .collect();
+    assert_eq!(reports[0].scope, "cluster");
+    assert!(reports.iter().all(|report| *report == reports[0]));
+    assert_eq!(missing.unwrap_err().code, ErrorCode::NotFound);
+    assert_eq!(names(&listed), ["reported"]);
+}
