@@ -393,12 +393,11 @@ impl HeadCore {
         };
         let value_of =
             |trial: &TrialRecord| metric.and_then(|name| trial.metrics.get(name).copied());
-        let wanted = |trial: &&TrialRecord| query.states.contains(trial.state);
-        let total = self
-            .book
-            .trials_of(experiment_id)
-            .filter(|(_, trial)| wanted(trial))
-            .count() as u64;
+        let total = self.book.count_trials_of(experiment_id, |name| {
+            STATES
+                .iter()
+                .any(|state| state.as_str() == name && query.states.contains(*state))
+        });
         // The page plus one more trial, which says whether there is a next page.
         let chosen = self.chosen_trials(experiment_id, query, limit + 1, &value_of);
         let mut more = chosen.len() > limit;

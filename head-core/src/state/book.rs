@@ -299,6 +299,31 @@ impl Book {
         self.inactive.iter().map(|(key, count)| (key, *count))
     }
 
+    /// How many of `experiment`'s trials are in a state `wanted` takes (by
+    /// its name): the inactive ones from their counts, the active ones looked
+    /// at, so a listing's total walks none of a hundred thousand finished
+    /// trials.
+    pub(crate) fn count_trials_of(
+        &self,
+        experiment: ExperimentId,
+        wanted: impl Fn(&str) -> bool,
+    ) -> u64 {
+        let inactive: u64 = self
+            .inactive
+            .range((experiment, None, "")..)
+            .take_while(|((of, _, _), _)| *of == experiment)
+            .filter(|((_, _, state), _)| wanted(state))
+            .map(|(_, count)| *count)
+            .sum();
+        let active = self
+            .active
+            .range(catalog::trial_range(experiment))
+            .filter_map(|id| self.catalog.get_trial(*id))
+            .filter(|trial| wanted(trial.state.as_str()))
+            .count();
+        inactive + active as u64
+    }
+
     /// Panics if a trial unfinished or holding resources is not among the
     /// active trials, or the others are not counted as they are.
     pub(crate) fn check_active_trials(&self) {
@@ -314,6 +339,13 @@ impl Book {
             }
         }
         assert_eq!(inactive, self.inactive, "the inactive trials' counts");
+        for experiment in self.catalog.experiment_ids() {
+            assert_eq!(
+                self.count_trials_of(experiment, |_| true),
+                self.catalog.trials_of(experiment).count() as u64,
+                "the count of {experiment}'s trials"
+            );
+        }
     }
 
     /// Numbers an event; returns it, for persisting.

@@ -24,7 +24,7 @@ pub(crate) struct Catalog {
 }
 
 /// Every trial id an experiment can have, for range queries over trials.
-fn trial_range(experiment: ExperimentId) -> std::ops::RangeInclusive<TrialId> {
+pub(super) fn trial_range(experiment: ExperimentId) -> std::ops::RangeInclusive<TrialId> {
     TrialId {
         experiment,
         index: 0,
