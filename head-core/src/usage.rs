@@ -274,43 +274,41 @@ impl ReportSnapshot {
     pub fn report(&self) -> UsageReport {
         let (now, scope, since_ms) = (self.now, &self.scope, self.since_ms);
         let experiments = self.scope_experiments();
-        let prices = &self.prices;
-        let mut attempts = Vec::new();
-        let mut trials = Vec::new();
-        // Each experiment's spans, as ranges of the two lists (held once: a
-        // million trials' spans are a few hundred megabytes).
-        let mut per_experiment = Vec::with_capacity(experiments.len());
+        let window = report_window(
+            experiments.iter().flat_map(|id| self.trial_spans(*id)),
+            now,
+            since_ms,
+        );
+        let mut used = maths::UsageTally::default();
+        let mut queueing = maths::QueueingTally::default();
+        let mut returns = Vec::new();
+        // One experiment's spans at a time: a million trials' would be a few
+        // hundred megabytes, and the order of the sums is the same.
+        let (mut trials, mut attempts) = (Vec::new(), Vec::new());
         for id in &experiments {
-            let (trials_from, attempts_from) = (trials.len(), attempts.len());
-            self.experiment_spans(*id, now, &mut trials, &mut attempts);
-            per_experiment.push((
-                *id,
-                trials_from..trials.len(),
-                attempts_from..attempts.len(),
-            ));
-        }
-        let window = report_window(&trials, now, since_ms);
-        let used = maths::usage(&attempts, window, prices);
-        let nodes = self.node_up_times();
-        let available = maths::available_gpu_hours(&nodes, window);
-        let queueing = maths::queueing(&trials, window);
-        let returns = per_experiment
-            .iter()
-            .filter_map(|(id, experiment_trials, experiment_attempts)| {
-                let spec = self.catalog.spec(*id);
-                let metric = spec.search.metric.as_deref()?;
-                Some(maths::experiment_return(
+            trials.clear();
+            trials.extend(self.trial_spans(*id));
+            attempts.clear();
+            self.attempt_spans(*id, &mut attempts);
+            used.add(&attempts, window);
+            queueing.add(&trials, window);
+            let spec = self.catalog.spec(*id);
+            if let Some(metric) = spec.search.metric.as_deref() {
+                returns.push(maths::experiment_return(
                     *id,
                     metric,
                     spec.search.mode == Mode::Max,
                     spec.search.value.map(|value| value.per_unit),
-                    &trials[experiment_trials.clone()],
-                    &attempts[experiment_attempts.clone()],
+                    &trials,
+                    &attempts,
                     window,
-                    prices,
-                ))
-            })
-            .collect();
+                    &self.prices,
+                ));
+            }
+        }
+        let used = used.finish(&self.prices);
+        let queueing = queueing.finish(window);
+        let available = maths::available_gpu_hours(&self.node_up_times(), window);
         UsageReport {
             scope: match scope {
                 ReportScope::Experiment(id) => format!("experiment {id}"),
@@ -336,43 +334,47 @@ impl ReportSnapshot {
         }
     }
 
-    /// An experiment's trials (reused ones left out) and attempts as the maths
-    /// takes them, added to `trials` and `attempts`.
-    fn experiment_spans(
-        &self,
-        id: ExperimentId,
-        now: UnixMillis,
-        trials: &mut Vec<TrialSpan>,
-        attempts: &mut Vec<AttemptSpan>,
-    ) {
+    /// An experiment's trials as the maths takes them (those that reused
+    /// another's result left out: they never entered the system).
+    fn trial_spans(&self, id: ExperimentId) -> impl Iterator<Item = TrialSpan> + '_ {
         let submitted_at = self.catalog.experiment(id).submitted_at;
         let metric = self.catalog.spec(id).search.metric.as_deref();
+        let ran = |(_, trial): &(&TrialId, &TrialRecord)| trial.reused_from.is_none();
+        self.catalog
+            .trials_of(id)
+            .filter(ran)
+            .map(move |(_, trial)| {
+                let finished = trial.state.is_terminal().then(|| {
+                    trial.finished_at.unwrap_or_else(|| {
+                        trial
+                            .attempts
+                            .iter()
+                            .filter_map(|attempt| attempt.ended_at)
+                            .max()
+                            .unwrap_or(trial.queued_at)
+                    })
+                });
+                TrialSpan {
+                    trial: trial.id,
+                    arrived: trial.created_at.unwrap_or(submitted_at),
+                    finished,
+                    metric: finished
+                        .and(metric)
+                        .and_then(|metric| trial.metrics.get(metric).copied()),
+                }
+            })
+    }
+
+    /// An experiment's attempts as the maths takes them, a live one up to the
+    /// window's end, added to `attempts`.
+    fn attempt_spans(&self, id: ExperimentId, attempts: &mut Vec<AttemptSpan>) {
         let node = |id| self.nodes.get(&id);
         for (_, trial) in self.catalog.trials_of(id) {
-            for attempt in &trial.attempts {
-                attempts.push(attempt_span(node, trial, attempt, Some(now)));
-            }
-            if trial.reused_from.is_some() {
-                continue;
-            }
-            let finished = trial.state.is_terminal().then(|| {
-                trial.finished_at.unwrap_or_else(|| {
-                    trial
-                        .attempts
-                        .iter()
-                        .filter_map(|attempt| attempt.ended_at)
-                        .max()
-                        .unwrap_or(trial.queued_at)
-                })
-            });
-            trials.push(TrialSpan {
-                trial: trial.id,
-                arrived: trial.created_at.unwrap_or(submitted_at),
-                finished,
-                metric: finished
-                    .and(metric)
-                    .and_then(|metric| trial.metrics.get(metric).copied()),
-            });
+            let spans = trial
+                .attempts
+                .iter()
+                .map(|attempt| attempt_span(node, trial, attempt, Some(self.now)));
+            attempts.extend(spans);
         }
     }
 
@@ -581,29 +583,31 @@ fn end_cause(outcome: Option<&str>) -> EndCause {
 
 /// `[now − since, now]`, or from the first arrival; without `since`, a scope
 /// whose trials all finished ends at its last finish.
-fn report_window(trials: &[TrialSpan], now: UnixMillis, since_ms: Option<u64>) -> Window {
+fn report_window(
+    trials: impl Iterator<Item = TrialSpan>,
+    now: UnixMillis,
+    since_ms: Option<u64>,
+) -> Window {
     if let Some(since) = since_ms {
         return Window {
             start: now.saturating_sub(since),
             end: now,
         };
     }
-    let start = trials
-        .iter()
-        .map(|trial| trial.arrived)
-        .min()
-        .unwrap_or(now)
-        .min(now);
-    let all_finished = !trials.is_empty() && trials.iter().all(|trial| trial.finished.is_some());
-    let end = if all_finished {
-        trials
-            .iter()
-            .filter_map(|trial| trial.finished)
-            .max()
-            .unwrap_or(now)
-            .max(start)
-    } else {
-        now
+    let (mut first_arrival, mut last_finish) = (now, None);
+    let (mut any, mut all_finished) = (false, true);
+    for trial in trials {
+        any = true;
+        first_arrival = first_arrival.min(trial.arrived);
+        match trial.finished {
+            Some(finished) => last_finish = last_finish.max(Some(finished)),
+            None => all_finished = false,
+        }
+    }
+    let start = first_arrival;
+    let end = match last_finish {
+        Some(last) if any && all_finished => last.max(start),
+        _ => now,
     };
     Window { start, end }
 }

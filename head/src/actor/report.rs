@@ -237,6 +237,18 @@ impl HeadState {
     }
 }
 
+/// Returns to the system the memory a report's spans took and gave back: a
+/// blocking thread's malloc arena (glibc's) keeps its freed pages, so each
+/// report on a new thread left tens of megabytes (a million trials' head
+/// went from 945 to 1,020 MiB over reports, and stayed there).
+fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim(3) only releases free memory; it takes no pointer.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Computes `snapshot`'s report on a blocking thread and sends it to the actor.
 fn compute_off_actor(
     head: ActorRef<HeadMsg>,
@@ -248,6 +260,7 @@ fn compute_off_actor(
         let report = snapshot.report();
         let gpu_trials = snapshot.gpu_trials();
         let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        give_back_freed_memory();
         // A stopped actor drops its waiters' replies, which tells them.
         let _ = head.cast(HeadMsg::ReportComputed(Box::new(ComputedReport {
             key,

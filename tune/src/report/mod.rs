@@ -176,57 +176,81 @@ pub struct Usage {
 
 /// GPU-hours, lost GPU-hours and cost of `attempts` inside `window`.
 pub fn usage(attempts: &[AttemptSpan], window: Window, prices: &PriceList) -> Usage {
-    // Per model: GPU-milliseconds used and lost (f64: fractional GPUs).
-    let mut per_model: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
-    let mut lost_by_cause = LostByCause::default();
-    for attempt in attempts {
-        let used_ms = window.overlap(attempt.start, attempt.end) as f64;
-        let lost_ms = attempt
-            .lost_interval()
-            .map_or(0.0, |(from, to)| window.overlap(from, Some(to)) as f64);
-        for hold in &attempt.gpus {
-            let entry = per_model.entry(hold.model.as_str()).or_default();
-            entry.0 += used_ms * hold.gpus;
-            entry.1 += lost_ms * hold.gpus;
-        }
-        let lost_hours = lost_ms * attempt.gpu_count() / MS_PER_HOUR;
-        match attempt.cause {
-            EndCause::Preemption => lost_by_cause.preemption += lost_hours,
-            EndCause::Failure => lost_by_cause.failure += lost_hours,
-            EndCause::NodeLoss => lost_by_cause.node_loss += lost_hours,
-            EndCause::None => {}
+    let mut tally = UsageTally::default();
+    tally.add(attempts, window);
+    tally.finish(prices)
+}
+
+/// [`usage`] of attempts given a few at a time (a report's, experiment by
+/// experiment, so that a million attempts are never held at once): the same
+/// figures, to the bit, when given in the same order.
+#[derive(Debug, Clone, Default)]
+pub struct UsageTally {
+    /// Per model: GPU-milliseconds used and lost (f64: fractional GPUs).
+    per_model: BTreeMap<String, (f64, f64)>,
+    lost_by_cause: LostByCause,
+}
+
+impl UsageTally {
+    /// Counts `attempts` inside `window` (the same window every time).
+    pub fn add(&mut self, attempts: &[AttemptSpan], window: Window) {
+        for attempt in attempts {
+            let used_ms = window.overlap(attempt.start, attempt.end) as f64;
+            let lost_ms = attempt
+                .lost_interval()
+                .map_or(0.0, |(from, to)| window.overlap(from, Some(to)) as f64);
+            for hold in &attempt.gpus {
+                let entry = match self.per_model.get_mut(hold.model.as_str()) {
+                    Some(entry) => entry,
+                    None => self.per_model.entry(hold.model.clone()).or_default(),
+                };
+                entry.0 += used_ms * hold.gpus;
+                entry.1 += lost_ms * hold.gpus;
+            }
+            let lost_hours = lost_ms * attempt.gpu_count() / MS_PER_HOUR;
+            let lost = &mut self.lost_by_cause;
+            match attempt.cause {
+                EndCause::Preemption => lost.preemption += lost_hours,
+                EndCause::Failure => lost.failure += lost_hours,
+                EndCause::NodeLoss => lost.node_loss += lost_hours,
+                EndCause::None => {}
+            }
         }
     }
-    let priced = !prices.prices.is_empty();
-    let mut usage = Usage {
-        cost: priced.then_some(0.0),
-        cost_lost: priced.then_some(0.0),
-        lost_by_cause,
-        ..Usage::default()
-    };
-    for (model, (used_ms, lost_ms)) in per_model {
-        let gpu_hours = used_ms / MS_PER_HOUR;
-        let lost_hours = lost_ms / MS_PER_HOUR;
-        usage.gpu_hours += gpu_hours;
-        usage.gpu_hours_lost += lost_hours;
-        let price = prices.price(model);
-        if price.is_none() {
-            usage.unpriced_gpu_hours += gpu_hours;
+
+    /// The figures of everything counted, at `prices`.
+    pub fn finish(self, prices: &PriceList) -> Usage {
+        let priced = !prices.prices.is_empty();
+        let mut usage = Usage {
+            cost: priced.then_some(0.0),
+            cost_lost: priced.then_some(0.0),
+            lost_by_cause: self.lost_by_cause,
+            ..Usage::default()
+        };
+        for (model, (used_ms, lost_ms)) in self.per_model {
+            let gpu_hours = used_ms / MS_PER_HOUR;
+            let lost_hours = lost_ms / MS_PER_HOUR;
+            usage.gpu_hours += gpu_hours;
+            usage.gpu_hours_lost += lost_hours;
+            let price = prices.price(&model);
+            if price.is_none() {
+                usage.unpriced_gpu_hours += gpu_hours;
+            }
+            if let (Some(cost), Some(cost_lost), Some(price)) =
+                (&mut usage.cost, &mut usage.cost_lost, price)
+            {
+                *cost += gpu_hours * price;
+                *cost_lost += lost_hours * price;
+            }
+            usage.by_model.push(ModelUsage {
+                model,
+                gpu_hours,
+                price_per_hour: price,
+                cost: price.map(|price| gpu_hours * price),
+            });
         }
-        if let (Some(cost), Some(cost_lost), Some(price)) =
-            (&mut usage.cost, &mut usage.cost_lost, price)
-        {
-            *cost += gpu_hours * price;
-            *cost_lost += lost_hours * price;
-        }
-        usage.by_model.push(ModelUsage {
-            model: model.to_owned(),
-            gpu_hours,
-            price_per_hour: price,
-            cost: price.map(|price| gpu_hours * price),
-        });
+        usage
     }
-    usage
 }
 
 /// GPU-hours the nodes offered inside `window`.
@@ -285,52 +309,76 @@ pub fn utilization(used_gpu_hours: f64, available_gpu_hours: f64) -> Option<f64>
 /// inside it, `L = λ W` exactly, and the ratio is computed as the integral over
 /// the summed times in system so that it is exactly 1 then.
 pub fn queueing(trials: &[TrialSpan], window: Window) -> Queueing {
-    let length_ms = window.length_ms();
-    let mut area_ms: u128 = 0;
-    let mut in_system_ms: u128 = 0;
-    let mut finished = 0u64;
-    let mut arrived = 0u64;
-    for trial in trials {
-        if trial
-            .finished
-            .is_some_and(|finished| finished < trial.arrived)
-        {
-            // A clock that went backwards: count it as passing through at once.
-            continue;
-        }
-        area_ms += u128::from(window.overlap(trial.arrived, trial.finished));
-        if (window.start..=window.end).contains(&trial.arrived) {
-            arrived += 1;
-        }
-        if let Some(end) = trial.finished
-            && (window.start..=window.end).contains(&end)
-        {
-            finished += 1;
-            // Saturating: the check above skips a finish before the arrival,
-            // but a clock step must never panic here in debug builds either.
-            in_system_ms += u128::from(end.saturating_sub(trial.arrived));
+    let mut tally = QueueingTally::default();
+    tally.add(trials, window);
+    tally.finish(window)
+}
+
+/// [`queueing`] of trials given a few at a time (see [`UsageTally`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QueueingTally {
+    area_ms: u128,
+    in_system_ms: u128,
+    finished: u64,
+    arrived: u64,
+}
+
+impl QueueingTally {
+    /// Counts `trials` inside `window` (the same window every time).
+    pub fn add(&mut self, trials: &[TrialSpan], window: Window) {
+        for trial in trials {
+            if trial
+                .finished
+                .is_some_and(|finished| finished < trial.arrived)
+            {
+                // A clock that went backwards: count it as passing through at once.
+                continue;
+            }
+            self.area_ms += u128::from(window.overlap(trial.arrived, trial.finished));
+            if (window.start..=window.end).contains(&trial.arrived) {
+                self.arrived += 1;
+            }
+            if let Some(end) = trial.finished
+                && (window.start..=window.end).contains(&end)
+            {
+                self.finished += 1;
+                // Saturating: the check above skips a finish before the arrival,
+                // but a clock step must never panic here in debug builds either.
+                self.in_system_ms += u128::from(end.saturating_sub(trial.arrived));
+            }
         }
     }
-    let hours = length_ms as f64 / MS_PER_HOUR;
-    let mean_time_in_system_s =
-        (finished > 0).then(|| in_system_ms as f64 / finished as f64 / 1000.0);
-    Queueing {
-        arrived,
-        finished,
-        throughput_per_hour: if length_ms > 0 {
-            finished as f64 / hours
-        } else {
-            0.0
-        },
-        mean_time_in_system_s,
-        mean_in_system: if length_ms > 0 {
-            area_ms as f64 / length_ms as f64
-        } else {
-            0.0
-        },
-        // L / (λ W) = (area / T) / ((n / T) (Σ / n)) = area / Σ.
-        littles_law_ratio: (in_system_ms > 0 && length_ms > 0)
-            .then(|| area_ms as f64 / in_system_ms as f64),
+
+    /// The figures of everything counted, over `window`.
+    pub fn finish(self, window: Window) -> Queueing {
+        let Self {
+            area_ms,
+            in_system_ms,
+            finished,
+            arrived,
+        } = self;
+        let length_ms = window.length_ms();
+        let hours = length_ms as f64 / MS_PER_HOUR;
+        let mean_time_in_system_s =
+            (finished > 0).then(|| in_system_ms as f64 / finished as f64 / 1000.0);
+        Queueing {
+            arrived,
+            finished,
+            throughput_per_hour: if length_ms > 0 {
+                finished as f64 / hours
+            } else {
+                0.0
+            },
+            mean_time_in_system_s,
+            mean_in_system: if length_ms > 0 {
+                area_ms as f64 / length_ms as f64
+            } else {
+                0.0
+            },
+            // L / (λ W) = (area / T) / ((n / T) (Σ / n)) = area / Σ.
+            littles_law_ratio: (in_system_ms > 0 && length_ms > 0)
+                .then(|| area_ms as f64 / in_system_ms as f64),
+        }
     }
 }
 

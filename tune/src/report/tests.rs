@@ -531,3 +531,34 @@ fn a_long_curve_is_capped_evenly_with_both_ends() {
     let two = thin_best_curve(thinned, 0);
     assert_eq!(two.len(), 2);
 }
+
+/// Tallies fed a few at a time give the figures of one call over everything
+/// in the same order, to the bit: a report adds experiment by experiment.
+#[test]
+fn tallies_fed_in_parts_give_the_whole_figures() {
+    let attempts = schedule();
+    let trials: Vec<TrialSpan> = (0..5)
+        .map(|index| {
+            span(
+                index,
+                u64::from(index) * HOUR,
+                Some((u64::from(index) + 2) * HOUR),
+            )
+        })
+        .collect();
+    let window = Window {
+        start: HOUR / 2,
+        end: 6 * HOUR + HOUR / 3,
+    };
+    for cut in 0..=attempts.len() {
+        let mut used = UsageTally::default();
+        used.add(&attempts[..cut], window);
+        used.add(&[], window);
+        used.add(&attempts[cut..], window);
+        assert_eq!(used.finish(&prices()), usage(&attempts, window, &prices()));
+        let mut queued = QueueingTally::default();
+        queued.add(&trials[..cut], window);
+        queued.add(&trials[cut..], window);
+        assert_eq!(queued.finish(window), queueing(&trials, window));
+    }
+}
