@@ -18,7 +18,9 @@ waits.
         --probe-secret-file $WORK/prober.cred
 
 Rounds are 12 s apart, past the head's budget for report computations (1 s
-of every 10 s). Only the standard library.
+of every 10 s). `--heavy /api/cluster --gap 65` measures the cluster page's
+first poll instead (its experiments' histories are kept for a minute after
+the last poll). Only the standard library.
 """
 
 import argparse
@@ -55,6 +57,11 @@ def main():
     parser.add_argument("--secret-file", required=True, help="an admin's secret")
     parser.add_argument("--probe-secret-file", required=True, help="another user's secret")
     parser.add_argument("--probe", default="/api/experiments?limit=1")
+    parser.add_argument(
+        "--heavy",
+        default="/api/report?since={}h",
+        help="the heavy request; {} becomes a number of its own each round",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--gap", type=float, default=12.0, help="seconds between reports")
     args = parser.parse_args()
@@ -80,7 +87,7 @@ def main():
         time.sleep(1.0)
         for round in range(args.rounds):
             # A window of its own: a report kept from before does not answer it.
-            path = f"/api/report?since={1000 + round}h"
+            path = args.heavy.format(1000 + round)
             # A connection of its own: the head closes idle ones.
             connection = http.client.HTTPConnection(host, int(port), timeout=120)
             reports.append(get(connection, path, secret))

@@ -24,6 +24,7 @@ use super::HeadCore;
 use super::importance;
 use super::pages::PageError;
 use super::records::{AttemptRecord, TrialRecord};
+use crate::state::Catalog;
 
 /// The most events one trial's detail carries (the newest).
 pub const MAX_TRIAL_EVENTS: usize = 200;
@@ -379,8 +380,89 @@ impl HeadCore {
         json!({ "items": items, "total": total })
     }
 
+    /// The cluster's history now (see [`ClusterSnapshot::to_json`]).
+    #[cfg(test)]
+    pub(crate) fn cluster_history(
+        &self,
+        now: UnixMillis,
+        since: Option<UnixMillis>,
+        buckets: usize,
+        visible_team: &dyn Fn(&str) -> bool,
+    ) -> Value {
+        self.cluster_snapshot(now, since, buckets, visible_team)
+            .to_json()
+    }
+
+    /// What the cluster page's history reads, copied as it is now (the catalog
+    /// in a few reference counts, each visible experiment's revision, the
+    /// GPUs of ready nodes), so the head computes the history off its actor.
+    pub fn cluster_snapshot(
+        &self,
+        now: UnixMillis,
+        since: Option<UnixMillis>,
+        buckets: usize,
+        visible_team: &dyn Fn(&str) -> bool,
+    ) -> ClusterSnapshot {
+        let visible: Vec<VisibleExperiment> = self
+            .book
+            .experiments()
+            .filter_map(|experiment| {
+                let spec = self.book.get_spec(experiment.id)?;
+                visible_team(&spec.team).then(|| VisibleExperiment {
+                    id: experiment.id,
+                    team: spec.team.clone(),
+                    submitted_at: experiment.submitted_at,
+                    revision: self.book.revision(experiment.id),
+                })
+            })
+            .collect();
+        let capacity: f64 = self
+            .membership
+            .nodes()
+            .filter(|node| node.state == xp_runtime::protocol::NodeState::Ready)
+            .map(|node| node.resources.gpus.len() as f64)
+            .sum::<f64>()
+            // An empty sum of floats is -0.0, which JSON writes as `-0.0`
+            // and a page as "-0 GPUs".
+            + 0.0;
+        ClusterSnapshot {
+            catalog: self.book.catalog(),
+            visible,
+            capacity,
+            histories: Arc::clone(&self.histories),
+            now,
+            since,
+            buckets,
+        }
+    }
+}
+
+/// An experiment the cluster page's caller sees, as it stood.
+#[derive(Debug, Clone)]
+struct VisibleExperiment {
+    id: ExperimentId,
+    team: String,
+    submitted_at: UnixMillis,
+    revision: u64,
+}
+
+/// What the cluster page's history reads ([`HeadCore::cluster_snapshot`]);
+/// the history itself is computed by whoever holds it, off the head's actor
+/// (a million trials' histories take 0.15 s to make the first time).
+#[derive(Debug, Clone)]
+pub struct ClusterSnapshot {
+    catalog: Catalog,
+    visible: Vec<VisibleExperiment>,
+    capacity: f64,
+    histories: Arc<HistoryCache>,
+    now: UnixMillis,
+    since: Option<UnixMillis>,
+    buckets: usize,
+}
+
+impl ClusterSnapshot {
     /// The cluster over time, in `buckets` equal buckets (fewer, of a second
-    /// each, when the window is shorter) from `since` to `now`
+    /// each, when the window is shorter) from `since` to `now` (the snapshot's)
     /// (the earliest visible submission when `since` is `None`), from the
     /// attempts and trials of visible experiments:
     /// - `allocated_gpus`: GPUs held by attempts, averaged over the bucket;
@@ -399,55 +481,31 @@ impl HeadCore {
     ///   (the L of Little's law);
     ///
     /// and `gpu_hours_by_team` over the whole window.
-    pub fn cluster_history(
-        &self,
-        now: UnixMillis,
-        since: Option<UnixMillis>,
-        buckets: usize,
-        visible_team: &dyn Fn(&str) -> bool,
-    ) -> Value {
-        let visible: Vec<(ExperimentId, &str, UnixMillis)> = self
-            .book
-            .experiments()
-            .filter_map(|experiment| {
-                let spec = self.book.get_spec(experiment.id)?;
-                visible_team(&spec.team).then_some((
-                    experiment.id,
-                    spec.team.as_str(),
-                    experiment.submitted_at,
-                ))
-            })
-            .collect();
-        let start = since
-            .or_else(|| visible.iter().map(|(_, _, at)| *at).min())
+    ///
+    /// Each experiment's history is the kept one where its revision stands.
+    pub fn to_json(&self) -> Value {
+        let now = self.now;
+        let start = self
+            .since
+            .or_else(|| self.visible.iter().map(|seen| seen.submitted_at).min())
             .unwrap_or(now)
             .min(now);
-        let mut timeline = Timeline::new(start, now, buckets);
+        let mut timeline = Timeline::new(start, now, self.buckets);
         let mut by_team: BTreeMap<&str, f64> = BTreeMap::new();
-        for (experiment, team, _) in &visible {
-            let revision = self.book.revision(*experiment);
-            let history = self.histories.get_or_make(*experiment, revision, now, || {
-                ExperimentHistory::of(self.book.trials_of(*experiment).map(|(_, trial)| trial))
+        for seen in &self.visible {
+            let history = self.histories.get_or_make(seen.id, seen.revision, now, || {
+                ExperimentHistory::of(self.catalog.trials_of(seen.id).map(|(_, trial)| trial))
             });
             timeline.add_history(&history, |gpu_ms| {
-                *by_team.entry(team).or_default() += gpu_ms / HOUR_MS;
+                *by_team.entry(seen.team.as_str()).or_default() += gpu_ms / HOUR_MS;
             });
         }
-        let capacity: f64 = self
-            .membership
-            .nodes()
-            .filter(|node| node.state == xp_runtime::protocol::NodeState::Ready)
-            .map(|node| node.resources.gpus.len() as f64)
-            .sum::<f64>()
-            // An empty sum of floats is -0.0, which JSON writes as `-0.0`
-            // and a page as "-0 GPUs".
-            + 0.0;
         json!({
             "since_ms": start,
             "until_ms": now,
             "bucket_ms": timeline.width,
-            "capacity_gpus": capacity,
-            "buckets": timeline.rows(capacity),
+            "capacity_gpus": self.capacity,
+            "buckets": timeline.rows(self.capacity),
             "gpu_hours_by_team": by_team,
         })
     }
@@ -768,14 +826,18 @@ impl HistoryCache {
         now: UnixMillis,
         make: impl FnOnce() -> ExperimentHistory,
     ) -> Arc<ExperimentHistory> {
-        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        kept.read_at = now;
-        if let Some((made_at, history)) = kept.by_experiment.get(&experiment)
-            && *made_at == revision
         {
-            return Arc::clone(history);
+            let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            kept.read_at = now;
+            if let Some((made_at, history)) = kept.by_experiment.get(&experiment)
+                && *made_at == revision
+            {
+                return Arc::clone(history);
+            }
         }
+        // Made outside the lock: the actor's tick takes it too.
         let history = Arc::new(make());
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         kept.by_experiment
             .insert(experiment, (revision, Arc::clone(&history)));
         history

@@ -179,7 +179,7 @@ pub struct HeadCore {
     /// Experiment summaries kept between reads (`pages`).
     summaries: pages::SummaryCache,
     /// Experiments' histories kept between polls of the cluster page.
-    histories: dashboard::HistoryCache,
+    histories: Arc<dashboard::HistoryCache>,
 }
 
 impl std::fmt::Debug for HeadCore {
@@ -224,7 +224,7 @@ impl HeadCore {
             grants: state::ObjectGrants::default(),
             held_exits: state::HeldExits::default(),
             summaries: pages::SummaryCache::default(),
-            histories: dashboard::HistoryCache::default(),
+            histories: Arc::default(),
         };
         // 1. The record: experiments with their sweeps, trials with what they
         //    keep, and the event numbering.

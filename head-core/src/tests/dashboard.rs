@@ -213,8 +213,17 @@ fn the_dashboard_views_follow_a_known_schedule() {
         core.cluster_history(HOUR / 2, Some(0), 3, &everyone),
         polled
     );
+    // A snapshot made now, read after the schedule ran (as the head reads
+    // one off its actor), gives the history as it was.
+    let as_it_was = core.cluster_history(3 * HOUR, Some(0), 3, &everyone);
+    let snapshot = core.cluster_snapshot(3 * HOUR, Some(0), 3, &everyone);
     check_the_views_while_two_run(&core, experiment);
     must_run_the_schedule(&mut core, node, first);
+    assert_ne!(
+        core.cluster_history(3 * HOUR, Some(0), 3, &everyone),
+        as_it_was
+    );
+    assert_eq!(snapshot.to_json(), as_it_was);
     core.check_invariants();
     let now = 3 * HOUR;
     check_trial_detail(&core, experiment, now);

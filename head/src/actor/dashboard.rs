@@ -52,13 +52,6 @@ pub(crate) enum DashboardQuery {
         /// The metric, or the experiment's.
         metric: Option<String>,
     },
-    /// The cluster's history.
-    Cluster {
-        /// From when; the earliest submission when `None`.
-        since: Option<UnixMillis>,
-        /// How many buckets.
-        buckets: usize,
-    },
     /// GPUs and their holders.
     Gpus,
     /// Queued trials and why they wait.
@@ -113,9 +106,6 @@ pub(super) fn answer(
         }
         DashboardQuery::Replicates { experiment, metric } => {
             core.replicates(experiment, metric.as_deref(), &visible)
-        }
-        DashboardQuery::Cluster { since, buckets } => {
-            Ok(core.cluster_history(now, since, buckets, &visible))
         }
         DashboardQuery::Gpus => Ok(core.gpu_slots(&visible)),
         DashboardQuery::Waiting { limit } => Ok(core.waiting_trials(limit, &visible)),

@@ -127,6 +127,18 @@ pub(crate) enum Read {
         /// The answer, as the dashboard's JSON.
         reply: Reply<Result<serde_json::Value, PageError>>,
     },
+    /// The dashboard asks for what the cluster page's history reads, which it
+    /// computes itself, off the actor.
+    ClusterSnapshot {
+        /// From when; the earliest submission when `None`.
+        since: Option<UnixMillis>,
+        /// How many buckets.
+        buckets: usize,
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The snapshot.
+        reply: Reply<xp_head_core::dashboard::ClusterSnapshot>,
+    },
     /// The dashboard asks for an experiment's parameters and finished trials,
     /// whose importance it computes itself, off the actor.
     Parameters {
@@ -167,6 +179,7 @@ impl Read {
             Self::MetricsSnapshot(reply) => reply.is_closed(),
             Self::BlobsInUse(reply) => reply.is_closed(),
             Self::Dashboard { reply, .. } => reply.is_closed(),
+            Self::ClusterSnapshot { reply, .. } => reply.is_closed(),
             Self::Parameters { reply, .. } => reply.is_closed(),
             Self::Telemetry { reply, .. } => reply.is_closed(),
         }
@@ -263,6 +276,15 @@ impl HeadState {
                 visibility,
                 reply,
             } => answer(reply, Ok(self.dashboard(now, query, &visibility))),
+            Read::ClusterSnapshot {
+                since,
+                buckets,
+                visibility,
+                reply,
+            } => answer(
+                reply,
+                Ok(core.cluster_snapshot(now, since, buckets, &|team| visibility.shows(team))),
+            ),
             Read::Parameters {
                 experiment,
                 metric,
