@@ -17,14 +17,15 @@
 //! (`TooManyPending`, with when to retry).
 
 use std::collections::{HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
 
 use ractor::ActorRef;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::debug;
+use tracing::{debug, error};
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::TrialId;
-use xp_runtime::protocol::{RemoteError, ReportRequest, Response, WorkerTelemetry};
+use xp_runtime::protocol::{ErrorCode, RemoteError, ReportRequest, Response, WorkerTelemetry};
 use xp_runtime::report::UsageReport;
 
 use super::{HeadMsg, HeadState};
@@ -64,9 +65,9 @@ struct Computing {
 #[derive(Debug)]
 pub(crate) struct ComputedReport {
     key: ReportKey,
-    snapshot: ReportSnapshot,
-    report: UsageReport,
-    gpu_trials: Vec<TrialId>,
+    /// The snapshot, the report and the scope's GPU trials; or why the
+    /// computation failed (a panic, answered to the waiters as an error).
+    outcome: Result<(ReportSnapshot, UsageReport, Vec<TrialId>), String>,
     took_ms: u64,
 }
 
@@ -199,11 +200,28 @@ impl HeadState {
     pub(super) fn report_computed(&mut self, computed: ComputedReport) {
         let ComputedReport {
             key,
-            snapshot,
-            mut report,
-            gpu_trials,
+            outcome,
             took_ms,
         } = computed;
+        let waiting = self
+            .reports
+            .computing
+            .remove(&key)
+            .map(|computing| computing.waiting)
+            .unwrap_or_default();
+        let (snapshot, mut report, gpu_trials) = match outcome {
+            Ok(computed) => computed,
+            Err(why) => {
+                error!(scope = ?key.0, %why, "a report's computation failed");
+                for reply in waiting {
+                    reply(Err(RemoteError::new(
+                        ErrorCode::Internal,
+                        format!("the report could not be computed: {why}"),
+                    )));
+                }
+                return;
+            }
+        };
         if !gpu_trials.is_empty() && gpu_trials.len() <= MAX_TELEMETRY_TRIALS {
             let telemetry: Vec<(TrialId, Vec<WorkerTelemetry>)> =
                 tokio::task::block_in_place(|| {
@@ -223,12 +241,6 @@ impl HeadState {
         }
         debug!(scope = ?key.0, took_ms, "report computed");
         let ended = self.reports.now();
-        let waiting = self
-            .reports
-            .computing
-            .remove(&key)
-            .map(|computing| computing.waiting)
-            .unwrap_or_default();
         self.reports
             .record(key.0, key.1, ended, took_ms, report.clone());
         for reply in waiting {
@@ -257,18 +269,28 @@ fn compute_off_actor(
 ) -> JoinHandle<()> {
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
-        let report = snapshot.report();
-        let gpu_trials = snapshot.gpu_trials();
+        // A panic must still come back: its waiters are answered and its
+        // place among the reports computed at once is freed.
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            (snapshot.report(), snapshot.gpu_trials())
+        }))
+        .map(|(report, gpu_trials)| (snapshot, report, gpu_trials))
+        .map_err(|panic| {
+            panic
+                .downcast_ref::<&str>()
+                .map(|text| (*text).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "it panicked".to_owned())
+        });
         let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         give_back_freed_memory();
         // A stopped actor drops its waiters' replies, which tells them.
-        let _ = head.cast(HeadMsg::ReportComputed(Box::new(ComputedReport {
+        let computed = ComputedReport {
             key,
-            snapshot,
-            report,
-            gpu_trials,
+            outcome,
             took_ms,
-        })));
+        };
+        let _ = head.cast(HeadMsg::ReportComputed(Box::new(computed)));
     })
 }
 
