@@ -17,6 +17,8 @@
 # the latency of a paged listing of one experiment's trials, of one trial's
 # metric history and of its detail (with its events, read from the store).
 # KEEP=1 leaves the work directory (and its PostgreSQL) for more measurements.
+# OBJECTIVES=2 makes the experiments multi-objective (`metric: [loss, accuracy]`),
+# for the fronts of `xp status`.
 set -euo pipefail
 bin=${1:?the directory of release xp-head, xp-node and xp}
 experiments=${2:-1}
@@ -42,6 +44,8 @@ head() {
 }
 
 # The template: ten real trials, each reporting ten points.
+metric=loss
+if [ "${OBJECTIVES:-1}" = 2 ]; then metric=$'[loss, accuracy]\n  mode: [min, max]'; fi
 head template --store "$store"
 until [ -s "$work/heads/template/node.join" ] && grep -q '^admin: ' "$work/heads/template.out"; do sleep 0.1; done
 chmod 600 "$work/heads/template/node.join"
@@ -55,7 +59,7 @@ trial:
   command: [sh, -c, 'for s in 1 2 3 4 5 6 7 8 9 10; do echo "XP_METRIC {\"step\": \$s, \"loss\": 0.{x}\$s, \"accuracy\": 0.9\$s}"; done']
 search:
   algorithm: grid
-  metric: loss
+  metric: $metric
   space: {x: {choice: [$(values 10)]}}
 EOF
 XP_CLUSTER=$admin "$bin/xp" submit --wait "$work/template.yaml" >/dev/null

@@ -20,12 +20,16 @@ waits.
 Rounds are 12 s apart, past the head's budget for report computations (1 s
 of every 10 s). `--heavy /api/cluster --gap 65` measures the cluster page's
 first poll instead (its experiments' histories are kept for a minute after
-the last poll). Only the standard library.
+the last poll), and `--heavy-command` a command instead of an HTTP request
+(`--heavy-command "$B/xp status --json ID" --gap 2` measures a
+multi-objective experiment's status, whose front walks all its trials; the
+command needs `XP_CLUSTER`). Only the standard library.
 """
 
 import argparse
 import http.client
 import statistics
+import subprocess
 import threading
 import time
 
@@ -62,6 +66,7 @@ def main():
         default="/api/report?since={}h",
         help="the heavy request; {} becomes a number of its own each round",
     )
+    parser.add_argument("--heavy-command", help="a command to run instead of --heavy")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--gap", type=float, default=12.0, help="seconds between reports")
     args = parser.parse_args()
@@ -86,11 +91,16 @@ def main():
     try:
         time.sleep(1.0)
         for round in range(args.rounds):
-            # A window of its own: a report kept from before does not answer it.
-            path = args.heavy.format(1000 + round)
-            # A connection of its own: the head closes idle ones.
-            connection = http.client.HTTPConnection(host, int(port), timeout=120)
-            reports.append(get(connection, path, secret))
+            if args.heavy_command:
+                started = time.monotonic()
+                subprocess.run(args.heavy_command, shell=True, check=True, stdout=subprocess.DEVNULL)
+                reports.append((started, time.monotonic()))
+            else:
+                # A window of its own: a report kept from before does not answer it.
+                path = args.heavy.format(1000 + round)
+                # A connection of its own: the head closes idle ones.
+                connection = http.client.HTTPConnection(host, int(port), timeout=120)
+                reports.append(get(connection, path, secret))
             started, ended = reports[-1]
             print(f"report {round + 1}: {1000 * (ended - started):.0f} ms", flush=True)
             time.sleep(args.gap)

@@ -136,9 +136,10 @@ impl HeadCore {
         ExperimentState::of(cancelled, unfinished, ended_normally)
     }
 
-    /// An experiment and its trials as `xp status` shows them.
+    /// An experiment and its trials as `xp status` shows them, without its
+    /// Pareto front.
     pub(crate) fn experiment_status(&self, id: ExperimentId) -> ExperimentStatus {
-        let mut status = self.experiment_status_without_trials(id, true);
+        let mut status = self.experiment_status_without_trials(id);
         status.trials = self
             .book
             .trials_of(id)
@@ -147,14 +148,9 @@ impl HeadCore {
         status
     }
 
-    /// An experiment as `xp status` shows it, without its trials, and with its
-    /// Pareto front only when `with_front` (a page that continues an
-    /// experiment leaves it out).
-    pub(crate) fn experiment_status_without_trials(
-        &self,
-        id: ExperimentId,
-        with_front: bool,
-    ) -> ExperimentStatus {
+    /// An experiment as `xp status` shows it, without its trials and its
+    /// Pareto front (`PendingFronts` adds that, off the actor).
+    pub(crate) fn experiment_status_without_trials(&self, id: ExperimentId) -> ExperimentStatus {
         let experiment = &self.book.experiment(id);
         let spec = &self.book.spec(id);
         ExperimentStatus {
@@ -169,7 +165,7 @@ impl HeadCore {
             data_version: experiment.data_version.clone(),
             trials: Vec::new(),
             objectives: self.objectives_status(id),
-            front: with_front.then(|| self.front_status(id)).flatten(),
+            front: None,
         }
     }
 

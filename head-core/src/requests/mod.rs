@@ -11,7 +11,7 @@
 //! the shell: a read of the stored history ([`StoredRead`], done by the actor,
 //! which owns the database) or work on the connection or a node
 //! ([`ConnectionWork`], done by the server task: bytes streamed, logs relayed,
-//! waits).
+//! waits), or fronts to compute ([`PendingFronts`], done off the actor).
 //!
 //! Adding a request: its variant in `xp_runtime::protocol`, its file here, and
 //! one line in each of the matches below (`access`, `serve`, and `changes`
@@ -40,6 +40,7 @@ mod telemetry;
 pub use self::blobs::{BlobLimits, BlobUsage};
 pub use self::events::MAX_EVENTS_PER_ANSWER;
 pub use self::metrics::MAX_METRICS_PER_PAGE;
+pub use self::status::PendingFronts;
 
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, TrialId, WorkerKey};
@@ -59,6 +60,9 @@ pub enum Served {
     Stored(StoredRead),
     /// The answer needs the connection or a node.
     Connection(ConnectionWork),
+    /// The answer once its multi-objective experiments' fronts are computed,
+    /// which the shell does off its actor.
+    Fronts(Box<PendingFronts>),
 }
 
 /// A read of what the head stored, done by the shell that owns the database.
@@ -250,7 +254,7 @@ impl HeadCore {
         let answer = |response: Response| Served::Answer(response);
         Ok(match request {
             Request::Submit(submit) => answer(self.apply_submit(now, asker, session, submit)?),
-            Request::Status { experiment } => answer(self.read_status(asker, experiment)?),
+            Request::Status { experiment } => self.read_status(asker, experiment)?,
             Request::Cancel { id } => answer(self.apply_cancel(now, asker, &id)?),
             Request::ReadLogs(log) => Served::Connection(self.read_logs(log)?),
             Request::Nodes => answer(self.read_nodes()),
@@ -301,7 +305,7 @@ impl HeadCore {
             Request::Alerts { experiment } => answer(self.read_alerts(asker, experiment)?),
             Request::Report(report) => Served::Stored(report::read(asker, report)),
             Request::Leases => answer(self.read_leases(asker)),
-            Request::StatusPage(query) => answer(self.read_status_page(asker, query)?),
+            Request::StatusPage(query) => self.read_status_page(asker, query)?,
             Request::ObjectCapability { objects } => {
                 answer(self.apply_object_capability(now, asker, session, &objects)?)
             }

@@ -12,7 +12,9 @@
 //! any size makes an answer larger than a frame, and a page costs the actor
 //! only what it holds (plus one pass over the experiment's trials for its
 //! state). The unpaged request is answered only when its estimated size fits
-//! a frame, and refused before anything is built otherwise.
+//! a frame, and refused before anything is built otherwise. An answer with a
+//! multi-objective experiment's first trials carries its front, computed off
+//! the actor (`PendingFronts`).
 
 use std::ops::Bound;
 
@@ -21,10 +23,16 @@ use xp_runtime::protocol::{
     ExperimentStatus, Response, StatusCursor, StatusPage, StatusQuery, TrialStatus,
 };
 
+use self::fronts::header_bytes;
+use super::Served;
 use crate::auth::Action;
 use crate::auth::access::{Access, Authorized, Scope};
 use crate::pages::estimated_bytes;
 use crate::{CoreError, HeadCore, TrialRecord};
+
+mod fronts;
+
+pub use self::fronts::PendingFronts;
 
 /// A status page ends, with a cursor, once its trials' estimated size
 /// passes this (a quarter of a frame, so an estimate that is off by a factor
@@ -47,11 +55,13 @@ pub(super) fn access(experiment: Option<&str>) -> Access {
     }
 }
 
-/// A page being filled: its experiments, and what it holds so far.
+/// A page being filled: its experiments, what it holds so far, and the
+/// experiments whose first trials it holds (they carry their front).
 struct PageFill {
     experiments: Vec<ExperimentStatus>,
     bytes: usize,
     trials: usize,
+    with_front: Vec<ExperimentId>,
 }
 
 impl PageFill {
@@ -75,7 +85,7 @@ impl HeadCore {
         &self,
         asker: &Authorized,
         experiment: Option<String>,
-    ) -> Result<Response, CoreError> {
+    ) -> Result<Served, CoreError> {
         let ids = self.status_ids(asker, experiment.as_deref())?;
         let bytes: usize = ids
             .iter()
@@ -88,11 +98,8 @@ impl HeadCore {
                 limit: MAX_FRAME_BYTES as u64,
             });
         }
-        Ok(Response::Status(
-            ids.into_iter()
-                .map(|id| self.experiment_status(id))
-                .collect(),
-        ))
+        let statuses = ids.iter().map(|id| self.experiment_status(*id)).collect();
+        Ok(self.with_fronts(Response::Status(statuses), ids))
     }
 
     /// One page of the experiment authorization resolved, or of every one
@@ -101,20 +108,27 @@ impl HeadCore {
         &self,
         asker: &Authorized,
         query: StatusQuery,
-    ) -> Result<Response, CoreError> {
+    ) -> Result<Served, CoreError> {
         let mut ids = self.status_ids(asker, query.experiment.as_deref())?;
         if let Some(from) = query.from {
             ids.retain(|id| *id >= from.experiment);
         }
-        Ok(Response::StatusPage(self.status_page(&ids, query.from)))
+        let (page, with_front) = self.status_page(&ids, query.from);
+        Ok(self.with_fronts(Response::StatusPage(page), with_front))
     }
 
-    /// The page of `ids` (in id order) that starts at `from`.
-    fn status_page(&self, ids: &[ExperimentId], from: Option<StatusCursor>) -> StatusPage {
+    /// The page of `ids` (in id order) that starts at `from`, and the
+    /// experiments whose front it carries.
+    fn status_page(
+        &self,
+        ids: &[ExperimentId],
+        from: Option<StatusCursor>,
+    ) -> (StatusPage, Vec<ExperimentId>) {
         let mut fill = PageFill {
             experiments: Vec::new(),
             bytes: 0,
             trials: 0,
+            with_front: Vec::new(),
         };
         for id in ids {
             let first = from
@@ -142,13 +156,12 @@ impl HeadCore {
         id: ExperimentId,
         first: u32,
     ) -> Option<StatusCursor> {
-        let header = self.experiment_status_without_trials(id, first == 0);
-        fill.bytes += 512
-            + header
-                .front
-                .as_ref()
-                .map_or(0, |front| 64 * front.trials.len());
+        let header = self.experiment_status_without_trials(id);
+        fill.bytes += header_bytes(&header);
         fill.experiments.push(header);
+        if first == 0 {
+            fill.with_front.push(id);
+        }
         let start = Bound::Included(TrialId {
             experiment: id,
             index: first,
@@ -190,24 +203,26 @@ impl HeadCore {
         }
     }
 
-    /// Experiments matching `filter` (an id or unique prefix), or all.
+    /// Experiments matching `filter` (an id or unique prefix), or all, with
+    /// their fronts.
     pub fn status(&self, filter: Option<&str>) -> Result<Vec<ExperimentStatus>, CoreError> {
         let ids: Vec<ExperimentId> = match filter {
             Some(text) => vec![self.resolve_experiment(text)?],
             None => self.book.experiment_ids().collect(),
         };
-        Ok(ids
-            .into_iter()
-            .map(|id| self.experiment_status(id))
-            .collect())
+        let mut statuses: Vec<ExperimentStatus> =
+            ids.iter().map(|id| self.experiment_status(*id)).collect();
+        self.add_fronts(&mut statuses);
+        Ok(statuses)
     }
 }
 
-fn page(fill: PageFill, next: Option<StatusCursor>) -> StatusPage {
-    StatusPage {
+fn page(fill: PageFill, next: Option<StatusCursor>) -> (StatusPage, Vec<ExperimentId>) {
+    let page = StatusPage {
         experiments: fill.experiments,
         next,
-    }
+    };
+    (page, fill.with_front)
 }
 
 /// A trial's size in a status answer, estimated from its record without

@@ -2,7 +2,12 @@
 //! objective (`SweepOp::ToldObjectives`) and rebuilt from its log, and the front
 //! and hypervolume `xp status` carries, checked by hand.
 
+use xp_runtime::protocol::{Request, Response, StatusQuery};
+
 use super::*;
+use crate::auth::access::Authorized;
+use crate::auth::{Principal, Role};
+use crate::requests::Served;
 use crate::sweep::SweepOp;
 
 /// Maximise `a`, minimise `b`.
@@ -141,4 +146,52 @@ fn the_front_leaves_out_failed_incomplete_and_nonfinite_trials() {
     // The largest contributor stands for the experiment.
     assert_eq!(core.front_top(experiment), Some(front.trials[0].trial));
     core.check_invariants();
+}
+
+#[test]
+fn a_status_page_leaves_its_front_to_be_computed_on_the_book_as_it_was() {
+    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
+    let node = node_id(1);
+    core.handle_node_register(0, registration(node, 0, 8, Vec::new()));
+    let experiment = submit(&mut core, 0, MOTPE, false);
+    let values = |x: f64| (Some(x), Some(x * x));
+    finish_with(&mut core, 1, node, values, |_| false);
+    let before = core.status(None).unwrap()[0].front.clone().unwrap();
+    assert_eq!(before.trials.len(), 2);
+    let admin = Authorized {
+        principal: Principal::User {
+            name: "root".to_owned(),
+            team: "ops".to_owned(),
+            role: Role::Admin,
+        },
+        experiment: None,
+    };
+    let page = |core: &mut HeadCore| {
+        let query = StatusQuery {
+            experiment: Some(experiment.to_string()),
+            from: None,
+        };
+        core.serve(2, &admin, None, Request::StatusPage(query))
+            .unwrap()
+    };
+    let Served::Fronts(pending) = page(&mut core) else {
+        panic!("a multi-objective experiment's front is computed off the actor");
+    };
+    // Two more trials end before the front is computed: it is the front of
+    // the book when the page was made.
+    finish_with(&mut core, 2, node, values, |_| false);
+    let Response::StatusPage(answered) = pending.complete() else {
+        panic!("a status page answers a status page request");
+    };
+    assert_eq!(answered.experiments[0].front.as_ref(), Some(&before));
+    let Served::Fronts(pending) = page(&mut core) else {
+        panic!("a multi-objective experiment's front is computed off the actor");
+    };
+    let Response::StatusPage(answered) = pending.complete() else {
+        panic!("a status page answers a status page request");
+    };
+    assert_eq!(
+        answered.experiments[0].front.as_ref().unwrap().trials.len(),
+        4
+    );
 }

@@ -60,6 +60,7 @@ mod alerts;
 mod auth;
 mod client;
 mod dashboard;
+mod fronts;
 mod reads;
 
 pub(crate) use self::alerts::AlertMsg;
@@ -212,6 +213,8 @@ pub(crate) struct HeadState {
     flush_scheduled: bool,
     /// Recent reports and the actor time spent computing them (`report`).
     reports: report::ReportCache,
+    /// Turns at computing status answers' fronts off the actor (`fronts`).
+    fronts: fronts::FrontTurns,
     /// When the last tick was handled.
     last_tick: Option<UnixMillis>,
 }
@@ -458,6 +461,7 @@ impl Actor for HeadActor {
             pending: Vec::new(),
             flush_scheduled: false,
             reports: report::ReportCache::new(),
+            fronts: fronts::FrontTurns::new(),
             last_tick: None,
         })
     }

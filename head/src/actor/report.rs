@@ -250,11 +250,12 @@ impl HeadState {
     }
 }
 
-/// Returns to the system the memory a report's spans took and gave back: a
+/// Returns to the system the memory a computation off the actor (a
+/// report's spans, a front's candidates) took and gave back: a
 /// blocking thread's malloc arena (glibc's) keeps its freed pages, so each
 /// report on a new thread left tens of megabytes (a million trials' head
 /// went from 945 to 1,020 MiB over reports, and stayed there).
-fn give_back_freed_memory() {
+pub(super) fn give_back_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim(3) only releases free memory; it takes no pointer.
     unsafe {

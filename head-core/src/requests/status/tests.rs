@@ -2,7 +2,7 @@
 //! answers bounded in trials and bytes, to whoever may see it; and the
 //! unpaged answer is refused before it is built when it would not fit a frame.
 
-use xp_runtime::protocol::SubmitRequest;
+use xp_runtime::protocol::{FrontStatus, FrontTrial, SubmitRequest};
 use xp_runtime::spec::ExperimentSpec;
 
 use super::*;
@@ -52,6 +52,15 @@ fn asker(team: &str, role: Role) -> Authorized {
     }
 }
 
+/// The answer `served` gives, with its fronts.
+fn answered(served: Served) -> Response {
+    match served {
+        Served::Answer(response) => response,
+        Served::Fronts(pending) => pending.complete(),
+        other => panic!("a status is answered by the core, not {other:?}"),
+    }
+}
+
 /// Every page of `experiment` (or of everything) as `asker` sees it.
 fn pages(core: &HeadCore, asker: &Authorized, experiment: Option<&str>) -> Vec<StatusPage> {
     let mut pages = Vec::new();
@@ -61,7 +70,8 @@ fn pages(core: &HeadCore, asker: &Authorized, experiment: Option<&str>) -> Vec<S
             experiment: experiment.map(str::to_owned),
             from,
         };
-        let Response::StatusPage(page) = core.read_status_page(asker, query).unwrap() else {
+        let Response::StatusPage(page) = answered(core.read_status_page(asker, query).unwrap())
+        else {
             panic!("a status page answers a status page request");
         };
         from = page.next;
@@ -143,7 +153,7 @@ fn an_unpaged_status_larger_than_a_frame_is_refused_before_it_is_built() {
     let first = grid(&mut core, "first", "a", 150, 100_000);
     grid(&mut core, "second", "b", 150, 100_000);
     let admin = asker("ops", Role::Admin);
-    let one = core.read_status(&admin, Some(first.to_string())).unwrap();
+    let one = answered(core.read_status(&admin, Some(first.to_string())).unwrap());
     assert!(matches!(one, Response::Status(list) if list[0].trials.len() == 150));
     let refused = core.read_status(&admin, None).unwrap_err().to_string();
     assert!(
@@ -154,4 +164,103 @@ fn an_unpaged_status_larger_than_a_frame_is_refused_before_it_is_built() {
         refused.contains("more than one answer holds (16777216)"),
         "{refused}"
     );
+}
+
+#[test]
+fn a_page_that_its_front_takes_over_the_budget_gives_its_last_trials_to_the_next() {
+    let mut core = core();
+    let id = grid(&mut core, "mo", "a", 7_000, 1);
+    let admin = asker("ops", Role::Admin);
+    let query = StatusQuery {
+        experiment: Some(id.to_string()),
+        from: None,
+    };
+    let Response::StatusPage(mut first) = answered(core.read_status_page(&admin, query).unwrap())
+    else {
+        panic!("a status page answers a status page request");
+    };
+    assert_eq!(first.experiments[0].trials.len(), MAX_STATUS_PAGE_TRIALS);
+    // A front of 40,000 trials counts 2.5 MB: with 5,000 trials of about
+    // 400 bytes the page is over its 4 MiB.
+    let member = first.experiments[0].trials[0].id;
+    first.experiments[0].front = Some(FrontStatus {
+        reference: vec![0.0, 0.0],
+        reference_declared: false,
+        hypervolume: 1.0,
+        evaluated: 40_000,
+        trials: vec![
+            FrontTrial {
+                trial: member,
+                values: vec![0.0, 0.0],
+                contribution: 0.0,
+            };
+            40_000
+        ],
+    });
+    fronts::trim_to_budget(&mut first);
+    let kept = first.experiments[0].trials.len();
+    assert!(
+        (1..MAX_STATUS_PAGE_TRIALS).contains(&kept),
+        "{kept} trials kept"
+    );
+    let bytes: usize = header_bytes(&first.experiments[0])
+        + first.experiments[0]
+            .trials
+            .iter()
+            .map(estimated_bytes)
+            .sum::<usize>();
+    assert!(bytes <= MAX_STATUS_PAGE_BYTES, "{bytes} bytes");
+    let next = first.next.expect("the trials given up come next");
+    assert_eq!((next.experiment, next.trial), (id, kept as u32));
+    // The pages that follow hold the rest, once, without the front.
+    let mut all = vec![first];
+    let mut from = Some(next);
+    while let Some(cursor) = from {
+        let query = StatusQuery {
+            experiment: Some(id.to_string()),
+            from: Some(cursor),
+        };
+        let Response::StatusPage(page) = answered(core.read_status_page(&admin, query).unwrap())
+        else {
+            panic!("a status page answers a status page request");
+        };
+        assert!(page.experiments[0].front.is_none());
+        from = page.next;
+        all.push(page);
+    }
+    check_pages_hold_every_trial_once(all, &[(id, 7_000)]);
+}
+
+#[test]
+fn a_front_alone_over_the_budget_keeps_one_trial() {
+    let mut core = core();
+    let id = grid(&mut core, "mo", "a", 10, 1);
+    let admin = asker("ops", Role::Admin);
+    let query = StatusQuery {
+        experiment: Some(id.to_string()),
+        from: None,
+    };
+    let Response::StatusPage(mut page) = answered(core.read_status_page(&admin, query).unwrap())
+    else {
+        panic!("a status page answers a status page request");
+    };
+    let member = page.experiments[0].trials[0].id;
+    page.experiments[0].front = Some(FrontStatus {
+        reference: vec![0.0, 0.0],
+        reference_declared: false,
+        hypervolume: 1.0,
+        evaluated: 100_000,
+        trials: vec![
+            FrontTrial {
+                trial: member,
+                values: vec![0.0, 0.0],
+                contribution: 0.0,
+            };
+            100_000
+        ],
+    });
+    fronts::trim_to_budget(&mut page);
+    assert_eq!(page.experiments[0].trials.len(), 1);
+    let next = page.next.expect("nine trials come next");
+    assert_eq!((next.experiment, next.trial), (id, 1));
 }
