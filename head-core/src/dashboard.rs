@@ -25,9 +25,11 @@ use super::pages::PageError;
 use super::records::{AttemptRecord, TrialRecord};
 
 mod cluster;
+mod waiting;
 
 pub use self::cluster::ClusterSnapshot;
 pub(crate) use self::cluster::HistoryCache;
+pub use self::waiting::WaitingSnapshot;
 
 /// The most events one trial's detail carries (the newest).
 pub const MAX_TRIAL_EVENTS: usize = 200;
@@ -340,47 +342,6 @@ impl HeadCore {
             })
             .collect();
         json!({ "nodes": nodes })
-    }
-
-    /// Queued trials of visible experiments, longest waiting first, at most
-    /// `limit`, each with its queue and why it waits; `total` counts them all.
-    pub fn waiting_trials(&self, limit: usize, visible_team: &dyn Fn(&str) -> bool) -> Value {
-        let mut queued: Vec<&TrialRecord> = self
-            .book
-            .active_trials()
-            .filter(|trial| trial.state == TrialState::Queued)
-            .filter(|trial| {
-                self.book
-                    .get_spec(trial.id.experiment)
-                    .is_some_and(|spec| visible_team(&spec.team))
-            })
-            .collect();
-        let total = queued.len();
-        let keep = limit.max(1).min(total);
-        let order =
-            |a: &&TrialRecord, b: &&TrialRecord| (a.queued_at, a.id).cmp(&(b.queued_at, b.id));
-        if keep > 0 && keep < total {
-            queued.select_nth_unstable_by(keep - 1, order);
-        }
-        queued.truncate(keep);
-        queued.sort_by(order);
-        let items: Vec<Value> = queued
-            .into_iter()
-            .map(|trial| {
-                let queue = trial
-                    .queue_override
-                    .clone()
-                    .or_else(|| self.book.spec(trial.id.experiment).queue.clone());
-                json!({
-                    "trial": trial.id.to_string(),
-                    "experiment": trial.id.experiment.to_string(),
-                    "queue": queue,
-                    "queued_at_ms": trial.queued_at,
-                    "waiting": self.trial_status(trial).waiting,
-                })
-            })
-            .collect();
-        json!({ "items": items, "total": total })
     }
 }
 

@@ -46,8 +46,10 @@ pub(crate) struct Book {
     dirty_trials: BTreeSet<TrialId>,
     /// A superset of the trials unfinished or holding resources: a trial
     /// enters when created, restored so or handed out for change, and leaves
-    /// when handed out for persisting finished and holding nothing.
-    active: BTreeSet<TrialId>,
+    /// when handed out for persisting finished and holding nothing. A
+    /// persistent set, so a read off the actor copies it for a few
+    /// reference counts (`active_ids`).
+    active: imbl::OrdSet<TrialId>,
     /// How many trials not among the active ones there are, by experiment,
     /// queue override and state: what `/metrics` counts without walking them.
     inactive: BTreeMap<InactiveKey, u64>,
@@ -84,7 +86,7 @@ impl Default for Book {
             reusable: BTreeMap::new(),
             dirty_experiments: BTreeSet::new(),
             dirty_trials: BTreeSet::new(),
-            active: BTreeSet::new(),
+            active: imbl::OrdSet::new(),
             inactive: BTreeMap::new(),
             with_pending: BTreeSet::new(),
             revisions: Revisions::default(),
@@ -283,12 +285,17 @@ impl Book {
     pub(crate) fn trial_mut(&mut self, id: TrialId) -> Option<&mut TrialRecord> {
         let record = self.catalog.trials.get_mut(&id)?;
         self.dirty_trials.insert(id);
-        if self.active.insert(id) {
+        if self.active.insert(id).is_none() {
             uncount(&mut self.inactive, inactive_key(record));
         }
         self.revisions.bump(id.experiment);
         // Copied only while the registry still holds the committed version.
         Some(Arc::make_mut(record))
+    }
+
+    /// The ids of [`Book::active_trials`], copied for a read off the actor.
+    pub(crate) fn active_ids(&self) -> imbl::OrdSet<TrialId> {
+        self.active.clone()
     }
 
     /// Every trial unfinished or holding resources, and perhaps a few others
@@ -424,7 +431,7 @@ impl Book {
             let Some(trial) = self.catalog.trials.get(&id) else {
                 continue;
             };
-            if !is_active(trial) && self.active.remove(&id) {
+            if !is_active(trial) && self.active.remove(&id).is_some() {
                 *self.inactive.entry(inactive_key(trial)).or_default() += 1;
             }
             records.push(Record::Trial(Arc::clone(trial)));

@@ -90,11 +90,16 @@ fn check_the_views_while_two_run(core: &HeadCore, experiment: ExperimentId) {
         hidden["nodes"][0]["gpus"][0]["workers"][0]["trial"].is_null(),
         "{hidden}"
     );
-    let waiting = core.waiting_trials(2, &everyone);
+    let (longest, total) = core.waiting_snapshot(&everyone).longest_waiting(2);
+    assert_eq!(total, 4);
+    let waiting = core.waiting_items(&longest, total);
     assert_eq!(waiting["total"], 4, "{waiting}");
     assert_eq!(waiting["items"].as_array().unwrap().len(), 2);
     assert!(waiting["items"][0]["waiting"].is_string(), "{waiting}");
-    assert_eq!(core.waiting_trials(10, &nobody)["total"], 0);
+    assert_eq!(
+        core.waiting_snapshot(&nobody).longest_waiting(10),
+        (Vec::new(), 0)
+    );
 }
 
 /// Runs the trials two at a time, each for one hour, back to back, the first
@@ -300,4 +305,35 @@ fn a_cluster_without_nodes_has_zero_gpus_and_too_few_trials_are_not_rated() {
         "{answer}"
     );
     assert_eq!(answer["importance"]["trials"], 0, "{answer}");
+}
+
+#[test]
+fn the_queue_page_chooses_on_a_snapshot_and_leaves_out_trials_started_since() {
+    let (mut core, node, _, first) = two_trials_started();
+    let snapshot = core.waiting_snapshot(&everyone);
+    // The first two end, and two of the four waiting start.
+    for (_, key) in first {
+        run(&mut core, node, key, true, (0, HOUR), 1.0);
+    }
+    assert_eq!(launches(&commands(&mut core)).len(), 2);
+    let (chosen, total) = snapshot.longest_waiting(10);
+    assert_eq!(
+        (chosen.len(), total),
+        (4, 4),
+        "the snapshot is the book as it was"
+    );
+    let page = core.waiting_items(&chosen, total);
+    let shown: Vec<&str> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["trial"].as_str().unwrap())
+        .collect();
+    let (still, now_waiting) = core.waiting_snapshot(&everyone).longest_waiting(10);
+    assert_eq!(now_waiting, 2);
+    let still: Vec<String> = still.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        shown, still,
+        "only those still queued, longest waiting first"
+    );
 }

@@ -54,10 +54,14 @@ pub(crate) enum DashboardQuery {
     },
     /// GPUs and their holders.
     Gpus,
-    /// Queued trials and why they wait.
-    Waiting {
-        /// At most this many.
-        limit: usize,
+    /// The queue page's chosen trials, out of how many wait, with why
+    /// each waits (the choice is made off the actor, from a
+    /// `WaitingSnapshot`).
+    WaitingItems {
+        /// The trials chosen, longest waiting first.
+        trials: Vec<TrialId>,
+        /// How many wait in all.
+        total: usize,
     },
 }
 
@@ -108,7 +112,7 @@ pub(super) fn answer(
             core.replicates(experiment, metric.as_deref(), &visible)
         }
         DashboardQuery::Gpus => Ok(core.gpu_slots(&visible)),
-        DashboardQuery::Waiting { limit } => Ok(core.waiting_trials(limit, &visible)),
+        DashboardQuery::WaitingItems { trials, total } => Ok(core.waiting_items(&trials, total)),
     }
 }
 

@@ -139,6 +139,14 @@ pub(crate) enum Read {
         /// The snapshot.
         reply: Reply<xp_head_core::dashboard::ClusterSnapshot>,
     },
+    /// The dashboard asks for what its queue page's choice of the longest
+    /// waiting trials reads, which it makes itself, off the actor.
+    WaitingSnapshot {
+        /// Which teams the caller may see.
+        visibility: Visibility,
+        /// The snapshot.
+        reply: Reply<xp_head_core::dashboard::WaitingSnapshot>,
+    },
     /// The dashboard asks for an experiment's parameters and finished trials,
     /// whose importance it computes itself, off the actor.
     Parameters {
@@ -180,6 +188,7 @@ impl Read {
             Self::BlobsInUse(reply) => reply.is_closed(),
             Self::Dashboard { reply, .. } => reply.is_closed(),
             Self::ClusterSnapshot { reply, .. } => reply.is_closed(),
+            Self::WaitingSnapshot { reply, .. } => reply.is_closed(),
             Self::Parameters { reply, .. } => reply.is_closed(),
             Self::Telemetry { reply, .. } => reply.is_closed(),
         }
@@ -284,6 +293,10 @@ impl HeadState {
             } => answer(
                 reply,
                 Ok(core.cluster_snapshot(now, since, buckets, &|team| visibility.shows(team))),
+            ),
+            Read::WaitingSnapshot { visibility, reply } => answer(
+                reply,
+                Ok(core.waiting_snapshot(&|team| visibility.shows(team))),
             ),
             Read::Parameters {
                 experiment,

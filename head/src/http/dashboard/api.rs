@@ -32,7 +32,9 @@
 //!   reads (`ClusterSnapshot`), the history is made on a blocking thread;
 //! - `GET /api/gpus`: every node's GPUs and the trial on each;
 //! - `GET /api/waiting?limit=`: queued trials, longest waiting first, with
-//!   their queue and why they wait (`{items, total}`).
+//!   their queue and why they wait (`{items, total}`); the actor copies what
+//!   the choice reads (`WaitingSnapshot`), the choice is made on a blocking
+//!   thread, and the actor says why each chosen trial waits.
 //!
 //! Each answer is bounded by its parameters' limits, so none grows with the
 //! size of an experiment (see `core::dashboard`).
@@ -131,7 +133,21 @@ async fn waiting(
 ) -> Result<Response, ApiError> {
     let params = Params::new(query, &["limit"])?;
     let limit = params.limit()?;
-    let answer = dashboard(&state, visibility, DashboardQuery::Waiting { limit }).await?;
+    let snapshot = ask(&state.head, |reply| {
+        HeadMsg::Read(Read::WaitingSnapshot {
+            visibility: visibility.clone(),
+            reply,
+        })
+    })
+    .await?;
+    // Finding the longest waiting walks every unfinished trial (0.13 s at a
+    // million waiting); the actor says only why the chosen ones wait.
+    let (trials, total) = off_the_actor("choose the longest waiting", move || {
+        snapshot.longest_waiting(limit)
+    })
+    .await?;
+    let query = DashboardQuery::WaitingItems { trials, total };
+    let answer = dashboard(&state, visibility, query).await?;
     Ok(Json(answer).into_response())
 }
 
@@ -355,16 +371,13 @@ async fn replicates(
     Ok(Json(answer).into_response())
 }
 
-/// `GET /api/experiments/{id}/parameters?metric=`: the actor gathers the
-/// parameters and finished trials; PED-ANOVA runs on a blocking thread, so
-/// neither the actor nor the async workers wait for it.
 /// `make`'s answer, made on a blocking thread from what the actor gathered:
 /// the actor only copies, so its other work (every scheduling decision) does
 /// not wait for the making.
-async fn off_the_actor(
+async fn off_the_actor<T: Send + 'static>(
     what: &'static str,
-    make: impl FnOnce() -> Value + Send + 'static,
-) -> Result<Value, ApiError> {
+    make: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(make).await.map_err(|error| {
         ApiError::new(
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,
@@ -373,6 +386,9 @@ async fn off_the_actor(
     })
 }
 
+/// `GET /api/experiments/{id}/parameters?metric=`: the actor gathers the
+/// parameters and finished trials; PED-ANOVA runs on a blocking thread, so
+/// neither the actor nor the async workers wait for it.
 async fn parameters(
     State(state): State<HttpState>,
     Caller(visibility): Caller,
