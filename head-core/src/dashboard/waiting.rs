@@ -8,7 +8,7 @@
 //! the few chosen waits (the policy core's reason), in
 //! [`HeadCore::waiting_items`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, BinaryHeap};
 
 use serde_json::{Value, json};
 use xp_runtime::clock::UnixMillis;
@@ -31,22 +31,26 @@ impl WaitingSnapshot {
     /// longest (since they were queued, then by id), at most `limit` (at
     /// least one when any waits), and how many are queued in all.
     pub fn longest_waiting(&self, limit: usize) -> (Vec<TrialId>, usize) {
-        let mut queued: Vec<(UnixMillis, TrialId)> = self
+        // The longest waiting so far, the latest of them on top: memory in
+        // `limit`, not in the number waiting.
+        let keep = limit.max(1);
+        let mut longest: BinaryHeap<(UnixMillis, TrialId)> = BinaryHeap::with_capacity(keep + 1);
+        let mut total = 0;
+        let queued = self
             .active
             .iter()
             .filter(|id| self.visible.contains(&id.experiment))
             .filter_map(|id| self.catalog.get_trial(*id))
-            .filter(|trial| trial.state == TrialState::Queued)
-            .map(|trial| (trial.queued_at, trial.id))
-            .collect();
-        let total = queued.len();
-        let keep = limit.max(1).min(total);
-        if keep > 0 && keep < total {
-            queued.select_nth_unstable(keep - 1);
+            .filter(|trial| trial.state == TrialState::Queued);
+        for trial in queued {
+            total += 1;
+            longest.push((trial.queued_at, trial.id));
+            if longest.len() > keep {
+                longest.pop();
+            }
         }
-        queued.truncate(keep);
-        queued.sort_unstable();
-        (queued.into_iter().map(|(_, id)| id).collect(), total)
+        let chosen = longest.into_sorted_vec().into_iter().map(|(_, id)| id);
+        (chosen.collect(), total)
     }
 }
 
