@@ -89,7 +89,7 @@ impl HeadCore {
 
     /// What the report of `scope` over the last `since_ms` at `now` reads,
     /// copied as it is now (see [`ReportSnapshot`]); cheap whatever the
-    /// number of trials, but for the nodes, which are copied.
+    /// number of trials and nodes.
     pub fn report_snapshot(
         &self,
         now: UnixMillis,
@@ -103,11 +103,7 @@ impl HeadCore {
         }
         Ok(ReportSnapshot {
             catalog: self.book.catalog(),
-            nodes: self
-                .membership
-                .nodes()
-                .map(|node| (node.id, node.clone()))
-                .collect(),
+            nodes: self.membership.nodes_copy(),
             prices: self.price_list(),
             scope: scope.clone(),
             now,
@@ -155,15 +151,15 @@ impl HeadCore {
 }
 
 /// What one report reads, copied from the core at one moment: the book's
-/// catalog (persistent maps, so the copy is a few reference counts whatever
-/// the number of trials), the nodes (each GPU's model, when it was last
-/// heard, the intervals it was up) and the prices. The head computes a
+/// catalog and the nodes (each GPU's model, when it was last heard, the
+/// intervals it was up), both persistent maps, so the copy is a few
+/// reference counts whatever the number of trials and nodes, and the prices. The head computes a
 /// report on it off its actor, so a cluster report of a million trials never
 /// holds up a scheduling decision.
 #[derive(Debug, Clone)]
 pub struct ReportSnapshot {
     catalog: Catalog,
-    nodes: BTreeMap<NodeId, NodeRecord>,
+    nodes: imbl::OrdMap<NodeId, NodeRecord>,
     prices: PriceList,
     scope: ReportScope,
     now: UnixMillis,

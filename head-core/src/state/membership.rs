@@ -11,7 +11,7 @@
 //! to come back); an up interval is open exactly while its node is not lost;
 //! every change is handed out once for persisting (`take_records`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::ops::Bound;
 
 use xp_runtime::clock::UnixMillis;
@@ -47,7 +47,9 @@ pub(crate) const MAX_UP_INTERVALS: usize = 256;
 /// The nodes the head knows.
 #[derive(Debug, Default)]
 pub(crate) struct Membership {
-    nodes: BTreeMap<NodeId, NodeRecord>,
+    /// A persistent map: a read off the actor copies it for a few reference
+    /// counts (`nodes_copy`).
+    nodes: imbl::OrdMap<NodeId, NodeRecord>,
     /// Nodes restored from the registry that have not registered with this head
     /// yet: judged by the restart grace, not the node timeout.
     awaiting_return: BTreeSet<NodeId>,
@@ -108,6 +110,11 @@ impl Membership {
     /// Every node, by id.
     pub(crate) fn nodes(&self) -> impl Iterator<Item = &NodeRecord> {
         self.nodes.values()
+    }
+
+    /// Every node, copied for a read off the actor.
+    pub(crate) fn nodes_copy(&self) -> imbl::OrdMap<NodeId, NodeRecord> {
+        self.nodes.clone()
     }
 
     /// The nodes from `start` on, by id (a page's listing).
@@ -226,8 +233,11 @@ impl Membership {
     /// The head itself did not run until `now` (stopped, or starved of CPU):
     /// it heard nobody meanwhile, so every node's silence starts again now.
     pub(crate) fn excuse_pause(&mut self, now: UnixMillis) {
-        for record in self.nodes.values_mut() {
-            if record.state != NodeState::Lost {
+        let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        for id in ids {
+            if let Some(record) = self.nodes.get_mut(&id)
+                && record.state != NodeState::Lost
+            {
                 record.last_seen = record.last_seen.max(now);
             }
         }

@@ -5,7 +5,7 @@
 //! A team's or the cluster's report walks every trial of its scope (a
 //! million, 0.6-0.8 s of CPU here). It runs on a blocking thread, on a
 //! [`ReportSnapshot`] the actor takes whatever the number of trials (the
-//! book's maps are persistent; the nodes' records are copied), so it never
+//! book's and the nodes' maps are persistent), so it never
 //! holds up a scheduling decision for long; the result
 //! comes back to the actor ([`ComputedReport`]), which reads up to
 //! [`MAX_TELEMETRY_TRIALS`] telemetry ranges (the registry's one database
