@@ -62,7 +62,8 @@ impl HeadCore {
     }
 
     /// Adds the fronts of the multi-objective experiments among `experiments`
-    /// here and now (for callers off the actor).
+    /// here and now (`HeadCore::status`: `xp status --data-dir` and tests,
+    /// with no actor to hold up).
     pub(super) fn add_fronts(&self, experiments: &mut [ExperimentStatus]) {
         let every: Vec<ExperimentId> = experiments.iter().map(|experiment| experiment.id).collect();
         add_fronts(&self.book, experiments, &every);
