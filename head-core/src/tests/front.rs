@@ -60,12 +60,19 @@ fn finish_with(
     done
 }
 
-#[test]
-fn a_motpe_sweep_is_told_every_objective_and_replays() {
+/// A core with one node of eight slots and [`MOTPE`] submitted: the core,
+/// the node and the experiment.
+fn motpe_on_a_node() -> (HeadCore, NodeId, ExperimentId) {
     let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
     let node = node_id(1);
     core.handle_node_register(0, registration(node, 0, 8, Vec::new()));
     let experiment = submit(&mut core, 0, MOTPE, false);
+    (core, node, experiment)
+}
+
+#[test]
+fn a_motpe_sweep_is_told_every_objective_and_replays() {
+    let (mut core, node, experiment) = motpe_on_a_node();
     // a = x, b = x²: conflicting, so every evaluated trial is on the front.
     let values = |x: f64| (Some(x), Some(x * x));
     assert_eq!(finish_with(&mut core, 1, node, values, |_| false).len(), 2);
@@ -150,10 +157,7 @@ fn the_front_leaves_out_failed_incomplete_and_nonfinite_trials() {
 
 #[test]
 fn a_status_page_leaves_its_front_to_be_computed_on_the_book_as_it_was() {
-    let mut core = HeadCore::restore(CONFIG, LoadedState::default(), 0);
-    let node = node_id(1);
-    core.handle_node_register(0, registration(node, 0, 8, Vec::new()));
-    let experiment = submit(&mut core, 0, MOTPE, false);
+    let (mut core, node, experiment) = motpe_on_a_node();
     let values = |x: f64| (Some(x), Some(x * x));
     finish_with(&mut core, 1, node, values, |_| false);
     let before = core.status(None).unwrap()[0].front.clone().unwrap();

@@ -166,37 +166,48 @@ fn an_unpaged_status_larger_than_a_frame_is_refused_before_it_is_built() {
     );
 }
 
-#[test]
-fn a_page_that_its_front_takes_over_the_budget_gives_its_last_trials_to_the_next() {
-    let mut core = core();
-    let id = grid(&mut core, "mo", "a", 7_000, 1);
-    let admin = asker("ops", Role::Admin);
+/// The page of experiment `id` from trial `from` on, as an admin sees it.
+fn page_of(core: &HeadCore, id: ExperimentId, from: Option<StatusCursor>) -> StatusPage {
     let query = StatusQuery {
         experiment: Some(id.to_string()),
-        from: None,
+        from,
     };
-    let Response::StatusPage(mut first) = answered(core.read_status_page(&admin, query).unwrap())
-    else {
+    let admin = asker("ops", Role::Admin);
+    let Response::StatusPage(page) = answered(core.read_status_page(&admin, query).unwrap()) else {
         panic!("a status page answers a status page request");
     };
-    assert_eq!(first.experiments[0].trials.len(), MAX_STATUS_PAGE_TRIALS);
-    // A front of 40,000 trials counts 2.5 MB: with 5,000 trials of about
-    // 400 bytes the page is over its 4 MiB.
-    let member = first.experiments[0].trials[0].id;
-    first.experiments[0].front = Some(FrontStatus {
+    page
+}
+
+/// A front of `size` copies of the page's first trial, set on its first
+/// experiment.
+fn set_front(page: &mut StatusPage, size: usize) {
+    let member = page.experiments[0].trials[0].id;
+    page.experiments[0].front = Some(FrontStatus {
         reference: vec![0.0, 0.0],
         reference_declared: false,
         hypervolume: 1.0,
-        evaluated: 40_000,
+        evaluated: size as u32,
         trials: vec![
             FrontTrial {
                 trial: member,
                 values: vec![0.0, 0.0],
                 contribution: 0.0,
             };
-            40_000
+            size
         ],
     });
+}
+
+#[test]
+fn a_page_that_its_front_takes_over_the_budget_gives_its_last_trials_to_the_next() {
+    let mut core = core();
+    let id = grid(&mut core, "mo", "a", 7_000, 1);
+    let mut first = page_of(&core, id, None);
+    assert_eq!(first.experiments[0].trials.len(), MAX_STATUS_PAGE_TRIALS);
+    // A front of 40,000 trials counts 2.5 MB: with 5,000 trials of about
+    // 400 bytes the page is over its 4 MiB.
+    set_front(&mut first, 40_000);
     fronts::trim_to_budget(&mut first);
     let kept = first.experiments[0].trials.len();
     assert!(
@@ -216,14 +227,7 @@ fn a_page_that_its_front_takes_over_the_budget_gives_its_last_trials_to_the_next
     let mut all = vec![first];
     let mut from = Some(next);
     while let Some(cursor) = from {
-        let query = StatusQuery {
-            experiment: Some(id.to_string()),
-            from: Some(cursor),
-        };
-        let Response::StatusPage(page) = answered(core.read_status_page(&admin, query).unwrap())
-        else {
-            panic!("a status page answers a status page request");
-        };
+        let page = page_of(&core, id, Some(cursor));
         assert!(page.experiments[0].front.is_none());
         from = page.next;
         all.push(page);
@@ -235,30 +239,8 @@ fn a_page_that_its_front_takes_over_the_budget_gives_its_last_trials_to_the_next
 fn a_front_alone_over_the_budget_keeps_one_trial() {
     let mut core = core();
     let id = grid(&mut core, "mo", "a", 10, 1);
-    let admin = asker("ops", Role::Admin);
-    let query = StatusQuery {
-        experiment: Some(id.to_string()),
-        from: None,
-    };
-    let Response::StatusPage(mut page) = answered(core.read_status_page(&admin, query).unwrap())
-    else {
-        panic!("a status page answers a status page request");
-    };
-    let member = page.experiments[0].trials[0].id;
-    page.experiments[0].front = Some(FrontStatus {
-        reference: vec![0.0, 0.0],
-        reference_declared: false,
-        hypervolume: 1.0,
-        evaluated: 100_000,
-        trials: vec![
-            FrontTrial {
-                trial: member,
-                values: vec![0.0, 0.0],
-                contribution: 0.0,
-            };
-            100_000
-        ],
-    });
+    let mut page = page_of(&core, id, None);
+    set_front(&mut page, 100_000);
     fronts::trim_to_budget(&mut page);
     assert_eq!(page.experiments[0].trials.len(), 1);
     let next = page.next.expect("nine trials come next");
