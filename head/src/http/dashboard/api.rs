@@ -140,8 +140,8 @@ async fn waiting(
         })
     })
     .await?;
-    // Finding the longest waiting walks every unfinished trial (0.13 s at a
-    // million waiting); the actor says only why the chosen ones wait.
+    // Finding the longest waiting walks every unfinished trial (about 0.3 s
+    // at a million waiting); the actor says only why the chosen ones wait.
     let (trials, total) = off_the_actor("choose the longest waiting", move || {
         snapshot.longest_waiting(limit)
     })
