@@ -20,10 +20,14 @@ waits.
 Rounds are 12 s apart, past the head's budget for report computations (1 s
 of every 10 s). `--heavy /api/cluster --gap 65` measures the cluster page's
 first poll instead (its experiments' histories are kept for a minute after
-the last poll), and `--heavy-command` a command instead of an HTTP request
-(`--heavy-command "$B/xp status --json ID" --gap 2` measures a
-multi-objective experiment's status, whose front walks all its trials; the
-command needs `XP_CLUSTER`). Only the standard library.
+the last poll), and `--heavy-command` a command instead of an HTTP request:
+`--heavy-command "XP_CLUSTER=\$(cat $WORK/admin-redb.cred) $B/xp status --json EXP-t0" --gap 2`
+measures a multi-objective experiment's status page from its first trial
+(its front, which walks all its trials, and 5,000 trials), on a store of
+`OBJECTIVES=2 KEEP=1 scripts/finished-store-bench.sh $B 1`. The embedded
+store's head has a CA of its own: admin-redb.cred is admin.cred with its
+`ca=` replaced by that of `$WORK/heads/redb/node.join`. Only the standard
+library.
 """
 
 import argparse
