@@ -169,6 +169,17 @@ impl HeadCore {
         }
     }
 
+    /// Why a queued trial waits (the policy core's reason, or admission's
+    /// when the core does not hold it yet); `None` for any other state.
+    pub(crate) fn waiting_reason(&self, trial: &TrialRecord) -> Option<String> {
+        (trial.state == TrialState::Queued).then(|| {
+            self.placement.policy().wait_reason(trial.id).map_or_else(
+                || "admission: its team is at its pending limit".to_owned(),
+                |reason| reason.to_string(),
+            )
+        })
+    }
+
     /// One trial as `xp status` shows it.
     pub(super) fn trial_status(&self, trial: &TrialRecord) -> TrialStatus {
         let (gpu_hours, cost) = self.trial_usage(trial);
@@ -197,12 +208,7 @@ impl HeadCore {
             last_step: trial.last_step,
             reason: trial.reason.as_deref().map(str::to_owned),
             reused_from: trial.reused_from,
-            waiting: (trial.state == TrialState::Queued).then(|| {
-                self.placement.policy().wait_reason(trial.id).map_or_else(
-                    || "admission: its team is at its pending limit".to_owned(),
-                    |reason| reason.to_string(),
-                )
-            }),
+            waiting: self.waiting_reason(trial),
             gpu_hours,
             cost,
             malformed_metrics: trial.malformed_metrics.as_deref().cloned(),

@@ -88,7 +88,7 @@ impl HeadCore {
                     "experiment": trial.id.experiment.to_string(),
                     "queue": queue,
                     "queued_at_ms": trial.queued_at,
-                    "waiting": self.trial_status(trial).waiting,
+                    "waiting": self.waiting_reason(trial),
                 })
             })
             .collect();
