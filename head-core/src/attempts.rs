@@ -87,7 +87,6 @@ impl HeadCore {
         }
         attempt.ended_at = Some(now);
         attempt.outcome = Some(shared_text::shared(outcome));
-        let launched_at = attempt.placed_at;
         let host = attempt.master_host.clone();
         let port = attempt.master_port;
         let live_nodes: BTreeSet<NodeId> = attempt
@@ -100,7 +99,7 @@ impl HeadCore {
         for node in live_nodes {
             self.kill_on(node, key.trial, key.attempt, outcome);
         }
-        self.revoke_attempt(now, key.trial, key.attempt, launched_at);
+        self.revoke_attempt(now, key.trial, key.attempt);
     }
 
     /// Ends the trial's live attempt, if it has one, with `outcome`.

@@ -64,6 +64,7 @@ impl HeadCore {
                 format!("node {node_id} no longer runs rank {}", key.rank),
             );
         }
+        self.renew_on_registration(now, node_id, &still_running);
         // Workers the node runs that belong to no live attempt must stop.
         for key in still_running {
             let live = self.worker(key).is_some_and(|(attempt, worker)| {
@@ -172,6 +173,7 @@ impl HeadCore {
         self.enforce_time_limits(now);
         self.tick_alerts(now);
         self.tend_replications(now);
+        self.renew_capabilities(now);
         self.tell_revocations();
         self.histories.forget_unread(now);
         // Time alone changes decisions: aging, reservations, minimum run times.

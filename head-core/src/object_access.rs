@@ -21,14 +21,15 @@
 //! is made, and a node that registers gets all those still in force before
 //! anything is launched on it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use xp_runtime::clock::UnixMillis;
-use xp_runtime::ids::{NodeId, ObjectId, TrialId};
+use xp_runtime::ids::{NodeId, ObjectId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
     ATTEMPT_CAPABILITY_MS, AuditEntry, CapabilityKey, Grant, HeadCommand, Holder,
-    MAX_CAPABILITY_OBJECTS, MAX_REVOCATIONS_PER_COMMAND, ObjectAccessReport, ObjectCapability,
-    ObjectRules, ReadScope, Revocation, RevocationEntry, SESSION_CAPABILITY_MS, TeamQuota,
+    MAX_CAPABILITY_OBJECTS, MAX_RENEWALS_PER_COMMAND, MAX_REVOCATIONS_PER_COMMAND,
+    ObjectAccessReport, ObjectCapability, ObjectRules, ReadScope, Revocation, RevocationEntry,
+    SESSION_CAPABILITY_MS, TeamQuota,
 };
 
 use super::{HeadCore, Record};
@@ -44,28 +45,30 @@ impl HeadCore {
         self.config.object_key
     }
 
-    /// Every attempt that ended, with when it was launched (what a start
-    /// revokes again).
+    /// Every attempt that ended, with when (what a start revokes again).
     pub(super) fn ended_attempts(&self) -> Vec<(TrialId, u32, UnixMillis)> {
         self.book
             .trials()
             .flat_map(|trial| {
-                trial
-                    .attempts
-                    .iter()
-                    .filter(|attempt| attempt.ended_at.is_some())
-                    .map(|attempt| (trial.id, attempt.number, attempt.placed_at))
+                trial.attempts.iter().filter_map(|attempt| {
+                    attempt
+                        .ended_at
+                        .map(|ended_at| (trial.id, attempt.number, ended_at))
+                })
             })
             .collect()
     }
 
-    /// The capability of attempt `attempt` of `trial`, launched at `now`.
+    /// A new capability of live attempt `attempt` of `trial`, issued at `now`
+    /// (its launch, or a renewal), renewed at half its life while the attempt
+    /// lives.
     pub(super) fn attempt_capability(
-        &self,
+        &mut self,
         now: UnixMillis,
         trial: TrialId,
         attempt: u32,
     ) -> ObjectCapability {
+        self.grants.issued(now, trial, attempt);
         let mut read = vec![ReadScope::Trial(trial)];
         read.extend(
             self.drivers
@@ -157,16 +160,73 @@ impl HeadCore {
         found
     }
 
-    /// Attempt `attempt` of `trial`, launched at `launched_at`, ended: its
-    /// capability stops working everywhere.
-    pub(super) fn revoke_attempt(
+    /// Attempt `attempt` of `trial` ended at `now`: its capability stops
+    /// working everywhere.
+    pub(super) fn revoke_attempt(&mut self, now: UnixMillis, trial: TrialId, attempt: u32) {
+        self.grants.revoke_attempt(now, trial, attempt);
+    }
+
+    /// Issues the live attempts whose capabilities are due at `now` new ones,
+    /// and sends each to the nodes its workers run on: a capability lasts
+    /// `ATTEMPT_CAPABILITY_MS`, and the attempt may run far longer.
+    pub(super) fn renew_capabilities(&mut self, now: UnixMillis) {
+        let mut by_node: BTreeMap<NodeId, Vec<ObjectCapability>> = BTreeMap::new();
+        for (trial, number) in self.grants.take_due(now) {
+            let nodes: BTreeSet<NodeId> = self
+                .book
+                .trial(trial)
+                .attempts
+                .iter()
+                .filter(|attempt| attempt.number == number && attempt.is_live())
+                .flat_map(|attempt| attempt.workers.iter())
+                .filter(|worker| worker.state.holds_resources())
+                .map(|worker| worker.node)
+                .collect();
+            if nodes.is_empty() {
+                continue;
+            }
+            let capability = self.attempt_capability(now, trial, number);
+            for node in nodes {
+                by_node.entry(node).or_default().push(capability.clone());
+            }
+        }
+        for (node, capabilities) in by_node {
+            self.send_renewals(node, capabilities);
+        }
+    }
+
+    /// Sends `node` new capabilities of the live attempts among `running`
+    /// (it registered: a restarted head knows nothing of what it issued
+    /// before, and a node back from a lost session may have missed renewals).
+    pub(super) fn renew_on_registration(
         &mut self,
         now: UnixMillis,
-        trial: TrialId,
-        attempt: u32,
-        launched_at: UnixMillis,
+        node: NodeId,
+        running: &BTreeSet<WorkerKey>,
     ) {
-        self.grants.revoke_attempt(now, trial, attempt, launched_at);
+        let live: BTreeSet<(TrialId, u32)> = running
+            .iter()
+            .filter(|key| {
+                self.worker(**key).is_some_and(|(attempt, worker)| {
+                    attempt.is_live() && worker.state.holds_resources()
+                })
+            })
+            .map(|key| (key.trial, key.attempt))
+            .collect();
+        let capabilities = live
+            .into_iter()
+            .map(|(trial, number)| self.attempt_capability(now, trial, number))
+            .collect();
+        self.send_renewals(node, capabilities);
+    }
+
+    fn send_renewals(&mut self, node: NodeId, mut capabilities: Vec<ObjectCapability>) {
+        while !capabilities.is_empty() {
+            let rest = capabilities.split_off(capabilities.len().min(MAX_RENEWALS_PER_COMMAND));
+            self.outbox
+                .send(node, HeadCommand::RenewCapabilities(capabilities));
+            capabilities = rest;
+        }
     }
 
     /// Driver session `session` ended (its connection closed): its capability

@@ -372,6 +372,7 @@ impl Agent {
             Action::ReleaseOwner(owner) => self.release_owner(owner),
             Action::ObjectRules(rules) => self.objects.access.apply_rules(rules),
             Action::RevokeCapabilities(entries) => self.objects.access.revoke(entries),
+            Action::RenewCapabilities(capabilities) => self.objects.access.renew(capabilities),
             Action::CloseSession { linger_until } => self.close_session(linger_until).await,
             Action::Leave { deadline, refused } => {
                 return Some(self.leave(deadline, refused).await);

@@ -360,7 +360,8 @@ impl Simulated {
             Action::ReleaseOwner(crate::objects::Owner::Trial(trial)) => self.release_trial(trial),
             Action::ReleaseOwner(crate::objects::Owner::Driver(_))
             | Action::ObjectRules(_)
-            | Action::RevokeCapabilities(_) => {}
+            | Action::RevokeCapabilities(_)
+            | Action::RenewCapabilities(_) => {}
             Action::CloseSession { .. } => {
                 if let Some(session) = self.session.take() {
                     session

@@ -236,7 +236,10 @@ impl TrialContext {
     /// to fetch from the nodes' object servers directly
     /// (`xp_runtime::object_wire::ObjectClient`). It reads what the trial
     /// keeps and what its experiment's drivers stored, stores nothing, and
-    /// stops working when the attempt ends.
+    /// stops working when the attempt ends. It lasts an hour
+    /// (`xp_runtime::protocol::ATTEMPT_CAPABILITY_MS`); the head renews the
+    /// one the node holds every half hour while the attempt lives, so a helper
+    /// that runs longer asks again before its `grant.expires_ms`.
     pub fn object_capability(&self) -> Result<ObjectCapability, WorkerError> {
         match local_request(LocalOp::Capability)? {
             LocalResponse::Capability(capability) => Ok(*capability),

@@ -129,6 +129,7 @@ fn object_plane_messages() -> Vec<Message> {
             revoked: revocations(),
         })),
         Message::ToNode(HeadCommand::RevokeCapabilities(revocations())),
+        Message::ToNode(HeadCommand::RenewCapabilities(vec![capability()])),
         Message::FromNode(NodeMessage::ObjectAccess(ObjectAccessReport {
             counts: vec![TeamObjectCounts {
                 team: "vision".to_owned(),

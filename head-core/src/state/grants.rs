@@ -1,18 +1,23 @@
 //! What the head revoked of the object capabilities it issued, kept until each
 //! revoked capability has expired anyway, so that a node that registers gets
-//! every revocation still in force.
+//! every revocation still in force; and when each live attempt's capability
+//! is next renewed.
 //!
 //! Soft state, rebuilt at a restart from what is durable: the start itself
 //! revokes every session capability issued before it (the connections ended
 //! with the old head), and every attempt that ended within
 //! `ATTEMPT_CAPABILITY_MS` is revoked again from the book. What a running head
 //! revokes of users is soft: a user revoked before a restart has no
-//! connection to it, and their session capabilities died with the start.
+//! connection to it, and their session capabilities died with the start. The
+//! renewals start again as nodes register (each is sent fresh capabilities of
+//! the live attempts it runs).
 //!
-//! Invariant: an entry is kept until its `until_ms` has passed (plus the
-//! allowed clock skew), and never longer.
+//! Invariants: an entry is kept until its `until_ms` has passed (plus the
+//! allowed clock skew), and never longer. An attempt's revocation lasts until
+//! `ATTEMPT_CAPABILITY_MS` after its end: every capability of it was issued
+//! before its end, so none outlives that.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::TrialId;
@@ -21,24 +26,29 @@ use xp_runtime::protocol::{
     SESSION_CAPABILITY_MS,
 };
 
-/// The revocations in force.
+/// An attempt: its trial and number.
+type AttemptKey = (TrialId, u32);
+
+/// The revocations in force, and the renewals due.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct ObjectGrants {
     /// Sessions, users, and the start's void of older sessions.
     revoked: RevocationList,
-    /// Ended attempts, by when their capability expires anyway (launch plus
-    /// `ATTEMPT_CAPABILITY_MS`: an attempt revoked again is the same entry).
-    /// Apart from the list, whose holder map a node needs to look holders
-    /// up: a head restarted after a busy day holds a million of these, 32
-    /// bytes each here against about 90 in the list's two maps.
+    /// Ended attempts, by when their last capability expires anyway (the
+    /// end plus `ATTEMPT_CAPABILITY_MS`). Apart from the list, whose holder
+    /// map a node needs to look holders up: a head restarted after a busy
+    /// hour holds tens of thousands of these, 32 bytes each here against
+    /// about 90 in the list's two maps.
     attempts: BTreeSet<(UnixMillis, TrialId, u32)>,
     /// Revocations not yet told to the nodes.
     unsent: Vec<RevocationEntry>,
+    /// When each live attempt's capability is next renewed.
+    renewals: Renewals,
 }
 
 impl ObjectGrants {
     /// A head started at `now`: session capabilities from before are void, and
-    /// so are those of the attempts in `ended` (trial, attempt, launched at).
+    /// so are those of the attempts in `ended` (trial, attempt, ended at).
     pub(crate) fn started(
         now: UnixMillis,
         ended: impl IntoIterator<Item = (TrialId, u32, UnixMillis)>,
@@ -53,11 +63,12 @@ impl ObjectGrants {
             // Collected at once, so packed.
             attempts: ended
                 .into_iter()
-                .map(|(trial, attempt, launched_at)| (attempt_until(launched_at), trial, attempt))
-                .filter(|(until, _, _)| *until >= now)
+                .map(|(trial, attempt, ended_at)| (attempt_until(ended_at), trial, attempt))
+                .filter(|(until, _, _)| until.saturating_add(CLOCK_SKEW_MS) >= now)
                 .collect(),
             // No node is connected yet: each gets these when it registers.
             unsent: Vec::new(),
+            renewals: Renewals::default(),
         }
     }
 
@@ -73,19 +84,27 @@ impl ObjectGrants {
         self.unsent.push(entry);
     }
 
-    /// Revokes the capability of `attempt` of `trial`, launched at
-    /// `launched_at`, as [`Self::revoke`] does.
-    pub(crate) fn revoke_attempt(
-        &mut self,
-        now: UnixMillis,
-        trial: TrialId,
-        attempt: u32,
-        launched_at: UnixMillis,
-    ) {
+    /// Attempt `attempt` of `trial` ended at `now`: its capabilities are
+    /// revoked, as [`Self::revoke`] does, and no longer renewed.
+    pub(crate) fn revoke_attempt(&mut self, now: UnixMillis, trial: TrialId, attempt: u32) {
         self.prune(now);
-        let until = attempt_until(launched_at);
+        self.renewals.forget((trial, attempt));
+        let until = attempt_until(now);
         self.attempts.insert((until, trial, attempt));
         self.unsent.push(attempt_entry(until, trial, attempt));
+    }
+
+    /// A capability of live attempt `attempt` of `trial` was issued at
+    /// `now`: it is renewed at half its life, the earlier one no longer.
+    pub(crate) fn issued(&mut self, now: UnixMillis, trial: TrialId, attempt: u32) {
+        let due = now.saturating_add(ATTEMPT_CAPABILITY_MS / 2);
+        self.renewals.schedule((trial, attempt), due);
+    }
+
+    /// The attempts whose capabilities are due for renewal at `now`, each
+    /// taken off the schedule until [`Self::issued`] puts it back.
+    pub(crate) fn take_due(&mut self, now: UnixMillis) -> Vec<AttemptKey> {
+        self.renewals.take_due(now)
     }
 
     /// The revocations made since the last call, to tell every node.
@@ -117,9 +136,45 @@ impl ObjectGrants {
     }
 }
 
-/// When the capability of an attempt launched at `launched_at` expires.
-fn attempt_until(launched_at: UnixMillis) -> UnixMillis {
-    launched_at.saturating_add(ATTEMPT_CAPABILITY_MS)
+/// When each live attempt's capability is next renewed: one entry per
+/// attempt, found by time and by attempt.
+#[derive(Debug, Default, Clone)]
+struct Renewals {
+    due: BTreeSet<(UnixMillis, AttemptKey)>,
+    of: HashMap<AttemptKey, UnixMillis>,
+}
+
+impl Renewals {
+    fn schedule(&mut self, attempt: AttemptKey, due: UnixMillis) {
+        if let Some(earlier) = self.of.insert(attempt, due) {
+            self.due.remove(&(earlier, attempt));
+        }
+        self.due.insert((due, attempt));
+    }
+
+    fn forget(&mut self, attempt: AttemptKey) {
+        if let Some(due) = self.of.remove(&attempt) {
+            self.due.remove(&(due, attempt));
+        }
+    }
+
+    fn take_due(&mut self, now: UnixMillis) -> Vec<AttemptKey> {
+        let mut taken = Vec::new();
+        while let Some(&(due, attempt)) = self.due.first()
+            && due <= now
+        {
+            self.due.pop_first();
+            self.of.remove(&attempt);
+            taken.push(attempt);
+        }
+        taken
+    }
+}
+
+/// When the last capability of an attempt that ended at `ended_at` expires
+/// at the latest.
+fn attempt_until(ended_at: UnixMillis) -> UnixMillis {
+    ended_at.saturating_add(ATTEMPT_CAPABILITY_MS)
 }
 
 fn attempt_entry(until_ms: UnixMillis, trial: TrialId, attempt: u32) -> RevocationEntry {
@@ -139,7 +194,7 @@ mod tests {
     fn a_start_voids_older_sessions_and_attempts_that_ended_recently_until_they_expire() {
         let trial: TrialId = "00000000000000aa-t0".parse().expect("trial");
         let recent = NOW - 1000;
-        let long_ago = NOW - ATTEMPT_CAPABILITY_MS - 1;
+        let long_ago = NOW - ATTEMPT_CAPABILITY_MS - CLOCK_SKEW_MS - 1;
         let mut grants = ObjectGrants::started(NOW, [(trial, 1, long_ago), (trial, 2, recent)]);
         assert_eq!(
             grants.in_force(NOW),
@@ -178,20 +233,41 @@ mod tests {
     }
 
     #[test]
-    fn an_ended_attempt_is_revoked_once_and_kept_until_its_capability_expires() {
+    fn an_ended_attempt_is_revoked_until_its_last_capability_expires() {
         let trial: TrialId = "00000000000000aa-t0".parse().expect("trial");
         let mut grants = ObjectGrants::started(NOW, []);
-        grants.revoke_attempt(NOW, trial, 1, NOW - 10);
-        grants.revoke_attempt(NOW + 1, trial, 1, NOW - 10);
+        grants.revoke_attempt(NOW, trial, 1);
         let attempt = |entry: &RevocationEntry| matches!(entry.revocation, Revocation::Holder(_));
-        let until = NOW - 10 + ATTEMPT_CAPABILITY_MS;
+        let until = NOW + ATTEMPT_CAPABILITY_MS;
         let in_force = grants.in_force(NOW + 2);
         assert_eq!(in_force.iter().filter(|entry| attempt(entry)).count(), 1);
         assert!(in_force.iter().any(|entry| entry.until_ms == until));
-        assert_eq!(grants.take_unsent().len(), 2, "each revocation is told");
+        assert_eq!(grants.take_unsent().len(), 1, "the revocation is told");
         let kept = grants.in_force(until + CLOCK_SKEW_MS);
         assert!(kept.iter().any(attempt), "kept through the clock skew");
         let gone = grants.in_force(until + CLOCK_SKEW_MS + 1);
         assert!(!gone.iter().any(attempt));
+    }
+
+    #[test]
+    fn a_live_attempt_is_renewed_at_half_its_capabilitys_life_until_it_ends() {
+        let trial: TrialId = "00000000000000aa-t0".parse().expect("trial");
+        let other: TrialId = "00000000000000aa-t1".parse().expect("trial");
+        let half = ATTEMPT_CAPABILITY_MS / 2;
+        let mut grants = ObjectGrants::started(NOW, []);
+        grants.issued(NOW, trial, 1);
+        grants.issued(NOW + 5, other, 1);
+        assert!(grants.take_due(NOW + half - 1).is_empty());
+        // Issued again (its node registered again): the earlier time is gone.
+        grants.issued(NOW + 10, trial, 1);
+        assert_eq!(grants.take_due(NOW + half + 5), [(other, 1)]);
+        assert_eq!(grants.take_due(NOW + half + 10), [(trial, 1)]);
+        assert!(grants.take_due(NOW + 3 * half).is_empty(), "taken once");
+        grants.issued(NOW + half + 10, trial, 1);
+        grants.revoke_attempt(NOW + half + 20, trial, 1);
+        assert!(
+            grants.take_due(NOW + 4 * half).is_empty(),
+            "an ended attempt is not renewed"
+        );
     }
 }

@@ -5,9 +5,9 @@
 
 use xp_runtime::ids::ObjectId;
 use xp_runtime::protocol::{
-    AdminAction, AdminRequest, CapabilityKey, Holder, MAX_REVOCATIONS_PER_COMMAND,
-    ObjectAccessReport, ObjectCapability, ObjectRefusal, ReadScope, Request, Response, Revocation,
-    RevocationList, TeamObjectCounts,
+    ATTEMPT_CAPABILITY_MS, AdminAction, AdminRequest, CapabilityKey, Holder,
+    MAX_REVOCATIONS_PER_COMMAND, ObjectAccessReport, ObjectCapability, ObjectRefusal, ReadScope,
+    Request, Response, Revocation, RevocationList, TeamObjectCounts,
 };
 
 use super::*;
@@ -463,4 +463,79 @@ fn a_trials_objects_take_the_path_its_spec_says_whatever_its_gang_uses() {
         })
         .collect();
     assert_eq!(paths, vec![FetchPath::Tcp]);
+}
+
+/// The capabilities among `sent` for `node`, each as (holder, issued at).
+fn renewals_to(sent: &[(NodeId, HeadCommand)], node: NodeId) -> Vec<(Holder, u64)> {
+    sent.iter()
+        .filter(|(to, _)| *to == node)
+        .filter_map(|(_, command)| match command {
+            HeadCommand::RenewCapabilities(capabilities) => Some(capabilities.clone()),
+            _ => None,
+        })
+        .flatten()
+        .map(|capability| {
+            let grant = capability
+                .verify(
+                    &key(),
+                    capability.grant.issued_ms,
+                    &RevocationList::default(),
+                )
+                .expect("signed with the cluster's key");
+            (grant.holder.clone(), grant.issued_ms)
+        })
+        .collect()
+}
+
+/// `node` heartbeats at `now`, then the head ticks.
+fn alive_at(core: &mut HeadCore, node: NodeId, now: u64) -> Vec<(NodeId, HeadCommand)> {
+    core.handle_node_message(now, node, NodeMessage::Heartbeat);
+    core.handle_tick(now);
+    commands(core)
+}
+
+#[test]
+fn a_live_attempts_capability_is_renewed_at_half_its_life_and_at_its_nodes_registration() {
+    let (mut core, node) = cluster(0, 4);
+    commands(&mut core);
+    submit(&mut core, 1, ALPHA, false);
+    let key = launches(&commands(&mut core))[0].1;
+    report(&mut core, 2, node, WorkerReport::Started { key, pid: 7 });
+    let holder = Holder::Attempt {
+        trial: key.trial,
+        attempt: key.attempt,
+    };
+    let half = ATTEMPT_CAPABILITY_MS / 2;
+    assert_eq!(renewals_to(&alive_at(&mut core, node, half), node), []);
+    let renewed = renewals_to(&alive_at(&mut core, node, 1 + half), node);
+    assert_eq!(
+        renewed,
+        [(holder.clone(), 1 + half)],
+        "issued at the launch"
+    );
+    // Its node registers again (its session was lost): it gets one at once,
+    // and the next renewal counts from then.
+    core.handle_node_register(5 + half, registration(node, 0, 4, vec![key]));
+    let at_registration = renewals_to(&commands(&mut core), node);
+    assert_eq!(at_registration, [(holder.clone(), 5 + half)]);
+    assert_eq!(
+        renewals_to(&alive_at(&mut core, node, 1 + 2 * half), node),
+        []
+    );
+    let renewed = renewals_to(&alive_at(&mut core, node, 5 + 2 * half), node);
+    assert_eq!(renewed, [(holder.clone(), 5 + 2 * half)]);
+    // It ends: revoked until its last capability expires, and never renewed.
+    let end = 6 + 2 * half;
+    exited(&mut core, end, node, key, 0);
+    alive_at(&mut core, node, end);
+    let in_force = core.grants.in_force(end);
+    let revoked = in_force
+        .iter()
+        .find(|entry| entry.revocation == Revocation::Holder(holder.clone()))
+        .expect("revoked");
+    assert_eq!(revoked.until_ms, end + ATTEMPT_CAPABILITY_MS);
+    assert_eq!(
+        renewals_to(&alive_at(&mut core, node, end + 2 * half), node),
+        []
+    );
 }

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use xp_runtime::ids::{NodeId, ObjectId, TrialId, WorkerKey};
 use xp_runtime::protocol::{
-    FetchPath, Launch, NodeMessage, ObjectRules, ObjectSource, RevocationEntry,
+    FetchPath, Launch, NodeMessage, ObjectCapability, ObjectRules, ObjectSource, RevocationEntry,
 };
 
 pub use self::drain::{DEFAULT_DRAIN_TIMEOUT, DrainTimeoutError, check_drain_timeout};
@@ -136,6 +136,8 @@ pub(crate) enum Action {
     ObjectRules(ObjectRules),
     /// Refuse these capabilities on the object server from now on.
     RevokeCapabilities(Vec<RevocationEntry>),
+    /// Hand these new capabilities to their attempts' workers from now on.
+    RenewCapabilities(Vec<ObjectCapability>),
     /// End the session: stop reading, and close the connection, first waiting
     /// until `linger_until` for the head to close its side (so nothing in
     /// flight is discarded) when given.

@@ -175,6 +175,7 @@ impl NodeCore {
             HeadCommand::ReleaseTrial { trial } => Action::ReleaseOwner(Owner::Trial(trial)),
             HeadCommand::ObjectRules(rules) => Action::ObjectRules(rules),
             HeadCommand::RevokeCapabilities(entries) => Action::RevokeCapabilities(entries),
+            HeadCommand::RenewCapabilities(capabilities) => Action::RenewCapabilities(capabilities),
             other => {
                 debug!(?other, "not an order for the object store");
                 return;

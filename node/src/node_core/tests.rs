@@ -132,6 +132,7 @@ fn describe(action: &Action, origin: Instant) -> String {
         Action::ReleaseOwner(owner) => format!("release {owner}"),
         Action::ObjectRules(rules) => format!("object rules {}", rules.revoked.len()),
         Action::RevokeCapabilities(entries) => format!("revoke {}", entries.len()),
+        Action::RenewCapabilities(capabilities) => format!("renew {}", capabilities.len()),
         Action::CloseSession { linger_until } => match linger_until {
             Some(until) => format!("close until {}", at(*until)),
             None => "close".to_owned(),
@@ -727,7 +728,8 @@ impl Model {
                 | Action::DropObjects { .. }
                 | Action::ReleaseOwner(_)
                 | Action::ObjectRules(_)
-                | Action::RevokeCapabilities(_) => {}
+                | Action::RevokeCapabilities(_)
+                | Action::RenewCapabilities(_) => {}
             }
         }
         let core_live: BTreeSet<_> = driven.core.workers.keys().copied().collect();

@@ -25,12 +25,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tracing::warn;
 use xp_runtime::ids::{ObjectId, TrialId, WorkerKey};
 use xp_runtime::object_wire::{Credential, FetchErrorCode, LocalResponse};
 use xp_runtime::protocol::{
-    CapabilityError, CapabilityKey, Grant, MAX_REPORTED_REFUSALS, NodeMessage, ObjectAccessReport,
-    ObjectCapability, ObjectRefusal, ObjectRules, RevocationEntry, RevocationList,
-    TeamObjectCounts, TeamQuota,
+    CapabilityError, CapabilityKey, Grant, Holder, MAX_REPORTED_REFUSALS, NodeMessage,
+    ObjectAccessReport, ObjectCapability, ObjectRefusal, ObjectRules, RevocationEntry,
+    RevocationList, TeamObjectCounts, TeamQuota,
 };
 
 use super::{ObjectInfo, Owner, Tier};
@@ -246,7 +247,27 @@ impl ObjectAccess {
         state.workers.insert(key, capability);
     }
 
-    /// The capability worker `key` was launched with, while it is live.
+    /// The head issued these attempts' capabilities anew: each replaces the
+    /// one its attempt's workers here hold. One of an attempt with no worker
+    /// here (it ended meanwhile) is dropped, and so is one the head did not
+    /// issue to an attempt.
+    pub(crate) fn renew(&self, capabilities: Vec<ObjectCapability>) {
+        let mut state = self.lock();
+        for capability in capabilities {
+            let Holder::Attempt { trial, attempt } = capability.grant.holder else {
+                warn!(holder = %capability.grant.holder, "a renewal not of an attempt ignored");
+                continue;
+            };
+            for (key, held) in &mut state.workers {
+                if key.trial == trial && key.attempt == attempt {
+                    *held = capability.clone();
+                }
+            }
+        }
+    }
+
+    /// The capability worker `key` holds (launched with, or renewed), while
+    /// it is live.
     pub(crate) fn capability_of(&self, key: WorkerKey) -> Option<ObjectCapability> {
         self.lock().workers.get(&key).cloned()
     }

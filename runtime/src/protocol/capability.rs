@@ -44,9 +44,16 @@ pub const MAX_GRANT_NAME_BYTES: usize = 256;
 /// How long a driver session's capability lasts; the SDK asks for a new one
 /// before then.
 pub const SESSION_CAPABILITY_MS: u64 = 10 * 60 * 1000;
-/// How long a trial attempt's capability lasts (the head also revokes it when
-/// the attempt ends).
-pub const ATTEMPT_CAPABILITY_MS: u64 = 24 * 60 * 60 * 1000;
+/// How long a trial attempt's capability lasts. The head issues the attempt a
+/// new one at half this while it lives (`HeadCommand::RenewCapabilities`), and
+/// revokes it when the attempt ends, until this long after the end. An hour,
+/// not a day: every node keeps every revocation in force, and a registering
+/// node is sent them all, so their number is the rate of ends times this.
+pub const ATTEMPT_CAPABILITY_MS: u64 = 60 * 60 * 1000;
+/// The most capabilities one `HeadCommand::RenewCapabilities` carries: a grant
+/// names at most [`MAX_READ_SCOPES`] scopes of names of at most
+/// [`MAX_GRANT_NAME_BYTES`], so this many stay well within a frame.
+pub const MAX_RENEWALS_PER_COMMAND: usize = 256;
 /// How far a node's clock may be ahead of the head's before a fresh capability
 /// looks expired to it.
 pub const CLOCK_SKEW_MS: u64 = 30 * 1000;

@@ -33,7 +33,7 @@ mod telemetry;
 pub use alerts::{AlertStatus, DeliveryState};
 pub use capability::{
     ATTEMPT_CAPABILITY_MS, CAPABILITY_FORMAT, CLOCK_SKEW_MS, CapabilityError, CapabilityKey, Grant,
-    Holder, MAX_GRANT_NAME_BYTES, MAX_READ_SCOPES, MAX_REPORTED_REFUSALS,
+    Holder, MAX_GRANT_NAME_BYTES, MAX_READ_SCOPES, MAX_RENEWALS_PER_COMMAND, MAX_REPORTED_REFUSALS,
     MAX_REVOCATIONS_PER_COMMAND, ObjectAccessReport, ObjectCapability, ObjectRefusal, ObjectRules,
     ReadScope, Revocation, RevocationEntry, RevocationList, SESSION_CAPABILITY_MS,
     TeamObjectCounts, TeamQuota,
@@ -101,8 +101,10 @@ use serde::{Deserialize, Serialize};
 /// trial's metric history in pages (`Request::Metrics`, `MetricsPage`).
 /// 12: one trial's checkpoints (`Request::TrialCheckpoints`). 13: an
 /// experiment's checkpoints in pages (`Request::Checkpoints`'s `after` and
-/// `limit`, `Response::CheckpointsPage`).
-pub const PROTOCOL_VERSION: u16 = 13;
+/// `limit`, `Response::CheckpointsPage`). 14: attempts' capabilities last an
+/// hour and are renewed while the attempt lives
+/// (`HeadCommand::RenewCapabilities`).
+pub const PROTOCOL_VERSION: u16 = 14;
 
 /// Everything that crosses a connection.
 #[derive(Debug, Clone, Serialize, Deserialize)]

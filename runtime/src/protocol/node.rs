@@ -430,6 +430,11 @@ pub enum HeadCommand {
     /// Capabilities revoked since (a session or attempt ended, a user was
     /// revoked): refuse them from now on.
     RevokeCapabilities(Vec<super::RevocationEntry>),
+    /// New capabilities of live attempts whose workers run here, issued before
+    /// the old ones expire (and when the node registers): hand these to the
+    /// attempts' workers from now on. At most
+    /// [`MAX_RENEWALS_PER_COMMAND`](super::MAX_RENEWALS_PER_COMMAND).
+    RenewCapabilities(Vec<super::ObjectCapability>),
 }
 
 /// Everything a node needs to start one worker. Its `Debug` leaves the

@@ -194,6 +194,35 @@ fn a_teams_usage_counts_its_sessions_and_trials_objects_and_nothing_else() {
 }
 
 #[test]
+fn a_renewal_replaces_the_capability_of_its_attempts_workers_here_and_no_other() {
+    let access = ObjectAccess::new(TOKEN);
+    let key = CapabilityKey::derive(TOKEN);
+    let trial: TrialId = "00000000000000aa-t0".parse().expect("trial");
+    let worker = |attempt, rank| WorkerKey {
+        trial,
+        attempt,
+        rank,
+    };
+    let of_attempt = |attempt, issued_ms| {
+        let mut grant = grant(Holder::Attempt { trial, attempt }, vec![]);
+        grant.issued_ms = issued_ms;
+        ObjectCapability::issue(&key, grant)
+    };
+    let first = of_attempt(1, NOW);
+    access.hold_worker(worker(1, 0), first.clone());
+    access.hold_worker(worker(1, 1), first.clone());
+    let other = of_attempt(2, NOW);
+    access.hold_worker(worker(2, 0), other.clone());
+    let renewed = of_attempt(1, NOW + 10);
+    let stray = ObjectCapability::issue(&key, grant(session("s"), vec![]));
+    access.renew(vec![stray, renewed.clone(), of_attempt(3, NOW + 10)]);
+    assert_eq!(access.capability_of(worker(1, 0)), Some(renewed.clone()));
+    assert_eq!(access.capability_of(worker(1, 1)), Some(renewed));
+    assert_eq!(access.capability_of(worker(2, 0)), Some(other));
+    assert_eq!(access.capability_of(worker(3, 0)), None, "none held here");
+}
+
+#[test]
 fn the_report_holds_what_was_counted_once() {
     let access = ObjectAccess::new(TOKEN);
     assert_eq!(access.take_report(), None);
