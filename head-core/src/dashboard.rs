@@ -121,20 +121,6 @@ impl HeadCore {
             .ok_or(PageError::TrialNotFound { trial_id })?;
         let spec = &self.book.spec(trial_id.experiment);
         let mut detail = trial_json(&self.trial_status(trial));
-        let events: Vec<Value> = events
-            .iter()
-            .filter(|event| event.trial == trial_id)
-            .take(MAX_TRIAL_EVENTS)
-            .map(|event| {
-                json!({
-                    "seq": event.seq,
-                    "at_ms": event.at,
-                    "state": event.state.as_str(),
-                    "attempt": event.attempt,
-                    "reason": event.reason,
-                })
-            })
-            .collect();
         let checkpoints: Vec<Value> = self
             .trial_checkpoints(trial_id)
             .unwrap_or_default()
@@ -162,7 +148,7 @@ impl HeadCore {
                 json!(trial_gpu_hours(trial, now)),
             );
             map.insert("checkpoints".into(), Value::Array(checkpoints));
-            map.insert("events".into(), Value::Array(events));
+            map.insert("events".into(), trial_events_json(trial_id, events));
         }
         Ok(detail)
     }
@@ -620,4 +606,24 @@ fn best_groups(groups: HashMap<String, Group>, maximize: bool) -> Vec<(f64, u32,
     ranked.truncate(keep);
     ranked.sort_by(order);
     ranked
+}
+
+/// A trial detail's `events`: those of `events` (newest first, as the store
+/// gave them) that are `trial_id`'s, at most [`MAX_TRIAL_EVENTS`].
+pub fn trial_events_json(trial_id: TrialId, events: &[TrialEvent]) -> Value {
+    let events = events
+        .iter()
+        .filter(|event| event.trial == trial_id)
+        .take(MAX_TRIAL_EVENTS)
+        .map(|event| {
+            json!({
+                "seq": event.seq,
+                "at_ms": event.at,
+                "state": event.state.as_str(),
+                "attempt": event.attempt,
+                "reason": event.reason,
+            })
+        })
+        .collect();
+    Value::Array(events)
 }

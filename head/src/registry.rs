@@ -15,7 +15,7 @@
 //! Events and metric reports are the exception: they are only ever appended,
 //! and neither the copy nor the core keeps them (a head that ran a million
 //! trials has five million events); they are read from the store on demand
-//! ([`Registry::events_after`], [`Registry::newest_events_of_trial`]).
+//! ([`HistoryReads::events_after`], [`HistoryReads::newest_events_of_trial`]).
 //!
 //! Invariant: [`Registry::committed`] equals what the database holds, as far as
 //! this process knows: it is updated only after a commit succeeded.
@@ -282,17 +282,13 @@ impl Committed {
     }
 }
 
-/// Where a registry's records are kept. Each call is one read or one durable
-/// transaction; a failed write may leave the store closed until [`Store::reopen`].
-pub(crate) trait Store: Send + std::fmt::Debug {
-    /// The next metric and audit numbers, as stored.
-    fn sequences(&self) -> Result<Sequences, RegistryError>;
-    /// Stores `records` in one durable transaction, numbering metric reports
-    /// and audit entries from `next`; returns the numbers after them.
-    fn write(&mut self, records: &[Record], next: Sequences) -> Result<Sequences, RegistryError>;
-    /// Every experiment, trial, node, pipeline and alert, the policy, and the
-    /// number of the newest event.
-    fn read_all(&self) -> Result<LoadedState, RegistryError>;
+/// Reads of the stored history (events, the audit trail, metric reports,
+/// telemetry), each in one read transaction, so one sees the store as a
+/// commit left it. A [`HistoryReader`] shares nothing with the path of the
+/// writes (redb: the database, whose read transactions run beside a write;
+/// PostgreSQL: a connection of its own), so the head's actor hands reads to
+/// other threads and never waits on them, nor they on its commits.
+pub(crate) trait HistoryReads: Send + Sync + std::fmt::Debug {
     /// Up to `limit` of `experiment`'s events numbered after `after`, oldest
     /// first.
     fn events_after(
@@ -307,6 +303,47 @@ pub(crate) trait Store: Send + std::fmt::Debug {
         trial: TrialId,
         limit: usize,
     ) -> Result<Vec<TrialEvent>, RegistryError>;
+    /// The newest `limit` audit entries, oldest first.
+    fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, RegistryError>;
+    /// One page of a trial's metric reports in arrival order: at most `limit`
+    /// reports after sequence number `after`, ending early once their stored size
+    /// reaches `max_bytes` (one report is returned even if larger), and how many
+    /// the trial has in all. A page holds only its own reports, however long
+    /// the history is.
+    fn metrics_page(
+        &self,
+        trial: TrialId,
+        after: Option<u64>,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<MetricsPage, RegistryError>;
+    /// At most about `max_records` of a trial's metric reports, evenly spaced
+    /// over its whole history (every report when it has no more) and always
+    /// the newest, oldest first: what a learning curve needs of a history of
+    /// any length (the dashboard's `/api/experiments/{id}/curves`).
+    fn metric_samples(
+        &self,
+        trial: TrialId,
+        max_records: usize,
+    ) -> Result<Vec<MetricRecord>, RegistryError>;
+    /// One trial's telemetry, per rank, each series oldest window first.
+    fn telemetry_of(&self, trial: TrialId) -> Result<Vec<WorkerTelemetry>, RegistryError>;
+}
+
+/// A shared [`HistoryReads`].
+pub(crate) type HistoryReader = Arc<dyn HistoryReads>;
+
+/// Where a registry's records are kept. Each call is one read or one durable
+/// transaction; a failed write may leave the store closed until [`Store::reopen`].
+pub(crate) trait Store: Send + std::fmt::Debug {
+    /// The next metric and audit numbers, as stored.
+    fn sequences(&self) -> Result<Sequences, RegistryError>;
+    /// Stores `records` in one durable transaction, numbering metric reports
+    /// and audit entries from `next`; returns the numbers after them.
+    fn write(&mut self, records: &[Record], next: Sequences) -> Result<Sequences, RegistryError>;
+    /// Every experiment, trial, node, pipeline and alert, the policy, and the
+    /// number of the newest event.
+    fn read_all(&self) -> Result<LoadedState, RegistryError>;
     /// What [`Store::read_all`] reads, changed after change `after` (0: all),
     /// for a standby that follows the store; `None` where no standby can
     /// follow (the embedded store).
@@ -315,26 +352,11 @@ pub(crate) trait Store: Send + std::fmt::Debug {
     }
     /// Every user.
     fn users(&self) -> Result<Vec<UserRecord>, RegistryError>;
-    /// The newest `limit` audit entries, oldest first.
-    fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, RegistryError>;
+    /// A handle for reads of the stored history that shares nothing with
+    /// the writes' path, for reads made off the head's actor.
+    fn reader(&self) -> Result<HistoryReader, RegistryError>;
     /// Every metric report of one trial, oldest first.
     fn metrics_of(&self, trial: TrialId) -> Result<Vec<MetricRecord>, RegistryError>;
-    /// One page of a trial's metric reports: see [`Registry::metrics_page`].
-    fn metrics_page(
-        &self,
-        trial: TrialId,
-        after: Option<u64>,
-        limit: usize,
-        max_bytes: usize,
-    ) -> Result<MetricsPage, RegistryError>;
-    /// A strided sample of a trial's metric reports: see [`Registry::metric_samples`].
-    fn metric_samples(
-        &self,
-        trial: TrialId,
-        max_records: usize,
-    ) -> Result<Vec<MetricRecord>, RegistryError>;
-    /// One trial's telemetry, per rank, each series oldest window first.
-    fn telemetry_of(&self, trial: TrialId) -> Result<Vec<WorkerTelemetry>, RegistryError>;
     /// One worker's telemetry series, oldest window first.
     fn telemetry_series(
         &self,
@@ -565,70 +587,14 @@ impl Registry {
         self.store.users()
     }
 
-    /// The newest `limit` audit entries, oldest first.
-    pub(crate) fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, RegistryError> {
-        self.store.audit(limit)
-    }
-
-    /// Up to `limit` of `experiment`'s events numbered after `after`, oldest
-    /// first: the event feed.
-    pub(crate) fn events_after(
-        &self,
-        experiment: ExperimentId,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<TrialEvent>, RegistryError> {
-        self.store.events_after(experiment, after, limit)
-    }
-
-    /// The newest `limit` events of `trial`, newest first: a trial's detail.
-    pub(crate) fn newest_events_of_trial(
-        &self,
-        trial: TrialId,
-        limit: usize,
-    ) -> Result<Vec<TrialEvent>, RegistryError> {
-        self.store.newest_events_of_trial(trial, limit)
+    /// A handle for reads of the stored history off the head's actor.
+    pub(crate) fn reader(&self) -> Result<HistoryReader, RegistryError> {
+        self.store.reader()
     }
 
     /// Every metric report of one trial, oldest first (for curves and tests).
     pub(crate) fn metrics_of(&self, trial: TrialId) -> Result<Vec<MetricRecord>, RegistryError> {
         self.store.metrics_of(trial)
-    }
-
-    /// One page of a trial's metric reports in arrival order: at most `limit`
-    /// reports after sequence number `after`, ending early once their stored size
-    /// reaches `max_bytes` (one report is returned even if larger), and how many
-    /// the trial has in all. A page holds only its own reports, however long
-    /// the history is.
-    pub(crate) fn metrics_page(
-        &self,
-        trial: TrialId,
-        after: Option<u64>,
-        limit: usize,
-        max_bytes: usize,
-    ) -> Result<MetricsPage, RegistryError> {
-        self.store.metrics_page(trial, after, limit, max_bytes)
-    }
-
-    /// At most about `max_records` of a trial's metric reports, evenly spaced
-    /// over its whole history (every report when it has no more) and always
-    /// the newest, oldest first: what a learning curve needs of a history of
-    /// any length (the dashboard's `/api/experiments/{id}/curves`).
-    pub(crate) fn metric_samples(
-        &self,
-        trial: TrialId,
-        max_records: usize,
-    ) -> Result<Vec<MetricRecord>, RegistryError> {
-        self.store.metric_samples(trial, max_records)
-    }
-
-    /// One trial's telemetry, per rank, each series oldest window first (for the
-    /// HTTP API and `Request::Telemetry`).
-    pub(crate) fn telemetry_of(
-        &self,
-        trial: TrialId,
-    ) -> Result<Vec<WorkerTelemetry>, RegistryError> {
-        self.store.telemetry_of(trial)
     }
 
     /// One worker's telemetry series, oldest window first (empty when none is
@@ -642,7 +608,7 @@ impl Registry {
     }
 }
 
-/// One page of a trial's metric history: [`Registry::metrics_page`].
+/// One page of a trial's metric history: [`HistoryReads::metrics_page`].
 #[derive(Debug, Default)]
 pub(crate) struct MetricsPage {
     /// The reports with their sequence numbers, oldest first.

@@ -18,7 +18,7 @@ use xp_runtime::protocol::{
 };
 
 use super::{HeadMsg, HeadState, Reply};
-use crate::registry::RegistryError;
+use crate::registry::{HistoryReads, RegistryError};
 
 /// A client's request as the server hands it to the actor.
 #[derive(Debug)]
@@ -93,8 +93,8 @@ impl HeadState {
         let _ = reply.send(answer);
     }
 
-    /// A read of the stored history a request needs, answered on `reply` (a
-    /// report once it is computed off the actor).
+    /// A read of the stored history a request needs, answered on `reply`
+    /// off the actor (a report once it is computed off the actor).
     fn read_stored(
         &mut self,
         now: UnixMillis,
@@ -102,115 +102,125 @@ impl HeadState {
         read: StoredRead,
         reply: Reply<Answer>,
     ) {
-        let response = match read {
+        let respond = |response: Result<Response, RemoteError>| response.map(Answer::Response);
+        match read {
             StoredRead::Events {
                 experiment,
                 after,
                 wait_ms,
             } => {
-                let _ = reply.send(self.read_events(experiment, after, wait_ms));
-                return;
+                // Taken before the read: a commit between the two wakes the
+                // waiter at once instead of being missed.
+                let newest = self.args.registry.committed_event_seq();
+                self.read_history("events", reply, move |reader| {
+                    read_events(reader, experiment, after, wait_ms, newest)
+                });
             }
-            StoredRead::TrialEvents { trial, limit } => self.trial_events(trial, limit),
+            StoredRead::TrialEvents { trial, limit } => {
+                self.read_history("events", reply, move |reader| {
+                    respond(trial_events(reader, trial, limit))
+                });
+            }
             StoredRead::MetricHistory {
                 trial,
                 after,
                 limit,
-            } => self
-                .metric_history(trial, after, limit)
-                .map(Response::Metrics),
-            StoredRead::Telemetry(trial) => self.telemetry_of(trial).map(Response::Telemetry),
-            StoredRead::Audit { limit } => self.audit_trail(limit).map(Response::Audit),
+            } => self.read_history("metric history", reply, move |reader| {
+                respond(metric_history(reader, trial, after, limit).map(Response::Metrics))
+            }),
+            StoredRead::Telemetry(trial) => self.read_history("telemetry", reply, move |reader| {
+                respond(telemetry_of(reader, trial).map(Response::Telemetry))
+            }),
+            StoredRead::Audit { limit } => {
+                self.read_history("its audit trail", reply, move |reader| {
+                    let trail = reader
+                        .audit(limit as usize)
+                        .map_err(|error| stored_read_error(error, "its audit trail"));
+                    respond(trail.map(Response::Audit))
+                })
+            }
             StoredRead::Report { request, visible } => {
                 let answered = move |report: Result<Response, RemoteError>| {
                     let _ = reply.send(report.map(Answer::Response));
                 };
-                return self.report_cached(now, myself, &request, &visible, Box::new(answered));
+                self.report_cached(now, myself, &request, &visible, Box::new(answered));
             }
-        };
-        let _ = reply.send(response.map(Answer::Response));
-    }
-
-    /// An experiment's stored events after `after`; none and `wait_ms` > 0:
-    /// the server waits for the next commit of an event
-    /// ([`ConnectionWork::AwaitEvents`]). Everything the core produced is
-    /// committed between requests, so the newest stored event is the newest.
-    fn read_events(
-        &self,
-        experiment: ExperimentId,
-        after: u64,
-        wait_ms: u32,
-    ) -> Result<Answer, RemoteError> {
-        let events = tokio::task::block_in_place(|| {
-            self.args
-                .registry
-                .events_after(experiment, after, requests::MAX_EVENTS_PER_ANSWER)
-        })
-        .map_err(|error| stored_read_error(error, "events"))?;
-        if events.is_empty() && wait_ms > 0 {
-            return Ok(Answer::Connection(ConnectionWork::AwaitEvents {
-                experiment,
-                after,
-                wait_ms,
-                newest: self.args.registry.committed_event_seq(),
-            }));
         }
-        Ok(Answer::Response(Response::Events(events)))
     }
+}
 
-    /// A trial's newest `limit` events, oldest first.
-    fn trial_events(&self, trial: TrialId, limit: usize) -> Result<Response, RemoteError> {
-        let mut events =
-            tokio::task::block_in_place(|| self.args.registry.newest_events_of_trial(trial, limit))
-                .map_err(|error| stored_read_error(error, "events"))?;
-        events.reverse();
-        Ok(Response::Events(events))
+/// An experiment's stored events after `after`; none and `wait_ms` > 0: the
+/// server waits for the next commit of an event after `newest`
+/// ([`ConnectionWork::AwaitEvents`]).
+fn read_events(
+    reader: &dyn HistoryReads,
+    experiment: ExperimentId,
+    after: u64,
+    wait_ms: u32,
+    newest: u64,
+) -> Result<Answer, RemoteError> {
+    let events = reader
+        .events_after(experiment, after, requests::MAX_EVENTS_PER_ANSWER)
+        .map_err(|error| stored_read_error(error, "events"))?;
+    if events.is_empty() && wait_ms > 0 {
+        return Ok(Answer::Connection(ConnectionWork::AwaitEvents {
+            experiment,
+            after,
+            wait_ms,
+            newest,
+        }));
     }
+    Ok(Answer::Response(Response::Events(events)))
+}
 
-    /// A page of a trial's metric history: at most `limit` reports after
-    /// `after`, and about [`pages::MAX_PAGE_BYTES`] of them.
-    fn metric_history(
-        &self,
-        trial: TrialId,
-        after: Option<u64>,
-        limit: usize,
-    ) -> Result<MetricsPage, RemoteError> {
-        let page = tokio::task::block_in_place(|| {
-            self.args
-                .registry
-                .metrics_page(trial, after, limit, pages::MAX_PAGE_BYTES)
-        })
+/// A trial's newest `limit` events, oldest first.
+fn trial_events(
+    reader: &dyn HistoryReads,
+    trial: TrialId,
+    limit: usize,
+) -> Result<Response, RemoteError> {
+    let mut events = reader
+        .newest_events_of_trial(trial, limit)
+        .map_err(|error| stored_read_error(error, "events"))?;
+    events.reverse();
+    Ok(Response::Events(events))
+}
+
+/// A page of a trial's metric history: at most `limit` reports after
+/// `after`, and about [`pages::MAX_PAGE_BYTES`] of them.
+fn metric_history(
+    reader: &dyn HistoryReads,
+    trial: TrialId,
+    after: Option<u64>,
+    limit: usize,
+) -> Result<MetricsPage, RemoteError> {
+    let page = reader
+        .metrics_page(trial, after, limit, pages::MAX_PAGE_BYTES)
         .map_err(|error| stored_read_error(error, "metric history"))?;
-        let next = page
-            .more
-            .then(|| page.records.last().map(|(seq, _)| *seq))
-            .flatten();
-        Ok(MetricsPage {
-            points: page
-                .records
-                .into_iter()
-                .map(|(_, record)| MetricPoint::from(record))
-                .collect(),
-            next,
-            total: page.total,
-        })
-    }
+    let next = page
+        .more
+        .then(|| page.records.last().map(|(seq, _)| *seq))
+        .flatten();
+    Ok(MetricsPage {
+        points: page
+            .records
+            .into_iter()
+            .map(|(_, record)| MetricPoint::from(record))
+            .collect(),
+        next,
+        total: page.total,
+    })
+}
 
-    /// A trial's stored telemetry series, per rank.
-    pub(super) fn telemetry_of(&self, trial: TrialId) -> Result<TrialTelemetry, RemoteError> {
-        let workers = tokio::task::block_in_place(|| self.args.registry.telemetry_of(trial))
-            .map_err(|error| stored_read_error(error, "telemetry"))?;
-        Ok(TrialTelemetry { trial, workers })
-    }
-
-    /// The newest `limit` entries of the audit trail.
-    fn audit_trail(
-        &self,
-        limit: u32,
-    ) -> Result<Vec<xp_runtime::protocol::AuditEntry>, RemoteError> {
-        tokio::task::block_in_place(|| self.args.registry.audit(limit as usize))
-            .map_err(|error| stored_read_error(error, "its audit trail"))
-    }
+/// A trial's stored telemetry series, per rank.
+pub(super) fn telemetry_of(
+    reader: &dyn HistoryReads,
+    trial: TrialId,
+) -> Result<TrialTelemetry, RemoteError> {
+    let workers = reader
+        .telemetry_of(trial)
+        .map_err(|error| stored_read_error(error, "telemetry"))?;
+    Ok(TrialTelemetry { trial, workers })
 }
 
 /// The answer to a change: the core answers changes itself, so work for the

@@ -1,6 +1,7 @@
 //! The actor's side of the dashboard's endpoints beyond the API's pages
 //! (`http::dashboard::api`): each [`DashboardQuery`] answered from the core
-//! and, for learning curves, a bounded sample of the stored metric history.
+//! and, for a trial's events and learning curves (a bounded sample of each
+//! stored metric history), a read of the store made off the actor.
 //!
 //! Each answer is bounded by its query's limits, so none grows with the size
 //! of an experiment (see `xp_head_core::dashboard`).
@@ -8,20 +9,19 @@
 use serde_json::{Value, json};
 use xp_head_core::HeadCore;
 use xp_head_core::auth::Visibility;
-use xp_head_core::dashboard::MAX_TRIAL_EVENTS;
+use xp_head_core::dashboard::{MAX_TRIAL_EVENTS, trial_events_json};
 use xp_head_core::pages::PageError;
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{ExperimentId, TrialId};
 
-use crate::registry::Registry;
+use crate::registry::HistoryReads;
 
 /// Reports read from the registry per point drawn: more than one, so that
 /// reports of other ranks or other metrics interleaved in the history still
 /// leave enough of rank 0's to fill the curve.
 const RECORDS_PER_POINT: usize = 4;
-/// The most reports one curves request decodes, over all its series: the
-/// actor reads them, so this bounds how long it is kept from other work
-/// (about 100 ms of decoding on this machine).
+/// The most reports one curves request decodes, over all its series (about
+/// 100 ms of decoding on a small machine, off the actor).
 const MAX_RECORDS_PER_REQUEST: usize = 100_000;
 /// What the dashboard asks the head actor, answered by [`answer`] inside it.
 #[derive(Debug)]
@@ -65,21 +65,34 @@ pub(crate) enum DashboardQuery {
     },
 }
 
-/// Answers `query` from the core and, for curves, the registry's metric
-/// history (a bounded sample of it per trial).
+/// How a dashboard query is answered: from the core at once, or by reading
+/// the stored history off the actor.
+pub(super) enum Answered {
+    /// The answer.
+    Now(Result<Value, PageError>),
+    /// The read that makes the answer.
+    Reading(HistoryRead),
+}
+
+/// A read of the stored history that makes a dashboard answer.
+pub(super) type HistoryRead = Box<dyn FnOnce(&dyn HistoryReads) -> Value + Send>;
+
+/// Answers `query` from the core, or says what to read of the stored
+/// history (a trial's newest events, a bounded sample of each curve's
+/// metric history) to answer it, once the core said what the caller may see.
 pub(super) fn answer(
     core: &HeadCore,
-    registry: &Registry,
     now: UnixMillis,
     query: DashboardQuery,
     visibility: &Visibility,
-) -> Result<Value, PageError> {
+) -> Answered {
     let visible = |team: &str| visibility.shows(team);
     match query {
-        DashboardQuery::Trial(trial) => trial_detail(core, registry, now, trial, &visible),
-        DashboardQuery::TrialVisible(trial) => core
-            .check_trial_visible(trial, &visible)
-            .map(|()| Value::Null),
+        DashboardQuery::Trial(trial) => trial_detail(core, now, trial, &visible),
+        DashboardQuery::TrialVisible(trial) => Answered::Now(
+            core.check_trial_visible(trial, &visible)
+                .map(|()| Value::Null),
+        ),
         DashboardQuery::Curves {
             experiment,
             trials,
@@ -88,53 +101,80 @@ pub(super) fn answer(
             points,
             smoothing,
         } => {
-            let (metric, chosen) = core.curve_trials(
+            let (metric, chosen) = match core.curve_trials(
                 experiment,
                 trials.as_deref(),
                 metric.as_deref(),
                 series,
                 &visible,
-            )?;
+            ) {
+                Ok(chosen) => chosen,
+                Err(error) => return Answered::Now(Err(error)),
+            };
             let budget = (MAX_RECORDS_PER_REQUEST / chosen.len().max(1))
                 .min(points.saturating_mul(RECORDS_PER_POINT));
-            let series: Vec<Value> = chosen
+            let configs: Vec<(TrialId, Option<Value>)> = chosen
                 .into_iter()
-                .map(|trial| curve(core, registry, trial, &metric, points, budget, smoothing))
+                .map(|trial| {
+                    let config = core
+                        .trial_config_json(trial)
+                        .and_then(|config| serde_json::from_str::<Value>(config).ok());
+                    (trial, config)
+                })
                 .collect();
-            Ok(json!({
-                "metric": metric,
-                "points": points,
-                "smoothing": smoothing,
-                "series": series,
+            Answered::Reading(Box::new(move |reader| {
+                let series: Vec<Value> = configs
+                    .into_iter()
+                    .map(|(trial, config)| {
+                        curve(reader, trial, config, &metric, points, budget, smoothing)
+                    })
+                    .collect();
+                json!({
+                    "metric": metric,
+                    "points": points,
+                    "smoothing": smoothing,
+                    "series": series,
+                })
             }))
         }
         DashboardQuery::Replicates { experiment, metric } => {
-            core.replicates(experiment, metric.as_deref(), &visible)
+            Answered::Now(core.replicates(experiment, metric.as_deref(), &visible))
         }
-        DashboardQuery::Gpus => Ok(core.gpu_slots(&visible)),
-        DashboardQuery::WaitingItems { trials, total } => Ok(core.waiting_items(&trials, total)),
+        DashboardQuery::Gpus => Answered::Now(Ok(core.gpu_slots(&visible))),
+        DashboardQuery::WaitingItems { trials, total } => {
+            Answered::Now(Ok(core.waiting_items(&trials, total)))
+        }
     }
 }
 
-/// A trial's detail with its newest events from the registry; events it
+/// A trial's detail, then its newest events from the store; events it
 /// cannot read leave the detail without them, saying why.
 fn trial_detail(
     core: &HeadCore,
-    registry: &Registry,
     now: UnixMillis,
     trial: TrialId,
     visible: &dyn Fn(&str) -> bool,
-) -> Result<Value, PageError> {
-    core.check_trial_visible(trial, visible)?;
-    let (events, error) = match registry.newest_events_of_trial(trial, MAX_TRIAL_EVENTS) {
-        Ok(events) => (events, None),
-        Err(failure) => (Vec::new(), Some(failure.to_string())),
+) -> Answered {
+    let detail = core
+        .check_trial_visible(trial, visible)
+        .and_then(|()| core.trial_detail(trial, now, visible, &[]));
+    let mut detail = match detail {
+        Ok(detail) => detail,
+        Err(error) => return Answered::Now(Err(error)),
     };
-    let mut detail = core.trial_detail(trial, now, visible, &events)?;
-    if let (Some(error), Some(map)) = (error, detail.as_object_mut()) {
-        map.insert("events_error".into(), Value::String(error));
-    }
-    Ok(detail)
+    Answered::Reading(Box::new(move |reader| {
+        let (events, error) = match reader.newest_events_of_trial(trial, MAX_TRIAL_EVENTS) {
+            Ok(events) => (trial_events_json(trial, &events), None),
+            Err(failure) => (Value::Array(Vec::new()), Some(failure.to_string())),
+        };
+        if let Some(map) = detail.as_object_mut() {
+            map.insert("events".into(), events);
+            if let Some(error) = error {
+                map.insert("events_error".into(), Value::String(error));
+            }
+        }
+        detail
+    }))
 }
 
 /// One trial's curve of `metric`: rank 0's reports among about `records`
@@ -142,9 +182,9 @@ fn trial_detail(
 /// `smoothing` above 0 their EMA (`xp_tune::stats::ema`, taken over every
 /// report read before the curve is thinned).
 fn curve(
-    core: &HeadCore,
-    registry: &Registry,
+    reader: &dyn HistoryReads,
     trial: TrialId,
+    config: Option<Value>,
     metric: &str,
     points: usize,
     records: usize,
@@ -152,7 +192,7 @@ fn curve(
 ) -> Value {
     let (mut steps, mut values) = (Vec::new(), Vec::new());
     let mut error = None;
-    match registry.metric_samples(trial, records) {
+    match reader.metric_samples(trial, records) {
         Ok(records) => {
             for (position, record) in records
                 .iter()
@@ -176,9 +216,7 @@ fn curve(
     });
     json!({
         "trial": trial.to_string(),
-        "config": core
-            .trial_config_json(trial)
-            .and_then(|config| serde_json::from_str::<Value>(config).ok()),
+        "config": config,
         "steps": keep.iter().map(|&index| steps[index]).collect::<Vec<_>>(),
         "values": keep.iter().map(|&index| values[index]).collect::<Vec<_>>(),
         "smoothed": smoothed,

@@ -61,6 +61,7 @@ mod auth;
 mod client;
 mod dashboard;
 mod fronts;
+mod history;
 mod reads;
 
 pub(crate) use self::alerts::AlertMsg;
@@ -215,6 +216,8 @@ pub(crate) struct HeadState {
     reports: report::ReportCache,
     /// Turns at computing status answers' fronts off the actor (`fronts`).
     fronts: fronts::FrontTurns,
+    /// Turns at reading the stored history off the actor (`history`).
+    history: history::HistoryTurns,
     /// When the last tick was handled.
     last_tick: Option<UnixMillis>,
 }
@@ -462,6 +465,7 @@ impl Actor for HeadActor {
             flush_scheduled: false,
             reports: report::ReportCache::new(),
             fronts: fronts::FrontTurns::new(),
+            history: history::HistoryTurns::new(),
             last_tick: None,
         })
     }

@@ -252,7 +252,7 @@ impl HeadState {
                 cursor,
                 visibility,
                 reply,
-            } => answer(reply, self.metrics_page(trial, limit, cursor, &visibility)),
+            } => self.metrics_page(trial, limit, cursor, &visibility, reply),
             Read::NodesPage {
                 limit,
                 cursor,
@@ -284,7 +284,7 @@ impl HeadState {
                 query,
                 visibility,
                 reply,
-            } => answer(reply, Ok(self.dashboard(now, query, &visibility))),
+            } => self.dashboard(now, query, &visibility, reply),
             Read::ClusterSnapshot {
                 since,
                 buckets,
@@ -315,39 +315,48 @@ impl HeadState {
                 trial,
                 visibility,
                 reply,
-            } => answer(reply, self.telemetry(trial, &visibility)),
+            } => self.telemetry(trial, &visibility, reply),
         }
     }
 
-    /// A dashboard query; curves read a bounded sample of the metric history.
+    /// A dashboard query; a trial's events and curves are read off the
+    /// actor.
     fn dashboard(
         &self,
         now: UnixMillis,
         query: DashboardQuery,
         visibility: &Visibility,
-    ) -> Result<serde_json::Value, PageError> {
-        tokio::task::block_in_place(|| {
-            dashboard::answer(&self.args.core, &self.args.registry, now, query, visibility)
-        })
+        reply: Reply<Result<serde_json::Value, PageError>>,
+    ) {
+        match dashboard::answer(&self.args.core, now, query, visibility) {
+            dashboard::Answered::Now(answered) => answer(reply, Ok(answered)),
+            dashboard::Answered::Reading(read) => {
+                self.read_history("metric history", reply, move |reader| Ok(Ok(read(reader))));
+            }
+        }
     }
 
-    /// A trial's telemetry from the registry; the trial must be one the caller may see.
+    /// A trial's telemetry, read off the actor; the trial must be one the
+    /// caller may see.
     fn telemetry(
         &self,
         trial: TrialId,
         visibility: &Visibility,
-    ) -> Result<Result<TrialTelemetry, PageError>, RemoteError> {
+        reply: Reply<Result<TrialTelemetry, PageError>>,
+    ) {
         if let Err(error) = self
             .args
             .core
             .check_trial_visible(trial, &|team| visibility.shows(team))
         {
-            return Ok(Err(error));
+            return answer(reply, Ok(Err(error)));
         }
-        self.telemetry_of(trial).map(Ok)
+        self.read_history("telemetry", reply, move |reader| {
+            client::telemetry_of(reader, trial).map(Ok)
+        });
     }
 
-    /// A page of a trial's metric history, read from the registry; the trial
+    /// A page of a trial's metric history, read off the actor; the trial
     /// must be one the caller may see.
     fn metrics_page(
         &self,
@@ -355,38 +364,38 @@ impl HeadState {
         limit: usize,
         cursor: Option<MetricCursor>,
         visibility: &Visibility,
-    ) -> Result<Result<Page<MetricPoint>, PageError>, RemoteError> {
+        reply: Reply<Result<Page<MetricPoint>, PageError>>,
+    ) {
         if let Err(error) = self
             .args
             .core
             .check_trial_visible(trial, &|team| visibility.shows(team))
         {
-            return Ok(Err(error));
+            return answer(reply, Ok(Err(error)));
         }
         let limit = limit.clamp(1, pages::MAX_LIMIT);
         let after = cursor.map(|MetricCursor(seq)| seq);
-        let page = tokio::task::block_in_place(|| {
-            self.args
-                .registry
+        self.read_history("metric history", reply, move |reader| {
+            let page = reader
                 .metrics_page(trial, after, limit, pages::MAX_PAGE_BYTES)
-        })
-        .map_err(|error| client::stored_read_error(error, "metric history"))?;
-        let next_cursor = page
-            .more
-            .then(|| {
-                page.records
-                    .last()
-                    .map(|(seq, _)| MetricCursor(*seq).encode())
-            })
-            .flatten();
-        Ok(Ok(Page {
-            items: page
-                .records
-                .into_iter()
-                .map(|(_, record)| MetricPoint::from(record))
-                .collect(),
-            next_cursor,
-            total: page.total,
-        }))
+                .map_err(|error| client::stored_read_error(error, "metric history"))?;
+            let next_cursor = page
+                .more
+                .then(|| {
+                    page.records
+                        .last()
+                        .map(|(seq, _)| MetricCursor(*seq).encode())
+                })
+                .flatten();
+            Ok(Ok(Page {
+                items: page
+                    .records
+                    .into_iter()
+                    .map(|(_, record)| MetricPoint::from(record))
+                    .collect(),
+                next_cursor,
+                total: page.total,
+            }))
+        });
     }
 }

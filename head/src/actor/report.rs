@@ -7,10 +7,9 @@
 //! [`ReportSnapshot`] the actor takes whatever the number of trials (the
 //! book's and the nodes' maps are persistent), so it never
 //! holds up a scheduling decision for long; the result
-//! comes back to the actor ([`ComputedReport`]), which reads up to
-//! [`MAX_TELEMETRY_TRIALS`] telemetry ranges (the registry's one database
-//! handle lives here), keeps the report, and answers everyone who asked for
-//! it meanwhile. So that viewers cannot take the head's CPU with it,
+//! comes back to the actor ([`ComputedReport`]) with busy GPU-time read,
+//! there too, from up to [`MAX_TELEMETRY_TRIALS`] telemetry ranges, and the
+//! actor keeps the report and answers everyone who asked for it meanwhile. So that viewers cannot take the head's CPU with it,
 //! [`ReportCache`] answers a repeated request from a report at most
 //! [`FRESH_MS`] old, computes at most [`MAX_COMPUTING`] at once, and bounds
 //! the time spent computing reports to [`BUDGET_MS`] per
@@ -30,12 +29,13 @@ use xp_runtime::protocol::{ErrorCode, RemoteError, ReportRequest, Response, Work
 use xp_runtime::report::UsageReport;
 
 use super::{HeadMsg, HeadState};
+use crate::registry::HistoryReader;
 use xp_head_core::auth::Visibility;
 use xp_head_core::{ReportScope, ReportSnapshot};
 
 /// Beyond this many GPU trials in scope, busy GPU-time is not read (one
-/// registry range per trial): the report says `null` rather than stall the
-/// actor.
+/// registry range per trial): the report says `null` rather than take the
+/// store's reads for long.
 const MAX_TELEMETRY_TRIALS: usize = 2_000;
 
 /// How long a computed report answers the same request again.
@@ -66,9 +66,9 @@ struct Computing {
 #[derive(Debug)]
 pub(crate) struct ComputedReport {
     key: ReportKey,
-    /// The snapshot, the report and the scope's GPU trials; or why the
-    /// computation failed (a panic, answered to the waiters as an error).
-    outcome: Result<(ReportSnapshot, UsageReport, Vec<TrialId>), String>,
+    /// The report; or why the computation failed (a panic, answered to the
+    /// waiters as an error).
+    outcome: Result<UsageReport, String>,
     took_ms: u64,
 }
 
@@ -186,7 +186,9 @@ impl HeadState {
             Ok(snapshot) => snapshot,
             Err(error) => return reply(Err(error.into())),
         };
-        let task = compute_off_actor(myself.clone(), key.clone(), snapshot);
+        // A store that cannot be read now leaves busy time unknown.
+        let reader = self.args.registry.reader().ok();
+        let task = compute_off_actor(myself.clone(), key.clone(), snapshot, reader);
         self.reports.computing.insert(
             key,
             Computing {
@@ -210,8 +212,8 @@ impl HeadState {
             .remove(&key)
             .map(|computing| computing.waiting)
             .unwrap_or_default();
-        let (snapshot, mut report, gpu_trials) = match outcome {
-            Ok(computed) => computed,
+        let report = match outcome {
+            Ok(report) => report,
             Err(why) => {
                 error!(scope = ?key.0, %why, "a report's computation failed");
                 for reply in waiting {
@@ -223,23 +225,6 @@ impl HeadState {
                 return;
             }
         };
-        if !gpu_trials.is_empty() && gpu_trials.len() <= MAX_TELEMETRY_TRIALS {
-            let telemetry: Vec<(TrialId, Vec<WorkerTelemetry>)> =
-                tokio::task::block_in_place(|| {
-                    gpu_trials
-                        .iter()
-                        .filter_map(|trial| {
-                            // An unreadable store (an outage) leaves busy time unknown.
-                            self.args
-                                .registry
-                                .telemetry_of(*trial)
-                                .ok()
-                                .map(|workers| (*trial, workers))
-                        })
-                        .collect()
-                });
-            snapshot.add_busy_time(&mut report, &telemetry);
-        }
         debug!(scope = ?key.0, took_ms, "report computed");
         let ended = self.reports.now();
         self.reports
@@ -263,20 +248,38 @@ pub(super) fn give_back_freed_memory() {
     }
 }
 
-/// Computes `snapshot`'s report on a blocking thread and sends it to the actor.
+/// Computes `snapshot`'s report on a blocking thread, with busy GPU-time
+/// from the telemetry `reader` holds of its GPU trials (up to
+/// [`MAX_TELEMETRY_TRIALS`]), and sends it to the actor.
 fn compute_off_actor(
     head: ActorRef<HeadMsg>,
     key: ReportKey,
     snapshot: ReportSnapshot,
+    reader: Option<HistoryReader>,
 ) -> JoinHandle<()> {
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
         // A panic must still come back: its waiters are answered and its
         // place among the reports computed at once is freed.
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            (snapshot.report(), snapshot.gpu_trials())
+            let mut report = snapshot.report();
+            let gpu_trials = snapshot.gpu_trials();
+            if let Some(reader) = reader
+                && !gpu_trials.is_empty()
+                && gpu_trials.len() <= MAX_TELEMETRY_TRIALS
+            {
+                // An unreadable store (an outage) leaves busy time unknown.
+                let telemetry: Vec<(TrialId, Vec<WorkerTelemetry>)> = gpu_trials
+                    .iter()
+                    .filter_map(|trial| {
+                        let workers = reader.telemetry_of(*trial).ok()?;
+                        Some((*trial, workers))
+                    })
+                    .collect();
+                snapshot.add_busy_time(&mut report, &telemetry);
+            }
+            report
         }))
-        .map(|(report, gpu_trials)| (snapshot, report, gpu_trials))
         .map_err(|panic| {
             panic
                 .downcast_ref::<&str>()

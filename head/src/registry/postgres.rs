@@ -14,7 +14,7 @@
 //! thread of its own ([`off_runtime`]): one thread start per call, small beside
 //! a round trip to the database.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use ::postgres::{Client, NoTls};
 use tracing::{debug, warn};
@@ -25,7 +25,10 @@ use xp_head_core::auth::users::UserRecord;
 use xp_head_core::{LoadedState, MetricRecord, Record};
 
 use super::copy::{RawKey, RawRow, Table};
-use super::{Changes, MetricsPage, RegistryError, Sequences, Store, by_rank, sample_stride};
+use super::{
+    Changes, HistoryReader, HistoryReads, MetricsPage, RegistryError, Sequences, Store, by_rank,
+    sample_stride,
+};
 
 mod follow;
 mod raw;
@@ -54,7 +57,7 @@ pub struct PostgresTarget {
     config: ::postgres::Config,
     shown: String,
     /// TLS to the server, verified against the CA of `--store-ca-file`.
-    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl std::fmt::Debug for PostgresTarget {
@@ -117,14 +120,14 @@ impl PostgresTarget {
         if roots.is_empty() {
             return Err(setup(format!("{} holds no certificate", ca_file.display())));
         }
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|error| setup(error.to_string()))?
             .with_root_certificates(roots)
             .with_no_client_auth();
         self.config.ssl_mode(::postgres::config::SslMode::Require);
-        self.tls = Some(std::sync::Arc::new(tls));
+        self.tls = Some(Arc::new(tls));
         Ok(self)
     }
 
@@ -163,6 +166,12 @@ pub(crate) struct PostgresStore {
     client: Mutex<Option<Client>>,
     /// The leader's epoch and name every write checks, once this head leads.
     fence: Option<(i64, String)>,
+    /// Whether this is a reader ([`Store::reader`]): it connects when first
+    /// asked to read, and again after its connection was lost, instead of
+    /// staying closed until the head reopens it.
+    reconnects: bool,
+    /// The reader of this store's history, connected when first used.
+    reader: OnceLock<HistoryReader>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -183,7 +192,20 @@ impl PostgresStore {
             target: target.clone(),
             client: Mutex::new(Some(client)),
             fence: None,
+            reconnects: false,
+            reader: OnceLock::new(),
         })
+    }
+
+    /// A reader of `target`'s history, not connected yet.
+    fn reader_of(target: &PostgresTarget) -> Self {
+        Self {
+            target: target.clone(),
+            client: Mutex::new(None),
+            fence: None,
+            reconnects: true,
+            reader: OnceLock::new(),
+        }
     }
 
     /// Runs `work` with the connection, off the runtime.
@@ -195,8 +217,18 @@ impl PostgresStore {
             .client
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
-        let client = client.as_mut().ok_or(RegistryError::Closed)?;
-        off_runtime(|| work(client))
+        if client.is_none() && self.reconnects {
+            *client = Some(off_runtime(|| self.target.connect())?);
+        }
+        let connection = client.as_mut().ok_or(RegistryError::Closed)?;
+        let result = off_runtime(|| work(connection));
+        // A reader's failed read may have left its connection broken:
+        // the next one connects again.
+        if self.reconnects && (result.is_err() || connection.is_closed()) {
+            let lost = client.take();
+            off_runtime(move || drop(lost));
+        }
+        result
     }
 }
 
@@ -266,35 +298,7 @@ fn json_key(kind: &'static str, id: &impl serde::Serialize) -> Result<String, Re
     serde_json::to_string(id).map_err(|source| RegistryError::Encode { kind, source })
 }
 
-impl Store for PostgresStore {
-    fn sequences(&self) -> Result<Sequences, RegistryError> {
-        self.with_client(|client| {
-            let mut next = Sequences {
-                metric: 1,
-                audit: 1,
-            };
-            for row in client.query("SELECT key, value FROM xp_meta", &[])? {
-                let value = u64::try_from(row.get::<_, i64>(1)).unwrap_or(1);
-                match row.get::<_, &str>(0) {
-                    "next_metric_seq" => next.metric = value,
-                    "next_audit_seq" => next.audit = value,
-                    _ => {}
-                }
-            }
-            Ok(next)
-        })
-    }
-
-    fn write(&mut self, records: &[Record], next: Sequences) -> Result<Sequences, RegistryError> {
-        let (rows, after) = rows::Rows::encode(records, next)?;
-        self.commit(&rows, after)?;
-        Ok(after)
-    }
-
-    fn read_all(&self) -> Result<LoadedState, RegistryError> {
-        self.with_client(rows::read_all)
-    }
-
+impl HistoryReads for PostgresStore {
     fn events_after(
         &self,
         experiment: ExperimentId,
@@ -332,35 +336,6 @@ impl Store for PostgresStore {
         })
     }
 
-    fn changes(&self, after: i64) -> Result<Option<Changes>, RegistryError> {
-        self.with_client(|client| follow::changes(client, after).map(Some))
-    }
-
-    fn export(
-        &self,
-        table: Table,
-        after: Option<&RawKey>,
-        limit: usize,
-    ) -> Result<Vec<RawRow>, RegistryError> {
-        self.with_client(|client| raw::export(client, table, after, limit))
-    }
-
-    fn import(
-        &mut self,
-        table: Table,
-        rows: &[RawRow],
-        next: Sequences,
-    ) -> Result<(), RegistryError> {
-        self.commit(&rows::Rows::from_raw(table, rows)?, next)
-    }
-
-    fn users(&self) -> Result<Vec<UserRecord>, RegistryError> {
-        self.with_client(|client| {
-            let rows = client.query("SELECT record::text FROM users ORDER BY name", &[])?;
-            Ok(rows::decode(&rows, "user"))
-        })
-    }
-
     fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, RegistryError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.with_client(|client| {
@@ -369,17 +344,6 @@ impl Store for PostgresStore {
                 &[&limit],
             )?;
             Ok(rows::decode(&rows, "audit entry"))
-        })
-    }
-
-    fn metrics_of(&self, trial: TrialId) -> Result<Vec<MetricRecord>, RegistryError> {
-        let trial = trial.to_string();
-        self.with_client(|client| {
-            let rows = client.query(
-                "SELECT record::text FROM metrics WHERE trial = $1 ORDER BY seq",
-                &[&trial],
-            )?;
-            Ok(rows::decode(&rows, "metric"))
         })
     }
 
@@ -429,6 +393,76 @@ impl Store for PostgresStore {
             Ok(by_rank(windows))
         })
     }
+}
+
+impl Store for PostgresStore {
+    fn sequences(&self) -> Result<Sequences, RegistryError> {
+        self.with_client(|client| {
+            let mut next = Sequences {
+                metric: 1,
+                audit: 1,
+            };
+            for row in client.query("SELECT key, value FROM xp_meta", &[])? {
+                let value = u64::try_from(row.get::<_, i64>(1)).unwrap_or(1);
+                match row.get::<_, &str>(0) {
+                    "next_metric_seq" => next.metric = value,
+                    "next_audit_seq" => next.audit = value,
+                    _ => {}
+                }
+            }
+            Ok(next)
+        })
+    }
+
+    fn write(&mut self, records: &[Record], next: Sequences) -> Result<Sequences, RegistryError> {
+        let (rows, after) = rows::Rows::encode(records, next)?;
+        self.commit(&rows, after)?;
+        Ok(after)
+    }
+
+    fn read_all(&self) -> Result<LoadedState, RegistryError> {
+        self.with_client(rows::read_all)
+    }
+
+    fn changes(&self, after: i64) -> Result<Option<Changes>, RegistryError> {
+        self.with_client(|client| follow::changes(client, after).map(Some))
+    }
+
+    fn export(
+        &self,
+        table: Table,
+        after: Option<&RawKey>,
+        limit: usize,
+    ) -> Result<Vec<RawRow>, RegistryError> {
+        self.with_client(|client| raw::export(client, table, after, limit))
+    }
+
+    fn import(
+        &mut self,
+        table: Table,
+        rows: &[RawRow],
+        next: Sequences,
+    ) -> Result<(), RegistryError> {
+        self.commit(&rows::Rows::from_raw(table, rows)?, next)
+    }
+
+    fn users(&self) -> Result<Vec<UserRecord>, RegistryError> {
+        self.with_client(|client| {
+            let rows = client.query("SELECT record::text FROM users ORDER BY name", &[])?;
+            Ok(rows::decode(&rows, "user"))
+        })
+    }
+
+    fn metrics_of(&self, trial: TrialId) -> Result<Vec<MetricRecord>, RegistryError> {
+        let trial = trial.to_string();
+        self.with_client(|client| {
+            let rows = client.query(
+                "SELECT record::text FROM metrics WHERE trial = $1 ORDER BY seq",
+                &[&trial],
+            )?;
+            Ok(rows::decode(&rows, "metric"))
+        })
+    }
 
     fn telemetry_series(
         &self,
@@ -447,6 +481,13 @@ impl Store for PostgresStore {
 
     fn fence(&mut self, epoch: i64, holder: &str) {
         self.fence = Some((epoch, holder.to_owned()));
+    }
+
+    fn reader(&self) -> Result<HistoryReader, RegistryError> {
+        let reader = self
+            .reader
+            .get_or_init(|| Arc::new(Self::reader_of(&self.target)));
+        Ok(Arc::clone(reader))
     }
 
     fn is_open(&self) -> bool {

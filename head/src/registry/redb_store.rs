@@ -7,6 +7,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tracing::{debug, info, warn};
@@ -17,7 +18,10 @@ use xp_head_core::auth::users::UserRecord;
 use xp_head_core::{LoadedState, MetricRecord, Record, TelemetryRecord};
 
 use super::copy::{RawKey, RawRow, Table};
-use super::{MetricsPage, RegistryError, Sequences, Store, by_rank, encode, sample_stride};
+use super::{
+    HistoryReader, HistoryReads, MetricsPage, RegistryError, Sequences, Store, by_rank, encode,
+    sample_stride,
+};
 
 mod events;
 mod raw;
@@ -61,7 +65,8 @@ pub(super) fn db_error(error: impl Into<redb::Error>) -> RegistryError {
 pub(crate) struct RedbStore {
     path: PathBuf,
     /// `None` after a failed write, until [`RedbStore::reopen`] succeeds.
-    database: Option<Database>,
+    /// Shared with the readers ([`Store::reader`]) while they read.
+    database: Option<Arc<Database>>,
 }
 
 impl RedbStore {
@@ -69,11 +74,15 @@ impl RedbStore {
     pub(crate) fn open(path: &Path) -> Result<Self, RegistryError> {
         Ok(Self {
             path: path.to_owned(),
-            database: Some(open_database(path)?),
+            database: Some(Arc::new(open_database(path)?)),
         })
     }
 
     fn database(&self) -> Result<&Database, RegistryError> {
+        self.shared_database().map(|database| &**database)
+    }
+
+    fn shared_database(&self) -> Result<&Arc<Database>, RegistryError> {
         self.database.as_ref().ok_or(RegistryError::Closed)
     }
 }
@@ -161,25 +170,7 @@ fn open_database(path: &Path) -> Result<Database, RegistryError> {
     Ok(database)
 }
 
-impl Store for RedbStore {
-    fn sequences(&self) -> Result<Sequences, RegistryError> {
-        let txn = self.database()?.begin_read().map_err(db_error)?;
-        let meta = txn.open_table(META).map_err(db_error)?;
-        let next = |key| {
-            meta.get(key)
-                .map_err(db_error)
-                .map(|value| value.map_or(1, |value| value.value()))
-        };
-        Ok(Sequences {
-            metric: next("next_metric_seq")?,
-            audit: next("next_audit_seq")?,
-        })
-    }
-
-    fn read_all(&self) -> Result<LoadedState, RegistryError> {
-        read_all(self.database()?)
-    }
-
+impl HistoryReads for RedbStore {
     fn events_after(
         &self,
         experiment: ExperimentId,
@@ -197,86 +188,6 @@ impl Store for RedbStore {
         events::newest_events_of_trial(self.database()?, trial, limit)
     }
 
-    fn export(
-        &self,
-        table: Table,
-        after: Option<&RawKey>,
-        limit: usize,
-    ) -> Result<Vec<RawRow>, RegistryError> {
-        self.export_rows(table, after, limit)
-    }
-
-    fn import(
-        &mut self,
-        table: Table,
-        rows: &[RawRow],
-        next: Sequences,
-    ) -> Result<(), RegistryError> {
-        self.import_rows(table, rows, next)
-    }
-
-    fn is_open(&self) -> bool {
-        self.database.is_some()
-    }
-
-    fn close(&mut self) {
-        if let Some(database) = self.database.take()
-            && let Err(error) = database.close()
-        {
-            debug!(%error, "closing the registry database after a failure");
-        }
-    }
-
-    /// Opens the database again, once a probe shows that its directory has
-    /// room ([`PROBE_BYTES`]).
-    fn reopen(&mut self) -> Result<(), RegistryError> {
-        self.close();
-        let dir = self
-            .path
-            .parent()
-            .map_or_else(|| PathBuf::from("."), Path::to_owned);
-        probe_room(&dir, PROBE_BYTES).map_err(|source| RegistryError::NoRoom {
-            dir,
-            bytes: PROBE_BYTES,
-            source,
-        })?;
-        self.database = Some(open_database(&self.path)?);
-        Ok(())
-    }
-
-    fn write(&mut self, records: &[Record], next: Sequences) -> Result<Sequences, RegistryError> {
-        let txn = begin_write(self.database()?)?;
-        let mut sequences = next;
-        {
-            let mut tables = WriteTables::open(&txn)?;
-            for record in records {
-                tables.write(record, &mut sequences)?;
-            }
-            let mut meta = txn.open_table(META).map_err(db_error)?;
-            meta.insert("next_metric_seq", sequences.metric)
-                .map_err(db_error)?;
-            meta.insert("next_audit_seq", sequences.audit)
-                .map_err(db_error)?;
-        }
-        txn.commit().map_err(db_error)?;
-        Ok(sequences)
-    }
-
-    /// Every user.
-    fn users(&self) -> Result<Vec<UserRecord>, RegistryError> {
-        let txn = self.database()?.begin_read().map_err(db_error)?;
-        let table = txn.open_table(USERS).map_err(db_error)?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(db_error)? {
-            let (name, value) = entry.map_err(db_error)?;
-            match serde_json::from_slice::<UserRecord>(value.value()) {
-                Ok(record) => out.push(record),
-                Err(error) => warn!(user = name.value(), %error, "unreadable user record skipped"),
-            }
-        }
-        Ok(out)
-    }
-
     /// The newest `limit` audit entries, oldest first.
     fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, RegistryError> {
         let txn = self.database()?.begin_read().map_err(db_error)?;
@@ -290,23 +201,6 @@ impl Store for RedbStore {
             }
         }
         out.reverse();
-        Ok(out)
-    }
-
-    /// Every metric report of one trial, oldest first (for curves and tests).
-    fn metrics_of(&self, trial: TrialId) -> Result<Vec<MetricRecord>, RegistryError> {
-        let txn = self.database()?.begin_read().map_err(db_error)?;
-        let table = txn.open_table(METRICS).map_err(db_error)?;
-        let trial = trial.to_string();
-        let mut out = Vec::new();
-        let range = (trial.as_str(), 0)..=(trial.as_str(), u64::MAX);
-        for entry in table.range(range).map_err(db_error)? {
-            let (_, value) = entry.map_err(db_error)?;
-            match serde_json::from_slice::<MetricRecord>(value.value()) {
-                Ok(record) => out.push(record),
-                Err(error) => warn!(%trial, %error, "unreadable metric record skipped"),
-            }
-        }
         Ok(out)
     }
 
@@ -411,6 +305,134 @@ impl Store for RedbStore {
             }
         }
         Ok(by_rank(windows))
+    }
+}
+
+impl Store for RedbStore {
+    fn sequences(&self) -> Result<Sequences, RegistryError> {
+        let txn = self.database()?.begin_read().map_err(db_error)?;
+        let meta = txn.open_table(META).map_err(db_error)?;
+        let next = |key| {
+            meta.get(key)
+                .map_err(db_error)
+                .map(|value| value.map_or(1, |value| value.value()))
+        };
+        Ok(Sequences {
+            metric: next("next_metric_seq")?,
+            audit: next("next_audit_seq")?,
+        })
+    }
+
+    fn read_all(&self) -> Result<LoadedState, RegistryError> {
+        read_all(self.database()?)
+    }
+
+    fn export(
+        &self,
+        table: Table,
+        after: Option<&RawKey>,
+        limit: usize,
+    ) -> Result<Vec<RawRow>, RegistryError> {
+        self.export_rows(table, after, limit)
+    }
+
+    fn import(
+        &mut self,
+        table: Table,
+        rows: &[RawRow],
+        next: Sequences,
+    ) -> Result<(), RegistryError> {
+        self.import_rows(table, rows, next)
+    }
+
+    fn is_open(&self) -> bool {
+        self.database.is_some()
+    }
+
+    /// Closes the database, or leaves it to the last reader still reading
+    /// (a reopen finds it still open until then, and is tried again).
+    fn close(&mut self) {
+        if let Some(database) = self.database.take().and_then(Arc::into_inner)
+            && let Err(error) = database.close()
+        {
+            debug!(%error, "closing the registry database after a failure");
+        }
+    }
+
+    /// Opens the database again, once a probe shows that its directory has
+    /// room ([`PROBE_BYTES`]).
+    fn reopen(&mut self) -> Result<(), RegistryError> {
+        self.close();
+        let dir = self
+            .path
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_owned);
+        probe_room(&dir, PROBE_BYTES).map_err(|source| RegistryError::NoRoom {
+            dir,
+            bytes: PROBE_BYTES,
+            source,
+        })?;
+        self.database = Some(Arc::new(open_database(&self.path)?));
+        Ok(())
+    }
+
+    fn write(&mut self, records: &[Record], next: Sequences) -> Result<Sequences, RegistryError> {
+        let txn = begin_write(self.database()?)?;
+        let mut sequences = next;
+        {
+            let mut tables = WriteTables::open(&txn)?;
+            for record in records {
+                tables.write(record, &mut sequences)?;
+            }
+            let mut meta = txn.open_table(META).map_err(db_error)?;
+            meta.insert("next_metric_seq", sequences.metric)
+                .map_err(db_error)?;
+            meta.insert("next_audit_seq", sequences.audit)
+                .map_err(db_error)?;
+        }
+        txn.commit().map_err(db_error)?;
+        Ok(sequences)
+    }
+
+    /// A store sharing this one's database, for reads only: redb's read
+    /// transactions run beside its one write.
+    fn reader(&self) -> Result<HistoryReader, RegistryError> {
+        Ok(Arc::new(Self {
+            path: self.path.clone(),
+            database: Some(Arc::clone(self.shared_database()?)),
+        }))
+    }
+
+    /// Every user.
+    fn users(&self) -> Result<Vec<UserRecord>, RegistryError> {
+        let txn = self.database()?.begin_read().map_err(db_error)?;
+        let table = txn.open_table(USERS).map_err(db_error)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(db_error)? {
+            let (name, value) = entry.map_err(db_error)?;
+            match serde_json::from_slice::<UserRecord>(value.value()) {
+                Ok(record) => out.push(record),
+                Err(error) => warn!(user = name.value(), %error, "unreadable user record skipped"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every metric report of one trial, oldest first (for curves and tests).
+    fn metrics_of(&self, trial: TrialId) -> Result<Vec<MetricRecord>, RegistryError> {
+        let txn = self.database()?.begin_read().map_err(db_error)?;
+        let table = txn.open_table(METRICS).map_err(db_error)?;
+        let trial = trial.to_string();
+        let mut out = Vec::new();
+        let range = (trial.as_str(), 0)..=(trial.as_str(), u64::MAX);
+        for entry in table.range(range).map_err(db_error)? {
+            let (_, value) = entry.map_err(db_error)?;
+            match serde_json::from_slice::<MetricRecord>(value.value()) {
+                Ok(record) => out.push(record),
+                Err(error) => warn!(%trial, %error, "unreadable metric record skipped"),
+            }
+        }
+        Ok(out)
     }
 
     /// One worker's telemetry series, oldest window first (empty when none is stored).

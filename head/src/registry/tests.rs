@@ -27,6 +27,8 @@ fn event(seq: u64, bytes: usize) -> Record {
 /// that `loaded` (the registry's load) numbers new events after them.
 fn event_seqs(registry: &Registry, loaded: &LoadedState) -> Vec<u64> {
     let seqs: Vec<u64> = registry
+        .reader()
+        .unwrap()
         .events_after(EVENTS_OF, 0, usize::MAX)
         .unwrap()
         .iter()
@@ -173,7 +175,7 @@ pub(super) fn users_and_the_audit_trail_are_stored_and_numbered(open: Opener<'_>
         [user(xp_head_core::auth::Role::Member)]
     );
     again.commit(vec![entry("four")]).unwrap();
-    let trail = again.audit(3).unwrap();
+    let trail = again.reader().unwrap().audit(3).unwrap();
     let seqs: Vec<(u64, &str)> = trail
         .iter()
         .map(|entry| (entry.seq, entry.action.as_str()))
@@ -300,6 +302,8 @@ pub(super) fn metric_pages_hold_each_report_of_their_trial_once(open: Opener<'_>
         let mut after = None;
         loop {
             let page = registry
+                .reader()
+                .unwrap()
                 .metrics_page(trial(1), after, limit, max_bytes)
                 .unwrap();
             assert_eq!(page.total, 250);
@@ -317,6 +321,8 @@ pub(super) fn metric_pages_hold_each_report_of_their_trial_once(open: Opener<'_>
     // A byte budget smaller than one report still moves one at a time.
     assert_eq!(walk(1000, 1), all);
     let empty = registry
+        .reader()
+        .unwrap()
         .metrics_page(trial(2), None, 100, usize::MAX)
         .unwrap();
     assert_eq!(
@@ -324,6 +330,8 @@ pub(super) fn metric_pages_hold_each_report_of_their_trial_once(open: Opener<'_>
         (0, 0, false)
     );
     let past_the_end = registry
+        .reader()
+        .unwrap()
         .metrics_page(trial(1), Some(u64::MAX), 100, usize::MAX)
         .unwrap();
     assert_eq!((past_the_end.records.len(), past_the_end.total), (0, 250));
@@ -359,6 +367,8 @@ pub(super) fn a_batch_keeps_the_last_record_of_a_key(open: Opener<'_>) {
     registry.commit(vec![event(2, 40)]).unwrap();
     drop(registry);
     let reasons: Vec<(u64, usize)> = open()
+        .reader()
+        .unwrap()
         .events_after(EVENTS_OF, 0, usize::MAX)
         .unwrap()
         .iter()
@@ -409,7 +419,7 @@ pub(super) fn telemetry_windows_are_stored_replaced_and_removed(open: Opener<'_>
     let starts = |windows: &[TelemetryWindow]| -> Vec<u64> {
         windows.iter().map(|window| window.start_ms).collect()
     };
-    let workers = again.telemetry_of(a_trial(3)).unwrap();
+    let workers = again.reader().unwrap().telemetry_of(a_trial(3)).unwrap();
     let by_rank: Vec<(u32, Vec<u64>)> = workers
         .iter()
         .map(|worker| (worker.rank, starts(&worker.windows)))
@@ -430,6 +440,8 @@ pub(super) fn metric_samples_stride_over_the_history_and_keep_the_newest(open: O
         .unwrap();
     let steps = |max| -> Vec<u64> {
         registry
+            .reader()
+            .unwrap()
             .metric_samples(a_trial(5), max)
             .unwrap()
             .iter()
@@ -439,7 +451,14 @@ pub(super) fn metric_samples_stride_over_the_history_and_keep_the_newest(open: O
     assert_eq!(steps(10), [0, 3, 6, 9, 12, 15, 18, 21, 24]);
     assert_eq!(steps(4), [0, 7, 14, 21, 24]);
     assert_eq!(steps(100), (0..25).collect::<Vec<_>>());
-    assert!(registry.metric_samples(a_trial(6), 10).unwrap().is_empty());
+    assert!(
+        registry
+            .reader()
+            .unwrap()
+            .metric_samples(a_trial(6), 10)
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(registry.metrics_of(a_trial(5)).unwrap().len(), 25);
 }
 
@@ -474,33 +493,31 @@ pub(super) fn events_are_read_by_experiment_and_by_trial(open: Opener<'_>) {
             .commit(batch.iter().cloned().map(Record::Event).collect())
             .unwrap();
     }
+    let reader = registry.reader().unwrap();
     let run = |run| ExperimentId { digest: 7, run };
     let seqs = |events: Vec<TrialEvent>| events.iter().map(|event| event.seq).collect::<Vec<_>>();
     let odd: Vec<u64> = (1..=40).filter(|seq| seq % 2 == 1).collect();
-    assert_eq!(seqs(registry.events_after(run(2), 0, 100).unwrap()), odd);
+    assert_eq!(seqs(reader.events_after(run(2), 0, 100).unwrap()), odd);
     // A page after `after`, at most `limit`.
-    assert_eq!(
-        seqs(registry.events_after(run(2), 5, 3).unwrap()),
-        [7, 9, 11]
-    );
-    assert!(registry.events_after(run(2), 40, 10).unwrap().is_empty());
+    assert_eq!(seqs(reader.events_after(run(2), 5, 3).unwrap()), [7, 9, 11]);
+    assert!(reader.events_after(run(2), 40, 10).unwrap().is_empty());
     assert!(
-        registry
+        reader
             .events_after(run(2), u64::MAX, 10)
             .unwrap()
             .is_empty()
     );
-    assert!(registry.events_after(run(3), 0, 10).unwrap().is_empty());
+    assert!(reader.events_after(run(3), 0, 10).unwrap().is_empty());
     // A trial's newest first: trial 1 of run 1 has the seqs 2, 6, 10, ... (seq % 4 == 2).
     let trial = TrialId {
         experiment: run(1),
         index: 1,
     };
     assert_eq!(
-        seqs(registry.newest_events_of_trial(trial, 3).unwrap()),
+        seqs(reader.newest_events_of_trial(trial, 3).unwrap()),
         [38, 34, 30]
     );
-    let all = registry.newest_events_of_trial(trial, 100).unwrap();
+    let all = reader.newest_events_of_trial(trial, 100).unwrap();
     assert_eq!(all.len(), 10);
     assert_eq!(all[0], events[37], "read back as written");
 }
@@ -525,8 +542,18 @@ fn events_stored_before_their_index_are_indexed_when_the_store_opens() {
     }
     let mut registry = Registry::open(&path).unwrap();
     let trial = event_of(1, 1, 0).trial;
-    assert_eq!(registry.newest_events_of_trial(trial, 2).unwrap().len(), 2);
+    assert_eq!(
+        registry
+            .reader()
+            .unwrap()
+            .newest_events_of_trial(trial, 2)
+            .unwrap()
+            .len(),
+        2
+    );
     let stored: Vec<u64> = registry
+        .reader()
+        .unwrap()
         .events_after(trial.experiment, 0, 100)
         .unwrap()
         .iter()

@@ -309,7 +309,7 @@ pub(super) fn read_all(client: &mut Client) -> Result<LoadedState, RegistryError
     Ok(loaded)
 }
 
-/// One page of a trial's metric reports: see `Registry::metrics_page`.
+/// One page of a trial's metric reports: see `HistoryReads::metrics_page`.
 pub(super) fn metrics_page(
     client: &mut Client,
     trial: &str,

@@ -62,7 +62,11 @@ fn a_restarted_server_closes_the_registry_until_it_answers_again() {
     let mut registry = opener(&server)();
     registry.load().unwrap();
     registry.commit(vec![event(1, 10)]).unwrap();
+    let reader = registry.reader().unwrap();
+    let read = || reader.events_after(EVENTS_OF, 0, 10);
+    assert_eq!(read().unwrap().len(), 1);
     server.stop();
+    assert!(read().is_err(), "the reader's connection is gone");
     let failure = registry.commit(vec![event(2, 10)]).unwrap_err();
     assert!(matches!(failure, RegistryError::Postgres(_)), "{failure:?}");
     assert!(!registry.is_open(), "a failed write closes the store");
@@ -73,6 +77,7 @@ fn a_restarted_server_closes_the_registry_until_it_answers_again() {
     assert!(registry.reopen().is_err(), "the server is still down");
     assert_eq!(registry.committed_event_seq(), 1);
     server.restart().unwrap();
+    assert_eq!(read().unwrap().len(), 1, "the reader connects again");
     let loaded = registry.reopen().unwrap();
     assert_eq!(
         event_seqs(&registry, &loaded),
@@ -127,9 +132,17 @@ fn a_record_with_a_nul_character_is_stored_and_read_back() {
         .commit(vec![Record::Event(hostile.clone())])
         .unwrap();
     let again = opener(&server)();
-    let stored = again.events_after(EVENTS_OF, 0, 10).unwrap();
+    let stored = again
+        .reader()
+        .unwrap()
+        .events_after(EVENTS_OF, 0, 10)
+        .unwrap();
     assert_eq!(stored[0].reason, hostile.reason);
-    let newest = again.newest_events_of_trial(hostile.trial, 10).unwrap();
+    let newest = again
+        .reader()
+        .unwrap()
+        .newest_events_of_trial(hostile.trial, 10)
+        .unwrap();
     assert_eq!(newest[0].reason, hostile.reason);
 }
 
@@ -266,7 +279,11 @@ fn a_standby_following_the_store_loads_what_a_fresh_load_returns() {
         format!("{:?}", fresh.pipelines)
     );
     assert_eq!(taken_over.pipelines[1].code_version, "b");
-    let replaced = standby.events_after(EVENTS_OF, 1, 1).unwrap();
+    let replaced = standby
+        .reader()
+        .unwrap()
+        .events_after(EVENTS_OF, 1, 1)
+        .unwrap();
     assert_eq!(replaced[0].reason.len(), 30);
     assert!(
         standby.following.is_none(),
