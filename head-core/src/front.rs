@@ -13,29 +13,28 @@
 
 use xp_runtime::ids::{ExperimentId, TrialId};
 use xp_runtime::protocol::{FrontStatus, FrontTrial, ObjectiveStatus};
-use xp_runtime::spec::Mode;
+use xp_runtime::spec::{Mode, SearchSpec};
 use xp_tune::search::front::{FrontSummary, summarize_front};
 
 use super::HeadCore;
 use crate::state::Catalog;
 
-impl HeadCore {
-    /// The objectives of a multi-objective experiment; empty for one metric.
-    pub(super) fn objectives_status(&self, id: ExperimentId) -> Vec<ObjectiveStatus> {
-        let search = &self.book.spec(id).search;
-        if !search.is_multi_objective() {
-            return Vec::new();
-        }
-        search
-            .objectives()
-            .into_iter()
-            .map(|objective| ObjectiveStatus {
-                metric: objective.metric.to_owned(),
-                maximize: objective.mode == Mode::Max,
-            })
-            .collect()
+/// The objectives of a multi-objective search; empty for one metric.
+pub(crate) fn objectives_status(search: &SearchSpec) -> Vec<ObjectiveStatus> {
+    if !search.is_multi_objective() {
+        return Vec::new();
     }
+    search
+        .objectives()
+        .into_iter()
+        .map(|objective| ObjectiveStatus {
+            metric: objective.metric.to_owned(),
+            maximize: objective.mode == Mode::Max,
+        })
+        .collect()
+}
 
+impl HeadCore {
     /// The front's trial with the largest hypervolume contribution (the first
     /// of equals): what stands for a multi-objective experiment where one trial
     /// must be named.

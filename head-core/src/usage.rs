@@ -123,7 +123,7 @@ impl HeadCore {
     }
 
     /// The policy's prices as the maths takes them.
-    fn price_list(&self) -> PriceList {
+    pub(crate) fn price_list(&self) -> PriceList {
         PriceList {
             prices: self.placement.policy().config().prices.clone(),
         }
@@ -133,21 +133,31 @@ impl HeadCore {
     /// without prices), a running attempt up to the last time its nodes were
     /// heard from.
     pub(crate) fn trial_usage(&self, trial: &TrialRecord) -> (f64, Option<f64>) {
-        let node = |id| self.membership.node(id);
-        let spans: Vec<AttemptSpan> = trial
-            .attempts
-            .iter()
-            .map(|attempt| attempt_span(node, trial, attempt, None))
-            .collect();
-        let end = spans
-            .iter()
-            .map(|span| span.end.unwrap_or(span.start))
-            .max()
-            .unwrap_or(0);
-        let start = spans.iter().map(|span| span.start).min().unwrap_or(0);
-        let used = maths::usage(&spans, Window { start, end }, &self.price_list());
-        (used.gpu_hours, used.cost)
+        trial_usage(|id| self.membership.node(id), &self.price_list(), trial)
     }
+}
+
+/// GPU-hours a trial's attempts were allocated and what they cost at
+/// `prices`, with each attempt's nodes found by `node` (see
+/// [`HeadCore::trial_usage`]).
+pub(crate) fn trial_usage<'a>(
+    node: impl Fn(NodeId) -> Option<&'a NodeRecord> + Copy,
+    prices: &PriceList,
+    trial: &TrialRecord,
+) -> (f64, Option<f64>) {
+    let spans: Vec<AttemptSpan> = trial
+        .attempts
+        .iter()
+        .map(|attempt| attempt_span(node, trial, attempt, None))
+        .collect();
+    let end = spans
+        .iter()
+        .map(|span| span.end.unwrap_or(span.start))
+        .max()
+        .unwrap_or(0);
+    let start = spans.iter().map(|span| span.start).min().unwrap_or(0);
+    let used = maths::usage(&spans, Window { start, end }, prices);
+    (used.gpu_hours, used.cost)
 }
 
 /// What one report reads, copied from the core at one moment: the book's

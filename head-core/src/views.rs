@@ -15,6 +15,8 @@ use xp_runtime::spec::Mode;
 use xp_sched::{Amount, GPU_MILLI, QueueUsage};
 
 use super::{CoreError, HeadCore, NodeRecord, TrialRecord};
+use crate::front::objectives_status;
+use crate::state::Catalog;
 
 impl HeadCore {
     /// The nodes as `xp nodes` shows them.
@@ -119,21 +121,7 @@ impl HeadCore {
 
     /// The experiment's state ([`ExperimentState::of`]).
     pub(super) fn experiment_state(&self, id: ExperimentId) -> ExperimentState {
-        let cancelled = self.book.experiment(id).cancelled;
-        let (mut unfinished, mut ended_normally) = (false, false);
-        // `of` looks no further than a cancel or one unfinished trial: nor
-        // does this (an experiment may hold 100,000 trials, and this runs for
-        // every experiment in a listing and every second for the alerts).
-        if !cancelled {
-            for (_, trial) in self.book.trials_of(id) {
-                if !trial.state.is_terminal() {
-                    unfinished = true;
-                    break;
-                }
-                ended_normally |= trial.state.ended_normally();
-            }
-        }
-        ExperimentState::of(cancelled, unfinished, ended_normally)
+        experiment_state(&self.book, id)
     }
 
     /// An experiment and its trials as `xp status` shows them, without its
@@ -151,22 +139,7 @@ impl HeadCore {
     /// An experiment as `xp status` shows it, without its trials and its
     /// Pareto front (`PendingFronts` adds that, off the actor).
     pub(crate) fn experiment_status_without_trials(&self, id: ExperimentId) -> ExperimentStatus {
-        let experiment = &self.book.experiment(id);
-        let spec = &self.book.spec(id);
-        ExperimentStatus {
-            id,
-            name: spec.name.clone(),
-            team: spec.team.clone(),
-            state: self.experiment_state(id),
-            metric: spec.search.metric.clone(),
-            maximize: spec.search.mode == Mode::Max,
-            submitted_at: experiment.submitted_at,
-            code_version: experiment.code_version.clone(),
-            data_version: experiment.data_version.clone(),
-            trials: Vec::new(),
-            objectives: self.objectives_status(id),
-            front: None,
-        }
+        experiment_status_without_trials(&self.book, id)
     }
 
     /// Why a queued trial waits (the policy core's reason, or admission's
@@ -182,37 +155,7 @@ impl HeadCore {
 
     /// One trial as `xp status` shows it.
     pub(super) fn trial_status(&self, trial: &TrialRecord) -> TrialStatus {
-        let (gpu_hours, cost) = self.trial_usage(trial);
-        TrialStatus {
-            id: trial.id,
-            state: trial.state,
-            config_json: trial.config_json.clone(),
-            attempts: trial
-                .attempts
-                .iter()
-                .map(|attempt| AttemptStatus {
-                    number: attempt.number,
-                    nodes: attempt.workers.iter().map(|worker| worker.node).collect(),
-                    placed_at: attempt.placed_at,
-                    running_at: attempt.running_at,
-                    ended_at: attempt.ended_at,
-                    outcome: attempt.outcome.as_deref().map(str::to_owned),
-                    resumed_from: attempt.resumed_from,
-                })
-                .collect(),
-            metrics: trial
-                .metrics
-                .iter()
-                .map(|(name, value)| (name.to_string(), *value))
-                .collect(),
-            last_step: trial.last_step,
-            reason: trial.reason.as_deref().map(str::to_owned),
-            reused_from: trial.reused_from,
-            waiting: self.waiting_reason(trial),
-            gpu_hours,
-            cost,
-            malformed_metrics: trial.malformed_metrics.as_deref().cloned(),
-        }
+        trial_status(trial, self.trial_usage(trial), self.waiting_reason(trial))
     }
 
     /// Every queue's standing, for `xp queue`.
@@ -247,5 +190,87 @@ fn queue_status(usage: QueueUsage) -> QueueStatus {
         fair_share: usage.dominant_share,
         leases: usage.leases,
         lease_quota: usage.lease_quota,
+    }
+}
+
+/// The state of experiment `id` of `catalog` ([`ExperimentState::of`]).
+pub(crate) fn experiment_state(catalog: &Catalog, id: ExperimentId) -> ExperimentState {
+    let cancelled = catalog.experiment(id).cancelled;
+    let (mut unfinished, mut ended_normally) = (false, false);
+    // `of` looks no further than a cancel or one unfinished trial: nor does
+    // this (an experiment may hold 100,000 trials, and this runs for every
+    // experiment in a listing and every second for the alerts).
+    if !cancelled {
+        for (_, trial) in catalog.trials_of(id) {
+            if !trial.state.is_terminal() {
+                unfinished = true;
+                break;
+            }
+            ended_normally |= trial.state.ended_normally();
+        }
+    }
+    ExperimentState::of(cancelled, unfinished, ended_normally)
+}
+
+/// Experiment `id` of `catalog` as `xp status` shows it, without its trials
+/// and its Pareto front.
+pub(crate) fn experiment_status_without_trials(
+    catalog: &Catalog,
+    id: ExperimentId,
+) -> ExperimentStatus {
+    let experiment = &catalog.experiment(id);
+    let spec = &catalog.spec(id);
+    ExperimentStatus {
+        id,
+        name: spec.name.clone(),
+        team: spec.team.clone(),
+        state: experiment_state(catalog, id),
+        metric: spec.search.metric.clone(),
+        maximize: spec.search.mode == Mode::Max,
+        submitted_at: experiment.submitted_at,
+        code_version: experiment.code_version.clone(),
+        data_version: experiment.data_version.clone(),
+        trials: Vec::new(),
+        objectives: objectives_status(&spec.search),
+        front: None,
+    }
+}
+
+/// One trial as `xp status` shows it, with its `(gpu_hours, cost)` and why
+/// it waits.
+pub(crate) fn trial_status(
+    trial: &TrialRecord,
+    (gpu_hours, cost): (f64, Option<f64>),
+    waiting: Option<String>,
+) -> TrialStatus {
+    TrialStatus {
+        id: trial.id,
+        state: trial.state,
+        config_json: trial.config_json.clone(),
+        attempts: trial
+            .attempts
+            .iter()
+            .map(|attempt| AttemptStatus {
+                number: attempt.number,
+                nodes: attempt.workers.iter().map(|worker| worker.node).collect(),
+                placed_at: attempt.placed_at,
+                running_at: attempt.running_at,
+                ended_at: attempt.ended_at,
+                outcome: attempt.outcome.as_deref().map(str::to_owned),
+                resumed_from: attempt.resumed_from,
+            })
+            .collect(),
+        metrics: trial
+            .metrics
+            .iter()
+            .map(|(name, value)| (name.to_string(), *value))
+            .collect(),
+        last_step: trial.last_step,
+        reason: trial.reason.as_deref().map(str::to_owned),
+        reused_from: trial.reused_from,
+        waiting,
+        gpu_hours,
+        cost,
+        malformed_metrics: trial.malformed_metrics.as_deref().cloned(),
     }
 }

@@ -11,7 +11,7 @@
 //! the shell: a read of the stored history ([`StoredRead`], done by the actor,
 //! which owns the database) or work on the connection or a node
 //! ([`ConnectionWork`], done by the server task: bytes streamed, logs relayed,
-//! waits), or fronts to compute ([`PendingFronts`], done off the actor).
+//! waits), or a status answer to make ([`PendingStatus`], done off the actor).
 //!
 //! Adding a request: its variant in `xp_runtime::protocol`, its file here, and
 //! one line in each of the matches below (`access`, `serve`, and `changes`
@@ -40,7 +40,7 @@ mod telemetry;
 pub use self::blobs::{BlobLimits, BlobUsage};
 pub use self::events::MAX_EVENTS_PER_ANSWER;
 pub use self::metrics::MAX_METRICS_PER_PAGE;
-pub use self::status::PendingFronts;
+pub use self::status::PendingStatus;
 
 use xp_runtime::clock::UnixMillis;
 use xp_runtime::ids::{BlobHash, ExperimentId, NodeId, TrialId, WorkerKey};
@@ -62,7 +62,7 @@ pub enum Served {
     Connection(ConnectionWork),
     /// The answer once its multi-objective experiments' fronts are computed,
     /// which the shell does off its actor.
-    Fronts(Box<PendingFronts>),
+    Status(Box<PendingStatus>),
 }
 
 /// A read of what the head stored, done by the shell that owns the database.

@@ -9,30 +9,29 @@
 //! number [`MAX_STATUS_PAGE_TRIALS`] (always at least one trial, or one
 //! experiment without trials, so every page moves on); its cursor is the
 //! experiment and trial index where the next page starts. So no listing of
-//! any size makes an answer larger than a frame, and a page costs the actor
-//! only what it holds (plus one pass over the experiment's trials for its
-//! state). The unpaged request is answered only when its estimated size fits
-//! a frame, and refused before anything is built otherwise. An answer with a
-//! multi-objective experiment's first trials carries its front, computed off
-//! the actor (`PendingFronts`).
+//! any size makes an answer larger than a frame. A page is made off the
+//! actor (`PendingStatus`, from a copy of the book and the nodes): the actor
+//! only collects why the queued trials it may hold wait. The unpaged request
+//! is answered only when its estimated size fits a frame, and refused before
+//! anything is built otherwise. An answer with a multi-objective
+//! experiment's first trials carries its front, computed off the actor too.
 
+use std::collections::HashMap;
 use std::ops::Bound;
 
 use xp_runtime::ids::{ExperimentId, TrialId};
-use xp_runtime::protocol::{
-    ExperimentStatus, Response, StatusCursor, StatusPage, StatusQuery, TrialStatus,
-};
+use xp_runtime::protocol::{ExperimentStatus, Response, StatusCursor, StatusQuery};
 
-use self::fronts::header_bytes;
 use super::Served;
 use crate::auth::Action;
 use crate::auth::access::{Access, Authorized, Scope};
-use crate::pages::estimated_bytes;
 use crate::{CoreError, HeadCore, TrialRecord};
 
 mod fronts;
+mod page;
 
-pub use self::fronts::PendingFronts;
+pub use self::fronts::PendingStatus;
+use self::page::StatusPageSource;
 
 /// A status page ends, with a cursor, once its trials' estimated size
 /// passes this (a quarter of a frame, so an estimate that is off by a factor
@@ -52,29 +51,6 @@ pub(super) fn access(experiment: Option<&str>) -> Access {
             Action::ReadExperiment,
             Scope::ExperimentNamed(text.to_owned()),
         ),
-    }
-}
-
-/// A page being filled: its experiments, what it holds so far, and the
-/// experiments whose first trials it holds (they carry their front).
-struct PageFill {
-    experiments: Vec<ExperimentStatus>,
-    bytes: usize,
-    trials: usize,
-    with_front: Vec<ExperimentId>,
-}
-
-impl PageFill {
-    fn is_full(&self) -> bool {
-        self.bytes >= MAX_STATUS_PAGE_BYTES || self.trials >= MAX_STATUS_PAGE_TRIALS
-    }
-
-    fn add_trial(&mut self, status: TrialStatus) {
-        self.bytes += estimated_bytes(&status);
-        self.trials += 1;
-        if let Some(experiment) = self.experiments.last_mut() {
-            experiment.trials.push(status);
-        }
     }
 }
 
@@ -113,73 +89,43 @@ impl HeadCore {
         if let Some(from) = query.from {
             ids.retain(|id| *id >= from.experiment);
         }
-        let (page, with_front) = self.status_page(&ids, query.from);
-        Ok(self.with_fronts(Response::StatusPage(page), with_front))
+        let source = StatusPageSource {
+            catalog: self.book.catalog(),
+            nodes: self.membership.nodes_copy(),
+            prices: self.price_list(),
+            waiting: self.page_wait_reasons(&ids, query.from),
+        };
+        Ok(Served::Status(Box::new(PendingStatus::page(
+            source, ids, query.from,
+        ))))
     }
 
-    /// The page of `ids` (in id order) that starts at `from`, and the
-    /// experiments whose front it carries.
-    fn status_page(
+    /// Why each queued trial that a page of `ids` from `from` may hold
+    /// waits: the policy core's reasons, which only the actor can ask, for
+    /// the first [`MAX_STATUS_PAGE_TRIALS`] trials from the cursor on.
+    fn page_wait_reasons(
         &self,
         ids: &[ExperimentId],
         from: Option<StatusCursor>,
-    ) -> (StatusPage, Vec<ExperimentId>) {
-        let mut fill = PageFill {
-            experiments: Vec::new(),
-            bytes: 0,
-            trials: 0,
-            with_front: Vec::new(),
-        };
-        for id in ids {
+    ) -> HashMap<TrialId, String> {
+        let trials = ids.iter().flat_map(|id| {
             let first = from
                 .filter(|from| from.experiment == *id)
                 .map_or(0, |from| from.trial);
-            if fill.is_full() {
-                let next = StatusCursor {
-                    experiment: *id,
-                    trial: first,
-                };
-                return page(fill, Some(next));
-            }
-            if let Some(next) = self.fill_experiment(&mut fill, *id, first) {
-                return page(fill, Some(next));
-            }
-        }
-        page(fill, None)
-    }
-
-    /// Adds experiment `id` from trial `first` on to the page until it is
-    /// full; where the next page starts if it filled inside the experiment.
-    fn fill_experiment(
-        &self,
-        fill: &mut PageFill,
-        id: ExperimentId,
-        first: u32,
-    ) -> Option<StatusCursor> {
-        let header = self.experiment_status_without_trials(id);
-        fill.bytes += header_bytes(&header);
-        fill.experiments.push(header);
-        if first == 0 {
-            fill.with_front.push(id);
-        }
-        let start = Bound::Included(TrialId {
-            experiment: id,
-            index: first,
+            let start = Bound::Included(TrialId {
+                experiment: *id,
+                index: first,
+            });
+            let end = Bound::Included(TrialId {
+                experiment: *id,
+                index: u32::MAX,
+            });
+            self.book.trials_between(start, end)
         });
-        let end = Bound::Included(TrialId {
-            experiment: id,
-            index: u32::MAX,
-        });
-        for trial in self.book.trials_between(start, end) {
-            if fill.trials > 0 && fill.is_full() {
-                return Some(StatusCursor {
-                    experiment: id,
-                    trial: trial.id.index,
-                });
-            }
-            fill.add_trial(self.trial_status(trial));
-        }
-        None
+        trials
+            .take(MAX_STATUS_PAGE_TRIALS)
+            .filter_map(|trial| Some((trial.id, self.waiting_reason(trial)?)))
+            .collect()
     }
 
     /// The experiments a status request shows, in id order: the one it names
@@ -215,14 +161,6 @@ impl HeadCore {
         self.add_fronts(&mut statuses);
         Ok(statuses)
     }
-}
-
-fn page(fill: PageFill, next: Option<StatusCursor>) -> (StatusPage, Vec<ExperimentId>) {
-    let page = StatusPage {
-        experiments: fill.experiments,
-        next,
-    };
-    (page, fill.with_front)
 }
 
 /// A trial's size in a status answer, estimated from its record without

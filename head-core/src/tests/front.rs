@@ -178,7 +178,7 @@ fn a_status_page_leaves_its_front_to_be_computed_on_the_book_as_it_was() {
         core.serve(2, &admin, None, Request::StatusPage(query))
             .unwrap()
     };
-    let Served::Fronts(pending) = page(&mut core) else {
+    let Served::Status(pending) = page(&mut core) else {
         panic!("a multi-objective experiment's front is computed off the actor");
     };
     // Two more trials end before the front is computed: it is the front of
@@ -188,7 +188,7 @@ fn a_status_page_leaves_its_front_to_be_computed_on_the_book_as_it_was() {
         panic!("a status page answers a status page request");
     };
     assert_eq!(answered.experiments[0].front.as_ref(), Some(&before));
-    let Served::Fronts(pending) = page(&mut core) else {
+    let Served::Status(pending) = page(&mut core) else {
         panic!("a multi-objective experiment's front is computed off the actor");
     };
     let Response::StatusPage(answered) = pending.complete() else {

@@ -87,7 +87,7 @@ impl HeadState {
             Ok(Served::Answer(response)) => Ok(Answer::Response(response)),
             Ok(Served::Stored(read)) => return self.read_stored(now, myself, read, reply),
             Ok(Served::Connection(work)) => Ok(Answer::Connection(work)),
-            Ok(Served::Fronts(pending)) => return self.fronts.answer(pending, reply),
+            Ok(Served::Status(pending)) => return self.statuses.answer(pending, reply),
             Err(error) => Err(error.into()),
         };
         let _ = reply.send(answer);

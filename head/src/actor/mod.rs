@@ -60,9 +60,9 @@ mod alerts;
 mod auth;
 mod client;
 mod dashboard;
-mod fronts;
 mod history;
 mod reads;
+mod status;
 
 pub(crate) use self::alerts::AlertMsg;
 pub(crate) use self::auth::fresh_secret;
@@ -214,8 +214,8 @@ pub(crate) struct HeadState {
     flush_scheduled: bool,
     /// Recent reports and the actor time spent computing them (`report`).
     reports: report::ReportCache,
-    /// Turns at computing status answers' fronts off the actor (`fronts`).
-    fronts: fronts::FrontTurns,
+    /// Turns at making status answers off the actor (`status`).
+    statuses: status::StatusTurns,
     /// Turns at reading the stored history off the actor (`history`).
     history: history::HistoryTurns,
     /// When the last tick was handled.
@@ -464,7 +464,7 @@ impl Actor for HeadActor {
             pending: Vec::new(),
             flush_scheduled: false,
             reports: report::ReportCache::new(),
-            fronts: fronts::FrontTurns::new(),
+            statuses: status::StatusTurns::new(),
             history: history::HistoryTurns::new(),
             last_tick: None,
         })

@@ -1,64 +1,97 @@
-//! The fronts a status answer carries, computed off the head's actor: a
-//! front walks every trial of its experiment (tens of milliseconds at
-//! 100,000), so an answer that carries one leaves the core as
-//! [`PendingFronts`], the answer without its fronts and a copy of the book
-//! (cheap whatever its size: its maps are persistent).
+//! Status answers made off the head's actor: a page (its 5,000 trials'
+//! statuses) and the fronts it carries (a front walks every trial of its
+//! experiment, tens of milliseconds at 100,000) leave the core as a
+//! [`PendingStatus`] with a copy of what they read (cheap whatever its size:
+//! the book's and the nodes' maps are persistent), and so does an unpaged
+//! answer's fronts.
 
 use xp_runtime::ids::ExperimentId;
 use xp_runtime::protocol::{ExperimentStatus, Response, StatusCursor, StatusPage};
 
 use super::MAX_STATUS_PAGE_BYTES;
+use super::page::StatusPageSource;
 use crate::HeadCore;
 use crate::front::front_status;
 use crate::pages::estimated_bytes;
 use crate::requests::Served;
 use crate::state::Catalog;
 
-/// A status answer whose multi-objective experiments still lack their
-/// fronts, with the book as it was when the answer was made.
+/// A status answer still to be made, or whose multi-objective experiments
+/// still lack their fronts, with what it reads as it was when asked for.
 #[derive(Debug)]
-pub struct PendingFronts {
-    catalog: Catalog,
-    answer: Response,
-    /// The experiments of the answer that carry a front.
-    wanted: Vec<ExperimentId>,
+pub struct PendingStatus(Pending);
+
+#[derive(Debug)]
+enum Pending {
+    /// An unpaged answer without its fronts.
+    Fronts {
+        catalog: Catalog,
+        answer: Response,
+        /// The experiments of the answer that carry a front.
+        wanted: Vec<ExperimentId>,
+    },
+    /// The page of `ids` (in id order) from `from`, with its fronts.
+    Page {
+        source: Box<StatusPageSource>,
+        ids: Vec<ExperimentId>,
+        from: Option<StatusCursor>,
+    },
 }
 
-impl PendingFronts {
+impl PendingStatus {
+    /// The page of `ids` from `from`, made from `source`.
+    pub(super) fn page(
+        source: StatusPageSource,
+        ids: Vec<ExperimentId>,
+        from: Option<StatusCursor>,
+    ) -> Self {
+        Self(Pending::Page {
+            source: Box::new(source),
+            ids,
+            from,
+        })
+    }
+
     /// The answer with its fronts. A page that the fronts take over its
     /// budget gives up its last trials (and experiments) to the next page,
     /// keeping at least one.
     pub fn complete(self) -> Response {
-        let Self {
-            catalog,
-            mut answer,
-            wanted,
-        } = self;
-        match &mut answer {
-            Response::Status(experiments) => add_fronts(&catalog, experiments, &wanted),
-            Response::StatusPage(page) => {
-                add_fronts(&catalog, &mut page.experiments, &wanted);
-                trim_to_budget(page);
+        match self.0 {
+            Pending::Fronts {
+                catalog,
+                mut answer,
+                wanted,
+            } => {
+                if let Response::Status(experiments) = &mut answer {
+                    add_fronts(&catalog, experiments, &wanted);
+                }
+                answer
             }
-            _ => {}
+            Pending::Page { source, ids, from } => {
+                let (mut page, mut with_front) = source.page(&ids, from);
+                with_front.retain(|id| source.catalog.spec(*id).search.is_multi_objective());
+                add_fronts(&source.catalog, &mut page.experiments, &with_front);
+                trim_to_budget(&mut page);
+                Response::StatusPage(page)
+            }
         }
-        answer
     }
 }
 
 impl HeadCore {
-    /// `answer` as served: at once when none of `wanted` (the experiments
-    /// in it that carry a front) is multi-objective, else without its fronts.
+    /// `answer` (an unpaged status) as served: at once when none of
+    /// `wanted` (the experiments in it that carry a front) is
+    /// multi-objective, else without its fronts.
     pub(super) fn with_fronts(&self, answer: Response, mut wanted: Vec<ExperimentId>) -> Served {
         wanted.retain(|id| self.book.spec(*id).search.is_multi_objective());
         if wanted.is_empty() {
             return Served::Answer(answer);
         }
-        Served::Fronts(Box::new(PendingFronts {
+        Served::Status(Box::new(PendingStatus(Pending::Fronts {
             catalog: self.book.catalog(),
             answer,
             wanted,
-        }))
+        })))
     }
 
     /// Adds the fronts of the multi-objective experiments among `experiments`

@@ -2,11 +2,13 @@
 //! answers bounded in trials and bytes, to whoever may see it; and the
 //! unpaged answer is refused before it is built when it would not fit a frame.
 
-use xp_runtime::protocol::{FrontStatus, FrontTrial, SubmitRequest};
+use xp_runtime::protocol::{FrontStatus, FrontTrial, StatusPage, SubmitRequest};
 use xp_runtime::spec::ExperimentSpec;
 
+use super::fronts::header_bytes;
 use super::*;
 use crate::auth::{Principal, Role};
+use crate::pages::estimated_bytes;
 use crate::{CoreConfig, LoadedState};
 
 fn core() -> HeadCore {
@@ -56,7 +58,7 @@ fn asker(team: &str, role: Role) -> Authorized {
 fn answered(served: Served) -> Response {
     match served {
         Served::Answer(response) => response,
-        Served::Fronts(pending) => pending.complete(),
+        Served::Status(pending) => pending.complete(),
         other => panic!("a status is answered by the core, not {other:?}"),
     }
 }
@@ -245,4 +247,36 @@ fn a_front_alone_over_the_budget_keeps_one_trial() {
     assert_eq!(page.experiments[0].trials.len(), 1);
     let next = page.next.expect("nine trials come next");
     assert_eq!((next.experiment, next.trial), (id, 1));
+}
+
+#[test]
+fn a_page_made_off_the_actor_shows_the_book_as_it_was_when_asked_with_why_trials_wait() {
+    let mut core = core();
+    let id = grid(&mut core, "queued", "a", 3, 1);
+    let expected = core.status(Some(&id.to_string())).unwrap().remove(0);
+    assert!(
+        expected.trials.iter().all(|trial| trial.waiting.is_some()),
+        "no node: every trial waits, saying why"
+    );
+    let query = StatusQuery {
+        experiment: Some(id.to_string()),
+        from: None,
+    };
+    let admin = asker("ops", Role::Admin);
+    let Served::Status(pending) = core.read_status_page(&admin, query).unwrap() else {
+        panic!("a status page is made off the actor");
+    };
+    // The experiment is cancelled before the page is made.
+    core.handle_cancel(2, &id.to_string()).unwrap();
+    let Response::StatusPage(page) = pending.complete() else {
+        panic!("a status page answers a status page request");
+    };
+    assert_eq!(page.next, None);
+    assert_eq!(
+        serde_json::to_value(&page.experiments).unwrap(),
+        serde_json::to_value([expected]).unwrap(),
+        "the same as the actor's own status"
+    );
+    let now = core.status(Some(&id.to_string())).unwrap().remove(0);
+    assert!(now.trials.iter().all(|trial| trial.waiting.is_none()));
 }
