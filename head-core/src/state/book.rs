@@ -16,7 +16,8 @@
 //! holding resources is among the active trials (`active_trials`), so what
 //! looks only at live work need not walk a million finished trials; and the
 //! others are counted by experiment, queue override and state
-//! (`inactive_counts`).
+//! (`inactive_counts`); the queued trials are indexed by when they were
+//! queued (`queued`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Deref;
@@ -30,8 +31,10 @@ use xp_runtime::spec::ExperimentSpec;
 use crate::{ExperimentRecord, Record, TrialRecord};
 
 mod catalog;
+mod queued;
 
 pub(crate) use self::catalog::Catalog;
+pub(crate) use self::queued::QueuedIndex;
 
 /// Experiments and trials, and the numbering of their events.
 #[derive(Debug)]
@@ -53,6 +56,9 @@ pub(crate) struct Book {
     /// How many trials not among the active ones there are, by experiment,
     /// queue override and state: what `/metrics` counts without walking them.
     inactive: BTreeMap<InactiveKey, u64>,
+    /// The queued trials by when they were queued: a trial leaves when
+    /// handed out for change and comes back when handed out for persisting.
+    queued: QueuedIndex,
     /// Experiments that may have pending trials (trials are pending only
     /// from their creation until admitted): what admission looks at, instead
     /// of every trial.
@@ -88,6 +94,7 @@ impl Default for Book {
             dirty_trials: BTreeSet::new(),
             active: imbl::OrdSet::new(),
             inactive: BTreeMap::new(),
+            queued: QueuedIndex::default(),
             with_pending: BTreeSet::new(),
             revisions: Revisions::default(),
         }
@@ -185,6 +192,7 @@ impl Book {
                 self.with_pending.insert(record.id.experiment);
             }
             self.revisions.bump(record.id.experiment);
+            self.queued.add(record);
             if is_active(record) {
                 self.active.insert(record.id);
             } else {
@@ -202,6 +210,7 @@ impl Book {
                 .collect();
             self.active.clear();
             self.inactive.clear();
+            self.queued = QueuedIndex::default();
             records
                 .into_iter()
                 .for_each(|record| self.restore_trial(record));
@@ -216,11 +225,13 @@ impl Book {
         self.revisions.bump(record.id.experiment);
         // A record that replaces one (none does today) keeps the counts exact.
         let listed = self.active.contains(&record.id);
-        if let Some(old) = self.catalog.trials.get(&record.id)
-            && !listed
-        {
-            uncount(&mut self.inactive, inactive_key(old));
+        if let Some(old) = self.catalog.trials.get(&record.id) {
+            self.queued.remove(old);
+            if !listed {
+                uncount(&mut self.inactive, inactive_key(old));
+            }
         }
+        self.queued.add(&record);
         if listed || is_active(&record) {
             self.active.insert(record.id);
         } else {
@@ -285,6 +296,7 @@ impl Book {
     pub(crate) fn trial_mut(&mut self, id: TrialId) -> Option<&mut TrialRecord> {
         let record = self.catalog.trials.get_mut(&id)?;
         self.dirty_trials.insert(id);
+        self.queued.remove(record);
         if self.active.insert(id).is_none() {
             uncount(&mut self.inactive, inactive_key(record));
         }
@@ -293,9 +305,11 @@ impl Book {
         Some(Arc::make_mut(record))
     }
 
-    /// The ids of [`Book::active_trials`], copied for a read off the actor.
-    pub(crate) fn active_ids(&self) -> imbl::OrdSet<TrialId> {
-        self.active.clone()
+    /// The queued trials by when they were queued, copied for a read off
+    /// the actor, and the trials changed since they were last indexed (those
+    /// the index may lack or hold as they were).
+    pub(crate) fn queued_index(&self) -> (QueuedIndex, BTreeSet<TrialId>) {
+        (self.queued.clone(), self.dirty_trials.clone())
     }
 
     /// Every trial unfinished or holding resources, and perhaps a few others
@@ -352,11 +366,49 @@ impl Book {
             }
         }
         assert_eq!(inactive, self.inactive, "the inactive trials' counts");
+        self.check_queued();
         for experiment in self.catalog.experiment_ids() {
             assert_eq!(
                 self.count_trials_of(experiment, |_| true),
                 self.catalog.trials_of(experiment).count() as u64,
                 "the count of {experiment}'s trials"
+            );
+        }
+    }
+
+    /// Panics if a trial not held out for change is queued but not indexed
+    /// under when it was queued, or indexed but not queued, or the counts
+    /// are not those of the index.
+    fn check_queued(&self) {
+        let mut indexed = 0;
+        let mut per_experiment: BTreeMap<ExperimentId, u64> = BTreeMap::new();
+        for trial in self.catalog.trials() {
+            if self.queued.contains(trial) {
+                indexed += 1;
+                *per_experiment.entry(trial.id.experiment).or_default() += 1;
+            }
+            if self.dirty_trials.contains(&trial.id) {
+                continue;
+            }
+            assert_eq!(
+                self.queued.contains(trial),
+                trial.state == TrialState::Queued,
+                "trial {} ({:?}) and the queued index",
+                trial.id,
+                trial.state
+            );
+        }
+        assert_eq!(
+            indexed,
+            self.queued.len(),
+            "the index holds a trial as it was"
+        );
+        for experiment in self.catalog.experiment_ids() {
+            let counted = per_experiment.get(&experiment).copied().unwrap_or(0);
+            assert_eq!(
+                self.queued.count_of(experiment),
+                counted,
+                "{experiment}'s queued count"
             );
         }
     }
@@ -434,6 +486,7 @@ impl Book {
             if !is_active(trial) && self.active.remove(&id).is_some() {
                 *self.inactive.entry(inactive_key(trial)).or_default() += 1;
             }
+            self.queued.add(trial);
             records.push(Record::Trial(Arc::clone(trial)));
         }
         records

@@ -16,7 +16,7 @@ mod troubles;
 #[cfg(test)]
 pub(crate) use self::approvals::MAX_DECIDED_APPROVALS;
 pub(crate) use self::approvals::{Approvals, Involved};
-pub(crate) use self::book::{Book, Catalog};
+pub(crate) use self::book::{Book, Catalog, QueuedIndex};
 pub(crate) use self::drivers::DriverSessions;
 pub(crate) use self::grants::ObjectGrants;
 pub(crate) use self::held_exits::{HeldExit, HeldExits};

@@ -336,4 +336,14 @@ fn the_queue_page_chooses_on_a_snapshot_and_leaves_out_trials_started_since() {
         shown, still,
         "only those still queued, longest waiting first"
     );
+    // Once persisted, the changed trials are read from the queued index
+    // alone: the same choice and count.
+    core.take_records();
+    let persisted = core.waiting_snapshot(&everyone).longest_waiting(10);
+    let persisted_ids: Vec<String> = persisted.0.iter().map(ToString::to_string).collect();
+    assert_eq!((persisted_ids, persisted.1), (still, 2));
+    assert_eq!(
+        core.waiting_snapshot(&nobody).longest_waiting(10),
+        (vec![], 0)
+    );
 }
