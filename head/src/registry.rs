@@ -333,6 +333,57 @@ pub(crate) trait HistoryReads: Send + Sync + std::fmt::Debug {
 /// A shared [`HistoryReads`].
 pub(crate) type HistoryReader = Arc<dyn HistoryReads>;
 
+/// The reader of a store that cannot be read now (closed after a failed
+/// write): every read says so, so that what reads it answers as it would
+/// for any failed read (a trial's detail without its events, saying why).
+#[derive(Debug)]
+struct Unreadable;
+
+impl HistoryReads for Unreadable {
+    fn events_after(
+        &self,
+        _experiment: ExperimentId,
+        _after: u64,
+        _limit: usize,
+    ) -> Result<Vec<TrialEvent>, RegistryError> {
+        Err(RegistryError::Closed)
+    }
+
+    fn newest_events_of_trial(
+        &self,
+        _trial: TrialId,
+        _limit: usize,
+    ) -> Result<Vec<TrialEvent>, RegistryError> {
+        Err(RegistryError::Closed)
+    }
+
+    fn audit(&self, _limit: usize) -> Result<Vec<AuditEntry>, RegistryError> {
+        Err(RegistryError::Closed)
+    }
+
+    fn metrics_page(
+        &self,
+        _trial: TrialId,
+        _after: Option<u64>,
+        _limit: usize,
+        _max_bytes: usize,
+    ) -> Result<MetricsPage, RegistryError> {
+        Err(RegistryError::Closed)
+    }
+
+    fn metric_samples(
+        &self,
+        _trial: TrialId,
+        _max_records: usize,
+    ) -> Result<Vec<MetricRecord>, RegistryError> {
+        Err(RegistryError::Closed)
+    }
+
+    fn telemetry_of(&self, _trial: TrialId) -> Result<Vec<WorkerTelemetry>, RegistryError> {
+        Err(RegistryError::Closed)
+    }
+}
+
 /// Where a registry's records are kept. Each call is one read or one durable
 /// transaction; a failed write may leave the store closed until [`Store::reopen`].
 pub(crate) trait Store: Send + std::fmt::Debug {
@@ -587,9 +638,10 @@ impl Registry {
         self.store.users()
     }
 
-    /// A handle for reads of the stored history off the head's actor.
-    pub(crate) fn reader(&self) -> Result<HistoryReader, RegistryError> {
-        self.store.reader()
+    /// A handle for reads of the stored history off the head's actor; while
+    /// the store cannot be read, one whose every read says so.
+    pub(crate) fn reader(&self) -> HistoryReader {
+        self.store.reader().unwrap_or_else(|_| Arc::new(Unreadable))
     }
 
     /// Every metric report of one trial, oldest first (for curves and tests).

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 use xp_runtime::protocol::{ErrorCode, RemoteError};
 
-use super::client::stored_read_error;
 use super::{HeadState, Reply};
 use crate::registry::HistoryReads;
 
@@ -34,21 +33,15 @@ impl HistoryTurns {
 
 impl HeadState {
     /// Makes `read` of the stored history off the actor, in turn, and
-    /// answers `reply` with what it gives; `what` names what is read in the
-    /// error of a store that cannot be read now.
+    /// answers `reply` with what it gives; `what` names what is read should
+    /// the read itself fail.
     pub(super) fn read_history<T: Send + 'static>(
         &self,
         what: &'static str,
         reply: Reply<T>,
         read: impl FnOnce(&dyn HistoryReads) -> Result<T, RemoteError> + Send + 'static,
     ) {
-        let reader = match self.args.registry.reader() {
-            Ok(reader) => reader,
-            Err(error) => {
-                let _ = reply.send(Err(stored_read_error(error, what)));
-                return;
-            }
-        };
+        let reader = self.args.registry.reader();
         let turns = Arc::clone(&self.history.0);
         xp_runtime::task::spawn("history read", async move {
             // The semaphore is never closed.

@@ -331,7 +331,7 @@ impl HeadState {
         match dashboard::answer(&self.args.core, now, query, visibility) {
             dashboard::Answered::Now(answered) => answer(reply, Ok(answered)),
             dashboard::Answered::Reading(read) => {
-                self.read_history("metric history", reply, move |reader| Ok(Ok(read(reader))));
+                self.read_history("its history", reply, move |reader| Ok(Ok(read(reader))));
             }
         }
     }

@@ -186,8 +186,7 @@ impl HeadState {
             Ok(snapshot) => snapshot,
             Err(error) => return reply(Err(error.into())),
         };
-        // A store that cannot be read now leaves busy time unknown.
-        let reader = self.args.registry.reader().ok();
+        let reader = self.args.registry.reader();
         let task = compute_off_actor(myself.clone(), key.clone(), snapshot, reader);
         self.reports.computing.insert(
             key,
@@ -255,7 +254,7 @@ fn compute_off_actor(
     head: ActorRef<HeadMsg>,
     key: ReportKey,
     snapshot: ReportSnapshot,
-    reader: Option<HistoryReader>,
+    reader: HistoryReader,
 ) -> JoinHandle<()> {
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
@@ -264,10 +263,7 @@ fn compute_off_actor(
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let mut report = snapshot.report();
             let gpu_trials = snapshot.gpu_trials();
-            if let Some(reader) = reader
-                && !gpu_trials.is_empty()
-                && gpu_trials.len() <= MAX_TELEMETRY_TRIALS
-            {
+            if !gpu_trials.is_empty() && gpu_trials.len() <= MAX_TELEMETRY_TRIALS {
                 // An unreadable store (an outage) leaves busy time unknown.
                 let telemetry: Vec<(TrialId, Vec<WorkerTelemetry>)> = gpu_trials
                     .iter()

@@ -62,7 +62,7 @@ fn a_restarted_server_closes_the_registry_until_it_answers_again() {
     let mut registry = opener(&server)();
     registry.load().unwrap();
     registry.commit(vec![event(1, 10)]).unwrap();
-    let reader = registry.reader().unwrap();
+    let reader = registry.reader();
     let read = || reader.events_after(EVENTS_OF, 0, 10);
     assert_eq!(read().unwrap().len(), 1);
     server.stop();
@@ -132,15 +132,10 @@ fn a_record_with_a_nul_character_is_stored_and_read_back() {
         .commit(vec![Record::Event(hostile.clone())])
         .unwrap();
     let again = opener(&server)();
-    let stored = again
-        .reader()
-        .unwrap()
-        .events_after(EVENTS_OF, 0, 10)
-        .unwrap();
+    let stored = again.reader().events_after(EVENTS_OF, 0, 10).unwrap();
     assert_eq!(stored[0].reason, hostile.reason);
     let newest = again
         .reader()
-        .unwrap()
         .newest_events_of_trial(hostile.trial, 10)
         .unwrap();
     assert_eq!(newest[0].reason, hostile.reason);
@@ -279,11 +274,7 @@ fn a_standby_following_the_store_loads_what_a_fresh_load_returns() {
         format!("{:?}", fresh.pipelines)
     );
     assert_eq!(taken_over.pipelines[1].code_version, "b");
-    let replaced = standby
-        .reader()
-        .unwrap()
-        .events_after(EVENTS_OF, 1, 1)
-        .unwrap();
+    let replaced = standby.reader().events_after(EVENTS_OF, 1, 1).unwrap();
     assert_eq!(replaced[0].reason.len(), 30);
     assert!(
         standby.following.is_none(),
