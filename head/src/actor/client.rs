@@ -17,6 +17,7 @@ use xp_runtime::protocol::{
     ErrorCode, MetricPoint, MetricsPage, RemoteError, Request, Response, TrialTelemetry,
 };
 
+use super::report::give_back_freed_memory;
 use super::{HeadMsg, HeadState, Reply};
 use crate::registry::{HistoryReads, RegistryError};
 
@@ -87,7 +88,15 @@ impl HeadState {
             Ok(Served::Answer(response)) => Ok(Answer::Response(response)),
             Ok(Served::Stored(read)) => return self.read_stored(now, myself, read, reply),
             Ok(Served::Connection(work)) => Ok(Answer::Connection(work)),
-            Ok(Served::Status(pending)) => return self.statuses.answer(pending, reply),
+            Ok(Served::Status(pending)) => {
+                // A page of 5,000 trials' statuses, and a front that walks
+                // every trial of its experiment, are made off the actor.
+                return self.statuses.answer("the status answer", reply, move || {
+                    let answer = pending.complete();
+                    give_back_freed_memory();
+                    Ok(Answer::Response(answer))
+                });
+            }
             Err(error) => Err(error.into()),
         };
         let _ = reply.send(answer);

@@ -58,11 +58,11 @@ use xp_head_core::{HeadCore, LoadedState};
 
 mod alerts;
 mod auth;
+mod blocking;
 mod client;
 mod dashboard;
 mod history;
 mod reads;
-mod status;
 
 pub(crate) use self::alerts::AlertMsg;
 pub(crate) use self::auth::fresh_secret;
@@ -84,6 +84,8 @@ pub(crate) type Reply<T> = RpcReplyPort<Result<T, RemoteError>>;
 
 /// How long a call to the actor may take before the caller gives up.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most status answers made off the actor at once.
+const MAX_STATUSES_MADE: usize = 2;
 
 /// Calls the head actor and flattens the two error layers.
 pub(crate) async fn call<T: Send + 'static>(
@@ -214,10 +216,11 @@ pub(crate) struct HeadState {
     flush_scheduled: bool,
     /// Recent reports and the actor time spent computing them (`report`).
     reports: report::ReportCache,
-    /// Turns at making status answers off the actor (`status`).
-    statuses: status::StatusTurns,
+    /// Turns at making status answers off the actor, two at a time
+    /// (`client.rs`).
+    statuses: blocking::BlockingTurns,
     /// Turns at reading the stored history off the actor (`history`).
-    history: history::HistoryTurns,
+    history: blocking::BlockingTurns,
     /// When the last tick was handled.
     last_tick: Option<UnixMillis>,
 }
@@ -464,8 +467,8 @@ impl Actor for HeadActor {
             pending: Vec::new(),
             flush_scheduled: false,
             reports: report::ReportCache::new(),
-            statuses: status::StatusTurns::new(),
-            history: history::HistoryTurns::new(),
+            statuses: blocking::BlockingTurns::new(MAX_STATUSES_MADE),
+            history: blocking::BlockingTurns::new(history::MAX_READING),
             last_tick: None,
         })
     }
