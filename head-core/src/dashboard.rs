@@ -23,6 +23,7 @@ use super::HeadCore;
 use super::importance;
 use super::pages::PageError;
 use super::records::{AttemptRecord, TrialRecord};
+use super::state::Catalog;
 
 mod cluster;
 mod waiting;
@@ -52,40 +53,6 @@ pub const RATE_WINDOW_MS: u64 = 10 * 60 * 1000;
 pub const MIN_RATE_SPAN_MS: u64 = 60 * 1000;
 
 impl HeadCore {
-    /// An experiment's trials grouped as `xp compare` groups them: by
-    /// configuration without its seed, each group with the finite values of
-    /// `metric` its succeeded trials reached.
-    fn replicate_groups(
-        &self,
-        experiment_id: ExperimentId,
-        metric: &str,
-    ) -> HashMap<String, Group> {
-        let mut groups: HashMap<String, Group> = HashMap::new();
-        for (_, trial) in self.book.trials_of(experiment_id) {
-            let mut config: serde_json::Map<String, Value> =
-                serde_json::from_str(&trial.config_json).unwrap_or_default();
-            config.remove("seed");
-            let group = groups
-                .entry(Value::Object(config).to_string())
-                .or_insert_with(|| Group {
-                    values: Vec::new(),
-                    trials: 0,
-                    first: trial.id.index,
-                });
-            group.trials += 1;
-            if trial.state.ended_normally()
-                && let Some(value) = trial
-                    .metrics
-                    .get(metric)
-                    .copied()
-                    .filter(|value| value.is_finite())
-            {
-                group.values.push(value);
-            }
-        }
-        groups
-    }
-
     /// Whether the experiment exists and the caller may see it.
     fn dashboard_visible(
         &self,
@@ -221,49 +188,25 @@ impl HeadCore {
             .map(|trial| trial.config_json.as_str())
     }
 
-    /// Replicate statistics: the experiment's trials grouped by configuration,
-    /// each group's final `metric` values summarised (mean, standard deviation,
-    /// Student-t 95% interval, by `xp_tune::stats::summarize`), best mean first,
-    /// at most [`MAX_REPLICATE_GROUPS`]. As `xp compare` does, the seed is not
-    /// part of a configuration and only succeeded trials with a finite value count; `total_groups` says how many configurations there are.
+    /// What the replicate statistics of `experiment_id` read, for a caller
+    /// who sees `visible_team`'s experiments (see [`ReplicateStudy`]).
     pub fn replicates(
         &self,
         experiment_id: ExperimentId,
         metric: Option<&str>,
         visible_team: &dyn Fn(&str) -> bool,
-    ) -> Result<Value, PageError> {
+    ) -> Result<ReplicateStudy, PageError> {
         self.dashboard_visible(experiment_id, visible_team)?;
         let spec = &self.book.spec(experiment_id);
         let metric = metric
             .or(spec.search.metric.as_deref())
             .ok_or(PageError::NoMetric { experiment_id })?;
-        let groups = self.replicate_groups(experiment_id, metric);
-        let total_groups = groups.len();
-        let maximize = spec.search.mode == Mode::Max;
-        let ranked = best_groups(groups, maximize);
-        let finite = |value: f64| value.is_finite().then_some(value);
-        let rows: Vec<Value> = ranked
-            .into_iter()
-            .map(|(_, first, config, group)| {
-                let summary = xp_tune::stats::summarize(&group.values);
-                json!({
-                    "config": serde_json::from_str::<Value>(&config).unwrap_or(Value::Null),
-                    "trials": group.trials,
-                    "first_trial": TrialId { experiment: experiment_id, index: first }.to_string(),
-                    "n": group.values.len(),
-                    "mean": summary.as_ref().map(|summary| summary.mean),
-                    "std_dev": summary.as_ref().and_then(|summary| finite(summary.std_dev)),
-                    "ci95_low": summary.as_ref().and_then(|summary| finite(summary.ci95.0)),
-                    "ci95_high": summary.as_ref().and_then(|summary| finite(summary.ci95.1)),
-                })
-            })
-            .collect();
-        Ok(json!({
-            "metric": metric,
-            "mode": if maximize { "max" } else { "min" },
-            "total_groups": total_groups,
-            "groups": rows,
-        }))
+        Ok(ReplicateStudy {
+            catalog: self.book.catalog(),
+            experiment_id,
+            metric: metric.to_owned(),
+            maximize: spec.search.mode == Mode::Max,
+        })
     }
 
     /// Every node's GPUs with the live workers holding each (trial, rank and
@@ -626,4 +569,89 @@ pub fn trial_events_json(trial_id: TrialId, events: &[TrialEvent]) -> Value {
         })
         .collect();
     Value::Array(events)
+}
+
+/// What an experiment's replicate statistics read, as it was when they were
+/// asked for: they walk every trial of the experiment (about 20 ms at
+/// 10,000), so they are computed off the head's actor
+/// ([`ReplicateStudy::to_json`]) on a copy of the book (a few reference
+/// counts).
+#[derive(Debug, Clone)]
+pub struct ReplicateStudy {
+    catalog: Catalog,
+    experiment_id: ExperimentId,
+    metric: String,
+    maximize: bool,
+}
+
+impl ReplicateStudy {
+    /// Replicate statistics: the experiment's trials grouped by configuration,
+    /// each group's final `metric` values summarised (mean, standard deviation,
+    /// Student-t 95% interval, by `xp_tune::stats::summarize`), best mean first,
+    /// at most [`MAX_REPLICATE_GROUPS`]. As `xp compare` does, the seed is not
+    /// part of a configuration and only succeeded trials with a finite value
+    /// count; `total_groups` says how many configurations there are.
+    pub fn to_json(&self) -> Value {
+        let groups = replicate_groups(&self.catalog, self.experiment_id, &self.metric);
+        let total_groups = groups.len();
+        let maximize = self.maximize;
+        let ranked = best_groups(groups, maximize);
+        let finite = |value: f64| value.is_finite().then_some(value);
+        let rows: Vec<Value> = ranked
+            .into_iter()
+            .map(|(_, first, config, group)| {
+                let summary = xp_tune::stats::summarize(&group.values);
+                json!({
+                    "config": serde_json::from_str::<Value>(&config).unwrap_or(Value::Null),
+                    "trials": group.trials,
+                    "first_trial": TrialId { experiment: self.experiment_id, index: first }.to_string(),
+                    "n": group.values.len(),
+                    "mean": summary.as_ref().map(|summary| summary.mean),
+                    "std_dev": summary.as_ref().and_then(|summary| finite(summary.std_dev)),
+                    "ci95_low": summary.as_ref().and_then(|summary| finite(summary.ci95.0)),
+                    "ci95_high": summary.as_ref().and_then(|summary| finite(summary.ci95.1)),
+                })
+            })
+            .collect();
+        json!({
+            "metric": self.metric,
+            "mode": if maximize { "max" } else { "min" },
+            "total_groups": total_groups,
+            "groups": rows,
+        })
+    }
+}
+
+/// An experiment's trials grouped as `xp compare` groups them: by
+/// configuration without its seed, each group with the finite values of
+/// `metric` its succeeded trials reached.
+fn replicate_groups(
+    catalog: &Catalog,
+    experiment_id: ExperimentId,
+    metric: &str,
+) -> HashMap<String, Group> {
+    let mut groups: HashMap<String, Group> = HashMap::new();
+    for (_, trial) in catalog.trials_of(experiment_id) {
+        let mut config: serde_json::Map<String, Value> =
+            serde_json::from_str(&trial.config_json).unwrap_or_default();
+        config.remove("seed");
+        let group = groups
+            .entry(Value::Object(config).to_string())
+            .or_insert_with(|| Group {
+                values: Vec::new(),
+                trials: 0,
+                first: trial.id.index,
+            });
+        group.trials += 1;
+        if trial.state.ended_normally()
+            && let Some(value) = trial
+                .metrics
+                .get(metric)
+                .copied()
+                .filter(|value| value.is_finite())
+        {
+            group.values.push(value);
+        }
+    }
+    groups
 }

@@ -157,7 +157,10 @@ fn check_trial_detail(core: &HeadCore, experiment: ExperimentId, now: u64) {
 /// best (lowest loss) first; seeds split a configuration into trials of one
 /// config.
 fn check_replicates(core: &HeadCore, experiment: ExperimentId) {
-    let replicates = core.replicates(experiment, None, &everyone).unwrap();
+    let replicates = core
+        .replicates(experiment, None, &everyone)
+        .unwrap()
+        .to_json();
     assert_eq!(replicates["total_groups"], 3, "{replicates}");
     let groups = replicates["groups"].as_array().unwrap();
     assert!(groups.iter().all(|group| group["n"] == 2), "{replicates}");

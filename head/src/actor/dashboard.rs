@@ -65,21 +65,24 @@ pub(crate) enum DashboardQuery {
     },
 }
 
-/// How a dashboard query is answered: from the core at once, or by reading
-/// the stored history off the actor.
+/// How a dashboard query is answered: from the core at once, or off the
+/// actor (on a copy of the book, or with a reader of the stored history).
 pub(super) enum Answered {
     /// The answer.
     Now(Result<Value, PageError>),
-    /// The read that makes the answer.
+    /// The work that makes the answer off the actor.
     Reading(HistoryRead),
 }
 
-/// A read of the stored history that makes a dashboard answer.
+/// Work that makes a dashboard answer off the actor, given a reader of the
+/// stored history (which replicate statistics, made on a copy of the book,
+/// do not use).
 pub(super) type HistoryRead = Box<dyn FnOnce(&dyn HistoryReads) -> Value + Send>;
 
-/// Answers `query` from the core, or says what to read of the stored
-/// history (a trial's newest events, a bounded sample of each curve's
-/// metric history) to answer it, once the core said what the caller may see.
+/// Answers `query` from the core, or says what to make off the actor to
+/// answer it (a trial's newest events, a bounded sample of each curve's
+/// metric history, replicate statistics, which walk every trial of the
+/// experiment), once the core said what the caller may see.
 pub(super) fn answer(
     core: &HeadCore,
     now: UnixMillis,
@@ -138,7 +141,10 @@ pub(super) fn answer(
             }))
         }
         DashboardQuery::Replicates { experiment, metric } => {
-            Answered::Now(core.replicates(experiment, metric.as_deref(), &visible))
+            match core.replicates(experiment, metric.as_deref(), &visible) {
+                Ok(study) => Answered::Reading(Box::new(move |_| study.to_json())),
+                Err(error) => Answered::Now(Err(error)),
+            }
         }
         DashboardQuery::Gpus => Answered::Now(Ok(core.gpu_slots(&visible))),
         DashboardQuery::WaitingItems { trials, total } => {
