@@ -17,6 +17,7 @@ use xp_sched::{Amount, GPU_MILLI, QueueUsage};
 use super::{CoreError, HeadCore, NodeRecord, TrialRecord};
 use crate::front::objectives_status;
 use crate::state::Catalog;
+use crate::usage::trial_usage;
 
 impl HeadCore {
     /// The nodes as `xp nodes` shows them.
@@ -128,16 +129,22 @@ impl HeadCore {
     /// Pareto front.
     pub(crate) fn experiment_status(&self, id: ExperimentId) -> ExperimentStatus {
         let mut status = self.experiment_status_without_trials(id);
+        // The prices once, not once per trial.
+        let prices = self.price_list();
+        let node = |node| self.membership.node(node);
         status.trials = self
             .book
             .trials_of(id)
-            .map(|(_, trial)| self.trial_status(trial))
+            .map(|(_, trial)| {
+                let usage = trial_usage(node, &prices, trial);
+                trial_status(trial, usage, self.waiting_reason(trial))
+            })
             .collect();
         status
     }
 
     /// An experiment as `xp status` shows it, without its trials and its
-    /// Pareto front (`PendingFronts` adds that, off the actor).
+    /// Pareto front (`PendingStatus` adds that, off the actor).
     pub(crate) fn experiment_status_without_trials(&self, id: ExperimentId) -> ExperimentStatus {
         experiment_status_without_trials(&self.book, id)
     }

@@ -49,10 +49,8 @@ pub(crate) struct Book {
     dirty_trials: BTreeSet<TrialId>,
     /// A superset of the trials unfinished or holding resources: a trial
     /// enters when created, restored so or handed out for change, and leaves
-    /// when handed out for persisting finished and holding nothing. A
-    /// persistent set, so a read off the actor copies it for a few
-    /// reference counts (`active_ids`).
-    active: imbl::OrdSet<TrialId>,
+    /// when handed out for persisting finished and holding nothing.
+    active: BTreeSet<TrialId>,
     /// How many trials not among the active ones there are, by experiment,
     /// queue override and state: what `/metrics` counts without walking them.
     inactive: BTreeMap<InactiveKey, u64>,
@@ -92,7 +90,7 @@ impl Default for Book {
             reusable: BTreeMap::new(),
             dirty_experiments: BTreeSet::new(),
             dirty_trials: BTreeSet::new(),
-            active: imbl::OrdSet::new(),
+            active: BTreeSet::new(),
             inactive: BTreeMap::new(),
             queued: QueuedIndex::default(),
             with_pending: BTreeSet::new(),
@@ -297,7 +295,7 @@ impl Book {
         let record = self.catalog.trials.get_mut(&id)?;
         self.dirty_trials.insert(id);
         self.queued.remove(record);
-        if self.active.insert(id).is_none() {
+        if self.active.insert(id) {
             uncount(&mut self.inactive, inactive_key(record));
         }
         self.revisions.bump(id.experiment);
@@ -483,7 +481,7 @@ impl Book {
             let Some(trial) = self.catalog.trials.get(&id) else {
                 continue;
             };
-            if !is_active(trial) && self.active.remove(&id).is_some() {
+            if !is_active(trial) && self.active.remove(&id) {
                 *self.inactive.entry(inactive_key(trial)).or_default() += 1;
             }
             self.queued.add(trial);
